@@ -51,7 +51,9 @@ func usageChunk(prompt, completion, cached, reasoning int) goopenai.ChatCompleti
 
 func calls(cs ...model.ToolCall) []model.ToolCall { return cs }
 
-func call(id, name, args string) model.ToolCall { return model.ToolCall{ID: id, Name: name, Args: args} }
+func call(id, name, args string) model.ToolCall {
+	return model.ToolCall{ID: id, Name: name, Args: args}
+}
 
 func TestAssembler(t *testing.T) {
 	tests := []struct {
