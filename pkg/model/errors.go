@@ -2,7 +2,6 @@ package model
 
 import (
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -37,14 +36,15 @@ const (
 type Error struct {
 	// Code is the class of the failure.
 	Code ErrorCode
-	// Message is a human-readable description; it never contains prompt
-	// contents.
+	// Message is a self-contained, human-readable description (it already
+	// includes what matters of Err); it never contains prompt contents.
 	Message string
 	// Retryable says whether running the same request again later may
 	// succeed. It is true for CodeRateLimited and CodeUnavailable.
 	Retryable bool
-	// StatusCode is the HTTP status of the last attempt, 0 if none (a
-	// transport failure or an error inside a 200 stream).
+	// StatusCode is the HTTP error status of the last attempt; 0 when the
+	// failure was not an HTTP error status (transport failures, errors and
+	// filters inside a 200 stream).
 	StatusCode int
 	// RetryAfter is the delay the provider asked for on the last attempt, 0
 	// if it sent none.
@@ -53,16 +53,16 @@ type Error struct {
 	Err error
 }
 
-// Error implements error.
+// Error implements error as "CODE: Message", or "CODE: Err" when Message
+// is empty.
 func (e *Error) Error() string {
-	msg := string(e.Code)
-	if e.Message != "" {
-		msg += ": " + e.Message
+	switch {
+	case e.Message != "":
+		return string(e.Code) + ": " + e.Message
+	case e.Err != nil:
+		return string(e.Code) + ": " + e.Err.Error()
 	}
-	if e.Err != nil {
-		msg = fmt.Sprintf("%s: %v", msg, e.Err)
-	}
-	return msg
+	return string(e.Code)
 }
 
 // Unwrap returns the underlying error.

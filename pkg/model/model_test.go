@@ -32,8 +32,11 @@ func TestIsContextOverflow(t *testing.T) {
 func TestErrorMessageAndUnwrap(t *testing.T) {
 	cause := errors.New("connection reset")
 	err := &Error{Code: CodeUnavailable, Message: "after 4 attempts", Retryable: true, Err: cause}
-	if got, want := err.Error(), "MODEL_UNAVAILABLE: after 4 attempts: connection reset"; got != want {
+	if got, want := err.Error(), "MODEL_UNAVAILABLE: after 4 attempts"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got, want := (&Error{Code: CodeAuth, Err: cause}).Error(), "MODEL_AUTH: connection reset"; got != want {
+		t.Errorf("Error() without message = %q, want %q", got, want)
 	}
 	if !errors.Is(err, cause) {
 		t.Errorf("errors.Is(err, cause) = false, want true")

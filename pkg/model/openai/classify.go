@@ -3,6 +3,7 @@ package openai
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -60,28 +61,29 @@ func (c classifier) classify(err, cause error, st *attemptState) *model.Error {
 	case errors.Is(cause, errFirstByteTimeout):
 		return newError(model.CodeUnavailable, 0, fmt.Sprintf("no first byte within %v", c.firstByteTimeout), errFirstByteTimeout)
 	case errors.Is(cause, errRequestTimeout):
-		return newError(model.CodeUnavailable, st.status, fmt.Sprintf("request exceeded %v", c.requestTimeout), errRequestTimeout)
+		return newError(model.CodeUnavailable, 0, fmt.Sprintf("request exceeded %v", c.requestTimeout), errRequestTimeout)
 	case errors.As(err, &apiErr) && apiErr.HTTPStatusCode == 0:
 		return c.midStream(apiErr)
 	case errors.As(err, &apiErr):
 		return c.status(apiErr.HTTPStatusCode, codeString(apiErr.Code), apiErr.Message, err)
 	case errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0:
 		return c.status(reqErr.HTTPStatusCode, "", string(reqErr.Body), err)
+	case st.status != 0 && !success(st.status):
+		// A failure status whose body could not be read.
+		return c.status(st.status, "", err.Error(), err)
 	case errors.Is(err, errStreamTruncated):
-		return newError(model.CodeUnavailable, st.status, "stream truncated", err)
+		return newError(model.CodeUnavailable, 0, "stream truncated: it ended without [DONE] or finish_reason", err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return newError(model.CodeUnavailable, 0, "stream truncated: connection closed mid-response", err)
 	case errors.Is(err, goopenai.ErrTooManyEmptyStreamMessages):
-		return newError(model.CodeUnavailable, st.status, "stream sent too many empty messages", err)
+		return newError(model.CodeUnavailable, 0, "stream sent too many empty messages", err)
 	case !st.sent:
 		// go-openai refused the request before sending it (unknown model for
 		// the endpoint, parameters a reasoning model rejects, bad JSON).
-		return newError(model.CodeBadRequest, 0, "request rejected before sending", err)
-	case st.status != 0 && !success(st.status):
-		// A failure status whose body could not be read or parsed.
-		return c.status(st.status, "", "", err)
+		return newError(model.CodeBadRequest, 0, "request rejected before sending: "+err.Error(), err)
 	default:
-		// Dial, reset, TLS, a connection closed mid-stream, an unparsable
-		// chunk: all transport.
-		return newError(model.CodeUnavailable, st.status, "transport error", err)
+		// Dial, reset, TLS, an unparsable chunk: all transport.
+		return newError(model.CodeUnavailable, 0, "transport error: "+err.Error(), err)
 	}
 }
 

@@ -164,7 +164,11 @@ func (m *Model) Generate(ctx context.Context, req model.Request, onDelta func(mo
 			}
 		}
 		if giveUp != "" {
-			lg.Warn("model call failed", append(fields, zap.String("give-up", giveUp), zap.Duration("retry-after", me.RetryAfter))...)
+			fields = append(fields, zap.String("give-up", giveUp))
+			if f.hasRetryAfter {
+				fields = append(fields, zap.Duration("retry-after", f.retryAfter))
+			}
+			lg.Warn("model call failed", fields...)
 			if me.Retryable {
 				me.Message = fmt.Sprintf("%s (attempt %d of %d; %s)", me.Message, n, retry.MaxAttempts, giveUp)
 			}
@@ -256,7 +260,7 @@ func (m *Model) attempt(ctx context.Context, wire goopenai.ChatCompletionRequest
 	}
 	msg, finish := asm.result()
 	if finish == model.FinishContentFilter {
-		return model.Response{}, streamed, &failure{err: newError(model.CodeContentFiltered, st.status, "the provider stopped the output with finish_reason content_filter", nil)}
+		return model.Response{}, streamed, &failure{err: newError(model.CodeContentFiltered, 0, "the provider stopped the output with finish_reason content_filter", nil)}
 	}
 	usage, ok := asm.reportedUsage()
 	if !ok {
