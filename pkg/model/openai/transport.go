@@ -102,57 +102,86 @@ func (d *recordingDoer) Do(req *http.Request) (*http.Response, error) {
 // as a connection closed mid-stream.
 type watchedBody struct {
 	io.ReadCloser
-	st *attemptState
-
-	line     []byte // the current line, up to lineKeep bytes
-	longLine bool   // the current line is longer than lineKeep
+	st   *attemptState
+	line doneMatcher
 }
-
-// lineKeep is enough for "data: [DONE]" with generous whitespace.
-const lineKeep = 64
-
-var doneTerminator = []byte("[DONE]")
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.st.firstByte()
-		b.scan(p[:n])
+		for _, c := range p[:n] {
+			if c != '\n' {
+				b.line.feed(c)
+			} else if b.line.end() {
+				b.st.sawDone = true
+			}
+		}
 	}
 	return n, err
 }
 
-// scan tracks lines the way go-openai's stream reader splits them: a line
-// ends with '\n' and is trimmed of spaces before matching.
-func (b *watchedBody) scan(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			b.keep(p)
+// doneMatcher recognizes, byte by byte, a line that go-openai's stream
+// reader takes for the terminator: optional space, "data:", optional space,
+// "[DONE]", optional space. Only '\n' ends a line, as in go-openai.
+type doneMatcher struct {
+	state int
+	pos   int // bytes of the current literal matched
+}
+
+const (
+	dmLead   = iota // before "data:", skipping space
+	dmData          // inside "data:"
+	dmGap           // between "data:" and "[DONE]", skipping space
+	dmDone          // inside "[DONE]"
+	dmTrail         // after "[DONE]", only space allowed
+	dmFailed        // not the terminator
+)
+
+func (m *doneMatcher) feed(c byte) {
+	switch m.state {
+	case dmLead:
+		if isSpace(c) {
 			return
 		}
-		b.keep(p[:i])
-		if !b.longLine && isDone(b.line) {
-			b.st.sawDone = true
+		m.state, m.pos = dmData, 0
+		fallthrough
+	case dmData:
+		m.match(c, "data:", dmGap)
+	case dmGap:
+		if isSpace(c) {
+			return
 		}
-		b.line, b.longLine = b.line[:0], false
-		p = p[i+1:]
+		m.state, m.pos = dmDone, 0
+		fallthrough
+	case dmDone:
+		m.match(c, "[DONE]", dmTrail)
+	case dmTrail:
+		if !isSpace(c) {
+			m.state = dmFailed
+		}
 	}
 }
 
-func (b *watchedBody) keep(p []byte) {
-	if room := lineKeep - len(b.line); len(p) > room {
-		b.line = append(b.line, p[:room]...)
-		b.longLine = true
+func (m *doneMatcher) match(c byte, lit string, next int) {
+	if c != lit[m.pos] {
+		m.state = dmFailed
 		return
 	}
-	b.line = append(b.line, p...)
+	if m.pos++; m.pos == len(lit) {
+		m.state = next
+	}
 }
 
-func isDone(line []byte) bool {
-	line = bytes.TrimSpace(line)
-	rest, ok := bytes.CutPrefix(line, []byte("data:"))
-	return ok && bytes.Equal(bytes.TrimSpace(rest), doneTerminator)
+// end reports whether the line just ended was the terminator and resets.
+func (m *doneMatcher) end() bool {
+	done := m.state == dmTrail
+	*m = doneMatcher{}
+	return done
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'
 }
 
 // Clock is the source of time for backoff. Tests replace it to observe the
