@@ -50,9 +50,10 @@ type Turn struct {
 	// instead of the finish reason, usage and [DONE].
 	StreamError *ErrorObject
 
-	// Drop closes the connection abruptly after DropAfter chunks, without
-	// finish_reason or [DONE].
-	Drop      bool
+	// Drop closes the connection abruptly after DropAfter chunks (0 = before
+	// the first), without finish_reason or [DONE].
+	Drop bool
+	// DropAfter is the number of chunks sent before a Drop.
 	DropAfter int
 
 	// FirstByteDelay is waited before anything is written, status included.
@@ -64,31 +65,40 @@ type Turn struct {
 // Call is one tool call of a Turn. It is streamed as a first fragment with
 // the id and name, then Args in Fragments pieces (default 2).
 type Call struct {
+	// ID, Name and Args are the call as the model would send it; empty
+	// values are sent empty (an empty ID tests id synthesis).
 	ID, Name, Args string
-	Fragments      int
+	// Fragments is how many pieces Args is split into (default 2).
+	Fragments int
 }
 
 // Chunk is one streamed chat.completion.chunk with a choice 0 delta.
 type Chunk struct {
+	// Text and Reasoning are the content and reasoning_content deltas.
 	Text, Reasoning string
-	ToolCalls       []Fragment
-	FinishReason    string
-	Usage           *Usage
+	// ToolCalls are the tool-call fragments of the delta.
+	ToolCalls []Fragment
+	// FinishReason, if set, is the choice's finish_reason.
+	FinishReason string
+	// Usage, if set, makes this a usage chunk.
+	Usage *Usage
 	// Raw, if set, is sent verbatim as the data payload instead.
 	Raw string
 }
 
 // Fragment is one tool_calls element of a delta.
 type Fragment struct {
+	// Index is the fragment's "index", omitted when NoIndex is set.
 	Index   int
 	NoIndex bool
-	ID      string
-	Name    string
-	Args    string
+	// ID, Name and Args are sent when non-empty.
+	ID, Name, Args string
 }
 
 // Usage is the usage a Turn reports.
 type Usage struct {
+	// Prompt, Completion, Cached and Reasoning are the reported token
+	// counts; the total is Prompt + Completion.
 	Prompt, Completion, Cached, Reasoning int
 	// FromContent replaces Prompt and Completion with characters/4 of the
 	// request's messages and of the turn's output, so usage grows with the
@@ -98,6 +108,8 @@ type Usage struct {
 
 // ErrorObject is the OpenAI error object.
 type ErrorObject struct {
+	// Message, Type, Code and Param are the fields of OpenAI's error
+	// object; Code may be a string or a number.
 	Message string `json:"message"`
 	Type    string `json:"type,omitempty"`
 	Code    any    `json:"code,omitempty"`

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -381,7 +380,13 @@ func (s *Server) complete(w http.ResponseWriter, req Request, turn Turn) {
 		Choices: []goopenai.ChatCompletionChoice{{Message: msg, FinishReason: goopenai.FinishReason(turn.finishReason())}},
 	}
 	if u := turn.usage(req); u != nil {
-		resp.Usage = *u.wire()
+		resp.Usage = goopenai.Usage{
+			PromptTokens:            u.Prompt,
+			CompletionTokens:        u.Completion,
+			TotalTokens:             u.Prompt + u.Completion,
+			PromptTokensDetails:     &goopenai.PromptTokensDetails{CachedTokens: u.Cached},
+			CompletionTokensDetails: &goopenai.CompletionTokensDetails{ReasoningTokens: u.Reasoning},
+		}
 	}
 	copyHeader(w.Header(), turn.Header)
 	w.Header().Set("Content-Type", "application/json")
@@ -454,49 +459,89 @@ func (t Turn) usage(req Request) *Usage {
 	return &u
 }
 
-func (u *Usage) wire() *goopenai.Usage {
-	return &goopenai.Usage{
-		PromptTokens:            u.Prompt,
-		CompletionTokens:        u.Completion,
-		TotalTokens:             u.Prompt + u.Completion,
-		PromptTokensDetails:     &goopenai.PromptTokensDetails{CachedTokens: u.Cached},
-		CompletionTokensDetails: &goopenai.CompletionTokensDetails{ReasoningTokens: u.Reasoning},
+// Wire shapes of a chat.completion.chunk, written by hand so that the
+// stream carries only what OpenAI sends (go-openai's types add empty
+// content-filter results and "type" on every fragment).
+type (
+	wireChunk struct {
+		ID      string       `json:"id"`
+		Object  string       `json:"object"`
+		Created int64        `json:"created"`
+		Model   string       `json:"model"`
+		Choices []wireChoice `json:"choices"`
+		Usage   *wireUsage   `json:"usage,omitempty"`
 	}
+	wireChoice struct {
+		Index        int       `json:"index"`
+		Delta        wireDelta `json:"delta"`
+		FinishReason *string   `json:"finish_reason"`
+	}
+	wireDelta struct {
+		Role             string         `json:"role,omitempty"`
+		Content          string         `json:"content,omitempty"`
+		ReasoningContent string         `json:"reasoning_content,omitempty"`
+		ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
+	}
+	wireToolCall struct {
+		Index    *int         `json:"index,omitempty"`
+		ID       string       `json:"id,omitempty"`
+		Type     string       `json:"type,omitempty"`
+		Function wireFunction `json:"function"`
+	}
+	wireFunction struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments,omitempty"`
+	}
+	wireUsage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		TotalTokens         int `json:"total_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+		CompletionTokensDetails struct {
+			ReasoningTokens int `json:"reasoning_tokens"`
+		} `json:"completion_tokens_details"`
+	}
+)
+
+func (u *Usage) wire() *wireUsage {
+	w := &wireUsage{PromptTokens: u.Prompt, CompletionTokens: u.Completion, TotalTokens: u.Prompt + u.Completion}
+	w.PromptTokensDetails.CachedTokens = u.Cached
+	w.CompletionTokensDetails.ReasoningTokens = u.Reasoning
+	return w
 }
 
 // marshal renders c as a chat.completion.chunk; the first chunk of a stream
 // carries the assistant role, as OpenAI's do.
 func (c Chunk) marshal(id, model string, first bool) string {
-	resp := goopenai.ChatCompletionStreamResponse{
-		ID:      id,
-		Object:  "chat.completion.chunk",
-		Created: time.Now().Unix(),
-		Model:   model,
-		Choices: []goopenai.ChatCompletionStreamChoice{},
-	}
+	out := wireChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: model, Choices: []wireChoice{}}
 	if c.Usage != nil {
-		resp.Usage = c.Usage.wire()
+		out.Usage = c.Usage.wire()
 	}
 	if c.Text != "" || c.Reasoning != "" || len(c.ToolCalls) > 0 || c.FinishReason != "" || c.Usage == nil {
-		d := goopenai.ChatCompletionStreamChoiceDelta{Content: c.Text, ReasoningContent: c.Reasoning}
+		ch := wireChoice{Delta: wireDelta{Content: c.Text, ReasoningContent: c.Reasoning}}
 		if first {
-			d.Role = goopenai.ChatMessageRoleAssistant
+			ch.Delta.Role = "assistant"
+		}
+		if c.FinishReason != "" {
+			ch.FinishReason = &c.FinishReason
 		}
 		for _, f := range c.ToolCalls {
-			tc := goopenai.ToolCall{ID: f.ID, Function: goopenai.FunctionCall{Name: f.Name, Arguments: f.Args}}
+			tc := wireToolCall{ID: f.ID, Function: wireFunction{Name: f.Name, Arguments: f.Args}}
 			if !f.NoIndex {
 				tc.Index = &f.Index
 			}
 			if f.ID != "" {
-				tc.Type = goopenai.ToolTypeFunction
+				tc.Type = "function"
 			}
-			d.ToolCalls = append(d.ToolCalls, tc)
+			ch.Delta.ToolCalls = append(ch.Delta.ToolCalls, tc)
 		}
-		resp.Choices = append(resp.Choices, goopenai.ChatCompletionStreamChoice{Delta: d, FinishReason: goopenai.FinishReason(c.FinishReason)})
+		out.Choices = append(out.Choices, ch)
 	}
-	b, err := json.Marshal(resp)
+	b, err := json.Marshal(out)
 	if err != nil {
 		panic(fmt.Sprintf("modeltest: marshal chunk: %v", err))
 	}
-	return strings.TrimSpace(string(b))
+	return string(b)
 }

@@ -303,7 +303,7 @@ func (m *Model) wireRequest(req model.Request) (goopenai.ChatCompletionRequest, 
 	if req.MaxTokens > 0 {
 		w.MaxCompletionTokens = req.MaxTokens
 	}
-	if t := cmp(req.Temperature, m.cfg.Temperature); t != nil {
+	if t := firstNonNil(req.Temperature, m.cfg.Temperature); t != nil {
 		w.Temperature = *t
 	}
 	w.Messages = make([]goopenai.ChatCompletionMessage, 0, len(req.Messages))
@@ -340,14 +340,14 @@ func (m *Model) wireRequest(req model.Request) (goopenai.ChatCompletionRequest, 
 		})
 	}
 	// parallel_tool_calls is only allowed alongside tools.
-	if p := cmp(req.ParallelToolCalls, m.cfg.ParallelToolCalls); p != nil && len(w.Tools) > 0 {
+	if p := firstNonNil(req.ParallelToolCalls, m.cfg.ParallelToolCalls); p != nil && len(w.Tools) > 0 {
 		w.ParallelToolCalls = *p
 	}
 	return w, nil
 }
 
-// cmp returns the first non-nil pointer.
-func cmp[T any](ps ...*T) *T {
+// firstNonNil returns the first non-nil pointer.
+func firstNonNil[T any](ps ...*T) *T {
 	for _, p := range ps {
 		if p != nil {
 			return p
