@@ -251,7 +251,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.wait(r.Context(), turn.FirstByteDelay) {
-		return
+		abort()
 	}
 	if turn.Status >= 400 {
 		b := turn.Body
@@ -267,6 +267,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.complete(w, req, turn)
 }
+
+// abort closes the connection without finishing the response, so that the
+// client sees a broken stream (or no response) rather than a clean end.
+func abort() { panic(http.ErrAbortHandler) }
 
 // wait sleeps d unless the client goes away or the server closes first.
 func (s *Server) wait(ctx context.Context, d time.Duration) bool {
@@ -323,10 +327,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req Request, tur
 	id := fmt.Sprintf("chatcmpl-modeltest-%d", req.Seq)
 	for i, c := range chunks {
 		if turn.Drop && i == turn.DropAfter {
-			panic(http.ErrAbortHandler) // closes the connection mid-stream
+			abort()
 		}
 		if i > 0 && !s.wait(r.Context(), turn.ChunkDelay) {
-			return
+			abort()
 		}
 		payload := c.Raw
 		if payload == "" {
@@ -338,7 +342,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req Request, tur
 		}
 	}
 	if turn.Drop && turn.DropAfter >= len(chunks) {
-		panic(http.ErrAbortHandler)
+		abort()
 	}
 	switch {
 	case turn.StreamError != nil:
@@ -353,7 +357,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req Request, tur
 // response.
 func (s *Server) complete(w http.ResponseWriter, req Request, turn Turn) {
 	if turn.Drop {
-		panic(http.ErrAbortHandler)
+		abort()
 	}
 	msg := goopenai.ChatCompletionMessage{Role: goopenai.ChatMessageRoleAssistant}
 	var calls []goopenai.ToolCall
