@@ -1,0 +1,92 @@
+# plumb — deep agents as a service. `make help` lists the targets.
+
+GO ?= go
+BIN := bin
+TOOLS := $(CURDIR)/.cache/bin
+export PATH := $(TOOLS):$(PATH)
+
+# Pinned tool versions, installed with `go install` from the Go module proxy.
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+STATICCHECK_VERSION := v0.8.2
+GRPCURL_VERSION := v1.9.4
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/plumbhq/plumb/internal/version.Version=$(VERSION)
+GOTEST_FLAGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(TOOLS)/buf:
+	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLS)/protoc-gen-go:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+$(TOOLS)/protoc-gen-go-grpc:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(TOOLS)/grpcurl:
+	GOBIN=$(TOOLS) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+
+.PHONY: tools
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/grpcurl ## Install the pinned dev tools into .cache/bin
+
+.PHONY: build
+build: ## Build bin/agentd, bin/sandboxd, bin/agentctl and the static bin/sandbox-agent
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentctl ./cmd/agentctl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
+
+.PHONY: generate
+generate: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc ## Regenerate gen/go from proto/
+	buf generate
+
+.PHONY: verify-generated
+verify-generated: generate ## Fail if gen/go differs from what the protos generate
+	@git diff --exit-code --stat -- gen/ || (echo "gen/ is stale: run make generate and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- gen/)" || (git status --porcelain -- gen/; echo "gen/ has untracked or stale files: run make generate and commit" >&2; exit 1)
+
+.PHONY: buf-lint
+buf-lint: $(TOOLS)/buf ## buf lint (STANDARD) and buf breaking against the previous commit
+	buf lint
+	@scripts/buf-breaking.sh
+
+.PHONY: verify-mod
+verify-mod: ## Fail if go.mod/go.sum are not tidy
+	$(GO) mod tidy -diff
+
+.PHONY: lint
+lint: $(TOOLS)/staticcheck ## go vet, staticcheck and gofmt
+	$(GO) vet ./...
+	staticcheck ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || (gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); echo "gofmt needed" >&2; exit 1)
+
+.PHONY: test
+test: verify-generated buf-lint verify-mod lint ## Everything CI runs: generated-code drift, buf, lint, and all tests with -race
+	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
+
+.PHONY: test-short
+test-short: ## Only the Go tests, with -race
+	$(GO) test -race $(GOTEST_FLAGS) ./...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target briefly (FUZZTIME=10s each)
+	@scripts/fuzz.sh $(or $(FUZZTIME),10s)
+
+.PHONY: bench
+bench: ## Run the Go micro-benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: run
+run: build ## Start sandboxd and agentd locally (logs to the terminal; Ctrl-C stops both)
+	@scripts/run.sh
+
+.PHONY: clean
+clean: ## Remove build output
+	rm -rf $(BIN)

@@ -1,0 +1,109 @@
+// Command agentctl is plumb's command-line client: it talks to agentd and
+// sandboxd over gRPC.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/plumbhq/plumb/internal/version"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+const usage = `agentctl is plumb's command-line client.
+
+Usage:
+  agentctl [--agentd ADDR] [--sandboxd ADDR] <command>
+
+Commands:
+  health     check that agentd and sandboxd answer SERVING
+  version    print the version
+
+Flags:
+  --agentd ADDR     agentd address (default 127.0.0.1:7070) [$AGENTCTL_AGENTD]
+  --sandboxd ADDR   sandboxd address (default 127.0.0.1:7071) [$AGENTCTL_SANDBOXD]
+  --timeout D       per-call timeout (default 5s)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentctl: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("agentctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	agentd := fs.String("agentd", envOr("AGENTCTL_AGENTD", "127.0.0.1:7070"), "")
+	sandboxd := fs.String("sandboxd", envOr("AGENTCTL_SANDBOXD", "127.0.0.1:7071"), "")
+	timeout := fs.Duration("timeout", 5*time.Second, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+		}
+		return err
+	}
+	switch cmd := fs.Arg(0); cmd {
+	case "version":
+		fmt.Fprintln(stdout, version.String("agentctl"))
+		return nil
+	case "health":
+		var failed bool
+		for _, t := range []struct{ name, addr string }{{"agentd", *agentd}, {"sandboxd", *sandboxd}} {
+			st, err := checkHealth(ctx, t.addr, *timeout)
+			if err != nil {
+				failed = true
+				fmt.Fprintf(stdout, "%-9s %-22s %v\n", t.name, t.addr, err)
+				continue
+			}
+			fmt.Fprintf(stdout, "%-9s %-22s %s\n", t.name, t.addr, st)
+		}
+		if failed {
+			return errors.New("not every daemon is healthy")
+		}
+		return nil
+	case "":
+		fmt.Fprint(stdout, usage)
+		return errors.New("no command given")
+	default:
+		return fmt.Errorf("unknown command %q (see agentctl --help)", cmd)
+	}
+}
+
+func checkHealth(ctx context.Context, addr string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetStatus(), nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+var agentdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "agentd-test")
+	if err != nil {
+		panic(err)
+	}
+	agentdBin, err = daemontest.Build(dir, "github.com/plumbhq/plumb/cmd/agentd")
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freeArgs are flags that make the daemon listen on free loopback ports and
+// log JSON, so tests can find its addresses.
+var freeArgs = []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}
+
+func TestBadStartInputs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unknownKey := write("unknown.yaml", "version: 1\nserver:\n  grpc_adr: 127.0.0.1:1\n")
+	badAddr := write("badaddr.yaml", "server:\n  grpc_addr: nowhere\n")
+	badVersion := write("badversion.yaml", "version: 7\n")
+
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string // substring of the one-line error
+	}{
+		{"bad grpc addr", nil, []string{"--grpc-addr", "nowhere"}, "-grpc-addr"},
+		{"port out of range", nil, []string{"--http-addr", "127.0.0.1:99999"}, "-http-addr"},
+		{"bad log format", nil, []string{"--log-format", "xml"}, "json, console"},
+		{"negative grace", nil, []string{"--shutdown-grace", "-1s"}, "negative"},
+		{"unknown flag", nil, []string{"--bogus"}, "bogus"},
+		{"stray argument", nil, []string{"serve"}, `unexpected argument "serve"`},
+		{"bad sandboxd list", nil, []string{"--sandboxd", "127.0.0.1:7071,broken"}, `"broken"`},
+		{"bad env value", []string{"AGENTD_SHUTDOWN_GRACE=forever"}, nil, "AGENTD_SHUTDOWN_GRACE"},
+		{"missing config", nil, []string{"--config", filepath.Join(dir, "missing.yaml")}, "no such file"},
+		{"config is a directory", nil, []string{"--config", dir}, "config file"},
+		{"unknown config key", nil, []string{"--config", unknownKey}, "grpc_adr"},
+		{"bad config address", nil, []string{"--config", badAddr}, "server.grpc_addr"},
+		{"unsupported config version", nil, []string{"--config", badVersion}, "version 7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := daemontest.Run(t, agentdBin, tt.env, append(append([]string{}, freeArgs...), tt.args...)...)
+			if r.ExitCode != 2 {
+				t.Fatalf("exit code = %d, want 2; stderr: %s", r.ExitCode, r.Stderr)
+			}
+			if !daemontest.OneLine(r.Stderr) || !strings.HasPrefix(r.Stderr, "agentd: ") {
+				t.Fatalf("stderr is not one 'agentd: ...' line: %q", r.Stderr)
+			}
+			if !strings.Contains(r.Stderr, tt.want) {
+				t.Fatalf("stderr %q does not mention %q", r.Stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	busy := lis.Addr().String()
+	for _, flag := range []string{"--grpc-addr", "--http-addr"} {
+		t.Run(flag, func(t *testing.T) {
+			r := daemontest.Run(t, agentdBin, nil, append(append([]string{}, freeArgs...), flag, busy)...)
+			if r.ExitCode == 0 {
+				t.Fatal("agentd started on a busy port")
+			}
+			// Logs go to stderr as JSON lines before the failure; the last
+			// line is the error.
+			lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "agentd: ") || !strings.Contains(last, busy+" is already in use") {
+				t.Fatalf("last stderr line = %q, want the busy address named", last)
+			}
+			if strings.Contains(r.Stderr, "goroutine ") {
+				t.Fatalf("stderr has a stack trace: %s", r.Stderr)
+			}
+		})
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	r := daemontest.Run(t, agentdBin, nil, "--version")
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "agentd ") {
+		t.Fatalf("--version: exit %d, stdout %q", r.ExitCode, r.Stdout)
+	}
+	r = daemontest.Run(t, agentdBin, nil, "--help")
+	if r.ExitCode != 0 || !strings.Contains(r.Stdout, "AGENTD_GRPC_ADDR") || !strings.Contains(r.Stdout, "--sandboxd") {
+		t.Fatalf("--help: exit %d, stdout %q", r.ExitCode, r.Stdout)
+	}
+}
+
+func TestServesHealthReflectionAndUnimplemented(t *testing.T) {
+	p := daemontest.Start(t, agentdBin, freeArgs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	names, err := daemontest.ListServices(ctx, p.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection", "plumb.v1.AgentService"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Fatalf("services = %v, want %v", names, want)
+	}
+
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, svc := range []string{"", "plumb.v1.AgentService"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health(%q) = %v, %v; want SERVING", svc, resp, err)
+		}
+	}
+
+	client := plumbv1.NewAgentServiceClient(conn)
+	_, err = client.ListAgents(ctx, &plumbv1.ListAgentsRequest{})
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "ListAgents") {
+		t.Fatalf("ListAgents: %v, want UNIMPLEMENTED naming the method", err)
+	}
+	stream, err := client.Run(ctx, &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "hi"}}})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Run: %v, want UNIMPLEMENTED", err)
+	}
+}
+
+func TestSIGTERMDuringStream(t *testing.T) {
+	p := daemontest.Start(t, agentdBin, append(append([]string{}, freeArgs...), "--shutdown-grace", "2s")...)
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := watch.Recv(); err != nil || m.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first watch message = %v, %v", m, err)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The open stream sees NOT_SERVING, then ends when the grace is over.
+	sawNotServing := false
+	for {
+		m, err := watch.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.Canceled {
+				break
+			}
+			t.Fatalf("stream ended with %v", err)
+		}
+		if m.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+			sawNotServing = true
+		}
+	}
+	if !sawNotServing {
+		t.Error("stream never reported NOT_SERVING during shutdown")
+	}
+	if code := p.Wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
+	}
+	if !strings.Contains(p.Stderr(), `"msg":"stopped"`) {
+		t.Fatalf("no clean stop logged: %s", p.Stderr())
+	}
+}

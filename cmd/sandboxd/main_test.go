@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+var sandboxdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandboxd-test")
+	if err != nil {
+		panic(err)
+	}
+	sandboxdBin, err = daemontest.Build(dir, "github.com/plumbhq/plumb/cmd/sandboxd")
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var freeArgs = []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}
+
+func TestBadStartInputs(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"bad worker name", nil, []string{"--worker", "no spaces"}, `invalid worker name "no spaces"`},
+		{"bad worker env", []string{"SANDBOXD_WORKER=a/b"}, nil, `invalid worker name "a/b"`},
+		{"bad grpc addr", nil, []string{"--grpc-addr", ":port"}, "-grpc-addr"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := daemontest.Run(t, sandboxdBin, tt.env, append(append([]string{}, freeArgs...), tt.args...)...)
+			if r.ExitCode != 2 || !daemontest.OneLine(r.Stderr) || !strings.Contains(r.Stderr, tt.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and one line mentioning %q", r.ExitCode, r.Stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestServesAndStopsOnSIGTERM(t *testing.T) {
+	p := daemontest.Start(t, sandboxdBin, append(append([]string{}, freeArgs...), "--worker", "w1", "--shutdown-grace", "1s")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names, err := daemontest.ListServices(ctx, p.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(names, ","), "plumb.v1.SandboxService") {
+		t.Fatalf("services = %v, want plumb.v1.SandboxService", names)
+	}
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "plumb.v1.SandboxService"})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v", resp, err)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
+	}
+}

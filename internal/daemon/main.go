@@ -1,0 +1,133 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/plumbhq/plumb/internal/version"
+)
+
+// UsageError is a bad flag, environment variable or config value. Main
+// exits with code 2 for it (1 for other errors).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a UsageError.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// Main runs a daemon's run function with a context that is cancelled on
+// SIGINT or SIGTERM, prints a failure as one line on stderr, and returns
+// the process exit code: 0 on success or --help, 2 for usage errors, 1
+// otherwise.
+func Main(binary string, run func(ctx context.Context, args []string, stdout io.Writer) error) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout)
+	var ue *UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "%s: %v\n", binary, err)
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "%s: %v\n", binary, err)
+		return 1
+	}
+}
+
+// Common holds the flags every daemon has.
+type Common struct {
+	// GRPCAddr is where the gRPC services listen.
+	GRPCAddr string
+	// HTTPAddr is where /metrics and /debug/pprof listen.
+	HTTPAddr string
+	// ConfigPath is an optional YAML config file.
+	ConfigPath string
+	// LogFormat is json or console.
+	LogFormat string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// ShutdownGrace bounds how long in-flight calls may run at shutdown.
+	ShutdownGrace time.Duration
+	// Version asks for the version banner only.
+	Version bool
+}
+
+// Bind defines the common flags on f with the daemon's default addresses.
+func (c *Common) Bind(f *Flags, grpcAddr, httpAddr string) {
+	f.Addr(&c.GRPCAddr, "grpc-addr", grpcAddr, "gRPC listen address")
+	f.Addr(&c.HTTPAddr, "http-addr", httpAddr, "HTTP listen address for /metrics and /debug/pprof")
+	f.String(&c.ConfigPath, "config", "", "YAML config file")
+	f.Enum(&c.LogFormat, "log-format", "json", LogFormats, "log format")
+	f.Enum(&c.LogLevel, "log-level", "info", LogLevels, "log level")
+	f.Duration(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight calls get to finish at shutdown")
+	f.Bool(&c.Version, "version", false, "print the version and exit")
+}
+
+// ParseArgs parses args into f. For --help it prints the usage to stdout
+// and returns flag.ErrHelp; for --version (when c.Version is set) the caller
+// prints the banner. Parse failures come back as UsageError.
+func ParseArgs(f *Flags, args []string, stdout io.Writer, summary string) error {
+	if err := f.Parse(args, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			f.Usage(stdout, summary)
+			return err
+		}
+		return &UsageError{Err: err}
+	}
+	return nil
+}
+
+// PrintVersion writes the version banner of binary.
+func PrintVersion(w io.Writer, binary string) {
+	fmt.Fprintln(w, version.String(binary))
+}
+
+// ServerConfig is the "server" block both daemons' config files share.
+type ServerConfig struct {
+	// GRPCAddr is the gRPC listen address.
+	GRPCAddr string `yaml:"grpc_addr"`
+	// HTTPAddr is the metrics/pprof listen address.
+	HTTPAddr string `yaml:"http_addr"`
+	// ShutdownGrace bounds in-flight calls at shutdown.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+}
+
+// Apply checks the config file's server values, then copies each into c
+// unless its flag was given on the command line or in the environment. A
+// bad value is an error even when a flag overrides it.
+func (c *Common) Apply(f *Flags, s ServerConfig) error {
+	for _, a := range []struct{ key, val string }{{"server.grpc_addr", s.GRPCAddr}, {"server.http_addr", s.HTTPAddr}} {
+		if a.val == "" {
+			continue
+		}
+		if err := CheckAddr(a.val); err != nil {
+			return Usagef("config file %s: %s %q: %v", c.ConfigPath, a.key, a.val, err)
+		}
+	}
+	if s.ShutdownGrace < 0 {
+		return Usagef("config file %s: server.shutdown_grace must not be negative", c.ConfigPath)
+	}
+	if s.GRPCAddr != "" && !f.IsSet("grpc-addr") {
+		c.GRPCAddr = s.GRPCAddr
+	}
+	if s.HTTPAddr != "" && !f.IsSet("http-addr") {
+		c.HTTPAddr = s.HTTPAddr
+	}
+	if s.ShutdownGrace > 0 && !f.IsSet("shutdown-grace") {
+		c.ShutdownGrace = s.ShutdownGrace
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultMaxMessageBytes bounds gRPC messages in both directions. The file
+// contract needs at least 8 MiB (a 5 MiB media read in base64).
+const DefaultMaxMessageBytes = 16 << 20
+
+// Options configures Serve.
+type Options struct {
+	// Name of the daemon, used in logs and metrics.
+	Name string
+	// GRPCAddr is the gRPC listen address (host:port; port 0 picks one).
+	GRPCAddr string
+	// HTTPAddr is the metrics/pprof listen address.
+	HTTPAddr string
+	// ShutdownGrace is how long in-flight calls may run after shutdown
+	// starts before they are cancelled.
+	ShutdownGrace time.Duration
+	// MaxMessageBytes bounds gRPC messages (0 = DefaultMaxMessageBytes).
+	MaxMessageBytes int
+	// Logger receives server logs (nil = no logs).
+	Logger *zap.Logger
+	// Registry receives the server's metrics and is served on /metrics
+	// (nil = a new registry with Go and process collectors).
+	Registry *prometheus.Registry
+	// Register registers the daemon's gRPC services.
+	Register func(*grpc.Server)
+	// Ready, if set, is called once both listeners are bound, with their
+	// actual addresses.
+	Ready func(grpcAddr, httpAddr net.Addr)
+}
+
+// Serve binds both listeners, serves until ctx is done, then shuts down:
+// health turns NOT_SERVING, new calls are refused, in-flight calls get
+// ShutdownGrace to finish and are then cancelled. A listener that cannot be
+// bound is an error before anything is served. Serve returns nil after a
+// clean shutdown.
+func Serve(ctx context.Context, o Options) error {
+	lg := o.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	maxMsg := o.MaxMessageBytes
+	if maxMsg == 0 {
+		maxMsg = DefaultMaxMessageBytes
+	}
+
+	glis, err := listen("gRPC", o.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	hlis, err := listen("HTTP", o.HTTPAddr)
+	if err != nil {
+		glis.Close()
+		return err
+	}
+
+	metrics := newGRPCMetrics(reg)
+	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxSendMsgSize(maxMsg),
+		grpc.ChainUnaryInterceptor(metrics.unary, recoverUnary(lg)),
+		grpc.ChainStreamInterceptor(metrics.stream, recoverStream(lg)),
+	)
+	if o.Register != nil {
+		o.Register(srv)
+	}
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	for name := range srv.GetServiceInfo() {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	hsrv := &http.Server{Handler: httpMux(reg), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(glis) }()
+	go func() { errc <- hsrv.Serve(hlis) }()
+	lg.Info("serving", zap.String("grpc-addr", glis.Addr().String()), zap.String("http-addr", hlis.Addr().String()))
+	if o.Ready != nil {
+		o.Ready(glis.Addr(), hlis.Addr())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		if errors.Is(serveErr, http.ErrServerClosed) || errors.Is(serveErr, grpc.ErrServerStopped) {
+			serveErr = nil
+		}
+	}
+
+	lg.Info("shutting down", zap.Duration("grace", o.ShutdownGrace))
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(o.ShutdownGrace)
+	select {
+	case <-stopped:
+		timer.Stop()
+	case <-timer.C:
+		lg.Warn("grace period over, cancelling in-flight calls")
+		srv.Stop()
+		<-stopped
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := hsrv.Shutdown(hctx); err != nil {
+		hsrv.Close()
+	}
+	lg.Info("stopped")
+	return serveErr
+}
+
+func listen(what, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err == nil {
+		return lis, nil
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s address %s is already in use", what, addr)
+	}
+	return nil, fmt.Errorf("%s address %s: %w", what, addr, err)
+}
+
+func httpMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux
+}
+
+// recoverUnary turns a handler panic into INTERNAL; the stack goes to logs.
+func recoverUnary(lg *zap.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				lg.Error("panic in handler", zap.String("method", info.FullMethod), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return h(ctx, req)
+	}
+}
+
+// recoverStream is recoverUnary for streaming handlers.
+func recoverStream(lg *zap.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				lg.Error("panic in handler", zap.String("method", info.FullMethod), zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return h(srv, ss)
+	}
+}

@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type panicky struct {
+	plumbv1.UnimplementedSandboxServiceServer
+}
+
+func (panicky) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest) (*plumbv1.DescribeWorkerResponse, error) {
+	panic("boom")
+}
+
+// startServe runs Serve in the background and returns the bound addresses
+// and a function that stops it and returns Serve's error.
+func startServe(t *testing.T, grace time.Duration) (grpcAddr, httpAddr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, Options{
+			Name: "test", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownGrace: grace,
+			Logger:   zaptest.NewLogger(t),
+			Register: func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, panicky{}) },
+			Ready:    func(g, h net.Addr) { ready <- [2]string{g.String(), h.String()} },
+		})
+	}()
+	select {
+	case a := <-ready:
+		return a[0], a[1], func() error { cancel(); return <-done }
+	case err := <-done:
+		cancel()
+		t.Fatalf("Serve: %v", err)
+	}
+	return "", "", nil
+}
+
+func TestServeEndpoints(t *testing.T) {
+	gaddr, haddr, stop := startServe(t, time.Second)
+	conn, err := grpc.NewClient(gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c := plumbv1.NewSandboxServiceClient(conn)
+	if _, err := c.DescribeWorker(ctx, &plumbv1.DescribeWorkerRequest{}); status.Code(err) != codes.Internal {
+		t.Errorf("panicking handler: %v, want INTERNAL", err)
+	}
+	if _, err := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("GetSandbox: %v, want UNIMPLEMENTED", err)
+	}
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "plumb.v1.SandboxService"})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health = %v, %v", resp, err)
+	}
+	conn.Close()
+
+	for path, want := range map[string]string{
+		"/metrics":      `plumb_grpc_server_handled_total{grpc_code="Unimplemented",grpc_method="GetSandbox",grpc_service="plumb.v1.SandboxService"} 1`,
+		"/debug/pprof/": "goroutine",
+		"/healthz":      "ok",
+	} {
+		body := httpGet(t, "http://"+haddr+path)
+		if !strings.Contains(body, want) {
+			t.Errorf("GET %s lacks %q", path, want)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Serve returned %v after a clean shutdown", err)
+	}
+}
+
+func TestServeShutdownCancelsLongStreams(t *testing.T) {
+	gaddr, _, stop := startServe(t, 200*time.Millisecond)
+	conn, err := grpc.NewClient(gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	watch, err := healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the grace period")
+	}
+	for {
+		if _, err := watch.Recv(); err != nil {
+			break
+		}
+	}
+}
+
+func TestServeBusyPort(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	err = Serve(context.Background(), Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: lis.Addr().String()})
+	if err == nil || !strings.Contains(err.Error(), "HTTP address "+lis.Addr().String()+" is already in use") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
