@@ -1,0 +1,15 @@
+// Package backend holds plumb's file-operation domain: the result and
+// request types of the file-tools spec (§3), the error codes, the limits
+// table, and the consumer-facing Backend and Executor interfaces.
+//
+// This package contains no implementation. Implementations live in
+// subpackages: fileops (the os.Root engine), state, filesystem, store,
+// composite and sandbox. Pure helpers shared by all of them live in vpath
+// (path rules, §2) and textops (line model, read slicing, edit replacement,
+// grep and glob matching).
+//
+// The package must not import gRPC or any transport: errors are plain
+// *Error values here and are converted to gRPC status once, at the server
+// boundary. Every type carries snake_case JSON tags because the sandbox agent
+// exchanges them as JSON frames.
+package backend

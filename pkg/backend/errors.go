@@ -1,0 +1,192 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Code classifies a file-operation error (file-tools spec §3). Codes are
+// stable strings: they travel in JSON frames and as google.rpc.ErrorInfo
+// reasons.
+type Code string
+
+// Error codes of file-tools spec §3.
+const (
+	CodeInvalidPath         Code = "invalid_path"
+	CodeInvalidArgument     Code = "invalid_argument"
+	CodeInvalidPattern      Code = "invalid_pattern"
+	CodeFileNotFound        Code = "file_not_found"
+	CodeIsDirectory         Code = "is_directory"
+	CodeNotADirectory       Code = "not_a_directory"
+	CodeNotRegularFile      Code = "not_regular_file"
+	CodePermissionDenied    Code = "permission_denied"
+	CodeNoSpace             Code = "no_space"
+	CodeStringNotFound      Code = "string_not_found"
+	CodeMultipleOccurrences Code = "multiple_occurrences"
+	CodeOffsetOutOfRange    Code = "offset_out_of_range"
+	CodeTooLarge            Code = "too_large"
+	CodeNotText             Code = "not_text"
+	CodeTimeout             Code = "timeout"
+	CodeUnsupported         Code = "unsupported"
+	CodeUnavailable         Code = "unavailable"
+	CodeCancelled           Code = "cancelled"
+	CodeInternal            Code = "internal"
+)
+
+// Error is the error value of every file operation. Operations return it as
+// error; callers use errors.As or CodeOf. Message is written for the model:
+// it names what failed and, where there is one, the next step.
+type Error struct {
+	// Code classifies the failure.
+	Code Code `json:"code"`
+	// Message is an actionable sentence for the model.
+	Message string `json:"message"`
+	// Path is the virtual path the error is about, if any.
+	Path string `json:"path,omitempty"`
+	// Details carries machine-readable facts such as count, total_lines,
+	// size or limit.
+	Details map[string]string `json:"details,omitempty"`
+}
+
+// Error returns "<code>: <message>".
+func (e *Error) Error() string {
+	return string(e.Code) + ": " + e.Message
+}
+
+// WithDetail sets Details[key] = value and returns e, for chaining at the
+// construction site.
+func (e *Error) WithDetail(key, value string) *Error {
+	if e.Details == nil {
+		e.Details = make(map[string]string)
+	}
+	e.Details[key] = value
+	return e
+}
+
+// DetailKeys returns the keys of e.Details in sorted order, for stable
+// rendering.
+func (e *Error) DetailKeys() []string {
+	keys := make([]string, 0, len(e.Details))
+	for k := range e.Details {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Errorf builds an *Error with a formatted message. path may be empty.
+func Errorf(code Code, path, format string, args ...any) *Error {
+	return &Error{Code: code, Path: path, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of err: the Code of an *Error in its chain,
+// cancelled for context.Canceled, timeout for context.DeadlineExceeded,
+// internal for any other non-nil error, and "" for nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return CodeCancelled
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeTimeout
+	}
+	return CodeInternal
+}
+
+// FromOS converts an error from the os, io/fs or syscall packages (including
+// os.Root) into an *Error for operation op ("read", "write", ...) on the
+// virtual path path. An *Error in err's chain is returned unchanged; nil
+// gives nil.
+//
+// The message is built from op, path and the errno only: an *os.PathError
+// carries the host path, which must not reach the model (a Filesystem
+// backend's root is a host directory).
+func FromOS(op, path string, err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	mk := func(code Code, what string) *Error {
+		return &Error{Code: code, Path: path, Message: fmt.Sprintf("%s %s: %s", op, path, what)}
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return mk(CodeCancelled, "cancelled")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return mk(CodeTimeout, "the operation exceeded its deadline")
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.ENOENT:
+			return mk(CodeFileNotFound, "no such file or directory")
+		case syscall.EISDIR:
+			return mk(CodeIsDirectory, "is a directory")
+		case syscall.ENOTDIR:
+			return mk(CodeNotADirectory, "not a directory (the path or one of its parents is a file)")
+		case syscall.EACCES, syscall.EPERM:
+			return mk(CodePermissionDenied, "permission denied")
+		case syscall.EROFS:
+			return mk(CodePermissionDenied, "read-only file system")
+		case syscall.ENOSPC:
+			return mk(CodeNoSpace, "no space left on device")
+		case syscall.EDQUOT:
+			return mk(CodeNoSpace, "disk quota exceeded")
+		case syscall.ELOOP:
+			return mk(CodeInvalidPath, "too many levels of symbolic links (a loop, or a chain of more than 8 links)")
+		case syscall.ENAMETOOLONG:
+			return mk(CodeInvalidPath, "file name too long")
+		}
+	}
+	// os.Root reports escapes with an unexported error value; its text is
+	// the only handle on it.
+	if strings.Contains(err.Error(), "path escapes from parent") {
+		return mk(CodeInvalidPath, "resolves outside the root")
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return mk(CodeFileNotFound, "no such file or directory")
+	case errors.Is(err, fs.ErrPermission):
+		return mk(CodePermissionDenied, "permission denied")
+	}
+	cause := err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		cause = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		cause = le.Err
+	}
+	return mk(CodeInternal, cause.Error())
+}
+
+// Quote renders a user-supplied string for an error message: at most
+// QuoteMaxChars characters (then "…"), Go-quoted so that newlines and
+// invalid bytes stay visible and the message stays one line.
+func Quote(s string) string {
+	n := 0
+	for i := range s {
+		if n == QuoteMaxChars {
+			return strconv.Quote(s[:i]) + "…"
+		}
+		n++
+	}
+	return strconv.Quote(s)
+}
