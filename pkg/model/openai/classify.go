@@ -93,22 +93,27 @@ func (c classifier) status(status int, code, message string, err error) *model.E
 	if m := strings.TrimSpace(message); m != "" {
 		msg += ": " + truncate(m, 500)
 	}
-	if code == "context_length_exceeded" ||
-		(status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge) && c.overflows(message) {
-		return newError(model.CodeContextOverflow, status, msg, err)
-	}
+	return newError(c.statusCode(status, code, message), status, msg, err)
+}
+
+// statusCode maps an HTTP error status, the provider's error code and its
+// message to an error code.
+func (c classifier) statusCode(status int, code, message string) model.ErrorCode {
 	switch {
+	case code == "context_length_exceeded",
+		(status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge) && c.overflows(message):
+		return model.CodeContextOverflow
 	case status == http.StatusTooManyRequests:
-		return newError(model.CodeRateLimited, status, msg, err)
+		return model.CodeRateLimited
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return newError(model.CodeAuth, status, msg, err)
+		return model.CodeAuth
 	case status == http.StatusRequestTimeout || status >= 500:
 		// 500, 502, 503, 504 and 529 per the spec; other 5xx and 408 are
 		// treated the same way, as the endpoint's momentary trouble.
-		return newError(model.CodeUnavailable, status, msg, err)
+		return model.CodeUnavailable
 	default:
 		// 400, 404, 422 and every other client error.
-		return newError(model.CodeBadRequest, status, msg, err)
+		return model.CodeBadRequest
 	}
 }
 
@@ -124,7 +129,7 @@ func (c classifier) midStream(e *goopenai.APIError) *model.Error {
 	}
 	// vLLM and similar servers put the HTTP status they meant in "code".
 	if n, ok := e.Code.(int); ok && n >= 400 && n < 600 {
-		return c.status(n, "", e.Message, e)
+		return newError(c.statusCode(n, "", e.Message), 0, msg, e)
 	}
 	typ := strings.ToLower(e.Type)
 	switch {

@@ -357,22 +357,27 @@ func firstNonNil[T any](ps ...*T) *T {
 }
 
 // estimateUsage approximates usage as characters/4 when the provider sent
-// none.
+// none. Input reasoning is not counted because it is not sent.
 func estimateUsage(req model.Request, out model.Message) model.Usage {
 	in := 0
 	for _, msg := range req.Messages {
-		in += messageChars(msg)
+		in += sentChars(msg)
 	}
 	for _, td := range req.Tools {
 		in += len(td.Name) + len(td.Description) + len(td.Parameters)
 	}
-	u := model.Usage{Prompt: tokens(in), Completion: tokens(messageChars(out)), Estimated: true}
+	u := model.Usage{
+		Prompt:     tokens(in),
+		Completion: tokens(sentChars(out) + len(out.ReasoningContent)),
+		Estimated:  true,
+	}
 	u.Total = u.Prompt + u.Completion
 	return u
 }
 
-func messageChars(msg model.Message) int {
-	n := len(msg.Content) + len(msg.ReasoningContent)
+// sentChars counts the characters of msg that go on the wire.
+func sentChars(msg model.Message) int {
+	n := len(msg.Content)
 	for _, tc := range msg.ToolCalls {
 		n += len(tc.Name) + len(tc.Args)
 	}
