@@ -365,7 +365,7 @@ func (s *Server) complete(w http.ResponseWriter, req Request, turn Turn) {
 		msg.Content += c.Text
 		msg.ReasoningContent += c.Reasoning
 		for _, f := range c.ToolCalls {
-			if f.ID != "" || len(calls) == 0 {
+			if f.ID != "" || f.Name != "" || len(calls) == 0 {
 				calls = append(calls, goopenai.ToolCall{ID: f.ID, Type: goopenai.ToolTypeFunction})
 			}
 			last := &calls[len(calls)-1]
