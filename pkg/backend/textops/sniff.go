@@ -1,0 +1,86 @@
+package textops
+
+import (
+	"bytes"
+	"net/http"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+)
+
+// IsBinary applies the §4 binary sniff to head, the first
+// min(size, SniffWindow) bytes of a file: binary if head holds a NUL byte,
+// or if more than 10% of its bytes belong to invalid UTF-8 sequences.
+// whole reports that head is the entire file; when it is not, a multibyte
+// character cut at the end of head is not counted as invalid.
+func IsBinary(head []byte, whole bool) bool {
+	if len(head) > backend.SniffWindow {
+		head = head[:backend.SniffWindow]
+		whole = false
+	}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return true
+	}
+	if !whole {
+		head = head[:len(head)-incompleteTail(head)]
+	}
+	invalid := 0
+	for i := 0; i < len(head); {
+		if head[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(head[i:])
+		if r == utf8.RuneError && n == 1 {
+			invalid++
+		}
+		i += n
+	}
+	return invalid*10 > len(head)
+}
+
+// MediaHeadBytes is the number of leading bytes MediaType needs.
+const MediaHeadBytes = 12
+
+var mediaTypes = []struct {
+	exts []string
+	mime string
+	sig  func(head []byte) bool
+}{
+	{[]string{".png"}, "image/png", prefix("\x89PNG")},
+	{[]string{".jpg", ".jpeg"}, "image/jpeg", prefix("\xFF\xD8\xFF")},
+	{[]string{".gif"}, "image/gif", prefix("GIF8")},
+	{[]string{".webp"}, "image/webp", func(h []byte) bool {
+		return len(h) >= 12 && string(h[:4]) == "RIFF" && string(h[8:12]) == "WEBP"
+	}},
+	{[]string{".pdf"}, "application/pdf", prefix("%PDF-")},
+}
+
+func prefix(sig string) func([]byte) bool {
+	return func(h []byte) bool { return bytes.HasPrefix(h, []byte(sig)) }
+}
+
+// MediaType implements §4.2 step 3: it returns the MIME type when name has
+// a media extension (.png .jpg .jpeg .gif .webp .pdf, any case) AND head
+// (at least the first MediaHeadBytes bytes of the file, or all of it)
+// starts with that format's signature. Otherwise it returns "" and the file
+// is sniffed as text or binary.
+func MediaType(name string, head []byte) string {
+	ext := strings.ToLower(path.Ext(name))
+	for _, m := range mediaTypes {
+		for _, e := range m.exts {
+			if e == ext && m.sig(head) {
+				return m.mime
+			}
+		}
+	}
+	return ""
+}
+
+// SniffMIME returns a best-effort MIME type of binary content for not_text
+// details (net/http.DetectContentType on the head).
+func SniffMIME(head []byte) string {
+	return http.DetectContentType(head)
+}
