@@ -49,3 +49,17 @@ func cutAtRuneStart(b []byte, max int) int {
 	}
 	return max
 }
+
+// prefixCharsString is prefixChars for strings.
+func prefixCharsString(s string, n int) int {
+	i := 0
+	for ; n > 0 && i < len(s); n-- {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
+}
