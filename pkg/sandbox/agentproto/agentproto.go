@@ -1,0 +1,281 @@
+// Package agentproto is the wire protocol between sandboxd and the sandbox
+// agent running inside each container: newline-delimited JSON frames over
+// the agent's stdin (requests) and stdout (responses), multiplexed by
+// request id so concurrent operations on one sandbox proceed in parallel.
+// Every byte payload ([]byte fields) travels base64-encoded inside the JSON,
+// so no frame ever holds raw binary or a newline.
+//
+// A request gets zero or more event responses (Done false: execute output,
+// download chunks) and then exactly one final response (Done true) carrying
+// a Result or an Error. The container is untrusted: decoders bound every
+// frame by MaxFrameBytes, and a malformed frame is a protocol error that
+// resets the channel.
+//
+// This package holds only types and framing; it must not import gRPC or
+// Docker.
+package agentproto
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+)
+
+// Version is the protocol version the agent reports in its hello result.
+const Version = 1
+
+// MaxFrameBytes bounds one frame (one line, JSON included). A 10 MiB write
+// is about 13.4 MiB in base64, so 16 MiB leaves headroom; larger payloads
+// travel in chunks (uploads, downloads).
+const MaxFrameBytes = 16 << 20
+
+// ChunkBytes is the payload size of upload and download chunks and of
+// execute output events at most.
+const ChunkBytes = 1 << 20
+
+// Op names an operation.
+type Op string
+
+// Operations. Each lists its Args type and Result type.
+const (
+	OpHello       Op = "hello"        // no args → Hello
+	OpLs          Op = "ls"           // PathArgs → backend.LsResult
+	OpRead        Op = "read"         // backend.ReadRequest → backend.ReadResult
+	OpWrite       Op = "write"        // WriteArgs → backend.WriteResult
+	OpEdit        Op = "edit"         // backend.EditRequest → backend.EditResult
+	OpDelete      Op = "delete"       // PathArgs → backend.DeleteResult
+	OpGrep        Op = "grep"         // backend.GrepRequest → backend.GrepResult
+	OpGlob        Op = "glob"         // backend.GlobRequest → backend.GlobResult
+	OpExecute     Op = "execute"      // ExecuteArgs → backend.ExecuteResult (+ output events when Stream)
+	OpUploadOpen  Op = "upload_open"  // PathArgs → UploadHandle
+	OpUploadChunk Op = "upload_chunk" // UploadChunkArgs → empty result
+	OpUploadClose Op = "upload_close" // UploadCloseArgs → backend.WriteResult
+	OpDownload    Op = "download"     // PathArgs → DownloadResult (+ chunk events)
+	OpCancel      Op = "cancel"       // CancelArgs → empty result
+)
+
+// Event kinds of non-final responses.
+const (
+	EventOutput = "output" // execute output bytes, in order
+	EventChunk  = "chunk"  // download bytes, in order
+)
+
+// Request is a frame from sandboxd to the agent.
+type Request struct {
+	// ID is unique among the requests in flight on one channel.
+	ID uint64 `json:"id"`
+	// Op is the operation.
+	Op Op `json:"op"`
+	// Args are the operation's arguments (see the Op constants).
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Response is a frame from the agent to sandboxd.
+type Response struct {
+	// ID is the request's id.
+	ID uint64 `json:"id"`
+	// Event names a stream event; empty for the final response.
+	Event string `json:"event,omitempty"`
+	// Data is an event's payload.
+	Data []byte `json:"data,omitempty"`
+	// Done marks the final response of a request.
+	Done bool `json:"done,omitempty"`
+	// Result is the final response's result on success.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is the final response's error on failure.
+	Error *backend.Error `json:"error,omitempty"`
+}
+
+// Hello is the agent's self-description.
+type Hello struct {
+	// Version is the protocol version.
+	Version int `json:"version"`
+	// AgentVersion is the agent binary's build version.
+	AgentVersion string `json:"agent_version"`
+	// UID and GID are the identity file operations and commands run as.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Root is the engine root directory (default "/").
+	Root string `json:"root"`
+	// Workspace is the default working directory for execute.
+	Workspace string `json:"workspace"`
+}
+
+// PathArgs are the arguments of single-path operations.
+type PathArgs struct {
+	Path string `json:"path"`
+}
+
+// WriteArgs are the arguments of OpWrite.
+type WriteArgs struct {
+	Path    string `json:"path"`
+	Content []byte `json:"content"`
+}
+
+// ExecuteArgs are the arguments of OpExecute.
+type ExecuteArgs struct {
+	backend.ExecuteRequest
+	// Stream asks for output events as the command produces output.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// UploadHandle names an open upload.
+type UploadHandle struct {
+	Handle string `json:"handle"`
+}
+
+// UploadChunkArgs append bytes to an open upload.
+type UploadChunkArgs struct {
+	Handle string `json:"handle"`
+	Data   []byte `json:"data"`
+}
+
+// UploadCloseArgs finish an upload: Commit renames the data into place
+// atomically, otherwise the temporary file is removed.
+type UploadCloseArgs struct {
+	Handle string `json:"handle"`
+	Commit bool   `json:"commit"`
+}
+
+// DownloadResult ends a download.
+type DownloadResult struct {
+	// Size is the number of bytes sent in chunk events.
+	Size int64 `json:"size"`
+}
+
+// CancelArgs cancel a request in flight.
+type CancelArgs struct {
+	Target uint64 `json:"target"`
+}
+
+// ErrFrameTooLarge is returned by Reader when a frame exceeds its limit.
+var ErrFrameTooLarge = errors.New("agent frame exceeds the size limit")
+
+// Reader reads newline-delimited frames with a size bound.
+type Reader struct {
+	br  *bufio.Reader
+	max int
+	buf []byte
+}
+
+// NewReader reads frames of at most max bytes (MaxFrameBytes when max ≤ 0)
+// from r.
+func NewReader(r io.Reader, max int) *Reader {
+	if max <= 0 {
+		max = MaxFrameBytes
+	}
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// Next returns the next frame without its newline. The slice is valid until
+// the next call. A frame longer than the limit returns ErrFrameTooLarge
+// (the stream is then unusable); a final unterminated frame is
+// io.ErrUnexpectedEOF.
+func (r *Reader) Next() ([]byte, error) {
+	r.buf = r.buf[:0]
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		if len(r.buf)+len(chunk) > r.max+1 {
+			return nil, ErrFrameTooLarge
+		}
+		r.buf = append(r.buf, chunk...)
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(r.buf[:len(r.buf)-1], []byte{'\r'}), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(r.buf) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+// DecodeRequest parses a request frame strictly.
+func DecodeRequest(frame []byte) (Request, error) {
+	var req Request
+	if err := strictUnmarshal(frame, &req); err != nil {
+		return Request{}, fmt.Errorf("malformed request frame: %w", err)
+	}
+	if req.ID == 0 || req.Op == "" {
+		return Request{}, errors.New("malformed request frame: id and op are required")
+	}
+	return req, nil
+}
+
+// DecodeResponse parses a response frame strictly.
+func DecodeResponse(frame []byte) (Response, error) {
+	var resp Response
+	if err := strictUnmarshal(frame, &resp); err != nil {
+		return Response{}, fmt.Errorf("malformed response frame: %w", err)
+	}
+	if resp.ID == 0 {
+		return Response{}, errors.New("malformed response frame: id is required")
+	}
+	if resp.Done == (resp.Event != "") {
+		return Response{}, errors.New("malformed response frame: exactly one of done and event must be set")
+	}
+	if resp.Error != nil && resp.Error.Code == "" {
+		return Response{}, errors.New("malformed response frame: error without code")
+	}
+	return resp, nil
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// Writer writes frames; it is safe for concurrent use.
+type Writer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewWriter writes frames to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write encodes v as one frame. A frame larger than MaxFrameBytes is
+// refused before anything is written.
+func (w *Writer) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxFrameBytes {
+		return ErrFrameTooLarge
+	}
+	b = append(b, '\n')
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, err = w.w.Write(b)
+	return err
+}
+
+// Result marshals a final success response for request id.
+func Result(id uint64, v any) Response {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Failure(id, backend.Errorf(backend.CodeInternal, "", "encode result: %v", err))
+	}
+	return Response{ID: id, Done: true, Result: b}
+}
+
+// Failure is a final error response for request id.
+func Failure(id uint64, err *backend.Error) Response {
+	return Response{ID: id, Done: true, Error: err}
+}
