@@ -77,7 +77,7 @@ func TestReplaceErrors(t *testing.T) {
 			map[string]string{"hint": "gutter"}, "prefix"},
 		{"whitespace", "def f():\n\treturn 1\n", "def f():\n    return 1", "x", backend.CodeStringNotFound,
 			map[string]string{"hint": "whitespace"}, "indentation"},
-		{"H6 replacement char", "ok\n\xff bad\n", "\uFFFD bad", "x", backend.CodeStringNotFound,
+		{"H6 replacement char", "ok\n\xff bad\nok2\n", "\uFFFD bad", "x", backend.CodeStringNotFound,
 			map[string]string{"hint": "reread"}, "not found"},
 	}
 	for _, tt := range tests {
