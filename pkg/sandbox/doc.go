@@ -1,0 +1,12 @@
+// Package sandbox manages hardened Docker sandboxes on one worker: it
+// creates containers with plumb's security defaults, talks to the sandbox
+// agent inside each one over a single multiplexed exec stream, tracks
+// lifecycles (TTL, idle reaping, quotas), and re-adopts its containers
+// after a restart by their labels.
+//
+// It depends on a small DockerAPI interface (the Engine API calls it makes),
+// never on gRPC: internal/server/sandboxsvc adapts it to SandboxService.
+// It must never mount host paths or the Docker socket into a container, and
+// never build shell strings from agent input: everything that crosses into
+// a container is data in agentproto frames.
+package sandbox

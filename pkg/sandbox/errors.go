@@ -1,0 +1,57 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies a sandbox lifecycle error. The gRPC adapter maps codes to
+// status codes in one place.
+type Code string
+
+// Lifecycle error codes.
+const (
+	// CodeNotFound: no sandbox with that id on this worker.
+	CodeNotFound Code = "sandbox_not_found"
+	// CodeQuota: the worker's sandbox or memory quota is full.
+	CodeQuota Code = "quota_exceeded"
+	// CodeImageNotFound: the image is not present locally (nothing is pulled).
+	CodeImageNotFound Code = "image_not_found"
+	// CodeInvalid: a bad create/keep-alive argument.
+	CodeInvalid Code = "invalid_argument"
+	// CodeFailed: the sandbox's container died or vanished.
+	CodeFailed Code = "sandbox_failed"
+	// CodeUnavailable: the agent channel broke; the operation may be retried.
+	CodeUnavailable Code = "unavailable"
+	// CodeShuttingDown: the manager is closed.
+	CodeShuttingDown Code = "shutting_down"
+)
+
+// Error is a lifecycle error with a stable code.
+type Error struct {
+	Code    Code
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the Code of a sandbox *Error in err's chain, or "".
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}

@@ -1,0 +1,263 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+)
+
+// Files runs file operations and commands in one sandbox through its agent
+// channel. It implements backend.Backend and backend.Executor; the gRPC
+// adapter serves it as SandboxService's work RPCs.
+type Files struct {
+	m  *Manager
+	sb *sandbox
+}
+
+var (
+	_ backend.Backend  = (*Files)(nil)
+	_ backend.Executor = (*Files)(nil)
+)
+
+// Files returns the file and command interface of sandbox id.
+func (m *Manager) Files(id string) (*Files, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return &Files{m: m, sb: sb}, nil
+}
+
+// Home is the sandbox's working directory.
+func (f *Files) Home() string { return f.m.snapshot(f.sb).Settings.WorkingDir }
+
+// invoke runs one agent request and decodes its result into out.
+func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onEvent func(agentproto.Response) error) error {
+	ch, err := f.m.channel(ctx, f.sb)
+	if err != nil {
+		return err
+	}
+	f.m.touch(f.sb)
+	raw, err := ch.call(ctx, op, args, onEvent)
+	if err != nil {
+		if backend.CodeOf(err) == backend.CodeUnavailable {
+			// The stream broke: find out whether the container is gone.
+			f.m.checkAlive(context.WithoutCancel(ctx), f.sb)
+			if info := f.m.snapshot(f.sb); info.State == StateFailed {
+				return backend.Errorf(backend.CodeUnavailable, "", "sandbox %s failed: %s", info.ID, info.FailureReason)
+			}
+		}
+		return err
+	}
+	if out == nil || len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		f.sb.mu.Lock()
+		if f.sb.ch == ch {
+			ch.reset(err)
+		}
+		f.sb.mu.Unlock()
+		return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed %s result; the channel was reset, retry the operation", op)
+	}
+	return nil
+}
+
+// Ls lists a directory.
+func (f *Files) Ls(ctx context.Context, path string) (r backend.LsResult, err error) {
+	err = f.invoke(ctx, agentproto.OpLs, agentproto.PathArgs{Path: path}, &r, nil)
+	return r, err
+}
+
+// Read reads a window of a file.
+func (f *Files) Read(ctx context.Context, req backend.ReadRequest) (r backend.ReadResult, err error) {
+	err = f.invoke(ctx, agentproto.OpRead, req, &r, nil)
+	return r, err
+}
+
+// Write writes a whole file.
+func (f *Files) Write(ctx context.Context, path string, content []byte) (r backend.WriteResult, err error) {
+	if len(content) > backend.WriteCap {
+		return r, backend.Errorf(backend.CodeTooLarge, path, "write %s: %d bytes exceed the %d-byte limit", path, len(content), backend.WriteCap).
+			WithDetail("limit", itoa(backend.WriteCap))
+	}
+	err = f.invoke(ctx, agentproto.OpWrite, agentproto.WriteArgs{Path: path, Content: content}, &r, nil)
+	return r, err
+}
+
+// Edit replaces text in a file.
+func (f *Files) Edit(ctx context.Context, req backend.EditRequest) (r backend.EditResult, err error) {
+	err = f.invoke(ctx, agentproto.OpEdit, req, &r, nil)
+	return r, err
+}
+
+// Delete removes a path.
+func (f *Files) Delete(ctx context.Context, path string) (r backend.DeleteResult, err error) {
+	err = f.invoke(ctx, agentproto.OpDelete, agentproto.PathArgs{Path: path}, &r, nil)
+	return r, err
+}
+
+// Grep searches file contents.
+func (f *Files) Grep(ctx context.Context, req backend.GrepRequest) (r backend.GrepResult, err error) {
+	err = f.invoke(ctx, agentproto.OpGrep, req, &r, nil)
+	return r, err
+}
+
+// Glob finds files.
+func (f *Files) Glob(ctx context.Context, req backend.GlobRequest) (r backend.GlobResult, err error) {
+	err = f.invoke(ctx, agentproto.OpGlob, req, &r, nil)
+	return r, err
+}
+
+// Execute runs a command and returns its bounded output.
+func (f *Files) Execute(ctx context.Context, req backend.ExecuteRequest) (r backend.ExecuteResult, err error) {
+	err = f.invoke(ctx, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: req}, &r, nil)
+	return r, err
+}
+
+// ExecuteStream runs a command, passing output to onOutput as it is
+// produced, and returns the same result as Execute.
+func (f *Files) ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (r backend.ExecuteResult, err error) {
+	err = f.invoke(ctx, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: req, Stream: true}, &r, func(ev agentproto.Response) error {
+		if ev.Event == agentproto.EventOutput {
+			return onOutput(ev.Data)
+		}
+		return nil
+	})
+	return r, err
+}
+
+// Upload writes each item in chunks; per-item failures are in the results.
+func (f *Files) Upload(ctx context.Context, items []backend.UploadItem) ([]backend.UploadResult, error) {
+	out := make([]backend.UploadResult, len(items))
+	for i, it := range items {
+		out[i].Path = it.Path
+		n, err := f.UploadFrom(ctx, it.Path, chunks(it.Content))
+		if err != nil {
+			be := asItemError(err)
+			if be == nil {
+				return nil, err
+			}
+			out[i].Err = be
+			continue
+		}
+		out[i].BytesWritten = n
+	}
+	return out, nil
+}
+
+// UploadFrom writes one file from a sequence of chunks (next returns nil,
+// nil at the end) and returns the bytes written.
+func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte, error)) (int64, error) {
+	if len(path) > backend.MaxPathBytes {
+		return 0, backend.Errorf(backend.CodeInvalidPath, "", "upload: path longer than %d bytes", backend.MaxPathBytes)
+	}
+	var h agentproto.UploadHandle
+	if err := f.invoke(ctx, agentproto.OpUploadOpen, agentproto.PathArgs{Path: path}, &h, nil); err != nil {
+		return 0, err
+	}
+	var n int64
+	abort := func(err error) (int64, error) {
+		_ = f.invoke(context.WithoutCancel(ctx), agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil, nil)
+		return 0, err
+	}
+	for {
+		data, err := next()
+		if err != nil {
+			return abort(err)
+		}
+		if data == nil {
+			break
+		}
+		for len(data) > 0 {
+			c := data[:min(len(data), agentproto.ChunkBytes)]
+			data = data[len(c):]
+			if err := f.invoke(ctx, agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Data: c}, nil, nil); err != nil {
+				return abort(err)
+			}
+			n += int64(len(c))
+		}
+	}
+	var w backend.WriteResult
+	if err := f.invoke(ctx, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true}, &w, nil); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Download reads each path; per-item failures are in the results.
+func (f *Files) Download(ctx context.Context, paths []string) ([]backend.DownloadResult, error) {
+	out := make([]backend.DownloadResult, len(paths))
+	for i, p := range paths {
+		out[i].Path = p
+		var buf []byte
+		size, err := f.DownloadTo(ctx, p, func(b []byte) error {
+			buf = append(buf, b...)
+			return nil
+		})
+		if err != nil {
+			be := asItemError(err)
+			if be == nil {
+				return nil, err
+			}
+			out[i].Err = be
+			continue
+		}
+		if buf == nil {
+			buf = []byte{}
+		}
+		out[i].Content, out[i].Size = buf, size
+	}
+	return out, nil
+}
+
+// DownloadTo streams one file to sink in chunks and returns its size.
+func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) error) (int64, error) {
+	var r agentproto.DownloadResult
+	var got int64
+	err := f.invoke(ctx, agentproto.OpDownload, agentproto.PathArgs{Path: path}, &r, func(ev agentproto.Response) error {
+		if ev.Event != agentproto.EventChunk {
+			return nil
+		}
+		got += int64(len(ev.Data))
+		if got > backend.ItemCap {
+			return backend.Errorf(backend.CodeTooLarge, path, "download %s: larger than the %d-byte item limit", path, backend.ItemCap)
+		}
+		return sink(ev.Data)
+	})
+	return r.Size, err
+}
+
+// asItemError returns the *backend.Error that fails one batch item, or nil
+// when err is a transport failure that fails the whole batch.
+func asItemError(err error) *backend.Error {
+	switch backend.CodeOf(err) {
+	case backend.CodeUnavailable, backend.CodeCancelled, backend.CodeTimeout, backend.CodeInternal:
+		return nil
+	}
+	var be *backend.Error
+	if errors.As(err, &be) {
+		return be
+	}
+	return nil
+}
+
+func chunks(b []byte) func() ([]byte, error) {
+	done := false
+	return func() ([]byte, error) {
+		if done {
+			return nil, nil
+		}
+		done = true
+		if b == nil {
+			return []byte{}, nil
+		}
+		return b, nil
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,641 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.uber.org/zap"
+)
+
+// State is a sandbox's lifecycle state.
+type State string
+
+// Sandbox states.
+const (
+	StateRunning  State = "running"
+	StateFailed   State = "failed"
+	StateDeleting State = "deleting"
+)
+
+// Info describes a sandbox.
+type Info struct {
+	ID            string
+	Worker        string
+	ContainerID   string
+	State         State
+	FailureReason string
+	Template      string
+	Settings      Template
+	Labels        map[string]string
+	CreatedAt     time.Time
+	ExpiresAt     time.Time
+	LastUsedAt    time.Time
+}
+
+// CreateSpec is a create request: a template name, or a bare image, with
+// overrides. Zero fields mean the template's or the worker's defaults.
+type CreateSpec struct {
+	Template  string
+	Overrides Template
+	Labels    map[string]string
+}
+
+// Config configures a Manager.
+type Config struct {
+	// Worker names this worker; it is part of every sandbox id.
+	Worker string
+	// Agent is the static sandbox-agent binary baked into sandbox images.
+	Agent []byte
+	// Templates are the named templates requests may use.
+	Templates map[string]Template
+	// Defaults fill unset template fields (DefaultTemplate when zero).
+	Defaults Template
+	// User is the uid:gid sandboxes run as (DefaultUser when empty).
+	User string
+	// MaxSandboxes caps live sandboxes (0 = unlimited).
+	MaxSandboxes int
+	// MaxMemoryBytes caps the sum of sandbox memory limits (0 = unlimited).
+	MaxMemoryBytes int64
+	// ReapInterval is how often expired sandboxes are removed (default 10 s).
+	ReapInterval time.Duration
+	// ExtraLabels are added to every container and volume (tests use them
+	// to find leftovers).
+	ExtraLabels map[string]string
+}
+
+// Manager owns the sandboxes of one worker.
+type Manager struct {
+	api    DockerAPI
+	cfg    Config
+	lg     *zap.Logger
+	images *images
+	now    func() time.Time
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	reserved  int64 // memory of live and in-creation sandboxes
+	creating  int
+	closed    bool
+
+	stopReaper context.CancelFunc
+	reaperDone chan struct{}
+}
+
+// sandbox is the manager's record of one sandbox.
+type sandbox struct {
+	mu   sync.Mutex // guards info and ch
+	info Info
+	ch   *channel
+}
+
+// Option customizes a Manager.
+type Option func(*Manager)
+
+// WithLogger sets the logger (default none).
+func WithLogger(lg *zap.Logger) Option { return func(m *Manager) { m.lg = lg } }
+
+// WithClock replaces time.Now (tests).
+func WithClock(now func() time.Time) Option { return func(m *Manager) { m.now = now } }
+
+// NewManager starts a manager: it re-adopts this worker's running
+// containers from their labels, removes the ones it cannot adopt, and
+// starts the TTL reaper. Close stops the reaper and leaves sandboxes
+// running.
+func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) (*Manager, error) {
+	if cfg.Worker == "" || strings.ContainsAny(cfg.Worker, " /") {
+		return nil, fmt.Errorf("sandbox manager: invalid worker name %q", cfg.Worker)
+	}
+	if len(cfg.Agent) == 0 {
+		return nil, errors.New("sandbox manager: no sandbox-agent binary")
+	}
+	if cfg.User == "" {
+		cfg.User = DefaultUser
+	}
+	if _, _, err := parseUser(cfg.User); err != nil {
+		return nil, err
+	}
+	if cfg.Defaults.WorkingDir == "" && cfg.Defaults.TTL == 0 {
+		cfg.Defaults = cfg.Defaults.merge(DefaultTemplate)
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 10 * time.Second
+	}
+	m := &Manager{
+		api:       api,
+		cfg:       cfg,
+		lg:        zap.NewNop(),
+		images:    newImages(api, cfg.Agent),
+		now:       time.Now,
+		sandboxes: map[string]*sandbox{},
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	m.lg = m.lg.Named("sandbox")
+	if err := m.adopt(ctx); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	m.stopReaper, m.reaperDone = cancel, make(chan struct{})
+	go m.reapLoop(rctx)
+	return m, nil
+}
+
+// Close stops the reaper and closes agent channels. Sandboxes keep running
+// so a restarted worker can re-adopt them.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	sbs := slicesOf(m.sandboxes)
+	m.mu.Unlock()
+	m.stopReaper()
+	<-m.reaperDone
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		if sb.ch != nil {
+			sb.ch.close()
+		}
+		sb.mu.Unlock()
+	}
+}
+
+// DeleteAll removes every sandbox of this worker (used at shutdown when the
+// worker is told not to leave sandboxes behind).
+func (m *Manager) DeleteAll(ctx context.Context) error {
+	var errs []error
+	for _, info := range m.List(nil) {
+		if err := m.Delete(ctx, info.ID); err != nil && CodeOf(err) != CodeNotFound {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func slicesOf(m map[string]*sandbox) []*sandbox {
+	out := make([]*sandbox, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// Create starts a sandbox and waits until its agent answers.
+func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
+	t := spec.Overrides
+	if spec.Template != "" {
+		base, ok := m.cfg.Templates[spec.Template]
+		if !ok {
+			return Info{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
+		}
+		t = t.merge(base)
+	}
+	t = t.merge(m.cfg.Defaults)
+	if err := t.validate(); err != nil {
+		return Info{}, err
+	}
+	for k := range spec.Labels {
+		if !labelKey.MatchString(k) || strings.HasPrefix(k, "plumb.") {
+			return Info{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
+		}
+	}
+
+	if err := m.reserve(t.MemoryBytes); err != nil {
+		return Info{}, err
+	}
+	reserved := true
+	defer func() {
+		m.mu.Lock()
+		m.creating--
+		if reserved {
+			m.reserved -= t.MemoryBytes
+		}
+		m.mu.Unlock()
+	}()
+
+	id := newID(m.cfg.Worker)
+	lg := m.lg.With(zap.String("sandbox-id", id))
+	image, err := m.images.derive(ctx, t.Image, m.cfg.User, t.WorkingDir)
+	if err != nil {
+		return Info{}, err
+	}
+	created := m.now()
+	labels := sandboxLabels(id, m.cfg.Worker, spec.Template, t, created, spec.Labels)
+	maps.Copy(labels, m.cfg.ExtraLabels)
+	volume := "plumb-ws-" + id
+	if _, err := m.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
+		return Info{}, fmt.Errorf("create workspace volume: %w", err)
+	}
+	cfg, hc := containerSpec(id, m.cfg.Worker, image, m.cfg.User, volume, t, labels)
+	c, err := m.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
+	if err != nil {
+		m.removeVolume(ctx, volume)
+		return Info{}, fmt.Errorf("create container: %w", err)
+	}
+	if _, err := m.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
+		m.removeContainer(ctx, c.ID, volume)
+		return Info{}, fmt.Errorf("start container: %w", err)
+	}
+	sb := &sandbox{info: Info{
+		ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: spec.Template,
+		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
+	}}
+	// Open the agent channel now, so a sandbox that cannot run the agent
+	// fails its create instead of its first operation.
+	if _, err := m.channel(ctx, sb); err != nil {
+		m.removeContainer(ctx, c.ID, volume)
+		return Info{}, fmt.Errorf("start sandbox agent: %w", err)
+	}
+	m.mu.Lock()
+	m.sandboxes[id] = sb
+	reserved = false
+	m.mu.Unlock()
+	lg.Info("sandbox created", zap.String("image", t.Image), zap.String("container-id", c.ID[:12]))
+	return m.snapshot(sb), nil
+}
+
+// reserve claims quota for one more sandbox of mem bytes.
+func (m *Manager) reserve(mem int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
+	}
+	if n := len(m.sandboxes) + m.creating; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
+		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
+	}
+	if m.cfg.MaxMemoryBytes > 0 && m.reserved+mem > m.cfg.MaxMemoryBytes {
+		return errorf(CodeQuota, "worker %s memory quota: %d of %d bytes reserved, %d more requested", m.cfg.Worker, m.reserved, m.cfg.MaxMemoryBytes, mem)
+	}
+	m.creating++
+	m.reserved += mem
+	return nil
+}
+
+// Get returns a sandbox's info. A sandbox whose container died is reported
+// as failed.
+func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return Info{}, err
+	}
+	m.checkAlive(ctx, sb)
+	return m.snapshot(sb), nil
+}
+
+// List returns the sandboxes carrying every given label, oldest first.
+func (m *Manager) List(labels map[string]string) []Info {
+	m.mu.Lock()
+	sbs := slicesOf(m.sandboxes)
+	m.mu.Unlock()
+	var out []Info
+	for _, sb := range sbs {
+		info := m.snapshot(sb)
+		match := true
+		for k, v := range labels {
+			if info.Labels[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Delete removes a sandbox, its container and its workspace volume.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	m.mu.Lock()
+	sb, ok := m.sandboxes[id]
+	if ok {
+		delete(m.sandboxes, id)
+	}
+	m.mu.Unlock()
+	if !ok {
+		return errorf(CodeNotFound, "sandbox %s not found on worker %s", id, m.cfg.Worker)
+	}
+	sb.mu.Lock()
+	sb.info.State = StateDeleting
+	if sb.ch != nil {
+		sb.ch.close()
+	}
+	cid, mem := sb.info.ContainerID, sb.info.Settings.MemoryBytes
+	sb.mu.Unlock()
+	m.mu.Lock()
+	m.reserved -= mem
+	m.mu.Unlock()
+	m.removeContainer(ctx, cid, "plumb-ws-"+id)
+	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
+	return nil
+}
+
+// KeepAlive extends a sandbox's expiry to now+ttl (its own TTL when ttl is
+// zero).
+func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (Info, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return Info{}, err
+	}
+	if ttl < 0 || ttl > 7*24*time.Hour {
+		return Info{}, errorf(CodeInvalid, "ttl %s out of range 0..168h", ttl)
+	}
+	sb.mu.Lock()
+	if ttl == 0 {
+		ttl = sb.info.Settings.TTL
+	}
+	now := m.now()
+	sb.info.ExpiresAt = now.Add(ttl)
+	sb.info.LastUsedAt = now
+	sb.mu.Unlock()
+	return m.Get(ctx, id)
+}
+
+// Usage reports live sandboxes and reserved memory, for capacity reports.
+func (m *Manager) Usage() (sandboxes int, memory int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sandboxes), m.reserved
+}
+
+// Config returns the manager's configuration (templates, quotas).
+func (m *Manager) Config() Config { return m.cfg }
+
+func (m *Manager) lookup(id string) (*sandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.sandboxes[id]
+	if !ok {
+		return nil, errorf(CodeNotFound, "sandbox %s not found on worker %s", id, m.cfg.Worker)
+	}
+	return sb, nil
+}
+
+func (m *Manager) snapshot(sb *sandbox) Info {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	info := sb.info
+	info.Labels = maps.Clone(sb.info.Labels)
+	return info
+}
+
+// touch records activity: an operation extends the expiry by the TTL.
+func (m *Manager) touch(sb *sandbox) {
+	sb.mu.Lock()
+	now := m.now()
+	sb.info.LastUsedAt = now
+	if exp := now.Add(sb.info.Settings.TTL); exp.After(sb.info.ExpiresAt) {
+		sb.info.ExpiresAt = exp
+	}
+	sb.mu.Unlock()
+}
+
+// checkAlive inspects the container of a running sandbox and marks the
+// sandbox failed when it is gone or stopped.
+func (m *Manager) checkAlive(ctx context.Context, sb *sandbox) {
+	sb.mu.Lock()
+	cid, state := sb.info.ContainerID, sb.info.State
+	sb.mu.Unlock()
+	if state != StateRunning {
+		return
+	}
+	reason := ""
+	res, err := m.api.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	switch {
+	case cerrdefs.IsNotFound(err):
+		reason = "its container was removed"
+	case err != nil:
+		return // the engine is unreachable: nothing is known about the sandbox
+	case res.Container.State == nil || !res.Container.State.Running:
+		reason = describeExit(res.Container.State)
+	}
+	if reason != "" {
+		m.fail(sb, reason)
+	}
+}
+
+func describeExit(s *container.State) string {
+	if s == nil {
+		return "its container is not running"
+	}
+	switch {
+	case s.OOMKilled:
+		return fmt.Sprintf("its container was killed for exceeding its memory limit (exit code %d)", s.ExitCode)
+	case s.ExitCode != 0:
+		return fmt.Sprintf("its container exited with code %d", s.ExitCode)
+	default:
+		return "its container stopped"
+	}
+}
+
+func (m *Manager) fail(sb *sandbox, reason string) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.info.State == StateFailed {
+		return
+	}
+	sb.info.State = StateFailed
+	sb.info.FailureReason = reason
+	if sb.ch != nil {
+		sb.ch.close()
+	}
+	m.lg.Warn("sandbox failed", zap.String("sandbox-id", sb.info.ID), zap.String("reason", reason))
+}
+
+// channel returns the sandbox's open agent channel, opening a new one when
+// there is none or the last one was reset.
+func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.info.State == StateFailed {
+		return nil, errorf(CodeFailed, "sandbox %s failed: %s; delete it and create a new one", sb.info.ID, sb.info.FailureReason)
+	}
+	if sb.ch != nil && !sb.ch.broken() {
+		return sb.ch, nil
+	}
+	s, err := m.dial(ctx, sb.info.ContainerID, sb.info.Settings.WorkingDir)
+	if err != nil {
+		return nil, err
+	}
+	sb.ch = newChannel(s, m.lg.With(zap.String("sandbox-id", sb.info.ID)))
+	return sb.ch, nil
+}
+
+// dial starts `sandbox-agent serve` with one exec and attaches its stdio.
+func (m *Manager) dial(ctx context.Context, cid, workspace string) (stream, error) {
+	ex, err := m.api.ExecCreate(ctx, cid, client.ExecCreateOptions{
+		User:         m.cfg.User,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		WorkingDir:   workspace,
+		Cmd:          []string{AgentPath, "serve", "--workspace", workspace},
+	})
+	if err != nil {
+		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)
+	}
+	att, err := m.api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return stream{}, fmt.Errorf("attach sandbox agent: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		// Agent stderr is diagnostics only; it is logged, bounded.
+		_, err := stdcopy.StdCopy(pw, &logWriter{lg: m.lg, max: 64 << 10}, att.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	return stream{r: pr, w: att.Conn, c: closerFunc(func() error { att.Close(); return pr.Close() })}, nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// logWriter logs what the agent writes to stderr, up to max bytes.
+type logWriter struct {
+	lg      *zap.Logger
+	max     int
+	written int
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	if w.written < w.max {
+		n := min(len(p), w.max-w.written)
+		w.written += n
+		w.lg.Debug("sandbox agent stderr", zap.ByteString("text", p[:n]))
+	}
+	return len(p), nil
+}
+
+func (m *Manager) removeContainer(ctx context.Context, cid, volume string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.api.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("remove container", zap.String("container-id", cid), zap.Error(err))
+	}
+	m.removeVolume(ctx, volume)
+}
+
+func (m *Manager) removeVolume(ctx context.Context, volume string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.api.VolumeRemove(ctx, volume, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("remove volume", zap.String("volume", volume), zap.Error(err))
+	}
+}
+
+// adopt takes over this worker's running containers after a restart and
+// removes its containers that are not running.
+func (m *Manager) adopt(ctx context.Context) error {
+	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelWorker+"="+m.cfg.Worker),
+	})
+	if err != nil {
+		return fmt.Errorf("list this worker's containers: %w", err)
+	}
+	now := m.now()
+	for _, c := range list.Items {
+		id := c.Labels[LabelSandbox]
+		volume := "plumb-ws-" + id
+		t, created, user, perr := templateFromLabels(c.Labels)
+		if id == "" || perr != nil || c.State != container.StateRunning {
+			m.lg.Info("removing orphan container", zap.String("container-id", c.ID), zap.String("sandbox-id", id), zap.String("state", string(c.State)))
+			m.removeContainer(ctx, c.ID, volume)
+			continue
+		}
+		sb := &sandbox{info: Info{
+			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate],
+			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: now, ExpiresAt: now.Add(t.TTL),
+		}}
+		m.sandboxes[id] = sb
+		m.reserved += t.MemoryBytes
+		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id))
+	}
+	return nil
+}
+
+func (m *Manager) reapLoop(ctx context.Context) {
+	defer close(m.reaperDone)
+	tick := time.NewTicker(m.cfg.ReapInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.Reap(ctx)
+		}
+	}
+}
+
+// Reap deletes every sandbox whose expiry has passed and returns their ids.
+func (m *Manager) Reap(ctx context.Context) []string {
+	now := m.now()
+	var expired []string
+	for _, info := range m.List(nil) {
+		if !info.ExpiresAt.After(now) {
+			expired = append(expired, info.ID)
+		}
+	}
+	for _, id := range expired {
+		m.lg.Info("sandbox expired", zap.String("sandbox-id", id))
+		_ = m.Delete(ctx, id)
+	}
+	return expired
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns sbx-<worker>-<random>; the worker part routes calls.
+func newID(worker string) string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return "sbx-" + worker + "-" + idEncoding.EncodeToString(b)
+}
+
+// WorkerOf returns the worker part of a sandbox id, or "" if id is not a
+// sandbox id.
+func WorkerOf(id string) string {
+	rest, ok := strings.CutPrefix(id, "sbx-")
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i <= 0 || i == len(rest)-1 {
+		return ""
+	}
+	return rest[:i]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

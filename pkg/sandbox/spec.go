@@ -1,0 +1,254 @@
+package sandbox
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+)
+
+// Paths inside every sandbox container.
+const (
+	// AgentDir holds the sandbox agent binary (baked into the derived image,
+	// owned by root and not writable by the sandbox user).
+	AgentDir = "/.plumb"
+	// AgentPath is the agent binary.
+	AgentPath = AgentDir + "/sandbox-agent"
+	// DefaultWorkingDir is the writable workspace volume.
+	DefaultWorkingDir = "/workspace"
+	// DefaultUser is the unprivileged uid:gid everything runs as.
+	DefaultUser = "1000:1000"
+)
+
+// Network policies.
+const (
+	NetworkNone   = "none"
+	NetworkEgress = "egress"
+)
+
+// Label keys set on every container and volume the worker creates.
+const (
+	LabelSandbox    = "plumb.sandbox"
+	LabelWorker     = "plumb.worker"
+	LabelImage      = "plumb.image"
+	LabelTemplate   = "plumb.template"
+	LabelTTL        = "plumb.ttl-seconds"
+	LabelMemory     = "plumb.memory-bytes"
+	LabelCPUs       = "plumb.cpus"
+	LabelPids       = "plumb.pids"
+	LabelNetwork    = "plumb.network"
+	LabelWorkingDir = "plumb.working-dir"
+	LabelCreated    = "plumb.created-at"
+	// LabelUserPrefix prefixes the user's own labels.
+	LabelUserPrefix = "plumb.label."
+)
+
+// Template is a named set of sandbox settings from the worker config; a
+// create request overrides what it sets.
+type Template struct {
+	// Image must exist locally; nothing is pulled.
+	Image string `yaml:"image"`
+	// WorkingDir is the writable workspace (default /workspace).
+	WorkingDir string `yaml:"working_dir"`
+	// CPUs is the CPU quota in cores.
+	CPUs float64 `yaml:"cpus"`
+	// MemoryBytes is the memory limit; swap is set equal (no swap).
+	MemoryBytes int64 `yaml:"memory_bytes"`
+	// Pids bounds the number of processes.
+	Pids int64 `yaml:"pids"`
+	// Network is "none" (default) or "egress".
+	Network string `yaml:"network"`
+	// Runtime is the OCI runtime ("" = engine default, or "runsc").
+	Runtime string `yaml:"runtime"`
+	// TTL is the time to live without activity.
+	TTL time.Duration `yaml:"ttl"`
+	// Env is the base environment.
+	Env map[string]string `yaml:"env"`
+}
+
+// DefaultTemplate holds the worker's defaults for unset template fields.
+var DefaultTemplate = Template{
+	WorkingDir:  DefaultWorkingDir,
+	CPUs:        1,
+	MemoryBytes: 512 << 20,
+	Pids:        256,
+	Network:     NetworkNone,
+	TTL:         30 * time.Minute,
+}
+
+// merge returns t with every unset field taken from base.
+func (t Template) merge(base Template) Template {
+	if t.Image == "" {
+		t.Image = base.Image
+	}
+	if t.WorkingDir == "" {
+		t.WorkingDir = base.WorkingDir
+	}
+	if t.CPUs == 0 {
+		t.CPUs = base.CPUs
+	}
+	if t.MemoryBytes == 0 {
+		t.MemoryBytes = base.MemoryBytes
+	}
+	if t.Pids == 0 {
+		t.Pids = base.Pids
+	}
+	if t.Network == "" {
+		t.Network = base.Network
+	}
+	if t.Runtime == "" {
+		t.Runtime = base.Runtime
+	}
+	if t.TTL == 0 {
+		t.TTL = base.TTL
+	}
+	env := maps.Clone(base.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, t.Env)
+	t.Env = env
+	return t
+}
+
+var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// labelKey allows the characters Docker and Kubernetes labels share.
+var labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+
+// validate checks a fully merged template.
+func (t Template) validate() error {
+	switch {
+	case t.Image == "":
+		return errorf(CodeInvalid, "no image: set image or a template that has one")
+	case t.CPUs < 0.01 || t.CPUs > 64:
+		return errorf(CodeInvalid, "cpus %g out of range 0.01..64", t.CPUs)
+	case t.MemoryBytes < 16<<20:
+		return errorf(CodeInvalid, "memory %d bytes is below the 16 MiB minimum", t.MemoryBytes)
+	case t.Pids < 16 || t.Pids > 1<<20:
+		return errorf(CodeInvalid, "pids %d out of range 16..1048576", t.Pids)
+	case t.Network != NetworkNone && t.Network != NetworkEgress:
+		return errorf(CodeInvalid, "network %q: want none or egress", t.Network)
+	case t.TTL < time.Second || t.TTL > 7*24*time.Hour:
+		return errorf(CodeInvalid, "ttl %s out of range 1s..168h", t.TTL)
+	case !strings.HasPrefix(t.WorkingDir, "/") || t.WorkingDir == "/" || strings.Contains(t.WorkingDir, "..") || strings.HasPrefix(t.WorkingDir, AgentDir):
+		return errorf(CodeInvalid, "working_dir %q must be an absolute directory other than / and %s", t.WorkingDir, AgentDir)
+	}
+	for k, v := range t.Env {
+		if !envKey.MatchString(k) || strings.ContainsRune(v, 0) {
+			return errorf(CodeInvalid, "env %q: keys must match %s and values must not contain NUL", k, envKey)
+		}
+	}
+	return nil
+}
+
+// containerSpec builds the hardened container configuration. Every
+// sandbox gets these settings; nothing a request says can weaken them
+// (no privileged mode, no capabilities, no host namespaces, no host paths).
+func containerSpec(id, worker, image, user, volume string, t Template, labels map[string]string) (*container.Config, *container.HostConfig) {
+	env := make([]string, 0, len(t.Env))
+	for k, v := range t.Env {
+		env = append(env, k+"="+v)
+	}
+	network := container.NetworkMode("none")
+	if t.Network == NetworkEgress {
+		network = "bridge"
+	}
+	tmpSize := min(t.MemoryBytes/4, 256<<20)
+	pids := t.Pids
+	noInit := false
+	cfg := &container.Config{
+		Image:      image,
+		User:       user,
+		Entrypoint: []string{AgentPath},
+		Cmd:        []string{"init"},
+		WorkingDir: t.WorkingDir,
+		Env:        env,
+		Labels:     labels,
+		Hostname:   "sandbox",
+		StopSignal: "SIGTERM",
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    network,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		ReadonlyRootfs: true,
+		Privileged:     false,
+		IpcMode:        container.IPCModePrivate,
+		Runtime:        t.Runtime,
+		Init:           &noInit, // the agent's init mode is PID 1 and reaps orphans
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize)},
+		Mounts: []mount.Mount{{
+			Type:   mount.TypeVolume,
+			Source: volume,
+			Target: t.WorkingDir,
+		}},
+		Resources: container.Resources{
+			Memory:     t.MemoryBytes,
+			MemorySwap: t.MemoryBytes,
+			NanoCPUs:   int64(t.CPUs * 1e9),
+			PidsLimit:  &pids,
+		},
+	}
+	return cfg, hc
+}
+
+// sandboxLabels are the labels that let a restarted worker re-adopt the
+// container.
+func sandboxLabels(id, worker, templateName string, t Template, created time.Time, user map[string]string) map[string]string {
+	l := map[string]string{
+		LabelSandbox:    id,
+		LabelWorker:     worker,
+		LabelImage:      t.Image,
+		LabelTemplate:   templateName,
+		LabelTTL:        strconv.FormatInt(int64(t.TTL/time.Second), 10),
+		LabelMemory:     strconv.FormatInt(t.MemoryBytes, 10),
+		LabelCPUs:       strconv.FormatFloat(t.CPUs, 'g', -1, 64),
+		LabelPids:       strconv.FormatInt(t.Pids, 10),
+		LabelNetwork:    t.Network,
+		LabelWorkingDir: t.WorkingDir,
+		LabelCreated:    created.UTC().Format(time.RFC3339Nano),
+	}
+	for k, v := range user {
+		l[LabelUserPrefix+k] = v
+	}
+	return l
+}
+
+// templateFromLabels recovers the settings of an adopted container.
+func templateFromLabels(l map[string]string) (Template, time.Time, map[string]string, error) {
+	var t Template
+	var err error
+	parse := func(key string, f func(string) error) {
+		if err == nil {
+			if e := f(l[key]); e != nil {
+				err = fmt.Errorf("label %s=%q: %w", key, l[key], e)
+			}
+		}
+	}
+	t.Image = l[LabelImage]
+	t.Network = l[LabelNetwork]
+	t.WorkingDir = l[LabelWorkingDir]
+	parse(LabelTTL, func(s string) error {
+		n, e := strconv.ParseInt(s, 10, 64)
+		t.TTL = time.Duration(n) * time.Second
+		return e
+	})
+	parse(LabelMemory, func(s string) (e error) { t.MemoryBytes, e = strconv.ParseInt(s, 10, 64); return })
+	parse(LabelCPUs, func(s string) (e error) { t.CPUs, e = strconv.ParseFloat(s, 64); return })
+	parse(LabelPids, func(s string) (e error) { t.Pids, e = strconv.ParseInt(s, 10, 64); return })
+	var created time.Time
+	parse(LabelCreated, func(s string) (e error) { created, e = time.Parse(time.RFC3339Nano, s); return })
+	user := map[string]string{}
+	for k, v := range l {
+		if rest, ok := strings.CutPrefix(k, LabelUserPrefix); ok {
+			user[rest] = v
+		}
+	}
+	return t, created, user, err
+}
