@@ -79,7 +79,7 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 	// The build container is never started: it only receives the files and
 	// is committed.
 	c, err := im.api.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{Image: base, Entrypoint: []string{AgentPath}, Cmd: []string{"init"}, Labels: map[string]string{LabelDerivedFrom: base}},
+		Config:     &container.Config{Image: base, Entrypoint: []string{AgentPath}, Cmd: []string{"init"}, Labels: map[string]string{LabelDerivedFrom: base}},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
 	})
 	if err != nil {
