@@ -5,8 +5,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/sandbox"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
@@ -26,16 +33,34 @@ type Config struct {
 	Server daemon.ServerConfig `yaml:"server"`
 	// Worker is this worker's name, part of every sandbox id it creates.
 	Worker string `yaml:"worker"`
+	// AgentBinary is the static sandbox-agent to bake into sandbox images.
+	AgentBinary string `yaml:"agent_binary"`
+	// Defaults fill the unset fields of every sandbox.
+	Defaults sandbox.Template `yaml:"defaults"`
+	// Templates are named sandbox settings requests can refer to.
+	Templates map[string]sandbox.Template `yaml:"templates"`
+	// MaxSandboxes caps live sandboxes on this worker (0 = unlimited).
+	MaxSandboxes int `yaml:"max_sandboxes"`
+	// MaxMemoryBytes caps the sum of sandbox memory limits (0 = unlimited).
+	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var (
-		c      daemon.Common
-		worker string
+		c            daemon.Common
+		worker       string
+		agentBin     string
+		maxSandboxes int
+		deleteOnExit bool
+		defaultImage string
 	)
 	f := daemon.NewFlags("sandboxd")
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
 	f.String(&worker, "worker", defaultWorker(), "worker name, part of every sandbox id (letters, digits, '-')")
+	f.String(&agentBin, "agent-binary", "", "static sandbox-agent binary (default: sandbox-agent next to sandboxd)")
+	f.String(&defaultImage, "default-image", "", "default image for sandboxes whose request and template name none (must exist locally)")
+	f.Int(&maxSandboxes, "max-sandboxes", 0, "maximum live sandboxes on this worker (0 = unlimited)")
+	f.Bool(&deleteOnExit, "delete-sandboxes-on-exit", false, "remove every sandbox at shutdown instead of leaving them for the next start to re-adopt")
 	if err := daemon.ParseArgs(f, args, stdout, "sandboxd serves plumb.v1.SandboxService: hardened Docker sandboxes."); err != nil {
 		return err
 	}
@@ -57,9 +82,26 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if cfg.Worker != "" && !f.IsSet("worker") {
 			worker = cfg.Worker
 		}
+		if cfg.AgentBinary != "" && !f.IsSet("agent-binary") {
+			agentBin = cfg.AgentBinary
+		}
+		if cfg.MaxSandboxes != 0 && !f.IsSet("max-sandboxes") {
+			maxSandboxes = cfg.MaxSandboxes
+		}
+	}
+	if defaultImage != "" {
+		cfg.Defaults.Image = defaultImage
+	}
+	if maxSandboxes < 0 {
+		return daemon.Usagef("--max-sandboxes must not be negative")
 	}
 	if !validWorker(worker) {
 		return daemon.Usagef("invalid worker name %q: use 1 to 40 letters, digits or '-'", worker)
+	}
+
+	agent, err := readAgent(agentBin)
+	if err != nil {
+		return &daemon.UsageError{Err: err}
 	}
 
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
@@ -70,7 +112,46 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	lg = lg.With(zap.String("worker", worker))
 	lg.Info("starting sandboxd")
 
-	svc := sandboxsvc.New(lg)
+	docker, err := client.New(client.FromEnv)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer docker.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, err := docker.Info(pctx, client.InfoOptions{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("Docker Engine unreachable: %w", err)
+	}
+	var runtimes []string
+	for name := range info.Info.Runtimes {
+		runtimes = append(runtimes, name)
+	}
+	sort.Strings(runtimes)
+
+	mgr, err := sandbox.NewManager(ctx, docker, sandbox.Config{
+		Worker:         worker,
+		Agent:          agent,
+		Templates:      cfg.Templates,
+		Defaults:       cfg.Defaults,
+		MaxSandboxes:   maxSandboxes,
+		MaxMemoryBytes: cfg.MaxMemoryBytes,
+	}, sandbox.WithLogger(lg))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if deleteOnExit {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := mgr.DeleteAll(dctx); err != nil {
+				lg.Warn("delete sandboxes at exit", zap.Error(err))
+			}
+		}
+		mgr.Close()
+	}()
+
+	svc := sandboxsvc.New(mgr, runtimes, lg)
 	return daemon.Serve(ctx, daemon.Options{
 		Name:          "sandboxd",
 		GRPCAddr:      c.GRPCAddr,
@@ -111,4 +192,21 @@ func validWorker(s string) bool {
 		}
 	}
 	return true
+}
+
+// readAgent loads the sandbox-agent binary: the given path, or
+// sandbox-agent next to this executable.
+func readAgent(path string) ([]byte, error) {
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("locate sandbox-agent: %w", err)
+		}
+		path = filepath.Join(filepath.Dir(exe), "sandbox-agent")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox-agent binary: %w (build it with make build, or set --agent-binary)", err)
+	}
+	return b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -23,6 +24,10 @@ func TestMain(m *testing.M) {
 	}
 	sandboxdBin, err = daemontest.Build(dir, "github.com/plumbhq/plumb/cmd/sandboxd")
 	if err != nil {
+		panic(err)
+	}
+	// sandboxd loads sandbox-agent from beside its own binary.
+	if _, err := daemontest.Build(dir, "github.com/plumbhq/plumb/cmd/sandbox-agent"); err != nil {
 		panic(err)
 	}
 	code := m.Run()
@@ -42,6 +47,8 @@ func TestBadStartInputs(t *testing.T) {
 		{"bad worker name", nil, []string{"--worker", "no spaces"}, `invalid worker name "no spaces"`},
 		{"bad worker env", []string{"SANDBOXD_WORKER=a/b"}, nil, `invalid worker name "a/b"`},
 		{"bad grpc addr", nil, []string{"--grpc-addr", ":port"}, "-grpc-addr"},
+		{"missing agent binary", nil, []string{"--agent-binary", "/nonexistent/sandbox-agent"}, "sandbox-agent binary"},
+		{"negative quota", nil, []string{"--max-sandboxes", "-1"}, "must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,6 +61,7 @@ func TestBadStartInputs(t *testing.T) {
 }
 
 func TestServesAndStopsOnSIGTERM(t *testing.T) {
+	sandboxtest.Docker(t)
 	p := daemontest.Start(t, sandboxdBin, append(append([]string{}, freeArgs...), "--worker", "w1", "--shutdown-grace", "1s")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

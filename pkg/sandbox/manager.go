@@ -127,9 +127,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if _, _, err := parseUser(cfg.User); err != nil {
 		return nil, err
 	}
-	if cfg.Defaults.WorkingDir == "" && cfg.Defaults.TTL == 0 {
-		cfg.Defaults = cfg.Defaults.merge(DefaultTemplate)
-	}
+	cfg.Defaults = cfg.Defaults.Merge(DefaultTemplate)
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
@@ -204,9 +202,9 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 		if !ok {
 			return Info{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
 		}
-		t = t.merge(base)
+		t = t.Merge(base)
 	}
-	t = t.merge(m.cfg.Defaults)
+	t = t.Merge(m.cfg.Defaults)
 	if err := t.validate(); err != nil {
 		return Info{}, err
 	}

@@ -81,8 +81,8 @@ var DefaultTemplate = Template{
 	TTL:         30 * time.Minute,
 }
 
-// merge returns t with every unset field taken from base.
-func (t Template) merge(base Template) Template {
+// Merge returns t with every unset field taken from base.
+func (t Template) Merge(base Template) Template {
 	if t.Image == "" {
 		t.Image = base.Image
 	}

@@ -1,24 +1,413 @@
 // Package sandboxsvc is the thin gRPC adapter for plumb.v1.SandboxService: it
-// maps requests to the sandbox manager and file engine, and domain errors to
-// gRPC status through internal/server. It holds no sandbox logic.
+// maps requests to the sandbox manager and its per-sandbox file interface,
+// and errors to gRPC status through server.Status. It holds no sandbox
+// logic.
 package sandboxsvc
 
 import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/pbconv"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/version"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Service implements plumbv1.SandboxServiceServer. RPCs that the worker does
-// not serve yet answer UNIMPLEMENTED.
-type Service struct {
-	plumbv1.UnimplementedSandboxServiceServer
-	lg *zap.Logger
+// Manager is what the service needs from the sandbox manager.
+type Manager interface {
+	Create(ctx context.Context, spec sandbox.CreateSpec) (sandbox.Info, error)
+	Get(ctx context.Context, id string) (sandbox.Info, error)
+	List(labels map[string]string) []sandbox.Info
+	Delete(ctx context.Context, id string) error
+	KeepAlive(ctx context.Context, id string, ttl time.Duration) (sandbox.Info, error)
+	Files(id string) (*sandbox.Files, error)
+	Usage() (int, int64)
+	Config() sandbox.Config
 }
 
-// New returns the service; lg may be nil.
-func New(lg *zap.Logger) *Service {
+// Service implements plumbv1.SandboxServiceServer.
+type Service struct {
+	plumbv1.UnimplementedSandboxServiceServer
+	m        Manager
+	runtimes []string
+	lg       *zap.Logger
+}
+
+// New returns the service over m; runtimes lists the engine's OCI runtimes
+// for DescribeWorker. lg may be nil.
+func New(m Manager, runtimes []string, lg *zap.Logger) *Service {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	return &Service{lg: lg.Named("sandboxsvc")}
+	return &Service{m: m, runtimes: runtimes, lg: lg.Named("sandboxsvc")}
+}
+
+// fail logs an internal error's detail (which Status hides) and converts it.
+func (s *Service) fail(method string, err error) error {
+	st := server.Status(err)
+	if status.Code(st) == codes.Internal {
+		s.lg.Error("internal error", zap.String("method", method), zap.Error(err))
+	}
+	return st
+}
+
+var networks = map[plumbv1.NetworkMode]string{
+	plumbv1.NetworkMode_NETWORK_MODE_NONE:   sandbox.NetworkNone,
+	plumbv1.NetworkMode_NETWORK_MODE_EGRESS: sandbox.NetworkEgress,
+}
+
+func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
+	st := plumbv1.SandboxState_SANDBOX_STATE_RUNNING
+	switch i.State {
+	case sandbox.StateFailed:
+		st = plumbv1.SandboxState_SANDBOX_STATE_FAILED
+	case sandbox.StateDeleting:
+		st = plumbv1.SandboxState_SANDBOX_STATE_DELETING
+	}
+	nw := plumbv1.NetworkMode_NETWORK_MODE_NONE
+	if i.Settings.Network == sandbox.NetworkEgress {
+		nw = plumbv1.NetworkMode_NETWORK_MODE_EGRESS
+	}
+	return &plumbv1.Sandbox{
+		Id: i.ID, Worker: i.Worker, State: st, Image: i.Settings.Image, Template: i.Template,
+		CreatedAt: timestamppb.New(i.CreatedAt), ExpiresAt: timestamppb.New(i.ExpiresAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
+		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason,
+		Resources: &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
+	}
+}
+
+// CreateSandbox starts a sandbox.
+func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.CreateSandboxResponse, error) {
+	if req.GetTemplate() == "" && req.GetImage() == "" {
+		return nil, status.Error(codes.InvalidArgument, "set template or image")
+	}
+	t := sandbox.Template{
+		Image: req.GetImage(), WorkingDir: req.GetWorkingDir(), Runtime: req.GetRuntime(), Env: req.GetEnv(),
+		CPUs: req.GetResources().GetCpus(), MemoryBytes: req.GetResources().GetMemoryBytes(), Pids: req.GetResources().GetPids(),
+		Network: networks[req.GetNetwork()],
+	}
+	if req.GetTtl() != nil {
+		t.TTL = req.GetTtl().AsDuration()
+		if t.TTL <= 0 {
+			return nil, status.Error(codes.InvalidArgument, "ttl must be positive")
+		}
+	}
+	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels()})
+	if err != nil {
+		return nil, s.fail("CreateSandbox", err)
+	}
+	return &plumbv1.CreateSandboxResponse{Sandbox: sandboxToPB(info)}, nil
+}
+
+// GetSandbox returns a sandbox.
+func (s *Service) GetSandbox(ctx context.Context, req *plumbv1.GetSandboxRequest) (*plumbv1.GetSandboxResponse, error) {
+	info, err := s.m.Get(ctx, req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("GetSandbox", err)
+	}
+	return &plumbv1.GetSandboxResponse{Sandbox: sandboxToPB(info)}, nil
+}
+
+// ListSandboxes lists sandboxes by label.
+func (s *Service) ListSandboxes(_ context.Context, req *plumbv1.ListSandboxesRequest) (*plumbv1.ListSandboxesResponse, error) {
+	out := &plumbv1.ListSandboxesResponse{}
+	for _, info := range s.m.List(req.GetLabels()) {
+		out.Sandboxes = append(out.Sandboxes, sandboxToPB(info))
+	}
+	return out, nil
+}
+
+// DeleteSandbox removes a sandbox.
+func (s *Service) DeleteSandbox(ctx context.Context, req *plumbv1.DeleteSandboxRequest) (*plumbv1.DeleteSandboxResponse, error) {
+	if err := s.m.Delete(ctx, req.GetSandboxId()); err != nil {
+		return nil, s.fail("DeleteSandbox", err)
+	}
+	return &plumbv1.DeleteSandboxResponse{}, nil
+}
+
+// KeepAlive extends a sandbox's lifetime.
+func (s *Service) KeepAlive(ctx context.Context, req *plumbv1.KeepAliveRequest) (*plumbv1.KeepAliveResponse, error) {
+	var ttl time.Duration
+	if req.GetTtl() != nil {
+		ttl = req.GetTtl().AsDuration()
+	}
+	info, err := s.m.KeepAlive(ctx, req.GetSandboxId(), ttl)
+	if err != nil {
+		return nil, s.fail("KeepAlive", err)
+	}
+	return &plumbv1.KeepAliveResponse{Sandbox: sandboxToPB(info)}, nil
+}
+
+// DescribeWorker reports identity and load.
+func (s *Service) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest) (*plumbv1.DescribeWorkerResponse, error) {
+	cfg := s.m.Config()
+	n, mem := s.m.Usage()
+	out := &plumbv1.DescribeWorkerResponse{
+		Name: cfg.Worker, Version: version.Version, Sandboxes: int32(n), MaxSandboxes: int32(cfg.MaxSandboxes),
+		MemoryReservedBytes: mem, MaxMemoryBytes: cfg.MaxMemoryBytes, Runtimes: s.runtimes,
+	}
+	for name := range cfg.Templates {
+		out.Templates = append(out.Templates, name)
+	}
+	return out, nil
+}
+
+// files returns the file interface of a sandbox and resolves an empty
+// directory argument to the sandbox's working dir.
+func (s *Service) files(id string) (*sandbox.Files, error) {
+	return s.m.Files(id)
+}
+
+func orHome(f *sandbox.Files, p string) string {
+	if p == "" {
+		return f.Home()
+	}
+	return p
+}
+
+// Execute runs a command.
+func (s *Service) Execute(ctx context.Context, req *plumbv1.ExecuteRequest) (*plumbv1.ExecuteResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Execute", err)
+	}
+	r, err := f.Execute(ctx, pbconv.CommandFromPB(req.GetCommand()))
+	if err != nil {
+		return nil, s.fail("Execute", err)
+	}
+	return &plumbv1.ExecuteResponse{Result: pbconv.ExecuteResultToPB(r)}, nil
+}
+
+// ExecuteStream runs a command and streams its output.
+func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv1.SandboxService_ExecuteStreamServer) error {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return s.fail("ExecuteStream", err)
+	}
+	r, err := f.ExecuteStream(stream.Context(), pbconv.CommandFromPB(req.GetCommand()), func(b []byte) error {
+		return stream.Send(&plumbv1.ExecuteStreamResponse{Event: &plumbv1.ExecuteStreamResponse_Output{
+			Output: &plumbv1.OutputChunk{Stream: plumbv1.OutputStream_OUTPUT_STREAM_COMBINED, Data: b},
+		}})
+	})
+	if err != nil {
+		return s.fail("ExecuteStream", err)
+	}
+	return stream.Send(&plumbv1.ExecuteStreamResponse{Event: &plumbv1.ExecuteStreamResponse_Result{Result: pbconv.ExecuteResultToPB(r)}})
+}
+
+// Ls lists a directory.
+func (s *Service) Ls(ctx context.Context, req *plumbv1.LsRequest) (*plumbv1.LsResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Ls", err)
+	}
+	r, err := f.Ls(ctx, orHome(f, req.GetPath()))
+	if err != nil {
+		return nil, s.fail("Ls", err)
+	}
+	return pbconv.LsToPB(r), nil
+}
+
+// Read reads a file window.
+func (s *Service) Read(ctx context.Context, req *plumbv1.ReadRequest) (*plumbv1.ReadResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Read", err)
+	}
+	limit := backend.DefaultReadLimit
+	if req.Limit != nil {
+		limit = int(req.GetLimit())
+	}
+	r, err := f.Read(ctx, backend.ReadRequest{Path: req.GetPath(), Offset: int(req.GetOffset()), Limit: limit})
+	if err != nil {
+		return nil, s.fail("Read", err)
+	}
+	out, err := pbconv.ReadToPB(r)
+	if err != nil {
+		return nil, s.fail("Read", err)
+	}
+	return out, nil
+}
+
+// Write writes a file.
+func (s *Service) Write(ctx context.Context, req *plumbv1.WriteRequest) (*plumbv1.WriteResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Write", err)
+	}
+	r, err := f.Write(ctx, req.GetPath(), req.GetContent())
+	if err != nil {
+		return nil, s.fail("Write", err)
+	}
+	return &plumbv1.WriteResponse{Path: r.Path, BytesWritten: r.BytesWritten, Created: r.Created}, nil
+}
+
+// Edit edits a file.
+func (s *Service) Edit(ctx context.Context, req *plumbv1.EditRequest) (*plumbv1.EditResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Edit", err)
+	}
+	r, err := f.Edit(ctx, backend.EditRequest{Path: req.GetPath(), Old: req.GetOldString(), New: req.GetNewString(), ReplaceAll: req.GetReplaceAll()})
+	if err != nil {
+		return nil, s.fail("Edit", err)
+	}
+	return &plumbv1.EditResponse{Path: r.Path, Occurrences: int64(r.Occurrences), LineEndingAdapted: r.LineEndingAdapted}, nil
+}
+
+// Delete removes a path.
+func (s *Service) Delete(ctx context.Context, req *plumbv1.DeleteRequest) (*plumbv1.DeleteResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Delete", err)
+	}
+	r, err := f.Delete(ctx, req.GetPath())
+	if err != nil {
+		return nil, s.fail("Delete", err)
+	}
+	return &plumbv1.DeleteResponse{Path: r.Path, Removed: int64(r.Removed)}, nil
+}
+
+// Grep searches files.
+func (s *Service) Grep(ctx context.Context, req *plumbv1.GrepRequest) (*plumbv1.GrepResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Grep", err)
+	}
+	r, err := f.Grep(ctx, backend.GrepRequest{Pattern: req.GetPattern(), Path: orHome(f, req.GetPath()), Glob: req.GetGlob(), Regex: req.GetRegex(), MaxCount: int(req.GetMaxCount())})
+	if err != nil {
+		return nil, s.fail("Grep", err)
+	}
+	return pbconv.GrepToPB(r), nil
+}
+
+// Glob finds files.
+func (s *Service) Glob(ctx context.Context, req *plumbv1.GlobRequest) (*plumbv1.GlobResponse, error) {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail("Glob", err)
+	}
+	r, err := f.Glob(ctx, backend.GlobRequest{Pattern: req.GetPattern(), Path: orHome(f, req.GetPath())})
+	if err != nil {
+		return nil, s.fail("Glob", err)
+	}
+	return pbconv.GlobToPB(r), nil
+}
+
+// UploadFiles writes streamed items in order.
+func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return status.Error(codes.InvalidArgument, "empty upload stream: the first message must carry sandbox_id")
+		}
+		return err
+	}
+	f, err := s.files(first.GetSandboxId())
+	if err != nil {
+		return s.fail("UploadFiles", err)
+	}
+	out := &plumbv1.UploadFilesResponse{}
+	pending := first
+	for pending != nil {
+		path := pending.GetPath()
+		if path == "" {
+			return status.Error(codes.InvalidArgument, "an upload item's first chunk must set path")
+		}
+		// Feed the item's chunks to the sandbox as they arrive.
+		cur := pending
+		pending = nil
+		var recvErr error
+		next := func() ([]byte, error) {
+			if cur == nil {
+				return nil, nil
+			}
+			data, eof := cur.GetData(), cur.GetEof()
+			if data == nil {
+				data = []byte{}
+			}
+			if eof {
+				cur = nil
+				return data, nil
+			}
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr = err
+				return nil, err
+			}
+			if m.GetPath() != "" {
+				recvErr = status.Errorf(codes.InvalidArgument, "item %q ended without eof before item %q started", path, m.GetPath())
+				return nil, recvErr
+			}
+			cur = m
+			return data, nil
+		}
+		n, err := f.UploadFrom(stream.Context(), path, next)
+		if recvErr != nil {
+			if errors.Is(recvErr, io.EOF) {
+				return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %q (no eof)", path)
+			}
+			return recvErr
+		}
+		res := &plumbv1.UploadResult{Path: path, BytesWritten: n}
+		if err != nil {
+			var be *backend.Error
+			if !errors.As(err, &be) || be.Code == backend.CodeUnavailable || be.Code == backend.CodeCancelled {
+				return s.fail("UploadFiles", err)
+			}
+			res = &plumbv1.UploadResult{Path: path, Error: pbconv.FileErrorToPB(be)}
+			// Skip the rest of a failed item.
+			for cur != nil && !cur.GetEof() {
+				if cur, err = stream.Recv(); err != nil {
+					return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %q", path)
+				}
+			}
+		}
+		out.Results = append(out.Results, res)
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		pending = m
+	}
+	return stream.SendAndClose(out)
+}
+
+// DownloadFiles streams files in order.
+func (s *Service) DownloadFiles(req *plumbv1.DownloadFilesRequest, stream plumbv1.SandboxService_DownloadFilesServer) error {
+	f, err := s.files(req.GetSandboxId())
+	if err != nil {
+		return s.fail("DownloadFiles", err)
+	}
+	for i, p := range req.GetPaths() {
+		size, err := f.DownloadTo(stream.Context(), p, func(b []byte) error {
+			return stream.Send(&plumbv1.DownloadFilesResponse{Index: int32(i), Path: p, Data: b})
+		})
+		if err != nil {
+			var be *backend.Error
+			if !errors.As(err, &be) || be.Code == backend.CodeUnavailable || be.Code == backend.CodeCancelled {
+				return s.fail("DownloadFiles", err)
+			}
+			if err := stream.Send(&plumbv1.DownloadFilesResponse{Index: int32(i), Path: p, Error: pbconv.FileErrorToPB(be)}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := stream.Send(&plumbv1.DownloadFilesResponse{Index: int32(i), Path: p, Size: size, Eof: true}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3334,9 +3334,10 @@ type DownloadFilesResponse struct {
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// Bytes of the item (chunks of at most 1 MiB).
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	// File size in bytes (set on the first chunk).
+	// File size in bytes (set on the message that ends the item).
 	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	// This chunk ends the item.
+	// This message ends the item. Data chunks before an error are partial
+	// and must be discarded.
 	Eof bool `protobuf:"varint,5,opt,name=eof,proto3" json:"eof,omitempty"`
 	// Set when this item failed.
 	Error         *FileError `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
