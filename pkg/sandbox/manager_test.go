@@ -1,0 +1,435 @@
+package sandbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+// testRun labels everything this test binary creates, so TestMain can prove
+// nothing is left behind.
+var testRun = func() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cli, err := client.New(client.FromEnv); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cs, vs, err := sandboxtest.Leftovers(ctx, cli, "plumb.test", testRun)
+		cancel()
+		if err == nil && (len(cs) > 0 || len(vs) > 0) {
+			fmt.Fprintf(os.Stderr, "leftovers with plumb.test=%s: containers %v volumes %v\n", testRun, cs, vs)
+			code = 1
+		}
+		cli.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type env struct {
+	cli    *client.Client
+	image  string
+	worker string
+	cfg    sandbox.Config
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	cli := sandboxtest.Docker(t)
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	e := &env{cli: cli, image: sandboxtest.Image(t, cli), worker: "t" + hex.EncodeToString(b)}
+	e.cfg = sandbox.Config{
+		Worker:      e.worker,
+		Agent:       sandboxtest.Agent(t),
+		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 128 << 20, Pids: 64, CPUs: 0.5, TTL: time.Hour},
+		ExtraLabels: map[string]string{"plumb.test": testRun},
+	}
+	return e
+}
+
+func (e *env) manager(t *testing.T, opts ...sandbox.Option) *sandbox.Manager {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := sandbox.NewManager(ctx, e.cli, e.cfg, append([]sandbox.Option{sandbox.WithLogger(zaptest.NewLogger(t))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.DeleteAll(ctx); err != nil {
+			t.Errorf("delete all: %v", err)
+		}
+		m.Close()
+	})
+	return m
+}
+
+// create makes a sandbox and checks the hardening of its container.
+func (e *env) create(t *testing.T, m *sandbox.Manager, spec sandbox.CreateSpec) sandbox.Info {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := m.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	assertHardened(t, e.cli, info.ContainerID)
+	return info
+}
+
+func assertHardened(t *testing.T, cli *client.Client, id string) {
+	t.Helper()
+	res, err := cli.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, hc := res.Container.Config, res.Container.HostConfig
+	check := func(ok bool, what string, got any) {
+		if !ok {
+			t.Errorf("container %s: %s (got %v)", id[:12], what, got)
+		}
+	}
+	check(len(hc.CapDrop) == 1 && strings.EqualFold(hc.CapDrop[0], "ALL") && len(hc.CapAdd) == 0, "all capabilities dropped, none added", hc.CapDrop)
+	check(contains(hc.SecurityOpt, "no-new-privileges:true"), "no-new-privileges", hc.SecurityOpt)
+	for _, o := range hc.SecurityOpt {
+		check(!strings.Contains(o, "unconfined"), "default seccomp/apparmor profile", o)
+	}
+	check(!hc.Privileged, "not privileged", hc.Privileged)
+	check(hc.ReadonlyRootfs, "read-only root filesystem", hc.ReadonlyRootfs)
+	_, hasTmp := hc.Tmpfs["/tmp"]
+	check(hasTmp, "tmpfs /tmp", hc.Tmpfs)
+	check(c.User != "" && !strings.HasPrefix(c.User, "0") && c.User != "root", "non-root user", c.User)
+	check(hc.PidsLimit != nil && *hc.PidsLimit > 0, "pids limit", hc.PidsLimit)
+	check(hc.Memory > 0 && hc.MemorySwap == hc.Memory, "memory limit with swap = memory", [2]int64{hc.Memory, hc.MemorySwap})
+	check(hc.NanoCPUs > 0, "CPU quota", hc.NanoCPUs)
+	check(hc.NetworkMode == "none" || hc.NetworkMode == "bridge", "network none or bridge", hc.NetworkMode)
+	check(hc.PidMode == "" && hc.UTSMode == "" && hc.UsernsMode == "" && !hc.IpcMode.IsHost() && !hc.NetworkMode.IsHost(), "no host namespaces", hc)
+	check(len(hc.Binds) == 0, "no bind mounts", hc.Binds)
+	for _, mt := range hc.Mounts {
+		check(mt.Type == mount.TypeVolume, "only volume mounts", mt)
+	}
+	for _, mp := range res.Container.Mounts {
+		check(!strings.Contains(mp.Source, "docker.sock") && mp.Type != mount.TypeBind, "no docker socket, no host paths", mp)
+	}
+	check(c.Labels[sandbox.LabelSandbox] != "" && c.Labels[sandbox.LabelWorker] != "", "plumb labels", c.Labels)
+	_ = container.IPCModePrivate
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func exec(t *testing.T, m *sandbox.Manager, id, cmd string, timeout int) backend.ExecuteResult {
+	t.Helper()
+	f, err := m.Files(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := f.Execute(ctx, backend.ExecuteRequest{Command: cmd, TimeoutSeconds: &timeout})
+	if err != nil {
+		t.Fatalf("execute %q: %v", cmd, err)
+	}
+	return r
+}
+
+func exitCode(r backend.ExecuteResult) int {
+	if r.ExitCode == nil {
+		return -1
+	}
+	return *r.ExitCode
+}
+
+func TestCreateExecuteDelete(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{Labels: map[string]string{"team": "a"}})
+	if sandbox.WorkerOf(info.ID) != e.worker {
+		t.Fatalf("id %s does not name worker %s", info.ID, e.worker)
+	}
+	tests := []struct {
+		name     string
+		cmd      string
+		wantOut  string
+		wantCode int
+	}{
+		{"echo", "echo hi", "hi\n", 0},
+		{"exit code and order", "echo out; echo err 1>&2; exit 3", "out\nerr\n", 3},
+		{"workspace is cwd", "pwd", "/workspace\n", 0},
+		{"runs unprivileged", "id -u", "1000\n", 0},
+		{"workspace writable", "echo x > /workspace/f && cat /workspace/f", "x\n", 0},
+		{"tmp writable", "echo y > /tmp/f && cat /tmp/f", "y\n", 0},
+		{"agent not writable", "echo x > /.plumb/sandbox-agent 2>/dev/null || echo refused", "refused\n", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := exec(t, m, info.ID, tt.cmd, 30)
+			if r.Output != tt.wantOut || exitCode(r) != tt.wantCode {
+				t.Fatalf("got %q exit %d, want %q exit %d", r.Output, exitCode(r), tt.wantOut, tt.wantCode)
+			}
+		})
+	}
+	if got := m.List(map[string]string{"team": "a"}); len(got) != 1 || got[0].ID != info.ID {
+		t.Fatalf("list by label = %+v", got)
+	}
+	if got := m.List(map[string]string{"team": "b"}); len(got) != 0 {
+		t.Fatalf("list by other label = %+v", got)
+	}
+	ctx := context.Background()
+	if err := m.Delete(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Get(ctx, info.ID); sandbox.CodeOf(err) != sandbox.CodeNotFound {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, info.ContainerID, client.ContainerInspectOptions{}); err == nil {
+		t.Fatal("container still exists after delete")
+	}
+}
+
+func TestConcurrentOperationsOnOneSandbox(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	// Each command announces itself, then waits until all have: this only
+	// finishes if the commands really run at the same time.
+	const n = 6
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := fmt.Sprintf("touch /tmp/ready.%d; while [ $(ls /tmp | grep -c ready) -lt %d ]; do sleep 0.05; done; echo done %d", i, n, i)
+			r := exec(t, m, info.ID, cmd, 60)
+			if r.Output != fmt.Sprintf("done %d\n", i) || r.TimedOut {
+				errs <- fmt.Sprintf("command %d: %q timed_out=%v", i, r.Output, r.TimedOut)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func TestQuotas(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MaxSandboxes = 1
+	m := e.manager(t)
+	e.create(t, m, sandbox.CreateSpec{})
+	_, err := m.Create(context.Background(), sandbox.CreateSpec{})
+	if sandbox.CodeOf(err) != sandbox.CodeQuota {
+		t.Fatalf("second create: %v, want %s", err, sandbox.CodeQuota)
+	}
+
+	e2 := newEnv(t)
+	e2.cfg.MaxMemoryBytes = 100 << 20
+	m2 := e2.manager(t)
+	_, err = m2.Create(context.Background(), sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 128 << 20}})
+	if sandbox.CodeOf(err) != sandbox.CodeQuota || !strings.Contains(err.Error(), "memory") {
+		t.Fatalf("over memory quota: %v", err)
+	}
+}
+
+func TestBadCreateInputs(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	tests := []struct {
+		name string
+		spec sandbox.CreateSpec
+		want sandbox.Code
+	}{
+		{"missing image", sandbox.CreateSpec{Overrides: sandbox.Template{Image: "plumb-no-such-image:1"}}, sandbox.CodeImageNotFound},
+		{"unknown template", sandbox.CreateSpec{Template: "nope"}, sandbox.CodeInvalid},
+		{"bad network", sandbox.CreateSpec{Overrides: sandbox.Template{Network: "host"}}, sandbox.CodeInvalid},
+		{"tiny memory", sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 1024}}, sandbox.CodeInvalid},
+		{"bad env key", sandbox.CreateSpec{Overrides: sandbox.Template{Env: map[string]string{"1A": "x"}}}, sandbox.CodeInvalid},
+		{"reserved label", sandbox.CreateSpec{Labels: map[string]string{"plumb.worker": "x"}}, sandbox.CodeInvalid},
+		{"working dir root", sandbox.CreateSpec{Overrides: sandbox.Template{WorkingDir: "/"}}, sandbox.CodeInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := m.Create(context.Background(), tt.spec)
+			if sandbox.CodeOf(err) != tt.want {
+				t.Fatalf("err = %v, want code %s", err, tt.want)
+			}
+			if tt.want == sandbox.CodeImageNotFound && !strings.Contains(err.Error(), "plumb-no-such-image:1") {
+				t.Fatalf("error does not name the image: %v", err)
+			}
+		})
+	}
+	if n, _ := m.Usage(); n != 0 {
+		t.Fatalf("%d sandboxes after failed creates", n)
+	}
+}
+
+func TestTTLReaping(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	m := e.manager(t, sandbox.WithClock(clock))
+	short := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{TTL: 10 * time.Second}})
+	long := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{TTL: time.Hour}})
+
+	mu.Lock()
+	now = now.Add(5 * time.Second)
+	mu.Unlock()
+	if _, err := m.KeepAlive(context.Background(), short.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(8 * time.Second) // 13 s after create, 8 s after keep-alive
+	mu.Unlock()
+	if got := m.Reap(context.Background()); len(got) != 0 {
+		t.Fatalf("reaped %v before expiry", got)
+	}
+	mu.Lock()
+	now = now.Add(3 * time.Second)
+	mu.Unlock()
+	if got := m.Reap(context.Background()); len(got) != 1 || got[0] != short.ID {
+		t.Fatalf("reaped %v, want [%s]", got, short.ID)
+	}
+	if _, err := m.Get(context.Background(), long.ID); err != nil {
+		t.Fatalf("long-lived sandbox: %v", err)
+	}
+	if _, err := e.cli.ContainerInspect(context.Background(), short.ContainerID, client.ContainerInspectOptions{}); err == nil {
+		t.Fatal("reaped sandbox's container still exists")
+	}
+}
+
+func TestRestartReadoptsSandboxes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m1, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := e.create(t, m1, sandbox.CreateSpec{Labels: map[string]string{"k": "v"}})
+	exec(t, m1, info.ID, "echo kept > /workspace/note", 30)
+	m1.Close() // a worker restart leaves its sandboxes running
+
+	m2 := e.manager(t)
+	got, err := m2.Get(ctx, info.ID)
+	if err != nil {
+		t.Fatalf("re-adopted sandbox: %v", err)
+	}
+	if got.Labels["k"] != "v" || got.Settings.MemoryBytes != info.Settings.MemoryBytes {
+		t.Fatalf("re-adopted settings differ: %+v", got)
+	}
+	if r := exec(t, m2, info.ID, "cat /workspace/note", 30); r.Output != "kept\n" {
+		t.Fatalf("workspace after restart: %q", r.Output)
+	}
+}
+
+func TestContainerKilledFromOutside(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	exec(t, m, info.ID, "true", 30)
+	ctx := context.Background()
+	if _, err := e.cli.ContainerRemove(ctx, info.ContainerID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Execute(ctx, backend.ExecuteRequest{Command: "true"})
+	if backend.CodeOf(err) != backend.CodeUnavailable || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("op on a killed sandbox: %v, want a clear unavailable error", err)
+	}
+	got, err := m.Get(ctx, info.ID)
+	if err != nil || got.State != sandbox.StateFailed || got.FailureReason == "" {
+		t.Fatalf("get: %+v, %v; want failed with a reason", got, err)
+	}
+}
+
+func TestHostileSandbox(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 64 << 20, Pids: 64}})
+	tests := []struct {
+		name  string
+		cmd   string
+		check func(r backend.ExecuteResult) bool
+	}{
+		// Only loopback exists under network none: nothing can leave.
+		{"no network interfaces", "ls /sys/class/net", func(r backend.ExecuteResult) bool { return r.Output == "lo\n" }},
+		{"read-only root", "touch /etc/x 2>&1; echo $?", func(r backend.ExecuteResult) bool {
+			return strings.Contains(r.Output, "Read-only file system") && strings.HasSuffix(r.Output, "1\n")
+		}},
+		{"no docker socket", "ls /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'", func(r backend.ExecuteResult) bool { return r.Output == "2\n" }},
+		{"no capabilities", "grep CapEff /proc/self/status", func(r backend.ExecuteResult) bool { return strings.Contains(r.Output, "0000000000000000") }},
+		// The timeout kills the bomb's whole process group; the pids limit
+		// bounds it until then.
+		{"fork bomb contained", "f(){ f | f & }; f; sleep 30", func(r backend.ExecuteResult) bool { return r.TimedOut && exitCode(r) == 124 }},
+		{"memory hog killed", "head -c 300m /dev/zero | tail > /dev/null; echo status $?", func(r backend.ExecuteResult) bool {
+			return strings.Contains(r.Output, "status 137")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := exec(t, m, info.ID, tt.cmd, 3)
+			if !tt.check(r) {
+				t.Fatalf("%q: output %q exit %d timed_out %v", tt.cmd, r.Output, exitCode(r), r.TimedOut)
+			}
+		})
+	}
+	// After the bomb and the hog, the sandbox and the worker still work
+	// (stray bomb processes may hold the pids limit for a moment).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := exec(t, m, info.ID, "echo alive", 10)
+		if r.Output == "alive\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox after hostile commands: %q", r.Output)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(context.Background(), "/etc/evil", []byte("x"))
+	if backend.CodeOf(err) != backend.CodePermissionDenied {
+		t.Fatalf("write outside the workspace: %v, want permission_denied", err)
+	}
+}
