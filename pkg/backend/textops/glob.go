@@ -15,8 +15,10 @@ import (
 // "*", "?", classes with "!"/"^" negation and ranges, "\" escapes, "{}"
 // alternatives and "/**/" across whole paths. Its semantics differ from
 // the contract in several places: "*" and "**" match dotfiles, "a/**" also
-// matches "a", an unclosed "{" is an error, "[]a]" is rejected as an empty
-// class, and there is no basename mode, expansion cap or pruning. So this
+// matches "a", an unclosed "{" is an error, "{a}" is a one-way group
+// rather than literal text, "[]a]" is rejected as an empty class, and there
+// is no basename mode, expansion cap or pruning (all checked against
+// v4.10.4). So this
 // file does the path-level work itself:
 //   - brace expansion up front with the 1000 cap and literal unclosed or
 //     comma-less groups (brace.go);

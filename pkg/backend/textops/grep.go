@@ -192,6 +192,8 @@ type lineRunes struct {
 	capture *textCapture
 }
 
+// ReadRune implements io.RuneReader; it returns io.EOF at the end of the
+// line.
 func (x *lineRunes) ReadRune() (rune, int, error) {
 	for len(x.p) == 0 {
 		if x.done {

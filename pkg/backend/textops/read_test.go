@@ -335,3 +335,30 @@ func TestMediaType(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckText(t *testing.T) {
+	tests := []struct {
+		name, file, content string
+		wantMIME            string // "" = text
+	}{
+		{"text", "/a.txt", "hello\n", ""},
+		{"empty", "/a.txt", "", ""},
+		{"45 binary", "/a.bin", "a\x00b", "application/octet-stream"},
+		{"media", "/a.png", "\x89PNG\r\n\x1a\nrest", "image/png"},
+		{"png holding text", "/a.png", "text", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckText(tt.file, []byte(tt.content))
+			if tt.wantMIME == "" {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err == nil || err.Code != backend.CodeNotText || err.Details["mime_type"] != tt.wantMIME {
+				t.Fatalf("err = %#v, want not_text %s", err, tt.wantMIME)
+			}
+		})
+	}
+}

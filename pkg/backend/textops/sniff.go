@@ -11,7 +11,8 @@ import (
 )
 
 // IsBinary applies the §4 binary sniff to head, the first
-// min(size, SniffWindow) bytes of a file: binary if head holds a NUL byte,
+// min(size, SniffWindow) bytes of a file (an engine passes
+// whole = size <= len(head)): binary if head holds a NUL byte,
 // or if more than 10% of its bytes belong to invalid UTF-8 sequences.
 // whole reports that head is the entire file; when it is not, a multibyte
 // character cut at the end of head is not counted as invalid.
@@ -83,4 +84,18 @@ func MediaType(name string, head []byte) string {
 // details (net/http.DetectContentType on the head).
 func SniffMIME(head []byte) string {
 	return http.DetectContentType(head)
+}
+
+// CheckText is the content part of §4.4 step 3, shared by every edit
+// implementation: media (by MediaType) and binary content (by IsBinary)
+// are not_text. name supplies the extension. The error has no Path.
+func CheckText(name string, content []byte) *backend.Error {
+	if mime := MediaType(name, content); mime != "" {
+		return NotTextError(int64(len(content)), mime)
+	}
+	head := content[:min(len(content), backend.SniffWindow)]
+	if IsBinary(head, len(head) == len(content)) {
+		return NotTextError(int64(len(content)), SniffMIME(head))
+	}
+	return nil
 }
