@@ -10,6 +10,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -250,4 +251,13 @@ func ExecuteResultFromPB(r *plumbv1.ExecuteResult) backend.ExecuteResult {
 		out.ExitCode = &c
 	}
 	return out
+}
+
+// CommandToPB converts an execute request to a command.
+func CommandToPB(req backend.ExecuteRequest) *plumbv1.Command {
+	c := &plumbv1.Command{Command: req.Command, Cwd: req.Cwd, Env: req.Env, MaxOutputBytes: int64(req.MaxOutputBytes), OffloadPath: req.OffloadPath}
+	if req.TimeoutSeconds != nil {
+		c.Timeout = durationpb.New(time.Duration(*req.TimeoutSeconds) * time.Second)
+	}
+	return c
 }
