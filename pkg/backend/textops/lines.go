@@ -186,7 +186,11 @@ type lineReader struct {
 
 func newLineReader(br *bufio.Reader) *lineReader {
 	l := &lineReader{br: br}
-	if b, _ := br.Peek(3); bytes.Equal(b, bom) {
+	b, err := br.Peek(3)
+	if err != nil && err != io.EOF {
+		l.setErr(err) // bufio reports an error once; keep it
+	}
+	if bytes.Equal(b, bom) {
 		br.Discard(3)
 		if !l.more() {
 			l.bomLine = true
