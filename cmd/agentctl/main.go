@@ -26,6 +26,7 @@ Usage:
 
 Commands:
   health     check that agentd and sandboxd answer SERVING
+  sandbox    create, list, exec in, copy to/from and remove sandboxes (sandboxd)
   version    print the version
 
 Flags:
@@ -40,6 +41,10 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		os.Exit(ee.code)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentctl: %v\n", err)
@@ -78,6 +83,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New("not every daemon is healthy")
 		}
 		return nil
+	case "sandbox":
+		return runSandbox(ctx, *sandboxd, fs.Args()[1:], stdout)
 	case "":
 		fmt.Fprint(stdout, usage)
 		return errors.New("no command given")

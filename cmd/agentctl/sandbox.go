@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+const sandboxUsage = `Usage:
+  agentctl sandbox create [--image I | --template T] [--memory BYTES] [--cpus N] [--pids N]
+                          [--ttl D] [--network none|egress] [--label k=v]... [--env K=V]...
+  agentctl sandbox ls [--label k=v]...
+  agentctl sandbox exec ID [--timeout D] [--cwd DIR] [--env K=V]... -- COMMAND...
+  agentctl sandbox cp LOCAL ID:/path    (upload)
+  agentctl sandbox cp ID:/path LOCAL    (download; - for stdout)
+  agentctl sandbox rm ID...
+`
+
+// exitError carries a command's exit code out of agentctl.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit code %d", e.code) }
+
+// multi is a repeatable k=v flag.
+type multi map[string]string
+
+func (m multi) String() string { return "" }
+
+func (m multi) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	m[k] = v
+	return nil
+}
+
+func runSandbox(ctx context.Context, addr string, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, sandboxUsage)
+		return errors.New("no sandbox command given")
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := plumbv1.NewSandboxServiceClient(conn)
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("agentctl sandbox "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	switch cmd {
+	case "create":
+		image := fs.String("image", "", "image (must exist on the worker)")
+		template := fs.String("template", "", "worker template")
+		memory := fs.Int64("memory", 0, "memory limit in bytes")
+		cpus := fs.Float64("cpus", 0, "CPU quota in cores")
+		pids := fs.Int64("pids", 0, "process limit")
+		ttl := fs.Duration("ttl", 0, "time to live")
+		network := fs.String("network", "none", "none or egress")
+		labels, env := multi{}, multi{}
+		fs.Var(labels, "label", "label k=v (repeatable)")
+		fs.Var(env, "env", "environment K=V (repeatable)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		req := &plumbv1.CreateSandboxRequest{
+			Image: *image, Template: *template, Labels: labels, Env: env,
+			Resources: &plumbv1.Resources{MemoryBytes: *memory, Cpus: *cpus, Pids: *pids},
+		}
+		switch *network {
+		case "none":
+			req.Network = plumbv1.NetworkMode_NETWORK_MODE_NONE
+		case "egress":
+			req.Network = plumbv1.NetworkMode_NETWORK_MODE_EGRESS
+		default:
+			return fmt.Errorf("--network %q: want none or egress", *network)
+		}
+		if *ttl > 0 {
+			req.Ttl = durationpb.New(*ttl)
+		}
+		resp, err := c.CreateSandbox(ctx, req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, resp.GetSandbox().GetId())
+		return nil
+	case "ls":
+		labels := multi{}
+		fs.Var(labels, "label", "label filter k=v (repeatable)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		resp, err := c.ListSandboxes(ctx, &plumbv1.ListSandboxesRequest{Labels: labels})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES")
+		for _, s := range resp.GetSandboxes() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.GetId(), strings.TrimPrefix(s.GetState().String(), "SANDBOX_STATE_"), s.GetImage(),
+				s.GetCreatedAt().AsTime().Local().Format(time.DateTime), s.GetExpiresAt().AsTime().Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	case "exec":
+		if len(args) == 0 {
+			return errors.New("exec: missing sandbox id")
+		}
+		id := args[0]
+		timeout := fs.Duration("timeout", 0, "command timeout (default 120s)")
+		cwd := fs.String("cwd", "", "working directory")
+		env := multi{}
+		fs.Var(env, "env", "environment K=V (repeatable)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			return errors.New("exec: missing command (put it after --)")
+		}
+		command := &plumbv1.Command{Command: strings.Join(fs.Args(), " "), Cwd: *cwd, Env: env}
+		if *timeout > 0 {
+			command.Timeout = durationpb.New(*timeout)
+		}
+		s, err := c.ExecuteStream(ctx, &plumbv1.ExecuteStreamRequest{SandboxId: id, Command: command})
+		if err != nil {
+			return err
+		}
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return err
+			}
+			if out := m.GetOutput(); out != nil {
+				if _, err := stdout.Write(out.GetData()); err != nil {
+					return err
+				}
+			}
+			if r := m.GetResult(); r != nil {
+				if r.GetTimedOut() {
+					fmt.Fprintf(os.Stderr, "agentctl: command timed out\n")
+				}
+				if r.ExitCode == nil {
+					return errors.New("exit code unknown")
+				}
+				if code := int(r.GetExitCode()); code != 0 {
+					return exitError{code}
+				}
+				return nil
+			}
+		}
+	case "cp":
+		if len(args) != 2 {
+			return errors.New("cp: want SRC DST, one of them ID:/path")
+		}
+		if id, path, ok := remote(args[1]); ok {
+			return upload(ctx, c, args[0], id, path)
+		}
+		if id, path, ok := remote(args[0]); ok {
+			return download(ctx, c, id, path, args[1], stdout)
+		}
+		return errors.New("cp: one side must be ID:/path")
+	case "rm":
+		if len(args) == 0 {
+			return errors.New("rm: missing sandbox id")
+		}
+		for _, id := range args {
+			if _, err := c.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: id}); err != nil {
+				return fmt.Errorf("rm %s: %w", id, err)
+			}
+			fmt.Fprintln(stdout, id)
+		}
+		return nil
+	default:
+		fmt.Fprint(stdout, sandboxUsage)
+		return fmt.Errorf("unknown sandbox command %q", cmd)
+	}
+}
+
+// remote splits "sbx-...:/path".
+func remote(s string) (id, path string, ok bool) {
+	id, path, ok = strings.Cut(s, ":")
+	return id, path, ok && strings.HasPrefix(id, "sbx-")
+}
+
+func upload(ctx context.Context, c plumbv1.SandboxServiceClient, local, id, path string) error {
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	s, err := c.UploadFiles(ctx)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	first := true
+	for {
+		n, rerr := io.ReadFull(f, buf)
+		eof := errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
+		if rerr != nil && !eof {
+			return rerr
+		}
+		m := &plumbv1.UploadFilesRequest{Data: buf[:n], Eof: eof}
+		if first {
+			m.SandboxId, m.Path, first = id, path, false
+		}
+		if err := s.Send(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				_, err = s.CloseAndRecv()
+			}
+			return err
+		}
+		if eof {
+			break
+		}
+	}
+	resp, err := s.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	for _, r := range resp.GetResults() {
+		if e := r.GetError(); e != nil {
+			return fmt.Errorf("%s: %s", e.GetCode(), e.GetMessage())
+		}
+	}
+	return nil
+}
+
+func download(ctx context.Context, c plumbv1.SandboxServiceClient, id, path, local string, stdout io.Writer) error {
+	s, err := c.DownloadFiles(ctx, &plumbv1.DownloadFilesRequest{SandboxId: id, Paths: []string{path}})
+	if err != nil {
+		return err
+	}
+	var w io.Writer = stdout
+	var tmp *os.File
+	if local != "-" {
+		tmp, err = os.CreateTemp(dirOf(local), ".agentctl-cp-*")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		w = tmp
+	}
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		if e := m.GetError(); e != nil {
+			return fmt.Errorf("%s: %s", e.GetCode(), e.GetMessage())
+		}
+		if _, err := w.Write(m.GetData()); err != nil {
+			return err
+		}
+		if m.GetEof() {
+			break
+		}
+	}
+	if tmp != nil {
+		if err := tmp.Close(); err != nil {
+			return err
+		}
+		return os.Rename(tmp.Name(), local)
+	}
+	return nil
+}
+
+func dirOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i+1]
+	}
+	return "."
+}
+
