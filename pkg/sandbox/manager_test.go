@@ -57,7 +57,9 @@ type env struct {
 	cfg    sandbox.Config
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvB(t) }
+
+func newEnvB(t testing.TB) *env {
 	t.Helper()
 	cli := sandboxtest.Docker(t)
 	b := make([]byte, 3)
@@ -73,6 +75,10 @@ func newEnv(t *testing.T) *env {
 }
 
 func (e *env) manager(t *testing.T, opts ...sandbox.Option) *sandbox.Manager {
+	return e.managerB(t, opts...)
+}
+
+func (e *env) managerB(t testing.TB, opts ...sandbox.Option) *sandbox.Manager {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -271,7 +271,9 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 		return s.download(ctx, req)
 	case agentproto.OpLs:
 		return fileOp(ctx, s, req, func(a agentproto.PathArgs) string { return a.Path },
-			func(ctx context.Context, a agentproto.PathArgs) (backend.LsResult, error) { return s.cfg.Files.Ls(ctx, a.Path) })
+			func(ctx context.Context, a agentproto.PathArgs) (backend.LsResult, error) {
+				return s.cfg.Files.Ls(ctx, a.Path)
+			})
 	case agentproto.OpRead:
 		return fileOp(ctx, s, req, func(a backend.ReadRequest) string { return a.Path }, s.filesRead)
 	case agentproto.OpWrite:
