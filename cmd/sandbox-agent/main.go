@@ -1,55 +1,120 @@
 // Command sandbox-agent is the small static program sandboxd copies into
-// every sandbox container. It reads newline-delimited JSON request frames on
-// stdin and writes response frames on stdout; file operations and commands
-// run inside the container, never on the host.
+// every sandbox container (built with CGO_ENABLED=0). It has two jobs:
+//
+//	sandbox-agent init
+//	    The container's PID 1. It only reaps zombies, so the orphaned
+//	    background children of executes do not pile up, and exits on
+//	    SIGTERM or SIGINT.
+//	sandbox-agent serve [--root /] [--workspace /workspace] [--log-level info]
+//	    The agent proper, started by sandboxd with one exec: it reads
+//	    agentproto request frames on stdin and writes response frames on
+//	    stdout (see package agent). Logs go to stderr.
+//	sandbox-agent --version
+//	    Prints the build version.
+//
+// File operations and commands run inside the container, never on the
+// host.
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/plumbhq/plumb/internal/version"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agent"
 )
 
-// frame is one request or response on the agent channel.
-type frame struct {
-	ID    uint64 `json:"id"`
-	Op    string `json:"op,omitempty"`
-	OK    bool   `json:"ok,omitempty"`
-	Error string `json:"error,omitempty"`
-}
+const usage = `usage:
+  sandbox-agent serve [--root DIR] [--workspace DIR] [--log-level LEVEL]
+  sandbox-agent init
+  sandbox-agent --version
+`
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "--version" {
-		fmt.Println(version.String("sandbox-agent"))
-		return
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run dispatches on the subcommand and returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
-	in := bufio.NewReader(os.Stdin)
-	enc := json.NewEncoder(os.Stdout)
-	for {
-		line, err := in.ReadBytes('\n')
-		if len(line) > 0 {
-			var req frame
-			resp := frame{}
-			if jerr := json.Unmarshal(line, &req); jerr != nil {
-				resp.Error = "malformed frame: " + jerr.Error()
-			} else {
-				resp.ID = req.ID
-				switch req.Op {
-				case "ping":
-					resp.OK = true
-				default:
-					resp.Error = fmt.Sprintf("unknown op %q", req.Op)
-				}
+	switch args[0] {
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, version.String("sandbox-agent"))
+		return 0
+	case "init":
+		return runInit()
+	case "serve":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := serve(ctx, args[1:], stdin, stdout, stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
 			}
-			if werr := enc.Encode(resp); werr != nil {
-				os.Exit(1)
-			}
+			fmt.Fprintln(stderr, "sandbox-agent:", err)
+			return 1
 		}
-		if err != nil {
-			return
-		}
+		return 0
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
+	fmt.Fprintf(stderr, "sandbox-agent: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+// serve parses the serve flags, wires the agent and runs it until stdin
+// ends or ctx is cancelled.
+func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", "/", "engine root directory: file-tool paths and execute cwd resolve under it")
+	workspace := fs.String("workspace", agent.DefaultWorkspace, "working directory of execute when a request names none")
+	level := zapcore.InfoLevel
+	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+
+	lg := zap.New(zapcore.NewCore(
+		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
+		zapcore.Lock(zapcore.AddSync(stderr)),
+		level,
+	))
+	defer func() { _ = lg.Sync() }()
+
+	files, err := newFileEngine(*root)
+	if err != nil {
+		return err
+	}
+	return agent.Serve(ctx, stdin, stdout, agent.Config{
+		Files:     files,
+		Root:      *root,
+		Workspace: *workspace,
+		Logger:    lg,
+	})
+}
+
+// newFileEngine builds the file engine rooted at root. The shared os.Root
+// engine (pkg/backend/fileops or pkg/backend/filesystem) is not in the tree
+// yet; until it is, this returns nil, and the agent answers every file
+// operation with unsupported. Swap the engine in here.
+func newFileEngine(root string) (backend.Backend, error) {
+	_ = root
+	return nil, nil
 }

@@ -170,8 +170,8 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 }
 
 // killGroup sends SIGTERM to the process group now and SIGKILL after
-// backend.KillGrace. The escalation outlives the request if need be, but
-// never Serve.
+// backend.KillGrace, or at once when Serve shuts down. The escalation
+// outlives the request if need be, but never Serve.
 func (s *server) killGroup(pgid int, lg *zap.Logger) {
 	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		lg.Warn("SIGTERM process group", zap.Error(err))
@@ -181,7 +181,10 @@ func (s *server) killGroup(pgid int, lg *zap.Logger) {
 		defer s.wg.Done()
 		t := time.NewTimer(backend.KillGrace)
 		defer t.Stop()
-		<-t.C
+		select {
+		case <-t.C:
+		case <-s.shutdown:
+		}
 		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			lg.Warn("SIGKILL process group", zap.Error(err))
 		}
@@ -353,6 +356,9 @@ func validEnvKey(k string) bool {
 func (s *server) openOffload(p plan) (*os.File, error) {
 	if dir := filepath.Dir(p.offloadRel); dir != "." {
 		if err := s.root.MkdirAll(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				err = syscall.ENOTDIR // a parent component is a file
+			}
 			return nil, backend.FromOS("execute offload", p.offload, err)
 		}
 	}

@@ -83,6 +83,9 @@ type server struct {
 
 	// stop cancels every request and ends Serve (write failures use it).
 	stop context.CancelCauseFunc
+	// shutdown is closed when Serve stops taking work; pending SIGKILL
+	// escalations then fire at once.
+	shutdown chan struct{}
 
 	mu       sync.Mutex
 	closed   bool                          // no new work may start
@@ -128,6 +131,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		w:        agentproto.NewWriter(out),
 		root:     root,
 		stop:     stop,
+		shutdown: make(chan struct{}),
 		inflight: map[uint64]context.CancelFunc{},
 		uploads:  map[string]*upload{},
 	}
@@ -147,6 +151,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	s.closed = true
 	s.uploads = nil
 	s.mu.Unlock()
+	close(s.shutdown)
 	stop(err)
 	s.wg.Wait()
 	return err
