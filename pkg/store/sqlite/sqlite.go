@@ -1,0 +1,645 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/model"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// migrations are applied in order; schema_version holds how many ran.
+var migrations = []string{
+	`CREATE TABLE threads (
+		id            TEXT PRIMARY KEY,
+		created_at    INTEGER NOT NULL,
+		updated_at    INTEGER NOT NULL,
+		metadata      TEXT NOT NULL DEFAULT '{}',
+		sandbox_id    TEXT NOT NULL DEFAULT '',
+		message_count INTEGER NOT NULL DEFAULT 0,
+		state         TEXT NOT NULL DEFAULT '{}',
+		interrupt     TEXT
+	);
+	CREATE INDEX threads_updated ON threads (updated_at DESC, id DESC);
+	CREATE TABLE thread_labels (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		key       TEXT NOT NULL,
+		value     TEXT NOT NULL,
+		PRIMARY KEY (thread_id, key)
+	) WITHOUT ROWID;
+	CREATE INDEX thread_labels_kv ON thread_labels (key, value);
+	CREATE TABLE messages (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		idx       INTEGER NOT NULL,
+		body      TEXT NOT NULL,
+		PRIMARY KEY (thread_id, idx)
+	) WITHOUT ROWID;
+	CREATE TABLE runs (
+		ord       INTEGER PRIMARY KEY AUTOINCREMENT,
+		run_id    TEXT NOT NULL UNIQUE,
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		status    TEXT NOT NULL,
+		record    TEXT NOT NULL
+	);
+	CREATE INDEX runs_thread ON runs (thread_id, ord);
+	CREATE INDEX runs_status ON runs (status);
+	CREATE TABLE checkpoints (
+		id            INTEGER PRIMARY KEY AUTOINCREMENT,
+		thread_id     TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id        TEXT NOT NULL,
+		phase         TEXT NOT NULL,
+		step          INTEGER NOT NULL,
+		message_count INTEGER NOT NULL,
+		created_at    INTEGER NOT NULL
+	);
+	CREATE INDEX checkpoints_thread ON checkpoints (thread_id, id);`,
+}
+
+// Options configure Open.
+type Options struct {
+	// BusyTimeout is how long a write waits for the database lock
+	// (default 5 s).
+	BusyTimeout time.Duration
+	// CheckpointRetention is how many checkpoint records are kept per
+	// thread (default agent.DefaultCheckpointRetention).
+	CheckpointRetention int
+}
+
+// Store is the SQLite thread store.
+type Store struct {
+	db        *sql.DB
+	retention int
+}
+
+var _ agent.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path and migrates it.
+func Open(ctx context.Context, path string, o Options) (*Store, error) {
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+	if o.CheckpointRetention <= 0 {
+		o.CheckpointRetention = agent.DefaultCheckpointRetention
+	}
+	dsn := "file:" + path + "?_pragma=busy_timeout(" + strconv.FormatInt(o.BusyTimeout.Milliseconds(), 10) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open thread store %s: %w", path, err)
+	}
+	// One writer at a time is what SQLite does anyway; a single connection
+	// also keeps transactions from waiting on each other's locks.
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db, retention: o.CheckpointRetention}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open thread store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this agentd (%d)", v, len(migrations))
+	}
+	for i := v; i < len(migrations); i++ {
+		err := s.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
+			_, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, i+1)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// state is the JSON column holding the latest checkpointed state.
+type state struct {
+	Todos   []agent.Todo               `json:"todos,omitempty"`
+	Summary *agent.Summary             `json:"summary,omitempty"`
+	Private map[string]json.RawMessage `json:"private,omitempty"`
+	Pending *agent.PendingStep         `json:"pending,omitempty"`
+}
+
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func mustJSON(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// CreateThread implements agent.Store.
+func (s *Store) CreateThread(ctx context.Context, t agent.Thread) error {
+	if t.UpdatedAt.IsZero() {
+		t.UpdatedAt = t.CreatedAt
+	}
+	md, err := mustJSON(nonNil(t.Metadata))
+	if err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id) VALUES (?, ?, ?, ?, ?)`,
+			t.ID, nanos(t.CreatedAt), nanos(t.UpdatedAt), md, t.SandboxID)
+		if err != nil {
+			if strings.Contains(err.Error(), "UNIQUE") || strings.Contains(err.Error(), "PRIMARY KEY") {
+				return fmt.Errorf("create thread %s: %w", t.ID, agent.ErrConflict)
+			}
+			return fmt.Errorf("create thread %s: %w", t.ID, err)
+		}
+		return writeLabels(ctx, tx, t.ID, t.Metadata)
+	})
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func writeLabels(ctx context.Context, tx *sql.Tx, id string, md map[string]string) error {
+	for k, v := range md {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO thread_labels (thread_id, key, value) VALUES (?, ?, ?)
+			ON CONFLICT (thread_id, key) DO UPDATE SET value = excluded.value`, id, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadThread implements agent.Store.
+func (s *Store) LoadThread(ctx context.Context, id string) (*agent.ThreadData, error) {
+	var d *agent.ThreadData
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		d, _, err = s.load(ctx, tx, id, true)
+		return err
+	})
+	return d, err
+}
+
+// load reads one thread; full adds the message log and checkpoints.
+func (s *Store) load(ctx context.Context, q *sql.Tx, id string, full bool) (*agent.ThreadData, int, error) {
+	var (
+		created, updated int64
+		md, st           string
+		intr             sql.NullString
+		count            int
+		d                agent.ThreadData
+	)
+	err := q.QueryRowContext(ctx, `SELECT created_at, updated_at, metadata, sandbox_id, message_count, state, interrupt FROM threads WHERE id = ?`, id).
+		Scan(&created, &updated, &md, &d.Thread.SandboxID, &count, &st, &intr)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, fmt.Errorf("load thread %s: %w", id, agent.ErrThreadNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("load thread %s: %w", id, err)
+	}
+	d.Thread.ID, d.Thread.CreatedAt, d.Thread.UpdatedAt = id, fromNanos(created), fromNanos(updated)
+	if err := json.Unmarshal([]byte(md), &d.Thread.Metadata); err != nil {
+		return nil, 0, fmt.Errorf("load thread %s: metadata: %w", id, err)
+	}
+	var sv state
+	if err := json.Unmarshal([]byte(st), &sv); err != nil {
+		return nil, 0, fmt.Errorf("load thread %s: state: %w", id, err)
+	}
+	d.Todos, d.Summary, d.Private, d.Pending = sv.Todos, sv.Summary, sv.Private, sv.Pending
+	if intr.Valid {
+		d.Interrupt = new(agent.PendingInterrupt)
+		if err := json.Unmarshal([]byte(intr.String), d.Interrupt); err != nil {
+			return nil, 0, fmt.Errorf("load thread %s: interrupt: %w", id, err)
+		}
+	}
+	if err := s.loadRuns(ctx, q, &d); err != nil {
+		return nil, 0, err
+	}
+	if full {
+		if err := loadMessages(ctx, q, &d, count); err != nil {
+			return nil, 0, err
+		}
+		if err := loadCheckpoints(ctx, q, &d); err != nil {
+			return nil, 0, err
+		}
+	}
+	return &d, count, nil
+}
+
+func (s *Store) loadRuns(ctx context.Context, q *sql.Tx, d *agent.ThreadData) error {
+	rows, err := q.QueryContext(ctx, `SELECT record FROM runs WHERE thread_id = ? ORDER BY ord`, d.Thread.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var last *agent.RunRecord
+	var usage model.Usage
+	for rows.Next() {
+		var rec string
+		if err := rows.Scan(&rec); err != nil {
+			return err
+		}
+		r := new(agent.RunRecord)
+		if err := json.Unmarshal([]byte(rec), r); err != nil {
+			return fmt.Errorf("run record: %w", err)
+		}
+		usage = usage.Add(r.Usage)
+		last = r
+	}
+	d.LastRun, d.Usage = last, usage
+	return rows.Err()
+}
+
+func loadMessages(ctx context.Context, q *sql.Tx, d *agent.ThreadData, count int) error {
+	rows, err := q.QueryContext(ctx, `SELECT idx, body FROM messages WHERE thread_id = ? ORDER BY idx`, d.Thread.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	d.Messages = make([]agent.Message, 0, count)
+	for rows.Next() {
+		var idx int
+		var body string
+		if err := rows.Scan(&idx, &body); err != nil {
+			return err
+		}
+		if idx != len(d.Messages) {
+			return fmt.Errorf("thread %s: message log has a gap at %d", d.Thread.ID, len(d.Messages))
+		}
+		var m agent.Message
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			return fmt.Errorf("thread %s: message %d: %w", d.Thread.ID, idx, err)
+		}
+		d.Messages = append(d.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(d.Messages) != count {
+		return fmt.Errorf("thread %s: %d messages stored, %d recorded", d.Thread.ID, len(d.Messages), count)
+	}
+	return nil
+}
+
+func loadCheckpoints(ctx context.Context, q *sql.Tx, d *agent.ThreadData) error {
+	rows, err := q.QueryContext(ctx, `SELECT id, run_id, phase, step, message_count, created_at FROM checkpoints WHERE thread_id = ? ORDER BY id`, d.Thread.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c agent.CheckpointInfo
+		var created int64
+		if err := rows.Scan(&c.ID, &c.RunID, &c.Phase, &c.Step, &c.MessageCount, &created); err != nil {
+			return err
+		}
+		c.CreatedAt = fromNanos(created)
+		d.Checkpoints = append(d.Checkpoints, c)
+	}
+	return rows.Err()
+}
+
+// SaveCheckpoint implements agent.Store: one transaction.
+func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var count int
+		var md string
+		var updated int64
+		err := tx.QueryRowContext(ctx, `SELECT message_count, metadata, updated_at FROM threads WHERE id = ?`, cp.ThreadID).Scan(&count, &md, &updated)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("checkpoint %s: %w", cp.ThreadID, agent.ErrThreadNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if cp.Base != count {
+			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
+		}
+		for _, e := range cp.EditCalls {
+			if err := editCall(ctx, tx, cp.ThreadID, e); err != nil {
+				return err
+			}
+		}
+		for i, m := range cp.Append {
+			body, err := mustJSON(m)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO messages (thread_id, idx, body) VALUES (?, ?, ?)`, cp.ThreadID, count+i, body); err != nil {
+				return fmt.Errorf("append message %d: %w", count+i, err)
+			}
+		}
+		count += len(cp.Append)
+		if cp.Metadata != nil {
+			cur := map[string]string{}
+			if err := json.Unmarshal([]byte(md), &cur); err != nil {
+				return err
+			}
+			for k, v := range cp.Metadata {
+				cur[k] = v
+			}
+			if md, err = mustJSON(cur); err != nil {
+				return err
+			}
+			if err := writeLabels(ctx, tx, cp.ThreadID, cp.Metadata); err != nil {
+				return err
+			}
+		}
+		st, err := mustJSON(state{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
+		if err != nil {
+			return err
+		}
+		var intr any
+		if cp.Interrupt != nil {
+			b, err := mustJSON(cp.Interrupt)
+			if err != nil {
+				return err
+			}
+			intr = b
+		}
+		if n := nanos(cp.CreatedAt); n > updated {
+			updated = n
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE threads SET message_count = ?, metadata = ?, state = ?, interrupt = ?, updated_at = ? WHERE id = ?`,
+			count, md, st, intr, updated, cp.ThreadID); err != nil {
+			return err
+		}
+		if cp.Run.RunID != "" {
+			rec, err := mustJSON(cp.Run)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO runs (run_id, thread_id, status, record) VALUES (?, ?, ?, ?)
+				ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, record = excluded.record`,
+				cp.Run.RunID, cp.ThreadID, string(cp.Run.Status), rec); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread_id, run_id, phase, step, message_count, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, nanos(cp.CreatedAt)); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread_id = ? AND id NOT IN
+			(SELECT id FROM checkpoints WHERE thread_id = ? ORDER BY id DESC LIMIT ?)`, cp.ThreadID, cp.ThreadID, s.retention)
+		return err
+	})
+}
+
+// editCall rewrites the arguments of one stored tool call.
+func editCall(ctx context.Context, tx *sql.Tx, threadID string, e agent.CallEdit) error {
+	var body string
+	err := tx.QueryRowContext(ctx, `SELECT body FROM messages WHERE thread_id = ? AND idx = ?`, threadID, e.MessageIndex).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("checkpoint %s: no message %d: %w", threadID, e.MessageIndex, agent.ErrConflict)
+	}
+	if err != nil {
+		return err
+	}
+	var m agent.Message
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		return err
+	}
+	found := false
+	for i := range m.ToolCalls {
+		if m.ToolCalls[i].ID == e.CallID {
+			m.ToolCalls[i].Args = e.Args
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("checkpoint %s: no call %s in message %d: %w", threadID, e.CallID, e.MessageIndex, agent.ErrConflict)
+	}
+	nb, err := mustJSON(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE messages SET body = ? WHERE thread_id = ? AND idx = ?`, nb, threadID, e.MessageIndex)
+	return err
+}
+
+// FailRunningRuns implements agent.Store.
+func (s *Store) FailRunningRuns(ctx context.Context, message string) (int, error) {
+	n := 0
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT run_id, record FROM runs WHERE status = ?`, string(agent.StatusRunning))
+		if err != nil {
+			return err
+		}
+		var recs []agent.RunRecord
+		for rows.Next() {
+			var id, rec string
+			if err := rows.Scan(&id, &rec); err != nil {
+				rows.Close()
+				return err
+			}
+			var r agent.RunRecord
+			if err := json.Unmarshal([]byte(rec), &r); err != nil {
+				rows.Close()
+				return err
+			}
+			recs = append(recs, r)
+		}
+		rows.Close()
+		for _, r := range recs {
+			r.Status = agent.StatusFailed
+			r.Error = &agent.RunError{Code: agent.CodeInternal, Message: message}
+			b, err := mustJSON(r)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, record = ? WHERE run_id = ?`, string(r.Status), b, r.RunID); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// SetSandbox records the sandbox created for a thread ("" clears it).
+func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE threads SET sandbox_id = ? WHERE id = ?`, sandboxID, threadID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("set sandbox of %s: %w", threadID, agent.ErrThreadNotFound)
+	}
+	return nil
+}
+
+// DeleteThread removes a thread and everything stored with it.
+func (s *Store) DeleteThread(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("delete thread %s: %w", id, agent.ErrThreadNotFound)
+		}
+		return nil
+	})
+}
+
+// ListQuery selects a page of threads.
+type ListQuery struct {
+	// Labels must all be present with these values.
+	Labels map[string]string
+	// Status filters by derived status ("" = any).
+	Status agent.ThreadStatus
+	// PageSize bounds the page (default 50, max 500).
+	PageSize int
+	// PageToken continues a previous listing.
+	PageToken string
+}
+
+// ThreadInfo is a listed thread: everything but the message log and the
+// checkpoint list, plus the log's length.
+type ThreadInfo struct {
+	*agent.ThreadData
+	// MessageCount is the length of the message log.
+	MessageCount int
+}
+
+// ListThreads returns one page of threads, newest updated_at first, and the
+// token of the next page ("" at the end).
+func (s *Store) ListThreads(ctx context.Context, q ListQuery) ([]ThreadInfo, string, error) {
+	size := q.PageSize
+	if size <= 0 {
+		size = 50
+	}
+	size = min(size, 500)
+	var (
+		where []string
+		args  []any
+	)
+	if q.PageToken != "" {
+		u, id, err := decodeToken(q.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, `(t.updated_at < ? OR (t.updated_at = ? AND t.id < ?))`)
+		args = append(args, u, u, id)
+	}
+	for k, v := range q.Labels {
+		where = append(where, `EXISTS (SELECT 1 FROM thread_labels l WHERE l.thread_id = t.id AND l.key = ? AND l.value = ?)`)
+		args = append(args, k, v)
+	}
+	switch q.Status {
+	case agent.ThreadInterrupted:
+		where = append(where, `t.interrupt IS NOT NULL`)
+	case agent.ThreadRunning:
+		where = append(where, `t.interrupt IS NULL AND (SELECT status FROM runs r WHERE r.thread_id = t.id ORDER BY ord DESC LIMIT 1) = ?`)
+		args = append(args, string(agent.StatusRunning))
+	case agent.ThreadIdle:
+		where = append(where, `t.interrupt IS NULL AND COALESCE((SELECT status FROM runs r WHERE r.thread_id = t.id ORDER BY ord DESC LIMIT 1), '') != ?`)
+		args = append(args, string(agent.StatusRunning))
+	}
+	query := `SELECT t.id, t.updated_at FROM threads t`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	query += ` ORDER BY t.updated_at DESC, t.id DESC LIMIT ?`
+	args = append(args, size+1)
+
+	var out []ThreadInfo
+	next := ""
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		type key struct {
+			id string
+			u  int64
+		}
+		var keys []key
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.id, &k.u); err != nil {
+				rows.Close()
+				return err
+			}
+			keys = append(keys, k)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(keys) > size {
+			keys = keys[:size]
+			last := keys[size-1]
+			next = encodeToken(last.u, last.id)
+		}
+		for _, k := range keys {
+			d, n, err := s.load(ctx, tx, k.id, false)
+			if err != nil {
+				return err
+			}
+			out = append(out, ThreadInfo{ThreadData: d, MessageCount: n})
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+func encodeToken(updated int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(updated, 10) + ":" + id))
+}
+
+// ErrBadPageToken is returned for a page token this store did not issue.
+var ErrBadPageToken = errors.New("invalid page token")
+
+func decodeToken(tok string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, "", ErrBadPageToken
+	}
+	u, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(u, 10, 64)
+	if !ok || err != nil || id == "" {
+		return 0, "", ErrBadPageToken
+	}
+	return n, id, nil
+}

@@ -1,0 +1,264 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/model"
+)
+
+func open(t *testing.T, path string, o Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func msg(role model.Role, text string) agent.Message {
+	return agent.Message{Message: model.Message{Role: role, Content: text}, CreatedAt: t0}
+}
+
+func newThread(t *testing.T, s *Store, id string, md map[string]string, at time.Time) {
+	t.Helper()
+	if err := s.CreateThread(context.Background(), agent.Thread{ID: id, CreatedAt: at, Metadata: md}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckpointsPersistAcrossReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agentd.db")
+	s := open(t, path, Options{})
+	newThread(t, s, "th1", map[string]string{"tenant": "a"}, t0)
+	if err := s.CreateThread(ctx, agent.Thread{ID: "th1", CreatedAt: t0}); !errors.Is(err, agent.ErrConflict) {
+		t.Fatalf("duplicate thread: %v", err)
+	}
+
+	asst := msg(model.RoleAssistant, "")
+	asst.ToolCalls = []model.ToolCall{{ID: "c1", Name: "write_file", Args: `{"file_path":"/a"}`}}
+	steps := []agent.Checkpoint{
+		{ThreadID: "th1", Phase: agent.PhaseInput, Base: 0, Append: []agent.Message{msg(model.RoleUser, "hi")},
+			Run: agent.RunRecord{RunID: "r1", Status: agent.StatusRunning}, CreatedAt: t0.Add(time.Second)},
+		{ThreadID: "th1", Phase: agent.PhaseModel, Step: 1, Base: 1, Append: []agent.Message{asst},
+			Todos: []agent.Todo{{Content: "x", Status: agent.TodoInProgress}},
+			Run:   agent.RunRecord{RunID: "r1", Status: agent.StatusRunning, Usage: model.Usage{Prompt: 10, Completion: 5, Total: 15}}, CreatedAt: t0.Add(2 * time.Second)},
+		{ThreadID: "th1", Phase: agent.PhaseInterrupt, Step: 1, Base: 2, EditCalls: []agent.CallEdit{{MessageIndex: 1, CallID: "c1", Args: `{"file_path":"/b"}`}},
+			Todos:     []agent.Todo{{Content: "x", Status: agent.TodoInProgress}},
+			Interrupt: &agent.PendingInterrupt{InterruptID: "i1", RunID: "r1"},
+			Run:       agent.RunRecord{RunID: "r1", Status: agent.StatusInterrupted, Usage: model.Usage{Prompt: 10, Completion: 5, Total: 15}}, CreatedAt: t0.Add(3 * time.Second)},
+	}
+	for i := range steps {
+		if err := s.SaveCheckpoint(ctx, &steps[i]); err != nil {
+			t.Fatalf("checkpoint %d: %v", i, err)
+		}
+	}
+	// A stale base changes nothing.
+	stale := agent.Checkpoint{ThreadID: "th1", Phase: agent.PhaseTools, Base: 1, Append: []agent.Message{msg(model.RoleUser, "lost")}, CreatedAt: t0.Add(4 * time.Second)}
+	if err := s.SaveCheckpoint(ctx, &stale); !errors.Is(err, agent.ErrConflict) {
+		t.Fatalf("stale base: %v, want ErrConflict", err)
+	}
+	bad := agent.Checkpoint{ThreadID: "th1", Base: 2, EditCalls: []agent.CallEdit{{MessageIndex: 1, CallID: "nope"}}, Append: []agent.Message{msg(model.RoleUser, "lost")}}
+	if err := s.SaveCheckpoint(ctx, &bad); !errors.Is(err, agent.ErrConflict) {
+		t.Fatalf("edit of unknown call: %v, want ErrConflict", err)
+	}
+	if err := s.SaveCheckpoint(ctx, &agent.Checkpoint{ThreadID: "nope"}); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Fatalf("unknown thread: %v", err)
+	}
+	s.Close()
+
+	s = open(t, path, Options{})
+	d, err := s.LoadThread(ctx, "th1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Messages) != 2 || d.Messages[0].Content != "hi" || d.Messages[1].ToolCalls[0].Args != `{"file_path":"/b"}` {
+		t.Fatalf("messages = %+v", d.Messages)
+	}
+	if d.Status() != agent.ThreadInterrupted || d.Interrupt.InterruptID != "i1" || len(d.Todos) != 1 {
+		t.Fatalf("state = status %s interrupt %+v todos %+v", d.Status(), d.Interrupt, d.Todos)
+	}
+	if d.LastRun == nil || d.LastRun.Status != agent.StatusInterrupted || d.Usage.Total != 15 {
+		t.Fatalf("run = %+v usage %+v", d.LastRun, d.Usage)
+	}
+	if len(d.Checkpoints) != 3 || d.Checkpoints[2].Phase != agent.PhaseInterrupt || d.Checkpoints[2].MessageCount != 2 {
+		t.Fatalf("checkpoints = %+v", d.Checkpoints)
+	}
+	if !d.Thread.UpdatedAt.Equal(t0.Add(3*time.Second)) || d.Thread.Metadata["tenant"] != "a" {
+		t.Fatalf("thread = %+v", d.Thread)
+	}
+	if _, err := s.LoadThread(ctx, "nope"); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Fatalf("load unknown: %v", err)
+	}
+}
+
+func TestFailRunningRunsAndRetention(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "db"), Options{CheckpointRetention: 3})
+	newThread(t, s, "th", nil, t0)
+	for i := range 5 {
+		cp := agent.Checkpoint{ThreadID: "th", Phase: agent.PhaseTools, Step: i, Base: i, Append: []agent.Message{msg(model.RoleUser, fmt.Sprint(i))},
+			Run: agent.RunRecord{RunID: "r", Status: agent.StatusRunning}, CreatedAt: t0}
+		if err := s.SaveCheckpoint(ctx, &cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.FailRunningRuns(ctx, "agentd restarted")
+	if err != nil || n != 1 {
+		t.Fatalf("FailRunningRuns = %d, %v", n, err)
+	}
+	d, err := s.LoadThread(ctx, "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.LastRun.Status != agent.StatusFailed || d.LastRun.Error.Message != "agentd restarted" {
+		t.Fatalf("run = %+v", d.LastRun)
+	}
+	if len(d.Checkpoints) != 3 || d.Checkpoints[0].Step != 2 || len(d.Messages) != 5 {
+		t.Fatalf("checkpoints %+v, %d messages", d.Checkpoints, len(d.Messages))
+	}
+}
+
+func TestListAndDelete(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "db"), Options{})
+	for i := range 7 {
+		tenant := "a"
+		if i%2 == 1 {
+			tenant = "b"
+		}
+		newThread(t, s, fmt.Sprintf("t%d", i), map[string]string{"tenant": tenant}, t0.Add(time.Duration(i)*time.Minute))
+	}
+	// t6 gets an interrupt, t4 a running run.
+	must := func(cp agent.Checkpoint) {
+		t.Helper()
+		if err := s.SaveCheckpoint(ctx, &cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(agent.Checkpoint{ThreadID: "t6", Base: 0, Interrupt: &agent.PendingInterrupt{InterruptID: "i"}, Run: agent.RunRecord{RunID: "r6", Status: agent.StatusInterrupted}, CreatedAt: t0.Add(10 * time.Minute)})
+	must(agent.Checkpoint{ThreadID: "t4", Base: 0, Run: agent.RunRecord{RunID: "r4", Status: agent.StatusRunning}, CreatedAt: t0.Add(11 * time.Minute)})
+
+	ids := func(list []ThreadInfo) string {
+		var out []string
+		for _, d := range list {
+			out = append(out, d.Thread.ID)
+		}
+		return fmt.Sprint(out)
+	}
+	tests := []struct {
+		name string
+		q    ListQuery
+		want string
+	}{
+		{"all newest first", ListQuery{}, "[t4 t6 t5 t3 t2 t1 t0]"},
+		{"label", ListQuery{Labels: map[string]string{"tenant": "a"}}, "[t4 t6 t2 t0]"},
+		{"two labels no match", ListQuery{Labels: map[string]string{"tenant": "a", "x": "y"}}, "[]"},
+		{"interrupted", ListQuery{Status: agent.ThreadInterrupted}, "[t6]"},
+		{"running", ListQuery{Status: agent.ThreadRunning}, "[t4]"},
+		{"idle", ListQuery{Status: agent.ThreadIdle, Labels: map[string]string{"tenant": "b"}}, "[t5 t3 t1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, next, err := s.ListThreads(ctx, tt.q)
+			if err != nil || ids(got) != tt.want || next != "" {
+				t.Fatalf("got %s next %q err %v, want %s", ids(got), next, err, tt.want)
+			}
+		})
+	}
+
+	var pages []string
+	tok := ""
+	for {
+		got, next, err := s.ListThreads(ctx, ListQuery{PageSize: 3, PageToken: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, ids(got))
+		if next == "" {
+			break
+		}
+		tok = next
+	}
+	if fmt.Sprint(pages) != "[[t4 t6 t5] [t3 t2 t1] [t0]]" {
+		t.Fatalf("pages = %v", pages)
+	}
+	if _, _, err := s.ListThreads(ctx, ListQuery{PageToken: "garbage!"}); !errors.Is(err, ErrBadPageToken) {
+		t.Fatalf("bad token: %v", err)
+	}
+
+	if err := s.DeleteThread(ctx, "t6"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoadThread(ctx, "t6"); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Fatalf("load after delete: %v", err)
+	}
+	if err := s.DeleteThread(ctx, "t6"); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	var left int
+	if err := s.db.QueryRow(`SELECT (SELECT count(*) FROM runs WHERE thread_id='t6') + (SELECT count(*) FROM checkpoints WHERE thread_id='t6') + (SELECT count(*) FROM thread_labels WHERE thread_id='t6')`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("rows left after delete: %d, %v", left, err)
+	}
+}
+
+func TestConcurrentCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "db"), Options{})
+	const threads, steps = 8, 20
+	for i := range threads {
+		newThread(t, s, fmt.Sprintf("t%d", i), nil, t0)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, threads)
+	for i := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range steps {
+				cp := agent.Checkpoint{ThreadID: fmt.Sprintf("t%d", i), Base: j, Append: []agent.Message{msg(model.RoleUser, fmt.Sprint(j))}, CreatedAt: t0}
+				if err := s.SaveCheckpoint(ctx, &cp); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range threads {
+		d, err := s.LoadThread(ctx, fmt.Sprintf("t%d", i))
+		if err != nil || len(d.Messages) != steps || d.Messages[steps-1].Content != fmt.Sprint(steps-1) {
+			t.Fatalf("thread %d: %v", i, err)
+		}
+	}
+}
+
+func TestMigrationsAreRecorded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	s := open(t, path, Options{})
+	var v int
+	if err := s.db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != len(migrations) {
+		t.Fatalf("version = %d, %v", v, err)
+	}
+	if _, err := s.db.Exec(`UPDATE schema_version SET version = 999`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := Open(context.Background(), path, Options{}); err == nil {
+		t.Fatal("opened a database from a newer agentd")
+	}
+}
