@@ -39,16 +39,18 @@ func (f *Files) Home() string { return f.m.snapshot(f.sb).Settings.WorkingDir }
 func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onEvent func(agentproto.Response) error) error {
 	ch, err := f.m.channel(ctx, f.sb)
 	if err != nil {
-		return err
+		if failed := f.failed(ctx); failed != nil {
+			return failed
+		}
+		return backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.sb.info.ID, err)
 	}
 	f.m.touch(f.sb)
 	raw, err := ch.call(ctx, op, args, onEvent)
 	if err != nil {
 		if backend.CodeOf(err) == backend.CodeUnavailable {
 			// The stream broke: find out whether the container is gone.
-			f.m.checkAlive(context.WithoutCancel(ctx), f.sb)
-			if info := f.m.snapshot(f.sb); info.State == StateFailed {
-				return backend.Errorf(backend.CodeUnavailable, "", "sandbox %s failed: %s", info.ID, info.FailureReason)
+			if failed := f.failed(ctx); failed != nil {
+				return failed
 			}
 		}
 		return err
@@ -63,6 +65,16 @@ func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onE
 		}
 		f.sb.mu.Unlock()
 		return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed %s result; the channel was reset, retry the operation", op)
+	}
+	return nil
+}
+
+// failed checks the container and, when the sandbox has failed, returns
+// the error that says so.
+func (f *Files) failed(ctx context.Context) *backend.Error {
+	f.m.checkAlive(context.WithoutCancel(ctx), f.sb)
+	if info := f.m.snapshot(f.sb); info.State == StateFailed {
+		return backend.Errorf(backend.CodeUnavailable, "", "sandbox %s failed: %s; delete it and create a new one", info.ID, info.FailureReason)
 	}
 	return nil
 }

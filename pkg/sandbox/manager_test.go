@@ -198,7 +198,7 @@ func TestCreateExecuteDelete(t *testing.T) {
 		{"runs unprivileged", "id -u", "1000\n", 0},
 		{"workspace writable", "echo x > /workspace/f && cat /workspace/f", "x\n", 0},
 		{"tmp writable", "echo y > /tmp/f && cat /tmp/f", "y\n", 0},
-		{"agent not writable", "echo x > /.plumb/sandbox-agent 2>/dev/null || echo refused", "refused\n", 0},
+		{"agent not writable", "(echo x > /.plumb/sandbox-agent) 2>/dev/null || echo refused", "refused\n", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
