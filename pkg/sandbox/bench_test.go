@@ -29,7 +29,7 @@ func BenchmarkSmallOp(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := f.Write(ctx, "/workspace/a.txt", []byte("hello\n")); err != nil {
+	if _, err := f.Execute(ctx, backend.ExecuteRequest{Command: "echo hello > /workspace/a.txt"}); err != nil {
 		b.Fatal(err)
 	}
 
