@@ -1,0 +1,25 @@
+// Package agent is plumb's executor: the run loop of agent.md §2 for one
+// agent context (the root agent of a thread, or one subagent invocation),
+// the middleware contract of §3.1, the tool-call contract of §4.3, the
+// domain event stream of §8, and the persistence interface the executor
+// writes checkpoints through (§2.3).
+//
+// The pieces:
+//
+//   - State holds one agent context's message log (append-only), summary,
+//     todos, private middleware state and the pending step.
+//   - Middleware wraps the model and tool endpoints and hooks the run
+//     (BaseMiddleware gives no-ops to embed). Built-in middleware lives in
+//     the middleware subpackages; this package knows none of them.
+//   - Tool is a callable with a JSON Schema; the executor resolves, parses
+//     and validates calls before they reach the WrapTool chain.
+//   - Runner runs and resumes root agents against a Store and streams
+//     Events to a Sink; RunSubagent runs a nested context from inside a tool.
+//   - MemoryStore is the ephemeral Store; other implementations must pass
+//     the storetest conformance suite.
+//
+// The package must not import gRPC, protobuf or any provider SDK: events
+// are plain Go values that a transport adapter converts 1:1, and the model
+// is reached only through model.ChatModel. It never logs prompts, tool
+// arguments or file contents above debug level.
+package agent

@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/model"
+)
+
+// Event is one item of a run's event stream (agent.md §8). Sequence is
+// 1-based and contiguous per run, continuing across Resume segments.
+type Event struct {
+	// Sequence numbers the run's events.
+	Sequence uint64
+	// Time is when the event was produced.
+	Time time.Time
+	// RunID and ThreadID identify the run.
+	RunID, ThreadID string
+	// AgentPath is the producing agent context ("main", "main/explore").
+	AgentPath string
+	// ParentToolCallID is the task call of that subagent; "" at the root.
+	ParentToolCallID string
+	// Payload is what happened.
+	Payload Payload
+}
+
+// Sink receives a run's events in sequence order. It is called with the
+// run's event lock held, so it must not call back into the run; a slow
+// sink slows the run down.
+type Sink func(Event)
+
+// Payload is one of the event payload types of this package.
+type Payload interface {
+	// Kind is the payload's snake_case name in agent.md §8.
+	Kind() string
+	isPayload()
+}
+
+// RunStatus is how a run ended, or that it is still going.
+type RunStatus string
+
+// Run statuses. The first four end a stream with run_finished; the others
+// appear in run records only.
+const (
+	StatusCompleted        RunStatus = "COMPLETED"
+	StatusMaxIterations    RunStatus = "MAX_ITERATIONS"
+	StatusCancelled        RunStatus = "CANCELLED"
+	StatusDeadlineExceeded RunStatus = "DEADLINE_EXCEEDED"
+	StatusRunning          RunStatus = "RUNNING"
+	StatusInterrupted      RunStatus = "INTERRUPTED"
+	StatusFailed           RunStatus = "FAILED"
+)
+
+// SubagentStatus is how a subagent invocation ended.
+type SubagentStatus string
+
+// Subagent statuses (agent.md §5.3).
+const (
+	SubagentCompleted        SubagentStatus = "COMPLETED"
+	SubagentStepLimit        SubagentStatus = "STEP_LIMIT"
+	SubagentDeadlineExceeded SubagentStatus = "DEADLINE_EXCEEDED"
+	SubagentFailed           SubagentStatus = "FAILED"
+	SubagentCancelled        SubagentStatus = "CANCELLED"
+)
+
+// UsagePurpose says what a model call was for.
+type UsagePurpose string
+
+// Usage purposes.
+const (
+	PurposeAgent   UsagePurpose = "AGENT"
+	PurposeSummary UsagePurpose = "SUMMARY"
+)
+
+// Error codes of error events that are not model codes (agent.md §10.2).
+const (
+	CodeStorage  = "STORAGE"
+	CodeInternal = "INTERNAL"
+)
+
+// RunStarted opens every stream.
+type RunStarted struct {
+	ThreadID, RunID string
+	// Agent is the profile name; Model the model key.
+	Agent, Model string
+	// Resumed is true for a Resume stream.
+	Resumed bool
+}
+
+// MessageDelta is a fragment of assistant text.
+type MessageDelta struct {
+	Text string
+	// Step is the model call number within the agent context (1-based).
+	Step int
+	// Attempt increases when a retry restarts the streamed output.
+	Attempt int
+}
+
+// ReasoningDelta is a fragment of reasoning text.
+type ReasoningDelta struct {
+	Text          string
+	Step, Attempt int
+}
+
+// AssistantMessage is a complete model answer, persisted before it is
+// emitted.
+type AssistantMessage struct {
+	Text, Reasoning string
+	ToolCalls       []model.ToolCall
+	Step            int
+	FinishReason    string
+}
+
+// ToolCallStarted reports a call being dispatched, with its effective
+// arguments.
+type ToolCallStarted struct {
+	ID, Name, Args string
+}
+
+// ToolResultEvent is a call's outcome, content exactly as the model sees it.
+type ToolResultEvent struct {
+	ID, Name      string
+	Content       string
+	IsError       bool
+	ExitCode      *int
+	OffloadedPath string
+	Origin        Origin
+	Duration      time.Duration
+}
+
+// TodosUpdated carries the whole new todo list.
+type TodosUpdated struct {
+	Todos []Todo
+}
+
+// SubagentStarted reports a task call's subagent starting (or resuming).
+type SubagentStarted struct {
+	Subagent, Description string
+	Depth                 int
+	Resumed               bool
+}
+
+// SubagentFinished reports a subagent ending, with its usage.
+type SubagentFinished struct {
+	Status SubagentStatus
+	Usage  model.Usage
+}
+
+// Interrupted pauses the run until Resume. It is terminal for a stream.
+type Interrupted struct {
+	InterruptID string
+	// Requests are in call order, parents before nested ones.
+	Requests []InterruptRequest
+}
+
+// UsageReport is the usage of one model call and the run totals so far.
+type UsageReport struct {
+	Call      model.Usage
+	Estimated bool
+	Purpose   UsagePurpose
+	// Model is the provider's model name.
+	Model    string
+	RunTotal model.Usage
+}
+
+// Summarized reports a context compaction.
+type Summarized struct {
+	CutoffIndex               int
+	MessagesSummarized        int
+	TokensBefore, TokensAfter int
+	TranscriptPath            string
+	Fallback                  bool
+	Duration                  time.Duration
+}
+
+// RunError ends a failed run. Code is a model.ErrorCode value, CodeStorage
+// or CodeInternal.
+type RunError struct {
+	Code      string
+	Message   string
+	Retryable bool
+}
+
+// RunFinished ends a run.
+type RunFinished struct {
+	Status    RunStatus
+	FinalText string
+	Usage     model.Usage
+}
+
+// Kind implementations.
+
+func (RunStarted) Kind() string       { return "run_started" }
+func (MessageDelta) Kind() string     { return "message_delta" }
+func (ReasoningDelta) Kind() string   { return "reasoning_delta" }
+func (AssistantMessage) Kind() string { return "message" }
+func (ToolCallStarted) Kind() string  { return "tool_call_started" }
+func (ToolResultEvent) Kind() string  { return "tool_result" }
+func (TodosUpdated) Kind() string     { return "todos_updated" }
+func (SubagentStarted) Kind() string  { return "subagent_started" }
+func (SubagentFinished) Kind() string { return "subagent_finished" }
+func (Interrupted) Kind() string      { return "interrupted" }
+func (UsageReport) Kind() string      { return "usage" }
+func (Summarized) Kind() string       { return "summarized" }
+func (RunError) Kind() string         { return "error" }
+func (RunFinished) Kind() string      { return "run_finished" }
+
+func (RunStarted) isPayload()       {}
+func (MessageDelta) isPayload()     {}
+func (ReasoningDelta) isPayload()   {}
+func (AssistantMessage) isPayload() {}
+func (ToolCallStarted) isPayload()  {}
+func (ToolResultEvent) isPayload()  {}
+func (TodosUpdated) isPayload()     {}
+func (SubagentStarted) isPayload()  {}
+func (SubagentFinished) isPayload() {}
+func (Interrupted) isPayload()      {}
+func (UsageReport) isPayload()      {}
+func (Summarized) isPayload()       {}
+func (RunError) isPayload()         {}
+func (RunFinished) isPayload()      {}
+
+// IsTerminal reports whether p ends a stream.
+func IsTerminal(p Payload) bool {
+	switch p.(type) {
+	case RunFinished, Interrupted, RunError:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,445 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/plumbhq/plumb/pkg/agent/jsonschema"
+	"github.com/plumbhq/plumb/pkg/model"
+)
+
+// execution runs one agent context: the step loop of agent.md §2.2 items
+// 6.1–6.8, shared by root runs and subagents.
+type execution struct {
+	cfg     *Config
+	rc      *RunContext
+	st      *State
+	lg      *zap.Logger
+	tools   map[string]*Tool
+	schemas map[string]*jsonschema.Schema
+	visible []string // sorted names offered to the model
+	defs    []model.ToolDef
+	system  string
+	modelH  ModelHandler
+	toolH   ToolHandler
+	// checkpoint persists the state (root only; nil for subagents).
+	checkpoint func(ctx context.Context, phase Phase) error
+	// onEdit records an EDIT applied to a stored call (root only).
+	onEdit func(CallEdit)
+}
+
+func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	x := &execution{
+		cfg: cfg, rc: rc, st: st, lg: rc.Logger,
+		tools:   make(map[string]*Tool),
+		schemas: make(map[string]*jsonschema.Schema),
+	}
+	owner := make(map[string]string)
+	add := func(t Tool, from string) error {
+		if t.Name == "" || t.Func == nil {
+			return fmt.Errorf("%w: %s provides a tool without a name or function", ErrInvalidConfig, from)
+		}
+		if prev, ok := owner[t.Name]; ok {
+			return fmt.Errorf("%w: tool %q is provided by both %s and %s", ErrInvalidConfig, t.Name, prev, from)
+		}
+		owner[t.Name] = from
+		if cfg.Allow != nil && !cfg.Allow(t.Name) {
+			return nil
+		}
+		s, err := jsonschema.Compile(t.Schema)
+		if err != nil {
+			return fmt.Errorf("%w: tool %s: %v", ErrInvalidConfig, t.Name, err)
+		}
+		x.tools[t.Name] = &t
+		x.schemas[t.Name] = s
+		if !t.Hidden {
+			x.visible = append(x.visible, t.Name)
+		}
+		return nil
+	}
+	for _, m := range cfg.Middleware {
+		for _, t := range m.Tools() {
+			if err := add(t, "middleware "+m.Name()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, t := range cfg.Tools {
+		if err := add(t, "the tool registry"); err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(x.visible)
+	for _, name := range x.visible {
+		x.defs = append(x.defs, x.tools[name].Definition())
+	}
+	if cfg.SystemPrompt != nil {
+		x.system = cfg.SystemPrompt(rc, slices.Clone(x.defs))
+	}
+	x.modelH = wrapModel(cfg.Middleware, x.callModel)
+	x.toolH = wrapTool(cfg.Middleware, x.callTool)
+	return x, nil
+}
+
+type endKind int
+
+const (
+	endCompleted endKind = iota
+	endStepLimit
+	endInterrupted
+	endStopped // the context ended: cancellation or deadline
+	endFailed
+)
+
+type loopEnd struct {
+	kind endKind
+	err  error // endFailed
+}
+
+// storageError marks a failed checkpoint write.
+type storageError struct{ err error }
+
+func (e *storageError) Error() string { return "storage: " + e.err.Error() }
+func (e *storageError) Unwrap() error { return e.err }
+
+// hookError marks a failed middleware hook.
+type hookError struct {
+	hook, middleware string
+	err              error
+}
+
+func (e *hookError) Error() string {
+	return fmt.Sprintf("middleware %s: %s: %v", e.middleware, e.hook, e.err)
+}
+func (e *hookError) Unwrap() error { return e.err }
+
+func (x *execution) save(ctx context.Context, phase Phase) error {
+	if x.checkpoint == nil {
+		return nil
+	}
+	if err := x.checkpoint(ctx, phase); err != nil {
+		return &storageError{err}
+	}
+	return nil
+}
+
+func (x *execution) beforeAgent(ctx context.Context) error {
+	for _, m := range x.cfg.Middleware {
+		if err := m.BeforeAgent(ctx, x.rc, x.st); err != nil {
+			return &hookError{"before_agent", m.Name(), err}
+		}
+	}
+	return nil
+}
+
+func (x *execution) afterAgent(ctx context.Context) error {
+	for i := len(x.cfg.Middleware) - 1; i >= 0; i-- {
+		m := x.cfg.Middleware[i]
+		if err := m.AfterAgent(ctx, x.rc, x.st); err != nil {
+			return &hookError{"after_agent", m.Name(), err}
+		}
+	}
+	return nil
+}
+
+// loop runs steps until the context completes, stops or pauses. With a
+// plan, it first finishes the pending step with the plan's decisions.
+func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
+	if plan != nil {
+		if end, done := x.finishBatch(ctx, x.st.Pending(), plan, nil); done {
+			return end
+		}
+	}
+	for {
+		if x.rc.Step() >= x.rc.Limits.MaxIterations {
+			return loopEnd{kind: endStepLimit}
+		}
+		if ctx.Err() != nil {
+			return loopEnd{kind: endStopped}
+		}
+		for _, m := range x.cfg.Middleware {
+			if err := m.BeforeModel(ctx, x.rc, x.st); err != nil {
+				if ctx.Err() != nil {
+					return loopEnd{kind: endStopped}
+				}
+				return loopEnd{kind: endFailed, err: &hookError{"before_model", m.Name(), err}}
+			}
+		}
+		req := &ModelRequest{
+			System:      x.system,
+			Messages:    ModelMessages(x.st.Effective()),
+			Tools:       slices.Clone(x.defs),
+			MaxTokens:   x.cfg.MaxTokens,
+			Temperature: x.cfg.Temperature,
+			State:       x.st,
+			Run:         x.rc,
+			Rebuild:     func() []model.Message { return ModelMessages(x.st.Effective()) },
+		}
+		x.rc.takeReminders() // reminders belong to the batch of this call
+		resp, err := x.modelH(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return loopEnd{kind: endStopped}
+			}
+			return loopEnd{kind: endFailed, err: err}
+		}
+		reminders := x.rc.takeReminders()
+		msg := Message{Message: resp.Message, CreatedAt: x.rc.Now()}
+		msg.Role = model.RoleAssistant
+		index := x.st.Len()
+		x.st.Append(msg)
+		step := x.rc.nextStep()
+		calls := msg.ToolCalls
+		var p *PendingStep
+		if len(calls) > 0 {
+			p = &PendingStep{AssistantIndex: index, Calls: slices.Clone(calls), FinishReason: resp.FinishReason, Reminders: reminders}
+			x.st.setPending(p.clone())
+		}
+		total := x.rc.accountUsage(resp.Usage)
+		if err := x.save(ctx, PhaseModel); err != nil {
+			return loopEnd{kind: endFailed, err: err}
+		}
+		x.rc.Emit(AssistantMessage{
+			Text: msg.Content, Reasoning: msg.ReasoningContent, ToolCalls: slices.Clone(calls),
+			Step: step, FinishReason: resp.FinishReason,
+		})
+		x.rc.Emit(UsageReport{Call: resp.Usage, Estimated: resp.Usage.Estimated, Purpose: PurposeAgent, Model: x.cfg.ProviderModel, RunTotal: total})
+		if len(calls) == 0 {
+			if err := x.afterAgent(ctx); err != nil {
+				return loopEnd{kind: endFailed, err: err}
+			}
+			return loopEnd{kind: endCompleted}
+		}
+		if end, done := x.finishBatch(ctx, p, nil, reminders); done {
+			return end
+		}
+	}
+}
+
+// finishBatch dispatches a step's calls (or, with a plan, the calls still
+// open in a pending step), appends the results and checkpoints. done is
+// true when the loop must end.
+func (x *execution) finishBatch(ctx context.Context, p *PendingStep, plan *resumePlan, reminders []Reminder) (loopEnd, bool) {
+	if p == nil {
+		return loopEnd{kind: endFailed, err: errors.New("resume without a pending step")}, true
+	}
+	if plan != nil {
+		reminders = p.Reminders
+		x.applyEdits(p, plan)
+	}
+	out := x.dispatch(ctx, p, plan, reminders)
+	if out.stopped {
+		// Results that arrived in time are appended in call order; the
+		// others stay dangling for PatchToolCalls.
+		x.appendResults(p.Calls, out.results)
+		x.st.setPending(nil)
+		return loopEnd{kind: endStopped}, true
+	}
+	if slices.ContainsFunc(out.interrupts, func(in *Interrupt) bool { return in != nil }) {
+		np := p.clone()
+		np.Results = make(map[string]ToolResult)
+		np.Requests = nil
+		np.Nested = nil
+		np.Reminders = nil
+		np.Started = out.started
+		for i, c := range p.Calls {
+			if r := out.results[i]; r != nil {
+				np.Results[c.ID] = *r
+				continue
+			}
+			in := out.interrupts[i]
+			if in == nil {
+				continue
+			}
+			if i == len(p.Calls)-1 {
+				np.Reminders = reminders
+			}
+			if in.Nested != nil {
+				if np.Nested == nil {
+					np.Nested = make(map[string]*SubagentSnapshot)
+				}
+				np.Nested[c.ID] = in.Nested
+				continue
+			}
+			np.Requests = append(np.Requests, x.request(c, in))
+		}
+		x.st.setPending(np)
+		return loopEnd{kind: endInterrupted}, true
+	}
+	x.appendResults(p.Calls, out.results)
+	x.st.setPending(nil)
+	if err := x.save(ctx, PhaseTools); err != nil {
+		return loopEnd{kind: endFailed, err: err}, true
+	}
+	return loopEnd{}, false
+}
+
+// applyEdits replaces the stored arguments of calls decided with EDIT
+// (agent.md §6.4: the stored assistant call gets the edited args).
+func (x *execution) applyEdits(p *PendingStep, plan *resumePlan) {
+	for i, c := range p.Calls {
+		d, ok := plan.decisions[c.ID]
+		if !ok || d.Type != DecisionEdit {
+			continue
+		}
+		args := string(d.EditedArgs)
+		p.Calls[i].Args = args
+		if x.st.replaceCallArgs(p.AssistantIndex, c.ID, args) && x.onEdit != nil {
+			x.onEdit(CallEdit{MessageIndex: p.AssistantIndex, CallID: c.ID, Args: args})
+		}
+	}
+	x.st.setPending(p.clone())
+}
+
+func (x *execution) request(c model.ToolCall, in *Interrupt) InterruptRequest {
+	r := InterruptRequest{
+		ToolCallID:       c.ID,
+		AgentPath:        x.rc.AgentPath,
+		ParentToolCallID: x.rc.ParentToolCallID,
+		Kind:             in.Kind,
+		ToolName:         c.Name,
+		Args:             c.Args,
+		Description:      in.Description,
+		Allowed:          slices.Clone(in.Allowed),
+	}
+	if r.Kind == "" {
+		r.Kind = InterruptApproval
+	}
+	if r.Description == "" {
+		r.Description = "Approval required: " + c.Name
+	}
+	if len(r.Allowed) == 0 {
+		r.Allowed = AllDecisions()
+	}
+	if t := x.tools[c.Name]; t != nil {
+		r.ArgsSchema = slices.Clone(t.Definition().Parameters)
+	}
+	return r
+}
+
+func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult) {
+	var msgs []Message
+	now := x.rc.Now()
+	for i, c := range calls {
+		r := results[i]
+		if r == nil {
+			continue
+		}
+		msgs = append(msgs, Message{
+			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name},
+			IsError:   r.IsError,
+			CreatedAt: now,
+		})
+	}
+	x.st.Append(msgs...)
+}
+
+// callModel is the model endpoint: the request on the wire, deltas as
+// events.
+func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Response, error) {
+	msgs := make([]model.Message, 0, len(req.Messages)+1)
+	if req.System != "" {
+		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: req.System})
+	}
+	msgs = append(msgs, req.Messages...)
+	step := x.rc.Step() + 1
+	mreq := model.Request{
+		Model:       req.Model,
+		Messages:    msgs,
+		Tools:       req.Tools,
+		MaxTokens:   req.MaxTokens,
+		Temperature: req.Temperature,
+		Metadata:    model.Metadata{RunID: x.rc.RunID, AgentPath: x.rc.AgentPath, ParentToolCallID: x.rc.ParentToolCallID},
+	}
+	return x.cfg.Model.Generate(ctx, mreq, func(d model.Delta) {
+		attempt := max(d.Attempt, 1)
+		if d.Reasoning != "" {
+			x.rc.Emit(ReasoningDelta{Text: d.Reasoning, Step: step, Attempt: attempt})
+		}
+		if d.Text != "" {
+			x.rc.Emit(MessageDelta{Text: d.Text, Step: step, Attempt: attempt})
+		}
+	})
+}
+
+// callTool is the tool endpoint: tool_call_started, then the tool.
+func (x *execution) callTool(ctx context.Context, req *ToolRequest) (ToolResult, error) {
+	req.MarkStarted()
+	return req.Tool.Func(ctx, req)
+}
+
+// resolve applies agent.md §4.3 to a call before dispatch: unknown tool,
+// arguments that are not a JSON object, schema violations. It returns the
+// tool and the (possibly coerced) arguments, or an error result.
+func (x *execution) resolve(c model.ToolCall, finishReason string) (*Tool, string, *ToolResult) {
+	t := x.tools[c.Name]
+	if t == nil {
+		return nil, "", &ToolResult{
+			Content: fmt.Sprintf("Unknown tool %q. Available tools: %s.", c.Name, strings.Join(x.visible, ", ")),
+			IsError: true, Origin: OriginInvalidCall,
+		}
+	}
+	if t.Hidden {
+		return t, c.Args, nil
+	}
+	args := c.Args
+	if strings.TrimSpace(args) == "" {
+		args = "{}"
+	}
+	invalid := func(reason string) *ToolResult {
+		text := fmt.Sprintf("Invalid arguments for %s: %s. Send a JSON object matching the tool schema.", c.Name, reason)
+		if finishReason == model.FinishLength {
+			text += " (the response was cut off at the output token limit)"
+		}
+		return &ToolResult{Content: text, IsError: true, Origin: OriginInvalidCall}
+	}
+	v, err := jsonschema.Decode([]byte(args))
+	if err != nil {
+		return nil, "", invalid(err.Error())
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, "", invalid("the arguments are not a JSON object")
+	}
+	out, err := x.schemas[c.Name].ValidateJSON([]byte(args))
+	if err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return nil, "", &ToolResult{
+				Content: fmt.Sprintf("Invalid arguments for %s: %s.", c.Name, ve.Error()),
+				IsError: true, Origin: OriginInvalidCall,
+			}
+		}
+		return nil, "", invalid(err.Error())
+	}
+	return t, string(out), nil
+}
+
+// ValidateArgs checks args against the schema of tool name in this
+// context, the way dispatch does (used for EDIT decisions).
+func (x *execution) validateArgs(name string, args json.RawMessage) error {
+	s := x.schemas[name]
+	if s == nil {
+		return fmt.Errorf("unknown tool %s", name)
+	}
+	v, err := jsonschema.Decode(args)
+	if err != nil {
+		return fmt.Errorf("not valid JSON: %v", err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return errors.New("must be a JSON object")
+	}
+	if _, err := s.Validate(v); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,459 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"go.uber.org/zap"
+
+	"github.com/plumbhq/plumb/pkg/model"
+)
+
+// storeWriteTimeout bounds a checkpoint written after the run's context
+// ended (cancellation must still be recorded).
+const storeWriteTimeout = 30 * time.Second
+
+// ConfigureRequest is what a Runner asks its ConfigureFunc for.
+type ConfigureRequest struct {
+	// ThreadID and RunID identify the run (the thread may not be stored
+	// yet for a new thread).
+	ThreadID, RunID string
+	// Spec is the run's configuration (restored from the run record on
+	// Resume).
+	Spec RunSpec
+	// Resumed is true for Resume.
+	Resumed bool
+	// Files are RunRequest.files, to seed into the State backend (Run
+	// only).
+	Files map[string][]byte
+}
+
+// ConfigureFunc builds the root agent context's Config (model, fresh
+// middleware stack, tools, limits, backend) for one run segment. An error
+// fails the request before run_started; wrap ErrInvalidInput for bad
+// requests.
+type ConfigureFunc func(ctx context.Context, req ConfigureRequest) (*Config, error)
+
+// Runner runs and resumes root agents (agent.md §2.2, §6.4) over a Store.
+// It holds an in-process lease per thread (one active run per thread).
+// Run registries, replay logs and detach belong to the transport adapter.
+type Runner struct {
+	store     Store
+	configure ConfigureFunc
+	lg        *zap.Logger
+	clock     Clock
+	newID     func() string
+
+	mu     sync.Mutex
+	leases map[string]bool
+}
+
+// RunnerOption adjusts a Runner.
+type RunnerOption func(*Runner)
+
+// WithLogger sets the logger; nil means zap.NewNop().
+func WithLogger(lg *zap.Logger) RunnerOption { return func(r *Runner) { r.lg = lg } }
+
+// WithClock sets the clock of event and record timestamps.
+func WithClock(c Clock) RunnerOption { return func(r *Runner) { r.clock = c } }
+
+// WithIDs sets the generator of thread, run and interrupt ids (default
+// ULIDs).
+func WithIDs(f func() string) RunnerOption { return func(r *Runner) { r.newID = f } }
+
+// NewRunner returns a Runner.
+func NewRunner(store Store, configure ConfigureFunc, opts ...RunnerOption) *Runner {
+	r := &Runner{store: store, configure: configure, leases: make(map[string]bool)}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.lg == nil {
+		r.lg = zap.NewNop()
+	}
+	r.lg = r.lg.Named("agent")
+	if r.clock == nil {
+		r.clock = realClock{}
+	}
+	if r.newID == nil {
+		r.newID = func() string { return ulid.Make().String() }
+	}
+	return r
+}
+
+// Store returns the runner's store.
+func (r *Runner) Store() Store { return r.store }
+
+// RunInput is a Run request in domain terms.
+type RunInput struct {
+	// ThreadID is the thread to continue; "" creates one.
+	ThreadID string
+	// Metadata is merged into the thread's labels.
+	Metadata map[string]string
+	// Spec configures the run; it is persisted for Resume.
+	Spec RunSpec
+	// Input are the user messages. Required.
+	Input []string
+	// Files are seeded into the State backend by the ConfigureFunc.
+	Files map[string][]byte
+	// AbandonInterrupt drops a pending interrupt instead of failing.
+	AbandonInterrupt bool
+}
+
+// ResumeInput is a Resume request in domain terms.
+type ResumeInput struct {
+	ThreadID    string
+	InterruptID string
+	Decisions   []Decision
+}
+
+// RunResult is how a run segment ended.
+type RunResult struct {
+	ThreadID, RunID string
+	// Status is COMPLETED, MAX_ITERATIONS, CANCELLED, DEADLINE_EXCEEDED,
+	// INTERRUPTED or FAILED.
+	Status    RunStatus
+	FinalText string
+	Usage     model.Usage
+	// Interrupt is set when Status is INTERRUPTED.
+	Interrupt *Interrupted
+	// Error is set when Status is FAILED.
+	Error *RunError
+}
+
+func (r *Runner) lease(threadID string) (func(), bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leases[threadID] {
+		return nil, false
+	}
+	r.leases[threadID] = true
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.leases, threadID)
+	}, true
+}
+
+// Active reports whether the thread has a run in this process.
+func (r *Runner) Active(threadID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leases[threadID]
+}
+
+// Run starts a run. Errors before run_started are returned (see the Err*
+// values); afterwards every failure is an error event and the returned
+// error is nil. Events go to sink in sequence order; the last one is
+// run_finished, interrupted or error.
+func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, error) {
+	if len(in.Input) == 0 {
+		return nil, fmt.Errorf("%w: input is empty", ErrInvalidInput)
+	}
+	threadID := in.ThreadID
+	isNew := threadID == ""
+	if isNew {
+		threadID = r.newID()
+	}
+	release, ok := r.lease(threadID)
+	if !ok {
+		return nil, fmt.Errorf("thread %s is busy: %w", threadID, ErrThreadBusy)
+	}
+	defer release()
+	var td *ThreadData
+	if isNew {
+		td = &ThreadData{Thread: Thread{ID: threadID, Metadata: in.Metadata}}
+	} else {
+		var err error
+		if td, err = r.store.LoadThread(ctx, threadID); err != nil {
+			return nil, err
+		}
+		if td.Interrupt != nil && !in.AbandonInterrupt {
+			return nil, &PendingInterruptError{ThreadID: threadID, InterruptID: td.Interrupt.InterruptID}
+		}
+	}
+	runID := r.newID()
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: threadID, RunID: runID, Spec: in.Spec, Files: in.Files})
+	if err != nil {
+		return nil, err
+	}
+	now := r.clock.Now()
+	if isNew {
+		td.Thread.CreatedAt, td.Thread.UpdatedAt = now, now
+		if err := r.store.CreateThread(ctx, td.Thread); err != nil {
+			return nil, err
+		}
+	}
+	if td.Interrupt != nil {
+		if err := r.abandon(ctx, td); err != nil {
+			return nil, err
+		}
+	}
+	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private})
+	rr := r.newRootRun(sink, cfg, td, st, RunRecord{
+		RunID: runID, Spec: in.Spec, Status: StatusRunning, StartedAt: now, FirstMessage: len(td.Messages),
+	})
+	if in.Metadata != nil && !isNew {
+		rr.metadata = in.Metadata
+	}
+	x, err := newExecution(cfg, rr.rc, st)
+	if err != nil {
+		return nil, err
+	}
+	rr.x = x
+	x.checkpoint = rr.save
+	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
+
+	var inputs []Message
+	for _, text := range in.Input {
+		inputs = append(inputs, Message{Message: model.Message{Role: model.RoleUser, Content: text}, Source: SourceInput, CreatedAt: now})
+	}
+	st.Append(inputs...)
+	runCtx, cancel := rr.context(ctx)
+	defer cancel()
+	if err := x.save(runCtx, PhaseInput); err != nil {
+		return rr.finish(runCtx, loopEnd{kind: endFailed, err: err}), nil
+	}
+	return rr.start(runCtx, nil), nil
+}
+
+// abandon drops a pending interrupt (RunRequest.abandon_interrupt): the
+// completed sibling results are appended, the gated calls become dangling,
+// and the interrupted run is recorded as CANCELLED.
+func (r *Runner) abandon(ctx context.Context, td *ThreadData) error {
+	var add []Message
+	now := r.clock.Now()
+	if p := td.Pending; p != nil {
+		for _, c := range p.Calls {
+			if res, ok := p.Results[c.ID]; ok {
+				add = append(add, Message{
+					Message:   model.Message{Role: model.RoleTool, Content: res.Content, ToolCallID: c.ID, Name: c.Name},
+					IsError:   res.IsError,
+					CreatedAt: now,
+				})
+			}
+		}
+	}
+	rec := RunRecord{RunID: td.Interrupt.RunID}
+	if td.LastRun != nil && td.LastRun.RunID == rec.RunID {
+		rec = *td.LastRun
+	}
+	rec.Status, rec.FinishedAt = StatusCancelled, now
+	cp := &Checkpoint{
+		ThreadID: td.Thread.ID, Phase: PhaseFinal, Step: rec.Steps, Base: len(td.Messages), Append: add,
+		Todos: td.Todos, Summary: td.Summary, Private: td.Private, Run: rec, CreatedAt: now,
+	}
+	if err := r.store.SaveCheckpoint(ctx, cp); err != nil {
+		return fmt.Errorf("abandon interrupt: %w", err)
+	}
+	r.lg.Info("pending interrupt abandoned", zap.String("thread-id", td.Thread.ID),
+		zap.String("interrupt-id", td.Interrupt.InterruptID), zap.Int("completed-results", len(add)))
+	td.Messages = append(td.Messages, add...)
+	td.Pending, td.Interrupt = nil, nil
+	return nil
+}
+
+// Resume continues an interrupted run with decisions (agent.md §6.4). The
+// decisions are validated first (§6.5); on any problem nothing changes and
+// a *DecisionError is returned.
+func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (*RunResult, error) {
+	release, ok := r.lease(in.ThreadID)
+	if !ok {
+		return nil, fmt.Errorf("thread %s is busy: %w", in.ThreadID, ErrThreadBusy)
+	}
+	defer release()
+	td, err := r.store.LoadThread(ctx, in.ThreadID)
+	if err != nil {
+		return nil, err
+	}
+	if td.Interrupt == nil || td.Pending == nil {
+		return nil, fmt.Errorf("thread %s has no pending interrupt: %w", in.ThreadID, ErrNoPendingInterrupt)
+	}
+	if in.InterruptID != td.Interrupt.InterruptID {
+		return nil, &StaleInterruptError{Got: in.InterruptID, Current: td.Interrupt.InterruptID}
+	}
+	plan, err := planResume(td.Pending, in.Decisions)
+	if err != nil {
+		return nil, err
+	}
+	if td.LastRun == nil || td.LastRun.RunID != td.Interrupt.RunID {
+		return nil, fmt.Errorf("thread %s: the interrupted run's record is missing", in.ThreadID)
+	}
+	rec := *td.LastRun
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true})
+	if err != nil {
+		return nil, err
+	}
+	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private, Pending: td.Pending})
+	rec.Status = StatusRunning
+	rr := r.newRootRun(sink, cfg, td, st, rec)
+	rr.rc.step = rec.Steps
+	rr.shared.seq = rec.LastSequence
+	rr.shared.total = rec.Usage
+	x, err := newExecution(cfg, rr.rc, st)
+	if err != nil {
+		return nil, err
+	}
+	rr.x = x
+	x.checkpoint = rr.save
+	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
+	runCtx, cancel := rr.context(ctx)
+	defer cancel()
+	return rr.start(runCtx, plan), nil
+}
+
+// rootRun is one segment of a root run.
+type rootRun struct {
+	r         *Runner
+	cfg       *Config
+	td        *ThreadData
+	st        *State
+	x         *execution
+	rc        *RunContext
+	shared    *runShared
+	rec       RunRecord
+	persisted int
+	edits     []CallEdit
+	metadata  map[string]string
+	interrupt *PendingInterrupt
+	segStart  time.Time
+}
+
+var errRunTimeout = errors.New("run timeout")
+
+func (r *Runner) newRootRun(sink Sink, cfg *Config, td *ThreadData, st *State, rec RunRecord) *rootRun {
+	path := cfg.Agent
+	if path == "" {
+		path = "main"
+	}
+	lg := r.lg.With(zap.String("thread-id", td.Thread.ID), zap.String("run-id", rec.RunID))
+	shared := &runShared{sink: sink, clock: r.clock, newID: r.newID, lg: lg}
+	rc := &RunContext{
+		ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, ModelKey: cfg.ModelKey,
+		AgentPath: path, Backend: cfg.Backend, Clock: r.clock,
+		Logger:    lg.With(zap.String("agent-path", path)),
+		StartedAt: rec.StartedAt, Limits: cfg.Limits.WithDefaults(), shared: shared,
+	}
+	return &rootRun{r: r, cfg: cfg, td: td, st: st, rc: rc, shared: shared, rec: rec, persisted: len(td.Messages), segStart: time.Now()}
+}
+
+// context returns the segment's context: the run timeout minus the time
+// the run was already active.
+func (rr *rootRun) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	left := rr.rc.Limits.Timeout - rr.rec.Elapsed
+	return context.WithTimeoutCause(ctx, max(left, time.Millisecond), errRunTimeout)
+}
+
+// start runs BeforeAgent and the loop, then finishes the segment.
+func (rr *rootRun) start(ctx context.Context, plan *resumePlan) *RunResult {
+	if plan != nil {
+		rr.x.onEdit = func(e CallEdit) { rr.edits = append(rr.edits, e) }
+	}
+	before := rr.st.Len()
+	if err := rr.x.beforeAgent(ctx); err != nil {
+		if ctx.Err() != nil {
+			return rr.finish(ctx, loopEnd{kind: endStopped})
+		}
+		return rr.finish(ctx, loopEnd{kind: endFailed, err: err})
+	}
+	if rr.st.Len() != before {
+		if err := rr.x.save(ctx, PhaseInput); err != nil {
+			return rr.finish(ctx, loopEnd{kind: endFailed, err: err})
+		}
+	}
+	return rr.finish(ctx, rr.x.loop(ctx, plan))
+}
+
+// save writes one checkpoint of the current state.
+func (rr *rootRun) save(ctx context.Context, phase Phase) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
+	defer cancel()
+	todos, sum, private, pending := rr.st.parts()
+	rec := rr.rec
+	rec.Steps = rr.rc.Step()
+	rec.Usage = rr.rc.RunUsage()
+	rec.Elapsed = rr.rec.Elapsed + time.Since(rr.segStart)
+	if rec.LastSequence < rr.shared.nextSequence()-1 {
+		rec.LastSequence = rr.shared.nextSequence() - 1
+	}
+	cp := &Checkpoint{
+		ThreadID: rr.td.Thread.ID, Phase: phase, Step: rec.Steps,
+		Base: rr.persisted, Append: rr.st.MessagesFrom(rr.persisted), EditCalls: rr.edits, Metadata: rr.metadata,
+		Todos: todos, Summary: sum, Private: private, Pending: pending, Interrupt: rr.interrupt,
+		Run: rec, CreatedAt: rr.r.clock.Now(),
+	}
+	if err := rr.r.store.SaveCheckpoint(ctx, cp); err != nil {
+		rr.rc.Logger.Error("checkpoint failed", zap.String("phase", string(phase)), zap.Error(err))
+		return err
+	}
+	rr.persisted += len(cp.Append)
+	rr.edits, rr.metadata = nil, nil
+	return nil
+}
+
+// finish records how the segment ended and emits the terminal event.
+func (rr *rootRun) finish(ctx context.Context, end loopEnd) *RunResult {
+	res := &RunResult{ThreadID: rr.td.Thread.ID, RunID: rr.rec.RunID}
+	now := rr.r.clock.Now()
+	rr.rec.FinalText = LastText(rr.st.MessagesFrom(rr.rec.FirstMessage))
+	switch end.kind {
+	case endInterrupted:
+		p := rr.st.Pending()
+		rr.interrupt = &PendingInterrupt{
+			InterruptID: rr.r.newID(), RunID: rr.rec.RunID, Requests: p.AllRequests(), CreatedAt: now,
+		}
+		rr.rec.Status = StatusInterrupted
+		rr.rec.LastSequence = rr.shared.nextSequence()
+		if err := rr.save(ctx, PhaseInterrupt); err != nil {
+			rr.interrupt = nil
+			return rr.fail(ctx, res, &storageError{err})
+		}
+		ev := Interrupted{InterruptID: rr.interrupt.InterruptID, Requests: rr.interrupt.Requests}
+		rr.rc.Emit(ev)
+		res.Status, res.Interrupt, res.Usage = StatusInterrupted, &ev, rr.rc.RunUsage()
+		return res
+	case endFailed:
+		return rr.fail(ctx, res, end.err)
+	}
+	switch end.kind {
+	case endCompleted:
+		rr.rec.Status = StatusCompleted
+	case endStepLimit:
+		rr.rec.Status = StatusMaxIterations
+	default:
+		rr.rec.Status = StatusCancelled
+		if errors.Is(context.Cause(ctx), errRunTimeout) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			rr.rec.Status = StatusDeadlineExceeded
+		}
+	}
+	rr.rec.FinishedAt = now
+	rr.rec.LastSequence = rr.shared.nextSequence()
+	rr.st.setPending(nil)
+	if err := rr.save(ctx, PhaseFinal); err != nil {
+		return rr.fail(ctx, res, &storageError{err})
+	}
+	usage := rr.rc.RunUsage()
+	rr.rc.Emit(RunFinished{Status: rr.rec.Status, FinalText: rr.rec.FinalText, Usage: usage})
+	rr.rc.Logger.Info("run finished", zap.String("status", string(rr.rec.Status)),
+		zap.Int("steps", rr.rc.Step()), zap.Int("total-tokens", usage.Total))
+	res.Status, res.FinalText, res.Usage = rr.rec.Status, rr.rec.FinalText, usage
+	return res
+}
+
+// fail records a failed run and emits the error event.
+func (rr *rootRun) fail(ctx context.Context, res *RunResult, err error) *RunResult {
+	info := ErrorInfo(err)
+	rr.rc.Logger.Warn("run failed", zap.String("error-code", info.Code), zap.Error(err))
+	rr.rec.Status, rr.rec.Error, rr.rec.FinishedAt = StatusFailed, &info, rr.r.clock.Now()
+	rr.rec.LastSequence = rr.shared.nextSequence()
+	rr.st.setPending(nil)
+	if serr := rr.save(ctx, PhaseFinal); serr != nil && info.Code != CodeStorage {
+		info = ErrorInfo(&storageError{serr})
+	}
+	rr.rc.Emit(info)
+	res.Status, res.Error, res.Usage = StatusFailed, &info, rr.rc.RunUsage()
+	return res
+}

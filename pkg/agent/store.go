@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/model"
+)
+
+// Store is what the executor persists (agent.md §2.3): threads, the
+// append-only message log, checkpoints with the state beside the log, the
+// pending interrupt, and run records. It is defined here, by its consumer;
+// MemoryStore is the ephemeral implementation and the SQLite store is the
+// durable one. Every implementation must pass storetest.Run.
+//
+// Contract:
+//   - SaveCheckpoint is atomic: either everything in the Checkpoint is
+//     applied or nothing is (one SQLite transaction).
+//   - Messages are stored once and never rewritten, with one exception:
+//     Checkpoint.EditCalls replaces the arguments of a stored assistant
+//     call (an EDIT decision). Checkpoints reference a message count.
+//   - Checkpoint.Base must equal the thread's stored message count; a
+//     mismatch returns ErrConflict and changes nothing.
+//   - Run records are upserted by RunID; a thread's last run is the one
+//     started last.
+//   - LoadThread returns copies; callers may mutate them freely.
+//   - Implementations are safe for concurrent use.
+type Store interface {
+	// CreateThread stores a new thread; an existing id is ErrConflict.
+	CreateThread(ctx context.Context, t Thread) error
+	// LoadThread returns a thread with its log and latest state, or
+	// ErrThreadNotFound.
+	LoadThread(ctx context.Context, threadID string) (*ThreadData, error)
+	// SaveCheckpoint applies one checkpoint atomically.
+	SaveCheckpoint(ctx context.Context, cp *Checkpoint) error
+	// FailRunningRuns marks every run record still RUNNING as FAILED with
+	// the given message (agentd restarted) and returns how many it changed.
+	FailRunningRuns(ctx context.Context, message string) (int, error)
+}
+
+// Store errors.
+var (
+	// ErrThreadNotFound: no thread with that id.
+	ErrThreadNotFound = errors.New("thread not found")
+	// ErrConflict: a checkpoint's Base does not match the stored log, or a
+	// thread id already exists.
+	ErrConflict = errors.New("store conflict")
+)
+
+// Thread is a thread's record.
+type Thread struct {
+	// ID is the thread id (a ULID).
+	ID string `json:"id"`
+	// CreatedAt and UpdatedAt are maintained by the store from checkpoint
+	// times.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Metadata are the thread's labels.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// SandboxID is the thread's sandbox, if any (set by the sandbox
+	// integration, not by the executor).
+	SandboxID string `json:"sandbox_id,omitempty"`
+}
+
+// ThreadStatus is derived from the last run and the pending interrupt.
+type ThreadStatus string
+
+// Thread statuses.
+const (
+	ThreadIdle        ThreadStatus = "IDLE"
+	ThreadRunning     ThreadStatus = "RUNNING"
+	ThreadInterrupted ThreadStatus = "INTERRUPTED"
+)
+
+// ThreadData is a thread with its log and latest checkpointed state.
+type ThreadData struct {
+	Thread Thread `json:"thread"`
+	// Messages is the whole log.
+	Messages []Message `json:"messages"`
+	// Todos, Summary, Private and Pending are the root context's state at
+	// the last checkpoint.
+	Todos   []Todo                     `json:"todos,omitempty"`
+	Summary *Summary                   `json:"summary,omitempty"`
+	Private map[string]json.RawMessage `json:"private,omitempty"`
+	Pending *PendingStep               `json:"pending,omitempty"`
+	// Interrupt is the pending interrupt, if any.
+	Interrupt *PendingInterrupt `json:"interrupt,omitempty"`
+	// LastRun is the most recently started run, if any.
+	LastRun *RunRecord `json:"last_run,omitempty"`
+	// Usage is the thread's cumulative usage over all runs.
+	Usage model.Usage `json:"usage"`
+	// Checkpoints are the retained checkpoints, oldest first.
+	Checkpoints []CheckpointInfo `json:"checkpoints,omitempty"`
+}
+
+// Status derives the thread status.
+func (d *ThreadData) Status() ThreadStatus {
+	switch {
+	case d.Interrupt != nil:
+		return ThreadInterrupted
+	case d.LastRun != nil && d.LastRun.Status == StatusRunning:
+		return ThreadRunning
+	}
+	return ThreadIdle
+}
+
+// Phase is the point of a step a checkpoint was written at.
+type Phase string
+
+// Checkpoint phases (agent.md §2.3).
+const (
+	PhaseInput     Phase = "INPUT"
+	PhaseModel     Phase = "MODEL"
+	PhaseTools     Phase = "TOOLS"
+	PhaseInterrupt Phase = "INTERRUPT"
+	PhaseFinal     Phase = "FINAL"
+)
+
+// Checkpoint is one atomic write of the executor.
+type Checkpoint struct {
+	// ThreadID is the thread written.
+	ThreadID string `json:"thread_id"`
+	// Phase says where in the step it was written.
+	Phase Phase `json:"phase"`
+	// Step is the run's model calls so far.
+	Step int `json:"step"`
+	// Base is the message count the writer believes is stored; Append
+	// continues the log from there.
+	Base int `json:"base"`
+	// Append are new messages, stored at Base, Base+1, ...
+	Append []Message `json:"append,omitempty"`
+	// EditCalls replace arguments of stored assistant calls (applied
+	// before Append).
+	EditCalls []CallEdit `json:"edit_calls,omitempty"`
+	// Metadata, when non-nil, is merged into the thread's labels.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Todos, Summary, Private and Pending replace the stored state.
+	Todos   []Todo                     `json:"todos,omitempty"`
+	Summary *Summary                   `json:"summary,omitempty"`
+	Private map[string]json.RawMessage `json:"private,omitempty"`
+	Pending *PendingStep               `json:"pending,omitempty"`
+	// Interrupt replaces the pending interrupt; nil clears it.
+	Interrupt *PendingInterrupt `json:"interrupt,omitempty"`
+	// Run is upserted by RunID.
+	Run RunRecord `json:"run"`
+	// CreatedAt is when the checkpoint was written.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CallEdit replaces the arguments of one stored tool call.
+type CallEdit struct {
+	// MessageIndex is the log index of the assistant message.
+	MessageIndex int `json:"message_index"`
+	// CallID is the call's id within that message.
+	CallID string `json:"call_id"`
+	// Args are the new JSON arguments.
+	Args string `json:"args"`
+}
+
+// CheckpointInfo describes a retained checkpoint.
+type CheckpointInfo struct {
+	// ID increases per store.
+	ID int64 `json:"id"`
+	// RunID is the run that wrote it.
+	RunID string `json:"run_id"`
+	// Phase and Step say where.
+	Phase Phase `json:"phase"`
+	Step  int   `json:"step"`
+	// MessageCount is the log length after it.
+	MessageCount int `json:"message_count"`
+	// CreatedAt is when it was written.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// PendingInterrupt is a thread's open interrupt.
+type PendingInterrupt struct {
+	// InterruptID is what Resume must name.
+	InterruptID string `json:"interrupt_id"`
+	// RunID is the interrupted run.
+	RunID string `json:"run_id"`
+	// Requests are the waiting calls, as emitted in `interrupted`.
+	Requests []InterruptRequest `json:"requests"`
+	// CreatedAt is when the run paused.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// RunRecord summarizes one run.
+type RunRecord struct {
+	// RunID is the run's ULID.
+	RunID string `json:"run_id"`
+	// Spec is how the run was configured; Resume rebuilds it from here.
+	Spec RunSpec `json:"spec"`
+	// Status is RUNNING until the run ends or pauses.
+	Status RunStatus `json:"status"`
+	// Usage is the run's usage so far.
+	Usage model.Usage `json:"usage"`
+	// FinalText is the last non-empty assistant text when finished.
+	FinalText string `json:"final_text,omitempty"`
+	// Error describes a FAILED run.
+	Error *RunError `json:"error,omitempty"`
+	// StartedAt and FinishedAt bound the run.
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitempty"`
+	// Steps counts root model calls, Resume segments included.
+	Steps int `json:"steps"`
+	// LastSequence is the sequence of the run's last event so far.
+	LastSequence uint64 `json:"last_sequence"`
+	// Elapsed is the run's active wall time (interrupted time excluded).
+	Elapsed time.Duration `json:"elapsed"`
+	// FirstMessage is the log length when the run started; the run's
+	// messages are Messages[FirstMessage:].
+	FirstMessage int `json:"first_message"`
+}
+
+// RunSpec is the persisted configuration of a run: what a Resume needs to
+// rebuild the same agent.
+type RunSpec struct {
+	// Agent is the primary profile; "" means the default.
+	Agent string `json:"agent,omitempty"`
+	// Model is a model key override; "" uses the profile's.
+	Model string `json:"model,omitempty"`
+	// ClientTools are the client-declared tools of the run.
+	ClientTools []ClientToolDef `json:"client_tools,omitempty"`
+	// MaxIterations lowers limits.max_iterations when positive.
+	MaxIterations int `json:"max_iterations,omitempty"`
+	// Timeout lowers limits.run_timeout when positive.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// ClientToolDef is a client-declared tool.
+type ClientToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}

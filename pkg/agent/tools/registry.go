@@ -1,0 +1,247 @@
+package tools
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+// Tool groups usable in allow-lists (agent.md §5.1).
+const (
+	GroupRead  = "@read"
+	GroupWrite = "@write"
+	GroupExec  = "@exec"
+	GroupAll   = "@all"
+)
+
+// Read, write and exec tool names of the file tools.
+var (
+	ReadTools  = []string{"ls", "read_file", "glob", "grep"}
+	WriteTools = []string{"write_file", "edit_file", "delete"}
+	ExecTools  = []string{"execute"}
+)
+
+// Registry maps names to tools. Tools can be registered in named groups
+// (e.g. "test_kit") that configuration enables as a whole. It is safe for
+// concurrent use.
+type Registry struct {
+	mu     sync.RWMutex
+	tools  map[string]agent.Tool
+	groups map[string][]string
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{tools: make(map[string]agent.Tool), groups: make(map[string][]string)}
+}
+
+// Register adds tools; a duplicate name is an error.
+func (r *Registry) Register(ts ...agent.Tool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range ts {
+		if t.Name == "" || t.Func == nil {
+			return fmt.Errorf("register tool %q: name and function are required", t.Name)
+		}
+		if _, ok := r.tools[t.Name]; ok {
+			return fmt.Errorf("register tool %q: already registered", t.Name)
+		}
+	}
+	for _, t := range ts {
+		r.tools[t.Name] = t
+	}
+	return nil
+}
+
+// RegisterGroup registers tools and remembers them as group name.
+func (r *Registry) RegisterGroup(name string, ts ...agent.Tool) error {
+	if err := r.Register(ts...); err != nil {
+		return fmt.Errorf("group %s: %w", name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range ts {
+		r.groups[name] = append(r.groups[name], t.Name)
+	}
+	return nil
+}
+
+// Get returns the tool called name.
+func (r *Registry) Get(name string) (agent.Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Names returns every registered name, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Group returns the names registered under group name.
+func (r *Registry) Group(name string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.groups[name])
+}
+
+// Tools returns the tools of the given names (unknown names are skipped),
+// or every tool when names is nil, sorted by name.
+func (r *Registry) Tools(names []string) []agent.Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []agent.Tool
+	if names == nil {
+		for _, t := range r.tools {
+			out = append(out, t)
+		}
+	} else {
+		for _, n := range names {
+			if t, ok := r.tools[n]; ok {
+				out = append(out, t)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Preset is a permission preset (agent.md §5.1).
+type Preset string
+
+// Permission presets.
+const (
+	PresetReadOnly Preset = "read-only"
+	PresetEdit     Preset = "edit"
+	PresetExec     Preset = "exec"
+	PresetFull     Preset = "full"
+)
+
+// ParsePreset validates a preset name; "" is full.
+func ParsePreset(s string) (Preset, error) {
+	switch p := Preset(s); p {
+	case "":
+		return PresetFull, nil
+	case PresetReadOnly, PresetEdit, PresetExec, PresetFull:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown permission preset %q (want read-only, edit, exec or full)", s)
+}
+
+// AllowsWrite reports whether the preset permits write, edit and delete.
+func (p Preset) AllowsWrite() bool { return p == PresetEdit || p == PresetFull || p == "" }
+
+// AllowsExec reports whether the preset permits execute.
+func (p Preset) AllowsExec() bool { return p == PresetExec || p == PresetFull || p == "" }
+
+// Allows reports whether the preset permits tool name at all (read tools
+// and non-file tools always pass).
+func (p Preset) Allows(name string) bool {
+	switch {
+	case slices.Contains(WriteTools, name):
+		return p.AllowsWrite()
+	case slices.Contains(ExecTools, name):
+		return p.AllowsExec()
+	}
+	return true
+}
+
+// AllowList is an expanded tool allow-list.
+type AllowList struct {
+	all   bool
+	names map[string]bool
+}
+
+// ParseAllowList expands names and groups. Unknown groups are errors;
+// plain names are kept as given (whether they exist is checked where the
+// tool set is known). A nil or empty list allows nothing; use
+// []string{"@all"} for everything.
+func ParseAllowList(entries []string) (AllowList, error) {
+	a := AllowList{names: make(map[string]bool)}
+	for _, e := range entries {
+		switch e {
+		case GroupAll:
+			a.all = true
+		case GroupRead:
+			addAll(a.names, ReadTools)
+		case GroupWrite:
+			addAll(a.names, WriteTools)
+		case GroupExec:
+			addAll(a.names, ExecTools)
+		default:
+			if strings.HasPrefix(e, "@") {
+				return AllowList{}, fmt.Errorf("unknown tool group %q (want @read, @write, @exec or @all)", e)
+			}
+			a.names[e] = true
+		}
+	}
+	return a, nil
+}
+
+// AllowAll is the @all list.
+func AllowAll() AllowList { return AllowList{all: true} }
+
+func addAll(m map[string]bool, names []string) {
+	for _, n := range names {
+		m[n] = true
+	}
+}
+
+// Allows reports whether name is on the list.
+func (a AllowList) Allows(name string) bool { return a.all || a.names[name] }
+
+// All reports whether the list holds @all.
+func (a AllowList) All() bool { return a.all }
+
+// Names returns the explicit names, sorted (without @all).
+func (a AllowList) Names() []string {
+	out := make([]string, 0, len(a.names))
+	for n := range a.names {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Intersect returns the names allowed by both lists.
+func (a AllowList) Intersect(b AllowList) AllowList {
+	switch {
+	case a.all:
+		return b.clone()
+	case b.all:
+		return a.clone()
+	}
+	out := AllowList{names: make(map[string]bool)}
+	for n := range a.names {
+		if b.names[n] {
+			out.names[n] = true
+		}
+	}
+	return out
+}
+
+func (a AllowList) clone() AllowList {
+	c := AllowList{all: a.all, names: make(map[string]bool, len(a.names))}
+	for n := range a.names {
+		c.names[n] = true
+	}
+	return c
+}
+
+// Without returns the list minus names (used by read_only: true). An @all
+// list becomes "everything except names".
+func (a AllowList) Without(names ...string) func(string) bool {
+	return func(n string) bool { return a.Allows(n) && !slices.Contains(names, n) }
+}
