@@ -29,7 +29,12 @@ const callTimeout = 15 * time.Second
 // in-process pipes, writes request frames and routes the response frames,
 // decoded strictly as the real host does, by request id.
 type client struct {
-	t     *testing.T
+	t *testing.T // the test that failures are reported to; see on
+	*conn
+}
+
+// conn is the state shared by every client of one agent.
+type conn struct {
 	inW   *io.PipeWriter
 	w     *agentproto.Writer
 	serve chan error // Serve's result
@@ -59,15 +64,14 @@ func startAgent(t *testing.T, cfg Config) *client {
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	c := &client{
-		t:      t,
+	c := &client{t: t, conn: &conn{
 		inW:    inW,
 		w:      agentproto.NewWriter(inW),
 		serve:  make(chan error, 1),
 		read:   make(chan struct{}),
 		nextID: 1000,
 		routes: map[uint64]chan agentproto.Response{},
-	}
+	}}
 	go func() {
 		err := Serve(context.Background(), inR, outW, cfg)
 		outW.Close()
@@ -88,6 +92,9 @@ func startAgent(t *testing.T, cfg Config) *client {
 	return c
 }
 
+// on returns a client that reports failures to t (a subtest).
+func (c *client) on(t *testing.T) *client { return &client{t: t, conn: c.conn} }
+
 // stop closes the agent's input and waits for Serve to return; calling it
 // again returns the same result.
 func (c *client) stop() error {
@@ -103,7 +110,7 @@ func (c *client) stop() error {
 	}
 }
 
-func (c *client) readLoop(r io.Reader) {
+func (c *conn) readLoop(r io.Reader) {
 	defer close(c.read)
 	fr := agentproto.NewReader(r, agentproto.MaxFrameBytes)
 	for {
@@ -130,7 +137,7 @@ func (c *client) readLoop(r io.Reader) {
 }
 
 // expect registers id and returns the channel its responses arrive on.
-func (c *client) expect(id uint64) chan agentproto.Response {
+func (c *conn) expect(id uint64) chan agentproto.Response {
 	ch := make(chan agentproto.Response, 4096)
 	c.mu.Lock()
 	c.routes[id] = ch

@@ -97,6 +97,7 @@ func TestExecute(t *testing.T) {
 	t.Setenv("PLUMB_HOST_SECRET", "leaked")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			c := c.on(t)
 			res, e := c.execute(tt.req)
 			if tt.wantErr != "" {
 				if e == nil || e.Code != tt.wantErr {
@@ -274,6 +275,7 @@ func TestExecuteTruncationAndOffload(t *testing.T) {
 	}
 
 	t.Run("66 truncated with offload", func(t *testing.T) {
+		c := c.on(t)
 		res, e := c.execute(backend.ExecuteRequest{Command: gen, OffloadPath: "large/./out.txt"})
 		if e != nil {
 			t.Fatal(e)
@@ -288,6 +290,7 @@ func TestExecuteTruncationAndOffload(t *testing.T) {
 		}
 	})
 	t.Run("truncated without offload", func(t *testing.T) {
+		c := c.on(t)
 		res, e := c.execute(backend.ExecuteRequest{Command: gen, MaxOutputBytes: 10000})
 		if e != nil {
 			t.Fatal(e)
@@ -298,6 +301,7 @@ func TestExecuteTruncationAndOffload(t *testing.T) {
 		checkHeadTail(t, res.Output, want.Bytes(), 10000)
 	})
 	t.Run("fits: offload file removed", func(t *testing.T) {
+		c := c.on(t)
 		res, e := c.execute(backend.ExecuteRequest{Command: "echo small", OffloadPath: "/small.txt"})
 		if e != nil {
 			t.Fatal(e)
@@ -310,6 +314,7 @@ func TestExecuteTruncationAndOffload(t *testing.T) {
 		}
 	})
 	t.Run("exactly max_output_bytes is not truncated", func(t *testing.T) {
+		c := c.on(t)
 		res, e := c.execute(backend.ExecuteRequest{Command: "printf '%0100d' 0", MaxOutputBytes: 100})
 		if e != nil {
 			t.Fatal(e)
@@ -319,6 +324,7 @@ func TestExecuteTruncationAndOffload(t *testing.T) {
 		}
 	})
 	t.Run("capture stops at 10 MiB", func(t *testing.T) {
+		c := c.on(t)
 		res, e := c.execute(backend.ExecuteRequest{Command: "head -c 11000000 /dev/zero | tr '\\0' z", OffloadPath: "/big.txt"})
 		if e != nil {
 			t.Fatal(e)

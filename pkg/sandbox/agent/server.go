@@ -365,7 +365,9 @@ func peekID(frame []byte) uint64 {
 	var v struct {
 		ID uint64 `json:"id"`
 	}
-	if json.Unmarshal(frame, &v) != nil {
+	// Only the first JSON value counts: trailing data is a reason to
+	// refuse the frame, not to ignore its sender.
+	if json.NewDecoder(bytes.NewReader(frame)).Decode(&v) != nil {
 		return 0
 	}
 	return v.ID

@@ -174,6 +174,7 @@ func TestFileOpsDispatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			c := c.on(t)
 			before := files.lastCall()
 			_, final := c.call(tt.op, tt.args)
 			if tt.wantCall != "" && files.lastCall() != tt.wantCall {
@@ -208,7 +209,7 @@ func TestFileOpsWithoutEngine(t *testing.T) {
 	c := startAgent(t, Config{})
 	for _, op := range []agentproto.Op{agentproto.OpLs, agentproto.OpRead, agentproto.OpWrite, agentproto.OpEdit, agentproto.OpDelete, agentproto.OpGrep, agentproto.OpGlob, agentproto.OpUploadOpen, agentproto.OpDownload} {
 		t.Run(string(op), func(t *testing.T) {
-			c.fails(op, agentproto.PathArgs{Path: "/a"}, backend.CodeUnsupported)
+			c.on(t).fails(op, agentproto.PathArgs{Path: "/a"}, backend.CodeUnsupported)
 		})
 	}
 	var h agentproto.Hello
@@ -234,6 +235,7 @@ func TestUploadDownload(t *testing.T) {
 
 	upload := func(t *testing.T, path string, data []byte) (backend.WriteResult, *backend.Error) {
 		t.Helper()
+		c := c.on(t)
 		var h agentproto.UploadHandle
 		c.ok(agentproto.OpUploadOpen, agentproto.PathArgs{Path: path}, &h)
 		for len(data) > 0 {
@@ -250,6 +252,7 @@ func TestUploadDownload(t *testing.T) {
 	}
 
 	t.Run("multi-chunk round trip", func(t *testing.T) {
+		c := c.on(t)
 		data := make([]byte, 2*agentproto.ChunkBytes+12345)
 		for i := range data {
 			data[i] = byte(i * 7)
@@ -279,6 +282,7 @@ func TestUploadDownload(t *testing.T) {
 		}
 	})
 	t.Run("empty file", func(t *testing.T) {
+		c := c.on(t)
 		if w, e := upload(t, "/empty", nil); e != nil || w.BytesWritten != 0 {
 			t.Fatalf("upload: %+v %v", w, e)
 		}
@@ -293,12 +297,15 @@ func TestUploadDownload(t *testing.T) {
 		}
 	})
 	t.Run("download error", func(t *testing.T) {
+		c := c.on(t)
 		c.fails(agentproto.OpDownload, agentproto.PathArgs{Path: "/missing"}, backend.CodeFileNotFound)
 	})
 	t.Run("open with a bad path", func(t *testing.T) {
+		c := c.on(t)
 		c.fails(agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/a/../b"}, backend.CodeInvalidPath)
 	})
 	t.Run("abort drops the data", func(t *testing.T) {
+		c := c.on(t)
 		var h agentproto.UploadHandle
 		c.ok(agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/aborted"}, &h)
 		c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Data: []byte("x")}, nil)
@@ -310,6 +317,7 @@ func TestUploadDownload(t *testing.T) {
 		c.fails(agentproto.OpDownload, agentproto.PathArgs{Path: "/aborted"}, backend.CodeFileNotFound)
 	})
 	t.Run("unknown handle", func(t *testing.T) {
+		c := c.on(t)
 		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: "nope", Data: []byte("x")}, backend.CodeInvalidArgument)
 	})
 }
@@ -360,6 +368,7 @@ func TestMalformedFrames(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			c := c.on(t)
 			var ch chan agentproto.Response
 			if tt.id != 0 {
 				ch = c.expect(tt.id)
@@ -377,6 +386,7 @@ func TestMalformedFrames(t *testing.T) {
 		})
 	}
 	t.Run("oversized frame", func(t *testing.T) {
+		c := c.on(t)
 		big := append([]byte(`{"id":19,"op":"write","args":{"path":"/a","content":"`), bytes.Repeat([]byte("A"), agentproto.MaxFrameBytes)...)
 		big = append(big, `"}}`...)
 		c.raw(big)
