@@ -147,7 +147,7 @@ func TestFileOpsDispatch(t *testing.T) {
 		op       agentproto.Op
 		args     any
 		wantCall string
-		want     any    // expected result, compared as JSON
+		want     any // expected result, compared as JSON
 		wantErr  backend.Code
 		errNot   string // must not appear in the error message
 	}{
