@@ -191,10 +191,10 @@ func testStateRoundTrip(t *testing.T, s agent.Store) {
 	intr := &agent.PendingInterrupt{InterruptID: "i1", RunID: "r1", Requests: pending.AllRequests(), CreatedAt: t0}
 	cp := &agent.Checkpoint{
 		ThreadID: "t1", Phase: agent.PhaseInterrupt, Step: 1,
-		Todos:    []agent.Todo{{Content: "a", Status: agent.TodoInProgress}},
-		Summary:  &agent.Summary{Cutoff: 0, Text: "s", TranscriptPath: "/conversation_history/t1.md", Message: "m", TokensBefore: 10, TokensAfter: 2},
-		Private:  map[string]json.RawMessage{"memory": json.RawMessage(`{"loaded":true}`)},
-		Pending:  pending, Interrupt: intr, Run: run("r1", agent.StatusInterrupted), CreatedAt: t0,
+		Todos:   []agent.Todo{{Content: "a", Status: agent.TodoInProgress}},
+		Summary: &agent.Summary{Cutoff: 0, Text: "s", TranscriptPath: "/conversation_history/t1.md", Message: "m", TokensBefore: 10, TokensAfter: 2},
+		Private: map[string]json.RawMessage{"memory": json.RawMessage(`{"loaded":true}`)},
+		Pending: pending, Interrupt: intr, Run: run("r1", agent.StatusInterrupted), CreatedAt: t0,
 	}
 	if err := s.SaveCheckpoint(ctx(), cp); err != nil {
 		t.Fatal(err)
