@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+)
+
+// initModeEnv makes the test binary act as the container's init (see
+// TestInitReapsOrphans).
+const initModeEnv = "PLUMB_SANDBOX_AGENT_TEST_INIT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(initModeEnv) == "1" {
+		os.Exit(initChild())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// initChild stands in for PID 1: as a child subreaper it inherits orphans
+// the way PID 1 does. It makes one orphan, prints its pid, then runs init.
+func initChild() int {
+	const prSetChildSubreaper = 36
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		fmt.Fprintln(os.Stderr, "prctl:", errno)
+		return 3
+	}
+	out, err := exec.Command("/bin/sh", "-c", "sleep 0.2 >/dev/null 2>&1 & echo $!").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orphan:", err)
+		return 3
+	}
+	fmt.Print(string(out))
+	return runInit()
+}
+
+func TestInitReapsOrphans(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), initModeEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("read orphan pid: %q %v", line, err)
+	}
+	// Reaped means gone from /proc; an unreaped orphan stays a zombie.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("orphan %d was not reaped", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("init exited with %v after SIGTERM, want status 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("init did not exit on SIGTERM")
+	}
+}
+
+func TestRunArgs(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "version", args: []string{"--version"}, code: 0, wantStdout: "sandbox-agent dev"},
+		{name: "no command", args: nil, code: 2, wantStderr: "usage"},
+		{name: "unknown command", args: []string{"frobnicate"}, code: 2, wantStderr: `unknown command "frobnicate"`},
+		{name: "help", args: []string{"--help"}, code: 0, wantStdout: "usage"},
+		{name: "serve with a bad flag", args: []string{"serve", "--nope"}, code: 1, wantStderr: "nope"},
+		{name: "serve with extra arguments", args: []string{"serve", "extra"}, code: 1, wantStderr: "unexpected arguments"},
+		{name: "serve with a missing root", args: []string{"serve", "--root", "/no/such/dir/plumb"}, code: 1, wantStderr: "open root"},
+		{name: "serve with a bad log level", args: []string{"serve", "--log-level", "loud"}, code: 1, wantStderr: "log-level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tt.args, strings.NewReader(""), &stdout, &stderr)
+			if code != tt.code || !strings.Contains(stdout.String(), tt.wantStdout) || !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Fatalf("exit %d stdout %q stderr %q; want exit %d, stdout ~%q, stderr ~%q", code, stdout.String(), stderr.String(), tt.code, tt.wantStdout, tt.wantStderr)
+			}
+		})
+	}
+}
+
+// TestServe runs `serve` on pipes: hello reports the flags, execute runs in
+// the workspace, file ops answer unsupported until the engine is wired, and
+// closing stdin ends the command with status 0.
+func TestServe(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	root, ws := t.TempDir(), t.TempDir()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"serve", "--root", root, "--workspace", ws, "--log-level", "warn"}, inR, outW, &stderr)
+		outW.Close()
+	}()
+	enc := agentproto.NewWriter(inW)
+	frames := agentproto.NewReader(outR, 0)
+	call := func(id uint64, op agentproto.Op, args any) agentproto.Response {
+		t.Helper()
+		raw, _ := json.Marshal(args)
+		if err := enc.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			f, err := frames.Next()
+			if err != nil {
+				t.Fatalf("read response: %v", err)
+			}
+			resp, err := agentproto.DecodeResponse(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.ID == id && resp.Done {
+				return resp
+			}
+		}
+	}
+
+	var h agentproto.Hello
+	if r := call(1, agentproto.OpHello, struct{}{}); r.Error != nil || json.Unmarshal(r.Result, &h) != nil || h.Root != root || h.Workspace != ws {
+		t.Fatalf("hello: %+v (%+v)", r, h)
+	}
+	var res backend.ExecuteResult
+	if r := call(2, agentproto.OpExecute, backend.ExecuteRequest{Command: "pwd"}); r.Error != nil || json.Unmarshal(r.Result, &res) != nil || res.Output != ws+"\n" {
+		t.Fatalf("execute: %+v (%+v)", r, res)
+	}
+	if r := call(3, agentproto.OpLs, agentproto.PathArgs{Path: "/"}); r.Error == nil || r.Error.Code != backend.CodeUnsupported {
+		t.Fatalf("ls: %+v, want unsupported until the file engine is wired", r)
+	}
+	inW.Close()
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("serve exited %d; stderr %s", c, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not exit after stdin closed")
+	}
+}
