@@ -160,11 +160,11 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	if cancelled {
 		return backend.ExecuteResult{}, backend.Errorf(backend.CodeCancelled, "", "execute was cancelled; its process group was killed")
 	}
-	code := exitCode(cmd.ProcessState)
+	res.ExitCode = exitCode(cmd.ProcessState)
 	if timedOut {
-		code = 124
+		code := 124
+		res.ExitCode = &code
 	}
-	res.ExitCode = &code
 	res.DurationMS = time.Since(started).Milliseconds()
 	return res, nil
 }
@@ -191,12 +191,20 @@ func (s *server) killGroup(pgid int, lg *zap.Logger) {
 	}()
 }
 
-// exitCode is the shell's status, or 128+n when signal n killed it.
-func exitCode(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+// exitCode is the shell's status, or 128+n when signal n killed it; nil
+// when the wait failed and the status is unknown.
+func exitCode(ps *os.ProcessState) *int {
+	if ps == nil {
+		return nil
 	}
-	return ps.ExitCode()
+	code := ps.ExitCode()
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	if code < 0 {
+		return nil
+	}
+	return &code
 }
 
 // plan validates req in the order of file-tools §4.8.
