@@ -56,7 +56,11 @@ func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
 		if cfg.Allow != nil && !cfg.Allow(t.Name) {
 			return nil
 		}
-		s, err := jsonschema.Compile(t.Schema)
+		enforced := t.Schema
+		if len(t.ValidationSchema) > 0 {
+			enforced = t.ValidationSchema
+		}
+		s, err := jsonschema.Compile(enforced)
 		if err != nil {
 			return fmt.Errorf("%w: tool %s: %v", ErrInvalidConfig, t.Name, err)
 		}

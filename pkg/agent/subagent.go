@@ -158,6 +158,9 @@ func (s Snapshot) clone() Snapshot { return RestoreState(s).Snapshot() }
 // and retryability, a failed checkpoint is STORAGE (retryable), anything
 // else is INTERNAL.
 func ErrorInfo(err error) RunError {
+	if err == nil {
+		return RunError{Code: CodeInternal, Message: "unknown failure"}
+	}
 	var me *model.Error
 	if errors.As(err, &me) {
 		msg := me.Message

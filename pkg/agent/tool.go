@@ -41,6 +41,10 @@ type Tool struct {
 	// Schema is the JSON Schema of the arguments object; nil means an
 	// object without properties.
 	Schema json.RawMessage
+	// ValidationSchema, when set, is enforced instead of Schema: a tool may
+	// show the model a stricter schema (an enum) and answer violations of
+	// it with its own message.
+	ValidationSchema json.RawMessage
 	// Func runs the call.
 	Func ToolFunc
 	// Timeout overrides limits.tool_timeout for this tool; a negative value

@@ -1,0 +1,71 @@
+// Package hitl implements the human-in-the-loop middleware (agent.md §3.2
+// #8, §6): calls of tools listed in the agent's interrupt_on pause the run
+// with an APPROVAL interrupt; on Resume, approve and edit let the call run
+// and reject and respond answer it without running it.
+//
+// It is the innermost middleware so that it sees the final tool set and
+// runs after the hooks: a call a hook blocked never reaches a human.
+// Client-declared tools are never gated here; they interrupt by
+// themselves (agent.ClientTool).
+package hitl
+
+import (
+	"context"
+	"slices"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+// Name is the middleware's name.
+const Name = "hitl"
+
+// Rule gates one tool.
+type Rule struct {
+	// Allowed lists the decisions a human may take; empty means all four.
+	Allowed []agent.DecisionType
+	// Description is shown with the request; empty means "Approval
+	// required: <tool>".
+	Description string
+}
+
+// Middleware is the hitl middleware.
+type Middleware struct {
+	agent.BaseMiddleware
+	rules map[string]Rule
+}
+
+// New returns the middleware for an agent's interrupt_on map.
+func New(interruptOn map[string]Rule) *Middleware {
+	return &Middleware{rules: interruptOn}
+}
+
+// Name implements agent.Middleware.
+func (*Middleware) Name() string { return Name }
+
+// WrapTool gates listed calls and applies Resume decisions.
+func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
+	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
+		if req.Decision != nil {
+			if res, ok := agent.DecidedResult(req.Call.Name, *req.Decision); ok {
+				return res, nil
+			}
+			return next(ctx, req)
+		}
+		if req.Resume != nil || req.Tool == nil || req.Tool.Client {
+			return next(ctx, req)
+		}
+		rule, ok := m.rules[req.Call.Name]
+		if !ok {
+			return next(ctx, req)
+		}
+		allowed := slices.Clone(rule.Allowed)
+		if len(allowed) == 0 {
+			allowed = agent.AllDecisions()
+		}
+		desc := rule.Description
+		if desc == "" {
+			desc = "Approval required: " + req.Call.Name
+		}
+		return agent.ToolResult{}, &agent.Interrupt{Kind: agent.InterruptApproval, Description: desc, Allowed: allowed}
+	}
+}
