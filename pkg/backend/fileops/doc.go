@@ -1,0 +1,27 @@
+// Package fileops is the shared file engine of file-tools spec §4: every
+// file operation (ls, read, write, edit, delete, grep, glob, upload,
+// download) on a real directory, confined by Go's os.Root.
+//
+// Two backends run exactly this code, so their semantics are identical: the
+// Filesystem backend (a host directory) and the sandbox agent (the
+// container's file system, root "/" by default). The pure text logic (line
+// model, read slicing, edit replacement, grep and glob matching) comes from
+// textops and the path rules from vpath; this package only adds the file
+// system: resolution, walks, atomic writes and error mapping.
+//
+// Confinement. Every path is normalized by vpath.Normalize, resolved
+// component by component inside the root (relative symlinks whose target
+// stays inside are followed; absolute targets, escapes, loops and chains of
+// more than 8 links are invalid_path naming the link), and then used only
+// through os.Root methods, which refuse to leave the root even if the tree
+// changes between resolution and use. Walks (ls, grep, glob, delete) hold
+// one directory handle per level and never follow a symlink they meet.
+// Non-regular files (FIFOs, sockets, devices) are never opened for
+// reading: they are rejected from a stat, and a file swapped in after the
+// stat is opened non-blocking and rejected from fstat.
+//
+// The package must not produce model-facing prose beyond the *backend.Error
+// messages, must not shell out, and must not read a file into memory
+// unless the operation needs all of it (media, edit, download); reads and
+// grep stream, so their memory is O(window).
+package fileops

@@ -1,0 +1,202 @@
+package fileops
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"unicode/utf8"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/textops"
+	"github.com/plumbhq/plumb/pkg/backend/vpath"
+)
+
+// Permissions of what write creates (§4.3). They are applied exactly,
+// whatever the process umask.
+const (
+	newFileMode = 0o644
+	newDirMode  = 0o755
+)
+
+// Write creates or atomically replaces the file at path with content
+// (§4.3). Missing parents are created 0755; a new file gets 0644, a
+// replaced one keeps its permission bits (setuid, setgid and sticky are
+// dropped, as a write(2) by a non-owner would). A symlink in the final
+// component (inside the root) is written through: its target changes, the
+// link stays.
+func (e *Engine) Write(ctx context.Context, path string, content []byte) (backend.WriteResult, error) {
+	p, err := vpath.Normalize(path)
+	if err != nil {
+		return backend.WriteResult{}, err
+	}
+	ctx, cancel := e.opContext(ctx)
+	defer cancel()
+	if int64(len(content)) > e.cfg.writeCap {
+		return backend.WriteResult{}, e.fail("write", p, textops.TooLargeError("write", int64(len(content)), e.cfg.writeCap))
+	}
+	created, err := e.writeFile(ctx, "write", p, content)
+	if err != nil {
+		return backend.WriteResult{}, err
+	}
+	return backend.WriteResult{Path: p, BytesWritten: int64(len(content)), Created: created}, nil
+}
+
+// Upload writes each item like Write, with raw bytes and the item cap; one
+// result per item, in input order, with the item's path as given.
+func (e *Engine) Upload(ctx context.Context, items []backend.UploadItem) ([]backend.UploadResult, error) {
+	out := make([]backend.UploadResult, len(items))
+	for i, it := range items {
+		out[i] = backend.UploadResult{Path: it.Path}
+		if err := ctx.Err(); err != nil {
+			out[i].Err = e.fail("upload", it.Path, err)
+			continue
+		}
+		n, err := e.upload(ctx, it)
+		if err != nil {
+			out[i].Err = asError("upload", it.Path, err)
+			continue
+		}
+		out[i].BytesWritten = n
+	}
+	return out, nil
+}
+
+func (e *Engine) upload(ctx context.Context, it backend.UploadItem) (int64, error) {
+	p, err := vpath.Normalize(it.Path)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := e.opContext(ctx)
+	defer cancel()
+	if n := int64(len(it.Content)); n > e.cfg.itemCap {
+		return 0, e.fail("upload", p, textops.TooLargeError("upload", n, e.cfg.itemCap))
+	}
+	if _, err := e.writeFile(ctx, "upload", p, it.Content); err != nil {
+		return 0, err
+	}
+	return int64(len(it.Content)), nil
+}
+
+// writeFile is write without the size cap: resolve p through symlinks,
+// lock the target, check it, create parents, and replace it atomically.
+// created reports that no file existed.
+func (e *Engine) writeFile(ctx context.Context, op, p string, content []byte) (created bool, err error) {
+	name, err := e.resolve(p, true)
+	if err != nil {
+		return false, e.fail(op, p, err)
+	}
+	if name == "." {
+		return false, backend.Errorf(backend.CodeIsDirectory, p, "%s %s: is a directory (the root); write to a file path", op, p)
+	}
+	unlock := e.locks.lock(name)
+	defer unlock()
+
+	perm := fs.FileMode(newFileMode)
+	fi, err := e.root.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		created = true
+		if dir, _ := splitName(name); dir != "." {
+			if err := e.root.MkdirAll(dir, newDirMode); err != nil {
+				return false, e.fail(op, p, err)
+			}
+		}
+	case err != nil:
+		return false, e.fail(op, p, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		// resolve followed every link; one appeared since.
+		return false, e.fail(op, p, errChanged)
+	default:
+		if err := checkRegular(op, p, fi); err != nil {
+			return false, err
+		}
+		perm = fi.Mode().Perm()
+	}
+	if err := e.replace(ctx, name, content, perm); err != nil {
+		return false, e.fail(op, p, err)
+	}
+	return created, nil
+}
+
+// replace atomically replaces the root-relative file name with content
+// (§4.3): a temp file ".<name>.plumb-tmp-<random>" in the same directory
+// is written, given perm, fsynced and renamed over name; on any failure it
+// is removed. The directory is fsynced afterwards (best effort), so the
+// rename survives a crash.
+func (e *Engine) replace(ctx context.Context, name string, content []byte, perm fs.FileMode) (err error) {
+	dir, base := splitName(name)
+	tmp := joinName(dir, tempName(base))
+	f, err := e.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			e.root.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	for rest := content; len(rest) > 0; {
+		if err = ctx.Err(); err != nil {
+			return err
+		}
+		chunk := rest[:min(len(rest), 4<<20)]
+		if _, err = f.Write(chunk); err != nil {
+			return err
+		}
+		rest = rest[len(chunk):]
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = ctx.Err(); err != nil {
+		return err
+	}
+	if err = e.root.Rename(tmp, name); err != nil {
+		return err
+	}
+	if d, derr := e.root.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// tmpPrefix marks temp files of an atomic write: ".<name>" + tmpPrefix +
+// 16 hex digits.
+const tmpPrefix = ".plumb-tmp-"
+
+// tempName returns a fresh temp file name for base, cut so that it stays
+// within the 255-byte component limit.
+func tempName(base string) string {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	suffix := tmpPrefix + hex.EncodeToString(rnd[:])
+	if max := backend.MaxComponentBytes - 1 - len(suffix); len(base) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(base[cut]) {
+			cut--
+		}
+		base = base[:cut]
+	}
+	return "." + base + suffix
+}
+
+// asError returns err as an *backend.Error, mapping anything else as an
+// OS error of op on path.
+func asError(op, path string, err error) *backend.Error {
+	var be *backend.Error
+	if errors.As(err, &be) {
+		return be
+	}
+	return backend.FromOS(op, path, err)
+}
