@@ -1,19 +1,3 @@
-// Command sandbox-agent is the small static program sandboxd copies into
-// every sandbox container (built with CGO_ENABLED=0). It has two jobs:
-//
-//	sandbox-agent init
-//	    The container's PID 1. It only reaps zombies, so the orphaned
-//	    background children of executes do not pile up, and exits on
-//	    SIGTERM or SIGINT.
-//	sandbox-agent serve [--root /] [--workspace /workspace] [--log-level info]
-//	    The agent proper, started by sandboxd with one exec: it reads
-//	    agentproto request frames on stdin and writes response frames on
-//	    stdout (see package agent). Logs go to stderr.
-//	sandbox-agent --version
-//	    Prints the build version.
-//
-// File operations and commands run inside the container, never on the
-// host.
 package main
 
 import (
@@ -24,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -31,11 +17,12 @@ import (
 
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/sandbox/agent"
 )
 
 const usage = `usage:
-  sandbox-agent serve [--root DIR] [--workspace DIR] [--log-level LEVEL]
+  sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--log-level LEVEL]
   sandbox-agent init
   sandbox-agent --version
 `
@@ -82,6 +69,8 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	fs.SetOutput(stderr)
 	root := fs.String("root", "/", "engine root directory: file-tool paths and execute cwd resolve under it")
 	workspace := fs.String("workspace", agent.DefaultWorkspace, "working directory of execute when a request names none")
+	var writable listFlag
+	fs.Var(&writable, "writable", "writable directories (virtual paths, comma-separated) named when a write hits a read-only file system; default: the workspace, and /tmp when --root is /")
 	level := zapcore.InfoLevel
 	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -98,10 +87,11 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	))
 	defer func() { _ = lg.Sync() }()
 
-	files, err := newFileEngine(*root)
+	files, closeFiles, err := newFileEngine(*root, *workspace, writable)
 	if err != nil {
 		return err
 	}
+	defer func() { _ = closeFiles() }()
 	return agent.Serve(ctx, stdin, stdout, agent.Config{
 		Files:     files,
 		Root:      *root,
@@ -110,11 +100,54 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	})
 }
 
-// newFileEngine builds the file engine rooted at root. The shared os.Root
-// engine (pkg/backend/fileops or pkg/backend/filesystem) is not in the tree
-// yet; until it is, this returns nil, and the agent answers every file
-// operation with unsupported. Swap the engine in here.
-func newFileEngine(root string) (backend.Backend, error) {
-	_ = root
-	return nil, nil
+// newFileEngine builds the shared os.Root file engine (pkg/backend/fileops)
+// rooted at root. Its home dir is the workspace (as a virtual path); walks
+// skip the pseudo-filesystems when the root is the container's "/"; and a
+// write to a read-only place names writable, which defaults to the
+// workspace and, with root "/", /tmp. close releases the root handle.
+func newFileEngine(root, workspace string, writable []string) (files backend.Backend, close func() error, err error) {
+	home := virtualUnder(root, workspace)
+	opts := []fileops.Option{fileops.WithHome(home)}
+	if filepath.Clean(root) == "/" {
+		opts = append(opts, fileops.WithSkipDirs(fileops.PseudoFilesystems()...))
+	}
+	if len(writable) == 0 {
+		writable = []string{home}
+		if filepath.Clean(root) == "/" {
+			writable = append(writable, "/tmp")
+		}
+	}
+	opts = append(opts, fileops.WithWritableRoots(writable...))
+	e, err := fileops.New(root, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, e.Close, nil
+}
+
+// virtualUnder returns dir as a virtual path of the engine rooted at root,
+// or "/" when dir lies outside it.
+func virtualUnder(root, dir string) string {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "/"
+	}
+	if rel == "." {
+		return "/"
+	}
+	return "/" + filepath.ToSlash(rel)
+}
+
+// listFlag is a comma-separated, repeatable string list flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,14 +128,19 @@ func TestRunArgs(t *testing.T) {
 	}
 }
 
-// TestServe runs `serve` on pipes: hello reports the flags, execute runs in
-// the workspace, file ops answer unsupported until the engine is wired, and
-// closing stdin ends the command with status 0.
+// TestServe runs `serve` on pipes, wired as in a container: hello reports
+// the flags, execute runs in the workspace, file ops go to the fileops
+// engine under --root (uploads and downloads in chunks), and closing stdin
+// ends the command with status 0.
 func TestServe(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
 		t.Skip("no /bin/sh")
 	}
-	root, ws := t.TempDir(), t.TempDir()
+	root := t.TempDir()
+	ws := filepath.Join(root, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	var stderr bytes.Buffer
@@ -174,8 +180,62 @@ func TestServe(t *testing.T) {
 	if r := call(2, agentproto.OpExecute, backend.ExecuteRequest{Command: "pwd"}); r.Error != nil || json.Unmarshal(r.Result, &res) != nil || res.Output != ws+"\n" {
 		t.Fatalf("execute: %+v (%+v)", r, res)
 	}
-	if r := call(3, agentproto.OpLs, agentproto.PathArgs{Path: "/"}); r.Error == nil || r.Error.Code != backend.CodeUnsupported {
-		t.Fatalf("ls: %+v, want unsupported until the file engine is wired", r)
+	if r := call(3, agentproto.OpExecute, backend.ExecuteRequest{Command: "printf 'one\\ntwo\\n' > made.txt"}); r.Error != nil {
+		t.Fatalf("execute: %+v", r)
+	}
+	var rr backend.ReadResult
+	if r := call(4, agentproto.OpRead, backend.ReadRequest{Path: "/ws/made.txt", Limit: 10}); r.Error != nil || json.Unmarshal(r.Result, &rr) != nil || rr.Content != "one\ntwo" {
+		t.Fatalf("read what execute wrote: %+v (%+v)", r, rr)
+	}
+	if r := call(5, agentproto.OpRead, backend.ReadRequest{Path: "/ws/missing", Limit: 10}); r.Error == nil || r.Error.Code != backend.CodeFileNotFound {
+		t.Fatalf("read missing: %+v", r)
+	}
+
+	// Upload in two chunks, then download.
+	data := bytes.Repeat([]byte{0, 1, 2, 0xff, '\n'}, agentproto.ChunkBytes/4)
+	var uh agentproto.UploadHandle
+	if r := call(6, agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/ws/up/blob.bin"}); r.Error != nil || json.Unmarshal(r.Result, &uh) != nil {
+		t.Fatalf("upload_open: %+v", r)
+	}
+	for i, part := range [][]byte{data[:agentproto.ChunkBytes], data[agentproto.ChunkBytes:]} {
+		if r := call(uint64(7+i), agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: uh.Handle, Data: part}); r.Error != nil {
+			t.Fatalf("upload_chunk: %+v", r)
+		}
+	}
+	if r := call(9, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: uh.Handle, Commit: true}); r.Error != nil {
+		t.Fatalf("upload_close: %+v", r)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "up", "blob.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("uploaded file: %d bytes, %v", len(got), err)
+	}
+	raw, _ := json.Marshal(agentproto.PathArgs{Path: "/ws/up/blob.bin"})
+	if err := enc.Write(agentproto.Request{ID: 10, Op: agentproto.OpDownload, Args: raw}); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for {
+		f, err := frames.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := agentproto.DecodeResponse(f)
+		if err != nil || resp.ID != 10 {
+			t.Fatalf("download response %+v, %v", resp, err)
+		}
+		if resp.Done {
+			if resp.Error != nil {
+				t.Fatal(resp.Error)
+			}
+			break
+		}
+		got = append(got, resp.Data...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("downloaded %d bytes, want the %d uploaded", len(got), len(data))
+	}
+	var ls backend.LsResult
+	if r := call(11, agentproto.OpLs, agentproto.PathArgs{Path: "/ws"}); r.Error != nil || json.Unmarshal(r.Result, &ls) != nil || len(ls.Entries) != 2 {
+		t.Fatalf("ls: %+v (%+v)", r, ls)
 	}
 	inW.Close()
 	go func() { _, _ = io.Copy(io.Discard, outR) }()
@@ -186,5 +246,25 @@ func TestServe(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not exit after stdin closed")
+	}
+}
+
+func TestVirtualUnder(t *testing.T) {
+	tests := []struct {
+		name, root, dir, want string
+	}{
+		{"root /", "/", "/workspace", "/workspace"},
+		{"nested", "/", "/a/b/", "/a/b"},
+		{"workspace is the root", "/workspace", "/workspace", "/"},
+		{"under a non-/ root", "/srv", "/srv/ws", "/ws"},
+		{"outside the root", "/srv", "/workspace", "/"},
+		{"dot-dot prefix name is inside", "/srv", "/srv/..x", "/..x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := virtualUnder(tt.root, tt.dir); got != tt.want {
+				t.Fatalf("virtualUnder(%q, %q) = %q, want %q", tt.root, tt.dir, got, tt.want)
+			}
+		})
 	}
 }

@@ -1,0 +1,17 @@
+// Command sandbox-agent is the small static program sandboxd copies into
+// every sandbox container (built with CGO_ENABLED=0). It has two jobs:
+//
+//	sandbox-agent init
+//	    The container's PID 1. It only reaps zombies, so the orphaned
+//	    background children of executes do not pile up, and exits on
+//	    SIGTERM or SIGINT.
+//	sandbox-agent serve [--root /] [--workspace /workspace] [--writable DIRS] [--log-level info]
+//	    The agent proper, started by sandboxd with one exec: it reads
+//	    agentproto request frames on stdin and writes response frames on
+//	    stdout (see package agent). Logs go to stderr.
+//	sandbox-agent --version
+//	    Prints the build version.
+//
+// File operations and commands run inside the container, never on the
+// host.
+package main
