@@ -1,0 +1,507 @@
+// Package profile holds agent and subagent profiles (agent.md §5): the
+// built-in ones (main, plan, general-purpose, explore, bash), the
+// configuration keys of §5.5 as Go structs that agentd fills from YAML,
+// merging of configured profiles over the built-ins, validation, and the
+// resolution of one agent context's effective settings (model, tool
+// allow-list intersected with the permission preset, subagents,
+// interrupt_on, limits) including what a subagent inherits from its
+// parent.
+//
+// The package is configuration logic only: it builds no middleware and
+// runs nothing.
+package profile
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/tools"
+)
+
+// Kind tells primary agents from subagents.
+type Kind string
+
+// Profile kinds.
+const (
+	Primary  Kind = "PRIMARY"
+	Subagent Kind = "SUBAGENT"
+)
+
+// Built-in profile names.
+const (
+	Main           = "main"
+	Plan           = "plan"
+	GeneralPurpose = "general-purpose"
+	Explore        = "explore"
+	Bash           = "bash"
+)
+
+// Subagent defaults (agent.md §5.5).
+const (
+	DefaultSubagentMaxSteps = 100
+	DefaultSubagentTimeout  = 10 * time.Minute
+)
+
+// InterruptRule is one interrupt_on entry: `tool: true` is the zero rule
+// (all four decisions, default description).
+type InterruptRule struct {
+	// Allowed lists the accepted decisions; empty means all four.
+	Allowed []agent.DecisionType
+	// Description is shown with the request.
+	Description string
+}
+
+// Profile is an `agents.<name>` or `subagents.<name>` entry. Zero values
+// mean "not set": the built-in's value or the documented default applies.
+type Profile struct {
+	// Description is shown in the task tool; required for custom
+	// subagents.
+	Description string
+	// SystemPrompt is the composer's agent section.
+	SystemPrompt string
+	// Model is a key of the models table.
+	Model string
+	// Tools are tool names and groups (@read, @write, @exec, @all); nil
+	// means the default ([@all] for primaries, the parent's for
+	// subagents).
+	Tools []string
+	// Subagents are the names the task tool may use; nil means the
+	// default (all enabled subagents for primaries, none for subagents,
+	// the parent's list for general-purpose).
+	Subagents []string
+	// Permissions is a preset name: read-only, edit, exec or full; ""
+	// means full (primaries) or the parent's (subagents).
+	Permissions string
+	// ReadOnly equals the read-only preset and also removes @write and
+	// @exec from the allow-list.
+	ReadOnly bool
+	// MaxSteps and Timeout limit each invocation.
+	MaxSteps int
+	Timeout  time.Duration
+	// InterruptOn gates tools behind decisions. nil means unset (the
+	// parent's for subagents); an empty non-nil map is explicit empty.
+	InterruptOn map[string]InterruptRule
+	// Memory turns the memory middleware on or off; nil means true.
+	Memory *bool
+	// Enabled turns a built-in off; nil means true.
+	Enabled *bool
+}
+
+// Builtins returns the built-in primaries and subagents of agent.md §5.1.
+func Builtins() (primaries, subagents map[string]Profile) {
+	primaries = map[string]Profile{
+		Main: {
+			Description: "The default agent: plans, works with files and the shell, and delegates to subagents.",
+			Tools:       []string{tools.GroupAll},
+			Permissions: string(tools.PresetFull),
+		},
+		Plan: {
+			Description: "Investigates and plans without changing anything: reads files, keeps a todo list, and delegates exploration.",
+			Tools:       []string{tools.GroupRead, "write_todos", "task"},
+			Subagents:   []string{Explore},
+			Permissions: string(tools.PresetReadOnly),
+			MaxSteps:    100,
+			Timeout:     15 * time.Minute,
+		},
+	}
+	subagents = map[string]Profile{
+		GeneralPurpose: {
+			Description: "General-purpose agent for complex, multi-step tasks with the same tools as its caller. Use it to research questions, search code, and carry out independent pieces of work.",
+			MaxSteps:    DefaultSubagentMaxSteps,
+			Timeout:     DefaultSubagentTimeout,
+		},
+		Explore: {
+			Description: "Fast read-only explorer: finds files, searches code and answers questions about the codebase. It cannot change anything.",
+			Tools:       []string{tools.GroupRead},
+			Permissions: string(tools.PresetReadOnly),
+			MaxSteps:    50,
+			Timeout:     5 * time.Minute,
+		},
+		Bash: {
+			Description: "Runs shell commands (builds, tests, git) and reports their results.",
+			Tools:       []string{"execute", "read_file", "ls"},
+			Permissions: string(tools.PresetExec),
+			MaxSteps:    50,
+			Timeout:     10 * time.Minute,
+		},
+	}
+	return primaries, subagents
+}
+
+// merge lays o over base: every set field of o wins.
+func merge(base, o Profile) Profile {
+	if o.Description != "" {
+		base.Description = o.Description
+	}
+	if o.SystemPrompt != "" {
+		base.SystemPrompt = o.SystemPrompt
+	}
+	if o.Model != "" {
+		base.Model = o.Model
+	}
+	if o.Tools != nil {
+		base.Tools = o.Tools
+	}
+	if o.Subagents != nil {
+		base.Subagents = o.Subagents
+	}
+	if o.Permissions != "" {
+		base.Permissions = o.Permissions
+	}
+	if o.ReadOnly {
+		base.ReadOnly = true
+	}
+	if o.MaxSteps != 0 {
+		base.MaxSteps = o.MaxSteps
+	}
+	if o.Timeout != 0 {
+		base.Timeout = o.Timeout
+	}
+	if o.InterruptOn != nil {
+		base.InterruptOn = o.InterruptOn
+	}
+	if o.Memory != nil {
+		base.Memory = o.Memory
+	}
+	if o.Enabled != nil {
+		base.Enabled = o.Enabled
+	}
+	return base
+}
+
+// Options are the settings outside the profiles that resolution needs.
+type Options struct {
+	// DefaultAgent is defaults.agent (default "main").
+	DefaultAgent string
+	// DefaultModel is defaults.model.
+	DefaultModel string
+	// Models are the configured model keys.
+	Models []string
+	// GeneralPurpose is middleware.subagents.general_purpose (nil = true).
+	GeneralPurpose *bool
+	// KnownTools are the names of every tool that can exist (file tools,
+	// write_todos, task, registry tools); plain names in allow-lists must
+	// be among them.
+	KnownTools []string
+}
+
+// Set is a validated set of profiles.
+type Set struct {
+	opts       Options
+	primaries  map[string]Profile
+	subagents  map[string]Profile
+	builtinSub map[string]bool
+}
+
+// NewSet merges configured profiles over the built-ins and validates the
+// result; errors name the YAML path.
+func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
+	if opts.DefaultAgent == "" {
+		opts.DefaultAgent = Main
+	}
+	bp, bs := Builtins()
+	s := &Set{opts: opts, primaries: bp, subagents: bs, builtinSub: make(map[string]bool)}
+	for name := range bs {
+		s.builtinSub[name] = true
+	}
+	for name, p := range agents {
+		if _, clash := bs[name]; clash {
+			return nil, fmt.Errorf("agents.%s: the name is a subagent", name)
+		}
+		s.primaries[name] = merge(bp[name], p)
+	}
+	for name, p := range subagents {
+		if _, clash := bp[name]; clash {
+			return nil, fmt.Errorf("subagents.%s: the name is a primary agent", name)
+		}
+		if _, builtin := bs[name]; !builtin && p.Description == "" {
+			return nil, fmt.Errorf("subagents.%s.description: required for a custom subagent", name)
+		}
+		s.subagents[name] = merge(bs[name], p)
+	}
+	if gp := opts.GeneralPurpose; gp != nil && !*gp {
+		p := s.subagents[GeneralPurpose]
+		p.Enabled = gp
+		s.subagents[GeneralPurpose] = p
+	}
+	if _, ok := s.primaries[opts.DefaultAgent]; !ok {
+		return nil, fmt.Errorf("defaults.agent: unknown agent %q", opts.DefaultAgent)
+	}
+	check := func(where string, p Profile) error {
+		if p.Model != "" && !slices.Contains(opts.Models, p.Model) {
+			return fmt.Errorf("%s.model: unknown model %q", where, p.Model)
+		}
+		if _, err := tools.ParsePreset(p.Permissions); err != nil {
+			return fmt.Errorf("%s.permissions: %v", where, err)
+		}
+		if _, err := tools.ParseAllowList(p.Tools); err != nil {
+			return fmt.Errorf("%s.tools: %v", where, err)
+		}
+		for _, t := range p.Tools {
+			if !strings.HasPrefix(t, "@") && opts.KnownTools != nil && !slices.Contains(opts.KnownTools, t) {
+				return fmt.Errorf("%s.tools: unknown tool %q", where, t)
+			}
+		}
+		for _, sub := range p.Subagents {
+			if _, ok := s.subagents[sub]; !ok {
+				return fmt.Errorf("%s.subagents: unknown subagent %q", where, sub)
+			}
+		}
+		if p.MaxSteps < 0 || p.Timeout < 0 {
+			return fmt.Errorf("%s: max_steps and timeout must be positive", where)
+		}
+		for tool, r := range p.InterruptOn {
+			for _, d := range r.Allowed {
+				if !slices.Contains(agent.AllDecisions(), d) {
+					return fmt.Errorf("%s.interrupt_on.%s.allowed: unknown decision %q", where, tool, d)
+				}
+			}
+		}
+		return nil
+	}
+	for _, name := range sortedKeys(s.primaries) {
+		if err := check("agents."+name, s.primaries[name]); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range sortedKeys(s.subagents) {
+		if err := check("subagents."+name, s.subagents[name]); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func enabled(p Profile) bool { return p.Enabled == nil || *p.Enabled }
+
+// DefaultAgent returns the default primary's name.
+func (s *Set) DefaultAgent() string { return s.opts.DefaultAgent }
+
+// Primaries returns the enabled primary names, sorted.
+func (s *Set) Primaries() []string {
+	var out []string
+	for _, n := range sortedKeys(s.primaries) {
+		if enabled(s.primaries[n]) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Subagents returns the enabled subagent names, sorted.
+func (s *Set) Subagents() []string {
+	var out []string
+	for _, n := range sortedKeys(s.subagents) {
+		if enabled(s.subagents[n]) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Primary returns a primary profile.
+func (s *Set) Primary(name string) (Profile, bool) {
+	p, ok := s.primaries[name]
+	return p, ok && enabled(p)
+}
+
+// Subagent returns a subagent profile.
+func (s *Set) Subagent(name string) (Profile, bool) {
+	p, ok := s.subagents[name]
+	return p, ok && enabled(p)
+}
+
+// Context is the effective setup of one agent context.
+type Context struct {
+	// Name is the profile name; Kind its kind.
+	Name string
+	Kind Kind
+	// Description and SystemPrompt come from the profile.
+	Description, SystemPrompt string
+	// Model is the model key in use.
+	Model string
+	// Allow is the effective tool allow-list (preset applied).
+	Allow func(name string) bool
+	// Preset is the permission preset enforced at the tool layer.
+	Preset tools.Preset
+	// Subagents are the names the task tool may use (enabled only).
+	Subagents []string
+	// InterruptOn gates tools.
+	InterruptOn map[string]InterruptRule
+	// Memory turns the memory middleware on.
+	Memory bool
+	// MaxSteps and Timeout limit the context (0 = the configured run
+	// limits, for primaries).
+	MaxSteps int
+	Timeout  time.Duration
+	// Depth is 0 for the root.
+	Depth int
+}
+
+func allowOf(p Profile, preset tools.Preset, inherited func(string) bool) func(string) bool {
+	var base func(string) bool
+	if p.Tools == nil && inherited != nil {
+		base = inherited
+	} else {
+		entries := p.Tools
+		if entries == nil {
+			entries = []string{tools.GroupAll}
+		}
+		al, _ := tools.ParseAllowList(entries)
+		base = al.Allows
+	}
+	return func(name string) bool {
+		if !base(name) || !preset.Allows(name) {
+			return false
+		}
+		if p.ReadOnly && (slices.Contains(tools.WriteTools, name) || slices.Contains(tools.ExecTools, name)) {
+			return false
+		}
+		return true
+	}
+}
+
+func (s *Set) enabledOnly(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if p, ok := s.subagents[n]; ok && enabled(p) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ResolvePrimary returns the root context of primary name ("" = default)
+// with an optional model override.
+func (s *Set) ResolvePrimary(name, model string) (*Context, error) {
+	if name == "" {
+		name = s.opts.DefaultAgent
+	}
+	p, ok := s.Primary(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown agent %q", agent.ErrInvalidInput, name)
+	}
+	if model != "" && !slices.Contains(s.opts.Models, model) {
+		return nil, fmt.Errorf("%w: unknown model %q", agent.ErrInvalidInput, model)
+	}
+	preset, _ := tools.ParsePreset(p.Permissions)
+	if p.ReadOnly {
+		preset = tools.PresetReadOnly
+	}
+	c := &Context{
+		Name: name, Kind: Primary, Description: p.Description, SystemPrompt: p.SystemPrompt,
+		Model: firstNonEmpty(model, p.Model, s.opts.DefaultModel), Preset: preset,
+		Allow:       allowOf(p, preset, nil),
+		InterruptOn: maps.Clone(p.InterruptOn),
+		Memory:      p.Memory == nil || *p.Memory,
+		MaxSteps:    p.MaxSteps, Timeout: p.Timeout,
+	}
+	if p.Subagents != nil {
+		c.Subagents = s.enabledOnly(p.Subagents)
+	} else {
+		c.Subagents = s.Subagents()
+	}
+	if c.InterruptOn == nil {
+		c.InterruptOn = map[string]InterruptRule{}
+	}
+	return c, nil
+}
+
+// ResolveSubagent returns the context of subagent name started from
+// parent.
+func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
+	p, ok := s.Subagent(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown subagent %q", name)
+	}
+	preset := parent.Preset
+	if p.Permissions != "" {
+		preset, _ = tools.ParsePreset(p.Permissions)
+	}
+	if p.ReadOnly {
+		preset = tools.PresetReadOnly
+	}
+	c := &Context{
+		Name: name, Kind: Subagent, Description: p.Description, SystemPrompt: p.SystemPrompt,
+		Model: firstNonEmpty(p.Model, parent.Model), Preset: preset,
+		Allow:  allowOf(p, preset, parent.Allow),
+		Memory: p.Memory == nil || *p.Memory,
+		Depth:  parent.Depth + 1, MaxSteps: p.MaxSteps, Timeout: p.Timeout,
+	}
+	switch {
+	case p.Subagents != nil:
+		c.Subagents = s.enabledOnly(p.Subagents)
+	case name == GeneralPurpose:
+		c.Subagents = slices.Clone(parent.Subagents)
+	}
+	if p.InterruptOn != nil {
+		c.InterruptOn = maps.Clone(p.InterruptOn)
+	} else {
+		c.InterruptOn = maps.Clone(parent.InterruptOn)
+	}
+	if c.MaxSteps == 0 {
+		c.MaxSteps = DefaultSubagentMaxSteps
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultSubagentTimeout
+	}
+	return c, nil
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// Info describes a profile for ListAgents.
+type Info struct {
+	Name, Description string
+	Kind              Kind
+	// Model is the configured model key ("" = the default or the parent's).
+	Model string
+	// Tools are the configured entries (groups unexpanded); nil means the
+	// default.
+	Tools []string
+	// Subagents are the names it may delegate to.
+	Subagents   []string
+	InterruptOn map[string]InterruptRule
+}
+
+// List returns every enabled profile, primaries first, each sorted by
+// name.
+func (s *Set) List() []Info {
+	var out []Info
+	for _, n := range s.Primaries() {
+		p := s.primaries[n]
+		subs := s.enabledOnly(p.Subagents)
+		if p.Subagents == nil {
+			subs = s.Subagents()
+		}
+		out = append(out, Info{Name: n, Description: p.Description, Kind: Primary, Model: firstNonEmpty(p.Model, s.opts.DefaultModel),
+			Tools: slices.Clone(p.Tools), Subagents: subs, InterruptOn: maps.Clone(p.InterruptOn)})
+	}
+	for _, n := range s.Subagents() {
+		p := s.subagents[n]
+		out = append(out, Info{Name: n, Description: p.Description, Kind: Subagent, Model: p.Model,
+			Tools: slices.Clone(p.Tools), Subagents: s.enabledOnly(p.Subagents), InterruptOn: maps.Clone(p.InterruptOn)})
+	}
+	return out
+}
