@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -89,6 +90,10 @@ type Config struct {
 	SystemPrompt func(rc *RunContext, tools []model.ToolDef) string
 	// Backend is the thread's file backend; may be nil.
 	Backend backend.Backend
+	// FileChanges, if set, returns the State-backend delta since its last
+	// call (path → JSON document, nil = deleted); the root runner stores it
+	// with every checkpoint (ThreadData.Files, Checkpoint.Files).
+	FileChanges func() (map[string]json.RawMessage, error)
 	// Limits bound the context.
 	Limits Limits
 }

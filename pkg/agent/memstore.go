@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -74,6 +75,7 @@ func (mt *memThread) copyData() *ThreadData {
 	d.Pending = d.Pending.clone()
 	d.Interrupt = cloneInterrupt(d.Interrupt)
 	d.Checkpoints = slices.Clone(d.Checkpoints)
+	d.Files = clonePrivate(d.Files)
 	if n := len(mt.runs); n > 0 {
 		r := cloneRun(mt.runs[n-1])
 		d.LastRun = &r
@@ -120,6 +122,16 @@ func (s *MemoryStore) SaveCheckpoint(_ context.Context, cp *Checkpoint) error {
 		maps.Copy(d.Thread.Metadata, c.Metadata)
 	}
 	d.Todos, d.Summary, d.Private, d.Pending, d.Interrupt = c.Todos, c.Summary, c.Private, c.Pending, c.Interrupt
+	for path, f := range c.Files {
+		if f == nil {
+			delete(d.Files, path)
+			continue
+		}
+		if d.Files == nil {
+			d.Files = make(map[string]json.RawMessage)
+		}
+		d.Files[path] = f
+	}
 	if c.Run.RunID != "" {
 		i := slices.IndexFunc(mt.runs, func(r RunRecord) bool { return r.RunID == c.Run.RunID })
 		if i < 0 {
@@ -242,5 +254,11 @@ func cloneCheckpoint(cp *Checkpoint) *Checkpoint {
 	c.Pending = cp.Pending.clone()
 	c.Interrupt = cloneInterrupt(cp.Interrupt)
 	c.Run = cloneRun(cp.Run)
+	if cp.Files != nil {
+		c.Files = make(map[string]json.RawMessage, len(cp.Files))
+		for k, v := range cp.Files {
+			c.Files[k] = slices.Clone(v)
+		}
+	}
 	return &c
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,6 +31,9 @@ type ConfigureRequest struct {
 	// Files are RunRequest.files, to seed into the State backend (Run
 	// only).
 	Files map[string][]byte
+	// ThreadFiles are the thread's stored State-backend files, to load
+	// into the backend before anything else.
+	ThreadFiles map[string]json.RawMessage
 }
 
 // ConfigureFunc builds the root agent context's Config (model, fresh
@@ -176,7 +180,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, e
 		}
 	}
 	runID := r.newID()
-	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: threadID, RunID: runID, Spec: in.Spec, Files: in.Files})
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: threadID, RunID: runID, Spec: in.Spec, Files: in.Files, ThreadFiles: td.Files})
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +287,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (*RunRes
 		return nil, fmt.Errorf("thread %s: the interrupted run's record is missing", in.ThreadID)
 	}
 	rec := *td.LastRun
-	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true})
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true, ThreadFiles: td.Files})
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +322,7 @@ type rootRun struct {
 	persisted int
 	edits     []CallEdit
 	metadata  map[string]string
+	files     map[string]json.RawMessage // taken from the backend, not yet stored
 	interrupt *PendingInterrupt
 	segStart  time.Time
 }
@@ -371,6 +376,18 @@ func (rr *rootRun) start(ctx context.Context, plan *resumePlan) *RunResult {
 func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
 	defer cancel()
+	if rr.cfg.FileChanges != nil {
+		delta, err := rr.cfg.FileChanges()
+		if err != nil {
+			return fmt.Errorf("collect file changes: %w", err)
+		}
+		for p, f := range delta {
+			if rr.files == nil {
+				rr.files = make(map[string]json.RawMessage)
+			}
+			rr.files[p] = f
+		}
+	}
 	todos, sum, private, pending := rr.st.parts()
 	rec := rr.rec
 	rec.Steps = rr.rc.Step()
@@ -383,14 +400,14 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		ThreadID: rr.td.Thread.ID, Phase: phase, Step: rec.Steps,
 		Base: rr.persisted, Append: rr.st.MessagesFrom(rr.persisted), EditCalls: rr.edits, Metadata: rr.metadata,
 		Todos: todos, Summary: sum, Private: private, Pending: pending, Interrupt: rr.interrupt,
-		Run: rec, CreatedAt: rr.r.clock.Now(),
+		Files: rr.files, Run: rec, CreatedAt: rr.r.clock.Now(),
 	}
 	if err := rr.r.store.SaveCheckpoint(ctx, cp); err != nil {
 		rr.rc.Logger.Error("checkpoint failed", zap.String("phase", string(phase)), zap.Error(err))
 		return err
 	}
 	rr.persisted += len(cp.Append)
-	rr.edits, rr.metadata = nil, nil
+	rr.edits, rr.metadata, rr.files = nil, nil, nil
 	return nil
 }
 

@@ -93,6 +93,9 @@ type ThreadData struct {
 	Usage model.Usage `json:"usage"`
 	// Checkpoints are the retained checkpoints, oldest first.
 	Checkpoints []CheckpointInfo `json:"checkpoints,omitempty"`
+	// Files are the thread's State-backend files by path, each an opaque
+	// JSON document owned by the State backend.
+	Files map[string]json.RawMessage `json:"files,omitempty"`
 }
 
 // Status derives the thread status.
@@ -143,6 +146,9 @@ type Checkpoint struct {
 	Pending *PendingStep               `json:"pending,omitempty"`
 	// Interrupt replaces the pending interrupt; nil clears it.
 	Interrupt *PendingInterrupt `json:"interrupt,omitempty"`
+	// Files is the State-backend delta since the previous checkpoint: a
+	// document upserts the path, a nil value deletes it.
+	Files map[string]json.RawMessage `json:"files,omitempty"`
 	// Run is upserted by RunID.
 	Run RunRecord `json:"run"`
 	// CreatedAt is when the checkpoint was written.

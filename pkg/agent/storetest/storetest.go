@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Metadata", testMetadata},
 		{"FailRunningRuns", testFailRunningRuns},
 		{"LoadReturnsCopies", testLoadReturnsCopies},
+		{"Files", testFiles},
 		{"Concurrent", testConcurrent},
 	}
 	for _, c := range cases {
@@ -308,6 +309,33 @@ func testLoadReturnsCopies(t *testing.T, s agent.Store) {
 	d = mustLoad(t, s, "t1")
 	if d.Messages[0].ToolCalls[0].Args != `{}` || d.Messages[0].ToolCalls[0].Name != "ls" || d.Todos[0].Content != "a" || d.Thread.Metadata["tenant"] != "a" {
 		t.Errorf("store shares memory with callers: %+v", d)
+	}
+}
+
+func testFiles(t *testing.T, s agent.Store) {
+	mustCreate(t, s, "t1")
+	save := func(files map[string]json.RawMessage) {
+		t.Helper()
+		if err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseTools, Files: files, Run: run("r1", agent.StatusRunning)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(map[string]json.RawMessage{"/a.txt": json.RawMessage(`{"content":"a"}`), "/b.txt": json.RawMessage(`{"content":"b"}`)})
+	save(map[string]json.RawMessage{"/a.txt": nil, "/c.txt": json.RawMessage(`{"content":"c"}`)})
+	save(nil)
+	d := mustLoad(t, s, "t1")
+	want := map[string]string{"/b.txt": `{"content":"b"}`, "/c.txt": `{"content":"c"}`}
+	got := make(map[string]string)
+	for k, v := range d.Files {
+		var c any
+		if err := json.Unmarshal(v, &c); err != nil {
+			t.Fatalf("file %s: %v", k, err)
+		}
+		b, _ := json.Marshal(c)
+		got[k] = string(b)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("files = %v, want %v", got, want)
 	}
 }
 
