@@ -1,0 +1,457 @@
+package deep_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goopenai "github.com/sashabaranov/go-openai"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/deep"
+	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/model/openai"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden event transcripts in testdata/")
+
+// Provider model names of the two configured model keys.
+const (
+	smartModel = "gpt-test"
+	fastModel  = "qwen3-8b-instruct"
+)
+
+// env is one conformance setup: agentd's agent core (deep.Runtime over a
+// memory store) talking to a scripted OpenAI-compatible server through the
+// real go-openai adapter.
+type env struct {
+	t     *testing.T
+	srv   *modeltest.Server
+	store *agent.MemoryStore
+	kit   *tools.TestKit
+	cfg   deep.Config
+	rt    *deep.Runtime
+	retry openai.RetryConfig
+}
+
+type option func(*env)
+
+func withConfig(f func(*deep.Config)) option { return func(e *env) { f(&e.cfg) } }
+
+func withRetry(r openai.RetryConfig) option { return func(e *env) { e.retry = r } }
+
+func newEnv(t *testing.T, opts ...option) *env {
+	t.Helper()
+	e := &env{
+		t: t, srv: modeltest.New(t), store: agent.NewMemoryStore(), kit: tools.NewTestKit(),
+		retry: openai.RetryConfig{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond},
+	}
+	reg := tools.NewRegistry()
+	if err := reg.RegisterGroup(tools.TestKitGroup, e.kit.Tools()...); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg = deep.Config{
+		DefaultModel: "smart",
+		Tools:        reg,
+		Store:        e.store,
+		Limits:       agent.Limits{CancelGrace: time.Second},
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	newModel := func(name string) deep.Model {
+		m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: name, Retry: e.retry}, openai.WithHTTPClient(e.srv.Client()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return deep.Model{Chat: m, Name: name}
+	}
+	e.cfg.Models = map[string]deep.Model{"smart": newModel(smartModel), "fast": newModel(fastModel)}
+	n := 0
+	var mu sync.Mutex
+	ids := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return fmt.Sprintf("id-%03d", n)
+	}
+	rt, err := deep.New(e.cfg, deep.WithLogger(zaptest.NewLogger(t)), deep.WithIDs(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.rt = rt
+	return e
+}
+
+// transcript is what one Run or Resume produced.
+type transcript struct {
+	res    *agent.RunResult
+	err    error
+	events []agent.Event
+}
+
+type collector struct {
+	mu     sync.Mutex
+	events []agent.Event
+}
+
+func (c *collector) sink(ev agent.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, ev)
+}
+
+func (c *collector) all() []agent.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.events)
+}
+
+func (e *env) run(in agent.RunInput) *transcript {
+	e.t.Helper()
+	return e.runCtx(e.t.Context(), in)
+}
+
+func (e *env) runCtx(ctx context.Context, in agent.RunInput) *transcript {
+	e.t.Helper()
+	var c collector
+	res, err := e.rt.Run(ctx, in, c.sink)
+	return &transcript{res: res, err: err, events: c.all()}
+}
+
+func (e *env) resume(threadID, interruptID string, ds ...agent.Decision) *transcript {
+	e.t.Helper()
+	var c collector
+	res, err := e.rt.Resume(e.t.Context(), agent.ResumeInput{ThreadID: threadID, InterruptID: interruptID, Decisions: ds}, c.sink)
+	return &transcript{res: res, err: err, events: c.all()}
+}
+
+func input(texts ...string) agent.RunInput { return agent.RunInput{Input: texts} }
+
+func (e *env) thread(id string) *agent.ThreadData {
+	e.t.Helper()
+	td, err := e.store.LoadThread(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return td
+}
+
+// must fails the test when the run did not start.
+func (tr *transcript) must(t *testing.T) *transcript {
+	t.Helper()
+	if tr.err != nil {
+		t.Fatalf("run failed before it started: %v", tr.err)
+	}
+	return tr
+}
+
+// kinds lists the payload kinds; with brief, deltas and usage are skipped
+// (the "…" of agent.md §11).
+func (tr *transcript) kinds(brief bool) []string {
+	var out []string
+	for _, ev := range tr.events {
+		k := ev.Payload.Kind()
+		if brief && (k == "message_delta" || k == "reasoning_delta" || k == "usage") {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func (tr *transcript) last() agent.Payload {
+	if len(tr.events) == 0 {
+		return nil
+	}
+	return tr.events[len(tr.events)-1].Payload
+}
+
+func (tr *transcript) finished(t *testing.T, status agent.RunStatus) agent.RunFinished {
+	t.Helper()
+	f, ok := tr.last().(agent.RunFinished)
+	if !ok {
+		t.Fatalf("last event = %#v, want run_finished", tr.last())
+	}
+	if f.Status != status {
+		t.Fatalf("run_finished status = %s, want %s (final text %q)", f.Status, status, f.FinalText)
+	}
+	return f
+}
+
+func (tr *transcript) interrupted(t *testing.T) agent.Interrupted {
+	t.Helper()
+	in, ok := tr.last().(agent.Interrupted)
+	if !ok {
+		t.Fatalf("last event = %#v, want interrupted (kinds %v)", tr.last(), tr.kinds(true))
+	}
+	return in
+}
+
+// results returns the tool_result events by call id (the last one wins).
+func (tr *transcript) results() map[string]agent.ToolResultEvent {
+	out := make(map[string]agent.ToolResultEvent)
+	for _, ev := range tr.events {
+		if r, ok := ev.Payload.(agent.ToolResultEvent); ok {
+			out[r.ID] = r
+		}
+	}
+	return out
+}
+
+func (tr *transcript) result(t *testing.T, id string) agent.ToolResultEvent {
+	t.Helper()
+	r, ok := tr.results()[id]
+	if !ok {
+		t.Fatalf("no tool_result for %s (kinds %v)", id, tr.kinds(true))
+	}
+	return r
+}
+
+// resultOrder lists tool_result ids in emission order.
+func (tr *transcript) resultOrder() []string {
+	var out []string
+	for _, ev := range tr.events {
+		if r, ok := ev.Payload.(agent.ToolResultEvent); ok {
+			out = append(out, r.ID)
+		}
+	}
+	return out
+}
+
+func (tr *transcript) index(pred func(agent.Event) bool) int {
+	return slices.IndexFunc(tr.events, pred)
+}
+
+// checkEnvelope asserts ordering guarantees that hold for every stream:
+// contiguous sequences from first, run_started first, exactly one terminal
+// event and it is last, deltas before their message (agent.md §8).
+func (tr *transcript) checkEnvelope(t *testing.T, first uint64) {
+	t.Helper()
+	if len(tr.events) == 0 {
+		t.Fatal("no events")
+	}
+	if _, ok := tr.events[0].Payload.(agent.RunStarted); !ok {
+		t.Errorf("first event = %s, want run_started", tr.events[0].Payload.Kind())
+	}
+	terminal := 0
+	for i, ev := range tr.events {
+		if ev.Sequence != first+uint64(i) {
+			t.Errorf("event %d (%s) has sequence %d, want %d", i, ev.Payload.Kind(), ev.Sequence, first+uint64(i))
+		}
+		if ev.RunID == "" || ev.ThreadID == "" || ev.AgentPath == "" || ev.Time.IsZero() {
+			t.Errorf("event %d (%s) has an incomplete envelope: %+v", i, ev.Payload.Kind(), ev)
+		}
+		if agent.IsTerminal(ev.Payload) {
+			terminal++
+			if i != len(tr.events)-1 {
+				t.Errorf("terminal event %s at %d of %d", ev.Payload.Kind(), i, len(tr.events))
+			}
+		}
+	}
+	if terminal != 1 {
+		t.Errorf("%d terminal events", terminal)
+	}
+	// Deltas concatenated per context and step (highest attempt) equal the
+	// message text; usage follows each message.
+	type key struct {
+		path, parent string
+		step         int
+	}
+	text := make(map[key]string)
+	attempt := make(map[key]int)
+	for i, ev := range tr.events {
+		k := key{ev.AgentPath, ev.ParentToolCallID, 0}
+		switch p := ev.Payload.(type) {
+		case agent.MessageDelta:
+			k.step = p.Step
+			if p.Attempt > attempt[k] {
+				attempt[k], text[k] = p.Attempt, ""
+			}
+			text[k] += p.Text
+		case agent.AssistantMessage:
+			k.step = p.Step
+			if got := text[k]; got != p.Text && !(got == "" && attempt[k] == 0) {
+				t.Errorf("deltas of %v = %q, message text %q", k, got, p.Text)
+			}
+			if i+1 >= len(tr.events) || tr.events[i+1].Payload.Kind() != "usage" {
+				t.Errorf("message at %d is not followed by usage", i)
+			}
+		}
+	}
+}
+
+// requestMessages renders a recorded request's messages as "role: text"
+// (tool calls as "role: [call name]", tool results as "tool(id): text").
+func requestMessages(r modeltest.Request) []string {
+	var out []string
+	for _, m := range r.Body.Messages {
+		s := m.Role + ": " + m.Content
+		if m.Role == "tool" {
+			s = "tool(" + m.ToolCallID + "): " + m.Content
+		}
+		for _, c := range m.ToolCalls {
+			s += " [" + c.ID + " " + c.Function.Name + "]"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func requestTools(r modeltest.Request) []string {
+	var out []string
+	for _, tl := range r.Body.Tools {
+		out = append(out, tl.Function.Name)
+	}
+	return out
+}
+
+func systemPrompt(r modeltest.Request) string {
+	for _, m := range r.Body.Messages {
+		if m.Role == goopenai.ChatMessageRoleSystem {
+			return m.Content
+		}
+	}
+	return ""
+}
+
+func call(id, name, args string) modeltest.Call { return modeltest.Call{ID: id, Name: name, Args: args} }
+
+// golden compares the normalized transcripts with testdata/<name>.golden
+// (rewritten with -update).
+func golden(t *testing.T, name string, trs ...*transcript) {
+	t.Helper()
+	var b strings.Builder
+	for i, tr := range trs {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		for _, ev := range tr.events {
+			b.WriteString(normalize(ev))
+			b.WriteByte('\n')
+		}
+	}
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got := b.String(); got != string(want) {
+		t.Errorf("transcript differs from %s (run with -update to accept):\n%s", path, diff(string(want), got))
+	}
+}
+
+func diff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "line %d:\n  want: %s\n  got:  %s\n", i+1, wl, gl)
+		}
+	}
+	return b.String()
+}
+
+// normalize renders an event without its timestamp and durations; ids are
+// deterministic in these tests (deep.WithIDs).
+func normalize(ev agent.Event) string {
+	who := ev.AgentPath
+	if ev.ParentToolCallID != "" {
+		who += "#" + ev.ParentToolCallID
+	}
+	var p any = ev.Payload
+	switch x := ev.Payload.(type) {
+	case agent.ToolResultEvent:
+		x.Duration = 0
+		p = x
+	case agent.Summarized:
+		x.Duration = 0
+		p = x
+	}
+	return fmt.Sprintf("%d %s %s %s", ev.Sequence, who, ev.Payload.Kind(), compact(p))
+}
+
+// compact renders v as JSON without zero-valued fields, keys sorted.
+func compact(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	var m any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err.Error()
+	}
+	b, _ = json.Marshal(prune(m))
+	return string(b)
+}
+
+func prune(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			e = prune(e)
+			switch y := e.(type) {
+			case nil:
+				delete(x, k)
+				continue
+			case string:
+				if y == "" {
+					delete(x, k)
+					continue
+				}
+			case bool:
+				if !y {
+					delete(x, k)
+					continue
+				}
+			case float64:
+				if y == 0 {
+					delete(x, k)
+					continue
+				}
+			case map[string]any:
+				if len(y) == 0 {
+					delete(x, k)
+					continue
+				}
+			}
+			x[k] = e
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = prune(e)
+		}
+		return x
+	}
+	return v
+}
+
+var _ = model.RoleUser
