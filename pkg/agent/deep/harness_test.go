@@ -326,7 +326,9 @@ func systemPrompt(r modeltest.Request) string {
 	return ""
 }
 
-func call(id, name, args string) modeltest.Call { return modeltest.Call{ID: id, Name: name, Args: args} }
+func call(id, name, args string) modeltest.Call {
+	return modeltest.Call{ID: id, Name: name, Args: args}
+}
 
 // golden compares the normalized transcripts with testdata/<name>.golden
 // (rewritten with -update).
