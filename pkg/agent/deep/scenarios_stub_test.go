@@ -1,8 +1,6 @@
 package deep_test
 
 var (
-	todoScenarios      []scenario
-	subagentScenarios  []scenario
 	interruptScenarios []scenario
 	fileScenarios      []scenario
 	summaryScenarios   []scenario
