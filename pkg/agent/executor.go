@@ -378,7 +378,11 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 
 // callTool is the tool endpoint: tool_call_started, then the tool.
 func (x *execution) callTool(ctx context.Context, req *ToolRequest) (ToolResult, error) {
-	req.MarkStarted()
+	// A client tool never runs here: it interrupts, or returns the decided
+	// result, so tool_call_started goes with that result (agent.md §8.3).
+	if !req.Tool.Client {
+		req.MarkStarted()
+	}
 	return req.Tool.Func(ctx, req)
 }
 

@@ -1,7 +1,6 @@
 package deep_test
 
 var (
-	interruptScenarios []scenario
 	fileScenarios      []scenario
 	summaryScenarios   []scenario
 	modelScenarios     []scenario
