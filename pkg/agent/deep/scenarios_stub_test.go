@@ -1,6 +1,6 @@
 package deep_test
 
 var (
-	fileScenarios      []scenario
-	summaryScenarios   []scenario
+	fileScenarios    []scenario
+	summaryScenarios []scenario
 )
