@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+)
+
+// DB is an open Store database: one SQLite file (WAL mode) holding the
+// files of every namespace. It is safe for concurrent use, also by several
+// processes on the same host (SQLite file locking, with a busy timeout).
+type DB struct {
+	db    *sql.DB
+	stmts stmts
+}
+
+// stmts are the backend's statements, prepared once per DB (database/sql
+// then prepares each on a connection at most once): parsing SQL dominated
+// the cost of small operations.
+type stmts struct {
+	stat, get, scan, put, deleteExact, deleteRange *sql.Stmt
+}
+
+func (s *stmts) prepare(ctx context.Context, db *sql.DB) error {
+	for dst, q := range map[**sql.Stmt]string{
+		&s.stat: `SELECT size, created_at, modified_at, id FROM store_files WHERE ns = ? AND path = ?`,
+		&s.get:  `SELECT size, encoding, created_at, modified_at, id, content FROM store_files WHERE ns = ? AND path = ?`,
+		&s.scan: `SELECT path, size, created_at, modified_at, id FROM store_files
+		          WHERE ns = ? AND path >= ? AND path < ? ORDER BY path LIMIT ?`,
+		// REPLACE deletes a conflicting row and inserts a new one, so the
+		// id (the revision) is fresh.
+		&s.put: `INSERT OR REPLACE INTO store_files (ns, path, size, encoding, created_at, modified_at, content)
+		         VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		&s.deleteExact: `DELETE FROM store_files WHERE ns = ? AND path = ?`,
+		&s.deleteRange: `DELETE FROM store_files WHERE ns = ? AND path >= ? AND path < ?`,
+	} {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		*dst = st
+	}
+	return nil
+}
+
+// BusyTimeoutMS is how long a connection waits for SQLite's write lock
+// before failing with "database is busy".
+const BusyTimeoutMS = 5000
+
+// migrations are the schema steps; migrations[i] brings the schema from
+// version i to i+1. Append only: never edit a released step.
+//
+// Column order matters: content comes last, so reading a row's metadata
+// never walks the overflow pages of a large blob. The unique index on
+// (ns, path) serves every lookup and every prefix range; id is an
+// AUTOINCREMENT rowid, never reused, and serves as the file's revision
+// (a put replaces the row, so it gets a new id).
+var migrations = []string{
+	`CREATE TABLE store_files (
+		id          INTEGER PRIMARY KEY AUTOINCREMENT,
+		ns          TEXT    NOT NULL,
+		path        TEXT    NOT NULL,
+		size        INTEGER NOT NULL,
+		encoding    TEXT    NOT NULL,
+		created_at  TEXT    NOT NULL,
+		modified_at TEXT    NOT NULL,
+		content     BLOB    NOT NULL
+	);
+	CREATE UNIQUE INDEX store_files_ns_path ON store_files (ns, path);`,
+}
+
+// Open opens (creating if needed) the Store database at path and brings
+// its schema up to date. path is a file name; ":memory:" and names with
+// "?" are refused (every pooled connection must see the same database,
+// and the driver reads "?" as the start of its parameters).
+func Open(path string) (*DB, error) {
+	switch {
+	case path == "" || path == ":memory:" || strings.HasPrefix(path, "file:"):
+		return nil, fmt.Errorf("store: open %q: need a plain database file name", path)
+	case strings.ContainsRune(path, '?'):
+		return nil, fmt.Errorf("store: open %q: the file name must not contain '?'", path)
+	}
+	dsn := fmt.Sprintf("%s?_busy_timeout=%d&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate", path, BusyTimeoutMS)
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	d := &DB{db: db}
+	ctx := context.Background()
+	if err := d.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := d.stmts.prepare(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// Close closes the database. Backends using it fail afterwards.
+func (d *DB) Close() error { return d.db.Close() }
+
+// SchemaVersion returns the schema version the database is at.
+func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := d.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM store_schema_version`).Scan(&v)
+	return v, err
+}
+
+// migrate applies the missing migrations, each in its own IMMEDIATE
+// transaction together with its version row, so concurrent Opens apply
+// each step once.
+func (d *DB) migrate(ctx context.Context) error {
+	if _, err := d.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS store_schema_version (version INTEGER PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("create version table: %w", err)
+	}
+	for {
+		done, err := d.migrateStep(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+func (d *DB) migrateStep(ctx context.Context) (done bool, err error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM store_schema_version`).Scan(&v); err != nil {
+		return false, err
+	}
+	switch {
+	case v > len(migrations):
+		return false, fmt.Errorf("schema version %d is newer than this build knows (%d)", v, len(migrations))
+	case v == len(migrations):
+		return true, nil
+	}
+	if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+		return false, fmt.Errorf("migration %d: %w", v+1, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO store_schema_version (version) VALUES (?)`, v+1); err != nil {
+		return false, fmt.Errorf("migration %d: %w", v+1, err)
+	}
+	return false, tx.Commit()
+}
+
+// dbErr maps a database failure to a *backend.Error (the message is for
+// the model; kvfs adds the path). Context errors pass through unchanged.
+func dbErr(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_FULL:
+			return backend.Errorf(backend.CodeNoSpace, "", "the file store is full (%v)", err)
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return backend.Errorf(backend.CodeUnavailable, "", "the file store is busy; try again (%v)", err)
+		case sqlite3.SQLITE_READONLY:
+			return backend.Errorf(backend.CodePermissionDenied, "", "the file store is read-only (%v)", err)
+		}
+	}
+	return backend.Errorf(backend.CodeInternal, "", "file store error: %v", err)
+}

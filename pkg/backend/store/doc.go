@@ -1,0 +1,15 @@
+// Package store is the Store backend: persistent files shared across
+// threads, kept in an embedded SQLite database (modernc.org/sqlite, pure
+// Go) and partitioned into namespaces such as ["acme", "memories"].
+//
+// A DB is one database file in WAL mode with a busy timeout; its schema is
+// versioned (store_schema_version) and migrated by Open. NewBackend gives
+// the backend of one namespace. File semantics are the State backend's
+// (both run kvfs): keys are normalized paths, directories are synthesized,
+// and every enumeration is an indexed range query on (namespace, path),
+// never a scan of the namespace. Writes run in IMMEDIATE transactions, so
+// a delete is atomic and an edit never loses a concurrent update.
+//
+// The package must not interpret namespaces (templating them from thread
+// metadata is the caller's job) and has no executor.
+package store
