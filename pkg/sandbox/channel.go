@@ -202,8 +202,10 @@ func (ch *channel) cancel(id uint64, c *call) {
 	ch.nextID++
 	cid := ch.nextID
 	ch.mu.Unlock()
-	// Nobody waits for the cancel's own answer; readLoop skips it.
-	_ = ch.w.Write(agentproto.Request{ID: cid, Op: agentproto.OpCancel, Args: raw})
+	// Nobody waits for the cancel's own answer (readLoop skips it), and the
+	// caller must not wait for the write either: it is sent in the
+	// background and fails once the stream closes.
+	go func() { _ = ch.w.Write(agentproto.Request{ID: cid, Op: agentproto.OpCancel, Args: raw}) }()
 }
 
 // close tears the channel down.
