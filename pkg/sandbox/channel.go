@@ -100,11 +100,13 @@ func (ch *channel) reset(reason error) {
 		return
 	}
 	ch.err = reason
-	pending := ch.pending
+	inflight := len(ch.pending)
 	ch.pending = map[uint64]*call{}
-	close(ch.done)
 	ch.mu.Unlock()
-	ch.lg.Warn("agent channel reset", zap.Error(reason), zap.Int("in-flight", len(pending)))
+	// Log before waking the callers: nothing of the channel's runs after
+	// they return.
+	ch.lg.Warn("agent channel reset", zap.Error(reason), zap.Int("in-flight", inflight))
+	close(ch.done)
 	_ = ch.c.Close()
 }
 
