@@ -404,12 +404,18 @@ func (x *execution) resolve(c model.ToolCall, finishReason string) (*Tool, strin
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
+	format := func(text string) string {
+		if t.InvalidArgs != nil {
+			return t.InvalidArgs(text)
+		}
+		return text
+	}
 	invalid := func(reason string) *ToolResult {
 		text := fmt.Sprintf("Invalid arguments for %s: %s. Send a JSON object matching the tool schema.", c.Name, reason)
 		if finishReason == model.FinishLength {
 			text += " (the response was cut off at the output token limit)"
 		}
-		return &ToolResult{Content: text, IsError: true, Origin: OriginInvalidCall}
+		return &ToolResult{Content: format(text), IsError: true, Origin: OriginInvalidCall}
 	}
 	v, err := jsonschema.Decode([]byte(args))
 	if err != nil {
@@ -423,7 +429,7 @@ func (x *execution) resolve(c model.ToolCall, finishReason string) (*Tool, strin
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
 			return nil, "", &ToolResult{
-				Content: fmt.Sprintf("Invalid arguments for %s: %s.", c.Name, ve.Error()),
+				Content: format(fmt.Sprintf("Invalid arguments for %s: %s.", c.Name, ve.Error())),
 				IsError: true, Origin: OriginInvalidCall,
 			}
 		}

@@ -45,6 +45,10 @@ type Tool struct {
 	// show the model a stricter schema (an enum) and answer violations of
 	// it with its own message.
 	ValidationSchema json.RawMessage
+	// InvalidArgs, if set, rewrites the executor's invalid-arguments
+	// message for this tool (the file tools render it as
+	// "Error [invalid_argument]: …").
+	InvalidArgs func(text string) string
 	// Func runs the call.
 	Func ToolFunc
 	// Timeout overrides limits.tool_timeout for this tool; a negative value

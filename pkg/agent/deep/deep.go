@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/filesystem"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/hitl"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/hooks"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/memory"
@@ -58,6 +59,9 @@ type MiddlewareConfig struct {
 	// PatchToolCalls turns patch_tool_calls on (nil = true).
 	PatchToolCalls *bool
 	Memory         memory.Config
+	// Filesystem is middleware.filesystem (plus tools.execute and
+	// backends.artifacts_root); the preset comes from each profile.
+	Filesystem filesystem.Config
 }
 
 // ContextInfo describes the agent context a user middleware is built for.
@@ -306,6 +310,11 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 	var stack []agent.Middleware
 	if (mw.Todos.Enabled == nil || *mw.Todos.Enabled) && pc.Allow(todos.ToolName) {
 		stack = append(stack, todos.New(mw.Todos.Config))
+	}
+	if b != nil {
+		fc := mw.Filesystem
+		fc.Preset = pc.Preset
+		stack = append(stack, filesystem.New(b, fc))
 	}
 	if len(pc.Subagents) > 0 && pc.Allow(subagents.ToolName) {
 		var avail []subagents.Subagent

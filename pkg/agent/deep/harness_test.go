@@ -19,6 +19,8 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
@@ -43,6 +45,7 @@ type env struct {
 	cfg   deep.Config
 	rt    *deep.Runtime
 	retry openai.RetryConfig
+	files backend.Backend
 }
 
 type option func(*env)
@@ -50,6 +53,20 @@ type option func(*env)
 func withConfig(f func(*deep.Config)) option { return func(e *env) { f(&e.cfg) } }
 
 func withRetry(r openai.RetryConfig) option { return func(e *env) { e.retry = r } }
+
+// withFiles gives every thread one file backend: the os.Root engine over
+// a temp dir (the State backend replaces it once it lands).
+func withFiles() option {
+	return func(e *env) {
+		eng, err := fileops.New(e.t.TempDir())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { eng.Close() })
+		e.files = eng
+		e.cfg.Backend = func(context.Context, string) (backend.Backend, error) { return eng, nil }
+	}
+}
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
@@ -457,3 +474,23 @@ func prune(v any) any {
 }
 
 var _ = model.RoleUser
+
+// readFile returns a file's content through the backend, or ok=false.
+func (e *env) readFile(p string) (string, bool) {
+	e.t.Helper()
+	res, err := e.files.Download(context.Background(), []string{p})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if res[0].Err != nil {
+		return "", false
+	}
+	return string(res[0].Content), true
+}
+
+func (e *env) writeFile(p, content string) {
+	e.t.Helper()
+	if _, err := e.files.Write(context.Background(), p, []byte(content)); err != nil {
+		e.t.Fatal(err)
+	}
+}

@@ -1,6 +1,3 @@
 package deep_test
 
-var (
-	fileScenarios    []scenario
-	summaryScenarios []scenario
-)
+var summaryScenarios []scenario
