@@ -63,7 +63,7 @@ func TestSwapRace(t *testing.T) {
 				case 1:
 					e.Write(bg, fmt.Sprintf("/d/w%d-%d.txt", w, i%5), []byte("written\n"))
 				case 2:
-					e.Edit(bg, backend.EditRequest{Path: "/d/x.txt", Old: "needle", New: "needle"+"!"})
+					e.Edit(bg, backend.EditRequest{Path: "/d/x.txt", Old: "needle", New: "needle" + "!"})
 					e.Edit(bg, backend.EditRequest{Path: "/d/x.txt", Old: "needle!", New: "needle"})
 				case 3:
 					g, _ := e.Grep(bg, backend.GrepRequest{Pattern: "needle", Path: "/"})
