@@ -80,7 +80,9 @@ func Evict(ctx context.Context, b backend.Backend, call model.ToolCall, res agen
 			return truncated(res, o.Threshold, "saving it failed: "+string(backend.CodeOf(err)))
 		}
 	}
-	lines := strings.Split(res.Content, "\n")
+	// The line model of file-tools §4: a final terminator does not start
+	// another line.
+	lines := strings.Split(strings.TrimSuffix(res.Content, "\n"), "\n")
 	var notice strings.Builder
 	fmt.Fprintf(&notice, "[The result of %s (call %s) was too large to show: %d characters, %d lines. The full output was saved to %s. Page through it with read_file (file_path=%q, offset, limit) instead of repeating the call.]\n\n",
 		call.Name, call.ID, chars, len(lines), p, p)
