@@ -17,6 +17,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/middleware/memory"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/patchcalls"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/subagents"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/summarization"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/todos"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
@@ -62,6 +63,18 @@ type MiddlewareConfig struct {
 	// Filesystem is middleware.filesystem (plus tools.execute and
 	// backends.artifacts_root); the preset comes from each profile.
 	Filesystem filesystem.Config
+	// Summarization is middleware.summarization.
+	Summarization SummarizationConfig
+}
+
+// SummarizationConfig is middleware.summarization. The embedded Config's
+// model, window and backend fields are filled per agent context.
+type SummarizationConfig struct {
+	// Enabled turns summarization on (nil = true).
+	Enabled *bool
+	// Model is the summarizer's model key ("" = the context's own model).
+	Model string
+	summarization.Config
 }
 
 // ContextInfo describes the agent context a user middleware is built for.
@@ -160,6 +173,11 @@ func New(cfg Config, opts ...Option) (*Runtime, error) {
 	for k, m := range cfg.Models {
 		if m.Chat == nil {
 			return nil, fmt.Errorf("models.%s: no client", k)
+		}
+	}
+	if k := cfg.Middleware.Summarization.Model; k != "" {
+		if _, ok := cfg.Models[k]; !ok {
+			return nil, fmt.Errorf("middleware.summarization.model: unknown model %q", k)
 		}
 	}
 	if err := hooks.Validate(cfg.Hooks); err != nil {
@@ -335,6 +353,18 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 				return rt.build(sc, rc.Backend, sl)
 			},
 		}))
+	}
+	if sc := mw.Summarization; sc.Enabled == nil || *sc.Enabled {
+		cfg := sc.Config
+		sm := m
+		if sc.Model != "" {
+			sm = rt.cfg.Models[sc.Model]
+		}
+		cfg.Summarizer, cfg.SummarizerName, cfg.SummarizerWindow = sm.Chat, sm.Name, sm.ContextWindow
+		cfg.ContextWindow = m.ContextWindow
+		cfg.Backend = b
+		cfg.ArtifactsRoot = mw.Filesystem.ArtifactsRoot
+		stack = append(stack, summarization.New(cfg))
 	}
 	if mw.PatchToolCalls == nil || *mw.PatchToolCalls {
 		stack = append(stack, patchcalls.New())
