@@ -25,21 +25,37 @@ type DB struct {
 // then prepares each on a connection at most once): parsing SQL dominated
 // the cost of small operations.
 type stmts struct {
-	stat, get, scan, put, deleteExact, deleteRange *sql.Stmt
+	stat, scan, get, insertFile, insertChunk *sql.Stmt
+	deleteFile, deleteFileChunks             *sql.Stmt
+	deleteRange, deleteRangeChunks           *sql.Stmt
 }
+
+// The statements' SQL. Every lookup and range goes through the
+// (ns, path) index or the chunks' primary key; TestQueryPlans checks it.
+const (
+	sqlStat = `SELECT size, created_at, modified_at, id FROM store_files WHERE ns = ? AND path = ?`
+	sqlScan = `SELECT path, size, created_at, modified_at, id FROM store_files
+		WHERE ns = ? AND path >= ? AND path < ? ORDER BY path LIMIT ?`
+	// One statement reads a file's metadata and its chunks, so it sees
+	// one version of the file even while a writer replaces it.
+	sqlGet = `SELECT f.size, f.encoding, f.created_at, f.modified_at, f.id, c.data
+		FROM store_files f LEFT JOIN store_chunks c ON c.file_id = f.id
+		WHERE f.ns = ? AND f.path = ? ORDER BY c.seq`
+	sqlInsertFile        = `INSERT INTO store_files (ns, path, size, encoding, created_at, modified_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlInsertChunk       = `INSERT INTO store_chunks (file_id, seq, data) VALUES (?, ?, ?)`
+	sqlDeleteFileChunks  = `DELETE FROM store_chunks WHERE file_id IN (SELECT id FROM store_files WHERE ns = ? AND path = ?)`
+	sqlDeleteFile        = `DELETE FROM store_files WHERE ns = ? AND path = ?`
+	sqlDeleteRangeChunks = `DELETE FROM store_chunks WHERE file_id IN
+		(SELECT id FROM store_files WHERE ns = ? AND path >= ? AND path < ?)`
+	sqlDeleteRange = `DELETE FROM store_files WHERE ns = ? AND path >= ? AND path < ?`
+)
 
 func (s *stmts) prepare(ctx context.Context, db *sql.DB) error {
 	for dst, q := range map[**sql.Stmt]string{
-		&s.stat: `SELECT size, created_at, modified_at, id FROM store_files WHERE ns = ? AND path = ?`,
-		&s.get:  `SELECT size, encoding, created_at, modified_at, id, content FROM store_files WHERE ns = ? AND path = ?`,
-		&s.scan: `SELECT path, size, created_at, modified_at, id FROM store_files
-		          WHERE ns = ? AND path >= ? AND path < ? ORDER BY path LIMIT ?`,
-		// REPLACE deletes a conflicting row and inserts a new one, so the
-		// id (the revision) is fresh.
-		&s.put: `INSERT OR REPLACE INTO store_files (ns, path, size, encoding, created_at, modified_at, content)
-		         VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		&s.deleteExact: `DELETE FROM store_files WHERE ns = ? AND path = ?`,
-		&s.deleteRange: `DELETE FROM store_files WHERE ns = ? AND path >= ? AND path < ?`,
+		&s.stat: sqlStat, &s.scan: sqlScan, &s.get: sqlGet,
+		&s.insertFile: sqlInsertFile, &s.insertChunk: sqlInsertChunk,
+		&s.deleteFileChunks: sqlDeleteFileChunks, &s.deleteFile: sqlDeleteFile,
+		&s.deleteRangeChunks: sqlDeleteRangeChunks, &s.deleteRange: sqlDeleteRange,
 	} {
 		st, err := db.PrepareContext(ctx, q)
 		if err != nil {
@@ -54,14 +70,19 @@ func (s *stmts) prepare(ctx context.Context, db *sql.DB) error {
 // before failing with "database is busy".
 const BusyTimeoutMS = 5000
 
+// ChunkBytes is the size of the chunks file contents are stored in.
+// Streaming reads hold one chunk at a time, so read and grep use memory
+// proportional to it, never to the file.
+const ChunkBytes = 256 << 10
+
 // migrations are the schema steps; migrations[i] brings the schema from
 // version i to i+1. Append only: never edit a released step.
 //
-// Column order matters: content comes last, so reading a row's metadata
-// never walks the overflow pages of a large blob. The unique index on
-// (ns, path) serves every lookup and every prefix range; id is an
-// AUTOINCREMENT rowid, never reused, and serves as the file's revision
-// (a put replaces the row, so it gets a new id).
+// store_files holds one row of metadata per file; the unique index on
+// (ns, path) serves every lookup and every prefix range. id is an
+// AUTOINCREMENT rowid, never reused, and serves as the file's revision: a
+// put deletes the old row and inserts a new one. store_chunks holds the
+// content in ChunkBytes pieces numbered from 0; an empty file has none.
 var migrations = []string{
 	`CREATE TABLE store_files (
 		id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -70,10 +91,15 @@ var migrations = []string{
 		size        INTEGER NOT NULL,
 		encoding    TEXT    NOT NULL,
 		created_at  TEXT    NOT NULL,
-		modified_at TEXT    NOT NULL,
-		content     BLOB    NOT NULL
+		modified_at TEXT    NOT NULL
 	);
-	CREATE UNIQUE INDEX store_files_ns_path ON store_files (ns, path);`,
+	CREATE UNIQUE INDEX store_files_ns_path ON store_files (ns, path);
+	CREATE TABLE store_chunks (
+		file_id INTEGER NOT NULL,
+		seq     INTEGER NOT NULL,
+		data    BLOB    NOT NULL,
+		PRIMARY KEY (file_id, seq)
+	);`,
 }
 
 // Open opens (creating if needed) the Store database at path and brings

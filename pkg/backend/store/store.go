@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -132,26 +133,114 @@ func (k *sqlKV) Stat(ctx context.Context, key string) (kvfs.Entry, bool, error) 
 	return e, true, nil
 }
 
+// Get reads the whole content (edit and download need it).
 func (k *sqlKV) Get(ctx context.Context, key string) (kvfs.File, kvfs.Entry, bool, error) {
-	var (
-		f   kvfs.File
-		enc string
-	)
-	e := kvfs.Entry{Key: key}
-	err := k.stmt(ctx, k.db.stmts.get).QueryRowContext(ctx, k.ns, key).
-		Scan(&e.Size, &enc, &e.CreatedAt, &e.ModifiedAt, &e.Rev, &f.Content)
-	if errors.Is(err, sql.ErrNoRows) {
-		return kvfs.File{}, kvfs.Entry{}, false, nil
+	r, e, enc, ok, err := k.open(ctx, key)
+	if err != nil || !ok {
+		return kvfs.File{}, kvfs.Entry{}, false, err
 	}
-	if err != nil {
-		return kvfs.File{}, kvfs.Entry{}, false, dbErr(err)
+	defer r.Close()
+	content := make([]byte, 0, e.Size)
+	for {
+		chunk, err := r.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return kvfs.File{}, kvfs.Entry{}, false, err
+		}
+		content = append(content, chunk...)
 	}
-	if f.Content == nil {
-		f.Content = []byte{}
+	if int64(len(content)) != e.Size {
+		return kvfs.File{}, kvfs.Entry{}, false, dbErr(fmt.Errorf("file %s: %d bytes of content, %d recorded", key, len(content), e.Size))
 	}
-	f.Encoding, f.CreatedAt, f.ModifiedAt = backend.Encoding(enc), e.CreatedAt, e.ModifiedAt
-	return f, e, true, nil
+	return kvfs.File{Content: content, Encoding: enc, CreatedAt: e.CreatedAt, ModifiedAt: e.ModifiedAt}, e, true, nil
 }
+
+// Open streams the content chunk by chunk (kvfs.Streamer).
+func (k *sqlKV) Open(ctx context.Context, key string) (io.ReadCloser, kvfs.Entry, bool, error) {
+	r, e, _, ok, err := k.open(ctx, key)
+	if err != nil || !ok {
+		return nil, kvfs.Entry{}, false, err
+	}
+	return r, e, true, nil
+}
+
+// open runs the get statement and returns its cursor positioned on the
+// first row, which carries the metadata and chunk 0 (NULL for an empty
+// file).
+func (k *sqlKV) open(ctx context.Context, key string) (*chunkReader, kvfs.Entry, backend.Encoding, bool, error) {
+	rows, err := k.stmt(ctx, k.db.stmts.get).QueryContext(ctx, k.ns, key)
+	if err != nil {
+		return nil, kvfs.Entry{}, "", false, dbErr(err)
+	}
+	if !rows.Next() {
+		err := rows.Err()
+		rows.Close()
+		return nil, kvfs.Entry{}, "", false, dbErr(err)
+	}
+	e := kvfs.Entry{Key: key}
+	var enc string
+	r := &chunkReader{rows: rows}
+	if err := rows.Scan(&e.Size, &enc, &e.CreatedAt, &e.ModifiedAt, &e.Rev, &r.first); err != nil {
+		rows.Close()
+		return nil, kvfs.Entry{}, "", false, dbErr(err)
+	}
+	return r, e, backend.Encoding(enc), true, nil
+}
+
+// chunkReader reads a file's chunks from the get statement's cursor. The
+// cursor keeps the statement's snapshot, so the chunks are those of the
+// version whose metadata came with the first row. Chunks are scanned as
+// sql.RawBytes (no copy by database/sql) and consumed before the cursor
+// moves on.
+type chunkReader struct {
+	rows    *sql.Rows
+	first   sql.RawBytes // the first row's chunk (nil for an empty file)
+	started bool
+	buf     []byte // what Read has not returned of the current chunk
+}
+
+// next returns the next chunk, or io.EOF. The chunk is valid until the
+// following call.
+func (r *chunkReader) next() ([]byte, error) {
+	if !r.started {
+		r.started = true
+		if len(r.first) > 0 {
+			return r.first, nil
+		}
+	}
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return nil, dbErr(err)
+		}
+		return nil, io.EOF
+	}
+	var (
+		size, rev             int64
+		enc, created, modifed string
+		chunk                 sql.RawBytes
+	)
+	if err := r.rows.Scan(&size, &enc, &created, &modifed, &rev, &chunk); err != nil {
+		return nil, dbErr(err)
+	}
+	return chunk, nil
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		c, err := r.next()
+		if err != nil {
+			return 0, err
+		}
+		r.buf = c
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *chunkReader) Close() error { return r.rows.Close() }
 
 // Scan is a range query on the (ns, path) index.
 func (k *sqlKV) Scan(ctx context.Context, from, to string, limit int) ([]kvfs.Entry, error) {
@@ -189,26 +278,58 @@ func (k *sqlKV) Update(ctx context.Context, fn func(kvfs.Tx) error) error {
 // sqlTx is the kvfs.Tx of Update.
 type sqlTx struct{ sqlKV }
 
+// Put replaces the file's rows: the old metadata and chunks go, a new
+// metadata row (with a new id, the revision) and its chunks come.
 func (t *sqlTx) Put(ctx context.Context, key string, f kvfs.File) error {
-	content := f.Content
-	if content == nil {
-		content = []byte{} // NOT NULL: an empty file is an empty blob
+	if _, err := t.deleteOne(ctx, key); err != nil {
+		return err
 	}
-	_, err := t.stmt(ctx, t.db.stmts.put).ExecContext(ctx,
-		t.ns, key, len(content), string(f.Encoding), f.CreatedAt, f.ModifiedAt, content)
-	return dbErr(err)
+	res, err := t.stmt(ctx, t.db.stmts.insertFile).ExecContext(ctx,
+		t.ns, key, len(f.Content), string(f.Encoding), f.CreatedAt, f.ModifiedAt)
+	if err != nil {
+		return dbErr(err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return dbErr(err)
+	}
+	ins := t.stmt(ctx, t.db.stmts.insertChunk)
+	for seq, off := 0, 0; off < len(f.Content); seq, off = seq+1, off+ChunkBytes {
+		if _, err := ins.ExecContext(ctx, id, seq, f.Content[off:min(off+ChunkBytes, len(f.Content))]); err != nil {
+			return dbErr(err)
+		}
+	}
+	return nil
 }
 
+// deleteOne removes the file key and its chunks.
+func (t *sqlTx) deleteOne(ctx context.Context, key string) (int, error) {
+	if _, err := t.stmt(ctx, t.db.stmts.deleteFileChunks).ExecContext(ctx, t.ns, key); err != nil {
+		return 0, dbErr(err)
+	}
+	r, err := t.stmt(ctx, t.db.stmts.deleteFile).ExecContext(ctx, t.ns, key)
+	if err != nil {
+		return 0, dbErr(err)
+	}
+	n, err := r.RowsAffected()
+	return int(n), dbErr(err)
+}
+
+// DeleteTree removes key and the range of keys under key+"/", chunks
+// first.
 func (t *sqlTx) DeleteTree(ctx context.Context, key string) (int, error) {
-	r1, err := t.stmt(ctx, t.db.stmts.deleteExact).ExecContext(ctx, t.ns, key)
+	n1, err := t.deleteOne(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi := key+"/", key+"0"
+	if _, err := t.stmt(ctx, t.db.stmts.deleteRangeChunks).ExecContext(ctx, t.ns, lo, hi); err != nil {
+		return 0, dbErr(err)
+	}
+	r, err := t.stmt(ctx, t.db.stmts.deleteRange).ExecContext(ctx, t.ns, lo, hi)
 	if err != nil {
 		return 0, dbErr(err)
 	}
-	r2, err := t.stmt(ctx, t.db.stmts.deleteRange).ExecContext(ctx, t.ns, key+"/", key+"0")
-	if err != nil {
-		return 0, dbErr(err)
-	}
-	n1, _ := r1.RowsAffected()
-	n2, _ := r2.RowsAffected()
-	return int(n1 + n2), nil
+	n2, err := r.RowsAffected()
+	return n1 + int(n2), dbErr(err)
 }

@@ -3,6 +3,7 @@ package kvfs
 import (
 	"bytes"
 	"context"
+	"io"
 	"io/fs"
 	"strings"
 	"syscall"
@@ -204,11 +205,16 @@ func fileInfo(e Entry) backend.FileInfo {
 	return backend.FileInfo{Path: e.Key, Kind: backend.KindFile, Size: e.Size, ModifiedAt: e.ModifiedAt}
 }
 
-// Read returns a window of a text file or a media file as base64 (§4.2).
+// Read returns a window of a text file or a media file as base64 (§4.2):
+// textops.ReadContent on the whole content, or, when the KV is a
+// Streamer, the same steps on a stream (see readStream).
 func (f *FS) Read(ctx context.Context, req backend.ReadRequest) (backend.ReadResult, error) {
 	p, err := vpath.Normalize(req.Path)
 	if err != nil {
 		return backend.ReadResult{}, err
+	}
+	if st, ok := f.kv.(Streamer); ok {
+		return f.readStream(ctx, st, p, req)
 	}
 	file, _, ok, err := f.kv.Get(ctx, p)
 	if err != nil {
@@ -218,6 +224,49 @@ func (f *FS) Read(ctx context.Context, req backend.ReadRequest) (backend.ReadRes
 		return backend.ReadResult{}, missing(ctx, f.kv, "read", p)
 	}
 	return textops.ReadContent(p, file.Content, req.Offset, req.Limit, f.lim.MediaCap)
+}
+
+// readStream is Read for a Streamer: after the empty-file check, it
+// sniffs the first SniffWindow bytes; media (at most the media cap) and
+// files no longer than the sniff window go to textops.ReadContent whole,
+// binary content is not_text, and text is sliced by textops.SliceLines
+// from the stream. Memory stays O(window) for any file size.
+func (f *FS) readStream(ctx context.Context, st Streamer, p string, req backend.ReadRequest) (backend.ReadResult, error) {
+	rc, e, ok, err := st.Open(ctx, p)
+	if err != nil {
+		return backend.ReadResult{}, kvErr("read", p, err)
+	}
+	if !ok {
+		return backend.ReadResult{}, missing(ctx, f.kv, "read", p)
+	}
+	defer rc.Close()
+	head := make([]byte, min(e.Size, backend.SniffWindow))
+	if _, err := io.ReadFull(rc, head); err != nil {
+		return backend.ReadResult{}, kvErr("read", p, err)
+	}
+	whole := int64(len(head)) == e.Size
+	mime := textops.MediaType(p, head)
+	switch {
+	case mime != "" && e.Size > f.lim.MediaCap:
+		return backend.ReadResult{}, withPath(textops.TooLargeError("media read", e.Size, f.lim.MediaCap), p)
+	case whole || mime != "":
+		rest, err := io.ReadAll(rc)
+		if err != nil {
+			return backend.ReadResult{}, kvErr("read", p, err)
+		}
+		return textops.ReadContent(p, append(head, rest...), req.Offset, req.Limit, f.lim.MediaCap)
+	case textops.IsBinary(head, false):
+		return backend.ReadResult{}, withPath(textops.NotTextError(e.Size, textops.SniffMIME(head)), p)
+	}
+	r := io.MultiReader(bytes.NewReader(head), rc)
+	w, err := textops.SliceLines(r, req.Offset, req.Limit, e.Size <= backend.TotalLinesCountMax)
+	if be, ok := err.(*backend.Error); ok {
+		return backend.ReadResult{}, withPath(be, p)
+	} else if err != nil {
+		return backend.ReadResult{}, kvErr("read", p, err)
+	}
+	w.Path, w.Size = p, e.Size
+	return w, nil
 }
 
 // Write creates or replaces a file, creating parents (§4.3).
@@ -321,7 +370,8 @@ func (f *FS) Edit(ctx context.Context, req backend.EditRequest) (backend.EditRes
 }
 
 func (f *FS) editOnce(ctx context.Context, p string, req backend.EditRequest) (res backend.EditResult, retry bool, err error) {
-	file, e, ok, err := f.kv.Get(ctx, p)
+	// The size check comes before loading the content.
+	e, ok, err := f.kv.Stat(ctx, p)
 	if err != nil {
 		return res, false, kvErr("edit", p, err)
 	}
@@ -330,6 +380,13 @@ func (f *FS) editOnce(ctx context.Context, p string, req backend.EditRequest) (r
 	}
 	if e.Size > f.lim.WriteCap {
 		return res, false, withPath(textops.TooLargeError("edit", e.Size, f.lim.WriteCap), p)
+	}
+	file, got, ok, err := f.kv.Get(ctx, p)
+	if err != nil {
+		return res, false, kvErr("edit", p, err)
+	}
+	if !ok || got.Rev != e.Rev {
+		return res, true, nil
 	}
 	if te := textops.CheckText(p, file.Content); te != nil {
 		return res, false, withPath(te, p)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -113,6 +114,16 @@ type Reader interface {
 	// keys. Bounds may hold bytes no key contains (FS uses k+"\x01" for
 	// "just after k").
 	Scan(ctx context.Context, from, to string, limit int) ([]Entry, error)
+}
+
+// Streamer is implemented by KVs that can stream a file's content rather
+// than load it whole (the Store). Read and grep then hold one piece of a
+// file at a time, so their memory is O(window), not O(file).
+type Streamer interface {
+	// Open returns a reader of key's content from its first byte, with
+	// its metadata; the reader sees the version e describes. ok is false
+	// when there is no such key. The caller closes rc.
+	Open(ctx context.Context, key string) (rc io.ReadCloser, e Entry, ok bool, err error)
 }
 
 // Tx is a read-write transaction (see KV.Update).

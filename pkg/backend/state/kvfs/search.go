@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/textops"
@@ -60,6 +61,17 @@ scan:
 			return nil
 		}
 	}
+}
+
+// open returns a reader of key's content: a stream when the KV is a
+// Streamer, else the loaded content.
+func (f *FS) open(ctx context.Context, key string) (io.ReadCloser, bool, error) {
+	if st, ok := f.kv.(Streamer); ok {
+		rc, _, ok, err := st.Open(ctx, key)
+		return rc, ok, err
+	}
+	file, _, ok, err := f.kv.Get(ctx, key)
+	return io.NopCloser(bytes.NewReader(file.Content)), ok, err
 }
 
 // searchRoot checks the directory argument of glob and grep: it returns
@@ -161,11 +173,12 @@ func (f *FS) Grep(ctx context.Context, req backend.GrepRequest) (backend.GrepRes
 	bctx, cancel := context.WithTimeout(ctx, backend.GrepBudget)
 	defer cancel()
 	search := func(key string) (bool, error) {
-		file, _, ok, err := f.kv.Get(bctx, key)
+		r, ok, err := f.open(bctx, key)
 		if err != nil || !ok { // a file deleted since the scan is not an error
 			return false, err
 		}
-		lms, binary, err := m.Scan(bctx, bytes.NewReader(file.Content), limit+1-len(res.Matches))
+		defer r.Close()
+		lms, binary, err := m.Scan(bctx, r, limit+1-len(res.Matches))
 		if binary {
 			res.FilesSkippedBinary++
 			return false, nil
