@@ -474,7 +474,7 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 	if sb.ch != nil && !sb.ch.broken() {
 		return sb.ch, nil
 	}
-	s, err := m.dial(ctx, sb.info.ContainerID, sb.info.Settings.WorkingDir)
+	s, err := m.dial(ctx, sb.info.ContainerID, sb.info.Settings)
 	if err != nil {
 		return nil, err
 	}
@@ -483,14 +483,18 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 }
 
 // dial starts `sandbox-agent serve` with one exec and attaches its stdio.
-func (m *Manager) dial(ctx context.Context, cid, workspace string) (stream, error) {
+func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, error) {
+	root := t.FilesRoot
+	if root == "" {
+		root = "/"
+	}
 	ex, err := m.api.ExecCreate(ctx, cid, client.ExecCreateOptions{
 		User:         m.cfg.User,
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
-		WorkingDir:   workspace,
-		Cmd:          []string{AgentPath, "serve", "--workspace", workspace},
+		WorkingDir:   t.WorkingDir,
+		Cmd:          []string{AgentPath, "serve", "--root", root, "--workspace", t.WorkingDir},
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)

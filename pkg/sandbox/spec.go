@@ -44,6 +44,7 @@ const (
 	LabelNetwork    = "plumb.network"
 	LabelWorkingDir = "plumb.working-dir"
 	LabelCreated    = "plumb.created-at"
+	LabelFilesRoot  = "plumb.files-root"
 	// LabelUserPrefix prefixes the user's own labels.
 	LabelUserPrefix = "plumb.label."
 )
@@ -69,6 +70,10 @@ type Template struct {
 	TTL time.Duration `yaml:"ttl"`
 	// Env is the base environment.
 	Env map[string]string `yaml:"env"`
+	// FilesRoot is the directory file operations see as "/": "/" (the
+	// default: file paths and shell paths are the same strings) or
+	// WorkingDir (file operations confined to the workspace).
+	FilesRoot string `yaml:"files_root"`
 }
 
 // DefaultTemplate holds the worker's defaults for unset template fields.
@@ -79,6 +84,7 @@ var DefaultTemplate = Template{
 	Pids:        256,
 	Network:     NetworkNone,
 	TTL:         30 * time.Minute,
+	FilesRoot:   "/",
 }
 
 // Merge returns t with every unset field taken from base.
@@ -106,6 +112,9 @@ func (t Template) Merge(base Template) Template {
 	}
 	if t.TTL == 0 {
 		t.TTL = base.TTL
+	}
+	if t.FilesRoot == "" {
+		t.FilesRoot = base.FilesRoot
 	}
 	env := maps.Clone(base.Env)
 	if env == nil {
@@ -138,6 +147,8 @@ func (t Template) validate() error {
 		return errorf(CodeInvalid, "ttl %s out of range 1s..168h", t.TTL)
 	case !strings.HasPrefix(t.WorkingDir, "/") || t.WorkingDir == "/" || strings.Contains(t.WorkingDir, "..") || strings.HasPrefix(t.WorkingDir, AgentDir):
 		return errorf(CodeInvalid, "working_dir %q must be an absolute directory other than / and %s", t.WorkingDir, AgentDir)
+	case t.FilesRoot != "/" && t.FilesRoot != t.WorkingDir:
+		return errorf(CodeInvalid, "files_root %q: want / or the working dir %s", t.FilesRoot, t.WorkingDir)
 	}
 	for k, v := range t.Env {
 		if !envKey.MatchString(k) || strings.ContainsRune(v, 0) {
@@ -145,6 +156,16 @@ func (t Template) validate() error {
 		}
 	}
 	return nil
+}
+
+// Home is the sandbox's working dir as a virtual file path: the working
+// dir itself when file operations see the whole container, "/" when they
+// are rooted at the working dir.
+func (t Template) Home() string {
+	if t.FilesRoot == t.WorkingDir {
+		return "/"
+	}
+	return t.WorkingDir
 }
 
 // containerSpec builds the hardened container configuration. Every
@@ -213,6 +234,7 @@ func sandboxLabels(id, worker, templateName string, t Template, created time.Tim
 		LabelNetwork:    t.Network,
 		LabelWorkingDir: t.WorkingDir,
 		LabelCreated:    created.UTC().Format(time.RFC3339Nano),
+		LabelFilesRoot:  t.FilesRoot,
 	}
 	for k, v := range user {
 		l[LabelUserPrefix+k] = v
@@ -234,6 +256,7 @@ func templateFromLabels(l map[string]string) (Template, time.Time, map[string]st
 	t.Image = l[LabelImage]
 	t.Network = l[LabelNetwork]
 	t.WorkingDir = l[LabelWorkingDir]
+	t.FilesRoot = l[LabelFilesRoot]
 	parse(LabelTTL, func(s string) error {
 		n, e := strconv.ParseInt(s, 10, 64)
 		t.TTL = time.Duration(n) * time.Second

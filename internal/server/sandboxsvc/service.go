@@ -80,20 +80,17 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 	return &plumbv1.Sandbox{
 		Id: i.ID, Worker: i.Worker, State: st, Image: i.Settings.Image, Template: i.Template,
 		CreatedAt: timestamppb.New(i.CreatedAt), ExpiresAt: timestamppb.New(i.ExpiresAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
-		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason,
+		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason, FilesRoot: i.Settings.FilesRoot,
 		Resources: &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
 	}
 }
 
 // CreateSandbox starts a sandbox.
 func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.CreateSandboxResponse, error) {
-	if req.GetTemplate() == "" && req.GetImage() == "" {
-		return nil, status.Error(codes.InvalidArgument, "set template or image")
-	}
 	t := sandbox.Template{
 		Image: req.GetImage(), WorkingDir: req.GetWorkingDir(), Runtime: req.GetRuntime(), Env: req.GetEnv(),
 		CPUs: req.GetResources().GetCpus(), MemoryBytes: req.GetResources().GetMemoryBytes(), Pids: req.GetResources().GetPids(),
-		Network: networks[req.GetNetwork()],
+		Network: networks[req.GetNetwork()], FilesRoot: req.GetFilesRoot(),
 	}
 	if req.GetTtl() != nil {
 		t.TTL = req.GetTtl().AsDuration()

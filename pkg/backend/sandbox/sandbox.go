@@ -36,12 +36,22 @@ var (
 )
 
 // New returns the backend of sandbox id reached through conn; home is the
-// sandbox's working dir ("/workspace" when empty).
+// sandbox's working dir as a virtual path ("/workspace" when empty; see
+// HomeOf).
 func New(conn grpc.ClientConnInterface, id, home string) *Backend {
 	if home == "" {
 		home = "/workspace"
 	}
 	return &Backend{c: plumbv1.NewSandboxServiceClient(conn), id: id, home: home}
+}
+
+// HomeOf is the virtual home of a sandbox: its working dir, or "/" when
+// its file operations are rooted at the working dir.
+func HomeOf(sb *plumbv1.Sandbox) string {
+	if sb.GetFilesRoot() != "" && sb.GetFilesRoot() == sb.GetWorkingDir() {
+		return "/"
+	}
+	return sb.GetWorkingDir()
 }
 
 // ID is the sandbox id.

@@ -471,6 +471,8 @@ type Sandbox struct {
 	WorkingDir string `protobuf:"bytes,13,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
 	// Why the sandbox failed, when state is FAILED.
 	FailureReason string `protobuf:"bytes,14,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
+	// Root of the file operations' virtual paths ("/" or working_dir).
+	FilesRoot     string `protobuf:"bytes,15,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +605,13 @@ func (x *Sandbox) GetFailureReason() string {
 	return ""
 }
 
+func (x *Sandbox) GetFilesRoot() string {
+	if x != nil {
+		return x.FilesRoot
+	}
+	return ""
+}
+
 // CreateSandboxRequest asks for a new sandbox. Either template or image must
 // be set; fields set here override the template's.
 type CreateSandboxRequest struct {
@@ -625,7 +634,11 @@ type CreateSandboxRequest struct {
 	// OCI runtime override, for example "runsc" when the engine has gVisor.
 	Runtime string `protobuf:"bytes,8,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// Working directory (default /workspace); it is a writable volume.
-	WorkingDir    string `protobuf:"bytes,9,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	WorkingDir string `protobuf:"bytes,9,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	// Root of the file operations' virtual paths inside the container: "/"
+	// (default; file paths and shell paths are the same strings) or the
+	// working dir (file operations see only the workspace, as "/").
+	FilesRoot     string `protobuf:"bytes,10,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -719,6 +732,13 @@ func (x *CreateSandboxRequest) GetRuntime() string {
 func (x *CreateSandboxRequest) GetWorkingDir() string {
 	if x != nil {
 		return x.WorkingDir
+	}
+	return ""
+}
+
+func (x *CreateSandboxRequest) GetFilesRoot() string {
+	if x != nil {
+		return x.FilesRoot
 	}
 	return ""
 }
@@ -3425,7 +3445,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\tResources\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xfd\x04\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\x9c\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12,\n" +
@@ -3445,10 +3465,12 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\aruntime\x18\f \x01(\tR\aruntime\x12\x1f\n" +
 	"\vworking_dir\x18\r \x01(\tR\n" +
 	"workingDir\x12%\n" +
-	"\x0efailure_reason\x18\x0e \x01(\tR\rfailureReason\x1a9\n" +
+	"\x0efailure_reason\x18\x0e \x01(\tR\rfailureReason\x12\x1d\n" +
+	"\n" +
+	"files_root\x18\x0f \x01(\tR\tfilesRoot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x04\n" +
 	"\x14CreateSandboxRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x129\n" +
@@ -3459,7 +3481,10 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\anetwork\x18\a \x01(\x0e2\x15.plumb.v1.NetworkModeR\anetwork\x12\x18\n" +
 	"\aruntime\x18\b \x01(\tR\aruntime\x12\x1f\n" +
 	"\vworking_dir\x18\t \x01(\tR\n" +
-	"workingDir\x1a6\n" +
+	"workingDir\x12\x1d\n" +
+	"\n" +
+	"files_root\x18\n" +
+	" \x01(\tR\tfilesRoot\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
