@@ -284,4 +284,3 @@ func dirOf(p string) string {
 	}
 	return "."
 }
-
