@@ -184,9 +184,14 @@ func extraCases() []testCase {
 			}
 			_, err = e.b.Delete(e.ctx, e.p("/d/x"))
 			e.noErr("delete /d/x", err)
-			r, err = e.b.Delete(e.ctx, e.p("/d"))
-			if e.noErr("delete /d", err) && r.Removed != 0 {
-				e.t.Errorf("delete an empty dir removed %d, want 0", r.Removed)
+			// A directory outlives its last file only on backends with real
+			// directories; in State and Store it exists iff a key lies under
+			// it (§4), so there it is gone now.
+			if _, ok := e.entry("/", "/d/"); ok {
+				r, err = e.b.Delete(e.ctx, e.p("/d"))
+				if e.noErr("delete /d", err) && r.Removed != 0 {
+					e.t.Errorf("delete an empty dir removed %d, want 0", r.Removed)
+				}
 			}
 			e.wantList("ls /", e.lsPaths("/"), nil)
 		}},
