@@ -363,10 +363,13 @@ func (m *Middleware) summarize(ctx context.Context, rc *agent.RunContext, st *ag
 	b.WriteString(strings.TrimSpace(text))
 	b.WriteString("\n</summary>")
 	sum.Message = b.String()
-	after := overhead + tokens(utf8.RuneCountInString(sum.Message))
-	for _, v := range view[c:] {
-		after += tokens(Chars(v.Message.Message))
+	// Relative to before, so that it shares before's basis (reported usage
+	// or an estimate): minus what left the view, plus the summary message.
+	after := before + tokens(utf8.RuneCountInString(sum.Message))
+	for _, v := range view[:c] {
+		after -= tokens(Chars(v.Message.Message))
 	}
+	after = max(after, 0)
 	sum.TokensAfter = after
 	if err := st.SetSummary(sum); err != nil {
 		return false, err

@@ -1,3 +1,0 @@
-package deep_test
-
-var summaryScenarios []scenario
