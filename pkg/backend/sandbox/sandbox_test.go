@@ -2,85 +2,37 @@ package sandbox_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
-// world is one real sandboxd (manager + SandboxService on loopback) with
-// one sandbox, shared by the conformance cases of a test.
+// world is one real worker with one sandbox, shared by the cases of a
+// test.
 type world struct {
-	client plumbv1.SandboxServiceClient
-	conn   *grpc.ClientConn
-	sb     *plumbv1.Sandbox
+	conn *grpc.ClientConn
+	sb   *plumbv1.Sandbox
 }
 
 func newWorld(t *testing.T, filesRoot string) *world {
 	t.Helper()
-	cli := sandboxtest.Docker(t)
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	run := hex.EncodeToString(b)
-	ctx := context.Background()
-	m, err := sandbox.NewManager(ctx, cli, sandbox.Config{
-		Worker:      "bt" + run,
-		Agent:       sandboxtest.Agent(t),
-		Defaults:    sandbox.Template{Image: sandboxtest.Image(t, cli), MemoryBytes: 256 << 20, Pids: 128, TTL: time.Hour},
-		ExtraLabels: map[string]string{"plumb.test": run},
-	}, sandbox.WithLogger(zaptest.NewLogger(t)))
+	wk := sandboxtest.StartWorker(t, sandbox.Config{Defaults: sandbox.Template{Pids: 128, TTL: time.Hour}})
+	resp, err := wk.Client.CreateSandbox(context.Background(), &plumbv1.CreateSandboxRequest{FilesRoot: filesRoot})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))
-	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, nil, zaptest.NewLogger(t)))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &world{client: plumbv1.NewSandboxServiceClient(conn), conn: conn}
-	resp, err := w.client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{FilesRoot: filesRoot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.sb = resp.GetSandbox()
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := m.DeleteAll(ctx); err != nil {
-			t.Errorf("delete sandboxes: %v", err)
-		}
-		m.Close()
-		cs, vs, err := sandboxtest.Leftovers(ctx, cli, "plumb.test", run)
-		if err != nil || len(cs)+len(vs) > 0 {
-			t.Errorf("leftovers: containers %v volumes %v (%v)", cs, vs, err)
-		}
-	})
-	return w
+	return &world{conn: wk.Conn, sb: resp.GetSandbox()}
 }
 
 // sh runs a command in the sandbox with arguments passed as environment
