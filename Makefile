@@ -37,10 +37,10 @@ $(TOOLS)/grpcurl:
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/grpcurl ## Install the pinned dev tools into .cache/bin
 
 .PHONY: build
-build: ## Build bin/agentd, bin/sandboxd, bin/agentctl and the static bin/sandbox-agent
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentctl ./cmd/agentctl
+build: ## Build the static binaries bin/agentd, bin/sandboxd, bin/agentctl and bin/sandbox-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentctl ./cmd/agentctl
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
 
 .PHONY: generate
@@ -82,6 +82,15 @@ fuzz: ## Run every fuzz target briefly (FUZZTIME=10s each)
 .PHONY: bench
 bench: ## Run the Go micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: sandbox-image
+sandbox-image: ## Import the offline busybox sandbox image (no registry needed) and print its name
+	@$(GO) run ./internal/tools/sandboximage
+
+.PHONY: images
+images: build ## Build the agentd and sandboxd container images (FROM scratch)
+	docker build -f deploy/images/Dockerfile.agentd -t plumb-agentd:$(VERSION) .
+	docker build -f deploy/images/Dockerfile.sandboxd -t plumb-sandboxd:$(VERSION) .
 
 .PHONY: run
 run: build ## Start sandboxd and agentd locally (logs to the terminal; Ctrl-C stops both)

@@ -12,7 +12,13 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-bin/sandboxd --log-format console "$@" &
+# The offline busybox image is the default sandbox image; a template or a
+# request can name any other image present on this engine.
+image=$(go run ./internal/tools/sandboximage) || {
+	echo "plumb: could not import the busybox sandbox image (apt-get install busybox-static); sandboxes need an explicit image" >&2
+	image=""
+}
+bin/sandboxd --log-format console ${image:+--default-image "$image"} "$@" &
 pids+=($!)
 bin/agentd --log-format console &
 pids+=($!)
