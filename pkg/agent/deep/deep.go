@@ -104,9 +104,10 @@ type Config struct {
 	// Tools holds the enabled registry tools (e.g. the test_kit group);
 	// may be nil.
 	Tools *tools.Registry
-	// Backend returns the backend of a thread (the Composite agentd
-	// builds per thread); nil means no file backend.
-	Backend func(ctx context.Context, threadID string) (backend.Backend, error)
+	// Backend returns a thread's backend for a run segment (the Composite
+	// agentd builds per thread, with its State part bound by BindState);
+	// nil means no file backend. StateBackends is the plain State setup.
+	Backend BackendFunc
 	// Middleware are Go-registered user middleware constructors, called
 	// per agent context (agent.WithMiddleware). A middleware named like a
 	// default one replaces it in place.
@@ -259,12 +260,13 @@ func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*
 		}
 		client = append(client, agent.ClientTool(def))
 	}
-	var b backend.Backend
+	var tb ThreadBackend
 	if rt.cfg.Backend != nil {
-		if b, err = rt.cfg.Backend(ctx, req.ThreadID); err != nil {
+		if tb, err = rt.cfg.Backend(ctx, req.ThreadID, req.ThreadFiles); err != nil {
 			return nil, fmt.Errorf("thread %s backend: %w", req.ThreadID, err)
 		}
 	}
+	b := tb.Backend
 	if len(req.Files) > 0 {
 		if err := seed(ctx, b, req.Files); err != nil {
 			return nil, err
@@ -288,6 +290,7 @@ func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*
 		return nil, err
 	}
 	cfg.Tools = append(cfg.Tools, client...)
+	cfg.FileChanges = tb.FileChanges
 	allow := cfg.Allow
 	clientNames := make(map[string]bool)
 	for _, t := range client {

@@ -19,8 +19,6 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
-	"github.com/plumbhq/plumb/pkg/backend"
-	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
@@ -45,7 +43,10 @@ type env struct {
 	cfg   deep.Config
 	rt    *deep.Runtime
 	retry openai.RetryConfig
-	files backend.Backend
+	// seed holds files for the next Run (RunRequest.files).
+	seed map[string][]byte
+	// lastThread is the thread of the latest Run.
+	lastThread string
 }
 
 type option func(*env)
@@ -54,18 +55,10 @@ func withConfig(f func(*deep.Config)) option { return func(e *env) { f(&e.cfg) }
 
 func withRetry(r openai.RetryConfig) option { return func(e *env) { e.retry = r } }
 
-// withFiles gives every thread one file backend: the os.Root engine over
-// a temp dir (the State backend replaces it once it lands).
+// withFiles gives every thread the State backend, persisted with the
+// thread (the default setup of agent.md §11).
 func withFiles() option {
-	return func(e *env) {
-		eng, err := fileops.New(e.t.TempDir())
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		e.t.Cleanup(func() { eng.Close() })
-		e.files = eng
-		e.cfg.Backend = func(context.Context, string) (backend.Backend, error) { return eng, nil }
-	}
+	return func(e *env) { e.cfg.Backend = deep.StateBackends() }
 }
 
 func newEnv(t *testing.T, opts ...option) *env {
@@ -142,8 +135,20 @@ func (e *env) run(in agent.RunInput) *transcript {
 
 func (e *env) runCtx(ctx context.Context, in agent.RunInput) *transcript {
 	e.t.Helper()
+	if len(e.seed) > 0 {
+		if in.Files == nil {
+			in.Files = make(map[string][]byte)
+		}
+		for p, c := range e.seed {
+			in.Files[p] = c
+		}
+		e.seed = nil
+	}
 	var c collector
 	res, err := e.rt.Run(ctx, in, c.sink)
+	if res != nil {
+		e.lastThread = res.ThreadID
+	}
 	return &transcript{res: res, err: err, events: c.all()}
 }
 
@@ -475,22 +480,25 @@ func prune(v any) any {
 
 var _ = model.RoleUser
 
-// readFile returns a file's content through the backend, or ok=false.
+// readFile returns a State file of the latest thread as persisted in the
+// store, or ok=false.
 func (e *env) readFile(p string) (string, bool) {
 	e.t.Helper()
-	res, err := e.files.Download(context.Background(), []string{p})
+	doc, ok := e.thread(e.lastThread).Files[p]
+	if !ok {
+		return "", false
+	}
+	b, err := deep.StoredFile(doc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if res[0].Err != nil {
-		return "", false
-	}
-	return string(res[0].Content), true
+	return string(b), true
 }
 
+// writeFile seeds a file into the next Run's thread.
 func (e *env) writeFile(p, content string) {
-	e.t.Helper()
-	if _, err := e.files.Write(context.Background(), p, []byte(content)); err != nil {
-		e.t.Fatal(err)
+	if e.seed == nil {
+		e.seed = make(map[string][]byte)
 	}
+	e.seed[p] = []byte(content)
 }
