@@ -1,0 +1,114 @@
+package profile
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/tools"
+)
+
+var opts = Options{DefaultModel: "smart", Models: []string{"fast", "smart"},
+	KnownTools: []string{"ls", "read_file", "glob", "grep", "write_file", "edit_file", "delete", "execute", "write_todos", "task", "echo"}}
+
+func allowed(c *Context) []string {
+	var out []string
+	for _, n := range opts.KnownTools {
+		if c.Allow(n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestNewSetErrors(t *testing.T) {
+	cases := []struct {
+		agents, subs map[string]Profile
+		want         string
+	}{
+		{map[string]Profile{"main": {Model: "nope"}}, nil, "agents.main.model: unknown model"},
+		{nil, map[string]Profile{"r": {}}, "subagents.r.description: required"},
+		{map[string]Profile{"main": {Subagents: []string{"ghost"}}}, nil, `agents.main.subagents: unknown subagent "ghost"`},
+		{map[string]Profile{"main": {Permissions: "root"}}, nil, "agents.main.permissions"},
+		{map[string]Profile{"main": {Tools: []string{"@nope"}}}, nil, "agents.main.tools"},
+		{map[string]Profile{"main": {Tools: []string{"frobnicate"}}}, nil, `unknown tool "frobnicate"`},
+		{map[string]Profile{"explore": {}}, nil, "agents.explore: the name is a subagent"},
+		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"x": {Allowed: []agent.DecisionType{"maybe"}}}}}, nil, "interrupt_on.x.allowed"},
+	}
+	for _, c := range cases {
+		if _, err := NewSet(c.agents, c.subs, opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err = %v, want %q", err, c.want)
+		}
+	}
+}
+
+func TestResolve(t *testing.T) {
+	s, err := NewSet(map[string]Profile{
+		"main": {InterruptOn: map[string]InterruptRule{"execute": {}}},
+	}, map[string]Profile{
+		"researcher": {Description: "r", Tools: []string{"@read", "task"}, Subagents: []string{"explore"}, Model: "fast", ReadOnly: true, InterruptOn: map[string]InterruptRule{}},
+		"writer":     {Description: "w"},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, err := s.ResolvePrimary("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if main.Name != "main" || main.Model != "smart" || len(allowed(main)) != len(opts.KnownTools) || !slices.Equal(main.Subagents, []string{"bash", "explore", "general-purpose", "researcher", "writer"}) {
+		t.Errorf("main %+v tools %v", main, allowed(main))
+	}
+	if _, err := s.ResolvePrimary("ghost", ""); !errors.Is(err, agent.ErrInvalidInput) {
+		t.Errorf("unknown agent: %v", err)
+	}
+	plan, _ := s.ResolvePrimary("plan", "fast")
+	if got := allowed(plan); !slices.Equal(got, []string{"glob", "grep", "ls", "read_file", "task", "write_todos"}) || plan.Model != "fast" || plan.MaxSteps != 100 {
+		t.Errorf("plan %v %+v", got, plan)
+	}
+
+	gp, _ := s.ResolveSubagent("general-purpose", main)
+	if len(allowed(gp)) != len(opts.KnownTools) || !slices.Equal(gp.Subagents, main.Subagents) || gp.Model != "smart" || gp.Depth != 1 {
+		t.Errorf("general-purpose inherits: %+v", gp)
+	}
+	if _, ok := gp.InterruptOn["execute"]; !ok {
+		t.Error("general-purpose does not inherit interrupt_on")
+	}
+	explore, _ := s.ResolveSubagent("explore", main)
+	if got := allowed(explore); !slices.Equal(got, []string{"glob", "grep", "ls", "read_file"}) || explore.MaxSteps != 50 || len(explore.Subagents) != 0 {
+		t.Errorf("explore %v %+v", got, explore)
+	}
+	bash, _ := s.ResolveSubagent("bash", main)
+	if got := allowed(bash); !slices.Equal(got, []string{"execute", "ls", "read_file"}) || bash.Preset != tools.PresetExec {
+		t.Errorf("bash %v", got)
+	}
+	r, _ := s.ResolveSubagent("researcher", main)
+	if got := allowed(r); !slices.Equal(got, []string{"glob", "grep", "ls", "read_file", "task"}) || r.Model != "fast" || len(r.InterruptOn) != 0 {
+		t.Errorf("researcher %v %+v", got, r)
+	}
+	// A custom subagent without tools gets its parent's (here: explore's).
+	w, _ := s.ResolveSubagent("writer", explore)
+	if got := allowed(w); !slices.Equal(got, []string{"glob", "grep", "ls", "read_file"}) || w.Preset != tools.PresetReadOnly || w.MaxSteps != DefaultSubagentMaxSteps {
+		t.Errorf("writer under explore %v %+v", got, w)
+	}
+}
+
+func TestGeneralPurposeDisabled(t *testing.T) {
+	off := false
+	o := opts
+	o.GeneralPurpose = &off
+	s, err := NewSet(nil, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(s.Subagents(), GeneralPurpose) {
+		t.Error("general-purpose still enabled")
+	}
+	main, _ := s.ResolvePrimary("", "")
+	if slices.Contains(main.Subagents, GeneralPurpose) {
+		t.Error("main may still delegate to general-purpose")
+	}
+}
