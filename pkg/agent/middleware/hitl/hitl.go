@@ -1,12 +1,3 @@
-// Package hitl implements the human-in-the-loop middleware (agent.md §3.2
-// #8, §6): calls of tools listed in the agent's interrupt_on pause the run
-// with an APPROVAL interrupt; on Resume, approve and edit let the call run
-// and reject and respond answer it without running it.
-//
-// It is the innermost middleware so that it sees the final tool set and
-// runs after the hooks: a call a hook blocked never reaches a human.
-// Client-declared tools are never gated here; they interrupt by
-// themselves (agent.ClientTool).
 package hitl
 
 import (

@@ -47,7 +47,7 @@ func TestWrapTool(t *testing.T) {
 	})
 	cases := []struct {
 		name, args, want string
-		blocked         bool
+		blocked          bool
 	}{
 		{"execute", `{"command":"rm -rf /"}`, "blocked by hook no-root-rm: refusing", true},
 		{"execute", `{"command":"rm -rf /tmp/x"}`, `args {"command":"rm -rf /tmp/x"} key [redacted]`, false},
