@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	f := daemon.NewFlags("sandboxd")
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
-	f.String(&worker, "worker", defaultWorker(), "worker name, part of every sandbox id (letters, digits, '-')")
+	f.String(&worker, "worker", defaultWorker(), "worker name, part of every sandbox id (letters, digits, '-', '.')")
 	f.String(&agentBin, "agent-binary", "", "static sandbox-agent binary (default: sandbox-agent next to sandboxd)")
 	f.String(&defaultImage, "default-image", "", "default image for sandboxes whose request and template name none (must exist locally)")
 	f.Int(&maxSandboxes, "max-sandboxes", 0, "maximum live sandboxes on this worker (0 = unlimited)")
@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return daemon.Usagef("--max-sandboxes must not be negative")
 	}
 	if !validWorker(worker) {
-		return daemon.Usagef("invalid worker name %q: use 1 to 40 letters, digits or '-'", worker)
+		return daemon.Usagef("invalid worker name %q: use 1 to 63 letters, digits, '-' or '.'", worker)
 	}
 
 	agent, err := readAgent(agentBin)
@@ -166,10 +166,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 func defaultWorker() string {
 	h, _ := os.Hostname()
 	var b []byte
-	for i := 0; i < len(h) && len(b) < 40; i++ {
+	for i := 0; i < len(h) && len(b) < 63; i++ {
 		c := h[i]
 		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-':
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '.':
 			b = append(b, c)
 		case c >= 'A' && c <= 'Z':
 			b = append(b, c+'a'-'A')
@@ -182,12 +182,12 @@ func defaultWorker() string {
 }
 
 func validWorker(s string) bool {
-	if len(s) == 0 || len(s) > 40 {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[0] == '.' {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
 			return false
 		}
 	}
