@@ -25,7 +25,10 @@ type harness struct {
 	limits agent.Limits
 	mw     func() []agent.Middleware
 	extra  []agent.Tool
+	model  *openai.Model
 }
+
+func modelOf(_ *testing.T, h *harness) *openai.Model { return h.model }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
@@ -37,6 +40,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.model = m
 	h.runner = agent.NewRunner(h.store, func(_ context.Context, req agent.ConfigureRequest) (*agent.Config, error) {
 		var mw []agent.Middleware
 		if h.mw != nil {
