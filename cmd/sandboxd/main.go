@@ -121,7 +121,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	info, err := docker.Info(pctx, client.InfoOptions{})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("Docker Engine unreachable: %w", err)
+		return fmt.Errorf("cannot reach the Docker Engine: %w", err)
 	}
 	var runtimes []string
 	for name := range info.Info.Runtimes {
