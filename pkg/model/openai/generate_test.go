@@ -221,8 +221,9 @@ func TestGenerateRequestOnTheWire(t *testing.T) {
 		t.Errorf("model %q stream %v options %+v, want override, streaming with usage", b.Model, b.Stream, b.StreamOptions)
 	}
 	//lint:ignore SA1019 the test asserts that the deprecated max_tokens stays unset
-	if b.MaxCompletionTokens != 100 || b.MaxTokens != 0 || b.Temperature != 0.5 {
-		t.Errorf("max_completion_tokens %d max_tokens %d temperature %v", b.MaxCompletionTokens, b.MaxTokens, b.Temperature)
+	maxTokens := b.MaxTokens
+	if b.MaxCompletionTokens != 100 || maxTokens != 0 || b.Temperature != 0.5 {
+		t.Errorf("max_completion_tokens %d max_tokens %d temperature %v", b.MaxCompletionTokens, maxTokens, b.Temperature)
 	}
 	if b.ParallelToolCalls != false {
 		t.Errorf("parallel_tool_calls = %v, want false", b.ParallelToolCalls)
