@@ -246,4 +246,52 @@ var fileScenarios = []scenario{
 			t.Error("missing memory file mentioned")
 		}
 	}},
+	{"user_message_offload", func(t *testing.T) {
+		e := newEnv(t, withFiles())
+		e.srv.Script("main", modeltest.Text("ok"), modeltest.Text("ok again"))
+		big := strings.Repeat("0123456789\n", 20001)
+		tr := e.run(input(big)).must(t)
+		tr.finished(t, agent.StatusCompleted)
+		msgs := requestMessages(e.srv.Requests("main")[0])
+		p := "/conversation_history/" + tr.res.ThreadID + "_message_0.md"
+		if !strings.HasPrefix(msgs[1], "user: [This message is 220011 characters long") || !strings.Contains(msgs[1], p) || len(msgs[1]) > 2000 {
+			t.Errorf("request shows %.300q", msgs[1])
+		}
+		if got, ok := e.readFile(p); !ok || got != big {
+			t.Errorf("offloaded file: %d chars, %v", len(got), ok)
+		}
+		if td := e.thread(tr.res.ThreadID); td.Messages[0].Content != big {
+			t.Error("the log lost the full text")
+		}
+		// A later run reuses the offloaded file.
+		e.run(agent.RunInput{ThreadID: tr.res.ThreadID, Input: []string{"more"}}).must(t)
+		if msgs := requestMessages(e.srv.Requests("main")[1]); !strings.Contains(msgs[1], p) {
+			t.Errorf("second request shows %.200q", msgs[1])
+		}
+	}},
+	{"file_modified_reminder", func(t *testing.T) {
+		e := newEnv(t, withFiles())
+		e.writeFile("/a.txt", "one\n")
+		e.srv.Script("main",
+			modeltest.Calls(call("r1", "read_file", `{"file_path":"/a.txt"}`)),
+			modeltest.Calls(task("t1", "general-purpose", "change a.txt")),
+			modeltest.Calls(call("e1", "echo", `{"text":"x"}`), call("e2", "echo", `{"text":"y"}`)),
+			modeltest.Calls(call("w1", "write_file", `{"file_path":"/a.txt","content":"mine, longer\n"}`)),
+			modeltest.Calls(call("e3", "echo", `{"text":"z"}`)),
+			modeltest.Text("ok"))
+		e.srv.Script("main/general-purpose", modeltest.Calls(call("s1", "write_file", `{"file_path":"/a.txt","content":"two two\n"}`)), modeltest.Text("changed"))
+		tr := e.run(input("go")).must(t)
+		tr.finished(t, agent.StatusCompleted)
+		rs := tr.results()
+		if r := rs["e2"]; !strings.Contains(r.Content, "<system-reminder>\nThese files changed since you last read them") || !strings.Contains(r.Content, "/a.txt") {
+			t.Errorf("e2 %q", r.Content)
+		}
+		if strings.Contains(rs["e1"].Content, "system-reminder") {
+			t.Error("reminder on a call that is not the batch's last")
+		}
+		// The context's own write does not count as an outside change.
+		if strings.Contains(rs["e3"].Content, "system-reminder") {
+			t.Errorf("own write reminded: %q", rs["e3"].Content)
+		}
+	}},
 }
