@@ -23,7 +23,8 @@ func TestSwapRace(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
 	outside := filepath.Join(base, "outside")
-	put(t, outside, map[string]string{"/x.txt": "OUTSIDE needle\n"})
+	secret := "OUTSIDE needle " + strings.Repeat("s", 100) + "\n" // a size no inside file reaches
+	put(t, outside, map[string]string{"/x.txt": secret})
 	put(t, root, map[string]string{"/d/x.txt": "inside needle\n"})
 	e, err := fileops.New(root)
 	if err != nil {
@@ -73,7 +74,7 @@ func TestSwapRace(t *testing.T) {
 				case 4:
 					g, _ := e.Glob(bg, backend.GlobRequest{Pattern: "**", Path: "/d"})
 					for _, fi := range g.Matches {
-						if fi.Size == int64(len("OUTSIDE needle\n")) {
+						if fi.Size == int64(len(secret)) {
 							t.Errorf("glob listed a file of the outside size: %+v", fi)
 						}
 					}
@@ -89,7 +90,7 @@ func TestSwapRace(t *testing.T) {
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("outside dir now holds %d entries (%v)", len(entries), err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(outside, "x.txt")); string(b) != "OUTSIDE needle\n" {
+	if b, _ := os.ReadFile(filepath.Join(outside, "x.txt")); string(b) != secret {
 		t.Errorf("outside file changed: %q", b)
 	}
 }

@@ -51,13 +51,14 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 		return emptyFile(res), nil
 	}
 
+	// Only the signature is read before the media decision, so an
+	// oversized media file is refused from its size without reading more.
 	head := make([]byte, min(size, backend.SniffWindow))
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+	n, err := readFull(f, head[:min(len(head), textops.MediaHeadBytes)])
+	if err != nil {
 		return backend.ReadResult{}, e.fail("read", p, err)
 	}
-	head = head[:n]
-	if mime := textops.MediaType(p, head); mime != "" {
+	if mime := textops.MediaType(p, head[:n]); mime != "" {
 		if size > e.cfg.mediaCap {
 			return backend.ReadResult{}, e.fail("read", p, textops.TooLargeError("media read", size, e.cfg.mediaCap))
 		}
@@ -65,7 +66,7 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 		if err != nil {
 			return backend.ReadResult{}, e.fail("read", p, err)
 		}
-		all := append(head, body...)
+		all := append(head[:n:n], body...)
 		if int64(len(all)) > e.cfg.mediaCap {
 			return backend.ReadResult{}, e.fail("read", p, textops.TooLargeError("media read", int64(len(all)), e.cfg.mediaCap))
 		}
@@ -74,6 +75,14 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 		res.Content = base64.StdEncoding.EncodeToString(all)
 		return res, nil
 	}
+	if n == textops.MediaHeadBytes {
+		m, err := readFull(f, head[n:])
+		if err != nil {
+			return backend.ReadResult{}, e.fail("read", p, err)
+		}
+		n += m
+	}
+	head = head[:n]
 	if textops.IsBinary(head, int64(n) >= size) {
 		return backend.ReadResult{}, e.fail("read", p, textops.NotTextError(size, textops.SniffMIME(head)))
 	}
@@ -158,6 +167,16 @@ func openRegular(dir *os.Root, name string, want fs.FileInfo) (*os.File, fs.File
 		return nil, nil, err
 	}
 	return f, fi, nil
+}
+
+// readFull reads len(b) bytes, or fewer at EOF (the file shrank since its
+// stat).
+func readFull(r io.Reader, b []byte) (int, error) {
+	n, err := io.ReadFull(r, b)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
 }
 
 // ctxReader stops reading once ctx is done.
