@@ -38,8 +38,9 @@ var locationTool = agent.ClientToolDef{
 
 var interruptScenarios = []scenario{
 	{"36_two_gated_calls", func(t *testing.T) {
-		e := newEnv(t, gate(map[string]profile.InterruptRule{"echo": {}, "counter": {Allowed: []agent.DecisionType{agent.DecisionApprove, agent.DecisionReject}, Description: "Count?"}}))
-		e.srv.Script("main", modeltest.Calls(call("c1", "echo", `{"text":"hi"}`), call("c2", "counter", `{}`)), modeltest.Text("ok"))
+		e := newEnv(t, withFiles(), gate(map[string]profile.InterruptRule{"write_file": {}, "delete": {Allowed: []agent.DecisionType{agent.DecisionApprove, agent.DecisionReject}, Description: "Delete files?"}}))
+		e.writeFile("/old.txt", "keep me")
+		e.srv.Script("main", modeltest.Calls(call("c1", "write_file", `{"file_path":"/a.txt","content":"x"}`), call("c2", "delete", `{"file_path":"/old.txt"}`)), modeltest.Text("ok"))
 		tr := e.run(input("go")).must(t)
 		tr.checkEnvelope(t, 1)
 		in := tr.interrupted(t)
@@ -47,11 +48,11 @@ var interruptScenarios = []scenario{
 			t.Fatalf("requests %+v", in.Requests)
 		}
 		r1, r2 := in.Requests[0], in.Requests[1]
-		if r1.Kind != agent.InterruptApproval || r1.Description != "Approval required: echo" || !slices.Equal(r1.Allowed, agent.AllDecisions()) ||
-			r1.AgentPath != "main" || r1.Args != `{"text":"hi"}` || len(r1.ArgsSchema) == 0 {
+		if r1.Kind != agent.InterruptApproval || r1.Description != "Approval required: write_file" || !slices.Equal(r1.Allowed, agent.AllDecisions()) ||
+			r1.AgentPath != "main" || r1.ToolName != "write_file" || r1.Args != `{"file_path":"/a.txt","content":"x"}` || len(r1.ArgsSchema) == 0 {
 			t.Errorf("request 1 %+v", r1)
 		}
-		if r2.Description != "Count?" || !slices.Equal(r2.Allowed, []agent.DecisionType{agent.DecisionApprove, agent.DecisionReject}) {
+		if r2.Description != "Delete files?" || !slices.Equal(r2.Allowed, []agent.DecisionType{agent.DecisionApprove, agent.DecisionReject}) {
 			t.Errorf("request 2 %+v", r2)
 		}
 		if slices.Contains(tr.kinds(false), "tool_call_started") {
@@ -66,14 +67,17 @@ var interruptScenarios = []scenario{
 		if s := tr2.events[0].Payload.(agent.RunStarted); !s.Resumed || s.RunID != tr.res.RunID {
 			t.Errorf("run_started %+v", s)
 		}
-		if r := tr2.result(t, "c1"); r.Content != "hi" || r.IsError {
+		if r := tr2.result(t, "c1"); r.IsError {
 			t.Errorf("c1 %+v", r)
 		}
-		if r := tr2.result(t, "c2"); !r.IsError || r.Origin != agent.OriginRejected || r.Content != "The user rejected this counter call. Reason: not now Do not retry it unchanged." {
+		if r := tr2.result(t, "c2"); !r.IsError || r.Origin != agent.OriginRejected || r.Content != "The user rejected this delete call. Reason: not now Do not retry it unchanged." {
 			t.Errorf("c2 %+v", r)
 		}
-		if e.kit.Count() != 0 {
-			t.Error("rejected call ran")
+		if got, ok := e.readFile("/old.txt"); !ok || got != "keep me" {
+			t.Error("rejected delete ran")
+		}
+		if _, ok := e.readFile("/a.txt"); !ok {
+			t.Error("approved write did not run")
 		}
 		if got := toolOrder(e.thread(tr.res.ThreadID)); !slices.Equal(got, []string{"c1", "c2"}) {
 			t.Errorf("log order %v", got)
@@ -84,8 +88,8 @@ var interruptScenarios = []scenario{
 		}
 	}},
 	{"37_completed_sibling_not_rerun", func(t *testing.T) {
-		e := newEnv(t, gate(map[string]profile.InterruptRule{"echo": {}}))
-		e.srv.Script("main", modeltest.Calls(call("c1", "counter", `{}`), call("c2", "echo", `{"text":"x"}`)), modeltest.Text("ok"))
+		e := newEnv(t, withFiles(), gate(map[string]profile.InterruptRule{"write_file": {}}))
+		e.srv.Script("main", modeltest.Calls(call("c1", "counter", `{}`), call("c2", "write_file", `{"file_path":"/a.txt","content":"x"}`)), modeltest.Text("ok"))
 		tr := e.run(input("go")).must(t)
 		in := tr.interrupted(t)
 		ri := tr.index(func(ev agent.Event) bool { r, ok := ev.Payload.(agent.ToolResultEvent); return ok && r.ID == "c1" })
@@ -104,7 +108,7 @@ var interruptScenarios = []scenario{
 			t.Errorf("log order %v", got)
 		}
 		req := requestMessages(e.srv.Requests("main")[1])
-		if !strings.HasPrefix(req[3], "tool(c1): 1") || !strings.HasPrefix(req[4], "tool(c2): x") {
+		if !strings.HasPrefix(req[3], "tool(c1): 1") || !strings.HasPrefix(req[4], "tool(c2): Wrote 1 bytes") {
 			t.Errorf("request after resume %q", req)
 		}
 	}},
