@@ -185,6 +185,7 @@ type ctxReader struct {
 	r   io.Reader
 }
 
+// Read fails with ctx's error once ctx is done, else reads from r.
 func (c ctxReader) Read(p []byte) (int, error) {
 	if err := c.ctx.Err(); err != nil {
 		return 0, err
