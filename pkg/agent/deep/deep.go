@@ -108,7 +108,7 @@ type Config struct {
 	// agentd builds per thread, with its State part bound by BindState);
 	// nil means no file backend. StateBackends is the plain State setup.
 	Backend BackendFunc
-	// Middleware are Go-registered user middleware constructors, called
+	// UserMiddleware are Go-registered middleware constructors, called
 	// per agent context (agent.WithMiddleware). A middleware named like a
 	// default one replaces it in place.
 	UserMiddleware []func(ContextInfo) agent.Middleware
