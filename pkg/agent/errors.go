@@ -30,6 +30,7 @@ type PendingInterruptError struct {
 	ThreadID, InterruptID string
 }
 
+// Error implements error.
 func (e *PendingInterruptError) Error() string {
 	return fmt.Sprintf("thread %s has a pending interrupt %s; resume it or set abandon_interrupt", e.ThreadID, e.InterruptID)
 }
@@ -43,6 +44,7 @@ type StaleInterruptError struct {
 	Got, Current string
 }
 
+// Error implements error.
 func (e *StaleInterruptError) Error() string {
 	return fmt.Sprintf("interrupt %s is not pending (current: %s)", e.Got, e.Current)
 }
@@ -65,6 +67,7 @@ type DecisionError struct {
 	Violations []FieldViolation
 }
 
+// Error joins the violations' descriptions.
 func (e *DecisionError) Error() string {
 	parts := make([]string, len(e.Violations))
 	for i, v := range e.Violations {

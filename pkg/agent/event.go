@@ -187,22 +187,47 @@ type RunFinished struct {
 	Usage     model.Usage
 }
 
-// Kind implementations.
+// Kind returns "run_started".
+func (RunStarted) Kind() string { return "run_started" }
 
-func (RunStarted) Kind() string       { return "run_started" }
-func (MessageDelta) Kind() string     { return "message_delta" }
-func (ReasoningDelta) Kind() string   { return "reasoning_delta" }
+// Kind returns "message_delta".
+func (MessageDelta) Kind() string { return "message_delta" }
+
+// Kind returns "reasoning_delta".
+func (ReasoningDelta) Kind() string { return "reasoning_delta" }
+
+// Kind returns "message".
 func (AssistantMessage) Kind() string { return "message" }
-func (ToolCallStarted) Kind() string  { return "tool_call_started" }
-func (ToolResultEvent) Kind() string  { return "tool_result" }
-func (TodosUpdated) Kind() string     { return "todos_updated" }
-func (SubagentStarted) Kind() string  { return "subagent_started" }
+
+// Kind returns "tool_call_started".
+func (ToolCallStarted) Kind() string { return "tool_call_started" }
+
+// Kind returns "tool_result".
+func (ToolResultEvent) Kind() string { return "tool_result" }
+
+// Kind returns "todos_updated".
+func (TodosUpdated) Kind() string { return "todos_updated" }
+
+// Kind returns "subagent_started".
+func (SubagentStarted) Kind() string { return "subagent_started" }
+
+// Kind returns "subagent_finished".
 func (SubagentFinished) Kind() string { return "subagent_finished" }
-func (Interrupted) Kind() string      { return "interrupted" }
-func (UsageReport) Kind() string      { return "usage" }
-func (Summarized) Kind() string       { return "summarized" }
-func (RunError) Kind() string         { return "error" }
-func (RunFinished) Kind() string      { return "run_finished" }
+
+// Kind returns "interrupted".
+func (Interrupted) Kind() string { return "interrupted" }
+
+// Kind returns "usage".
+func (UsageReport) Kind() string { return "usage" }
+
+// Kind returns "summarized".
+func (Summarized) Kind() string { return "summarized" }
+
+// Kind returns "error".
+func (RunError) Kind() string { return "error" }
+
+// Kind returns "run_finished".
+func (RunFinished) Kind() string { return "run_finished" }
 
 func (RunStarted) isPayload()       {}
 func (MessageDelta) isPayload()     {}
