@@ -165,10 +165,11 @@ func (f *FS) Ls(ctx context.Context, path string) (backend.LsResult, error) {
 	res := backend.LsResult{Entries: []backend.FileInfo{}}
 	pre := dirPrefix(p)
 	from, to := pre, prefixEnd(pre)
-	const page = 256
+	var pg pager
 scan:
 	for len(res.Entries) <= backend.LsMaxEntries {
-		es, err := f.kv.Scan(ctx, from, to, page)
+		n := pg.size()
+		es, err := f.kv.Scan(ctx, from, to, n)
 		if err != nil {
 			return backend.LsResult{}, kvErr("ls", p, err)
 		}
@@ -179,14 +180,16 @@ scan:
 				dir := pre + rest[:i]
 				res.Entries = append(res.Entries, backend.FileInfo{Path: dir + "/", Kind: backend.KindDir, IsDir: true})
 				from = dir + "0"
+				pg.skipped()
 				continue scan
 			}
 			res.Entries = append(res.Entries, fileInfo(e))
 			from = after(e.Key)
 		}
-		if len(es) < page {
+		if len(es) < n {
 			break
 		}
+		pg.full()
 	}
 	if len(res.Entries) == 0 && p != "/" {
 		return backend.LsResult{}, missing(ctx, f.kv, "ls", p)
@@ -200,6 +203,26 @@ scan:
 	}
 	return res, nil
 }
+
+// pager sizes the range queries of a listing or walk: small after a
+// subtree was skipped (the rest of a big page would have been thrown
+// away), doubling while pages are consumed whole.
+type pager struct{ n int }
+
+const (
+	minPage = 32
+	maxPage = 1024
+)
+
+func (p *pager) size() int {
+	if p.n == 0 {
+		p.n = minPage
+	}
+	return p.n
+}
+
+func (p *pager) full()    { p.n = min(2*p.size(), maxPage) }
+func (p *pager) skipped() { p.n = minPage }
 
 func fileInfo(e Entry) backend.FileInfo {
 	return backend.FileInfo{Path: e.Key, Kind: backend.KindFile, Size: e.Size, ModifiedAt: e.ModifiedAt}

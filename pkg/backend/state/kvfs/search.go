@@ -11,9 +11,6 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// walkPage is the number of keys a walk asks its KV for at a time.
-const walkPage = 512
-
 // walk visits the keys under the directory prefix pre in key order (which
 // is path order). rel is the key relative to pre. descend, when not nil,
 // is asked once per directory (relative to pre) whether anything below it
@@ -23,9 +20,11 @@ func (f *FS) walk(ctx context.Context, pre string, descend func(relDir string) b
 	visit func(e Entry, rel string) (stop bool, err error)) error {
 	from, to := pre, prefixEnd(pre)
 	verdicts := map[string]bool{}
+	var pg pager
 scan:
 	for {
-		es, err := f.kv.Scan(ctx, from, to, walkPage)
+		n := pg.size()
+		es, err := f.kv.Scan(ctx, from, to, n)
 		if err != nil {
 			return err
 		}
@@ -47,6 +46,7 @@ scan:
 					}
 					if !ok {
 						from = pre + d + "0"
+						pg.skipped()
 						continue scan
 					}
 				}
@@ -57,9 +57,10 @@ scan:
 			}
 			from = after(e.Key)
 		}
-		if len(es) < walkPage {
+		if len(es) < n {
 			return nil
 		}
+		pg.full()
 	}
 }
 
