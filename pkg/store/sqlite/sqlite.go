@@ -61,6 +61,12 @@ var migrations = []string{
 		created_at    INTEGER NOT NULL
 	);
 	CREATE INDEX checkpoints_thread ON checkpoints (thread_id, id);`,
+	`CREATE TABLE thread_files (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		path      TEXT NOT NULL,
+		doc       TEXT NOT NULL,
+		PRIMARY KEY (thread_id, path)
+	) WITHOUT ROWID;`,
 }
 
 // Options configure Open.
@@ -261,6 +267,9 @@ func (s *Store) load(ctx context.Context, q *sql.Tx, id string, full bool) (*age
 		if err := loadCheckpoints(ctx, q, &d); err != nil {
 			return nil, 0, err
 		}
+		if err := loadFiles(ctx, q, &d); err != nil {
+			return nil, 0, err
+		}
 	}
 	return &d, count, nil
 }
@@ -320,6 +329,25 @@ func loadMessages(ctx context.Context, q *sql.Tx, d *agent.ThreadData, count int
 	return nil
 }
 
+func loadFiles(ctx context.Context, q *sql.Tx, d *agent.ThreadData) error {
+	rows, err := q.QueryContext(ctx, `SELECT path, doc FROM thread_files WHERE thread_id = ? ORDER BY path`, d.Thread.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p, doc string
+		if err := rows.Scan(&p, &doc); err != nil {
+			return err
+		}
+		if d.Files == nil {
+			d.Files = map[string]json.RawMessage{}
+		}
+		d.Files[p] = json.RawMessage(doc)
+	}
+	return rows.Err()
+}
+
 func loadCheckpoints(ctx context.Context, q *sql.Tx, d *agent.ThreadData) error {
 	rows, err := q.QueryContext(ctx, `SELECT id, run_id, phase, step, message_count, created_at FROM checkpoints WHERE thread_id = ? ORDER BY id`, d.Thread.ID)
 	if err != nil {
@@ -369,6 +397,18 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			}
 		}
 		count += len(cp.Append)
+		for p, doc := range cp.Files {
+			var err error
+			if doc == nil || string(doc) == "null" {
+				_, err = tx.ExecContext(ctx, `DELETE FROM thread_files WHERE thread_id = ? AND path = ?`, cp.ThreadID, p)
+			} else {
+				_, err = tx.ExecContext(ctx, `INSERT INTO thread_files (thread_id, path, doc) VALUES (?, ?, ?)
+					ON CONFLICT (thread_id, path) DO UPDATE SET doc = excluded.doc`, cp.ThreadID, p, string(doc))
+			}
+			if err != nil {
+				return fmt.Errorf("state file %s: %w", p, err)
+			}
+		}
 		if cp.Metadata != nil {
 			cur := map[string]string{}
 			if err := json.Unmarshal([]byte(md), &cur); err != nil {
@@ -642,4 +682,27 @@ func decodeToken(tok string) (int64, string, error) {
 		return 0, "", ErrBadPageToken
 	}
 	return n, id, nil
+}
+
+// Thread returns a thread's record (labels, sandbox id, times) without its
+// log or state.
+func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
+	var (
+		t                agent.Thread
+		created, updated int64
+		md               string
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT created_at, updated_at, metadata, sandbox_id FROM threads WHERE id = ?`, id).
+		Scan(&created, &updated, &md, &t.SandboxID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("thread %s: %w", id, agent.ErrThreadNotFound)
+	}
+	if err != nil {
+		return t, err
+	}
+	t.ID, t.CreatedAt, t.UpdatedAt = id, fromNanos(created), fromNanos(updated)
+	if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
+		return t, fmt.Errorf("thread %s: metadata: %w", id, err)
+	}
+	return t, nil
 }

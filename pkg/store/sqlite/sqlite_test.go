@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/storetest"
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
@@ -51,11 +53,13 @@ func TestCheckpointsPersistAcrossReopen(t *testing.T) {
 		{ThreadID: "th1", Phase: agent.PhaseInput, Base: 0, Append: []agent.Message{msg(model.RoleUser, "hi")},
 			Run: agent.RunRecord{RunID: "r1", Status: agent.StatusRunning}, CreatedAt: t0.Add(time.Second)},
 		{ThreadID: "th1", Phase: agent.PhaseModel, Step: 1, Base: 1, Append: []agent.Message{asst},
+			Files: map[string]json.RawMessage{"/a.txt": json.RawMessage(`{"content":"x"}`), "/b.txt": json.RawMessage(`{"content":"y"}`)},
 			Todos: []agent.Todo{{Content: "x", Status: agent.TodoInProgress}},
 			Run:   agent.RunRecord{RunID: "r1", Status: agent.StatusRunning, Usage: model.Usage{Prompt: 10, Completion: 5, Total: 15}}, CreatedAt: t0.Add(2 * time.Second)},
 		{ThreadID: "th1", Phase: agent.PhaseInterrupt, Step: 1, Base: 2, EditCalls: []agent.CallEdit{{MessageIndex: 1, CallID: "c1", Args: `{"file_path":"/b"}`}},
 			Todos:     []agent.Todo{{Content: "x", Status: agent.TodoInProgress}},
 			Interrupt: &agent.PendingInterrupt{InterruptID: "i1", RunID: "r1"},
+			Files:     map[string]json.RawMessage{"/b.txt": nil},
 			Run:       agent.RunRecord{RunID: "r1", Status: agent.StatusInterrupted, Usage: model.Usage{Prompt: 10, Completion: 5, Total: 15}}, CreatedAt: t0.Add(3 * time.Second)},
 	}
 	for i := range steps {
@@ -90,6 +94,9 @@ func TestCheckpointsPersistAcrossReopen(t *testing.T) {
 	}
 	if d.LastRun == nil || d.LastRun.Status != agent.StatusInterrupted || d.Usage.Total != 15 {
 		t.Fatalf("run = %+v usage %+v", d.LastRun, d.Usage)
+	}
+	if len(d.Files) != 1 || string(d.Files["/a.txt"]) != `{"content":"x"}` {
+		t.Fatalf("files = %v", d.Files)
 	}
 	if len(d.Checkpoints) != 3 || d.Checkpoints[2].Phase != agent.PhaseInterrupt || d.Checkpoints[2].MessageCount != 2 {
 		t.Fatalf("checkpoints = %+v", d.Checkpoints)
@@ -261,4 +268,12 @@ func TestMigrationsAreRecorded(t *testing.T) {
 	if _, err := Open(context.Background(), path, Options{}); err == nil {
 		t.Fatal("opened a database from a newer agentd")
 	}
+}
+
+// TestStoreConformance runs the agent package's shared Store suite against
+// a real SQLite file.
+func TestStoreConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) agent.Store {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
 }
