@@ -1,7 +1,6 @@
 package composite
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -23,7 +22,6 @@ func mirrorRoutes() map[string]backend.Backend {
 
 func TestConformanceDefault(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) *backendtest.Harness {
-		skipEmptyDirCases(t)
 		c, err := New(state.New(), mirrorRoutes(), "/")
 		if err != nil {
 			t.Fatal(err)
@@ -42,7 +40,6 @@ func TestConformanceMirrored(t *testing.T) {
 	for _, prefix := range []string{"/cache", "/memories"} {
 		t.Run(prefix, func(t *testing.T) {
 			backendtest.Run(t, func(t *testing.T) *backendtest.Harness {
-				skipEmptyDirCases(t)
 				c, err := New(state.New(), mirrorRoutes(), "/")
 				if err != nil {
 					t.Fatal(err)
@@ -54,14 +51,5 @@ func TestConformanceMirrored(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-// skipEmptyDirCases: see the state package's conformance test. The
-// backends under test here are State backends, which have no empty
-// directories (§4).
-func skipEmptyDirCases(t *testing.T) {
-	if strings.HasSuffix(t.Name(), "/X11_delete_counts") {
-		t.Skip("§4: State/Store directories exist only while a key lies under them; there are no empty directories")
 	}
 }

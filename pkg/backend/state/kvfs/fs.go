@@ -105,8 +105,8 @@ func prefixEnd(pre string) string {
 	return pre[:len(pre)-1] + "0"
 }
 
-// after returns the least string above k that no key can equal (keys never
-// hold control characters).
+// after returns a Scan bound just above k: keys hold no control
+// characters, so no key lies strictly between k and k+"\x01".
 func after(k string) string { return k + "\x01" }
 
 // isDir reports whether some key lies under p.
