@@ -1,0 +1,434 @@
+package agentd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/workers"
+	"github.com/plumbhq/plumb/pkg/agent/deep"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/composite"
+	"github.com/plumbhq/plumb/pkg/backend/filesystem"
+	"github.com/plumbhq/plumb/pkg/backend/state"
+	"github.com/plumbhq/plumb/pkg/backend/store"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ThreadBackends builds each thread's file backend: the configured default
+// plus routes under one Composite. State parts are restored from and
+// persisted with the thread's checkpoints; sandbox and store parts are
+// opened on first use (a sandbox is created for the thread then, and
+// reused on later runs).
+type ThreadBackends struct {
+	cfg     *Config
+	threads *sqlite.Store
+	pool    *workers.Pool
+	files   *store.DB
+	lg      *zap.Logger
+
+	mu   sync.Mutex
+	fsys map[string]*filesystem.Backend // by host dir, shared
+}
+
+func newThreadBackends(cfg *Config, dbPath string, threads *sqlite.Store, lg *zap.Logger) (*ThreadBackends, error) {
+	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*filesystem.Backend{}}
+	if cfg.Sandbox.Address != "" {
+		var addrs []string
+		for _, a := range strings.Split(cfg.Sandbox.Address, ",") {
+			if a = strings.TrimPrefix(strings.TrimSpace(a), "dns:///"); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		p, err := workers.Dial(addrs, lg)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox.address: %w", err)
+		}
+		tb.pool = p
+	}
+	for _, r := range cfg.Backends.Routes {
+		if r.Type == "store" && tb.files == nil {
+			db, err := store.Open(dbPath)
+			if err != nil {
+				tb.Close()
+				return nil, fmt.Errorf("store routes: %w", err)
+			}
+			tb.files = db
+		}
+	}
+	return tb, nil
+}
+
+// Close releases connections and databases.
+func (tb *ThreadBackends) Close() {
+	if tb.pool != nil {
+		tb.pool.Close()
+	}
+	if tb.files != nil {
+		tb.files.Close()
+	}
+	tb.mu.Lock()
+	for _, f := range tb.fsys {
+		f.Close()
+	}
+	tb.mu.Unlock()
+}
+
+// Build implements deep.BackendFunc.
+func (tb *ThreadBackends) Build(ctx context.Context, threadID string, stored map[string]json.RawMessage) (deep.ThreadBackend, error) {
+	states := &stateSet{parts: map[string]*state.Backend{}}
+	part := func(kind, prefix, root string, ns []string) (backend.Backend, error) {
+		switch kind {
+		case "state":
+			b := state.New()
+			states.parts[prefix] = b
+			return b, nil
+		case "filesystem":
+			return tb.filesystem(root)
+		case "store":
+			return &lazy{init: func(ctx context.Context) (backend.Backend, error) { return tb.store(ctx, threadID, prefix, ns) }}, nil
+		case "sandbox":
+			return newLazySandbox(tb, threadID), nil
+		}
+		return nil, fmt.Errorf("backend type %q", kind)
+	}
+	def, err := part(tb.cfg.Backends.Default, "", tb.cfg.Backends.Root, nil)
+	if err != nil {
+		return deep.ThreadBackend{}, err
+	}
+	routes := map[string]backend.Backend{}
+	for prefix, r := range tb.cfg.Backends.Routes {
+		if routes[prefix], err = part(r.Type, prefix, r.Root, r.Namespace); err != nil {
+			return deep.ThreadBackend{}, err
+		}
+	}
+	if err := states.load(stored); err != nil {
+		return deep.ThreadBackend{}, err
+	}
+	tbk := deep.ThreadBackend{Backend: def, FileChanges: states.changes}
+	if len(routes) > 0 {
+		c, err := composite.New(def, routes, tb.cfg.Backends.ArtifactsRoot)
+		if err != nil {
+			return deep.ThreadBackend{}, fmt.Errorf("backends.routes: %w", err)
+		}
+		tbk.Backend = c
+	}
+	return tbk, nil
+}
+
+func (tb *ThreadBackends) filesystem(root string) (*filesystem.Backend, error) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if f, ok := tb.fsys[root]; ok {
+		return f, nil
+	}
+	f, err := filesystem.New(root)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem backend %s: %w", root, err)
+	}
+	tb.fsys[root] = f
+	return f, nil
+}
+
+// store opens the thread's namespace of a store route, filling
+// {metadata.<key>} placeholders from the thread's labels.
+func (tb *ThreadBackends) store(ctx context.Context, threadID, prefix string, tmpl []string) (backend.Backend, error) {
+	th, err := tb.threads.Thread(ctx, threadID)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "route %s: %v", prefix, err)
+	}
+	ns := make([]string, len(tmpl))
+	for i, c := range tmpl {
+		if key, ok := strings.CutPrefix(c, "{metadata."); ok && strings.HasSuffix(key, "}") {
+			key = strings.TrimSuffix(key, "}")
+			v, ok := th.Metadata[key]
+			if !ok || v == "" {
+				return nil, backend.Errorf(backend.CodeInvalidArgument, "", "route %s needs the thread label %q (set it in RunRequest.metadata)", prefix, key)
+			}
+			c = v
+		}
+		ns[i] = c
+	}
+	return store.NewBackend(tb.files, ns)
+}
+
+// DeleteThread removes the thread's sandbox, if it has one (the
+// DeleteThread RPC calls it before deleting the thread).
+func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) error {
+	th, err := tb.threads.Thread(ctx, threadID)
+	if err != nil || th.SandboxID == "" || tb.pool == nil {
+		return nil
+	}
+	if err := tb.pool.Delete(ctx, th.SandboxID); err != nil {
+		return fmt.Errorf("delete sandbox %s of thread %s: %w", th.SandboxID, threadID, err)
+	}
+	return nil
+}
+
+// sandbox returns the thread's sandbox backend, creating the sandbox when
+// the thread has none or its old one is gone (expired, failed or deleted).
+func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend.Backend, error) {
+	if tb.pool == nil {
+		return nil, backend.Errorf(backend.CodeUnsupported, "", "no sandboxd is configured")
+	}
+	th, err := tb.threads.Thread(ctx, threadID)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "thread %s: %v", threadID, err)
+	}
+	if id := th.SandboxID; id != "" {
+		c, err := tb.pool.Client(ctx, id)
+		if err == nil {
+			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: id})
+			if gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING {
+				return tb.pool.Backend(ctx, id, sandboxHome(resp.GetSandbox()))
+			}
+			if gerr != nil && status.Code(gerr) != codes.NotFound {
+				return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox %s: %v", id, gerr)
+			}
+		}
+		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", id))
+	}
+	t := tb.cfg.Sandbox.Template
+	req := &plumbv1.CreateSandboxRequest{
+		Template: t.Template, Image: t.Image, WorkingDir: t.WorkingDir, Env: t.Env, Runtime: t.Runtime,
+		Resources: &plumbv1.Resources{Cpus: t.CPU, MemoryBytes: int64(t.Memory), Pids: t.Pids},
+		Labels:    map[string]string{"plumb.dev/thread": threadID},
+	}
+	switch t.Network {
+	case "egress":
+		req.Network = plumbv1.NetworkMode_NETWORK_MODE_EGRESS
+	case "none":
+		req.Network = plumbv1.NetworkMode_NETWORK_MODE_NONE
+	}
+	if t.TTL > 0 {
+		req.Ttl = durationpb.New(t.TTL)
+	}
+	sb, err := tb.pool.Create(ctx, req)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "create a sandbox for this thread: %s", status.Convert(err).Message())
+	}
+	if err := tb.threads.SetSandbox(ctx, threadID, sb.GetId()); err != nil {
+		_ = tb.pool.Delete(context.WithoutCancel(ctx), sb.GetId())
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
+	}
+	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
+	return tb.pool.Backend(ctx, sb.GetId(), sandboxHome(sb))
+}
+
+func sandboxHome(sb *plumbv1.Sandbox) string {
+	if sb.GetFilesRoot() != "" && sb.GetFilesRoot() == sb.GetWorkingDir() {
+		return "/"
+	}
+	return sb.GetWorkingDir()
+}
+
+// stateSet holds a thread's State backends: the default's (prefix "") and
+// one per state route, persisted together under their full virtual paths.
+type stateSet struct {
+	parts map[string]*state.Backend // by route prefix; "" = default
+}
+
+// owner returns the prefix whose State backend stores virtual path p.
+func (s *stateSet) owner(p string) string {
+	best := ""
+	for prefix := range s.parts {
+		if prefix != "" && strings.HasPrefix(p, prefix) && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	return best
+}
+
+func (s *stateSet) load(stored map[string]json.RawMessage) error {
+	split := map[string]map[string]json.RawMessage{}
+	for p, doc := range stored {
+		prefix := s.owner(p)
+		if _, ok := s.parts[prefix]; !ok {
+			continue // stored under a route that is no longer a State route
+		}
+		bp := p
+		if prefix != "" {
+			bp = "/" + strings.TrimPrefix(p, prefix)
+		}
+		if split[prefix] == nil {
+			split[prefix] = map[string]json.RawMessage{}
+		}
+		split[prefix][bp] = doc
+	}
+	for prefix, b := range s.parts {
+		files, err := decodeFiles(split[prefix])
+		if err != nil {
+			return err
+		}
+		if err := b.Load(files); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodeFiles(docs map[string]json.RawMessage) (map[string]state.File, error) {
+	files := make(map[string]state.File, len(docs))
+	for p, doc := range docs {
+		var f state.File
+		if err := json.Unmarshal(doc, &f); err != nil {
+			return nil, fmt.Errorf("state file %s: %w", p, err)
+		}
+		files[p] = f
+	}
+	return files, nil
+}
+
+// changes merges every part's delta under full virtual paths.
+func (s *stateSet) changes() (map[string]json.RawMessage, error) {
+	var out map[string]json.RawMessage
+	prefixes := make([]string, 0, len(s.parts))
+	for p := range s.parts {
+		prefixes = append(prefixes, p)
+	}
+	sort.Strings(prefixes)
+	for _, prefix := range prefixes {
+		for p, f := range s.parts[prefix].TakeChanges() {
+			if out == nil {
+				out = map[string]json.RawMessage{}
+			}
+			full := p
+			if prefix != "" {
+				full = strings.TrimSuffix(prefix, "/") + p
+			}
+			if f == nil {
+				out[full] = nil
+				continue
+			}
+			doc, err := json.Marshal(*f)
+			if err != nil {
+				return nil, fmt.Errorf("state file %s: %w", full, err)
+			}
+			out[full] = doc
+		}
+	}
+	return out, nil
+}
+
+// lazy opens its backend on first use.
+type lazy struct {
+	init func(context.Context) (backend.Backend, error)
+	mu   sync.Mutex
+	b    backend.Backend
+}
+
+func (l *lazy) get(ctx context.Context) (backend.Backend, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b != nil {
+		return l.b, nil
+	}
+	b, err := l.init(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.b = b
+	return b, nil
+}
+
+func call[T any](ctx context.Context, l *lazy, f func(backend.Backend) (T, error)) (T, error) {
+	b, err := l.get(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return f(b)
+}
+
+// Ls implements backend.Backend.
+func (l *lazy) Ls(ctx context.Context, p string) (backend.LsResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.LsResult, error) { return b.Ls(ctx, p) })
+}
+
+// Read implements backend.Backend.
+func (l *lazy) Read(ctx context.Context, r backend.ReadRequest) (backend.ReadResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.ReadResult, error) { return b.Read(ctx, r) })
+}
+
+// Write implements backend.Backend.
+func (l *lazy) Write(ctx context.Context, p string, c []byte) (backend.WriteResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.WriteResult, error) { return b.Write(ctx, p, c) })
+}
+
+// Edit implements backend.Backend.
+func (l *lazy) Edit(ctx context.Context, r backend.EditRequest) (backend.EditResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.EditResult, error) { return b.Edit(ctx, r) })
+}
+
+// Delete implements backend.Backend.
+func (l *lazy) Delete(ctx context.Context, p string) (backend.DeleteResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.DeleteResult, error) { return b.Delete(ctx, p) })
+}
+
+// Grep implements backend.Backend.
+func (l *lazy) Grep(ctx context.Context, r backend.GrepRequest) (backend.GrepResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.GrepResult, error) { return b.Grep(ctx, r) })
+}
+
+// Glob implements backend.Backend.
+func (l *lazy) Glob(ctx context.Context, r backend.GlobRequest) (backend.GlobResult, error) {
+	return call(ctx, l, func(b backend.Backend) (backend.GlobResult, error) { return b.Glob(ctx, r) })
+}
+
+// Upload implements backend.Backend.
+func (l *lazy) Upload(ctx context.Context, items []backend.UploadItem) ([]backend.UploadResult, error) {
+	return call(ctx, l, func(b backend.Backend) ([]backend.UploadResult, error) { return b.Upload(ctx, items) })
+}
+
+// Download implements backend.Backend.
+func (l *lazy) Download(ctx context.Context, paths []string) ([]backend.DownloadResult, error) {
+	return call(ctx, l, func(b backend.Backend) ([]backend.DownloadResult, error) { return b.Download(ctx, paths) })
+}
+
+// lazySandbox is the thread's sandbox, created on first use. It always
+// offers execute, and its home is the template's working dir.
+type lazySandbox struct {
+	*lazy
+	home string
+}
+
+func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
+	home := tb.cfg.Sandbox.Template.WorkingDir
+	if home == "" {
+		home = "/workspace"
+	}
+	return &lazySandbox{
+		lazy: &lazy{init: func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) }},
+		home: home,
+	}
+}
+
+// Home implements backend.Homer.
+func (s *lazySandbox) Home() string { return s.home }
+
+// Execute implements backend.Executor.
+func (s *lazySandbox) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
+	b, err := s.get(ctx)
+	if err != nil {
+		return backend.ExecuteResult{}, err
+	}
+	ex, ok := b.(backend.Executor)
+	if !ok {
+		return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnsupported, "", "the sandbox backend cannot execute")
+	}
+	return ex.Execute(ctx, req)
+}
+
+var (
+	_ backend.Backend  = (*lazySandbox)(nil)
+	_ backend.Executor = (*lazySandbox)(nil)
+	_ backend.Homer    = (*lazySandbox)(nil)
+)

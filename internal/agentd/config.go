@@ -1,0 +1,332 @@
+package agentd
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is agentd's configuration file. Every key of agent.md §5.6 is
+// accepted; unknown keys are errors.
+type Config struct {
+	Version    int                      `yaml:"version"`
+	Server     ServerConfig             `yaml:"server"`
+	Storage    StorageConfig            `yaml:"storage"`
+	Models     map[string]ModelConfig   `yaml:"models"`
+	Defaults   DefaultsConfig           `yaml:"defaults"`
+	Sandbox    SandboxConfig            `yaml:"sandbox"`
+	Backends   BackendsConfig           `yaml:"backends"`
+	Tools      ToolsConfig              `yaml:"tools"`
+	Hooks      []HookConfig             `yaml:"hooks"`
+	Limits     LimitsConfig             `yaml:"limits"`
+	Middleware MiddlewareConfig         `yaml:"middleware"`
+	Prompt     PromptConfig             `yaml:"prompt"`
+	Agents     map[string]ProfileConfig `yaml:"agents"`
+	Subagents  map[string]ProfileConfig `yaml:"subagents"`
+}
+
+// ServerConfig is `server`.
+type ServerConfig struct {
+	GRPCAddr           string        `yaml:"grpc_addr"`
+	HTTPAddr           string        `yaml:"http_addr"`
+	MaxConcurrentRuns  int           `yaml:"max_concurrent_runs"`
+	DetachOnDisconnect bool          `yaml:"detach_on_disconnect"`
+	ReplayRetention    time.Duration `yaml:"replay_retention"`
+	ShutdownGrace      time.Duration `yaml:"shutdown_grace"`
+}
+
+// StorageConfig is `storage`.
+type StorageConfig struct {
+	// SQLitePath is the thread store; "" keeps threads in memory only.
+	SQLitePath          string        `yaml:"sqlite_path"`
+	BusyTimeout         time.Duration `yaml:"busy_timeout"`
+	CheckpointRetention int           `yaml:"checkpoint_retention"`
+}
+
+// ModelConfig is one `models.<key>` entry.
+type ModelConfig struct {
+	BaseURL           string            `yaml:"base_url"`
+	APIKeyEnv         string            `yaml:"api_key_env"`
+	Model             string            `yaml:"model"`
+	ContextWindow     int               `yaml:"context_window"`
+	MaxOutputTokens   int               `yaml:"max_output_tokens"`
+	Temperature       *float32          `yaml:"temperature"`
+	ParallelToolCalls *bool             `yaml:"parallel_tool_calls"`
+	StreamUsage       *bool             `yaml:"stream_usage"`
+	FirstByteTimeout  time.Duration     `yaml:"first_byte_timeout"`
+	RequestTimeout    time.Duration     `yaml:"request_timeout"`
+	Retry             RetryConfig       `yaml:"retry"`
+	OverflowPatterns  []string          `yaml:"overflow_patterns"`
+	Headers           map[string]string `yaml:"headers"`
+}
+
+// RetryConfig is a model's `retry`.
+type RetryConfig struct {
+	MaxAttempts       int           `yaml:"max_attempts"`
+	InitialBackoff    time.Duration `yaml:"initial_backoff"`
+	MaxBackoff        time.Duration `yaml:"max_backoff"`
+	MaxRetryAfter     time.Duration `yaml:"max_retry_after"`
+	RetryAfterPartial *bool         `yaml:"retry_after_partial"`
+}
+
+// DefaultsConfig is `defaults`.
+type DefaultsConfig struct {
+	Agent string `yaml:"agent"`
+	Model string `yaml:"model"`
+}
+
+// SandboxConfig is `sandbox`.
+type SandboxConfig struct {
+	// Address is one sandboxd address, or several separated by commas
+	// (a "dns:///" prefix is accepted and dropped).
+	Address string `yaml:"address"`
+	// Scope is "thread": one sandbox per thread, created on first use.
+	Scope    string          `yaml:"scope"`
+	Template SandboxTemplate `yaml:"template"`
+}
+
+// SandboxTemplate is the sandbox each thread gets.
+type SandboxTemplate struct {
+	// Template names a template of the worker's config.
+	Template   string            `yaml:"template"`
+	Image      string            `yaml:"image"`
+	WorkingDir string            `yaml:"working_dir"`
+	CPU        float64           `yaml:"cpu"`
+	Memory     Quantity          `yaml:"memory"`
+	Pids       int64             `yaml:"pids"`
+	Network    string            `yaml:"network"`
+	Runtime    string            `yaml:"runtime"`
+	TTL        time.Duration     `yaml:"ttl"`
+	Env        map[string]string `yaml:"env"`
+}
+
+// BackendsConfig is `backends`.
+type BackendsConfig struct {
+	// Default is state, filesystem or sandbox.
+	Default       string                 `yaml:"default"`
+	ArtifactsRoot string                 `yaml:"artifacts_root"`
+	Routes        map[string]RouteConfig `yaml:"routes"`
+	// Root is the host directory of a filesystem default backend.
+	Root string `yaml:"root"`
+}
+
+// RouteConfig is one `backends.routes.<prefix>` entry.
+type RouteConfig struct {
+	// Type is state, store, filesystem or sandbox.
+	Type string `yaml:"type"`
+	// Namespace (store) may hold {metadata.<key>} placeholders.
+	Namespace []string `yaml:"namespace"`
+	// Root (filesystem) is a host directory.
+	Root string `yaml:"root"`
+}
+
+// ToolsConfig is `tools`.
+type ToolsConfig struct {
+	Execute struct {
+		DefaultTimeout time.Duration `yaml:"default_timeout"`
+	} `yaml:"execute"`
+	Grep struct {
+		Regex bool `yaml:"regex"`
+	} `yaml:"grep"`
+	TestKit bool `yaml:"test_kit"`
+}
+
+// HookConfig is one `hooks` entry.
+type HookConfig struct {
+	Name  string   `yaml:"name"`
+	Phase string   `yaml:"phase"`
+	Tools []string `yaml:"tools"`
+	Match *struct {
+		Arg   string `yaml:"arg"`
+		Regex string `yaml:"regex"`
+	} `yaml:"match"`
+	Action      string `yaml:"action"`
+	Message     string `yaml:"message"`
+	Replacement string `yaml:"replacement"`
+}
+
+// LimitsConfig is `limits`.
+type LimitsConfig struct {
+	MaxIterations        int           `yaml:"max_iterations"`
+	RunTimeout           time.Duration `yaml:"run_timeout"`
+	ToolTimeout          time.Duration `yaml:"tool_timeout"`
+	MaxParallelTools     int           `yaml:"max_parallel_tools"`
+	MaxParallelSubagents int           `yaml:"max_parallel_subagents"`
+	CancelGrace          time.Duration `yaml:"cancel_grace"`
+}
+
+// MiddlewareConfig is `middleware`.
+type MiddlewareConfig struct {
+	Todos struct {
+		Enabled       *bool `yaml:"enabled"`
+		ReminderEvery int   `yaml:"reminder_every"`
+		MaxItems      int   `yaml:"max_items"`
+	} `yaml:"todos"`
+	Filesystem struct {
+		EvictToolResultChars  int           `yaml:"evict_tool_result_chars"`
+		EvictExempt           []string      `yaml:"evict_exempt"`
+		PreviewLines          int           `yaml:"preview_lines"`
+		PreviewLineChars      int           `yaml:"preview_line_chars"`
+		EvictUserMessageChars int           `yaml:"evict_user_message_chars"`
+		GrepMaxCount          int           `yaml:"grep_max_count"`
+		ExecuteMaxTimeout     time.Duration `yaml:"execute_max_timeout"`
+	} `yaml:"filesystem"`
+	Subagents struct {
+		GeneralPurpose *bool `yaml:"general_purpose"`
+		MaxDepth       int   `yaml:"max_depth"`
+	} `yaml:"subagents"`
+	Summarization struct {
+		Enabled                  *bool         `yaml:"enabled"`
+		Model                    string        `yaml:"model"`
+		TriggerFraction          float64       `yaml:"trigger_fraction"`
+		TriggerTokens            int           `yaml:"trigger_tokens"`
+		TriggerMaxTokens         int           `yaml:"trigger_max_tokens"`
+		KeepFraction             float64       `yaml:"keep_fraction"`
+		KeepMessages             int           `yaml:"keep_messages"`
+		MaxSummarizerInputTokens int           `yaml:"max_summarizer_input_tokens"`
+		SummaryMaxTokens         int           `yaml:"summary_max_tokens"`
+		Timeout                  time.Duration `yaml:"timeout"`
+		ReminderFraction         float64       `yaml:"reminder_fraction"`
+	} `yaml:"summarization"`
+	PatchToolCalls struct {
+		Enabled *bool `yaml:"enabled"`
+	} `yaml:"patch_tool_calls"`
+	Memory struct {
+		Paths        []string `yaml:"paths"`
+		MaxFileBytes int      `yaml:"max_file_bytes"`
+	} `yaml:"memory"`
+}
+
+// PromptConfig is `prompt`: each section is `false` (disabled), `true`
+// (default text) or a replacement string.
+type PromptConfig struct {
+	Sections map[string]SectionOverride `yaml:"sections"`
+}
+
+// SectionOverride is one prompt section setting.
+type SectionOverride struct {
+	Disabled bool
+	Text     string
+}
+
+// UnmarshalYAML accepts a boolean or a string.
+func (s *SectionOverride) UnmarshalYAML(n *yaml.Node) error {
+	var b bool
+	if err := n.Decode(&b); err == nil {
+		s.Disabled = !b
+		return nil
+	}
+	return n.Decode(&s.Text)
+}
+
+// ProfileConfig is an `agents.<name>` or `subagents.<name>` entry.
+type ProfileConfig struct {
+	Description  string                  `yaml:"description"`
+	SystemPrompt string                  `yaml:"system_prompt"`
+	Model        string                  `yaml:"model"`
+	Tools        []string                `yaml:"tools"`
+	Subagents    []string                `yaml:"subagents"`
+	Permissions  string                  `yaml:"permissions"`
+	ReadOnly     bool                    `yaml:"read_only"`
+	MaxSteps     int                     `yaml:"max_steps"`
+	Timeout      time.Duration           `yaml:"timeout"`
+	InterruptOn  *map[string]InterruptOn `yaml:"interrupt_on"`
+	Memory       *bool                   `yaml:"memory"`
+	Enabled      *bool                   `yaml:"enabled"`
+}
+
+// InterruptOn is `true` or `{allowed: [...], description: ...}`; `false`
+// removes the gate.
+type InterruptOn struct {
+	Off         bool
+	Allowed     []string `yaml:"allowed"`
+	Description string   `yaml:"description"`
+}
+
+// UnmarshalYAML accepts a boolean or a mapping.
+func (i *InterruptOn) UnmarshalYAML(n *yaml.Node) error {
+	var b bool
+	if err := n.Decode(&b); err == nil {
+		i.Off = !b
+		return nil
+	}
+	type plain InterruptOn
+	var p plain
+	dec := n
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*i = InterruptOn(p)
+	return nil
+}
+
+// Quantity is a byte size written as a number or with a Ki/Mi/Gi/Ti (or
+// K/M/G/T) suffix.
+type Quantity int64
+
+// UnmarshalYAML parses the size.
+func (q *Quantity) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseQuantity(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*q = Quantity(v)
+	return nil
+}
+
+var quantityRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?)?$`)
+
+// ParseQuantity parses "512Mi", "1Gi", "1G" or a plain byte count.
+func ParseQuantity(s string) (int64, error) {
+	m := quantityRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("size %q: want bytes or a number with Ki, Mi, Gi or Ti", s)
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %w", s, err)
+	}
+	mult := map[string]float64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
+	return int64(f * mult), nil
+}
+
+// Load reads and strictly decodes the config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse strictly decodes a config document.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " "))
+	}
+	if c.Version != 0 && c.Version != 1 {
+		return nil, fmt.Errorf("config: version %d is not supported (want 1)", c.Version)
+	}
+	return &c, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

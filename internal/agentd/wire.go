@@ -1,0 +1,389 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/deep"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/filesystem"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/hooks"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/memory"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/summarization"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/todos"
+	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/agent/prompt"
+	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
+	"go.uber.org/zap"
+)
+
+// DefaultModelKey names the model agentd builds from the environment when
+// the config has no models section.
+const DefaultModelKey = "default"
+
+// Env is how Build reads environment variables (os.Getenv in agentd).
+type Env func(string) string
+
+// Agentd is the assembled agent core.
+type Agentd struct {
+	// Runtime runs agents.
+	Runtime *deep.Runtime
+	// Store is the thread store.
+	Store *sqlite.Store
+	// Backends builds and cleans up thread backends (sandboxes).
+	Backends *ThreadBackends
+	// Config is the effective configuration.
+	Config *Config
+
+	cleanup []func()
+}
+
+// Close releases the store and connections.
+func (a *Agentd) Close() {
+	for i := len(a.cleanup) - 1; i >= 0; i-- {
+		a.cleanup[i]()
+	}
+}
+
+// Options are the run-time inputs besides the config file.
+type Options struct {
+	// Env reads environment variables (API keys, OPENAI_* defaults).
+	Env Env
+	// Sandboxd are worker addresses when the config names none.
+	Sandboxd []string
+	// DefaultBackend overrides backends.default when set.
+	DefaultBackend string
+	// Logger is the process logger.
+	Logger *zap.Logger
+	// TempDir holds the thread store when storage.sqlite_path is empty.
+	TempDir string
+	// RuntimeOptions are passed to deep.New (tests set clocks and ids).
+	RuntimeOptions []deep.Option
+}
+
+// Build validates cfg and assembles the agent core. Errors name the YAML
+// path of the bad value; they mean exit code 2 for agentd.
+func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
+	if o.Env == nil {
+		o.Env = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	applyBuiltins(cfg, o)
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	a := &Agentd{Config: cfg}
+	ok := false
+	defer func() {
+		if !ok {
+			a.Close()
+		}
+	}()
+
+	models, err := buildModels(cfg, o.Env, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+
+	path := cfg.Storage.SQLitePath
+	if path == "" {
+		dir := o.TempDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "agentd-"); err != nil {
+				return nil, err
+			}
+			a.cleanup = append(a.cleanup, func() { os.RemoveAll(dir) })
+		}
+		path = filepath.Join(dir, "agentd.db")
+		o.Logger.Warn("storage.sqlite_path is not set: threads are kept in a temporary file and lost at exit", zap.String("path", path))
+	} else if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("storage.sqlite_path: %w", err)
+	}
+	st, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: cfg.Storage.BusyTimeout, CheckpointRetention: cfg.Storage.CheckpointRetention})
+	if err != nil {
+		return nil, fmt.Errorf("storage.sqlite_path: %w", err)
+	}
+	a.Store = st
+	a.cleanup = append(a.cleanup, func() { st.Close() })
+	if n, err := st.FailRunningRuns(ctx, "agentd restarted"); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	} else if n > 0 {
+		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
+	}
+
+	tb, err := newThreadBackends(cfg, path, st, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	a.Backends = tb
+	a.cleanup = append(a.cleanup, tb.Close)
+
+	dc := deep.Config{
+		Models:       models,
+		DefaultAgent: cfg.Defaults.Agent,
+		DefaultModel: cfg.Defaults.Model,
+		Limits: agent.Limits{
+			MaxIterations: cfg.Limits.MaxIterations, Timeout: cfg.Limits.RunTimeout, ToolTimeout: cfg.Limits.ToolTimeout,
+			MaxParallelTools: cfg.Limits.MaxParallelTools, MaxParallelSubagents: cfg.Limits.MaxParallelSubagents, CancelGrace: cfg.Limits.CancelGrace,
+		},
+		Store:   st,
+		Backend: tb.Build,
+	}
+	if dc.Agents, err = profiles(cfg.Agents, "agents"); err != nil {
+		return nil, err
+	}
+	if dc.Subagents, err = profiles(cfg.Subagents, "subagents"); err != nil {
+		return nil, err
+	}
+	mw := cfg.Middleware
+	dc.Middleware = deep.MiddlewareConfig{
+		Todos:          deep.TodosConfig{Enabled: mw.Todos.Enabled, Config: todos.Config{ReminderEvery: mw.Todos.ReminderEvery, MaxItems: mw.Todos.MaxItems}},
+		Subagents:      deep.SubagentsConfig{GeneralPurpose: mw.Subagents.GeneralPurpose, MaxDepth: mw.Subagents.MaxDepth},
+		PatchToolCalls: mw.PatchToolCalls.Enabled,
+		Memory:         memory.Config{Paths: mw.Memory.Paths, MaxFileBytes: mw.Memory.MaxFileBytes},
+		Filesystem: filesystem.Config{
+			EvictToolResultChars: mw.Filesystem.EvictToolResultChars, EvictExempt: mw.Filesystem.EvictExempt,
+			PreviewLines: mw.Filesystem.PreviewLines, PreviewLineChars: mw.Filesystem.PreviewLineChars,
+			EvictUserMessageChars: mw.Filesystem.EvictUserMessageChars, GrepMaxCount: mw.Filesystem.GrepMaxCount,
+			ExecuteMaxTimeout: mw.Filesystem.ExecuteMaxTimeout, ExecuteDefaultTimeout: cfg.Tools.Execute.DefaultTimeout,
+			ArtifactsRoot: cfg.Backends.ArtifactsRoot,
+		},
+		Summarization: deep.SummarizationConfig{
+			Enabled: mw.Summarization.Enabled,
+			Model:   mw.Summarization.Model,
+			Config: summarization.Config{
+				TriggerFraction: mw.Summarization.TriggerFraction, TriggerTokens: mw.Summarization.TriggerTokens,
+				TriggerMaxTokens: mw.Summarization.TriggerMaxTokens, KeepFraction: mw.Summarization.KeepFraction,
+				KeepMessages: mw.Summarization.KeepMessages, MaxSummarizerInputTokens: mw.Summarization.MaxSummarizerInputTokens,
+				SummaryMaxTokens: mw.Summarization.SummaryMaxTokens, Timeout: mw.Summarization.Timeout,
+				ReminderFraction: mw.Summarization.ReminderFraction, ArtifactsRoot: cfg.Backends.ArtifactsRoot,
+			},
+		},
+	}
+	for _, h := range cfg.Hooks {
+		hk := hooks.Hook{Name: h.Name, Phase: h.Phase, Tools: h.Tools, Action: h.Action, Message: h.Message, Replacement: h.Replacement}
+		if h.Match != nil {
+			hk.Match = &hooks.Match{Arg: h.Match.Arg, Regex: h.Match.Regex}
+		}
+		dc.Hooks = append(dc.Hooks, hk)
+	}
+	dc.Prompt = prompt.Config{Sections: map[string]prompt.Override{}}
+	for name, s := range cfg.Prompt.Sections {
+		dc.Prompt.Sections[name] = prompt.Override{Disabled: s.Disabled, Text: s.Text}
+	}
+	if cfg.Tools.TestKit {
+		dc.Tools = tools.NewRegistry()
+		if err := dc.Tools.RegisterGroup(tools.TestKitGroup, tools.NewTestKit().Tools()...); err != nil {
+			return nil, fmt.Errorf("tools.test_kit: %w", err)
+		}
+	}
+	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger)}, o.RuntimeOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	a.Runtime = rt
+	ok = true
+	return a, nil
+}
+
+// applyBuiltins fills what an absent config section means: one model from
+// the environment, the default agent, sandbox addresses from flags.
+func applyBuiltins(cfg *Config, o Options) {
+	if len(cfg.Models) == 0 {
+		cfg.Models = map[string]ModelConfig{DefaultModelKey: {
+			BaseURL:   o.Env("OPENAI_BASE_URL"),
+			APIKeyEnv: "OPENAI_API_KEY",
+			Model:     o.Env("OPENAI_MODEL"),
+		}}
+	}
+	if cfg.Defaults.Model == "" && len(cfg.Models) == 1 {
+		for k := range cfg.Models {
+			cfg.Defaults.Model = k
+		}
+	}
+	if cfg.Sandbox.Address == "" && len(o.Sandboxd) > 0 {
+		cfg.Sandbox.Address = strings.Join(o.Sandboxd, ",")
+	}
+	if o.DefaultBackend != "" {
+		cfg.Backends.Default = o.DefaultBackend
+	}
+	if cfg.Backends.Default == "" {
+		cfg.Backends.Default = "state"
+	}
+	if cfg.Backends.ArtifactsRoot == "" {
+		cfg.Backends.ArtifactsRoot = "/"
+	}
+}
+
+// validate checks what deep.New does not: references into the models
+// table, backend types, routes and fractions.
+func validate(cfg *Config) error {
+	known := strings.Join(sortedKeys(cfg.Models), ", ")
+	if _, ok := cfg.Models[cfg.Defaults.Model]; !ok {
+		return fmt.Errorf("defaults.model: %q is not a key of models (known: %s)", cfg.Defaults.Model, known)
+	}
+	for _, section := range []struct {
+		name string
+		m    map[string]ProfileConfig
+	}{{"agents", cfg.Agents}, {"subagents", cfg.Subagents}} {
+		for name, p := range section.m {
+			if _, ok := cfg.Models[p.Model]; p.Model != "" && !ok {
+				return fmt.Errorf("%s.%s.model: %q is not a key of models (known: %s)", section.name, name, p.Model, known)
+			}
+		}
+	}
+	if m := cfg.Middleware.Summarization.Model; m != "" {
+		if _, ok := cfg.Models[m]; !ok {
+			return fmt.Errorf("middleware.summarization.model: %q is not a key of models (known: %s)", m, known)
+		}
+	}
+	switch cfg.Backends.Default {
+	case "state", "sandbox":
+	case "filesystem":
+		if cfg.Backends.Root == "" {
+			return errors.New("backends.root: a filesystem default backend needs a host directory")
+		}
+	default:
+		return fmt.Errorf("backends.default: %q (want state, filesystem or sandbox)", cfg.Backends.Default)
+	}
+	if cfg.Backends.Default == "sandbox" && cfg.Sandbox.Address == "" {
+		return errors.New("sandbox.address: backends.default is sandbox but no sandboxd address is configured")
+	}
+	for prefix, r := range cfg.Backends.Routes {
+		where := "backends.routes." + prefix
+		if !strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/") || prefix == "/" {
+			return fmt.Errorf("%s: a route prefix starts and ends with / and is not /", where)
+		}
+		switch r.Type {
+		case "state":
+		case "store":
+			if len(r.Namespace) == 0 {
+				return fmt.Errorf("%s.namespace: a store route needs a namespace", where)
+			}
+		case "filesystem":
+			if r.Root == "" {
+				return fmt.Errorf("%s.root: a filesystem route needs a host directory", where)
+			}
+		case "sandbox":
+			if cfg.Sandbox.Address == "" {
+				return fmt.Errorf("%s: a sandbox route needs sandbox.address", where)
+			}
+		default:
+			return fmt.Errorf("%s.type: %q (want state, store, filesystem or sandbox)", where, r.Type)
+		}
+	}
+	if s := cfg.Sandbox.Scope; s != "" && s != "thread" {
+		return fmt.Errorf("sandbox.scope: %q (want thread)", s)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"middleware.summarization.trigger_fraction", cfg.Middleware.Summarization.TriggerFraction},
+		{"middleware.summarization.keep_fraction", cfg.Middleware.Summarization.KeepFraction},
+		{"middleware.summarization.reminder_fraction", cfg.Middleware.Summarization.ReminderFraction},
+	} {
+		if f.v < 0 || f.v > 1 {
+			return fmt.Errorf("%s: %g must lie in (0, 1]", f.name, f.v)
+		}
+	}
+	for name, d := range map[string]int64{
+		"server.replay_retention": int64(cfg.Server.ReplayRetention), "server.shutdown_grace": int64(cfg.Server.ShutdownGrace),
+		"limits.run_timeout": int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),
+		"limits.cancel_grace": int64(cfg.Limits.CancelGrace), "sandbox.template.ttl": int64(cfg.Sandbox.Template.TTL),
+	} {
+		if d < 0 {
+			return fmt.Errorf("%s: durations must be positive", name)
+		}
+	}
+	return nil
+}
+
+// buildModels creates one client per models entry. A model with neither a
+// base URL nor an API key is "not configured": agentd still starts, and a
+// run that uses it fails with a clear error event.
+func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, error) {
+	out := make(map[string]deep.Model, len(cfg.Models))
+	for key, m := range cfg.Models {
+		keyEnv := m.APIKeyEnv
+		if keyEnv == "" {
+			keyEnv = "OPENAI_API_KEY"
+		}
+		apiKey := env(keyEnv)
+		name := m.Model
+		if name == "" {
+			name = "gpt-4.1-mini"
+		}
+		if m.BaseURL == "" && apiKey == "" {
+			lg.Warn("model is not configured; runs that use it will fail", zap.String("model", key), zap.String("api-key-env", keyEnv))
+			out[key] = deep.Model{Chat: unconfigured{key: key, env: keyEnv}, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens}
+			continue
+		}
+		c, err := openai.New(openai.Config{
+			BaseURL: m.BaseURL, APIKey: apiKey, Model: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens,
+			Temperature: m.Temperature, ParallelToolCalls: m.ParallelToolCalls, StreamUsage: m.StreamUsage,
+			FirstByteTimeout: m.FirstByteTimeout, RequestTimeout: m.RequestTimeout,
+			Retry: openai.RetryConfig{
+				MaxAttempts: m.Retry.MaxAttempts, InitialBackoff: m.Retry.InitialBackoff, MaxBackoff: m.Retry.MaxBackoff,
+				MaxRetryAfter: m.Retry.MaxRetryAfter, RetryAfterPartial: m.Retry.RetryAfterPartial,
+			},
+			OverflowPatterns: m.OverflowPatterns, ExtraHeaders: m.Headers,
+		}, openai.WithLogger(lg.With(zap.String("model", key))))
+		if err != nil {
+			return nil, fmt.Errorf("models.%s: %w", key, err)
+		}
+		out[key] = deep.Model{Chat: c, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens}
+	}
+	return out, nil
+}
+
+// unconfigured is the model of an entry with no endpoint and no key.
+type unconfigured struct{ key, env string }
+
+func (u unconfigured) Generate(context.Context, model.Request, func(model.Delta)) (model.Response, error) {
+	return model.Response{}, &model.Error{
+		Code: model.CodeAuth,
+		Message: fmt.Sprintf("model %q is not configured: set OPENAI_BASE_URL and %s (and OPENAI_MODEL), or a models section in the agentd config",
+			u.key, u.env),
+	}
+}
+
+// profiles converts configured profiles.
+func profiles(in map[string]ProfileConfig, section string) (map[string]profile.Profile, error) {
+	out := make(map[string]profile.Profile, len(in))
+	for name, p := range in {
+		pr := profile.Profile{
+			Description: p.Description, SystemPrompt: p.SystemPrompt, Model: p.Model, Tools: p.Tools, Subagents: p.Subagents,
+			Permissions: p.Permissions, ReadOnly: p.ReadOnly, MaxSteps: p.MaxSteps, Timeout: p.Timeout, Memory: p.Memory, Enabled: p.Enabled,
+		}
+		if p.InterruptOn != nil {
+			pr.InterruptOn = map[string]profile.InterruptRule{}
+			for tool, rule := range *p.InterruptOn {
+				if rule.Off {
+					continue
+				}
+				r := profile.InterruptRule{Description: rule.Description}
+				for _, d := range rule.Allowed {
+					switch agent.DecisionType(d) {
+					case agent.DecisionApprove, agent.DecisionEdit, agent.DecisionReject, agent.DecisionRespond:
+						r.Allowed = append(r.Allowed, agent.DecisionType(d))
+					default:
+						return nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
+					}
+				}
+				pr.InterruptOn[tool] = r
+			}
+		}
+		out[name] = pr
+	}
+	return out, nil
+}
