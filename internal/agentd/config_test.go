@@ -93,4 +93,3 @@ func TestParseQuantity(t *testing.T) {
 		}
 	}
 }
-
