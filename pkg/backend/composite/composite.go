@@ -3,7 +3,6 @@ package composite
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -264,6 +263,3 @@ func rewritePath(msg, from, to string) string {
 // errIsDir is the error for a file operation on a path that is a
 // directory of the composite tree because a route is mounted below it.
 func errIsDir(op, p string) error { return backend.FromOS(op, p, syscall.EISDIR) }
-
-// errNotFound is file_not_found for p, worded as the engines word it.
-func errNotFound(op, p string) error { return backend.FromOS(op, p, fs.ErrNotExist) }
