@@ -20,7 +20,8 @@ image=$(go run ./internal/tools/sandboximage) || {
 }
 bin/sandboxd --log-format console ${image:+--default-image "$image"} "$@" &
 pids+=($!)
-bin/agentd --log-format console &
+# Threads work in sandboxes by default under make run.
+bin/agentd --log-format console --default-backend sandbox &
 pids+=($!)
 
 echo "plumb: sandboxd on 127.0.0.1:7071, agentd on 127.0.0.1:7070 (Ctrl-C stops both)" >&2

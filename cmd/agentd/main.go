@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"go.uber.org/zap"
@@ -18,28 +19,19 @@ import (
 
 func main() { os.Exit(daemon.Main("agentd", run)) }
 
-// Config is agentd's YAML configuration file (--config). Flags and their
-// environment variables override the values it sets.
-type Config struct {
-	// Version of the config format; 1.
-	Version int `yaml:"version"`
-	// Server holds listen addresses and shutdown behavior.
-	Server daemon.ServerConfig `yaml:"server"`
-	// Sandbox says where the sandboxd workers are.
-	Sandbox struct {
-		Addresses []string `yaml:"addresses"`
-	} `yaml:"sandbox"`
-}
-
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var (
-		c        daemon.Common
-		sandboxd string
+		c              daemon.Common
+		sandboxd       string
+		defaultBackend string
+		sqlitePath     string
 	)
 	f := daemon.NewFlags("agentd")
 	c.Bind(f, "127.0.0.1:7070", "127.0.0.1:9070")
 	f.String(&sandboxd, "sandboxd", "127.0.0.1:7071", "comma-separated sandboxd worker addresses")
-	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor."); err != nil {
+	f.String(&defaultBackend, "default-backend", "", "file backend of every thread unless the config says otherwise: state, sandbox or filesystem")
+	f.String(&sqlitePath, "sqlite-path", "", "thread store file (storage.sqlite_path; empty = a temporary file)")
+	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor.\nThe default model comes from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL when --config has no models."); err != nil {
 		return err
 	}
 	if c.Version {
@@ -47,24 +39,31 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 
-	var cfg Config
+	cfg := &agentd.Config{}
 	if c.ConfigPath != "" {
-		if err := daemon.LoadYAML(c.ConfigPath, &cfg); err != nil {
+		var err error
+		if cfg, err = agentd.Load(c.ConfigPath); err != nil {
 			return &daemon.UsageError{Err: err}
 		}
-		if cfg.Version != 0 && cfg.Version != 1 {
-			return daemon.Usagef("config file %s: version %d is not supported (want 1)", c.ConfigPath, cfg.Version)
-		}
-		if err := c.Apply(f, cfg.Server); err != nil {
+		s := cfg.Server
+		if err := c.Apply(f, daemon.ServerConfig{GRPCAddr: s.GRPCAddr, HTTPAddr: s.HTTPAddr, ShutdownGrace: s.ShutdownGrace}); err != nil {
 			return err
-		}
-		if !f.IsSet("sandboxd") && len(cfg.Sandbox.Addresses) > 0 {
-			sandboxd = strings.Join(cfg.Sandbox.Addresses, ",")
 		}
 	}
 	workers, err := splitAddrs(sandboxd)
 	if err != nil {
 		return err
+	}
+	if cfg.Sandbox.Address != "" && !f.IsSet("sandboxd") {
+		workers = nil // the config file names the workers
+	}
+	if sqlitePath != "" {
+		cfg.Storage.SQLitePath = sqlitePath
+	}
+	switch defaultBackend {
+	case "", "state", "sandbox", "filesystem":
+	default:
+		return daemon.Usagef("invalid --default-backend %q: want state, sandbox or filesystem", defaultBackend)
 	}
 
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
@@ -72,7 +71,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return &daemon.UsageError{Err: err}
 	}
 	defer func() { _ = lg.Sync() }()
-	lg.Info("starting agentd", zap.Strings("sandboxd", workers))
+
+	core, err := agentd.Build(ctx, cfg, agentd.Options{
+		Env:            os.Getenv,
+		Sandboxd:       workers,
+		DefaultBackend: defaultBackend,
+		Logger:         lg,
+	})
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
+	defer core.Close()
+	lg.Info("starting agentd", zap.String("default-backend", core.Config.Backends.Default), zap.String("sandboxd", core.Config.Sandbox.Address),
+		zap.String("default-model", core.Config.Defaults.Model))
 
 	svc := agentsvc.New(lg)
 	return daemon.Serve(ctx, daemon.Options{
@@ -97,9 +108,6 @@ func splitAddrs(list string) ([]string, error) {
 			return nil, daemon.Usagef("invalid sandboxd address %q: %v", a, err)
 		}
 		out = append(out, a)
-	}
-	if len(out) == 0 {
-		return nil, daemon.Usagef("--sandboxd names no worker address")
 	}
 	return out, nil
 }
