@@ -6,7 +6,11 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -51,6 +55,108 @@ var sandboxCodes = map[sandbox.Code]codes.Code{
 	sandbox.CodeShuttingDown:  codes.Unavailable,
 }
 
+// ErrorInfo reasons of AgentService errors (agent.md §10.1).
+const (
+	ReasonInvalidArgument    = "INVALID_ARGUMENT"
+	ReasonInvalidDecisions   = "INVALID_DECISIONS"
+	ReasonThreadNotFound     = "THREAD_NOT_FOUND"
+	ReasonRunNotFound        = "RUN_NOT_FOUND"
+	ReasonPendingInterrupt   = "PENDING_INTERRUPT"
+	ReasonNoPendingInterrupt = "NO_PENDING_INTERRUPT"
+	ReasonStaleInterrupt     = "STALE_INTERRUPT"
+	ReasonThreadRunning      = "THREAD_RUNNING"
+	ReasonThreadBusy         = "THREAD_BUSY"
+	ReasonConflict           = "CONFLICT"
+	ReasonReplayOutOfRange   = "REPLAY_OUT_OF_RANGE"
+	ReasonNoRunSlot          = "NO_RUN_SLOT"
+	ReasonShuttingDown       = "SHUTTING_DOWN"
+)
+
+// RequestError is a request an adapter rejected in its own validation
+// (agent.md §10.1: empty input, bad metadata, bad client tools, ...). It
+// maps to INVALID_ARGUMENT with one google.rpc.BadRequest field violation
+// per entry, and matches agent.ErrInvalidInput.
+type RequestError struct {
+	// Violations are the bad fields, in request order.
+	Violations []agent.FieldViolation
+}
+
+// InvalidField returns a RequestError with one violation.
+func InvalidField(field, format string, args ...any) *RequestError {
+	return &RequestError{Violations: []agent.FieldViolation{{Field: field, Description: fmt.Sprintf(format, args...)}}}
+}
+
+func (e *RequestError) Error() string {
+	parts := make([]string, len(e.Violations))
+	for i, v := range e.Violations {
+		parts[i] = v.Description
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+// Is matches agent.ErrInvalidInput.
+func (e *RequestError) Is(target error) bool { return target == agent.ErrInvalidInput }
+
+// agentStatus maps the agent core's and the run registry's errors; ok is
+// false for an error of another kind.
+func agentStatus(err error) (_ error, ok bool) {
+	var (
+		re  *RequestError
+		de  *agent.DecisionError
+		pe  *agent.PendingInterruptError
+		se  *agent.StaleInterruptError
+		oor *runs.OutOfRangeError
+	)
+	switch {
+	case errors.As(err, &re):
+		return badRequest(ReasonInvalidArgument, err.Error(), re.Violations), true
+	case errors.As(err, &de):
+		return badRequest(ReasonInvalidDecisions, err.Error(), de.Violations), true
+	case errors.As(err, &pe):
+		return withInfo(codes.FailedPrecondition, pe.Error(), ReasonPendingInterrupt,
+			map[string]string{"thread_id": pe.ThreadID, "interrupt_id": pe.InterruptID}), true
+	case errors.As(err, &se):
+		return withInfo(codes.FailedPrecondition, se.Error(), ReasonStaleInterrupt,
+			map[string]string{"interrupt_id": se.Current}), true
+	case errors.As(err, &oor):
+		return withInfo(codes.OutOfRange, oor.Error(), ReasonReplayOutOfRange,
+			map[string]string{"thread_id": oor.ThreadID, "oldest_sequence": fmt.Sprint(oor.Oldest)}), true
+	case errors.Is(err, agent.ErrInvalidInput):
+		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
+	case errors.Is(err, agent.ErrNoPendingInterrupt):
+		return withInfo(codes.FailedPrecondition, err.Error(), ReasonNoPendingInterrupt, nil), true
+	case errors.Is(err, agent.ErrThreadBusy):
+		return withInfo(codes.Aborted, err.Error(), ReasonThreadBusy, nil), true
+	case errors.Is(err, agent.ErrThreadNotFound):
+		return withInfo(codes.NotFound, err.Error(), ReasonThreadNotFound, nil), true
+	case errors.Is(err, agent.ErrConflict):
+		return withInfo(codes.Aborted, err.Error(), ReasonConflict, nil), true
+	case errors.Is(err, runs.ErrNoRun):
+		return withInfo(codes.NotFound, err.Error(), ReasonRunNotFound, nil), true
+	case errors.Is(err, runs.ErrRunning):
+		return withInfo(codes.FailedPrecondition, err.Error(), ReasonThreadRunning, nil), true
+	case errors.Is(err, runs.ErrNoSlot):
+		return withInfo(codes.ResourceExhausted, err.Error(), ReasonNoRunSlot, nil), true
+	case errors.Is(err, runs.ErrShuttingDown):
+		return withInfo(codes.Unavailable, err.Error(), ReasonShuttingDown, nil), true
+	}
+	return nil, false
+}
+
+// badRequest builds INVALID_ARGUMENT with ErrorInfo and
+// google.rpc.BadRequest field violations.
+func badRequest(reason, msg string, vs []agent.FieldViolation) error {
+	st := status.New(codes.InvalidArgument, msg)
+	br := &errdetails.BadRequest{}
+	for _, v := range vs {
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
+	}
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}, br); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
 // Status converts err into a gRPC status error whose ErrorInfo.reason is the
 // stable machine code. A status error passes through unchanged; an error of
 // unknown kind becomes INTERNAL without its text (callers log it).
@@ -60,6 +166,9 @@ func Status(err error) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	if st, ok := agentStatus(err); ok {
+		return st
 	}
 	var fe *backend.Error
 	if errors.As(err, &fe) {
@@ -100,6 +209,24 @@ func withInfo(c codes.Code, msg, reason string, md map[string]string) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// FieldViolations returns the google.rpc.BadRequest field violations of a
+// status error.
+func FieldViolations(err error) []agent.FieldViolation {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	var out []agent.FieldViolation
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				out = append(out, agent.FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+			}
+		}
+	}
+	return out
 }
 
 // Reason returns the ErrorInfo reason of a status error, or "".

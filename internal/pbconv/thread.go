@@ -1,0 +1,152 @@
+package pbconv
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/backend/state"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ThreadStatusToPB converts a thread status.
+func ThreadStatusToPB(s agent.ThreadStatus) plumbv1.ThreadStatus {
+	return plumbv1.ThreadStatus(enum(plumbv1.ThreadStatus_value, "THREAD_STATUS_", string(s)))
+}
+
+// ThreadStatusFromPB converts a ListThreads status filter; UNSPECIFIED is
+// "" (any status).
+func ThreadStatusFromPB(s plumbv1.ThreadStatus) agent.ThreadStatus {
+	if s == plumbv1.ThreadStatus_THREAD_STATUS_UNSPECIFIED {
+		return ""
+	}
+	return agent.ThreadStatus(enumName(plumbv1.ThreadStatus_name, "THREAD_STATUS_", int32(s)))
+}
+
+// timestamp converts a time; the zero time is unset.
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// RunRecordToPB converts a run record (nil = none).
+func RunRecordToPB(r *agent.RunRecord) *plumbv1.RunRecord {
+	if r == nil {
+		return nil
+	}
+	return &plumbv1.RunRecord{
+		RunId: r.RunID, Status: RunStatusToPB(r.Status), Usage: UsageToPB(r.Usage), FinalText: r.FinalText,
+		StartedAt: timestamp(r.StartedAt), FinishedAt: timestamp(r.FinishedAt),
+	}
+}
+
+// ThreadToPB converts a thread in the BASIC view: everything but the
+// message log, the State files and the checkpoints. status is the status
+// to report (the caller knows about runs the store does not record yet)
+// and messageCount the log's length.
+func ThreadToPB(td *agent.ThreadData, status agent.ThreadStatus, messageCount int) *plumbv1.Thread {
+	out := &plumbv1.Thread{
+		Id: td.Thread.ID, CreatedAt: timestamp(td.Thread.CreatedAt), UpdatedAt: timestamp(td.Thread.UpdatedAt),
+		Metadata: maps.Clone(td.Thread.Metadata), Status: ThreadStatusToPB(status), MessageCount: int64(messageCount),
+		Todos: TodosToPB(td.Todos), LastRun: RunRecordToPB(td.LastRun), Usage: UsageToPB(td.Usage), SandboxId: td.Thread.SandboxID,
+	}
+	if p := td.Interrupt; p != nil {
+		out.PendingInterrupt = InterruptedToPB(agent.Interrupted{InterruptID: p.InterruptID, Requests: p.Requests})
+	}
+	return out
+}
+
+// ThreadFullToPB converts a thread in the FULL view: ThreadToPB plus the
+// message log, the State files and the retained checkpoints.
+func ThreadFullToPB(td *agent.ThreadData, status agent.ThreadStatus) *plumbv1.Thread {
+	out := ThreadToPB(td, status, len(td.Messages))
+	out.Messages = MessagesToPB(td.Messages)
+	out.Files = StateFilesToPB(td.Files)
+	out.Checkpoints = CheckpointsToPB(td.Checkpoints)
+	return out
+}
+
+// MessagesToPB converts a message log; indexes are log positions.
+func MessagesToPB(msgs []agent.Message) []*plumbv1.ThreadMessage {
+	out := make([]*plumbv1.ThreadMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = &plumbv1.ThreadMessage{
+			Index: int64(i), Role: string(m.Role), Content: m.Content, Reasoning: m.ReasoningContent,
+			ToolCallId: m.ToolCallID, Name: m.Name, IsError: m.IsError, Source: m.Source, CreatedAt: timestamp(m.CreatedAt),
+		}
+		if len(m.ToolCalls) > 0 {
+			out[i].ToolCalls = ToolCallsToPB(m.ToolCalls)
+		}
+	}
+	return out
+}
+
+// StateFilesToPB lists a thread's stored State-backend files by path. A
+// document that does not decode is listed with its path only.
+func StateFilesToPB(files map[string]json.RawMessage) []*plumbv1.StateFile {
+	out := make([]*plumbv1.StateFile, 0, len(files))
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		sf := &plumbv1.StateFile{Path: p}
+		var f state.File
+		if err := json.Unmarshal(files[p], &f); err == nil {
+			sf.Size = int64(len(f.Content))
+			sf.ModifiedAt = Timestamp(f.ModifiedAt)
+		}
+		out = append(out, sf)
+	}
+	return out
+}
+
+// CheckpointsToPB converts retained checkpoints, oldest first.
+func CheckpointsToPB(cps []agent.CheckpointInfo) []*plumbv1.Checkpoint {
+	out := make([]*plumbv1.Checkpoint, len(cps))
+	for i, c := range cps {
+		out[i] = &plumbv1.Checkpoint{
+			Id: c.ID, RunId: c.RunID, Step: int32(c.Step), MessageCount: int64(c.MessageCount), CreatedAt: timestamp(c.CreatedAt),
+			Phase: plumbv1.CheckpointPhase(enum(plumbv1.CheckpointPhase_value, "CHECKPOINT_PHASE_", string(c.Phase))),
+		}
+	}
+	return out
+}
+
+// AgentInfoToPB converts one ListAgents entry. The profile's tool entries
+// are expanded against serverTools (groups such as @read become names;
+// no entries means @all, for a subagent the most it can inherit); client
+// tools are per run and not listed.
+func AgentInfoToPB(info profile.Info, serverTools []string) *plumbv1.AgentInfo {
+	out := &plumbv1.AgentInfo{
+		Name: info.Name, Description: info.Description, Model: info.Model, Subagents: slices.Clone(info.Subagents),
+		Kind: plumbv1.AgentKind(enum(plumbv1.AgentKind_value, "AGENT_KIND_", string(info.Kind))),
+	}
+	entries := info.Tools
+	if entries == nil {
+		entries = []string{tools.GroupAll}
+	}
+	if al, err := tools.ParseAllowList(entries); err == nil {
+		for _, n := range serverTools {
+			if al.Allows(n) {
+				out.Tools = append(out.Tools, n)
+			}
+		}
+	}
+	for _, tool := range slices.Sorted(maps.Keys(info.InterruptOn)) {
+		r := info.InterruptOn[tool]
+		allowed := r.Allowed
+		if len(allowed) == 0 {
+			allowed = agent.AllDecisions()
+		}
+		desc := r.Description
+		if desc == "" {
+			desc = "Approval required: " + tool
+		}
+		out.InterruptOn = append(out.InterruptOn, &plumbv1.InterruptRule{Tool: tool, AllowedDecisions: DecisionTypesToPB(allowed), Description: desc})
+	}
+	return out
+}

@@ -1,0 +1,552 @@
+// Package runs is agentd's run registry (agent.md §2.4): the run segments
+// active in this process, one per thread, each with a replay log of its
+// events, kept for a retention period after the terminal event so that
+// Attach can replay it. It also owns the run slots
+// (server.max_concurrent_runs) and the draining state of a shutdown.
+//
+// The registry stores events as they will be sent (plumb.v1 messages) and
+// never renumbers them: sequence numbers come from the runtime. It must
+// not map errors to gRPC status codes; it returns the sentinel errors
+// below and internal/server maps them.
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"google.golang.org/protobuf/proto"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxRuns   = 64
+	DefaultRetention = 5 * time.Minute
+	DefaultMaxEvents = 10000
+)
+
+// Errors of the registry; internal/server maps them to gRPC codes.
+var (
+	// ErrNoSlot: every run slot is taken (RESOURCE_EXHAUSTED).
+	ErrNoSlot = errors.New("no run slot is free")
+	// ErrShuttingDown: the registry is draining (UNAVAILABLE).
+	ErrShuttingDown = errors.New("agentd is shutting down")
+	// ErrNoRun: the thread has no active or retained run (NOT_FOUND).
+	ErrNoRun = errors.New("no active or retained run")
+	// ErrOutOfRange: Attach asked for events the replay log no longer
+	// holds (OUT_OF_RANGE). The error is an *OutOfRangeError.
+	ErrOutOfRange = errors.New("after_sequence is older than the replay log")
+	// ErrRunning: the operation needs a thread without an active run
+	// (FAILED_PRECONDITION).
+	ErrRunning = errors.New("thread has an active run")
+)
+
+// OutOfRangeError reports an Attach whose after_sequence lies before the
+// oldest event the replay log still holds.
+type OutOfRangeError struct {
+	ThreadID string
+	// After is the requested after_sequence; Oldest the smallest sequence
+	// that can still be replayed.
+	After, Oldest uint64
+}
+
+func (e *OutOfRangeError) Error() string {
+	return fmt.Sprintf("thread %s: after_sequence %d is older than the replay log (oldest event: %d)", e.ThreadID, e.After, e.Oldest)
+}
+
+// Is matches ErrOutOfRange.
+func (e *OutOfRangeError) Is(target error) bool { return target == ErrOutOfRange }
+
+// Options configure a Registry. Zero values take the defaults.
+type Options struct {
+	// MaxRuns is how many runs may be active at once.
+	MaxRuns int
+	// Retention is how long a run's replay log is kept after its terminal
+	// event.
+	Retention time.Duration
+	// MaxEvents caps a replay log; past it, deltas are coalesced and then
+	// the oldest events dropped (never events a live stream still has to
+	// send).
+	MaxEvents int
+	// Now is the clock of retention (default time.Now).
+	Now func() time.Time
+}
+
+// Registry tracks run segments by thread. It is safe for concurrent use.
+type Registry struct {
+	o Options
+
+	mu       sync.Mutex
+	threads  map[string]*Run // newest segment per thread: starting, active or retained
+	reserved map[string]bool // threads held by Reserve
+	live     map[*Run]bool   // segments whose runtime call has not returned
+	draining bool
+	ended    chan struct{} // closed (and replaced) whenever a segment ends
+}
+
+// New returns an empty registry.
+func New(o Options) *Registry {
+	if o.MaxRuns <= 0 {
+		o.MaxRuns = DefaultMaxRuns
+	}
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.MaxEvents <= 0 {
+		o.MaxEvents = DefaultMaxEvents
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Registry{
+		o: o, threads: make(map[string]*Run), reserved: make(map[string]bool),
+		live: make(map[*Run]bool), ended: make(chan struct{}),
+	}
+}
+
+// Begin registers a new run segment and takes a run slot. threadID is the
+// thread the request names ("" for a new thread: the segment is filed
+// under its thread when run_started arrives). cancel stops the segment's
+// context (Cancel, Shutdown). Errors: ErrShuttingDown, agent.ErrThreadBusy
+// when the thread has a segment that has not ended, ErrNoSlot.
+func (g *Registry) Begin(threadID string, cancel context.CancelFunc) (*Run, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.draining {
+		return nil, ErrShuttingDown
+	}
+	g.prune()
+	if threadID != "" {
+		if ex := g.threads[threadID]; g.reserved[threadID] || (ex != nil && !ex.Ended()) {
+			return nil, fmt.Errorf("thread %s is busy: %w", threadID, agent.ErrThreadBusy)
+		}
+	}
+	if len(g.live) >= g.o.MaxRuns {
+		return nil, fmt.Errorf("%w (%d runs active)", ErrNoSlot, len(g.live))
+	}
+	r := &Run{g: g, cancel: cancel, threadID: threadID, wake: make(chan struct{}), done: make(chan struct{}), owner: &follower{}}
+	// The owner's stream is a follower from the start, so the log never
+	// drops what it has not sent, even before Stream is called.
+	r.followers = map[*follower]bool{r.owner: true}
+	g.live[r] = true
+	if threadID != "" {
+		g.threads[threadID] = r
+	}
+	return r, nil
+}
+
+// Reserve holds threadID so that no run can begin on it until release is
+// called (DeleteThread uses it). It fails with agent.ErrThreadBusy when
+// the thread has a segment that has not ended or is already reserved.
+func (g *Registry) Reserve(threadID string) (release func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ex := g.threads[threadID]; g.reserved[threadID] || (ex != nil && !ex.Ended()) {
+		return nil, fmt.Errorf("thread %s is busy: %w", threadID, agent.ErrThreadBusy)
+	}
+	g.reserved[threadID] = true
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		delete(g.reserved, threadID)
+	}, nil
+}
+
+// Active returns the thread's segment that has not ended, or nil.
+func (g *Registry) Active(threadID string) *Run {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.threads[threadID]; r != nil && !r.Ended() {
+		return r
+	}
+	return nil
+}
+
+// Cancel cancels the thread's active segment. It returns the segment (nil
+// when none was active); its Done channel closes once the runtime call has
+// returned and the terminal event is in the log.
+func (g *Registry) Cancel(threadID string) *Run {
+	r := g.Active(threadID)
+	if r != nil {
+		r.cancel()
+	}
+	return r
+}
+
+// Attach returns the thread's newest segment (active or retained) and the
+// sequence to replay after. after 0 means the segment's start. Errors:
+// ErrNoRun, *OutOfRangeError.
+func (g *Registry) Attach(threadID string, after uint64) (*Run, uint64, error) {
+	g.mu.Lock()
+	g.prune()
+	r := g.threads[threadID]
+	g.mu.Unlock()
+	if r == nil {
+		return nil, 0, fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		if r.ended {
+			return nil, 0, fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
+		}
+		return r, after, nil // starting: everything it emits is still to come
+	}
+	from := after
+	if from == 0 {
+		from = r.first - 1
+	}
+	if from < r.floor {
+		return nil, 0, &OutOfRangeError{ThreadID: threadID, After: after, Oldest: r.floor + 1}
+	}
+	return r, from, nil
+}
+
+// Forget drops the thread's retained segment (after the thread was
+// deleted). An active segment is kept.
+func (g *Registry) Forget(threadID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.threads[threadID]; r != nil && r.Ended() {
+		delete(g.threads, threadID)
+	}
+}
+
+// Drain makes every later Begin fail with ErrShuttingDown.
+func (g *Registry) Drain() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.draining = true
+}
+
+// CancelAll cancels every segment that has not ended.
+func (g *Registry) CancelAll() {
+	g.mu.Lock()
+	rs := make([]*Run, 0, len(g.live))
+	for r := range g.live {
+		rs = append(rs, r)
+	}
+	g.mu.Unlock()
+	for _, r := range rs {
+		r.cancel()
+	}
+}
+
+// Wait blocks until no segment is live or ctx ends.
+func (g *Registry) Wait(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		n, ch := len(g.live), g.ended
+		g.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Live returns how many segments hold a run slot.
+func (g *Registry) Live() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.live)
+}
+
+// prune drops retained segments past their retention. Called with g.mu
+// held.
+func (g *Registry) prune() {
+	now := g.o.Now()
+	for id, r := range g.threads {
+		r.mu.Lock()
+		expired := r.ended && !now.Before(r.endedAt.Add(g.o.Retention))
+		r.mu.Unlock()
+		if expired {
+			delete(g.threads, id)
+		}
+	}
+}
+
+// file records the thread of a segment that began without one, once its
+// first event names it. Called without r.mu held.
+func (g *Registry) file(r *Run, threadID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ex := g.threads[threadID]; ex == nil || ex == r || ex.Ended() {
+		g.threads[threadID] = r
+	}
+}
+
+// Run is one run segment (a Run or a Resume stream) and its replay log.
+type Run struct {
+	g      *Registry
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	threadID  string
+	runID     string
+	started   bool
+	first     uint64 // sequence of the segment's first event
+	floor     uint64 // events with a sequence ≤ floor are gone from the log
+	events    []*plumbv1.Event
+	held      *plumbv1.Event // the terminal event, published by End
+	trimmedAt int            // log length after the last trim attempt
+	ended     bool
+	startErr  error
+	endedAt   time.Time
+	wake      chan struct{} // closed (and replaced) on every change
+	done      chan struct{} // closed by End
+	followers map[*follower]bool
+	owner     *follower
+}
+
+type follower struct {
+	cursor uint64 // last sequence sent
+}
+
+// ThreadID returns the segment's thread ("" before run_started of a new
+// thread).
+func (r *Run) ThreadID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.threadID
+}
+
+// RunID returns the run id ("" before run_started).
+func (r *Run) RunID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runID
+}
+
+// Ended reports whether the runtime call has returned.
+func (r *Run) Ended() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
+
+// Done is closed when the runtime call has returned and the terminal
+// event (if any) is in the log.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Emit appends one event; it is the runtime sink of the segment. The
+// terminal event is held back until End, so that a client who sees it
+// finds the thread's lease and the run slot already free.
+func (r *Run) Emit(e *plumbv1.Event) {
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return
+	}
+	first := !r.started
+	if first {
+		r.started = true
+		r.threadID, r.runID = e.GetThreadId(), e.GetRunId()
+		r.first = e.GetSequence()
+		r.floor = r.first - 1
+	}
+	threadID := r.threadID
+	if isTerminal(e) {
+		r.held = e
+	} else {
+		r.events = append(r.events, e)
+		r.trim()
+		r.signal()
+	}
+	r.mu.Unlock()
+	if first && threadID != "" {
+		r.g.file(r, threadID)
+	}
+}
+
+// End records that the runtime call returned with err, releases the run
+// slot and publishes the terminal event. A segment that emitted nothing
+// keeps err as its start error (what the owner's stream returns).
+func (r *Run) End(err error) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	delete(g.live, r)
+	if !r.started {
+		if err == nil {
+			err = errors.New("the run ended without events")
+		}
+		r.startErr = err
+		if r.threadID != "" && g.threads[r.threadID] == r {
+			delete(g.threads, r.threadID)
+		}
+	}
+	if r.held != nil {
+		r.events = append(r.events, r.held)
+		r.held = nil
+	}
+	r.ended, r.endedAt = true, g.o.Now()
+	r.signal()
+	close(r.done)
+	close(g.ended)
+	g.ended = make(chan struct{})
+}
+
+// signal wakes the followers. Called with r.mu held.
+func (r *Run) signal() {
+	close(r.wake)
+	r.wake = make(chan struct{})
+}
+
+// Stream sends the segment's events from its start until the terminal
+// event, following it live: the owner's stream (Run, Resume). It must be
+// called exactly once per segment. When the run failed before emitting
+// anything it returns that error.
+func (r *Run) Stream(ctx context.Context, send func(*plumbv1.Event) error) error {
+	return r.follow(ctx, r.owner, send, true)
+}
+
+// Follow sends the events after sequence after, then follows the segment
+// live until its terminal event (Attach). after comes from
+// Registry.Attach.
+func (r *Run) Follow(ctx context.Context, after uint64, send func(*plumbv1.Event) error) error {
+	f := &follower{cursor: after}
+	r.mu.Lock()
+	r.followers[f] = true
+	r.mu.Unlock()
+	return r.follow(ctx, f, send, false)
+}
+
+func (r *Run) follow(ctx context.Context, f *follower, send func(*plumbv1.Event) error, owner bool) error {
+	defer func() {
+		r.mu.Lock()
+		delete(r.followers, f)
+		r.mu.Unlock()
+	}()
+	for {
+		r.mu.Lock()
+		if r.started && f.cursor < r.first-1 {
+			f.cursor = r.first - 1 // nothing before the segment is in its log
+		}
+		if f.cursor < r.floor {
+			// Trimmed between Registry.Attach and registration.
+			err := &OutOfRangeError{ThreadID: r.threadID, After: f.cursor, Oldest: r.floor + 1}
+			r.mu.Unlock()
+			return err
+		}
+		i := sort.Search(len(r.events), func(i int) bool { return r.events[i].GetSequence() > f.cursor })
+		batch := r.events[i:len(r.events):len(r.events)]
+		ended, startErr, wake, threadID := r.ended, r.startErr, r.wake, r.threadID
+		r.mu.Unlock()
+		if len(batch) == 0 {
+			if ended {
+				if startErr != nil {
+					if owner {
+						return startErr
+					}
+					return fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
+				}
+				return nil
+			}
+			select {
+			case <-wake:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		for _, e := range batch {
+			if err := send(e); err != nil {
+				return err
+			}
+			r.mu.Lock()
+			f.cursor = e.GetSequence()
+			r.mu.Unlock()
+			if isTerminal(e) {
+				return nil
+			}
+		}
+	}
+}
+
+// trim keeps the log under MaxEvents: deltas are coalesced first, then the
+// oldest events dropped; events a live follower has not sent yet are never
+// touched, and a log pinned that way may grow. Called with r.mu held.
+func (r *Run) trim() {
+	limit := r.g.o.MaxEvents
+	if len(r.events) <= limit || len(r.events) < r.trimmedAt+max(limit/10, 1) {
+		return
+	}
+	defer func() { r.trimmedAt = len(r.events) }()
+	pin := ^uint64(0)
+	for f := range r.followers {
+		pin = min(pin, f.cursor)
+	}
+	target := limit - limit/10 // hysteresis: trim to 90 %
+	// The events up to index k have all been sent by every follower.
+	k := sort.Search(len(r.events), func(i int) bool { return r.events[i].GetSequence() > pin })
+	out := make([]*plumbv1.Event, 0, len(r.events))
+	for _, e := range r.events[:k] {
+		if n := len(out); n > 0 {
+			if m := coalesce(out[n-1], e); m != nil {
+				out[n-1] = m
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	kept := len(out)
+	out = append(out, r.events[k:]...)
+	drop := min(len(out)-target, kept)
+	if drop > 0 {
+		r.floor = out[drop-1].GetSequence()
+		out = append([]*plumbv1.Event(nil), out[drop:]...)
+	}
+	r.events = out
+}
+
+// coalesce merges b into a when both are text deltas of the same model
+// call and attempt; it returns the merged event (a new message carrying b's
+// sequence and timestamp) or nil.
+func coalesce(a, b *plumbv1.Event) *plumbv1.Event {
+	if a.GetAgentPath() != b.GetAgentPath() || a.GetParentToolCallId() != b.GetParentToolCallId() {
+		return nil
+	}
+	switch {
+	case a.GetMessageDelta() != nil && b.GetMessageDelta() != nil:
+		x, y := a.GetMessageDelta(), b.GetMessageDelta()
+		if x.GetStep() != y.GetStep() || x.GetAttempt() != y.GetAttempt() {
+			return nil
+		}
+		m := proto.Clone(b).(*plumbv1.Event)
+		m.GetMessageDelta().Text = x.GetText() + y.GetText()
+		return m
+	case a.GetReasoningDelta() != nil && b.GetReasoningDelta() != nil:
+		x, y := a.GetReasoningDelta(), b.GetReasoningDelta()
+		if x.GetStep() != y.GetStep() || x.GetAttempt() != y.GetAttempt() {
+			return nil
+		}
+		m := proto.Clone(b).(*plumbv1.Event)
+		m.GetReasoningDelta().Text = x.GetText() + y.GetText()
+		return m
+	}
+	return nil
+}
+
+// isTerminal reports whether e ends a stream (agent.md §8).
+func isTerminal(e *plumbv1.Event) bool {
+	switch e.GetPayload().(type) {
+	case *plumbv1.Event_RunFinished, *plumbv1.Event_Interrupted, *plumbv1.Event_Error:
+		return true
+	}
+	return false
+}
