@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -436,24 +435,4 @@ func (x *execution) resolve(c model.ToolCall, finishReason string) (*Tool, strin
 		return nil, "", invalid(err.Error())
 	}
 	return t, string(out), nil
-}
-
-// ValidateArgs checks args against the schema of tool name in this
-// context, the way dispatch does (used for EDIT decisions).
-func (x *execution) validateArgs(name string, args json.RawMessage) error {
-	s := x.schemas[name]
-	if s == nil {
-		return fmt.Errorf("unknown tool %s", name)
-	}
-	v, err := jsonschema.Decode(args)
-	if err != nil {
-		return fmt.Errorf("not valid JSON: %v", err)
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return errors.New("must be a JSON object")
-	}
-	if _, err := s.Validate(v); err != nil {
-		return err
-	}
-	return nil
 }

@@ -46,12 +46,6 @@ func (s *spy) Grep(ctx context.Context, req backend.GrepRequest) (backend.GrepRe
 	return s.Backend.Grep(ctx, req)
 }
 
-func (s *spy) reset() {
-	s.mu.Lock()
-	s.globs, s.greps = nil, nil
-	s.mu.Unlock()
-}
-
 // executor is a State backend with a recording Execute, standing in for
 // a sandbox default.
 type executor struct {

@@ -36,7 +36,7 @@ func TestTempName(t *testing.T) {
 			t.Errorf("tempName(%d bytes) = %q (%d bytes)", len(base), n, len(n))
 		}
 	}
-	if tempName("a") == tempName("a") {
+	if first, second := tempName("a"), tempName("a"); first == second {
 		t.Errorf("tempName is not random")
 	}
 }
