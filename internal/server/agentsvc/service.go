@@ -1,24 +1,198 @@
-// Package agentsvc is the thin gRPC adapter for plumb.v1.AgentService: it
-// validates requests, maps them to the agent core, and maps domain errors to
-// gRPC status through internal/server. It holds no agent logic.
 package agentsvc
 
 import (
-	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
 	"go.uber.org/zap"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/profile"
 )
 
-// Service implements plumbv1.AgentServiceServer. RPCs that the agent core
-// does not serve yet answer UNIMPLEMENTED.
-type Service struct {
-	plumbv1.UnimplementedAgentServiceServer
-	lg *zap.Logger
+// Runtime is the agent core the service drives. *deep.Runtime implements
+// it.
+//
+// Run and Resume follow agent.Runner's contract: errors before run_started
+// are returned (agent.ErrInvalidInput, agent.ErrThreadBusy,
+// *agent.PendingInterruptError, agent.ErrNoPendingInterrupt,
+// *agent.StaleInterruptError, *agent.DecisionError,
+// agent.ErrThreadNotFound, ...); afterwards every failure is an error
+// event, the last event is terminal and the returned error is nil. Events
+// reach sink in sequence order. The runtime enforces the run's deadline
+// (limits.run_timeout, RunRequest.timeout) on the context it is given.
+type Runtime interface {
+	Run(ctx context.Context, in agent.RunInput, sink agent.Sink) (*agent.RunResult, error)
+	Resume(ctx context.Context, in agent.ResumeInput, sink agent.Sink) (*agent.RunResult, error)
+	// ListAgents describes every primary agent and subagent, built-ins
+	// included.
+	ListAgents() []profile.Info
+	// ServerToolNames are the names a client tool must not take.
+	ServerToolNames() []string
 }
 
-// New returns the service; lg may be nil.
-func New(lg *zap.Logger) *Service {
-	if lg == nil {
-		lg = zap.NewNop()
+// Threads is the thread store as the service reads and deletes it (runs
+// write through the Runtime's own store). SQLiteThreads and MemoryThreads
+// adapt the two stores; both must be the store the Runtime was built
+// with.
+type Threads interface {
+	// CreateThread stores a new, empty thread.
+	CreateThread(ctx context.Context, t agent.Thread) error
+	// LoadThread returns a thread with its log and state, or an error
+	// matching agent.ErrThreadNotFound.
+	LoadThread(ctx context.Context, id string) (*agent.ThreadData, error)
+	// ListThreads returns one page of threads, newest UpdatedAt first,
+	// and the next page's token ("" at the end). A page token it did not
+	// issue is an error matching agent.ErrInvalidInput.
+	ListThreads(ctx context.Context, q ThreadQuery) ([]ListedThread, string, error)
+	// DeleteThread removes a thread and everything stored with it, or
+	// returns an error matching agent.ErrThreadNotFound.
+	DeleteThread(ctx context.Context, id string) error
+}
+
+// ThreadQuery selects a page of threads.
+type ThreadQuery struct {
+	// Labels must all be present with these values.
+	Labels map[string]string
+	// Status filters by derived status ("" = any).
+	Status agent.ThreadStatus
+	// PageSize is 1..MaxPageSize (the service applies the default).
+	PageSize int
+	// PageToken continues a previous listing.
+	PageToken string
+}
+
+// ListedThread is a listed thread: its record and state (the message log
+// may be left out) and the log's length.
+type ListedThread struct {
+	*agent.ThreadData
+	// MessageCount is the length of the message log.
+	MessageCount int
+}
+
+// ListThreads page sizes (agent.md §1.1).
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// Config is what cmd/agentd wires into the service: the agent core, the
+// thread store and the `server:` settings.
+type Config struct {
+	// Runtime runs the agents. Required.
+	Runtime Runtime
+	// Threads is the thread store. Required.
+	Threads Threads
+	// OnDeleteThread, if set, is called by DeleteThread after any active
+	// run has ended and before the thread is removed from the store,
+	// with the thread as stored (Thread.SandboxID names its sandbox). An
+	// error fails the RPC and keeps the thread. agentd deletes the
+	// thread's sandbox here.
+	OnDeleteThread func(ctx context.Context, td *agent.ThreadData) error
+	// MaxConcurrentRuns is server.max_concurrent_runs (0 = 64).
+	MaxConcurrentRuns int
+	// DetachOnDisconnect is server.detach_on_disconnect: runs keep going
+	// when their client disconnects even without RunRequest.detach.
+	DetachOnDisconnect bool
+	// ReplayRetention is server.replay_retention (0 = 5m).
+	ReplayRetention time.Duration
+	// ReplayMaxEvents caps each replay log (0 = 10,000).
+	ReplayMaxEvents int
+	// MaxIterations and RunTimeout are limits.max_iterations and
+	// limits.run_timeout: a request asking for more is INVALID_ARGUMENT.
+	// 0 leaves the check to the runtime (which caps silently).
+	MaxIterations int
+	RunTimeout    time.Duration
+	// Models are the configured model keys, listed when a request names
+	// an unknown one; nil leaves the check to the runtime.
+	Models []string
+}
+
+// Option adjusts a Service (test seams).
+type Option func(*Service)
+
+// WithLogger sets the logger (nil = nop).
+func WithLogger(lg *zap.Logger) Option { return func(s *Service) { s.lg = lg } }
+
+// WithClock sets the clock of thread creation and replay retention.
+func WithClock(c agent.Clock) Option { return func(s *Service) { s.clock = c } }
+
+// WithIDs sets the generator of CreateThread ids (default ULIDs).
+func WithIDs(f func() string) Option { return func(s *Service) { s.newID = f } }
+
+// Service implements plumbv1.AgentServiceServer over a Runtime and a
+// thread store. It owns the run registry: active runs by thread, their
+// replay logs, run slots and shutdown.
+type Service struct {
+	plumbv1.UnimplementedAgentServiceServer
+
+	cfg     Config
+	rt      Runtime
+	threads Threads
+	reg     *runs.Registry
+	lg      *zap.Logger
+	clock   agent.Clock
+	newID   func() string
+	wg      sync.WaitGroup // run goroutines
+}
+
+var _ plumbv1.AgentServiceServer = (*Service)(nil)
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// New returns the service. Call Shutdown before the process exits: runs
+// execute in goroutines of their own (a detached run outlives its
+// stream).
+func New(cfg Config, opts ...Option) (*Service, error) {
+	if cfg.Runtime == nil {
+		return nil, errors.New("agentsvc: a runtime is required")
 	}
-	return &Service{lg: lg.Named("agentsvc")}
+	if cfg.Threads == nil {
+		return nil, errors.New("agentsvc: a thread store is required")
+	}
+	if cfg.MaxConcurrentRuns < 0 || cfg.ReplayRetention < 0 || cfg.ReplayMaxEvents < 0 || cfg.MaxIterations < 0 || cfg.RunTimeout < 0 {
+		return nil, errors.New("agentsvc: limits must not be negative")
+	}
+	s := &Service{cfg: cfg, rt: cfg.Runtime, threads: cfg.Threads}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.lg == nil {
+		s.lg = zap.NewNop()
+	}
+	s.lg = s.lg.Named("agentsvc")
+	if s.clock == nil {
+		s.clock = realClock{}
+	}
+	if s.newID == nil {
+		s.newID = func() string { return ulid.Make().String() }
+	}
+	s.reg = runs.New(runs.Options{
+		MaxRuns: cfg.MaxConcurrentRuns, Retention: cfg.ReplayRetention, MaxEvents: cfg.ReplayMaxEvents, Now: s.clock.Now,
+	})
+	return s, nil
+}
+
+// Shutdown stops accepting runs (Run and Resume answer UNAVAILABLE) and
+// waits for the active ones to end. When ctx ends first it cancels them
+// (each then ends with run_finished{CANCELLED} within the runtime's
+// cancel grace), waits for them and returns ctx's error. cmd/agentd calls
+// it on SIGTERM with a server.shutdown_grace deadline, before stopping
+// the gRPC server.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.reg.Drain()
+	err := s.reg.Wait(ctx)
+	if err != nil {
+		s.lg.Warn("shutdown grace over; cancelling runs", zap.Int("runs", s.reg.Live()))
+		s.reg.CancelAll()
+	}
+	s.wg.Wait()
+	return err
 }

@@ -1,0 +1,26 @@
+// Package agentsvc is the thin gRPC adapter for plumb.v1.AgentService
+// (agent.md §1.1): it validates requests (§10.1), maps them to the agent
+// core (pkg/agent, driven through the Runtime interface), pumps events
+// into the streams in order, and owns the run registry of package runs
+// (active runs, replay logs, detach and attach, run slots, shutdown).
+//
+// It holds no agent logic and never builds a gRPC status itself: every
+// error goes through server.Status, the one place that maps domain errors
+// to codes.
+//
+// Wiring (cmd/agentd):
+//
+//	svc, err := agentsvc.New(agentsvc.Config{
+//		Runtime:           rt,                           // *deep.Runtime
+//		Threads:           agentsvc.SQLiteThreads(store), // the store rt was built with
+//		OnDeleteThread:    func(ctx context.Context, td *agent.ThreadData) error { return backends.DeleteThread(ctx, td.Thread.ID) },
+//		MaxConcurrentRuns: cfg.Server.MaxConcurrentRuns,
+//		DetachOnDisconnect: cfg.Server.DetachOnDisconnect,
+//		ReplayRetention:   cfg.Server.ReplayRetention,
+//		MaxIterations:     cfg.Limits.MaxIterations,
+//		RunTimeout:        cfg.Limits.RunTimeout,
+//		Models:            modelKeys,
+//	}, agentsvc.WithLogger(lg))
+//	plumbv1.RegisterAgentServiceServer(grpcServer, svc)
+//	// on SIGTERM: svc.Shutdown(graceCtx), then grpcServer.GracefulStop()
+package agentsvc

@@ -1,0 +1,137 @@
+package agentsvc
+
+import (
+	"context"
+	"errors"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/pbconv"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+// Run appends user input to a thread and streams the run (agent.md §2.2).
+func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer[plumbv1.RunResponse]) error {
+	in, err := s.runInput(req)
+	if err != nil {
+		return server.Status(err)
+	}
+	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "run",
+		func(ctx context.Context, sink agent.Sink) error {
+			_, err := s.rt.Run(ctx, in, sink)
+			return err
+		},
+		func(e *plumbv1.Event) error { return stream.Send(&plumbv1.RunResponse{Event: e}) })
+}
+
+// Resume answers a pending interrupt and streams the continued run
+// (agent.md §6.4).
+func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreamingServer[plumbv1.ResumeResponse]) error {
+	in, err := resumeInput(req)
+	if err != nil {
+		return server.Status(err)
+	}
+	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "resume",
+		func(ctx context.Context, sink agent.Sink) error {
+			_, err := s.rt.Resume(ctx, in, sink)
+			return err
+		},
+		func(e *plumbv1.Event) error { return stream.Send(&plumbv1.ResumeResponse{Event: e}) })
+}
+
+// serve runs one segment: it takes the thread and a run slot in the
+// registry, starts the runtime call in a goroutine and streams the
+// segment's log to the client. The run's context is the stream's, or,
+// when detached, a context that outlives the stream (the runtime bounds
+// it with the run deadline; Cancel and Shutdown cancel it).
+func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind string,
+	call func(context.Context, agent.Sink) error, send func(*plumbv1.Event) error) error {
+	detach = detach || s.cfg.DetachOnDisconnect
+	base := ctx
+	if detach {
+		base = context.WithoutCancel(ctx)
+	}
+	runCtx, cancel := context.WithCancel(base)
+	r, err := s.reg.Begin(threadID, cancel)
+	if err != nil {
+		cancel()
+		return server.Status(err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		err := call(runCtx, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) })
+		r.End(err)
+	}()
+	err = r.Stream(ctx, send)
+	if err == nil {
+		return nil
+	}
+	lg := s.lg.With(zap.String("rpc", kind), zap.String("thread-id", r.ThreadID()), zap.String("run-id", r.RunID()), zap.Bool("detach", detach))
+	if ctx.Err() != nil {
+		// The client went away: a run without detach is cancelled with
+		// the stream's context; a detached one goes on and can be
+		// attached.
+		lg.Debug("client left the stream", zap.Error(err))
+		return server.Status(ctx.Err())
+	}
+	st := server.Status(err)
+	if status.Code(st) == codes.Internal {
+		lg.Error("run did not start", zap.Error(err))
+	}
+	return st
+}
+
+// Attach replays a thread's current or retained run segment after
+// after_sequence, then follows it live (agent.md §2.4).
+func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
+	id := req.GetThreadId()
+	if err := requireThreadID(id); err != nil {
+		return server.Status(err)
+	}
+	ctx := stream.Context()
+	r, after, err := s.reg.Attach(id, req.GetAfterSequence())
+	if errors.Is(err, runs.ErrNoRun) {
+		if _, lerr := s.threads.LoadThread(ctx, id); errors.Is(lerr, agent.ErrThreadNotFound) {
+			err = lerr
+		}
+	}
+	if err != nil {
+		return server.Status(err)
+	}
+	err = r.Follow(ctx, after, func(e *plumbv1.Event) error { return stream.Send(&plumbv1.AttachResponse{Event: e}) })
+	if err != nil && ctx.Err() != nil {
+		return server.Status(ctx.Err())
+	}
+	return server.Status(err)
+}
+
+// Cancel cancels the thread's active run and waits (as long as the call's
+// context allows) until it has ended, so that the thread is free when
+// Cancel returns. Attached streams receive run_finished{CANCELLED}.
+func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plumbv1.CancelResponse, error) {
+	id := req.GetThreadId()
+	if err := requireThreadID(id); err != nil {
+		return nil, server.Status(err)
+	}
+	r := s.reg.Cancel(id)
+	if r == nil {
+		if _, err := s.threads.LoadThread(ctx, id); err != nil {
+			return nil, server.Status(err)
+		}
+		return &plumbv1.CancelResponse{}, nil
+	}
+	s.lg.Info("run cancelled", zap.String("thread-id", id), zap.String("run-id", r.RunID()))
+	select {
+	case <-r.Done():
+	case <-ctx.Done():
+	}
+	return &plumbv1.CancelResponse{RunId: r.RunID(), WasRunning: true}, nil
+}

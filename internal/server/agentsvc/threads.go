@@ -1,0 +1,164 @@
+package agentsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/pbconv"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+// CreateThread creates an empty thread with the given labels.
+func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadRequest) (*plumbv1.CreateThreadResponse, error) {
+	var vs violations
+	vs.checkMetadata("metadata", req.GetMetadata())
+	if err := vs.err(); err != nil {
+		return nil, server.Status(err)
+	}
+	now := s.clock.Now()
+	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: req.GetMetadata()}
+	if err := s.threads.CreateThread(ctx, t); err != nil {
+		return nil, s.status("create thread", err)
+	}
+	td, err := s.threads.LoadThread(ctx, t.ID)
+	if err != nil {
+		return nil, s.status("create thread", err)
+	}
+	return &plumbv1.CreateThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td), len(td.Messages))}, nil
+}
+
+// GetThread returns a thread; the FULL view adds the message log, the
+// State files and the checkpoints.
+func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) (*plumbv1.GetThreadResponse, error) {
+	id := req.GetThreadId()
+	if err := requireThreadID(id); err != nil {
+		return nil, server.Status(err)
+	}
+	td, err := s.threads.LoadThread(ctx, id)
+	if err != nil {
+		return nil, s.status("get thread", err)
+	}
+	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
+		return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadFullToPB(td, s.threadStatus(td))}, nil
+	}
+	return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td), len(td.Messages))}, nil
+}
+
+// threadStatus is the stored status, RUNNING while this process runs the
+// thread (the store learns of a run only at its first checkpoint).
+func (s *Service) threadStatus(td *agent.ThreadData) agent.ThreadStatus {
+	if s.reg.Active(td.Thread.ID) != nil {
+		return agent.ThreadRunning
+	}
+	return td.Status()
+}
+
+// ListThreads lists threads, most recently updated first.
+func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsRequest) (*plumbv1.ListThreadsResponse, error) {
+	var vs violations
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		vs.add("page_size", "page_size must not be negative")
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	vs.checkMetadata("labels", req.GetLabels())
+	if err := vs.err(); err != nil {
+		return nil, server.Status(err)
+	}
+	list, next, err := s.threads.ListThreads(ctx, ThreadQuery{
+		Labels: req.GetLabels(), Status: pbconv.ThreadStatusFromPB(req.GetStatus()), PageSize: size, PageToken: req.GetPageToken(),
+	})
+	if errors.Is(err, agent.ErrInvalidInput) {
+		err = server.InvalidField("page_token", "page_token was not issued by this server")
+	}
+	if err != nil {
+		return nil, s.status("list threads", err)
+	}
+	out := &plumbv1.ListThreadsResponse{NextPageToken: next}
+	for _, t := range list {
+		out.Threads = append(out.Threads, pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData), t.MessageCount))
+	}
+	return out, nil
+}
+
+// DeleteThread deletes a thread, its State files and (through
+// OnDeleteThread) its sandbox. A running thread is FAILED_PRECONDITION
+// unless force is set, which cancels the run and waits for it to end
+// first.
+func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadRequest) (*plumbv1.DeleteThreadResponse, error) {
+	id := req.GetThreadId()
+	if err := requireThreadID(id); err != nil {
+		return nil, server.Status(err)
+	}
+	lg := s.lg.With(zap.String("thread-id", id))
+	for {
+		release, err := s.reg.Reserve(id)
+		if err == nil {
+			defer release()
+			break
+		}
+		r := s.reg.Active(id)
+		switch {
+		case r == nil: // another DeleteThread holds it
+			return nil, server.Status(err)
+		case !req.GetForce():
+			return nil, server.Status(fmt.Errorf("delete thread %s: %w; set force to cancel it", id, runs.ErrRunning))
+		}
+		lg.Info("cancelling the run of a thread being deleted", zap.String("run-id", r.RunID()))
+		s.reg.Cancel(id)
+		select {
+		case <-r.Done():
+		case <-ctx.Done():
+			return nil, server.Status(ctx.Err())
+		}
+	}
+	td, err := s.threads.LoadThread(ctx, id)
+	if err != nil {
+		return nil, s.status("delete thread", err)
+	}
+	if s.cfg.OnDeleteThread != nil {
+		if err := s.cfg.OnDeleteThread(ctx, td); err != nil {
+			lg.Warn("thread cleanup failed; the thread is kept", zap.String("sandbox-id", td.Thread.SandboxID), zap.Error(err))
+			return nil, server.Status(err)
+		}
+	}
+	if err := s.threads.DeleteThread(ctx, id); err != nil {
+		return nil, s.status("delete thread", err)
+	}
+	s.reg.Forget(id)
+	lg.Info("thread deleted")
+	return &plumbv1.DeleteThreadResponse{}, nil
+}
+
+// ListAgents lists the primary agents a client may name in
+// RunRequest.agent and the subagents they delegate to.
+func (s *Service) ListAgents(context.Context, *plumbv1.ListAgentsRequest) (*plumbv1.ListAgentsResponse, error) {
+	serverTools := s.rt.ServerToolNames()
+	out := &plumbv1.ListAgentsResponse{}
+	for _, info := range s.rt.ListAgents() {
+		out.Agents = append(out.Agents, pbconv.AgentInfoToPB(info, serverTools))
+	}
+	return out, nil
+}
+
+// status maps a store error, logging those that become INTERNAL (their
+// text is not sent).
+func (s *Service) status(op string, err error) error {
+	st := server.Status(err)
+	if status.Code(st) == codes.Internal {
+		s.lg.Error(op, zap.Error(err))
+	}
+	return st
+}
