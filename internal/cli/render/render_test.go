@@ -412,7 +412,9 @@ func TestGoldenInterrupt(t *testing.T) {
 }
 
 func testThread() *plumbv1.Thread {
-	ts := func(m int) *timestamppb.Timestamp { return timestamppb.New(time.Date(2026, 11, 22, 10, m, 0, 0, time.UTC)) }
+	ts := func(m int) *timestamppb.Timestamp {
+		return timestamppb.New(time.Date(2026, 11, 22, 10, m, 0, 0, time.UTC))
+	}
 	ev := scenarios()["interrupt"]
 	return &plumbv1.Thread{
 		Id: "th-1", CreatedAt: ts(0), UpdatedAt: ts(5), Metadata: map[string]string{"team": "core", "env": "dev"},
