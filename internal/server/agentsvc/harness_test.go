@@ -1,0 +1,376 @@
+package agentsvc_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/deep"
+	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
+)
+
+// Compile-time check: the deep runtime is what cmd/agentd passes.
+var _ agentsvc.Runtime = (*deep.Runtime)(nil)
+
+// env is agentd's AgentService over bufconn: a real deep.Runtime talking
+// to a scripted OpenAI-compatible server, a SQLite thread store in a
+// temporary directory (or the memory store), and a gRPC client.
+type env struct {
+	t     *testing.T
+	srv   *modeltest.Server
+	kit   *tools.TestKit
+	rt    *deep.Runtime
+	svc   *agentsvc.Service
+	c     plumbv1.AgentServiceClient
+	store agent.Store
+
+	mu      sync.Mutex
+	deleted []*agent.ThreadData // OnDeleteThread calls
+}
+
+type setup struct {
+	deep   deep.Config
+	svc    agentsvc.Config
+	memory bool
+}
+
+type option func(*setup)
+
+func withDeep(f func(*deep.Config)) option { return func(s *setup) { f(&s.deep) } }
+
+func withService(f func(*agentsvc.Config)) option { return func(s *setup) { f(&s.svc) } }
+
+// withMemoryStore uses agent.MemoryStore instead of SQLite.
+func withMemoryStore() option { return func(s *setup) { s.memory = true } }
+
+// gate configures interrupt_on for the main agent.
+func gate(rules map[string]profile.InterruptRule) option {
+	return withDeep(func(c *deep.Config) {
+		if c.Agents == nil {
+			c.Agents = map[string]profile.Profile{}
+		}
+		p := c.Agents[profile.Main]
+		p.InterruptOn = rules
+		c.Agents[profile.Main] = p
+	})
+}
+
+func newEnv(t *testing.T, opts ...option) *env {
+	t.Helper()
+	e := &env{t: t, srv: modeltest.New(t), kit: tools.NewTestKit()}
+	reg := tools.NewRegistry()
+	if err := reg.RegisterGroup(tools.TestKitGroup, e.kit.Tools()...); err != nil {
+		t.Fatal(err)
+	}
+	s := setup{deep: deep.Config{
+		DefaultModel: "smart", Tools: reg, Backend: deep.StateBackends(),
+		Limits: agent.Limits{CancelGrace: time.Second},
+	}}
+	for _, o := range opts {
+		o(&s)
+	}
+	var threads agentsvc.Threads
+	if s.memory {
+		ms := agent.NewMemoryStore()
+		e.store, threads = ms, agentsvc.MemoryThreads(ms)
+	} else {
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "threads.db"), sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		e.store, threads = st, agentsvc.SQLiteThreads(st)
+	}
+	s.deep.Store = e.store
+	m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: "gpt-test",
+		Retry: openai.RetryConfig{MaxAttempts: 1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}},
+		openai.WithHTTPClient(e.srv.Client()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.deep.Models = map[string]deep.Model{"smart": {Chat: m, Name: "gpt-test"}}
+	lg := zaptest.NewLogger(t)
+	if e.rt, err = deep.New(s.deep, deep.WithLogger(lg)); err != nil {
+		t.Fatal(err)
+	}
+	s.svc.Runtime, s.svc.Threads = e.rt, threads
+	if s.svc.OnDeleteThread == nil {
+		s.svc.OnDeleteThread = func(_ context.Context, td *agent.ThreadData) error {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.deleted = append(e.deleted, td)
+			return nil
+		}
+	}
+	if e.svc, err = agentsvc.New(s.svc, agentsvc.WithLogger(lg)); err != nil {
+		t.Fatal(err)
+	}
+
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	plumbv1.RegisterAgentServiceServer(gs, e.svc)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = plumbv1.NewAgentServiceClient(conn)
+	t.Cleanup(func() {
+		conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = e.svc.Shutdown(ctx)
+		gs.Stop()
+		<-served
+	})
+	return e
+}
+
+// ctx is a test context with a deadline, so a broken test fails instead of
+// hanging.
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+func call(id, name, args string) modeltest.Call { return modeltest.Call{ID: id, Name: name, Args: args} }
+
+func runReq(thread string, texts ...string) *plumbv1.RunRequest {
+	r := &plumbv1.RunRequest{ThreadId: thread}
+	for _, t := range texts {
+		r.Input = append(r.Input, &plumbv1.InputMessage{Content: t})
+	}
+	return r
+}
+
+// eventStream is the client side of Run, Resume and Attach.
+type eventStream[M any] interface {
+	Recv() (*M, error)
+}
+
+type eventMsg interface{ GetEvent() *plumbv1.Event }
+
+// recvAll reads a stream to its end; err is nil when it closed with OK.
+func recvAll[M any, P interface {
+	*M
+	eventMsg
+}](s eventStream[M]) ([]*plumbv1.Event, error) {
+	var out []*plumbv1.Event
+	for {
+		m, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, P(m).GetEvent())
+	}
+}
+
+// recvUntil reads events up to and including the first of kind.
+func recvUntil[M any, P interface {
+	*M
+	eventMsg
+}](t *testing.T, s eventStream[M], k string) []*plumbv1.Event {
+	t.Helper()
+	var out []*plumbv1.Event
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatalf("stream ended before %s (kinds %v): %v", k, kinds(out, false), err)
+		}
+		e := P(m).GetEvent()
+		out = append(out, e)
+		if kind(e) == k {
+			return out
+		}
+	}
+}
+
+// kind is the payload's name in agent.md §8.
+func kind(e *plumbv1.Event) string {
+	m := e.ProtoReflect()
+	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("payload")); fd != nil {
+		return string(fd.Name())
+	}
+	return ""
+}
+
+// kinds lists payload kinds; brief skips deltas and usage.
+func kinds(evs []*plumbv1.Event, brief bool) []string {
+	var out []string
+	for _, e := range evs {
+		k := kind(e)
+		if brief && (k == "message_delta" || k == "reasoning_delta" || k == "usage") {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func seqs(evs []*plumbv1.Event) []uint64 {
+	out := make([]uint64, len(evs))
+	for i, e := range evs {
+		out[i] = e.GetSequence()
+	}
+	return out
+}
+
+// checkStream asserts agent.md §8's guarantees for one stream: run_started
+// first, contiguous sequences from first, one terminal event and it last,
+// a complete envelope.
+func checkStream(t *testing.T, evs []*plumbv1.Event, first uint64) {
+	t.Helper()
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	if kind(evs[0]) != "run_started" {
+		t.Errorf("first event %s, want run_started", kind(evs[0]))
+	}
+	for i, e := range evs {
+		if e.GetSequence() != first+uint64(i) {
+			t.Errorf("event %d (%s) sequence %d, want %d", i, kind(e), e.GetSequence(), first+uint64(i))
+		}
+		if e.GetRunId() == "" || e.GetThreadId() == "" || e.GetAgentPath() == "" || e.GetTimestamp() == nil {
+			t.Errorf("event %d (%s) has an incomplete envelope", i, kind(e))
+		}
+		if terminal(e) != (i == len(evs)-1) {
+			t.Errorf("event %d of %d is %s", i, len(evs), kind(e))
+		}
+	}
+}
+
+func terminal(e *plumbv1.Event) bool {
+	return e.GetRunFinished() != nil || e.GetInterrupted() != nil || e.GetError() != nil
+}
+
+// last returns the final event.
+func last(t *testing.T, evs []*plumbv1.Event) *plumbv1.Event {
+	t.Helper()
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	return evs[len(evs)-1]
+}
+
+// wantStatus asserts a gRPC code and, if reason is set, the ErrorInfo
+// reason.
+func wantStatus(t *testing.T, err error, code codes.Code, reason string) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Fatalf("status %v (%v), want %v", status.Code(err), err, code)
+	}
+	if reason != "" && server.Reason(err) != reason {
+		t.Fatalf("reason %q (%v), want %q", server.Reason(err), err, reason)
+	}
+}
+
+func errorInfo(err error) *errdetails.ErrorInfo {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// fields lists the BadRequest field violations of err.
+func fields(err error) []string {
+	var out []string
+	for _, v := range server.FieldViolations(err) {
+		out = append(out, v.Field)
+	}
+	return out
+}
+
+// run sends a Run and reads its stream to the end.
+func (e *env) run(req *plumbv1.RunRequest) ([]*plumbv1.Event, error) {
+	e.t.Helper()
+	s, err := e.c.Run(e.ctx(), req)
+	if err != nil {
+		return nil, err
+	}
+	return recvAll(s)
+}
+
+// mustRun is run for a request that must start.
+func (e *env) mustRun(req *plumbv1.RunRequest) []*plumbv1.Event {
+	e.t.Helper()
+	evs, err := e.run(req)
+	if err != nil {
+		e.t.Fatalf("run: %v (kinds %v)", err, kinds(evs, true))
+	}
+	return evs
+}
+
+func (e *env) resume(req *plumbv1.ResumeRequest) ([]*plumbv1.Event, error) {
+	e.t.Helper()
+	s, err := e.c.Resume(e.ctx(), req)
+	if err != nil {
+		return nil, err
+	}
+	return recvAll(s)
+}
+
+func (e *env) thread(id string, view plumbv1.ThreadView) *plumbv1.Thread {
+	e.t.Helper()
+	res, err := e.c.GetThread(e.ctx(), &plumbv1.GetThreadRequest{ThreadId: id, View: view})
+	if err != nil {
+		e.t.Fatalf("get thread %s: %v", id, err)
+	}
+	return res.GetThread()
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *env) deletedIDs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, td := range e.deleted {
+		out = append(out, td.Thread.ID)
+	}
+	return slices.Clone(out)
+}
