@@ -162,7 +162,9 @@ func (e *env) ctx() context.Context {
 	return ctx
 }
 
-func call(id, name, args string) modeltest.Call { return modeltest.Call{ID: id, Name: name, Args: args} }
+func call(id, name, args string) modeltest.Call {
+	return modeltest.Call{ID: id, Name: name, Args: args}
+}
 
 func runReq(thread string, texts ...string) *plumbv1.RunRequest {
 	r := &plumbv1.RunRequest{ThreadId: thread}

@@ -135,6 +135,7 @@ func (g *Registry) Begin(threadID string, cancel context.CancelFunc) (*Run, erro
 	r.followers = map[*follower]bool{r.owner: true}
 	g.live[r] = true
 	if threadID != "" {
+		r.prev = g.threads[threadID]
 		g.threads[threadID] = r
 	}
 	return r, nil
@@ -306,6 +307,9 @@ type Run struct {
 	done      chan struct{} // closed by End
 	followers map[*follower]bool
 	owner     *follower
+	// prev is the thread's retained segment this one replaced in Begin,
+	// restored if this one fails to start.
+	prev *Run
 }
 
 type follower struct {
@@ -349,7 +353,7 @@ func (r *Run) Emit(e *plumbv1.Event) {
 	}
 	first := !r.started
 	if first {
-		r.started = true
+		r.started, r.prev = true, nil
 		r.threadID, r.runID = e.GetThreadId(), e.GetRunId()
 		r.first = e.GetSequence()
 		r.floor = r.first - 1
@@ -387,8 +391,13 @@ func (r *Run) End(err error) {
 		}
 		r.startErr = err
 		if r.threadID != "" && g.threads[r.threadID] == r {
-			delete(g.threads, r.threadID)
+			if r.prev != nil {
+				g.threads[r.threadID] = r.prev // a rejected request keeps the replay
+			} else {
+				delete(g.threads, r.threadID)
+			}
 		}
+		r.prev = nil
 	}
 	if r.held != nil {
 		r.events = append(r.events, r.held)
