@@ -50,7 +50,9 @@ func TestRunValidation(t *testing.T) {
 		}, "client_tools[1].name", "declared twice"},
 		{"client tool schema not JSON", func(r *plumbv1.RunRequest) { r.ClientTools = tool("loc", "{") }, "client_tools[0].parameters_json", "not a JSON object"},
 		{"client tool schema not an object", func(r *plumbv1.RunRequest) { r.ClientTools = tool("loc", `{"type":"string"}`) }, "client_tools[0].parameters_json", `"object"`},
-		{"client tool schema invalid", func(r *plumbv1.RunRequest) { r.ClientTools = tool("loc", `{"type":"object","properties":{"a":{"type":"frob"}}}`) }, "client_tools[0].parameters_json", "invalid schema"},
+		{"client tool schema invalid", func(r *plumbv1.RunRequest) {
+			r.ClientTools = tool("loc", `{"type":"object","properties":{"a":{"type":"frob"}}}`)
+		}, "client_tools[0].parameters_json", "invalid schema"},
 		{"unknown agent", func(r *plumbv1.RunRequest) { r.Agent = "nope" }, "agent", "known agents: main, plan"},
 		{"subagent named as agent", func(r *plumbv1.RunRequest) { r.Agent = "explore" }, "agent", "unknown agent"},
 		{"unknown model", func(r *plumbv1.RunRequest) { r.Model = "huge" }, "model", "known models: smart"},
