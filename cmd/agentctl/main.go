@@ -1,5 +1,11 @@
 // Command agentctl is plumb's command-line client: it talks to agentd and
 // sandboxd over gRPC.
+//
+// Exit codes: 0 on success (a run that completed or hit its iteration
+// limit); 1 on any failure, a run's error event included; 3 when a run
+// waits for decisions that agentctl may not ask for (see agentctl resume);
+// 4 when the run was cancelled; 5 when it passed its deadline; 130 when
+// agentctl itself was interrupted (Ctrl-C).
 package main
 
 import (
@@ -25,6 +31,12 @@ Usage:
   agentctl [--agentd ADDR] [--sandboxd ADDR] <command>
 
 Commands:
+  run        run an agent on a prompt and follow it live (agentd)
+  resume     answer a thread's pending interrupt and follow the run
+  attach     follow a thread's current or recent run
+  cancel     cancel a thread's active run
+  threads    list, show and remove threads
+  agents     list the agents a run may name
   health     check that agentd and sandboxd answer SERVING
   sandbox    create, list, exec in, copy to/from and remove sandboxes (sandboxd)
   version    print the version
@@ -32,13 +44,17 @@ Commands:
 Flags:
   --agentd ADDR     agentd address (default 127.0.0.1:7070) [$AGENTCTL_AGENTD]
   --sandboxd ADDR   sandboxd address (default 127.0.0.1:7071) [$AGENTCTL_SANDBOXD]
-  --timeout D       per-call timeout (default 5s)
+  --timeout D       per-call timeout of unary calls (default 5s)
+
+Exit codes: 0 ok; 1 failure (a run's error event included); 3 decisions
+pending (see agentctl resume); 4 run cancelled; 5 run deadline exceeded;
+130 interrupted by Ctrl-C.
 `
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err := run(ctx, os.Args[1:], osStdio())
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -52,7 +68,8 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, sio stdio) error {
+	stdout := sio.out
 	fs := flag.NewFlagSet("agentctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	agentd := fs.String("agentd", envOr("AGENTCTL_AGENTD", "127.0.0.1:7070"), "")
@@ -85,6 +102,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	case "sandbox":
 		return runSandbox(ctx, *sandboxd, fs.Args()[1:], stdout)
+	case "run", "resume", "attach", "cancel", "threads", "agents":
+		return runAgent(ctx, *agentd, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)
 		return errors.New("no command given")
