@@ -1,0 +1,354 @@
+package runs_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func ev(seq uint64, p any) *plumbv1.Event {
+	e := &plumbv1.Event{Sequence: seq, ThreadId: "t1", RunId: "r1", AgentPath: "main"}
+	switch p := p.(type) {
+	case *plumbv1.RunStarted:
+		e.Payload = &plumbv1.Event_RunStarted{RunStarted: p}
+	case *plumbv1.MessageDelta:
+		e.Payload = &plumbv1.Event_MessageDelta{MessageDelta: p}
+	case *plumbv1.ToolCallStarted:
+		e.Payload = &plumbv1.Event_ToolCallStarted{ToolCallStarted: p}
+	case *plumbv1.RunFinished:
+		e.Payload = &plumbv1.Event_RunFinished{RunFinished: p}
+	}
+	return e
+}
+
+func started(seq uint64) *plumbv1.Event {
+	return ev(seq, &plumbv1.RunStarted{ThreadId: "t1", RunId: "r1"})
+}
+func delta(seq uint64, text string) *plumbv1.Event {
+	return ev(seq, &plumbv1.MessageDelta{Text: text, Step: 1, Attempt: 1})
+}
+func tool(seq uint64) *plumbv1.Event   { return ev(seq, &plumbv1.ToolCallStarted{Id: "c"}) }
+func finish(seq uint64) *plumbv1.Event { return ev(seq, &plumbv1.RunFinished{}) }
+
+// collect follows r and returns the sequences sent.
+func collect(t *testing.T, f func(context.Context, func(*plumbv1.Event) error) error) ([]*plumbv1.Event, error) {
+	t.Helper()
+	var out []*plumbv1.Event
+	err := f(t.Context(), func(e *plumbv1.Event) error {
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+func seqs(evs []*plumbv1.Event) []uint64 {
+	var out []uint64
+	for _, e := range evs {
+		out = append(out, e.GetSequence())
+	}
+	return out
+}
+
+// leave drops the owner's pin, as a detached run whose client left.
+func leave(r *runs.Run) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = r.Stream(ctx, func(*plumbv1.Event) error { return nil })
+}
+
+func TestBeginRules(t *testing.T) {
+	g := runs.New(runs.Options{MaxRuns: 2})
+	nop := func() {}
+	r1, err := g.Begin("t1", nop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Begin("t1", nop); !errors.Is(err, agent.ErrThreadBusy) {
+		t.Errorf("second run on t1: %v", err)
+	}
+	r2, err := g.Begin("", nop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Begin("t3", nop); !errors.Is(err, runs.ErrNoSlot) {
+		t.Errorf("third run: %v", err)
+	}
+	if _, err := g.Reserve("t1"); !errors.Is(err, agent.ErrThreadBusy) {
+		t.Errorf("reserve a running thread: %v", err)
+	}
+	r1.End(errors.New("rejected"))
+	r2.End(errors.New("rejected"))
+	release, err := g.Reserve("t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Begin("t1", nop); !errors.Is(err, agent.ErrThreadBusy) {
+		t.Errorf("run on a reserved thread: %v", err)
+	}
+	release()
+	r, err := g.Begin("t1", nop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.End(errors.New("rejected"))
+	g.Drain()
+	if _, err := g.Begin("t9", nop); !errors.Is(err, runs.ErrShuttingDown) {
+		t.Errorf("run while draining: %v", err)
+	}
+}
+
+// The terminal event is published only by End, after the slot and the
+// thread are free; the owner's stream ends with it.
+func TestTerminalHeldUntilEnd(t *testing.T) {
+	g := runs.New(runs.Options{MaxRuns: 1})
+	r, err := g.Begin("t1", func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Emit(started(1))
+	r.Emit(delta(2, "a"))
+	r.Emit(finish(3))
+	got := make(chan []uint64, 1)
+	var freeAtTerminal bool
+	go func() {
+		var s []uint64
+		_ = r.Stream(context.Background(), func(e *plumbv1.Event) error {
+			s = append(s, e.GetSequence())
+			if e.GetRunFinished() != nil {
+				freeAtTerminal = g.Live() == 0 && g.Active("t1") == nil
+			}
+			return nil
+		})
+		got <- s
+	}()
+	select {
+	case s := <-got:
+		t.Fatalf("stream ended before End: %v", s)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.End(nil)
+	if s := <-got; !slices.Equal(s, []uint64{1, 2, 3}) {
+		t.Errorf("stream %v", s)
+	}
+	if !freeAtTerminal {
+		t.Error("the slot or the thread was still taken when the terminal event was sent")
+	}
+	select {
+	case <-r.Done():
+	default:
+		t.Error("Done not closed")
+	}
+}
+
+// A run that fails to start returns its error to the owner, is not
+// attachable, and leaves the thread's retained replay in place.
+func TestStartErrorKeepsRetainedReplay(t *testing.T) {
+	g := runs.New(runs.Options{})
+	r, _ := g.Begin("t1", func() {})
+	r.Emit(started(1))
+	r.Emit(finish(2))
+	r.End(nil)
+
+	bad, _ := g.Begin("t1", func() {})
+	boom := errors.New("pending interrupt")
+	bad.End(boom)
+	if _, err := collect(t, bad.Stream); !errors.Is(err, boom) {
+		t.Errorf("owner got %v", err)
+	}
+	a, after, err := g.Attach("t1", 0)
+	if err != nil || a != r || after != 0 {
+		t.Fatalf("attach after a rejected run: %v %v", a, err)
+	}
+
+	never, _ := g.Begin("t2", func() {})
+	never.End(boom)
+	if _, _, err := g.Attach("t2", 0); !errors.Is(err, runs.ErrNoRun) {
+		t.Errorf("attach to a run that never started: %v", err)
+	}
+}
+
+// A retained log expires ReplayRetention after the terminal event.
+func TestRetention(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	g := runs.New(runs.Options{Retention: time.Minute, Now: c.Now})
+	r, _ := g.Begin("", func() {})
+	r.Emit(started(1))
+	r.Emit(finish(2))
+	r.End(nil)
+	c.add(59 * time.Second)
+	a, _, err := g.Attach("t1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return a.Follow(ctx, 0, send) })
+	if err != nil || !slices.Equal(seqs(evs), []uint64{1, 2}) {
+		t.Errorf("replay %v, %v", seqs(evs), err)
+	}
+	c.add(time.Second)
+	if _, _, err := g.Attach("t1", 0); !errors.Is(err, runs.ErrNoRun) {
+		t.Errorf("after retention: %v", err)
+	}
+}
+
+// Over MaxEvents, deltas are coalesced first (text kept, the later
+// sequence carried), then the oldest events dropped; Attach then reports
+// OUT_OF_RANGE for what is gone.
+func TestTrimCoalescesThenDrops(t *testing.T) {
+	g := runs.New(runs.Options{MaxEvents: 10})
+	r, _ := g.Begin("", func() {})
+	leave(r)
+	r.Emit(started(1))
+	var want strings.Builder
+	for i := uint64(2); i <= 31; i++ {
+		r.Emit(delta(i, string(rune('a'+i%26))))
+		want.WriteString(string(rune('a' + i%26)))
+	}
+	a, after, err := g.Attach("t1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Emit(finish(32))
+	r.End(nil)
+	evs, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return a.Follow(ctx, after, send) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) > 10 || evs[0].GetSequence() != 1 || evs[len(evs)-1].GetSequence() != 32 {
+		t.Fatalf("log %v", seqs(evs))
+	}
+	var text strings.Builder
+	for i, e := range evs {
+		text.WriteString(e.GetMessageDelta().GetText())
+		if i > 0 && e.GetSequence() <= evs[i-1].GetSequence() {
+			t.Errorf("reordered: %v", seqs(evs))
+		}
+	}
+	if text.String() != want.String() {
+		t.Errorf("coalesced text %q, want %q", text.String(), want.String())
+	}
+
+	g2 := runs.New(runs.Options{MaxEvents: 10})
+	r2, _ := g2.Begin("", func() {})
+	leave(r2)
+	r2.Emit(started(1))
+	for i := uint64(2); i <= 40; i++ {
+		r2.Emit(tool(i))
+	}
+	r2.Emit(finish(41))
+	r2.End(nil)
+	_, _, err = g2.Attach("t1", 0)
+	var oor *runs.OutOfRangeError
+	if !errors.As(err, &oor) || !errors.Is(err, runs.ErrOutOfRange) || oor.Oldest <= 2 {
+		t.Fatalf("attach 0 after drops: %v", err)
+	}
+	a2, after, err := g2.Attach("t1", oor.Oldest-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err = collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return a2.Follow(ctx, after, send) })
+	if err != nil || evs[0].GetSequence() != oor.Oldest || evs[len(evs)-1].GetSequence() != 41 {
+		t.Errorf("attach from the oldest: %v, %v", seqs(evs), err)
+	}
+}
+
+// A live stream pins the log: events it has not sent are never dropped,
+// however far past MaxEvents the run goes.
+func TestLiveStreamPinsTheLog(t *testing.T) {
+	g := runs.New(runs.Options{MaxEvents: 10})
+	r, _ := g.Begin("", func() {})
+	gate := make(chan struct{})
+	done := make(chan []uint64, 1)
+	go func() {
+		var s []uint64
+		_ = r.Stream(context.Background(), func(e *plumbv1.Event) error {
+			if e.GetSequence() == 2 {
+				<-gate // a slow client
+			}
+			s = append(s, e.GetSequence())
+			return nil
+		})
+		done <- s
+	}()
+	r.Emit(started(1))
+	for i := uint64(2); i <= 100; i++ {
+		r.Emit(tool(i))
+	}
+	r.Emit(finish(101))
+	r.End(nil)
+	close(gate)
+	s := <-done
+	for i, q := range s {
+		if q != uint64(i+1) {
+			t.Fatalf("stream lost events: %v", s)
+		}
+	}
+	if len(s) != 101 {
+		t.Errorf("stream got %d events", len(s))
+	}
+}
+
+// Cancel cancels the active run only; CancelAll and Wait serve Shutdown.
+func TestCancelAndWait(t *testing.T) {
+	g := runs.New(runs.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, _ := g.Begin("t1", cancel)
+	r.Emit(started(1))
+	if g.Cancel("t2") != nil {
+		t.Error("cancelled an unknown thread")
+	}
+	if got := g.Cancel("t1"); got != r || ctx.Err() == nil || got.RunID() != "r1" {
+		t.Errorf("cancel: %v, ctx %v", got, ctx.Err())
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer wcancel()
+	if err := g.Wait(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("wait with a live run: %v", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	r2, _ := g.Begin("t2", cancel2)
+	g.CancelAll()
+	if ctx2.Err() == nil {
+		t.Error("CancelAll left a run")
+	}
+	go func() {
+		r.Emit(finish(2))
+		r.End(nil)
+		r2.End(context.Canceled)
+	}()
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g.Cancel("t1") != nil {
+		t.Error("cancelled a finished run")
+	}
+}

@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+)
+
+// Every domain error maps to its agent.md §10.1 code with a stable
+// ErrorInfo reason, and keeps its details.
+func TestStatus(t *testing.T) {
+	vs := []agent.FieldViolation{{Field: "decisions[0].type", Description: "decision edit not allowed for c1"}}
+	tests := []struct {
+		name   string
+		err    error
+		code   codes.Code
+		reason string
+		md     map[string]string
+		fields []string
+	}{
+		{"nil", nil, codes.OK, "", nil, nil},
+		{"invalid input", fmt.Errorf("%w: unknown agent %q", agent.ErrInvalidInput, "x"), codes.InvalidArgument, server.ReasonInvalidArgument, nil, nil},
+		{"request error", server.InvalidField("input", "input is empty"), codes.InvalidArgument, server.ReasonInvalidArgument, nil, []string{"input"}},
+		{"decision error", fmt.Errorf("resume: %w", &agent.DecisionError{Violations: vs}), codes.InvalidArgument, server.ReasonInvalidDecisions, nil, []string{"decisions[0].type"}},
+		{"pending interrupt", &agent.PendingInterruptError{ThreadID: "t1", InterruptID: "i1"}, codes.FailedPrecondition, server.ReasonPendingInterrupt,
+			map[string]string{"thread_id": "t1", "interrupt_id": "i1"}, nil},
+		{"stale interrupt", &agent.StaleInterruptError{Got: "i0", Current: "i1"}, codes.FailedPrecondition, server.ReasonStaleInterrupt, map[string]string{"interrupt_id": "i1"}, nil},
+		{"no pending interrupt", fmt.Errorf("thread t1: %w", agent.ErrNoPendingInterrupt), codes.FailedPrecondition, server.ReasonNoPendingInterrupt, nil, nil},
+		{"busy", fmt.Errorf("thread t1 is busy: %w", agent.ErrThreadBusy), codes.Aborted, server.ReasonThreadBusy, nil, nil},
+		{"thread not found", fmt.Errorf("load thread t1: %w", agent.ErrThreadNotFound), codes.NotFound, server.ReasonThreadNotFound, nil, nil},
+		{"store conflict", agent.ErrConflict, codes.Aborted, server.ReasonConflict, nil, nil},
+		{"no run", fmt.Errorf("thread t1: %w", runs.ErrNoRun), codes.NotFound, server.ReasonRunNotFound, nil, nil},
+		{"out of range", &runs.OutOfRangeError{ThreadID: "t1", After: 1, Oldest: 5}, codes.OutOfRange, server.ReasonReplayOutOfRange,
+			map[string]string{"thread_id": "t1", "oldest_sequence": "5"}, nil},
+		{"running", fmt.Errorf("delete: %w", runs.ErrRunning), codes.FailedPrecondition, server.ReasonThreadRunning, nil, nil},
+		{"no slot", runs.ErrNoSlot, codes.ResourceExhausted, server.ReasonNoRunSlot, nil, nil},
+		{"shutting down", runs.ErrShuttingDown, codes.Unavailable, server.ReasonShuttingDown, nil, nil},
+		{"file error", backend.Errorf(backend.CodeFileNotFound, "/a", "no /a"), codes.NotFound, string(backend.CodeFileNotFound), map[string]string{"path": "/a"}, nil},
+		{"sandbox error", &sandbox.Error{Code: sandbox.CodeNotFound, Message: "gone"}, codes.NotFound, string(sandbox.CodeNotFound), nil, nil},
+		{"cancelled", context.Canceled, codes.Canceled, "", nil, nil},
+		{"deadline", fmt.Errorf("load: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", nil, nil},
+		{"status passes", status.Error(codes.PermissionDenied, "no"), codes.PermissionDenied, "", nil, nil},
+		{"unknown", errors.New("disk on fire"), codes.Internal, "", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := server.Status(tt.err)
+			if got := status.Code(err); got != tt.code {
+				t.Fatalf("code %v (%v), want %v", got, err, tt.code)
+			}
+			if got := server.Reason(err); got != tt.reason {
+				t.Errorf("reason %q, want %q", got, tt.reason)
+			}
+			if tt.md != nil {
+				var got map[string]string
+				st, _ := status.FromError(err)
+				for _, d := range st.Details() {
+					if info, ok := d.(interface{ GetMetadata() map[string]string }); ok {
+						got = info.GetMetadata()
+					}
+				}
+				if !maps.Equal(got, tt.md) {
+					t.Errorf("metadata %v, want %v", got, tt.md)
+				}
+			}
+			var fields []string
+			for _, v := range server.FieldViolations(err) {
+				fields = append(fields, v.Field)
+			}
+			if !slices.Equal(fields, tt.fields) {
+				t.Errorf("field violations %v, want %v", fields, tt.fields)
+			}
+			if tt.code == codes.Internal && status.Convert(err).Message() != "internal error" {
+				t.Errorf("internal error text leaked: %v", err)
+			}
+		})
+	}
+}
