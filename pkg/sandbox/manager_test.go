@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -106,55 +104,8 @@ func (e *env) create(t *testing.T, m *sandbox.Manager, spec sandbox.CreateSpec) 
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	assertHardened(t, e.cli, info.ContainerID)
+	sandboxtest.AssertHardened(t, e.cli, info.ContainerID)
 	return info
-}
-
-func assertHardened(t *testing.T, cli *client.Client, id string) {
-	t.Helper()
-	res, err := cli.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, hc := res.Container.Config, res.Container.HostConfig
-	check := func(ok bool, what string, got any) {
-		if !ok {
-			t.Errorf("container %s: %s (got %v)", id[:12], what, got)
-		}
-	}
-	check(len(hc.CapDrop) == 1 && strings.EqualFold(hc.CapDrop[0], "ALL") && len(hc.CapAdd) == 0, "all capabilities dropped, none added", hc.CapDrop)
-	check(contains(hc.SecurityOpt, "no-new-privileges:true"), "no-new-privileges", hc.SecurityOpt)
-	for _, o := range hc.SecurityOpt {
-		check(!strings.Contains(o, "unconfined"), "default seccomp/apparmor profile", o)
-	}
-	check(!hc.Privileged, "not privileged", hc.Privileged)
-	check(hc.ReadonlyRootfs, "read-only root filesystem", hc.ReadonlyRootfs)
-	_, hasTmp := hc.Tmpfs["/tmp"]
-	check(hasTmp, "tmpfs /tmp", hc.Tmpfs)
-	check(c.User != "" && !strings.HasPrefix(c.User, "0") && c.User != "root", "non-root user", c.User)
-	check(hc.PidsLimit != nil && *hc.PidsLimit > 0, "pids limit", hc.PidsLimit)
-	check(hc.Memory > 0 && hc.MemorySwap == hc.Memory, "memory limit with swap = memory", [2]int64{hc.Memory, hc.MemorySwap})
-	check(hc.NanoCPUs > 0, "CPU quota", hc.NanoCPUs)
-	check(hc.NetworkMode == "none" || hc.NetworkMode == "bridge", "network none or bridge", hc.NetworkMode)
-	check(hc.PidMode == "" && hc.UTSMode == "" && hc.UsernsMode == "" && !hc.IpcMode.IsHost() && !hc.NetworkMode.IsHost(), "no host namespaces", hc)
-	check(len(hc.Binds) == 0, "no bind mounts", hc.Binds)
-	for _, mt := range hc.Mounts {
-		check(mt.Type == mount.TypeVolume, "only volume mounts", mt)
-	}
-	for _, mp := range res.Container.Mounts {
-		check(!strings.Contains(mp.Source, "docker.sock") && mp.Type != mount.TypeBind, "no docker socket, no host paths", mp)
-	}
-	check(c.Labels[sandbox.LabelSandbox] != "" && c.Labels[sandbox.LabelWorker] != "", "plumb labels", c.Labels)
-	_ = container.IPCModePrivate
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func exec(t *testing.T, m *sandbox.Manager, id, cmd string, timeout int) backend.ExecuteResult {

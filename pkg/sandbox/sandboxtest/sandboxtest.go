@@ -13,10 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
@@ -176,6 +179,12 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 		srv.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// Every container this worker made is hardened.
+		if cs, _, err := Leftovers(ctx, cli, "plumb.test", run); err == nil {
+			for _, id := range cs {
+				AssertHardened(t, cli, id)
+			}
+		}
 		if err := m.DeleteAll(ctx); err != nil {
 			t.Errorf("delete sandboxes: %v", err)
 		}
@@ -186,4 +195,46 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 		}
 	})
 	return &Worker{Manager: m, Conn: conn, Client: plumbv1.NewSandboxServiceClient(conn), Name: cfg.Worker, Addr: lis.Addr().String()}
+}
+
+// AssertHardened inspects container id and fails t unless it carries every
+// default hardening of a sandbox: no capabilities, no-new-privileges, the
+// default seccomp profile, no privilege, a read-only root with tmpfs /tmp,
+// a non-root user, pids/memory (swap = memory)/CPU limits, no host
+// namespaces, no host paths or Docker socket, and plumb's labels.
+func AssertHardened(t testing.TB, cli *client.Client, id string) {
+	t.Helper()
+	res, err := cli.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, hc := res.Container.Config, res.Container.HostConfig
+	check := func(ok bool, what string, got any) {
+		if !ok {
+			t.Errorf("container %s: %s (got %v)", id[:12], what, got)
+		}
+	}
+	check(len(hc.CapDrop) == 1 && strings.EqualFold(hc.CapDrop[0], "ALL") && len(hc.CapAdd) == 0, "all capabilities dropped, none added", hc.CapDrop)
+	check(slices.Contains(hc.SecurityOpt, "no-new-privileges:true"), "no-new-privileges", hc.SecurityOpt)
+	for _, o := range hc.SecurityOpt {
+		check(!strings.Contains(o, "unconfined"), "default seccomp/apparmor profile", o)
+	}
+	check(!hc.Privileged, "not privileged", hc.Privileged)
+	check(hc.ReadonlyRootfs, "read-only root filesystem", hc.ReadonlyRootfs)
+	_, hasTmp := hc.Tmpfs["/tmp"]
+	check(hasTmp, "tmpfs /tmp", hc.Tmpfs)
+	check(c.User != "" && !strings.HasPrefix(c.User, "0") && c.User != "root", "non-root user", c.User)
+	check(hc.PidsLimit != nil && *hc.PidsLimit > 0, "pids limit", hc.PidsLimit)
+	check(hc.Memory > 0 && hc.MemorySwap == hc.Memory, "memory limit with swap = memory", [2]int64{hc.Memory, hc.MemorySwap})
+	check(hc.NanoCPUs > 0, "CPU quota", hc.NanoCPUs)
+	check(hc.NetworkMode == "none" || hc.NetworkMode == "bridge", "network none or bridge", hc.NetworkMode)
+	check(hc.PidMode == "" && hc.UTSMode == "" && hc.UsernsMode == "" && !hc.IpcMode.IsHost() && !hc.NetworkMode.IsHost(), "no host namespaces", hc)
+	check(len(hc.Binds) == 0, "no bind mounts", hc.Binds)
+	for _, mt := range hc.Mounts {
+		check(mt.Type == mount.TypeVolume, "only volume mounts", mt)
+	}
+	for _, mp := range res.Container.Mounts {
+		check(!strings.Contains(mp.Source, "docker.sock") && mp.Type != mount.TypeBind, "no docker socket, no host paths", mp)
+	}
+	check(c.Labels[sandbox.LabelSandbox] != "" && c.Labels[sandbox.LabelWorker] != "", "plumb labels", c.Labels)
 }
