@@ -11,16 +11,17 @@
 // Wiring (cmd/agentd):
 //
 //	svc, err := agentsvc.New(agentsvc.Config{
-//		Runtime:           rt,                           // *deep.Runtime
-//		Threads:           agentsvc.SQLiteThreads(store), // the store rt was built with
-//		OnDeleteThread:    func(ctx context.Context, td *agent.ThreadData) error { return backends.DeleteThread(ctx, td.Thread.ID) },
-//		MaxConcurrentRuns: cfg.Server.MaxConcurrentRuns,
+//		Runtime:            rt,                            // *deep.Runtime
+//		Threads:            agentsvc.SQLiteThreads(store), // the store rt was built with
+//		OnDeleteThread:     deleteSandbox,                 // func(ctx, *agent.ThreadData) error
+//		MaxConcurrentRuns:  cfg.Server.MaxConcurrentRuns,
 //		DetachOnDisconnect: cfg.Server.DetachOnDisconnect,
-//		ReplayRetention:   cfg.Server.ReplayRetention,
-//		MaxIterations:     cfg.Limits.MaxIterations,
-//		RunTimeout:        cfg.Limits.RunTimeout,
-//		Models:            modelKeys,
+//		ReplayRetention:    cfg.Server.ReplayRetention,
+//		MaxIterations:      cfg.Limits.MaxIterations,
+//		RunTimeout:         cfg.Limits.RunTimeout,
+//		Models:             modelKeys,
 //	}, agentsvc.WithLogger(lg))
 //	plumbv1.RegisterAgentServiceServer(grpcServer, svc)
-//	// on SIGTERM: svc.Shutdown(graceCtx), then grpcServer.GracefulStop()
+//	// On SIGTERM: svc.Shutdown(ctx bounded by server.shutdown_grace),
+//	// then grpcServer.GracefulStop().
 package agentsvc

@@ -68,6 +68,9 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 		defer s.wg.Done()
 		defer cancel()
 		err := call(runCtx, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) })
+		if err != nil && r.RunID() != "" {
+			s.lg.Error("the runtime failed after run_started", zap.String("thread-id", r.ThreadID()), zap.String("run-id", r.RunID()), zap.Error(err))
+		}
 		r.End(err)
 	}()
 	err = r.Stream(ctx, send)
