@@ -13,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/pkg/agent"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
@@ -85,7 +86,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	lg.Info("starting agentd", zap.String("default-backend", core.Config.Backends.Default), zap.String("sandboxd", core.Config.Sandbox.Address),
 		zap.String("default-model", core.Config.Defaults.Model))
 
-	svc := agentsvc.New(lg)
+	sc := core.Config.Server
+	svc, err := agentsvc.New(agentsvc.Config{
+		Runtime:            core.Runtime,
+		Threads:            agentsvc.SQLiteThreads(core.Store),
+		OnDeleteThread:     func(ctx context.Context, td *agent.ThreadData) error { return core.Backends.DeleteThread(ctx, td.Thread.ID) },
+		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
+		DetachOnDisconnect: sc.DetachOnDisconnect,
+		ReplayRetention:    sc.ReplayRetention,
+		MaxIterations:      core.Config.Limits.MaxIterations,
+		RunTimeout:         core.Config.Limits.RunTimeout,
+		Models:             core.ModelKeys(),
+	}, agentsvc.WithLogger(lg))
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
 	return daemon.Serve(ctx, daemon.Options{
 		Name:          "agentd",
 		GRPCAddr:      c.GRPCAddr,
@@ -93,6 +108,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ShutdownGrace: c.ShutdownGrace,
 		Logger:        lg,
 		Register:      func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) },
+		BeforeStop:    svc.Shutdown,
 	})
 }
 

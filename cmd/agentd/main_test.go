@@ -155,16 +155,49 @@ func TestServesHealthReflectionAndUnimplemented(t *testing.T) {
 	}
 
 	client := plumbv1.NewAgentServiceClient(conn)
-	_, err = client.ListAgents(ctx, &plumbv1.ListAgentsRequest{})
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "ListAgents") {
-		t.Fatalf("ListAgents: %v, want UNIMPLEMENTED naming the method", err)
+	agents, err := client.ListAgents(ctx, &plumbv1.ListAgentsRequest{})
+	if err != nil || len(agents.GetAgents()) == 0 {
+		t.Fatalf("ListAgents = %v, %v", agents, err)
 	}
-	stream, err := client.Run(ctx, &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "hi"}}})
-	if err == nil {
-		_, err = stream.Recv()
-	}
+	// A method the server does not have answers UNIMPLEMENTED.
+	err = conn.Invoke(ctx, "/plumb.v1.AgentService/Teleport", &plumbv1.ListAgentsRequest{}, &plumbv1.ListAgentsResponse{})
 	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("Run: %v, want UNIMPLEMENTED", err)
+		t.Fatalf("unknown method: %v, want UNIMPLEMENTED", err)
+	}
+}
+
+// TestRunWithoutModelFailsClearly: agentd starts with no model endpoint
+// configured, and a run then ends with an error event saying what to set.
+func TestRunWithoutModelFailsClearly(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("OPENAI_API_KEY", "")
+	cmd := append(append([]string{}, freeArgs...), "--default-backend", "state")
+	p := daemontest.Start(t, agentdBin, cmd...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := plumbv1.NewAgentServiceClient(conn).Run(ctx, &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *plumbv1.Event
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp.GetEvent()
+	}
+	e := last.GetError()
+	if e == nil || e.GetCode() != "MODEL_AUTH" || !strings.Contains(e.GetMessage(), "OPENAI_BASE_URL") {
+		t.Fatalf("last event = %v, want an error naming what to configure", last)
 	}
 }
 

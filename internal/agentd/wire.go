@@ -45,6 +45,9 @@ type Agentd struct {
 	cleanup []func()
 }
 
+// ModelKeys lists the configured model keys, sorted.
+func (a *Agentd) ModelKeys() []string { return sortedKeys(a.Config.Models) }
+
 // Close releases the store and connections.
 func (a *Agentd) Close() {
 	for i := len(a.cleanup) - 1; i >= 0; i-- {

@@ -50,6 +50,10 @@ type Options struct {
 	// Ready, if set, is called once both listeners are bound, with their
 	// actual addresses.
 	Ready func(grpcAddr, httpAddr net.Addr)
+	// BeforeStop, if set, runs when shutdown starts, with a context that
+	// ends after ShutdownGrace: the daemon's own draining (agentd stops
+	// accepting runs and cancels what is left at the deadline).
+	BeforeStop func(ctx context.Context) error
 }
 
 // Serve binds both listeners, serves until ctx is done, then shuts down:
@@ -121,6 +125,13 @@ func Serve(ctx context.Context, o Options) error {
 
 	lg.Info("shutting down", zap.Duration("grace", o.ShutdownGrace))
 	hs.Shutdown()
+	if o.BeforeStop != nil {
+		bctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+		if err := o.BeforeStop(bctx); err != nil {
+			lg.Warn("shutdown grace over", zap.Error(err))
+		}
+		cancel()
+	}
 	stopped := make(chan struct{})
 	go func() {
 		srv.GracefulStop()
