@@ -88,9 +88,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 	sc := core.Config.Server
 	svc, err := agentsvc.New(agentsvc.Config{
-		Runtime:            core.Runtime,
-		Threads:            agentsvc.SQLiteThreads(core.Store),
-		OnDeleteThread:     func(ctx context.Context, td *agent.ThreadData) error { return core.Backends.DeleteThread(ctx, td.Thread.ID) },
+		Runtime: core.Runtime,
+		Threads: agentsvc.SQLiteThreads(core.Store),
+		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
+			return core.Backends.DeleteThread(ctx, td.Thread.ID)
+		},
 		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
 		DetachOnDisconnect: sc.DetachOnDisconnect,
 		ReplayRetention:    sc.ReplayRetention,
