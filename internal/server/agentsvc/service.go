@@ -27,7 +27,10 @@ import (
 // reach sink in sequence order. The runtime enforces the run's deadline
 // (limits.run_timeout, RunRequest.timeout) on the context it is given.
 type Runtime interface {
+	// Run appends input to a thread (a new one when in.ThreadID is "")
+	// and runs the agent.
 	Run(ctx context.Context, in agent.RunInput, sink agent.Sink) (*agent.RunResult, error)
+	// Resume continues an interrupted run with decisions.
 	Resume(ctx context.Context, in agent.ResumeInput, sink agent.Sink) (*agent.RunResult, error)
 	// ListAgents describes every primary agent and subagent, built-ins
 	// included.

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
@@ -109,7 +108,7 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 		case s.cfg.RunTimeout > 0 && d.AsDuration() > s.cfg.RunTimeout:
 			vs.add("timeout", "timeout %v is above the server limit %v", d.AsDuration(), s.cfg.RunTimeout)
 		default:
-			in.Spec.Timeout = d.AsDuration().Round(time.Millisecond)
+			in.Spec.Timeout = d.AsDuration()
 		}
 	}
 	if len(req.GetFiles()) > 0 {
