@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	// sandboxd loads sandbox-agent from beside its own binary.
-	if _, err := daemontest.Build(dir, "github.com/plumbhq/plumb/cmd/sandbox-agent"); err != nil {
+	if _, err := daemontest.BuildStatic(dir, "github.com/plumbhq/plumb/cmd/sandbox-agent"); err != nil {
 		panic(err)
 	}
 	code := m.Run()

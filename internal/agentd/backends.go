@@ -200,7 +200,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	req := &plumbv1.CreateSandboxRequest{
 		Template: t.Template, Image: t.Image, WorkingDir: t.WorkingDir, Env: t.Env, Runtime: t.Runtime,
 		Resources: &plumbv1.Resources{Cpus: t.CPU, MemoryBytes: int64(t.Memory), Pids: t.Pids},
-		Labels:    map[string]string{"plumb.dev/thread": threadID},
+		Labels:    map[string]string{"thread-id": threadID},
 	}
 	switch t.Network {
 	case "egress":

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"encoding/base32"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 	"go.uber.org/zap"
 )
 
@@ -254,11 +256,11 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 		ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: spec.Template,
 		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
 	}}
-	// Open the agent channel now, so a sandbox that cannot run the agent
-	// fails its create instead of its first operation.
-	if _, err := m.channel(ctx, sb); err != nil {
+	// Open the agent channel and greet the agent now, so a sandbox that
+	// cannot run it fails its create instead of its first operation.
+	if err := m.hello(ctx, sb); err != nil {
 		m.removeContainer(ctx, c.ID, volume)
-		return Info{}, fmt.Errorf("start sandbox agent: %w", err)
+		return Info{}, &Error{Code: CodeFailed, Message: fmt.Sprintf("the sandbox agent did not start in image %s", t.Image), Err: err}
 	}
 	m.mu.Lock()
 	m.sandboxes[id] = sb
@@ -266,6 +268,25 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	m.mu.Unlock()
 	lg.Info("sandbox created", zap.String("image", t.Image), zap.String("container-id", c.ID[:12]))
 	return m.snapshot(sb), nil
+}
+
+// hello opens the agent channel and checks that the agent answers.
+func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
+	ch, err := m.channel(ctx, sb)
+	if err != nil {
+		return err
+	}
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	raw, err := ch.call(hctx, agentproto.OpHello, struct{}{}, nil)
+	if err != nil {
+		return err
+	}
+	var h agentproto.Hello
+	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
+		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
+	}
+	return nil
 }
 
 // reserve claims quota for one more sandbox of mem bytes.

@@ -31,6 +31,16 @@ func Build(dir, pkg string) (string, error) {
 	return bin, cmd.Run()
 }
 
+// BuildStatic compiles pkg into dir as a static binary (CGO_ENABLED=0, no
+// race detector), as programs that run inside sandbox containers must be.
+func BuildStatic(dir, pkg string) (string, error) {
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stderr = os.Stderr
+	return bin, cmd.Run()
+}
+
 // Result is the outcome of a process that ran to completion.
 type Result struct {
 	ExitCode int
