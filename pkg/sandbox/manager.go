@@ -3,8 +3,8 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
