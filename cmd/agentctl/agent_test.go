@@ -211,7 +211,8 @@ func TestRunApproveAll(t *testing.T) {
 		{ToolCallId: "g1", AgentPath: "main/general-purpose", Type: decApprove},
 	}}, f.resumes[0])
 	out := c.out.String()
-	for _, s := range []string{"▶ thread th-1", "⏸ waiting for a decision on 2 calls (interrupt int-1)", "▶ resumed thread th-1",
+	for _, s := range []string{"▶ thread th-1", "⏸ waiting for a decision on 2 calls (interrupt int-1)",
+		"» approve execute make clean\n» approve delete /old in main/general-purpose\n▶ resumed thread th-1",
 		"✓ execute make clean", "Cleaned.", "usage: prompt 10, completion 2, total 12 tokens", "■ completed"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("stdout lacks %q:\n%s", s, out)

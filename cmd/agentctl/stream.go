@@ -144,6 +144,9 @@ func (s *session) answer(ctx context.Context, thread string, in *plumbv1.Interru
 	case err != nil:
 		return nil, err
 	}
+	for i, d := range decisions {
+		fmt.Fprintln(s.v.term, render.Decision(in.GetRequests()[i], d, 0))
+	}
 	req := &plumbv1.ResumeRequest{ThreadId: thread, InterruptId: in.GetInterruptId(), Decisions: decisions, Detach: s.detach}
 	return func(ctx context.Context) (recvFunc, error) {
 		st, err := s.c.Resume(ctx, req)

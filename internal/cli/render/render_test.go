@@ -523,3 +523,23 @@ func TestCut(t *testing.T) {
 		}
 	}
 }
+
+func TestDecision(t *testing.T) {
+	ev := scenarios()["interrupt"]
+	reqs := ev[len(ev)-1].GetInterrupted().GetRequests()
+	tests := []struct {
+		req  *plumbv1.InterruptRequest
+		d    *plumbv1.Decision
+		want string
+	}{
+		{reqs[0], &plumbv1.Decision{Type: approve}, "» approve execute rm -rf /tmp/build"},
+		{reqs[1], &plumbv1.Decision{Type: reject, Message: "keep\nit"}, "» reject delete /tmp/old in main/general-purpose: keep it"},
+		{reqs[0], &plumbv1.Decision{Type: edit, EditedArgsJson: `{"command":"ls"}`}, `» edit execute rm -rf /tmp/build: args {"command":"ls"}`},
+		{reqs[0], &plumbv1.Decision{Type: respond, Message: "no such place", IsError: true}, "» respond execute rm -rf /tmp/build: no such place (as an error)"},
+	}
+	for _, tt := range tests {
+		if got := Decision(tt.req, tt.d, 0); got != tt.want {
+			t.Errorf("got  %q\nwant %q", got, tt.want)
+		}
+	}
+}

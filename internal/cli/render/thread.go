@@ -208,3 +208,27 @@ func or(s, def string) string {
 	}
 	return s
 }
+
+// Decision renders the answer given to an interrupt request in one line:
+// "» approve write_file /a.txt", with the reason, response or new
+// arguments after a colon.
+func Decision(req *plumbv1.InterruptRequest, d *plumbv1.Decision, width int) string {
+	if width <= 0 {
+		width = DefaultWidth
+	}
+	s := "» " + DecisionName(d.GetType()) + " " + CallSummary(req.GetToolName(), req.GetArgsJson(), width)
+	if req.GetParentToolCallId() != "" {
+		s += " in " + req.GetAgentPath()
+	}
+	detail := d.GetMessage()
+	if d.GetType() == plumbv1.DecisionType_DECISION_TYPE_EDIT {
+		detail = "args " + d.GetEditedArgsJson()
+	}
+	if d.GetIsError() {
+		detail += " (as an error)"
+	}
+	if detail = OneLine(detail); detail != "" {
+		s += ": " + Cut(detail, width)
+	}
+	return s
+}
