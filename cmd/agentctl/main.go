@@ -41,6 +41,8 @@ Commands:
   sandbox    create, list, exec in, copy to/from and remove sandboxes (sandboxd)
   version    print the version
 
+agentctl <command> --help shows a command's flags.
+
 Flags:
   --agentd ADDR     agentd address (default 127.0.0.1:7070) [$AGENTCTL_AGENTD]
   --sandboxd ADDR   sandboxd address (default 127.0.0.1:7071) [$AGENTCTL_SANDBOXD]
