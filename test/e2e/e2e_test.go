@@ -10,11 +10,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,7 +58,12 @@ type stack struct {
 	agentd   string
 	sandboxd string
 	conn     *grpc.ClientConn
+	cfgPath  string
+	proc     *daemontest.Proc
 }
+
+// extraConfig is appended to the agentd config of the next start.
+var extraConfig string
 
 func start(t *testing.T) *stack {
 	t.Helper()
@@ -89,20 +96,29 @@ backends:
   routes:
     /large_tool_results/: {type: state}
     /conversation_history/: {type: state}
-`, filepath.Join(dir, "agentd.db"), model.URL(), sd.GRPCAddr)
+`, filepath.Join(dir, "agentd.db"), model.URL(), sd.GRPCAddr) + extraConfig
 	cfgPath := filepath.Join(dir, "agentd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("E2E_MODEL_KEY", "test-key")
-	ad := daemontest.Start(t, bins["agentd"], "--config", cfgPath, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+	s := &stack{model: model, sandboxd: sd.GRPCAddr, cfgPath: cfgPath}
+	s.startAgentd(t)
+	return s
+}
+
+// startAgentd starts (or restarts) agentd on the stack's config and thread
+// store.
+func (s *stack) startAgentd(t *testing.T) {
+	t.Helper()
+	s.proc = daemontest.Start(t, bins["agentd"], "--config", s.cfgPath, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--shutdown-grace", "2s")
-	conn, err := grpc.NewClient(ad.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.proc.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &stack{model: model, agentd: ad.GRPCAddr, sandboxd: sd.GRPCAddr, conn: conn}
+	s.agentd, s.conn = s.proc.GRPCAddr, conn
 }
 
 // agentctl runs the CLI against the stack and returns stdout.
@@ -112,10 +128,11 @@ func (s *stack) agentctl(t *testing.T, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bins["agentctl"], append([]string{"--agentd", s.agentd, "--sandboxd", s.sandboxd}, args...)...)
 	var out, errb bytes.Buffer
+	cmd.Stdin = strings.NewReader("") // a script's pipe: no terminal to ask
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if err != nil {
-		err = fmt.Errorf("%v: %s", err, errb.String())
+		err = fmt.Errorf("%w: %s", err, errb.String())
 	}
 	return out.String(), err
 }
@@ -325,5 +342,68 @@ func TestAnyGRPCClient(t *testing.T) {
 	}
 	if final != "RUN_STATUS_COMPLETED: Hello from a generic client" {
 		t.Fatalf("run_finished = %q", final)
+	}
+}
+
+// TestInterruptSurvivesRestart: a run paused for approval is resumed by a
+// new agentd process after the old one was killed; no committed step is
+// lost and the approved call runs in the same sandbox.
+func TestInterruptSurvivesRestart(t *testing.T) {
+	extraConfig = "agents:\n  main:\n    interrupt_on: {write_file: true}\n"
+	defer func() { extraConfig = "" }()
+	s := start(t)
+	s.model.Script("main",
+		modeltest.Calls(modeltest.Call{ID: "c0", Name: "execute", Args: `{"command":"echo before > /workspace/before.txt"}`}),
+		modeltest.Calls(modeltest.Call{ID: "c1", Name: "write_file", Args: `{"file_path":"/workspace/approved.txt","content":"yes"}`}),
+		modeltest.Text("written"),
+	)
+	out, err := s.agentctl(t, "run", "--json", "Write the file.")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("run ended with %v, want exit 3 (pending approval)", err)
+	}
+	evs := events(t, out)
+	last := evs[len(evs)-1]
+	if last.GetInterrupted() == nil || last.GetInterrupted().GetRequests()[0].GetToolCallId() != "c1" {
+		t.Fatalf("last event = %v, want the interrupt for c1", last)
+	}
+	threadID := last.GetThreadId()
+
+	// Crash agentd and start a new one on the same thread store.
+	if err := s.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.proc.Wait(10 * time.Second)
+	s.startAgentd(t)
+
+	out, err = s.agentctl(t, "resume", "--json", "--thread", threadID, "--approve-all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrote *plumbv1.ToolResult
+	var finished *plumbv1.RunFinished
+	for _, ev := range events(t, out) {
+		if r := ev.GetToolResult(); r != nil && r.GetId() == "c1" {
+			wrote = r
+		}
+		if f := ev.GetRunFinished(); f != nil {
+			finished = f
+		}
+	}
+	if wrote == nil || wrote.GetIsError() || finished.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("after restart: write %v, finished %v", wrote, finished)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	th, err := plumbv1.NewAgentServiceClient(s.conn).GetThread(ctx, &plumbv1.GetThreadRequest{ThreadId: threadID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd))
+	for path, want := range map[string]string{"/workspace/before.txt": "before", "/workspace/approved.txt": "yes"} {
+		rd, err := sc.Read(ctx, &plumbv1.ReadRequest{SandboxId: th.GetThread().GetSandboxId(), Path: path})
+		if err != nil || rd.GetContent() != want {
+			t.Fatalf("%s = %q, %v; want %q", path, rd.GetContent(), err, want)
+		}
 	}
 }
