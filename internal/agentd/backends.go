@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/composite"
+	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/backend/filesystem"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/store"
@@ -188,7 +188,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		if err == nil {
 			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: id})
 			if gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING {
-				return tb.pool.Backend(ctx, id, sandboxHome(resp.GetSandbox()))
+				return tb.pool.Backend(ctx, id, sandboxbackend.HomeOf(resp.GetSandbox()))
 			}
 			if gerr != nil && status.Code(gerr) != codes.NotFound {
 				return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox %s: %v", id, gerr)
@@ -220,20 +220,14 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
 	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
-	return tb.pool.Backend(ctx, sb.GetId(), sandboxHome(sb))
-}
-
-func sandboxHome(sb *plumbv1.Sandbox) string {
-	if sb.GetFilesRoot() != "" && sb.GetFilesRoot() == sb.GetWorkingDir() {
-		return "/"
-	}
-	return sb.GetWorkingDir()
+	return tb.pool.Backend(ctx, sb.GetId(), sandboxbackend.HomeOf(sb))
 }
 
 // stateSet holds a thread's State backends: the default's (prefix "") and
 // one per state route, persisted together under their full virtual paths.
 type stateSet struct {
 	parts map[string]*state.Backend // by route prefix; "" = default
+	takes map[string]func() (map[string]json.RawMessage, error)
 }
 
 // owner returns the prefix whose State backend stores virtual path p.
@@ -247,72 +241,48 @@ func (s *stateSet) owner(p string) string {
 	return best
 }
 
+// load restores each part from the thread's stored files (keyed by full
+// virtual path) and binds it for change tracking.
 func (s *stateSet) load(stored map[string]json.RawMessage) error {
-	split := map[string]map[string]json.RawMessage{}
+	local := map[string]map[string]json.RawMessage{}
+	for prefix := range s.parts {
+		local[prefix] = map[string]json.RawMessage{}
+	}
 	for p, doc := range stored {
 		prefix := s.owner(p)
-		if _, ok := s.parts[prefix]; !ok {
+		docs, ok := local[prefix]
+		if !ok {
 			continue // stored under a route that is no longer a State route
 		}
-		bp := p
 		if prefix != "" {
-			bp = "/" + strings.TrimPrefix(p, prefix)
+			p = "/" + strings.TrimPrefix(p, prefix)
 		}
-		if split[prefix] == nil {
-			split[prefix] = map[string]json.RawMessage{}
-		}
-		split[prefix][bp] = doc
+		docs[p] = doc
 	}
+	s.takes = map[string]func() (map[string]json.RawMessage, error){}
 	for prefix, b := range s.parts {
-		files, err := decodeFiles(split[prefix])
+		take, err := deep.BindState(b, local[prefix])
 		if err != nil {
 			return err
 		}
-		if err := b.Load(files); err != nil {
-			return err
-		}
+		s.takes[prefix] = take
 	}
 	return nil
-}
-
-func decodeFiles(docs map[string]json.RawMessage) (map[string]state.File, error) {
-	files := make(map[string]state.File, len(docs))
-	for p, doc := range docs {
-		var f state.File
-		if err := json.Unmarshal(doc, &f); err != nil {
-			return nil, fmt.Errorf("state file %s: %w", p, err)
-		}
-		files[p] = f
-	}
-	return files, nil
 }
 
 // changes merges every part's delta under full virtual paths.
 func (s *stateSet) changes() (map[string]json.RawMessage, error) {
 	var out map[string]json.RawMessage
-	prefixes := make([]string, 0, len(s.parts))
-	for p := range s.parts {
-		prefixes = append(prefixes, p)
-	}
-	sort.Strings(prefixes)
-	for _, prefix := range prefixes {
-		for p, f := range s.parts[prefix].TakeChanges() {
+	for prefix, take := range s.takes {
+		docs, err := take()
+		if err != nil {
+			return nil, err
+		}
+		for p, doc := range docs {
 			if out == nil {
 				out = map[string]json.RawMessage{}
 			}
-			full := p
-			if prefix != "" {
-				full = strings.TrimSuffix(prefix, "/") + p
-			}
-			if f == nil {
-				out[full] = nil
-				continue
-			}
-			doc, err := json.Marshal(*f)
-			if err != nil {
-				return nil, fmt.Errorf("state file %s: %w", full, err)
-			}
-			out[full] = doc
+			out[strings.TrimSuffix(prefix, "/")+p] = doc
 		}
 	}
 	return out, nil
