@@ -34,13 +34,6 @@ func osStdio() stdio {
 	}
 }
 
-// isTerminal reports whether f is a character device (a terminal, not a
-// pipe or a file), which is all agentctl needs to know.
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // runEditor runs $EDITOR through the shell, so that values such as
 // "code --wait" work, attached to the terminal.
 func runEditor(ctx context.Context, editor, path string) error {
