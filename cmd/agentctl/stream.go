@@ -80,9 +80,10 @@ func (v *view) follow(recv recvFunc) error {
 	for {
 		ev, err := recv()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return v.r.Flush()
 		}
 		if err != nil {
+			_ = v.r.Flush()
 			return rpcError(err)
 		}
 		if err := v.event(ev); err != nil {

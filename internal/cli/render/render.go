@@ -111,6 +111,16 @@ func (r *Renderer) Outcome() Outcome { return r.out }
 // written.
 func (r *Renderer) Err() error { return r.err }
 
+// Flush ends a line of streamed text that is still open, for when the
+// stream breaks off without a terminal event.
+func (r *Renderer) Flush() error {
+	if r.midLine {
+		r.write("\n")
+		r.midLine = false
+	}
+	return r.err
+}
+
 // Event renders one event and returns the first write error so far.
 func (r *Renderer) Event(ev *plumbv1.Event) error {
 	if ev.GetSequence() > r.out.LastSequence {

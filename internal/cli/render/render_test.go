@@ -543,3 +543,18 @@ func TestDecision(t *testing.T) {
 		}
 	}
 }
+
+func TestFlush(t *testing.T) {
+	var b bytes.Buffer
+	r := New(&b, Options{})
+	for _, e := range flat(started(false), root.deltas(1, "half")) {
+		_ = r.Event(e)
+	}
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Flush()
+	if !strings.HasSuffix(b.String(), "\nhalf\n") {
+		t.Fatalf("output %q", b.String())
+	}
+}
