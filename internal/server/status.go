@@ -13,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,6 +71,7 @@ const (
 	ReasonReplayOutOfRange   = "REPLAY_OUT_OF_RANGE"
 	ReasonNoRunSlot          = "NO_RUN_SLOT"
 	ReasonShuttingDown       = "SHUTTING_DOWN"
+	ReasonStorageBusy        = "STORAGE_BUSY"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -139,6 +141,8 @@ func agentStatus(err error) (_ error, ok bool) {
 		return withInfo(codes.ResourceExhausted, err.Error(), ReasonNoRunSlot, nil), true
 	case errors.Is(err, runs.ErrShuttingDown):
 		return withInfo(codes.Unavailable, err.Error(), ReasonShuttingDown, nil), true
+	case errors.Is(err, sqlite.ErrBusy):
+		return withInfo(codes.Unavailable, "the thread store is busy; retry", ReasonStorageBusy, nil), true
 	}
 	return nil, false
 }

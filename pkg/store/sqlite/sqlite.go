@@ -13,7 +13,8 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlitedrv "modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // migrations are applied in order; schema_version holds how many ran.
@@ -146,16 +147,31 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
+// ErrBusy is returned when the database stayed locked past the busy
+// timeout (another writer held it); the operation may be retried.
+var ErrBusy = errors.New("thread store busy")
+
+// busy marks SQLite's BUSY and LOCKED results with ErrBusy.
+func busy(err error) error {
+	var se *sqlitedrv.Error
+	if errors.As(err, &se) {
+		if c := se.Code() & 0xff; c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED {
+			return fmt.Errorf("%w: %v", ErrBusy, err)
+		}
+	}
+	return err
+}
+
 func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return busy(err)
 	}
 	if err := f(tx); err != nil {
 		_ = tx.Rollback()
-		return err
+		return busy(err)
 	}
-	return tx.Commit()
+	return busy(tx.Commit())
 }
 
 // state is the JSON column holding the latest checkpointed state.

@@ -277,3 +277,33 @@ func TestStoreConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestBusyIsReported: a writer that holds the database past the busy
+// timeout makes a checkpoint fail with ErrBusy (agentd answers
+// UNAVAILABLE), and nothing is half-written.
+func TestBusyIsReported(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	s := open(t, path, Options{BusyTimeout: 50 * time.Millisecond})
+	newThread(t, s, "th", nil, t0)
+
+	other := open(t, path, Options{})
+	conn, err := other.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	cp := agent.Checkpoint{ThreadID: "th", Base: 0, Append: []agent.Message{msg(model.RoleUser, "x")}, CreatedAt: t0}
+	if err := s.SaveCheckpoint(ctx, &cp); !errors.Is(err, ErrBusy) {
+		t.Fatalf("checkpoint while locked: %v, want ErrBusy", err)
+	}
+	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCheckpoint(ctx, &cp); err != nil {
+		t.Fatalf("checkpoint after the lock: %v", err)
+	}
+}
