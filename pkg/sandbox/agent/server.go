@@ -92,8 +92,13 @@ type server struct {
 	wg       sync.WaitGroup                // work in progress, also inline frames
 	inflight map[uint64]context.CancelFunc // cancels of running requests
 	uploads  map[string]*upload            // open uploads by handle
+	buffered int                           // bytes held by open uploads
 	nextUp   uint64
 }
+
+// MaxUploadBuffer bounds the bytes all open uploads hold in memory at once,
+// so concurrent uploads cannot exhaust the sandbox's memory.
+const MaxUploadBuffer = 2 * backend.ItemCap
 
 // upload is an open upload: the bytes received so far, kept in memory until
 // the commit hands them to the engine, which writes atomically.
@@ -447,12 +452,27 @@ func (s *server) uploadChunk(req agentproto.Request) agentproto.Response {
 		return agentproto.Failure(req.ID, unknownHandle(a.Handle))
 	}
 	if len(u.data)+len(a.Data) > backend.ItemCap {
-		delete(s.uploads, a.Handle)
+		s.dropUpload(a.Handle)
 		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeTooLarge, u.path,
 			"upload %s: larger than the %d-byte item limit", u.path, backend.ItemCap).WithDetail("limit", fmt.Sprint(backend.ItemCap)))
 	}
+	if s.buffered+len(a.Data) > MaxUploadBuffer {
+		s.dropUpload(a.Handle)
+		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeTooLarge, u.path,
+			"upload %s: uploads in flight already hold %d bytes (limit %d); upload fewer files at once", u.path, s.buffered, MaxUploadBuffer).
+			WithDetail("limit", fmt.Sprint(MaxUploadBuffer)))
+	}
 	u.data = append(u.data, a.Data...)
+	s.buffered += len(a.Data)
 	return agentproto.Result(req.ID, struct{}{})
+}
+
+// dropUpload forgets an open upload and releases its buffer; s.mu is held.
+func (s *server) dropUpload(h string) {
+	if u := s.uploads[h]; u != nil {
+		s.buffered -= len(u.data)
+		delete(s.uploads, h)
+	}
 }
 
 func unknownHandle(h string) *backend.Error {
@@ -469,7 +489,7 @@ func (s *server) uploadClose(ctx context.Context, req agentproto.Request) agentp
 	}
 	s.mu.Lock()
 	u := s.uploads[a.Handle]
-	delete(s.uploads, a.Handle)
+	s.dropUpload(a.Handle)
 	s.mu.Unlock()
 	if !a.Commit {
 		return agentproto.Result(req.ID, struct{}{})

@@ -341,6 +341,27 @@ func TestUploadItemCap(t *testing.T) {
 	}
 }
 
+// TestUploadBufferCap: all open uploads together hold at most
+// MaxUploadBuffer bytes; the upload that would pass it is dropped.
+func TestUploadBufferCap(t *testing.T) {
+	s := &server{
+		uploads:  map[string]*upload{"u1": {path: "/a", data: make([]byte, 10)}, "u2": {path: "/b"}},
+		buffered: MaxUploadBuffer - 1,
+	}
+	raw, _ := json.Marshal(agentproto.UploadChunkArgs{Handle: "u1", Data: make([]byte, 2)})
+	r := s.uploadChunk(agentproto.Request{ID: 1, Op: agentproto.OpUploadChunk, Args: raw})
+	if r.Error == nil || r.Error.Code != backend.CodeTooLarge || !strings.Contains(r.Error.Message, "in flight") {
+		t.Fatalf("got %+v, want too_large about uploads in flight", r)
+	}
+	if _, ok := s.uploads["u1"]; ok || s.buffered != MaxUploadBuffer-11 {
+		t.Fatalf("after the drop: handle kept %v, buffered %d", ok, s.buffered)
+	}
+	raw, _ = json.Marshal(agentproto.UploadChunkArgs{Handle: "u2", Data: make([]byte, 5)})
+	if r := s.uploadChunk(agentproto.Request{ID: 2, Op: agentproto.OpUploadChunk, Args: raw}); r.Error != nil {
+		t.Fatalf("a chunk that fits failed: %v", r.Error)
+	}
+}
+
 // TestMalformedFrames: bad frames are answered when their id can be read,
 // skipped otherwise, and the server keeps serving.
 func TestMalformedFrames(t *testing.T) {
