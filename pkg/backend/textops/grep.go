@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -66,6 +67,9 @@ type LineMatch struct {
 	TextTruncated bool
 }
 
+// scanReaders recycles Scan's buffered readers.
+var scanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, scanBufSize) }}
+
 // Scan searches one file's content, read from its start. It first applies
 // the binary sniff to the first SniffWindow bytes and returns binary=true
 // without matches for a binary file. Otherwise it returns the matching
@@ -76,7 +80,14 @@ type LineMatch struct {
 // Scan returns the matches found so far with ctx's error; read errors are
 // returned as is, also with the matches so far.
 func (m *Matcher) Scan(ctx context.Context, r io.Reader, max int) (matches []LineMatch, binary bool, err error) {
-	br := bufio.NewReaderSize(r, scanBufSize)
+	// A grep over many small files would otherwise allocate a whole scan
+	// buffer per file.
+	br := scanReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	defer func() {
+		br.Reset(nil)
+		scanReaders.Put(br)
+	}()
 	head, err := br.Peek(backend.SniffWindow)
 	switch {
 	case err == io.EOF:
