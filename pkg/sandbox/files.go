@@ -42,10 +42,11 @@ func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onE
 		if failed := f.failed(ctx); failed != nil {
 			return failed
 		}
-		return backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.sb.info.ID, err)
+		return backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
 	}
-	f.m.touch(f.sb)
+	end := f.m.begin(f.sb)
 	raw, err := ch.call(ctx, op, args, onEvent)
+	end()
 	if err != nil {
 		if backend.CodeOf(err) == backend.CodeUnavailable {
 			// The stream broke: find out whether the container is gone.

@@ -98,9 +98,10 @@ type Manager struct {
 
 // sandbox is the manager's record of one sandbox.
 type sandbox struct {
-	mu   sync.Mutex // guards info and ch
+	mu   sync.Mutex // guards info, ch and busy
 	info Info
 	ch   *channel
+	busy int // operations in flight; the reaper never takes a busy sandbox
 }
 
 // Option customizes a Manager.
@@ -421,6 +422,22 @@ func (m *Manager) snapshot(sb *sandbox) Info {
 	return info
 }
 
+// begin marks an operation in flight and records the activity; the
+// returned func ends it (and records activity again, so a long command
+// does not leave its sandbox about to expire).
+func (m *Manager) begin(sb *sandbox) (end func()) {
+	m.touch(sb)
+	sb.mu.Lock()
+	sb.busy++
+	sb.mu.Unlock()
+	return func() {
+		sb.mu.Lock()
+		sb.busy--
+		sb.mu.Unlock()
+		m.touch(sb)
+	}
+}
+
 // touch records activity: an operation extends the expiry by the TTL.
 func (m *Manager) touch(sb *sandbox) {
 	sb.mu.Lock()
@@ -618,15 +635,22 @@ func (m *Manager) reapLoop(ctx context.Context) {
 	}
 }
 
-// Reap deletes every sandbox whose expiry has passed and returns their ids.
+// Reap deletes every sandbox whose expiry has passed and that has no
+// operation in flight, and returns their ids.
 func (m *Manager) Reap(ctx context.Context) []string {
 	now := m.now()
 	var expired []string
-	for _, info := range m.List(nil) {
-		if !info.ExpiresAt.After(now) {
-			expired = append(expired, info.ID)
+	m.mu.Lock()
+	sbs := slicesOf(m.sandboxes)
+	m.mu.Unlock()
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		if sb.busy == 0 && !sb.info.ExpiresAt.After(now) {
+			expired = append(expired, sb.info.ID)
 		}
+		sb.mu.Unlock()
 	}
+	sort.Strings(expired)
 	for _, id := range expired {
 		m.lg.Info("sandbox expired", zap.String("sandbox-id", id))
 		_ = m.Delete(ctx, id)

@@ -390,3 +390,47 @@ func TestHostileSandbox(t *testing.T) {
 		t.Fatalf("write outside the workspace: %v, want permission_denied", err)
 	}
 }
+
+// TestReaperSparesBusySandboxes: a sandbox past its expiry is not reaped
+// while an operation runs in it, and the operation's end renews its TTL.
+func TestReaperSparesBusySandboxes(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	m := e.manager(t, sandbox.WithClock(clock))
+	info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{TTL: 10 * time.Second}})
+
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Execute(context.Background(), backend.ExecuteRequest{Command: "touch /tmp/started; sleep 2"})
+		done <- err
+	}()
+	// Wait until the command runs, then let its TTL pass.
+	deadline := time.Now().Add(30 * time.Second)
+	for exec(t, m, info.ID, "test -e /tmp/started && echo yes", 10).Output != "yes\n" {
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	advance(time.Minute)
+	if got := m.Reap(context.Background()); len(got) != 0 {
+		t.Fatalf("reaped %v while a command ran", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Reap(context.Background()); len(got) != 0 {
+		t.Fatalf("reaped %v right after its operation renewed it", got)
+	}
+	advance(11 * time.Second)
+	if got := m.Reap(context.Background()); len(got) != 1 {
+		t.Fatalf("reaped %v once idle past its TTL, want the sandbox", got)
+	}
+}
