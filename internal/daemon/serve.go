@@ -125,8 +125,10 @@ func Serve(ctx context.Context, o Options) error {
 
 	lg.Info("shutting down", zap.Duration("grace", o.ShutdownGrace))
 	hs.Shutdown()
+	// One grace period covers the daemon's own draining and the server's.
+	deadline := time.Now().Add(o.ShutdownGrace)
 	if o.BeforeStop != nil {
-		bctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+		bctx, cancel := context.WithDeadline(context.Background(), deadline)
 		if err := o.BeforeStop(bctx); err != nil {
 			lg.Warn("shutdown grace over", zap.Error(err))
 		}
@@ -137,7 +139,8 @@ func Serve(ctx context.Context, o Options) error {
 		srv.GracefulStop()
 		close(stopped)
 	}()
-	timer := time.NewTimer(o.ShutdownGrace)
+	// Streams the drain ended still need a moment to close.
+	timer := time.NewTimer(max(time.Until(deadline), time.Second))
 	select {
 	case <-stopped:
 		timer.Stop()
