@@ -13,9 +13,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/cli/render"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -44,9 +42,8 @@ agentctl resume. Edits open $EDITOR when it is set.
 `
 
 // runAgent runs the AgentService commands.
-func runAgent(ctx context.Context, addr string, timeout time.Duration, cmd string, args []string, sio stdio) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+func runAgent(ctx context.Context, ep endpoint, timeout time.Duration, cmd string, args []string, sio stdio) error {
+	conn, err := ep.dial()
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/version"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -47,6 +48,7 @@ Flags:
   --agentd ADDR     agentd address (default 127.0.0.1:7070) [$AGENTCTL_AGENTD]
   --sandboxd ADDR   sandboxd address (default 127.0.0.1:7071) [$AGENTCTL_SANDBOXD]
   --timeout D       per-call timeout of unary calls (default 5s)
+  --token T         bearer token for daemons started with --token-file [$AGENTCTL_TOKEN]
 
 Exit codes: 0 ok; 1 failure (a run's error event included); 3 decisions
 pending (see agentctl resume); 4 run cancelled; 5 run deadline exceeded;
@@ -77,6 +79,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	agentd := fs.String("agentd", envOr("AGENTCTL_AGENTD", "127.0.0.1:7070"), "")
 	sandboxd := fs.String("sandboxd", envOr("AGENTCTL_SANDBOXD", "127.0.0.1:7071"), "")
 	timeout := fs.Duration("timeout", 5*time.Second, "")
+	token := fs.String("token", envOr("AGENTCTL_TOKEN", ""), "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -90,7 +93,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	case "health":
 		var failed bool
 		for _, t := range []struct{ name, addr string }{{"agentd", *agentd}, {"sandboxd", *sandboxd}} {
-			st, err := checkHealth(ctx, t.addr, *timeout)
+			st, err := checkHealth(ctx, endpoint{t.addr, *token}, *timeout)
 			if err != nil {
 				failed = true
 				fmt.Fprintf(stdout, "%-9s %-22s %v\n", t.name, t.addr, err)
@@ -103,9 +106,9 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		}
 		return nil
 	case "sandbox":
-		return runSandbox(ctx, *sandboxd, fs.Args()[1:], stdout)
+		return runSandbox(ctx, endpoint{*sandboxd, *token}, fs.Args()[1:], stdout)
 	case "run", "resume", "attach", "cancel", "threads", "agents":
-		return runAgent(ctx, *agentd, *timeout, cmd, fs.Args()[1:], sio)
+		return runAgent(ctx, endpoint{*agentd, *token}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)
 		return errors.New("no command given")
@@ -114,8 +117,24 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	}
 }
 
-func checkHealth(ctx context.Context, addr string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// endpoint is a daemon's address and the bearer token to send it ("" =
+// none).
+type endpoint struct{ addr, token string }
+
+// dial connects to the endpoint (plaintext; messages up to 64 MiB).
+func (e endpoint) dial() (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+	}
+	if e.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(daemon.BearerToken(e.token)))
+	}
+	return grpc.NewClient(e.addr, opts...)
+}
+
+func checkHealth(ctx context.Context, ep endpoint, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	conn, err := ep.dial()
 	if err != nil {
 		return 0, err
 	}

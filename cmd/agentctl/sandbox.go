@@ -12,8 +12,6 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -46,13 +44,12 @@ func (m multi) Set(s string) error {
 	return nil
 }
 
-func runSandbox(ctx context.Context, addr string, args []string, stdout io.Writer) error {
+func runSandbox(ctx context.Context, ep endpoint, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stdout, sandboxUsage)
 		return errors.New("no sandbox command given")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+	conn, err := ep.dial()
 	if err != nil {
 		return err
 	}

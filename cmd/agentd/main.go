@@ -26,12 +26,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		sandboxd       string
 		defaultBackend string
 		sqlitePath     string
+		workerToken    string
 	)
 	f := daemon.NewFlags("agentd")
 	c.Bind(f, "127.0.0.1:7070", "127.0.0.1:9070")
 	f.String(&sandboxd, "sandboxd", "127.0.0.1:7071", "comma-separated sandboxd worker addresses")
 	f.String(&defaultBackend, "default-backend", "", "file backend of every thread unless the config says otherwise: state, sandbox or filesystem")
 	f.String(&sqlitePath, "sqlite-path", "", "thread store file (storage.sqlite_path; empty = a temporary file)")
+	f.String(&workerToken, "sandboxd-token-file", "", "file holding the bearer token sandboxd workers require")
 	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor.\nThe default model comes from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL when --config has no models."); err != nil {
 		return err
 	}
@@ -67,6 +69,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return daemon.Usagef("invalid --default-backend %q: want state, sandbox or filesystem", defaultBackend)
 	}
 
+	token, err := daemon.ReadToken(c.TokenFile)
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
+	wtoken, err := daemon.ReadToken(workerToken)
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
+	var workerOpts []grpc.DialOption
+	if wtoken != "" {
+		workerOpts = append(workerOpts, grpc.WithPerRPCCredentials(daemon.BearerToken(wtoken)))
+	}
+
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
@@ -78,6 +93,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Sandboxd:       workers,
 		DefaultBackend: defaultBackend,
 		Logger:         lg,
+		WorkerDial:     workerOpts,
 	})
 	if err != nil {
 		return &daemon.UsageError{Err: err}
@@ -109,6 +125,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		HTTPAddr:      c.HTTPAddr,
 		ShutdownGrace: c.ShutdownGrace,
 		Logger:        lg,
+		Token:         token,
 		Register:      func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) },
 		BeforeStop:    svc.Shutdown,
 	})

@@ -103,6 +103,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
+	token, err := daemon.ReadToken(c.TokenFile)
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
 
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
 	if err != nil {
@@ -158,6 +162,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		HTTPAddr:      c.HTTPAddr,
 		ShutdownGrace: c.ShutdownGrace,
 		Logger:        lg,
+		Token:         token,
 		Register:      func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) },
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -39,7 +40,7 @@ type ThreadBackends struct {
 	fsys map[string]*filesystem.Backend // by host dir, shared
 }
 
-func newThreadBackends(cfg *Config, dbPath string, threads *sqlite.Store, lg *zap.Logger) (*ThreadBackends, error) {
+func newThreadBackends(cfg *Config, dbPath string, threads *sqlite.Store, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
 	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*filesystem.Backend{}}
 	if cfg.Sandbox.Address != "" {
 		var addrs []string
@@ -48,7 +49,7 @@ func newThreadBackends(cfg *Config, dbPath string, threads *sqlite.Store, lg *za
 				addrs = append(addrs, a)
 			}
 		}
-		p, err := workers.Dial(addrs, lg)
+		p, err := workers.Dial(addrs, lg, dial...)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox.address: %w", err)
 		}

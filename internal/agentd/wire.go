@@ -22,6 +22,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // DefaultModelKey names the model agentd builds from the environment when
@@ -67,6 +68,8 @@ type Options struct {
 	Logger *zap.Logger
 	// TempDir holds the thread store when storage.sqlite_path is empty.
 	TempDir string
+	// WorkerDial are extra dial options for sandboxd workers (credentials).
+	WorkerDial []grpc.DialOption
 	// RuntimeOptions are passed to deep.New (tests set clocks and ids).
 	RuntimeOptions []deep.Option
 }
@@ -123,7 +126,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
 	}
 
-	tb, err := newThreadBackends(cfg, path, st, o.Logger)
+	tb, err := newThreadBackends(cfg, path, st, o.Logger, o.WorkerDial...)
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,8 @@ type Common struct {
 	ShutdownGrace time.Duration
 	// Version asks for the version banner only.
 	Version bool
+	// TokenFile holds the bearer token clients must send (empty = none).
+	TokenFile string
 }
 
 // Bind defines the common flags on f with the daemon's default addresses.
@@ -74,6 +76,7 @@ func (c *Common) Bind(f *Flags, grpcAddr, httpAddr string) {
 	f.Enum(&c.LogLevel, "log-level", "info", LogLevels, "log level")
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight calls get to finish at shutdown")
 	f.Bool(&c.Version, "version", false, "print the version and exit")
+	f.String(&c.TokenFile, "token-file", "", "file holding the bearer token every client must send (health checks excepted)")
 }
 
 // ParseArgs parses args into f. For --help it prints the usage to stdout

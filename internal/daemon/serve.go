@@ -50,6 +50,9 @@ type Options struct {
 	// Ready, if set, is called once both listeners are bound, with their
 	// actual addresses.
 	Ready func(grpcAddr, httpAddr net.Addr)
+	// Token, if set, is the bearer token every call must carry (health
+	// checks excepted).
+	Token string
 	// BeforeStop, if set, runs when shutdown starts, with a context that
 	// ends after ShutdownGrace: the daemon's own draining (agentd stops
 	// accepting runs and cancels what is left at the deadline).
@@ -87,11 +90,17 @@ func Serve(ctx context.Context, o Options) error {
 	}
 
 	metrics := newGRPCMetrics(reg)
+	unary := []grpc.UnaryServerInterceptor{metrics.unary, recoverUnary(lg)}
+	stream := []grpc.StreamServerInterceptor{metrics.stream, recoverStream(lg)}
+	if o.Token != "" {
+		unary = append(unary, authUnary(o.Token))
+		stream = append(stream, authStream(o.Token))
+	}
 	srv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
-		grpc.ChainUnaryInterceptor(metrics.unary, recoverUnary(lg)),
-		grpc.ChainStreamInterceptor(metrics.stream, recoverStream(lg)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)
 	if o.Register != nil {
 		o.Register(srv)

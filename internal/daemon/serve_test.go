@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +145,72 @@ func httpGet(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+func TestBearerToken(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, Options{
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownGrace: time.Second, Token: "s3cret",
+			Register: func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, panicky{}) },
+			Ready:    func(g, _ net.Addr) { ready <- g.String() },
+		})
+	}()
+	addr := <-ready
+	call := func(opts ...grpc.DialOption) (error, error) {
+		conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, rpcErr := plumbv1.NewSandboxServiceClient(conn).GetSandbox(ctx, &plumbv1.GetSandboxRequest{})
+		_, healthErr := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return rpcErr, healthErr
+	}
+	tests := []struct {
+		name string
+		opts []grpc.DialOption
+		want codes.Code
+	}{
+		{"no token", nil, codes.Unauthenticated},
+		{"wrong token", []grpc.DialOption{grpc.WithPerRPCCredentials(BearerToken("guess"))}, codes.Unauthenticated},
+		{"right token", []grpc.DialOption{grpc.WithPerRPCCredentials(BearerToken("s3cret"))}, codes.Unimplemented},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rpcErr, healthErr := call(tt.opts...)
+			if status.Code(rpcErr) != tt.want {
+				t.Fatalf("GetSandbox: %v, want %v", rpcErr, tt.want)
+			}
+			if healthErr != nil {
+				t.Fatalf("health must not need a token: %v", healthErr)
+			}
+		})
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "tok")
+	empty := filepath.Join(dir, "empty")
+	_ = os.WriteFile(good, []byte("  abc\n"), 0o600)
+	_ = os.WriteFile(empty, []byte("\n"), 0o600)
+	if tok, err := ReadToken(good); err != nil || tok != "abc" {
+		t.Fatalf("ReadToken = %q, %v", tok, err)
+	}
+	if tok, err := ReadToken(""); err != nil || tok != "" {
+		t.Fatalf("no file: %q, %v", tok, err)
+	}
+	for _, p := range []string{empty, filepath.Join(dir, "missing")} {
+		if _, err := ReadToken(p); err == nil {
+			t.Errorf("ReadToken(%s) accepted", p)
+		}
+	}
 }

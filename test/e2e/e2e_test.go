@@ -21,6 +21,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
@@ -59,8 +60,15 @@ type stack struct {
 	sandboxd string
 	conn     *grpc.ClientConn
 	cfgPath  string
+	dir      string
 	proc     *daemontest.Proc
 }
+
+// Tokens of the e2e daemons.
+const (
+	agentdToken   = "e2e-agentd-token"
+	sandboxdToken = "e2e-sandboxd-token"
+)
 
 // extraConfig is appended to the agentd config of the next start.
 var extraConfig string
@@ -73,11 +81,18 @@ func start(t *testing.T) *stack {
 	_, _ = rand.Read(b)
 	worker := "e2e" + hex.EncodeToString(b)
 
+	// Both daemons require bearer tokens, as a real deployment should.
+	dir := t.TempDir()
+	for name, tok := range map[string]string{"agentd.token": agentdToken, "sandboxd.token": sandboxdToken} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sd := daemontest.Start(t, bins["sandboxd"], "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
-		"--worker", worker, "--default-image", image, "--delete-sandboxes-on-exit", "--shutdown-grace", "2s")
+		"--worker", worker, "--default-image", image, "--delete-sandboxes-on-exit", "--shutdown-grace", "2s",
+		"--token-file", filepath.Join(dir, "sandboxd.token"))
 
 	model := modeltest.New(t)
-	dir := t.TempDir()
 	cfg := fmt.Sprintf(`version: 1
 server: {shutdown_grace: 2s}
 storage: {sqlite_path: %s}
@@ -102,7 +117,7 @@ backends:
 		t.Fatal(err)
 	}
 	t.Setenv("E2E_MODEL_KEY", "test-key")
-	s := &stack{model: model, sandboxd: sd.GRPCAddr, cfgPath: cfgPath}
+	s := &stack{model: model, sandboxd: sd.GRPCAddr, cfgPath: cfgPath, dir: dir}
 	s.startAgentd(t)
 	return s
 }
@@ -112,8 +127,10 @@ backends:
 func (s *stack) startAgentd(t *testing.T) {
 	t.Helper()
 	s.proc = daemontest.Start(t, bins["agentd"], "--config", s.cfgPath, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--log-format", "json", "--shutdown-grace", "2s")
-	conn, err := grpc.NewClient(s.proc.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		"--log-format", "json", "--shutdown-grace", "2s",
+		"--token-file", filepath.Join(s.dir, "agentd.token"), "--sandboxd-token-file", filepath.Join(s.dir, "sandboxd.token"))
+	conn, err := grpc.NewClient(s.proc.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(daemon.BearerToken(agentdToken)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +144,7 @@ func (s *stack) agentctl(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bins["agentctl"], append([]string{"--agentd", s.agentd, "--sandboxd", s.sandboxd}, args...)...)
+	cmd.Env = append(os.Environ(), "AGENTCTL_TOKEN="+agentdToken)
 	var out, errb bytes.Buffer
 	cmd.Stdin = strings.NewReader("") // a script's pipe: no terminal to ask
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -239,7 +257,7 @@ func TestAgentWorksInASandbox(t *testing.T) {
 	}
 
 	// The container's filesystem agrees.
-	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd))
+	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd, sandboxdToken))
 	rd, err := sc.Read(ctx, &plumbv1.ReadRequest{SandboxId: thread.GetSandboxId(), Path: "/workspace/out.txt"})
 	if err != nil || rd.GetContent() != "hello from 1000" {
 		t.Fatalf("out.txt in the container = %q, %v", rd.GetContent(), err)
@@ -270,9 +288,9 @@ func TestAgentWorksInASandbox(t *testing.T) {
 	}
 }
 
-func mustConn(t *testing.T, addr string) *grpc.ClientConn {
+func mustConn(t *testing.T, addr, token string) *grpc.ClientConn {
 	t.Helper()
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(daemon.BearerToken(token)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,8 +324,8 @@ func TestAnyGRPCClient(t *testing.T) {
 	s.model.Script("main", modeltest.Text("Hello from a generic client"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, grpcurl, "-plaintext", "-d", `{"input":[{"content":"hi"}],"metadata":{"client":"grpcurl"}}`,
-		s.agentd, "plumb.v1.AgentService/Run")
+	cmd := exec.CommandContext(ctx, grpcurl, "-plaintext", "-H", "authorization: Bearer "+agentdToken,
+		"-d", `{"input":[{"content":"hi"}],"metadata":{"client":"grpcurl"}}`, s.agentd, "plumb.v1.AgentService/Run")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("grpcurl: %v\n%s", err, out)
@@ -399,7 +417,7 @@ func TestInterruptSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd))
+	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd, sandboxdToken))
 	for path, want := range map[string]string{"/workspace/before.txt": "before", "/workspace/approved.txt": "yes"} {
 		rd, err := sc.Read(ctx, &plumbv1.ReadRequest{SandboxId: th.GetThread().GetSandboxId(), Path: path})
 		if err != nil || rd.GetContent() != want {
