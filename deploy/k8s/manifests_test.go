@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,6 +188,9 @@ func checkPod(t *testing.T, overlay, workload string, ps *corev1.PodSpec) {
 				t.Errorf("%s: dind sidecar outside the dind overlay", where)
 			}
 			continue
+		}
+		if (c.Name == "agentd" || c.Name == "sandboxd") && !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--token-file=") }) {
+			t.Errorf("%s: the daemon must require a bearer token (--token-file)", where)
 		}
 		if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.LivenessProbe == nil || c.LivenessProbe.GRPC == nil {
 			t.Errorf("%s: wants native gRPC readiness and liveness probes", where)
