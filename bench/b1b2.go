@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+)
+
+// b1Dir holds B1's files inside the sandbox.
+const b1Dir = "/workspace/b1"
+
+// fourKiB is 64 lines of 64 bytes: "line 0001 " padded with x, LF-ended.
+func fourKiB(tag string) []byte {
+	var b bytes.Buffer
+	for i := 1; i <= 64; i++ {
+		line := fmt.Sprintf("line %04d %s ", i, tag)
+		b.WriteString(line + strings.Repeat("x", 63-len(line)) + "\n")
+	}
+	return b.Bytes()
+}
+
+// smallOp is one B1 operation, through plumb and the deepagents way.
+type smallOp struct {
+	name string
+	ours func(ctx context.Context) error
+	// shell is the baseline's command: one Engine-API exec of sh -c with
+	// base64 payloads; check validates its stdout.
+	shell string
+	check func(stdout []byte) error
+}
+
+// runB1 times small file operations through gRPC → SandboxService → the
+// in-container agent, against one Engine-API exec per operation running a
+// shell command with base64 payloads (deepagents' technique, with busybox
+// tools instead of python3), and against a bare exec of true.
+func runB1(ctx context.Context, e *env) ([]Row, error) {
+	bx, err := e.newBox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer e.dropBox(bx)
+	cli := e.docker
+
+	// Fixture: files for read/edit (one per side, since edits mutate),
+	// and a directory of 10 .go and 10 .txt files for ls and glob.
+	content := fourKiB("AAAA")
+	fixture := []backend.UploadItem{
+		{Path: b1Dir + "/read.txt", Content: content},
+		{Path: b1Dir + "/edit.txt", Content: content},
+		{Path: b1Dir + "/edit-base.txt", Content: content},
+	}
+	for i := range 10 {
+		fixture = append(fixture,
+			backend.UploadItem{Path: fmt.Sprintf("%s/src/file%02d.go", b1Dir, i), Content: []byte("package src\n")},
+			backend.UploadItem{Path: fmt.Sprintf("%s/src/note%02d.txt", b1Dir, i), Content: []byte("note\n")})
+	}
+	res, err := bx.b.Upload(ctx, fixture)
+	if err != nil {
+		return nil, fmt.Errorf("fixture: %w", err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return nil, fmt.Errorf("fixture %s: %v", r.Path, r.Err)
+		}
+	}
+
+	payload := fourKiB("WWWW")
+	b64 := func(s []byte) string { return base64.StdEncoding.EncodeToString(s) }
+	// Edits toggle line 32 between two values, so every call finds
+	// exactly one occurrence.
+	const lineA, lineB = "line 0032 AAAA", "line 0032 BBBB"
+	oursEdit, baseEdit := false, false
+	next := func(flip *bool) (string, string) {
+		old, nu := lineA, lineB
+		if *flip {
+			old, nu = lineB, lineA
+		}
+		*flip = !*flip
+		return old, nu
+	}
+
+	ops := []smallOp{
+		{
+			name: "read 4 KiB",
+			ours: func(ctx context.Context) error {
+				r, err := bx.b.Read(ctx, backend.ReadRequest{Path: b1Dir + "/read.txt", Limit: 100})
+				if err == nil && (r.EndLine != 64 || len(r.Content) < len(content)-1) {
+					err = fmt.Errorf("read returned lines %d..%d, %d bytes", r.StartLine, r.EndLine, len(r.Content))
+				}
+				return err
+			},
+			shell: "base64 " + b1Dir + "/read.txt",
+			check: func(out []byte) error {
+				b, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(string(out), "\n", ""))
+				if err == nil && len(b) != len(content) {
+					err = fmt.Errorf("baseline read %d bytes", len(b))
+				}
+				return err
+			},
+		},
+		{
+			name: "write 4 KiB",
+			ours: func(ctx context.Context) error {
+				r, err := bx.b.Write(ctx, b1Dir+"/write.txt", payload)
+				if err == nil && r.BytesWritten != int64(len(payload)) {
+					err = fmt.Errorf("wrote %d bytes", r.BytesWritten)
+				}
+				return err
+			},
+			shell: "echo " + b64(payload) + " | base64 -d > " + b1Dir + "/write-base.txt",
+		},
+		{
+			name: "edit one line",
+			ours: func(ctx context.Context) error {
+				old, nu := next(&oursEdit)
+				r, err := bx.b.Edit(ctx, backend.EditRequest{Path: b1Dir + "/edit.txt", Old: old, New: nu})
+				if err == nil && r.Occurrences != 1 {
+					err = fmt.Errorf("edit replaced %d occurrences", r.Occurrences)
+				}
+				return err
+			},
+			// Set per call below: the payload alternates.
+		},
+		{
+			name: "ls (20 entries)",
+			ours: func(ctx context.Context) error {
+				r, err := bx.b.Ls(ctx, b1Dir+"/src")
+				if err == nil && len(r.Entries) != 20 {
+					err = fmt.Errorf("ls listed %d entries", len(r.Entries))
+				}
+				return err
+			},
+			shell: "ls -la " + b1Dir + "/src",
+			check: func(out []byte) error {
+				if n := strings.Count(string(out), "\n"); n < 21 {
+					return fmt.Errorf("baseline ls printed %d lines", n)
+				}
+				return nil
+			},
+		},
+		{
+			name: "glob *.go",
+			ours: func(ctx context.Context) error {
+				r, err := bx.b.Glob(ctx, backend.GlobRequest{Pattern: "*.go", Path: b1Dir + "/src"})
+				if err == nil && len(r.Matches) != 10 {
+					err = fmt.Errorf("glob matched %d files", len(r.Matches))
+				}
+				return err
+			},
+			shell: "find " + b1Dir + "/src -maxdepth 1 -type f -name '*.go'",
+			check: func(out []byte) error {
+				if n := strings.Count(string(out), "\n"); n != 10 {
+					return fmt.Errorf("baseline find printed %d lines", n)
+				}
+				return nil
+			},
+		},
+	}
+
+	baseline := func(op smallOp) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			cmd := op.shell
+			if op.name == "edit one line" {
+				old, nu := next(&baseEdit)
+				// Replace the first occurrence with shell parameter
+				// expansion; fail (exit 3) when there is none.
+				cmd = `f=` + b1Dir + `/edit-base.txt; old=$(echo ` + b64([]byte(old)) + ` | base64 -d); new=$(echo ` + b64([]byte(nu)) + ` | base64 -d); ` +
+					`c=$(cat "$f"); case "$c" in *"$old"*) ;; *) exit 3;; esac; printf '%s\n' "${c%%"$old"*}$new${c#*"$old"}" > "$f"`
+			}
+			out, err := engineExecOK(ctx, cli, bx.cid, "sh", "-c", cmd)
+			if err == nil && op.check != nil {
+				err = op.check(out)
+			}
+			return err
+		}
+	}
+	execTrue := &probe{name: "engine exec true", warm: 2, n: e.scale(40, 10), f: func(ctx context.Context) error {
+		_, err := engineExecOK(ctx, cli, bx.cid, "true")
+		return err
+	}}
+	if err := interleave(ctx, 1, execTrue); err != nil {
+		return nil, err
+	}
+	trueRow := latencyRow("B1", "engine exec true", unitMs, execTrue.got)
+
+	var rows []Row
+	for _, op := range ops {
+		ours := &probe{name: op.name, warm: e.scale(50, 20), n: e.scale(1000, 200), f: op.ours}
+		base := &probe{name: op.name + " (baseline)", warm: 2, n: e.scale(30, 8), f: baseline(op)}
+		if err := interleave(ctx, 5, ours, base); err != nil {
+			return rows, err
+		}
+		r := latencyRow("B1", op.name, unitMs, ours.got)
+		ra := r.vsLatency("(a) 1 exec/op, sh+base64", latencyRow("", "", unitMs, base.got))
+		r.vsLatency("(b) engine exec true", trueRow)
+		r.Target = "p50 ≤ 1 ms; ≥ 50× (a)"
+		r.judge(r.P50 <= 1 && ra >= 50)
+		rows = append(rows, r)
+	}
+	// The edits must have left both files consistent.
+	for _, f := range []string{"/edit.txt", "/edit-base.txt"} {
+		r, err := bx.b.Read(ctx, backend.ReadRequest{Path: b1Dir + f, Limit: 100})
+		if err != nil {
+			return rows, err
+		}
+		if n := strings.Count(r.Content, "line 0032 "); n != 1 || r.EndLine != 64 {
+			return rows, fmt.Errorf("%s after edits: %d lines, line 32 found %d times", f, r.EndLine, n)
+		}
+	}
+	trueRow.Name = "(b) engine exec true, for reference"
+	trueRow.Verdict = verdictInfo
+	trueRow.Target = "—"
+	rows = append(rows, trueRow)
+	return rows, nil
+}
+
+// runB2 times Execute("true") through gRPC against one raw Engine-API exec
+// of true (create + attach + inspect) on the same sandbox.
+func runB2(ctx context.Context, e *env) ([]Row, error) {
+	bx, err := e.newBox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer e.dropBox(bx)
+	ours := &probe{name: "Execute(true)", warm: e.scale(30, 10), n: e.scale(500, 100), f: func(ctx context.Context) error {
+		r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "true"})
+		if err == nil && (r.ExitCode == nil || *r.ExitCode != 0) {
+			err = fmt.Errorf("true exited %v", r.ExitCode)
+		}
+		return err
+	}}
+	base := &probe{name: "engine exec true", warm: 3, n: e.scale(60, 15), f: func(ctx context.Context) error {
+		_, err := engineExecOK(ctx, e.docker, bx.cid, "true")
+		return err
+	}}
+	if err := interleave(ctx, 5, ours, base); err != nil {
+		return nil, err
+	}
+	r := latencyRow("B2", `Execute("true") round trip`, unitMs, ours.got)
+	ratio := r.vsLatency("engine exec true (create+attach+inspect)", latencyRow("", "", unitMs, base.got))
+	r.Target = "p50 ≤ 5 ms; ≥ 10×"
+	r.judge(r.P50 <= 5 && ratio >= 10)
+	r.note("includes fork/exec of /bin/sh -c true inside the sandbox")
+	return []Row{r}, nil
+}

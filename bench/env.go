@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/client"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
+	sbbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/testimage"
+)
+
+// runLabel marks every container and volume a run creates, with the run id
+// as value, so the end of the run can prove that nothing was left behind.
+const runLabel = "plumb.bench"
+
+// maxMsg is the gRPC message cap on both ends, as sandboxd and agentd set
+// it.
+const maxMsg = 16 << 20
+
+// env is what scenarios share: the Docker client, the sandbox image, the
+// freshly built sandbox agent and one worker, all started on first use.
+type env struct {
+	quick   bool
+	runID   string
+	lg      *zap.Logger
+	log     func(format string, args ...any)
+	started time.Time
+
+	docker *client.Client
+	engine client.ServerVersionResult
+	image  string // the busybox sandbox image
+	worker *worker
+}
+
+// worker is a sandbox Manager on the local engine served as SandboxService
+// on a loopback port, and a client connection to it: sandboxd's serving
+// path, in this process so that its heap can be measured.
+type worker struct {
+	m    *sandbox.Manager
+	srv  *grpc.Server
+	conn *grpc.ClientConn
+	c    plumbv1.SandboxServiceClient
+}
+
+func newEnv(quick bool, lg *zap.Logger, logw io.Writer) *env {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	e := &env{quick: quick, runID: hex.EncodeToString(b), lg: lg, started: time.Now()}
+	e.log = func(format string, args ...any) {
+		fmt.Fprintf(logw, "[%6.1fs] %s\n", time.Since(e.started).Seconds(), fmt.Sprintf(format, args...))
+	}
+	return e
+}
+
+// labels are the labels of everything the run creates directly.
+func (e *env) labels() map[string]string { return map[string]string{runLabel: e.runID} }
+
+// engineClient connects to the local engine and imports the sandbox image.
+func (e *env) engineClient(ctx context.Context) (*client.Client, error) {
+	if e.docker != nil {
+		return e.docker, nil
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := cli.ServerVersion(pctx, client.ServerVersionOptions{})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("the Docker Engine is unreachable: %w", err)
+	}
+	img, err := testimage.Ensure(ctx, cli, "")
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("sandbox image: %w", err)
+	}
+	e.docker, e.engine, e.image = cli, v, img
+	return cli, nil
+}
+
+// sandboxWorker starts the worker on first use.
+func (e *env) sandboxWorker(ctx context.Context) (*worker, error) {
+	if e.worker != nil {
+		return e.worker, nil
+	}
+	cli, err := e.engineClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.log("building the static sandbox-agent")
+	agent, err := buildAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := sandbox.NewManager(ctx, cli, sandbox.Config{
+		Worker:      "bench" + e.runID,
+		Agent:       agent,
+		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 512 << 20},
+		ExtraLabels: e.labels(),
+	}, sandbox.WithLogger(e.lg))
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg))
+	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, e.lg))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
+	if err != nil {
+		srv.Stop()
+		m.Close()
+		return nil, err
+	}
+	e.worker = &worker{m: m, srv: srv, conn: conn, c: plumbv1.NewSandboxServiceClient(conn)}
+	return e.worker, nil
+}
+
+// buildAgent compiles cmd/sandbox-agent statically for the engine's
+// architecture (the same as this process's: the engine is local).
+func buildAgent(ctx context.Context) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "plumb-bench-agent")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "sandbox-agent")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/plumbhq/plumb/cmd/sandbox-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build sandbox-agent: %v: %s", err, b)
+	}
+	return os.ReadFile(out)
+}
+
+// box is one sandbox created through SandboxService.
+type box struct {
+	id  string
+	cid string // its container, for the Engine-API baselines
+	b   *sbbackend.Backend
+}
+
+// newBox creates a sandbox through the gRPC API.
+func (e *env) newBox(ctx context.Context) (*box, error) {
+	w, err := e.sandboxWorker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := w.c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	sb := res.GetSandbox()
+	info, err := w.m.Get(ctx, sb.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &box{id: sb.GetId(), cid: info.ContainerID, b: sbbackend.New(w.conn, sb.GetId(), sbbackend.HomeOf(sb))}, nil
+}
+
+// dropBox deletes a sandbox (cleanup: errors only reach the log, and the
+// leftover check at the end catches what was not removed).
+func (e *env) dropBox(b *box) {
+	if b == nil || e.worker == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := e.worker.c.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: b.id}); err != nil {
+		e.log("delete sandbox %s: %v", b.id, err)
+	}
+}
+
+// close stops the worker, deletes its sandboxes and returns what carries
+// this run's label afterwards (after trying to remove it).
+func (e *env) close() []string {
+	if e.docker == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if w := e.worker; w != nil {
+		w.conn.Close()
+		w.srv.Stop()
+		if err := w.m.DeleteAll(ctx); err != nil {
+			e.log("delete sandboxes: %v", err)
+		}
+		w.m.Close()
+	}
+	left, err := e.leftovers(ctx)
+	if err != nil {
+		left = append(left, "cannot list leftovers: "+err.Error())
+	}
+	if len(left) > 0 {
+		e.removeLabelled(ctx)
+	}
+	e.docker.Close()
+	return left
+}
+
+// leftovers lists the containers and volumes labelled with this run.
+func (e *env) leftovers(ctx context.Context) ([]string, error) {
+	f := client.Filters{}.Add("label", runLabel+"="+e.runID)
+	cl, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range cl.Items {
+		out = append(out, "container "+c.ID[:12])
+	}
+	vl, err := e.docker.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return out, err
+	}
+	for _, v := range vl.Items {
+		out = append(out, "volume "+v.Name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// removeLabelled force-removes whatever carries this run's label.
+func (e *env) removeLabelled(ctx context.Context) {
+	f := client.Filters{}.Add("label", runLabel+"="+e.runID)
+	if cl, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f}); err == nil {
+		for _, c := range cl.Items {
+			_, _ = e.docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		}
+	}
+	if vl, err := e.docker.VolumeList(ctx, client.VolumeListOptions{Filters: f}); err == nil {
+		for _, v := range vl.Items {
+			_, _ = e.docker.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true})
+		}
+	}
+}
+
+// machine describes this host.
+func (e *env) machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	m.CPU = procField("/proc/cpuinfo", "model name")
+	if kb, err := strconv.ParseInt(strings.Fields(procField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
+		m.MemoryMiB = kb / 1024
+	}
+	if e.docker != nil {
+		m.EngineVersion, m.EngineAPI = e.engine.Version, e.engine.APIVersion
+	}
+	return m
+}
+
+// procField returns the value of the first "key: value" line of a /proc
+// file.
+func procField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// scenario is one self-contained measurement. run returns its rows; an
+// error makes the scenario FAIL (rows it returned are kept).
+type scenario struct {
+	ids []string
+	// budget bounds the scenario in full and quick mode.
+	budget, quickBudget time.Duration
+	run                 func(ctx context.Context, e *env) ([]Row, error)
+}
+
+// scenarios in report order.
+var scenarios = []scenario{
+	{ids: []string{"B1"}, budget: 75 * time.Second, quickBudget: 40 * time.Second, run: runB1},
+	{ids: []string{"B2"}, budget: 30 * time.Second, quickBudget: 20 * time.Second, run: runB2},
+	{ids: []string{"B3", "B4"}, budget: 60 * time.Second, quickBudget: 30 * time.Second, run: runB3},
+	{ids: []string{"B7"}, budget: 60 * time.Second, quickBudget: 30 * time.Second, run: runB7},
+	{ids: []string{"B8"}, budget: 75 * time.Second, quickBudget: 30 * time.Second, run: runB8},
+	{ids: []string{"B10"}, budget: 40 * time.Second, quickBudget: 20 * time.Second, run: runB10},
+	{ids: []string{"B5", "B6"}, budget: 45 * time.Second, quickBudget: 30 * time.Second, run: runB5B6},
+	{ids: []string{"B9"}, run: notRunB9},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the harness and returns the exit code: 0 when every selected
+// scenario ran (targets may be missed) and nothing was left behind, 1
+// otherwise, 2 for bad flags.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "smoke run (~1 minute): fewer samples, smaller data")
+	only := fs.String("only", "", "comma-separated scenarios to run, e.g. B1,B2 (default all)")
+	out := fs.String("out", "bench/results", "directory for the JSON results")
+	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	picked, err := pick(*only)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+
+	lg := zap.NewNop()
+	if *verbose {
+		cfg := zap.NewDevelopmentConfig()
+		cfg.Level = zap.NewAtomicLevelAt(zapcore.InfoLevel)
+		if l, err := cfg.Build(); err == nil {
+			lg = l
+		}
+	}
+	e := newEnv(*quick, lg, stderr)
+	rep := &Report{Started: time.Now(), Command: "go run ./bench " + strings.Join(args, " "), Quick: *quick, OK: true}
+	// The whole run stays under the spec's 5 minutes even if a scenario
+	// hangs.
+	limit := 4*time.Minute + 30*time.Second
+	if *quick {
+		limit = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	for _, sc := range picked {
+		budget := sc.budget
+		if *quick {
+			budget = sc.quickBudget
+		}
+		e.log("%s: start", strings.Join(sc.ids, "/"))
+		sctx, scancel := context.WithCancel(ctx)
+		if budget > 0 {
+			sctx, scancel = context.WithTimeout(ctx, budget)
+		}
+		rows, err := safeRun(sctx, e, sc)
+		scancel()
+		if err != nil {
+			rep.OK = false
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w (scenario budget %v)", err, budget)
+			}
+			rows = append(rows, Row{Scenario: sc.ids[0], Name: "scenario errored", Verdict: verdictFail, Error: err.Error()})
+		}
+		for _, r := range rows {
+			e.log("%s %s: p50 %s %s", r.Scenario, r.Name, fmtVal(r.P50, r.Unit), r.Verdict)
+		}
+		rep.Rows = append(rep.Rows, rows...)
+	}
+
+	e.log("cleanup")
+	rep.Leftovers = e.close()
+	if len(rep.Leftovers) > 0 {
+		rep.OK = false
+		rep.Rows = append(rep.Rows, Row{Scenario: "cleanup", Name: "leftovers by label " + runLabel, Verdict: verdictFail,
+			Error: fmt.Sprintf("%d left behind: %s", len(rep.Leftovers), strings.Join(rep.Leftovers, ", "))})
+	} else if e.docker != nil {
+		rep.Rows = append(rep.Rows, Row{Scenario: "cleanup", Name: "leftovers by label " + runLabel,
+			Target: "0 containers, 0 volumes", Verdict: verdictPass})
+	}
+	rep.Machine = e.machine()
+	rep.Finished = time.Now()
+	rep.Seconds = rep.Finished.Sub(rep.Started).Seconds()
+
+	m := rep.Machine
+	fmt.Fprintf(stdout, "## plumb benchmarks (%s)\n\n", map[bool]string{true: "quick", false: "full"}[*quick])
+	fmt.Fprintf(stdout, "`%s` — %s, %d cores (%s), %d MiB, kernel %s, Docker Engine %s (API %s), %s, %.0f s.\n\n",
+		rep.Command, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, m.EngineVersion, m.EngineAPI, m.GoVersion, rep.Seconds)
+	writeTable(stdout, rep.Rows)
+	if p, err := writeJSON(*out, rep); err != nil {
+		fmt.Fprintln(stderr, "bench: write results:", err)
+		rep.OK = false
+	} else {
+		fmt.Fprintf(stdout, "\nJSON: %s\n", p)
+	}
+	if !rep.OK {
+		return 1
+	}
+	return 0
+}
+
+// safeRun runs a scenario, turning a panic into an error.
+func safeRun(ctx context.Context, e *env, sc scenario) (rows []Row, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return sc.run(ctx, e)
+}
+
+// pick selects the scenarios named in only (all when empty).
+func pick(only string) ([]scenario, error) {
+	if strings.TrimSpace(only) == "" {
+		return scenarios, nil
+	}
+	var out []scenario
+	want := map[string]bool{}
+	for _, id := range strings.Split(only, ",") {
+		id = strings.ToUpper(strings.TrimSpace(id))
+		if id == "" {
+			continue
+		}
+		found := false
+		for _, sc := range scenarios {
+			if slices.Contains(sc.ids, id) {
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown scenario %q (known: B1…B10)", id)
+		}
+		want[id] = true
+	}
+	for _, sc := range scenarios {
+		for _, id := range sc.ids {
+			if want[id] {
+				out = append(out, sc)
+				break
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// probe is one timed series: f is called warm times untimed, then n times
+// timed.
+type probe struct {
+	name string
+	warm int
+	n    int
+	f    func(ctx context.Context) error
+	got  samples
+}
+
+// interleave runs the probes' warm-ups, then their timed calls in rounds
+// (each round runs every probe's share in turn), so that a slow spell of a
+// shared machine hits plumb and its baseline alike instead of whichever
+// series happened to run then.
+func interleave(ctx context.Context, rounds int, probes ...*probe) error {
+	for _, p := range probes {
+		for range p.warm {
+			if err := p.f(ctx); err != nil {
+				return fmt.Errorf("%s (warm-up): %w", p.name, err)
+			}
+		}
+	}
+	rounds = max(rounds, 1)
+	for r := range rounds {
+		for _, p := range probes {
+			share := p.n*(r+1)/rounds - p.n*r/rounds
+			for range share {
+				if err := ctx.Err(); err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				t0 := time.Now()
+				if err := p.f(ctx); err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				p.got = append(p.got, time.Since(t0))
+			}
+		}
+	}
+	return nil
+}
+
+// scale picks the full or the quick value.
+func (e *env) scale(full, quick int) int {
+	if e.quick {
+		return quick
+	}
+	return full
+}
+
+// mb is bytes per second in MB/s (10^6 bytes).
+func mb(bytes int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(bytes) / 1e6 / d.Seconds()
+}
