@@ -228,6 +228,15 @@ func applyBuiltins(cfg *Config, o Options) {
 	if cfg.Backends.ArtifactsRoot == "" {
 		cfg.Backends.ArtifactsRoot = "/"
 	}
+	// A sandbox's root is read-only: without routes of its own, evicted
+	// results and summarized transcripts go to the thread's State (as in
+	// the spec's example config).
+	if cfg.Backends.Default == "sandbox" && len(cfg.Backends.Routes) == 0 && cfg.Backends.ArtifactsRoot == "/" {
+		cfg.Backends.Routes = map[string]RouteConfig{
+			"/large_tool_results/":   {Type: "state"},
+			"/conversation_history/": {Type: "state"},
+		}
+	}
 }
 
 // validate checks what deep.New does not: references into the models
