@@ -158,12 +158,7 @@ func (s *Service) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest
 	return out, nil
 }
 
-// files returns the file interface of a sandbox and resolves an empty
-// directory argument to the sandbox's working dir.
-func (s *Service) files(id string) (*sandbox.Files, error) {
-	return s.m.Files(id)
-}
-
+// orHome resolves an empty directory argument to the sandbox's home.
 func orHome(f *sandbox.Files, p string) string {
 	if p == "" {
 		return f.Home()
@@ -173,7 +168,7 @@ func orHome(f *sandbox.Files, p string) string {
 
 // Execute runs a command.
 func (s *Service) Execute(ctx context.Context, req *plumbv1.ExecuteRequest) (*plumbv1.ExecuteResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Execute", err)
 	}
@@ -186,7 +181,7 @@ func (s *Service) Execute(ctx context.Context, req *plumbv1.ExecuteRequest) (*pl
 
 // ExecuteStream runs a command and streams its output.
 func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv1.SandboxService_ExecuteStreamServer) error {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return s.fail("ExecuteStream", err)
 	}
@@ -203,7 +198,7 @@ func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv
 
 // Ls lists a directory.
 func (s *Service) Ls(ctx context.Context, req *plumbv1.LsRequest) (*plumbv1.LsResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Ls", err)
 	}
@@ -216,7 +211,7 @@ func (s *Service) Ls(ctx context.Context, req *plumbv1.LsRequest) (*plumbv1.LsRe
 
 // Read reads a file window.
 func (s *Service) Read(ctx context.Context, req *plumbv1.ReadRequest) (*plumbv1.ReadResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Read", err)
 	}
@@ -237,7 +232,7 @@ func (s *Service) Read(ctx context.Context, req *plumbv1.ReadRequest) (*plumbv1.
 
 // Write writes a file.
 func (s *Service) Write(ctx context.Context, req *plumbv1.WriteRequest) (*plumbv1.WriteResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Write", err)
 	}
@@ -250,7 +245,7 @@ func (s *Service) Write(ctx context.Context, req *plumbv1.WriteRequest) (*plumbv
 
 // Edit edits a file.
 func (s *Service) Edit(ctx context.Context, req *plumbv1.EditRequest) (*plumbv1.EditResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Edit", err)
 	}
@@ -263,7 +258,7 @@ func (s *Service) Edit(ctx context.Context, req *plumbv1.EditRequest) (*plumbv1.
 
 // Delete removes a path.
 func (s *Service) Delete(ctx context.Context, req *plumbv1.DeleteRequest) (*plumbv1.DeleteResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Delete", err)
 	}
@@ -276,7 +271,7 @@ func (s *Service) Delete(ctx context.Context, req *plumbv1.DeleteRequest) (*plum
 
 // Grep searches files.
 func (s *Service) Grep(ctx context.Context, req *plumbv1.GrepRequest) (*plumbv1.GrepResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Grep", err)
 	}
@@ -289,7 +284,7 @@ func (s *Service) Grep(ctx context.Context, req *plumbv1.GrepRequest) (*plumbv1.
 
 // Glob finds files.
 func (s *Service) Glob(ctx context.Context, req *plumbv1.GlobRequest) (*plumbv1.GlobResponse, error) {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Glob", err)
 	}
@@ -309,7 +304,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 		}
 		return err
 	}
-	f, err := s.files(first.GetSandboxId())
+	f, err := s.m.Files(first.GetSandboxId())
 	if err != nil {
 		return s.fail("UploadFiles", err)
 	}
@@ -384,7 +379,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 
 // DownloadFiles streams files in order.
 func (s *Service) DownloadFiles(req *plumbv1.DownloadFilesRequest, stream plumbv1.SandboxService_DownloadFilesServer) error {
-	f, err := s.files(req.GetSandboxId())
+	f, err := s.m.Files(req.GetSandboxId())
 	if err != nil {
 		return s.fail("DownloadFiles", err)
 	}
