@@ -124,8 +124,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	m := rep.Machine
 	fmt.Fprintf(stdout, "## plumb benchmarks (%s)\n\n", map[bool]string{true: "quick", false: "full"}[*quick])
-	fmt.Fprintf(stdout, "`%s` — %s, %d cores (%s), %d MiB, kernel %s, Docker Engine %s (API %s), %s, %.0f s.\n\n",
-		rep.Command, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, m.EngineVersion, m.EngineAPI, m.GoVersion, rep.Seconds)
+	engine := "Docker Engine not used"
+	if m.EngineVersion != "" {
+		engine = fmt.Sprintf("Docker Engine %s (API %s)", m.EngineVersion, m.EngineAPI)
+	}
+	fmt.Fprintf(stdout, "`%s` — %s, %d cores (%s), %d MiB, kernel %s, %s, %s, %.0f s.\n\n",
+		rep.Command, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, engine, m.GoVersion, rep.Seconds)
 	writeTable(stdout, rep.Rows)
 	if p, err := writeJSON(*out, rep); err != nil {
 		fmt.Fprintln(stderr, "bench: write results:", err)

@@ -13,7 +13,21 @@ type probe struct {
 	warm int
 	n    int
 	f    func(ctx context.Context) error
-	got  samples
+	// after, if set, runs after each call (timed or not) outside the
+	// clock: cleanup that is not part of what is measured.
+	after func()
+	got   samples
+}
+
+// call runs f once, then after, and returns how long f took.
+func (p *probe) call(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	err := p.f(ctx)
+	d := time.Since(t0)
+	if p.after != nil {
+		p.after()
+	}
+	return d, err
 }
 
 // interleave runs the probes' warm-ups, then their timed calls in rounds
@@ -23,7 +37,7 @@ type probe struct {
 func interleave(ctx context.Context, rounds int, probes ...*probe) error {
 	for _, p := range probes {
 		for range p.warm {
-			if err := p.f(ctx); err != nil {
+			if _, err := p.call(ctx); err != nil {
 				return fmt.Errorf("%s (warm-up): %w", p.name, err)
 			}
 		}
@@ -36,11 +50,11 @@ func interleave(ctx context.Context, rounds int, probes ...*probe) error {
 				if err := ctx.Err(); err != nil {
 					return fmt.Errorf("%s: %w", p.name, err)
 				}
-				t0 := time.Now()
-				if err := p.f(ctx); err != nil {
+				d, err := p.call(ctx)
+				if err != nil {
 					return fmt.Errorf("%s: %w", p.name, err)
 				}
-				p.got = append(p.got, time.Since(t0))
+				p.got = append(p.got, d)
 			}
 		}
 	}
