@@ -80,7 +80,11 @@ fuzz: ## Run every fuzz target briefly (FUZZTIME=10s each)
 	@scripts/fuzz.sh $(or $(FUZZTIME),10s)
 
 .PHONY: bench
-bench: ## Run the Go micro-benchmarks
+bench: ## Run the benchmark harness against the local Docker Engine (< 5 min; BENCH_FLAGS=-quick or -only B1,B2; see docs/benchmarks.md)
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+.PHONY: bench-micro
+bench-micro: ## Run the Go micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: sandbox-image

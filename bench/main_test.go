@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestQuickB8 runs the harness the way `make bench` does, in quick mode
+// on B8 only (the one scenario that needs no Docker Engine and takes
+// seconds), and checks the exit code, the table and the JSON document.
+func TestQuickB8(t *testing.T) {
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"-quick", "-only", "b8", "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	if !strings.Contains(stdout.String(), "| # | scenario | n | p50 |") {
+		t.Errorf("no markdown table on stdout:\n%s", &stdout)
+	}
+	files, err := filepath.Glob(filepath.Join(out, "*.json"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("results: %v %v", files, err)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || !rep.Quick || len(rep.Rows) != 4 {
+		t.Fatalf("report ok=%v quick=%v with %d rows: %s", rep.OK, rep.Quick, len(rep.Rows), b)
+	}
+	for _, r := range rep.Rows {
+		if r.Scenario != "B8" || r.N == 0 || r.P50 <= 0 || r.Verdict == verdictFail {
+			t.Errorf("row %+v", r)
+		}
+	}
+	if r := rep.Rows[len(rep.Rows)-1]; r.Verdict != verdictPass {
+		t.Errorf("concurrent runs: %s (%s)", r.Verdict, r.Notes)
+	}
+}
+
+func TestPick(t *testing.T) {
+	for _, tc := range []struct {
+		name, only string
+		want       []string // first id of each picked scenario
+		err        bool
+	}{
+		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B5", "B9"}},
+		{name: "some, in report order", only: "b2, B1", want: []string{"B1", "B2"}},
+		{name: "either id of a shared scenario", only: "B6,B4", want: []string{"B3", "B5"}},
+		{name: "unknown", only: "B11", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := pick(tc.only)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v", err)
+			}
+			var ids []string
+			for _, sc := range got {
+				ids = append(ids, sc.ids[0])
+			}
+			if strings.Join(ids, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("picked %v, want %v", ids, tc.want)
+			}
+		})
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	v := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	r := summarize("X", "x", unitMs, v, false)
+	if r.P50 != 5 || r.P95 != 10 || r.P99 != 10 || r.Max != 10 || r.N != 10 {
+		t.Errorf("latency %+v", r)
+	}
+	r = summarize("X", "x", unitMBps, v, true)
+	if r.P50 != 6 || r.P95 != 1 || r.Max != 10 {
+		t.Errorf("throughput %+v", r)
+	}
+	if got, err := parseStamp([]byte("1795322993.617148 \n")); err != nil || got != 1795322993617148 {
+		t.Errorf("parseStamp = %d, %v", got, err)
+	}
+}
