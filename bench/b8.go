@@ -197,7 +197,7 @@ func runB8(ctx context.Context, e *env) ([]Row, error) {
 	r.Target = "≤ 200 µs/step"
 	r.judge(r.P50 <= 200)
 	slope := float64(runs.p50()-fixed.p50()) / float64(b8Steps) / float64(time.Microsecond)
-	r.note("run time / model calls, full deep middleware stack, memory store; a 1-call run takes p50 %.0f µs, so one more step adds ≈ %.0f µs; %.0f sequential steps/s",
+	r.note("run time / model calls, default deep middleware stack, memory store; a 1-call run takes p50 %.0f µs, so one more step adds ≈ %.0f µs; %.0f sequential steps/s",
 		float64(fixed.p50())/float64(time.Microsecond), slope, 1e6/r.P50)
 	rows = append(rows, r)
 

@@ -20,10 +20,12 @@ func runB9(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	want := e.scale(200, 8)
-	// Creation stops early enough to leave time for the deletes.
+	// Creation stops early enough to leave a quarter of the scenario's
+	// time (at most 15 s) for the deletes.
 	stopAt := time.Now().Add(75 * time.Second)
-	if dl, ok := ctx.Deadline(); ok && dl.Add(-25*time.Second).Before(stopAt) {
-		stopAt = dl.Add(-25 * time.Second)
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		stopAt = time.Now().Add(left - min(left/4, 15*time.Second))
 	}
 	settle := func() (heap, res int64, gr int) {
 		runtime.GC()
@@ -58,18 +60,21 @@ func runB9(ctx context.Context, e *env) ([]Row, error) {
 			return nil, fmt.Errorf("idle sandbox %s: %w", b.id, err)
 		}
 	}
-	h1, r1, g1 := settle()
 	n := len(boxes)
+	if n == 0 {
+		return nil, fmt.Errorf("no sandbox was created within the time budget")
+	}
+	h1, r1, g1 := settle()
 	live := len(e.worker.m.List(nil))
 	count := latencyRow("B9", fmt.Sprintf("idle sandboxes live at once on one worker (%d)", live), unitMs, created)
-	count.Target = fmt.Sprintf("≥ %d on 2 cores / 24 GiB", want)
+	count.Target = "≥ 200 on 2 cores / 24 GiB"
+	if want < 200 {
+		count.Target = fmt.Sprintf("≥ %d (quick; spec: ≥ 200 on 2 cores / 24 GiB)", want)
+	}
 	count.judge(live >= want+1)
 	count.note("figures are the create latency of each sandbox as the count grows; all %d answered Execute(true) afterwards", live)
 	if live < want+1 {
 		count.note("creation stopped at %d by the harness' time budget, not by a failure", live)
-	}
-	if want < 200 {
-		count.note("quick mode: the spec asks for 200")
 	}
 	per := float64(h1-h0) / float64(n) / (1 << 20)
 	mem := Row{Scenario: "B9", Name: "worker heap per idle sandbox", Unit: unitMiB, N: n,

@@ -291,6 +291,21 @@ func writeJSON(dir string, rep *Report) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	// JSON has no NaN or infinity; a figure that came out that way is
+	// written as 0 rather than losing the whole document.
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		for _, f := range []*float64{&r.P50, &r.P95, &r.P99, &r.Max, &r.OpsPerSec} {
+			if math.IsNaN(*f) || math.IsInf(*f, 0) {
+				*f = 0
+			}
+		}
+		for j := range r.Baselines {
+			if b := &r.Baselines[j]; math.IsNaN(b.Ratio) || math.IsInf(b.Ratio, 0) {
+				b.Ratio = 0
+			}
+		}
+	}
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return "", err
