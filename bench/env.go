@@ -42,6 +42,7 @@ const maxMsg = 16 << 20
 type env struct {
 	quick   bool
 	runID   string
+	loadAvg string // at start
 	lg      *zap.Logger
 	log     func(format string, args ...any)
 	started time.Time
@@ -66,6 +67,9 @@ func newEnv(quick bool, lg *zap.Logger, logw io.Writer) *env {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	e := &env{quick: quick, runID: hex.EncodeToString(b), lg: lg, started: time.Now()}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		e.loadAvg = strings.Join(strings.Fields(string(la))[:3], " ")
+	}
 	e.log = func(format string, args ...any) {
 		fmt.Fprintf(logw, "[%6.1fs] %s\n", time.Since(e.started).Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -263,7 +267,7 @@ func (e *env) removeLabelled(ctx context.Context) {
 
 // machine describes this host.
 func (e *env) machine() Machine {
-	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	m := Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvg: e.loadAvg}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}

@@ -128,8 +128,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if m.EngineVersion != "" {
 		engine = fmt.Sprintf("Docker Engine %s (API %s)", m.EngineVersion, m.EngineAPI)
 	}
-	fmt.Fprintf(stdout, "`%s` — %s, %d cores (%s), %d MiB, kernel %s, %s, %s, %.0f s.\n\n",
-		rep.Command, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, engine, m.GoVersion, rep.Seconds)
+	fmt.Fprintf(stdout, "`%s` — %s, %d cores (%s), %d MiB, kernel %s, %s, %s, load average at start %s, %.0f s.\n\n",
+		rep.Command, rep.Started.UTC().Format("2006-01-02 15:04 UTC"), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, engine, m.GoVersion, m.LoadAvg, rep.Seconds)
 	writeTable(stdout, rep.Rows)
 	if p, err := writeJSON(*out, rep); err != nil {
 		fmt.Fprintln(stderr, "bench: write results:", err)

@@ -99,6 +99,9 @@ type Machine struct {
 	GoVersion     string `json:"go_version"`
 	EngineVersion string `json:"engine_version,omitempty"`
 	EngineAPI     string `json:"engine_api,omitempty"`
+	// LoadAvg is /proc/loadavg when the run started: the machines are
+	// shared, and this says how busy it already was.
+	LoadAvg string `json:"load_avg,omitempty"`
 }
 
 // samples are timed observations of one series.
