@@ -22,14 +22,14 @@ const (
 	unitNoData = ""
 )
 
-// Verdicts of a row.
+// Verdicts of a row: the target was met or missed, the scenario errored,
+// the row has no target, or the feature does not exist yet.
 const (
 	verdictPass    = "pass"
 	verdictMiss    = "miss"
 	verdictFail    = "FAIL"
 	verdictInfo    = "info"
 	verdictNotImpl = "not implemented"
-	verdictNotRun  = "not run"
 )
 
 // Baseline is one baseline a row is compared with.
@@ -76,13 +76,18 @@ type Row struct {
 
 // Report is the JSON document of one run.
 type Report struct {
+	// Started and Finished bound the run; Seconds is the difference.
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
 	Seconds  float64   `json:"seconds"`
-	Command  string    `json:"command"`
-	Quick    bool      `json:"quick"`
-	Machine  Machine   `json:"machine"`
-	Rows     []Row     `json:"rows"`
+	// Command is how the harness was invoked.
+	Command string `json:"command"`
+	// Quick is set for a -quick run.
+	Quick bool `json:"quick"`
+	// Machine is where it ran.
+	Machine Machine `json:"machine"`
+	// Rows are the results in report order.
+	Rows []Row `json:"rows"`
 	// Leftovers lists containers and volumes labelled with this run that
 	// remained after cleanup; it must be empty.
 	Leftovers []string `json:"leftovers"`
@@ -92,11 +97,18 @@ type Report struct {
 
 // Machine describes where the run happened.
 type Machine struct {
-	Cores         int    `json:"cores"`
-	CPU           string `json:"cpu"`
-	MemoryMiB     int64  `json:"memory_mib"`
-	Kernel        string `json:"kernel"`
-	GoVersion     string `json:"go_version"`
+	// Cores is the number of logical CPUs.
+	Cores int `json:"cores"`
+	// CPU is the model name from /proc/cpuinfo.
+	CPU string `json:"cpu"`
+	// MemoryMiB is MemTotal.
+	MemoryMiB int64 `json:"memory_mib"`
+	// Kernel is the kernel release.
+	Kernel string `json:"kernel"`
+	// GoVersion is the toolchain that built the harness.
+	GoVersion string `json:"go_version"`
+	// EngineVersion and EngineAPI identify the Docker Engine (empty when
+	// no scenario needed it).
 	EngineVersion string `json:"engine_version,omitempty"`
 	EngineAPI     string `json:"engine_api,omitempty"`
 	// LoadAvg is /proc/loadavg when the run started: the machines are
