@@ -243,23 +243,25 @@ type ViewMessage struct {
 	Index int
 }
 
-// normalizeView returns msgs[start:] with tool messages moved right after
-// their assistant message, in call order.
-func normalizeView(msgs []Message, start int) []ViewMessage {
-	type key struct {
-		assistant int
-		call      int
-	}
-	// A tool message answers the latest unanswered call with its id that
-	// precedes it: providers may reuse ids across steps.
-	open := make(map[string][]key)
-	results := make(map[key]int)
+// callKey names one tool call: its assistant message's log index and its
+// position in that message.
+type callKey struct {
+	assistant int
+	call      int
+}
+
+// matchResults maps each call in msgs[start:] to the log index of the tool
+// message answering it. A tool message answers the latest unanswered call
+// with its id that precedes it: providers may reuse ids across steps.
+func matchResults(msgs []Message, start int) map[callKey]int {
+	open := make(map[string][]callKey)
+	results := make(map[callKey]int)
 	for i := start; i < len(msgs); i++ {
 		m := msgs[i]
 		switch m.Role {
 		case model.RoleAssistant:
 			for j, c := range m.ToolCalls {
-				open[c.ID] = append(open[c.ID], key{i, j})
+				open[c.ID] = append(open[c.ID], callKey{i, j})
 			}
 		case model.RoleTool:
 			if ks := open[m.ToolCallID]; len(ks) > 0 {
@@ -268,6 +270,13 @@ func normalizeView(msgs []Message, start int) []ViewMessage {
 			}
 		}
 	}
+	return results
+}
+
+// normalizeView returns msgs[start:] with tool messages moved right after
+// their assistant message, in call order.
+func normalizeView(msgs []Message, start int) []ViewMessage {
+	results := matchResults(msgs, start)
 	out := make([]ViewMessage, 0, len(msgs)-start)
 	for i := start; i < len(msgs); i++ {
 		m := msgs[i]
@@ -277,7 +286,7 @@ func normalizeView(msgs []Message, start int) []ViewMessage {
 		case model.RoleAssistant:
 			out = append(out, ViewMessage{Message: m, Index: i})
 			for j := range m.ToolCalls {
-				if r, ok := results[key{i, j}]; ok {
+				if r, ok := results[callKey{i, j}]; ok {
 					out = append(out, ViewMessage{Message: msgs[r], Index: r})
 				}
 			}
@@ -300,32 +309,14 @@ func ModelMessages(view []ViewMessage) []model.Message {
 // DanglingCalls returns the tool calls in msgs that have no tool message
 // answering them anywhere after their assistant message, in log order.
 func DanglingCalls(msgs []Message) []DanglingCall {
-	type key struct {
-		assistant int
-		call      int
-	}
-	open := make(map[string][]key)
-	answered := make(map[key]bool)
-	for i, m := range msgs {
-		switch m.Role {
-		case model.RoleAssistant:
-			for j, c := range m.ToolCalls {
-				open[c.ID] = append(open[c.ID], key{i, j})
-			}
-		case model.RoleTool:
-			if ks := open[m.ToolCallID]; len(ks) > 0 {
-				answered[ks[len(ks)-1]] = true
-				open[m.ToolCallID] = ks[:len(ks)-1]
-			}
-		}
-	}
+	results := matchResults(msgs, 0)
 	var out []DanglingCall
 	for i, m := range msgs {
 		if m.Role != model.RoleAssistant {
 			continue
 		}
 		for j, c := range m.ToolCalls {
-			if !answered[key{i, j}] {
+			if _, ok := results[callKey{i, j}]; !ok {
 				out = append(out, DanglingCall{MessageIndex: i, Call: c})
 			}
 		}
