@@ -58,8 +58,8 @@ buf-lint: $(TOOLS)/buf ## buf lint (STANDARD) and buf breaking against the previ
 	@scripts/buf-breaking.sh
 
 .PHONY: verify-mod
-verify-mod: ## Fail if go.mod/go.sum are not tidy (-e: a test-only dependency of modernc.org/sqlite is not on the proxy)
-	$(GO) mod tidy -e -diff
+verify-mod: ## Fail if go.mod/go.sum miss what the build and tests need, or require a module nothing uses
+	@scripts/verify-mod.sh
 
 .PHONY: lint
 lint: $(TOOLS)/staticcheck ## go vet, staticcheck and gofmt
