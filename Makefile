@@ -15,6 +15,8 @@ GRPCURL_VERSION := v1.9.4
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/plumbhq/plumb/internal/version.Version=$(VERSION)
 GOTEST_FLAGS ?=
+# A hang guard for each test binary, far above what a loaded 2-core machine needs.
+TEST_TIMEOUT ?= 30m
 
 .DEFAULT_GOAL := help
 
@@ -68,12 +70,21 @@ lint: $(TOOLS)/staticcheck ## go vet, staticcheck and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || (gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); echo "gofmt needed" >&2; exit 1)
 
 .PHONY: test
-test: verify-generated buf-lint verify-mod lint ## Everything CI runs: generated-code drift, buf, lint, and all tests with -race
-	$(GO) test -race -count=1 $(GOTEST_FLAGS) ./...
+test: test-deps verify-generated buf-lint verify-mod lint ## Everything CI runs: generated-code drift, buf, lint, and all tests with -race
+	@# Everything the tests create carries this run's id; what is left at
+	@# the end is removed and fails the run, even when a test failed.
+	@run=$$(date +%s%N); status=0; \
+	PLUMB_TEST_RUN=$$run $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTEST_FLAGS) ./... || status=$$?; \
+	PLUMB_TEST_RUN=$$run $(GO) run ./internal/tools/leftovers || status=1; \
+	exit $$status
+
+.PHONY: test-deps
+test-deps: ## Install what the tests need from Debian (busybox-static), or name it and stop
+	@scripts/test-deps.sh
 
 .PHONY: test-short
-test-short: ## Only the Go tests, with -race
-	$(GO) test -race $(GOTEST_FLAGS) ./...
+test-short: test-deps ## Only the Go tests, with -race
+	$(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTEST_FLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target briefly (FUZZTIME=10s each)

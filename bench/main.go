@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run, e.g. B1,B2 (default all)")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
+	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,12 +81,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *quick {
 		limit = 2 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
+	if *noBudget {
+		limit = 0
+	}
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
 
 	for _, sc := range picked {
 		budget := sc.budget
-		if *quick {
+		switch {
+		case *noBudget:
+			budget = 0
+		case *quick:
 			budget = sc.quickBudget
 		}
 		e.log("%s: start", strings.Join(sc.ids, "/"))

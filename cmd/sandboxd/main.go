@@ -43,6 +43,10 @@ type Config struct {
 	MaxSandboxes int `yaml:"max_sandboxes"`
 	// MaxMemoryBytes caps the sum of sandbox memory limits (0 = unlimited).
 	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// Labels are added to every container and volume of this worker (for
+	// an operator's own inventory, or a test run's sweep). plumb's own
+	// label keys are refused.
+	Labels map[string]string `yaml:"labels"`
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -92,6 +96,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if defaultImage != "" {
 		cfg.Defaults.Image = defaultImage
 	}
+	if err := checkLabels(cfg.Labels); err != nil {
+		return daemon.Usagef("config file %s: %v", c.ConfigPath, err)
+	}
 	if maxSandboxes < 0 {
 		return daemon.Usagef("--max-sandboxes must not be negative")
 	}
@@ -140,6 +147,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Defaults:       cfg.Defaults,
 		MaxSandboxes:   maxSandboxes,
 		MaxMemoryBytes: cfg.MaxMemoryBytes,
+		ExtraLabels:    cfg.Labels,
 	}, sandbox.WithLogger(lg))
 	if err != nil {
 		return err
@@ -214,4 +222,15 @@ func readAgent(path string) ([]byte, error) {
 		return nil, fmt.Errorf("sandbox-agent binary: %w (build it with make build, or set --agent-binary)", err)
 	}
 	return b, nil
+}
+
+// checkLabels refuses labels that would overwrite plumb's own: the worker
+// reads those back to re-adopt its sandboxes.
+func checkLabels(labels map[string]string) error {
+	for k := range labels {
+		if sandbox.IsOwnLabel(k) {
+			return fmt.Errorf("labels: %q is one of plumb's own label keys", k)
+		}
+	}
+	return nil
 }

@@ -49,6 +49,7 @@ func TestBadStartInputs(t *testing.T) {
 		{"bad grpc addr", nil, []string{"--grpc-addr", ":port"}, "-grpc-addr"},
 		{"missing agent binary", nil, []string{"--agent-binary", "/nonexistent/sandbox-agent"}, "sandbox-agent binary"},
 		{"negative quota", nil, []string{"--max-sandboxes", "-1"}, "must not be negative"},
+		{"own label key", nil, []string{"--config", "testdata/own-label.yaml"}, `"plumb.worker" is one of plumb's own label keys`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

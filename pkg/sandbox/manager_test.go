@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if cli, err := client.New(client.FromEnv); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cs, vs, err := sandboxtest.Leftovers(ctx, cli, "plumb.test", testRun)
+		cs, vs, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.LabelTest, testRun)
 		cancel()
 		if err == nil && (len(cs) > 0 || len(vs) > 0) {
 			fmt.Fprintf(os.Stderr, "leftovers with plumb.test=%s: containers %v volumes %v\n", testRun, cs, vs)
@@ -67,7 +67,7 @@ func newEnvB(t testing.TB) *env {
 		Worker:      e.worker,
 		Agent:       sandboxtest.Agent(t),
 		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 128 << 20, Pids: 64, CPUs: 0.5, TTL: time.Hour},
-		ExtraLabels: map[string]string{"plumb.test": testRun},
+		ExtraLabels: sandboxtest.Labels(testRun),
 	}
 	return e
 }

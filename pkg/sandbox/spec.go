@@ -49,6 +49,18 @@ const (
 	LabelUserPrefix = "plumb.label."
 )
 
+// IsOwnLabel reports whether key is one of the label keys the worker sets
+// and reads back (re-adoption depends on them), including the user-label
+// prefix.
+func IsOwnLabel(key string) bool {
+	switch key {
+	case LabelSandbox, LabelWorker, LabelImage, LabelTemplate, LabelTTL, LabelMemory, LabelCPUs,
+		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom:
+		return true
+	}
+	return strings.HasPrefix(key, LabelUserPrefix)
+}
+
 // Template is a named set of sandbox settings from the worker config; a
 // create request overrides what it sets.
 type Template struct {

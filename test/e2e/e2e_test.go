@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
+	"gopkg.in/yaml.v3"
 )
 
 var bins = map[string]string{}
@@ -88,7 +89,19 @@ func start(t *testing.T) *stack {
 			t.Fatal(err)
 		}
 	}
-	sd := daemontest.Start(t, bins["sandboxd"], "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+	// Every sandbox of this stack carries the test's labels; whatever the
+	// daemons leave (a failed test, a shutdown past its grace) is removed
+	// when the test ends. Registered first, so it runs after they stop.
+	labels, err := yaml.Marshal(map[string]any{"version": 1, "labels": sandboxtest.Labels(worker)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdConfig := filepath.Join(dir, "sandboxd.yaml")
+	if err := os.WriteFile(sdConfig, labels, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.SweepOnCleanup(t, cli, sandboxtest.LabelTest, worker)
+	sd := daemontest.Start(t, bins["sandboxd"], "--config", sdConfig, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
 		"--worker", worker, "--default-image", image, "--delete-sandboxes-on-exit", "--shutdown-grace", "2s",
 		"--token-file", filepath.Join(dir, "sandboxd.token"))
 

@@ -143,9 +143,10 @@ func (h *Harness) check(t *testing.T) {
 	}
 }
 
-// caseTimeout bounds a whole case, seeding included. Hostile cases bound
-// their operations to 10 s on top (§7).
-const caseTimeout = 2 * time.Minute
+// caseTimeout bounds a whole case, seeding included. It is a hang guard,
+// not a speed check: tests run on loaded 2-core machines, and speed is
+// measured by the benchmarks.
+const caseTimeout = 5 * time.Minute
 
 // testCase is one row of the suite.
 type testCase struct {

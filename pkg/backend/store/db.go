@@ -19,6 +19,13 @@ import (
 type DB struct {
 	db    *sql.DB
 	stmts stmts
+	// writer admits one write transaction of this process at a time.
+	// Writers queue here, in order and abandoning the wait when their
+	// context ends, instead of polling SQLite's lock: under load the busy
+	// handler lets a waiter starve past any timeout, while a queue only
+	// makes it wait its turn. The busy timeout is left for other processes
+	// sharing the file.
+	writer chan struct{}
 }
 
 // stmts are the backend's statements, prepared once per DB (database/sql
@@ -67,8 +74,13 @@ func (s *stmts) prepare(ctx context.Context, db *sql.DB) error {
 }
 
 // BusyTimeoutMS is how long a connection waits for SQLite's write lock
-// before failing with "database is busy".
-const BusyTimeoutMS = 5000
+// held by another process before failing with "database is busy". Writers
+// of one process queue in Go and never meet it.
+const BusyTimeoutMS = 30000
+
+// busyTimeoutMS is BusyTimeoutMS; tests lower it to show that writers of
+// one process never depend on it.
+var busyTimeoutMS = BusyTimeoutMS
 
 // ChunkBytes is the size of the chunks file contents are stored in.
 // Streaming reads hold one chunk at a time, so read and grep use memory
@@ -113,12 +125,12 @@ func Open(path string) (*DB, error) {
 	case strings.ContainsRune(path, '?'):
 		return nil, fmt.Errorf("store: open %q: the file name must not contain '?'", path)
 	}
-	dsn := fmt.Sprintf("%s?_busy_timeout=%d&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate", path, BusyTimeoutMS)
+	dsn := fmt.Sprintf("%s?_busy_timeout=%d&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate", path, busyTimeoutMS)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	d := &DB{db: db}
+	d := &DB{db: db, writer: make(chan struct{}, 1)}
 	ctx := context.Background()
 	if err := d.migrate(ctx); err != nil {
 		db.Close()
@@ -157,10 +169,11 @@ func (d *DB) migrate(ctx context.Context) error {
 }
 
 func (d *DB) migrateStep(ctx context.Context) (done bool, err error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, release, err := d.beginWrite(ctx)
 	if err != nil {
 		return false, err
 	}
+	defer release()
 	defer tx.Rollback()
 	var v int
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM store_schema_version`).Scan(&v); err != nil {
@@ -179,6 +192,24 @@ func (d *DB) migrateStep(ctx context.Context) (done bool, err error) {
 		return false, fmt.Errorf("migration %d: %w", v+1, err)
 	}
 	return false, tx.Commit()
+}
+
+// beginWrite waits for this process's turn to write, then begins an
+// IMMEDIATE transaction (the DSN's _txlock). release ends the turn; call it
+// after the transaction commits or rolls back.
+func (d *DB) beginWrite(ctx context.Context) (tx *sql.Tx, release func(), err error) {
+	select {
+	case d.writer <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	release = func() { <-d.writer }
+	tx, err = d.db.BeginTx(ctx, nil)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return tx, release, nil
 }
 
 // dbErr maps a database failure to a *backend.Error (the message is for

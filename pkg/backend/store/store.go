@@ -260,14 +260,16 @@ func (k *sqlKV) Scan(ctx context.Context, from, to string, limit int) ([]kvfs.En
 	return out, dbErr(rows.Err())
 }
 
-// Update runs fn in an IMMEDIATE transaction (the DSN's _txlock), which
-// takes SQLite's write lock at BEGIN: transactions never fail on a lock
-// upgrade, they wait up to the busy timeout.
+// Update runs fn in an IMMEDIATE transaction, which takes SQLite's write
+// lock at BEGIN: transactions never fail on a lock upgrade. Writers of this
+// process queue for their turn (DB.beginWrite), so concurrent writes wait
+// rather than fail with "busy".
 func (k *sqlKV) Update(ctx context.Context, fn func(kvfs.Tx) error) error {
-	tx, err := k.db.db.BeginTx(ctx, nil)
+	tx, release, err := k.db.beginWrite(ctx)
 	if err != nil {
 		return dbErr(err)
 	}
+	defer release()
 	if err := fn(&sqlTx{sqlKV{db: k.db, tx: tx, ns: k.ns}}); err != nil {
 		tx.Rollback()
 		return err

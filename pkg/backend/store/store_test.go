@@ -237,3 +237,43 @@ func TestClosedDB(t *testing.T) {
 		t.Fatalf("write on a closed DB: %#v", err)
 	}
 }
+
+// TestConcurrentWritersQueue is issue 8's "32 writes at once on a loaded
+// host expect 32 successes": with SQLite's busy timeout at 1 ms, any writer
+// of this process that polled the file lock instead of queueing would fail
+// with "busy".
+func TestConcurrentWritersQueue(t *testing.T) {
+	old := busyTimeoutMS
+	busyTimeoutMS = 1
+	t.Cleanup(func() { busyTimeoutMS = old })
+	db, _ := openDB(t)
+	b := newBackend(t, db, "q")
+	const n = 32
+	payload := []byte(strings.Repeat("x", 3*ChunkBytes+1))
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := b.Write(ctx, fmt.Sprintf("/w%02d.txt", i), payload)
+			errs <- err
+		})
+		wg.Go(func() {
+			_, err := b.Write(ctx, "/same.txt", payload)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent write: %v", err)
+		}
+	}
+	entries, err := b.Ls(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries.Entries) != n+1 {
+		t.Errorf("ls / has %d entries, want %d", len(entries.Entries), n+1)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -101,6 +102,28 @@ func Agent(t testing.TB) []byte {
 	return agentBin
 }
 
+// Labels that tests put on every container and volume they create, so
+// that what a test leaves behind can be found and removed.
+const (
+	// LabelTest carries one id per test (or test binary).
+	LabelTest = "plumb.test"
+	// LabelTestRun carries the id of the whole `make test` run (RunEnv).
+	LabelTestRun = "plumb.test-run"
+	// RunEnv is the environment variable `make test` sets to its run id;
+	// at the end of the run it removes and reports anything carrying it.
+	RunEnv = "PLUMB_TEST_RUN"
+)
+
+// Labels returns the labels for the things a test identified by run
+// creates: LabelTest=run, plus LabelTestRun when RunEnv is set.
+func Labels(run string) map[string]string {
+	l := map[string]string{LabelTest: run}
+	if r := os.Getenv(RunEnv); r != "" {
+		l[LabelTestRun] = r
+	}
+	return l
+}
+
 // Leftovers lists the containers and volumes carrying label key=value.
 func Leftovers(ctx context.Context, cli *client.Client, key, value string) (containers, volumes []string, err error) {
 	f := client.Filters{}.Add("label", key+"="+value)
@@ -119,6 +142,47 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) (cont
 		volumes = append(volumes, v.Name)
 	}
 	return containers, volumes, nil
+}
+
+// RemoveLeftovers force-removes the containers, then the volumes, carrying
+// label key=value and returns what it found. err reports what could not be
+// listed or removed.
+func RemoveLeftovers(ctx context.Context, cli *client.Client, key, value string) (containers, volumes []string, err error) {
+	containers, volumes, err = Leftovers(ctx, cli, key, value)
+	if err != nil {
+		return nil, nil, err
+	}
+	var errs []error
+	for _, id := range containers {
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+			errs = append(errs, fmt.Errorf("remove container %s: %w", id, err))
+		}
+	}
+	for _, v := range volumes {
+		if _, err := cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true}); err != nil {
+			errs = append(errs, fmt.Errorf("remove volume %s: %w", v, err))
+		}
+	}
+	return containers, volumes, errors.Join(errs...)
+}
+
+// SweepOnCleanup registers a cleanup that removes whatever still carries
+// label key=value when the test ends, however it ends, and fails the test
+// if something cannot be removed. Register it before starting the
+// processes that create sandboxes, so it runs after they have stopped.
+func SweepOnCleanup(t testing.TB, cli *client.Client, key, value string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cs, vs, err := RemoveLeftovers(ctx, cli, key, value)
+		if len(cs)+len(vs) > 0 {
+			t.Logf("removed what the daemons left with %s=%s: containers %v volumes %v", key, value, cs, vs)
+		}
+		if err != nil {
+			t.Errorf("sweep %s=%s: %v", key, value, err)
+		}
+	})
 }
 
 // Worker is a real sandbox worker for tests: a Manager on the local engine
@@ -156,7 +220,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 	if cfg.Defaults.MemoryBytes == 0 {
 		cfg.Defaults.MemoryBytes = 256 << 20
 	}
-	cfg.ExtraLabels = map[string]string{"plumb.test": run}
+	cfg.ExtraLabels = Labels(run)
 	lg := zaptest.NewLogger(t)
 	m, err := sandbox.NewManager(context.Background(), cli, cfg, sandbox.WithLogger(lg))
 	if err != nil {
@@ -180,7 +244,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// Every container this worker made is hardened.
-		if cs, _, err := Leftovers(ctx, cli, "plumb.test", run); err == nil {
+		if cs, _, err := Leftovers(ctx, cli, LabelTest, run); err == nil {
 			for _, id := range cs {
 				AssertHardened(t, cli, id)
 			}
@@ -189,7 +253,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 			t.Errorf("delete sandboxes: %v", err)
 		}
 		m.Close()
-		cs, vs, err := Leftovers(ctx, cli, "plumb.test", run)
+		cs, vs, err := Leftovers(ctx, cli, LabelTest, run)
 		if err != nil || len(cs)+len(vs) > 0 {
 			t.Errorf("leftovers: containers %v volumes %v (%v)", cs, vs, err)
 		}
