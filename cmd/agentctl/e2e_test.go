@@ -52,7 +52,7 @@ func agentd(t *testing.T) (addr string, model *modeltest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = svc.Shutdown(ctx)
 	})

@@ -130,7 +130,7 @@ func TestVersionAndHelp(t *testing.T) {
 
 func TestServesHealthReflectionAndUnimplemented(t *testing.T) {
 	p := daemontest.Start(t, agentdBin, freeArgs...)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	names, err := daemontest.ListServices(ctx, p.GRPCAddr)
@@ -173,7 +173,7 @@ func TestRunWithoutModelFailsClearly(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "")
 	cmd := append(append([]string{}, freeArgs...), "--default-backend", "state")
 	p := daemontest.Start(t, agentdBin, cmd...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -208,7 +208,7 @@ func TestSIGTERMDuringStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	watch, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
@@ -237,7 +237,7 @@ func TestSIGTERMDuringStream(t *testing.T) {
 	if !sawNotServing {
 		t.Error("stream never reported NOT_SERVING during shutdown")
 	}
-	if code := p.Wait(10 * time.Second); code != 0 {
+	if code := p.Wait(2 * time.Minute); code != 0 {
 		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
 	}
 	if !strings.Contains(p.Stderr(), `"msg":"stopped"`) {

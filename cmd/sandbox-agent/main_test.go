@@ -71,7 +71,7 @@ func TestInitReapsOrphans(t *testing.T) {
 		t.Fatalf("read orphan pid: %q %v", line, err)
 	}
 	// Reaped means gone from /proc; an unreaped orphan stays a zombie.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); os.IsNotExist(err) {
 			break
@@ -93,7 +93,7 @@ func TestInitReapsOrphans(t *testing.T) {
 		if err != nil {
 			t.Fatalf("init exited with %v after SIGTERM, want status 0", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
 		<-done
 		t.Fatal("init did not exit on SIGTERM")
@@ -244,7 +244,7 @@ func TestServe(t *testing.T) {
 		if c != 0 {
 			t.Fatalf("serve exited %d; stderr %s", c, stderr.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("serve did not exit after stdin closed")
 	}
 }

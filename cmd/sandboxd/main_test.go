@@ -64,7 +64,7 @@ func TestBadStartInputs(t *testing.T) {
 func TestServesAndStopsOnSIGTERM(t *testing.T) {
 	sandboxtest.Docker(t)
 	p := daemontest.Start(t, sandboxdBin, append(append([]string{}, freeArgs...), "--worker", "w1", "--shutdown-grace", "1s")...)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	names, err := daemontest.ListServices(ctx, p.GRPCAddr)
 	if err != nil {
@@ -85,7 +85,7 @@ func TestServesAndStopsOnSIGTERM(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.Wait(10 * time.Second); code != 0 {
+	if code := p.Wait(2 * time.Minute); code != 0 {
 		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
 	}
 }

@@ -62,7 +62,7 @@ func TestServeEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	c := plumbv1.NewSandboxServiceClient(conn)
@@ -114,7 +114,7 @@ func TestServeShutdownCancelsLongStreams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("Serve did not return after the grace period")
 	}
 	for {

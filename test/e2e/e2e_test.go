@@ -404,7 +404,7 @@ func TestInterruptSurvivesRestart(t *testing.T) {
 	if err := s.proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s.proc.Wait(10 * time.Second)
+	s.proc.Wait(2 * time.Minute)
 	s.startAgentd(t)
 
 	out, err = s.agentctl(t, "resume", "--json", "--thread", threadID, "--approve-all")

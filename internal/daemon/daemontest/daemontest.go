@@ -86,6 +86,7 @@ type Proc struct {
 func Start(t testing.TB, bin string, args ...string) *Proc {
 	t.Helper()
 	p := &Proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.SysProcAttr = stopWithParent()
 	pipe, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -119,19 +120,30 @@ func Start(t testing.TB, bin string, args ...string) *Proc {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		// Stop it as an operator would, so it can clean up (sandboxd's
+		// --delete-sandboxes-on-exit); kill it only if it hangs.
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(hangGuard):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
 	})
 	select {
 	case <-ready:
 		return p
 	case <-p.done:
 		t.Fatalf("%s exited before serving: %s", bin, p.Stderr())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not start serving: %s", bin, p.Stderr())
+	case <-time.After(hangGuard):
+		t.Fatalf("%s did not start serving within %v: %s", bin, hangGuard, p.Stderr())
 	}
 	return nil
 }
+
+// hangGuard bounds waits for a daemon to start or stop. It tells a hung
+// daemon from a slow one on a loaded machine, so it is generous.
+const hangGuard = 3 * time.Minute
 
 // Signal sends sig to the process.
 func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
