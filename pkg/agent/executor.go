@@ -348,13 +348,20 @@ func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult)
 }
 
 // callModel is the model endpoint: the request on the wire, deltas as
-// events.
+// events. Whatever the middleware did to the messages, every tool call
+// goes out paired with exactly one result: providers reject anything
+// else, which would leave the thread unusable.
 func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Response, error) {
-	msgs := make([]model.Message, 0, len(req.Messages)+1)
+	paired, unanswered, orphans := PairToolCalls(req.Messages)
+	if unanswered > 0 || orphans > 0 {
+		x.lg.Debug("paired tool calls and results in the model request",
+			zap.Int("unanswered-calls", unanswered), zap.Int("orphan-results", orphans))
+	}
+	msgs := make([]model.Message, 0, len(paired)+1)
 	if req.System != "" {
 		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: req.System})
 	}
-	msgs = append(msgs, req.Messages...)
+	msgs = append(msgs, paired...)
 	step := x.rc.Step() + 1
 	mreq := model.Request{
 		Model:       req.Model,
