@@ -357,7 +357,7 @@ func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult)
 			continue
 		}
 		msgs = append(msgs, Message{
-			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name},
+			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name, Images: r.Images},
 			IsError:   r.IsError,
 			CreatedAt: now,
 		})
