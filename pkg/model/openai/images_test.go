@@ -70,7 +70,7 @@ func TestGenerateImagesOnTheWire(t *testing.T) {
 		{Role: model.RoleTool, ToolCallID: "c3", Name: "read_file", Content: "two images", Images: []model.Image{gif, jpg}},
 		{Role: model.RoleUser, Content: "next"},
 		{Role: model.RoleAssistant, ToolCalls: []model.ToolCall{{ID: "c4", Name: "read_file", Args: `{}`}}},
-		{Role: model.RoleTool, ToolCallID: "c4", Name: "read_file", Content: "/g.gif", Images: []model.Image{gif}},
+		{Role: model.RoleTool, ToolCallID: "c4", Content: "/g.gif", Images: []model.Image{gif}},
 	}}
 	if _, err := m.Generate(testContext(t), req, nil); err != nil {
 		t.Fatalf("Generate: %v", err)
@@ -98,7 +98,7 @@ func TestGenerateImagesOnTheWire(t *testing.T) {
 		{"user", "", []string{"next"}},
 		{"assistant", "", []string{""}},
 		{"tool", "c4", []string{"/g.gif"}},
-		{"user", "", []string{"text:The image returned by tool call c4 (read_file):", url(gif)}},
+		{"user", "", []string{"text:The image returned by tool call c4:", url(gif)}},
 	}
 	if len(body.Messages) != len(wants) {
 		t.Fatalf("%d messages on the wire, want %d: %s", len(body.Messages), len(wants), srv.AllRequests()[0].Raw)

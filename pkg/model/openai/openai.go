@@ -337,9 +337,13 @@ func (m *Model) wireRequest(req model.Request) (goopenai.ChatCompletionRequest, 
 				wm.Content = ""
 				wm.MultiContent = append(wm.MultiContent, imageParts(msg.Images)...)
 			case model.RoleTool:
-				label := fmt.Sprintf("The image returned by tool call %s (%s):", msg.ToolCallID, msg.Name)
+				call := msg.ToolCallID
+				if msg.Name != "" {
+					call += " (" + msg.Name + ")"
+				}
+				label := "The image returned by tool call " + call + ":"
 				if len(msg.Images) > 1 {
-					label = fmt.Sprintf("The %d images returned by tool call %s (%s):", len(msg.Images), msg.ToolCallID, msg.Name)
+					label = fmt.Sprintf("The %d images returned by tool call %s:", len(msg.Images), call)
 				}
 				toolImages = append(toolImages, goopenai.ChatMessagePart{Type: goopenai.ChatMessagePartTypeText, Text: label})
 				toolImages = append(toolImages, imageParts(msg.Images)...)
