@@ -67,6 +67,7 @@ type ModelConfig struct {
 	Retry             RetryConfig       `yaml:"retry"`
 	OverflowPatterns  []string          `yaml:"overflow_patterns"`
 	Headers           map[string]string `yaml:"headers"`
+	Vision            bool              `yaml:"vision"` // accepts images: read_file shows it the images it reads
 }
 
 // RetryConfig is a model's `retry`.

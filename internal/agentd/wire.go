@@ -340,7 +340,7 @@ func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, e
 		}
 		if m.BaseURL == "" && apiKey == "" {
 			lg.Warn("model is not configured; runs that use it will fail", zap.String("model", key), zap.String("api-key-env", keyEnv))
-			out[key] = deep.Model{Chat: unconfigured{key: key, env: keyEnv}, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens}
+			out[key] = deep.Model{Chat: unconfigured{key: key, env: keyEnv}, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
 			continue
 		}
 		c, err := openai.New(openai.Config{
@@ -356,7 +356,7 @@ func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, e
 		if err != nil {
 			return nil, fmt.Errorf("models.%s: %w", key, err)
 		}
-		out[key] = deep.Model{Chat: c, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens}
+		out[key] = deep.Model{Chat: c, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
 	}
 	return out, nil
 }

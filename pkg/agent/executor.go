@@ -178,18 +178,7 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 				return loopEnd{kind: endFailed, err: &hookError{"before_model", m.Name(), err}}
 			}
 		}
-		req := &ModelRequest{
-			System:      x.system,
-			Messages:    ModelMessages(x.st.Effective()),
-			Tools:       slices.Clone(x.defs),
-			MaxTokens:   x.cfg.MaxTokens,
-			Temperature: x.cfg.Temperature,
-			State:       x.st,
-			Run:         x.rc,
-			Rebuild:     func() []model.Message { return ModelMessages(x.st.Effective()) },
-		}
-		x.rc.takeReminders() // reminders belong to the batch of this call
-		resp, err := x.modelH(ctx, req)
+		resp, err := x.callChain(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return loopEnd{kind: endStopped}
@@ -227,6 +216,35 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 			return end
 		}
 	}
+}
+
+// callChain builds the request from State and runs the WrapModel chain,
+// once more with a rebuilt request when a middleware asks for it
+// (RetryModelCall).
+func (x *execution) callChain(ctx context.Context) (model.Response, error) {
+	call := func(retry bool) (model.Response, error) {
+		x.rc.takeReminders() // reminders belong to the batch of this call
+		return x.modelH(ctx, &ModelRequest{
+			System:      x.system,
+			Messages:    ModelMessages(x.st.Effective()),
+			Tools:       slices.Clone(x.defs),
+			MaxTokens:   x.cfg.MaxTokens,
+			Temperature: x.cfg.Temperature,
+			State:       x.st,
+			Run:         x.rc,
+			Retry:       retry,
+		})
+	}
+	resp, err := call(false)
+	var retry *RetryModelCall
+	if errors.As(err, &retry) && ctx.Err() == nil {
+		x.lg.Info("retrying the model call with a request rebuilt from the state", zap.Error(retry.Err))
+		resp, err = call(true)
+	}
+	if errors.As(err, &retry) {
+		err = retry.Err
+	}
+	return resp, err
 }
 
 // finishBatch dispatches a step's calls (or, with a plan, the calls still
@@ -339,7 +357,7 @@ func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult)
 			continue
 		}
 		msgs = append(msgs, Message{
-			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name},
+			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name, Images: r.Images},
 			IsError:   r.IsError,
 			CreatedAt: now,
 		})
@@ -348,13 +366,20 @@ func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult)
 }
 
 // callModel is the model endpoint: the request on the wire, deltas as
-// events.
+// events. Whatever the middleware did to the messages, every tool call
+// goes out paired with exactly one result: providers reject anything
+// else, which would leave the thread unusable.
 func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Response, error) {
-	msgs := make([]model.Message, 0, len(req.Messages)+1)
+	paired, unanswered, orphans := PairToolCalls(req.Messages)
+	if unanswered > 0 || orphans > 0 {
+		x.lg.Debug("paired tool calls and results in the model request",
+			zap.Int("unanswered-calls", unanswered), zap.Int("orphan-results", orphans))
+	}
+	msgs := make([]model.Message, 0, len(paired)+1)
 	if req.System != "" {
 		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: req.System})
 	}
-	msgs = append(msgs, req.Messages...)
+	msgs = append(msgs, paired...)
 	step := x.rc.Step() + 1
 	mreq := model.Request{
 		Model:       req.Model,

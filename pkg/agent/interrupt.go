@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/model"
 )
@@ -110,8 +112,12 @@ func DecidedResult(name string, d Decision) (ToolResult, bool) {
 	switch d.Type {
 	case DecisionReject:
 		text := fmt.Sprintf("The user rejected this %s call.", name)
-		if d.Message != "" {
-			text += " Reason: " + d.Message
+		if reason := strings.TrimSpace(d.Message); reason != "" {
+			text += " Reason: " + reason
+			// The reason is a sentence of its own: end it before the next.
+			if r, _ := utf8.DecodeLastRuneInString(reason); !strings.ContainsRune(".!?…。！？", r) {
+				text += "."
+			}
 		}
 		text += " Do not retry it unchanged."
 		return ToolResult{Content: text, IsError: true, Origin: OriginRejected}, true

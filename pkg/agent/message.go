@@ -92,6 +92,9 @@ func cloneMessages(msgs []Message) []Message {
 		if m.ToolCalls != nil {
 			out[i].ToolCalls = append([]model.ToolCall(nil), m.ToolCalls...)
 		}
+		if m.Images != nil {
+			out[i].Images = append([]model.Image(nil), m.Images...) // image bytes are never modified
+		}
 	}
 	return out
 }

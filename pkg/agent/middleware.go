@@ -61,10 +61,27 @@ type ModelRequest struct {
 	State *State
 	// Run is the agent context's run context.
 	Run *RunContext
-	// Rebuild recomputes Messages from State (after a forced
-	// summarization changed the view).
-	Rebuild func() []model.Message
+	// Retry is set on the one retry that follows a RetryModelCall.
+	Retry bool
 }
+
+// RetryModelCall is the error a WrapModel handler returns when it changed
+// State so that the failed call may succeed with a request rebuilt from it
+// (a forced summarization after a context overflow). The executor then
+// rebuilds the request from State and sends it through the whole WrapModel
+// chain once more, with Retry set, so that every middleware shapes it
+// again. Err is the failure that caused the retry; it ends the step when
+// the call was already a retry.
+type RetryModelCall struct {
+	// Err is the failed call's error.
+	Err error
+}
+
+// Error implements error.
+func (e *RetryModelCall) Error() string { return "retry the model call: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *RetryModelCall) Unwrap() error { return e.Err }
 
 // BaseMiddleware implements every hook as a no-op and every wrapper as a
 // pass-through. Embed it and override what you need.

@@ -250,14 +250,14 @@ type callKey struct {
 	call      int
 }
 
-// matchResults maps each call in msgs[start:] to the log index of the tool
+// matchResults maps each call in msgs[start:] to the index of the tool
 // message answering it. A tool message answers the latest unanswered call
 // with its id that precedes it: providers may reuse ids across steps.
-func matchResults(msgs []Message, start int) map[callKey]int {
+func matchResults[T any](msgs []T, start int, get func(*T) *model.Message) map[callKey]int {
 	open := make(map[string][]callKey)
 	results := make(map[callKey]int)
 	for i := start; i < len(msgs); i++ {
-		m := msgs[i]
+		m := get(&msgs[i])
 		switch m.Role {
 		case model.RoleAssistant:
 			for j, c := range m.ToolCalls {
@@ -273,25 +273,53 @@ func matchResults(msgs []Message, start int) map[callKey]int {
 	return results
 }
 
-// normalizeView returns msgs[start:] with tool messages moved right after
-// their assistant message, in call order.
-func normalizeView(msgs []Message, start int) []ViewMessage {
-	results := matchResults(msgs, start)
-	out := make([]ViewMessage, 0, len(msgs)-start)
+// slot is one position of an arranged transcript: the message at index
+// msg, or, when msg is -1, the missing result of the call at key.
+type slot struct {
+	msg int
+	key callKey
+}
+
+// arrange orders msgs[start:] the way a model must see them: every message
+// but tool messages, each assistant message directly followed by the
+// results of its calls in call order, wherever they were appended. A call
+// without a result gets a slot of its own (msg -1); a tool message that
+// answers no call in msgs[start:] gets none.
+func arrange[T any](msgs []T, start int, get func(*T) *model.Message) []slot {
+	results := matchResults(msgs, start, get)
+	out := make([]slot, 0, len(msgs)-start)
 	for i := start; i < len(msgs); i++ {
-		m := msgs[i]
-		switch m.Role {
-		case model.RoleTool:
+		m := get(&msgs[i])
+		if m.Role == model.RoleTool {
 			continue
-		case model.RoleAssistant:
-			out = append(out, ViewMessage{Message: m, Index: i})
-			for j := range m.ToolCalls {
-				if r, ok := results[callKey{i, j}]; ok {
-					out = append(out, ViewMessage{Message: msgs[r], Index: r})
-				}
+		}
+		out = append(out, slot{msg: i})
+		if m.Role != model.RoleAssistant {
+			continue
+		}
+		for j := range m.ToolCalls {
+			k := callKey{i, j}
+			if r, ok := results[k]; ok {
+				out = append(out, slot{msg: r})
+			} else {
+				out = append(out, slot{msg: -1, key: k})
 			}
-		default:
-			out = append(out, ViewMessage{Message: m, Index: i})
+		}
+	}
+	return out
+}
+
+func logMessage(m *Message) *model.Message { return &m.Message }
+
+// normalizeView returns msgs[start:] with tool messages moved right after
+// their assistant message, in call order. Calls without a result stay
+// unanswered in the view: patch_tool_calls answers them in the log, and
+// the model boundary (PairToolCalls) in the request.
+func normalizeView(msgs []Message, start int) []ViewMessage {
+	var out []ViewMessage
+	for _, s := range arrange(msgs, start, logMessage) {
+		if s.msg >= 0 {
+			out = append(out, ViewMessage{Message: msgs[s.msg], Index: s.msg})
 		}
 	}
 	return out
@@ -306,19 +334,59 @@ func ModelMessages(view []ViewMessage) []model.Message {
 	return out
 }
 
+// PairToolCalls returns msgs as a provider accepts them: every assistant
+// tool call directly followed by exactly one tool message answering it, in
+// call order. A call without a result gets a synthetic one
+// (DanglingCallResult); a tool message that answers no call is dropped; a
+// result appended after later messages moves up to its call. unanswered
+// and orphans count the repairs.
+func PairToolCalls(msgs []model.Message) (out []model.Message, unanswered, orphans int) {
+	slots := arrange(msgs, 0, func(m *model.Message) *model.Message { return m })
+	out = make([]model.Message, 0, len(slots))
+	used := 0
+	for _, s := range slots {
+		if s.msg >= 0 {
+			out = append(out, msgs[s.msg])
+			if msgs[s.msg].Role == model.RoleTool {
+				used++
+			}
+			continue
+		}
+		out = append(out, DanglingCallResult(msgs[s.key.assistant].ToolCalls[s.key.call]))
+		unanswered++
+	}
+	for _, m := range msgs {
+		if m.Role == model.RoleTool {
+			orphans++
+		}
+	}
+	return out, unanswered, orphans - used
+}
+
+// DanglingCallResult is the synthetic result of a call that never got one
+// (agent.md §3.2 #5): the run stopped before the call completed, or its
+// arguments were not valid JSON so it never ran. A call without a name is
+// answered as "unknown".
+func DanglingCallResult(c model.ToolCall) model.Message {
+	name := c.Name
+	if name == "" {
+		name = "unknown"
+	}
+	text := fmt.Sprintf("Tool call %s (%s) did not complete: the run stopped before it returned a result.", name, c.ID)
+	var v map[string]any
+	if c.Args != "" && json.Unmarshal([]byte(c.Args), &v) != nil {
+		text = fmt.Sprintf("Tool call %s (%s) was never executed: its arguments were not valid JSON.", name, c.ID)
+	}
+	return model.Message{Role: model.RoleTool, Content: text, ToolCallID: c.ID, Name: name}
+}
+
 // DanglingCalls returns the tool calls in msgs that have no tool message
 // answering them anywhere after their assistant message, in log order.
 func DanglingCalls(msgs []Message) []DanglingCall {
-	results := matchResults(msgs, 0)
 	var out []DanglingCall
-	for i, m := range msgs {
-		if m.Role != model.RoleAssistant {
-			continue
-		}
-		for j, c := range m.ToolCalls {
-			if _, ok := results[callKey{i, j}]; !ok {
-				out = append(out, DanglingCall{MessageIndex: i, Call: c})
-			}
+	for _, s := range arrange(msgs, 0, logMessage) {
+		if s.msg < 0 {
+			out = append(out, DanglingCall{MessageIndex: s.key.assistant, Call: msgs[s.key.assistant].ToolCalls[s.key.call]})
 		}
 	}
 	return out

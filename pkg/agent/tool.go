@@ -172,6 +172,10 @@ type ToolResult struct {
 	ExitCode *int `json:"exit_code,omitempty"`
 	// OffloadedPath is where an evicted result was saved.
 	OffloadedPath string `json:"offloaded_path,omitempty"`
+	// Images go to the model with Content (read_file of an image for a
+	// vision-capable model); Content says what they are. They are kept in
+	// the log but not in tool_result events.
+	Images []model.Image `json:"images,omitempty"`
 	// Reminders lists the reminder blocks appended to Content.
 	Reminders []Reminder `json:"reminders,omitempty"`
 	// Origin says how the result was produced; "" means EXECUTED.

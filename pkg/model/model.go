@@ -42,6 +42,19 @@ type Message struct {
 	ToolCallID string
 	// Name is an optional author name (or, on tool messages, the tool name).
 	Name string
+	// Images are image inputs of a user or tool message (a read_file of an
+	// image for a vision-capable model). Adapters send them as the
+	// provider's image parts; Content still says what they are.
+	Images []Image `json:",omitempty"`
+}
+
+// Image is one image input.
+type Image struct {
+	// MIMEType is the image's type: image/png, image/jpeg, image/gif or
+	// image/webp.
+	MIMEType string `json:"mime_type"`
+	// Data is the image file's bytes.
+	Data []byte `json:"data"`
 }
 
 // ToolCall is one call requested by the model.

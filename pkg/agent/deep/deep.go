@@ -36,6 +36,9 @@ type Model struct {
 	ContextWindow int
 	// MaxOutputTokens caps each call's output; 0 = the client default.
 	MaxOutputTokens int
+	// Vision is set for a model that accepts images: read_file then shows
+	// it the images it reads (others get a text placeholder).
+	Vision bool
 }
 
 // TodosConfig is middleware.todos.
@@ -335,6 +338,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 	if b != nil {
 		fc := mw.Filesystem
 		fc.Preset = pc.Preset
+		fc.Vision = m.Vision
 		stack = append(stack, filesystem.New(b, fc))
 	}
 	if len(pc.Subagents) > 0 && pc.Allow(subagents.ToolName) {

@@ -47,6 +47,8 @@ type env struct {
 	seed map[string][]byte
 	// lastThread is the thread of the latest Run.
 	lastThread string
+	// vision lists the provider model names configured as vision-capable.
+	vision map[string]bool
 }
 
 type option func(*env)
@@ -54,6 +56,17 @@ type option func(*env)
 func withConfig(f func(*deep.Config)) option { return func(e *env) { f(&e.cfg) } }
 
 func withRetry(r openai.RetryConfig) option { return func(e *env) { e.retry = r } }
+
+// withVision configures the models with these provider names as
+// vision-capable.
+func withVision(names ...string) option {
+	return func(e *env) {
+		e.vision = make(map[string]bool)
+		for _, n := range names {
+			e.vision[n] = true
+		}
+	}
+}
 
 // withFiles gives every thread the State backend, persisted with the
 // thread (the default setup of agent.md §11).
@@ -85,7 +98,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return deep.Model{Chat: m, Name: name}
+		return deep.Model{Chat: m, Name: name, Vision: e.vision[name]}
 	}
 	e.cfg.Models = map[string]deep.Model{"smart": newModel(smartModel), "fast": newModel(fastModel)}
 	n := 0

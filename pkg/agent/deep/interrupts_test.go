@@ -70,7 +70,7 @@ var interruptScenarios = []scenario{
 		if r := tr2.result(t, "c1"); r.IsError {
 			t.Errorf("c1 %+v", r)
 		}
-		if r := tr2.result(t, "c2"); !r.IsError || r.Origin != agent.OriginRejected || r.Content != "The user rejected this delete call. Reason: not now Do not retry it unchanged." {
+		if r := tr2.result(t, "c2"); !r.IsError || r.Origin != agent.OriginRejected || r.Content != "The user rejected this delete call. Reason: not now. Do not retry it unchanged." {
 			t.Errorf("c2 %+v", r)
 		}
 		if got, ok := e.readFile("/old.txt"); !ok || got != "keep me" {

@@ -48,6 +48,16 @@ func summarizedEvents(tr *transcript) []agent.Summarized {
 	return out
 }
 
+// priorMessages are n user messages of 500 chars each: enough history for
+// a summary to shrink the context (a summary that would not is skipped).
+func priorMessages(n int) []string {
+	var in []string
+	for i := range n {
+		in = append(in, fmt.Sprintf("prior %d %s", i, strings.Repeat("p", 500)))
+	}
+	return in
+}
+
 const compacted = "user: The earlier part of this conversation was compacted"
 
 var summaryScenarios = []scenario{
@@ -241,10 +251,7 @@ var summaryScenarios = []scenario{
 	{"57_forced_summary_on_overflow", func(t *testing.T) {
 		e := newEnv(t, withFiles(), withSummary(func(c *deep.SummarizationConfig) { c.KeepMessages = 4 }))
 		e.srv.Script("main", modeltest.Text("a"))
-		var in []string
-		for i := range 11 {
-			in = append(in, fmt.Sprintf("prior %d", i))
-		}
+		in := priorMessages(11)
 		tr := e.run(agent.RunInput{Input: in}).must(t)
 		overflow := modeltest.HTTPError(400, nil, modeltest.ErrorBody("invalid_request_error", "context_length_exceeded", "This model's maximum context length is 10 tokens."))
 		e.srv.Script("main", overflow, modeltest.Text("ok"))
@@ -265,10 +272,7 @@ var summaryScenarios = []scenario{
 	{"58_overflow_after_forced_summary", func(t *testing.T) {
 		e := newEnv(t, withFiles(), withSummary(func(c *deep.SummarizationConfig) { c.KeepMessages = 4 }))
 		overflow := modeltest.HTTPError(400, nil, modeltest.ErrorBody("invalid_request_error", "context_length_exceeded", "too long"))
-		var in []string
-		for i := range 12 {
-			in = append(in, fmt.Sprintf("prior %d", i))
-		}
+		in := priorMessages(12)
 		e.srv.Script("main", overflow, overflow)
 		e.srv.Script("main/summarizer", summaries(1, 0)...)
 		tr := e.run(agent.RunInput{Input: in}).must(t)

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -307,11 +308,48 @@ func (m *Model) wireRequest(req model.Request) (goopenai.ChatCompletionRequest, 
 		w.Temperature = *t
 	}
 	w.Messages = make([]goopenai.ChatCompletionMessage, 0, len(req.Messages))
-	for _, msg := range req.Messages {
+	// OpenAI tool messages carry text only: the images of a block of tool
+	// results go in one user message right after the block, each labelled
+	// with its tool call (a user message inside the block would separate
+	// calls from their results).
+	var toolImages []goopenai.ChatMessagePart
+	flush := func() {
+		if len(toolImages) > 0 {
+			w.Messages = append(w.Messages, goopenai.ChatCompletionMessage{Role: goopenai.ChatMessageRoleUser, MultiContent: toolImages})
+			toolImages = nil
+		}
+	}
+	for i, msg := range req.Messages {
+		if msg.Role != model.RoleTool {
+			flush()
+		}
 		wm := goopenai.ChatCompletionMessage{
 			Role:       string(msg.Role),
 			Content:    msg.Content,
 			ToolCallID: msg.ToolCallID,
+		}
+		if len(msg.Images) > 0 {
+			switch msg.Role {
+			case model.RoleUser:
+				if msg.Content != "" {
+					wm.MultiContent = append(wm.MultiContent, goopenai.ChatMessagePart{Type: goopenai.ChatMessagePartTypeText, Text: msg.Content})
+				}
+				wm.Content = ""
+				wm.MultiContent = append(wm.MultiContent, imageParts(msg.Images)...)
+			case model.RoleTool:
+				call := msg.ToolCallID
+				if msg.Name != "" {
+					call += " (" + msg.Name + ")"
+				}
+				label := "The image returned by tool call " + call + ":"
+				if len(msg.Images) > 1 {
+					label = fmt.Sprintf("The %d images returned by tool call %s:", len(msg.Images), call)
+				}
+				toolImages = append(toolImages, goopenai.ChatMessagePart{Type: goopenai.ChatMessagePartTypeText, Text: label})
+				toolImages = append(toolImages, imageParts(msg.Images)...)
+			default:
+				return w, &model.Error{Code: model.CodeBadRequest, Message: fmt.Sprintf("messages[%d]: a %s message cannot carry images", i, msg.Role)}
+			}
 		}
 		// Reasoning is not sent back: some providers (DeepSeek) reject it in
 		// input messages. Tool messages carry no name on the wire.
@@ -327,6 +365,7 @@ func (m *Model) wireRequest(req model.Request) (goopenai.ChatCompletionRequest, 
 		}
 		w.Messages = append(w.Messages, wm)
 	}
+	flush()
 	for _, td := range req.Tools {
 		params := td.Parameters
 		if len(params) == 0 {
@@ -344,6 +383,18 @@ func (m *Model) wireRequest(req model.Request) (goopenai.ChatCompletionRequest, 
 		w.ParallelToolCalls = *p
 	}
 	return w, nil
+}
+
+// imageParts renders images as image_url parts with base64 data URLs.
+func imageParts(images []model.Image) []goopenai.ChatMessagePart {
+	parts := make([]goopenai.ChatMessagePart, len(images))
+	for i, img := range images {
+		parts[i] = goopenai.ChatMessagePart{
+			Type:     goopenai.ChatMessagePartTypeImageURL,
+			ImageURL: &goopenai.ChatMessageImageURL{URL: "data:" + img.MIMEType + ";base64," + base64.StdEncoding.EncodeToString(img.Data)},
+		}
+	}
+	return parts
 }
 
 // firstNonNil returns the first non-nil pointer.

@@ -2,7 +2,15 @@ package filesystem
 
 const lsDescription = `List the direct children of a directory (not recursive), one absolute path per line; directories end with /. Dotfiles are included.`
 
-const readDescription = `Read a text file. The result shows each line with a line-number gutter ("  12  text"); the gutter is not part of the file, so never copy it into edit_file. Reads up to 2000 lines by default; for longer files the result says which offset to continue from (offset is the 0-based line index, limit the number of lines). Very long lines are split into continuation rows (12.1, 12.2, ...). Images and PDFs are reported but not shown. Prefer reading only the part you need.`
+// readDescription is read_file's description; vision says whether the
+// model is shown images.
+func readDescription(vision bool) string {
+	media := "Images and PDFs are reported but not shown."
+	if vision {
+		media = "Images (PNG, JPEG, GIF, WebP) are shown to you; PDFs are reported but not shown."
+	}
+	return `Read a text file. The result shows each line with a line-number gutter ("  12  text"); the gutter is not part of the file, so never copy it into edit_file. Reads up to 2000 lines by default; for longer files the result says which offset to continue from (offset is the 0-based line index, limit the number of lines). Very long lines are split into continuation rows (12.1, 12.2, ...). ` + media + ` Prefer reading only the part you need.`
+}
 
 const writeDescription = `Write a file, creating it (and missing parent directories) or replacing its whole content. To change part of an existing file, prefer edit_file.`
 

@@ -62,6 +62,9 @@ type Config struct {
 	ArtifactsRoot string
 	// Preset is the agent's permission preset ("" = full).
 	Preset tools.Preset
+	// Vision is set when the context's model accepts images: read_file of
+	// an image then attaches it to the result instead of a placeholder.
+	Vision bool
 }
 
 func (c Config) withDefaults() Config {
@@ -180,13 +183,17 @@ func (m *Middleware) noteRead(ctx context.Context, st *agent.State, p string, on
 	})
 }
 
-// WrapModel offloads huge user messages in the request copy and, after
-// the model asked for tools, checks the files this context read for
-// outside changes (the file_modified reminder, once per step).
+// WrapModel offloads huge user messages in the request copy, keeps images
+// from a model without vision, and, after the model asked for tools,
+// checks the files this context read for outside changes (the
+// file_modified reminder, once per step).
 func (m *Middleware) WrapModel(next agent.ModelHandler) agent.ModelHandler {
 	return func(ctx context.Context, req *agent.ModelRequest) (model.Response, error) {
 		r := *req
 		r.Messages = m.offloadUserMessages(ctx, req)
+		if !m.cfg.Vision {
+			r.Messages = withoutImages(r.Messages)
+		}
 		resp, err := next(ctx, &r)
 		if err != nil || len(resp.Message.ToolCalls) == 0 {
 			return resp, err
@@ -265,6 +272,25 @@ func (m *Middleware) offloadUserMessages(ctx context.Context, req *agent.ModelRe
 		}
 		out[i].Content = fmt.Sprintf("[This message is %d characters long, too long to include here. Its full text was saved to %s; read it with read_file (offset, limit) as needed. Its beginning:]\n\n%s",
 			utf8.RuneCountInString(msg.Content), p, m.headPreview(msg.Content))
+	}
+	return out
+}
+
+// noImageNote replaces the images of a message sent to a model without
+// vision (an image read while the thread used a vision-capable model).
+const noImageNote = "\n\n[The image is not shown: this model does not accept images.]"
+
+// withoutImages returns msgs with every image replaced by noImageNote.
+func withoutImages(msgs []model.Message) []model.Message {
+	if !slices.ContainsFunc(msgs, func(m model.Message) bool { return len(m.Images) > 0 }) {
+		return msgs
+	}
+	out := slices.Clone(msgs)
+	for i := range out {
+		if len(out[i].Images) > 0 {
+			out[i].Images = nil
+			out[i].Content += noImageNote
+		}
 	}
 	return out
 }

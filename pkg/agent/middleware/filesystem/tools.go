@@ -2,6 +2,7 @@ package filesystem
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/textops"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/model"
 )
 
 // Tools implements agent.Middleware: the file tools in file-tools §6
@@ -19,7 +21,7 @@ import (
 func (m *Middleware) Tools() []agent.Tool {
 	ts := []agent.Tool{
 		m.tool("ls", lsDescription, `{"path":{"type":"string","description":"Directory to list (absolute); default: the home directory."}}`, nil, m.ls),
-		m.tool("read_file", readDescription, `{"file_path":{"type":"string","description":"Absolute path of the file."},
+		m.tool("read_file", readDescription(m.cfg.Vision), `{"file_path":{"type":"string","description":"Absolute path of the file."},
 "offset":{"type":"integer","description":"0-based index of the first line to read (default 0)."},
 "limit":{"type":"integer","minimum":0,"description":"Number of lines to read (default 2000)."}}`, []string{"file_path"}, m.read),
 		m.tool("write_file", writeDescription, `{"file_path":{"type":"string","description":"Absolute path of the file."},
@@ -191,6 +193,16 @@ func (m *Middleware) read(ctx context.Context, req *agent.ToolRequest) (agent.To
 		return m.errorResult(err), nil
 	}
 	m.noteRead(ctx, req.State, p, false)
+	if m.cfg.Vision && res.Encoding == backend.EncodingBase64 && strings.HasPrefix(res.MimeType, "image/") {
+		data, err := base64.StdEncoding.DecodeString(res.Content)
+		if err != nil {
+			return agent.ToolResult{}, fmt.Errorf("decode %s: %w", p, err)
+		}
+		return agent.ToolResult{
+			Content: fmt.Sprintf("%s: %s, %d bytes. The image is attached.", p, res.MimeType, res.Size),
+			Images:  []model.Image{{MIMEType: res.MimeType, Data: data}},
+		}, nil
+	}
 	return agent.ToolResult{Content: renderRead(p, offset, limit, res)}, nil
 }
 

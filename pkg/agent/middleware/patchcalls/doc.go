@@ -1,7 +1,9 @@
 // Package patchcalls implements the patch_tool_calls middleware (agent.md
 // §3.2 #5): before each Run or Resume it answers every assistant tool call
-// that has no tool message with a synthetic error result, so that the
-// model never sees a call without its result.
+// that has no tool message with a synthetic error result
+// (agent.DanglingCallResult) and persists it, so that the thread's log and
+// transcripts show how the call ended. The executor pairs calls and results
+// at the model boundary whether or not this middleware runs.
 //
 // The message log is append-only, so patches are appended at its end; the
 // executor's effective view (agent.State.Effective) places each of them

@@ -10,22 +10,6 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-func TestText(t *testing.T) {
-	cases := []struct {
-		c    model.ToolCall
-		want string
-	}{
-		{model.ToolCall{ID: "c1", Name: "ls", Args: `{}`}, "Tool call ls (c1) did not complete: the run stopped before it returned a result."},
-		{model.ToolCall{ID: "c2", Name: "", Args: ``}, "Tool call unknown (c2) did not complete: the run stopped before it returned a result."},
-		{model.ToolCall{ID: "c3", Name: "read_file", Args: `{"file_path":"/a`}, "Tool call read_file (c3) was never executed: its arguments were not valid JSON."},
-	}
-	for _, c := range cases {
-		if got := Text(c.c); got != c.want {
-			t.Errorf("%+v: %q", c.c, got)
-		}
-	}
-}
-
 func TestBeforeAgent(t *testing.T) {
 	msg := func(role model.Role, calls ...model.ToolCall) agent.Message {
 		return agent.Message{Message: model.Message{Role: role, ToolCalls: calls}}

@@ -207,9 +207,14 @@ func (m *Middleware) BeforeModel(ctx context.Context, rc *agent.RunContext, st *
 }
 
 // WrapModel records usage for the next count, forces a summarization on a
-// context overflow (then retries once), evicts oversized kept results in
-// the request when the tail alone is too big, and queues the
-// context_usage reminder.
+// context overflow, evicts oversized kept results in the request when the
+// tail alone is too big, and queues the context_usage reminder.
+//
+// After a forced summarization it returns agent.RetryModelCall: the
+// executor rebuilds the request from the new view and sends it through the
+// whole chain once more, so that the middleware outside this one (the
+// filesystem's offload of huge user messages) shape the retry too. A
+// retry that overflows again fails with the overflow error.
 func (m *Middleware) WrapModel(next agent.ModelHandler) agent.ModelHandler {
 	return func(ctx context.Context, req *agent.ModelRequest) (model.Response, error) {
 		overhead := utf8.RuneCountInString(req.System)
@@ -219,17 +224,15 @@ func (m *Middleware) WrapModel(next agent.ModelHandler) agent.ModelHandler {
 		r := *req
 		r.Messages = m.evictTail(ctx, req, overhead)
 		resp, err := next(ctx, &r)
-		if err != nil && model.IsContextOverflow(err) && ctx.Err() == nil {
+		if err != nil && !req.Retry && model.IsContextOverflow(err) && ctx.Err() == nil {
 			done, serr := m.summarize(ctx, req.Run, req.State, m.count(req.State), true)
-			if serr != nil || !done {
-				return resp, err
+			if serr != nil {
+				req.Run.Logger.Warn("forced summarization failed", zap.Error(serr))
 			}
-			r = *req
-			if req.Rebuild != nil {
-				r.Messages = req.Rebuild()
+			if done {
+				return resp, &agent.RetryModelCall{Err: err}
 			}
-			r.Messages = m.evictTail(ctx, &r, overhead)
-			resp, err = next(ctx, &r)
+			return resp, err
 		}
 		if err != nil {
 			return resp, err
@@ -338,27 +341,35 @@ func (m *Middleware) summarize(ctx context.Context, rc *agent.RunContext, st *ag
 	}
 	slice := view[lo:c]
 	first, last := slice[0].Index, slice[len(slice)-1].Index
-	transcript := m.offload(ctx, rc, slice)
+	// A summary replaces view[:c] (the previous summary included); one that
+	// is not smaller would only grow the context, so it is not kept.
+	removed := 0
+	for _, v := range view[:c] {
+		removed += tokens(Chars(v.Message.Message))
+	}
+	transcript := m.transcriptPath(rc)
+	skip := func(reason string, added int) (bool, error) {
+		rc.Logger.Info("summarization skipped: "+reason, zap.Bool("forced", forced),
+			zap.Int("tokens-removed", removed), zap.Int("tokens-added", added))
+		return false, nil
+	}
+	if n := tokens(utf8.RuneCountInString(summaryMessage(transcript, ""))); n >= removed {
+		return skip("the summarized messages are smaller than an empty summary", n)
+	}
 	prev := st.Summary()
 	text, fallback := m.write(ctx, rc, st, prev, slice)
+	if n := tokens(utf8.RuneCountInString(summaryMessage(transcript, text))); n >= removed {
+		return skip("the summary is not smaller than the messages it replaces", n)
+	}
+	if !m.offload(ctx, rc, transcript, slice) {
+		transcript = ""
+	}
 
 	sum := agent.Summary{Cutoff: view[c].Index, Text: text, TranscriptPath: transcript, TokensBefore: before, Fallback: fallback}
-	var b strings.Builder
-	b.WriteString("The earlier part of this conversation was compacted to save context.")
-	if transcript != "" {
-		fmt.Fprintf(&b, " Its full transcript is at %s; read it with read_file when you need details.", transcript)
-	}
-	b.WriteString(" Summary of the earlier conversation:\n<summary>\n")
-	b.WriteString(strings.TrimSpace(text))
-	b.WriteString("\n</summary>")
-	sum.Message = b.String()
+	sum.Message = summaryMessage(transcript, text)
 	// Relative to before, so that it shares before's basis (reported usage
 	// or an estimate): minus what left the view, plus the summary message.
-	after := before + tokens(utf8.RuneCountInString(sum.Message))
-	for _, v := range view[:c] {
-		after -= tokens(Chars(v.Message.Message))
-	}
-	after = max(after, 0)
+	after := max(before+tokens(utf8.RuneCountInString(sum.Message))-removed, 0)
 	sum.TokensAfter = after
 	if err := st.SetSummary(sum); err != nil {
 		return false, err
@@ -419,13 +430,35 @@ func (m *Middleware) cutoff(view []agent.ViewMessage, lo, keepTok, keepMsgs int)
 	return c
 }
 
-// offload appends the summarized slice to the transcript file (§7 step 4)
-// and returns its path, or "" when that failed.
-func (m *Middleware) offload(ctx context.Context, rc *agent.RunContext, slice []agent.ViewMessage) string {
+// summaryMessage is the text of the summary message (§7 step 7); without a
+// transcript it omits the sentence that points to it.
+func summaryMessage(transcript, text string) string {
+	var b strings.Builder
+	b.WriteString("The earlier part of this conversation was compacted to save context.")
+	if transcript != "" {
+		fmt.Fprintf(&b, " Its full transcript is at %s; read it with read_file when you need details.", transcript)
+	}
+	b.WriteString(" Summary of the earlier conversation:\n<summary>\n")
+	b.WriteString(strings.TrimSpace(text))
+	b.WriteString("\n</summary>")
+	return b.String()
+}
+
+// transcriptPath is the context's transcript file, or "" without a
+// backend.
+func (m *Middleware) transcriptPath(rc *agent.RunContext) string {
 	if m.cfg.Backend == nil {
 		return ""
 	}
-	p := vpath.Join(m.cfg.ArtifactsRoot, "conversation_history/"+session(rc)+".md")
+	return vpath.Join(m.cfg.ArtifactsRoot, "conversation_history/"+session(rc)+".md")
+}
+
+// offload appends the summarized slice to the transcript file p (§7 step
+// 4) and reports whether it was saved.
+func (m *Middleware) offload(ctx context.Context, rc *agent.RunContext, p string, slice []agent.ViewMessage) bool {
+	if p == "" {
+		return false
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Summarized at %s (agent %s, messages %d-%d)\n\n", rc.Now().UTC().Format(time.RFC3339),
 		rc.AgentPath, slice[0].Index, slice[len(slice)-1].Index)
@@ -461,9 +494,9 @@ func (m *Middleware) offload(ctx context.Context, rc *agent.RunContext, slice []
 	}
 	if err != nil {
 		rc.Logger.Warn("transcript offload failed", zap.String("path", p), zap.Error(err))
-		return ""
+		return false
 	}
-	return p
+	return true
 }
 
 func xmlEscape(s string) string {
