@@ -112,6 +112,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
 		DetachOnDisconnect: sc.DetachOnDisconnect,
 		ReplayRetention:    sc.ReplayRetention,
+		ReplayMaxEvents:    sc.ReplayMaxEvents,
+		ReplayMaxBytes:     int(sc.ReplayMaxBytes),
 		MaxIterations:      core.Config.Limits.MaxIterations,
 		RunTimeout:         core.Config.Limits.RunTimeout,
 		Models:             core.ModelKeys(),

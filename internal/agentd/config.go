@@ -41,7 +41,12 @@ type ServerConfig struct {
 	MaxConcurrentRuns  int           `yaml:"max_concurrent_runs"`
 	DetachOnDisconnect bool          `yaml:"detach_on_disconnect"`
 	ReplayRetention    time.Duration `yaml:"replay_retention"`
-	ShutdownGrace      time.Duration `yaml:"shutdown_grace"`
+	// ReplayMaxEvents and ReplayMaxBytes cap each run's replay log (0 =
+	// 10,000 events, 16 MiB); a client stream that falls further behind
+	// its run ends with RESOURCE_EXHAUSTED (STREAM_LAGGING).
+	ReplayMaxEvents int           `yaml:"replay_max_events"`
+	ReplayMaxBytes  Quantity      `yaml:"replay_max_bytes"`
+	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`
 }
 
 // StorageConfig is `storage`.

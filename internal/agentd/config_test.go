@@ -58,6 +58,7 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"fraction", "middleware:\n  summarization: {trigger_fraction: 1.5}\n", "trigger_fraction"},
 		{"decision", "agents:\n  main:\n    interrupt_on:\n      execute: {allowed: [maybe]}\n", "agents.main.interrupt_on.execute.allowed"},
 		{"negative duration", "limits: {tool_timeout: -1s}\n", "limits.tool_timeout"},
+		{"negative replay cap", "server: {replay_max_events: -1}\n", "server.replay_max_events"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
 	}
 	for _, tt := range tests {
@@ -78,6 +79,17 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 				t.Fatalf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+// The replay log caps of the server section (the bytes cap as a size).
+func TestReplayCaps(t *testing.T) {
+	cfg, err := Parse([]byte("server: {replay_max_events: 500, replay_max_bytes: 4Mi}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.ReplayMaxEvents != 500 || cfg.Server.ReplayMaxBytes != 4<<20 {
+		t.Errorf("server %+v", cfg.Server)
 	}
 }
 

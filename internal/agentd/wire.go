@@ -311,6 +311,11 @@ func validate(cfg *Config) error {
 			return fmt.Errorf("%s: %g must lie in (0, 1]", f.name, f.v)
 		}
 	}
+	for name, n := range map[string]int64{"server.replay_max_events": int64(cfg.Server.ReplayMaxEvents), "server.replay_max_bytes": int64(cfg.Server.ReplayMaxBytes)} {
+		if n < 0 {
+			return fmt.Errorf("%s: %d must not be negative (0 takes the default)", name, n)
+		}
+	}
 	for name, d := range map[string]int64{
 		"server.replay_retention": int64(cfg.Server.ReplayRetention), "server.shutdown_grace": int64(cfg.Server.ShutdownGrace),
 		"limits.run_timeout": int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),

@@ -69,6 +69,7 @@ const (
 	ReasonThreadBusy         = "THREAD_BUSY"
 	ReasonConflict           = "CONFLICT"
 	ReasonReplayOutOfRange   = "REPLAY_OUT_OF_RANGE"
+	ReasonStreamLagging      = "STREAM_LAGGING"
 	ReasonNoRunSlot          = "NO_RUN_SLOT"
 	ReasonShuttingDown       = "SHUTTING_DOWN"
 	ReasonStorageBusy        = "STORAGE_BUSY"
@@ -108,6 +109,7 @@ func agentStatus(err error) (_ error, ok bool) {
 		pe  *agent.PendingInterruptError
 		se  *agent.StaleInterruptError
 		oor *runs.OutOfRangeError
+		lag *runs.LagError
 	)
 	switch {
 	case errors.As(err, &re):
@@ -123,6 +125,9 @@ func agentStatus(err error) (_ error, ok bool) {
 	case errors.As(err, &oor):
 		return withInfo(codes.OutOfRange, oor.Error(), ReasonReplayOutOfRange,
 			map[string]string{"thread_id": oor.ThreadID, "oldest_sequence": fmt.Sprint(oor.Oldest)}), true
+	case errors.As(err, &lag):
+		return withInfo(codes.ResourceExhausted, lag.Error(), ReasonStreamLagging,
+			map[string]string{"thread_id": lag.ThreadID, "last_sequence": fmt.Sprint(lag.Last), "oldest_sequence": fmt.Sprint(lag.Oldest)}), true
 	case errors.Is(err, agent.ErrInvalidInput):
 		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
 	case errors.Is(err, agent.ErrNoPendingInterrupt):

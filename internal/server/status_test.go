@@ -45,6 +45,8 @@ func TestStatus(t *testing.T) {
 		{"no run", fmt.Errorf("thread t1: %w", runs.ErrNoRun), codes.NotFound, server.ReasonRunNotFound, nil, nil},
 		{"out of range", &runs.OutOfRangeError{ThreadID: "t1", After: 1, Oldest: 5}, codes.OutOfRange, server.ReasonReplayOutOfRange,
 			map[string]string{"thread_id": "t1", "oldest_sequence": "5"}, nil},
+		{"lagging", &runs.LagError{ThreadID: "t1", Last: 7, Oldest: 9}, codes.ResourceExhausted, server.ReasonStreamLagging,
+			map[string]string{"thread_id": "t1", "last_sequence": "7", "oldest_sequence": "9"}, nil},
 		{"running", fmt.Errorf("delete: %w", runs.ErrRunning), codes.FailedPrecondition, server.ReasonThreadRunning, nil, nil},
 		{"no slot", runs.ErrNoSlot, codes.ResourceExhausted, server.ReasonNoRunSlot, nil, nil},
 		{"shutting down", runs.ErrShuttingDown, codes.Unavailable, server.ReasonShuttingDown, nil, nil},

@@ -17,6 +17,8 @@
 //		MaxConcurrentRuns:  cfg.Server.MaxConcurrentRuns,
 //		DetachOnDisconnect: cfg.Server.DetachOnDisconnect,
 //		ReplayRetention:    cfg.Server.ReplayRetention,
+//		ReplayMaxEvents:    cfg.Server.ReplayMaxEvents,
+//		ReplayMaxBytes:     cfg.Server.ReplayMaxBytes,
 //		MaxIterations:      cfg.Limits.MaxIterations,
 //		RunTimeout:         cfg.Limits.RunTimeout,
 //		Models:             modelKeys,

@@ -45,6 +45,7 @@ type env struct {
 	svc   *agentsvc.Service
 	c     plumbv1.AgentServiceClient
 	store agent.Store
+	lis   *bufconn.Listener
 
 	mu      sync.Mutex
 	deleted []*agent.ThreadData // OnDeleteThread calls
@@ -128,30 +129,39 @@ func newEnv(t *testing.T, opts ...option) *env {
 		t.Fatal(err)
 	}
 
-	lis := bufconn.Listen(1 << 20)
+	e.lis = bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
 	plumbv1.RegisterAgentServiceServer(gs, e.svc)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_ = gs.Serve(lis)
+		_ = gs.Serve(e.lis)
 	}()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.c = plumbv1.NewAgentServiceClient(conn)
 	t.Cleanup(func() {
-		conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = e.svc.Shutdown(ctx)
 		gs.Stop()
 		<-served
 	})
+	e.c = e.dial()
 	return e
+}
+
+// dial opens another client connection to the service (closed when the
+// test ends).
+func (e *env) dial(opts ...grpc.DialOption) plumbv1.AgentServiceClient {
+	e.t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return e.lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, opts...)
+	conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	return plumbv1.NewAgentServiceClient(conn)
 }
 
 // ctx is a test context with a deadline, so a broken test fails instead of

@@ -104,8 +104,13 @@ type Config struct {
 	DetachOnDisconnect bool
 	// ReplayRetention is server.replay_retention (0 = 5m).
 	ReplayRetention time.Duration
-	// ReplayMaxEvents caps each replay log (0 = 10,000).
+	// ReplayMaxEvents and ReplayMaxBytes (encoded size) cap each run's
+	// replay log (server.replay_max_events, server.replay_max_bytes; 0 =
+	// 10,000 events, 16 MiB). A stream that falls further behind its run
+	// ends with RESOURCE_EXHAUSTED (STREAM_LAGGING) instead of holding the
+	// events in memory.
 	ReplayMaxEvents int
+	ReplayMaxBytes  int
 	// MaxIterations and RunTimeout are limits.max_iterations and
 	// limits.run_timeout: a request asking for more is INVALID_ARGUMENT.
 	// 0 leaves the check to the runtime (which caps silently).
@@ -160,7 +165,7 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	if cfg.Threads == nil {
 		return nil, errors.New("agentsvc: a thread store is required")
 	}
-	if cfg.MaxConcurrentRuns < 0 || cfg.ReplayRetention < 0 || cfg.ReplayMaxEvents < 0 || cfg.MaxIterations < 0 || cfg.RunTimeout < 0 {
+	if cfg.MaxConcurrentRuns < 0 || cfg.ReplayRetention < 0 || cfg.ReplayMaxEvents < 0 || cfg.ReplayMaxBytes < 0 || cfg.MaxIterations < 0 || cfg.RunTimeout < 0 {
 		return nil, errors.New("agentsvc: limits must not be negative")
 	}
 	s := &Service{cfg: cfg, rt: cfg.Runtime, threads: cfg.Threads}
@@ -178,7 +183,8 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 		s.newID = func() string { return ulid.Make().String() }
 	}
 	s.reg = runs.New(runs.Options{
-		MaxRuns: cfg.MaxConcurrentRuns, Retention: cfg.ReplayRetention, MaxEvents: cfg.ReplayMaxEvents, Now: s.clock.Now,
+		MaxRuns: cfg.MaxConcurrentRuns, Retention: cfg.ReplayRetention, MaxEvents: cfg.ReplayMaxEvents,
+		MaxBytes: cfg.ReplayMaxBytes, Now: s.clock.Now,
 	})
 	return s, nil
 }

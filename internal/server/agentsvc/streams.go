@@ -47,26 +47,38 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 
 // serve runs one segment: it takes the thread and a run slot in the
 // registry, starts the runtime call in a goroutine and streams the
-// segment's log to the client. The run's context is the stream's, or,
-// when detached, a context that outlives the stream (the runtime bounds
-// it with the run deadline; Cancel and Shutdown cancel it).
+// segment's log to the client. The run's context outlives the stream;
+// unless the run is detached, the stream's end (the client leaving) cancels
+// it and the stream's deadline bounds it (the runtime adds the run
+// deadline; Cancel and Shutdown cancel it). A stream cut because its
+// client fell behind (*runs.LagError) leaves the run going, detached, so
+// that the client can Attach again.
 func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind string,
 	call func(context.Context, agent.Sink) error, send func(*plumbv1.Event) error) error {
 	detach = detach || s.cfg.DetachOnDisconnect
-	base := ctx
-	if detach {
-		base = context.WithoutCancel(ctx)
+	base, stopDeadline := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok && !detach {
+		base, stopDeadline = context.WithDeadline(base, dl)
 	}
 	runCtx, cancel := context.WithCancel(base)
-	r, err := s.reg.Begin(threadID, cancel)
+	cancelRun := func() { cancel(); stopDeadline() }
+	r, err := s.reg.Begin(threadID, cancelRun)
 	if err != nil {
-		cancel()
+		cancelRun()
 		return server.Status(err)
+	}
+	stop := func() bool { return false }
+	if !detach {
+		stop = context.AfterFunc(ctx, func() {
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) { // runCtx has the same deadline
+				cancelRun()
+			}
+		})
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer cancel()
+		defer cancelRun()
 		err := call(runCtx, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) })
 		if err != nil && r.RunID() != "" {
 			s.lg.Error("the runtime failed after run_started", zap.String("thread-id", r.ThreadID()), zap.String("run-id", r.RunID()), zap.Error(err))
@@ -84,6 +96,11 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 		// attached.
 		lg.Debug("client left the stream", zap.Error(err))
 		return server.Status(ctx.Err())
+	}
+	if errors.Is(err, runs.ErrLagging) {
+		stop()
+		lg.Warn("the client fell behind; stream cut, the run goes on detached", zap.Error(err))
+		return server.Status(err)
 	}
 	st := server.Status(err)
 	if status.Code(st) == codes.Internal {

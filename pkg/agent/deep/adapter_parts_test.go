@@ -1,19 +1,19 @@
 package deep_test
 
 import (
-	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
-	"time"
 
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
 
-// TestAdapterScenarioParts covers the agent-core side of scenarios whose
-// full form needs the gRPC adapter (47, 73) and the ListAgents data.
+// TestAdapterScenarioParts covers scenarios 47 and 73, which hinge on the
+// gRPC adapter's own checks, and ListAgents.
 func TestAdapterScenarioParts(t *testing.T) {
 	t.Run("47_client_tool_clash", func(t *testing.T) {
 		e := newEnv(t, withFiles())
@@ -24,46 +24,51 @@ func TestAdapterScenarioParts(t *testing.T) {
 	})
 	t.Run("73_thread_busy", func(t *testing.T) {
 		e := newEnv(t)
-		e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":10000}`)))
-		ctx, cancel := context.WithCancel(t.Context())
-		started := make(chan string, 1)
-		done := make(chan *agent.RunResult, 1)
-		go func() {
-			res, _ := e.rt.Run(ctx, input("go"), func(ev agent.Event) {
-				if _, ok := ev.Payload.(agent.ToolCallStarted); ok {
-					started <- ev.ThreadID
-				}
-			})
-			done <- res
-		}()
+		e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":60000}`)))
+		s, err := e.c.Run(e.ctx(), runRequest(input("go")))
+		if err != nil {
+			t.Fatal(err)
+		}
 		var thread string
-		select {
-		case thread = <-started:
-		case <-time.After(5 * time.Second):
-			t.Fatal("first run did not start its tool")
+		for thread == "" {
+			m, err := s.Recv()
+			if err != nil {
+				t.Fatalf("first run ended before its tool started: %v", err)
+			}
+			if m.GetEvent().GetToolCallStarted() != nil {
+				thread = m.GetEvent().GetThreadId()
+			}
 		}
 		tr := e.run(agent.RunInput{ThreadID: thread, Input: []string{"again"}})
-		if !errors.Is(tr.err, agent.ErrThreadBusy) {
-			t.Errorf("second run: %v", tr.err)
+		if !errors.Is(tr.err, agent.ErrThreadBusy) || len(tr.events) != 0 {
+			t.Errorf("second run: %v, %d events", tr.err, len(tr.events))
 		}
-		if !e.rt.Runner().Active(thread) {
-			t.Error("thread not active")
+		if th, err := e.c.GetThread(e.ctx(), &plumbv1.GetThreadRequest{ThreadId: thread}); err != nil || th.GetThread().GetStatus() != plumbv1.ThreadStatus_THREAD_STATUS_RUNNING {
+			t.Errorf("thread not running: %v, %v", th, err)
 		}
-		cancel()
-		if res := <-done; res.Status != agent.StatusCancelled {
-			t.Errorf("first run %s", res.Status)
+		if _, err := e.c.Cancel(e.ctx(), &plumbv1.CancelRequest{ThreadId: thread}); err != nil {
+			t.Fatal(err)
 		}
+		rest := receive(t, s, nil)
+		if rest.err != nil {
+			t.Fatal(rest.err)
+		}
+		rest.finished(t, agent.StatusCancelled)
 	})
 	t.Run("list_agents", func(t *testing.T) {
 		e := newEnv(t, withSubagents(map[string]profile.Profile{"researcher": researcher}))
+		res, err := e.c.ListAgents(e.ctx(), &plumbv1.ListAgentsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var names []string
-		for _, a := range e.rt.ListAgents() {
-			names = append(names, string(a.Kind)+":"+a.Name)
-			if a.Name == "researcher" && (a.Model != "fast" || !slices.Equal(a.Subagents, []string{"explore"})) {
-				t.Errorf("researcher %+v", a)
+		for _, a := range res.GetAgents() {
+			names = append(names, strings.TrimPrefix(a.GetKind().String(), "AGENT_KIND_")+":"+a.GetName())
+			if a.GetName() == "researcher" && (a.GetModel() != "fast" || !slices.Equal(a.GetSubagents(), []string{"explore"})) {
+				t.Errorf("researcher %v", a)
 			}
-			if a.Name == "main" && (a.Model != "smart" || len(a.Subagents) != 4) {
-				t.Errorf("main %+v", a)
+			if a.GetName() == "main" && (a.GetModel() != "smart" || len(a.GetSubagents()) != 4) {
+				t.Errorf("main %v", a)
 			}
 		}
 		want := []string{"PRIMARY:main", "PRIMARY:plan", "SUBAGENT:bash", "SUBAGENT:explore", "SUBAGENT:general-purpose", "SUBAGENT:researcher"}

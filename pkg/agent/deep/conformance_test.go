@@ -19,11 +19,13 @@ type scenario struct {
 	run  func(t *testing.T)
 }
 
-// TestConformance runs the agent.md §11 scenarios that the agent core
-// owns. Scenarios 47, 71, 73 and 77 exercise the gRPC adapter (client tool
-// validation before run_started, detach/Attach replay, the Cancel RPC and
-// thread listing/deletion) and live with it; 10–15 and 62–68 are also
-// covered at the adapter level in pkg/model/openai.
+// TestConformance runs the agent.md §11 scenarios as a client sees them:
+// every Run and Resume goes through AgentService over bufconn to the deep
+// runtime on SQLite (harness_test.go). Scenarios 47 and 73 are in
+// TestAdapterScenarioParts; 71 (detach and Attach) and 77 (listing and
+// deleting threads) live with the adapter's tests in
+// internal/server/agentsvc; 10–15 and 62–68 are also covered at the
+// adapter level in pkg/model/openai.
 func TestConformance(t *testing.T) {
 	var all []scenario
 	all = append(all, loopScenarios...)

@@ -1,10 +1,14 @@
 package deep_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,13 +19,20 @@ import (
 
 	goopenai "github.com/sashabaranov/go-openai"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
-	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden event transcripts in testdata/")
@@ -32,16 +43,19 @@ const (
 	fastModel  = "qwen3-8b-instruct"
 )
 
-// env is one conformance setup: agentd's agent core (deep.Runtime over a
-// memory store) talking to a scripted OpenAI-compatible server through the
-// real go-openai adapter.
+// env is one conformance setup as agent.md §11 describes it: agentd's
+// AgentService over bufconn, driving the agent core (deep.Runtime) on a
+// SQLite thread store, the core talking to a scripted OpenAI-compatible
+// server through the real go-openai adapter. Scenarios see what a gRPC
+// client receives: events and status errors are decoded from the wire
+// (decode_test.go), golden transcripts are the wire events.
 type env struct {
 	t     *testing.T
 	srv   *modeltest.Server
-	store *agent.MemoryStore
+	store *sqlite.Store
 	kit   *tools.TestKit
 	cfg   deep.Config
-	rt    *deep.Runtime
+	c     plumbv1.AgentServiceClient
 	retry openai.RetryConfig
 	// seed holds files for the next Run (RunRequest.files).
 	seed map[string][]byte
@@ -77,9 +91,15 @@ func withFiles() option {
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
 	e := &env{
-		t: t, srv: modeltest.New(t), store: agent.NewMemoryStore(), kit: tools.NewTestKit(),
+		t: t, srv: modeltest.New(t), kit: tools.NewTestKit(),
 		retry: openai.RetryConfig{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond},
 	}
+	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "threads.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e.store = store
 	reg := tools.NewRegistry()
 	if err := reg.RegisterGroup(tools.TestKitGroup, e.kit.Tools()...); err != nil {
 		t.Fatal(err)
@@ -87,7 +107,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	e.cfg = deep.Config{
 		DefaultModel: "smart",
 		Tools:        reg,
-		Store:        e.store,
+		Store:        store,
 		Limits:       agent.Limits{CancelGrace: time.Second},
 	}
 	for _, o := range opts {
@@ -109,44 +129,101 @@ func newEnv(t *testing.T, opts ...option) *env {
 		n++
 		return fmt.Sprintf("id-%03d", n)
 	}
-	rt, err := deep.New(e.cfg, deep.WithLogger(zaptest.NewLogger(t)), deep.WithIDs(ids))
+	lg := zaptest.NewLogger(t)
+	rt, err := deep.New(e.cfg, deep.WithLogger(lg), deep.WithIDs(ids))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.rt = rt
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.SQLiteThreads(store), Models: []string{"fast", "smart"}},
+		agentsvc.WithLogger(lg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	plumbv1.RegisterAgentServiceServer(gs, svc)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = svc.Shutdown(ctx)
+		gs.Stop()
+		<-served
+	})
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	e.c = plumbv1.NewAgentServiceClient(conn)
 	return e
 }
 
-// transcript is what one Run or Resume produced.
+// ctx is a context for one RPC: the test's, with a deadline as a hang
+// guard.
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(e.t.Context(), time.Minute)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// transcript is what one Run or Resume stream delivered to the client.
 type transcript struct {
-	res    *agent.RunResult
-	err    error
+	// res holds the thread and run ids of run_started (nil when the
+	// stream failed before it).
+	res *agent.RunResult
+	// err is the stream's status decoded into the agent error it stands
+	// for (nil for OK).
+	err error
+	// events are the received events decoded into the domain; wire holds
+	// them as received.
 	events []agent.Event
+	wire   []*plumbv1.Event
 }
 
-type collector struct {
-	mu     sync.Mutex
-	events []agent.Event
+// eventStream is the client side of Run, Resume and Attach.
+type eventStream[M any] interface {
+	Recv() (*M, error)
 }
 
-func (c *collector) sink(ev agent.Event) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.events = append(c.events, ev)
-}
-
-func (c *collector) all() []agent.Event {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.events)
+// receive reads a stream to its end.
+func receive[M any, P interface {
+	*M
+	GetEvent() *plumbv1.Event
+}](t *testing.T, s eventStream[M], err error) *transcript {
+	t.Helper()
+	tr := &transcript{}
+	for err == nil {
+		var m *M
+		if m, err = s.Recv(); err == nil {
+			tr.wire = append(tr.wire, P(m).GetEvent())
+		}
+	}
+	if !errors.Is(err, io.EOF) {
+		tr.err = domainError(err)
+	}
+	for _, pe := range tr.wire {
+		ev, derr := eventFromPB(pe)
+		if derr != nil {
+			t.Fatalf("event %d: %v", pe.GetSequence(), derr)
+		}
+		tr.events = append(tr.events, ev)
+	}
+	if len(tr.events) > 0 {
+		if s, ok := tr.events[0].Payload.(agent.RunStarted); ok {
+			tr.res = &agent.RunResult{ThreadID: s.ThreadID, RunID: s.RunID}
+		}
+	}
+	return tr
 }
 
 func (e *env) run(in agent.RunInput) *transcript {
-	e.t.Helper()
-	return e.runCtx(e.t.Context(), in)
-}
-
-func (e *env) runCtx(ctx context.Context, in agent.RunInput) *transcript {
 	e.t.Helper()
 	if len(e.seed) > 0 {
 		if in.Files == nil {
@@ -157,23 +234,23 @@ func (e *env) runCtx(ctx context.Context, in agent.RunInput) *transcript {
 		}
 		e.seed = nil
 	}
-	var c collector
-	res, err := e.rt.Run(ctx, in, c.sink)
-	if res != nil {
-		e.lastThread = res.ThreadID
+	s, err := e.c.Run(e.ctx(), runRequest(in))
+	tr := receive(e.t, s, err)
+	if tr.res != nil {
+		e.lastThread = tr.res.ThreadID
 	}
-	return &transcript{res: res, err: err, events: c.all()}
+	return tr
 }
 
 func (e *env) resume(threadID, interruptID string, ds ...agent.Decision) *transcript {
 	e.t.Helper()
-	var c collector
-	res, err := e.rt.Resume(e.t.Context(), agent.ResumeInput{ThreadID: threadID, InterruptID: interruptID, Decisions: ds}, c.sink)
-	return &transcript{res: res, err: err, events: c.all()}
+	s, err := e.c.Resume(e.ctx(), resumeRequest(agent.ResumeInput{ThreadID: threadID, InterruptID: interruptID, Decisions: ds}))
+	return receive(e.t, s, err)
 }
 
 func input(texts ...string) agent.RunInput { return agent.RunInput{Input: texts} }
 
+// thread returns a thread as committed to the SQLite store.
 func (e *env) thread(id string) *agent.ThreadData {
 	e.t.Helper()
 	td, err := e.store.LoadThread(context.Background(), id)
@@ -365,8 +442,8 @@ func call(id, name, args string) modeltest.Call {
 	return modeltest.Call{ID: id, Name: name, Args: args}
 }
 
-// golden compares the normalized transcripts with testdata/<name>.golden
-// (rewritten with -update).
+// golden compares the transcripts, as the client received them, with
+// testdata/<name>.golden (rewritten only with -update).
 func golden(t *testing.T, name string, trs ...*transcript) {
 	t.Helper()
 	var b strings.Builder
@@ -374,8 +451,8 @@ func golden(t *testing.T, name string, trs ...*transcript) {
 		if i > 0 {
 			b.WriteString("---\n")
 		}
-		for _, ev := range tr.events {
-			b.WriteString(normalize(ev))
+		for _, ev := range tr.wire {
+			b.WriteString(normalize(t, ev))
 			b.WriteByte('\n')
 		}
 	}
@@ -416,82 +493,44 @@ func diff(want, got string) string {
 	return b.String()
 }
 
-// normalize renders an event without its timestamp and durations; ids are
-// deterministic in these tests (deep.WithIDs).
-func normalize(ev agent.Event) string {
-	who := ev.AgentPath
-	if ev.ParentToolCallID != "" {
-		who += "#" + ev.ParentToolCallID
+// normalize renders a wire event as "sequence agent[#parent] kind
+// payload", the payload as canonical protojson (proto field names, keys
+// sorted, zero values left out) without duration_ms; the envelope's
+// timestamp is left out too. Ids are deterministic (deep.WithIDs).
+func normalize(t *testing.T, ev *plumbv1.Event) string {
+	t.Helper()
+	who := ev.GetAgentPath()
+	if ev.GetParentToolCallId() != "" {
+		who += "#" + ev.GetParentToolCallId()
 	}
-	var p any = ev.Payload
-	switch x := ev.Payload.(type) {
-	case agent.ToolResultEvent:
-		x.Duration = 0
-		p = x
-	case agent.Summarized:
-		x.Duration = 0
-		p = x
+	m := ev.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("payload"))
+	if fd == nil {
+		t.Fatalf("event %d has no payload", ev.GetSequence())
 	}
-	return fmt.Sprintf("%d %s %s %s", ev.Sequence, who, ev.Payload.Kind(), compact(p))
-}
-
-// compact renders v as JSON without zero-valued fields, keys sorted.
-func compact(v any) string {
-	b, err := json.Marshal(v)
+	p := proto.Clone(m.Get(fd).Message().Interface()).ProtoReflect()
+	if d := p.Descriptor().Fields().ByName("duration_ms"); d != nil {
+		p.Clear(d)
+	}
+	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(p.Interface())
 	if err != nil {
-		return err.Error()
+		t.Fatal(err)
 	}
-	var m any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return err.Error()
+	// protojson's spacing is deliberately unstable: re-encode.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
 	}
-	b, _ = json.Marshal(prune(m))
-	return string(b)
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%d %s %s %s", ev.GetSequence(), who, fd.Name(), strings.TrimSuffix(out.String(), "\n"))
 }
-
-func prune(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			e = prune(e)
-			switch y := e.(type) {
-			case nil:
-				delete(x, k)
-				continue
-			case string:
-				if y == "" {
-					delete(x, k)
-					continue
-				}
-			case bool:
-				if !y {
-					delete(x, k)
-					continue
-				}
-			case float64:
-				if y == 0 {
-					delete(x, k)
-					continue
-				}
-			case map[string]any:
-				if len(y) == 0 {
-					delete(x, k)
-					continue
-				}
-			}
-			x[k] = e
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = prune(e)
-		}
-		return x
-	}
-	return v
-}
-
-var _ = model.RoleUser
 
 // readFile returns a State file of the latest thread as persisted in the
 // store, or ok=false.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/hooks"
@@ -163,40 +166,53 @@ var limitScenarios = []scenario{
 		e.srv.TakeErrors()
 	}},
 	{"70_cancel", func(t *testing.T) {
+		// The client cancels its stream (no detach) 200 ms after
+		// tool_call_started.
 		e := newEnv(t)
-		e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":10000}`)))
-		ctx, cancel := context.WithCancel(t.Context())
+		e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":60000}`)))
+		ctx, cancel := context.WithCancel(e.ctx())
 		defer cancel()
-		var once sync.Once
-		var c collector
-		sink := func(ev agent.Event) {
-			c.sink(ev)
-			if _, ok := ev.Payload.(agent.ToolCallStarted); ok {
-				once.Do(func() { time.AfterFunc(200*time.Millisecond, cancel) })
-			}
-		}
-		start := time.Now()
-		res, err := e.rt.Run(ctx, input("go"), sink)
+		s, err := e.c.Run(ctx, runRequest(input("go")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := &transcript{res: res, events: c.all()}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("cancel took %v", d)
+		var wire []*plumbv1.Event
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				if status.Code(err) != codes.Canceled {
+					t.Errorf("stream ended with %v, want CANCELLED", err)
+				}
+				break
+			}
+			wire = append(wire, m.GetEvent())
+			if m.GetEvent().GetToolCallStarted() != nil {
+				time.AfterFunc(200*time.Millisecond, cancel)
+			}
 		}
-		tr.finished(t, agent.StatusCancelled)
-		if _, ok := tr.results()["c1"]; ok {
-			t.Error("cancelled call got a result")
+		if len(wire) == 0 {
+			t.Fatal("no events")
+		}
+		thread := wire[0].GetThreadId()
+		// The run ends on its own once the tool saw the cancellation (long
+		// before the sleep would); the poll's limit is only a hang guard.
+		var td *agent.ThreadData
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if td = e.thread(thread); td.LastRun.Status != agent.StatusRunning || time.Now().After(deadline) {
+				break
+			}
+		}
+		if td.LastRun.Status != agent.StatusCancelled {
+			t.Fatalf("run record %s", td.LastRun.Status)
+		}
+		if got := toolOrder(td); len(got) != 0 {
+			t.Errorf("cancelled call got a result: %v", got)
 		}
 		if n := e.srv.Count("main"); n != 1 {
 			t.Errorf("%d model requests", n)
 		}
-		td := e.thread(res.ThreadID)
-		if td.LastRun.Status != agent.StatusCancelled {
-			t.Errorf("run record %s", td.LastRun.Status)
-		}
 		e.srv.Script("main", modeltest.Text("ok"))
-		e.run(agent.RunInput{ThreadID: res.ThreadID, Input: []string{"next"}}).must(t).finished(t, agent.StatusCompleted)
+		e.run(agent.RunInput{ThreadID: thread, Input: []string{"next"}}).must(t).finished(t, agent.StatusCompleted)
 		got := requestMessages(e.srv.Requests("main")[1])
 		if !slices.Contains(got, "tool(c1): Tool call sleep (c1) did not complete: the run stopped before it returned a result.") {
 			t.Errorf("next request %q", got)

@@ -4,6 +4,11 @@
 // Attach can replay it. It also owns the run slots
 // (server.max_concurrent_runs) and the draining state of a shutdown.
 //
+// A replay log is bounded in events and bytes, whoever is reading it: a
+// stream that falls so far behind that the log must drop events it has
+// not sent yet ends with a *LagError instead of holding them in memory,
+// and the run and the other streams go on unaffected.
+//
 // The registry stores events as they will be sent (plumb.v1 messages) and
 // never renumbers them: sequence numbers come from the runtime. It must
 // not map errors to gRPC status codes; it returns the sentinel errors
@@ -14,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -28,6 +34,7 @@ const (
 	DefaultMaxRuns   = 64
 	DefaultRetention = 5 * time.Minute
 	DefaultMaxEvents = 10000
+	DefaultMaxBytes  = 16 << 20
 )
 
 // Errors of the registry; internal/server maps them to gRPC codes.
@@ -44,6 +51,10 @@ var (
 	// ErrRunning: the operation needs a thread without an active run
 	// (FAILED_PRECONDITION).
 	ErrRunning = errors.New("thread has an active run")
+	// ErrLagging: a stream fell so far behind its run that the replay log
+	// dropped events it had not sent (RESOURCE_EXHAUSTED). The error is a
+	// *LagError.
+	ErrLagging = errors.New("the stream fell behind the run")
 )
 
 // OutOfRangeError reports an Attach whose after_sequence lies before the
@@ -56,11 +67,32 @@ type OutOfRangeError struct {
 }
 
 func (e *OutOfRangeError) Error() string {
-	return fmt.Sprintf("thread %s: after_sequence %d is older than the replay log (oldest event: %d)", e.ThreadID, e.After, e.Oldest)
+	return fmt.Sprintf("thread %s: after_sequence %d is older than the replay log (oldest event: %d); "+
+		"GetThread has the committed messages, Attach with after_sequence %d follows the rest",
+		e.ThreadID, e.After, e.Oldest, e.Oldest-1)
 }
 
 // Is matches ErrOutOfRange.
 func (e *OutOfRangeError) Is(target error) bool { return target == ErrOutOfRange }
+
+// LagError ends a stream (Run, Resume or Attach) that read more slowly
+// than its run produced events: to stay within its bounds the replay log
+// dropped events the stream had not sent yet. The run goes on.
+type LagError struct {
+	ThreadID string
+	// Last is the last sequence the stream sent (its after_sequence when
+	// it sent nothing); Oldest the smallest sequence the log still holds.
+	Last, Oldest uint64
+}
+
+func (e *LagError) Error() string {
+	return fmt.Sprintf("thread %s: the stream fell behind the run; events after %d were dropped from the replay log (oldest event: %d); "+
+		"GetThread has the committed messages, Attach with after_sequence %d follows the rest",
+		e.ThreadID, e.Last, e.Oldest, e.Oldest-1)
+}
+
+// Is matches ErrLagging.
+func (e *LagError) Is(target error) bool { return target == ErrLagging }
 
 // Options configure a Registry. Zero values take the defaults.
 type Options struct {
@@ -69,10 +101,12 @@ type Options struct {
 	// Retention is how long a run's replay log is kept after its terminal
 	// event.
 	Retention time.Duration
-	// MaxEvents caps a replay log; past it, deltas are coalesced and then
-	// the oldest events dropped (never events a live stream still has to
-	// send).
+	// MaxEvents and MaxBytes (the events' encoded size) cap a replay log;
+	// past either, deltas are coalesced and then the oldest events
+	// dropped, down to 90 % of both caps. A stream whose unsent events are
+	// dropped ends with a *LagError. The newest event is always kept.
 	MaxEvents int
+	MaxBytes  int
 	// Now is the clock of retention (default time.Now).
 	Now func() time.Time
 }
@@ -99,6 +133,9 @@ func New(o Options) *Registry {
 	}
 	if o.MaxEvents <= 0 {
 		o.MaxEvents = DefaultMaxEvents
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -130,8 +167,8 @@ func (g *Registry) Begin(threadID string, cancel context.CancelFunc) (*Run, erro
 		return nil, fmt.Errorf("%w (%d runs active)", ErrNoSlot, len(g.live))
 	}
 	r := &Run{g: g, cancel: cancel, threadID: threadID, wake: make(chan struct{}), done: make(chan struct{}), owner: &follower{}}
-	// The owner's stream is a follower from the start, so the log never
-	// drops what it has not sent, even before Stream is called.
+	// The owner's stream is a follower from the start: trimming never
+	// coalesces across its position, even before Stream is called.
 	r.followers = map[*follower]bool{r.owner: true}
 	g.live[r] = true
 	if threadID != "" {
@@ -297,9 +334,9 @@ type Run struct {
 	started   bool
 	first     uint64 // sequence of the segment's first event
 	floor     uint64 // events with a sequence ≤ floor are gone from the log
-	events    []*plumbv1.Event
+	events    []entry
+	bytes     int            // encoded size of events
 	held      *plumbv1.Event // the terminal event, published by End
-	trimmedAt int            // log length after the last trim attempt
 	ended     bool
 	startErr  error
 	endedAt   time.Time
@@ -312,8 +349,17 @@ type Run struct {
 	prev *Run
 }
 
+// entry is one event of the log and its encoded size.
+type entry struct {
+	e    *plumbv1.Event
+	size int
+}
+
 type follower struct {
-	cursor uint64 // last sequence sent
+	// cursor is the last sequence handed to the stream's send: an event
+	// counts as sent from then on, so that trimming never merges it into
+	// a later one.
+	cursor uint64
 }
 
 // ThreadID returns the segment's thread ("" before run_started of a new
@@ -362,7 +408,7 @@ func (r *Run) Emit(e *plumbv1.Event) {
 	if isTerminal(e) {
 		r.held = e
 	} else {
-		r.events = append(r.events, e)
+		r.push(e)
 		r.trim()
 		r.signal()
 	}
@@ -400,7 +446,7 @@ func (r *Run) End(err error) {
 		r.prev = nil
 	}
 	if r.held != nil {
-		r.events = append(r.events, r.held)
+		r.push(r.held)
 		r.held = nil
 	}
 	r.ended, r.endedAt = true, g.o.Now()
@@ -419,17 +465,24 @@ func (r *Run) signal() {
 // Stream sends the segment's events from its start until the terminal
 // event, following it live: the owner's stream (Run, Resume). It must be
 // called exactly once per segment. When the run failed before emitting
-// anything it returns that error.
+// anything it returns that error; when the stream falls behind, a
+// *LagError (the run goes on).
 func (r *Run) Stream(ctx context.Context, send func(*plumbv1.Event) error) error {
 	return r.follow(ctx, r.owner, send, true)
 }
 
 // Follow sends the events after sequence after, then follows the segment
 // live until its terminal event (Attach). after comes from
-// Registry.Attach.
+// Registry.Attach. It returns a *LagError when the stream falls behind.
 func (r *Run) Follow(ctx context.Context, after uint64, send func(*plumbv1.Event) error) error {
 	f := &follower{cursor: after}
 	r.mu.Lock()
+	if r.started && max(after, r.first-1) < r.floor {
+		// Trimmed since Registry.Attach.
+		err := &OutOfRangeError{ThreadID: r.threadID, After: after, Oldest: r.floor + 1}
+		r.mu.Unlock()
+		return err
+	}
 	r.followers[f] = true
 	r.mu.Unlock()
 	return r.follow(ctx, f, send, false)
@@ -446,81 +499,101 @@ func (r *Run) follow(ctx context.Context, f *follower, send func(*plumbv1.Event)
 		if r.started && f.cursor < r.first-1 {
 			f.cursor = r.first - 1 // nothing before the segment is in its log
 		}
-		if f.cursor < r.floor {
-			// Trimmed between Registry.Attach and registration.
-			err := &OutOfRangeError{ThreadID: r.threadID, After: f.cursor, Oldest: r.floor + 1}
+		if r.started && f.cursor < r.floor {
+			// The log dropped events this stream had not sent (or, right
+			// after Registry.Attach, the ones it asked for).
+			err := &LagError{ThreadID: r.threadID, Last: f.cursor, Oldest: r.floor + 1}
 			r.mu.Unlock()
 			return err
 		}
-		i := sort.Search(len(r.events), func(i int) bool { return r.events[i].GetSequence() > f.cursor })
-		batch := r.events[i:len(r.events):len(r.events)]
-		ended, startErr, wake, threadID := r.ended, r.startErr, r.wake, r.threadID
-		r.mu.Unlock()
-		if len(batch) == 0 {
-			if ended {
-				if startErr != nil {
-					if owner {
-						return startErr
-					}
-					return fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
-				}
-				return nil
-			}
-			select {
-			case <-wake:
-				continue
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		for _, e := range batch {
+		// One event at a time: a stream blocked in send holds no more of
+		// the log than that event.
+		i := sort.Search(len(r.events), func(i int) bool { return r.events[i].e.GetSequence() > f.cursor })
+		if i < len(r.events) {
+			e := r.events[i].e
+			f.cursor = e.GetSequence()
+			r.mu.Unlock()
 			if err := send(e); err != nil {
 				return err
 			}
-			r.mu.Lock()
-			f.cursor = e.GetSequence()
-			r.mu.Unlock()
 			if isTerminal(e) {
 				return nil
 			}
+			continue
+		}
+		ended, startErr, wake, threadID := r.ended, r.startErr, r.wake, r.threadID
+		r.mu.Unlock()
+		if ended {
+			if startErr != nil {
+				if owner {
+					return startErr
+				}
+				return fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
+			}
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
 
-// trim keeps the log under MaxEvents: deltas are coalesced first, then the
-// oldest events dropped; events a live follower has not sent yet are never
-// touched, and a log pinned that way may grow. Called with r.mu held.
+// push appends e to the log. Called with r.mu held.
+func (r *Run) push(e *plumbv1.Event) {
+	n := proto.Size(e)
+	r.events = append(r.events, entry{e: e, size: n})
+	r.bytes += n
+}
+
+// trim keeps the log within MaxEvents and MaxBytes: past either, deltas
+// are coalesced (into deltas of at most a tenth of MaxBytes), then the
+// oldest events dropped down to 90 % of both caps (so that trimming runs
+// once per 10 % of growth), keeping at least the newest event. Two deltas are never merged across a stream's position,
+// so no stream receives text twice; a stream whose unsent events are
+// dropped finds its cursor below the floor and ends with a *LagError.
+// Called with r.mu held.
 func (r *Run) trim() {
-	limit := r.g.o.MaxEvents
-	if len(r.events) <= limit || len(r.events) < r.trimmedAt+max(limit/10, 1) {
+	o := r.g.o
+	if len(r.events) <= o.MaxEvents && r.bytes <= o.MaxBytes {
 		return
 	}
-	defer func() { r.trimmedAt = len(r.events) }()
-	pin := ^uint64(0)
+	cursors := make([]uint64, 0, len(r.followers))
 	for f := range r.followers {
-		pin = min(pin, f.cursor)
+		cursors = append(cursors, f.cursor)
 	}
-	target := limit - limit/10 // hysteresis: trim to 90 %
-	// The events up to index k have all been sent by every follower.
-	k := sort.Search(len(r.events), func(i int) bool { return r.events[i].GetSequence() > pin })
-	out := make([]*plumbv1.Event, 0, len(r.events))
-	for _, e := range r.events[:k] {
-		if n := len(out); n > 0 {
-			if m := coalesce(out[n-1], e); m != nil {
-				out[n-1] = m
+	// straddles reports whether a stream has sent a but not b.
+	straddles := func(a, b uint64) bool {
+		return slices.ContainsFunc(cursors, func(c uint64) bool { return a <= c && c < b })
+	}
+	out := make([]entry, 0, len(r.events))
+	bytes := 0
+	for _, x := range r.events {
+		// A merged delta stays under a tenth of MaxBytes, so that it can
+		// be dropped like any other event (and is not copied ever again).
+		if n := len(out); n > 0 && out[n-1].size+x.size <= o.MaxBytes/10 && !straddles(out[n-1].e.GetSequence(), x.e.GetSequence()) {
+			if m := coalesce(out[n-1].e, x.e); m != nil {
+				bytes -= out[n-1].size
+				out[n-1] = entry{e: m, size: proto.Size(m)}
+				bytes += out[n-1].size
 				continue
 			}
 		}
-		out = append(out, e)
+		out = append(out, x)
+		bytes += x.size
 	}
-	kept := len(out)
-	out = append(out, r.events[k:]...)
-	drop := min(len(out)-target, kept)
+	maxEvents, maxBytes := o.MaxEvents-o.MaxEvents/10, o.MaxBytes-o.MaxBytes/10
+	drop := 0
+	for len(out)-drop > 1 && (len(out)-drop > maxEvents || bytes > maxBytes) {
+		bytes -= out[drop].size
+		drop++
+	}
 	if drop > 0 {
-		r.floor = out[drop-1].GetSequence()
-		out = append([]*plumbv1.Event(nil), out[drop:]...)
+		r.floor = out[drop-1].e.GetSequence()
+		out = append([]entry(nil), out[drop:]...)
 	}
-	r.events = out
+	r.events, r.bytes = out, bytes
 }
 
 // coalesce merges b into a when both are text deltas of the same model

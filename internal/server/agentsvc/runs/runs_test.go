@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
@@ -281,39 +283,226 @@ func TestTrimCoalescesThenDrops(t *testing.T) {
 	}
 }
 
-// A live stream pins the log: events it has not sent are never dropped,
-// however far past MaxEvents the run goes.
-func TestLiveStreamPinsTheLog(t *testing.T) {
-	g := runs.New(runs.Options{MaxEvents: 10})
-	r, _ := g.Begin("", func() {})
-	gate := make(chan struct{})
-	done := make(chan []uint64, 1)
+// follower runs f in a goroutine and reports each event it sends on got;
+// send blocks on gate (when not nil) once it has sent the event with
+// sequence stallAt. done receives f's error.
+type follower struct {
+	got  chan *plumbv1.Event
+	done chan error
+}
+
+func follow(f func(context.Context, func(*plumbv1.Event) error) error, stallAt uint64, gate <-chan struct{}) *follower {
+	fl := &follower{got: make(chan *plumbv1.Event, 1000), done: make(chan error, 1)}
 	go func() {
-		var s []uint64
-		_ = r.Stream(context.Background(), func(e *plumbv1.Event) error {
-			if e.GetSequence() == 2 {
-				<-gate // a slow client
+		fl.done <- f(context.Background(), func(e *plumbv1.Event) error {
+			fl.got <- e
+			if gate != nil && e.GetSequence() == stallAt {
+				<-gate // a client that stopped reading
 			}
-			s = append(s, e.GetSequence())
 			return nil
 		})
-		done <- s
 	}()
+	return fl
+}
+
+// next waits for the follower's next event.
+func (fl *follower) next(t *testing.T) *plumbv1.Event {
+	t.Helper()
+	select {
+	case e := <-fl.got:
+		return e
+	case <-t.Context().Done():
+		return nil
+	case err := <-fl.done:
+		select {
+		case e := <-fl.got: // sent before it ended
+			fl.done <- err
+			return e
+		default:
+			t.Fatalf("follower ended early: %v", err)
+		}
+	}
+	return nil
+}
+
+// drain returns the events still queued and the follower's error.
+func (fl *follower) drain() ([]uint64, error) {
+	err := <-fl.done
+	var out []uint64
+	for {
+		select {
+		case e := <-fl.got:
+			out = append(out, e.GetSequence())
+		default:
+			return out, err
+		}
+	}
+}
+
+// A stream that stops reading does not pin the log: the log stays within
+// MaxEvents, the run and a second stream go on, and the stalled stream,
+// once it reads again, ends with a LagError naming the last event it was
+// sent; re-attaching from there is OUT_OF_RANGE, from the oldest retained
+// event it works.
+func TestStalledStreamIsCut(t *testing.T) {
+	g := runs.New(runs.Options{MaxEvents: 10})
+	r, _ := g.Begin("t1", func() {})
+	gate := make(chan struct{})
+	owner := follow(r.Stream, 2, gate)
 	r.Emit(started(1))
-	for i := uint64(2); i <= 100; i++ {
+	a, after, err := g.Attach("t1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := follow(func(ctx context.Context, send func(*plumbv1.Event) error) error { return a.Follow(ctx, after, send) }, 0, nil)
+	fast.next(t)
+	r.Emit(tool(2))
+	fast.next(t)
+	owner.next(t)
+	if e := owner.next(t); e.GetSequence() != 2 {
+		t.Fatalf("owner got %d, want 2", e.GetSequence())
+	}
+	// The owner is now blocked in send with event 2.
+	for i := uint64(3); i <= 100; i++ {
 		r.Emit(tool(i))
+		if e := fast.next(t); e.GetSequence() != i {
+			t.Fatalf("fast follower got %d, want %d", e.GetSequence(), i)
+		}
 	}
 	r.Emit(finish(101))
 	r.End(nil)
+	if e := fast.next(t); e.GetRunFinished() == nil {
+		t.Fatalf("fast follower ended with %v", e)
+	}
+	if rest, err := fast.drain(); err != nil || len(rest) != 0 {
+		t.Fatalf("fast follower: %v, %v", rest, err)
+	}
+
+	_, _, err = g.Attach("t1", 0)
+	var oor *runs.OutOfRangeError
+	if !errors.As(err, &oor) || oor.Oldest <= 91-10 {
+		t.Fatalf("attach while a stream is stalled: %v (the log is pinned)", err)
+	}
 	close(gate)
-	s := <-done
-	for i, q := range s {
-		if q != uint64(i+1) {
-			t.Fatalf("stream lost events: %v", s)
+	rest, err := owner.drain()
+	var lag *runs.LagError
+	if !errors.As(err, &lag) || !errors.Is(err, runs.ErrLagging) || len(rest) != 0 {
+		t.Fatalf("stalled owner: more events %v, err %v; want a LagError", rest, err)
+	}
+	if lag.ThreadID != "t1" || lag.Last != 2 || lag.Oldest != oor.Oldest {
+		t.Errorf("lag %+v, want last 2, oldest %d", lag, oor.Oldest)
+	}
+	if !strings.Contains(lag.Error(), "after_sequence "+strconv.FormatUint(lag.Oldest-1, 10)) {
+		t.Errorf("lag message gives no way on: %s", lag)
+	}
+
+	if _, _, err := g.Attach("t1", lag.Last); !errors.As(err, &oor) || oor.Oldest != lag.Oldest {
+		t.Errorf("re-attach from the last event sent: %v", err)
+	}
+	a, after, err = g.Attach("t1", lag.Oldest-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return a.Follow(ctx, after, send) })
+	if err != nil || evs[0].GetSequence() != lag.Oldest || evs[len(evs)-1].GetSequence() != 101 {
+		t.Errorf("re-attach from the oldest: %v, %v", seqs(evs), err)
+	}
+}
+
+// MaxBytes bounds the log's encoded size; the newest event is kept even
+// when it alone is larger.
+func TestMaxBytes(t *testing.T) {
+	const limit = 4096
+	big := func(seq uint64, n int) *plumbv1.Event {
+		return ev(seq, &plumbv1.ToolCallStarted{Id: "c", ArgsJson: strings.Repeat("x", n)})
+	}
+	// retained runs a segment of events and returns what Attach can still
+	// replay of it.
+	retained := func(t *testing.T, evs ...*plumbv1.Event) []*plumbv1.Event {
+		t.Helper()
+		g := runs.New(runs.Options{MaxBytes: limit})
+		r, _ := g.Begin("t1", func() {})
+		leave(r)
+		for _, e := range evs {
+			r.Emit(e)
+		}
+		r.End(nil)
+		_, _, err := g.Attach("t1", 0)
+		var oor *runs.OutOfRangeError
+		if !errors.As(err, &oor) {
+			t.Fatalf("attach 0: %v, want OUT_OF_RANGE", err)
+		}
+		a, after, err := g.Attach("t1", oor.Oldest-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return a.Follow(ctx, after, send) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	evs := []*plumbv1.Event{started(1)}
+	for i := uint64(2); i <= 40; i++ {
+		evs = append(evs, big(i, 1000))
+	}
+	got := retained(t, append(evs, finish(41))...)
+	size := 0
+	for _, e := range got[:len(got)-1] { // the terminal event is added after trimming
+		size += proto.Size(e)
+	}
+	if size > limit || len(got) < 3 || got[len(got)-1].GetSequence() != 41 {
+		t.Errorf("retained %d bytes in %v, want ≤ %d", size, seqs(got), limit)
+	}
+
+	got = retained(t, append(evs, big(41, 2*limit), finish(42))...)
+	if !slices.Equal(seqs(got), []uint64{41, 42}) {
+		t.Errorf("after an oversized event: %v, want only it and the terminal event", seqs(got))
+	}
+}
+
+// Trimming coalesces the deltas a stream has not sent yet, but never
+// merges a delta it was sent with one it was not: its text arrives exactly
+// once.
+func TestCoalesceRespectsStreams(t *testing.T) {
+	g := runs.New(runs.Options{MaxEvents: 10})
+	r, _ := g.Begin("t1", func() {})
+	gate := make(chan struct{})
+	owner := follow(r.Stream, 3, gate)
+	r.Emit(started(1))
+	r.Emit(delta(2, "a"))
+	r.Emit(delta(3, "b"))
+	for range 3 {
+		owner.next(t)
+	}
+	want := "ab"
+	for i := uint64(4); i <= 60; i++ {
+		r.Emit(delta(i, string(rune('a'+i%26))))
+		want += string(rune('a' + i%26))
+	}
+	r.Emit(finish(61))
+	r.End(nil)
+	close(gate)
+	var text strings.Builder
+	text.WriteString("ab")
+	n := 3
+	for {
+		e := owner.next(t)
+		n++
+		text.WriteString(e.GetMessageDelta().GetText())
+		if e.GetRunFinished() != nil {
+			break
 		}
 	}
-	if len(s) != 101 {
-		t.Errorf("stream got %d events", len(s))
+	if _, err := owner.drain(); err != nil {
+		t.Fatal(err)
+	}
+	if text.String() != want {
+		t.Errorf("text %q, want %q", text.String(), want)
+	}
+	if n > 10 {
+		t.Errorf("the owner got %d events; deltas were not coalesced", n)
 	}
 }
 
