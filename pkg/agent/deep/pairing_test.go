@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
+	"time"
 	"testing"
 
 	goopenai "github.com/sashabaranov/go-openai"
@@ -67,20 +67,35 @@ func TestCancelledCallIsAnsweredWithoutPatchToolCalls(t *testing.T) {
 	off := false
 	e := newEnv(t, withConfig(func(c *deep.Config) { c.Middleware.PatchToolCalls = &off }))
 	e.srv.Script("main", strict(modeltest.Calls(call("c1", "sleep", `{"ms":600000}`), call("c2", "echo", `{"text":"done"}`))))
-	ctx, cancel := context.WithCancel(t.Context())
+	// The client cancels its stream once c2 has its result; c1 sleeps on.
+	ctx, cancel := context.WithCancel(e.ctx())
 	defer cancel()
-	var once sync.Once
-	var c collector
-	res, err := e.rt.Run(ctx, input("go"), func(ev agent.Event) {
-		c.sink(ev)
-		if r, ok := ev.Payload.(agent.ToolResultEvent); ok && r.ID == "c2" {
-			once.Do(cancel)
-		}
-	})
+	s, err := e.c.Run(ctx, runRequest(input("go")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	(&transcript{res: res, events: c.all()}).finished(t, agent.StatusCancelled)
+	var thread string
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			break
+		}
+		if thread == "" {
+			thread = m.GetEvent().GetThreadId()
+		}
+		if r := m.GetEvent().GetToolResult(); r != nil && r.GetId() == "c2" {
+			cancel()
+		}
+	}
+	// The run ends on its own once the tool saw the cancellation; the
+	// poll's limit is only a hang guard.
+	for deadline := time.Now().Add(2 * time.Minute); e.thread(thread).LastRun.Status == agent.StatusRunning && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := e.thread(thread).LastRun.Status; st != agent.StatusCancelled {
+		t.Fatalf("run record %s, want cancelled", st)
+	}
+	res := &agent.RunResult{ThreadID: thread}
 	if d := agent.DanglingCalls(e.thread(res.ThreadID).Messages); len(d) != 1 || d[0].Call.ID != "c1" {
 		t.Fatalf("dangling calls %+v, want c1", d)
 	}

@@ -100,11 +100,9 @@ var subagentScenarios = []scenario{
 		}
 		e.srv.Script(modeltest.Key("main/general-purpose", "t1"), slow("A"))
 		e.srv.Script(modeltest.Key("main/general-purpose", "t2"), slow("B"))
-		start := time.Now()
+		// Parallel is shown by the event order below (both started before
+		// either finished), not by wall time.
 		tr := e.run(input("go")).must(t)
-		if d := time.Since(start); d >= 600*time.Millisecond {
-			t.Errorf("wall %v, want < 600ms", d)
-		}
 		tr.checkEnvelope(t, 1)
 		var startedBoth, finishedFirst int = -1, -1
 		n := 0
@@ -205,11 +203,8 @@ var subagentScenarios = []scenario{
 		e := newEnv(t, withSubagents(map[string]profile.Profile{"general-purpose": {Timeout: time.Second}}))
 		e.srv.Script("main", modeltest.Calls(task("t1", "general-purpose", "wait")), modeltest.Text("done"))
 		e.srv.Script("main/general-purpose", modeltest.Calls(call("s1", "sleep", `{"ms":5000}`)))
-		start := time.Now()
+		// The 5 s sleep is cut by the 1 s timeout: the result says so.
 		tr := e.run(input("go")).must(t)
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("took %v", d)
-		}
 		if r := tr.result(t, "t1"); !r.IsError || !strings.HasPrefix(r.Content, "Subagent general-purpose timed out after 1s") {
 			t.Errorf("t1 %+v", r)
 		}

@@ -193,7 +193,7 @@ var summaryScenarios = []scenario{
 			if s.TokensAfter > s.TokensBefore/2 {
 				t.Errorf("summary %d: tokens %d → %d", i, s.TokensBefore, s.TokensAfter)
 			}
-			if s.Duration > 5*time.Second {
+			if s.Duration > time.Minute { // a hang guard; speed is the benchmarks' job
 				t.Errorf("summary %d took %v", i, s.Duration)
 			}
 		}
