@@ -3,6 +3,7 @@ package agentd
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,23 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"decision", "agents:\n  main:\n    interrupt_on:\n      execute: {allowed: [maybe]}\n", "agents.main.interrupt_on.execute.allowed"},
 		{"negative duration", "limits: {tool_timeout: -1s}\n", "limits.tool_timeout"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
+		// Nested entries are as strict as the top level, and the error
+		// names the key by its full YAML path.
+		{"unknown key in a gate", "agents:\n  main:\n    interrupt_on:\n      execute: {allowd: [approve]}\n", "agents.main.interrupt_on.execute.allowd: unknown key"},
+		{"off is not a gate key", "agents:\n  main:\n    interrupt_on:\n      execute: {off: true}\n", "agents.main.interrupt_on.execute.off: unknown key"},
+		{"unknown key in a hook match", "hooks:\n  - {name: h, phase: pre, tools: [execute], match: {args: /command, regex: x}, action: block}\n", "hooks[0].match.args: unknown key"},
+		{"unknown key in a model retry", "models:\n  a:\n    retry: {max_attempt: 3}\n", "models.a.retry.max_attempt: unknown key"},
+		{"unknown key in tools.execute", "tools:\n  execute: {timeout: 1s}\n", "tools.execute.timeout: unknown key"},
+		{"unknown key in a route", "backends:\n  routes:\n    /m/: {type: state, prefix: x}\n", "backends.routes./m/.prefix: unknown key"},
+		{"unknown key in a subagent", "subagents:\n  explore: {modle: fast}\n", "subagents.explore.modle: unknown key"},
+		{"unknown key through a merge", "agents:\n  main:\n    interrupt_on:\n      execute: {<<: {allowd: [approve]}}\n", "agents.main.interrupt_on.execute.allowd: unknown key"},
+		// A gate must name a tool the agent can call: a typo or a tool
+		// outside the agent's allow-list would gate nothing.
+		{"gate on an unknown tool", "agents:\n  main:\n    interrupt_on: {exceute: true}\n", `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{"ungating an unknown tool", "agents:\n  main:\n    interrupt_on: {exceute: false}\n", `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{"gate on a tool the agent lacks", "agents:\n  plan:\n    interrupt_on: {execute: true}\n", "agents.plan.interrupt_on.execute: agent plan cannot call execute"},
+		{"gate on a tool the subagent lacks", "subagents:\n  explore:\n    interrupt_on: {write_file: true}\n", "subagents.explore.interrupt_on.write_file: subagent explore cannot call write_file"},
+		{"gate on a read-only agent's write tool", "agents:\n  main: {read_only: true, interrupt_on: {delete: true}}\n", "agents.main.interrupt_on.delete: agent main cannot call delete"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +97,44 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGatesOnToolsTheAgentCanCall: gates naming built-in, registry and
+// dynamic (task) tools within each agent's allow-list are accepted, and
+// the decoded rules keep their settings.
+func TestGatesOnToolsTheAgentCanCall(t *testing.T) {
+	cfg, err := Parse([]byte(`
+tools: {test_kit: true}
+agents:
+  main:
+    interrupt_on:
+      execute: {allowed: [approve, reject], description: "Shell command"}
+      task: true
+      write_todos: true
+      echo: true
+      grep: false
+  plan:
+    interrupt_on: {task: true, read_file: true}
+subagents:
+  bash:
+    interrupt_on: {execute: true}
+  writer:
+    description: "Writes files; takes its caller's tools."
+    interrupt_on: {write_file: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := (*cfg.Agents["main"].InterruptOn)["execute"]
+	if gate.Off || gate.Description != "Shell command" || !slices.Equal(gate.Allowed, []string{"approve", "reject"}) || !(*cfg.Agents["main"].InterruptOn)["grep"].Off {
+		t.Fatalf("decoded gates: %+v", *cfg.Agents["main"].InterruptOn)
+	}
+	cfg.Storage.SQLitePath = filepath.Join(t.TempDir(), "db")
+	a, err := Build(context.Background(), cfg, Options{Env: func(string) string { return "" }, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
 }
 
 func TestParseQuantity(t *testing.T) {

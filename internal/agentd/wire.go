@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -144,12 +146,14 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		Store:   st,
 		Backend: tb.Build,
 	}
-	if dc.Agents, err = profiles(cfg.Agents, "agents"); err != nil {
+	var ungated, subUngated map[string][]string
+	if dc.Agents, ungated, err = profiles(cfg.Agents, "agents"); err != nil {
 		return nil, err
 	}
-	if dc.Subagents, err = profiles(cfg.Subagents, "subagents"); err != nil {
+	if dc.Subagents, subUngated, err = profiles(cfg.Subagents, "subagents"); err != nil {
 		return nil, err
 	}
+	maps.Copy(ungated, subUngated)
 	mw := cfg.Middleware
 	dc.Middleware = deep.MiddlewareConfig{
 		Todos:          deep.TodosConfig{Enabled: mw.Todos.Enabled, Config: todos.Config{ReminderEvery: mw.Todos.ReminderEvery, MaxItems: mw.Todos.MaxItems}},
@@ -195,6 +199,14 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger)}, o.RuntimeOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	known := rt.ServerToolNames()
+	for _, where := range sortedKeys(ungated) {
+		for _, tool := range ungated[where] {
+			if !slices.Contains(known, tool) {
+				return nil, fmt.Errorf("config: %s.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(known, ", "))
+			}
+		}
 	}
 	a.Runtime = rt
 	ok = true
@@ -372,9 +384,12 @@ func (u unconfigured) Generate(context.Context, model.Request, func(model.Delta)
 	}
 }
 
-// profiles converts configured profiles.
-func profiles(in map[string]ProfileConfig, section string) (map[string]profile.Profile, error) {
+// profiles converts configured profiles. `tool: false` entries gate
+// nothing and are left out; ungated lists them by interrupt_on path so
+// that Build can still reject a name that is no tool at all.
+func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile.Profile, ungated map[string][]string, _ error) {
 	out := make(map[string]profile.Profile, len(in))
+	ungated = map[string][]string{}
 	for name, p := range in {
 		pr := profile.Profile{
 			Description: p.Description, SystemPrompt: p.SystemPrompt, Model: p.Model, Tools: p.Tools, Subagents: p.Subagents,
@@ -384,6 +399,8 @@ func profiles(in map[string]ProfileConfig, section string) (map[string]profile.P
 			pr.InterruptOn = map[string]profile.InterruptRule{}
 			for tool, rule := range *p.InterruptOn {
 				if rule.Off {
+					where := section + "." + name + ".interrupt_on"
+					ungated[where] = append(ungated[where], tool)
 					continue
 				}
 				r := profile.InterruptRule{Description: rule.Description}
@@ -392,7 +409,7 @@ func profiles(in map[string]ProfileConfig, section string) (map[string]profile.P
 					case agent.DecisionApprove, agent.DecisionEdit, agent.DecisionReject, agent.DecisionRespond:
 						r.Allowed = append(r.Allowed, agent.DecisionType(d))
 					default:
-						return nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
+						return nil, nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
 					}
 				}
 				pr.InterruptOn[tool] = r
@@ -400,5 +417,8 @@ func profiles(in map[string]ProfileConfig, section string) (map[string]profile.P
 		}
 		out[name] = pr
 	}
-	return out, nil
+	for _, tools := range ungated {
+		slices.Sort(tools)
+	}
+	return out, ungated, nil
 }

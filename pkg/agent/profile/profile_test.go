@@ -36,7 +36,12 @@ func TestNewSetErrors(t *testing.T) {
 		{map[string]Profile{"main": {Tools: []string{"@nope"}}}, nil, "agents.main.tools"},
 		{map[string]Profile{"main": {Tools: []string{"frobnicate"}}}, nil, `unknown tool "frobnicate"`},
 		{map[string]Profile{"explore": {}}, nil, "agents.explore: the name is a subagent"},
-		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"x": {Allowed: []agent.DecisionType{"maybe"}}}}}, nil, "interrupt_on.x.allowed"},
+		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"execute": {Allowed: []agent.DecisionType{"maybe"}}}}}, nil, "interrupt_on.execute.allowed"},
+		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"exceute": {}}}}, nil, `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{map[string]Profile{"plan": {InterruptOn: map[string]InterruptRule{"execute": {}}}}, nil, "agents.plan.interrupt_on.execute: agent plan cannot call execute"},
+		{map[string]Profile{"main": {Tools: []string{"@read"}, InterruptOn: map[string]InterruptRule{"echo": {}}}}, nil, "agents.main.interrupt_on.echo: agent main cannot call echo"},
+		{nil, map[string]Profile{"bash": {InterruptOn: map[string]InterruptRule{"write_file": {}}}}, "subagents.bash.interrupt_on.write_file: subagent bash cannot call write_file"},
+		{nil, map[string]Profile{"w": {Description: "w", ReadOnly: true, InterruptOn: map[string]InterruptRule{"delete": {}}}}, "subagents.w.interrupt_on.delete: subagent w cannot call delete"},
 	}
 	for _, c := range cases {
 		if _, err := NewSet(c.agents, c.subs, opts); err == nil || !strings.Contains(err.Error(), c.want) {
