@@ -244,6 +244,9 @@ type ProfileConfig struct {
 	InterruptOn  *map[string]InterruptOn `yaml:"interrupt_on"`
 	Memory       *bool                   `yaml:"memory"`
 	Enabled      *bool                   `yaml:"enabled"`
+	// CapByParent (subagents; default true) limits a subagent to its
+	// caller's tools and permissions; false lets it exceed them.
+	CapByParent *bool `yaml:"cap_by_parent"`
 }
 
 // InterruptOn is `true` or `{allowed: [...], description: ...}`; `false`

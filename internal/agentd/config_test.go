@@ -76,6 +76,8 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"ungating an unknown tool", "agents:\n  main:\n    interrupt_on: {exceute: false}\n", `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
 		{"gate on a tool the agent lacks", "agents:\n  plan:\n    interrupt_on: {execute: true}\n", "agents.plan.interrupt_on.execute: agent plan cannot call execute"},
 		{"gate on a tool the subagent lacks", "subagents:\n  explore:\n    interrupt_on: {write_file: true}\n", "subagents.explore.interrupt_on.write_file: subagent explore cannot call write_file"},
+		{"cap_by_parent on a primary", "agents:\n  main: {cap_by_parent: false}\n", "agents.main.cap_by_parent"},
+		{"cap_by_parent not a boolean", "subagents:\n  bash: {cap_by_parent: sometimes}\n", "line 2"},
 		{"gate on a read-only agent's write tool", "agents:\n  main: {read_only: true, interrupt_on: {delete: true}}\n", "agents.main.interrupt_on.delete: agent main cannot call delete"},
 	}
 	for _, tt := range tests {
@@ -128,6 +130,31 @@ subagents:
 	gate := (*cfg.Agents["main"].InterruptOn)["execute"]
 	if gate.Off || gate.Description != "Shell command" || !slices.Equal(gate.Allowed, []string{"approve", "reject"}) || !(*cfg.Agents["main"].InterruptOn)["grep"].Off {
 		t.Fatalf("decoded gates: %+v", *cfg.Agents["main"].InterruptOn)
+	}
+	cfg.Storage.SQLitePath = filepath.Join(t.TempDir(), "db")
+	a, err := Build(context.Background(), cfg, Options{Env: func(string) string { return "" }, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+}
+
+// TestCapByParentReachesTheProfile: subagents.<name>.cap_by_parent is
+// decoded and handed to the profile (absent = capped).
+func TestCapByParentReachesTheProfile(t *testing.T) {
+	cfg, err := Parse([]byte("agents:\n  plan: {subagents: [explore, bash]}\nsubagents:\n  bash: {cap_by_parent: false}\n  explore: {model: default}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs, _, err := profiles(cfg.Subagents, "subagents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := subs["bash"].CapByParent; c == nil || *c {
+		t.Errorf("bash cap_by_parent = %v, want false", c)
+	}
+	if subs["explore"].CapByParent != nil {
+		t.Error("explore cap_by_parent set without the key")
 	}
 	cfg.Storage.SQLitePath = filepath.Join(t.TempDir(), "db")
 	a, err := Build(context.Background(), cfg, Options{Env: func(string) string { return "" }, Logger: zaptest.NewLogger(t)})

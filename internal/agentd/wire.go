@@ -394,6 +394,7 @@ func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile
 		pr := profile.Profile{
 			Description: p.Description, SystemPrompt: p.SystemPrompt, Model: p.Model, Tools: p.Tools, Subagents: p.Subagents,
 			Permissions: p.Permissions, ReadOnly: p.ReadOnly, MaxSteps: p.MaxSteps, Timeout: p.Timeout, Memory: p.Memory, Enabled: p.Enabled,
+			CapByParent: p.CapByParent,
 		}
 		if p.InterruptOn != nil {
 			pr.InterruptOn = map[string]profile.InterruptRule{}

@@ -79,6 +79,12 @@ type Profile struct {
 	Memory *bool
 	// Enabled turns a built-in off; nil means true.
 	Enabled *bool
+	// CapByParent (subagents only; nil means true) limits the subagent
+	// to what its caller may do: its tools are intersected with the
+	// caller's and its permission preset narrowed to the caller's. false
+	// lets it keep its own tools and preset, so a read-only caller can
+	// delegate to a subagent that writes or runs commands.
+	CapByParent *bool
 }
 
 // Builtins returns the built-in primaries and subagents of agent.md §5.1.
@@ -159,6 +165,9 @@ func merge(base, o Profile) Profile {
 	}
 	if o.Enabled != nil {
 		base.Enabled = o.Enabled
+	}
+	if o.CapByParent != nil {
+		base.CapByParent = o.CapByParent
 	}
 	return base
 }
@@ -260,6 +269,9 @@ func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
 	for _, name := range sortedKeys(s.primaries) {
 		if err := check("agents."+name, "agent", name, s.primaries[name]); err != nil {
 			return nil, err
+		}
+		if s.primaries[name].CapByParent != nil {
+			return nil, fmt.Errorf("agents.%s.cap_by_parent: only subagents have a parent to be capped by", name)
 		}
 	}
 	for _, name := range sortedKeys(s.subagents) {
@@ -444,7 +456,8 @@ func (s *Set) ResolvePrimary(name, model string) (*Context, error) {
 }
 
 // ResolveSubagent returns the context of subagent name started from
-// parent.
+// parent. Unless the profile sets CapByParent to false, the subagent's
+// tools and preset never exceed the parent's.
 func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 	p, ok := s.Subagent(name)
 	if !ok {
@@ -457,10 +470,19 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 	if p.ReadOnly {
 		preset = tools.PresetReadOnly
 	}
+	capped := p.CapByParent == nil || *p.CapByParent
+	if capped {
+		preset = narrower(preset, parent.Preset)
+	}
+	allow := allowOf(p, preset, parent.Allow)
+	if capped {
+		own := allow
+		allow = func(name string) bool { return own(name) && parent.Allow(name) }
+	}
 	c := &Context{
 		Name: name, Kind: Subagent, Description: p.Description, SystemPrompt: p.SystemPrompt,
 		Model: firstNonEmpty(p.Model, parent.Model), Preset: preset,
-		Allow:  allowOf(p, preset, parent.Allow),
+		Allow:  allow,
 		Memory: p.Memory == nil || *p.Memory,
 		Depth:  parent.Depth + 1, MaxSteps: p.MaxSteps, Timeout: p.Timeout,
 	}
@@ -482,6 +504,21 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 		c.Timeout = DefaultSubagentTimeout
 	}
 	return c, nil
+}
+
+// narrower returns the preset that permits only what both a and b
+// permit.
+func narrower(a, b tools.Preset) tools.Preset {
+	write, exec := a.AllowsWrite() && b.AllowsWrite(), a.AllowsExec() && b.AllowsExec()
+	switch {
+	case write && exec:
+		return tools.PresetFull
+	case write:
+		return tools.PresetEdit
+	case exec:
+		return tools.PresetExec
+	}
+	return tools.PresetReadOnly
 }
 
 func firstNonEmpty(ss ...string) string {
