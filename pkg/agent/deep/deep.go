@@ -391,7 +391,9 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 		stack = append(stack, um)
 	}
 	if pc.Memory && len(mw.Memory.Paths) > 0 && rt.cfg.Prompt.Enabled(prompt.Memory) && b != nil {
-		stack = append(stack, memory.New(mw.Memory))
+		mc := mw.Memory
+		mc.Guidance = rt.cfg.Prompt.Sections[prompt.Memory].Text
+		stack = append(stack, memory.New(mc))
 	}
 	rules := make(map[string]hitl.Rule, len(pc.InterruptOn))
 	for tool, r := range pc.InterruptOn {
