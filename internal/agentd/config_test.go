@@ -59,6 +59,7 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"fraction", "middleware:\n  summarization: {trigger_fraction: 1.5}\n", "trigger_fraction"},
 		{"decision", "agents:\n  main:\n    interrupt_on:\n      execute: {allowed: [maybe]}\n", "agents.main.interrupt_on.execute.allowed"},
 		{"negative duration", "limits: {tool_timeout: -1s}\n", "limits.tool_timeout"},
+		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
 		// Nested entries are as strict as the top level, and the error
 		// names the key by its full YAML path.

@@ -332,6 +332,14 @@ func validate(cfg *Config) error {
 			return fmt.Errorf("%s: durations must be positive", name)
 		}
 	}
+	for name, n := range map[string]int{
+		"limits.max_iterations": cfg.Limits.MaxIterations, "limits.max_parallel_tools": cfg.Limits.MaxParallelTools,
+		"limits.max_parallel_subagents": cfg.Limits.MaxParallelSubagents,
+	} {
+		if n < 0 {
+			return fmt.Errorf("%s: %d must not be negative (0 or absent = the default)", name, n)
+		}
+	}
 	return nil
 }
 
