@@ -20,6 +20,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
@@ -296,6 +297,9 @@ func validate(cfg *Config) error {
 			if len(r.Namespace) == 0 {
 				return fmt.Errorf("%s.namespace: a store route needs a namespace", where)
 			}
+			if err := checkNamespace(where, r.Namespace); err != nil {
+				return err
+			}
 		case "filesystem":
 			if r.Root == "" {
 				return fmt.Errorf("%s.root: a filesystem route needs a host directory", where)
@@ -339,6 +343,30 @@ func validate(cfg *Config) error {
 		if n < 0 {
 			return fmt.Errorf("%s: %d must not be negative (0 or absent = the default)", name, n)
 		}
+	}
+	return nil
+}
+
+// checkNamespace validates a store route's namespace template: literal
+// components as store namespaces, and every braced component as a
+// {metadata.<key>} placeholder (a misspelt one would otherwise be one
+// literal namespace shared by every thread).
+func checkNamespace(where string, tmpl []string) error {
+	sample := make([]string, len(tmpl))
+	for i, c := range tmpl {
+		key, ok := namespaceLabel(c)
+		switch {
+		case ok && (key == "" || strings.ContainsAny(key, "{}")):
+			return fmt.Errorf("%s.namespace[%d]: %q: a placeholder is {metadata.<key>}", where, i, c)
+		case !ok && strings.ContainsAny(c, "{}"):
+			return fmt.Errorf("%s.namespace[%d]: %q is not a {metadata.<key>} placeholder", where, i, c)
+		case ok:
+			c = "label"
+		}
+		sample[i] = c
+	}
+	if err := store.ValidateNamespace(sample); err != nil {
+		return fmt.Errorf("%s.namespace: %w", where, err)
 	}
 	return nil
 }

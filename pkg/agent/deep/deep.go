@@ -262,7 +262,7 @@ func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*
 	}
 	var tb ThreadBackend
 	if rt.cfg.Backend != nil {
-		if tb, err = rt.cfg.Backend(ctx, req.ThreadID, req.ThreadFiles); err != nil {
+		if tb, err = rt.cfg.Backend(ctx, req.ThreadID, req.Metadata, req.ThreadFiles); err != nil {
 			return nil, fmt.Errorf("thread %s backend: %w", req.ThreadID, err)
 		}
 	}
