@@ -54,6 +54,8 @@ func TestBadStartInputs(t *testing.T) {
 	unknownKey := write("unknown.yaml", "version: 1\nserver:\n  grpc_adr: 127.0.0.1:1\n")
 	badAddr := write("badaddr.yaml", "server:\n  grpc_addr: nowhere\n")
 	badVersion := write("badversion.yaml", "version: 7\n")
+	gateKey := write("gatekey.yaml", "agents:\n  main:\n    interrupt_on:\n      execute: {allowd: [approve]}\n")
+	gateTypo := write("gatetypo.yaml", "agents:\n  main:\n    interrupt_on: {exceute: true}\n")
 
 	tests := []struct {
 		name string
@@ -74,6 +76,8 @@ func TestBadStartInputs(t *testing.T) {
 		{"unknown config key", nil, []string{"--config", unknownKey}, "grpc_adr"},
 		{"bad config address", nil, []string{"--config", badAddr}, "server.grpc_addr"},
 		{"unsupported config version", nil, []string{"--config", badVersion}, "version 7"},
+		{"unknown key in a gate", nil, []string{"--config", gateKey}, "agents.main.interrupt_on.execute.allowd: unknown key"},
+		{"gate on an unknown tool", nil, []string{"--config", gateTypo}, `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

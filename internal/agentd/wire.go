@@ -113,7 +113,6 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 			a.cleanup = append(a.cleanup, func() { os.RemoveAll(dir) })
 		}
 		path = filepath.Join(dir, "agentd.db")
-		o.Logger.Warn("storage.sqlite_path is not set: threads are kept in a temporary file and lost at exit", zap.String("path", path))
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("storage.sqlite_path: %w", err)
 	}
@@ -123,11 +122,6 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	a.Store = st
 	a.cleanup = append(a.cleanup, func() { st.Close() })
-	if n, err := st.FailRunningRuns(ctx, "agentd restarted"); err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
-	} else if n > 0 {
-		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
-	}
 
 	tb, err := newThreadBackends(cfg, path, st, o.Logger, o.WorkerDial...)
 	if err != nil {
@@ -210,6 +204,22 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		}
 	}
 	a.Runtime = rt
+
+	// The config is valid: only now touch stored runs and say what is
+	// missing, so that a rejected config changes and logs nothing.
+	if n, err := st.FailRunningRuns(ctx, "agentd restarted"); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	} else if n > 0 {
+		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
+	}
+	if cfg.Storage.SQLitePath == "" {
+		o.Logger.Warn("storage.sqlite_path is not set: threads are kept in a temporary file and lost at exit", zap.String("path", path))
+	}
+	for _, key := range sortedKeys(models) {
+		if u, ok := models[key].Chat.(unconfigured); ok {
+			o.Logger.Warn("model is not configured; runs that use it will fail", zap.String("model", key), zap.String("api-key-env", u.env))
+		}
+	}
 	ok = true
 	return a, nil
 }
@@ -372,8 +382,8 @@ func checkNamespace(where string, tmpl []string) error {
 }
 
 // buildModels creates one client per models entry. A model with neither a
-// base URL nor an API key is "not configured": agentd still starts, and a
-// run that uses it fails with a clear error event.
+// base URL nor an API key is "not configured": agentd still starts (Build
+// warns about it), and a run that uses it fails with a clear error event.
 func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, error) {
 	out := make(map[string]deep.Model, len(cfg.Models))
 	for key, m := range cfg.Models {
@@ -387,7 +397,6 @@ func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, e
 			name = "gpt-4.1-mini"
 		}
 		if m.BaseURL == "" && apiKey == "" {
-			lg.Warn("model is not configured; runs that use it will fail", zap.String("model", key), zap.String("api-key-env", keyEnv))
 			out[key] = deep.Model{Chat: unconfigured{key: key, env: keyEnv}, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens}
 			continue
 		}
