@@ -463,8 +463,8 @@ func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile
 		}
 		out[name] = pr
 	}
-	for _, tools := range ungated {
-		slices.Sort(tools)
+	for _, names := range ungated {
+		slices.Sort(names)
 	}
 	return out, ungated, nil
 }
