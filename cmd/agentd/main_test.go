@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 var agentdBin string
@@ -53,6 +54,8 @@ func TestBadStartInputs(t *testing.T) {
 	unknownKey := write("unknown.yaml", "version: 1\nserver:\n  grpc_adr: 127.0.0.1:1\n")
 	badAddr := write("badaddr.yaml", "server:\n  grpc_addr: nowhere\n")
 	badVersion := write("badversion.yaml", "version: 7\n")
+	gateKey := write("gatekey.yaml", "agents:\n  main:\n    interrupt_on:\n      execute: {allowd: [approve]}\n")
+	gateTypo := write("gatetypo.yaml", "agents:\n  main:\n    interrupt_on: {exceute: true}\n")
 
 	tests := []struct {
 		name string
@@ -73,6 +76,8 @@ func TestBadStartInputs(t *testing.T) {
 		{"unknown config key", nil, []string{"--config", unknownKey}, "grpc_adr"},
 		{"bad config address", nil, []string{"--config", badAddr}, "server.grpc_addr"},
 		{"unsupported config version", nil, []string{"--config", badVersion}, "version 7"},
+		{"unknown key in a gate", nil, []string{"--config", gateKey}, "agents.main.interrupt_on.execute.allowd: unknown key"},
+		{"gate on an unknown tool", nil, []string{"--config", gateTypo}, `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,6 +203,62 @@ func TestRunWithoutModelFailsClearly(t *testing.T) {
 	e := last.GetError()
 	if e == nil || e.GetCode() != "MODEL_AUTH" || !strings.Contains(e.GetMessage(), "OPENAI_BASE_URL") {
 		t.Fatalf("last event = %v, want an error naming what to configure", last)
+	}
+}
+
+// TestRunRequestsCheckedBeforeRunStarted: with no limits block in the
+// config the request caps are the defaults, and a store route's label is
+// required up front; each problem is INVALID_ARGUMENT with no events.
+func TestRunRequestsCheckedBeforeRunStarted(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("OPENAI_API_KEY", "")
+	cfg := filepath.Join(t.TempDir(), "agentd.yaml")
+	body := "backends:\n  default: state\n  routes:\n    /memories/: {type: store, namespace: [\"{metadata.tenant}\", memories]}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := daemontest.Start(t, agentdBin, append(append([]string{}, freeArgs...), "--config", cfg)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := plumbv1.NewAgentServiceClient(conn)
+	req := func(edit func(*plumbv1.RunRequest)) *plumbv1.RunRequest {
+		r := &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "hi"}}, Metadata: map[string]string{"tenant": "acme"}}
+		edit(r)
+		return r
+	}
+	for _, tt := range []struct {
+		name string
+		req  *plumbv1.RunRequest
+		want string
+	}{
+		{"max_iterations above the default cap", req(func(r *plumbv1.RunRequest) { r.MaxIterations = 1_000_000 }), "server limit 200"},
+		{"timeout above the default cap", req(func(r *plumbv1.RunRequest) { r.Timeout = durationpb.New(100 * time.Hour) }), "server limit 30m0s"},
+		{"store route label missing", req(func(r *plumbv1.RunRequest) { r.Metadata = nil }), `metadata key "tenant" is required by backend route /memories/`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			stream, err := client.Run(ctx, tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := stream.Recv()
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.want) {
+				t.Fatalf("first receive = %v, %v; want INVALID_ARGUMENT mentioning %q and no events", ev, err, tt.want)
+			}
+		})
+	}
+	// The same request within the caps and with the label starts (and then
+	// fails for want of a model).
+	stream, err := client.Run(ctx, req(func(r *plumbv1.RunRequest) { r.MaxIterations, r.Timeout = 200, durationpb.New(30*time.Minute) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetRunStarted() == nil {
+		t.Fatalf("first event = %v, %v; want run_started", ev, err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/workers"
+	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/composite"
@@ -83,10 +84,11 @@ func (tb *ThreadBackends) Close() {
 	tb.mu.Unlock()
 }
 
-// Build implements deep.BackendFunc.
-func (tb *ThreadBackends) Build(ctx context.Context, threadID string, stored map[string]json.RawMessage) (deep.ThreadBackend, error) {
+// Build implements deep.BackendFunc. A store route whose namespace needs
+// a label the thread lacks fails the request here, before the run starts.
+func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map[string]string, stored map[string]json.RawMessage) (deep.ThreadBackend, error) {
 	states := &stateSet{parts: map[string]*state.Backend{}}
-	part := func(kind, prefix, root string, ns []string) (backend.Backend, error) {
+	part := func(kind, prefix, root string, tmpl []string) (backend.Backend, error) {
 		switch kind {
 		case "state":
 			b := state.New()
@@ -95,7 +97,11 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, stored map
 		case "filesystem":
 			return tb.filesystem(root)
 		case "store":
-			return &lazy{init: func(ctx context.Context) (backend.Backend, error) { return tb.store(ctx, threadID, prefix, ns) }}, nil
+			ns, err := storeNamespace(prefix, tmpl, labels)
+			if err != nil {
+				return nil, err
+			}
+			return &lazy{init: func(context.Context) (backend.Backend, error) { return store.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
 			return newLazySandbox(tb, threadID), nil
 		}
@@ -139,26 +145,38 @@ func (tb *ThreadBackends) filesystem(root string) (*filesystem.Backend, error) {
 	return f, nil
 }
 
-// store opens the thread's namespace of a store route, filling
-// {metadata.<key>} placeholders from the thread's labels.
-func (tb *ThreadBackends) store(ctx context.Context, threadID, prefix string, tmpl []string) (backend.Backend, error) {
-	th, err := tb.threads.Thread(ctx, threadID)
-	if err != nil {
-		return nil, backend.Errorf(backend.CodeUnavailable, "", "route %s: %v", prefix, err)
-	}
+// storeNamespace fills the {metadata.<key>} placeholders of a store
+// route's namespace from the thread's labels. A missing or unusable label
+// is the request's fault (agent.md §10.1: INVALID_ARGUMENT).
+func storeNamespace(prefix string, tmpl []string, labels map[string]string) ([]string, error) {
 	ns := make([]string, len(tmpl))
 	for i, c := range tmpl {
-		if key, ok := strings.CutPrefix(c, "{metadata."); ok && strings.HasSuffix(key, "}") {
-			key = strings.TrimSuffix(key, "}")
-			v, ok := th.Metadata[key]
-			if !ok || v == "" {
-				return nil, backend.Errorf(backend.CodeInvalidArgument, "", "route %s needs the thread label %q (set it in RunRequest.metadata)", prefix, key)
-			}
-			c = v
+		key, ok := namespaceLabel(c)
+		if !ok {
+			ns[i] = c
+			continue
 		}
-		ns[i] = c
+		v := labels[key]
+		if v == "" {
+			return nil, fmt.Errorf("%w: metadata key %q is required by backend route %s (its namespace is %s); set it in RunRequest.metadata",
+				agent.ErrInvalidInput, key, prefix, strings.Join(tmpl, "/"))
+		}
+		if err := store.ValidateNamespace([]string{v}); err != nil {
+			return nil, fmt.Errorf("%w: metadata.%s %q cannot name the namespace of backend route %s: %v", agent.ErrInvalidInput, key, v, prefix, err)
+		}
+		ns[i] = v
 	}
-	return store.NewBackend(tb.files, ns)
+	return ns, nil
+}
+
+// namespaceLabel returns the label key of a `{metadata.<key>}` namespace
+// component.
+func namespaceLabel(c string) (string, bool) {
+	key, ok := strings.CutPrefix(c, "{metadata.")
+	if !ok || !strings.HasSuffix(key, "}") {
+		return "", false
+	}
+	return strings.TrimSuffix(key, "}"), true
 }
 
 // DeleteThread removes the thread's sandbox, if it has one (the

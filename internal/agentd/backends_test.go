@@ -3,11 +3,15 @@ package agentd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"go.uber.org/zap/zaptest"
 )
@@ -36,7 +40,8 @@ func TestStateRoutesPersistUnderFullPaths(t *testing.T) {
 	}
 	defer tb.Close()
 
-	first, err := tb.Build(ctx, "th", nil)
+	acme := map[string]string{"tenant": "acme"}
+	first, err := tb.Build(ctx, "th", acme, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +58,7 @@ func TestStateRoutesPersistUnderFullPaths(t *testing.T) {
 		t.Fatalf("delta keys = %v, want the two State files under full paths (the Store route persists itself)", keys(delta))
 	}
 
-	second, err := tb.Build(ctx, "th", delta)
+	second, err := tb.Build(ctx, "th", acme, delta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +73,7 @@ func TestStateRoutesPersistUnderFullPaths(t *testing.T) {
 	}
 
 	// A thread without the label cannot open the tenant's memories.
-	if err := st.CreateThread(ctx, agent.Thread{ID: "anon"}); err != nil {
-		t.Fatal(err)
-	}
-	anon, err := tb.Build(ctx, "anon", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := anon.Backend.Ls(ctx, "/memories"); backend.CodeOf(err) != backend.CodeInvalidArgument {
+	if _, err := tb.Build(ctx, "anon", nil, nil); !errors.Is(err, agent.ErrInvalidInput) {
 		t.Fatalf("store route without its label: %v", err)
 	}
 }
@@ -86,4 +84,102 @@ func keys(m map[string]json.RawMessage) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestStoreRouteLabelsCheckedBeforeRunStarts: a Run whose thread lacks a
+// label that a store route's namespace needs fails before run_started
+// (agent.md §10.1: INVALID_ARGUMENT, no events), naming the key and the
+// route, instead of the memory being "unavailable" mid-run. Labels count
+// whether they come with the request or are already on the thread.
+func TestStoreRouteLabelsCheckedBeforeRunStarts(t *testing.T) {
+	srv := modeltest.New(t)
+	cfg, err := Parse([]byte(`
+models: {m: {base_url: "` + srv.URL() + `", model: gpt-test}}
+backends:
+  default: state
+  routes:
+    /memories/: {type: store, namespace: ["{metadata.tenant}", memories]}
+middleware:
+  memory: {paths: [/memories/AGENTS.md]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Storage.SQLitePath = filepath.Join(t.TempDir(), "agentd.db")
+	a, err := Build(context.Background(), cfg, Options{Env: func(string) string { return "" }, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run := func(threadID string, md map[string]string) (*agent.RunResult, []agent.Event, error) {
+		var mu sync.Mutex
+		var evs []agent.Event
+		res, err := a.Runtime.Run(ctx, agent.RunInput{ThreadID: threadID, Metadata: md, Input: []string{"hi"}}, func(ev agent.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			evs = append(evs, ev)
+		})
+		return res, evs, err
+	}
+
+	for _, tt := range []struct {
+		name string
+		md   map[string]string
+		want string
+	}{
+		{"no label", nil, `metadata key "tenant" is required by backend route /memories/`},
+		{"empty label", map[string]string{"tenant": ""}, `metadata key "tenant" is required by backend route /memories/`},
+		{"other labels only", map[string]string{"team": "a"}, `metadata key "tenant" is required by backend route /memories/`},
+		{"label that is no namespace component", map[string]string{"tenant": "a/b"}, `metadata.tenant "a/b" cannot name the namespace of backend route /memories/`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, evs, err := run("", tt.md)
+			if !errors.Is(err, agent.ErrInvalidInput) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want invalid input mentioning %q", err, tt.want)
+			}
+			if len(evs) != 0 {
+				t.Fatalf("%d events before the error, first %s", len(evs), evs[0].Payload.Kind())
+			}
+		})
+	}
+	if n := len(srv.AllRequests()); n != 0 {
+		t.Fatalf("%d model requests for rejected runs", n)
+	}
+
+	// The label on the request: the run starts and the memory route works.
+	srv.Script("main", modeltest.Text("ok"), modeltest.Text("ok"), modeltest.Text("ok"))
+	res, _, err := run("", map[string]string{"tenant": "acme"})
+	if err != nil || res.Status != agent.StatusCompleted {
+		t.Fatalf("run with the label: %v %+v", err, res)
+	}
+	// The label already on the thread: a later run needs no metadata.
+	if res, _, err = run(res.ThreadID, nil); err != nil || res.Status != agent.StatusCompleted {
+		t.Fatalf("continued run: %v %+v", err, res)
+	}
+	// A thread created without it gets it merged in by the Run.
+	if err := a.Store.CreateThread(ctx, agent.Thread{ID: "bare", CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run("bare", nil); !errors.Is(err, agent.ErrInvalidInput) {
+		t.Fatalf("bare thread without the label: %v", err)
+	}
+	if res, _, err = run("bare", map[string]string{"tenant": "acme"}); err != nil || res.Status != agent.StatusCompleted {
+		t.Fatalf("bare thread with the label merged in: %v %+v", err, res)
+	}
+	for _, r := range srv.Requests("main") {
+		if strings.Contains(systemPrompt(r), "unavailable") {
+			t.Errorf("memory unavailable in a started run: %q", systemPrompt(r))
+		}
+	}
+}
+
+func systemPrompt(r modeltest.Request) string {
+	for _, m := range r.Body.Messages {
+		if m.Role == "system" {
+			return m.Content
+		}
+	}
+	return ""
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -220,8 +222,8 @@ type PromptConfig struct {
 
 // SectionOverride is one prompt section setting.
 type SectionOverride struct {
-	Disabled bool
-	Text     string
+	Disabled bool   `yaml:"-"`
+	Text     string `yaml:"-"`
 }
 
 // UnmarshalYAML accepts a boolean or a string.
@@ -248,17 +250,21 @@ type ProfileConfig struct {
 	InterruptOn  *map[string]InterruptOn `yaml:"interrupt_on"`
 	Memory       *bool                   `yaml:"memory"`
 	Enabled      *bool                   `yaml:"enabled"`
+	// CapByParent (subagents; default true) limits a subagent to its
+	// caller's tools and permissions; false lets it exceed them.
+	CapByParent *bool `yaml:"cap_by_parent"`
 }
 
 // InterruptOn is `true` or `{allowed: [...], description: ...}`; `false`
 // removes the gate.
 type InterruptOn struct {
-	Off         bool
+	Off         bool     `yaml:"-"`
 	Allowed     []string `yaml:"allowed"`
 	Description string   `yaml:"description"`
 }
 
-// UnmarshalYAML accepts a boolean or a mapping.
+// UnmarshalYAML accepts a boolean or a mapping. Parse has checked the
+// mapping's keys (node.Decode does not apply KnownFields).
 func (i *InterruptOn) UnmarshalYAML(n *yaml.Node) error {
 	var b bool
 	if err := n.Decode(&b); err == nil {
@@ -267,8 +273,7 @@ func (i *InterruptOn) UnmarshalYAML(n *yaml.Node) error {
 	}
 	type plain InterruptOn
 	var p plain
-	dec := n
-	if err := dec.Decode(&p); err != nil {
+	if err := n.Decode(&p); err != nil {
 		return err
 	}
 	*i = InterruptOn(p)
@@ -314,8 +319,18 @@ func Load(path string) (*Config, error) {
 	return Parse(data)
 }
 
-// Parse strictly decodes a config document.
+// Parse strictly decodes a config document: an unknown key at any depth
+// is an error naming its YAML path.
 func Parse(data []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " "))
+	}
+	if len(doc.Content) > 0 {
+		if err := checkKeys(doc.Content[0], reflect.TypeFor[Config](), ""); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -326,6 +341,112 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: version %d is not supported (want 1)", c.Version)
 	}
 	return &c, nil
+}
+
+// checkKeys walks node alongside the type it decodes into and rejects a
+// mapping key that names no field, at any depth, with its YAML path
+// (`agents.main.interrupt_on.execute.allowd`). The decoder's KnownFields
+// cannot do this: it does not reach into custom unmarshalers (InterruptOn)
+// and its errors name Go types, not paths. Type mismatches are left to the
+// decoder.
+func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	at := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	switch {
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		fields := yamlFields(t)
+		if len(fields) == 0 {
+			return nil // a scalar-only type (SectionOverride): the decoder rejects a mapping
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" && k.Tag == "!!merge" {
+				if err := checkMerge(v, t, path); err != nil {
+					return err
+				}
+				continue
+			}
+			ft, ok := fields[k.Value]
+			if !ok {
+				return fmt.Errorf("%s: unknown key (line %d; known keys: %s)", at(k.Value), k.Line, strings.Join(sortedKeys(fields), ", "))
+			}
+			if err := checkKeys(v, ft, at(k.Value)); err != nil {
+				return err
+			}
+		}
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" && k.Tag == "!!merge" {
+				if err := checkMerge(v, t, path); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := checkKeys(v, t.Elem(), at(k.Value)); err != nil {
+				return err
+			}
+		}
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for i, item := range n.Content {
+			if err := checkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkMerge checks the mapping (or list of mappings) of a `<<` merge key
+// as part of the mapping it is merged into.
+func checkMerge(v *yaml.Node, t reflect.Type, path string) error {
+	if v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	if v.Kind != yaml.SequenceNode {
+		return checkKeys(v, t, path)
+	}
+	for _, m := range v.Content {
+		if err := checkKeys(m, t, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// yamlFields maps the YAML keys of struct t to their field types, as
+// yaml.v3 names them (the tag's name, else the lower-cased field name;
+// "-" skips a field).
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		switch {
+		case name == "-":
+			continue
+		case opts == "inline":
+			maps.Copy(out, yamlFields(f.Type))
+			continue
+		case name == "":
+			name = strings.ToLower(f.Name)
+		}
+		out[name] = f.Type
+	}
+	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

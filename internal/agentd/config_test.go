@@ -3,6 +3,7 @@ package agentd
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,12 +55,35 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"route without slash", "backends:\n  routes:\n    /memories: {type: state}\n", "backends.routes./memories"},
 		{"route type", "backends:\n  routes:\n    /m/: {type: disk}\n", "backends.routes./m/.type"},
 		{"store without namespace", "backends:\n  routes:\n    /m/: {type: store}\n", "namespace"},
+		{"store namespace placeholder typo", "backends:\n  routes:\n    /m/: {type: store, namespace: [\"{meta.tenant}\", memories]}\n", `backends.routes./m/.namespace[0]: "{meta.tenant}" is not a {metadata.<key>} placeholder`},
+		{"store namespace placeholder without key", "backends:\n  routes:\n    /m/: {type: store, namespace: [\"{metadata.}\"]}\n", "backends.routes./m/.namespace[0]"},
+		{"store namespace bad component", "backends:\n  routes:\n    /m/: {type: store, namespace: [a/b]}\n", "backends.routes./m/.namespace"},
 		{"sandbox default without address", "backends: {default: sandbox}\n", "sandbox.address"},
 		{"fraction", "middleware:\n  summarization: {trigger_fraction: 1.5}\n", "trigger_fraction"},
 		{"decision", "agents:\n  main:\n    interrupt_on:\n      execute: {allowed: [maybe]}\n", "agents.main.interrupt_on.execute.allowed"},
 		{"negative duration", "limits: {tool_timeout: -1s}\n", "limits.tool_timeout"},
 		{"negative replay cap", "server: {replay_max_events: -1}\n", "server.replay_max_events"},
+		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
+		// Nested entries are as strict as the top level, and the error
+		// names the key by its full YAML path.
+		{"unknown key in a gate", "agents:\n  main:\n    interrupt_on:\n      execute: {allowd: [approve]}\n", "agents.main.interrupt_on.execute.allowd: unknown key"},
+		{"off is not a gate key", "agents:\n  main:\n    interrupt_on:\n      execute: {off: true}\n", "agents.main.interrupt_on.execute.off: unknown key"},
+		{"unknown key in a hook match", "hooks:\n  - {name: h, phase: pre, tools: [execute], match: {args: /command, regex: x}, action: block}\n", "hooks[0].match.args: unknown key"},
+		{"unknown key in a model retry", "models:\n  a:\n    retry: {max_attempt: 3}\n", "models.a.retry.max_attempt: unknown key"},
+		{"unknown key in tools.execute", "tools:\n  execute: {timeout: 1s}\n", "tools.execute.timeout: unknown key"},
+		{"unknown key in a route", "backends:\n  routes:\n    /m/: {type: state, prefix: x}\n", "backends.routes./m/.prefix: unknown key"},
+		{"unknown key in a subagent", "subagents:\n  explore: {modle: fast}\n", "subagents.explore.modle: unknown key"},
+		{"unknown key through a merge", "agents:\n  main:\n    interrupt_on:\n      execute: {<<: {allowd: [approve]}}\n", "agents.main.interrupt_on.execute.allowd: unknown key"},
+		// A gate must name a tool the agent can call: a typo or a tool
+		// outside the agent's allow-list would gate nothing.
+		{"gate on an unknown tool", "agents:\n  main:\n    interrupt_on: {exceute: true}\n", `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{"ungating an unknown tool", "agents:\n  main:\n    interrupt_on: {exceute: false}\n", `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{"gate on a tool the agent lacks", "agents:\n  plan:\n    interrupt_on: {execute: true}\n", "agents.plan.interrupt_on.execute: agent plan cannot call execute"},
+		{"gate on a tool the subagent lacks", "subagents:\n  explore:\n    interrupt_on: {write_file: true}\n", "subagents.explore.interrupt_on.write_file: subagent explore cannot call write_file"},
+		{"cap_by_parent on a primary", "agents:\n  main: {cap_by_parent: false}\n", "agents.main.cap_by_parent"},
+		{"cap_by_parent not a boolean", "subagents:\n  bash: {cap_by_parent: sometimes}\n", "line 2"},
+		{"gate on a read-only agent's write tool", "agents:\n  main: {read_only: true, interrupt_on: {delete: true}}\n", "agents.main.interrupt_on.delete: agent main cannot call delete"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +115,69 @@ func TestReplayCaps(t *testing.T) {
 	if cfg.Server.ReplayMaxEvents != 500 || cfg.Server.ReplayMaxBytes != 4<<20 {
 		t.Errorf("server %+v", cfg.Server)
 	}
+}
+
+// TestGatesOnToolsTheAgentCanCall: gates naming built-in, registry and
+// dynamic (task) tools within each agent's allow-list are accepted, and
+// the decoded rules keep their settings.
+func TestGatesOnToolsTheAgentCanCall(t *testing.T) {
+	cfg, err := Parse([]byte(`
+tools: {test_kit: true}
+agents:
+  main:
+    interrupt_on:
+      execute: {allowed: [approve, reject], description: "Shell command"}
+      task: true
+      write_todos: true
+      echo: true
+      grep: false
+  plan:
+    interrupt_on: {task: true, read_file: true}
+subagents:
+  bash:
+    interrupt_on: {execute: true}
+  writer:
+    description: "Writes files; takes its caller's tools."
+    interrupt_on: {write_file: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := (*cfg.Agents["main"].InterruptOn)["execute"]
+	if gate.Off || gate.Description != "Shell command" || !slices.Equal(gate.Allowed, []string{"approve", "reject"}) || !(*cfg.Agents["main"].InterruptOn)["grep"].Off {
+		t.Fatalf("decoded gates: %+v", *cfg.Agents["main"].InterruptOn)
+	}
+	cfg.Storage.SQLitePath = filepath.Join(t.TempDir(), "db")
+	a, err := Build(context.Background(), cfg, Options{Env: func(string) string { return "" }, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+}
+
+// TestCapByParentReachesTheProfile: subagents.<name>.cap_by_parent is
+// decoded and handed to the profile (absent = capped).
+func TestCapByParentReachesTheProfile(t *testing.T) {
+	cfg, err := Parse([]byte("agents:\n  plan: {subagents: [explore, bash]}\nsubagents:\n  bash: {cap_by_parent: false}\n  explore: {model: default}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs, _, err := profiles(cfg.Subagents, "subagents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := subs["bash"].CapByParent; c == nil || *c {
+		t.Errorf("bash cap_by_parent = %v, want false", c)
+	}
+	if subs["explore"].CapByParent != nil {
+		t.Error("explore cap_by_parent set without the key")
+	}
+	cfg.Storage.SQLitePath = filepath.Join(t.TempDir(), "db")
+	a, err := Build(context.Background(), cfg, Options{Env: func(string) string { return "" }, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
 }
 
 func TestParseQuantity(t *testing.T) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -18,6 +20,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
@@ -110,7 +113,6 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 			a.cleanup = append(a.cleanup, func() { os.RemoveAll(dir) })
 		}
 		path = filepath.Join(dir, "agentd.db")
-		o.Logger.Warn("storage.sqlite_path is not set: threads are kept in a temporary file and lost at exit", zap.String("path", path))
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("storage.sqlite_path: %w", err)
 	}
@@ -120,11 +122,6 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	a.Store = st
 	a.cleanup = append(a.cleanup, func() { st.Close() })
-	if n, err := st.FailRunningRuns(ctx, "agentd restarted"); err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
-	} else if n > 0 {
-		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
-	}
 
 	tb, err := newThreadBackends(cfg, path, st, o.Logger, o.WorkerDial...)
 	if err != nil {
@@ -144,12 +141,14 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		Store:   st,
 		Backend: tb.Build,
 	}
-	if dc.Agents, err = profiles(cfg.Agents, "agents"); err != nil {
+	var ungated, subUngated map[string][]string
+	if dc.Agents, ungated, err = profiles(cfg.Agents, "agents"); err != nil {
 		return nil, err
 	}
-	if dc.Subagents, err = profiles(cfg.Subagents, "subagents"); err != nil {
+	if dc.Subagents, subUngated, err = profiles(cfg.Subagents, "subagents"); err != nil {
 		return nil, err
 	}
+	maps.Copy(ungated, subUngated)
 	mw := cfg.Middleware
 	dc.Middleware = deep.MiddlewareConfig{
 		Todos:          deep.TodosConfig{Enabled: mw.Todos.Enabled, Config: todos.Config{ReminderEvery: mw.Todos.ReminderEvery, MaxItems: mw.Todos.MaxItems}},
@@ -196,7 +195,31 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	known := rt.ServerToolNames()
+	for _, where := range sortedKeys(ungated) {
+		for _, tool := range ungated[where] {
+			if !slices.Contains(known, tool) {
+				return nil, fmt.Errorf("config: %s.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(known, ", "))
+			}
+		}
+	}
 	a.Runtime = rt
+
+	// The config is valid: only now touch stored runs and say what is
+	// missing, so that a rejected config changes and logs nothing.
+	if n, err := st.FailRunningRuns(ctx, "agentd restarted"); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	} else if n > 0 {
+		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
+	}
+	if cfg.Storage.SQLitePath == "" {
+		o.Logger.Warn("storage.sqlite_path is not set: threads are kept in a temporary file and lost at exit", zap.String("path", path))
+	}
+	for _, key := range sortedKeys(models) {
+		if u, ok := models[key].Chat.(unconfigured); ok {
+			o.Logger.Warn("model is not configured; runs that use it will fail", zap.String("model", key), zap.String("api-key-env", u.env))
+		}
+	}
 	ok = true
 	return a, nil
 }
@@ -284,6 +307,9 @@ func validate(cfg *Config) error {
 			if len(r.Namespace) == 0 {
 				return fmt.Errorf("%s.namespace: a store route needs a namespace", where)
 			}
+			if err := checkNamespace(where, r.Namespace); err != nil {
+				return err
+			}
 		case "filesystem":
 			if r.Root == "" {
 				return fmt.Errorf("%s.root: a filesystem route needs a host directory", where)
@@ -325,12 +351,44 @@ func validate(cfg *Config) error {
 			return fmt.Errorf("%s: durations must be positive", name)
 		}
 	}
+	for name, n := range map[string]int{
+		"limits.max_iterations": cfg.Limits.MaxIterations, "limits.max_parallel_tools": cfg.Limits.MaxParallelTools,
+		"limits.max_parallel_subagents": cfg.Limits.MaxParallelSubagents,
+	} {
+		if n < 0 {
+			return fmt.Errorf("%s: %d must not be negative (0 or absent = the default)", name, n)
+		}
+	}
+	return nil
+}
+
+// checkNamespace validates a store route's namespace template: literal
+// components as store namespaces, and every braced component as a
+// {metadata.<key>} placeholder (a misspelt one would otherwise be one
+// literal namespace shared by every thread).
+func checkNamespace(where string, tmpl []string) error {
+	sample := make([]string, len(tmpl))
+	for i, c := range tmpl {
+		key, ok := namespaceLabel(c)
+		switch {
+		case ok && (key == "" || strings.ContainsAny(key, "{}")):
+			return fmt.Errorf("%s.namespace[%d]: %q: a placeholder is {metadata.<key>}", where, i, c)
+		case !ok && strings.ContainsAny(c, "{}"):
+			return fmt.Errorf("%s.namespace[%d]: %q is not a {metadata.<key>} placeholder", where, i, c)
+		case ok:
+			c = "label"
+		}
+		sample[i] = c
+	}
+	if err := store.ValidateNamespace(sample); err != nil {
+		return fmt.Errorf("%s.namespace: %w", where, err)
+	}
 	return nil
 }
 
 // buildModels creates one client per models entry. A model with neither a
-// base URL nor an API key is "not configured": agentd still starts, and a
-// run that uses it fails with a clear error event.
+// base URL nor an API key is "not configured": agentd still starts (Build
+// warns about it), and a run that uses it fails with a clear error event.
 func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, error) {
 	out := make(map[string]deep.Model, len(cfg.Models))
 	for key, m := range cfg.Models {
@@ -344,7 +402,6 @@ func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, e
 			name = "gpt-4.1-mini"
 		}
 		if m.BaseURL == "" && apiKey == "" {
-			lg.Warn("model is not configured; runs that use it will fail", zap.String("model", key), zap.String("api-key-env", keyEnv))
 			out[key] = deep.Model{Chat: unconfigured{key: key, env: keyEnv}, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
 			continue
 		}
@@ -377,18 +434,24 @@ func (u unconfigured) Generate(context.Context, model.Request, func(model.Delta)
 	}
 }
 
-// profiles converts configured profiles.
-func profiles(in map[string]ProfileConfig, section string) (map[string]profile.Profile, error) {
+// profiles converts configured profiles. `tool: false` entries gate
+// nothing and are left out; ungated lists them by interrupt_on path so
+// that Build can still reject a name that is no tool at all.
+func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile.Profile, ungated map[string][]string, _ error) {
 	out := make(map[string]profile.Profile, len(in))
+	ungated = map[string][]string{}
 	for name, p := range in {
 		pr := profile.Profile{
 			Description: p.Description, SystemPrompt: p.SystemPrompt, Model: p.Model, Tools: p.Tools, Subagents: p.Subagents,
 			Permissions: p.Permissions, ReadOnly: p.ReadOnly, MaxSteps: p.MaxSteps, Timeout: p.Timeout, Memory: p.Memory, Enabled: p.Enabled,
+			CapByParent: p.CapByParent,
 		}
 		if p.InterruptOn != nil {
 			pr.InterruptOn = map[string]profile.InterruptRule{}
 			for tool, rule := range *p.InterruptOn {
 				if rule.Off {
+					where := section + "." + name + ".interrupt_on"
+					ungated[where] = append(ungated[where], tool)
 					continue
 				}
 				r := profile.InterruptRule{Description: rule.Description}
@@ -397,7 +460,7 @@ func profiles(in map[string]ProfileConfig, section string) (map[string]profile.P
 					case agent.DecisionApprove, agent.DecisionEdit, agent.DecisionReject, agent.DecisionRespond:
 						r.Allowed = append(r.Allowed, agent.DecisionType(d))
 					default:
-						return nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
+						return nil, nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
 					}
 				}
 				pr.InterruptOn[tool] = r
@@ -405,5 +468,8 @@ func profiles(in map[string]ProfileConfig, section string) (map[string]profile.P
 		}
 		out[name] = pr
 	}
-	return out, nil
+	for _, names := range ungated {
+		slices.Sort(names)
+	}
+	return out, ungated, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -34,6 +35,9 @@ type ConfigureRequest struct {
 	// ThreadFiles are the thread's stored State-backend files, to load
 	// into the backend before anything else.
 	ThreadFiles map[string]json.RawMessage
+	// Metadata are the thread's labels as the run will see them: the
+	// stored ones with the request's metadata merged in.
+	Metadata map[string]string
 }
 
 // ConfigureFunc builds the root agent context's Config (model, fresh
@@ -180,7 +184,12 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, e
 		}
 	}
 	runID := r.newID()
-	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: threadID, RunID: runID, Spec: in.Spec, Files: in.Files, ThreadFiles: td.Files})
+	labels := maps.Clone(td.Thread.Metadata)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, in.Metadata)
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: threadID, RunID: runID, Spec: in.Spec, Files: in.Files, ThreadFiles: td.Files, Metadata: labels})
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +296,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (*RunRes
 		return nil, fmt.Errorf("thread %s: the interrupted run's record is missing", in.ThreadID)
 	}
 	rec := *td.LastRun
-	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true, ThreadFiles: td.Files})
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true, ThreadFiles: td.Files, Metadata: td.Thread.Metadata})
 	if err != nil {
 		return nil, err
 	}

@@ -113,7 +113,8 @@ type Config struct {
 	ReplayMaxBytes  int
 	// MaxIterations and RunTimeout are limits.max_iterations and
 	// limits.run_timeout: a request asking for more is INVALID_ARGUMENT.
-	// 0 leaves the check to the runtime (which caps silently).
+	// 0 means the runtime's defaults (agent.DefaultMaxIterations,
+	// agent.DefaultRunTimeout), so the caps exist without a limits block.
 	MaxIterations int
 	RunTimeout    time.Duration
 	// Models are the configured model keys, listed when a request names
@@ -167,6 +168,12 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	if cfg.MaxConcurrentRuns < 0 || cfg.ReplayRetention < 0 || cfg.ReplayMaxEvents < 0 || cfg.ReplayMaxBytes < 0 || cfg.MaxIterations < 0 || cfg.RunTimeout < 0 {
 		return nil, errors.New("agentsvc: limits must not be negative")
+	}
+	if cfg.MaxIterations == 0 {
+		cfg.MaxIterations = agent.DefaultMaxIterations
+	}
+	if cfg.RunTimeout == 0 {
+		cfg.RunTimeout = agent.DefaultRunTimeout
 	}
 	s := &Service{cfg: cfg, rt: cfg.Runtime, threads: cfg.Threads}
 	for _, o := range opts {

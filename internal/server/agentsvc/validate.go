@@ -94,7 +94,7 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 	switch n := req.GetMaxIterations(); {
 	case n < 0:
 		vs.add("max_iterations", "max_iterations must not be negative")
-	case s.cfg.MaxIterations > 0 && int(n) > s.cfg.MaxIterations:
+	case int(n) > s.cfg.MaxIterations:
 		vs.add("max_iterations", "max_iterations %d is above the server limit %d", n, s.cfg.MaxIterations)
 	default:
 		in.Spec.MaxIterations = int(n)
@@ -105,7 +105,7 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 			vs.add("timeout", "timeout: %v", err)
 		case d.AsDuration() <= 0:
 			vs.add("timeout", "timeout must be positive")
-		case s.cfg.RunTimeout > 0 && d.AsDuration() > s.cfg.RunTimeout:
+		case d.AsDuration() > s.cfg.RunTimeout:
 			vs.add("timeout", "timeout %v is above the server limit %v", d.AsDuration(), s.cfg.RunTimeout)
 		default:
 			in.Spec.Timeout = d.AsDuration()

@@ -110,3 +110,41 @@ func TestRunRuntimeErrors(t *testing.T) {
 	req.MaxIterations, req.Timeout = 3, durationpb.New(time.Minute)
 	e.mustRun(req)
 }
+
+// Without configured limits the caps are the runtime's defaults (200
+// iterations, 30m), not "anything goes": a request above them is
+// INVALID_ARGUMENT naming the cap, and one at the caps starts.
+func TestRunLimitsCappedByDefault(t *testing.T) {
+	e := newEnv(t) // no MaxIterations or RunTimeout: agentd without a limits block
+	tests := []struct {
+		name  string
+		edit  func(*plumbv1.RunRequest)
+		field string
+		msg   string
+	}{
+		{"max_iterations", func(r *plumbv1.RunRequest) { r.MaxIterations = 1_000_000 }, "max_iterations", "max_iterations 1000000 is above the server limit 200"},
+		{"max_iterations one above", func(r *plumbv1.RunRequest) { r.MaxIterations = 201 }, "max_iterations", "server limit 200"},
+		{"timeout", func(r *plumbv1.RunRequest) { r.Timeout = durationpb.New(100 * time.Hour) }, "timeout", "timeout 100h0m0s is above the server limit 30m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := runReq("", "hi")
+			tt.edit(req)
+			evs, err := e.run(req)
+			wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+			if len(evs) != 0 {
+				t.Errorf("events before the error: %v", kinds(evs, false))
+			}
+			if f := fields(err); !slices.Equal(f, []string{tt.field}) {
+				t.Errorf("field violations %v, want %s", f, tt.field)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("message %q does not mention %q", err.Error(), tt.msg)
+			}
+		})
+	}
+	e.srv.Script("main", modeltest.Text("ok"))
+	req := runReq("", "hi")
+	req.MaxIterations, req.Timeout = 200, durationpb.New(30*time.Minute)
+	checkStream(t, e.mustRun(req), 1)
+}

@@ -265,7 +265,7 @@ func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*
 	}
 	var tb ThreadBackend
 	if rt.cfg.Backend != nil {
-		if tb, err = rt.cfg.Backend(ctx, req.ThreadID, req.ThreadFiles); err != nil {
+		if tb, err = rt.cfg.Backend(ctx, req.ThreadID, req.Metadata, req.ThreadFiles); err != nil {
 			return nil, fmt.Errorf("thread %s backend: %w", req.ThreadID, err)
 		}
 	}
@@ -395,7 +395,9 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 		stack = append(stack, um)
 	}
 	if pc.Memory && len(mw.Memory.Paths) > 0 && rt.cfg.Prompt.Enabled(prompt.Memory) && b != nil {
-		stack = append(stack, memory.New(mw.Memory))
+		mc := mw.Memory
+		mc.Guidance = rt.cfg.Prompt.Sections[prompt.Memory].Text
+		stack = append(stack, memory.New(mc))
 	}
 	rules := make(map[string]hitl.Rule, len(pc.InterruptOn))
 	for tool, r := range pc.InterruptOn {

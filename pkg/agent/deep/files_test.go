@@ -9,6 +9,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
 
@@ -294,4 +295,45 @@ var fileScenarios = []scenario{
 			t.Errorf("own write reminded: %q", rs["e3"].Content)
 		}
 	}},
+}
+
+// TestMemoryPromptSection: prompt.sections.memory replaces the memory
+// section's guidance (the loaded files still follow it) or, with false,
+// drops the section and the loading.
+func TestMemoryPromptSection(t *testing.T) {
+	const custom = "# Team notes\nThese notes come from earlier sessions; follow them unless the user says otherwise."
+	block := "<agent_memory path=\"/memories/AGENTS.md\">\nprefers tabs\n</agent_memory>"
+	for _, tt := range []struct {
+		name     string
+		override *prompt.Override
+		want     string // the prompt's end; "" = no memory section at all
+	}{
+		{"default guidance", nil, "never store secrets, credentials or one-off details in it.\n\n" + block},
+		{"replaced guidance", &prompt.Override{Text: custom}, "</env>\n\n" + custom + "\n\n" + block},
+		{"disabled", &prompt.Override{Disabled: true}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, withFiles(), withConfig(func(c *deep.Config) {
+				c.Middleware.Memory.Paths = []string{"/memories/AGENTS.md"}
+				if tt.override != nil {
+					c.Prompt.Sections = map[string]prompt.Override{prompt.Memory: *tt.override}
+				}
+			}))
+			e.writeFile("/memories/AGENTS.md", "prefers tabs\n")
+			e.srv.Script("main", modeltest.Text("ok"))
+			e.run(input("go")).must(t).finished(t, agent.StatusCompleted)
+			p := systemPrompt(e.srv.Requests("main")[0])
+			switch {
+			case tt.want == "":
+				if strings.Contains(p, "agent_memory") || strings.Contains(p, "# Memory") {
+					t.Errorf("disabled memory section is in the prompt: %q", p[max(0, len(p)-300):])
+				}
+			case !strings.HasSuffix(p, tt.want):
+				t.Errorf("system prompt ends %q, want %q", p[max(0, len(p)-300):], tt.want)
+			}
+			if tt.override != nil && tt.override.Text != "" && strings.Contains(p, "# Memory") {
+				t.Error("the default guidance is still there")
+			}
+		})
+	}
 }

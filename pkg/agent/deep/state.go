@@ -18,9 +18,12 @@ type ThreadBackend struct {
 	FileChanges func() (map[string]json.RawMessage, error)
 }
 
-// BackendFunc builds a thread's backend for a run segment. stored holds
-// the thread's persisted State files (path → JSON document).
-type BackendFunc func(ctx context.Context, threadID string, stored map[string]json.RawMessage) (ThreadBackend, error)
+// BackendFunc builds a thread's backend for a run segment. labels are the
+// thread's labels as the run sees them (request metadata merged in);
+// stored holds the thread's persisted State files (path → JSON
+// document). An error wrapping agent.ErrInvalidInput rejects the request
+// (e.g. a label a route needs is missing).
+type BackendFunc func(ctx context.Context, threadID string, labels map[string]string, stored map[string]json.RawMessage) (ThreadBackend, error)
 
 // BindState loads a thread's stored files into a State backend and
 // returns the FileChanges function that reports its later changes as JSON
@@ -62,7 +65,7 @@ func BindState(b *state.Backend, stored map[string]json.RawMessage) (func() (map
 // and persisted to the thread store: the default when no other backend is
 // configured.
 func StateBackends(opts ...state.Option) BackendFunc {
-	return func(_ context.Context, _ string, stored map[string]json.RawMessage) (ThreadBackend, error) {
+	return func(_ context.Context, _ string, _ map[string]string, stored map[string]json.RawMessage) (ThreadBackend, error) {
 		b := state.New(opts...)
 		changes, err := BindState(b, stored)
 		if err != nil {

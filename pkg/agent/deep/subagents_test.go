@@ -232,3 +232,46 @@ var subagentScenarios = []scenario{
 		}
 	}},
 }
+
+// TestSubagentCappedByCaller: the read-only plan agent delegating to a
+// subagent that may write gets a subagent that cannot (its tools and
+// preset are capped by plan's), unless the subagent's profile opts out
+// with CapByParent=false (cap_by_parent: false).
+func TestSubagentCappedByCaller(t *testing.T) {
+	off := false
+	for _, tt := range []struct {
+		name      string
+		capParent *bool
+		written   bool
+	}{
+		{"capped by default", nil, false},
+		{"explicit opt-out", &off, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, withFiles(), withConfig(func(c *deep.Config) {
+				c.Agents = map[string]profile.Profile{profile.Plan: {Subagents: []string{"writer"}}}
+				c.Subagents = map[string]profile.Profile{"writer": {
+					Description: "Writes files.", Tools: []string{"@read", "@write"}, Permissions: "edit", CapByParent: tt.capParent,
+				}}
+			}))
+			e.srv.Script("plan", modeltest.Calls(task("t1", "writer", "write /a.txt")), modeltest.Text("done"))
+			e.srv.Script("plan/writer", modeltest.Calls(call("w1", "write_file", `{"file_path":"/a.txt","content":"x"}`)), modeltest.Text("W"))
+			in := input("go")
+			in.Spec.Agent = profile.Plan
+			tr := e.run(in).must(t)
+			tr.finished(t, agent.StatusCompleted)
+
+			offered := requestTools(e.srv.Requests("plan/writer")[0])
+			if slices.Contains(offered, "write_file") != tt.written || !slices.Contains(offered, "read_file") {
+				t.Errorf("writer under plan is offered %v", offered)
+			}
+			r := tr.result(t, "w1")
+			if _, ok := e.readFile("/a.txt"); ok != tt.written || r.IsError == tt.written {
+				t.Errorf("write_file result %+v; file written: %v, want %v", r, ok, tt.written)
+			}
+			if !tt.written && !strings.HasPrefix(r.Content, `Unknown tool "write_file"`) {
+				t.Errorf("capped write_file result %q", r.Content)
+			}
+		})
+	}
+}

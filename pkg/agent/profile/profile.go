@@ -79,6 +79,12 @@ type Profile struct {
 	Memory *bool
 	// Enabled turns a built-in off; nil means true.
 	Enabled *bool
+	// CapByParent (subagents only; nil means true) limits the subagent
+	// to what its caller may do: its tools are intersected with the
+	// caller's and its permission preset narrowed to the caller's. false
+	// lets it keep its own tools and preset, so a read-only caller can
+	// delegate to a subagent that writes or runs commands.
+	CapByParent *bool
 }
 
 // Builtins returns the built-in primaries and subagents of agent.md §5.1.
@@ -160,6 +166,9 @@ func merge(base, o Profile) Profile {
 	if o.Enabled != nil {
 		base.Enabled = o.Enabled
 	}
+	if o.CapByParent != nil {
+		base.CapByParent = o.CapByParent
+	}
 	return base
 }
 
@@ -221,11 +230,12 @@ func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
 	if _, ok := s.primaries[opts.DefaultAgent]; !ok {
 		return nil, fmt.Errorf("defaults.agent: unknown agent %q", opts.DefaultAgent)
 	}
-	check := func(where string, p Profile) error {
+	check := func(where, kind, name string, p Profile) error {
 		if p.Model != "" && !slices.Contains(opts.Models, p.Model) {
 			return fmt.Errorf("%s.model: unknown model %q", where, p.Model)
 		}
-		if _, err := tools.ParsePreset(p.Permissions); err != nil {
+		preset, err := tools.ParsePreset(p.Permissions)
+		if err != nil {
 			return fmt.Errorf("%s.permissions: %v", where, err)
 		}
 		if _, err := tools.ParseAllowList(p.Tools); err != nil {
@@ -244,8 +254,11 @@ func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
 		if p.MaxSteps < 0 || p.Timeout < 0 {
 			return fmt.Errorf("%s: max_steps and timeout must be positive", where)
 		}
-		for tool, r := range p.InterruptOn {
-			for _, d := range r.Allowed {
+		for _, tool := range sortedKeys(p.InterruptOn) {
+			if err := s.checkGate(where, kind, name, p, preset, tool); err != nil {
+				return err
+			}
+			for _, d := range p.InterruptOn[tool].Allowed {
 				if !slices.Contains(agent.AllDecisions(), d) {
 					return fmt.Errorf("%s.interrupt_on.%s.allowed: unknown decision %q", where, tool, d)
 				}
@@ -254,16 +267,48 @@ func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
 		return nil
 	}
 	for _, name := range sortedKeys(s.primaries) {
-		if err := check("agents."+name, s.primaries[name]); err != nil {
+		if err := check("agents."+name, "agent", name, s.primaries[name]); err != nil {
 			return nil, err
+		}
+		if s.primaries[name].CapByParent != nil {
+			return nil, fmt.Errorf("agents.%s.cap_by_parent: only subagents have a parent to be capped by", name)
 		}
 	}
 	for _, name := range sortedKeys(s.subagents) {
-		if err := check("subagents."+name, s.subagents[name]); err != nil {
+		if err := check("subagents."+name, "subagent", name, s.subagents[name]); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// checkGate rejects an interrupt_on entry that could never gate anything:
+// a tool that does not exist, or one outside the profile's own allow-list
+// (so a typo or a stale entry cannot leave a call ungated while the
+// config reads as if it were gated). A subagent without its own tools
+// list may get any tool from its caller, so only its preset and read_only
+// limit it here. The task tool counts as existing: it appears whenever the
+// agent has subagents to delegate to.
+func (s *Set) checkGate(where, kind, name string, p Profile, preset tools.Preset, tool string) error {
+	if known := s.opts.KnownTools; known != nil && !slices.Contains(known, tool) {
+		return fmt.Errorf("%s.interrupt_on.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(slices.Sorted(slices.Values(known)), ", "))
+	}
+	if p.ReadOnly {
+		preset = tools.PresetReadOnly
+	}
+	allow := allowOf(p, preset, nil)
+	if allow(tool) {
+		return nil
+	}
+	var has []string
+	for _, t := range s.opts.KnownTools {
+		if allow(t) {
+			has = append(has, t)
+		}
+	}
+	slices.Sort(has)
+	return fmt.Errorf("%s.interrupt_on.%s: %s %s cannot call %s, so the gate would never apply (its tools: %s)",
+		where, tool, kind, name, tool, strings.Join(has, ", "))
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -411,7 +456,8 @@ func (s *Set) ResolvePrimary(name, model string) (*Context, error) {
 }
 
 // ResolveSubagent returns the context of subagent name started from
-// parent.
+// parent. Unless the profile sets CapByParent to false, the subagent's
+// tools and preset never exceed the parent's.
 func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 	p, ok := s.Subagent(name)
 	if !ok {
@@ -424,10 +470,19 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 	if p.ReadOnly {
 		preset = tools.PresetReadOnly
 	}
+	capped := p.CapByParent == nil || *p.CapByParent
+	if capped {
+		preset = narrower(preset, parent.Preset)
+	}
+	allow := allowOf(p, preset, parent.Allow)
+	if capped {
+		own := allow
+		allow = func(name string) bool { return own(name) && parent.Allow(name) }
+	}
 	c := &Context{
 		Name: name, Kind: Subagent, Description: p.Description, SystemPrompt: p.SystemPrompt,
 		Model: firstNonEmpty(p.Model, parent.Model), Preset: preset,
-		Allow:  allowOf(p, preset, parent.Allow),
+		Allow:  allow,
 		Memory: p.Memory == nil || *p.Memory,
 		Depth:  parent.Depth + 1, MaxSteps: p.MaxSteps, Timeout: p.Timeout,
 	}
@@ -449,6 +504,21 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 		c.Timeout = DefaultSubagentTimeout
 	}
 	return c, nil
+}
+
+// narrower returns the preset that permits only what both a and b
+// permit.
+func narrower(a, b tools.Preset) tools.Preset {
+	write, exec := a.AllowsWrite() && b.AllowsWrite(), a.AllowsExec() && b.AllowsExec()
+	switch {
+	case write && exec:
+		return tools.PresetFull
+	case write:
+		return tools.PresetEdit
+	case exec:
+		return tools.PresetExec
+	}
+	return tools.PresetReadOnly
 }
 
 func firstNonEmpty(ss ...string) string {

@@ -36,7 +36,12 @@ func TestNewSetErrors(t *testing.T) {
 		{map[string]Profile{"main": {Tools: []string{"@nope"}}}, nil, "agents.main.tools"},
 		{map[string]Profile{"main": {Tools: []string{"frobnicate"}}}, nil, `unknown tool "frobnicate"`},
 		{map[string]Profile{"explore": {}}, nil, "agents.explore: the name is a subagent"},
-		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"x": {Allowed: []agent.DecisionType{"maybe"}}}}}, nil, "interrupt_on.x.allowed"},
+		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"execute": {Allowed: []agent.DecisionType{"maybe"}}}}}, nil, "interrupt_on.execute.allowed"},
+		{map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"exceute": {}}}}, nil, `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{map[string]Profile{"plan": {InterruptOn: map[string]InterruptRule{"execute": {}}}}, nil, "agents.plan.interrupt_on.execute: agent plan cannot call execute"},
+		{map[string]Profile{"main": {Tools: []string{"@read"}, InterruptOn: map[string]InterruptRule{"echo": {}}}}, nil, "agents.main.interrupt_on.echo: agent main cannot call echo"},
+		{nil, map[string]Profile{"bash": {InterruptOn: map[string]InterruptRule{"write_file": {}}}}, "subagents.bash.interrupt_on.write_file: subagent bash cannot call write_file"},
+		{nil, map[string]Profile{"w": {Description: "w", ReadOnly: true, InterruptOn: map[string]InterruptRule{"delete": {}}}}, "subagents.w.interrupt_on.delete: subagent w cannot call delete"},
 	}
 	for _, c := range cases {
 		if _, err := NewSet(c.agents, c.subs, opts); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -110,5 +115,53 @@ func TestGeneralPurposeDisabled(t *testing.T) {
 	main, _ := s.ResolvePrimary("", "")
 	if slices.Contains(main.Subagents, GeneralPurpose) {
 		t.Error("main may still delegate to general-purpose")
+	}
+}
+
+// TestSubagentCappedByParent: a subagent gets at most its caller's tools
+// and permission preset, unless its profile sets cap_by_parent: false.
+func TestSubagentCappedByParent(t *testing.T) {
+	off := false
+	s, err := NewSet(map[string]Profile{
+		"plan": {Subagents: []string{"explore", "bash", "general-purpose", "writer", "shell"}},
+	}, map[string]Profile{
+		"writer": {Description: "w", Tools: []string{"@read", "@write"}, Permissions: "edit"},
+		"shell":  {Description: "s", Tools: []string{"execute", "ls"}, Permissions: "exec", CapByParent: &off},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, _ := s.ResolvePrimary("main", "")
+	plan, _ := s.ResolvePrimary("plan", "")
+	planGP, _ := s.ResolveSubagent("general-purpose", plan)
+	cases := []struct {
+		sub       string
+		parent    *Context
+		wantTools []string
+		want      tools.Preset
+	}{
+		{"bash", main, []string{"execute", "ls", "read_file"}, tools.PresetExec},
+		{"bash", plan, []string{"ls", "read_file"}, tools.PresetReadOnly},
+		{"bash", planGP, []string{"ls", "read_file"}, tools.PresetReadOnly},
+		{"writer", main, []string{"delete", "edit_file", "glob", "grep", "ls", "read_file", "write_file"}, tools.PresetEdit},
+		{"writer", plan, []string{"glob", "grep", "ls", "read_file"}, tools.PresetReadOnly},
+		{"explore", plan, []string{"glob", "grep", "ls", "read_file"}, tools.PresetReadOnly},
+		{"general-purpose", plan, []string{"glob", "grep", "ls", "read_file", "task", "write_todos"}, tools.PresetReadOnly},
+		// The explicit opt-out keeps the subagent's own tools and preset.
+		{"shell", plan, []string{"execute", "ls"}, tools.PresetExec},
+	}
+	for _, c := range cases {
+		t.Run(c.sub+" under "+c.parent.Name, func(t *testing.T) {
+			sc, err := s.ResolveSubagent(c.sub, c.parent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := allowed(sc); !slices.Equal(got, c.wantTools) || sc.Preset != c.want {
+				t.Errorf("tools %v preset %s; want %v %s", got, sc.Preset, c.wantTools, c.want)
+			}
+		})
+	}
+	if _, err := NewSet(map[string]Profile{"main": {CapByParent: &off}}, nil, opts); err == nil || !strings.Contains(err.Error(), "agents.main.cap_by_parent") {
+		t.Errorf("cap_by_parent on a primary: %v", err)
 	}
 }

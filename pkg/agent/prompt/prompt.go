@@ -28,7 +28,8 @@ func SectionNames() []string {
 type Override struct {
 	// Disabled drops the section (`false` in YAML).
 	Disabled bool
-	// Text replaces the section's default text when non-empty.
+	// Text replaces the section's default text when non-empty. For the
+	// memory section it replaces the guidance; the memory files follow.
 	Text string
 }
 
@@ -134,14 +135,19 @@ type MemoryFile struct {
 	Unavailable bool
 }
 
-// MemorySection renders the memory section (§5.4 #7); "" when there are
-// no files.
-func MemorySection(files []MemoryFile) string {
+// MemorySection renders the memory section (§5.4 #7): the guidance, then
+// one <agent_memory> block per file; "" when there are no files. An empty
+// guidance is the default text; prompt.sections.memory replaces it (the
+// files are the section's data and always follow).
+func MemorySection(guidance string, files []MemoryFile) string {
 	if len(files) == 0 {
 		return ""
 	}
+	if guidance = strings.TrimSpace(guidance); guidance == "" {
+		guidance = memoryIntro
+	}
 	var b strings.Builder
-	b.WriteString(memoryIntro)
+	b.WriteString(guidance)
 	for _, f := range files {
 		fmt.Fprintf(&b, "\n\n<agent_memory path=\"%s\">\n", html.EscapeString(f.Path))
 		if f.Unavailable {

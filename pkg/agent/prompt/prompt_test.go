@@ -37,12 +37,16 @@ func TestCompose(t *testing.T) {
 }
 
 func TestMemorySection(t *testing.T) {
-	if MemorySection(nil) != "" {
+	if MemorySection("", nil) != "" || MemorySection("Notes.", nil) != "" {
 		t.Error("empty memory section")
 	}
-	s := MemorySection([]MemoryFile{{Path: "/m/A.md", Content: "prefers tabs\n"}, {Path: "/m/B.md", Unavailable: true}})
+	files := []MemoryFile{{Path: "/m/A.md", Content: "prefers tabs\n"}, {Path: "/m/B.md", Unavailable: true}}
+	s := MemorySection("", files)
 	if !strings.HasPrefix(s, "# Memory\n") || !strings.Contains(s, "<agent_memory path=\"/m/A.md\">\nprefers tabs\n</agent_memory>") ||
 		!strings.HasSuffix(s, "<agent_memory path=\"/m/B.md\">\n(this memory file is unavailable right now)\n</agent_memory>") {
 		t.Errorf("%s", s)
+	}
+	if got := MemorySection("  Notes.\n", files); !strings.HasPrefix(got, "Notes.\n\n<agent_memory path=\"/m/A.md\">") || strings.Contains(got, "# Memory") {
+		t.Errorf("replaced guidance: %s", got)
 	}
 }

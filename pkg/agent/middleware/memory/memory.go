@@ -24,6 +24,9 @@ type Config struct {
 	Paths []string
 	// MaxFileBytes caps each file; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int
+	// Guidance replaces the section's default guidance text
+	// (prompt.sections.memory); "" keeps the default.
+	Guidance string
 }
 
 // Middleware is the memory middleware. Build one per agent context: the
@@ -83,7 +86,7 @@ func (m *Middleware) BeforeAgent(ctx context.Context, rc *agent.RunContext, _ *a
 		}
 		files = append(files, prompt.MemoryFile{Path: p, Content: string(content)})
 	}
-	m.section = prompt.MemorySection(files)
+	m.section = prompt.MemorySection(m.cfg.Guidance, files)
 	return nil
 }
 
