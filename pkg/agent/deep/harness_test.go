@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	goopenai "github.com/sashabaranov/go-openai"
 	"go.uber.org/zap/zaptest"
@@ -30,6 +31,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
@@ -57,8 +59,11 @@ type env struct {
 	cfg   deep.Config
 	c     plumbv1.AgentServiceClient
 	retry openai.RetryConfig
-	// seed holds files for the next Run (RunRequest.files).
-	seed map[string][]byte
+	// seed holds files for the next Run (RunRequest.files); binary holds
+	// those that are not text, which withFiles puts into the backend.
+	seed   map[string][]byte
+	mu     sync.Mutex
+	binary map[string][]byte
 	// lastThread is the thread of the latest Run.
 	lastThread string
 	// vision lists the provider model names configured as vision-capable.
@@ -85,7 +90,31 @@ func withVision(names ...string) option {
 // withFiles gives every thread the State backend, persisted with the
 // thread (the default setup of agent.md §11).
 func withFiles() option {
-	return func(e *env) { e.cfg.Backend = deep.StateBackends() }
+	return func(e *env) {
+		base := deep.StateBackends()
+		e.cfg.Backend = func(ctx context.Context, id string, labels map[string]string, stored map[string]json.RawMessage) (deep.ThreadBackend, error) {
+			tb, err := base(ctx, id, labels, stored)
+			if err != nil {
+				return tb, err
+			}
+			// RunRequest.files carries text only; binary seeds go
+			// straight into the thread's backend.
+			e.mu.Lock()
+			bin := e.binary
+			e.binary = nil
+			e.mu.Unlock()
+			for p, c := range bin {
+				res, err := tb.Backend.Upload(ctx, []backend.UploadItem{{Path: p, Content: c}})
+				if err != nil {
+					return tb, err
+				}
+				if res[0].Err != nil {
+					return tb, res[0].Err
+				}
+			}
+			return tb, nil
+		}
+	}
 }
 
 func newEnv(t *testing.T, opts ...option) *env {
@@ -230,7 +259,16 @@ func (e *env) run(in agent.RunInput) *transcript {
 			in.Files = make(map[string][]byte)
 		}
 		for p, c := range e.seed {
-			in.Files[p] = c
+			if utf8.Valid(c) {
+				in.Files[p] = c
+				continue
+			}
+			e.mu.Lock()
+			if e.binary == nil {
+				e.binary = make(map[string][]byte)
+			}
+			e.binary[p] = c
+			e.mu.Unlock()
 		}
 		e.seed = nil
 	}
