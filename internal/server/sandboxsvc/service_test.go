@@ -206,3 +206,81 @@ func TestStreamsAndChunkedTransfers(t *testing.T) {
 		}
 	})
 }
+
+// TestStalledStreamStallsOnlyItself: a client that opens an ExecuteStream
+// and stops reading it does not freeze its sandbox. Other calls on the
+// sandbox keep working, the stalled command is cancelled once its unread
+// output passes the worker's bound, and the stream, when finally read,
+// ends with RESOURCE_EXHAUSTED slow_consumer.
+func TestStalledStreamStallsOnlyItself(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	c := wk.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
+	defer cancel()
+	sb, err := c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.GetSandbox().GetId()
+	run := func(cmd string) string {
+		t.Helper()
+		r, err := c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: cmd}})
+		if err != nil {
+			t.Fatalf("execute %q while a stream is stalled: %v", cmd, err)
+		}
+		return r.GetResult().GetOutput()
+	}
+	poll := func(cmd, want string) {
+		t.Helper()
+		for run(cmd) != want {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// Endless output that nobody reads.
+	stalled, err := c.ExecuteStream(ctx, &plumbv1.ExecuteStreamRequest{SandboxId: id, Command: &plumbv1.Command{
+		Command: "echo $$ > /tmp/stalled.pid; exec yes 0123456789abcdef0123456789abcdef", Timeout: durationpb.New(time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("test -s /tmp/stalled.pid && echo started", "started\n")
+
+	// Other calls on the sandbox are served while the stream is stuck.
+	if out := run("echo ok"); out != "ok\n" {
+		t.Fatalf("execute = %q", out)
+	}
+	if _, err := c.Write(ctx, &plumbv1.WriteRequest{SandboxId: id, Path: "/workspace/note.txt", Content: []byte("still here\n")}); err != nil {
+		t.Fatalf("write while a stream is stalled: %v", err)
+	}
+	r, err := c.Read(ctx, &plumbv1.ReadRequest{SandboxId: id, Path: "/workspace/note.txt"})
+	if err != nil || r.GetContent() != "still here" {
+		t.Fatalf("read while a stream is stalled: %v, %v", r, err)
+	}
+
+	// The stalled command is cancelled (its process killed) by the worker,
+	// not left running until its hour-long timeout.
+	poll("kill -0 $(cat /tmp/stalled.pid) 2>/dev/null && echo running || echo gone", "gone\n")
+
+	// Reading the stream now gets what was buffered, then a clear status.
+	var got int
+	for {
+		m, err := stalled.Recv()
+		if err != nil {
+			st := status.Convert(err)
+			if st.Code() != codes.ResourceExhausted || server.Reason(err) != string(sandbox.CodeSlowConsumer) || !strings.Contains(st.Message(), "not read fast enough") {
+				t.Fatalf("stalled stream ended with %v (reason %q), want RESOURCE_EXHAUSTED %s", err, server.Reason(err), sandbox.CodeSlowConsumer)
+			}
+			break
+		}
+		if m.GetResult() != nil {
+			t.Fatalf("stalled stream got a result: %v", m.GetResult())
+		}
+		got += len(m.GetOutput().GetData())
+	}
+	if got == 0 {
+		t.Fatal("stalled stream delivered no output before its status")
+	}
+	if out := run("echo still ok"); out != "still ok\n" {
+		t.Fatalf("execute after the stalled stream = %q", out)
+	}
+}
