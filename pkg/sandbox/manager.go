@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -216,6 +217,9 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 			return Info{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
 		}
 	}
+	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+		return Info{}, err
+	}
 
 	if err := m.reserve(t.MemoryBytes); err != nil {
 		return Info{}, err
@@ -286,6 +290,32 @@ func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
 	var h agentproto.Hello
 	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
 		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
+	}
+	return nil
+}
+
+// Runtimes returns the names of the engine's OCI runtimes, sorted.
+func (m *Manager) Runtimes(ctx context.Context) ([]string, error) {
+	res, err := m.api.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("engine info: %w", err)
+	}
+	return sortedKeys(res.Info.Runtimes), nil
+}
+
+// checkRuntime rejects a runtime the engine does not have ("" is the
+// engine's default). It asks the engine each time, so a runtime installed
+// while the worker runs is usable at once.
+func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
+	if runtime == "" {
+		return nil
+	}
+	have, err := m.Runtimes(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(have, runtime) {
+		return errorf(CodeInvalid, "runtime %q is not available on worker %s (it has: %s)", runtime, m.cfg.Worker, strings.Join(have, ", "))
 	}
 	return nil
 }

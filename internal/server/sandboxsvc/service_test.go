@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -282,5 +283,40 @@ func TestStalledStreamStallsOnlyItself(t *testing.T) {
 	}
 	if out := run("echo still ok"); out != "still ok\n" {
 		t.Fatalf("execute after the stalled stream = %q", out)
+	}
+}
+
+// TestCreateRuntimeMustExist: a runtime the engine lacks is the caller's
+// mistake, INVALID_ARGUMENT naming the runtimes the worker has (as the
+// engine reports them); a runtime it has works.
+func TestCreateRuntimeMustExist(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
+	defer cancel()
+	info, err := sandboxtest.Docker(t).Info(ctx, client.InfoOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Info.Runtimes) == 0 {
+		t.Fatal("the engine reports no runtimes")
+	}
+
+	_, err = wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Runtime: "plumb-no-such-runtime"})
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || server.Reason(err) != string(sandbox.CodeInvalid) || !strings.Contains(st.Message(), `"plumb-no-such-runtime"`) {
+		t.Fatalf("create with an unknown runtime: %v (reason %q), want INVALID_ARGUMENT %s naming it", err, server.Reason(err), sandbox.CodeInvalid)
+	}
+	for name := range info.Info.Runtimes {
+		if !strings.Contains(st.Message(), name) {
+			t.Errorf("message %q does not name the engine's runtime %q", st.Message(), name)
+		}
+	}
+	if n, _ := wk.Manager.Usage(); n != 0 {
+		t.Fatalf("%d sandboxes after a rejected create", n)
+	}
+
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Runtime: info.Info.DefaultRuntime})
+	if err != nil || sb.GetSandbox().GetRuntime() != info.Info.DefaultRuntime {
+		t.Fatalf("create with the engine's runtime %q: %v, %v", info.Info.DefaultRuntime, sb, err)
 	}
 }
