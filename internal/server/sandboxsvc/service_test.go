@@ -320,3 +320,144 @@ func TestCreateRuntimeMustExist(t *testing.T) {
 		t.Fatalf("create with the engine's runtime %q: %v, %v", info.Info.DefaultRuntime, sb, err)
 	}
 }
+
+// TestCancelledCreatesLeaveNothing: CreateSandbox calls cut short by tiny
+// deadlines or a client going away, at every stage of a create, leave no
+// container and no volume behind (labelled or not), and hold no quota.
+func TestCancelledCreatesLeaveNothing(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	cli := sandboxtest.Docker(t)
+	// Remove leftovers even when the test fails.
+	t.Cleanup(func() { removeWorkerLeftovers(t, cli, wk.Name) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
+	defer cancel()
+	// Warm up: the first create derives the sandbox image.
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wk.Client.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: sb.GetSandbox().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name   string
+		after  time.Duration
+		cancel bool // the client goes away instead of a deadline passing
+	}{
+		{"deadline 50ms", 50 * time.Millisecond, false},
+		{"deadline 100ms", 100 * time.Millisecond, false},
+		{"deadline 150ms", 150 * time.Millisecond, false},
+		{"deadline 200ms", 200 * time.Millisecond, false},
+		{"deadline 300ms", 300 * time.Millisecond, false},
+		{"deadline 400ms", 400 * time.Millisecond, false},
+		{"deadline 600ms", 600 * time.Millisecond, false},
+		{"cancel 50ms", 50 * time.Millisecond, true},
+		{"cancel 200ms", 200 * time.Millisecond, true},
+		{"cancel 400ms", 400 * time.Millisecond, true},
+	}
+	cutShort := 0
+	for round := range 2 {
+		for _, tt := range tests {
+			var cctx context.Context
+			var stop context.CancelFunc
+			if tt.cancel {
+				cctx, stop = context.WithCancel(ctx)
+				time.AfterFunc(tt.after, stop)
+			} else {
+				cctx, stop = context.WithTimeout(ctx, tt.after)
+			}
+			sb, err := wk.Client.CreateSandbox(cctx, &plumbv1.CreateSandboxRequest{})
+			stop()
+			switch code := status.Code(err); {
+			case err == nil: // fast enough: a real sandbox, not a leftover
+				if _, err := wk.Client.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: sb.GetSandbox().GetId()}); err != nil {
+					t.Fatal(err)
+				}
+			case code != codes.DeadlineExceeded && code != codes.Canceled:
+				t.Fatalf("round %d, %s: %v, want DEADLINE_EXCEEDED or CANCELLED", round, tt.name, err)
+			default:
+				cutShort++
+			}
+		}
+	}
+	t.Logf("%d of %d creates cut short", cutShort, 2*len(tests))
+	if cutShort == 0 {
+		t.Fatal("no create was cut short: the test proves nothing")
+	}
+
+	// The worker cleans up after each cut-short create; wait until it has.
+	for {
+		cs, vs := workerLeftovers(t, cli, wk.Name)
+		if len(cs)+len(vs) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("leftovers of cancelled creates: containers %v volumes %v", cs, vs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	list, err := wk.Client.ListSandboxes(ctx, &plumbv1.ListSandboxesRequest{})
+	if err != nil || len(list.GetSandboxes()) != 0 {
+		t.Fatalf("sandboxes after cancelled creates: %v, %v", list, err)
+	}
+	for n, mem := wk.Manager.Usage(); n != 0 || mem != 0; n, mem = wk.Manager.Usage() {
+		if ctx.Err() != nil {
+			t.Fatalf("quota still held after cancelled creates: %d sandboxes, %d bytes", n, mem)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// workerLeftovers lists the containers (id) and volumes (name) of worker
+// by label and by name, so unlabelled leftovers count too.
+func workerLeftovers(t *testing.T, cli *client.Client, worker string) (containers, volumes []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, f := range []client.Filters{
+		client.Filters{}.Add("label", sandbox.LabelWorker+"="+worker),
+		client.Filters{}.Add("name", "sbx-"+worker+"-"),
+	} {
+		cl, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cl.Items {
+			if !seen[c.ID] {
+				seen[c.ID] = true
+				containers = append(containers, c.ID)
+			}
+		}
+		vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vl.Items {
+			if !seen[v.Name] {
+				seen[v.Name] = true
+				volumes = append(volumes, v.Name)
+			}
+		}
+	}
+	return containers, volumes
+}
+
+// removeWorkerLeftovers removes what workerLeftovers finds.
+func removeWorkerLeftovers(t *testing.T, cli *client.Client, worker string) {
+	t.Helper()
+	cs, vs := workerLeftovers(t, cli, worker)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range cs {
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove leftover container %s: %v", id, err)
+		}
+	}
+	for _, name := range vs {
+		if _, err := cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove leftover volume %s: %v", name, err)
+		}
+	}
+}
