@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -129,16 +128,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer docker.Close()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	info, err := docker.Info(pctx, client.InfoOptions{})
+	_, err = docker.Info(pctx, client.InfoOptions{})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("cannot reach the Docker Engine: %w", err)
 	}
-	var runtimes []string
-	for name := range info.Info.Runtimes {
-		runtimes = append(runtimes, name)
-	}
-	sort.Strings(runtimes)
 
 	mgr, err := sandbox.NewManager(ctx, docker, sandbox.Config{
 		Worker:         worker,
@@ -163,6 +157,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		mgr.Close()
 	}()
 
+	runtimes, err := mgr.Runtimes(ctx)
+	if err != nil {
+		return err
+	}
 	svc := sandboxsvc.New(mgr, runtimes, lg)
 	return daemon.Serve(ctx, daemon.Options{
 		Name:          "sandboxd",

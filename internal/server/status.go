@@ -54,6 +54,7 @@ var sandboxCodes = map[sandbox.Code]codes.Code{
 	sandbox.CodeFailed:        codes.FailedPrecondition,
 	sandbox.CodeUnavailable:   codes.Unavailable,
 	sandbox.CodeShuttingDown:  codes.Unavailable,
+	sandbox.CodeSlowConsumer:  codes.ResourceExhausted,
 }
 
 // ErrorInfo reasons of AgentService errors (agent.md §10.1).

@@ -31,6 +31,8 @@ type channel struct {
 	w  *agentproto.Writer
 	c  io.Closer
 
+	maxLag int // maxLagBytes; tests lower it
+
 	mu      sync.Mutex
 	nextID  uint64
 	pending map[uint64]*call
@@ -38,10 +40,72 @@ type channel struct {
 	done    chan struct{}
 }
 
+// maxLagBytes bounds the stream events one request may hold that its
+// caller has not taken yet: one download item, about what a 64-event buffer
+// of full chunks held before. A caller that falls further behind (a gRPC
+// client that stops reading its stream) has its request cancelled rather
+// than stalling the read loop, which would stall every other request on the
+// sandbox.
+const maxLagBytes = backend.ItemCap
+
+// eventOverhead is charged per queued event on top of its payload, so a
+// flood of empty events is bounded too.
+const eventOverhead = 256
+
+// call is one request in flight. The read loop queues its responses
+// without ever waiting for the caller.
 type call struct {
-	events chan agentproto.Response
-	final  chan agentproto.Response
-	gone   chan struct{} // closed when the caller stops waiting
+	wake chan struct{} // 1-buffered: the queue, final or lagged changed
+
+	mu     sync.Mutex
+	events []agentproto.Response // not yet taken by the caller, in order
+	queued int                   // bytes charged for events
+	final  *agentproto.Response
+	lagged bool // the caller fell too far behind
+}
+
+func newCall() *call { return &call{wake: make(chan struct{}, 1)} }
+
+// push queues resp; it reports false, drops everything queued and marks
+// the call lagged when an event would put more than limit bytes in the
+// queue.
+func (c *call) push(resp agentproto.Response, limit int) bool {
+	c.mu.Lock()
+	ok := true
+	switch cost := len(resp.Data) + eventOverhead; {
+	case resp.Done:
+		c.final = &resp
+	case c.queued+cost > limit:
+		c.events, c.queued, c.lagged = nil, 0, true
+		ok = false
+	default:
+		c.events = append(c.events, resp)
+		c.queued += cost
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return ok
+}
+
+// next takes the next event (ok true), or reports the final response or
+// the lag once no event is left. All zero means wait for c.wake.
+func (c *call) next() (ev agentproto.Response, ok bool, final *agentproto.Response, lagged bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lagged {
+		return ev, false, nil, true
+	}
+	if len(c.events) > 0 {
+		ev = c.events[0]
+		c.events[0] = agentproto.Response{}
+		c.events = c.events[1:]
+		c.queued -= len(ev.Data) + eventOverhead
+		return ev, true, nil, false
+	}
+	return ev, false, c.final, false
 }
 
 func newChannel(s stream, lg *zap.Logger) *channel {
@@ -49,6 +113,7 @@ func newChannel(s stream, lg *zap.Logger) *channel {
 		lg:      lg,
 		w:       agentproto.NewWriter(s.w),
 		c:       s.c,
+		maxLag:  maxLagBytes,
 		pending: map[uint64]*call{},
 		done:    make(chan struct{}),
 	}
@@ -80,13 +145,9 @@ func (ch *channel) readLoop(r *agentproto.Reader) {
 		if c == nil {
 			continue // a request we gave up on (cancelled)
 		}
-		if resp.Done {
-			c.final <- resp
-			continue
-		}
-		select {
-		case c.events <- resp:
-		case <-c.gone:
+		if !c.push(resp, ch.maxLag) {
+			ch.lg.Warn("request cancelled: its caller fell behind its stream", zap.Uint64("request-id", resp.ID), zap.Int("limit-bytes", ch.maxLag))
+			ch.cancel(resp.ID)
 		}
 	}
 }
@@ -125,13 +186,15 @@ func (ch *channel) unavailable() *backend.Error {
 
 // call sends one request and waits for its final response. Stream events
 // go to onEvent in order (nil drops them); an error from onEvent cancels the
-// request. Operation failures come back as *backend.Error.
+// request, and so does onEvent falling more than maxLag bytes behind the
+// agent (a *Error with CodeSlowConsumer). Operation failures come back as
+// *backend.Error.
 func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent func(agentproto.Response) error) (json.RawMessage, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
 	}
-	c := &call{events: make(chan agentproto.Response, 64), final: make(chan agentproto.Response, 1), gone: make(chan struct{})}
+	c := newCall()
 	ch.mu.Lock()
 	if ch.err != nil {
 		ch.mu.Unlock()
@@ -143,7 +206,7 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 	ch.mu.Unlock()
 
 	if err := ch.w.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
-		ch.forget(id, c)
+		ch.forget(id)
 		if errors.Is(err, agentproto.ErrFrameTooLarge) {
 			return nil, backend.Errorf(backend.CodeTooLarge, "", "%s request exceeds the %d-byte agent frame limit", op, agentproto.MaxFrameBytes)
 		}
@@ -151,50 +214,46 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 		return nil, ch.unavailable()
 	}
 	for {
-		select {
-		case ev := <-c.events:
+		ev, ok, final, lagged := c.next()
+		switch {
+		case ok:
 			if onEvent != nil {
 				if err := onEvent(ev); err != nil {
-					ch.cancel(id, c)
+					ch.cancel(id)
 					return nil, err
 				}
 			}
-		case resp := <-c.final:
-			close(c.gone)
-			// Drain events that arrived before the final response.
-			for len(c.events) > 0 {
-				ev := <-c.events
-				if onEvent != nil {
-					if err := onEvent(ev); err != nil {
-						return nil, err
-					}
-				}
+			continue
+		case lagged:
+			// The read loop has dropped the request and cancelled it.
+			return nil, errorf(CodeSlowConsumer, "%s was cancelled: its stream was not read fast enough (more than %d bytes waiting); read the stream as it arrives", op, ch.maxLag)
+		case final != nil:
+			if final.Error != nil {
+				return nil, final.Error
 			}
-			if resp.Error != nil {
-				return nil, resp.Error
-			}
-			return resp.Result, nil
+			return final.Result, nil
+		}
+		select {
+		case <-c.wake:
 		case <-ch.done:
-			close(c.gone)
 			return nil, ch.unavailable()
 		case <-ctx.Done():
-			ch.cancel(id, c)
+			ch.cancel(id)
 			return nil, backend.FromOS(string(op), "", ctx.Err())
 		}
 	}
 }
 
-// forget drops a pending request without telling the agent.
-func (ch *channel) forget(id uint64, c *call) {
+// forget drops a pending request: the read loop ignores its responses.
+func (ch *channel) forget(id uint64) {
 	ch.mu.Lock()
 	delete(ch.pending, id)
 	ch.mu.Unlock()
-	close(c.gone)
 }
 
 // cancel drops a pending request and asks the agent to stop it.
-func (ch *channel) cancel(id uint64, c *call) {
-	ch.forget(id, c)
+func (ch *channel) cancel(id uint64) {
+	ch.forget(id)
 	raw, _ := json.Marshal(agentproto.CancelArgs{Target: id})
 	ch.mu.Lock()
 	if ch.err != nil {

@@ -163,3 +163,53 @@ func TestChannelCancelAndStreamEnd(t *testing.T) {
 		t.Fatalf("call when the stream ends: %v", r.err)
 	}
 }
+
+// TestChannelSlowConsumerStallsOnlyItself: a caller that stops taking its
+// stream events never blocks the read loop. Other requests keep being
+// answered, and once the stalled caller is more than maxLag bytes behind,
+// its request alone is cancelled at the agent and fails with
+// slow_consumer.
+func TestChannelSlowConsumerStallsOnlyItself(t *testing.T) {
+	ch, a := newPair(t)
+	ch.maxLag = 8 << 10
+	release := make(chan struct{})
+	var got int
+	stalled := goCall(ch, agentproto.OpExecute, func(ev agentproto.Response) error {
+		got += len(ev.Data)
+		<-release // the consumer stops reading
+		return nil
+	})
+	req := a.next(t)
+	chunk := `{"id":` + itoa(int(req.ID)) + `,"event":"output","data":"` + strings.Repeat("QUFB", 256) + `"}` // 768 bytes
+	// Far more than the bound, and far more than any fixed event buffer.
+	go func() {
+		for range 200 {
+			if _, err := io.WriteString(a.out, chunk+"\n"); err != nil {
+				return
+			}
+		}
+	}()
+	c := a.next(t)
+	var args agentproto.CancelArgs
+	if c.Op != agentproto.OpCancel || json.Unmarshal(c.Args, &args) != nil || args.Target != req.ID {
+		t.Fatalf("agent got %+v, want cancel of %d", c, req.ID)
+	}
+	// The channel still serves other requests while the consumer is stuck.
+	other := goCall(ch, agentproto.OpLs, nil)
+	r := a.next(t)
+	a.send(t, `{"id":`+itoa(int(r.ID))+`,"done":true,"result":{"entries":[]}}`)
+	if res := wait(t, other); res.err != nil {
+		t.Fatalf("other request while one consumer stalls: %v", res.err)
+	}
+	close(release)
+	res := wait(t, stalled)
+	if CodeOf(res.err) != CodeSlowConsumer || !strings.Contains(res.err.Error(), "not read fast enough") {
+		t.Fatalf("stalled request: %v, want %s", res.err, CodeSlowConsumer)
+	}
+	if got == 0 {
+		t.Fatal("the stalled consumer got no event before it stopped")
+	}
+	if ch.broken() {
+		t.Fatal("the channel was reset for one slow consumer")
+	}
+}

@@ -23,6 +23,9 @@ const (
 	CodeFailed Code = "sandbox_failed"
 	// CodeUnavailable: the agent channel broke; the operation may be retried.
 	CodeUnavailable Code = "unavailable"
+	// CodeSlowConsumer: a stream's reader fell so far behind that its
+	// operation was cancelled, so it could not stall the sandbox.
+	CodeSlowConsumer Code = "slow_consumer"
 	// CodeShuttingDown: the manager is closed.
 	CodeShuttingDown Code = "shutting_down"
 )

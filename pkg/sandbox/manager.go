@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -216,6 +217,9 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 			return Info{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
 		}
 	}
+	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+		return Info{}, err
+	}
 
 	if err := m.reserve(t.MemoryBytes); err != nil {
 		return Info{}, err
@@ -231,44 +235,98 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	}()
 
 	id := newID(m.cfg.Worker)
-	lg := m.lg.With(zap.String("sandbox-id", id))
-	image, err := m.images.derive(ctx, t.Image, m.cfg.User, t.WorkingDir)
+	sb, err := m.start(ctx, id, spec, t)
 	if err != nil {
 		return Info{}, err
-	}
-	created := m.now()
-	labels := sandboxLabels(id, m.cfg.Worker, spec.Template, t, created, spec.Labels)
-	maps.Copy(labels, m.cfg.ExtraLabels)
-	volume := "plumb-ws-" + id
-	if _, err := m.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
-		return Info{}, fmt.Errorf("create workspace volume: %w", err)
-	}
-	cfg, hc := containerSpec(id, m.cfg.Worker, image, m.cfg.User, volume, t, labels)
-	c, err := m.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
-	if err != nil {
-		m.removeVolume(ctx, volume)
-		return Info{}, fmt.Errorf("create container: %w", err)
-	}
-	if _, err := m.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
-		m.removeContainer(ctx, c.ID, volume)
-		return Info{}, fmt.Errorf("start container: %w", err)
-	}
-	sb := &sandbox{info: Info{
-		ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: spec.Template,
-		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
-	}}
-	// Open the agent channel and greet the agent now, so a sandbox that
-	// cannot run it fails its create instead of its first operation.
-	if err := m.hello(ctx, sb); err != nil {
-		m.removeContainer(ctx, c.ID, volume)
-		return Info{}, &Error{Code: CodeFailed, Message: fmt.Sprintf("the sandbox agent did not start in image %s", t.Image), Err: err}
 	}
 	m.mu.Lock()
 	m.sandboxes[id] = sb
 	reserved = false
 	m.mu.Unlock()
-	lg.Info("sandbox created", zap.String("image", t.Image), zap.String("container-id", c.ID[:12]))
+	m.lg.Info("sandbox created", zap.String("sandbox-id", id), zap.String("image", t.Image), zap.String("container-id", sb.info.ContainerID[:12]))
 	return m.snapshot(sb), nil
+}
+
+// engineTimeout bounds the engine calls of one create.
+const engineTimeout = 2 * time.Minute
+
+// start creates sandbox id's volume and container, starts it and greets its
+// agent. The engine calls do not take the caller's cancellation: a call
+// cut short on the client side may still complete in the engine (a
+// container created after its volume was removed re-creates that volume,
+// unlabelled), so each one runs to its end, and the caller's cancellation
+// is checked between them. Whatever fails or is cancelled, start removes
+// everything it created before it returns.
+func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Template) (_ *sandbox, err error) {
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+	defer cancel()
+	stopped := func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("create sandbox: %w", err)
+		}
+		return nil
+	}
+	image, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+
+	created := m.now()
+	labels := sandboxLabels(id, m.cfg.Worker, spec.Template, t, created, spec.Labels)
+	maps.Copy(labels, m.cfg.ExtraLabels)
+	volume := volumeName(id)
+	sb := &sandbox{info: Info{
+		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template,
+		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
+	}}
+	defer func() {
+		if err != nil {
+			sb.mu.Lock()
+			if sb.ch != nil {
+				sb.ch.close()
+			}
+			sb.mu.Unlock()
+			// By name: the container may exist without its id known.
+			m.removeContainer(ctx, id, volume)
+		}
+	}()
+	if _, err := m.api.VolumeCreate(ectx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
+		return nil, fmt.Errorf("create workspace volume: %w", err)
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	cfg, hc := containerSpec(id, m.cfg.Worker, image, m.cfg.User, volume, t, labels)
+	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	sb.info.ContainerID = c.ID
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	// Open the agent channel and greet the agent now, so a sandbox that
+	// cannot run it fails its create instead of its first operation.
+	if err := m.hello(ctx, sb); err != nil {
+		if err := stopped(); err != nil {
+			return nil, err
+		}
+		return nil, &Error{Code: CodeFailed, Message: fmt.Sprintf("the sandbox agent did not start in image %s", t.Image), Err: err}
+	}
+	// A caller gone by now gets no sandbox: keep none for it.
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	return sb, nil
 }
 
 // hello opens the agent channel and checks that the agent answers.
@@ -286,6 +344,32 @@ func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
 	var h agentproto.Hello
 	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
 		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
+	}
+	return nil
+}
+
+// Runtimes returns the names of the engine's OCI runtimes, sorted.
+func (m *Manager) Runtimes(ctx context.Context) ([]string, error) {
+	res, err := m.api.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("engine info: %w", err)
+	}
+	return sortedKeys(res.Info.Runtimes), nil
+}
+
+// checkRuntime rejects a runtime the engine does not have ("" is the
+// engine's default). It asks the engine each time, so a runtime installed
+// while the worker runs is usable at once.
+func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
+	if runtime == "" {
+		return nil
+	}
+	have, err := m.Runtimes(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(have, runtime) {
+		return errorf(CodeInvalid, "runtime %q is not available on worker %s (it has: %s)", runtime, m.cfg.Worker, strings.Join(have, ", "))
 	}
 	return nil
 }
@@ -368,7 +452,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	m.mu.Lock()
 	m.reserved -= mem
 	m.mu.Unlock()
-	m.removeContainer(ctx, cid, "plumb-ws-"+id)
+	m.removeContainer(ctx, cid, volumeName(id))
 	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
 	return nil
 }
@@ -590,8 +674,16 @@ func (m *Manager) removeVolume(ctx context.Context, volume string) {
 	}
 }
 
-// adopt takes over this worker's running containers after a restart and
-// removes its containers that are not running.
+// volumePrefix starts the name of every workspace volume.
+const volumePrefix = "plumb-ws-"
+
+// volumeName is the workspace volume of sandbox id.
+func volumeName(id string) string { return volumePrefix + id }
+
+// adopt takes over this worker's running containers after a restart. It
+// removes the worker's other containers (stopped, never started because a
+// create was cut short, or with unreadable labels) and then the worker's
+// workspace volumes that no adopted sandbox uses.
 func (m *Manager) adopt(ctx context.Context) error {
 	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
@@ -603,7 +695,7 @@ func (m *Manager) adopt(ctx context.Context) error {
 	now := m.now()
 	for _, c := range list.Items {
 		id := c.Labels[LabelSandbox]
-		volume := "plumb-ws-" + id
+		volume := volumeName(id)
 		t, created, user, perr := templateFromLabels(c.Labels)
 		if id == "" || perr != nil || c.State != container.StateRunning {
 			m.lg.Info("removing orphan container", zap.String("container-id", c.ID), zap.String("sandbox-id", id), zap.String("state", string(c.State)))
@@ -617,6 +709,34 @@ func (m *Manager) adopt(ctx context.Context) error {
 		m.sandboxes[id] = sb
 		m.reserved += t.MemoryBytes
 		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id))
+	}
+	return m.sweepVolumes(ctx)
+}
+
+// sweepVolumes removes this worker's workspace volumes that belong to no
+// adopted sandbox. They are found by label, and by name too, since an
+// engine that re-created a removed volume for a container's mount (before
+// mounts carried labels) left it unlabelled.
+func (m *Manager) sweepVolumes(ctx context.Context) error {
+	seen := map[string]bool{}
+	for _, f := range []client.Filters{
+		client.Filters{}.Add("label", LabelWorker+"="+m.cfg.Worker),
+		client.Filters{}.Add("name", volumeName("sbx-"+m.cfg.Worker+"-")), // a substring match
+	} {
+		list, err := m.api.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		if err != nil {
+			return fmt.Errorf("list this worker's volumes: %w", err)
+		}
+		for _, v := range list.Items {
+			id, named := strings.CutPrefix(v.Name, volumePrefix)
+			mine := v.Labels[LabelWorker] == m.cfg.Worker || named && WorkerOf(id) == m.cfg.Worker
+			if seen[v.Name] || !mine || m.sandboxes[id] != nil {
+				continue
+			}
+			seen[v.Name] = true
+			m.lg.Info("removing orphan volume", zap.String("volume", v.Name))
+			m.removeVolume(ctx, v.Name)
+		}
 	}
 	return nil
 }

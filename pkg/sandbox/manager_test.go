@@ -5,12 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -432,5 +436,71 @@ func TestReaperSparesBusySandboxes(t *testing.T) {
 	advance(11 * time.Second)
 	if got := m.Reap(context.Background()); len(got) != 1 {
 		t.Fatalf("reaped %v once idle past its TTL, want the sandbox", got)
+	}
+}
+
+// TestStartupSweepRemovesLeftovers: a worker starting up removes what
+// creates cut short (by a crash or an old version) left of it: a container
+// created but never started, and workspace volumes without a container,
+// labelled or not. It leaves a healthy sandbox, which it adopts, and
+// another worker's volume alone.
+func TestStartupSweepRemovesLeftovers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m1, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := e.create(t, m1, sandbox.CreateSpec{})
+	exec(t, m1, healthy.ID, "echo kept > /workspace/note", 30)
+	m1.Close()
+
+	mine := map[string]string{sandbox.LabelWorker: e.worker, "plumb.test": testRun}
+	other := e.worker + "-b" // its volume names contain this worker's prefix
+	planted := "sbx-" + e.worker + "-neverstarted"
+	vols := map[string]map[string]string{
+		"plumb-ws-sbx-" + e.worker + "-orphan": mine, // a labelled volume whose container is gone
+		"plumb-ws-sbx-" + e.worker + "-legacy": nil,  // unlabelled, as older versions left them
+		"plumb-ws-sbx-" + other + "-notmine":   {sandbox.LabelWorker: other, "plumb.test": testRun},
+		"plumb-ws-" + planted:                  mine,
+	}
+	t.Cleanup(func() { // even when the test fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = e.cli.ContainerRemove(ctx, planted, client.ContainerRemoveOptions{Force: true})
+		for name := range vols {
+			_, _ = e.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
+		}
+	})
+	for name, labels := range vols {
+		if _, err := e.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	labels := map[string]string{sandbox.LabelSandbox: planted}
+	maps.Copy(labels, mine)
+	if _, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       planted,
+		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: labels},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: "plumb-ws-" + planted, Target: "/workspace"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := e.manager(t)
+	if _, err := e.cli.ContainerInspect(ctx, planted, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("never-started container after the sweep: %v", err)
+	}
+	for name, labels := range vols {
+		_, err := e.cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+		if keep := labels[sandbox.LabelWorker] == other; keep != (err == nil) {
+			t.Errorf("volume %s after the sweep: %v, want kept=%v", name, err, keep)
+		}
+	}
+	if _, err := e.cli.VolumeInspect(ctx, "plumb-ws-"+healthy.ID, client.VolumeInspectOptions{}); err != nil {
+		t.Errorf("the healthy sandbox's volume: %v", err)
+	}
+	if r := exec(t, m2, healthy.ID, "cat /workspace/note", 30); r.Output != "kept\n" {
+		t.Fatalf("adopted sandbox's workspace: %q", r.Output)
 	}
 }

@@ -220,6 +220,9 @@ func containerSpec(id, worker, image, user, volume string, t Template, labels ma
 			Type:   mount.TypeVolume,
 			Source: volume,
 			Target: t.WorkingDir,
+			// Should the engine ever have to create the volume itself,
+			// it carries the labels that let the start-up sweep find it.
+			VolumeOptions: &mount.VolumeOptions{Labels: labels},
 		}},
 		Resources: container.Resources{
 			Memory:     t.MemoryBytes,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -205,4 +206,258 @@ func TestStreamsAndChunkedTransfers(t *testing.T) {
 			t.Fatalf("download: %d bytes, ends %v", got[0].Len(), ends)
 		}
 	})
+}
+
+// TestStalledStreamStallsOnlyItself: a client that opens an ExecuteStream
+// and stops reading it does not freeze its sandbox. Other calls on the
+// sandbox keep working, the stalled command is cancelled once its unread
+// output passes the worker's bound, and the stream, when finally read,
+// ends with RESOURCE_EXHAUSTED slow_consumer.
+func TestStalledStreamStallsOnlyItself(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	c := wk.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
+	defer cancel()
+	sb, err := c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.GetSandbox().GetId()
+	run := func(cmd string) string {
+		t.Helper()
+		r, err := c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: cmd}})
+		if err != nil {
+			t.Fatalf("execute %q while a stream is stalled: %v", cmd, err)
+		}
+		return r.GetResult().GetOutput()
+	}
+	poll := func(cmd, want string) {
+		t.Helper()
+		for run(cmd) != want {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// Endless output that nobody reads.
+	stalled, err := c.ExecuteStream(ctx, &plumbv1.ExecuteStreamRequest{SandboxId: id, Command: &plumbv1.Command{
+		Command: "echo $$ > /tmp/stalled.pid; exec yes 0123456789abcdef0123456789abcdef", Timeout: durationpb.New(time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("test -s /tmp/stalled.pid && echo started", "started\n")
+
+	// Other calls on the sandbox are served while the stream is stuck.
+	if out := run("echo ok"); out != "ok\n" {
+		t.Fatalf("execute = %q", out)
+	}
+	if _, err := c.Write(ctx, &plumbv1.WriteRequest{SandboxId: id, Path: "/workspace/note.txt", Content: []byte("still here\n")}); err != nil {
+		t.Fatalf("write while a stream is stalled: %v", err)
+	}
+	r, err := c.Read(ctx, &plumbv1.ReadRequest{SandboxId: id, Path: "/workspace/note.txt"})
+	if err != nil || r.GetContent() != "still here" {
+		t.Fatalf("read while a stream is stalled: %v, %v", r, err)
+	}
+
+	// The stalled command is cancelled (its process killed) by the worker,
+	// not left running until its hour-long timeout.
+	poll("kill -0 $(cat /tmp/stalled.pid) 2>/dev/null && echo running || echo gone", "gone\n")
+
+	// Reading the stream now gets what was buffered, then a clear status.
+	var got int
+	for {
+		m, err := stalled.Recv()
+		if err != nil {
+			st := status.Convert(err)
+			if st.Code() != codes.ResourceExhausted || server.Reason(err) != string(sandbox.CodeSlowConsumer) || !strings.Contains(st.Message(), "not read fast enough") {
+				t.Fatalf("stalled stream ended with %v (reason %q), want RESOURCE_EXHAUSTED %s", err, server.Reason(err), sandbox.CodeSlowConsumer)
+			}
+			break
+		}
+		if m.GetResult() != nil {
+			t.Fatalf("stalled stream got a result: %v", m.GetResult())
+		}
+		got += len(m.GetOutput().GetData())
+	}
+	if got == 0 {
+		t.Fatal("stalled stream delivered no output before its status")
+	}
+	if out := run("echo still ok"); out != "still ok\n" {
+		t.Fatalf("execute after the stalled stream = %q", out)
+	}
+}
+
+// TestCreateRuntimeMustExist: a runtime the engine lacks is the caller's
+// mistake, INVALID_ARGUMENT naming the runtimes the worker has (as the
+// engine reports them); a runtime it has works.
+func TestCreateRuntimeMustExist(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
+	defer cancel()
+	info, err := sandboxtest.Docker(t).Info(ctx, client.InfoOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Info.Runtimes) == 0 {
+		t.Fatal("the engine reports no runtimes")
+	}
+
+	_, err = wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Runtime: "plumb-no-such-runtime"})
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || server.Reason(err) != string(sandbox.CodeInvalid) || !strings.Contains(st.Message(), `"plumb-no-such-runtime"`) {
+		t.Fatalf("create with an unknown runtime: %v (reason %q), want INVALID_ARGUMENT %s naming it", err, server.Reason(err), sandbox.CodeInvalid)
+	}
+	for name := range info.Info.Runtimes {
+		if !strings.Contains(st.Message(), name) {
+			t.Errorf("message %q does not name the engine's runtime %q", st.Message(), name)
+		}
+	}
+	if n, _ := wk.Manager.Usage(); n != 0 {
+		t.Fatalf("%d sandboxes after a rejected create", n)
+	}
+
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Runtime: info.Info.DefaultRuntime})
+	if err != nil || sb.GetSandbox().GetRuntime() != info.Info.DefaultRuntime {
+		t.Fatalf("create with the engine's runtime %q: %v, %v", info.Info.DefaultRuntime, sb, err)
+	}
+}
+
+// TestCancelledCreatesLeaveNothing: CreateSandbox calls cut short by tiny
+// deadlines or a client going away, at every stage of a create, leave no
+// container and no volume behind (labelled or not), and hold no quota.
+func TestCancelledCreatesLeaveNothing(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	cli := sandboxtest.Docker(t)
+	// Remove leftovers even when the test fails.
+	t.Cleanup(func() { removeWorkerLeftovers(t, cli, wk.Name) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
+	defer cancel()
+	// Warm up: the first create derives the sandbox image.
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wk.Client.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: sb.GetSandbox().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name   string
+		after  time.Duration
+		cancel bool // the client goes away instead of a deadline passing
+	}{
+		{"deadline 50ms", 50 * time.Millisecond, false},
+		{"deadline 100ms", 100 * time.Millisecond, false},
+		{"deadline 150ms", 150 * time.Millisecond, false},
+		{"deadline 200ms", 200 * time.Millisecond, false},
+		{"deadline 300ms", 300 * time.Millisecond, false},
+		{"deadline 400ms", 400 * time.Millisecond, false},
+		{"deadline 600ms", 600 * time.Millisecond, false},
+		{"cancel 50ms", 50 * time.Millisecond, true},
+		{"cancel 200ms", 200 * time.Millisecond, true},
+		{"cancel 400ms", 400 * time.Millisecond, true},
+	}
+	cutShort := 0
+	for round := range 2 {
+		for _, tt := range tests {
+			var cctx context.Context
+			var stop context.CancelFunc
+			if tt.cancel {
+				cctx, stop = context.WithCancel(ctx)
+				time.AfterFunc(tt.after, stop)
+			} else {
+				cctx, stop = context.WithTimeout(ctx, tt.after)
+			}
+			sb, err := wk.Client.CreateSandbox(cctx, &plumbv1.CreateSandboxRequest{})
+			stop()
+			switch code := status.Code(err); {
+			case err == nil: // fast enough: a real sandbox, not a leftover
+				if _, err := wk.Client.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: sb.GetSandbox().GetId()}); err != nil {
+					t.Fatal(err)
+				}
+			case code != codes.DeadlineExceeded && code != codes.Canceled:
+				t.Fatalf("round %d, %s: %v, want DEADLINE_EXCEEDED or CANCELLED", round, tt.name, err)
+			default:
+				cutShort++
+			}
+		}
+	}
+	t.Logf("%d of %d creates cut short", cutShort, 2*len(tests))
+	if cutShort == 0 {
+		t.Fatal("no create was cut short: the test proves nothing")
+	}
+
+	// The worker cleans up after each cut-short create; wait until it has.
+	for {
+		cs, vs := workerLeftovers(t, cli, wk.Name)
+		if len(cs)+len(vs) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("leftovers of cancelled creates: containers %v volumes %v", cs, vs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	list, err := wk.Client.ListSandboxes(ctx, &plumbv1.ListSandboxesRequest{})
+	if err != nil || len(list.GetSandboxes()) != 0 {
+		t.Fatalf("sandboxes after cancelled creates: %v, %v", list, err)
+	}
+	for n, mem := wk.Manager.Usage(); n != 0 || mem != 0; n, mem = wk.Manager.Usage() {
+		if ctx.Err() != nil {
+			t.Fatalf("quota still held after cancelled creates: %d sandboxes, %d bytes", n, mem)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// workerLeftovers lists the containers (id) and volumes (name) of worker
+// by label and by name, so unlabelled leftovers count too.
+func workerLeftovers(t *testing.T, cli *client.Client, worker string) (containers, volumes []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, f := range []client.Filters{
+		client.Filters{}.Add("label", sandbox.LabelWorker+"="+worker),
+		client.Filters{}.Add("name", "sbx-"+worker+"-"),
+	} {
+		cl, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cl.Items {
+			if !seen[c.ID] {
+				seen[c.ID] = true
+				containers = append(containers, c.ID)
+			}
+		}
+		vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vl.Items {
+			if !seen[v.Name] {
+				seen[v.Name] = true
+				volumes = append(volumes, v.Name)
+			}
+		}
+	}
+	return containers, volumes
+}
+
+// removeWorkerLeftovers removes what workerLeftovers finds.
+func removeWorkerLeftovers(t *testing.T, cli *client.Client, worker string) {
+	t.Helper()
+	cs, vs := workerLeftovers(t, cli, worker)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range cs {
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove leftover container %s: %v", id, err)
+		}
+	}
+	for _, name := range vs {
+		if _, err := cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove leftover volume %s: %v", name, err)
+		}
+	}
 }
