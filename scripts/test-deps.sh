@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Makes sure what the tests need beyond Go is installed: Debian's
-# busybox-static, from which the sandbox test image is built. As root it
-# installs it with apt-get; otherwise it names the package and stops.
+# Makes sure what the tests need beyond Go is installed from Debian:
+# busybox-static, from which the sandbox test image is built, and what the
+# Python client example needs (grpcio and protobuf for python3, protoc with
+# the well-known types, and the gRPC Python plugin). As root it installs
+# them with apt-get; otherwise it names the packages and stops.
 set -euo pipefail
-dpkg -s busybox-static >/dev/null 2>&1 && exit 0
+pkgs=(busybox-static python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} = 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-	echo "make test needs Debian's busybox-static: sudo apt-get install busybox-static" >&2
+	echo "make test needs Debian's ${missing[*]}: sudo apt-get install ${missing[*]}" >&2
 	exit 1
 fi
-echo "installing busybox-static (the sandbox test image is built from it)" >&2
+echo "installing ${missing[*]} (the sandbox test image and the Python client example need them)" >&2
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
