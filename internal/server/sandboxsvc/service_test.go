@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,4 +206,57 @@ func TestStreamsAndChunkedTransfers(t *testing.T) {
 			t.Fatalf("download: %d bytes, ends %v", got[0].Len(), ends)
 		}
 	})
+}
+
+// An empty path in Ls, Glob or Grep means the sandbox's home: the working
+// dir, which is "/" in file paths when files_root is the working dir.
+func TestEmptyPathIsTheHome(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	c := wk.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tt := range []struct {
+		filesRoot string
+		home      string
+	}{
+		{"", "/workspace"},
+		{"/workspace", "/"},
+	} {
+		t.Run("files_root="+tt.filesRoot, func(t *testing.T) {
+			sb, err := c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{FilesRoot: tt.filesRoot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := sb.GetSandbox().GetId()
+			want := strings.TrimSuffix(tt.home, "/") + "/needle.txt"
+			if _, err := c.Write(ctx, &plumbv1.WriteRequest{SandboxId: id, Path: want, Content: []byte("needle\n")}); err != nil {
+				t.Fatal(err)
+			}
+			ls, err := c.Ls(ctx, &plumbv1.LsRequest{SandboxId: id})
+			if err != nil {
+				t.Fatalf("ls with no path: %v", err)
+			}
+			var listed []string
+			for _, e := range ls.GetEntries() {
+				listed = append(listed, e.GetPath())
+			}
+			if !slices.Contains(listed, want) {
+				t.Errorf("ls with no path = %v, want %s listed", listed, want)
+			}
+			gl, err := c.Glob(ctx, &plumbv1.GlobRequest{SandboxId: id, Pattern: "needle.txt"})
+			if err != nil {
+				t.Fatalf("glob with no path: %v", err)
+			}
+			if m := gl.GetMatches(); len(m) != 1 || m[0].GetPath() != want {
+				t.Errorf("glob with no path = %v, want %s", m, want)
+			}
+			gr, err := c.Grep(ctx, &plumbv1.GrepRequest{SandboxId: id, Pattern: "needle", Glob: "needle.txt"})
+			if err != nil {
+				t.Fatalf("grep with no path: %v", err)
+			}
+			if m := gr.GetMatches(); len(m) != 1 || m[0].GetPath() != want || m[0].GetLine() != 1 {
+				t.Errorf("grep with no path = %v, want %s:1", m, want)
+			}
+		})
+	}
 }
