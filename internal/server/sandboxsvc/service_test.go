@@ -14,8 +14,11 @@ import (
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -256,6 +259,67 @@ func TestEmptyPathIsTheHome(t *testing.T) {
 			}
 			if m := gr.GetMatches(); len(m) != 1 || m[0].GetPath() != want || m[0].GetLine() != 1 {
 				t.Errorf("grep with no path = %v, want %s:1", m, want)
+			}
+		})
+	}
+}
+
+// A long but valid path that does not exist is NOT_FOUND for any client:
+// the status quotes the path once, cut at 200 characters (file-tools §6),
+// so its trailers stay far below the 8 KiB header list that default HTTP/2
+// clients (grpcio among them) accept.
+func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.GetSandbox().GetId()
+	path := "/workspace/" + strings.Repeat(strings.Repeat("d", 199)+"/", 11) + "missing.txt"
+	if len(path) < 2200 || len(path) > 4096 {
+		t.Fatalf("path of %d bytes, want a valid 2.2 KB path", len(path))
+	}
+	strict, err := grpc.NewClient(wk.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithMaxHeaderListSize(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { strict.Close() })
+	for _, tt := range []struct {
+		name string
+		c    plumbv1.SandboxServiceClient
+	}{
+		{"default client", wk.Client},
+		{"client with an 8 KiB header list", plumbv1.NewSandboxServiceClient(strict)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := map[string]func() error{
+				"read": func() error {
+					_, err := tt.c.Read(ctx, &plumbv1.ReadRequest{SandboxId: id, Path: path})
+					return err
+				},
+				"edit": func() error {
+					_, err := tt.c.Edit(ctx, &plumbv1.EditRequest{SandboxId: id, Path: path, OldString: strings.Repeat("o", 3000), NewString: "n"})
+					return err
+				},
+				"ls": func() error {
+					_, err := tt.c.Ls(ctx, &plumbv1.LsRequest{SandboxId: id, Path: path})
+					return err
+				},
+			}
+			for op, call := range calls {
+				err := call()
+				st := status.Convert(err)
+				if st.Code() != codes.NotFound || server.Reason(err) != "file_not_found" {
+					t.Fatalf("%s: %v (reason %q), want NOT_FOUND file_not_found", op, err, server.Reason(err))
+				}
+				if size := proto.Size(st.Proto()); size > 1024 {
+					t.Errorf("%s: status of %d bytes (message and details), want at most 1 KiB: %v", op, size, st.Proto())
+				}
+				if msg := st.Message(); strings.Count(msg, path[:150]) != 1 || strings.Contains(msg, path[:250]) {
+					t.Errorf("%s: message %q should quote the path once, cut at 200 characters", op, msg)
+				}
 			}
 		})
 	}
