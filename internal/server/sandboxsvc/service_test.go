@@ -294,31 +294,46 @@ func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
 		{"client with an 8 KiB header list", plumbv1.NewSandboxServiceClient(strict)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			calls := map[string]func() error{
-				"read": func() error {
+			for _, c := range []struct {
+				op     string
+				call   func() error
+				code   codes.Code
+				reason string
+			}{
+				{"read", func() error {
 					_, err := tt.c.Read(ctx, &plumbv1.ReadRequest{SandboxId: id, Path: path})
 					return err
-				},
-				"edit": func() error {
+				}, codes.NotFound, "file_not_found"},
+				{"edit", func() error {
 					_, err := tt.c.Edit(ctx, &plumbv1.EditRequest{SandboxId: id, Path: path, OldString: strings.Repeat("o", 3000), NewString: "n"})
 					return err
-				},
-				"ls": func() error {
+				}, codes.NotFound, "file_not_found"},
+				{"ls", func() error {
 					_, err := tt.c.Ls(ctx, &plumbv1.LsRequest{SandboxId: id, Path: path})
 					return err
-				},
-			}
-			for op, call := range calls {
-				err := call()
+				}, codes.NotFound, "file_not_found"},
+				{"upload without eof", func() error {
+					up, err := tt.c.UploadFiles(ctx)
+					if err != nil {
+						return err
+					}
+					if err := up.Send(&plumbv1.UploadFilesRequest{SandboxId: id, Path: path, Data: []byte("x")}); err != nil {
+						return err
+					}
+					_, err = up.CloseAndRecv()
+					return err
+				}, codes.InvalidArgument, ""},
+			} {
+				err := c.call()
 				st := status.Convert(err)
-				if st.Code() != codes.NotFound || server.Reason(err) != "file_not_found" {
-					t.Fatalf("%s: %v (reason %q), want NOT_FOUND file_not_found", op, err, server.Reason(err))
+				if st.Code() != c.code || server.Reason(err) != c.reason {
+					t.Fatalf("%s: %v (reason %q), want %v %q", c.op, err, server.Reason(err), c.code, c.reason)
 				}
 				if size := proto.Size(st.Proto()); size > 1024 {
-					t.Errorf("%s: status of %d bytes (message and details), want at most 1 KiB: %v", op, size, st.Proto())
+					t.Errorf("%s: status of %d bytes (message and details), want at most 1 KiB: %v", c.op, size, st.Proto())
 				}
 				if msg := st.Message(); strings.Count(msg, path[:150]) != 1 || strings.Contains(msg, path[:250]) {
-					t.Errorf("%s: message %q should quote the path once, cut at 200 characters", op, msg)
+					t.Errorf("%s: message %q should quote the path once, cut at 200 characters", c.op, msg)
 				}
 			}
 		})
