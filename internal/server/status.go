@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of plumb's errors.
@@ -156,15 +159,7 @@ func agentStatus(err error) (_ error, ok bool) {
 // badRequest builds INVALID_ARGUMENT with ErrorInfo and
 // google.rpc.BadRequest field violations.
 func badRequest(reason, msg string, vs []agent.FieldViolation) error {
-	st := status.New(codes.InvalidArgument, msg)
-	br := &errdetails.BadRequest{}
-	for _, v := range vs {
-		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
-	}
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}, br); err == nil {
-		st = d
-	}
-	return st.Err()
+	return newStatus(codes.InvalidArgument, msg, reason, nil, vs)
 }
 
 // Status converts err into a gRPC status error whose ErrorInfo.reason is the
@@ -214,11 +209,86 @@ func Status(err error) error {
 
 // withInfo builds a status carrying google.rpc.ErrorInfo{reason, metadata}.
 func withInfo(c codes.Code, msg, reason string, md map[string]string) error {
-	st := status.New(c, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}); err == nil {
-		st = d
+	return newStatus(c, msg, reason, md, nil)
+}
+
+// Size bounds of a status. gRPC sends it twice in the trailers, as
+// grpc-message (percent-encoded: up to 3 bytes per message byte) and as
+// grpc-status-details-bin (the serialized google.rpc.Status in base64).
+// Many HTTP/2 clients, grpcio's default among them, refuse a header list
+// over 8 KiB and turn the status into RST_STREAM/INTERNAL. With these
+// bounds the trailers stay under 8 KiB whatever the input: at most
+// 3 KiB of grpc-message and 4 KiB of details.
+const (
+	// MaxStatusMessageBytes bounds a status message; a longer one is cut
+	// at a character boundary and ends with "…".
+	MaxStatusMessageBytes = 1024
+	// MaxStatusBytes bounds the serialized status (code, message and
+	// details). Metadata values and field violations are cut to
+	// backend.QuoteMaxChars characters; violations that do not fit are
+	// dropped (the message still summarizes them), and as a last resort
+	// only the ErrorInfo reason is kept.
+	MaxStatusBytes = 3 << 10
+)
+
+// newStatus builds a status of code c carrying ErrorInfo{reason, md} and,
+// with vs, a google.rpc.BadRequest, within MaxStatusBytes. User strings
+// are already cut in messages (backend.Quote, backend.Clip); here every
+// part is bounded again, and made valid UTF-8 (protobuf strings must be),
+// because a detail that fails to serialize would lose the reason.
+func newStatus(c codes.Code, msg, reason string, md map[string]string, vs []agent.FieldViolation) error {
+	msg = cutBytes(strings.ToValidUTF8(msg, "\uFFFD"), MaxStatusMessageBytes)
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	if len(md) > 0 {
+		info.Metadata = make(map[string]string, len(md))
+		for k, v := range md {
+			info.Metadata[boundString(k)] = boundString(v)
+		}
+	}
+	details := []protoadapt.MessageV1{info}
+	if len(vs) > 0 {
+		br := &errdetails.BadRequest{}
+		// What is left for violations, less room for the Any wrappers.
+		budget := MaxStatusBytes - len(msg) - proto.Size(info) - 256
+		for _, v := range vs {
+			fv := &errdetails.BadRequest_FieldViolation{Field: boundString(v.Field), Description: boundString(v.Description)}
+			br.FieldViolations = append(br.FieldViolations, fv)
+			if proto.Size(br) > budget {
+				br.FieldViolations = br.FieldViolations[:len(br.FieldViolations)-1]
+				break
+			}
+		}
+		details = append(details, br)
+	}
+	st, err := status.New(c, msg).WithDetails(details...)
+	if err != nil || proto.Size(st.Proto()) > MaxStatusBytes {
+		// Only pathological input gets here (many metadata values of long
+		// non-ASCII text): keep the code, message and reason, drop the rest.
+		st, err = status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})
+		if err != nil {
+			return status.Error(c, msg)
+		}
 	}
 	return st.Err()
+}
+
+// boundString makes s valid UTF-8 and cuts it like backend.Clip.
+func boundString(s string) string {
+	return backend.Clip(strings.ToValidUTF8(s, "\uFFFD"))
+}
+
+// cutBytes cuts s to at most n bytes at a character boundary, ending it
+// with "…" when it was cut.
+func cutBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	i := n - len(ellipsis)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + ellipsis
 }
 
 // FieldViolations returns the google.rpc.BadRequest field violations of a

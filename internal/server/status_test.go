@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
@@ -88,6 +91,57 @@ func TestStatus(t *testing.T) {
 			}
 			if tt.code == codes.Internal && status.Convert(err).Message() != "internal error" {
 				t.Errorf("internal error text leaked: %v", err)
+			}
+		})
+	}
+}
+
+// Every status fits MaxStatusBytes whatever the user strings in it, keeps
+// its code and reason, and carries valid UTF-8 only (a detail that does not
+// serialize would drop the reason).
+func TestStatusIsBounded(t *testing.T) {
+	long := "/" + strings.Repeat("é/", 2000)
+	many := make([]agent.FieldViolation, 1000)
+	for i := range many {
+		many[i] = agent.FieldViolation{Field: fmt.Sprintf("decisions[%d].%s", i, long), Description: "no pending request for tool call " + long}
+	}
+	tests := []struct {
+		name   string
+		err    error
+		code   codes.Code
+		reason string
+	}{
+		{"file error with a long path and details", backend.Errorf(backend.CodeFileNotFound, long, "read %s: no such file", long).
+			WithDetail("link", long).WithDetail("target", long), codes.NotFound, string(backend.CodeFileNotFound)},
+		{"invalid UTF-8 path", backend.Errorf(backend.CodeInvalidPath, "/a\xff", "invalid path %s: it is not valid UTF-8", backend.Quote("/a\xff")),
+			codes.InvalidArgument, string(backend.CodeInvalidPath)},
+		{"1000 field violations", &agent.DecisionError{Violations: many}, codes.InvalidArgument, server.ReasonInvalidDecisions},
+		{"long wrapped message", fmt.Errorf("load thread %s: %w", strings.Repeat("t", 100000), agent.ErrThreadNotFound), codes.NotFound, server.ReasonThreadNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := server.Status(tt.err)
+			st := status.Convert(err)
+			if st.Code() != tt.code || server.Reason(err) != tt.reason {
+				t.Fatalf("got %v (reason %q), want %v %q", st.Code(), server.Reason(err), tt.code, tt.reason)
+			}
+			if size := proto.Size(st.Proto()); size > server.MaxStatusBytes {
+				t.Errorf("status of %d bytes, want at most %d", size, server.MaxStatusBytes)
+			}
+			if n := len(st.Message()); n > server.MaxStatusMessageBytes || !utf8.ValidString(st.Message()) {
+				t.Errorf("message of %d bytes (valid UTF-8: %v), want at most %d", n, utf8.ValidString(st.Message()), server.MaxStatusMessageBytes)
+			}
+			for _, d := range st.Details() {
+				if info, ok := d.(interface{ GetMetadata() map[string]string }); ok {
+					for k, v := range info.GetMetadata() {
+						if utf8.RuneCountInString(v) > backend.QuoteMaxChars+1 {
+							t.Errorf("metadata %s has %d characters, want at most %d and a cut mark", k, utf8.RuneCountInString(v), backend.QuoteMaxChars)
+						}
+					}
+				}
+			}
+			if tt.reason == server.ReasonInvalidDecisions && len(server.FieldViolations(err)) == 0 {
+				t.Errorf("no field violation kept")
 			}
 		})
 	}

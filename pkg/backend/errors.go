@@ -82,8 +82,14 @@ func (e *Error) DetailKeys() []string {
 }
 
 // Errorf builds an *Error with a formatted message. path may be empty.
+// Where the message names path verbatim, a path longer than QuoteMaxChars
+// characters is shown cut by Clip (§6), so a message quotes it once, short.
 func Errorf(code Code, path, format string, args ...any) *Error {
-	return &Error{Code: code, Path: path, Message: fmt.Sprintf(format, args...)}
+	msg := fmt.Sprintf(format, args...)
+	if c := Clip(path); c != path {
+		msg = strings.ReplaceAll(msg, path, c)
+	}
+	return &Error{Code: code, Path: path, Message: msg}
 }
 
 // CodeOf returns the code of err: the Code of an *Error in its chain,
@@ -123,7 +129,7 @@ func FromOS(op, path string, err error) *Error {
 		return e
 	}
 	mk := func(code Code, what string) *Error {
-		return &Error{Code: code, Path: path, Message: fmt.Sprintf("%s %s: %s", op, path, what)}
+		return &Error{Code: code, Path: path, Message: fmt.Sprintf("%s %s: %s", op, Clip(path), what)}
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -181,12 +187,32 @@ func FromOS(op, path string, err error) *Error {
 // QuoteMaxChars characters (then "…"), Go-quoted so that newlines and
 // invalid bytes stay visible and the message stays one line.
 func Quote(s string) string {
+	head, cut := clip(s)
+	if cut {
+		return strconv.Quote(head) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// Clip renders a user-supplied string that a message shows verbatim (a
+// normalized path, which needs no quoting): at most QuoteMaxChars
+// characters, then "…" when it was cut (§6).
+func Clip(s string) string {
+	if head, cut := clip(s); cut {
+		return head + "…"
+	}
+	return s
+}
+
+// clip returns the first QuoteMaxChars characters of s and whether that
+// cut anything.
+func clip(s string) (string, bool) {
 	n := 0
 	for i := range s {
 		if n == QuoteMaxChars {
-			return strconv.Quote(s[:i]) + "…"
+			return s[:i], true
 		}
 		n++
 	}
-	return strconv.Quote(s)
+	return s, false
 }

@@ -141,6 +141,36 @@ func TestQuote(t *testing.T) {
 	}
 }
 
+// A message names a long path once, cut at 200 characters (§6), whoever
+// builds it; Path keeps the whole path.
+func TestLongPathsAreClippedInMessages(t *testing.T) {
+	long := "/" + strings.Repeat("d/", 150) + "é.txt"
+	clipped := long[:200] + "…"
+	if got := Clip(long); got != clipped {
+		t.Fatalf("Clip = %q, want %q", got, clipped)
+	}
+	if got := Clip("/short"); got != "/short" {
+		t.Errorf("Clip(/short) = %q", got)
+	}
+	tests := []struct {
+		name string
+		err  *Error
+	}{
+		{"FromOS", FromOS("read", long, fs.ErrNotExist)},
+		{"Errorf", Errorf(CodeIsDirectory, long, "write %s: is a directory; %s is not a file", long, long)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.err.Path != long {
+				t.Errorf("Path = %q, want the whole path", tt.err.Path)
+			}
+			if strings.Contains(tt.err.Message, long[:201]) || !strings.Contains(tt.err.Message, clipped) {
+				t.Errorf("message %q does not show the path cut at 200 characters", tt.err.Message)
+			}
+		})
+	}
+}
+
 func TestErrorWithDetail(t *testing.T) {
 	e := Errorf(CodeOffsetOutOfRange, "/n.txt", "offset %d is out of range", 10).
 		WithDetail("total_lines", "3").WithDetail("offset", "10")

@@ -32,8 +32,9 @@ func (m *Manager) Files(id string) (*Files, error) {
 	return &Files{m: m, sb: sb}, nil
 }
 
-// Home is the sandbox's working directory.
-func (f *Files) Home() string { return f.m.snapshot(f.sb).Settings.WorkingDir }
+// Home is the sandbox's working directory as a file path: the working dir
+// itself, or "/" when file operations are rooted at it (files_root).
+func (f *Files) Home() string { return f.m.snapshot(f.sb).Settings.Home() }
 
 // invoke runs one agent request and decodes its result into out.
 func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onEvent func(agentproto.Response) error) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/jsonschema"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/backend"
 )
 
 // Request limits of agent.md §10.1.
@@ -52,10 +53,10 @@ func (vs *violations) checkMetadata(field string, md map[string]string) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(md)) {
 		if !metadataKey.MatchString(k) {
-			vs.add(fmt.Sprintf("%s[%q]", field, k), "%s key %q must match [a-z0-9._/-]{1,63}", field, k)
+			vs.add(fmt.Sprintf("%s[%s]", field, backend.Quote(k)), "%s key %s must match [a-z0-9._/-]{1,63}", field, backend.Quote(k))
 		}
 		if n := utf8.RuneCountInString(md[k]); n > maxMetadataValue {
-			vs.add(fmt.Sprintf("%s[%q]", field, k), "%s value of %q has %d characters; at most %d are allowed", field, k, n, maxMetadataValue)
+			vs.add(fmt.Sprintf("%s[%s]", field, backend.Quote(k)), "%s value of %s has %d characters; at most %d are allowed", field, backend.Quote(k), n, maxMetadataValue)
 		}
 	}
 }
@@ -84,11 +85,11 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 			}
 		}
 		if !slices.Contains(primaries, a) {
-			vs.add("agent", "unknown agent %q; known agents: %s", a, strings.Join(primaries, ", "))
+			vs.add("agent", "unknown agent %s; known agents: %s", backend.Quote(a), strings.Join(primaries, ", "))
 		}
 	}
 	if m := req.GetModel(); m != "" && s.cfg.Models != nil && !slices.Contains(s.cfg.Models, m) {
-		vs.add("model", "unknown model %q; known models: %s", m, strings.Join(slices.Sorted(slices.Values(s.cfg.Models)), ", "))
+		vs.add("model", "unknown model %s; known models: %s", backend.Quote(m), strings.Join(slices.Sorted(slices.Values(s.cfg.Models)), ", "))
 	}
 	in.Spec.ClientTools = vs.clientTools(req.GetClientTools(), s.rt.ServerToolNames())
 	switch n := req.GetMaxIterations(); {
@@ -133,18 +134,18 @@ func (vs *violations) clientTools(defs []*plumbv1.ClientTool, serverTools []stri
 		name := t.GetName()
 		switch {
 		case !clientToolName.MatchString(name):
-			vs.add(field+".name", "client tool name %q must match ^[A-Za-z0-9_-]{1,64}$", name)
+			vs.add(field+".name", "client tool name %s must match ^[A-Za-z0-9_-]{1,64}$", backend.Quote(name))
 		case slices.Contains(serverTools, name):
-			vs.add(field+".name", "client tool %q clashes with a server tool", name)
+			vs.add(field+".name", "client tool %s clashes with a server tool", backend.Quote(name))
 		case seen[name]:
-			vs.add(field+".name", "client tool %q is declared twice", name)
+			vs.add(field+".name", "client tool %s is declared twice", backend.Quote(name))
 		}
 		seen[name] = true
 		params := []byte(strings.TrimSpace(t.GetParametersJson()))
 		if len(params) == 0 {
 			params = []byte(`{"type":"object"}`)
 		} else if err := objectSchema(params); err != nil {
-			vs.add(field+".parameters_json", "parameters_json of %q: %v", name, err)
+			vs.add(field+".parameters_json", "parameters_json of %s: %v", backend.Quote(name), err)
 		}
 		out = append(out, agent.ClientToolDef{Name: name, Description: t.GetDescription(), Parameters: json.RawMessage(params)})
 	}
@@ -159,7 +160,7 @@ func objectSchema(doc []byte) error {
 		return fmt.Errorf("not a JSON object: %w", err)
 	}
 	if t, ok := top["type"]; ok && !bytes.Equal(bytes.TrimSpace(t), []byte(`"object"`)) {
-		return fmt.Errorf(`the schema type must be "object", got %s`, t)
+		return fmt.Errorf(`the schema type must be "object", got %s`, backend.Clip(string(t)))
 	}
 	if _, err := jsonschema.Compile(doc); err != nil {
 		return fmt.Errorf("invalid schema: %w", err)

@@ -337,7 +337,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 				return nil, err
 			}
 			if m.GetPath() != "" {
-				recvErr = status.Errorf(codes.InvalidArgument, "item %q ended without eof before item %q started", path, m.GetPath())
+				recvErr = status.Errorf(codes.InvalidArgument, "item %s ended without eof before item %s started", backend.Quote(path), backend.Quote(m.GetPath()))
 				return nil, recvErr
 			}
 			cur = m
@@ -346,7 +346,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 		n, err := f.UploadFrom(stream.Context(), path, next)
 		if recvErr != nil {
 			if errors.Is(recvErr, io.EOF) {
-				return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %q (no eof)", path)
+				return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %s (no eof)", backend.Quote(path))
 			}
 			return recvErr
 		}
@@ -360,7 +360,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 			// Skip the rest of a failed item.
 			for cur != nil && !cur.GetEof() {
 				if cur, err = stream.Recv(); err != nil {
-					return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %q", path)
+					return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %s", backend.Quote(path))
 				}
 			}
 		}

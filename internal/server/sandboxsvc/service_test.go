@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -459,5 +463,134 @@ func removeWorkerLeftovers(t *testing.T, cli *client.Client, worker string) {
 		if _, err := cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
 			t.Errorf("remove leftover volume %s: %v", name, err)
 		}
+	}
+}
+
+// An empty path in Ls, Glob or Grep means the sandbox's home: the working
+// dir, which is "/" in file paths when files_root is the working dir.
+func TestEmptyPathIsTheHome(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	c := wk.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tt := range []struct {
+		filesRoot string
+		home      string
+	}{
+		{"", "/workspace"},
+		{"/workspace", "/"},
+	} {
+		t.Run("files_root="+tt.filesRoot, func(t *testing.T) {
+			sb, err := c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{FilesRoot: tt.filesRoot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := sb.GetSandbox().GetId()
+			want := strings.TrimSuffix(tt.home, "/") + "/needle.txt"
+			if _, err := c.Write(ctx, &plumbv1.WriteRequest{SandboxId: id, Path: want, Content: []byte("needle\n")}); err != nil {
+				t.Fatal(err)
+			}
+			ls, err := c.Ls(ctx, &plumbv1.LsRequest{SandboxId: id})
+			if err != nil {
+				t.Fatalf("ls with no path: %v", err)
+			}
+			var listed []string
+			for _, e := range ls.GetEntries() {
+				listed = append(listed, e.GetPath())
+			}
+			if !slices.Contains(listed, want) {
+				t.Errorf("ls with no path = %v, want %s listed", listed, want)
+			}
+			gl, err := c.Glob(ctx, &plumbv1.GlobRequest{SandboxId: id, Pattern: "needle.txt"})
+			if err != nil {
+				t.Fatalf("glob with no path: %v", err)
+			}
+			if m := gl.GetMatches(); len(m) != 1 || m[0].GetPath() != want {
+				t.Errorf("glob with no path = %v, want %s", m, want)
+			}
+			gr, err := c.Grep(ctx, &plumbv1.GrepRequest{SandboxId: id, Pattern: "needle", Glob: "needle.txt"})
+			if err != nil {
+				t.Fatalf("grep with no path: %v", err)
+			}
+			if m := gr.GetMatches(); len(m) != 1 || m[0].GetPath() != want || m[0].GetLine() != 1 {
+				t.Errorf("grep with no path = %v, want %s:1", m, want)
+			}
+		})
+	}
+}
+
+// A long but valid path that does not exist is NOT_FOUND for any client:
+// the status quotes the path once, cut at 200 characters (file-tools §6),
+// so its trailers stay far below the 8 KiB header list that default HTTP/2
+// clients (grpcio among them) accept.
+func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
+	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.GetSandbox().GetId()
+	path := "/workspace/" + strings.Repeat(strings.Repeat("d", 199)+"/", 11) + "missing.txt"
+	if len(path) < 2200 || len(path) > 4096 {
+		t.Fatalf("path of %d bytes, want a valid 2.2 KB path", len(path))
+	}
+	strict, err := grpc.NewClient(wk.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithMaxHeaderListSize(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { strict.Close() })
+	for _, tt := range []struct {
+		name string
+		c    plumbv1.SandboxServiceClient
+	}{
+		{"default client", wk.Client},
+		{"client with an 8 KiB header list", plumbv1.NewSandboxServiceClient(strict)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, c := range []struct {
+				op     string
+				call   func() error
+				code   codes.Code
+				reason string
+			}{
+				{"read", func() error {
+					_, err := tt.c.Read(ctx, &plumbv1.ReadRequest{SandboxId: id, Path: path})
+					return err
+				}, codes.NotFound, "file_not_found"},
+				{"edit", func() error {
+					_, err := tt.c.Edit(ctx, &plumbv1.EditRequest{SandboxId: id, Path: path, OldString: strings.Repeat("o", 3000), NewString: "n"})
+					return err
+				}, codes.NotFound, "file_not_found"},
+				{"ls", func() error {
+					_, err := tt.c.Ls(ctx, &plumbv1.LsRequest{SandboxId: id, Path: path})
+					return err
+				}, codes.NotFound, "file_not_found"},
+				{"upload without eof", func() error {
+					up, err := tt.c.UploadFiles(ctx)
+					if err != nil {
+						return err
+					}
+					if err := up.Send(&plumbv1.UploadFilesRequest{SandboxId: id, Path: path, Data: []byte("x")}); err != nil {
+						return err
+					}
+					_, err = up.CloseAndRecv()
+					return err
+				}, codes.InvalidArgument, ""},
+			} {
+				err := c.call()
+				st := status.Convert(err)
+				if st.Code() != c.code || server.Reason(err) != c.reason {
+					t.Fatalf("%s: %v (reason %q), want %v %q", c.op, err, server.Reason(err), c.code, c.reason)
+				}
+				if size := proto.Size(st.Proto()); size > 1024 {
+					t.Errorf("%s: status of %d bytes (message and details), want at most 1 KiB: %v", c.op, size, st.Proto())
+				}
+				if msg := st.Message(); strings.Count(msg, path[:150]) != 1 || strings.Contains(msg, path[:250]) {
+					t.Errorf("%s: message %q should quote the path once, cut at 200 characters", c.op, msg)
+				}
+			}
+		})
 	}
 }

@@ -25,7 +25,7 @@ const (
 	// Cases B48, H02, H03, X01–X03.
 	Symlink Capability = "symlink"
 	// Mode: the backend keeps Unix permission bits, reports them in
-	// FileInfo.Mode, and Harness.Chmod sets them. Cases B44, X04.
+	// FileInfo.Mode, and Harness.Chmod sets them. Cases B44, X04, X14.
 	Mode Capability = "mode"
 	// Execute: Harness.Executor runs commands. Cases B62–B64, B66–B70,
 	// and the execute cwd of H01.

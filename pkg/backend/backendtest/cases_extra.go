@@ -1,6 +1,8 @@
 package backendtest
 
 import (
+	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -69,17 +71,45 @@ func extraCases() []testCase {
 			e.wantList("ls / after delete", e.lsPaths("/"), nil)
 		}},
 		{name: "X04_write_modes", caps: []Capability{Mode}, run: func(e *env) {
-			// §4.3: a new file gets 0644, an existing one keeps its mode.
+			// §4.3: a new file gets 0644, an existing one keeps its mode
+			// through write, upload and edit (§4.4 step 8), also when that
+			// mode is narrower or wider than 0644.
 			_, err := e.b.Write(e.ctx, e.p("/new.txt"), []byte("n"))
 			e.noErr("write /new.txt", err)
 			e.wantMode("/", "/new.txt", 0o644)
-			e.seed(map[string]string{"/x.sh": "old"})
-			if err := e.h.Chmod(e.ctx, e.p("/x.sh"), 0o755); err != nil {
+			for _, op := range replacingOps(e) {
+				for _, mode := range []fs.FileMode{0o755, 0o600, 0o664} {
+					p := fmt.Sprintf("/%s-%o.txt", op.name, mode)
+					e.seed(map[string]string{p: "old"})
+					if err := e.h.Chmod(e.ctx, e.p(p), mode); err != nil {
+						e.t.Fatalf("chmod: %v", err)
+					}
+					if e.noErr(op.name+" "+p, op.do(p)) {
+						e.wantContent(p, "new")
+						e.wantMode("/", p, mode)
+					}
+				}
+			}
+		}},
+		{name: "X14_read_only_file_refused", caps: []Capability{Mode}, run: func(e *env) {
+			// Decision (spec silent; fileops package doc): write, upload and
+			// edit of a file without write permission are permission_denied
+			// and leave it alone, although the atomic rename could replace
+			// it. Delete follows POSIX unlink (the directory decides).
+			e.seed(map[string]string{"/ro.txt": "old"})
+			if err := e.h.Chmod(e.ctx, e.p("/ro.txt"), 0o444); err != nil {
 				e.t.Fatalf("chmod: %v", err)
 			}
-			_, err = e.b.Write(e.ctx, e.p("/x.sh"), []byte("new"))
-			e.noErr("write /x.sh", err)
-			e.wantMode("/", "/x.sh", 0o755)
+			for _, op := range replacingOps(e) {
+				e.wantCode(op.name+" a 0444 file", op.do("/ro.txt"), backend.CodePermissionDenied)
+				e.wantContent("/ro.txt", "old")
+			}
+			e.wantMode("/", "/ro.txt", 0o444)
+			e.wantList("ls / (no temp file left)", e.lsPaths("/"), []string{"/ro.txt"})
+			r, err := e.b.Delete(e.ctx, e.p("/ro.txt"))
+			if e.noErr("delete a 0444 file", err) && r.Removed != 1 {
+				e.t.Errorf("delete /ro.txt removed %d, want 1", r.Removed)
+			}
 		}},
 		{name: "X05_special_file_never_opened", caps: []Capability{Special}, run: func(e *env) {
 			// §4.2 step 1: a FIFO is not_regular_file, decided without
@@ -210,6 +240,40 @@ func extraCases() []testCase {
 			e.wantList("grep (?i)", matchKeys(g.Matches), []string{"/r.txt:1", "/r.txt:2", "/r.txt:3"})
 			g = e.mustGrep(backend.GrepRequest{Pattern: "hello", Path: "/"})
 			e.wantList("grep hello (case-sensitive)", matchKeys(g.Matches), []string{"/r.txt:2"})
+		}},
+	}
+}
+
+// replacingOp replaces the content "old" of an existing file (case path)
+// with "new".
+type replacingOp struct {
+	name string
+	do   func(path string) error
+}
+
+// replacingOps are the operations that replace an existing file: write,
+// upload and edit.
+func replacingOps(e *env) []replacingOp {
+	return []replacingOp{
+		{"write", func(p string) error {
+			_, err := e.b.Write(e.ctx, e.p(p), []byte("new"))
+			return err
+		}},
+		{"upload", func(p string) error {
+			res, err := e.b.Upload(e.ctx, []backend.UploadItem{{Path: e.p(p), Content: []byte("new")}})
+			switch {
+			case err != nil:
+				return err
+			case len(res) != 1:
+				return fmt.Errorf("upload of one item returned %d results", len(res))
+			case res[0].Err != nil:
+				return res[0].Err
+			}
+			return nil
+		}},
+		{"edit", func(p string) error {
+			_, err := e.b.Edit(e.ctx, backend.EditRequest{Path: e.p(p), Old: "old", New: "new"})
+			return err
 		}},
 	}
 }

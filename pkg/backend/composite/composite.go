@@ -232,7 +232,8 @@ func mapBackendErr(r *route, be *backend.Error) *backend.Error {
 	c := *be
 	c.Details = maps.Clone(be.Details)
 	c.Path = full(r, be.Path)
-	c.Message = rewritePath(be.Message, be.Path, c.Path)
+	// Messages show paths cut by backend.Clip.
+	c.Message = rewritePath(be.Message, backend.Clip(be.Path), backend.Clip(c.Path))
 	return &c
 }
 

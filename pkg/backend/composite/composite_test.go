@@ -601,3 +601,21 @@ func FuzzRoute(f *testing.F) {
 		}
 	})
 }
+
+// A routed error about a long path names the composite path, cut at 200
+// characters like every message (§6), and keeps the whole path in Path.
+func TestRoutedErrorLongPath(t *testing.T) {
+	f := newFixture(t)
+	long := "/memories/" + strings.Repeat("d/", 150) + "missing.txt"
+	_, err := f.c.Read(ctx, backend.ReadRequest{Path: long, Limit: 1})
+	var be *backend.Error
+	if !errors.As(err, &be) || be.Code != backend.CodeFileNotFound {
+		t.Fatalf("read = %v, want file_not_found", err)
+	}
+	if be.Path != long {
+		t.Errorf("Path = %q, want the whole composite path", be.Path)
+	}
+	if !strings.Contains(be.Message, backend.Clip(long)) {
+		t.Errorf("message %q does not name %q", be.Message, backend.Clip(long))
+	}
+}

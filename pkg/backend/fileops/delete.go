@@ -100,7 +100,7 @@ func (d *deleter) removeContents(dir *os.Root, full string, dirInfo fs.FileInfo)
 			child := joinName(full, n)
 			if mountPoint(dirInfo, fi) {
 				return backend.Errorf(backend.CodeInvalidPath, "",
-					"delete: %s is a mount point, which cannot be deleted; delete the other entries one by one", virtual(child))
+					"delete: %s is a mount point, which cannot be deleted; delete the other entries one by one", backend.Clip(virtual(child)))
 			}
 			if err := d.removeTree(dir, n, child, fi); err != nil {
 				return err

@@ -20,6 +20,20 @@
 // reading: they are rejected from a stat, and a file swapped in after the
 // stat is opened non-blocking and rejected from fstat.
 //
+// Permissions (a decision where file-tools §4.3 is silent). Writes are
+// atomic renames, which POSIX allows whenever the directory is writable,
+// whatever the mode of the file replaced. The engine does not let that
+// bypass a read-only file: write, upload and edit of an existing file are
+// permission_denied, and the file is left unchanged, when the file has no
+// write permission bit at all (e.g. 0444, refused even for root, so a
+// Filesystem backend run by root and the non-root sandbox agent agree), or
+// when the kernel refuses to open it for writing (EACCES, EPERM, EROFS: a
+// file of another user, a read-only mount). A replaced file keeps its
+// permission bits; its owner becomes the engine's user. Delete follows
+// POSIX unlink: the directory's permissions decide, not the file's. New
+// files and directories get exactly 0644 and 0755. The State and Store
+// backends have no modes, so none of this applies to them.
+//
 // The package must not produce model-facing prose beyond the *backend.Error
 // messages, must not shell out, and must not read a file into memory
 // unless the operation needs all of it (media, edit, download); reads and

@@ -11,10 +11,10 @@ import (
 
 // Edit replaces text in a file (§4.4). The argument checks come before any
 // file access; then, holding the file's lock, the file is read whole
-// (missing, directory, over the write cap, media or binary fail first),
-// textops.Replace does the matching, and the result replaces the file
-// atomically with its mode kept. Bytes outside the replaced spans, invalid
-// UTF-8 included, are kept as they were.
+// (missing, directory, not writable, over the write cap, media or binary
+// fail first), textops.Replace does the matching, and the result replaces
+// the file atomically with its mode kept. Bytes outside the replaced
+// spans, invalid UTF-8 included, are kept as they were.
 func (e *Engine) Edit(ctx context.Context, req backend.EditRequest) (backend.EditResult, error) {
 	p, err := vpath.Normalize(req.Path)
 	if err != nil {
@@ -37,6 +37,9 @@ func (e *Engine) Edit(ctx context.Context, req backend.EditRequest) (backend.Edi
 		return backend.EditResult{}, e.fail("edit", p, err)
 	}
 	if err := checkRegular("edit", p, fi); err != nil {
+		return backend.EditResult{}, err
+	}
+	if err := e.checkWritable("edit", p, name, fi); err != nil {
 		return backend.EditResult{}, err
 	}
 	if fi.Size() > e.cfg.writeCap {

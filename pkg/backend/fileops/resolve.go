@@ -106,7 +106,7 @@ func linkError(p, link, target, what string) *backend.Error {
 		return backend.Errorf(backend.CodeInvalidPath, p, "invalid path %s: it %s", backend.Quote(p), what)
 	}
 	return backend.Errorf(backend.CodeInvalidPath, p,
-		"invalid path %s: the symlink %s -> %s %s", backend.Quote(p), link, backend.Quote(target), what).
+		"invalid path %s: the symlink %s -> %s %s", backend.Quote(p), backend.Clip(link), backend.Quote(target), what).
 		WithDetail("link", link).
 		WithDetail("target", target)
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -24,9 +26,10 @@ const (
 // Write creates or atomically replaces the file at path with content
 // (§4.3). Missing parents are created 0755; a new file gets 0644, a
 // replaced one keeps its permission bits (setuid, setgid and sticky are
-// dropped, as a write(2) by a non-owner would). A symlink in the final
-// component (inside the root) is written through: its target changes, the
-// link stays.
+// dropped, as a write(2) by a non-owner would). A file that is not
+// writable is permission_denied and left alone (see checkWritable). A
+// symlink in the final component (inside the root) is written through: its
+// target changes, the link stays.
 func (e *Engine) Write(ctx context.Context, path string, content []byte) (backend.WriteResult, error) {
 	p, err := vpath.Normalize(path)
 	if err != nil {
@@ -113,12 +116,43 @@ func (e *Engine) writeFile(ctx context.Context, op, p string, content []byte) (c
 		if err := checkRegular(op, p, fi); err != nil {
 			return false, err
 		}
+		if err := e.checkWritable(op, p, name, fi); err != nil {
+			return false, err
+		}
 		perm = fi.Mode().Perm()
 	}
 	if err := e.replace(ctx, name, content, perm); err != nil {
 		return false, e.fail(op, p, err)
 	}
 	return created, nil
+}
+
+// checkWritable refuses to replace the existing regular file name (virtual
+// path p, stat fi) unless it could be written in place. The atomic rename
+// of replace needs write permission on the directory only, so without this
+// check a read-only file would be replaced all the same. Two rules, so that
+// the outcome does not depend on who runs the engine:
+//   - a file without any write permission bit (chmod a-w, e.g. 0444) is
+//     refused, even for a privileged process such as root;
+//   - otherwise the kernel decides: the file is opened for writing (never
+//     truncated, non-blocking) and EACCES, EPERM or EROFS refuse it, as a
+//     write(2) by this process would be refused. ETXTBSY (a running
+//     executable) passes: the rename does not disturb the running image.
+func (e *Engine) checkWritable(op, p, name string, fi fs.FileInfo) *backend.Error {
+	if fi.Mode().Perm()&0o222 == 0 {
+		return backend.Errorf(backend.CodePermissionDenied, p,
+			"%s %s: permission denied: the file is read-only (mode %04o) and was left unchanged", op, p, fi.Mode().Perm()).
+			WithDetail("mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
+	}
+	f, err := e.root.OpenFile(name, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if errors.Is(err, syscall.ETXTBSY) {
+		return nil
+	}
+	if err != nil {
+		return e.fail(op, p, err)
+	}
+	f.Close()
+	return nil
 }
 
 // replace atomically replaces the root-relative file name with content

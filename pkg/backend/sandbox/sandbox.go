@@ -60,12 +60,18 @@ func (b *Backend) ID() string { return b.id }
 // Home is the sandbox's working dir.
 func (b *Backend) Home() string { return b.home }
 
-// fail converts a gRPC error into a *backend.Error.
-func fail(err error) error {
+// fail converts a gRPC error of an operation on path p ("" for none) into
+// a *backend.Error. A status carries long paths cut (server.Status), so
+// the error's Path is restored from p when it is p cut.
+func fail(p string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return server.FileError(err)
+	fe := server.FileError(err)
+	if p != "" && fe.Path != p && fe.Path == backend.Clip(p) {
+		fe.Path = p
+	}
+	return fe
 }
 
 func norm(p string) (string, error) {
@@ -84,7 +90,7 @@ func (b *Backend) Ls(ctx context.Context, path string) (backend.LsResult, error)
 	}
 	r, err := b.c.Ls(ctx, &plumbv1.LsRequest{SandboxId: b.id, Path: p})
 	if err != nil {
-		return backend.LsResult{}, fail(err)
+		return backend.LsResult{}, fail(p, err)
 	}
 	return pbconv.LsFromPB(r), nil
 }
@@ -98,7 +104,7 @@ func (b *Backend) Read(ctx context.Context, req backend.ReadRequest) (backend.Re
 	limit := int64(req.Limit)
 	r, err := b.c.Read(ctx, &plumbv1.ReadRequest{SandboxId: b.id, Path: p, Offset: int64(req.Offset), Limit: &limit})
 	if err != nil {
-		return backend.ReadResult{}, fail(err)
+		return backend.ReadResult{}, fail(p, err)
 	}
 	return pbconv.ReadFromPB(r), nil
 }
@@ -111,7 +117,7 @@ func (b *Backend) Write(ctx context.Context, path string, content []byte) (backe
 	}
 	r, err := b.c.Write(ctx, &plumbv1.WriteRequest{SandboxId: b.id, Path: p, Content: content})
 	if err != nil {
-		return backend.WriteResult{}, fail(err)
+		return backend.WriteResult{}, fail(p, err)
 	}
 	return backend.WriteResult{Path: r.GetPath(), BytesWritten: r.GetBytesWritten(), Created: r.GetCreated()}, nil
 }
@@ -124,7 +130,7 @@ func (b *Backend) Edit(ctx context.Context, req backend.EditRequest) (backend.Ed
 	}
 	r, err := b.c.Edit(ctx, &plumbv1.EditRequest{SandboxId: b.id, Path: p, OldString: req.Old, NewString: req.New, ReplaceAll: req.ReplaceAll})
 	if err != nil {
-		return backend.EditResult{}, fail(err)
+		return backend.EditResult{}, fail(p, err)
 	}
 	return backend.EditResult{Path: r.GetPath(), Occurrences: int(r.GetOccurrences()), LineEndingAdapted: r.GetLineEndingAdapted()}, nil
 }
@@ -137,7 +143,7 @@ func (b *Backend) Delete(ctx context.Context, path string) (backend.DeleteResult
 	}
 	r, err := b.c.Delete(ctx, &plumbv1.DeleteRequest{SandboxId: b.id, Path: p})
 	if err != nil {
-		return backend.DeleteResult{}, fail(err)
+		return backend.DeleteResult{}, fail(p, err)
 	}
 	return backend.DeleteResult{Path: r.GetPath(), Removed: int(r.GetRemoved())}, nil
 }
@@ -150,7 +156,7 @@ func (b *Backend) Grep(ctx context.Context, req backend.GrepRequest) (backend.Gr
 	}
 	r, err := b.c.Grep(ctx, &plumbv1.GrepRequest{SandboxId: b.id, Pattern: req.Pattern, Path: p, Glob: req.Glob, Regex: req.Regex, MaxCount: int32(req.MaxCount)})
 	if err != nil {
-		return backend.GrepResult{}, fail(err)
+		return backend.GrepResult{}, fail(p, err)
 	}
 	return pbconv.GrepFromPB(r), nil
 }
@@ -163,7 +169,7 @@ func (b *Backend) Glob(ctx context.Context, req backend.GlobRequest) (backend.Gl
 	}
 	r, err := b.c.Glob(ctx, &plumbv1.GlobRequest{SandboxId: b.id, Pattern: req.Pattern, Path: p})
 	if err != nil {
-		return backend.GlobResult{}, fail(err)
+		return backend.GlobResult{}, fail(p, err)
 	}
 	return pbconv.GlobFromPB(r), nil
 }
@@ -172,7 +178,7 @@ func (b *Backend) Glob(ctx context.Context, req backend.GlobRequest) (backend.Gl
 func (b *Backend) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
 	r, err := b.c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: b.id, Command: pbconv.CommandToPB(req)})
 	if err != nil {
-		return backend.ExecuteResult{}, fail(err)
+		return backend.ExecuteResult{}, fail("", err)
 	}
 	return pbconv.ExecuteResultFromPB(r.GetResult()), nil
 }
@@ -184,7 +190,7 @@ func (b *Backend) ExecuteStream(ctx context.Context, req backend.ExecuteRequest,
 	defer cancel()
 	s, err := b.c.ExecuteStream(ctx, &plumbv1.ExecuteStreamRequest{SandboxId: b.id, Command: pbconv.CommandToPB(req)})
 	if err != nil {
-		return backend.ExecuteResult{}, fail(err)
+		return backend.ExecuteResult{}, fail("", err)
 	}
 	for {
 		m, err := s.Recv()
@@ -192,7 +198,7 @@ func (b *Backend) ExecuteStream(ctx context.Context, req backend.ExecuteRequest,
 			if errors.Is(err, io.EOF) {
 				return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnavailable, "", "execute stream ended without a result")
 			}
-			return backend.ExecuteResult{}, fail(err)
+			return backend.ExecuteResult{}, fail("", err)
 		}
 		if out := m.GetOutput(); out != nil {
 			if err := onOutput(out.GetData()); err != nil {
@@ -227,7 +233,7 @@ func (b *Backend) Upload(ctx context.Context, items []backend.UploadItem) ([]bac
 	defer cancel()
 	s, err := b.c.UploadFiles(ctx)
 	if err != nil {
-		return nil, fail(err)
+		return nil, fail("", err)
 	}
 	first := true
 	for _, i := range send {
@@ -245,7 +251,7 @@ func (b *Backend) Upload(ctx context.Context, items []backend.UploadItem) ([]bac
 				if errors.Is(err, io.EOF) {
 					_, err = s.CloseAndRecv()
 				}
-				return nil, fail(err)
+				return nil, fail("", err)
 			}
 			off = end
 			if off == len(data) {
@@ -255,7 +261,7 @@ func (b *Backend) Upload(ctx context.Context, items []backend.UploadItem) ([]bac
 	}
 	resp, err := s.CloseAndRecv()
 	if err != nil {
-		return nil, fail(err)
+		return nil, fail("", err)
 	}
 	if len(resp.GetResults()) != len(send) {
 		return nil, backend.Errorf(backend.CodeInternal, "", "upload: %d results for %d items", len(resp.GetResults()), len(send))
@@ -294,7 +300,7 @@ func (b *Backend) Download(ctx context.Context, paths []string) ([]backend.Downl
 	defer cancel()
 	s, err := b.c.DownloadFiles(ctx, &plumbv1.DownloadFilesRequest{SandboxId: b.id, Paths: send})
 	if err != nil {
-		return nil, fail(err)
+		return nil, fail("", err)
 	}
 	bufs := make([][]byte, len(send))
 	done := 0
@@ -304,7 +310,7 @@ func (b *Backend) Download(ctx context.Context, paths []string) ([]backend.Downl
 			if errors.Is(err, io.EOF) {
 				return nil, backend.Errorf(backend.CodeUnavailable, "", "download stream ended after %d of %d items", done, len(send))
 			}
-			return nil, fail(err)
+			return nil, fail("", err)
 		}
 		k := int(m.GetIndex())
 		if k < 0 || k >= len(send) {

@@ -91,3 +91,38 @@ func TestConformanceThroughGRPC(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteNeedsWritePermission covers the kernel half of the engine's
+// permission rule, which a root-run conformance backend cannot show: the
+// sandbox agent is not root, so a file whose owner lacks the write bit
+// (other bits set) is refused like a read-only one, and left unchanged.
+func TestWriteNeedsWritePermission(t *testing.T) {
+	w := newWorld(t, "/workspace")
+	b := sandboxbackend.New(w.conn, w.sb.GetId(), sandboxbackend.HomeOf(w.sb))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := b.Write(ctx, "/k.txt", []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.sh(ctx, b, "chmod 0466 /workspace/k.txt", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		op   string
+		call func() error
+	}{
+		{"write", func() error { _, err := b.Write(ctx, "/k.txt", []byte("new")); return err }},
+		{"edit", func() error {
+			_, err := b.Edit(ctx, backend.EditRequest{Path: "/k.txt", Old: "old", New: "new"})
+			return err
+		}},
+	} {
+		if err := tt.call(); backend.CodeOf(err) != backend.CodePermissionDenied {
+			t.Errorf("%s a 0466 file owned by the agent's user: %v, want permission_denied", tt.op, err)
+		}
+	}
+	res, err := b.Download(ctx, []string{"/k.txt"})
+	if err != nil || len(res) != 1 || string(res[0].Content) != "old" {
+		t.Errorf("download /k.txt = %+v, %v; want it unchanged", res, err)
+	}
+}

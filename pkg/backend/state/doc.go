@@ -8,6 +8,10 @@
 // snapshots and deltas use the same File values, whose JSON form is
 // {content, encoding, created_at, modified_at}.
 //
+// Files have no permission bits (FileInfo.Mode is nil), so no write is
+// ever refused for a file's mode; the fileops package doc says how the
+// backends with modes refuse read-only files.
+//
 // State has no executor: it does not implement backend.Executor, so the
 // tool layer hides execute. It must not touch the host file system.
 package state

@@ -10,6 +10,11 @@
 // never a scan of the namespace. Writes run in IMMEDIATE transactions, so
 // a delete is atomic and an edit never loses a concurrent update.
 //
+// Like State, files have no permission bits: no write is refused for a
+// file's mode (the fileops package doc says how backends with modes refuse
+// read-only files). Only a database SQLite cannot write (SQLITE_READONLY)
+// refuses writes, all of them, with permission_denied.
+//
 // The package must not interpret namespaces (templating them from thread
 // metadata is the caller's job) and has no executor.
 package store
