@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 	"testing"
+	"time"
 
 	goopenai "github.com/sashabaranov/go-openai"
 
