@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -271,5 +272,45 @@ func TestSeedFilesEveryBackend(t *testing.T) {
 	list, err = w.Client.ListSandboxes(s.ctx(), &plumbv1.ListSandboxesRequest{})
 	if err != nil || len(list.GetSandboxes()) != 1 {
 		t.Fatalf("sandboxes after a failed seed: %v (%v), want only the first thread's", list.GetSandboxes(), err)
+	}
+}
+
+// TestGrepRegexConfig (B6): tools.grep.regex decides whether grep offers
+// and accepts regular expressions; absent, it does (file-tools §6).
+func TestGrepRegexConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		regex       bool
+	}{
+		{"absent", "", true},
+		{"enabled", "tools: {grep: {regex: true}}\n", true},
+		{"disabled", "tools: {grep: {regex: false}}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startStack(t, nil, tc.extra)
+			s.model.Script("main",
+				modeltest.Calls(mcall("g1", "grep", `{"pattern":"^fo+$","regex":true}`), mcall("g2", "grep", `{"pattern":"o+"}`)),
+				modeltest.Text("searched"),
+			)
+			req := input("", "Search.")
+			req.Files = map[string]string{"/a.txt": "foo\n", "/b.txt": "o+\n"}
+			_, results := s.mustRun(req)
+			var schema string
+			for _, tl := range s.model.Requests("main")[0].Body.Tools {
+				if tl.Function != nil && tl.Function.Name == "grep" {
+					b, _ := json.Marshal(tl.Function.Parameters)
+					schema = string(b) + tl.Function.Description
+				}
+			}
+			if offered := strings.Contains(schema, `"regex"`); offered != tc.regex {
+				t.Errorf("grep offers regex = %v, want %v: %s", offered, tc.regex, schema)
+			}
+			if tc.regex {
+				wantResult(t, results, "g1", false, "/a.txt")
+			} else {
+				wantResult(t, results, "g1", true, "Invalid arguments for grep")
+			}
+			wantResult(t, results, "g2", false, "/b.txt") // literal either way
+		})
 	}
 }

@@ -58,6 +58,9 @@ type Config struct {
 	// ExecuteDefaultTimeout is used when the model sends no timeout
 	// (0 = 120s).
 	ExecuteDefaultTimeout time.Duration
+	// GrepLiteralOnly removes grep's regex option (tools.grep.regex:
+	// false): patterns are always literal text.
+	GrepLiteralOnly bool
 	// ArtifactsRoot is backends.artifacts_root ("" = "/").
 	ArtifactsRoot string
 	// Preset is the agent's permission preset ("" = full).

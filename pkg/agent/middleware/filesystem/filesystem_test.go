@@ -69,13 +69,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, preset tools.Preset) *fixture {
 	t.Helper()
+	return newFixtureWith(t, filesystem.Config{Preset: preset})
+}
+
+func newFixtureWith(t *testing.T, cfg filesystem.Config) *fixture {
+	t.Helper()
 	eng, err := fileops.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
 	f := &fixture{t: t, b: &counting{Backend: eng}, st: agent.NewState(), ts: make(map[string]agent.Tool)}
-	f.mw = filesystem.New(f.b, filesystem.Config{Preset: preset})
+	f.mw = filesystem.New(f.b, cfg)
 	for _, tl := range f.mw.Tools() {
 		f.ts[tl.Name] = tl
 	}
@@ -346,5 +351,46 @@ func TestT80Eviction(t *testing.T) {
 	}
 	if short := filesystem.Evict(context.Background(), f.b, model.ToolCall{ID: "c"}, agent.ToolResult{Content: "small"}, filesystem.EvictOptions{}); short.Content != "small" {
 		t.Error("small result changed")
+	}
+}
+
+// TestGrepRegexOption: grep offers and honors regex=true unless the server
+// keeps it literal (tools.grep.regex: false); then the option is gone from
+// the schema and the description, and the no-match hint does not suggest
+// it.
+func TestGrepRegexOption(t *testing.T) {
+	const py = "import os\nimport sys\nimport json\nprint('a.b')\n"
+	for _, c := range []struct {
+		name, args  string
+		literalOnly bool
+		want        string // exact result, or a prefix ending in "…"
+		isError     bool
+	}{
+		{name: "regex", args: `{"pattern":"^import (os|sys)$","regex":true,"output_mode":"count"}`, want: "/test.py: 2"},
+		{name: "literal by default", args: `{"pattern":"a.b","output_mode":"content"}`, want: "/test.py:\n  4: print('a.b')"},
+		{name: "hint names regex", args: `{"pattern":"os|sys"}`,
+			want: `No matches for "os|sys" under /. The pattern was searched as literal text; set regex=true to use regular-expression syntax (RE2), or search for each alternative separately.`},
+		{name: "literal only: regex refused", literalOnly: true, args: `{"pattern":"^import (os|sys)$","regex":true}`,
+			want: "Error [invalid_argument]: Invalid arguments for grep: …", isError: true},
+		{name: "literal only: literal search", literalOnly: true, args: `{"pattern":"import os","output_mode":"count"}`, want: "/test.py: 1"},
+		{name: "literal only: hint", literalOnly: true, args: `{"pattern":"os|sys"}`,
+			want: `No matches for "os|sys" under /. The pattern was searched as literal text (regular expressions are not available here); search for each alternative separately.`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixtureWith(t, filesystem.Config{GrepLiteralOnly: c.literalOnly})
+			f.put("/test.py", py)
+			grep := f.ts["grep"]
+			if offered := strings.Contains(string(grep.Schema), `"regex"`); offered == c.literalOnly {
+				t.Errorf("regex in the schema = %v, want %v: %s", offered, !c.literalOnly, grep.Schema)
+			}
+			if mentions := strings.Contains(grep.Description, "regex=true"); mentions == c.literalOnly {
+				t.Errorf("description mentions regex=true = %v: %s", mentions, grep.Description)
+			}
+			r := f.call("grep", c.args)
+			prefix, isPrefix := strings.CutSuffix(c.want, "…")
+			if r.IsError != c.isError || (isPrefix && !strings.HasPrefix(r.Content, prefix)) || (!isPrefix && r.Content != c.want) {
+				t.Errorf("result %+v\nwant %q (error %v)", r, c.want, c.isError)
+			}
+		})
 	}
 }

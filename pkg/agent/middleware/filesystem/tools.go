@@ -31,12 +31,7 @@ func (m *Middleware) Tools() []agent.Tool {
 		m.tool("delete", deleteDescription, `{"file_path":{"type":"string","description":"Absolute path of the file or directory."}}`, []string{"file_path"}, m.delete),
 		m.tool("glob", globDescription, `{"pattern":{"type":"string","description":"Glob pattern."},
 "path":{"type":"string","description":"Directory to search (absolute); default: the home directory."}}`, []string{"pattern"}, m.glob),
-		m.tool("grep", grepDescription, fmt.Sprintf(`{"pattern":{"type":"string","minLength":1,"description":"Text to search for (a literal string unless regex is true)."},
-"path":{"type":"string","description":"Directory (searched recursively) or file; default: the home directory."},
-"glob":{"type":["string","null"],"description":"Only search files matching this glob pattern."},
-"output_mode":{"type":"string","enum":["files_with_matches","content","count"],"description":"files_with_matches (default), content (matching lines), or count (matches per file)."},
-"max_count":{"type":"integer","minimum":1,"maximum":%d,"description":"Maximum total matches (default %d)."},
-"regex":{"type":"boolean","description":"Treat pattern as an RE2 regular expression (default false)."}}`, backend.GrepMaxMax, m.cfg.GrepMaxCount), []string{"pattern"}, m.grep),
+		m.grepTool(),
 	}
 	if _, ok := m.b.(backend.Executor); ok {
 		ts = append(ts, m.tool("execute", fmt.Sprintf(executeDescription, int(m.cfg.ExecuteDefaultTimeout/time.Second), int(m.cfg.ExecuteMaxTimeout/time.Second)),
@@ -46,6 +41,22 @@ func (m *Middleware) Tools() []agent.Tool {
 		ts[len(ts)-1].Timeout = m.cfg.ExecuteMaxTimeout + time.Minute
 	}
 	return ts
+}
+
+// grepTool is grep with its regex option, or without it when the server
+// keeps grep literal (tools.grep.regex: false).
+func (m *Middleware) grepTool() agent.Tool {
+	desc, pattern, regex := grepDescription+grepRegexDescription, "Text to search for (a literal string unless regex is true).",
+		`,
+"regex":{"type":"boolean","description":"Treat pattern as an RE2 regular expression (default false)."}`
+	if m.cfg.GrepLiteralOnly {
+		desc, pattern, regex = grepDescription+grepLiteralDescription, "Text to search for (always a literal string).", ""
+	}
+	return m.tool("grep", desc, fmt.Sprintf(`{"pattern":{"type":"string","minLength":1,"description":%q},
+"path":{"type":"string","description":"Directory (searched recursively) or file; default: the home directory."},
+"glob":{"type":["string","null"],"description":"Only search files matching this glob pattern."},
+"output_mode":{"type":"string","enum":["files_with_matches","content","count"],"description":"files_with_matches (default), content (matching lines), or count (matches per file)."},
+"max_count":{"type":"integer","minimum":1,"maximum":%d,"description":"Maximum total matches (default %d)."}%s}`, pattern, backend.GrepMaxMax, m.cfg.GrepMaxCount, regex), []string{"pattern"}, m.grep)
 }
 
 func (m *Middleware) tool(name, desc, props string, required []string, f agent.ToolFunc) agent.Tool {
@@ -453,7 +464,11 @@ func (m *Middleware) grep(ctx context.Context, req *agent.ToolRequest) (agent.To
 	var notes []string
 	if len(res.Matches) == 0 {
 		text := fmt.Sprintf("No matches for %s under %s.", backend.Quote(a.Pattern), p)
-		if !a.Regex && textops.LooksLikeRegex(a.Pattern) {
+		switch {
+		case a.Regex || !textops.LooksLikeRegex(a.Pattern):
+		case m.cfg.GrepLiteralOnly:
+			text += " The pattern was searched as literal text (regular expressions are not available here); search for each alternative separately."
+		default:
 			text += " The pattern was searched as literal text; set regex=true to use regular-expression syntax (RE2), or search for each alternative separately."
 		}
 		if !res.Truncated && res.FilesSkippedBinary+res.FilesUnreadable == 0 {
