@@ -275,6 +275,48 @@ func TestSeedFilesEveryBackend(t *testing.T) {
 	}
 }
 
+// TestExecuteFullOutputReadable (B7): the middle of a command's output
+// above the inline limit is not lost. The result names the file holding
+// all of it, previews its first and last lines numbered as read_file
+// numbers them, keeps the exit code, and read_file pages through the
+// middle: with the artifacts on a State route (the sandbox writes a
+// scratch copy that is moved there) and inside the sandbox itself.
+func TestExecuteFullOutputReadable(t *testing.T) {
+	w := sandboxtest.StartWorker(t, sandbox.Config{})
+	for _, tc := range []struct {
+		name, backends, path string
+	}{
+		{"state route", "backends: {default: sandbox}\n", "/large_tool_results/x1"},
+		{"in the sandbox", "backends: {default: sandbox, artifacts_root: /tmp/plumb}\n", "/tmp/plumb/large_tool_results/x1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startStack(t, w, tc.backends)
+			s.model.Script("main",
+				modeltest.Calls(mcall("x1", "execute", `{"command":"seq 1 30000"}`)),
+				modeltest.Calls(mcall("r1", "read_file", fmt.Sprintf(`{"file_path":%q,"offset":14999,"limit":2}`, tc.path))),
+				modeltest.Text("read the middle"),
+			)
+			thread, results := s.mustRun(input("", "Count to 30000."))
+			x1 := wantResult(t, results, "x1", false, tc.path, "execute (call x1)", "168894 bytes, 30000 lines", "read_file",
+				"\n    1  1\n", "\n    5  5\n", "[29990 lines omitted]", "\n29996  29996\n", "\n30000  30000\n", "[Exit code 0: success.]")
+			if x1 != nil && (x1.GetOffloadedPath() != tc.path || len(x1.GetContent()) > 80000) {
+				t.Errorf("x1 offloaded_path %q, %d chars", x1.GetOffloadedPath(), len(x1.GetContent()))
+			}
+			wantResult(t, results, "r1", false, "15000  15000\n15001  15001")
+
+			// The scratch copy on the sandbox is gone once moved.
+			th, err := s.c.GetThread(s.ctx(), &plumbv1.GetThreadRequest{ThreadId: thread})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := w.Client.Ls(s.ctx(), &plumbv1.LsRequest{SandboxId: th.GetThread().GetSandboxId(), Path: "/tmp/.plumb-offload/large_tool_results"})
+			if err == nil && len(ls.GetEntries()) > 0 {
+				t.Errorf("scratch files left in the sandbox: %v", ls.GetEntries())
+			}
+		})
+	}
+}
+
 // TestGrepRegexConfig (B6): tools.grep.regex decides whether grep offers
 // and accepts regular expressions; absent, it does (file-tools §6).
 func TestGrepRegexConfig(t *testing.T) {

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/textops"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"go.uber.org/zap"
 )
 
 // Tools implements agent.Middleware: the file tools in file-tools §6
@@ -564,16 +567,67 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 			secs = int(m.cfg.ExecuteMaxTimeout / time.Second)
 		}
 	}
-	res, err := ex.Execute(ctx, backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs})
+	// The full output of a long command goes where evicted results go
+	// (agent.md §3.4), so the middle that the inline output leaves out can
+	// still be read.
+	er := backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs, OffloadPath: m.resultPath(req.Call.ID)}
+	res, err := ex.Execute(ctx, er)
+	if backend.IsOffloadError(err, er.OffloadPath) {
+		req.Run.Logger.Warn("execute cannot write its offload file; running without it", zap.String("offload-path", er.OffloadPath), zap.Error(err))
+		er.OffloadPath = ""
+		res, err = ex.Execute(ctx, er)
+	}
 	if err != nil {
 		return m.errorResult(err), nil
 	}
-	var b strings.Builder
-	if res.Output == "" {
-		b.WriteString("(no output)")
-	} else {
-		b.WriteString(strings.TrimRight(res.Output, "\n"))
+	out := agent.ToolResult{Content: renderOutput(res), ExitCode: res.ExitCode}
+	if res.Truncated && res.OffloadedPath != "" {
+		out.OffloadedPath = res.OffloadedPath
+		// Above the eviction threshold, show a preview of the saved file
+		// instead of the inline output (eviction would save a second,
+		// partial copy). A capped file lacks the output's end, so the
+		// inline output's own tail is kept then, and eviction previews it.
+		if !res.CaptureTruncated && !slices.Contains(m.cfg.EvictExempt, req.Call.Name) &&
+			utf8.RuneCountInString(out.Content) > m.cfg.EvictToolResultChars {
+			if p, lines, err := m.filePreview(ctx, res.OffloadedPath); err == nil {
+				size := fmt.Sprintf("%d bytes", res.OutputBytes)
+				if lines > 0 {
+					size += fmt.Sprintf(", %d lines", lines)
+				}
+				out.Content = fmt.Sprintf("[The output of %s (call %s) was too large to show: %s. The full output was saved to %s; page through it with read_file (file_path=%q, offset, limit) or search it with grep instead of running the command again.]\n\n%s",
+					req.Call.Name, req.Call.ID, size, res.OffloadedPath, res.OffloadedPath, p)
+			}
+		}
 	}
+	out.Content += m.status(res, secs)
+	return out, nil
+}
+
+// renderOutput is the output part of an execute result: the inline output,
+// and a line on what was cut and where the rest is.
+func renderOutput(res backend.ExecuteResult) string {
+	text := "(no output)"
+	if res.Output != "" {
+		text = strings.TrimRight(res.Output, "\n")
+	}
+	if !res.Truncated {
+		return text
+	}
+	text += fmt.Sprintf("\n\n[Output truncated: kept %d of %d bytes (head and tail).", len(res.Output), res.OutputBytes)
+	if res.OffloadedPath != "" {
+		text += fmt.Sprintf(" The full output is in %s; read it with read_file (offset, limit).", res.OffloadedPath)
+		if res.CaptureTruncated {
+			text += fmt.Sprintf(" That file holds only the first %d bytes.", backend.ExecuteCaptureMax)
+		}
+	} else {
+		text += " The middle part was not saved."
+	}
+	return text + "]"
+}
+
+// status is the tail of an execute result: exit code and timeout.
+func (m *Middleware) status(res backend.ExecuteResult, secs int) string {
+	var b strings.Builder
 	b.WriteString("\n\n")
 	switch {
 	case res.ExitCode == nil:
@@ -587,16 +641,5 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 		fmt.Fprintf(&b, "\n[The command timed out after %d s and was stopped. Raise timeout (up to %d s), or run the job in the background with its output redirected to a file and check on it later.]",
 			secs, int(m.cfg.ExecuteMaxTimeout/time.Second))
 	}
-	if res.Truncated {
-		fmt.Fprintf(&b, "\n[Output truncated: kept %d of %d bytes (head and tail).", len(res.Output), res.OutputBytes)
-		if res.OffloadedPath != "" {
-			fmt.Fprintf(&b, " The full output is in %s.", res.OffloadedPath)
-		}
-		b.WriteString("]")
-	}
-	out := agent.ToolResult{Content: b.String(), ExitCode: res.ExitCode}
-	if res.Truncated && res.OffloadedPath != "" {
-		out.OffloadedPath = res.OffloadedPath
-	}
-	return out, nil
+	return b.String()
 }
