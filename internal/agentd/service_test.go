@@ -275,6 +275,51 @@ func TestSeedFilesEveryBackend(t *testing.T) {
 	}
 }
 
+const resetMarker = "was reset and is empty"
+
+// TestSandboxReplacedToolResultSaysSo (B8): when the thread's sandbox is
+// gone (deleted under the run, or expired between runs), the next call
+// gets a new sandbox and its result says that the workspace was reset;
+// execute and file tools alike, once per replacement.
+func TestSandboxReplacedToolResultSaysSo(t *testing.T) {
+	w := sandboxtest.StartWorker(t, sandbox.Config{})
+	s := startStack(t, w, "backends: {default: sandbox}\n")
+	gone := func(next modeltest.Turn) modeltest.Turn {
+		return modeltest.Dynamic(func(modeltest.Request) modeltest.Turn {
+			s.deleteSandboxes()
+			return next
+		})
+	}
+	s.model.Script("main",
+		modeltest.Calls(mcall("e1", "execute", `{"command":"echo kept > /workspace/a.txt"}`)),
+		gone(modeltest.Calls(mcall("e2", "execute", `{"command":"ls -A /workspace; echo listed"}`))),
+		modeltest.Calls(mcall("w1", "write_file", `{"file_path":"/workspace/b.txt","content":"x"}`)),
+		gone(modeltest.Calls(mcall("r1", "read_file", `{"file_path":"/workspace/b.txt"}`))),
+		modeltest.Calls(mcall("l1", "ls", `{"path":"/workspace"}`)),
+		modeltest.Text("done"),
+	)
+	thread, results := s.mustRun(input("", "Work in the sandbox."))
+	wantResult(t, results, "e2", false, "listed", resetMarker, "/workspace")
+	if r := results["e2"]; r != nil && strings.Contains(r.GetContent(), "a.txt") {
+		t.Errorf("e2 ran in the old workspace: %s", r.GetContent())
+	}
+	wantResult(t, results, "r1", true, "Error [file_not_found]", resetMarker)
+	for _, id := range []string{"e1", "w1", "l1"} {
+		if r := results[id]; r == nil || strings.Contains(r.GetContent(), resetMarker) {
+			t.Errorf("%s: %v, want a result without the reset notice", id, r)
+		}
+	}
+
+	// Expired between runs: the first call of the next run says so.
+	s.deleteSandboxes()
+	s.model.Script("main",
+		modeltest.Calls(mcall("g1", "glob", `{"pattern":"*"}`)),
+		modeltest.Text("empty"),
+	)
+	_, results = s.mustRun(input(thread, "What is there?"))
+	wantResult(t, results, "g1", false, "No files match", resetMarker)
+}
+
 // TestExecuteFullOutputReadable (B7): the middle of a command's output
 // above the inline limit is not lost. The result names the file holding
 // all of it, previews its first and last lines numbered as read_file

@@ -19,6 +19,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/sandbox"
 	"google.golang.org/grpc"
 )
 
@@ -60,12 +61,32 @@ func (b *Backend) ID() string { return b.id }
 // Home is the sandbox's working dir.
 func (b *Backend) Home() string { return b.home }
 
+// ErrGone matches the error of an operation on a sandbox that no longer
+// exists on its worker (it expired or was deleted) or whose container
+// died. The operation did not run; a new sandbox is needed.
+var ErrGone = errors.New("the sandbox is gone")
+
+// goneError wraps the *backend.Error of a gone sandbox (code
+// unavailable) so that it also matches ErrGone.
+type goneError struct{ err *backend.Error }
+
+func (e goneError) Error() string { return e.err.Error() }
+
+func (e goneError) Unwrap() error { return e.err }
+
+func (goneError) Is(target error) bool { return target == ErrGone }
+
 // fail converts a gRPC error into a *backend.Error.
 func fail(err error) error {
 	if err == nil {
 		return nil
 	}
-	return server.FileError(err)
+	fe := server.FileError(err)
+	switch server.Reason(err) {
+	case string(sandbox.CodeNotFound), string(sandbox.CodeFailed):
+		return goneError{err: fe}
+	}
+	return fe
 }
 
 func norm(p string) (string, error) {
