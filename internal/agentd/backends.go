@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -313,7 +314,9 @@ func (s *stateSet) changes() (map[string]json.RawMessage, error) {
 // lazy opens its backend on first use. With reopen set, a call that
 // fails because the backend is gone (reopen reports it) opens a new one
 // and runs again there; calls racing on the same gone backend open only
-// one, and each of them gets the notices of that opening.
+// one. The notices of an opening (backend.Notify) go to the call that
+// caused it, to each racer, and, when that call has no collector (a
+// middleware hook, not a tool call), to the next call that has one.
 type lazy struct {
 	open   func(context.Context) (backend.Backend, error)
 	reopen func(error) bool // nil: never reopen
@@ -322,6 +325,7 @@ type lazy struct {
 	b       backend.Backend
 	gen     int      // bumped each time b is replaced
 	notices []string // left by the last open
+	pending []string // notices no caller has taken yet
 }
 
 // get returns the backend and its generation. It opens one when there is
@@ -330,25 +334,35 @@ type lazy struct {
 func (l *lazy) get(ctx context.Context, stale int) (backend.Backend, int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.b != nil && l.gen != stale {
-		if stale >= 0 { // another call replaced the gone backend
-			for _, n := range l.notices {
-				backend.Notify(ctx, n)
-			}
+	switch {
+	case l.b == nil || l.gen == stale:
+		octx, notices := backend.WithNotices(ctx)
+		b, err := l.open(octx)
+		if err != nil {
+			return nil, 0, err
 		}
-		return l.b, l.gen, nil
+		l.b, l.notices = b, notices()
+		l.gen++
+		l.pend(l.notices)
+	case stale >= 0: // another call replaced the gone backend
+		l.pend(l.notices)
 	}
-	octx, notices := backend.WithNotices(ctx)
-	b, err := l.open(octx)
-	if err != nil {
-		return nil, 0, err
+	var kept []string
+	for _, n := range l.pending {
+		if !backend.Notify(ctx, n) {
+			kept = append(kept, n)
+		}
 	}
-	l.b, l.notices = b, notices()
-	l.gen++
-	for _, n := range l.notices {
-		backend.Notify(ctx, n)
+	l.pending = kept
+	return l.b, l.gen, nil
+}
+
+func (l *lazy) pend(notices []string) {
+	for _, n := range notices {
+		if !slices.Contains(l.pending, n) {
+			l.pending = append(l.pending, n)
+		}
 	}
-	return b, l.gen, nil
 }
 
 func call[T any](ctx context.Context, l *lazy, f func(backend.Backend) (T, error)) (T, error) {

@@ -283,7 +283,9 @@ const resetMarker = "was reset and is empty"
 // execute and file tools alike, once per replacement.
 func TestSandboxReplacedToolResultSaysSo(t *testing.T) {
 	w := sandboxtest.StartWorker(t, sandbox.Config{})
-	s := startStack(t, w, "backends: {default: sandbox}\n")
+	// Memory reads the workspace before the first tool call of a run, so
+	// it is what finds an expired sandbox gone.
+	s := startStack(t, w, "backends: {default: sandbox}\nmiddleware: {memory: {paths: [/workspace/AGENTS.md]}}\n")
 	gone := func(next modeltest.Turn) modeltest.Turn {
 		return modeltest.Dynamic(func(modeltest.Request) modeltest.Turn {
 			s.deleteSandboxes()
@@ -310,7 +312,8 @@ func TestSandboxReplacedToolResultSaysSo(t *testing.T) {
 		}
 	}
 
-	// Expired between runs: the first call of the next run says so.
+	// Expired between runs: the first tool call of the next run says so,
+	// although memory found the sandbox gone before it.
 	s.deleteSandboxes()
 	s.model.Script("main",
 		modeltest.Calls(mcall("g1", "glob", `{"pattern":"*"}`)),

@@ -31,15 +31,18 @@ func WithNotices(ctx context.Context) (context.Context, func() []string) {
 	}
 }
 
-// Notify leaves notice for the caller of the operation ctx belongs to.
-func Notify(ctx context.Context, notice string) {
+// Notify leaves notice for the caller of the operation ctx belongs to. It
+// reports whether a collector took it (false without WithNotices), so a
+// backend can keep a notice nobody has seen for its next caller.
+func Notify(ctx context.Context, notice string) bool {
 	n, ok := ctx.Value(noticesKey{}).(*notices)
 	if !ok || notice == "" {
-		return
+		return false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !slices.Contains(n.list, notice) {
 		n.list = append(n.list, notice)
 	}
+	return true
 }
