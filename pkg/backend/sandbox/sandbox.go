@@ -76,7 +76,8 @@ func (e goneError) Unwrap() error { return e.err }
 
 func (goneError) Is(target error) bool { return target == ErrGone }
 
-// fail converts a gRPC error into a *backend.Error.
+// fail converts a gRPC error into a *backend.Error, which also matches
+// ErrGone when the worker has no running sandbox of that id.
 func fail(err error) error {
 	if err == nil {
 		return nil
