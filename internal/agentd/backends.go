@@ -3,7 +3,9 @@ package agentd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -101,7 +103,7 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 			if err != nil {
 				return nil, err
 			}
-			return &lazy{init: func(context.Context) (backend.Backend, error) { return store.NewBackend(tb.files, ns) }}, nil
+			return &lazy{open: func(context.Context) (backend.Backend, error) { return store.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
 			return newLazySandbox(tb, threadID), nil
 		}
@@ -193,7 +195,9 @@ func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) err
 }
 
 // sandbox returns the thread's sandbox backend, creating the sandbox when
-// the thread has none or its old one is gone (expired, failed or deleted).
+// the thread has none or its old one is gone (expired, failed or
+// deleted). Replacing a sandbox leaves a notice for the call that needed
+// it (backend.Notify): the model must know that the workspace is empty.
 func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend.Backend, error) {
 	if tb.pool == nil {
 		return nil, backend.Errorf(backend.CodeUnsupported, "", "no sandboxd is configured")
@@ -202,18 +206,25 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "thread %s: %v", threadID, err)
 	}
-	if id := th.SandboxID; id != "" {
-		c, err := tb.pool.Client(ctx, id)
+	old := th.SandboxID
+	if old != "" {
+		c, err := tb.pool.Client(ctx, old)
 		if err == nil {
-			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: id})
+			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
 			if gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING {
-				return tb.pool.Backend(ctx, id, sandboxbackend.HomeOf(resp.GetSandbox()))
+				return tb.pool.Backend(ctx, old, sandboxbackend.HomeOf(resp.GetSandbox()))
 			}
 			if gerr != nil && status.Code(gerr) != codes.NotFound {
-				return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox %s: %v", id, gerr)
+				return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox %s: %v", old, gerr)
+			}
+			if gerr == nil {
+				// Failed or stopping: it will never serve again.
+				if err := tb.pool.Delete(ctx, old); err != nil {
+					tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
+				}
 			}
 		}
-		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", id))
+		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old))
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
@@ -239,7 +250,18 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
 	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
-	return tb.pool.Backend(ctx, sb.GetId(), sandboxbackend.HomeOf(sb))
+	home := sandboxbackend.HomeOf(sb)
+	if old != "" {
+		backend.Notify(ctx, resetNotice(home))
+	}
+	return tb.pool.Backend(ctx, sb.GetId(), home)
+}
+
+// resetNotice tells the model that the thread's sandbox was replaced.
+func resetNotice(home string) string {
+	return fmt.Sprintf("Notice: this thread's sandbox had expired or was deleted, so a new sandbox was created for this call. "+
+		"Its workspace (%s) was reset and is empty: files, installed packages and background processes from earlier calls are gone. "+
+		"Recreate what you still need before relying on it.", home)
 }
 
 // stateSet holds a thread's State backends: the default's (prefix "") and
@@ -307,30 +329,71 @@ func (s *stateSet) changes() (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// lazy opens its backend on first use.
+// lazy opens its backend on first use. With reopen set, a call that
+// fails because the backend is gone (reopen reports it) opens a new one
+// and runs again there; calls racing on the same gone backend open only
+// one. The notices of an opening (backend.Notify) go to the call that
+// caused it, to each racer, and, when that call has no collector (a
+// middleware hook, not a tool call), to the next call that has one.
 type lazy struct {
-	init func(context.Context) (backend.Backend, error)
-	mu   sync.Mutex
-	b    backend.Backend
+	open   func(context.Context) (backend.Backend, error)
+	reopen func(error) bool // nil: never reopen
+
+	mu      sync.Mutex
+	b       backend.Backend
+	gen     int      // bumped each time b is replaced
+	notices []string // left by the last open
+	pending []string // notices no caller has taken yet
 }
 
-func (l *lazy) get(ctx context.Context) (backend.Backend, error) {
+// get returns the backend and its generation. It opens one when there is
+// none yet or when the caller found generation stale gone (stale < 0:
+// nothing was found gone).
+func (l *lazy) get(ctx context.Context, stale int) (backend.Backend, int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.b != nil {
-		return l.b, nil
+	switch {
+	case l.b == nil || l.gen == stale:
+		octx, notices := backend.WithNotices(ctx)
+		b, err := l.open(octx)
+		if err != nil {
+			return nil, 0, err
+		}
+		l.b, l.notices = b, notices()
+		l.gen++
+		l.pend(l.notices)
+	case stale >= 0: // another call replaced the gone backend
+		l.pend(l.notices)
 	}
-	b, err := l.init(ctx)
-	if err != nil {
-		return nil, err
+	var kept []string
+	for _, n := range l.pending {
+		if !backend.Notify(ctx, n) {
+			kept = append(kept, n)
+		}
 	}
-	l.b = b
-	return b, nil
+	l.pending = kept
+	return l.b, l.gen, nil
+}
+
+func (l *lazy) pend(notices []string) {
+	for _, n := range notices {
+		if !slices.Contains(l.pending, n) {
+			l.pending = append(l.pending, n)
+		}
+	}
 }
 
 func call[T any](ctx context.Context, l *lazy, f func(backend.Backend) (T, error)) (T, error) {
-	b, err := l.get(ctx)
+	b, gen, err := l.get(ctx, -1)
 	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := f(b)
+	if err == nil || l.reopen == nil || !l.reopen(err) {
+		return v, err
+	}
+	if b, _, err = l.get(ctx, gen); err != nil {
 		var zero T
 		return zero, err
 	}
@@ -382,7 +445,8 @@ func (l *lazy) Download(ctx context.Context, paths []string) ([]backend.Download
 	return call(ctx, l, func(b backend.Backend) ([]backend.DownloadResult, error) { return b.Download(ctx, paths) })
 }
 
-// lazySandbox is the thread's sandbox, created on first use. It always
+// lazySandbox is the thread's sandbox, created on first use and again
+// when it turns out to be gone (see ThreadBackends.sandbox). It always
 // offers execute, and its home is the template's working dir.
 type lazySandbox struct {
 	*lazy
@@ -395,7 +459,10 @@ func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
 		home = "/workspace"
 	}
 	return &lazySandbox{
-		lazy: &lazy{init: func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) }},
+		lazy: &lazy{
+			open:   func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) },
+			reopen: func(err error) bool { return errors.Is(err, sandboxbackend.ErrGone) },
+		},
 		home: home,
 	}
 }
@@ -405,15 +472,13 @@ func (s *lazySandbox) Home() string { return s.home }
 
 // Execute implements backend.Executor.
 func (s *lazySandbox) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
-	b, err := s.get(ctx)
-	if err != nil {
-		return backend.ExecuteResult{}, err
-	}
-	ex, ok := b.(backend.Executor)
-	if !ok {
-		return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnsupported, "", "the sandbox backend cannot execute")
-	}
-	return ex.Execute(ctx, req)
+	return call(ctx, s.lazy, func(b backend.Backend) (backend.ExecuteResult, error) {
+		ex, ok := b.(backend.Executor)
+		if !ok {
+			return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnsupported, "", "the sandbox backend cannot execute")
+		}
+		return ex.Execute(ctx, req)
+	})
 }
 
 var (

@@ -143,7 +143,9 @@ type ToolsConfig struct {
 		DefaultTimeout time.Duration `yaml:"default_timeout"`
 	} `yaml:"execute"`
 	Grep struct {
-		Regex bool `yaml:"regex"`
+		// Regex offers grep's regex option (RE2); false keeps grep
+		// literal. Absent = true.
+		Regex *bool `yaml:"regex"`
 	} `yaml:"grep"`
 	TestKit bool `yaml:"test_kit"`
 }

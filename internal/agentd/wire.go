@@ -160,7 +160,8 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 			PreviewLines: mw.Filesystem.PreviewLines, PreviewLineChars: mw.Filesystem.PreviewLineChars,
 			EvictUserMessageChars: mw.Filesystem.EvictUserMessageChars, GrepMaxCount: mw.Filesystem.GrepMaxCount,
 			ExecuteMaxTimeout: mw.Filesystem.ExecuteMaxTimeout, ExecuteDefaultTimeout: cfg.Tools.Execute.DefaultTimeout,
-			ArtifactsRoot: cfg.Backends.ArtifactsRoot,
+			GrepLiteralOnly: cfg.Tools.Grep.Regex != nil && !*cfg.Tools.Grep.Regex,
+			ArtifactsRoot:   cfg.Backends.ArtifactsRoot,
 		},
 		Summarization: deep.SummarizationConfig{
 			Enabled: mw.Summarization.Enabled,

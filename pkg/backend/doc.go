@@ -1,6 +1,8 @@
 // Package backend holds plumb's file-operation domain: the result and
 // request types of the file-tools spec (§3), the error codes, the limits
-// table, and the consumer-facing Backend and Executor interfaces.
+// table, the consumer-facing Backend and Executor interfaces, and notices
+// (WithNotices, Notify): how a backend tells the caller of one operation
+// something its result has no field for.
 //
 // This package contains no implementation. Implementations live in
 // subpackages: fileops (the os.Root engine), state, filesystem, store,

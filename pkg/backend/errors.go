@@ -112,6 +112,15 @@ func CodeOf(err error) Code {
 	return CodeInternal
 }
 
+// IsOffloadError reports whether err is an executor's failure to create
+// the offload file at path (an error naming that path). An executor
+// creates the file before it starts the command, so the command did not
+// run and the request can be sent again without OffloadPath.
+func IsOffloadError(err error, path string) bool {
+	var e *Error
+	return path != "" && errors.As(err, &e) && e.Path == path
+}
+
 // FromOS converts an error from the os, io/fs or syscall packages (including
 // os.Root) into an *Error for operation op ("read", "write", ...) on the
 // virtual path path. An *Error in err's chain is returned unchanged; nil

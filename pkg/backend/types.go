@@ -285,6 +285,9 @@ type ExecuteRequest struct {
 	MaxOutputBytes int `json:"max_output_bytes,omitempty"`
 	// OffloadPath, if set, receives the complete output stream (up to
 	// ExecuteCaptureMax); it is kept only when the output was truncated.
+	// An executor creates it before the command starts; when it cannot,
+	// the call fails with an error naming this path (IsOffloadError) and
+	// the command has not run.
 	OffloadPath string `json:"offload_path,omitempty"`
 }
 

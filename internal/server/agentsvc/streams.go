@@ -3,6 +3,9 @@ package agentsvc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -16,6 +19,10 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 )
 
+// cleanupTimeout bounds the removal of a new thread whose run did not
+// start.
+const cleanupTimeout = time.Minute
+
 // Run appends user input to a thread and streams the run (agent.md §2.2).
 func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer[plumbv1.RunResponse]) error {
 	in, err := s.runInput(req)
@@ -24,10 +31,51 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "run",
 		func(ctx context.Context, sink agent.Sink) error {
+			if in.ThreadID == "" && len(in.Files) > 0 {
+				return s.runSeeded(ctx, in, sink)
+			}
 			_, err := s.rt.Run(ctx, in, sink)
 			return err
 		},
 		func(e *plumbv1.Event) error { return stream.Send(&plumbv1.RunResponse{Event: e}) })
+}
+
+// runSeeded runs on a new thread with seed files. The thread is created
+// first: the files may go to backends that belong to it (its sandbox,
+// store routes named after its labels). When the run does not start, the
+// thread is deleted again, with its sandbox (OnDeleteThread).
+func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.Sink) error {
+	now := s.clock.Now()
+	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: in.Metadata}
+	if err := s.threads.CreateThread(ctx, t); err != nil {
+		return fmt.Errorf("create thread for the seed files: %w", err)
+	}
+	in.ThreadID = t.ID
+	var started atomic.Bool
+	_, err := s.rt.Run(ctx, in, func(e agent.Event) {
+		started.Store(true)
+		sink(e)
+	})
+	if err == nil || started.Load() {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	lg := s.lg.With(zap.String("thread-id", t.ID))
+	if s.cfg.OnDeleteThread != nil {
+		td, lerr := s.threads.LoadThread(ctx, t.ID)
+		if lerr == nil {
+			lerr = s.cfg.OnDeleteThread(ctx, td)
+		}
+		if lerr != nil {
+			lg.Warn("the run on a new thread did not start and its cleanup failed; the thread is kept", zap.Error(lerr))
+			return err
+		}
+	}
+	if derr := s.threads.DeleteThread(ctx, t.ID); derr != nil {
+		lg.Warn("the run on a new thread did not start and the thread could not be deleted", zap.Error(derr))
+	}
+	return err
 }
 
 // Resume answers a pending interrupt and streams the continued run

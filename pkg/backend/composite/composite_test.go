@@ -379,8 +379,8 @@ func TestDeleteAndExecute(t *testing.T) {
 	if _, err := ex.Execute(ctx, backend.ExecuteRequest{Command: "pwd", Cwd: "/memories2", OffloadPath: "/memories/out.log"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.got[0]; got.Cwd != "/memories2" || got.OffloadPath != "" {
-		t.Errorf("executed %+v: want the cwd kept and the offload inside a route dropped", got)
+	if got := d.got[0]; got.Cwd != "/memories2" || got.OffloadPath != OffloadScratch+"/memories/out.log" {
+		t.Errorf("executed %+v: want the cwd kept and the offload inside a route sent to the scratch dir", got)
 	}
 	if _, err := ex.Execute(ctx, backend.ExecuteRequest{Command: "pwd", OffloadPath: "/tmp/out.log"}); err != nil || d.got[1].OffloadPath != "/tmp/out.log" {
 		t.Errorf("offload outside routes: %+v %v", d.got[1], err)
@@ -617,5 +617,102 @@ func TestRoutedErrorLongPath(t *testing.T) {
 	}
 	if !strings.Contains(be.Message, backend.Clip(long)) {
 		t.Errorf("message %q does not name %q", be.Message, backend.Clip(long))
+	}
+}
+
+// offloader is a State backend whose Execute behaves like the sandbox
+// agent's: it prints out, keeps the first 10 bytes inline when out is
+// longer, and writes the whole output to OffloadPath, which it creates
+// before "running" (a path under readOnly cannot be created).
+type offloader struct {
+	*state.Backend
+	out      string
+	readOnly string
+	got      []backend.ExecuteRequest
+}
+
+func (e *offloader) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
+	if e.readOnly != "" && strings.HasPrefix(req.OffloadPath, e.readOnly+"/") {
+		return backend.ExecuteResult{}, backend.Errorf(backend.CodePermissionDenied, req.OffloadPath, "execute offload %s: read-only file system", req.OffloadPath)
+	}
+	e.got = append(e.got, req)
+	res := backend.ExecuteResult{Output: e.out, ExitCode: new(0), OutputBytes: int64(len(e.out))}
+	if len(e.out) > 10 {
+		res.Output, res.Truncated = e.out[:10], true
+		if req.OffloadPath != "" {
+			if _, err := e.Write(ctx, req.OffloadPath, []byte(e.out)); err != nil {
+				return backend.ExecuteResult{}, err
+			}
+			res.OffloadedPath = req.OffloadPath
+		}
+	}
+	return res, nil
+}
+
+// TestExecuteOffloadIntoRoute: the full output of a command reaches the
+// requested offload path wherever it is mounted; the shell only ever
+// writes to the default backend.
+func TestExecuteOffloadIntoRoute(t *testing.T) {
+	const full = "0123456789 and the rest of a long output"
+	for _, tc := range []struct {
+		name, offload string
+		routes        []string
+		readOnly      string
+		wantErr       bool
+		wantExec      string // the offload path the executor was given
+		wantPath      string // OffloadedPath of the result
+		wantIn        string // "route" or "default": where the file is
+	}{
+		{name: "default", offload: "/tmp/out.log", routes: []string{"/large_tool_results/"},
+			wantExec: "/tmp/out.log", wantPath: "/tmp/out.log", wantIn: "default"},
+		{name: "route", offload: "/large_tool_results/call_1", routes: []string{"/large_tool_results/"},
+			wantExec: OffloadScratch + "/large_tool_results/call_1", wantPath: "/large_tool_results/call_1", wantIn: "route"},
+		{name: "scratch is routed", offload: "/large_tool_results/call_1", routes: []string{"/large_tool_results/", "/tmp/"},
+			wantExec: "", wantPath: ""},
+		{name: "scratch cannot be created", offload: "/large_tool_results/call_1", routes: []string{"/large_tool_results/"}, readOnly: OffloadScratch,
+			wantExec: "", wantPath: ""},
+		// Outside routes the executor's error is the caller's to handle.
+		{name: "offload cannot be created", offload: "/ro/out.log", routes: []string{"/large_tool_results/"}, readOnly: "/ro",
+			wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &offloader{Backend: state.New(), out: full, readOnly: tc.readOnly}
+			routes := map[string]backend.Backend{}
+			for _, p := range tc.routes {
+				routes[p] = state.New()
+			}
+			c, err := New(d, routes, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.(backend.Executor).Execute(ctx, backend.ExecuteRequest{Command: "long", OffloadPath: tc.offload})
+			if tc.wantErr {
+				if !backend.IsOffloadError(err, tc.offload) || len(d.got) != 0 {
+					t.Fatalf("error %v after %d runs, want the offload error and no run", err, len(d.got))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.got) != 1 || d.got[0].OffloadPath != tc.wantExec {
+				t.Fatalf("executor calls %+v, want one with offload %q", d.got, tc.wantExec)
+			}
+			if !res.Truncated || res.OffloadedPath != tc.wantPath {
+				t.Fatalf("result %+v, want truncated with offloaded_path %q", res, tc.wantPath)
+			}
+			if tc.wantPath == "" {
+				return
+			}
+			got, err := c.Download(ctx, []string{tc.wantPath})
+			if err != nil || got[0].Err != nil || string(got[0].Content) != full {
+				t.Fatalf("download %s through the composite: %q %v %v", tc.wantPath, got[0].Content, err, got[0].Err)
+			}
+			if tc.wantIn == "route" {
+				if _, err := d.Read(ctx, backend.ReadRequest{Path: tc.wantExec, Limit: 1}); backend.CodeOf(err) != backend.CodeFileNotFound {
+					t.Errorf("the scratch file %s is left in the default backend: %v", tc.wantExec, err)
+				}
+			}
+		})
 	}
 }

@@ -7,7 +7,8 @@
 // fans grep and glob out to the routes below the search root (sending each
 // the residual of the pattern, from textops), and merges their answers
 // with the global sort and caps. execute always runs on the default
-// backend.
+// backend; an offload file it cannot write into a route is written on the
+// default backend and moved there.
 //
 // The package holds no file semantics: every operation ends in one of the
 // wrapped backends. It must not normalize results beyond path mapping,

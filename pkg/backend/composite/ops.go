@@ -249,10 +249,20 @@ func (c *router) Download(ctx context.Context, paths []string) ([]backend.Downlo
 	return out, nil
 }
 
+// OffloadScratch is the directory of the default backend where Execute
+// has the full output of a command written when the requested offload
+// path lies inside a route (the shell cannot write there); the file is
+// then moved to the requested path.
+const OffloadScratch = "/tmp/.plumb-offload"
+
 // Execute always runs on the default backend. A cwd inside a route is
 // invalid_argument (the shell cannot see a mount). An offload path inside
-// a route is dropped: the shell could not write there, so the output is
-// returned inline (truncated as usual) and OffloadedPath stays empty.
+// a route is written by the shell under OffloadScratch first and then
+// moved into the route, so OffloadedPath is still the requested path. If
+// the move fails, the file stays where the shell wrote it and
+// OffloadedPath names that place instead. When the scratch file cannot be
+// created, or OffloadScratch itself lies inside a route, the command runs
+// without offload.
 func (c *execRouter) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
 	if req.Cwd != "" {
 		p, err := vpath.Normalize(req.Cwd)
@@ -265,14 +275,46 @@ func (c *execRouter) Execute(ctx context.Context, req backend.ExecuteRequest) (b
 				p, r.mount, r.prefix, r.prefix)
 		}
 	}
-	if req.OffloadPath != "" {
-		p, err := vpath.Normalize(req.OffloadPath)
-		if err != nil {
-			return backend.ExecuteResult{}, err
-		}
-		if r, _ := c.resolve(p); r != nil {
-			req.OffloadPath = ""
-		}
+	if req.OffloadPath == "" {
+		return c.exec.Execute(ctx, req)
 	}
-	return c.exec.Execute(ctx, req)
+	p, err := vpath.Normalize(req.OffloadPath)
+	if err != nil {
+		return backend.ExecuteResult{}, err
+	}
+	if r, _ := c.resolve(p); r == nil {
+		return c.exec.Execute(ctx, req)
+	}
+	scratch := OffloadScratch + p
+	if r, _ := c.resolve(scratch); r != nil {
+		req.OffloadPath = ""
+		return c.exec.Execute(ctx, req)
+	}
+	req.OffloadPath = scratch
+	res, err := c.exec.Execute(ctx, req)
+	if backend.IsOffloadError(err, scratch) {
+		req.OffloadPath = ""
+		return c.exec.Execute(ctx, req)
+	}
+	if err != nil || res.OffloadedPath != scratch {
+		return res, err
+	}
+	if c.move(ctx, scratch, p) {
+		res.OffloadedPath = p
+	}
+	return res, nil
+}
+
+// move copies the default backend's file from into the route that owns
+// to, then removes from; it reports whether the copy was written.
+func (c *execRouter) move(ctx context.Context, from, to string) bool {
+	got, err := c.def.Download(ctx, []string{from})
+	if err != nil || len(got) != 1 || got[0].Err != nil {
+		return false
+	}
+	if _, err := c.router.Write(ctx, to, got[0].Content); err != nil {
+		return false
+	}
+	_, _ = c.def.Delete(ctx, from)
+	return true
 }

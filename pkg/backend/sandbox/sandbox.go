@@ -19,6 +19,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/sandbox"
 	"google.golang.org/grpc"
 )
 
@@ -60,9 +61,25 @@ func (b *Backend) ID() string { return b.id }
 // Home is the sandbox's working dir.
 func (b *Backend) Home() string { return b.home }
 
+// ErrGone matches the error of an operation on a sandbox that no longer
+// exists on its worker (it expired or was deleted) or whose container
+// died. The operation did not run; a new sandbox is needed.
+var ErrGone = errors.New("the sandbox is gone")
+
+// goneError wraps the *backend.Error of a gone sandbox (code
+// unavailable) so that it also matches ErrGone.
+type goneError struct{ err *backend.Error }
+
+func (e goneError) Error() string { return e.err.Error() }
+
+func (e goneError) Unwrap() error { return e.err }
+
+func (goneError) Is(target error) bool { return target == ErrGone }
+
 // fail converts a gRPC error of an operation on path p ("" for none) into
-// a *backend.Error. A status carries long paths cut (server.Status), so
-// the error's Path is restored from p when it is p cut.
+// a *backend.Error, which also matches ErrGone when the worker has no
+// running sandbox of that id. A status carries long paths cut
+// (server.Status), so the error's Path is restored from p when it is p cut.
 func fail(p string, err error) error {
 	if err == nil {
 		return nil
@@ -70,6 +87,10 @@ func fail(p string, err error) error {
 	fe := server.FileError(err)
 	if p != "" && fe.Path != p && fe.Path == backend.Clip(p) {
 		fe.Path = p
+	}
+	switch server.Reason(err) {
+	case string(sandbox.CodeNotFound), string(sandbox.CodeFailed):
+		return goneError{err: fe}
 	}
 	return fe
 }

@@ -24,6 +24,10 @@ const globDescription = `Find files by name pattern; returns matching regular fi
 - "*" and "?" never cross "/"; a "**" segment matches any number of directories; {a,b} alternatives and [abc] classes work.
 - Names starting with "." match only patterns that start with "." (so "**" skips dot-directories; name them explicitly: ".github/**/*.yml").`
 
-const grepDescription = `Search file contents line by line under a directory (recursively) or in one file. The pattern is literal text by default (case-sensitive); set regex=true to use an RE2 regular expression (no lookaround or backreferences; use (?i) for case-insensitive). Binary files are skipped. output_mode: files_with_matches (paths only, default), content (path header, then "  line: text" rows), or count (matches per file). max_count caps the total number of matches.`
+const grepDescription = `Search file contents line by line under a directory (recursively) or in one file. Binary files are skipped. output_mode: files_with_matches (paths only, default), content (path header, then "  line: text" rows), or count (matches per file). max_count caps the total number of matches.`
+
+const grepRegexDescription = ` The pattern is literal text by default (case-sensitive); set regex=true to use an RE2 regular expression (no lookaround or backreferences; use (?i) for case-insensitive).`
+
+const grepLiteralDescription = ` The pattern is always literal text (case-sensitive); regular expressions are not available.`
 
 const executeDescription = `Run a shell command with /bin/sh -c in the workspace and return its combined stdout and stderr and the exit code. A non-zero exit code is reported, not treated as a tool failure. timeout is in seconds: omitted or null = %d, 0 = the maximum (%d); longer jobs should run in the background with their output redirected to a file. Very long output keeps its head and tail. Prefer the file tools for reading, searching and editing files.`

@@ -4,8 +4,10 @@
 // the backend is a backend.Executor) over a backend.Backend, with their
 // schemas, argument handling, result shapes, "Error [<code>]: <message>"
 // errors and 80,000-char caps; eviction of large results of other tools to
-// /large_tool_results/ (agent.md §3.4); offload of huge user messages; and
-// the file_modified reminder.
+// /large_tool_results/ (agent.md §3.4), where execute also has the
+// backend save the full output of a long command; offload of huge user
+// messages; the file_modified reminder; and the notices backends leave
+// for a call (backend.Notify), such as a replaced sandbox.
 //
 // All text the model reads about files is produced here; backends return
 // structured results only. Paths are validated (vpath) before any backend

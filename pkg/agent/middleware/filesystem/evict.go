@@ -95,25 +95,63 @@ func Evict(ctx context.Context, b backend.Backend, call model.ToolCall, res agen
 // preview renders the first and last n lines in the read gutter format
 // with an omitted-lines marker between them.
 func preview(lines []string, n, width int) string {
-	row := func(i int) textops.Row {
-		return textops.Row{Marker: fmt.Sprint(i + 1), Text: cutChars(lines[i], width)}
-	}
 	if len(lines) <= 2*n {
-		rows := make([]textops.Row, len(lines))
-		for i := range lines {
-			rows[i] = row(i)
-		}
-		return textops.FormatRows(rows)
+		return renderPreview(lines, nil, 0, width)
 	}
-	var head, tail []textops.Row
-	for i := range n {
-		head = append(head, row(i))
-		tail = append(tail, row(len(lines)-n+i))
+	return renderPreview(lines[:n], lines[len(lines)-n:], len(lines)-n+1, width)
+}
+
+// renderPreview numbers head from line 1 and tail from line tailStart,
+// each line cut to width chars, with a marker for the lines between.
+func renderPreview(head, tail []string, tailStart, width int) string {
+	var rows []textops.Row
+	for i, l := range head {
+		rows = append(rows, textops.Row{Marker: fmt.Sprint(i + 1), Text: cutChars(l, width)})
+	}
+	for i, l := range tail {
+		rows = append(rows, textops.Row{Marker: fmt.Sprint(tailStart + i), Text: cutChars(l, width)})
 	}
 	// One width for both blocks, as if they were one output.
-	all := textops.FormatRows(append(head, tail...))
+	all := textops.FormatRows(rows)
+	if len(tail) == 0 {
+		return all
+	}
 	parts := strings.Split(all, "\n")
-	return strings.Join(parts[:n], "\n") + fmt.Sprintf("\n… [%d lines omitted] …\n", len(lines)-2*n) + strings.Join(parts[n:], "\n")
+	return strings.Join(parts[:len(head)], "\n") + fmt.Sprintf("\n… [%d lines omitted] …\n", tailStart-1-len(head)) + strings.Join(parts[len(head):], "\n")
+}
+
+// resultPath is where the full result of call id is saved:
+// <artifacts_root>/large_tool_results/<sanitized id>.
+func (m *Middleware) resultPath(id string) string {
+	return vpath.Join(m.cfg.ArtifactsRoot, "large_tool_results/"+sanitizeID(id))
+}
+
+// filePreview renders the first and last preview lines of the saved file
+// p, numbered as read_file numbers them, and returns its line count
+// (0 when unknown).
+func (m *Middleware) filePreview(ctx context.Context, p string) (string, int, error) {
+	n := m.cfg.PreviewLines
+	head, err := m.b.Read(ctx, backend.ReadRequest{Path: p, Limit: n})
+	if err != nil {
+		return "", 0, err
+	}
+	lines := strings.Split(head.Content, "\n")
+	if head.TotalLines == nil {
+		return renderPreview(lines, nil, 0, m.cfg.PreviewLineChars) + "\n…", 0, nil
+	}
+	total := *head.TotalLines
+	if total <= n {
+		return renderPreview(lines, nil, 0, m.cfg.PreviewLineChars), total, nil
+	}
+	start := max(total-n, n)
+	tail, err := m.b.Read(ctx, backend.ReadRequest{Path: p, Offset: start, Limit: n})
+	if err != nil {
+		return "", 0, err
+	}
+	if start == n { // the tail follows the head directly
+		return renderPreview(append(lines, strings.Split(tail.Content, "\n")...), nil, 0, m.cfg.PreviewLineChars), total, nil
+	}
+	return renderPreview(lines, strings.Split(tail.Content, "\n"), start+1, m.cfg.PreviewLineChars), total, nil
 }
 
 func truncated(res agent.ToolResult, limit int, why string) agent.ToolResult {

@@ -58,6 +58,9 @@ type Config struct {
 	// ExecuteDefaultTimeout is used when the model sends no timeout
 	// (0 = 120s).
 	ExecuteDefaultTimeout time.Duration
+	// GrepLiteralOnly removes grep's regex option (tools.grep.regex:
+	// false): patterns are always literal text.
+	GrepLiteralOnly bool
 	// ArtifactsRoot is backends.artifacts_root ("" = "/").
 	ArtifactsRoot string
 	// Preset is the agent's permission preset ("" = full).
@@ -306,17 +309,27 @@ func (m *Middleware) headPreview(s string) string {
 	return strings.Join(lines, "\n")
 }
 
-// WrapTool evicts large results of non-exempt tools.
+// WrapTool evicts large results of non-exempt tools, and appends what the
+// backend had to say about the call (backend.Notify: a sandbox that was
+// replaced and whose workspace is empty) to its result, after eviction so
+// that it stays in view.
 func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
+		ctx, notices := backend.WithNotices(ctx)
 		res, err := next(ctx, req)
-		if err != nil || slices.Contains(m.cfg.EvictExempt, req.Call.Name) {
+		if err != nil {
 			return res, err
 		}
-		return Evict(ctx, m.b, req.Call, res, EvictOptions{
-			Threshold: m.cfg.EvictToolResultChars, ArtifactsRoot: m.cfg.ArtifactsRoot,
-			PreviewLines: m.cfg.PreviewLines, PreviewLineChars: m.cfg.PreviewLineChars,
-		}), nil
+		if !slices.Contains(m.cfg.EvictExempt, req.Call.Name) {
+			res = Evict(ctx, m.b, req.Call, res, EvictOptions{
+				Threshold: m.cfg.EvictToolResultChars, ArtifactsRoot: m.cfg.ArtifactsRoot,
+				PreviewLines: m.cfg.PreviewLines, PreviewLineChars: m.cfg.PreviewLineChars,
+			})
+		}
+		for _, n := range notices() {
+			res.Content += "\n\n[" + n + "]"
+		}
+		return res, nil
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/model"
+	"go.uber.org/zap/zaptest"
 )
 
 // counting wraps a backend and counts calls, to prove that invalid paths
@@ -69,13 +70,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, preset tools.Preset) *fixture {
 	t.Helper()
+	return newFixtureWith(t, filesystem.Config{Preset: preset})
+}
+
+func newFixtureWith(t *testing.T, cfg filesystem.Config) *fixture {
+	t.Helper()
 	eng, err := fileops.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
 	f := &fixture{t: t, b: &counting{Backend: eng}, st: agent.NewState(), ts: make(map[string]agent.Tool)}
-	f.mw = filesystem.New(f.b, filesystem.Config{Preset: preset})
+	f.mw = filesystem.New(f.b, cfg)
 	for _, tl := range f.mw.Tools() {
 		f.ts[tl.Name] = tl
 	}
@@ -346,5 +352,148 @@ func TestT80Eviction(t *testing.T) {
 	}
 	if short := filesystem.Evict(context.Background(), f.b, model.ToolCall{ID: "c"}, agent.ToolResult{Content: "small"}, filesystem.EvictOptions{}); short.Content != "small" {
 		t.Error("small result changed")
+	}
+}
+
+// TestGrepRegexOption: grep offers and honors regex=true unless the server
+// keeps it literal (tools.grep.regex: false); then the option is gone from
+// the schema and the description, and the no-match hint does not suggest
+// it.
+func TestGrepRegexOption(t *testing.T) {
+	const py = "import os\nimport sys\nimport json\nprint('a.b')\n"
+	for _, c := range []struct {
+		name, args  string
+		literalOnly bool
+		want        string // exact result, or a prefix ending in "…"
+		isError     bool
+	}{
+		{name: "regex", args: `{"pattern":"^import (os|sys)$","regex":true,"output_mode":"count"}`, want: "/test.py: 2"},
+		{name: "literal by default", args: `{"pattern":"a.b","output_mode":"content"}`, want: "/test.py:\n  4: print('a.b')"},
+		{name: "hint names regex", args: `{"pattern":"os|sys"}`,
+			want: `No matches for "os|sys" under /. The pattern was searched as literal text; set regex=true to use regular-expression syntax (RE2), or search for each alternative separately.`},
+		{name: "literal only: regex refused", literalOnly: true, args: `{"pattern":"^import (os|sys)$","regex":true}`,
+			want: "Error [invalid_argument]: Invalid arguments for grep: …", isError: true},
+		{name: "literal only: literal search", literalOnly: true, args: `{"pattern":"import os","output_mode":"count"}`, want: "/test.py: 1"},
+		{name: "literal only: hint", literalOnly: true, args: `{"pattern":"os|sys"}`,
+			want: `No matches for "os|sys" under /. The pattern was searched as literal text (regular expressions are not available here); search for each alternative separately.`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixtureWith(t, filesystem.Config{GrepLiteralOnly: c.literalOnly})
+			f.put("/test.py", py)
+			grep := f.ts["grep"]
+			if offered := strings.Contains(string(grep.Schema), `"regex"`); offered == c.literalOnly {
+				t.Errorf("regex in the schema = %v, want %v: %s", offered, !c.literalOnly, grep.Schema)
+			}
+			if mentions := strings.Contains(grep.Description, "regex=true"); mentions == c.literalOnly {
+				t.Errorf("description mentions regex=true = %v: %s", mentions, grep.Description)
+			}
+			r := f.call("grep", c.args)
+			prefix, isPrefix := strings.CutSuffix(c.want, "…")
+			if r.IsError != c.isError || (isPrefix && !strings.HasPrefix(r.Content, prefix)) || (!isPrefix && r.Content != c.want) {
+				t.Errorf("result %+v\nwant %q (error %v)", r, c.want, c.isError)
+			}
+		})
+	}
+}
+
+// executor is a fileops engine that runs a "command" printing lines 1..n,
+// as the sandbox agent does: the inline output keeps 300 bytes of head and
+// tail when longer than 1000 bytes, and the whole output goes to
+// OffloadPath, which is created before the command runs. ignore makes
+// it an executor without offload support; readOnly makes the offload
+// impossible to create.
+type executor struct {
+	*fileops.Engine
+	ignore, readOnly bool
+	runs             int
+}
+
+func (e *executor) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
+	if req.OffloadPath != "" && e.readOnly && !e.ignore {
+		return backend.ExecuteResult{}, backend.Errorf(backend.CodePermissionDenied, req.OffloadPath, "execute offload %s: read-only file system", req.OffloadPath)
+	}
+	e.runs++
+	var n int
+	if _, err := fmt.Sscanf(req.Command, "seq 1 %d", &n); err != nil {
+		return backend.ExecuteResult{}, backend.Errorf(backend.CodeInvalidArgument, "", "unknown command %q", req.Command)
+	}
+	out := lines(n, func(i int) string { return fmt.Sprint(i) })
+	res := backend.ExecuteResult{Output: out, ExitCode: new(0), OutputBytes: int64(len(out))}
+	if len(out) > 1000 {
+		res.Output, res.Truncated = out[:300]+"\n[... omitted ...]\n"+out[len(out)-300:], true
+		if req.OffloadPath != "" && !e.ignore {
+			if _, err := e.Write(ctx, req.OffloadPath, []byte(out)); err != nil {
+				return backend.ExecuteResult{}, err
+			}
+			res.OffloadedPath = req.OffloadPath
+		}
+	}
+	return res, nil
+}
+
+// TestExecuteOutputOffload: a long output is saved whole under
+// /large_tool_results/<call id> and previewed from that file; an executor
+// that cannot save it still runs the command once and says that the
+// middle is lost.
+func TestExecuteOutputOffload(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		ignore, readOnly bool
+		has              []string
+		hasNot           []string
+		offloaded        string
+	}{
+		{name: "saved", offloaded: "/large_tool_results/c1",
+			has: []string{"[The output of execute (call c1) was too large to show: 3893 bytes, 1000 lines. The full output was saved to /large_tool_results/c1; page through it with read_file",
+				"]\n\n   1  1\n   2  2\n", "… [990 lines omitted] …\n 996  996\n", "1000  1000\n\n[Exit code 0: success.]"},
+			hasNot: []string{"[... omitted ...]"}},
+		{name: "executor without offload", ignore: true,
+			has: []string{"1\n2\n", "[... omitted ...]", "[Output truncated: kept 619 of 3893 bytes (head and tail). The middle part was not saved.]", "[Exit code 0: success.]"}},
+		{name: "offload file cannot be created", readOnly: true,
+			has: []string{"[... omitted ...]", "The middle part was not saved.]", "[Exit code 0: success.]"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eng, err := fileops.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { eng.Close() })
+			ex := &executor{Engine: eng, ignore: c.ignore, readOnly: c.readOnly}
+			mw := filesystem.New(ex, filesystem.Config{EvictToolResultChars: 500})
+			var tl agent.Tool
+			for _, x := range mw.Tools() {
+				if x.Name == "execute" {
+					tl = x
+				}
+			}
+			req := &agent.ToolRequest{Call: model.ToolCall{ID: "c1", Name: "execute", Args: `{"command":"seq 1 1000"}`}, Tool: &tl,
+				State: agent.NewState(), Run: &agent.RunContext{Logger: zaptest.NewLogger(t)}}
+			r, err := tl.Func(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ex.runs != 1 {
+				t.Errorf("the command ran %d times", ex.runs)
+			}
+			for _, h := range c.has {
+				if !strings.Contains(r.Content, h) {
+					t.Errorf("result lacks %q:\n%s", h, r.Content)
+				}
+			}
+			for _, h := range c.hasNot {
+				if strings.Contains(r.Content, h) {
+					t.Errorf("result has %q:\n%s", h, r.Content)
+				}
+			}
+			if r.OffloadedPath != c.offloaded || r.ExitCode == nil || *r.ExitCode != 0 {
+				t.Errorf("offloaded_path %q exit %v, want %q and 0", r.OffloadedPath, r.ExitCode, c.offloaded)
+			}
+			if c.offloaded != "" {
+				got, err := eng.Download(context.Background(), []string{c.offloaded})
+				if err != nil || got[0].Err != nil || len(got[0].Content) != 3893 {
+					t.Errorf("saved output: %d bytes, %v %v", len(got[0].Content), err, got[0].Err)
+				}
+			}
+		})
 	}
 }

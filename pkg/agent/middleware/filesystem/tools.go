@@ -5,15 +5,18 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/textops"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 	"github.com/plumbhq/plumb/pkg/model"
+	"go.uber.org/zap"
 )
 
 // Tools implements agent.Middleware: the file tools in file-tools §6
@@ -33,12 +36,7 @@ func (m *Middleware) Tools() []agent.Tool {
 		m.tool("delete", deleteDescription, `{"file_path":{"type":"string","description":"Absolute path of the file or directory."}}`, []string{"file_path"}, m.delete),
 		m.tool("glob", globDescription, `{"pattern":{"type":"string","description":"Glob pattern."},
 "path":{"type":"string","description":"Directory to search (absolute); default: the home directory."}}`, []string{"pattern"}, m.glob),
-		m.tool("grep", grepDescription, fmt.Sprintf(`{"pattern":{"type":"string","minLength":1,"description":"Text to search for (a literal string unless regex is true)."},
-"path":{"type":"string","description":"Directory (searched recursively) or file; default: the home directory."},
-"glob":{"type":["string","null"],"description":"Only search files matching this glob pattern."},
-"output_mode":{"type":"string","enum":["files_with_matches","content","count"],"description":"files_with_matches (default), content (matching lines), or count (matches per file)."},
-"max_count":{"type":"integer","minimum":1,"maximum":%d,"description":"Maximum total matches (default %d)."},
-"regex":{"type":"boolean","description":"Treat pattern as an RE2 regular expression (default false)."}}`, backend.GrepMaxMax, m.cfg.GrepMaxCount), []string{"pattern"}, m.grep),
+		m.grepTool(),
 	}
 	if _, ok := m.b.(backend.Executor); ok {
 		ts = append(ts, m.tool("execute", fmt.Sprintf(executeDescription, int(m.cfg.ExecuteDefaultTimeout/time.Second), int(m.cfg.ExecuteMaxTimeout/time.Second)),
@@ -48,6 +46,22 @@ func (m *Middleware) Tools() []agent.Tool {
 		ts[len(ts)-1].Timeout = m.cfg.ExecuteMaxTimeout + time.Minute
 	}
 	return ts
+}
+
+// grepTool is grep with its regex option, or without it when the server
+// keeps grep literal (tools.grep.regex: false).
+func (m *Middleware) grepTool() agent.Tool {
+	desc, pattern, regex := grepDescription+grepRegexDescription, "Text to search for (a literal string unless regex is true).",
+		`,
+"regex":{"type":"boolean","description":"Treat pattern as an RE2 regular expression (default false)."}`
+	if m.cfg.GrepLiteralOnly {
+		desc, pattern, regex = grepDescription+grepLiteralDescription, "Text to search for (always a literal string).", ""
+	}
+	return m.tool("grep", desc, fmt.Sprintf(`{"pattern":{"type":"string","minLength":1,"description":%q},
+"path":{"type":"string","description":"Directory (searched recursively) or file; default: the home directory."},
+"glob":{"type":["string","null"],"description":"Only search files matching this glob pattern."},
+"output_mode":{"type":"string","enum":["files_with_matches","content","count"],"description":"files_with_matches (default), content (matching lines), or count (matches per file)."},
+"max_count":{"type":"integer","minimum":1,"maximum":%d,"description":"Maximum total matches (default %d)."}%s}`, pattern, backend.GrepMaxMax, m.cfg.GrepMaxCount, regex), []string{"pattern"}, m.grep)
 }
 
 func (m *Middleware) tool(name, desc, props string, required []string, f agent.ToolFunc) agent.Tool {
@@ -465,7 +479,11 @@ func (m *Middleware) grep(ctx context.Context, req *agent.ToolRequest) (agent.To
 	var notes []string
 	if len(res.Matches) == 0 {
 		text := fmt.Sprintf("No matches for %s under %s.", backend.Quote(a.Pattern), p)
-		if !a.Regex && textops.LooksLikeRegex(a.Pattern) {
+		switch {
+		case a.Regex || !textops.LooksLikeRegex(a.Pattern):
+		case m.cfg.GrepLiteralOnly:
+			text += " The pattern was searched as literal text (regular expressions are not available here); search for each alternative separately."
+		default:
 			text += " The pattern was searched as literal text; set regex=true to use regular-expression syntax (RE2), or search for each alternative separately."
 		}
 		if !res.Truncated && res.FilesSkippedBinary+res.FilesUnreadable == 0 {
@@ -561,16 +579,67 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 			secs = int(m.cfg.ExecuteMaxTimeout / time.Second)
 		}
 	}
-	res, err := ex.Execute(ctx, backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs})
+	// The full output of a long command goes where evicted results go
+	// (agent.md §3.4), so the middle that the inline output leaves out can
+	// still be read.
+	er := backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs, OffloadPath: m.resultPath(req.Call.ID)}
+	res, err := ex.Execute(ctx, er)
+	if backend.IsOffloadError(err, er.OffloadPath) {
+		req.Run.Logger.Warn("execute cannot write its offload file; running without it", zap.String("offload-path", er.OffloadPath), zap.Error(err))
+		er.OffloadPath = ""
+		res, err = ex.Execute(ctx, er)
+	}
 	if err != nil {
 		return m.errorResult(err), nil
 	}
-	var b strings.Builder
-	if res.Output == "" {
-		b.WriteString("(no output)")
-	} else {
-		b.WriteString(strings.TrimRight(res.Output, "\n"))
+	out := agent.ToolResult{Content: renderOutput(res), ExitCode: res.ExitCode}
+	if res.Truncated && res.OffloadedPath != "" {
+		out.OffloadedPath = res.OffloadedPath
+		// Above the eviction threshold, show a preview of the saved file
+		// instead of the inline output (eviction would save a second,
+		// partial copy). A capped file lacks the output's end, so the
+		// inline output's own tail is kept then, and eviction previews it.
+		if !res.CaptureTruncated && !slices.Contains(m.cfg.EvictExempt, req.Call.Name) &&
+			utf8.RuneCountInString(out.Content) > m.cfg.EvictToolResultChars {
+			if p, lines, err := m.filePreview(ctx, res.OffloadedPath); err == nil {
+				size := fmt.Sprintf("%d bytes", res.OutputBytes)
+				if lines > 0 {
+					size += fmt.Sprintf(", %d lines", lines)
+				}
+				out.Content = fmt.Sprintf("[The output of %s (call %s) was too large to show: %s. The full output was saved to %s; page through it with read_file (file_path=%q, offset, limit) or search it with grep instead of running the command again.]\n\n%s",
+					req.Call.Name, req.Call.ID, size, res.OffloadedPath, res.OffloadedPath, p)
+			}
+		}
 	}
+	out.Content += m.status(res, secs)
+	return out, nil
+}
+
+// renderOutput is the output part of an execute result: the inline output,
+// and a line on what was cut and where the rest is.
+func renderOutput(res backend.ExecuteResult) string {
+	text := "(no output)"
+	if res.Output != "" {
+		text = strings.TrimRight(res.Output, "\n")
+	}
+	if !res.Truncated {
+		return text
+	}
+	text += fmt.Sprintf("\n\n[Output truncated: kept %d of %d bytes (head and tail).", len(res.Output), res.OutputBytes)
+	if res.OffloadedPath != "" {
+		text += fmt.Sprintf(" The full output is in %s; read it with read_file (offset, limit).", res.OffloadedPath)
+		if res.CaptureTruncated {
+			text += fmt.Sprintf(" That file holds only the first %d bytes.", backend.ExecuteCaptureMax)
+		}
+	} else {
+		text += " The middle part was not saved."
+	}
+	return text + "]"
+}
+
+// status is the tail of an execute result: exit code and timeout.
+func (m *Middleware) status(res backend.ExecuteResult, secs int) string {
+	var b strings.Builder
 	b.WriteString("\n\n")
 	switch {
 	case res.ExitCode == nil:
@@ -584,16 +653,5 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 		fmt.Fprintf(&b, "\n[The command timed out after %d s and was stopped. Raise timeout (up to %d s), or run the job in the background with its output redirected to a file and check on it later.]",
 			secs, int(m.cfg.ExecuteMaxTimeout/time.Second))
 	}
-	if res.Truncated {
-		fmt.Fprintf(&b, "\n[Output truncated: kept %d of %d bytes (head and tail).", len(res.Output), res.OutputBytes)
-		if res.OffloadedPath != "" {
-			fmt.Fprintf(&b, " The full output is in %s.", res.OffloadedPath)
-		}
-		b.WriteString("]")
-	}
-	out := agent.ToolResult{Content: b.String(), ExitCode: res.ExitCode}
-	if res.Truncated && res.OffloadedPath != "" {
-		out.OffloadedPath = res.OffloadedPath
-	}
-	return out, nil
+	return b.String()
 }
