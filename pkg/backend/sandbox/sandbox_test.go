@@ -62,7 +62,7 @@ func TestConformanceThroughGRPC(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) *backendtest.Harness {
 		mu.Lock()
 		defer mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
 		defer cancel()
 		// Each case starts with an empty workspace.
 		if err := w.sh(ctx, b, `chmod -R u+rwx /workspace 2>/dev/null; rm -rf /workspace/* /workspace/.[!.]* /workspace/..?*; test -z "$(ls -A /workspace)"`, nil); err != nil {
