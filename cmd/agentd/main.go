@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	sc := core.Config.Server
 	svc, err := agentsvc.New(agentsvc.Config{
 		Runtime: core.Runtime,
-		Threads: agentsvc.SQLiteThreads(core.Store),
+		Threads: agentsvc.DurableThreads(core.Store),
 		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
 			return core.Backends.DeleteThread(ctx, td.Thread.ID)
 		},
