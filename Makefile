@@ -79,7 +79,7 @@ test: test-deps verify-generated buf-lint verify-mod lint ## Everything CI runs:
 	exit $$status
 
 .PHONY: test-deps
-test-deps: ## Install what the tests need from Debian (busybox-static), or name it and stop
+test-deps: ## Install what the tests need from Debian (busybox-static, postgresql), or name them and stop
 	@scripts/test-deps.sh
 
 .PHONY: test-short
