@@ -425,3 +425,25 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// TestSchemaFromDSN: search_path in the DSN puts the tables in that schema,
+// so deployments can share a database.
+func TestSchemaFromDSN(t *testing.T) {
+	ctx := hangGuard(t)
+	dsn := pgtest.New(t)
+	c := conn(t, dsn)
+	if _, err := c.Exec(ctx, `CREATE SCHEMA tenant_a`); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, dsn+"&search_path=tenant_a", Options{})
+	if err := s.CreateThread(ctx, agent.Thread{ID: "th", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := c.Query(ctx, `SELECT schemaname FROM pg_tables WHERE tablename = 'threads'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if schemas, err := pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || fmt.Sprint(schemas) != "[tenant_a]" {
+		t.Fatalf("threads tables in schemas %v, %v; want [tenant_a]", schemas, err)
+	}
+}
