@@ -79,7 +79,7 @@ test: test-deps verify-generated buf-lint verify-mod lint ## Everything CI runs:
 	exit $$status
 
 .PHONY: test-deps
-test-deps: ## Install what the tests need from Debian (busybox-static, the Python example's grpcio and protoc), or name them and stop
+test-deps: ## Install what the tests need from Debian (busybox-static, postgresql, the Python example's grpcio and protoc), or name them and stop
 	@scripts/test-deps.sh
 
 .PHONY: test-short

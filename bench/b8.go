@@ -290,7 +290,7 @@ func concurrentRuns(ctx context.Context, e *env, n int) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.SQLiteThreads(st), MaxConcurrentRuns: n}, agentsvc.WithLogger(e.lg))
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(st), MaxConcurrentRuns: n}, agentsvc.WithLogger(e.lg))
 	if err != nil {
 		return row, err
 	}

@@ -47,7 +47,7 @@ func agentd(t *testing.T) (addr string, model *modeltest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.SQLiteThreads(st)}, agentsvc.WithLogger(lg))
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(st)}, agentsvc.WithLogger(lg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		sandboxd       string
 		defaultBackend string
 		sqlitePath     string
+		postgresDSN    string
 		workerToken    string
 	)
 	f := daemon.NewFlags("agentd")
@@ -33,6 +34,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.String(&sandboxd, "sandboxd", "127.0.0.1:7071", "comma-separated sandboxd worker addresses")
 	f.String(&defaultBackend, "default-backend", "", "file backend of every thread unless the config says otherwise: state, sandbox or filesystem")
 	f.String(&sqlitePath, "sqlite-path", "", "thread store file (storage.sqlite_path; empty = a temporary file)")
+	f.String(&postgresDSN, "postgres-dsn", "", "keep threads in PostgreSQL instead of SQLite, for several agentd replicas (storage.postgres_dsn; a postgres:// URL or key=value DSN)")
 	f.String(&workerToken, "sandboxd-token-file", "", "file holding the bearer token sandboxd workers require")
 	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor.\nThe default model comes from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL when --config has no models."); err != nil {
 		return err
@@ -62,6 +64,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if sqlitePath != "" {
 		cfg.Storage.SQLitePath = sqlitePath
+	}
+	if postgresDSN != "" {
+		cfg.Storage.PostgresDSN = postgresDSN
 	}
 	switch defaultBackend {
 	case "", "state", "sandbox", "filesystem":
@@ -105,7 +110,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	sc := core.Config.Server
 	svc, err := agentsvc.New(agentsvc.Config{
 		Runtime: core.Runtime,
-		Threads: agentsvc.SQLiteThreads(core.Store),
+		Threads: agentsvc.DurableThreads(core.Store),
 		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
 			return core.Backends.DeleteThread(ctx, td.Thread.ID)
 		},

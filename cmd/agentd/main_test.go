@@ -14,6 +14,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	code := m.Run()
+	code := pgtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -56,6 +57,9 @@ func TestBadStartInputs(t *testing.T) {
 	badVersion := write("badversion.yaml", "version: 7\n")
 	gateKey := write("gatekey.yaml", "agents:\n  main:\n    interrupt_on:\n      execute: {allowd: [approve]}\n")
 	gateTypo := write("gatetypo.yaml", "agents:\n  main:\n    interrupt_on: {exceute: true}\n")
+	const pgSecret = "s3cret-pw"
+	unreachable := "postgres://agentd:" + pgSecret + "@127.0.0.1:1/plumb?sslmode=disable"
+	unreachableConfig := write("unreachable-postgres.yaml", "storage:\n  postgres_dsn: "+unreachable+"\n")
 
 	tests := []struct {
 		name string
@@ -78,6 +82,10 @@ func TestBadStartInputs(t *testing.T) {
 		{"unsupported config version", nil, []string{"--config", badVersion}, "version 7"},
 		{"unknown key in a gate", nil, []string{"--config", gateKey}, "agents.main.interrupt_on.execute.allowd: unknown key"},
 		{"gate on an unknown tool", nil, []string{"--config", gateTypo}, `agents.main.interrupt_on.exceute: unknown tool "exceute"`},
+		{"unreachable postgres", nil, []string{"--postgres-dsn", unreachable}, "storage.postgres_dsn: open thread store postgres://agentd@127.0.0.1:1/plumb: "},
+		{"unreachable postgres from env", []string{"AGENTD_POSTGRES_DSN=" + unreachable}, nil, "postgres://agentd@127.0.0.1:1/plumb"},
+		{"unreachable postgres in config", nil, []string{"--config", unreachableConfig}, "postgres://agentd@127.0.0.1:1/plumb"},
+		{"unparsable postgres dsn", nil, []string{"--postgres-dsn", "postgres://agentd:" + pgSecret + "@127.0.0.1:port/plumb"}, "invalid PostgreSQL DSN"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +98,9 @@ func TestBadStartInputs(t *testing.T) {
 			}
 			if !strings.Contains(r.Stderr, tt.want) {
 				t.Fatalf("stderr %q does not mention %q", r.Stderr, tt.want)
+			}
+			if strings.Contains(r.Stderr, pgSecret) {
+				t.Fatalf("stderr shows the PostgreSQL password: %q", r.Stderr)
 			}
 		})
 	}
@@ -303,5 +314,48 @@ func TestSIGTERMDuringStream(t *testing.T) {
 	}
 	if !strings.Contains(p.Stderr(), `"msg":"stopped"`) {
 		t.Fatalf("no clean stop logged: %s", p.Stderr())
+	}
+}
+
+// TestPostgresThreadsOutliveAgentd: with --postgres-dsn a thread created
+// through one agentd is served by the next one, and neither logs the DSN's
+// password.
+func TestPostgresThreadsOutliveAgentd(t *testing.T) {
+	const secret = "not-for-logs" // the test server trusts loopback, so any password connects
+	dsn := strings.Replace(pgtest.New(t), "postgres@", "postgres:"+secret+"@", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := append(append([]string{}, freeArgs...), "--postgres-dsn", dsn, "--default-backend", "state")
+
+	var id string
+	for i := range 2 {
+		p := daemontest.Start(t, agentdBin, args...)
+		conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := plumbv1.NewAgentServiceClient(conn)
+		if i == 0 {
+			resp, err := client.CreateThread(ctx, &plumbv1.CreateThreadRequest{Metadata: map[string]string{"tenant": "acme"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = resp.GetThread().GetId()
+		} else {
+			resp, err := client.GetThread(ctx, &plumbv1.GetThreadRequest{ThreadId: id})
+			if err != nil || resp.GetThread().GetMetadata()["tenant"] != "acme" {
+				t.Fatalf("GetThread after a restart = %v, %v", resp, err)
+			}
+		}
+		conn.Close()
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.Wait(2 * time.Minute); code != 0 {
+			t.Fatalf("agentd %d exit code = %d; stderr: %s", i, code, p.Stderr())
+		}
+		if !strings.Contains(p.Stderr(), `"msg":"threads are kept in PostgreSQL"`) || strings.Contains(p.Stderr(), secret) {
+			t.Fatalf("agentd %d: want the PostgreSQL store logged without its password; stderr: %s", i, p.Stderr())
+		}
 	}
 }

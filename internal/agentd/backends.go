@@ -19,7 +19,6 @@ import (
 	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/store"
-	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,7 +33,7 @@ import (
 // reused on later runs).
 type ThreadBackends struct {
 	cfg     *Config
-	threads *sqlite.Store
+	threads threadRecords
 	pool    *workers.Pool
 	files   *store.DB
 	lg      *zap.Logger
@@ -43,7 +42,15 @@ type ThreadBackends struct {
 	fsys map[string]*filesystem.Backend // by host dir, shared
 }
 
-func newThreadBackends(cfg *Config, dbPath string, threads *sqlite.Store, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
+// threadRecords is what thread backends read and write of the thread store.
+type threadRecords interface {
+	Thread(ctx context.Context, id string) (agent.Thread, error)
+	SetSandbox(ctx context.Context, threadID, sandboxID string) error
+}
+
+// newThreadBackends keeps the files of store routes in the SQLite file at
+// dbPath.
+func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
 	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*filesystem.Backend{}}
 	if cfg.Sandbox.Address != "" {
 		var addrs []string

@@ -53,8 +53,12 @@ type ServerConfig struct {
 
 // StorageConfig is `storage`.
 type StorageConfig struct {
-	// SQLitePath is the thread store; "" keeps threads in memory only.
-	SQLitePath          string        `yaml:"sqlite_path"`
+	// SQLitePath is the thread store file ("" = a temporary file). With
+	// PostgresDSN set it only holds the files of store routes.
+	SQLitePath string `yaml:"sqlite_path"`
+	// PostgresDSN, when set, puts the threads in PostgreSQL (shared by
+	// several agentd replicas) instead of SQLite.
+	PostgresDSN         string        `yaml:"postgres_dsn"`
 	BusyTimeout         time.Duration `yaml:"busy_timeout"`
 	CheckpointRetention int           `yaml:"checkpoint_retention"`
 }

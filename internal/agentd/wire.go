@@ -20,9 +20,11 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
-	"github.com/plumbhq/plumb/pkg/backend/store"
+	filestore "github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/store"
+	"github.com/plumbhq/plumb/pkg/store/postgres"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -39,8 +41,9 @@ type Env func(string) string
 type Agentd struct {
 	// Runtime runs agents.
 	Runtime *deep.Runtime
-	// Store is the thread store.
-	Store *sqlite.Store
+	// Store is the thread store: SQLite, or PostgreSQL when
+	// storage.postgres_dsn is set.
+	Store store.Threads
 	// Backends builds and cleans up thread backends (sandboxes).
 	Backends *ThreadBackends
 	// Config is the effective configuration.
@@ -69,7 +72,7 @@ type Options struct {
 	DefaultBackend string
 	// Logger is the process logger.
 	Logger *zap.Logger
-	// TempDir holds the thread store when storage.sqlite_path is empty.
+	// TempDir holds the SQLite file when storage.sqlite_path is empty.
 	TempDir string
 	// WorkerDial are extra dial options for sandboxd workers (credentials).
 	WorkerDial []grpc.DialOption
@@ -98,30 +101,17 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		}
 	}()
 
+	// The store first: when it cannot open, that is the one thing to say.
+	st, path, err := a.openStore(ctx, cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	a.Store = st
+
 	models, err := buildModels(cfg, o.Env, o.Logger)
 	if err != nil {
 		return nil, err
 	}
-
-	path := cfg.Storage.SQLitePath
-	if path == "" {
-		dir := o.TempDir
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "agentd-"); err != nil {
-				return nil, err
-			}
-			a.cleanup = append(a.cleanup, func() { os.RemoveAll(dir) })
-		}
-		path = filepath.Join(dir, "agentd.db")
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("storage.sqlite_path: %w", err)
-	}
-	st, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: cfg.Storage.BusyTimeout, CheckpointRetention: cfg.Storage.CheckpointRetention})
-	if err != nil {
-		return nil, fmt.Errorf("storage.sqlite_path: %w", err)
-	}
-	a.Store = st
-	a.cleanup = append(a.cleanup, func() { st.Close() })
 
 	tb, err := newThreadBackends(cfg, path, st, o.Logger, o.WorkerDial...)
 	if err != nil {
@@ -223,6 +213,66 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	ok = true
 	return a, nil
+}
+
+// openStore opens the thread store that storage names (Close closes it)
+// and returns it with the SQLite file that holds store routes ("" when
+// nothing needs one).
+func (a *Agentd) openStore(ctx context.Context, cfg *Config, o Options) (store.Threads, string, error) {
+	s := cfg.Storage
+	if s.PostgresDSN == "" {
+		path, err := a.sqliteFile(s.SQLitePath, o, "threads")
+		if err != nil {
+			return nil, "", err
+		}
+		st, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: s.BusyTimeout, CheckpointRetention: s.CheckpointRetention})
+		if err != nil {
+			return nil, "", fmt.Errorf("storage.sqlite_path: %w", err)
+		}
+		a.cleanup = append(a.cleanup, func() { st.Close() })
+		return st, path, nil
+	}
+	st, err := postgres.Open(ctx, s.PostgresDSN, postgres.Options{BusyTimeout: s.BusyTimeout, CheckpointRetention: s.CheckpointRetention})
+	if err != nil {
+		return nil, "", fmt.Errorf("storage.postgres_dsn: %w", err)
+	}
+	a.cleanup = append(a.cleanup, func() { st.Close() })
+	o.Logger.Info("threads are kept in PostgreSQL", zap.String("postgres", postgres.Describe(s.PostgresDSN)))
+	for _, r := range cfg.Backends.Routes {
+		if r.Type != "store" {
+			continue
+		}
+		path, err := a.sqliteFile(s.SQLitePath, o, "the files of store routes")
+		if err != nil {
+			return nil, "", err
+		}
+		o.Logger.Warn("store routes keep their files in SQLite, not in PostgreSQL: agentd replicas do not share them", zap.String("path", path))
+		return st, path, nil
+	}
+	return st, "", nil
+}
+
+// sqliteFile returns path (storage.sqlite_path) after creating its
+// directory or, when it is empty, a file in a temporary directory that
+// Close removes; what says what would be lost with it.
+func (a *Agentd) sqliteFile(path string, o Options, what string) (string, error) {
+	if path != "" {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return "", fmt.Errorf("storage.sqlite_path: %w", err)
+		}
+		return path, nil
+	}
+	dir := o.TempDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "agentd-"); err != nil {
+			return "", err
+		}
+		a.cleanup = append(a.cleanup, func() { os.RemoveAll(dir) })
+	}
+	path = filepath.Join(dir, "agentd.db")
+	o.Logger.Warn("storage.sqlite_path is not set: "+what+" are kept in a temporary file and lost at exit", zap.String("path", path))
+	return path, nil
 }
 
 // applyBuiltins fills what an absent config section means: one model from
@@ -381,7 +431,7 @@ func checkNamespace(where string, tmpl []string) error {
 		}
 		sample[i] = c
 	}
-	if err := store.ValidateNamespace(sample); err != nil {
+	if err := filestore.ValidateNamespace(sample); err != nil {
 		return fmt.Errorf("%s.namespace: %w", where, err)
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
-	"github.com/plumbhq/plumb/pkg/store/sqlite"
+	"github.com/plumbhq/plumb/pkg/store"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -150,7 +150,7 @@ func agentStatus(err error) (_ error, ok bool) {
 		return withInfo(codes.ResourceExhausted, err.Error(), ReasonNoRunSlot, nil), true
 	case errors.Is(err, runs.ErrShuttingDown):
 		return withInfo(codes.Unavailable, err.Error(), ReasonShuttingDown, nil), true
-	case errors.Is(err, sqlite.ErrBusy):
+	case errors.Is(err, store.ErrBusy):
 		return withInfo(codes.Unavailable, "the thread store is busy; retry", ReasonStorageBusy, nil), true
 	}
 	return nil, false

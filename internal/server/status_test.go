@@ -19,7 +19,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
-	"github.com/plumbhq/plumb/pkg/store/sqlite"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Every domain error maps to its agent.md §10.1 code with a stable
@@ -53,7 +53,7 @@ func TestStatus(t *testing.T) {
 		{"running", fmt.Errorf("delete: %w", runs.ErrRunning), codes.FailedPrecondition, server.ReasonThreadRunning, nil, nil},
 		{"no slot", runs.ErrNoSlot, codes.ResourceExhausted, server.ReasonNoRunSlot, nil, nil},
 		{"shutting down", runs.ErrShuttingDown, codes.Unavailable, server.ReasonShuttingDown, nil, nil},
-		{"storage busy", fmt.Errorf("checkpoint: %w", sqlite.ErrBusy), codes.Unavailable, server.ReasonStorageBusy, nil, nil},
+		{"storage busy", fmt.Errorf("checkpoint: %w", store.ErrBusy), codes.Unavailable, server.ReasonStorageBusy, nil, nil},
 		{"file error", backend.Errorf(backend.CodeFileNotFound, "/a", "no /a"), codes.NotFound, string(backend.CodeFileNotFound), map[string]string{"path": "/a"}, nil},
 		{"sandbox error", &sandbox.Error{Code: sandbox.CodeNotFound, Message: "gone"}, codes.NotFound, string(sandbox.CodeNotFound), nil, nil},
 		{"cancelled", context.Canceled, codes.Canceled, "", nil, nil},

@@ -12,12 +12,13 @@ import (
 // Store is what the executor persists (agent.md §2.3): threads, the
 // append-only message log, checkpoints with the state beside the log, the
 // pending interrupt, and run records. It is defined here, by its consumer;
-// MemoryStore is the ephemeral implementation and the SQLite store is the
-// durable one. Every implementation must pass storetest.Run.
+// MemoryStore is the ephemeral implementation; the SQLite and PostgreSQL
+// stores (pkg/store) are the durable ones. Every implementation must pass
+// storetest.Run.
 //
 // Contract:
 //   - SaveCheckpoint is atomic: either everything in the Checkpoint is
-//     applied or nothing is (one SQLite transaction).
+//     applied or nothing is (one database transaction).
 //   - Messages are stored once and never rewritten, with one exception:
 //     Checkpoint.EditCalls replaces the arguments of a stored assistant
 //     call (an EDIT decision). Checkpoints reference a message count.

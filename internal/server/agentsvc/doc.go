@@ -11,9 +11,9 @@
 // Wiring (cmd/agentd):
 //
 //	svc, err := agentsvc.New(agentsvc.Config{
-//		Runtime:            rt,                            // *deep.Runtime
-//		Threads:            agentsvc.SQLiteThreads(store), // the store rt was built with
-//		OnDeleteThread:     deleteSandbox,                 // func(ctx, *agent.ThreadData) error
+//		Runtime:            rt,                             // *deep.Runtime
+//		Threads:            agentsvc.DurableThreads(store), // the store rt was built with
+//		OnDeleteThread:     deleteSandbox,                  // func(ctx, *agent.ThreadData) error
 //		MaxConcurrentRuns:  cfg.Server.MaxConcurrentRuns,
 //		DetachOnDisconnect: cfg.Server.DetachOnDisconnect,
 //		ReplayRetention:    cfg.Server.ReplayRetention,

@@ -102,7 +102,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		e.store, threads = st, agentsvc.SQLiteThreads(st)
+		e.store, threads = st, agentsvc.DurableThreads(st)
 	}
 	s.deep.Store = e.store
 	m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: "gpt-test",

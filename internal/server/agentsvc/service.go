@@ -40,9 +40,9 @@ type Runtime interface {
 }
 
 // Threads is the thread store as the service reads and deletes it (runs
-// write through the Runtime's own store). SQLiteThreads and MemoryThreads
-// adapt the two stores; both must be the store the Runtime was built
-// with.
+// write through the Runtime's own store). DurableThreads and MemoryThreads
+// adapt the durable and the memory stores; each must be the store the
+// Runtime was built with.
 type Threads interface {
 	// CreateThread stores a new, empty thread.
 	CreateThread(ctx context.Context, t agent.Thread) error

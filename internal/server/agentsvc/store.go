@@ -9,17 +9,18 @@ import (
 	"strings"
 
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/store/sqlite"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
-// SQLiteThreads adapts the durable thread store to Threads.
-func SQLiteThreads(s *sqlite.Store) Threads { return sqliteThreads{s} }
+// DurableThreads adapts a durable thread store (SQLite or PostgreSQL) to
+// Threads.
+func DurableThreads(s store.Threads) Threads { return durableThreads{s} }
 
-type sqliteThreads struct{ *sqlite.Store }
+type durableThreads struct{ store.Threads }
 
-func (t sqliteThreads) ListThreads(ctx context.Context, q ThreadQuery) ([]ListedThread, string, error) {
-	infos, next, err := t.Store.ListThreads(ctx, sqlite.ListQuery{Labels: q.Labels, Status: q.Status, PageSize: q.PageSize, PageToken: q.PageToken})
-	if errors.Is(err, sqlite.ErrBadPageToken) {
+func (t durableThreads) ListThreads(ctx context.Context, q ThreadQuery) ([]ListedThread, string, error) {
+	infos, next, err := t.Threads.ListThreads(ctx, store.ListQuery{Labels: q.Labels, Status: q.Status, PageSize: q.PageSize, PageToken: q.PageToken})
+	if errors.Is(err, store.ErrBadPageToken) {
 		return nil, "", fmt.Errorf("%w: %w", agent.ErrInvalidInput, err)
 	}
 	if err != nil {
@@ -33,7 +34,7 @@ func (t sqliteThreads) ListThreads(ctx context.Context, q ThreadQuery) ([]Listed
 }
 
 // MemoryThreads adapts the ephemeral thread store to Threads; it pages
-// with the same keyset order as the SQLite store (UpdatedAt, then id,
+// with the same keyset order as the durable stores (UpdatedAt, then id,
 // descending).
 func MemoryThreads(s *agent.MemoryStore) Threads { return memoryThreads{s} }
 

@@ -163,7 +163,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.SQLiteThreads(store), Models: []string{"fast", "smart"}},
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(store), Models: []string{"fast", "smart"}},
 		agentsvc.WithLogger(lg))
 	if err != nil {
 		t.Fatal(err)

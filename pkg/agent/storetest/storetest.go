@@ -33,6 +33,8 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"LoadReturnsCopies", testLoadReturnsCopies},
 		{"Files", testFiles},
 		{"Concurrent", testConcurrent},
+		{"ConcurrentSameBase", testConcurrentSameBase},
+		{"ConsistentReads", testConsistentReads},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
@@ -154,6 +156,16 @@ func testEditCalls(t *testing.T, s agent.Store) {
 	d := mustLoad(t, s, "t1")
 	if len(d.Messages) != 2 || d.Messages[1].ToolCalls[0].Args != `{"file_path":"/b.txt"}` || d.Messages[1].ToolCalls[1].Args != `{}` {
 		t.Errorf("messages after edit = %+v", d.Messages)
+	}
+	// Two edits of one message both apply.
+	both := &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseTools, Base: 2, Run: run("r1", agent.StatusRunning),
+		EditCalls: []agent.CallEdit{{MessageIndex: 1, CallID: "c1", Args: `{"file_path":"/c.txt"}`}, {MessageIndex: 1, CallID: "c2", Args: `{"path":"/"}`}}}
+	if err := s.SaveCheckpoint(ctx(), both); err != nil {
+		t.Fatal(err)
+	}
+	d = mustLoad(t, s, "t1")
+	if d.Messages[1].ToolCalls[0].Args != `{"file_path":"/c.txt"}` || d.Messages[1].ToolCalls[1].Args != `{"path":"/"}` {
+		t.Errorf("calls after two edits of one message = %+v", d.Messages[1].ToolCalls)
 	}
 }
 
@@ -356,6 +368,100 @@ func testConcurrent(t *testing.T, s agent.Store) {
 	for i := range threads {
 		if d := mustLoad(t, s, fmt.Sprintf("t%d", i)); len(d.Messages) != steps {
 			t.Errorf("thread %d has %d messages", i, len(d.Messages))
+		}
+	}
+}
+
+// testConcurrentSameBase: writers racing with the same Base serialize; one
+// wins and the others see its log (ErrConflict), never a storage error.
+// Several rounds, so the later ones race on warm connections.
+func testConcurrentSameBase(t *testing.T, s agent.Store) {
+	const writers, rounds = 8, 5
+	mustCreate(t, s, "t1")
+	var winners []string
+	for round := range rounds {
+		start := make(chan struct{})
+		errs := make([]error, writers)
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[i] = s.SaveCheckpoint(ctx(), &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseInput, Base: round,
+					Append: []agent.Message{msg(model.RoleUser, fmt.Sprintf("%d/%d", round, i))}, Run: run(fmt.Sprintf("r%d/%d", round, i), agent.StatusRunning), CreatedAt: t0})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Errorf("round %d: writers %d and %d both saved with base %d", round, won, i, round)
+			case !errors.Is(err, agent.ErrConflict):
+				t.Errorf("round %d: writer %d: %v, want ErrConflict", round, i, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: no writer saved", round)
+		}
+		winners = append(winners, fmt.Sprintf("%d/%d", round, won))
+	}
+	d := mustLoad(t, s, "t1")
+	var got []string
+	for _, m := range d.Messages {
+		got = append(got, m.Content)
+	}
+	if !reflect.DeepEqual(got, winners) || len(d.Checkpoints) != rounds || d.LastRun.RunID != "r"+winners[rounds-1] {
+		t.Errorf("after the races: messages %v, %d checkpoints, last run %s; want the winners' %v alone", got, len(d.Checkpoints), d.LastRun.RunID, winners)
+	}
+}
+
+// testConsistentReads: a load while a writer checkpoints sees one
+// checkpoint whole: the log, the state and the files agree.
+func testConsistentReads(t *testing.T, s agent.Store) {
+	const steps = 30
+	mustCreate(t, s, "t1")
+	done := make(chan struct{})
+	defer func() { <-done }() // the writer reports to t
+	go func() {
+		defer close(done)
+		for j := range steps {
+			n := fmt.Sprint(j + 1)
+			cp := &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseTools, Base: j, Append: []agent.Message{msg(model.RoleUser, n)},
+				Todos: []agent.Todo{{Content: n, Status: agent.TodoPending}}, Files: map[string]json.RawMessage{"/n": json.RawMessage(n)},
+				Run: run("r1", agent.StatusRunning), CreatedAt: t0}
+			if err := s.SaveCheckpoint(ctx(), cp); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for reads := 0; ; reads++ {
+		select {
+		case <-done:
+			if d := mustLoad(t, s, "t1"); len(d.Messages) != steps {
+				t.Errorf("%d messages after the writer, want %d", len(d.Messages), steps)
+			}
+			return
+		default:
+		}
+		d, err := s.LoadThread(ctx(), "t1")
+		if err != nil {
+			t.Fatalf("load %d during writes: %v", reads, err)
+		}
+		n := len(d.Messages)
+		if n == 0 {
+			continue
+		}
+		want := fmt.Sprint(n)
+		last := d.Checkpoints[len(d.Checkpoints)-1]
+		if d.Messages[n-1].Content != want || last.MessageCount != n || len(d.Todos) != 1 || d.Todos[0].Content != want || string(d.Files["/n"]) != want {
+			t.Fatalf("load %d mixes checkpoints: %d messages (last %q), last checkpoint at %d, todos %+v, /n = %s",
+				reads, n, d.Messages[n-1].Content, last.MessageCount, d.Todos, d.Files["/n"])
 		}
 	}
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/store"
 	sqlitedrv "modernc.org/sqlite" // also registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -86,7 +86,7 @@ type Store struct {
 	retention int
 }
 
-var _ agent.Store = (*Store)(nil)
+var _ store.Threads = (*Store)(nil)
 
 // Open opens (creating if needed) the database at path and migrates it.
 func Open(ctx context.Context, path string, o Options) (*Store, error) {
@@ -147,16 +147,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// ErrBusy is returned when the database stayed locked past the busy
-// timeout (another writer held it); the operation may be retried.
-var ErrBusy = errors.New("thread store busy")
-
-// busy marks SQLite's BUSY and LOCKED results with ErrBusy.
+// busy marks SQLite's BUSY and LOCKED results with store.ErrBusy.
 func busy(err error) error {
 	var se *sqlitedrv.Error
 	if errors.As(err, &se) {
 		if c := se.Code() & 0xff; c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED {
-			return fmt.Errorf("%w: %v", ErrBusy, err)
+			return fmt.Errorf("%w: %v", store.ErrBusy, err)
 		}
 	}
 	return err
@@ -172,14 +168,6 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 		return busy(err)
 	}
 	return busy(tx.Commit())
-}
-
-// state is the JSON column holding the latest checkpointed state.
-type state struct {
-	Todos   []agent.Todo               `json:"todos,omitempty"`
-	Summary *agent.Summary             `json:"summary,omitempty"`
-	Private map[string]json.RawMessage `json:"private,omitempty"`
-	Pending *agent.PendingStep         `json:"pending,omitempty"`
 }
 
 func nanos(t time.Time) int64 { return t.UnixNano() }
@@ -262,7 +250,7 @@ func (s *Store) load(ctx context.Context, q *sql.Tx, id string, full bool) (*age
 	if err := json.Unmarshal([]byte(md), &d.Thread.Metadata); err != nil {
 		return nil, 0, fmt.Errorf("load thread %s: metadata: %w", id, err)
 	}
-	var sv state
+	var sv store.State
 	if err := json.Unmarshal([]byte(st), &sv); err != nil {
 		return nil, 0, fmt.Errorf("load thread %s: state: %w", id, err)
 	}
@@ -426,21 +414,15 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			}
 		}
 		if cp.Metadata != nil {
-			cur := map[string]string{}
-			if err := json.Unmarshal([]byte(md), &cur); err != nil {
-				return err
-			}
-			for k, v := range cp.Metadata {
-				cur[k] = v
-			}
-			if md, err = mustJSON(cur); err != nil {
+			var err error
+			if md, err = store.MergeMetadata(md, cp.Metadata); err != nil {
 				return err
 			}
 			if err := writeLabels(ctx, tx, cp.ThreadID, cp.Metadata); err != nil {
 				return err
 			}
 		}
-		st, err := mustJSON(state{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
+		st, err := mustJSON(store.State{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
 		if err != nil {
 			return err
 		}
@@ -490,23 +472,9 @@ func editCall(ctx context.Context, tx *sql.Tx, threadID string, e agent.CallEdit
 	if err != nil {
 		return err
 	}
-	var m agent.Message
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		return err
-	}
-	found := false
-	for i := range m.ToolCalls {
-		if m.ToolCalls[i].ID == e.CallID {
-			m.ToolCalls[i].Args = e.Args
-			found = true
-		}
-	}
-	if !found {
-		return fmt.Errorf("checkpoint %s: no call %s in message %d: %w", threadID, e.CallID, e.MessageIndex, agent.ErrConflict)
-	}
-	nb, err := mustJSON(m)
+	nb, err := store.EditCall(body, e)
 	if err != nil {
-		return err
+		return fmt.Errorf("checkpoint %s: %w", threadID, err)
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE messages SET body = ? WHERE thread_id = ? AND idx = ?`, nb, threadID, e.MessageIndex)
 	return err
@@ -552,7 +520,7 @@ func (s *Store) FailRunningRuns(ctx context.Context, message string) (int, error
 	return n, err
 }
 
-// SetSandbox records the sandbox created for a thread ("" clears it).
+// SetSandbox implements store.Threads.
 func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE threads SET sandbox_id = ? WHERE id = ?`, sandboxID, threadID)
 	if err != nil {
@@ -564,7 +532,7 @@ func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) erro
 	return nil
 }
 
-// DeleteThread removes a thread and everything stored with it.
+// DeleteThread implements store.Threads.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, id)
@@ -578,40 +546,15 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	})
 }
 
-// ListQuery selects a page of threads.
-type ListQuery struct {
-	// Labels must all be present with these values.
-	Labels map[string]string
-	// Status filters by derived status ("" = any).
-	Status agent.ThreadStatus
-	// PageSize bounds the page (default 50, max 500).
-	PageSize int
-	// PageToken continues a previous listing.
-	PageToken string
-}
-
-// ThreadInfo is a listed thread: everything but the message log and the
-// checkpoint list, plus the log's length.
-type ThreadInfo struct {
-	*agent.ThreadData
-	// MessageCount is the length of the message log.
-	MessageCount int
-}
-
-// ListThreads returns one page of threads, newest updated_at first, and the
-// token of the next page ("" at the end).
-func (s *Store) ListThreads(ctx context.Context, q ListQuery) ([]ThreadInfo, string, error) {
-	size := q.PageSize
-	if size <= 0 {
-		size = 50
-	}
-	size = min(size, 500)
+// ListThreads implements store.Threads.
+func (s *Store) ListThreads(ctx context.Context, q store.ListQuery) ([]store.ThreadInfo, string, error) {
+	size := q.Size()
 	var (
 		where []string
 		args  []any
 	)
 	if q.PageToken != "" {
-		u, id, err := decodeToken(q.PageToken)
+		u, id, err := store.DecodePageToken(q.PageToken)
 		if err != nil {
 			return nil, "", err
 		}
@@ -639,7 +582,7 @@ func (s *Store) ListThreads(ctx context.Context, q ListQuery) ([]ThreadInfo, str
 	query += ` ORDER BY t.updated_at DESC, t.id DESC LIMIT ?`
 	args = append(args, size+1)
 
-	var out []ThreadInfo
+	var out []store.ThreadInfo
 	next := ""
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
@@ -666,42 +609,21 @@ func (s *Store) ListThreads(ctx context.Context, q ListQuery) ([]ThreadInfo, str
 		if len(keys) > size {
 			keys = keys[:size]
 			last := keys[size-1]
-			next = encodeToken(last.u, last.id)
+			next = store.EncodePageToken(last.u, last.id)
 		}
 		for _, k := range keys {
 			d, n, err := s.load(ctx, tx, k.id, false)
 			if err != nil {
 				return err
 			}
-			out = append(out, ThreadInfo{ThreadData: d, MessageCount: n})
+			out = append(out, store.ThreadInfo{ThreadData: d, MessageCount: n})
 		}
 		return nil
 	})
 	return out, next, err
 }
 
-func encodeToken(updated int64, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(updated, 10) + ":" + id))
-}
-
-// ErrBadPageToken is returned for a page token this store did not issue.
-var ErrBadPageToken = errors.New("invalid page token")
-
-func decodeToken(tok string) (int64, string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return 0, "", ErrBadPageToken
-	}
-	u, id, ok := strings.Cut(string(b), ":")
-	n, err := strconv.ParseInt(u, 10, 64)
-	if !ok || err != nil || id == "" {
-		return 0, "", ErrBadPageToken
-	}
-	return n, id, nil
-}
-
-// Thread returns a thread's record (labels, sandbox id, times) without its
-// log or state.
+// Thread implements store.Threads.
 func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 	var (
 		t                agent.Thread

@@ -13,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/storetest"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 func open(t *testing.T, path string, o Options) *Store {
@@ -136,89 +137,6 @@ func TestFailRunningRunsAndRetention(t *testing.T) {
 	}
 }
 
-func TestListAndDelete(t *testing.T) {
-	ctx := context.Background()
-	s := open(t, filepath.Join(t.TempDir(), "db"), Options{})
-	for i := range 7 {
-		tenant := "a"
-		if i%2 == 1 {
-			tenant = "b"
-		}
-		newThread(t, s, fmt.Sprintf("t%d", i), map[string]string{"tenant": tenant}, t0.Add(time.Duration(i)*time.Minute))
-	}
-	// t6 gets an interrupt, t4 a running run.
-	must := func(cp agent.Checkpoint) {
-		t.Helper()
-		if err := s.SaveCheckpoint(ctx, &cp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(agent.Checkpoint{ThreadID: "t6", Base: 0, Interrupt: &agent.PendingInterrupt{InterruptID: "i"}, Run: agent.RunRecord{RunID: "r6", Status: agent.StatusInterrupted}, CreatedAt: t0.Add(10 * time.Minute)})
-	must(agent.Checkpoint{ThreadID: "t4", Base: 0, Run: agent.RunRecord{RunID: "r4", Status: agent.StatusRunning}, CreatedAt: t0.Add(11 * time.Minute)})
-
-	ids := func(list []ThreadInfo) string {
-		var out []string
-		for _, d := range list {
-			out = append(out, d.Thread.ID)
-		}
-		return fmt.Sprint(out)
-	}
-	tests := []struct {
-		name string
-		q    ListQuery
-		want string
-	}{
-		{"all newest first", ListQuery{}, "[t4 t6 t5 t3 t2 t1 t0]"},
-		{"label", ListQuery{Labels: map[string]string{"tenant": "a"}}, "[t4 t6 t2 t0]"},
-		{"two labels no match", ListQuery{Labels: map[string]string{"tenant": "a", "x": "y"}}, "[]"},
-		{"interrupted", ListQuery{Status: agent.ThreadInterrupted}, "[t6]"},
-		{"running", ListQuery{Status: agent.ThreadRunning}, "[t4]"},
-		{"idle", ListQuery{Status: agent.ThreadIdle, Labels: map[string]string{"tenant": "b"}}, "[t5 t3 t1]"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, next, err := s.ListThreads(ctx, tt.q)
-			if err != nil || ids(got) != tt.want || next != "" {
-				t.Fatalf("got %s next %q err %v, want %s", ids(got), next, err, tt.want)
-			}
-		})
-	}
-
-	var pages []string
-	tok := ""
-	for {
-		got, next, err := s.ListThreads(ctx, ListQuery{PageSize: 3, PageToken: tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pages = append(pages, ids(got))
-		if next == "" {
-			break
-		}
-		tok = next
-	}
-	if fmt.Sprint(pages) != "[[t4 t6 t5] [t3 t2 t1] [t0]]" {
-		t.Fatalf("pages = %v", pages)
-	}
-	if _, _, err := s.ListThreads(ctx, ListQuery{PageToken: "garbage!"}); !errors.Is(err, ErrBadPageToken) {
-		t.Fatalf("bad token: %v", err)
-	}
-
-	if err := s.DeleteThread(ctx, "t6"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.LoadThread(ctx, "t6"); !errors.Is(err, agent.ErrThreadNotFound) {
-		t.Fatalf("load after delete: %v", err)
-	}
-	if err := s.DeleteThread(ctx, "t6"); !errors.Is(err, agent.ErrThreadNotFound) {
-		t.Fatalf("second delete: %v", err)
-	}
-	var left int
-	if err := s.db.QueryRow(`SELECT (SELECT count(*) FROM runs WHERE thread_id='t6') + (SELECT count(*) FROM checkpoints WHERE thread_id='t6') + (SELECT count(*) FROM thread_labels WHERE thread_id='t6')`).Scan(&left); err != nil || left != 0 {
-		t.Fatalf("rows left after delete: %d, %v", left, err)
-	}
-}
-
 func TestConcurrentCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "db"), Options{})
@@ -278,6 +196,14 @@ func TestStoreConformance(t *testing.T) {
 	})
 }
 
+// TestThreadsConformance runs the durable stores' suite (listing,
+// deletion, sandboxes, retention) against a real SQLite file.
+func TestThreadsConformance(t *testing.T) {
+	storetest.RunThreads(t, func(t *testing.T, retention int) store.Threads {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{CheckpointRetention: retention})
+	})
+}
+
 // TestBusyIsReported: a writer that holds the database past the busy
 // timeout makes a checkpoint fail with ErrBusy (agentd answers
 // UNAVAILABLE), and nothing is half-written.
@@ -297,7 +223,7 @@ func TestBusyIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := agent.Checkpoint{ThreadID: "th", Base: 0, Append: []agent.Message{msg(model.RoleUser, "x")}, CreatedAt: t0}
-	if err := s.SaveCheckpoint(ctx, &cp); !errors.Is(err, ErrBusy) {
+	if err := s.SaveCheckpoint(ctx, &cp); !errors.Is(err, store.ErrBusy) {
 		t.Fatalf("checkpoint while locked: %v, want ErrBusy", err)
 	}
 	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {

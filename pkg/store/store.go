@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+// Threads is a durable thread store: agent.Store plus what agentd's thread
+// RPCs and thread backends need. Every implementation must pass
+// storetest.Run and storetest.RunThreads.
+type Threads interface {
+	agent.Store
+	// Thread returns a thread's record (labels, sandbox id, times) without
+	// its log or state, or agent.ErrThreadNotFound.
+	Thread(ctx context.Context, id string) (agent.Thread, error)
+	// SetSandbox records the sandbox created for a thread ("" clears it).
+	SetSandbox(ctx context.Context, threadID, sandboxID string) error
+	// DeleteThread removes a thread and everything stored with it, or
+	// returns agent.ErrThreadNotFound.
+	DeleteThread(ctx context.Context, id string) error
+	// ListThreads returns one page of threads, newest UpdatedAt first
+	// (then id, descending), and the next page's token ("" at the end). A
+	// token it did not issue is ErrBadPageToken.
+	ListThreads(ctx context.Context, q ListQuery) ([]ThreadInfo, string, error)
+	// Close releases the store.
+	Close() error
+}
+
+// Errors of the durable stores.
+var (
+	// ErrBusy: the database stayed locked past the busy timeout (another
+	// writer held it), could not serialize the transaction or could not be
+	// reached; the operation may be retried.
+	ErrBusy = errors.New("thread store busy")
+	// ErrBadPageToken is returned for a page token the store did not issue.
+	ErrBadPageToken = errors.New("invalid page token")
+)
+
+// ListQuery selects a page of threads.
+type ListQuery struct {
+	// Labels must all be present with these values.
+	Labels map[string]string
+	// Status filters by derived status ("" = any).
+	Status agent.ThreadStatus
+	// PageSize bounds the page (default 50, max 500).
+	PageSize int
+	// PageToken continues a previous listing.
+	PageToken string
+}
+
+// Size is the page size the query asks for, defaulted and capped.
+func (q ListQuery) Size() int {
+	if q.PageSize <= 0 {
+		return 50
+	}
+	return min(q.PageSize, 500)
+}
+
+// ThreadInfo is a listed thread: everything but the message log and the
+// checkpoint list, plus the log's length.
+type ThreadInfo struct {
+	*agent.ThreadData
+	// MessageCount is the length of the message log.
+	MessageCount int
+}
+
+// EncodePageToken is the token of the page after the thread with this
+// UpdatedAt (Unix nanoseconds) and id.
+func EncodePageToken(updated int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(updated, 10) + ":" + id))
+}
+
+// DecodePageToken returns the UpdatedAt (Unix nanoseconds) and id a token
+// continues after, or ErrBadPageToken.
+func DecodePageToken(tok string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, "", ErrBadPageToken
+	}
+	u, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(u, 10, 64)
+	if !ok || err != nil || id == "" {
+		return 0, "", ErrBadPageToken
+	}
+	return n, id, nil
+}
+
+// State is the JSON document a store keeps as a thread's latest
+// checkpointed state (the same in every store, so threads can be copied
+// between them).
+type State struct {
+	Todos   []agent.Todo               `json:"todos,omitempty"`
+	Summary *agent.Summary             `json:"summary,omitempty"`
+	Private map[string]json.RawMessage `json:"private,omitempty"`
+	Pending *agent.PendingStep         `json:"pending,omitempty"`
+}
+
+// EditCall returns the stored message body (JSON) with the arguments of
+// call e.CallID replaced (an EDIT decision), or agent.ErrConflict when the
+// message has no such call.
+func EditCall(body string, e agent.CallEdit) (string, error) {
+	var m agent.Message
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		return "", fmt.Errorf("message %d: %w", e.MessageIndex, err)
+	}
+	found := false
+	for i := range m.ToolCalls {
+		if m.ToolCalls[i].ID == e.CallID {
+			m.ToolCalls[i].Args = e.Args
+			found = true
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("no call %s in message %d: %w", e.CallID, e.MessageIndex, agent.ErrConflict)
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+// MergeMetadata returns the stored labels (JSON) with set applied: keys of
+// set are added or replaced, the others kept.
+func MergeMetadata(stored string, set map[string]string) (string, error) {
+	cur := map[string]string{}
+	if err := json.Unmarshal([]byte(stored), &cur); err != nil {
+		return "", fmt.Errorf("metadata: %w", err)
+	}
+	maps.Copy(cur, set)
+	b, err := json.Marshal(cur)
+	return string(b), err
+}
