@@ -392,19 +392,25 @@ func (r *Run) Done() <-chan struct{} { return r.done }
 // terminal event is held back until End, so that a client who sees it
 // finds the thread's lease and the run slot already free.
 func (r *Run) Emit(e *plumbv1.Event) {
+	// File the segment under its thread before its first event can reach
+	// a stream: a client that has seen run_started may Attach at once.
+	r.mu.Lock()
+	first := !r.started && !r.ended
+	r.mu.Unlock()
+	if first && e.GetThreadId() != "" {
+		r.g.file(r, e.GetThreadId())
+	}
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
 		return
 	}
-	first := !r.started
-	if first {
+	if !r.started {
 		r.started, r.prev = true, nil
 		r.threadID, r.runID = e.GetThreadId(), e.GetRunId()
 		r.first = e.GetSequence()
 		r.floor = r.first - 1
 	}
-	threadID := r.threadID
 	if isTerminal(e) {
 		r.held = e
 	} else {
@@ -413,9 +419,6 @@ func (r *Run) Emit(e *plumbv1.Event) {
 		r.signal()
 	}
 	r.mu.Unlock()
-	if first && threadID != "" {
-		r.g.file(r, threadID)
-	}
 }
 
 // End records that the runtime call returned with err, releases the run
