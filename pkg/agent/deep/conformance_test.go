@@ -67,16 +67,7 @@ var loopScenarios = []scenario{
 		tr := e.run(input("go")).must(t)
 		// Parallel: every call started before any result (each sleeps
 		// 300 ms). Not a wall-clock bound, which a loaded machine breaks.
-		inFlight, peak := 0, 0
-		for _, ev := range tr.events {
-			switch ev.Payload.(type) {
-			case agent.ToolCallStarted:
-				inFlight++
-				peak = max(peak, inFlight)
-			case agent.ToolResultEvent:
-				inFlight--
-			}
-		}
+		peak := peakTools(tr)
 		if peak != 3 {
 			t.Errorf("observed concurrency %d, want 3", peak)
 		}
@@ -110,16 +101,7 @@ var loopScenarios = []scenario{
 		if d := time.Since(start); d < 400*time.Millisecond {
 			t.Errorf("wall time %v, want ≥ 400ms", d)
 		}
-		inFlight, peak := 0, 0
-		for _, ev := range tr.events {
-			switch ev.Payload.(type) {
-			case agent.ToolCallStarted:
-				inFlight++
-				peak = max(peak, inFlight)
-			case agent.ToolResultEvent:
-				inFlight--
-			}
-		}
+		peak := peakTools(tr)
 		if peak > 2 {
 			t.Errorf("observed concurrency %d, want ≤ 2", peak)
 		}
@@ -288,3 +270,18 @@ func checkCalls(t *testing.T, tr *transcript, want []model.ToolCall) {
 }
 
 var _ = profile.Main
+
+// peakTools is the most tool calls in flight at once in tr's events.
+func peakTools(tr *transcript) int {
+	inFlight, peak := 0, 0
+	for _, ev := range tr.events {
+		switch ev.Payload.(type) {
+		case agent.ToolCallStarted:
+			inFlight++
+			peak = max(peak, inFlight)
+		case agent.ToolResultEvent:
+			inFlight--
+		}
+	}
+	return peak
+}
