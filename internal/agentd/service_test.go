@@ -261,6 +261,7 @@ func TestSeedFilesEveryBackend(t *testing.T) {
 	// A new thread whose seed fails: INVALID_ARGUMENT, no thread, no
 	// sandbox (the sandbox root is read-only).
 	bad := input("", "never runs")
+	bad.Metadata = map[string]string{"tenant": "acme"} // the store route needs it first
 	bad.Files = map[string]string{"/workspace/ok.txt": "fine", "/etc/plumb.txt": "read-only root"}
 	if _, _, err := s.run(bad); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "/etc/plumb.txt") {
 		t.Fatalf("seed into a read-only path: %v, want INVALID_ARGUMENT naming the file", err)

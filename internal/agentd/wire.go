@@ -50,6 +50,8 @@ type Agentd struct {
 	Config *Config
 
 	cleanup []func()
+	// warnings are logged only once Build has accepted the config.
+	warnings []func()
 }
 
 // ModelKeys lists the configured model keys, sorted.
@@ -203,8 +205,8 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	} else if n > 0 {
 		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
 	}
-	if cfg.Storage.SQLitePath == "" {
-		o.Logger.Warn("storage.sqlite_path is not set: threads are kept in a temporary file and lost at exit", zap.String("path", path))
+	for _, warn := range a.warnings {
+		warn()
 	}
 	for _, key := range sortedKeys(models) {
 		if u, ok := models[key].Chat.(unconfigured); ok {
@@ -271,7 +273,10 @@ func (a *Agentd) sqliteFile(path string, o Options, what string) (string, error)
 		a.cleanup = append(a.cleanup, func() { os.RemoveAll(dir) })
 	}
 	path = filepath.Join(dir, "agentd.db")
-	o.Logger.Warn("storage.sqlite_path is not set: "+what+" are kept in a temporary file and lost at exit", zap.String("path", path))
+	// Said once the whole config is known to be valid (Build).
+	a.warnings = append(a.warnings, func() {
+		o.Logger.Warn("storage.sqlite_path is not set: "+what+" are kept in a temporary file and lost at exit", zap.String("path", path))
+	})
 	return path, nil
 }
 

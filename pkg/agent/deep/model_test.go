@@ -210,6 +210,12 @@ var limitScenarios = []scenario{
 		if n := e.srv.Count("main"); n != 1 {
 			t.Errorf("%d model requests", n)
 		}
+		// The record is committed just before the service lets go of the
+		// thread; Cancel returns once the thread is free (a no-op if it
+		// already is).
+		if _, err := e.c.Cancel(e.ctx(), &plumbv1.CancelRequest{ThreadId: thread}); err != nil {
+			t.Fatal(err)
+		}
 		e.srv.Script("main", modeltest.Text("ok"))
 		e.run(agent.RunInput{ThreadID: thread, Input: []string{"next"}}).must(t).finished(t, agent.StatusCompleted)
 		got := requestMessages(e.srv.Requests("main")[1])
