@@ -15,10 +15,10 @@ import (
 	"io"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/pbconv"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"google.golang.org/grpc"
 )
