@@ -15,7 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc/codes"
@@ -91,8 +91,8 @@ func TestErrorsMapToStableCodes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
 			st := status.Convert(err)
-			if st.Code() != tt.code || server.Reason(err) != tt.reason || !strings.Contains(st.Message(), tt.msgContain) {
-				t.Fatalf("got %v (reason %q), want %v reason %q mentioning %q", err, server.Reason(err), tt.code, tt.reason, tt.msgContain)
+			if st.Code() != tt.code || pbconv.Reason(err) != tt.reason || !strings.Contains(st.Message(), tt.msgContain) {
+				t.Fatalf("got %v (reason %q), want %v reason %q mentioning %q", err, pbconv.Reason(err), tt.code, tt.reason, tt.msgContain)
 			}
 		})
 	}
@@ -272,8 +272,8 @@ func TestStalledStreamStallsOnlyItself(t *testing.T) {
 		m, err := stalled.Recv()
 		if err != nil {
 			st := status.Convert(err)
-			if st.Code() != codes.ResourceExhausted || server.Reason(err) != string(sandbox.CodeSlowConsumer) || !strings.Contains(st.Message(), "not read fast enough") {
-				t.Fatalf("stalled stream ended with %v (reason %q), want RESOURCE_EXHAUSTED %s", err, server.Reason(err), sandbox.CodeSlowConsumer)
+			if st.Code() != codes.ResourceExhausted || pbconv.Reason(err) != string(sandbox.CodeSlowConsumer) || !strings.Contains(st.Message(), "not read fast enough") {
+				t.Fatalf("stalled stream ended with %v (reason %q), want RESOURCE_EXHAUSTED %s", err, pbconv.Reason(err), sandbox.CodeSlowConsumer)
 			}
 			break
 		}
@@ -307,8 +307,8 @@ func TestCreateRuntimeMustExist(t *testing.T) {
 
 	_, err = wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Runtime: "plumb-no-such-runtime"})
 	st := status.Convert(err)
-	if st.Code() != codes.InvalidArgument || server.Reason(err) != string(sandbox.CodeInvalid) || !strings.Contains(st.Message(), `"plumb-no-such-runtime"`) {
-		t.Fatalf("create with an unknown runtime: %v (reason %q), want INVALID_ARGUMENT %s naming it", err, server.Reason(err), sandbox.CodeInvalid)
+	if st.Code() != codes.InvalidArgument || pbconv.Reason(err) != string(sandbox.CodeInvalid) || !strings.Contains(st.Message(), `"plumb-no-such-runtime"`) {
+		t.Fatalf("create with an unknown runtime: %v (reason %q), want INVALID_ARGUMENT %s naming it", err, pbconv.Reason(err), sandbox.CodeInvalid)
 	}
 	for name := range info.Info.Runtimes {
 		if !strings.Contains(st.Message(), name) {
@@ -581,8 +581,8 @@ func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
 			} {
 				err := c.call()
 				st := status.Convert(err)
-				if st.Code() != c.code || server.Reason(err) != c.reason {
-					t.Fatalf("%s: %v (reason %q), want %v %q", c.op, err, server.Reason(err), c.code, c.reason)
+				if st.Code() != c.code || pbconv.Reason(err) != c.reason {
+					t.Fatalf("%s: %v (reason %q), want %v %q", c.op, err, pbconv.Reason(err), c.code, c.reason)
 				}
 				if size := proto.Size(st.Proto()); size > 1024 {
 					t.Errorf("%s: status of %d bytes (message and details), want at most 1 KiB: %v", c.op, size, st.Proto())
