@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
@@ -24,7 +25,7 @@ import (
 )
 
 func TestErrorsMapToStableCodes(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -111,7 +112,7 @@ func TestErrorsMapToStableCodes(t *testing.T) {
 }
 
 func TestStreamsAndChunkedTransfers(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -218,7 +219,7 @@ func TestStreamsAndChunkedTransfers(t *testing.T) {
 // output passes the worker's bound, and the stream, when finally read,
 // ends with RESOURCE_EXHAUSTED slow_consumer.
 func TestStalledStreamStallsOnlyItself(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
 	defer cancel()
@@ -294,7 +295,7 @@ func TestStalledStreamStallsOnlyItself(t *testing.T) {
 // mistake, INVALID_ARGUMENT naming the runtimes the worker has (as the
 // engine reports them); a runtime it has works.
 func TestCreateRuntimeMustExist(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
 	info, err := sandboxtest.Docker(t).Info(ctx, client.InfoOptions{})
@@ -329,7 +330,7 @@ func TestCreateRuntimeMustExist(t *testing.T) {
 // deadlines or a client going away, at every stage of a create, leave no
 // container and no volume behind (labelled or not), and hold no quota.
 func TestCancelledCreatesLeaveNothing(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	cli := sandboxtest.Docker(t)
 	// Remove leftovers even when the test fails.
 	t.Cleanup(func() { removeWorkerLeftovers(t, cli, wk.Name) })
@@ -469,7 +470,7 @@ func removeWorkerLeftovers(t *testing.T, cli *client.Client, worker string) {
 // An empty path in Ls, Glob or Grep means the sandbox's home: the working
 // dir, which is "/" in file paths when files_root is the working dir.
 func TestEmptyPathIsTheHome(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -524,7 +525,7 @@ func TestEmptyPathIsTheHome(t *testing.T) {
 // so its trailers stay far below the 8 KiB header list that default HTTP/2
 // clients (grpcio among them) accept.
 func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
