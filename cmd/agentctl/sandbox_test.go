@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
-	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
 
 // TestSandboxCommands drives `agentctl sandbox ...` against a real worker
 // and real containers: create, ls, exec (streamed, exit code passed on),
 // cp in and out, rm.
 func TestSandboxCommands(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sh := func(args ...string) (string, error) {

@@ -96,6 +96,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		Files:     files,
 		Root:      *root,
 		Workspace: *workspace,
+		Version:   version.Version,
 		Logger:    lg,
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
@@ -136,6 +137,10 @@ func TestServe(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
 		t.Skip("no /bin/sh")
 	}
+	// The hello reports the build version, which -ldflags -X sets.
+	old := version.Version
+	version.Version = "v9.8.7-test"
+	t.Cleanup(func() { version.Version = old })
 	root := t.TempDir()
 	ws := filepath.Join(root, "ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
@@ -173,7 +178,7 @@ func TestServe(t *testing.T) {
 	}
 
 	var h agentproto.Hello
-	if r := call(1, agentproto.OpHello, struct{}{}); r.Error != nil || json.Unmarshal(r.Result, &h) != nil || h.Root != root || h.Workspace != ws {
+	if r := call(1, agentproto.OpHello, struct{}{}); r.Error != nil || json.Unmarshal(r.Result, &h) != nil || h.Root != root || h.Workspace != ws || h.AgentVersion != "v9.8.7-test" {
 		t.Fatalf("hello: %+v (%+v)", r, h)
 	}
 	var res backend.ExecuteResult

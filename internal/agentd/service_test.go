@@ -14,10 +14,10 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
-	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,14 +32,14 @@ import (
 type stack struct {
 	t      *testing.T
 	model  *modeltest.Server
-	worker *sandboxtest.Worker
+	worker *sandboxsvctest.Worker
 	core   *Agentd
 	c      plumbv1.AgentServiceClient
 }
 
 // startStack builds agentd from the common header plus extra (backends,
 // tools, ...). With a worker, sandbox.address points at it.
-func startStack(t *testing.T, w *sandboxtest.Worker, extra string) *stack {
+func startStack(t *testing.T, w *sandboxsvctest.Worker, extra string) *stack {
 	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
@@ -198,7 +198,7 @@ func wantResult(t *testing.T, results map[string]*plumbv1.ToolResult, id string,
 // thread does) and on an existing one, and the run reads them back. A new
 // thread whose files cannot be seeded is not left behind, nor its sandbox.
 func TestSeedFilesEveryBackend(t *testing.T) {
-	w := sandboxtest.StartWorker(t, sandbox.Config{})
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	host := t.TempDir()
 	s := startStack(t, w, fmt.Sprintf(`backends:
   default: sandbox
@@ -283,7 +283,7 @@ const resetMarker = "was reset and is empty"
 // gets a new sandbox and its result says that the workspace was reset;
 // execute and file tools alike, once per replacement.
 func TestSandboxReplacedToolResultSaysSo(t *testing.T) {
-	w := sandboxtest.StartWorker(t, sandbox.Config{})
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	// Memory reads the workspace before the first tool call of a run, so
 	// it is what finds an expired sandbox gone.
 	s := startStack(t, w, "backends: {default: sandbox}\nmiddleware: {memory: {paths: [/workspace/AGENTS.md]}}\n")
@@ -331,7 +331,7 @@ func TestSandboxReplacedToolResultSaysSo(t *testing.T) {
 // middle: with the artifacts on a State route (the sandbox writes a
 // scratch copy that is moved there) and inside the sandbox itself.
 func TestExecuteFullOutputReadable(t *testing.T) {
-	w := sandboxtest.StartWorker(t, sandbox.Config{})
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	for _, tc := range []struct {
 		name, backends, path string
 	}{

@@ -1,6 +1,8 @@
 // Package server holds what plumb's gRPC adapters share, above all Status:
 // the one place where domain errors become gRPC status codes. The adapters
 // themselves live in subpackages (agentsvc, sandboxsvc) and stay thin.
+// Clients decode a status with pbconv.Reason, pbconv.FieldViolations and
+// pbconv.FileError.
 package server
 
 import (
@@ -13,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/store"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -24,29 +27,6 @@ import (
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of plumb's errors.
 const ErrorDomain = "plumb.dev"
-
-// fileCodes maps file-engine codes to gRPC codes (file-tools spec §3).
-var fileCodes = map[backend.Code]codes.Code{
-	backend.CodeInvalidPath:         codes.InvalidArgument,
-	backend.CodeInvalidArgument:     codes.InvalidArgument,
-	backend.CodeInvalidPattern:      codes.InvalidArgument,
-	backend.CodeFileNotFound:        codes.NotFound,
-	backend.CodeIsDirectory:         codes.FailedPrecondition,
-	backend.CodeNotADirectory:       codes.FailedPrecondition,
-	backend.CodeNotRegularFile:      codes.FailedPrecondition,
-	backend.CodePermissionDenied:    codes.PermissionDenied,
-	backend.CodeNoSpace:             codes.ResourceExhausted,
-	backend.CodeStringNotFound:      codes.FailedPrecondition,
-	backend.CodeMultipleOccurrences: codes.FailedPrecondition,
-	backend.CodeOffsetOutOfRange:    codes.OutOfRange,
-	backend.CodeTooLarge:            codes.FailedPrecondition,
-	backend.CodeNotText:             codes.FailedPrecondition,
-	backend.CodeTimeout:             codes.DeadlineExceeded,
-	backend.CodeUnsupported:         codes.Unimplemented,
-	backend.CodeUnavailable:         codes.Unavailable,
-	backend.CodeCancelled:           codes.Canceled,
-	backend.CodeInternal:            codes.Internal,
-}
 
 // sandboxCodes maps sandbox lifecycle codes to gRPC codes.
 var sandboxCodes = map[sandbox.Code]codes.Code{
@@ -184,7 +164,7 @@ func Status(err error) error {
 		if fe.Path != "" {
 			md["path"] = fe.Path
 		}
-		c, ok := fileCodes[fe.Code]
+		c, ok := pbconv.FileStatusCode(fe.Code)
 		if !ok {
 			c = codes.Internal
 		}
@@ -289,77 +269,4 @@ func cutBytes(s string, n int) string {
 		i--
 	}
 	return s[:i] + ellipsis
-}
-
-// FieldViolations returns the google.rpc.BadRequest field violations of a
-// status error.
-func FieldViolations(err error) []agent.FieldViolation {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	var out []agent.FieldViolation
-	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, v := range br.GetFieldViolations() {
-				out = append(out, agent.FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
-			}
-		}
-	}
-	return out
-}
-
-// Reason returns the ErrorInfo reason of a status error, or "".
-func Reason(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
-}
-
-// FileError converts a status error back into a *backend.Error (clients of
-// SandboxService use it), keeping the code, message, path and details.
-func FileError(err error) *backend.Error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return backend.Errorf(backend.CodeInternal, "", "%v", err)
-	}
-	fe := &backend.Error{Message: st.Message()}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			fe.Code = backend.Code(info.GetReason())
-			for k, v := range info.GetMetadata() {
-				if k == "path" {
-					fe.Path = v
-					continue
-				}
-				fe.WithDetail(k, v)
-			}
-		}
-	}
-	if _, known := fileCodes[fe.Code]; known {
-		return fe
-	}
-	// Not a file-engine error: classify by status code.
-	switch st.Code() {
-	case codes.NotFound, codes.FailedPrecondition, codes.Unavailable, codes.ResourceExhausted:
-		fe.Code = backend.CodeUnavailable
-	case codes.Canceled:
-		fe.Code = backend.CodeCancelled
-	case codes.DeadlineExceeded:
-		fe.Code = backend.CodeTimeout
-	case codes.InvalidArgument:
-		fe.Code = backend.CodeInvalidArgument
-	case codes.Unimplemented:
-		fe.Code = backend.CodeUnsupported
-	default:
-		fe.Code = backend.CodeInternal
-	}
-	return fe
 }

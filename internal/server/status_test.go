@@ -18,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/store"
 )
@@ -67,7 +68,7 @@ func TestStatus(t *testing.T) {
 			if got := status.Code(err); got != tt.code {
 				t.Fatalf("code %v (%v), want %v", got, err, tt.code)
 			}
-			if got := server.Reason(err); got != tt.reason {
+			if got := pbconv.Reason(err); got != tt.reason {
 				t.Errorf("reason %q, want %q", got, tt.reason)
 			}
 			if tt.md != nil {
@@ -83,7 +84,7 @@ func TestStatus(t *testing.T) {
 				}
 			}
 			var fields []string
-			for _, v := range server.FieldViolations(err) {
+			for _, v := range pbconv.FieldViolations(err) {
 				fields = append(fields, v.Field)
 			}
 			if !slices.Equal(fields, tt.fields) {
@@ -93,6 +94,25 @@ func TestStatus(t *testing.T) {
 				t.Errorf("internal error text leaked: %v", err)
 			}
 		})
+	}
+}
+
+// A file-engine error survives Status and pbconv.FileError (what the
+// SandboxService client does) with its code, path and details, for every
+// code of file-tools spec §3.
+func TestFileErrorRoundTrip(t *testing.T) {
+	for _, c := range []backend.Code{
+		backend.CodeInvalidPath, backend.CodeInvalidArgument, backend.CodeInvalidPattern, backend.CodeFileNotFound,
+		backend.CodeIsDirectory, backend.CodeNotADirectory, backend.CodeNotRegularFile, backend.CodePermissionDenied,
+		backend.CodeNoSpace, backend.CodeStringNotFound, backend.CodeMultipleOccurrences, backend.CodeOffsetOutOfRange,
+		backend.CodeTooLarge, backend.CodeNotText, backend.CodeTimeout, backend.CodeUnsupported,
+		backend.CodeUnavailable, backend.CodeCancelled, backend.CodeInternal,
+	} {
+		in := backend.Errorf(c, "/a", "op /a: %s", c).WithDetail("count", "2")
+		out := pbconv.FileError(server.Status(in))
+		if out.Code != c || out.Path != "/a" || out.Message != in.Message || !maps.Equal(out.Details, in.Details) {
+			t.Errorf("%s came back as %+v", c, out)
+		}
 	}
 }
 
@@ -122,8 +142,8 @@ func TestStatusIsBounded(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := server.Status(tt.err)
 			st := status.Convert(err)
-			if st.Code() != tt.code || server.Reason(err) != tt.reason {
-				t.Fatalf("got %v (reason %q), want %v %q", st.Code(), server.Reason(err), tt.code, tt.reason)
+			if st.Code() != tt.code || pbconv.Reason(err) != tt.reason {
+				t.Fatalf("got %v (reason %q), want %v %q", st.Code(), pbconv.Reason(err), tt.code, tt.reason)
 			}
 			if size := proto.Size(st.Proto()); size > server.MaxStatusBytes {
 				t.Errorf("status of %d bytes, want at most %d", size, server.MaxStatusBytes)
@@ -140,7 +160,7 @@ func TestStatusIsBounded(t *testing.T) {
 					}
 				}
 			}
-			if tt.reason == server.ReasonInvalidDecisions && len(server.FieldViolations(err)) == 0 {
+			if tt.reason == server.ReasonInvalidDecisions && len(pbconv.FieldViolations(err)) == 0 {
 				t.Errorf("no field violation kept")
 			}
 		})

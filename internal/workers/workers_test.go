@@ -6,9 +6,9 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
-	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,8 +17,8 @@ import (
 // TestPlacementAndRouting runs two real workers: new sandboxes go to the
 // least-loaded one, and every call reaches the worker named in the id.
 func TestPlacementAndRouting(t *testing.T) {
-	a := sandboxtest.StartWorker(t, sandbox.Config{MaxSandboxes: 2})
-	b := sandboxtest.StartWorker(t, sandbox.Config{MaxSandboxes: 2})
+	a := sandboxsvctest.StartWorker(t, sandbox.Config{MaxSandboxes: 2})
+	b := sandboxsvctest.StartWorker(t, sandbox.Config{MaxSandboxes: 2})
 	p, err := Dial([]string{a.Addr, b.Addr, "127.0.0.1:1"}, zaptest.NewLogger(t)) // the third is down
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -28,6 +27,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/tools"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -303,8 +303,8 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason string) {
 	if status.Code(err) != code {
 		t.Fatalf("status %v (%v), want %v", status.Code(err), err, code)
 	}
-	if reason != "" && server.Reason(err) != reason {
-		t.Fatalf("reason %q (%v), want %q", server.Reason(err), err, reason)
+	if reason != "" && pbconv.Reason(err) != reason {
+		t.Fatalf("reason %q (%v), want %q", pbconv.Reason(err), err, reason)
 	}
 }
 
@@ -321,7 +321,7 @@ func errorInfo(err error) *errdetails.ErrorInfo {
 // fields lists the BadRequest field violations of err.
 func fields(err error) []string {
 	var out []string
-	for _, v := range server.FieldViolations(err) {
+	for _, v := range pbconv.FieldViolations(err) {
 		out = append(out, v.Field)
 	}
 	return out

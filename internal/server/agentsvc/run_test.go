@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 )
 
 // Scenario 1 through gRPC: the events in order, contiguous sequences, the
@@ -289,7 +290,7 @@ func TestShutdownCancelsRemainingRuns(t *testing.T) {
 	go func() { done <- e.svc.Shutdown(ctx) }()
 	eventually(t, "runs refused", func() bool {
 		_, err := e.run(runReq("", "late"))
-		return err != nil && server.Reason(err) == server.ReasonShuttingDown
+		return err != nil && pbconv.Reason(err) == server.ReasonShuttingDown
 	})
 	_, err = e.run(runReq("", "late"))
 	wantStatus(t, err, codes.Unavailable, server.ReasonShuttingDown)

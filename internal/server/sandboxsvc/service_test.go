@@ -15,7 +15,8 @@ import (
 
 	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc/codes"
@@ -24,7 +25,7 @@ import (
 )
 
 func TestErrorsMapToStableCodes(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -91,8 +92,8 @@ func TestErrorsMapToStableCodes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
 			st := status.Convert(err)
-			if st.Code() != tt.code || server.Reason(err) != tt.reason || !strings.Contains(st.Message(), tt.msgContain) {
-				t.Fatalf("got %v (reason %q), want %v reason %q mentioning %q", err, server.Reason(err), tt.code, tt.reason, tt.msgContain)
+			if st.Code() != tt.code || pbconv.Reason(err) != tt.reason || !strings.Contains(st.Message(), tt.msgContain) {
+				t.Fatalf("got %v (reason %q), want %v reason %q mentioning %q", err, pbconv.Reason(err), tt.code, tt.reason, tt.msgContain)
 			}
 		})
 	}
@@ -111,7 +112,7 @@ func TestErrorsMapToStableCodes(t *testing.T) {
 }
 
 func TestStreamsAndChunkedTransfers(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -218,7 +219,7 @@ func TestStreamsAndChunkedTransfers(t *testing.T) {
 // output passes the worker's bound, and the stream, when finally read,
 // ends with RESOURCE_EXHAUSTED slow_consumer.
 func TestStalledStreamStallsOnlyItself(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
 	defer cancel()
@@ -272,8 +273,8 @@ func TestStalledStreamStallsOnlyItself(t *testing.T) {
 		m, err := stalled.Recv()
 		if err != nil {
 			st := status.Convert(err)
-			if st.Code() != codes.ResourceExhausted || server.Reason(err) != string(sandbox.CodeSlowConsumer) || !strings.Contains(st.Message(), "not read fast enough") {
-				t.Fatalf("stalled stream ended with %v (reason %q), want RESOURCE_EXHAUSTED %s", err, server.Reason(err), sandbox.CodeSlowConsumer)
+			if st.Code() != codes.ResourceExhausted || pbconv.Reason(err) != string(sandbox.CodeSlowConsumer) || !strings.Contains(st.Message(), "not read fast enough") {
+				t.Fatalf("stalled stream ended with %v (reason %q), want RESOURCE_EXHAUSTED %s", err, pbconv.Reason(err), sandbox.CodeSlowConsumer)
 			}
 			break
 		}
@@ -294,7 +295,7 @@ func TestStalledStreamStallsOnlyItself(t *testing.T) {
 // mistake, INVALID_ARGUMENT naming the runtimes the worker has (as the
 // engine reports them); a runtime it has works.
 func TestCreateRuntimeMustExist(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
 	info, err := sandboxtest.Docker(t).Info(ctx, client.InfoOptions{})
@@ -307,8 +308,8 @@ func TestCreateRuntimeMustExist(t *testing.T) {
 
 	_, err = wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Runtime: "plumb-no-such-runtime"})
 	st := status.Convert(err)
-	if st.Code() != codes.InvalidArgument || server.Reason(err) != string(sandbox.CodeInvalid) || !strings.Contains(st.Message(), `"plumb-no-such-runtime"`) {
-		t.Fatalf("create with an unknown runtime: %v (reason %q), want INVALID_ARGUMENT %s naming it", err, server.Reason(err), sandbox.CodeInvalid)
+	if st.Code() != codes.InvalidArgument || pbconv.Reason(err) != string(sandbox.CodeInvalid) || !strings.Contains(st.Message(), `"plumb-no-such-runtime"`) {
+		t.Fatalf("create with an unknown runtime: %v (reason %q), want INVALID_ARGUMENT %s naming it", err, pbconv.Reason(err), sandbox.CodeInvalid)
 	}
 	for name := range info.Info.Runtimes {
 		if !strings.Contains(st.Message(), name) {
@@ -329,7 +330,7 @@ func TestCreateRuntimeMustExist(t *testing.T) {
 // deadlines or a client going away, at every stage of a create, leave no
 // container and no volume behind (labelled or not), and hold no quota.
 func TestCancelledCreatesLeaveNothing(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	cli := sandboxtest.Docker(t)
 	// Remove leftovers even when the test fails.
 	t.Cleanup(func() { removeWorkerLeftovers(t, cli, wk.Name) })
@@ -469,7 +470,7 @@ func removeWorkerLeftovers(t *testing.T, cli *client.Client, worker string) {
 // An empty path in Ls, Glob or Grep means the sandbox's home: the working
 // dir, which is "/" in file paths when files_root is the working dir.
 func TestEmptyPathIsTheHome(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	c := wk.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -524,7 +525,7 @@ func TestEmptyPathIsTheHome(t *testing.T) {
 // so its trailers stay far below the 8 KiB header list that default HTTP/2
 // clients (grpcio among them) accept.
 func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
-	wk := sandboxtest.StartWorker(t, sandbox.Config{})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
@@ -581,8 +582,8 @@ func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {
 			} {
 				err := c.call()
 				st := status.Convert(err)
-				if st.Code() != c.code || server.Reason(err) != c.reason {
-					t.Fatalf("%s: %v (reason %q), want %v %q", c.op, err, server.Reason(err), c.code, c.reason)
+				if st.Code() != c.code || pbconv.Reason(err) != c.reason {
+					t.Fatalf("%s: %v (reason %q), want %v %q", c.op, err, pbconv.Reason(err), c.code, c.reason)
 				}
 				if size := proto.Size(st.Proto()); size > 1024 {
 					t.Errorf("%s: status of %d bytes (message and details), want at most 1 KiB: %v", c.op, size, st.Proto())

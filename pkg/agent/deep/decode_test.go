@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 )
 
 // The conformance client: it maps the scenarios' domain inputs to
@@ -87,14 +88,14 @@ func domainError(err error) error {
 		domain error
 	}{
 		server.ReasonInvalidArgument:    {codes.InvalidArgument, agent.ErrInvalidInput},
-		server.ReasonInvalidDecisions:   {codes.InvalidArgument, &agent.DecisionError{Violations: server.FieldViolations(err)}},
+		server.ReasonInvalidDecisions:   {codes.InvalidArgument, &agent.DecisionError{Violations: pbconv.FieldViolations(err)}},
 		server.ReasonPendingInterrupt:   {codes.FailedPrecondition, &agent.PendingInterruptError{ThreadID: md["thread_id"], InterruptID: md["interrupt_id"]}},
 		server.ReasonStaleInterrupt:     {codes.FailedPrecondition, &agent.StaleInterruptError{Current: md["interrupt_id"]}},
 		server.ReasonNoPendingInterrupt: {codes.FailedPrecondition, agent.ErrNoPendingInterrupt},
 		server.ReasonThreadBusy:         {codes.Aborted, agent.ErrThreadBusy},
 		server.ReasonThreadNotFound:     {codes.NotFound, agent.ErrThreadNotFound},
 	}
-	w, known := want[server.Reason(err)]
+	w, known := want[pbconv.Reason(err)]
 	if !known || st.Code() != w.code {
 		return err
 	}

@@ -15,10 +15,9 @@ import (
 	"io"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/pbconv"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"google.golang.org/grpc"
 )
@@ -79,16 +78,17 @@ func (goneError) Is(target error) bool { return target == ErrGone }
 // fail converts a gRPC error of an operation on path p ("" for none) into
 // a *backend.Error, which also matches ErrGone when the worker has no
 // running sandbox of that id. A status carries long paths cut
-// (server.Status), so the error's Path is restored from p when it is p cut.
+// (by the worker's status mapping), so the error's Path is restored from p
+// when it is p cut.
 func fail(p string, err error) error {
 	if err == nil {
 		return nil
 	}
-	fe := server.FileError(err)
+	fe := pbconv.FileError(err)
 	if p != "" && fe.Path != p && fe.Path == backend.Clip(p) {
 		fe.Path = p
 	}
-	switch server.Reason(err) {
+	switch pbconv.Reason(err) {
 	case string(sandbox.CodeNotFound), string(sandbox.CodeFailed):
 		return goneError{err: fe}
 	}

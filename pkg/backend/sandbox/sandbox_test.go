@@ -10,11 +10,11 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox"
-	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc"
 )
 
@@ -27,7 +27,7 @@ type world struct {
 
 func newWorld(t *testing.T, filesRoot string) *world {
 	t.Helper()
-	wk := sandboxtest.StartWorker(t, sandbox.Config{Defaults: sandbox.Template{Pids: 128, TTL: time.Hour}})
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{Defaults: sandbox.Template{Pids: 128, TTL: time.Hour}})
 	resp, err := wk.Client.CreateSandbox(context.Background(), &plumbv1.CreateSandboxRequest{FilesRoot: filesRoot})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -47,6 +46,9 @@ type Config struct {
 	// which inside a container is the image's and the sandbox's, never the
 	// host's. A non-nil empty slice means an empty base environment.
 	Env []string
+	// Version is the agent binary's build version, reported in the hello
+	// as agent_version; default "dev" (a local build).
+	Version string
 	// Logger receives diagnostics; nil discards them. Contents of files,
 	// commands and output are never logged.
 	Logger *zap.Logger
@@ -67,6 +69,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Env == nil {
 		c.Env = os.Environ()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -396,7 +401,7 @@ func (s *server) send(resp agentproto.Response) {
 func (s *server) hello() agentproto.Hello {
 	return agentproto.Hello{
 		Version:      agentproto.Version,
-		AgentVersion: version.Version,
+		AgentVersion: s.cfg.Version,
 		UID:          os.Getuid(),
 		GID:          os.Getgid(),
 		Root:         s.cfg.Root,

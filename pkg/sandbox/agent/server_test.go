@@ -217,13 +217,17 @@ func TestFileOpsWithoutEngine(t *testing.T) {
 }
 
 func TestHello(t *testing.T) {
-	root := t.TempDir()
-	c := startAgent(t, Config{Root: root, Workspace: "/work"})
-	var h agentproto.Hello
-	c.ok(agentproto.OpHello, nil, &h)
-	want := agentproto.Hello{Version: agentproto.Version, AgentVersion: "dev", UID: os.Getuid(), GID: os.Getgid(), Root: root, Workspace: "/work"}
-	if h != want {
-		t.Fatalf("hello %+v, want %+v", h, want)
+	for _, tt := range []struct{ version, want string }{{"", "dev"}, {"v1.2.3", "v1.2.3"}} {
+		t.Run(tt.want, func(t *testing.T) {
+			root := t.TempDir()
+			c := startAgent(t, Config{Root: root, Workspace: "/work", Version: tt.version})
+			var h agentproto.Hello
+			c.ok(agentproto.OpHello, nil, &h)
+			want := agentproto.Hello{Version: agentproto.Version, AgentVersion: tt.want, UID: os.Getuid(), GID: os.Getgid(), Root: root, Workspace: "/work"}
+			if h != want {
+				t.Fatalf("hello %+v, want %+v", h, want)
+			}
+		})
 	}
 }
 

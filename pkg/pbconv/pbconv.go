@@ -1,7 +1,7 @@
-// Package pbconv converts between plumb's domain types (pkg/backend,
-// pkg/sandbox) and the plumb.v1 protobuf messages, in both directions, so
-// the gRPC adapter and the gRPC client backend agree field by field. It
-// holds no logic beyond the mapping.
+// Package pbconv converts between plumb's domain types (pkg/agent,
+// pkg/backend, pkg/sandbox) and the plumb.v1 protobuf messages, in both
+// directions, so the gRPC adapters and the gRPC client backend agree field
+// by field. It holds no logic beyond the mapping.
 package pbconv
 
 import (

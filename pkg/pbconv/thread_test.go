@@ -7,11 +7,11 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/pbconv"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 )
 
 func TestThreadStatusRoundTrip(t *testing.T) {
