@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if cli, err := client.New(client.FromEnv); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cs, vs, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.LabelTest, testRun)
+		cs, vs, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.Label(sandboxtest.LabelTest, testRun))
 		cancel()
 		if err == nil && (len(cs) > 0 || len(vs) > 0) {
 			fmt.Fprintf(os.Stderr, "leftovers with plumb.test=%s: containers %v volumes %v\n", testRun, cs, vs)

@@ -420,50 +420,29 @@ func workerLeftovers(t *testing.T, cli *client.Client, worker string) (container
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	seen := map[string]bool{}
-	for _, f := range []client.Filters{
-		client.Filters{}.Add("label", sandbox.LabelWorker+"="+worker),
-		client.Filters{}.Add("name", "sbx-"+worker+"-"),
-	} {
-		cl, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cl.Items {
-			if !seen[c.ID] {
-				seen[c.ID] = true
-				containers = append(containers, c.ID)
-			}
-		}
-		vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range vl.Items {
-			if !seen[v.Name] {
-				seen[v.Name] = true
-				volumes = append(volumes, v.Name)
-			}
-		}
+	cs, vs, err := sandboxtest.Leftovers(ctx, cli, workerFilters(worker)...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return containers, volumes
+	return cs, vs
 }
 
 // removeWorkerLeftovers removes what workerLeftovers finds.
 func removeWorkerLeftovers(t *testing.T, cli *client.Client, worker string) {
 	t.Helper()
-	cs, vs := workerLeftovers(t, cli, worker)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, id := range cs {
-		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil {
-			t.Errorf("remove leftover container %s: %v", id, err)
-		}
+	if _, _, err := sandboxtest.RemoveLeftovers(ctx, cli, workerFilters(worker)...); err != nil {
+		t.Errorf("remove leftovers of worker %s: %v", worker, err)
 	}
-	for _, name := range vs {
-		if _, err := cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
-			t.Errorf("remove leftover volume %s: %v", name, err)
-		}
+}
+
+// workerFilters match a worker's containers and volumes by label and by
+// name.
+func workerFilters(worker string) []client.Filters {
+	return []client.Filters{
+		sandboxtest.Label(sandbox.LabelWorker, worker),
+		client.Filters{}.Add("name", "sbx-"+worker+"-"),
 	}
 }
 

@@ -27,7 +27,7 @@ func main() {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, vs, err := sandboxtest.RemoveLeftovers(ctx, cli, sandboxtest.LabelTestRun, run)
+	cs, vs, err := sandboxtest.RemoveLeftovers(ctx, cli, sandboxtest.Label(sandboxtest.LabelTestRun, run))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "leftovers:", err)
 		os.Exit(1)

@@ -118,31 +118,43 @@ func Labels(run string) map[string]string {
 	return l
 }
 
-// Leftovers lists the containers and volumes carrying label key=value.
-func Leftovers(ctx context.Context, cli *client.Client, key, value string) (containers, volumes []string, err error) {
-	f := client.Filters{}.Add("label", key+"="+value)
-	cl, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, c := range cl.Items {
-		containers = append(containers, c.ID)
-	}
-	vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, v := range vl.Items {
-		volumes = append(volumes, v.Name)
+// Label is the Docker filter for label key=value.
+func Label(key, value string) client.Filters { return client.Filters{}.Add("label", key+"="+value) }
+
+// Leftovers lists the containers (ids) and volumes (names) matching any of
+// the filters, each once.
+func Leftovers(ctx context.Context, cli *client.Client, filters ...client.Filters) (containers, volumes []string, err error) {
+	seen := map[string]bool{}
+	for _, f := range filters {
+		cl, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, c := range cl.Items {
+			if !seen[c.ID] {
+				seen[c.ID] = true
+				containers = append(containers, c.ID)
+			}
+		}
+		vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, v := range vl.Items {
+			if !seen[v.Name] {
+				seen[v.Name] = true
+				volumes = append(volumes, v.Name)
+			}
+		}
 	}
 	return containers, volumes, nil
 }
 
-// RemoveLeftovers force-removes the containers, then the volumes, carrying
-// label key=value and returns what it found. err reports what could not be
-// listed or removed.
-func RemoveLeftovers(ctx context.Context, cli *client.Client, key, value string) (containers, volumes []string, err error) {
-	containers, volumes, err = Leftovers(ctx, cli, key, value)
+// RemoveLeftovers force-removes the containers, then the volumes, matching
+// any of the filters and returns what it found. err reports what could
+// not be listed or removed.
+func RemoveLeftovers(ctx context.Context, cli *client.Client, filters ...client.Filters) (containers, volumes []string, err error) {
+	containers, volumes, err = Leftovers(ctx, cli, filters...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -169,7 +181,7 @@ func SweepOnCleanup(t testing.TB, cli *client.Client, key, value string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cs, vs, err := RemoveLeftovers(ctx, cli, key, value)
+		cs, vs, err := RemoveLeftovers(ctx, cli, Label(key, value))
 		if len(cs)+len(vs) > 0 {
 			t.Logf("removed what the daemons left with %s=%s: containers %v volumes %v", key, value, cs, vs)
 		}

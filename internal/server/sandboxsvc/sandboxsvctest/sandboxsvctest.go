@@ -79,7 +79,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// Every container this worker made is hardened.
-		if cs, _, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.LabelTest, run); err == nil {
+		if cs, _, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.Label(sandboxtest.LabelTest, run)); err == nil {
 			for _, id := range cs {
 				sandboxtest.AssertHardened(t, cli, id)
 			}
@@ -88,7 +88,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 			t.Errorf("delete sandboxes: %v", err)
 		}
 		m.Close()
-		cs, vs, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.LabelTest, run)
+		cs, vs, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.Label(sandboxtest.LabelTest, run))
 		if err != nil || len(cs)+len(vs) > 0 {
 			t.Errorf("leftovers: containers %v volumes %v (%v)", cs, vs, err)
 		}
