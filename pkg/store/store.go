@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 )
@@ -134,5 +135,18 @@ func MergeMetadata(stored string, set map[string]string) (string, error) {
 	}
 	maps.Copy(cur, set)
 	b, err := json.Marshal(cur)
+	return string(b), err
+}
+
+// Nanos is how the stores keep times: nanoseconds since the Unix epoch, so
+// that page tokens and ordering agree across stores.
+func Nanos(t time.Time) int64 { return t.UnixNano() }
+
+// FromNanos is the UTC time of n (see Nanos).
+func FromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// JSON encodes v as the text the stores keep JSON columns in.
+func JSON(v any) (string, error) {
+	b, err := json.Marshal(v)
 	return string(b), err
 }

@@ -291,15 +291,6 @@ func (s *Store) read(ctx context.Context, f func(pgx.Tx) error) error {
 	return classify(pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, f))
 }
 
-func nanos(t time.Time) int64 { return t.UnixNano() }
-
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-func mustJSON(v any) (string, error) {
-	b, err := json.Marshal(v)
-	return string(b), err
-}
-
 // CreateThread implements agent.Store.
 func (s *Store) CreateThread(ctx context.Context, t agent.Thread) error {
 	if t.UpdatedAt.IsZero() {
@@ -309,13 +300,13 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) error {
 	if md == nil {
 		md = map[string]string{}
 	}
-	mdJSON, err := mustJSON(md)
+	mdJSON, err := store.JSON(md)
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO NOTHING`, t.ID, nanos(t.CreatedAt), nanos(t.UpdatedAt), mdJSON, t.SandboxID)
+			ON CONFLICT (id) DO NOTHING`, t.ID, store.Nanos(t.CreatedAt), store.Nanos(t.UpdatedAt), mdJSON, t.SandboxID)
 		if err != nil {
 			return fmt.Errorf("create thread %s: %w", t.ID, err)
 		}
@@ -389,7 +380,7 @@ func scanThread(row pgx.Row) (*agent.ThreadData, int, error) {
 		return nil, 0, err
 	}
 	id := d.Thread.ID
-	d.Thread.CreatedAt, d.Thread.UpdatedAt = fromNanos(created), fromNanos(updated)
+	d.Thread.CreatedAt, d.Thread.UpdatedAt = store.FromNanos(created), store.FromNanos(updated)
 	if err := json.Unmarshal([]byte(md), &d.Thread.Metadata); err != nil {
 		return nil, 0, fmt.Errorf("thread %s: metadata: %w", id, err)
 	}
@@ -501,7 +492,7 @@ func loadCheckpoints(ctx context.Context, tx pgx.Tx, d *agent.ThreadData) error 
 		if err := rows.Scan(&c.ID, &c.RunID, &c.Phase, &c.Step, &c.MessageCount, &created); err != nil {
 			return fmt.Errorf("thread %s: checkpoints: %w", d.Thread.ID, err)
 		}
-		c.CreatedAt = fromNanos(created)
+		c.CreatedAt = store.FromNanos(created)
 		d.Checkpoints = append(d.Checkpoints, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -575,7 +566,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			idx := make([]int32, len(cp.Append))
 			bodies := make([]string, len(cp.Append))
 			for i, m := range cp.Append {
-				if bodies[i], err = mustJSON(m); err != nil {
+				if bodies[i], err = store.JSON(m); err != nil {
 					return err
 				}
 				idx[i] = int32(count + i)
@@ -599,23 +590,23 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 				return err
 			}
 		}
-		st, err := mustJSON(store.State{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
+		st, err := store.JSON(store.State{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
 		if err != nil {
 			return err
 		}
 		var intr *string
 		if cp.Interrupt != nil {
-			js, err := mustJSON(cp.Interrupt)
+			js, err := store.JSON(cp.Interrupt)
 			if err != nil {
 				return err
 			}
 			intr = &js
 		}
-		updated = max(updated, nanos(cp.CreatedAt))
+		updated = max(updated, store.Nanos(cp.CreatedAt))
 		b.Queue(`UPDATE threads SET message_count = $1, metadata = $2, state = $3, interrupt = $4, updated_at = $5 WHERE id = $6`,
 			count, md, st, intr, updated, cp.ThreadID)
 		if cp.Run.RunID != "" {
-			rec, err := mustJSON(cp.Run)
+			rec, err := store.JSON(cp.Run)
 			if err != nil {
 				return err
 			}
@@ -624,7 +615,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 				cp.Run.RunID, cp.ThreadID, string(cp.Run.Status), rec)
 		}
 		b.Queue(`INSERT INTO checkpoints (thread_id, run_id, phase, step, message_count, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, nanos(cp.CreatedAt))
+			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, store.Nanos(cp.CreatedAt))
 		b.Queue(`DELETE FROM checkpoints WHERE thread_id = $1 AND id NOT IN
 			(SELECT id FROM checkpoints WHERE thread_id = $1 ORDER BY id DESC LIMIT $2)`, cp.ThreadID, s.retention)
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
@@ -654,7 +645,7 @@ func (s *Store) FailRunningRuns(ctx context.Context, message string) (int, error
 			}
 			r.Status = agent.StatusFailed
 			r.Error = &agent.RunError{Code: agent.CodeInternal, Message: message}
-			js, err := mustJSON(r)
+			js, err := store.JSON(r)
 			if err != nil {
 				return err
 			}
@@ -759,7 +750,7 @@ func (s *Store) ListThreads(ctx context.Context, q store.ListQuery) ([]store.Thr
 			delete(byID, out[size].Thread.ID)
 			out = out[:size]
 			last := out[size-1].Thread
-			next = store.EncodePageToken(nanos(last.UpdatedAt), last.ID)
+			next = store.EncodePageToken(store.Nanos(last.UpdatedAt), last.ID)
 		}
 		if len(byID) == 0 {
 			return nil

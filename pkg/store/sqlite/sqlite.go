@@ -170,27 +170,18 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	return busy(tx.Commit())
 }
 
-func nanos(t time.Time) int64 { return t.UnixNano() }
-
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-func mustJSON(v any) (string, error) {
-	b, err := json.Marshal(v)
-	return string(b), err
-}
-
 // CreateThread implements agent.Store.
 func (s *Store) CreateThread(ctx context.Context, t agent.Thread) error {
 	if t.UpdatedAt.IsZero() {
 		t.UpdatedAt = t.CreatedAt
 	}
-	md, err := mustJSON(nonNil(t.Metadata))
+	md, err := store.JSON(nonNil(t.Metadata))
 	if err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id) VALUES (?, ?, ?, ?, ?)`,
-			t.ID, nanos(t.CreatedAt), nanos(t.UpdatedAt), md, t.SandboxID)
+			t.ID, store.Nanos(t.CreatedAt), store.Nanos(t.UpdatedAt), md, t.SandboxID)
 		if err != nil {
 			if strings.Contains(err.Error(), "UNIQUE") || strings.Contains(err.Error(), "PRIMARY KEY") {
 				return fmt.Errorf("create thread %s: %w", t.ID, agent.ErrConflict)
@@ -246,7 +237,7 @@ func (s *Store) load(ctx context.Context, q *sql.Tx, id string, full bool) (*age
 	if err != nil {
 		return nil, 0, fmt.Errorf("load thread %s: %w", id, err)
 	}
-	d.Thread.ID, d.Thread.CreatedAt, d.Thread.UpdatedAt = id, fromNanos(created), fromNanos(updated)
+	d.Thread.ID, d.Thread.CreatedAt, d.Thread.UpdatedAt = id, store.FromNanos(created), store.FromNanos(updated)
 	if err := json.Unmarshal([]byte(md), &d.Thread.Metadata); err != nil {
 		return nil, 0, fmt.Errorf("load thread %s: metadata: %w", id, err)
 	}
@@ -364,7 +355,7 @@ func loadCheckpoints(ctx context.Context, q *sql.Tx, d *agent.ThreadData) error 
 		if err := rows.Scan(&c.ID, &c.RunID, &c.Phase, &c.Step, &c.MessageCount, &created); err != nil {
 			return err
 		}
-		c.CreatedAt = fromNanos(created)
+		c.CreatedAt = store.FromNanos(created)
 		d.Checkpoints = append(d.Checkpoints, c)
 	}
 	return rows.Err()
@@ -392,7 +383,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			}
 		}
 		for i, m := range cp.Append {
-			body, err := mustJSON(m)
+			body, err := store.JSON(m)
 			if err != nil {
 				return err
 			}
@@ -422,19 +413,19 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 				return err
 			}
 		}
-		st, err := mustJSON(store.State{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
+		st, err := store.JSON(store.State{Todos: cp.Todos, Summary: cp.Summary, Private: cp.Private, Pending: cp.Pending})
 		if err != nil {
 			return err
 		}
 		var intr any
 		if cp.Interrupt != nil {
-			b, err := mustJSON(cp.Interrupt)
+			b, err := store.JSON(cp.Interrupt)
 			if err != nil {
 				return err
 			}
 			intr = b
 		}
-		if n := nanos(cp.CreatedAt); n > updated {
+		if n := store.Nanos(cp.CreatedAt); n > updated {
 			updated = n
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE threads SET message_count = ?, metadata = ?, state = ?, interrupt = ?, updated_at = ? WHERE id = ?`,
@@ -442,7 +433,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			return err
 		}
 		if cp.Run.RunID != "" {
-			rec, err := mustJSON(cp.Run)
+			rec, err := store.JSON(cp.Run)
 			if err != nil {
 				return err
 			}
@@ -453,7 +444,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO checkpoints (thread_id, run_id, phase, step, message_count, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, nanos(cp.CreatedAt)); err != nil {
+			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, store.Nanos(cp.CreatedAt)); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread_id = ? AND id NOT IN
@@ -506,7 +497,7 @@ func (s *Store) FailRunningRuns(ctx context.Context, message string) (int, error
 		for _, r := range recs {
 			r.Status = agent.StatusFailed
 			r.Error = &agent.RunError{Code: agent.CodeInternal, Message: message}
-			b, err := mustJSON(r)
+			b, err := store.JSON(r)
 			if err != nil {
 				return err
 			}
@@ -638,7 +629,7 @@ func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 	if err != nil {
 		return t, err
 	}
-	t.ID, t.CreatedAt, t.UpdatedAt = id, fromNanos(created), fromNanos(updated)
+	t.ID, t.CreatedAt, t.UpdatedAt = id, store.FromNanos(created), store.FromNanos(updated)
 	if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
 		return t, fmt.Errorf("thread %s: metadata: %w", id, err)
 	}
