@@ -152,6 +152,28 @@ type ToolsConfig struct {
 		Regex *bool `yaml:"regex"`
 	} `yaml:"grep"`
 	TestKit bool `yaml:"test_kit"`
+	// WebSearch configures the web_search tool; absent = no web search.
+	// Each agent's `tools` allow-list decides who gets it (@all does).
+	WebSearch *WebSearchConfig `yaml:"web_search"`
+}
+
+// WebSearchConfig is `tools.web_search`.
+type WebSearchConfig struct {
+	// Provider is tavily or searxng.
+	Provider string `yaml:"provider"`
+	// BaseURL is the provider's URL (Tavily: https://api.tavily.com when
+	// empty; SearXNG: required, the instance's URL).
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable with Tavily's key
+	// (default TAVILY_API_KEY). Without a key the tool is not offered.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Timeout bounds each request (default 20s).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxRetryAfter is the longest 429 Retry-After waited out (default
+	// 10s); a longer one is a tool error that says when to retry.
+	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
+	// MaxResults is the default result count (1-10, default 5).
+	MaxResults int `yaml:"max_results"`
 }
 
 // HookConfig is one `hooks` entry.

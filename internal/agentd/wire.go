@@ -20,6 +20,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/agent/tools/websearch"
 	filestore "github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/openai"
@@ -184,6 +185,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 			return nil, fmt.Errorf("tools.test_kit: %w", err)
 		}
 	}
+	if err := a.webSearch(cfg, o, &dc); err != nil {
+		return nil, err
+	}
 	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger)}, o.RuntimeOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -215,6 +219,62 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	ok = true
 	return a, nil
+}
+
+// webSearch registers web_search when tools.web_search is configured. A
+// Tavily provider whose key is not in the environment is registered
+// hidden: it is not offered to the model, allow-lists that name it stay
+// valid, and a call explains what is missing.
+func (a *Agentd) webSearch(cfg *Config, o Options, dc *deep.Config) error {
+	ws := cfg.Tools.WebSearch
+	if ws == nil {
+		return nil
+	}
+	keyEnv := ws.APIKeyEnv
+	if keyEnv == "" {
+		keyEnv = "TAVILY_API_KEY"
+	}
+	wc := websearch.Config{
+		Provider: ws.Provider, BaseURL: ws.BaseURL, Timeout: ws.Timeout, MaxRetryAfter: ws.MaxRetryAfter, DefaultResults: ws.MaxResults,
+	}
+	if ws.MaxResults < 0 || ws.MaxResults > 10 {
+		return fmt.Errorf("tools.web_search.max_results: %d (want 1 to 10)", ws.MaxResults)
+	}
+	if ws.Timeout < 0 || ws.MaxRetryAfter < 0 {
+		return errors.New("tools.web_search: durations must be positive")
+	}
+	var tool agent.Tool
+	if ws.Provider == websearch.ProviderTavily && o.Env(keyEnv) == "" {
+		// Validate the rest of the section with a placeholder key.
+		wc.APIKey = "unset"
+		s, err := websearch.New(wc)
+		if err != nil {
+			return fmt.Errorf("tools.web_search: %w", err)
+		}
+		s.Close()
+		msg := fmt.Sprintf("web search is not configured: agentd has no Tavily API key in %s", keyEnv)
+		tool = agent.Tool{Name: websearch.ToolName, Hidden: true, Func: func(context.Context, *agent.ToolRequest) (agent.ToolResult, error) {
+			return agent.ToolResult{}, errors.New(msg)
+		}}
+		a.warnings = append(a.warnings, func() {
+			o.Logger.Warn("tools.web_search is configured but its API key is missing: web_search is not offered", zap.String("api-key-env", keyEnv))
+		})
+	} else {
+		wc.APIKey = o.Env(keyEnv)
+		s, err := websearch.New(wc)
+		if err != nil {
+			return fmt.Errorf("tools.web_search: %w", err)
+		}
+		a.cleanup = append(a.cleanup, s.Close)
+		tool = s.Tool()
+	}
+	if dc.Tools == nil {
+		dc.Tools = tools.NewRegistry()
+	}
+	if err := dc.Tools.Register(tool); err != nil {
+		return fmt.Errorf("tools.web_search: %w", err)
+	}
+	return nil
 }
 
 // openStore opens the thread store that storage names (Close closes it)
