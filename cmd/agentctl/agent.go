@@ -23,9 +23,11 @@ import (
 const agentUsage = `Usage:
   agentctl run [--agent NAME] [--thread ID] [--model KEY] [--label k=v]... [--file PATH=LOCALFILE]...
                [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--json]
-               [--approve-all | --reject-all[=MESSAGE] | --decisions FILE] PROMPT|-
+               [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
+               [--client-tool NAME=COMMAND [--client-tool-spec NAME=FILE]]... [--client-tool-timeout D] PROMPT|-
   agentctl resume --thread ID [--interrupt ID] [--detach] [--json]
                [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
+               [--client-tool NAME=COMMAND]... [--client-tool-timeout D]
   agentctl attach ID [--after N] [--json]
   agentctl cancel ID
   agentctl threads ls [--label k=v]... [--status idle|running|interrupted] [--limit N] [--json]
@@ -39,6 +41,14 @@ list of {"tool_call_id", "agent_path", "type": approve|edit|reject|respond,
 "args", "message", "is_error"}; an entry without tool_call_id answers every
 call no other entry names), or it exits 3 and leaves the thread for
 agentctl resume. Edits open $EDITOR when it is set.
+
+--client-tool NAME=COMMAND declares tool NAME for the run and answers each
+call by running COMMAND here, with the call's JSON arguments on stdin:
+stdout (first 64 KiB) is the result; a non-zero exit or a timeout is an
+error result with stderr (first 8 KiB). COMMAND is split into words like a
+shell would (quotes and backslashes) but no shell runs it: write
+sh -c '...' for pipes or variables. --client-tool-spec NAME=FILE gives the
+tool's description and JSON Schema: {"description": "...", "parameters": {...}}.
 `
 
 // runAgent runs the AgentService commands.
@@ -199,13 +209,14 @@ type runOptions struct {
 	json      bool
 	decisions decisionFlags
 	stdinUsed bool
+	tools     *clientTools
 }
 
 // parseRun turns run's command line into a RunRequest, reading the
 // prompt from stdin when it is "-".
 func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	fs := newFlags("run")
-	o := &runOptions{req: &plumbv1.RunRequest{}}
+	o := &runOptions{req: &plumbv1.RunRequest{}, tools: newClientTools()}
 	labels, fls := multi{}, files{}
 	fs.StringVar(&o.req.Agent, "agent", "", "agent profile")
 	fs.StringVar(&o.req.ThreadId, "thread", "", "thread to continue (default: a new one)")
@@ -218,10 +229,15 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	fs.BoolVar(&o.req.AbandonInterrupt, "abandon-interrupt", false, "drop the thread's pending interrupt")
 	fs.BoolVar(&o.json, "json", false, "print each event as one protojson line")
 	o.decisions.register(fs)
+	o.tools.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return nil, err
 	}
+	if err := o.tools.resolve(); err != nil {
+		return nil, err
+	}
+	o.req.ClientTools = o.tools.declare()
 	if len(pos) == 0 {
 		return nil, errors.New("run: missing prompt (- reads it from stdin)")
 	}
@@ -263,7 +279,7 @@ func (a *agentCmd) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s := &session{c: a.c, v: v, dec: dec, detach: o.req.Detach}
+	s := &session{c: a.c, v: v, dec: o.tools.decider(dec), detach: o.req.Detach}
 	return s.drive(ctx, func(ctx context.Context) (recvFunc, error) {
 		st, err := a.c.Run(ctx, o.req)
 		if err != nil {
@@ -281,8 +297,13 @@ func (a *agentCmd) resume(ctx context.Context, args []string) error {
 	jsonOut := fs.Bool("json", false, "print each event as one protojson line")
 	var df decisionFlags
 	df.register(fs)
+	ct := newClientTools()
+	ct.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := ct.resolve(); err != nil {
 		return err
 	}
 	if *thread == "" && len(pos) == 1 {
@@ -309,7 +330,7 @@ func (a *agentCmd) resume(ctx context.Context, args []string) error {
 	case *interrupt != "" && *interrupt != in.GetInterruptId():
 		return fmt.Errorf("interrupt %s is not pending (current: %s)", *interrupt, in.GetInterruptId())
 	}
-	s := &session{c: a.c, v: v, dec: dec, detach: *detach}
+	s := &session{c: a.c, v: v, dec: ct.decider(dec), detach: *detach}
 	open, err := s.answer(ctx, *thread, in)
 	if err != nil {
 		return err
