@@ -99,7 +99,11 @@ bench-micro: ## Run the Go micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: sandbox-image
-sandbox-image: ## Import the offline busybox sandbox image (no registry needed) and print its name
+sandbox-image: ## Build the Python sandbox image (Debian bookworm via debootstrap + docker import, no registry; tagged by its recipe's hash, built once) and print its name
+	@scripts/sandbox-image.sh
+
+.PHONY: sandbox-image-busybox
+sandbox-image-busybox: ## Import the small offline busybox sandbox image the tests use and print its name
 	@$(GO) run ./internal/tools/sandboximage
 
 .PHONY: images
@@ -108,7 +112,7 @@ images: build ## Build the agentd and sandboxd container images (FROM scratch)
 	docker build -f deploy/images/Dockerfile.sandboxd -t plumb-sandboxd:$(VERSION) .
 
 .PHONY: run
-run: build ## Start sandboxd and agentd locally (logs to the terminal; Ctrl-C stops both)
+run: build ## Start sandboxd and agentd locally with the Python sandbox image (built the first time; SANDBOX_IMAGE=busybox for the small one; Ctrl-C stops both)
 	@scripts/run.sh
 
 .PHONY: clean

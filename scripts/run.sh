@@ -12,12 +12,29 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-# The offline busybox image is the default sandbox image; a template or a
-# request can name any other image present on this engine.
-image=$(go run ./internal/tools/sandboximage) || {
-	echo "plumb: could not import the busybox sandbox image (apt-get install busybox-static); sandboxes need an explicit image" >&2
-	image=""
-}
+# The default sandbox image is the Debian Python one (scripts/sandbox-image.sh,
+# built without a registry the first time: a minute or two, with progress).
+# SANDBOX_IMAGE=busybox picks the small offline busybox image instead, and
+# any other value names an image present on this engine. A template or a
+# request can still name any image present on the engine.
+image=""
+case "${SANDBOX_IMAGE:-python}" in
+python)
+	image=$(scripts/sandbox-image.sh) || {
+		echo "plumb: could not build the Python sandbox image; falling back to busybox" >&2
+		image=""
+	}
+	;;
+busybox) ;;
+*) image=$SANDBOX_IMAGE ;;
+esac
+if [ -z "$image" ]; then
+	image=$(go run ./internal/tools/sandboximage) || {
+		echo "plumb: could not import the busybox sandbox image (apt-get install busybox-static); sandboxes need an explicit image" >&2
+		image=""
+	}
+fi
+echo "plumb: sandbox image ${image:-(none)}" >&2
 bin/sandboxd --log-format console ${image:+--default-image "$image"} "$@" &
 pids+=($!)
 # Threads work in sandboxes by default under make run.
