@@ -41,7 +41,9 @@ func pythonImage(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("scripts/sandbox-image.sh: %v\n%s", err, stderr.String())
 	}
-	t.Logf("%s", stderr.String())
+	if stderr.Len() > 0 {
+		t.Logf("%s", stderr.String())
+	}
 	return strings.TrimSpace(stdout.String())
 }
 
@@ -66,5 +68,5 @@ func TestPythonSandboxEndToEnd(t *testing.T) {
 	_, results := s.mustRun(input("", "Write fizzbuzz.py and run it."))
 	wantResult(t, results, "w1", false)
 	wantResult(t, results, "e1", false, "13\n14\nFizzBuzz")
-	wantResult(t, results, "e2", false, "1000\n/workspace\ngit version", "ripgrep ", "procps", "fizzbuzz.py: Python script")
+	wantResult(t, results, "e2", false, "1000\n/workspace\ngit version", "ripgrep ", "procps", "fizzbuzz.py: ASCII text")
 }
