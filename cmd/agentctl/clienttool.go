@@ -217,7 +217,8 @@ func (c *clientTools) run(ctx context.Context, t *localTool, args string) (msg s
 	cmd.Stdin = strings.NewReader(args)
 	stdout, stderr := &capped{max: clientToolMaxStdout}, &capped{max: clientToolMaxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = 5 * time.Second // a child that keeps the pipes open
+	ownProcessGroup(cmd)
+	cmd.WaitDelay = 5 * time.Second // a child that escaped the group and keeps the pipes open
 	runErr := cmd.Run()
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()

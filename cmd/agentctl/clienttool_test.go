@@ -132,7 +132,7 @@ func TestEndToEndClientTool(t *testing.T) {
 		"--client-tool", "upper=tr a-z A-Z",
 		"--client-tool", `fails=sh -c 'echo bad input >&2; exit 3'`,
 		"--client-tool", "missing=/nonexistent/tool",
-		"--client-tool", "slow=sleep 600", "--client-tool-timeout", "1s",
+		"--client-tool", `slow=sh -c 'sleep 600; echo never'`, "--client-tool-timeout", "1s",
 		"use the tools")
 	if err != nil {
 		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, c.out.String(), c.err.String())
