@@ -1,6 +1,8 @@
 // Command sandboximage imports plumb's offline sandbox image (busybox from
 // Debian's busybox-static, FROM scratch) into the local Docker Engine and
-// prints its reference. It is a no-op when that exact build exists.
+// prints its reference. It is a no-op when that exact build exists. `make
+// sandbox-image-busybox` runs it; `make sandbox-image` builds the Debian
+// Python image instead (scripts/sandbox-image.sh).
 package main
 
 import (
