@@ -112,3 +112,47 @@ func TestWebSearchNotOffered(t *testing.T) {
 		}
 	}
 }
+
+// TestWebSearchTavilyPerAgent: Tavily through agentd, with the key from
+// the environment variable the config names, sent as a bearer token;
+// an agent whose allow-list leaves web_search out is not offered it.
+func TestWebSearchTavilyPerAgent(t *testing.T) {
+	var auth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		var body struct {
+			Query      string `json:"query"`
+			MaxResults int    `json:"max_results"`
+		}
+		if r.Method != http.MethodPost || r.URL.Path != "/search" || json.NewDecoder(r.Body).Decode(&body) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"query": body.Query, "answer": nil, "images": []any{}, "response_time": 0.8,
+			"results": []map[string]any{{"title": "Tavily hit", "url": "https://tavily.example/1", "content": "max " + fmt.Sprint(body.MaxResults), "score": 0.75, "raw_content": nil}}})
+	}))
+	t.Cleanup(srv.Close)
+	s := startStack(t, nil, fmt.Sprintf(`tools:
+  web_search: {provider: tavily, base_url: %s, api_key_env: TEST_MODEL_KEY, max_results: 3}
+agents:
+  offline: {description: no web, tools: ["@read"]}
+`, srv.URL))
+	s.model.Script("main", modeltest.Calls(mcall("t1", "web_search", `{"query":"plumb"}`)), modeltest.Text("ok"))
+	_, results := s.mustRun(input("", "search"))
+	wantResult(t, results, "t1", false, `"title":"Tavily hit"`, `"snippet":"max 3"`, `"score":0.75`)
+	if got := auth.Load(); got != "Bearer test-key" {
+		t.Errorf("Authorization %q", got)
+	}
+
+	s.model.Script("offline", modeltest.Calls(mcall("o1", "web_search", `{"query":"plumb"}`)), modeltest.Text("ok"))
+	req := input("", "search")
+	req.Agent = "offline"
+	_, results = s.mustRun(req)
+	wantResult(t, results, "o1", true, `Unknown tool "web_search"`)
+	for _, tool := range s.model.Requests("offline")[0].Body.Tools {
+		if tool.Function.Name == "web_search" {
+			t.Error("the offline agent was offered web_search")
+		}
+	}
+}
