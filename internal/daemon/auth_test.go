@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -288,4 +287,3 @@ func TestPprofListener(t *testing.T) {
 	}
 }
 
-var _ = tls.VersionTLS13

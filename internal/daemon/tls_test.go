@@ -1,0 +1,220 @@
+package daemon
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+var serial atomic.Int64
+
+// testCA is an in-process certificate authority.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "plumb test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return &testCA{cert: c, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// leaf issues a certificate for 127.0.0.1 usable by servers and clients;
+// it returns the PEM certificate, PEM key and serial number.
+func (ca *testCA) leaf(t *testing.T) (certPEM, keyPEM []byte, sn int64) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn = serial.Add(1)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(sn), Subject: pkix.Name{CommonName: "plumb test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), sn
+}
+
+// writePair writes a leaf of ca to dir/name.crt and dir/name.key.
+func writePair(t *testing.T, ca *testCA, dir, name string) (certPath, keyPath string, sn int64) {
+	t.Helper()
+	c, k, sn := ca.leaf(t)
+	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	writeFile(t, certPath, string(c))
+	writeFile(t, keyPath, string(k))
+	return certPath, keyPath, sn
+}
+
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := newCA(t), newCA(t)
+	caPath, otherPath := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")
+	writeFile(t, caPath, string(ca.pem))
+	writeFile(t, otherPath, string(other.pem))
+	srvCert, srvKey, srvSN := writePair(t, ca, dir, "server")
+	cliCert, cliKey, cliSN := writePair(t, ca, dir, "client")
+	badCert, badKey, _ := writePair(t, other, dir, "stranger")
+
+	lg := zaptest.NewLogger(t)
+	stc, err := ServerTLS(TLSFiles{Cert: srvCert, Key: srvKey, ClientCA: caPath}, lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveWith(t, Options{TLS: stc, ClientCertRequired: true})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// call dials afresh (a new handshake) and returns the server
+	// certificate's serial and the client certificate serial the server saw.
+	call := func(t *testing.T, f TLSFiles) (server int64, client string, err error) {
+		t.Helper()
+		tc, err := ClientTLS(f, lg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.VerifyConnection = func(cs tls.ConnectionState) error {
+			server = cs.PeerCertificates[0].SerialNumber.Int64()
+			return nil
+		}
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		resp, err := plumbv1.NewSandboxServiceClient(conn).GetSandbox(ctx, &plumbv1.GetSandboxRequest{})
+		return server, resp.GetSandbox().GetWorker(), err
+	}
+
+	t.Run("good client certificate", func(t *testing.T) {
+		s, c, err := call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
+		if err != nil || s != srvSN || c != big.NewInt(cliSN).String() {
+			t.Fatalf("server %d client %s err %v; want %d %d", s, c, err, srvSN, cliSN)
+		}
+	})
+	for name, f := range map[string]TLSFiles{
+		"no client certificate":            {CA: caPath},
+		"client certificate of a stranger": {CA: caPath, Cert: badCert, Key: badKey},
+		"server not trusted":               {CA: otherPath, Cert: cliCert, Key: cliKey},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, _, err := call(t, f); err == nil {
+				t.Fatal("call succeeded")
+			}
+		})
+	}
+	t.Run("rotation", func(t *testing.T) {
+		_, _, newSrvSN := writePair(t, ca, dir, "server")
+		_, _, newCliSN := writePair(t, ca, dir, "client")
+		s, c, err := call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
+		if err != nil || s != newSrvSN || c != big.NewInt(newCliSN).String() {
+			t.Fatalf("after rotation: server %d client %s err %v; want %d %d", s, c, err, newSrvSN, newCliSN)
+		}
+		// A broken rewrite keeps the last good pair.
+		writeFile(t, srvCert, "garbage")
+		s, _, err = call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
+		if err != nil || s != newSrvSN {
+			t.Fatalf("after a bad rewrite: server %d err %v; want %d", s, err, newSrvSN)
+		}
+	})
+}
+
+func TestTLSMaterialErrorsNameTheFile(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t)
+	cert, key, _ := writePair(t, ca, dir, "ok")
+	garbage := filepath.Join(dir, "garbage.pem")
+	writeFile(t, garbage, "not pem")
+	missing := filepath.Join(dir, "missing.pem")
+	tests := []struct {
+		name   string
+		server bool
+		f      TLSFiles
+		want   string
+	}{
+		{"missing cert", true, TLSFiles{Cert: missing, Key: key}, missing},
+		{"missing key", true, TLSFiles{Cert: cert, Key: missing}, missing},
+		{"garbage cert", true, TLSFiles{Cert: garbage, Key: key}, garbage},
+		{"garbage client CA", true, TLSFiles{Cert: cert, Key: key, ClientCA: garbage}, garbage},
+		{"cert without key", true, TLSFiles{Cert: cert}, "--tls-key"},
+		{"garbage CA", false, TLSFiles{CA: garbage}, garbage},
+		{"missing client key", false, TLSFiles{Cert: cert, Key: missing}, missing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			if tt.server {
+				_, err = ServerTLS(tt.f, nil)
+			} else {
+				_, err = ClientTLS(tt.f, nil)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %v, want one line naming %q", err, tt.want)
+			}
+		})
+	}
+	_ = os.Remove(garbage)
+}
+
+func TestSecurityStopsOnBadMaterial(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	writeFile(t, garbage, "not pem")
+	for name, c := range map[string]Common{
+		"tls":         {TLS: TLSFiles{Cert: garbage, Key: garbage}},
+		"credentials": {CredentialsFile: garbage},
+		"token":       {TokenFile: filepath.Join(dir, "missing")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := c.Security(false, nil)
+			var ue *UsageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("err = %v, want a usage error naming the file", err)
+			}
+		})
+	}
+}
