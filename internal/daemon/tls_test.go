@@ -204,9 +204,10 @@ func TestSecurityStopsOnBadMaterial(t *testing.T) {
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.pem")
 	writeFile(t, garbage, "not pem")
+	writeFile(t, filepath.Join(dir, "creds"), "lonely\n")
 	for name, c := range map[string]Common{
 		"tls":         {TLS: TLSFiles{Cert: garbage, Key: garbage}},
-		"credentials": {CredentialsFile: garbage},
+		"credentials": {CredentialsFile: filepath.Join(dir, "creds")},
 		"token":       {TokenFile: filepath.Join(dir, "missing")},
 	} {
 		t.Run(name, func(t *testing.T) {
