@@ -275,6 +275,13 @@ func authorize(ctx context.Context, creds *Credentials, method string) (context.
 	return tenant.With(ctx, name), nil
 }
 
+// ServerAuth are the server options that check calls against creds (nil:
+// every caller is trusted and may name its tenant in plumb-tenant) and put
+// the caller's tenant in each handler's context. Serve installs them.
+func ServerAuth(creds *Credentials) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(authUnary(creds)), grpc.ChainStreamInterceptor(authStream(creds))}
+}
+
 func authUnary(creds *Credentials) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		ctx, err := authorize(ctx, creds, info.FullMethod)

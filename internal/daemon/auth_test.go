@@ -286,4 +286,3 @@ func TestPprofListener(t *testing.T) {
 		t.Fatalf("pprof index: %q", body)
 	}
 }
-
