@@ -2,103 +2,29 @@ package daemon
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon/tlstest"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
-var serial atomic.Int64
-
-// testCA is an in-process certificate authority.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "plumb test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return &testCA{cert: c, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// leaf issues a certificate for 127.0.0.1 usable by servers and clients;
-// it returns the PEM certificate, PEM key and serial number.
-func (ca *testCA) leaf(t *testing.T) (certPEM, keyPEM []byte, sn int64) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sn = serial.Add(1)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(sn), Subject: pkix.Name{CommonName: "plumb test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), sn
-}
-
-// writePair writes a leaf of ca to dir/name.crt and dir/name.key.
-func writePair(t *testing.T, ca *testCA, dir, name string) (certPath, keyPath string, sn int64) {
-	t.Helper()
-	c, k, sn := ca.leaf(t)
-	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	writeFile(t, certPath, string(c))
-	writeFile(t, keyPath, string(k))
-	return certPath, keyPath, sn
-}
-
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, other := newCA(t), newCA(t)
-	caPath, otherPath := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")
-	writeFile(t, caPath, string(ca.pem))
-	writeFile(t, otherPath, string(other.pem))
-	srvCert, srvKey, srvSN := writePair(t, ca, dir, "server")
-	cliCert, cliKey, cliSN := writePair(t, ca, dir, "client")
-	badCert, badKey, _ := writePair(t, other, dir, "stranger")
+	ca, other := tlstest.NewCA(t), tlstest.NewCA(t)
+	caPath, otherPath := ca.WriteCA(t, dir, "ca.pem"), other.WriteCA(t, dir, "other.pem")
+	srvCert, srvKey, srvSN := ca.WritePair(t, dir, "server")
+	cliCert, cliKey, cliSN := ca.WritePair(t, dir, "client")
+	badCert, badKey, _ := other.WritePair(t, dir, "stranger")
 
 	lg := zaptest.NewLogger(t)
 	stc, err := ServerTLS(TLSFiles{Cert: srvCert, Key: srvKey, ClientCA: caPath}, lg)
@@ -148,8 +74,8 @@ func TestMutualTLS(t *testing.T) {
 		})
 	}
 	t.Run("rotation", func(t *testing.T) {
-		_, _, newSrvSN := writePair(t, ca, dir, "server")
-		_, _, newCliSN := writePair(t, ca, dir, "client")
+		_, _, newSrvSN := ca.WritePair(t, dir, "server")
+		_, _, newCliSN := ca.WritePair(t, dir, "client")
 		s, c, err := call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
 		if err != nil || s != newSrvSN || c != big.NewInt(newCliSN).String() {
 			t.Fatalf("after rotation: server %d client %s err %v; want %d %d", s, c, err, newSrvSN, newCliSN)
@@ -165,8 +91,8 @@ func TestMutualTLS(t *testing.T) {
 
 func TestTLSMaterialErrorsNameTheFile(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t)
-	cert, key, _ := writePair(t, ca, dir, "ok")
+	ca := tlstest.NewCA(t)
+	cert, key, _ := ca.WritePair(t, dir, "ok")
 	garbage := filepath.Join(dir, "garbage.pem")
 	writeFile(t, garbage, "not pem")
 	missing := filepath.Join(dir, "missing.pem")
