@@ -115,6 +115,9 @@ func (c *Common) Security(tokenForwards bool, lg *zap.Logger) (Options, error) {
 		}
 		o.ClientCertRequired = c.TLS.ClientCA != ""
 	}
+	if creds == nil && !o.ClientCertRequired && !IsLoopback(c.GRPCAddr) && !c.Insecure {
+		return Options{}, Usagef("refusing to serve gRPC on %s without credentials: give --token-file, --credentials-file or --tls-client-ca, listen on loopback, or pass --insecure", c.GRPCAddr)
+	}
 	if c.PprofAddr != "" {
 		if err := CheckAddr(c.PprofAddr); err != nil {
 			return Options{}, Usagef("invalid --pprof-addr %q: %v", c.PprofAddr, err)
