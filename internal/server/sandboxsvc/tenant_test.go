@@ -22,7 +22,9 @@ func TestSandboxTenant(t *testing.T) {
 	c := wk.Client
 	base, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	as := func(name string) context.Context { return metadata.AppendToOutgoingContext(base, tenant.MetadataKey, name) }
+	as := func(name string) context.Context {
+		return metadata.AppendToOutgoingContext(base, tenant.MetadataKey, name)
+	}
 
 	sb, err := c.CreateSandbox(as("acme"), &plumbv1.CreateSandboxRequest{Labels: map[string]string{"k": "v"}})
 	if err != nil {
