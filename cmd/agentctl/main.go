@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/version"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -48,7 +50,10 @@ Flags:
   --agentd ADDR     agentd address (default 127.0.0.1:7070) [$AGENTCTL_AGENTD]
   --sandboxd ADDR   sandboxd address (default 127.0.0.1:7071) [$AGENTCTL_SANDBOXD]
   --timeout D       per-call timeout of unary calls (default 5s)
-  --token T         bearer token for daemons started with --token-file [$AGENTCTL_TOKEN]
+  --token T         bearer token for daemons started with --token-file or --credentials-file [$AGENTCTL_TOKEN]
+  --tls-ca FILE     dial over TLS, verifying the daemons with this PEM CA bundle [$AGENTCTL_TLS_CA]
+  --tls-cert FILE   PEM client certificate for daemons started with --tls-client-ca [$AGENTCTL_TLS_CERT]
+  --tls-key FILE    PEM private key of --tls-cert [$AGENTCTL_TLS_KEY]
 
 Exit codes: 0 ok; 1 failure (a run's error event included); 3 decisions
 pending (see agentctl resume); 4 run cancelled; 5 run deadline exceeded;
@@ -80,11 +85,22 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	sandboxd := fs.String("sandboxd", envOr("AGENTCTL_SANDBOXD", "127.0.0.1:7071"), "")
 	timeout := fs.Duration("timeout", 5*time.Second, "")
 	token := fs.String("token", envOr("AGENTCTL_TOKEN", ""), "")
+	var tf daemon.TLSFiles
+	fs.StringVar(&tf.CA, "tls-ca", envOr("AGENTCTL_TLS_CA", ""), "")
+	fs.StringVar(&tf.Cert, "tls-cert", envOr("AGENTCTL_TLS_CERT", ""), "")
+	fs.StringVar(&tf.Key, "tls-key", envOr("AGENTCTL_TLS_KEY", ""), "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
 		}
 		return err
+	}
+	var tc *tls.Config
+	if tf != (daemon.TLSFiles{}) {
+		var err error
+		if tc, err = daemon.ClientTLS(tf, nil); err != nil {
+			return err
+		}
 	}
 	switch cmd := fs.Arg(0); cmd {
 	case "version":
@@ -93,7 +109,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	case "health":
 		var failed bool
 		for _, t := range []struct{ name, addr string }{{"agentd", *agentd}, {"sandboxd", *sandboxd}} {
-			st, err := checkHealth(ctx, endpoint{t.addr, *token}, *timeout)
+			st, err := checkHealth(ctx, endpoint{t.addr, *token, tc}, *timeout)
 			if err != nil {
 				failed = true
 				fmt.Fprintf(stdout, "%-9s %-22s %v\n", t.name, t.addr, err)
@@ -106,9 +122,9 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		}
 		return nil
 	case "sandbox":
-		return runSandbox(ctx, endpoint{*sandboxd, *token}, fs.Args()[1:], stdout)
+		return runSandbox(ctx, endpoint{*sandboxd, *token, tc}, fs.Args()[1:], stdout)
 	case "run", "resume", "attach", "cancel", "threads", "agents":
-		return runAgent(ctx, endpoint{*agentd, *token}, *timeout, cmd, fs.Args()[1:], sio)
+		return runAgent(ctx, endpoint{*agentd, *token, tc}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)
 		return errors.New("no command given")
@@ -117,14 +133,21 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	}
 }
 
-// endpoint is a daemon's address and the bearer token to send it ("" =
-// none).
-type endpoint struct{ addr, token string }
+// endpoint is a daemon's address, the bearer token to send it ("" =
+// none) and the TLS client config (nil = plaintext).
+type endpoint struct {
+	addr, token string
+	tls         *tls.Config
+}
 
-// dial connects to the endpoint (plaintext; messages up to 64 MiB).
+// dial connects to the endpoint (messages up to 64 MiB).
 func (e endpoint) dial() (*grpc.ClientConn, error) {
+	tc := insecure.NewCredentials()
+	if e.tls != nil {
+		tc = credentials.NewTLS(e.tls)
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(tc),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 	}
 	if e.token != "" {

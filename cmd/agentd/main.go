@@ -13,9 +13,11 @@ import (
 	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 func main() { os.Exit(daemon.Main("agentd", run)) }
@@ -28,6 +30,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		sqlitePath     string
 		postgresDSN    string
 		workerToken    string
+		workerTLS      daemon.TLSFiles
 	)
 	f := daemon.NewFlags("agentd")
 	c.Bind(f, "127.0.0.1:7070", "127.0.0.1:9070")
@@ -35,7 +38,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.String(&defaultBackend, "default-backend", "", "file backend of every thread unless the config says otherwise: state, sandbox or filesystem")
 	f.String(&sqlitePath, "sqlite-path", "", "thread store file (storage.sqlite_path; empty = a temporary file)")
 	f.String(&postgresDSN, "postgres-dsn", "", "keep threads in PostgreSQL instead of SQLite, for several agentd replicas (storage.postgres_dsn; a postgres:// URL or key=value DSN)")
-	f.String(&workerToken, "sandboxd-token-file", "", "file holding the bearer token sandboxd workers require")
+	f.String(&workerToken, "sandboxd-token-file", "", "file holding the bearer token sandboxd workers require (give it the forwarder mark in their credentials file)")
+	f.String(&workerTLS.CA, "sandboxd-tls-ca", "", "PEM CA bundle to verify sandboxd workers with: dial them over TLS")
+	f.String(&workerTLS.Cert, "sandboxd-tls-cert", "", "PEM client certificate presented to sandboxd workers (re-read when it changes)")
+	f.String(&workerTLS.Key, "sandboxd-tls-key", "", "PEM private key of --sandboxd-tls-cert")
 	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor.\nThe default model comes from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL when --config has no models."); err != nil {
 		return err
 	}
@@ -74,24 +80,32 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return daemon.Usagef("invalid --default-backend %q: want state, sandbox or filesystem", defaultBackend)
 	}
 
-	token, err := daemon.ReadToken(c.TokenFile)
-	if err != nil {
-		return &daemon.UsageError{Err: err}
-	}
-	wtoken, err := daemon.ReadToken(workerToken)
-	if err != nil {
-		return &daemon.UsageError{Err: err}
-	}
-	var workerOpts []grpc.DialOption
-	if wtoken != "" {
-		workerOpts = append(workerOpts, grpc.WithPerRPCCredentials(daemon.BearerToken(wtoken)))
-	}
-
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
 	defer func() { _ = lg.Sync() }()
+
+	sec, err := c.Security(false, lg)
+	if err != nil {
+		return err
+	}
+	wtoken, err := daemon.ReadToken(workerToken)
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
+	// Sandbox calls carry the thread's tenant in plumb-tenant.
+	workerOpts := tenant.DialOptions()
+	if wtoken != "" {
+		workerOpts = append(workerOpts, grpc.WithPerRPCCredentials(daemon.BearerToken(wtoken)))
+	}
+	if workerTLS != (daemon.TLSFiles{}) {
+		tc, err := daemon.ClientTLS(workerTLS, lg)
+		if err != nil {
+			return &daemon.UsageError{Err: err}
+		}
+		workerOpts = append(workerOpts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	}
 
 	core, err := agentd.Build(ctx, cfg, agentd.Options{
 		Env:            os.Getenv,
@@ -126,16 +140,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
-	return daemon.Serve(ctx, daemon.Options{
-		Name:          "agentd",
-		GRPCAddr:      c.GRPCAddr,
-		HTTPAddr:      c.HTTPAddr,
-		ShutdownGrace: c.ShutdownGrace,
-		Logger:        lg,
-		Token:         token,
-		Register:      func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) },
-		BeforeStop:    svc.Shutdown,
-	})
+	o := sec
+	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "agentd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
+	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }
+	o.BeforeStop = svc.Shutdown
+	return daemon.Serve(ctx, o)
 }
 
 // splitAddrs parses the comma-separated --sandboxd list.

@@ -61,12 +61,21 @@ func TestBadStartInputs(t *testing.T) {
 	unreachable := "postgres://agentd:" + pgSecret + "@127.0.0.1:1/plumb?sslmode=disable"
 	unreachableConfig := write("unreachable-postgres.yaml", "storage:\n  postgres_dsn: "+unreachable+"\n")
 
+	garbage := write("garbage.pem", "not pem")
+	lonely := write("creds", "lonely\n")
 	tests := []struct {
 		name string
 		env  []string
 		args []string
 		want string // substring of the one-line error
 	}{
+		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
+		{"bad TLS certificate", nil, []string{"--tls-cert", garbage, "--tls-key", garbage}, garbage},
+		{"TLS certificate without key", nil, []string{"--tls-cert", garbage}, "--tls-key"},
+		{"missing client CA", nil, []string{"--tls-cert", garbage, "--tls-key", garbage, "--tls-client-ca", filepath.Join(dir, "ca.pem")}, dir},
+		{"bad sandboxd CA", nil, []string{"--sandboxd-tls-ca", garbage}, garbage},
+		{"bad credentials file", nil, []string{"--credentials-file", lonely}, lonely + ": line 1"},
+		{"bad pprof address", nil, []string{"--pprof-addr", "nowhere"}, "--pprof-addr"},
 		{"bad grpc addr", nil, []string{"--grpc-addr", "nowhere"}, "-grpc-addr"},
 		{"port out of range", nil, []string{"--http-addr", "127.0.0.1:99999"}, "-http-addr"},
 		{"bad log format", nil, []string{"--log-format", "xml"}, "json, console"},

@@ -109,16 +109,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
-	token, err := daemon.ReadToken(c.TokenFile)
-	if err != nil {
-		return &daemon.UsageError{Err: err}
-	}
-
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
 	defer func() { _ = lg.Sync() }()
+	// agentd's --token-file token names the tenant it calls for.
+	sec, err := c.Security(true, lg)
+	if err != nil {
+		return err
+	}
 	lg = lg.With(zap.String("worker", worker))
 	lg.Info("starting sandboxd")
 
@@ -162,15 +162,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	svc := sandboxsvc.New(mgr, runtimes, lg)
-	return daemon.Serve(ctx, daemon.Options{
-		Name:          "sandboxd",
-		GRPCAddr:      c.GRPCAddr,
-		HTTPAddr:      c.HTTPAddr,
-		ShutdownGrace: c.ShutdownGrace,
-		Logger:        lg,
-		Token:         token,
-		Register:      func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) },
-	})
+	o := sec
+	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
+	o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) }
+	return daemon.Serve(ctx, o)
 }
 
 // defaultWorker is the host name reduced to the allowed characters.

@@ -50,6 +50,9 @@ func TestBadStartInputs(t *testing.T) {
 		{"missing agent binary", nil, []string{"--agent-binary", "/nonexistent/sandbox-agent"}, "sandbox-agent binary"},
 		{"negative quota", nil, []string{"--max-sandboxes", "-1"}, "must not be negative"},
 		{"own label key", nil, []string{"--config", "testdata/own-label.yaml"}, `"plumb.worker" is one of plumb's own label keys`},
+		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
+		{"bad TLS certificate", nil, []string{"--tls-cert", "testdata/own-label.yaml", "--tls-key", "testdata/own-label.yaml"}, "testdata/own-label.yaml"},
+		{"missing credentials file", nil, []string{"--credentials-file", "/nonexistent/creds"}, "/nonexistent/creds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package agentd
 
 import (
+	"github.com/plumbhq/plumb/internal/tenant"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -195,6 +197,7 @@ func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) err
 	if err != nil || th.SandboxID == "" || tb.pool == nil {
 		return nil
 	}
+	ctx = tenant.With(ctx, tenant.Norm(th.Tenant)) // sandboxd checks it
 	if err := tb.pool.Delete(ctx, th.SandboxID); err != nil {
 		return fmt.Errorf("delete sandbox %s of thread %s: %w", th.SandboxID, threadID, err)
 	}
@@ -213,6 +216,9 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "thread %s: %v", threadID, err)
 	}
+	// The sandbox belongs to the thread's tenant; sandboxd learns it from
+	// the plumb-tenant header (tenant.DialOptions).
+	ctx = tenant.With(ctx, tenant.Norm(th.Tenant))
 	old := th.SandboxID
 	if old != "" {
 		c, err := tb.pool.Client(ctx, old)

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 )
@@ -35,6 +38,8 @@ type stack struct {
 	worker *sandboxsvctest.Worker
 	core   *Agentd
 	c      plumbv1.AgentServiceClient
+	// tenant, if set, is sent in plumb-tenant on every call.
+	tenant string
 }
 
 // startStack builds agentd from the common header plus extra (backends,
@@ -62,7 +67,7 @@ defaults: {model: scripted}
 			return "test-key"
 		}
 		return ""
-	}, Logger: lg})
+	}, Logger: lg, WorkerDial: tenant.DialOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +84,7 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(daemon.ServerAuth(nil)...) // the tenant comes from plumb-tenant (stack.tenant)
 	plumbv1.RegisterAgentServiceServer(gs, svc)
 	served := make(chan struct{})
 	go func() {
@@ -109,6 +114,9 @@ defaults: {model: scripted}
 func (s *stack) ctx() context.Context {
 	ctx, cancel := context.WithTimeout(s.t.Context(), 5*time.Minute)
 	s.t.Cleanup(cancel)
+	if s.tenant != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, tenant.MetadataKey, s.tenant)
+	}
 	return ctx
 }
 

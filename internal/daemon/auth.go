@@ -1,16 +1,25 @@
 package daemon
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/plumbhq/plumb/internal/tenant"
 )
 
 // ReadToken reads a bearer token from a file (surrounding whitespace
@@ -30,49 +39,279 @@ func ReadToken(path string) (string, error) {
 	return tok, nil
 }
 
+// Credential is one accepted bearer token: the tenant it acts for and
+// whether it may act for others (send plumb-tenant).
+type Credential struct {
+	// Tenant the caller acts for.
+	Tenant string
+	// Token is the bearer token.
+	Token string
+	// Forwarder marks a trusted forwarder (agentd calling sandboxd): its
+	// calls may name another tenant in the plumb-tenant header.
+	Forwarder bool
+}
+
+// ParseCredentials parses a credentials file: one credential per line,
+// "TENANT TOKEN" or "TENANT TOKEN forwarder", fields separated by blanks;
+// blank lines and lines starting with '#' are skipped. Tenants are
+// tenant.Valid names; a token may appear once only. Errors name the line.
+func ParseCredentials(data []byte) ([]Credential, error) {
+	var out []Credential
+	seen := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || len(f) > 3 {
+			return nil, fmt.Errorf("line %d: want \"TENANT TOKEN\" or \"TENANT TOKEN forwarder\"", n)
+		}
+		if !tenant.Valid(f[0]) {
+			return nil, fmt.Errorf("line %d: tenant %q: use 1 to 63 of a-z, 0-9, '.', '_', '-'", n, f[0])
+		}
+		c := Credential{Tenant: f[0], Token: f[1]}
+		if len(f) == 3 {
+			if f[2] != "forwarder" {
+				return nil, fmt.Errorf("line %d: unknown flag %q (want forwarder)", n, f[2])
+			}
+			c.Forwarder = true
+		}
+		if prev, dup := seen[c.Token]; dup {
+			return nil, fmt.Errorf("line %d: the token of line %d again", n, prev)
+		}
+		seen[c.Token] = n
+		out = append(out, c)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no credentials")
+	}
+	return out, nil
+}
+
+// Credentials is the set of bearer tokens a daemon accepts: a credentials
+// file (reloaded by Watch when it changes) and/or a fixed token.
+type Credentials struct {
+	path  string
+	fixed []Credential
+
+	mu    sync.RWMutex
+	file  []Credential
+	stamp fileStamp
+}
+
+// LoadCredentials reads the credentials file at path (empty = none) and
+// adds token (empty = none) as tenant "default", a forwarder when
+// tokenForwards is set. It returns nil when neither is given. Errors name
+// the file and fit on one line.
+func LoadCredentials(path, token string, tokenForwards bool) (*Credentials, error) {
+	if path == "" && token == "" {
+		return nil, nil
+	}
+	c := &Credentials{path: path}
+	if token != "" {
+		c.fixed = []Credential{{Tenant: tenant.Default, Token: token, Forwarder: tokenForwards}}
+	}
+	if path != "" {
+		if _, err := c.reload(); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// reload re-reads the file; on error the current set stays.
+func (c *Credentials) reload() (bool, error) {
+	st, err := stampOf(c.path)
+	if err != nil {
+		return false, fmt.Errorf("credentials file %s: %w", c.path, err)
+	}
+	c.mu.RLock()
+	same := st == c.stamp && c.file != nil
+	c.mu.RUnlock()
+	if same {
+		return false, nil
+	}
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		return false, fmt.Errorf("credentials file %s: %w", c.path, err)
+	}
+	creds, err := ParseCredentials(data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stamp = st // a bad file is reported once, not on every poll
+	if err != nil {
+		return false, fmt.Errorf("credentials file %s: %w", c.path, err)
+	}
+	c.file = creds
+	return true, nil
+}
+
+// Reload re-reads the credentials file now if it changed since it was
+// last read. A file that does not parse keeps the current set and is
+// returned as an error.
+func (c *Credentials) Reload() error {
+	if c == nil || c.path == "" {
+		return nil
+	}
+	_, err := c.reload()
+	return err
+}
+
+// Watch re-reads the credentials file when its modification time or size
+// changes (checked every interval) and on SIGHUP, until ctx ends. A reload
+// that fails keeps the current set and logs one line.
+func (c *Credentials) Watch(ctx context.Context, lg *zap.Logger, interval time.Duration) {
+	if c == nil || c.path == "" {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-hup:
+			c.mu.Lock()
+			c.stamp = fileStamp{} // SIGHUP forces a read
+			c.mu.Unlock()
+		}
+		changed, err := c.reload()
+		switch {
+		case err != nil:
+			lg.Warn("credentials not reloaded; keeping the current set", zap.Error(err))
+		case changed:
+			lg.Info("credentials reloaded", zap.String("file", c.path), zap.Int("count", c.count()))
+		}
+	}
+}
+
+func (c *Credentials) count() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.file) + len(c.fixed)
+}
+
+// Lookup returns the credential whose token is tok. Every token is
+// compared, in constant time, whatever matches.
+func (c *Credentials) Lookup(tok string) (Credential, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var (
+		found Credential
+		ok    bool
+	)
+	for _, set := range [][]Credential{c.fixed, c.file} {
+		for _, cr := range set {
+			if subtle.ConstantTimeCompare([]byte(tok), []byte(cr.Token)) == 1 && !ok {
+				found, ok = cr, true
+			}
+		}
+	}
+	return found, ok
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{fi.ModTime(), fi.Size()}, nil
+}
+
 // publicMethod reports methods that answer without a token: health checks
 // (Kubernetes probes carry no credentials).
 func publicMethod(full string) bool {
 	return strings.HasPrefix(full, "/grpc.health.v1.Health/")
 }
 
-// checkToken authorizes one call against token.
-func checkToken(ctx context.Context, token, method string) error {
+// authorize checks one call and returns its context with the caller's
+// tenant. Without credentials every caller is trusted (loopback, mTLS
+// only, or --insecure) and may name its tenant in plumb-tenant; with
+// credentials a call needs a known bearer token, and only a forwarder's
+// plumb-tenant is honoured.
+func authorize(ctx context.Context, creds *Credentials, method string) (context.Context, error) {
 	if publicMethod(method) {
-		return nil
+		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		got, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
-			return nil
+	cred := Credential{Tenant: tenant.Default, Forwarder: true}
+	if creds != nil {
+		ok := false
+		for _, v := range md.Get("authorization") {
+			got, bearer := strings.CutPrefix(v, "Bearer ")
+			if !bearer {
+				continue
+			}
+			if cred, ok = creds.Lookup(got); ok {
+				break
+			}
+		}
+		if !ok {
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
 		}
 	}
-	return status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
+	name := cred.Tenant
+	if fwd := md.Get(tenant.MetadataKey); cred.Forwarder && len(fwd) > 0 {
+		if len(fwd) > 1 || !tenant.Valid(fwd[0]) {
+			return nil, status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
+		}
+		name = fwd[0]
+	}
+	return tenant.With(ctx, name), nil
 }
 
-func authUnary(token string) grpc.UnaryServerInterceptor {
+// ServerAuth are the server options that check calls against creds (nil:
+// every caller is trusted and may name its tenant in plumb-tenant) and put
+// the caller's tenant in each handler's context. Serve installs them.
+func ServerAuth(creds *Credentials) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(authUnary(creds)), grpc.ChainStreamInterceptor(authStream(creds))}
+}
+
+func authUnary(creds *Credentials) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := checkToken(ctx, token, info.FullMethod); err != nil {
+		ctx, err := authorize(ctx, creds, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
 	}
 }
 
-func authStream(token string) grpc.StreamServerInterceptor {
+func authStream(creds *Credentials) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := checkToken(ss.Context(), token, info.FullMethod); err != nil {
+		ctx, err := authorize(ss.Context(), creds, info.FullMethod)
+		if err != nil {
 			return err
 		}
-		return h(srv, ss)
+		return h(srv, &tenantStream{ServerStream: ss, ctx: ctx})
 	}
 }
 
+type tenantStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *tenantStream) Context() context.Context { return s.ctx }
+
 // BearerToken is a grpc.PerRPCCredentials that sends a static bearer
 // token. It allows plaintext transports: plumb's daemons run on loopback
-// or inside a cluster network; use TLS in front of them across untrusted
-// networks.
+// or inside a cluster network; use TLS across untrusted networks.
 type BearerToken string
 
 // GetRequestMetadata implements credentials.PerRPCCredentials.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/version"
+	"go.uber.org/zap"
 )
 
 // UsageError is a bad flag, environment variable or config value. Main
@@ -63,20 +64,66 @@ type Common struct {
 	ShutdownGrace time.Duration
 	// Version asks for the version banner only.
 	Version bool
-	// TokenFile holds the bearer token clients must send (empty = none).
+	// TokenFile holds the bearer token clients must send (empty = none);
+	// it acts for tenant "default".
 	TokenFile string
+	// CredentialsFile lists "TENANT TOKEN [forwarder]" lines (empty =
+	// none); reloaded when it changes and on SIGHUP.
+	CredentialsFile string
+	// TLS is the server's certificate, key and client CA (mTLS).
+	TLS TLSFiles
+	// Insecure allows listening beyond loopback without credentials.
+	Insecure bool
+	// PprofAddr enables /debug/pprof on its own listener.
+	PprofAddr string
 }
 
 // Bind defines the common flags on f with the daemon's default addresses.
 func (c *Common) Bind(f *Flags, grpcAddr, httpAddr string) {
 	f.Addr(&c.GRPCAddr, "grpc-addr", grpcAddr, "gRPC listen address")
-	f.Addr(&c.HTTPAddr, "http-addr", httpAddr, "HTTP listen address for /metrics and /debug/pprof")
+	f.Addr(&c.HTTPAddr, "http-addr", httpAddr, "HTTP listen address for /metrics and /healthz")
 	f.String(&c.ConfigPath, "config", "", "YAML config file")
 	f.Enum(&c.LogFormat, "log-format", "json", LogFormats, "log format")
 	f.Enum(&c.LogLevel, "log-level", "info", LogLevels, "log level")
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight calls get to finish at shutdown")
 	f.Bool(&c.Version, "version", false, "print the version and exit")
-	f.String(&c.TokenFile, "token-file", "", "file holding the bearer token every client must send (health checks excepted)")
+	f.String(&c.TokenFile, "token-file", "", "file holding a bearer token clients may send, for tenant \"default\" (health checks need none)")
+	f.String(&c.CredentialsFile, "credentials-file", "", "file of accepted client credentials, one \"TENANT TOKEN [forwarder]\" per line; reloaded when it changes or on SIGHUP")
+	f.String(&c.TLS.Cert, "tls-cert", "", "PEM server certificate chain: serve gRPC over TLS (re-read when it changes)")
+	f.String(&c.TLS.Key, "tls-key", "", "PEM private key of --tls-cert")
+	f.String(&c.TLS.ClientCA, "tls-client-ca", "", "PEM CA bundle client certificates must chain to: require and verify client certificates (mTLS)")
+	f.Bool(&c.Insecure, "insecure", false, "allow a gRPC address beyond loopback without credentials (no token, no client CA)")
+	f.String(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this address (a bare :port binds loopback; empty = off)")
+}
+
+// Security loads the credentials and TLS material the flags name. A file
+// that does not load is a UsageError naming it. tokenForwards makes the
+// --token-file token a trusted forwarder (sandboxd).
+func (c *Common) Security(tokenForwards bool, lg *zap.Logger) (Options, error) {
+	token, err := ReadToken(c.TokenFile)
+	if err != nil {
+		return Options{}, &UsageError{Err: err}
+	}
+	creds, err := LoadCredentials(c.CredentialsFile, token, tokenForwards)
+	if err != nil {
+		return Options{}, &UsageError{Err: err}
+	}
+	o := Options{Credentials: creds, Insecure: c.Insecure, PprofAddr: c.PprofAddr}
+	if c.TLS.Enabled() {
+		if o.TLS, err = ServerTLS(c.TLS, lg); err != nil {
+			return Options{}, &UsageError{Err: err}
+		}
+		o.ClientCertRequired = c.TLS.ClientCA != ""
+	}
+	if creds == nil && !o.ClientCertRequired && !IsLoopback(c.GRPCAddr) && !c.Insecure {
+		return Options{}, Usagef("refusing to serve gRPC on %s without credentials: give --token-file, --credentials-file or --tls-client-ca, listen on loopback, or pass --insecure", c.GRPCAddr)
+	}
+	if c.PprofAddr != "" {
+		if err := CheckAddr(c.PprofAddr); err != nil {
+			return Options{}, Usagef("invalid --pprof-addr %q: %v", c.PprofAddr, err)
+		}
+	}
+	return o, nil
 }
 
 // ParseArgs parses args into f. For --help it prints the usage to stdout

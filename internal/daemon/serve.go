@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -50,9 +53,31 @@ type Options struct {
 	// Ready, if set, is called once both listeners are bound, with their
 	// actual addresses.
 	Ready func(grpcAddr, httpAddr net.Addr)
-	// Token, if set, is the bearer token every call must carry (health
-	// checks excepted).
+	// Token, if set, is a bearer token every call may carry (tenant
+	// "default"; a forwarder when TokenForwards is set). Credentials
+	// holds any further ones.
 	Token string
+	// TokenForwards makes Token a trusted forwarder (sandboxd: agentd's
+	// token may name the tenant it calls for).
+	TokenForwards bool
+	// Credentials, if set, are the bearer tokens calls must carry
+	// (health checks excepted); Serve watches their file for changes.
+	Credentials *Credentials
+	// TLS, if set, serves gRPC over TLS (ServerTLS); ClientCertRequired
+	// says whether it verifies client certificates (mTLS).
+	TLS *tls.Config
+	// ClientCertRequired reports that TLS requires client certificates.
+	ClientCertRequired bool
+	// Insecure allows a gRPC address beyond loopback without any
+	// credentials (no token, no client certificates).
+	Insecure bool
+	// PprofAddr, if set, serves /debug/pprof on a listener of its own
+	// (a bare ":port" binds loopback). It is never served on HTTPAddr
+	// or the gRPC port.
+	PprofAddr string
+	// ReloadInterval is how often the credentials file is checked for
+	// changes (default 2 s; SIGHUP checks at once).
+	ReloadInterval time.Duration
 	// BeforeStop, if set, runs when shutdown starts, with a context that
 	// ends after ShutdownGrace: the daemon's own draining (agentd stops
 	// accepting runs and cancels what is left at the deadline).
@@ -79,6 +104,25 @@ func Serve(ctx context.Context, o Options) error {
 		maxMsg = DefaultMaxMessageBytes
 	}
 
+	creds := o.Credentials
+	if creds == nil && o.Token != "" {
+		creds, _ = LoadCredentials("", o.Token, o.TokenForwards)
+	} else if creds != nil && o.Token != "" {
+		creds.fixed = []Credential{{Tenant: "default", Token: o.Token, Forwarder: o.TokenForwards}}
+	}
+	if creds == nil && !o.ClientCertRequired && !IsLoopback(o.GRPCAddr) {
+		if !o.Insecure {
+			return fmt.Errorf("refusing to serve gRPC on %s without credentials: give --token-file, --credentials-file or --tls-client-ca, listen on loopback, or pass --insecure", o.GRPCAddr)
+		}
+		lg.Warn("INSECURE: serving gRPC beyond loopback without credentials (--insecure); anyone who reaches the port can use it", zap.String("grpc-addr", o.GRPCAddr))
+	}
+	pprofAddr := o.PprofAddr
+	if pprofAddr != "" {
+		if h, p, err := net.SplitHostPort(pprofAddr); err == nil && h == "" {
+			pprofAddr = net.JoinHostPort("127.0.0.1", p)
+		}
+	}
+
 	glis, err := listen("gRPC", o.GRPCAddr)
 	if err != nil {
 		return err
@@ -88,20 +132,30 @@ func Serve(ctx context.Context, o Options) error {
 		glis.Close()
 		return err
 	}
+	var plis net.Listener
+	if pprofAddr != "" {
+		if plis, err = listen("pprof", pprofAddr); err != nil {
+			glis.Close()
+			hlis.Close()
+			return err
+		}
+	}
 
 	metrics := newGRPCMetrics(reg)
 	unary := []grpc.UnaryServerInterceptor{metrics.unary, recoverUnary(lg)}
 	stream := []grpc.StreamServerInterceptor{metrics.stream, recoverStream(lg)}
-	if o.Token != "" {
-		unary = append(unary, authUnary(o.Token))
-		stream = append(stream, authStream(o.Token))
-	}
-	srv := grpc.NewServer(
+	unary = append(unary, authUnary(creds))
+	stream = append(stream, authStream(creds))
+	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	)
+	}
+	if o.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
+	srv := grpc.NewServer(sopts...)
 	if o.Register != nil {
 		o.Register(srv)
 	}
@@ -114,11 +168,25 @@ func Serve(ctx context.Context, o Options) error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
 	hsrv := &http.Server{Handler: httpMux(reg), ReadHeaderTimeout: 10 * time.Second}
+	var psrv *http.Server
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(glis) }()
 	go func() { errc <- hsrv.Serve(hlis) }()
-	lg.Info("serving", zap.String("grpc-addr", glis.Addr().String()), zap.String("http-addr", hlis.Addr().String()))
+	if plis != nil {
+		psrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- psrv.Serve(plis) }()
+		lg.Info("serving pprof", zap.String("pprof-addr", plis.Addr().String()))
+	}
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		creds.Watch(wctx, lg, cmp.Or(o.ReloadInterval, 2*time.Second))
+	}()
+	defer func() { stopWatch(); <-watched }()
+	lg.Info("serving", zap.String("grpc-addr", glis.Addr().String()), zap.String("http-addr", hlis.Addr().String()),
+		zap.Bool("tls", o.TLS != nil), zap.Bool("client-certs", o.ClientCertRequired), zap.Bool("tokens", creds != nil))
 	if o.Ready != nil {
 		o.Ready(glis.Addr(), hlis.Addr())
 	}
@@ -163,8 +231,28 @@ func Serve(ctx context.Context, o Options) error {
 	if err := hsrv.Shutdown(hctx); err != nil {
 		hsrv.Close()
 	}
+	if psrv != nil {
+		if err := psrv.Shutdown(hctx); err != nil {
+			psrv.Close()
+		}
+	}
 	lg.Info("stopped")
 	return serveErr
+}
+
+// IsLoopback reports whether the listen address addr binds loopback only
+// ("localhost", 127.0.0.0/8 or ::1); an empty host (every interface) is
+// not.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func listen(what, addr string) (net.Listener, error) {
@@ -181,12 +269,18 @@ func listen(what, addr string) (net.Listener, error) {
 func httpMux(reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux
+}
+
+// pprofMux serves the profiles, on the pprof listener only.
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	return mux
 }
 

@@ -80,7 +80,7 @@ func TestServeEndpoints(t *testing.T) {
 
 	for path, want := range map[string]string{
 		"/metrics":      `plumb_grpc_server_handled_total{grpc_code="Unimplemented",grpc_method="GetSandbox",grpc_service="plumb.v1.SandboxService"} 1`,
-		"/debug/pprof/": "goroutine",
+		"/debug/pprof/": "404 page not found", // pprof has a listener of its own
 		"/healthz":      "ok",
 	} {
 		body := httpGet(t, "http://"+haddr+path)

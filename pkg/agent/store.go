@@ -63,6 +63,9 @@ type Thread struct {
 	// SandboxID is the thread's sandbox, if any (set by the sandbox
 	// integration, not by the executor).
 	SandboxID string `json:"sandbox_id,omitempty"`
+	// Tenant owns the thread (agentd's credentials name tenants); the
+	// durable stores keep "" as "default".
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ThreadStatus is derived from the last run and the pending interrupt.

@@ -46,6 +46,9 @@ type Info struct {
 	CreatedAt     time.Time
 	ExpiresAt     time.Time
 	LastUsedAt    time.Time
+
+	// Tenant owns the sandbox (DefaultTenant when created without one).
+	Tenant string
 }
 
 // CreateSpec is a create request: a template name, or a bare image, with
@@ -54,6 +57,9 @@ type CreateSpec struct {
 	Template  string
 	Overrides Template
 	Labels    map[string]string
+	// Tenant owns the new sandbox ("" = DefaultTenant); it is recorded in
+	// the LabelTenant label.
+	Tenant string
 }
 
 // Config configures a Manager.
@@ -277,9 +283,10 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	created := m.now()
 	labels := sandboxLabels(id, m.cfg.Worker, spec.Template, t, created, spec.Labels)
 	maps.Copy(labels, m.cfg.ExtraLabels)
+	labels[LabelTenant] = tenantOf(spec.Tenant)
 	volume := volumeName(id)
 	sb := &sandbox{info: Info{
-		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template,
+		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template, Tenant: tenantOf(spec.Tenant),
 		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
 	}}
 	defer func() {
@@ -703,7 +710,7 @@ func (m *Manager) adopt(ctx context.Context) error {
 			continue
 		}
 		sb := &sandbox{info: Info{
-			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate],
+			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate], Tenant: tenantOf(c.Labels[LabelTenant]),
 			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: now, ExpiresAt: now.Add(t.TTL),
 		}}
 		m.sandboxes[id] = sb

@@ -55,7 +55,7 @@ const (
 func IsOwnLabel(key string) bool {
 	switch key {
 	case LabelSandbox, LabelWorker, LabelImage, LabelTemplate, LabelTTL, LabelMemory, LabelCPUs,
-		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom:
+		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant:
 		return true
 	}
 	return strings.HasPrefix(key, LabelUserPrefix)

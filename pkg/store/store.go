@@ -47,6 +47,9 @@ var (
 
 // ListQuery selects a page of threads.
 type ListQuery struct {
+	// Tenant, if set, keeps only that tenant's threads ("default" also
+	// matches threads stored without a tenant).
+	Tenant string
 	// Labels must all be present with these values.
 	Labels map[string]string
 	// Status filters by derived status ("" = any).
@@ -71,6 +74,18 @@ type ThreadInfo struct {
 	*agent.ThreadData
 	// MessageCount is the length of the message log.
 	MessageCount int
+}
+
+// DefaultTenant is the tenant stored for threads created without one
+// (and for every thread written before tenancy existed).
+const DefaultTenant = "default"
+
+// TenantOf is the tenant to store for t: its own, or DefaultTenant.
+func TenantOf(t agent.Thread) string {
+	if t.Tenant == "" {
+		return DefaultTenant
+	}
+	return t.Tenant
 }
 
 // EncodePageToken is the token of the page after the thread with this

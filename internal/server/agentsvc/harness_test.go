@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/plumbhq/plumb/internal/daemon"
+
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -130,7 +132,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	}
 
 	e.lis = bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(daemon.ServerAuth(nil)...) // the tenant comes from plumb-tenant
 	plumbv1.RegisterAgentServiceServer(gs, e.svc)
 	served := make(chan struct{})
 	go func() {

@@ -60,6 +60,8 @@ type Threads interface {
 
 // ThreadQuery selects a page of threads.
 type ThreadQuery struct {
+	// Tenant, if set, keeps only that tenant's threads.
+	Tenant string
 	// Labels must all be present with these values.
 	Labels map[string]string
 	// Status filters by derived status ("" = any).

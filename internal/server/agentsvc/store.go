@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/store"
 )
@@ -19,7 +20,7 @@ func DurableThreads(s store.Threads) Threads { return durableThreads{s} }
 type durableThreads struct{ store.Threads }
 
 func (t durableThreads) ListThreads(ctx context.Context, q ThreadQuery) ([]ListedThread, string, error) {
-	infos, next, err := t.Threads.ListThreads(ctx, store.ListQuery{Labels: q.Labels, Status: q.Status, PageSize: q.PageSize, PageToken: q.PageToken})
+	infos, next, err := t.Threads.ListThreads(ctx, store.ListQuery{Tenant: q.Tenant, Labels: q.Labels, Status: q.Status, PageSize: q.PageSize, PageToken: q.PageToken})
 	if errors.Is(err, store.ErrBadPageToken) {
 		return nil, "", fmt.Errorf("%w: %w", agent.ErrInvalidInput, err)
 	}
@@ -69,6 +70,9 @@ func (t memoryThreads) ListThreads(ctx context.Context, q ThreadQuery) ([]Listed
 			continue
 		}
 		if q.Status != "" && td.Status() != q.Status {
+			continue
+		}
+		if q.Tenant != "" && tenant.Norm(td.Thread.Tenant) != q.Tenant {
 			continue
 		}
 		if len(out) == size {

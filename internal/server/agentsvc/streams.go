@@ -15,6 +15,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 )
@@ -29,9 +30,16 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 	if err != nil {
 		return server.Status(err)
 	}
+	if in.ThreadID != "" {
+		if err := s.checkOwner(stream.Context(), in.ThreadID); err != nil {
+			return s.status("run", err)
+		}
+	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "run",
 		func(ctx context.Context, sink agent.Sink) error {
-			if in.ThreadID == "" && len(in.Files) > 0 {
+			if in.ThreadID == "" {
+				// The service creates new threads itself, owned by the
+				// caller's tenant.
 				return s.runSeeded(ctx, in, sink)
 			}
 			_, err := s.rt.Run(ctx, in, sink)
@@ -40,13 +48,13 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 		func(e *plumbv1.Event) error { return stream.Send(&plumbv1.RunResponse{Event: e}) })
 }
 
-// runSeeded runs on a new thread with seed files. The thread is created
-// first: the files may go to backends that belong to it (its sandbox,
-// store routes named after its labels). When the run does not start, the
+// runSeeded runs on a new thread, owned by the caller's tenant, with any
+// seed files. The thread is created first: the files may go to backends
+// that belong to it (its sandbox, store routes named after its labels). When the run does not start, the
 // thread is deleted again, with its sandbox (OnDeleteThread).
 func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.Sink) error {
 	now := s.clock.Now()
-	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: in.Metadata}
+	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: in.Metadata, Tenant: tenant.From(ctx)}
 	if err := s.threads.CreateThread(ctx, t); err != nil {
 		return fmt.Errorf("create thread for the seed files: %w", err)
 	}
@@ -84,6 +92,9 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 	in, err := resumeInput(req)
 	if err != nil {
 		return server.Status(err)
+	}
+	if err := s.checkOwner(stream.Context(), in.ThreadID); err != nil {
+		return s.status("resume", err)
 	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "resume",
 		func(ctx context.Context, sink agent.Sink) error {
@@ -165,6 +176,9 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 		return server.Status(err)
 	}
 	ctx := stream.Context()
+	if err := s.checkOwner(ctx, id); err != nil {
+		return s.status("attach", err)
+	}
 	r, after, err := s.reg.Attach(id, req.GetAfterSequence())
 	if errors.Is(err, runs.ErrNoRun) {
 		if _, lerr := s.threads.LoadThread(ctx, id); errors.Is(lerr, agent.ErrThreadNotFound) {
@@ -188,6 +202,9 @@ func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plum
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
 		return nil, server.Status(err)
+	}
+	if err := s.checkOwner(ctx, id); err != nil {
+		return nil, s.status("cancel", err)
 	}
 	r := s.reg.Cancel(id)
 	if r == nil {

@@ -12,6 +12,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 )
@@ -24,7 +25,7 @@ func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadReq
 		return nil, server.Status(err)
 	}
 	now := s.clock.Now()
-	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: req.GetMetadata()}
+	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: req.GetMetadata(), Tenant: tenant.From(ctx)}
 	if err := s.threads.CreateThread(ctx, t); err != nil {
 		return nil, s.status("create thread", err)
 	}
@@ -43,6 +44,9 @@ func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) 
 		return nil, server.Status(err)
 	}
 	td, err := s.threads.LoadThread(ctx, id)
+	if err == nil {
+		err = owned(ctx, td)
+	}
 	if err != nil {
 		return nil, s.status("get thread", err)
 	}
@@ -78,7 +82,7 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 		return nil, server.Status(err)
 	}
 	list, next, err := s.threads.ListThreads(ctx, ThreadQuery{
-		Labels: req.GetLabels(), Status: pbconv.ThreadStatusFromPB(req.GetStatus()), PageSize: size, PageToken: req.GetPageToken(),
+		Tenant: tenant.From(ctx), Labels: req.GetLabels(), Status: pbconv.ThreadStatusFromPB(req.GetStatus()), PageSize: size, PageToken: req.GetPageToken(),
 	})
 	if errors.Is(err, agent.ErrInvalidInput) {
 		err = server.InvalidField("page_token", "page_token was not issued by this server")
@@ -101,6 +105,9 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
 		return nil, server.Status(err)
+	}
+	if err := s.checkOwner(ctx, id); err != nil {
+		return nil, s.status("delete thread", err)
 	}
 	lg := s.lg.With(zap.String("thread-id", id))
 	for {
@@ -140,6 +147,25 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 	s.reg.Forget(id)
 	lg.Info("thread deleted")
 	return &plumbv1.DeleteThreadResponse{}, nil
+}
+
+// owned returns agent.ErrThreadNotFound unless the caller's tenant owns
+// td: another tenant's thread is not found (PERMISSION_DENIED would tell
+// that it exists).
+func owned(ctx context.Context, td *agent.ThreadData) error {
+	if tenant.Norm(td.Thread.Tenant) != tenant.From(ctx) {
+		return fmt.Errorf("thread %s: %w", td.Thread.ID, agent.ErrThreadNotFound)
+	}
+	return nil
+}
+
+// checkOwner loads thread id and checks that the caller's tenant owns it.
+func (s *Service) checkOwner(ctx context.Context, id string) error {
+	td, err := s.threads.LoadThread(ctx, id)
+	if err != nil {
+		return err
+	}
+	return owned(ctx, td)
 }
 
 // ListAgents lists the primary agents a client may name in

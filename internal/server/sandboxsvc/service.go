@@ -12,6 +12,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/pbconv"
@@ -32,6 +33,8 @@ type Manager interface {
 	Files(id string) (*sandbox.Files, error)
 	Usage() (int, int64)
 	Config() sandbox.Config
+	Owner(id string) (string, error)
+	NotFound(id string) error
 }
 
 // Service implements plumbv1.SandboxServiceServer.
@@ -58,6 +61,27 @@ func (s *Service) fail(method string, err error) error {
 		s.lg.Error("internal error", zap.String("method", method), zap.Error(err))
 	}
 	return st
+}
+
+// own returns a not-found error unless the caller's tenant owns sandbox
+// id: another tenant's sandbox does not exist for it.
+func (s *Service) own(ctx context.Context, id string) error {
+	owner, err := s.m.Owner(id)
+	if err != nil {
+		return err
+	}
+	if owner != tenant.From(ctx) {
+		return s.m.NotFound(id)
+	}
+	return nil
+}
+
+// files is the file interface of sandbox id, after the tenant check.
+func (s *Service) files(ctx context.Context, id string) (*sandbox.Files, error) {
+	if err := s.own(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.m.Files(id)
 }
 
 var networks = map[plumbv1.NetworkMode]string{
@@ -98,7 +122,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 			return nil, status.Error(codes.InvalidArgument, "ttl must be positive")
 		}
 	}
-	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels()})
+	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx)})
 	if err != nil {
 		return nil, s.fail("CreateSandbox", err)
 	}
@@ -108,16 +132,23 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 // GetSandbox returns a sandbox.
 func (s *Service) GetSandbox(ctx context.Context, req *plumbv1.GetSandboxRequest) (*plumbv1.GetSandboxResponse, error) {
 	info, err := s.m.Get(ctx, req.GetSandboxId())
+	if err == nil && info.Tenant != tenant.From(ctx) {
+		err = s.m.NotFound(req.GetSandboxId())
+	}
 	if err != nil {
 		return nil, s.fail("GetSandbox", err)
 	}
 	return &plumbv1.GetSandboxResponse{Sandbox: sandboxToPB(info)}, nil
 }
 
-// ListSandboxes lists sandboxes by label.
-func (s *Service) ListSandboxes(_ context.Context, req *plumbv1.ListSandboxesRequest) (*plumbv1.ListSandboxesResponse, error) {
+// ListSandboxes lists the caller's tenant's sandboxes by label.
+func (s *Service) ListSandboxes(ctx context.Context, req *plumbv1.ListSandboxesRequest) (*plumbv1.ListSandboxesResponse, error) {
 	out := &plumbv1.ListSandboxesResponse{}
+	me := tenant.From(ctx)
 	for _, info := range s.m.List(req.GetLabels()) {
+		if info.Tenant != me {
+			continue
+		}
 		out.Sandboxes = append(out.Sandboxes, sandboxToPB(info))
 	}
 	return out, nil
@@ -125,6 +156,9 @@ func (s *Service) ListSandboxes(_ context.Context, req *plumbv1.ListSandboxesReq
 
 // DeleteSandbox removes a sandbox.
 func (s *Service) DeleteSandbox(ctx context.Context, req *plumbv1.DeleteSandboxRequest) (*plumbv1.DeleteSandboxResponse, error) {
+	if err := s.own(ctx, req.GetSandboxId()); err != nil {
+		return nil, s.fail("DeleteSandbox", err)
+	}
 	if err := s.m.Delete(ctx, req.GetSandboxId()); err != nil {
 		return nil, s.fail("DeleteSandbox", err)
 	}
@@ -136,6 +170,9 @@ func (s *Service) KeepAlive(ctx context.Context, req *plumbv1.KeepAliveRequest) 
 	var ttl time.Duration
 	if req.GetTtl() != nil {
 		ttl = req.GetTtl().AsDuration()
+	}
+	if err := s.own(ctx, req.GetSandboxId()); err != nil {
+		return nil, s.fail("KeepAlive", err)
 	}
 	info, err := s.m.KeepAlive(ctx, req.GetSandboxId(), ttl)
 	if err != nil {
@@ -168,7 +205,7 @@ func orHome(f *sandbox.Files, p string) string {
 
 // Execute runs a command.
 func (s *Service) Execute(ctx context.Context, req *plumbv1.ExecuteRequest) (*plumbv1.ExecuteResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Execute", err)
 	}
@@ -181,7 +218,7 @@ func (s *Service) Execute(ctx context.Context, req *plumbv1.ExecuteRequest) (*pl
 
 // ExecuteStream runs a command and streams its output.
 func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv1.SandboxService_ExecuteStreamServer) error {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(stream.Context(), req.GetSandboxId())
 	if err != nil {
 		return s.fail("ExecuteStream", err)
 	}
@@ -198,7 +235,7 @@ func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv
 
 // Ls lists a directory.
 func (s *Service) Ls(ctx context.Context, req *plumbv1.LsRequest) (*plumbv1.LsResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Ls", err)
 	}
@@ -211,7 +248,7 @@ func (s *Service) Ls(ctx context.Context, req *plumbv1.LsRequest) (*plumbv1.LsRe
 
 // Read reads a file window.
 func (s *Service) Read(ctx context.Context, req *plumbv1.ReadRequest) (*plumbv1.ReadResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Read", err)
 	}
@@ -232,7 +269,7 @@ func (s *Service) Read(ctx context.Context, req *plumbv1.ReadRequest) (*plumbv1.
 
 // Write writes a file.
 func (s *Service) Write(ctx context.Context, req *plumbv1.WriteRequest) (*plumbv1.WriteResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Write", err)
 	}
@@ -245,7 +282,7 @@ func (s *Service) Write(ctx context.Context, req *plumbv1.WriteRequest) (*plumbv
 
 // Edit edits a file.
 func (s *Service) Edit(ctx context.Context, req *plumbv1.EditRequest) (*plumbv1.EditResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Edit", err)
 	}
@@ -258,7 +295,7 @@ func (s *Service) Edit(ctx context.Context, req *plumbv1.EditRequest) (*plumbv1.
 
 // Delete removes a path.
 func (s *Service) Delete(ctx context.Context, req *plumbv1.DeleteRequest) (*plumbv1.DeleteResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Delete", err)
 	}
@@ -271,7 +308,7 @@ func (s *Service) Delete(ctx context.Context, req *plumbv1.DeleteRequest) (*plum
 
 // Grep searches files.
 func (s *Service) Grep(ctx context.Context, req *plumbv1.GrepRequest) (*plumbv1.GrepResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Grep", err)
 	}
@@ -284,7 +321,7 @@ func (s *Service) Grep(ctx context.Context, req *plumbv1.GrepRequest) (*plumbv1.
 
 // Glob finds files.
 func (s *Service) Glob(ctx context.Context, req *plumbv1.GlobRequest) (*plumbv1.GlobResponse, error) {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return nil, s.fail("Glob", err)
 	}
@@ -304,7 +341,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 		}
 		return err
 	}
-	f, err := s.m.Files(first.GetSandboxId())
+	f, err := s.files(stream.Context(), first.GetSandboxId())
 	if err != nil {
 		return s.fail("UploadFiles", err)
 	}
@@ -379,7 +416,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 
 // DownloadFiles streams files in order.
 func (s *Service) DownloadFiles(req *plumbv1.DownloadFilesRequest, stream plumbv1.SandboxService_DownloadFilesServer) error {
-	f, err := s.m.Files(req.GetSandboxId())
+	f, err := s.files(stream.Context(), req.GetSandboxId())
 	if err != nil {
 		return s.fail("DownloadFiles", err)
 	}

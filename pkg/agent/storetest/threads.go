@@ -27,6 +27,7 @@ func RunThreads(t *testing.T, newStore func(t *testing.T, retention int) store.T
 		{"Delete", testDelete},
 		{"Sandbox", testSandbox},
 		{"Retention", testRetention},
+		{"Tenant", testTenant},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore) })
@@ -205,5 +206,54 @@ func testRetention(t *testing.T, newStore func(*testing.T, int) store.Threads) {
 	}
 	if fmt.Sprint(steps) != "[2 3 4]" || len(d.Messages) != 5 {
 		t.Fatalf("kept checkpoints of steps %v and %d messages; want [2 3 4] and 5", steps, len(d.Messages))
+	}
+}
+
+// testTenant: a thread keeps its tenant ("" is stored as "default"), and
+// listing filters by it.
+func testTenant(t *testing.T, newStore func(*testing.T, int) store.Threads) {
+	s := newStore(t, 0)
+	for i, tenant := range []string{"acme", "", "beta", "acme"} {
+		if err := s.CreateThread(ctx(), agent.Thread{ID: fmt.Sprintf("t%d", i), CreatedAt: t0.Add(time.Duration(i) * time.Minute), Tenant: tenant}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]string{"t0": "acme", "t1": store.DefaultTenant, "t2": "beta"} {
+		th, err := s.Thread(ctx(), id)
+		if err != nil || th.Tenant != want {
+			t.Errorf("Thread(%s).Tenant = %q, %v; want %q", id, th.Tenant, err, want)
+		}
+		td, err := s.LoadThread(ctx(), id)
+		if err != nil || td.Thread.Tenant != want {
+			t.Errorf("LoadThread(%s) tenant = %v, %v; want %q", id, td, err, want)
+		}
+	}
+	// A checkpoint does not lose the tenant.
+	save(t, s, agent.Checkpoint{ThreadID: "t0", Run: run("r0", agent.StatusCompleted), CreatedAt: t0.Add(time.Hour)})
+	if th, err := s.Thread(ctx(), "t0"); err != nil || th.Tenant != "acme" {
+		t.Errorf("after a checkpoint: tenant %q, %v", th.Tenant, err)
+	}
+	for tenant, want := range map[string]string{"acme": "[t0 t3]", store.DefaultTenant: "[t1]", "beta": "[t2]", "nobody": "[]", "": "[t0 t3 t2 t1]"} {
+		list, _, err := s.ListThreads(ctx(), store.ListQuery{Tenant: tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(list); got != want {
+			t.Errorf("tenant %q: %s, want %s", tenant, got, want)
+		}
+		for _, ti := range list {
+			if tenant != "" && ti.Thread.Tenant != tenant {
+				t.Errorf("listed %s with tenant %q", ti.Thread.ID, ti.Thread.Tenant)
+			}
+		}
+	}
+	// Pages stay within the tenant.
+	page, next, err := s.ListThreads(ctx(), store.ListQuery{Tenant: "acme", PageSize: 1})
+	if err != nil || ids(page) != "[t0]" || next == "" {
+		t.Fatalf("first page: %s %q %v", ids(page), next, err)
+	}
+	page, next, err = s.ListThreads(ctx(), store.ListQuery{Tenant: "acme", PageSize: 1, PageToken: next})
+	if err != nil || ids(page) != "[t3]" {
+		t.Fatalf("second page: %s %q %v", ids(page), next, err)
 	}
 }

@@ -73,6 +73,9 @@ var migrations = []string{
 		doc       TEXT NOT NULL,
 		PRIMARY KEY (thread_id, path)
 	);`,
+	// Tenancy: rows from before it belong to tenant "default".
+	`ALTER TABLE threads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	CREATE INDEX threads_tenant ON threads (tenant, updated_at DESC, id DESC);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.
@@ -305,8 +308,8 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) error {
 		return err
 	}
 	return s.tx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (id) DO NOTHING`, t.ID, store.Nanos(t.CreatedAt), store.Nanos(t.UpdatedAt), mdJSON, t.SandboxID)
+		tag, err := tx.Exec(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id, tenant) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (id) DO NOTHING`, t.ID, store.Nanos(t.CreatedAt), store.Nanos(t.UpdatedAt), mdJSON, t.SandboxID, store.TenantOf(t))
 		if err != nil {
 			return fmt.Errorf("create thread %s: %w", t.ID, err)
 		}
@@ -364,7 +367,7 @@ func (s *Store) LoadThread(ctx context.Context, id string) (*agent.ThreadData, e
 }
 
 // threadColumns are what scanThread reads.
-const threadColumns = `t.id, t.created_at, t.updated_at, t.metadata, t.sandbox_id, t.message_count, t.state, t.interrupt`
+const threadColumns = `t.id, t.created_at, t.updated_at, t.metadata, t.sandbox_id, t.message_count, t.state, t.interrupt, t.tenant`
 
 // scanThread decodes one row of threadColumns and returns the thread with
 // its state and the length of its log.
@@ -376,7 +379,7 @@ func scanThread(row pgx.Row) (*agent.ThreadData, int, error) {
 		intr             *string
 		count            int
 	)
-	if err := row.Scan(&d.Thread.ID, &created, &updated, &md, &d.Thread.SandboxID, &count, &st, &intr); err != nil {
+	if err := row.Scan(&d.Thread.ID, &created, &updated, &md, &d.Thread.SandboxID, &count, &st, &intr, &d.Thread.Tenant); err != nil {
 		return nil, 0, err
 	}
 	id := d.Thread.ID
@@ -704,6 +707,9 @@ func (s *Store) ListThreads(ctx context.Context, q store.ListQuery) ([]store.Thr
 			return nil, "", err
 		}
 		where = append(where, `(t.updated_at, t.id) < (`+arg(u)+`, `+arg(id)+`)`)
+	}
+	if q.Tenant != "" {
+		where = append(where, `t.tenant = `+arg(q.Tenant))
 	}
 	for k, v := range q.Labels {
 		where = append(where, `EXISTS (SELECT 1 FROM thread_labels l WHERE l.thread_id = t.id AND l.key = `+arg(k)+` AND l.value = `+arg(v)+`)`)

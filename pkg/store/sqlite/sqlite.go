@@ -68,6 +68,9 @@ var migrations = []string{
 		doc       TEXT NOT NULL,
 		PRIMARY KEY (thread_id, path)
 	) WITHOUT ROWID;`,
+	// Tenancy: rows from before it belong to tenant "default".
+	`ALTER TABLE threads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	CREATE INDEX threads_tenant ON threads (tenant, updated_at DESC, id DESC);`,
 }
 
 // Options configure Open.
@@ -180,8 +183,8 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) error {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id) VALUES (?, ?, ?, ?, ?)`,
-			t.ID, store.Nanos(t.CreatedAt), store.Nanos(t.UpdatedAt), md, t.SandboxID)
+		_, err := tx.ExecContext(ctx, `INSERT INTO threads (id, created_at, updated_at, metadata, sandbox_id, tenant) VALUES (?, ?, ?, ?, ?, ?)`,
+			t.ID, store.Nanos(t.CreatedAt), store.Nanos(t.UpdatedAt), md, t.SandboxID, store.TenantOf(t))
 		if err != nil {
 			if strings.Contains(err.Error(), "UNIQUE") || strings.Contains(err.Error(), "PRIMARY KEY") {
 				return fmt.Errorf("create thread %s: %w", t.ID, agent.ErrConflict)
@@ -229,8 +232,8 @@ func (s *Store) load(ctx context.Context, q *sql.Tx, id string, full bool) (*age
 		count            int
 		d                agent.ThreadData
 	)
-	err := q.QueryRowContext(ctx, `SELECT created_at, updated_at, metadata, sandbox_id, message_count, state, interrupt FROM threads WHERE id = ?`, id).
-		Scan(&created, &updated, &md, &d.Thread.SandboxID, &count, &st, &intr)
+	err := q.QueryRowContext(ctx, `SELECT created_at, updated_at, metadata, sandbox_id, message_count, state, interrupt, tenant FROM threads WHERE id = ?`, id).
+		Scan(&created, &updated, &md, &d.Thread.SandboxID, &count, &st, &intr, &d.Thread.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, fmt.Errorf("load thread %s: %w", id, agent.ErrThreadNotFound)
 	}
@@ -552,6 +555,10 @@ func (s *Store) ListThreads(ctx context.Context, q store.ListQuery) ([]store.Thr
 		where = append(where, `(t.updated_at < ? OR (t.updated_at = ? AND t.id < ?))`)
 		args = append(args, u, u, id)
 	}
+	if q.Tenant != "" {
+		where = append(where, `t.tenant = ?`)
+		args = append(args, q.Tenant)
+	}
 	for k, v := range q.Labels {
 		where = append(where, `EXISTS (SELECT 1 FROM thread_labels l WHERE l.thread_id = t.id AND l.key = ? AND l.value = ?)`)
 		args = append(args, k, v)
@@ -621,8 +628,8 @@ func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 		created, updated int64
 		md               string
 	)
-	err := s.db.QueryRowContext(ctx, `SELECT created_at, updated_at, metadata, sandbox_id FROM threads WHERE id = ?`, id).
-		Scan(&created, &updated, &md, &t.SandboxID)
+	err := s.db.QueryRowContext(ctx, `SELECT created_at, updated_at, metadata, sandbox_id, tenant FROM threads WHERE id = ?`, id).
+		Scan(&created, &updated, &md, &t.SandboxID, &t.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("thread %s: %w", id, agent.ErrThreadNotFound)
 	}

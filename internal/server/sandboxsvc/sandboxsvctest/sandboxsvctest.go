@@ -12,6 +12,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
@@ -61,7 +62,9 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))
+	// No credentials: like a loopback sandboxd, every caller may name its
+	// tenant in plumb-tenant.
+	srv := grpc.NewServer(append(daemon.ServerAuth(nil), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))...)
 	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, lg))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
