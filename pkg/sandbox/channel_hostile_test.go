@@ -78,7 +78,9 @@ func TestChannelHostileAgent(t *testing.T) {
 			a.send(t, frame(id, `"event":"output","data":"YQ=="`))
 		}, want: "receives chunk"},
 		{name: "final over budget, refused before it is buffered", play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
-			go func() { _, _ = io.WriteString(a.out, frame(id, `"done":true,"result":{"x":"`+strings.Repeat("A", agentproto.MaxFrameBytes-100)+`"}`)+"\n") }()
+			go func() {
+				_, _ = io.WriteString(a.out, frame(id, `"done":true,"result":{"x":"`+strings.Repeat("A", agentproto.MaxFrameBytes-100)+`"}`)+"\n")
+			}()
 		}, op: agentproto.OpWrite, want: "no request in flight accepts"},
 		{name: "final over its op budget", op: agentproto.OpHello, play: func(t *testing.T, ch *channel, a *fakeAgent, id uint64) {
 			// A larger request is in flight too, so the frame is read whole.
