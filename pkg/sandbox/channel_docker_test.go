@@ -40,10 +40,6 @@ func TestHostileChannelFailsOnlyItsBox(t *testing.T) {
 	neighbour := e.create(t, m, sandbox.CreateSpec{})
 	hostile := e.create(t, m, sandbox.CreateSpec{})
 
-	if r := exec(t, m, neighbour.ID, "echo before", 60); r.Output != "before\n" {
-		t.Fatalf("neighbour: %q", r.Output)
-	}
-	t.Log("neighbour serves; the hostile box starts forging")
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
