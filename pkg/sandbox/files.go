@@ -108,7 +108,8 @@ func recheck(op agentproto.Op, args, out any) error {
 			return bad("%d content bytes exceed the %d-byte cap", len(r.Content), limit)
 		}
 	case *backend.ExecuteResult:
-		limit := outputLimit(args.(agentproto.ExecuteArgs).ExecuteRequest)
+		ea, _ := args.(agentproto.ExecuteArgs)
+		limit := outputLimit(ea.ExecuteRequest)
 		switch {
 		case len(r.Output) > limit+agentproto.OutputMarkerBytes:
 			return bad("%d output bytes exceed max_output_bytes %d", len(r.Output), limit)
