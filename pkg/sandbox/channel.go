@@ -32,11 +32,12 @@ const (
 	// bytes of agent frames being read plus stream events queued.
 	DefaultChannelMemoryBytes = 256 << 20
 	// frameRate and frameBurst bound the frames per second one channel
-	// accepts (a token bucket). An honest agent sends at most a few
-	// hundred output events a second (it reads a command's output in
-	// chunks) plus one final per request.
-	frameRate  = 2000
-	frameBurst = 4000
+	// accepts (a token bucket). An honest agent's output events are at
+	// least one 64 KiB pipe read each when output is fast (a command
+	// writing 1 GB/s makes about 16000 a second) and few when it is slow;
+	// the limit stops floods of tiny frames, not honest throughput.
+	frameRate  = 20000
+	frameBurst = 40000
 	// writeTimeout bounds a write to the agent when the caller's context
 	// has no deadline.
 	writeTimeout = 30 * time.Second
