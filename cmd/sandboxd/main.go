@@ -42,6 +42,10 @@ type Config struct {
 	MaxSandboxes int `yaml:"max_sandboxes"`
 	// MaxMemoryBytes caps the sum of sandbox memory limits (0 = unlimited).
 	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// ChannelMemoryBytes is the memory all agent channels of this worker
+	// may hold together: frames being read plus stream events not yet
+	// taken (0 = sandbox.DefaultChannelMemoryBytes, 256 MiB).
+	ChannelMemoryBytes int64 `yaml:"channel_memory_bytes"`
 	// Labels are added to every container and volume of this worker (for
 	// an operator's own inventory, or a test run's sweep). plumb's own
 	// label keys are refused.
@@ -142,6 +146,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxSandboxes:   maxSandboxes,
 		MaxMemoryBytes: cfg.MaxMemoryBytes,
 		ExtraLabels:    cfg.Labels,
+
+		ChannelMemoryBytes: cfg.ChannelMemoryBytes,
 	}, sandbox.WithLogger(lg))
 	if err != nil {
 		return err

@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -14,30 +18,157 @@ import (
 )
 
 // stream is one open connection to a sandbox agent: frames are written to
-// w and read from r; Close tears it down.
+// w and read from r; Close tears it down. When w is a net.Conn, writes get
+// deadlines.
 type stream struct {
 	r io.Reader
 	w io.Writer
 	c io.Closer
 }
 
-// channel multiplexes requests to one sandbox agent over one stream. Any
-// malformed or oversized frame from the agent (the container is untrusted),
-// or the stream breaking, resets the channel: every request in flight fails
-// with a retryable unavailable error and the channel refuses new ones. The
-// owner then opens a new channel.
-type channel struct {
-	lg *zap.Logger
-	w  *agentproto.Writer
-	c  io.Closer
+// The channel's rules against a hostile agent (docs/security.md, Channel).
+const (
+	// DefaultChannelMemoryBytes is the default worker-wide budget for the
+	// bytes of agent frames being read plus stream events queued.
+	DefaultChannelMemoryBytes = 256 << 20
+	// frameRate and frameBurst bound the frames per second one channel
+	// accepts (a token bucket). An honest agent's output events are at
+	// least one 64 KiB pipe read each when output is fast (a command
+	// writing 1 GB/s makes about 16000 a second) and few when it is slow;
+	// the limit stops floods of tiny frames, not honest throughput.
+	frameRate  = 20000
+	frameBurst = 40000
+	// writeTimeout bounds a write to the agent when the caller's context
+	// has no deadline.
+	writeTimeout = 30 * time.Second
+	// maxCancelled bounds the cancelled requests whose final response is
+	// still awaited; past it the oldest is forgotten (a late frame for it
+	// then counts as a violation).
+	maxCancelled = 1024
+	// executeGrace is added to an execute's timeout before sandboxd stops
+	// waiting: the agent's kill and drain graces plus slack.
+	executeGrace = backend.KillGrace + backend.DrainGrace + 5*time.Second
+)
 
+// violation is a reset the box caused by breaking the protocol (as
+// opposed to the stream simply ending). Violations count against the
+// sandbox; see Manager.violation.
+type violation struct{ msg string }
+
+func (v *violation) Error() string { return "agent protocol violation: " + v.msg }
+
+func violationf(format string, args ...any) error {
+	return &violation{msg: fmt.Sprintf(format, args...)}
+}
+
+// isViolation reports whether err is a protocol violation.
+func isViolation(err error) bool {
+	var v *violation
+	return errors.As(err, &v)
+}
+
+// memBudget is one memory budget shared by every channel of a Manager.
+// Acquiring never blocks: a channel that cannot get budget is reset.
+type memBudget struct {
+	mu   sync.Mutex
+	used int64
+	max  int64
+}
+
+func newMemBudget(max int64) *memBudget {
+	if max <= 0 {
+		max = DefaultChannelMemoryBytes
+	}
+	return &memBudget{max: max}
+}
+
+func (b *memBudget) acquire(n int) bool {
+	if b == nil || n <= 0 {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+int64(n) > b.max {
+		return false
+	}
+	b.used += int64(n)
+	return true
+}
+
+func (b *memBudget) release(n int) {
+	if b == nil || n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= int64(n)
+	b.mu.Unlock()
+}
+
+func (b *memBudget) inUse() int64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// bucket is a token bucket of frames.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func (b *bucket) take(now time.Time) bool {
+	if b.last.IsZero() {
+		b.tokens = b.burst
+	} else {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// channelOptions tune a channel; the zero value is usable (no shared
+// budget, no violation callback, the default rate).
+type channelOptions struct {
+	budget      *memBudget
+	onViolation func(error) // called once per violation, never under a lock
+	rate, burst float64
+	// writeTimeout bounds writes when the caller has no deadline
+	// (writeTimeout when 0); maxWait, when set, caps every op's wait.
+	// Tests lower both.
+	writeTimeout time.Duration
+	maxWait      time.Duration
+}
+
+// channel multiplexes requests to one sandbox agent over one stream. The
+// agent is untrusted: a frame that breaks a rule resets the channel (every
+// request in flight fails with a retryable unavailable error and the
+// channel refuses new ones) and is reported as a violation. The rules: a
+// response must answer a request in flight (late frames of cancelled
+// requests are dropped); an event must be of a kind its op receives; every
+// frame must fit its op's budget (agentproto.LimitsOf) and the worker's
+// memory budget; frames must not come faster than the rate limit. The
+// owner opens a new channel after a reset.
+type channel struct {
+	lg     *zap.Logger
+	w      *agentproto.Writer
+	c      io.Closer
+	opts   channelOptions
 	maxLag int // maxLagBytes; tests lower it
 
-	mu      sync.Mutex
-	nextID  uint64
-	pending map[uint64]*call
-	err     error // set once the channel is reset
-	done    chan struct{}
+	mu        sync.Mutex
+	nextID    uint64
+	pending   map[uint64]*call
+	cancelled map[uint64]agentproto.Limits // cancelled, final not yet seen
+	order     []uint64                     // cancelled ids, oldest first
+	err       error                        // set once the channel is reset
+	done      chan struct{}
 }
 
 // maxLagBytes bounds the stream events one request may hold that its
@@ -55,6 +186,7 @@ const eventOverhead = 256
 // call is one request in flight. The read loop queues its responses
 // without ever waiting for the caller.
 type call struct {
+	lim  agentproto.Limits
 	wake chan struct{} // 1-buffered: the queue, final or lagged changed
 
 	mu     sync.Mutex
@@ -64,20 +196,25 @@ type call struct {
 	lagged bool // the caller fell too far behind
 }
 
-func newCall() *call { return &call{wake: make(chan struct{}, 1)} }
+func newCall(lim agentproto.Limits) *call { return &call{lim: lim, wake: make(chan struct{}, 1)} }
 
-// push queues resp; it reports false, drops everything queued and marks
-// the call lagged when an event would put more than limit bytes in the
-// queue.
-func (c *call) push(resp agentproto.Response, limit int) bool {
+// push queues resp. An event is charged to budget; lagged reports that it
+// would put more than limit bytes in the queue (everything queued is then
+// dropped and the call marked lagged), noBudget that the shared budget
+// could not take it.
+func (c *call) push(resp agentproto.Response, limit int, budget *memBudget) (lagged, noBudget bool) {
 	c.mu.Lock()
-	ok := true
 	switch cost := len(resp.Data) + eventOverhead; {
 	case resp.Done:
 		c.final = &resp
+	case c.lagged:
+		// Already dropped; nothing more is queued for it.
 	case c.queued+cost > limit:
+		budget.release(c.queued)
 		c.events, c.queued, c.lagged = nil, 0, true
-		ok = false
+		lagged = true
+	case !budget.acquire(cost):
+		noBudget = true
 	default:
 		c.events = append(c.events, resp)
 		c.queued += cost
@@ -87,12 +224,12 @@ func (c *call) push(resp agentproto.Response, limit int) bool {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return ok
+	return lagged, noBudget
 }
 
 // next takes the next event (ok true), or reports the final response or
 // the lag once no event is left. All zero means wait for c.wake.
-func (c *call) next() (ev agentproto.Response, ok bool, final *agentproto.Response, lagged bool) {
+func (c *call) next(budget *memBudget) (ev agentproto.Response, ok bool, final *agentproto.Response, lagged bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lagged {
@@ -102,58 +239,163 @@ func (c *call) next() (ev agentproto.Response, ok bool, final *agentproto.Respon
 		ev = c.events[0]
 		c.events[0] = agentproto.Response{}
 		c.events = c.events[1:]
-		c.queued -= len(ev.Data) + eventOverhead
+		cost := len(ev.Data) + eventOverhead
+		c.queued -= cost
+		budget.release(cost)
 		return ev, true, nil, false
 	}
 	return ev, false, c.final, false
 }
 
-func newChannel(s stream, lg *zap.Logger) *channel {
-	ch := &channel{
-		lg:      lg,
-		w:       agentproto.NewWriter(s.w),
-		c:       s.c,
-		maxLag:  maxLagBytes,
-		pending: map[uint64]*call{},
-		done:    make(chan struct{}),
+// discard drops what is still queued and returns its budget.
+func (c *call) discard(budget *memBudget) {
+	c.mu.Lock()
+	budget.release(c.queued)
+	c.events, c.queued = nil, 0
+	c.mu.Unlock()
+}
+
+func newChannel(s stream, lg *zap.Logger, opts channelOptions) *channel {
+	if opts.rate <= 0 {
+		opts.rate, opts.burst = frameRate, frameBurst
 	}
-	go ch.readLoop(agentproto.NewReader(s.r, agentproto.MaxFrameBytes))
+	if opts.writeTimeout <= 0 {
+		opts.writeTimeout = writeTimeout
+	}
+	ch := &channel{
+		lg:        lg,
+		w:         agentproto.NewWriter(s.w),
+		c:         s.c,
+		opts:      opts,
+		maxLag:    maxLagBytes,
+		pending:   map[uint64]*call{},
+		cancelled: map[uint64]agentproto.Limits{},
+		done:      make(chan struct{}),
+	}
+	go ch.readLoop(s.r)
 	return ch
 }
 
-func (ch *channel) readLoop(r *agentproto.Reader) {
+// frameCap is the largest frame any request in flight (or cancelled and
+// awaiting its final) may receive; a frame is refused as soon as it grows
+// past it, before it is all buffered.
+func (ch *channel) frameCap() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	n := 0
+	for _, c := range ch.pending {
+		n = max(n, c.lim.EventBytes, c.lim.FinalBytes)
+	}
+	for _, l := range ch.cancelled {
+		n = max(n, l.EventBytes, l.FinalBytes)
+	}
+	return n
+}
+
+func (ch *channel) readLoop(src io.Reader) {
+	r := agentproto.NewReader(src, agentproto.MaxFrameBytes)
+	charged := 0 // frame bytes beyond RetainBytes charged to the budget
+	r.Grow = func(n int) error {
+		if limit := ch.frameCap(); charged+n+agentproto.RetainBytes > limit {
+			return violationf("a frame of more than %d bytes arrived; no request in flight accepts one larger than %d", charged+n+agentproto.RetainBytes, limit)
+		}
+		if !ch.opts.budget.acquire(n) {
+			return violationf("the worker's channel memory budget (%d bytes) is exhausted", ch.opts.budget.max)
+		}
+		charged += n
+		return nil
+	}
+	tb := bucket{rate: ch.opts.rate, burst: ch.opts.burst}
 	for {
 		frame, err := r.Next()
+		if err == nil {
+			if !tb.take(time.Now()) {
+				err = violationf("more than %.0f frames a second", ch.opts.rate)
+			} else {
+				err = ch.handle(frame)
+			}
+		}
+		ch.opts.budget.release(charged)
+		charged = 0
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			switch {
+			case errors.Is(err, io.EOF):
 				err = errors.New("agent stream closed")
+			case errors.Is(err, agentproto.ErrFrameTooLarge):
+				err = violationf("a frame exceeds the %d-byte limit", agentproto.MaxFrameBytes)
 			}
 			ch.reset(err)
 			return
 		}
-		resp, err := agentproto.DecodeResponse(frame)
-		if err != nil {
-			ch.reset(err)
-			return
-		}
-		ch.mu.Lock()
-		c := ch.pending[resp.ID]
-		if c != nil && resp.Done {
-			delete(ch.pending, resp.ID)
-		}
-		ch.mu.Unlock()
-		if c == nil {
-			continue // a request we gave up on (cancelled)
-		}
-		if !c.push(resp, ch.maxLag) {
-			ch.lg.Warn("request cancelled: its caller fell behind its stream", zap.Uint64("request-id", resp.ID), zap.Int("limit-bytes", ch.maxLag))
-			ch.cancel(resp.ID)
-		}
 	}
 }
 
+// handle checks one frame against the rules and queues it for its call.
+func (ch *channel) handle(frame []byte) error {
+	resp, err := agentproto.DecodeResponse(frame)
+	if err != nil {
+		return violationf("%v", err)
+	}
+	ch.mu.Lock()
+	c := ch.pending[resp.ID]
+	if c == nil {
+		lim, cancelled := ch.cancelled[resp.ID]
+		if cancelled && resp.Done {
+			delete(ch.cancelled, resp.ID)
+			ch.order = slices.DeleteFunc(ch.order, func(id uint64) bool { return id == resp.ID })
+		}
+		issued := resp.ID <= ch.nextID
+		ch.mu.Unlock()
+		switch {
+		case cancelled:
+			return checkFrame(resp, lim, len(frame)) // then dropped
+		case issued:
+			return violationf("a response for request %d, which has already finished", resp.ID)
+		default:
+			return violationf("a response for request %d, which was never sent", resp.ID)
+		}
+	}
+	if resp.Done {
+		delete(ch.pending, resp.ID)
+	}
+	ch.mu.Unlock()
+	if err := checkFrame(resp, c.lim, len(frame)); err != nil {
+		return err
+	}
+	lagged, noBudget := c.push(resp, ch.maxLag, ch.opts.budget)
+	if noBudget {
+		return violationf("the worker's channel memory budget (%d bytes) is exhausted", ch.opts.budget.max)
+	}
+	if lagged {
+		ch.lg.Warn("request cancelled: its caller fell behind its stream", zap.Uint64("request-id", resp.ID), zap.Int("limit-bytes", ch.maxLag))
+		ch.cancel(resp.ID, c.lim)
+	}
+	return nil
+}
+
+// checkFrame applies an op's limits to one of its responses.
+func checkFrame(resp agentproto.Response, lim agentproto.Limits, size int) error {
+	if resp.Done {
+		if size > lim.FinalBytes {
+			return violationf("a %d-byte final response to request %d exceeds its %d-byte budget", size, resp.ID, lim.FinalBytes)
+		}
+		return nil
+	}
+	if !lim.Allows(resp.Event) {
+		allowed := "none"
+		if len(lim.Events) > 0 {
+			allowed = strings.Join(lim.Events, ", ")
+		}
+		return violationf("event %s for request %d, whose operation receives %s", backend.Quote(resp.Event), resp.ID, allowed)
+	}
+	if size > lim.EventBytes {
+		return violationf("a %d-byte %s event for request %d exceeds its %d-byte budget", size, resp.Event, resp.ID, lim.EventBytes)
+	}
+	return nil
+}
+
 // reset fails everything in flight and closes the stream. Only the first
-// reason is kept.
+// reason is kept; a violation is reported to the owner.
 func (ch *channel) reset(reason error) {
 	ch.mu.Lock()
 	if ch.err != nil {
@@ -163,10 +405,15 @@ func (ch *channel) reset(reason error) {
 	ch.err = reason
 	inflight := len(ch.pending)
 	ch.pending = map[uint64]*call{}
+	ch.cancelled = map[uint64]agentproto.Limits{}
+	ch.order = nil
 	ch.mu.Unlock()
-	// Log before waking the callers: nothing of the channel's runs after
-	// they return.
+	// Log and report before waking the callers: nothing of the channel's
+	// runs after they return.
 	ch.lg.Warn("agent channel reset", zap.Error(reason), zap.Int("in-flight", inflight))
+	if isViolation(reason) && ch.opts.onViolation != nil {
+		ch.opts.onViolation(reason)
+	}
 	close(ch.done)
 	_ = ch.c.Close()
 }
@@ -184,17 +431,61 @@ func (ch *channel) unavailable() *backend.Error {
 	return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent channel lost (%v); the operation may not have completed, retry it", ch.err)
 }
 
+// overdueError is a request whose final response did not arrive within its
+// op's wait (agentproto.Limits.Wait, or an execute's timeout plus grace).
+// The request was cancelled at the agent and a violation counted.
+type overdueError struct {
+	op   agentproto.Op
+	wait time.Duration
+}
+
+func (e *overdueError) Error() string {
+	return fmt.Sprintf("the sandbox agent did not finish %s within %s; it was cancelled, retry it", e.op, e.wait)
+}
+
+// limitsFor returns the limits of one request.
+func limitsFor(op agentproto.Op, args any) agentproto.Limits {
+	if ea, ok := args.(agentproto.ExecuteArgs); ok && op == agentproto.OpExecute {
+		l := agentproto.ExecuteLimits(ea)
+		l.Wait = executeTimeout(ea.ExecuteRequest) + executeGrace
+		return l
+	}
+	if l, ok := agentproto.LimitsOf(op); ok {
+		return l
+	}
+	return agentproto.Limits{FinalBytes: agentproto.SmallFrameBytes, Wait: agentproto.ResponseWait}
+}
+
+// executeTimeout is the timeout the agent applies to req (it refuses
+// values out of range before running anything).
+func executeTimeout(req backend.ExecuteRequest) time.Duration {
+	switch t := req.TimeoutSeconds; {
+	case t == nil:
+		return backend.ExecuteDefaultTimeout
+	case *t <= 0 || time.Duration(*t)*time.Second > backend.ExecuteMaxTimeout:
+		return backend.ExecuteMaxTimeout
+	default:
+		return time.Duration(*t) * time.Second
+	}
+}
+
 // call sends one request and waits for its final response. Stream events
 // go to onEvent in order (nil drops them); an error from onEvent cancels the
 // request, and so does onEvent falling more than maxLag bytes behind the
-// agent (a *Error with CodeSlowConsumer). Operation failures come back as
-// *backend.Error.
+// agent (a *Error with CodeSlowConsumer). A request not answered within
+// its op's wait is cancelled and fails with *overdueError. Operation
+// failures come back as *backend.Error.
 func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent func(agentproto.Response) error) (json.RawMessage, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
 	}
-	c := newCall()
+	lim := limitsFor(op, args)
+	if ch.opts.maxWait > 0 {
+		lim.Wait = min(lim.Wait, ch.opts.maxWait)
+	}
+	c := newCall(lim)
+	defer c.discard(ch.opts.budget)
 	ch.mu.Lock()
 	if ch.err != nil {
 		ch.mu.Unlock()
@@ -205,21 +496,35 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 	ch.pending[id] = c
 	ch.mu.Unlock()
 
-	if err := ch.w.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
-		ch.forget(id)
-		if errors.Is(err, agentproto.ErrFrameTooLarge) {
+	var overdue <-chan time.Time
+	if lim.Wait > 0 {
+		t := time.NewTimer(lim.Wait)
+		defer t.Stop()
+		overdue = t.C
+	}
+	if err := ch.w.WriteContext(ctx, agentproto.Request{ID: id, Op: op, Args: raw}, ch.opts.writeTimeout); err != nil {
+		switch {
+		case errors.Is(err, agentproto.ErrFrameTooLarge):
+			ch.forget(id)
 			return nil, backend.Errorf(backend.CodeTooLarge, "", "%s request exceeds the %d-byte agent frame limit", op, agentproto.MaxFrameBytes)
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// Nothing was written: the caller gave up waiting for the writer.
+			ch.forget(id)
+			return nil, backend.FromOS(string(op), "", err)
+		case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
+			ch.reset(violationf("the agent did not take a %s request within its write deadline", op))
+		default:
+			ch.reset(fmt.Errorf("write request: %w", err))
 		}
-		ch.reset(fmt.Errorf("write request: %w", err))
 		return nil, ch.unavailable()
 	}
 	for {
-		ev, ok, final, lagged := c.next()
+		ev, ok, final, lagged := c.next(ch.opts.budget)
 		switch {
 		case ok:
 			if onEvent != nil {
 				if err := onEvent(ev); err != nil {
-					ch.cancel(id)
+					ch.cancel(id, lim)
 					return nil, err
 				}
 			}
@@ -238,35 +543,65 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 		case <-ch.done:
 			return nil, ch.unavailable()
 		case <-ctx.Done():
-			ch.cancel(id)
+			ch.cancel(id, lim)
 			return nil, backend.FromOS(string(op), "", ctx.Err())
+		case <-overdue:
+			ch.cancel(id, lim)
+			err := &overdueError{op: op, wait: lim.Wait}
+			if ch.opts.onViolation != nil {
+				ch.opts.onViolation(violationf("%v", err))
+			}
+			return nil, err
 		}
 	}
 }
 
-// forget drops a pending request: the read loop ignores its responses.
+// forget drops a pending request that was never sent.
 func (ch *channel) forget(id uint64) {
 	ch.mu.Lock()
 	delete(ch.pending, id)
 	ch.mu.Unlock()
 }
 
-// cancel drops a pending request and asks the agent to stop it.
-func (ch *channel) cancel(id uint64) {
-	ch.forget(id)
+// cancel drops a pending request and asks the agent to stop it. Its late
+// frames, and the cancel's own answer, are dropped until their finals.
+func (ch *channel) cancel(id uint64, lim agentproto.Limits) {
 	raw, _ := json.Marshal(agentproto.CancelArgs{Target: id})
 	ch.mu.Lock()
 	if ch.err != nil {
 		ch.mu.Unlock()
 		return
 	}
+	if _, ok := ch.pending[id]; ok {
+		delete(ch.pending, id)
+		ch.awaitLocked(id, lim)
+	}
 	ch.nextID++
 	cid := ch.nextID
+	ch.awaitLocked(cid, limitsFor(agentproto.OpCancel, nil))
 	ch.mu.Unlock()
-	// Nobody waits for the cancel's own answer (readLoop skips it), and the
-	// caller must not wait for the write either: it is sent in the
-	// background and fails once the stream closes.
-	go func() { _ = ch.w.Write(agentproto.Request{ID: cid, Op: agentproto.OpCancel, Args: raw}) }()
+	// The caller must not wait for the write: it is sent in the background,
+	// bounded by the write timeout, and a failure resets the channel.
+	go func() {
+		err := ch.w.WriteContext(context.Background(), agentproto.Request{ID: cid, Op: agentproto.OpCancel, Args: raw}, ch.opts.writeTimeout)
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			ch.reset(violationf("the agent did not take a cancel request within %s", ch.opts.writeTimeout))
+		default:
+			ch.reset(fmt.Errorf("write cancel: %w", err))
+		}
+	}()
+}
+
+// awaitLocked records id as cancelled, awaiting its final; ch.mu is held.
+func (ch *channel) awaitLocked(id uint64, lim agentproto.Limits) {
+	ch.cancelled[id] = lim
+	ch.order = append(ch.order, id)
+	if len(ch.order) > maxCancelled {
+		delete(ch.cancelled, ch.order[0])
+		ch.order = ch.order[1:]
+	}
 }
 
 // close tears the channel down.

@@ -25,13 +25,18 @@ type fakeAgent struct {
 
 func newPair(t *testing.T) (*channel, *fakeAgent) {
 	t.Helper()
+	return newPairWith(t, channelOptions{})
+}
+
+func newPairWith(t *testing.T, opts channelOptions) (*channel, *fakeAgent) {
+	t.Helper()
 	reqR, reqW := io.Pipe()
 	respR, respW := io.Pipe()
 	ch := newChannel(stream{r: respR, w: reqW, c: closerFunc(func() error {
 		reqW.Close()
 		respR.Close()
 		return nil
-	})}, zaptest.NewLogger(t))
+	})}, zaptest.NewLogger(t), opts)
 	t.Cleanup(ch.close)
 	sc := bufio.NewScanner(reqR)
 	sc.Buffer(make([]byte, 1<<20), agentproto.MaxFrameBytes)
@@ -76,7 +81,7 @@ func wait(t *testing.T, c chan callResult) callResult {
 	select {
 	case r := <-c:
 		return r
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * time.Minute): // a hang guard only
 		t.Fatal("call did not return")
 	}
 	return callResult{}

@@ -9,4 +9,10 @@
 // It must never mount host paths or the Docker socket into a container, and
 // never build shell strings from agent input: everything that crosses into
 // a container is data in agentproto frames.
+//
+// Whatever comes back out of a container is hostile: the agent channel
+// checks every frame (request ids, event kinds, per-operation budgets, one
+// memory budget per worker, a frame-rate limit, write deadlines, its own
+// execute deadline, re-checked results), resets on a violation, and fails
+// a sandbox whose channel keeps violating (docs/security.md, "Channel").
 package sandbox

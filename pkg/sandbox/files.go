@@ -2,9 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -48,6 +52,10 @@ func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onE
 	end := f.m.begin(f.sb)
 	raw, err := ch.call(ctx, op, args, onEvent)
 	end()
+	var overdue *overdueError
+	if errors.As(err, &overdue) && op != agentproto.OpExecute {
+		err = backend.Errorf(backend.CodeUnavailable, "", "%v", overdue)
+	}
 	if err != nil {
 		if backend.CodeOf(err) == backend.CodeUnavailable {
 			// The stream broke: find out whether the container is gone.
@@ -61,12 +69,57 @@ func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onE
 		return nil
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		f.sb.mu.Lock()
-		if f.sb.ch == ch {
-			ch.reset(err)
-		}
-		f.sb.mu.Unlock()
+		ch.reset(violationf("a malformed %s result: %v", op, err))
 		return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed %s result; the channel was reset, retry the operation", op)
+	}
+	if err := recheck(op, args, out); err != nil {
+		ch.reset(err)
+		return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent an impossible %s result (%v); the channel was reset, retry the operation", op, err)
+	}
+	return nil
+}
+
+// recheck verifies what the agent reports against the caps the agent is
+// bound by (file-tools spec §3): a result outside them is a violation.
+func recheck(op agentproto.Op, args, out any) error {
+	bad := func(format string, a ...any) error {
+		return violationf("%s result: %s", op, fmt.Sprintf(format, a...))
+	}
+	switch r := out.(type) {
+	case *backend.LsResult:
+		if len(r.Entries) > backend.LsMaxEntries {
+			return bad("%d entries exceed the %d-entry cap", len(r.Entries), backend.LsMaxEntries)
+		}
+	case *backend.GlobResult:
+		if len(r.Matches) > backend.GlobMaxMatches {
+			return bad("%d matches exceed the %d-match cap", len(r.Matches), backend.GlobMaxMatches)
+		}
+	case *backend.GrepResult:
+		if len(r.Matches) > backend.GrepMaxMax {
+			return bad("%d matches exceed the %d-match cap", len(r.Matches), backend.GrepMaxMax)
+		}
+		for _, m := range r.Matches {
+			if utf8.RuneCountInString(m.Text) > backend.GrepTextMaxChars+1 {
+				return bad("a match text of more than %d characters", backend.GrepTextMaxChars)
+			}
+		}
+	case *backend.ReadResult:
+		if limit := max(backend.ReadByteBudget+backend.RowWidth*4, base64.StdEncoding.EncodedLen(backend.MediaCap)); len(r.Content) > limit {
+			return bad("%d content bytes exceed the %d-byte cap", len(r.Content), limit)
+		}
+	case *backend.ExecuteResult:
+		ea, _ := args.(agentproto.ExecuteArgs)
+		limit := outputLimit(ea.ExecuteRequest)
+		switch {
+		case len(r.Output) > limit+agentproto.OutputMarkerBytes:
+			return bad("%d output bytes exceed max_output_bytes %d", len(r.Output), limit)
+		case r.OutputBytes < 0:
+			return bad("negative output_bytes %d", r.OutputBytes)
+		case !r.Truncated && r.OutputBytes > int64(limit):
+			return bad("output_bytes %d exceed max_output_bytes %d without truncation", r.OutputBytes, limit)
+		case r.TimedOut && (r.ExitCode == nil || *r.ExitCode != 124):
+			return bad("timed out without exit code 124")
+		}
 	}
 	return nil
 }
@@ -130,19 +183,55 @@ func (f *Files) Glob(ctx context.Context, req backend.GlobRequest) (r backend.Gl
 // Execute runs a command and returns its bounded output.
 func (f *Files) Execute(ctx context.Context, req backend.ExecuteRequest) (r backend.ExecuteResult, err error) {
 	err = f.invoke(ctx, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: req}, &r, nil)
-	return r, err
+	return overdueExecute(req, r, nil, err)
+}
+
+// outputLimit is the max_output_bytes the agent applies to req.
+func outputLimit(req backend.ExecuteRequest) int {
+	if req.MaxOutputBytes <= 0 {
+		return backend.ExecuteInlineOutput
+	}
+	return req.MaxOutputBytes
+}
+
+// overdueExecute turns an execute that sandboxd stopped waiting for (the
+// agent did not answer within the timeout plus executeGrace) into the
+// result a timeout gives: exit code 124, timed_out, and the output that
+// streamed before it (none without streaming), with a line saying what
+// happened. The violation was counted and the request cancelled.
+func overdueExecute(req backend.ExecuteRequest, r backend.ExecuteResult, streamed []byte, err error) (backend.ExecuteResult, error) {
+	var overdue *overdueError
+	if !errors.As(err, &overdue) {
+		return r, err
+	}
+	limit := outputLimit(req)
+	code := 124
+	note := fmt.Sprintf("[sandboxd: the sandbox did not report the command's end within its timeout plus %s; it was cancelled]\n", executeGrace)
+	out := strings.ToValidUTF8(string(streamed[:min(len(streamed), max(limit-len(note), 0))]), "\uFFFD")
+	return backend.ExecuteResult{
+		Output:      out + note,
+		ExitCode:    &code,
+		TimedOut:    true,
+		Truncated:   len(streamed) > len(out),
+		OutputBytes: int64(len(streamed)),
+		DurationMS:  overdue.wait.Milliseconds(),
+	}, nil
 }
 
 // ExecuteStream runs a command, passing output to onOutput as it is
 // produced, and returns the same result as Execute.
 func (f *Files) ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (r backend.ExecuteResult, err error) {
+	var streamed []byte // the head of the output, for an overdue result
 	err = f.invoke(ctx, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: req, Stream: true}, &r, func(ev agentproto.Response) error {
 		if ev.Event == agentproto.EventOutput {
+			if room := outputLimit(req) - len(streamed); room > 0 {
+				streamed = append(streamed, ev.Data[:min(len(ev.Data), room)]...)
+			}
 			return onOutput(ev.Data)
 		}
 		return nil
 	})
-	return r, err
+	return overdueExecute(req, r, streamed, err)
 }
 
 // Upload writes each item in chunks; per-item failures are in the results.
@@ -243,6 +332,11 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 		}
 		return sink(ev.Data)
 	})
+	// The agent reports the size it sent: it must match what arrived.
+	if err == nil && r.Size != got {
+		f.m.violation(f.sb, violationf("download result: size %d, but %d bytes arrived", r.Size, got))
+		return 0, backend.Errorf(backend.CodeUnavailable, path, "download %s: the sandbox agent reported %d bytes but sent %d; retry it", path, r.Size, got)
+	}
 	return r.Size, err
 }
 

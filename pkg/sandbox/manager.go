@@ -83,7 +83,19 @@ type Config struct {
 	// ExtraLabels are added to every container and volume (tests use them
 	// to find leftovers).
 	ExtraLabels map[string]string
+	// ChannelMemoryBytes is the memory all agent channels of the worker
+	// may hold together: frames being read plus stream events not yet
+	// taken (DefaultChannelMemoryBytes when 0). A channel that cannot get
+	// budget is reset and its sandbox charged a violation.
+	ChannelMemoryBytes int64
+	// ViolationAllowance is how many protocol violations a sandbox's agent
+	// channel may commit before the sandbox is failed and its container
+	// killed (DefaultViolationAllowance when 0).
+	ViolationAllowance int
 }
+
+// DefaultViolationAllowance is the default Config.ViolationAllowance.
+const DefaultViolationAllowance = 3
 
 // Manager owns the sandboxes of one worker.
 type Manager struct {
@@ -92,6 +104,8 @@ type Manager struct {
 	lg     *zap.Logger
 	images *images
 	now    func() time.Time
+	budget *memBudget // shared by every agent channel
+	bg     sync.WaitGroup
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -105,10 +119,11 @@ type Manager struct {
 
 // sandbox is the manager's record of one sandbox.
 type sandbox struct {
-	mu   sync.Mutex // guards info, ch and busy
-	info Info
-	ch   *channel
-	busy int // operations in flight; the reaper never takes a busy sandbox
+	mu         sync.Mutex // guards info, ch, busy and violations
+	info       Info
+	ch         *channel
+	busy       int // operations in flight; the reaper never takes a busy sandbox
+	violations int // protocol violations of its agent channels
 }
 
 // Option customizes a Manager.
@@ -141,6 +156,12 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
+	if cfg.ChannelMemoryBytes <= 0 {
+		cfg.ChannelMemoryBytes = DefaultChannelMemoryBytes
+	}
+	if cfg.ViolationAllowance <= 0 {
+		cfg.ViolationAllowance = DefaultViolationAllowance
+	}
 	m := &Manager{
 		api:       api,
 		cfg:       cfg,
@@ -148,6 +169,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		images:    newImages(api, cfg.Agent),
 		now:       time.Now,
 		sandboxes: map[string]*sandbox{},
+		budget:    newMemBudget(cfg.ChannelMemoryBytes),
 	}
 	for _, o := range opts {
 		o(m)
@@ -182,6 +204,7 @@ func (m *Manager) Close() {
 		}
 		sb.mu.Unlock()
 	}
+	m.bg.Wait()
 }
 
 // DeleteAll removes every sandbox of this worker (used at shutdown when the
@@ -578,11 +601,14 @@ func describeExit(s *container.State) string {
 	}
 }
 
-func (m *Manager) fail(sb *sandbox, reason string) {
+// fail marks a running sandbox failed and closes its channel; it reports
+// whether it did (false when the sandbox had already failed or is being
+// deleted).
+func (m *Manager) fail(sb *sandbox, reason string) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.info.State == StateFailed {
-		return
+	if sb.info.State != StateRunning {
+		return false
 	}
 	sb.info.State = StateFailed
 	sb.info.FailureReason = reason
@@ -590,25 +616,91 @@ func (m *Manager) fail(sb *sandbox, reason string) {
 		sb.ch.close()
 	}
 	m.lg.Warn("sandbox failed", zap.String("sandbox-id", sb.info.ID), zap.String("reason", reason))
+	return true
 }
 
 // channel returns the sandbox's open agent channel, opening a new one when
-// there is none or the last one was reset.
+// there is none or the last one was reset. The engine is dialled without
+// holding the sandbox's lock (a hung engine call must not stall the
+// reaper or List); when two callers dial at once, the first to install
+// its channel wins and the other closes its own.
 func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.info.State == StateFailed {
-		return nil, errorf(CodeFailed, "sandbox %s failed: %s; delete it and create a new one", sb.info.ID, sb.info.FailureReason)
+	if err := sb.unusable(); err != nil {
+		sb.mu.Unlock()
+		return nil, err
 	}
 	if sb.ch != nil && !sb.ch.broken() {
-		return sb.ch, nil
+		ch := sb.ch
+		sb.mu.Unlock()
+		return ch, nil
 	}
-	s, err := m.dial(ctx, sb.info.ContainerID, sb.info.Settings)
+	id, cid, t := sb.info.ID, sb.info.ContainerID, sb.info.Settings
+	sb.mu.Unlock()
+
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	s, err := m.dial(dctx, cid, t)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
-	sb.ch = newChannel(s, m.lg.With(zap.String("sandbox-id", sb.info.ID)))
-	return sb.ch, nil
+	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), channelOptions{
+		budget:      m.budget,
+		onViolation: func(err error) { m.violation(sb, err) },
+	})
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := sb.unusable(); err != nil {
+		ch.close()
+		return nil, err
+	}
+	if sb.ch != nil && !sb.ch.broken() {
+		ch.close() // another caller's dial won
+		return sb.ch, nil
+	}
+	sb.ch = ch
+	return ch, nil
+}
+
+// dialTimeout bounds opening an agent channel (two engine calls).
+const dialTimeout = 30 * time.Second
+
+// unusable returns why no channel may be opened to the sandbox, or nil;
+// sb.mu is held.
+func (sb *sandbox) unusable() error {
+	switch sb.info.State {
+	case StateFailed:
+		return errorf(CodeFailed, "sandbox %s failed: %s; delete it and create a new one", sb.info.ID, sb.info.FailureReason)
+	case StateDeleting:
+		return errorf(CodeNotFound, "sandbox %s is being deleted", sb.info.ID)
+	}
+	return nil
+}
+
+// violation counts a protocol violation of sb's agent channel. Past the
+// allowance the sandbox is failed with a reason naming the violation and
+// its container is killed in the background (Close waits for it).
+func (m *Manager) violation(sb *sandbox, err error) {
+	sb.mu.Lock()
+	sb.violations++
+	n, id, cid := sb.violations, sb.info.ID, sb.info.ContainerID
+	sb.mu.Unlock()
+	m.lg.Warn("sandbox agent broke the channel protocol", zap.String("sandbox-id", id), zap.Int("violations", n), zap.Error(err))
+	if n <= m.cfg.ViolationAllowance {
+		return
+	}
+	if !m.fail(sb, fmt.Sprintf("its agent broke the channel protocol %d times (allowance %d); last: %v", n, m.cfg.ViolationAllowance, err)) {
+		return
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := m.api.ContainerKill(ctx, cid, client.ContainerKillOptions{Signal: "KILL"}); err != nil && !cerrdefs.IsNotFound(err) {
+			m.lg.Warn("kill failed sandbox", zap.String("sandbox-id", id), zap.Error(err))
+		}
+	}()
 }
 
 // dial starts `sandbox-agent serve` with one exec and attaches its stdio.

@@ -18,11 +18,12 @@ package agentproto
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 )
@@ -157,11 +158,21 @@ type CancelArgs struct {
 // ErrFrameTooLarge is returned by Reader when a frame exceeds its limit.
 var ErrFrameTooLarge = errors.New("agent frame exceeds the size limit")
 
+// RetainBytes is the most a Reader keeps allocated between frames: the
+// buffer a larger frame needed is released once the next frame is read.
+const RetainBytes = 64 << 10
+
 // Reader reads newline-delimited frames with a size bound.
 type Reader struct {
 	br  *bufio.Reader
 	max int
 	buf []byte
+
+	// Grow, when set, is told before the frame buffer takes n more bytes
+	// beyond RetainBytes; an error stops the frame (Next returns it). The
+	// reader's owner uses it to charge a memory budget and to refuse a
+	// frame larger than it can accept before it is all buffered.
+	Grow func(n int) error
 }
 
 // NewReader reads frames of at most max bytes (MaxFrameBytes when max ≤ 0)
@@ -170,19 +181,33 @@ func NewReader(r io.Reader, max int) *Reader {
 	if max <= 0 {
 		max = MaxFrameBytes
 	}
-	return &Reader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+	return &Reader{br: bufio.NewReaderSize(r, RetainBytes), max: max}
 }
 
 // Next returns the next frame without its newline. The slice is valid until
 // the next call. A frame longer than the limit returns ErrFrameTooLarge
 // (the stream is then unusable); a final unterminated frame is
-// io.ErrUnexpectedEOF.
+// io.ErrUnexpectedEOF. A buffer grown past RetainBytes by the previous
+// frame is dropped first, so a reader never holds more than that between
+// frames.
 func (r *Reader) Next() ([]byte, error) {
+	if cap(r.buf) > RetainBytes {
+		r.buf = nil
+	}
 	r.buf = r.buf[:0]
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		if len(r.buf)+len(chunk) > r.max+1 {
+			r.buf = nil
 			return nil, ErrFrameTooLarge
+		}
+		if r.Grow != nil {
+			if over := len(r.buf) + len(chunk) - max(len(r.buf), RetainBytes); over > 0 {
+				if gerr := r.Grow(over); gerr != nil {
+					r.buf = nil
+					return nil, gerr
+				}
+			}
 		}
 		r.buf = append(r.buf, chunk...)
 		switch {
@@ -242,16 +267,29 @@ func strictUnmarshal(b []byte, v any) error {
 
 // Writer writes frames; it is safe for concurrent use.
 type Writer struct {
-	mu sync.Mutex
-	w  io.Writer
+	sem chan struct{} // one writer at a time; waiting honours the context
+	w   io.Writer
 }
 
 // NewWriter writes frames to w.
-func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+func NewWriter(w io.Writer) *Writer { return &Writer{sem: make(chan struct{}, 1), w: w} }
 
 // Write encodes v as one frame. A frame larger than MaxFrameBytes is
 // refused before anything is written.
 func (w *Writer) Write(v any) error {
+	return w.WriteContext(context.Background(), v, 0)
+}
+
+// deadliner is the part of net.Conn that bounds a write.
+type deadliner interface{ SetWriteDeadline(time.Time) error }
+
+// WriteContext is Write with bounds: waiting for another writer ends with
+// ctx (nothing was written: the error is ctx's), and when the underlying
+// writer has SetWriteDeadline (a net.Conn) the write itself must finish
+// by ctx's deadline, or within def when ctx has none (def ≤ 0: no
+// deadline). A write that fails after it started may have left a partial
+// frame: the stream is then unusable.
+func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -260,8 +298,22 @@ func (w *Writer) Write(v any) error {
 		return ErrFrameTooLarge
 	}
 	b = append(b, '\n')
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-w.sem }()
+	if d, ok := w.w.(deadliner); ok {
+		dl, has := ctx.Deadline()
+		if !has && def > 0 {
+			dl, has = time.Now().Add(def), true
+		}
+		if has {
+			_ = d.SetWriteDeadline(dl)
+			defer func() { _ = d.SetWriteDeadline(time.Time{}) }()
+		}
+	}
 	_, err = w.w.Write(b)
 	return err
 }

@@ -2,10 +2,14 @@ package agentproto
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 )
@@ -153,4 +157,68 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReaderReleasesLargeBuffers: after a frame larger than RetainBytes
+// the reader drops its buffer, and Grow is told about every byte beyond
+// RetainBytes.
+func TestReaderReleasesLargeBuffers(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	r := NewReader(strings.NewReader(big+"\n"+"small\n"), 0)
+	grown := 0
+	r.Grow = func(n int) error { grown += n; return nil }
+	if f, err := r.Next(); err != nil || len(f) != len(big) {
+		t.Fatalf("big frame: %d bytes, %v", len(f), err)
+	}
+	if want := len(big) + 1 - RetainBytes; grown != want {
+		t.Fatalf("grow told %d bytes, want %d", grown, want)
+	}
+	if f, err := r.Next(); err != nil || string(f) != "small" {
+		t.Fatalf("small frame: %q, %v", f, err)
+	}
+	if cap(r.buf) > RetainBytes {
+		t.Fatalf("reader keeps %d bytes after a small frame", cap(r.buf))
+	}
+}
+
+func TestReaderGrowRefuses(t *testing.T) {
+	refused := errors.New("no")
+	r := NewReader(strings.NewReader(strings.Repeat("x", 200<<10)+"\n"), 0)
+	r.Grow = func(int) error { return refused }
+	if _, err := r.Next(); !errors.Is(err, refused) {
+		t.Fatalf("Next = %v, want the Grow error", err)
+	}
+}
+
+// TestWriterDeadline: a write to a conn nobody reads ends at the default
+// deadline; waiting for another writer ends with the context.
+func TestWriterDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	w := NewWriter(a)
+	if err := w.WriteContext(context.Background(), Request{ID: 1, Op: OpHello}, 50*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write to a stuck reader: %v", err)
+	}
+	w.sem <- struct{}{} // another writer holds the stream
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.WriteContext(ctx, Request{ID: 2, Op: OpHello}, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("write while another writes: %v", err)
+	}
+}
+
+func TestLimitsTable(t *testing.T) {
+	for _, op := range []Op{OpHello, OpLs, OpRead, OpWrite, OpEdit, OpDelete, OpGrep, OpGlob, OpExecute, OpUploadOpen, OpUploadChunk, OpUploadClose, OpDownload, OpCancel, "download_open", "download_read", "download_close"} {
+		l, ok := LimitsOf(op)
+		if !ok || l.FinalBytes < SmallFrameBytes || l.FinalBytes > MaxFrameBytes || l.EventBytes > MaxFrameBytes || (len(l.Events) > 0) != (l.EventBytes > 0) {
+			t.Errorf("%s: %+v, %v", op, l, ok)
+		}
+	}
+	if l := ExecuteLimits(ExecuteArgs{}); l.Allows(EventOutput) || l.FinalBytes < backend.ExecuteInlineOutput {
+		t.Errorf("non-streaming execute: %+v", l)
+	}
+	if l := ExecuteLimits(ExecuteArgs{Stream: true, ExecuteRequest: backend.ExecuteRequest{MaxOutputBytes: MaxInlineOutput}}); !l.Allows(EventOutput) || l.FinalBytes < MaxInlineOutput*6 {
+		t.Errorf("streaming execute: %+v", l)
+	}
 }
