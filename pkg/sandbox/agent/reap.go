@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,6 +53,7 @@ func (u User) credential() *syscall.Credential {
 // backend.KillGrace); on ReapKill it kills the subtree at once. Killing the
 // subtree repeats "SIGKILL every child, reap" until it has no child left,
 // so grandchildren that re-parent to it die too. It then exits 128+15.
+// An exit of the shell that races the kill wins only if seen first.
 //
 // Run by root with only the SETUID, SETGID and KILL capabilities, the
 // reaper is out of the command's reach: uid U can neither signal nor trace
@@ -98,13 +100,16 @@ func Reap(args []string, stderr io.Writer) int {
 		user = &User{UID: uint32(uid), GID: uint32(gid)}
 	}
 
+	// Fewer Ps, fewer OS threads: every thread counts against the box's
+	// pids limit.
+	runtime.GOMAXPROCS(1)
 	_ = setDumpable(false)
 	if err := setChildSubreaper(); err != nil {
 		fmt.Fprintf(stderr, "sandbox-agent reap: become a subreaper: %v\n", err)
 		return 126
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, ReapTerm, ReapKill)
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, ReapTerm, ReapKill, syscall.SIGCHLD)
 	defer signal.Stop(sigs)
 
 	attr := &syscall.ProcAttr{
@@ -124,44 +129,49 @@ func Reap(args []string, stderr io.Writer) int {
 		return 126
 	}
 
-	// One goroutine waits for any child; the main loop learns about the
-	// shell's exit from it.
-	exited := make(chan int, 1)
-	go func() {
-		for {
-			var ws syscall.WaitStatus
-			p, err := syscall.Wait4(-1, &ws, 0, nil)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			if err != nil { // ECHILD: nothing left to wait for
-				return
-			}
-			if p == pid {
-				exited <- statusOf(ws)
-				return
-			}
-		}
-	}()
-
+	// Exits are collected on SIGCHLD with WNOHANG rather than by a
+	// goroutine blocked in wait4, which would cost an OS thread (threads
+	// count against the box's pids limit, as do the reaper's few others).
 	var escalate <-chan time.Time
 	for {
-		select {
-		case code := <-exited:
+		if code, done := reapChildren(pid); done {
 			return code
+		}
+		select {
 		case sig := <-sigs:
-			if sig == ReapKill {
+			switch sig {
+			case syscall.SIGCHLD:
+			case ReapKill:
 				killSubtree(pid)
 				return 128 + int(syscall.SIGTERM)
-			}
-			_ = syscall.Kill(-pid, syscall.SIGTERM)
-			signalChildren(syscall.SIGTERM)
-			if escalate == nil {
-				escalate = time.After(grace)
+			default:
+				_ = syscall.Kill(-pid, syscall.SIGTERM)
+				signalChildren(syscall.SIGTERM)
+				if escalate == nil {
+					escalate = time.After(grace)
+				}
 			}
 		case <-escalate:
 			killSubtree(pid)
 			return 128 + int(syscall.SIGTERM)
+		}
+	}
+}
+
+// reapChildren collects every exited child without blocking and reports
+// the status of shell once it has exited.
+func reapChildren(shell int) (code int, exited bool) {
+	for {
+		var ws syscall.WaitStatus
+		p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || p <= 0 {
+			return 0, false
+		}
+		if p == shell {
+			return statusOf(ws), true
 		}
 	}
 }
