@@ -346,6 +346,11 @@ func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
 	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
 		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
 	}
+	// The agent must have taken the sandbox user's identity for files and
+	// commands; anything else means box code could run as the agent.
+	if uid, gid, _ := parseUser(m.cfg.User); h.UID != uid || h.GID != gid {
+		return fmt.Errorf("agent runs files and commands as %d:%d, want the sandbox user %d:%d", h.UID, h.GID, uid, gid)
+	}
 	return nil
 }
 

@@ -49,11 +49,11 @@ func (u User) credential() *syscall.Credential {
 // background processes of a shell do.
 //
 // On ReapTerm it sends SIGTERM to PROG's process group and to its own
-// children, and kills the whole subtree after the grace (default
-// backend.KillGrace); on ReapKill it kills the subtree at once. Killing the
+// children, waits for the subtree to be gone, and kills what is left of it
+// after the grace (default backend.KillGrace) even if PROG itself has
+// exited; on ReapKill it kills the subtree at once. Killing the
 // subtree repeats "SIGKILL every child, reap" until it has no child left,
 // so grandchildren that re-parent to it die too. It then exits 128+15.
-// An exit of the shell that races the kill wins only if seen first.
 //
 // Run by root with only the SETUID, SETGID and KILL capabilities, the
 // reaper is out of the command's reach: uid U can neither signal nor trace
@@ -132,10 +132,22 @@ func Reap(args []string, stderr io.Writer) int {
 	// Exits are collected on SIGCHLD with WNOHANG rather than by a
 	// goroutine blocked in wait4, which would cost an OS thread (threads
 	// count against the box's pids limit, as do the reaper's few others).
-	var escalate <-chan time.Time
+	var (
+		escalate  <-chan time.Time // set once the agent asked to end the command
+		shellCode int
+		shellDone bool
+	)
 	for {
-		if code, done := reapChildren(pid); done {
-			return code
+		code, exited, none := reapChildren(pid)
+		if exited {
+			shellCode, shellDone = code, true
+		}
+		switch {
+		case shellDone && escalate == nil:
+			// A normal end: what the shell left running lives on.
+			return shellCode
+		case escalate != nil && none:
+			return 128 + int(syscall.SIGTERM)
 		}
 		select {
 		case sig := <-sigs:
@@ -152,26 +164,30 @@ func Reap(args []string, stderr io.Writer) int {
 				}
 			}
 		case <-escalate:
+			// The grace is over: whatever is left dies, even if the
+			// shell has already exited.
 			killSubtree(pid)
 			return 128 + int(syscall.SIGTERM)
 		}
 	}
 }
 
-// reapChildren collects every exited child without blocking and reports
-// the status of shell once it has exited.
-func reapChildren(shell int) (code int, exited bool) {
+// reapChildren collects every exited child without blocking; it reports
+// the status of shell if it was among them, and whether no child at all is
+// left.
+func reapChildren(shell int) (code int, exited, none bool) {
 	for {
 		var ws syscall.WaitStatus
 		p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if errors.Is(err, syscall.EINTR) {
+		switch {
+		case errors.Is(err, syscall.EINTR):
 			continue
-		}
-		if err != nil || p <= 0 {
-			return 0, false
-		}
-		if p == shell {
-			return statusOf(ws), true
+		case errors.Is(err, syscall.ECHILD):
+			return code, exited, true
+		case err != nil || p <= 0:
+			return code, exited, false
+		case p == shell:
+			code, exited = statusOf(ws), true
 		}
 	}
 }
