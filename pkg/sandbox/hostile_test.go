@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
 
 // agentPID is a shell snippet that sets A to the agent's pid: the command's
@@ -148,5 +152,37 @@ func TestRefusedUsersAndWorkingDirs(t *testing.T) {
 		if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), fmt.Sprintf("%q", dir)) {
 			t.Fatalf("working_dir %q: %v", dir, err)
 		}
+	}
+}
+
+// TestImageWithVolumeRefused: an image that declares a VOLUME (which would
+// become an unbounded writable engine volume) is refused, naming it.
+func TestImageWithVolumeRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A never-started container of the test image, committed with a
+	// VOLUME; both are removed on cleanup.
+	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, _ = e.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}()
+	ref := "plumb-test-volume:" + testRun
+	if _, err := e.cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Reference: ref, Changes: []string{"VOLUME /data"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	})
+	m := e.manager(t)
+	_, err = m.Create(ctx, sandbox.CreateSpec{Overrides: sandbox.Template{Image: ref}})
+	if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), "VOLUME /data") {
+		t.Fatalf("create from an image with a VOLUME: %v, want invalid naming VOLUME /data", err)
 	}
 }
