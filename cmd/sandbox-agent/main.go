@@ -89,6 +89,8 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	switch {
 	case (*uid < 0) != (*gid < 0):
 		return errors.New("serve: give both --uid and --gid, or neither")
+	case *uid > 1<<31-1 || *gid > 1<<31-1:
+		return fmt.Errorf("serve: --uid %d / --gid %d out of range", *uid, *gid)
 	case *uid == 0 || *gid == 0:
 		return errors.New("serve: --uid and --gid must not be 0: the sandbox user is never root")
 	case *uid > 0:
