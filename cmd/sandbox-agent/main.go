@@ -22,7 +22,8 @@ import (
 )
 
 const usage = `usage:
-  sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--log-level LEVEL]
+  sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--reaper PATH] [--log-level LEVEL]
+  sandbox-agent reap [--uid U --gid G] [--grace DURATION] -- PROG ARGS...
   sandbox-agent init
   sandbox-agent --version
 `
@@ -43,6 +44,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	case "init":
 		return runInit()
+	case agent.ReapCommand:
+		return agent.Reap(args[1:], stderr)
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
@@ -71,6 +74,9 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	workspace := fs.String("workspace", agent.DefaultWorkspace, "working directory of execute when a request names none")
 	var writable listFlag
 	fs.Var(&writable, "writable", "writable directories (virtual paths, comma-separated) named when a write hits a read-only file system; default: the workspace, and /tmp when --root is /")
+	uid := fs.Int("uid", -1, "the sandbox user's uid: when the agent runs as root, commands run as it and file operations use it as fsuid (give --gid too)")
+	gid := fs.Int("gid", -1, "the sandbox user's gid (see --uid)")
+	reaper := fs.String("reaper", "", "path of a sandbox-agent binary to run every execute under (`reap`), so all its descendants die on timeout or cancel; empty runs the shell directly")
 	level := zapcore.InfoLevel
 	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -78,6 +84,17 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	var user *agent.User
+	switch {
+	case (*uid < 0) != (*gid < 0):
+		return errors.New("serve: give both --uid and --gid, or neither")
+	case *uid > 1<<31-1 || *gid > 1<<31-1:
+		return fmt.Errorf("serve: --uid %d / --gid %d out of range", *uid, *gid)
+	case *uid == 0 || *gid == 0:
+		return errors.New("serve: --uid and --gid must not be 0: the sandbox user is never root")
+	case *uid > 0:
+		user = &agent.User{UID: uint32(*uid), GID: uint32(*gid)}
 	}
 
 	lg := zap.New(zapcore.NewCore(
@@ -98,6 +115,8 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		Workspace: *workspace,
 		Version:   version.Version,
 		Logger:    lg,
+		User:      user,
+		Reaper:    *reaper,
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,11 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 			return "", errorf(CodeImageNotFound, "image %q is not present on this worker (sandboxd never pulls; load or build it first)", base)
 		}
 		return "", fmt.Errorf("inspect image %s: %w", base, err)
+	}
+	if vols := imageVolumes(info); len(vols) > 0 {
+		// A VOLUME would become an anonymous engine volume: writable,
+		// unbounded and outside the sandbox's workspace accounting.
+		return "", errorf(CodeInvalid, "image %q declares VOLUME %s; sandboxd refuses images with volumes (a volume would be an unbounded writable disk): rebuild the image without VOLUME", base, strings.Join(vols, ", "))
 	}
 	h := sha256.Sum256([]byte(strings.Join([]string{info.ID, im.agentSum, user, workingDir}, "\n")))
 	ref := DerivedRepository + ":" + hex.EncodeToString(h[:8])
@@ -103,6 +109,19 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 	return ref, nil
 }
 
+// imageVolumes lists the VOLUME paths an image declares, sorted.
+func imageVolumes(info client.ImageInspectResult) []string {
+	if info.Config == nil {
+		return nil
+	}
+	vols := make([]string, 0, len(info.Config.Volumes))
+	for v := range info.Config.Volumes {
+		vols = append(vols, v)
+	}
+	sort.Strings(vols)
+	return vols
+}
+
 // layer is the tar copied over the base image's root.
 func (im *images) layer(user, workingDir string) ([]byte, error) {
 	uid, gid, err := parseUser(user)
@@ -145,8 +164,14 @@ func parseUser(user string) (int, int, error) {
 	u, g, ok := strings.Cut(user, ":")
 	uid, err1 := strconv.Atoi(u)
 	gid, err2 := strconv.Atoi(g)
-	if !ok || err1 != nil || err2 != nil || uid <= 0 || gid < 0 {
-		return 0, 0, errorf(CodeInvalid, "sandbox user %q: want a numeric non-root uid:gid such as 1000:1000", user)
+	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 || uid > 1<<31-1 || gid > 1<<31-1 {
+		return 0, 0, errorf(CodeInvalid, "sandbox user %q: want a numeric uid:gid such as 1000:1000", user)
+	}
+	if uid == 0 || gid == 0 {
+		// Root's uid or gid would give box code the agent's identity (or
+		// group access to root-owned files): the agent could no longer be
+		// kept out of its reach.
+		return 0, 0, errorf(CodeInvalid, "sandbox user %q: uid and gid must not be 0 (root); use an unprivileged uid:gid such as 1000:1000", user)
 	}
 	return uid, gid, nil
 }

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -329,7 +330,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
-	cfg, hc := containerSpec(id, m.cfg.Worker, image, m.cfg.User, volume, t, labels)
+	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
 	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
@@ -374,6 +375,11 @@ func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
 	var h agentproto.Hello
 	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
 		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
+	}
+	// The agent must have taken the sandbox user's identity for files and
+	// commands; anything else means box code could run as the agent.
+	if uid, gid, _ := parseUser(m.cfg.User); h.UID != uid || h.GID != gid {
+		return fmt.Errorf("agent runs files and commands as %d:%d, want the sandbox user %d:%d", h.UID, h.GID, uid, gid)
 	}
 	return nil
 }
@@ -709,13 +715,21 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 	if root == "" {
 		root = "/"
 	}
+	uid, gid, err := parseUser(m.cfg.User)
+	if err != nil {
+		return stream{}, err
+	}
+	// The agent runs as container root with only SETUID, SETGID and KILL
+	// (see containerSpec); it drops to the sandbox user for files and
+	// commands, which therefore cannot reach it.
 	ex, err := m.api.ExecCreate(ctx, cid, client.ExecCreateOptions{
-		User:         m.cfg.User,
+		User:         AgentUser,
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   t.WorkingDir,
-		Cmd:          []string{AgentPath, "serve", "--root", root, "--workspace", t.WorkingDir},
+		Cmd: []string{AgentPath, "serve", "--root", root, "--workspace", t.WorkingDir,
+			"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--reaper", AgentPath},
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)

@@ -68,9 +68,11 @@ func newEnvB(t testing.TB) *env {
 	_, _ = rand.Read(b)
 	e := &env{cli: cli, image: sandboxtest.Image(t, cli), worker: "t" + hex.EncodeToString(b)}
 	e.cfg = sandbox.Config{
-		Worker:      e.worker,
-		Agent:       sandboxtest.Agent(t),
-		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 128 << 20, Pids: 64, CPUs: 0.5, TTL: time.Hour},
+		Worker: e.worker,
+		Agent:  sandboxtest.Agent(t),
+		// Pids: each running command costs about 6 tasks on top of its own
+		// processes (its reaper's Go runtime threads).
+		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 128 << 20, Pids: 128, CPUs: 0.5, TTL: time.Hour},
 		ExtraLabels: sandboxtest.Labels(testRun),
 	}
 	return e

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"maps"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,8 +22,29 @@ const (
 	AgentPath = AgentDir + "/sandbox-agent"
 	// DefaultWorkingDir is the writable workspace volume.
 	DefaultWorkingDir = "/workspace"
-	// DefaultUser is the unprivileged uid:gid everything runs as.
+	// DefaultUser is the unprivileged uid:gid that commands run as and
+	// that owns the files they and the file operations create.
 	DefaultUser = "1000:1000"
+	// AgentUser is the identity of the container's PID 1 and of the
+	// agent: container root, holding only AgentCaps, so that the sandbox
+	// user's processes can neither signal nor trace them.
+	AgentUser = "0:0"
+)
+
+// AgentCaps are the only capabilities a sandbox container has: the agent
+// needs SETUID and SETGID to start commands as the sandbox user (and to set
+// its fsuid/fsgid), and KILL to end them. Commands, exec'd by a non-root
+// uid, hold none.
+var AgentCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
+
+// Bounds every sandbox container gets.
+const (
+	// NofileSoft and NofileHard are the open-files limits.
+	NofileSoft = 1024
+	NofileHard = 4096
+	// OomScoreAdj makes the kernel's OOM killer pick boxes before the
+	// worker or anything else on the node.
+	OomScoreAdj = 1000
 )
 
 // Network policies.
@@ -157,8 +179,8 @@ func (t Template) validate() error {
 		return errorf(CodeInvalid, "network %q: want none or egress", t.Network)
 	case t.TTL < time.Second || t.TTL > 7*24*time.Hour:
 		return errorf(CodeInvalid, "ttl %s out of range 1s..168h", t.TTL)
-	case !strings.HasPrefix(t.WorkingDir, "/") || t.WorkingDir == "/" || strings.Contains(t.WorkingDir, "..") || strings.HasPrefix(t.WorkingDir, AgentDir):
-		return errorf(CodeInvalid, "working_dir %q must be an absolute directory other than / and %s", t.WorkingDir, AgentDir)
+	case !validWorkingDir(t.WorkingDir):
+		return errorf(CodeInvalid, "working_dir %q must be a clean absolute directory other than / and outside %s", t.WorkingDir, AgentDir)
 	case t.FilesRoot != "/" && t.FilesRoot != t.WorkingDir:
 		return errorf(CodeInvalid, "files_root %q: want / or the working dir %s", t.FilesRoot, t.WorkingDir)
 	}
@@ -168,6 +190,22 @@ func (t Template) validate() error {
 		}
 	}
 	return nil
+}
+
+// validWorkingDir accepts a clean absolute path other than / that is not
+// AgentDir or under it. The checks run on the cleaned path, so "//.plumb"
+// or "/x/../.plumb" cannot slip past them; a path that cleaning would change
+// is refused outright (labels, mounts and the agent must all see one
+// spelling).
+func validWorkingDir(dir string) bool {
+	c := path.Clean(dir)
+	switch {
+	case !strings.HasPrefix(dir, "/") || c != dir || c == "/":
+		return false
+	case c == AgentDir || strings.HasPrefix(c, AgentDir+"/"):
+		return false
+	}
+	return !strings.ContainsRune(dir, 0)
 }
 
 // Home is the sandbox's working dir as a virtual file path: the working
@@ -183,7 +221,13 @@ func (t Template) Home() string {
 // containerSpec builds the hardened container configuration. Every
 // sandbox gets these settings; nothing a request says can weaken them
 // (no privileged mode, no capabilities, no host namespaces, no host paths).
-func containerSpec(id, worker, image, user, volume string, t Template, labels map[string]string) (*container.Config, *container.HostConfig) {
+//
+// PID 1 and the agent run as AgentUser with only AgentCaps; commands run as
+// the sandbox user (the agent's --uid/--gid). The engine keeps no log of
+// PID 1's output (LogConfig none: box output cannot fill the engine's
+// disk), open files are bounded by ulimit, and OomScoreAdj puts boxes first
+// in line for the OOM killer.
+func containerSpec(id, worker, image, volume string, t Template, labels map[string]string) (*container.Config, *container.HostConfig) {
 	env := make([]string, 0, len(t.Env))
 	for k, v := range t.Env {
 		env = append(env, k+"="+v)
@@ -197,7 +241,7 @@ func containerSpec(id, worker, image, user, volume string, t Template, labels ma
 	noInit := false
 	cfg := &container.Config{
 		Image:      image,
-		User:       user,
+		User:       AgentUser,
 		Entrypoint: []string{AgentPath},
 		Cmd:        []string{"init"},
 		WorkingDir: t.WorkingDir,
@@ -209,6 +253,9 @@ func containerSpec(id, worker, image, user, volume string, t Template, labels ma
 	hc := &container.HostConfig{
 		NetworkMode:    network,
 		CapDrop:        []string{"ALL"},
+		CapAdd:         append([]string(nil), AgentCaps...),
+		LogConfig:      container.LogConfig{Type: "none"},
+		OomScoreAdj:    OomScoreAdj,
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: true,
 		Privileged:     false,
@@ -229,6 +276,11 @@ func containerSpec(id, worker, image, user, volume string, t Template, labels ma
 			MemorySwap: t.MemoryBytes,
 			NanoCPUs:   int64(t.CPUs * 1e9),
 			PidsLimit:  &pids,
+			// No nproc ulimit: RLIMIT_NPROC counts every process of the
+			// uid on the host (all boxes share the sandbox uid), so it
+			// would let one box starve the others; the pids cgroup above
+			// is the per-box bound.
+			Ulimits: []*container.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}},
 		},
 	}
 	return cfg, hc

@@ -66,17 +66,7 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		closeOffload(s.root, off, p, false)
 		return backend.ExecuteResult{}, backend.Errorf(backend.CodeInternal, "", "execute: create the output pipe: %v", err)
 	}
-	cmd := &exec.Cmd{
-		Path: Shell,
-		Args: []string{"sh", "-c", p.command},
-		Dir:  p.dir,
-		Env:  p.env,
-		// Stdin nil is /dev/null. Both streams share one pipe, so the
-		// interleaving is the true order.
-		Stdout:      pw,
-		Stderr:      pw,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
+	cmd := s.command(p, pw)
 	err = cmd.Start()
 	pw.Close() // the children hold it now
 	if err != nil {
@@ -116,6 +106,10 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	kill, await := s.killGroup, func() { <-waited }
+	if s.cfg.Reaper != "" {
+		kill, await = s.killReaper, func() { s.awaitReaper(pgid, waited, lg) }
+	}
 	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
 	var timedOut, cancelled bool
@@ -123,12 +117,12 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	case <-waited:
 	case <-timer.C:
 		timedOut = true
-		s.killGroup(pgid, lg)
-		<-waited
+		kill(pgid, lg)
+		await()
 	case <-ctx.Done():
 		cancelled = true
-		s.killGroup(pgid, lg)
-		<-waited
+		kill(pgid, lg)
+		await()
 	}
 
 	// The shell is gone; background children may still hold the pipe open,
@@ -167,6 +161,62 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	}
 	res.DurationMS = time.Since(started).Milliseconds()
 	return res, nil
+}
+
+// command is the process of one execute: the shell, run directly in its
+// own process group or under a per-command reaper (Config.Reaper), as the
+// sandbox user when the agent has one. Stdin is /dev/null; stdout and
+// stderr share out, so the interleaving is the true order.
+func (s *server) command(p plan, out *os.File) *exec.Cmd {
+	cmd := &exec.Cmd{
+		Path:        Shell,
+		Args:        []string{"sh", "-c", p.command},
+		Dir:         p.dir,
+		Env:         p.env,
+		Stdout:      out,
+		Stderr:      out,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if s.cfg.Reaper != "" {
+		// The reaper stays root (out of the command's reach) and drops to
+		// the sandbox user for the shell. Its cwd is set by the agent's
+		// child, whose fsuid is already the sandbox user's.
+		args := []string{s.cfg.Reaper, ReapCommand}
+		if s.as != nil {
+			args = append(args, "--uid", strconv.FormatUint(uint64(s.as.UID), 10), "--gid", strconv.FormatUint(uint64(s.as.GID), 10))
+		}
+		cmd.Path = s.cfg.Reaper
+		cmd.Args = append(args, "--grace", backend.KillGrace.String(), "--", Shell, "-c", p.command)
+		return cmd
+	}
+	if s.as != nil {
+		cmd.SysProcAttr.Credential = s.as.credential()
+	}
+	return cmd
+}
+
+// killReaper asks the command's reaper to end it: SIGTERM to the shell's
+// group, the whole subtree killed after backend.KillGrace (the reaper
+// escalates by itself). The agent never SIGKILLs a reaper, which would
+// orphan the subtree to PID 1; see awaitReaper for shutdown.
+func (s *server) killReaper(pid int, lg *zap.Logger) {
+	if err := syscall.Kill(pid, ReapTerm); err != nil && !errors.Is(err, syscall.ESRCH) {
+		lg.Warn("SIGTERM reaper", zap.Error(err))
+	}
+}
+
+// awaitReaper waits for a signalled reaper to exit; when Serve shuts down
+// first it tells the reaper to kill the subtree at once. The reaper is not
+// yet waited for, so its pid cannot have been reused.
+func (s *server) awaitReaper(pid int, waited <-chan error, lg *zap.Logger) {
+	select {
+	case <-waited:
+	case <-s.shutdown:
+		if err := syscall.Kill(pid, ReapKill); err != nil && !errors.Is(err, syscall.ESRCH) {
+			lg.Warn("kill reaper subtree", zap.Error(err))
+		}
+		<-waited
+	}
 }
 
 // killGroup sends SIGTERM to the process group now and SIGKILL after

@@ -52,6 +52,19 @@ type Config struct {
 	// Logger receives diagnostics; nil discards them. Contents of files,
 	// commands and output are never logged.
 	Logger *zap.Logger
+	// User is the sandbox user. When it is set and the agent runs as root
+	// (in a sandbox: container root with only SETUID, SETGID and KILL), the
+	// agent marks itself non-dumpable, does every file operation with
+	// fsuid/fsgid = User and runs every command as User with no
+	// supplementary groups. When the agent is not root, or User is nil,
+	// files and commands simply use the agent's own identity.
+	User *User
+	// Reaper, when set, is the path of a sandbox-agent binary that execute
+	// runs each shell under (`Reaper reap ... -- sh -c CMD`), so that
+	// every descendant of a command dies on timeout or cancel, even one
+	// that left the process group. Empty runs the shell directly and kills
+	// only its process group.
+	Reaper string
 }
 
 func (c Config) withDefaults() Config {
@@ -85,6 +98,8 @@ type server struct {
 	lg   *zap.Logger
 	w    *agentproto.Writer
 	root *os.Root // cfg.Root, for execute's cwd and offload file
+	// as is the user commands start as; nil runs them as the agent.
+	as *User
 
 	// stop cancels every request and ends Serve (write failures use it).
 	stop context.CancelCauseFunc
@@ -127,6 +142,16 @@ type upload struct {
 // anything more.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	cfg = cfg.withDefaults()
+	var as *User
+	if cfg.User != nil && os.Geteuid() == 0 {
+		if err := setDumpable(false); err != nil {
+			return fmt.Errorf("sandbox agent: mark non-dumpable: %w", err)
+		}
+		if err := dropFileIdentity(*cfg.User); err != nil {
+			return fmt.Errorf("sandbox agent: %w", err)
+		}
+		as = cfg.User
+	}
 	root, err := os.OpenRoot(cfg.Root)
 	if err != nil {
 		return fmt.Errorf("sandbox agent: open root %s: %w", cfg.Root, err)
@@ -140,6 +165,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		lg:       cfg.Logger.Named("sandbox-agent"),
 		w:        agentproto.NewWriter(out),
 		root:     root,
+		as:       as,
 		stop:     stop,
 		shutdown: make(chan struct{}),
 		inflight: map[uint64]context.CancelFunc{},
@@ -399,11 +425,15 @@ func (s *server) send(resp agentproto.Response) {
 }
 
 func (s *server) hello() agentproto.Hello {
+	uid, gid := os.Getuid(), os.Getgid()
+	if s.as != nil {
+		uid, gid = int(s.as.UID), int(s.as.GID)
+	}
 	return agentproto.Hello{
 		Version:      agentproto.Version,
 		AgentVersion: s.cfg.Version,
-		UID:          os.Getuid(),
-		GID:          os.Getgid(),
+		UID:          uid,
+		GID:          gid,
 		Root:         s.cfg.Root,
 		Workspace:    s.cfg.Workspace,
 	}

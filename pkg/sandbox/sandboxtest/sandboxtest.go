@@ -208,7 +208,9 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 			t.Errorf("container %s: %s (got %v)", id[:12], what, got)
 		}
 	}
-	check(len(hc.CapDrop) == 1 && strings.EqualFold(hc.CapDrop[0], "ALL") && len(hc.CapAdd) == 0, "all capabilities dropped, none added", hc.CapDrop)
+	caps := slices.Sorted(slices.Values([]string(hc.CapAdd)))
+	check(len(hc.CapDrop) == 1 && strings.EqualFold(hc.CapDrop[0], "ALL") && slices.Equal(caps, []string{"CAP_KILL", "CAP_SETGID", "CAP_SETUID"}),
+		"all capabilities dropped, only KILL, SETGID, SETUID added (for the agent)", [2]any{hc.CapDrop, hc.CapAdd})
 	check(slices.Contains(hc.SecurityOpt, "no-new-privileges:true"), "no-new-privileges", hc.SecurityOpt)
 	for _, o := range hc.SecurityOpt {
 		check(!strings.Contains(o, "unconfined"), "default seccomp/apparmor profile", o)
@@ -217,7 +219,16 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 	check(hc.ReadonlyRootfs, "read-only root filesystem", hc.ReadonlyRootfs)
 	_, hasTmp := hc.Tmpfs["/tmp"]
 	check(hasTmp, "tmpfs /tmp", hc.Tmpfs)
-	check(c.User != "" && !strings.HasPrefix(c.User, "0") && c.User != "root", "non-root user", c.User)
+	// PID 1 and the agent are container root with the three capabilities
+	// above; commands run as the sandbox user (checked from inside).
+	check(c.User == sandbox.AgentUser, "agent user "+sandbox.AgentUser, c.User)
+	check(hc.LogConfig.Type == "none", "no engine log of the box's output", hc.LogConfig)
+	check(hc.OomScoreAdj == sandbox.OomScoreAdj, "OOM score adjustment", hc.OomScoreAdj)
+	nofile := false
+	for _, u := range hc.Ulimits {
+		nofile = nofile || (u.Name == "nofile" && u.Hard > 0 && u.Hard <= sandbox.NofileHard)
+	}
+	check(nofile, "nofile ulimit", hc.Ulimits)
 	check(hc.PidsLimit != nil && *hc.PidsLimit > 0, "pids limit", hc.PidsLimit)
 	check(hc.Memory > 0 && hc.MemorySwap == hc.Memory, "memory limit with swap = memory", [2]int64{hc.Memory, hc.MemorySwap})
 	check(hc.NanoCPUs > 0, "CPU quota", hc.NanoCPUs)

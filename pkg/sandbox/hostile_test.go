@@ -1,0 +1,188 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
+)
+
+// agentPID is a shell snippet that sets A to the agent's pid: the command's
+// shell runs under its reaper, whose parent is the agent.
+const agentPID = `A=$(cut -d' ' -f4 /proc/$PPID/stat); `
+
+// TestBoxCannotReachTheAgent runs box code that attacks the in-box agent
+// and PID 1; every attack fails with EPERM or EACCES, and the sandbox keeps
+// serving (the channel is never reset) after each one.
+func TestBoxCannotReachTheAgent(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	tests := []struct {
+		name string
+		cmd  string
+		want string // substring of the output
+	}{
+		{"commands run as the sandbox user with no groups", "id -u; id -g; id -G", "1000\n1000\n1000\n"},
+		{"the agent is root, not the sandbox user", agentPID + "stat -c %u /proc/$A", "0\n"},
+		{"stop the agent", agentPID + "kill -STOP $A 2>&1; echo status $?", "status 1"},
+		{"kill PID 1", "kill -9 1 2>&1; echo status $?", "status 1"},
+		{"kill the reaper", "kill -9 $PPID 2>&1; echo status $?", "status 1"},
+		{"write into the agent's channel", agentPID + "echo '{\"id\":1,\"done\":true}' > /proc/$A/fd/1 2>&1; echo status $?", "status 1"},
+		{"read the agent's environment", agentPID + "cat /proc/$A/environ 2>&1 >/dev/null; echo status $?", "status 1"},
+		{"list the agent's fds", agentPID + "ls /proc/$A/fd 2>&1 >/dev/null; echo status $?", "status 1"},
+		{"no capabilities", "grep -E 'Cap(Eff|Prm|Inh|Amb)' /proc/self/status | grep -vc 0000000000000000", "0\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := exec(t, m, info.ID, tt.cmd, 120)
+			if !strings.Contains(r.Output, tt.want) {
+				t.Fatalf("%q: output %q, want %q", tt.cmd, r.Output, tt.want)
+			}
+			if strings.Contains(r.Output, "status 1") && !strings.Contains(r.Output, "not permitted") && !strings.Contains(r.Output, "denied") {
+				t.Fatalf("%q failed for another reason than EPERM/EACCES: %q", tt.cmd, r.Output)
+			}
+			// Still serving on the same channel.
+			if r := exec(t, m, info.ID, "echo alive", 120); r.Output != "alive\n" {
+				t.Fatalf("after %q: %q", tt.cmd, r.Output)
+			}
+		})
+	}
+	got, err := m.Get(context.Background(), info.ID)
+	if err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("sandbox after the attacks: %+v, %v", got, err)
+	}
+}
+
+// TestFilesBelongToTheSandboxUser: files written by file operations and by
+// commands, in the workspace and in /tmp, are owned by the sandbox user.
+func TestFilesBelongToTheSandboxUser(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, p := range []string{"/workspace/op.txt", "/workspace/sub/dir/op.txt", "/tmp/op.txt"} {
+		if _, err := f.Write(ctx, p, []byte("x")); err != nil {
+			t.Fatalf("write %s: %v", p, err)
+		}
+	}
+	r := exec(t, m, info.ID, "echo x > cmd.txt && echo y > /tmp/cmd.txt && mkdir -p d && "+
+		"stat -c '%n %u:%g' /workspace /workspace/op.txt /workspace/sub/dir /workspace/sub/dir/op.txt /tmp/op.txt cmd.txt /tmp/cmd.txt d", 120)
+	if exitCode(r) != 0 {
+		t.Fatalf("stat: %q exit %d", r.Output, exitCode(r))
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.Output), "\n") {
+		if !strings.HasSuffix(line, " 1000:1000") {
+			t.Errorf("owner: %s, want 1000:1000", line)
+		}
+	}
+	// Permission checks are the user's too: a file the user made
+	// unwritable stays unwritable for the agent, though it is root.
+	exec(t, m, info.ID, "echo keep > locked.txt && chmod 0444 locked.txt && chmod 0555 /workspace/sub", 120)
+	if _, err := f.Write(ctx, "/workspace/sub/new.txt", []byte("x")); backend.CodeOf(err) != backend.CodePermissionDenied {
+		t.Fatalf("write into a dir the user made read-only: %v, want permission_denied", err)
+	}
+}
+
+// TestTimeoutKillsEveryDescendant: a command's children that left its
+// process group and session (setsid) die with it on timeout, and so do
+// double-forked grandchildren.
+func TestTimeoutKillsEveryDescendant(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	r := exec(t, m, info.ID, "setsid sleep 1001 & (setsid sh -c 'sleep 1002 & sleep 1003' &) ; sleep 1004", 2)
+	if !r.TimedOut {
+		t.Fatalf("not timed out: %+v", r)
+	}
+	// The reaper kills the subtree after backend.KillGrace; poll, with a
+	// hang guard only.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r := exec(t, m, info.ID, "ps -o args | grep -c '[s]leep 100'", 60)
+		if r.Output == "0\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			out := exec(t, m, info.ID, "ps -o pid,ppid,user,args", 60)
+			t.Fatalf("survivors after the timeout: %s", out.Output)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// A background process of a command that ends normally lives on.
+	exec(t, m, info.ID, "setsid sleep 1005 >/dev/null 2>&1 &", 60)
+	if r := exec(t, m, info.ID, "ps -o args | grep -c '[s]leep 1005'", 60); r.Output != "1\n" {
+		t.Fatalf("background process after a normal end: %q", r.Output)
+	}
+}
+
+// TestRefusedUsersAndWorkingDirs: uid or gid 0 is refused at NewManager,
+// and working dirs are checked after cleaning.
+func TestRefusedUsersAndWorkingDirs(t *testing.T) {
+	e := newEnv(t)
+	for _, user := range []string{"0:1000", "1000:0", "0:0", "root", "-1:5"} {
+		cfg := e.cfg
+		cfg.User = user
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		m, err := sandbox.NewManager(ctx, e.cli, cfg)
+		cancel()
+		if err == nil {
+			m.Close()
+			t.Fatalf("user %q accepted", user)
+		}
+		if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), user) {
+			t.Fatalf("user %q: %v", user, err)
+		}
+	}
+	m := e.manager(t)
+	for _, dir := range []string{"//.plumb", "/.plumb", "/.plumb/x", "/x/../.plumb", "/work/", "/work//x", "relative", "/"} {
+		_, err := m.Create(context.Background(), sandbox.CreateSpec{Overrides: sandbox.Template{WorkingDir: dir}})
+		if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), fmt.Sprintf("%q", dir)) {
+			t.Fatalf("working_dir %q: %v", dir, err)
+		}
+	}
+}
+
+// TestImageWithVolumeRefused: an image that declares a VOLUME (which would
+// become an unbounded writable engine volume) is refused, naming it.
+func TestImageWithVolumeRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A never-started container of the test image, committed with a
+	// VOLUME; both are removed on cleanup.
+	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, _ = e.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}()
+	ref := "plumb-test-volume:" + testRun
+	if _, err := e.cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Reference: ref, Changes: []string{"VOLUME /data"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	})
+	m := e.manager(t)
+	_, err = m.Create(ctx, sandbox.CreateSpec{Overrides: sandbox.Template{Image: ref}})
+	if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), "VOLUME /data") {
+		t.Fatalf("create from an image with a VOLUME: %v, want invalid naming VOLUME /data", err)
+	}
+}
