@@ -102,7 +102,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 
 func TestWriterRefusesOversizedFrames(t *testing.T) {
 	var buf bytes.Buffer
-	err := NewWriter(&buf).Write(Response{ID: 1, Event: EventChunk, Data: make([]byte, MaxFrameBytes)})
+	err := NewWriter(&buf).Write(Response{ID: 1, Event: EventOutput, Data: make([]byte, MaxFrameBytes)})
 	if !errors.Is(err, ErrFrameTooLarge) || buf.Len() != 0 {
 		t.Fatalf("err = %v, wrote %d bytes", err, buf.Len())
 	}
