@@ -303,4 +303,3 @@ func (d *DownloadFile) changed(now int64) *backend.Error {
 
 // Close closes the file.
 func (d *DownloadFile) Close() error { return d.f.Close() }
-
