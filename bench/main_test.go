@@ -101,19 +101,20 @@ func TestSlowScenarioIsNotAnError(t *testing.T) {
 	row := Row{Scenario: "B8", Name: "partial", N: 1, P50: 1, Verdict: verdictInfo}
 	tests := []struct {
 		name     string
+		budget   time.Duration
 		run      func(ctx context.Context, e *env) ([]Row, error)
 		wantCode int
 		want     string // verdict of the last row
 	}{
-		{"over budget, finished", func(ctx context.Context, e *env) ([]Row, error) {
-			time.Sleep(20 * time.Millisecond) // the budget below is 1 ms
+		{"over budget, finished", time.Millisecond, func(ctx context.Context, e *env) ([]Row, error) {
+			time.Sleep(20 * time.Millisecond) // over the 1 ms budget, under no hard stop: the sleep ignores ctx
 			return []Row{row}, nil
 		}, 0, verdictSlow},
-		{"stopped at the hard stop", func(ctx context.Context, e *env) ([]Row, error) {
+		{"stopped at the hard stop", time.Millisecond, func(ctx context.Context, e *env) ([]Row, error) {
 			<-ctx.Done()
 			return []Row{row}, fmt.Errorf("exec inspect: %w", ctx.Err())
 		}, 0, verdictSlow},
-		{"real error", func(ctx context.Context, e *env) ([]Row, error) {
+		{"real error", time.Hour, func(ctx context.Context, e *env) ([]Row, error) {
 			return []Row{row}, errors.New("downloaded bytes differ")
 		}, 1, verdictFail},
 	}
@@ -121,7 +122,7 @@ func TestSlowScenarioIsNotAnError(t *testing.T) {
 	t.Cleanup(func() { scenarios = saved })
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			scenarios = []scenario{{ids: []string{"B8"}, budget: time.Millisecond, quickBudget: time.Millisecond, run: tt.run}}
+			scenarios = []scenario{{ids: []string{"B8"}, budget: tt.budget, quickBudget: tt.budget, run: tt.run}}
 			out := t.TempDir()
 			var stdout, stderr bytes.Buffer
 			code := run(t.Context(), []string{"-quick", "-only", "b8", "-out", out}, &stdout, &stderr)
