@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestQuickB8 runs the harness the way `make bench` does, in quick mode
@@ -87,5 +91,59 @@ func TestPercentiles(t *testing.T) {
 	}
 	if got, err := parseStamp([]byte("1795322993.617148 \n")); err != nil || got != 1795322993617148 {
 		t.Errorf("parseStamp = %d, %v", got, err)
+	}
+}
+
+// TestSlowScenarioIsNotAnError: a scenario over its budget is reported as
+// slow, with its time, and the run still succeeds; one stopped at the hard
+// stop keeps its rows and is slow too; a real error still fails the run.
+func TestSlowScenarioIsNotAnError(t *testing.T) {
+	row := Row{Scenario: "B8", Name: "partial", N: 1, P50: 1, Verdict: verdictInfo}
+	tests := []struct {
+		name     string
+		budget   time.Duration
+		run      func(ctx context.Context, e *env) ([]Row, error)
+		wantCode int
+		want     string // verdict of the last row
+	}{
+		{"over budget, finished", time.Millisecond, func(ctx context.Context, e *env) ([]Row, error) {
+			time.Sleep(20 * time.Millisecond) // over the 1 ms budget, under no hard stop: the sleep ignores ctx
+			return []Row{row}, nil
+		}, 0, verdictSlow},
+		{"stopped at the hard stop", time.Millisecond, func(ctx context.Context, e *env) ([]Row, error) {
+			<-ctx.Done()
+			return []Row{row}, fmt.Errorf("exec inspect: %w", ctx.Err())
+		}, 0, verdictSlow},
+		{"real error", time.Hour, func(ctx context.Context, e *env) ([]Row, error) {
+			return []Row{row}, errors.New("downloaded bytes differ")
+		}, 1, verdictFail},
+	}
+	saved := scenarios
+	t.Cleanup(func() { scenarios = saved })
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			scenarios = []scenario{{ids: []string{"B8"}, budget: tt.budget, quickBudget: tt.budget, run: tt.run}}
+			out := t.TempDir()
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), []string{"-quick", "-only", "b8", "-out", out}, &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Fatalf("exit code %d, want %d\n%s\n%s", code, tt.wantCode, &stdout, &stderr)
+			}
+			files, _ := filepath.Glob(filepath.Join(out, "*.json"))
+			b, err := os.ReadFile(files[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep Report
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Rows) != 2 || rep.Rows[0].Name != "partial" || rep.Rows[1].Verdict != tt.want {
+				t.Fatalf("rows %+v", rep.Rows)
+			}
+			if tt.want == verdictSlow && !strings.Contains(rep.Rows[1].Notes, "budget") {
+				t.Fatalf("slow row without its time and budget: %+v", rep.Rows[1])
+			}
+		})
 	}
 }

@@ -121,13 +121,15 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 }
 
 // newFileEngine builds the shared os.Root file engine (pkg/backend/fileops)
-// rooted at root. Its home dir is the workspace (as a virtual path); walks
-// skip the pseudo-filesystems when the root is the container's "/"; and a
+// rooted at root, with atomic writes without fsync. Its home dir is the
+// workspace (as a virtual path); walks skip the pseudo-filesystems when the root is the container's "/"; and a
 // write to a read-only place names writable, which defaults to the
 // workspace and, with root "/", /tmp. close releases the root handle.
 func newFileEngine(root, workspace string, writable []string) (files backend.Backend, close func() error, err error) {
 	home := virtualUnder(root, workspace)
-	opts := []fileops.Option{fileops.WithHome(home)}
+	// A sandbox's files die with its container: writes stay atomic but
+	// skip the fsyncs (see fileops.WithSync).
+	opts := []fileops.Option{fileops.WithHome(home), fileops.WithSync(false)}
 	if filepath.Clean(root) == "/" {
 		opts = append(opts, fileops.WithSkipDirs(fileops.PseudoFilesystems()...))
 	}

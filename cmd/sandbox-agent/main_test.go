@@ -202,38 +202,38 @@ func TestServe(t *testing.T) {
 	if r := call(6, agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/ws/up/blob.bin"}); r.Error != nil || json.Unmarshal(r.Result, &uh) != nil {
 		t.Fatalf("upload_open: %+v", r)
 	}
-	for i, part := range [][]byte{data[:agentproto.ChunkBytes], data[agentproto.ChunkBytes:]} {
-		if r := call(uint64(7+i), agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: uh.Handle, Data: part}); r.Error != nil {
+	// The second chunk first: chunks carry their offsets.
+	parts := []struct {
+		off  int64
+		data []byte
+	}{{agentproto.ChunkBytes, data[agentproto.ChunkBytes:]}, {0, data[:agentproto.ChunkBytes]}}
+	for i, part := range parts {
+		if r := call(uint64(7+i), agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: uh.Handle, Offset: part.off, Data: part.data}); r.Error != nil {
 			t.Fatalf("upload_chunk: %+v", r)
 		}
 	}
-	if r := call(9, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: uh.Handle, Commit: true}); r.Error != nil {
+	if r := call(9, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: uh.Handle, Commit: true, Size: int64(len(data))}); r.Error != nil {
 		t.Fatalf("upload_close: %+v", r)
 	}
 	if got, err := os.ReadFile(filepath.Join(ws, "up", "blob.bin")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("uploaded file: %d bytes, %v", len(got), err)
 	}
-	raw, _ := json.Marshal(agentproto.PathArgs{Path: "/ws/up/blob.bin"})
-	if err := enc.Write(agentproto.Request{ID: 10, Op: agentproto.OpDownload, Args: raw}); err != nil {
-		t.Fatal(err)
+	var dh agentproto.DownloadHandle
+	if r := call(10, agentproto.OpDownloadOpen, agentproto.PathArgs{Path: "/ws/up/blob.bin"}); r.Error != nil || json.Unmarshal(r.Result, &dh) != nil || dh.Size != int64(len(data)) {
+		t.Fatalf("download_open: %+v (%+v)", r, dh)
 	}
 	var got []byte
-	for {
-		f, err := frames.Next()
-		if err != nil {
-			t.Fatal(err)
+	for id, off := uint64(11), int64(0); off < dh.Size; id++ {
+		n := int(min(dh.Size-off, agentproto.ChunkBytes))
+		var d agentproto.DownloadData
+		if r := call(id, agentproto.OpDownloadRead, agentproto.DownloadReadArgs{Handle: dh.Handle, Offset: off, Length: n}); r.Error != nil || json.Unmarshal(r.Result, &d) != nil {
+			t.Fatalf("download_read: %+v", r)
 		}
-		resp, err := agentproto.DecodeResponse(f)
-		if err != nil || resp.ID != 10 {
-			t.Fatalf("download response %+v, %v", resp, err)
-		}
-		if resp.Done {
-			if resp.Error != nil {
-				t.Fatal(resp.Error)
-			}
-			break
-		}
-		got = append(got, resp.Data...)
+		got = append(got, d.Data...)
+		off += int64(n)
+	}
+	if r := call(20, agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: dh.Handle}); r.Error != nil {
+		t.Fatalf("download_close: %+v", r)
 	}
 	if !bytes.Equal(got, data) {
 		t.Fatalf("downloaded %d bytes, want the %d uploaded", len(got), len(data))

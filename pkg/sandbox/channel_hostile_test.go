@@ -74,9 +74,9 @@ func TestChannelHostileAgent(t *testing.T) {
 		{name: "event for an op without events", play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			a.send(t, frame(id, `"event":"output","data":"YQ=="`))
 		}, want: `event "output"`},
-		{name: "unknown event kind", op: agentproto.OpDownload, play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
+		{name: "unknown event kind", op: agentproto.Op("proc_start"), play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			a.send(t, frame(id, `"event":"output","data":"YQ=="`))
-		}, want: "receives chunk"},
+		}, want: "receives stdout, stderr"},
 		{name: "final over budget, refused before it is buffered", play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			go func() {
 				_, _ = io.WriteString(a.out, frame(id, `"done":true,"result":{"x":"`+strings.Repeat("A", agentproto.MaxFrameBytes-100)+`"}`)+"\n")
@@ -91,10 +91,10 @@ func TestChannelHostileAgent(t *testing.T) {
 		{name: "frame over the worker budget", opts: channelOptions{budget: newMemBudget(100 << 10)}, play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			go func() { _, _ = io.WriteString(a.out, frame(id, `"done":true,"result":{"x":"`+big+`"}`)+"\n") }()
 		}, want: "memory budget"},
-		{name: "frame rate", opts: channelOptions{rate: 1, burst: 5}, op: agentproto.OpDownload, play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
+		{name: "frame rate", opts: channelOptions{rate: 1, burst: 5}, op: agentproto.Op("proc_start"), play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			go func() {
 				for range 50 {
-					if _, err := io.WriteString(a.out, frame(id, `"event":"chunk","data":"YQ=="`)+"\n"); err != nil {
+					if _, err := io.WriteString(a.out, frame(id, `"event":"stdout","data":"YQ=="`)+"\n"); err != nil {
 						return
 					}
 				}
@@ -194,7 +194,7 @@ func TestChannelQueuedEventsShareTheBudget(t *testing.T) {
 	release := make(chan struct{})
 	done := make(chan callResult, 1)
 	go func() {
-		raw, err := ch.call(context.Background(), agentproto.OpDownload, agentproto.PathArgs{Path: "/f"}, func(agentproto.Response) error {
+		raw, err := ch.call(context.Background(), agentproto.Op("proc_start"), agentproto.PathArgs{Path: "/f"}, func(agentproto.Response) error {
 			<-release
 			return nil
 		})
@@ -202,7 +202,7 @@ func TestChannelQueuedEventsShareTheBudget(t *testing.T) {
 	}()
 	req := a.next(t)
 	go func() { _, _ = io.Copy(io.Discard, readerOf(a)) }()
-	ev := frame(req.ID, `"event":"chunk","data":"`+strings.Repeat("QUFB", 2048)+`"`) // 6 KiB each
+	ev := frame(req.ID, `"event":"stdout","data":"`+strings.Repeat("QUFB", 2048)+`"`) // 6 KiB each
 	go func() {
 		for range 20 {
 			if _, err := io.WriteString(a.out, ev+"\n"); err != nil {
@@ -341,7 +341,7 @@ func TestRecheckResults(t *testing.T) {
 func FuzzChannel(f *testing.F) {
 	f.Add([]byte(`{"id":1,"done":true,"result":{}}` + "\n"))
 	f.Add([]byte(`{"id":2,"event":"output","data":"YQ=="}` + "\n" + `{"id":2,"done":true,"result":{"output":"a"}}` + "\n"))
-	f.Add([]byte(`{"id":3,"event":"chunk","data":"YQ=="}` + "\n" + `{"id":9,"done":true}` + "\n"))
+	f.Add([]byte(`{"id":3,"event":"stdout","data":"YQ=="}` + "\n" + `{"id":9,"done":true}` + "\n"))
 	f.Add([]byte(`{"id":1,"done":true,"error":{"code":"file_not_found","message":"x"}}` + "\n" + `{"id":1,"done":true}` + "\n"))
 	f.Add([]byte("\n\n{}\r\n" + strings.Repeat("x", 70<<10)))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -357,7 +357,7 @@ func FuzzChannel(f *testing.F) {
 		calls := []chan callResult{
 			goCall(ch, agentproto.OpLs, nil),
 			goExec(ch, context.Background(), true),
-			goCall(ch, agentproto.OpDownload, func(agentproto.Response) error { return nil }),
+			goCall(ch, agentproto.Op("proc_start"), func(agentproto.Response) error { return nil }),
 		}
 		// Let the requests go out before the agent speaks.
 		for {

@@ -92,14 +92,14 @@ func TestChannelMultiplexesOutOfOrder(t *testing.T) {
 	var events []string
 	first := goCall(ch, agentproto.OpLs, nil)
 	r1 := a.next(t)
-	second := goCall(ch, agentproto.OpDownload, func(ev agentproto.Response) error {
+	second := goCall(ch, agentproto.OpExecute, func(ev agentproto.Response) error {
 		events = append(events, string(ev.Data))
 		return nil
 	})
 	r2 := a.next(t)
 	// Answer the second request first, with two stream events.
-	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"event":"chunk","data":"YQ=="}`)
-	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"event":"chunk","data":"Yg=="}`)
+	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"event":"output","data":"YQ=="}`)
+	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"event":"output","data":"Yg=="}`)
 	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"done":true,"result":{"size":2}}`)
 	if r := wait(t, second); r.err != nil || string(r.raw) != `{"size":2}` || strings.Join(events, "") != "ab" {
 		t.Fatalf("second = %s, %v, events %v", r.raw, r.err, events)

@@ -254,7 +254,13 @@ func (f *Files) Upload(ctx context.Context, items []backend.UploadItem) ([]backe
 }
 
 // UploadFrom writes one file from a sequence of chunks (next returns nil,
-// nil at the end) and returns the bytes written.
+// nil at the end) and returns the bytes written. The bytes go to the agent
+// as upload_chunk requests of at most agentproto.ChunkBytes at their
+// offsets, agentproto.Window of them in flight at once, so memory is
+// bounded by the window (plus what next holds) whatever the file's size;
+// the agent writes them into a temp file that upload_close renames into
+// place after checking the size. On any failure the upload is aborted and
+// the target is untouched.
 func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte, error)) (int64, error) {
 	if len(path) > backend.MaxPathBytes {
 		return 0, backend.Errorf(backend.CodeInvalidPath, "", "upload: path longer than %d bytes", backend.MaxPathBytes)
@@ -263,33 +269,116 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 	if err := f.invoke(ctx, agentproto.OpUploadOpen, agentproto.PathArgs{Path: path}, &h, nil); err != nil {
 		return 0, err
 	}
-	var n int64
-	abort := func(err error) (int64, error) {
+	w := newWindow(ctx)
+	var off int64
+	err := func() error {
+		for {
+			data, err := next()
+			if err != nil {
+				return err
+			}
+			if data == nil {
+				return nil
+			}
+			for len(data) > 0 {
+				c := data[:min(len(data), agentproto.ChunkBytes)]
+				data = data[len(c):]
+				if off+int64(len(c)) > backend.ItemCap {
+					return backend.Errorf(backend.CodeTooLarge, path, "upload %s: larger than the %d-byte item limit", path, backend.ItemCap).
+						WithDetail("limit", itoa(backend.ItemCap))
+				}
+				args := agentproto.UploadChunkArgs{Handle: h.Handle, Offset: off, Data: c}
+				if err := w.start(func(ctx context.Context) error {
+					return f.invoke(ctx, agentproto.OpUploadChunk, args, nil, nil)
+				}, nil); err != nil {
+					return err
+				}
+				off += int64(len(c))
+			}
+		}
+	}()
+	if werr := w.drain(); err == nil {
+		err = werr
+	}
+	if err != nil {
 		_ = f.invoke(context.WithoutCancel(ctx), agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil, nil)
 		return 0, err
 	}
-	for {
-		data, err := next()
-		if err != nil {
-			return abort(err)
-		}
-		if data == nil {
-			break
-		}
-		for len(data) > 0 {
-			c := data[:min(len(data), agentproto.ChunkBytes)]
-			data = data[len(c):]
-			if err := f.invoke(ctx, agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Data: c}, nil, nil); err != nil {
-				return abort(err)
-			}
-			n += int64(len(c))
-		}
-	}
-	var w backend.WriteResult
-	if err := f.invoke(ctx, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true}, &w, nil); err != nil {
+	var res backend.WriteResult
+	if err := f.invoke(ctx, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true, Size: off}, &res, nil); err != nil {
 		return 0, err
 	}
-	return n, nil
+	if res.BytesWritten != off {
+		return 0, backend.Errorf(backend.CodeInternal, path, "upload %s: the agent reports %d bytes written, %d were sent", path, res.BytesWritten, off)
+	}
+	return off, nil
+}
+
+// window runs up to agentproto.Window requests of one transfer at once and
+// completes them in the order they were started. The first failure
+// cancels the others.
+type window struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	pending []*pendingOp
+	err     error
+}
+
+// pendingOp is one request of a window: done is closed when run returned.
+type pendingOp struct {
+	done   chan struct{}
+	err    error
+	onDone func() error // runs in order, in the caller's goroutine
+}
+
+func newWindow(ctx context.Context) *window {
+	ctx, cancel := context.WithCancel(ctx)
+	return &window{ctx: ctx, cancel: cancel}
+}
+
+// start waits until the window has room (completing the oldest request
+// first), then starts run. onDone, if set, runs when the request is
+// completed in order. It returns the window's first error.
+func (w *window) start(run func(context.Context) error, onDone func() error) error {
+	for w.err == nil && len(w.pending) >= agentproto.Window {
+		w.completeOldest()
+	}
+	if w.err != nil {
+		return w.err
+	}
+	p := &pendingOp{done: make(chan struct{}), onDone: onDone}
+	w.pending = append(w.pending, p)
+	go func() {
+		defer close(p.done)
+		p.err = run(w.ctx)
+	}()
+	return nil
+}
+
+// completeOldest waits for the oldest request and records its outcome.
+func (w *window) completeOldest() {
+	p := w.pending[0]
+	w.pending[0] = nil
+	w.pending = w.pending[1:]
+	<-p.done
+	err := p.err
+	if err == nil && w.err == nil && p.onDone != nil {
+		err = p.onDone()
+	}
+	if err != nil && w.err == nil {
+		w.err = err
+		w.cancel()
+	}
+}
+
+// drain completes every request and returns the first error; the window
+// is then finished.
+func (w *window) drain() error {
+	for len(w.pending) > 0 {
+		w.completeOldest()
+	}
+	w.cancel()
+	return w.err
 }
 
 // Download reads each path; per-item failures are in the results.
@@ -318,26 +407,53 @@ func (f *Files) Download(ctx context.Context, paths []string) ([]backend.Downloa
 	return out, nil
 }
 
-// DownloadTo streams one file to sink in chunks and returns its size.
+// DownloadTo streams one file to sink in chunks and returns its size. It
+// opens the file in the agent (download_open reports its size), keeps
+// agentproto.Window reads of agentproto.ChunkBytes in flight and passes
+// their bytes to sink in order, so memory is bounded by the window. A file
+// that changes size while it is downloaded is an error (invalid_argument,
+// retry the download); sink has then seen part of it.
 func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) error) (int64, error) {
-	var r agentproto.DownloadResult
-	var got int64
-	err := f.invoke(ctx, agentproto.OpDownload, agentproto.PathArgs{Path: path}, &r, func(ev agentproto.Response) error {
-		if ev.Event != agentproto.EventChunk {
-			return nil
-		}
-		got += int64(len(ev.Data))
-		if got > backend.ItemCap {
-			return backend.Errorf(backend.CodeTooLarge, path, "download %s: larger than the %d-byte item limit", path, backend.ItemCap)
-		}
-		return sink(ev.Data)
-	})
-	// The agent reports the size it sent: it must match what arrived.
-	if err == nil && r.Size != got {
-		f.m.violation(f.sb, violationf("download result: size %d, but %d bytes arrived", r.Size, got))
-		return 0, backend.Errorf(backend.CodeUnavailable, path, "download %s: the sandbox agent reported %d bytes but sent %d; retry it", path, r.Size, got)
+	if len(path) > backend.MaxPathBytes {
+		return 0, backend.Errorf(backend.CodeInvalidPath, "", "download: path longer than %d bytes", backend.MaxPathBytes)
 	}
-	return r.Size, err
+	var h agentproto.DownloadHandle
+	if err := f.invoke(ctx, agentproto.OpDownloadOpen, agentproto.PathArgs{Path: path}, &h, nil); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = f.invoke(context.WithoutCancel(ctx), agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: h.Handle}, nil, nil)
+	}()
+	if h.Size < 0 || h.Size > backend.ItemCap {
+		return 0, backend.Errorf(backend.CodeTooLarge, path, "download %s: larger than the %d-byte item limit", path, backend.ItemCap).
+			WithDetail("limit", itoa(backend.ItemCap))
+	}
+	w := newWindow(ctx)
+	var err error
+	for off := int64(0); off < h.Size && err == nil; {
+		n := int(min(h.Size-off, agentproto.ChunkBytes))
+		args := agentproto.DownloadReadArgs{Handle: h.Handle, Offset: off, Length: n}
+		var d agentproto.DownloadData
+		err = w.start(func(ctx context.Context) error {
+			return f.invoke(ctx, agentproto.OpDownloadRead, args, &d, nil)
+		}, func() error {
+			if len(d.Data) != n {
+				f.m.violation(f.sb, violationf("download_read result: %d bytes for a read of %d", len(d.Data), n))
+				return backend.Errorf(backend.CodeUnavailable, path, "download %s: the agent sent %d bytes for a read of %d", path, len(d.Data), n)
+			}
+			data := d.Data
+			d.Data = nil
+			return sink(data)
+		})
+		off += int64(n)
+	}
+	if werr := w.drain(); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return h.Size, nil
 }
 
 // asItemError returns the *backend.Error that fails one batch item, or nil

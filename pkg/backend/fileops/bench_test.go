@@ -130,18 +130,24 @@ func BenchmarkRead(b *testing.B) {
 	}
 }
 
-// BenchmarkWrite measures one atomic write (temp file, fsync, rename).
+// BenchmarkWrite measures one 4 KiB atomic write (temp file, rename),
+// with the fsyncs (host-backed directories) and without them (the sandbox
+// agent, fileops.WithSync(false)).
 func BenchmarkWrite(b *testing.B) {
-	e, err := fileops.New(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	data := []byte(strings.Repeat("content\n", 512))
-	ctx := context.Background()
-	for b.Loop() {
-		if _, err := e.Write(ctx, "/dir/file.txt", data); err != nil {
-			b.Fatal(err)
-		}
+	for _, durable := range []bool{true, false} {
+		b.Run(fmt.Sprintf("sync=%v", durable), func(b *testing.B) {
+			e, err := fileops.New(b.TempDir(), fileops.WithSync(durable))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			data := []byte(strings.Repeat("content\n", 512))
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := e.Write(ctx, "/dir/file.txt", data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -77,3 +77,13 @@ func TestConformancePrefixed(t *testing.T) {
 		return h
 	})
 }
+
+// TestConformanceWithoutSync runs the suite with the sandbox agent's
+// durability (atomic rename, no fsync): the observable behaviour is the
+// same.
+func TestConformanceWithoutSync(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) *backendtest.Harness {
+		h, _ := hostHarness(t, fileops.WithSync(false))
+		return h
+	})
+}

@@ -34,6 +34,14 @@
 // files and directories get exactly 0644 and 0755. The State and Store
 // backends have no modes, so none of this applies to them.
 //
+// Durability (a decision where file-tools is silent). Every write is
+// atomic (temp file in the target's directory, renamed over it); whether it
+// is also durable is WithSync: fsync of the file and the directory by
+// default (host directories), none inside a sandbox, whose files die with
+// its container. Streaming uploads (CreateTemp, TempFile.WriteAt at any
+// offset, Commit with the expected size) and downloads (OpenDownload,
+// DownloadFile.ReadAt) move large files without holding them in memory.
+//
 // The package must not produce model-facing prose beyond the *backend.Error
 // messages, must not shell out, and must not read a file into memory
 // unless the operation needs all of it (media, edit, download); reads and

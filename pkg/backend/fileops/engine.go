@@ -43,6 +43,7 @@ type config struct {
 	opTimeout   time.Duration
 	grepBudget  time.Duration
 	globBudget  time.Duration
+	sync        bool // fsync written files and their directory (WithSync)
 }
 
 // Option configures an Engine.
@@ -145,6 +146,22 @@ func WithOpTimeout(d time.Duration) Option {
 	}
 }
 
+// WithSync sets the durability of write, edit and upload (default true).
+// Every write is atomic either way: the content goes to a temp file in the
+// target's directory that is renamed over the target, so readers see the
+// old or the new file, never a partial one, and a failed write leaves the
+// old file. With sync true the temp file is fsynced before the rename and
+// the directory after it, so the new content also survives a crash of the
+// machine: what host-backed directories (the Filesystem backend) need. A
+// sandbox's files die with its container, so the sandbox agent passes
+// false and saves the two fsyncs (most of a small write's time).
+func WithSync(sync bool) Option {
+	return func(c *config) error {
+		c.sync = sync
+		return nil
+	}
+}
+
 // WithBudgets sets the grep and glob time budgets (defaults
 // backend.GrepBudget and backend.GlobBudget). Tests use it to exercise
 // truncation by time.
@@ -203,6 +220,7 @@ func newEngine(root *os.Root, opts []Option) (*Engine, error) {
 		opTimeout:  backend.FileOpTimeout,
 		grepBudget: backend.GrepBudget,
 		globBudget: backend.GlobBudget,
+		sync:       true,
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {

@@ -87,44 +87,27 @@ func (e *Engine) upload(ctx context.Context, it backend.UploadItem) (int64, erro
 // lock the target, check it, create parents, and replace it atomically.
 // created reports that no file existed.
 func (e *Engine) writeFile(ctx context.Context, op, p string, content []byte) (created bool, err error) {
-	name, err := e.resolve(p, true)
+	name, err := e.resolveTarget(op, p)
 	if err != nil {
-		return false, e.fail(op, p, err)
-	}
-	if name == "." {
-		return false, backend.Errorf(backend.CodeIsDirectory, p, "%s %s: is a directory (the root); write to a file path", op, p)
+		return false, err
 	}
 	unlock := e.locks.lock(name)
 	defer unlock()
-
-	perm := fs.FileMode(newFileMode)
-	fi, err := e.root.Lstat(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		created = true
+	perm, exists, err := e.inspect(op, p, name)
+	if err != nil {
+		return false, err
+	}
+	if !exists {
 		if dir, _ := splitName(name); dir != "." {
 			if err := e.root.MkdirAll(dir, newDirMode); err != nil {
 				return false, e.fail(op, p, err)
 			}
 		}
-	case err != nil:
-		return false, e.fail(op, p, err)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		// resolve followed every link; one appeared since.
-		return false, e.fail(op, p, errChanged)
-	default:
-		if err := checkRegular(op, p, fi); err != nil {
-			return false, err
-		}
-		if err := e.checkWritable(op, p, name, fi); err != nil {
-			return false, err
-		}
-		perm = fi.Mode().Perm()
 	}
 	if err := e.replace(ctx, name, content, perm); err != nil {
 		return false, e.fail(op, p, err)
 	}
-	return created, nil
+	return !exists, nil
 }
 
 // checkWritable refuses to replace the existing regular file name (virtual
@@ -157,9 +140,9 @@ func (e *Engine) checkWritable(op, p, name string, fi fs.FileInfo) *backend.Erro
 
 // replace atomically replaces the root-relative file name with content
 // (§4.3): a temp file ".<name>.plumb-tmp-<random>" in the same directory
-// is written, given perm, fsynced and renamed over name; on any failure it
-// is removed. The directory is fsynced afterwards (best effort), so the
-// rename survives a crash.
+// is written, given perm and renamed over name (see finish: fsynced, and
+// the directory after the rename, when the engine syncs); on any failure
+// it is removed. Readers see the old or the new file, never a partial one.
 func (e *Engine) replace(ctx context.Context, name string, content []byte, perm fs.FileMode) (err error) {
 	dir, base := splitName(name)
 	tmp := joinName(dir, tempName(base))
@@ -173,9 +156,6 @@ func (e *Engine) replace(ctx context.Context, name string, content []byte, perm 
 			e.root.Remove(tmp)
 		}
 	}()
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
 	for rest := content; len(rest) > 0; {
 		if err = ctx.Err(); err != nil {
 			return err
@@ -186,23 +166,7 @@ func (e *Engine) replace(ctx context.Context, name string, content []byte, perm 
 		}
 		rest = rest[len(chunk):]
 	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = ctx.Err(); err != nil {
-		return err
-	}
-	if err = e.root.Rename(tmp, name); err != nil {
-		return err
-	}
-	if d, derr := e.root.Open(dir); derr == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return e.finish(ctx, f, tmp, name, perm)
 }
 
 // tmpPrefix marks temp files of an atomic write: ".<name>" + tmpPrefix +

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/backend"
-	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
@@ -27,7 +27,9 @@ const DefaultWorkspace = "/workspace"
 type Config struct {
 	// Files is the file engine that ls, read, write, edit, delete, grep,
 	// glob, upload and download are dispatched to. Nil answers every file
-	// operation with unsupported (execute and hello still work).
+	// operation with unsupported (execute and hello still work). Uploads
+	// and downloads stream through it chunk by chunk, so it must also be a
+	// Streamer (the fileops engine is); otherwise they are unsupported.
 	Files backend.Backend
 	// Root is the engine root directory in the container, default "/".
 	// Execute resolves its cwd and offload_path (virtual paths) under it.
@@ -107,32 +109,34 @@ type server struct {
 	// escalations then fire at once.
 	shutdown chan struct{}
 
-	mu       sync.Mutex
-	closed   bool                          // no new work may start
-	wg       sync.WaitGroup                // work in progress, also inline frames
-	inflight map[uint64]context.CancelFunc // cancels of running requests
-	uploads  map[string]*upload            // open uploads by handle
-	buffered int                           // bytes held by open uploads
-	nextUp   uint64
+	mu        sync.Mutex
+	closed    bool                          // no new work may start
+	wg        sync.WaitGroup                // work in progress, also inline frames
+	inflight  map[uint64]context.CancelFunc // cancels of running requests
+	uploads   map[string]*fileops.TempFile  // open uploads by handle
+	downloads map[string]*fileops.DownloadFile
+	nextID    uint64 // last handle number
 }
 
-// MaxUploadBuffer bounds the bytes all open uploads hold in memory at once,
-// so concurrent uploads cannot exhaust the sandbox's memory.
-const MaxUploadBuffer = 2 * backend.ItemCap
-
-// upload is an open upload: the bytes received so far, kept in memory until
-// the commit hands them to the engine, which writes atomically.
-type upload struct {
-	path string // normalized
-	data []byte
+// Streamer is the streaming part of a file engine, which uploads and
+// downloads go through: an upload is a temp file written at offsets and
+// renamed into place atomically on commit; a download is an open file read
+// at offsets. Nothing is buffered whole. *fileops.Engine implements it.
+type Streamer interface {
+	CreateTemp(ctx context.Context, path string) (*fileops.TempFile, error)
+	OpenDownload(ctx context.Context, path string) (*fileops.DownloadFile, error)
 }
+
+// MaxOpenTransfers bounds the uploads and the downloads (each) open at
+// once on one channel; each holds a file descriptor.
+const MaxOpenTransfers = 64
 
 // Serve answers the agentproto request frames read from in with response
 // frames written to out, until in reaches EOF (nil), ctx ends (ctx's
 // error), reading fails, or writing a response fails. Before it returns it
 // cancels every request in flight and waits for them, so commands started
 // by execute are killed and their goroutines are gone; open uploads are
-// dropped.
+// aborted (their temp files removed) and open downloads closed.
 //
 // out is written until Serve returns: if nobody reads it, writes block, so
 // close the reading end (making writes fail) rather than abandoning it.
@@ -161,15 +165,16 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s := &server{
-		cfg:      cfg,
-		lg:       cfg.Logger.Named("sandbox-agent"),
-		w:        agentproto.NewWriter(out),
-		root:     root,
-		as:       as,
-		stop:     stop,
-		shutdown: make(chan struct{}),
-		inflight: map[uint64]context.CancelFunc{},
-		uploads:  map[string]*upload{},
+		cfg:       cfg,
+		lg:        cfg.Logger.Named("sandbox-agent"),
+		w:         agentproto.NewWriter(out),
+		root:      root,
+		as:        as,
+		stop:      stop,
+		shutdown:  make(chan struct{}),
+		inflight:  map[uint64]context.CancelFunc{},
+		uploads:   map[string]*fileops.TempFile{},
+		downloads: map[string]*fileops.DownloadFile{},
 	}
 
 	loopDone := make(chan error, 1)
@@ -185,11 +190,18 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 
 	s.mu.Lock()
 	s.closed = true
-	s.uploads = nil
 	s.mu.Unlock()
 	close(s.shutdown)
 	stop(err)
 	s.wg.Wait()
+	// Open transfers die with the channel: their temp files are removed.
+	for _, u := range s.uploads {
+		_ = u.Abort()
+	}
+	for _, d := range s.downloads {
+		_ = d.Close()
+	}
+	s.uploads, s.downloads = nil, nil
 	return err
 }
 
@@ -233,8 +245,10 @@ func (s *server) begin() bool {
 }
 
 // dispatch handles one frame. Cheap operations whose order matters
-// (upload bookkeeping, cancel, hello) run inline, in frame order; the
-// others run in their own goroutine.
+// (upload_open, cancel, hello) run inline, in frame order; the others,
+// upload chunks and download reads included, run in their own goroutine,
+// so the chunks of a transfer window are written or read in parallel with
+// decoding the next frames.
 func (s *server) dispatch(ctx context.Context, frame []byte) {
 	req, err := agentproto.DecodeRequest(frame)
 	if err != nil {
@@ -253,10 +267,7 @@ func (s *server) dispatch(ctx context.Context, frame []byte) {
 		s.send(s.cancel(req))
 		return
 	case agentproto.OpUploadOpen:
-		s.send(s.uploadOpen(req))
-		return
-	case agentproto.OpUploadChunk:
-		s.send(s.uploadChunk(req))
+		s.send(s.uploadOpen(ctx, req))
 		return
 	}
 
@@ -306,10 +317,16 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 			return agentproto.Failure(req.ID, backend.FromOS("execute", "", err))
 		}
 		return agentproto.Result(req.ID, res)
+	case agentproto.OpUploadChunk:
+		return s.uploadChunk(req)
 	case agentproto.OpUploadClose:
 		return s.uploadClose(ctx, req)
-	case agentproto.OpDownload:
-		return s.download(ctx, req)
+	case agentproto.OpDownloadOpen:
+		return s.downloadOpen(ctx, req)
+	case agentproto.OpDownloadRead:
+		return s.downloadRead(req)
+	case agentproto.OpDownloadClose:
+		return s.downloadClose(req)
 	case agentproto.OpLs:
 		return fileOp(ctx, s, req, func(a agentproto.PathArgs) string { return a.Path },
 			func(ctx context.Context, a agentproto.PathArgs) (backend.LsResult, error) {
@@ -455,68 +472,95 @@ func (s *server) cancel(req agentproto.Request) agentproto.Response {
 	return agentproto.Result(req.ID, struct{}{})
 }
 
-func (s *server) uploadOpen(req agentproto.Request) agentproto.Response {
+// streamer returns the file engine's streaming part, or the unsupported
+// error of op.
+func (s *server) streamer(op agentproto.Op) (Streamer, *backend.Error) {
 	if s.cfg.Files == nil {
-		return agentproto.Failure(req.ID, unsupportedFiles(req.Op))
+		return nil, unsupportedFiles(op)
+	}
+	st, ok := s.cfg.Files.(Streamer)
+	if !ok {
+		return nil, backend.Errorf(backend.CodeUnsupported, "", "%s is not available: this sandbox agent's file engine cannot stream", op)
+	}
+	return st, nil
+}
+
+// newHandle returns a fresh handle with prefix; s.mu is held.
+func (s *server) newHandle(prefix string) string {
+	s.nextID++
+	return fmt.Sprintf("%s%d", prefix, s.nextID)
+}
+
+// uploadOpen creates the upload's temp file next to its target.
+func (s *server) uploadOpen(ctx context.Context, req agentproto.Request) agentproto.Response {
+	st, e := s.streamer(req.Op)
+	if e != nil {
+		return agentproto.Failure(req.ID, e)
 	}
 	var a agentproto.PathArgs
 	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
-	p, err := vpath.Normalize(a.Path)
+	s.mu.Lock()
+	full := len(s.uploads) >= MaxOpenTransfers
+	s.mu.Unlock()
+	if full {
+		return agentproto.Failure(req.ID, tooManyTransfers("uploads"))
+	}
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.FileOpTimeout)
+	defer cancel()
+	tf, err := st.CreateTemp(fctx, a.Path)
 	if err != nil {
 		return agentproto.Failure(req.ID, backend.FromOS("upload", a.Path, err))
 	}
 	s.mu.Lock()
-	s.nextUp++
-	h := fmt.Sprintf("u%d", s.nextUp)
-	s.uploads[h] = &upload{path: p}
+	h := s.newHandle("u")
+	s.uploads[h] = tf
 	s.mu.Unlock()
 	return agentproto.Result(req.ID, agentproto.UploadHandle{Handle: h})
 }
 
+func tooManyTransfers(what string) *backend.Error {
+	return backend.Errorf(backend.CodeTooLarge, "", "%d %s are already open on this channel; finish some first", MaxOpenTransfers, what).
+		WithDetail("limit", fmt.Sprint(MaxOpenTransfers))
+}
+
+// uploadChunk writes one chunk at its offset. A chunk past the item cap
+// aborts the upload.
 func (s *server) uploadChunk(req agentproto.Request) agentproto.Response {
 	var a agentproto.UploadChunkArgs
 	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	u := s.uploads[a.Handle]
+	s.mu.Unlock()
 	if u == nil {
-		return agentproto.Failure(req.ID, unknownHandle(a.Handle))
+		return agentproto.Failure(req.ID, unknownHandle("upload", a.Handle))
 	}
-	if len(u.data)+len(a.Data) > backend.ItemCap {
-		s.dropUpload(a.Handle)
-		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeTooLarge, u.path,
-			"upload %s: larger than the %d-byte item limit", u.path, backend.ItemCap).WithDetail("limit", fmt.Sprint(backend.ItemCap)))
+	if len(a.Data) > agentproto.ChunkBytes {
+		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInvalidArgument, u.Path(),
+			"upload %s: a chunk of %d bytes is larger than %d", u.Path(), len(a.Data), agentproto.ChunkBytes))
 	}
-	if s.buffered+len(a.Data) > MaxUploadBuffer {
-		s.dropUpload(a.Handle)
-		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeTooLarge, u.path,
-			"upload %s: uploads in flight already hold %d bytes (limit %d); upload fewer files at once", u.path, s.buffered, MaxUploadBuffer).
-			WithDetail("limit", fmt.Sprint(MaxUploadBuffer)))
+	if _, err := u.WriteAt(a.Data, a.Offset); err != nil {
+		if backend.CodeOf(err) == backend.CodeTooLarge {
+			s.mu.Lock()
+			delete(s.uploads, a.Handle)
+			s.mu.Unlock()
+			_ = u.Abort()
+		}
+		return agentproto.Failure(req.ID, backend.FromOS("upload", u.Path(), err))
 	}
-	u.data = append(u.data, a.Data...)
-	s.buffered += len(a.Data)
 	return agentproto.Result(req.ID, struct{}{})
 }
 
-// dropUpload forgets an open upload and releases its buffer; s.mu is held.
-func (s *server) dropUpload(h string) {
-	if u := s.uploads[h]; u != nil {
-		s.buffered -= len(u.data)
-		delete(s.uploads, h)
-	}
+func unknownHandle(kind, h string) *backend.Error {
+	return backend.Errorf(backend.CodeInvalidArgument, "", "unknown %s handle %s (never opened, already closed, or dropped after an error)", kind, backend.Quote(h))
 }
 
-func unknownHandle(h string) *backend.Error {
-	return backend.Errorf(backend.CodeInvalidArgument, "", "unknown upload handle %s (never opened, already closed, or dropped after an error)", backend.Quote(h))
-}
-
-// uploadClose ends an upload. Without commit the data is dropped (an
-// unknown handle is then fine: aborting is idempotent); with commit it goes
-// to the engine as a one-item Upload.
+// uploadClose ends an upload. Without commit the temp file is removed (an
+// unknown handle is then fine: aborting is idempotent); with commit the
+// size is checked and the temp file renamed over the target atomically.
 func (s *server) uploadClose(ctx context.Context, req agentproto.Request) agentproto.Response {
 	var a agentproto.UploadCloseArgs
 	if e := decodeArgs(req, &a); e != nil {
@@ -524,69 +568,99 @@ func (s *server) uploadClose(ctx context.Context, req agentproto.Request) agentp
 	}
 	s.mu.Lock()
 	u := s.uploads[a.Handle]
-	s.dropUpload(a.Handle)
+	delete(s.uploads, a.Handle)
 	s.mu.Unlock()
 	if !a.Commit {
+		if u != nil {
+			if err := u.Abort(); err != nil {
+				return agentproto.Failure(req.ID, backend.FromOS("upload", u.Path(), err))
+			}
+		}
 		return agentproto.Result(req.ID, struct{}{})
 	}
 	if u == nil {
-		return agentproto.Failure(req.ID, unknownHandle(a.Handle))
-	}
-	if s.cfg.Files == nil {
-		return agentproto.Failure(req.ID, unsupportedFiles(req.Op))
+		return agentproto.Failure(req.ID, unknownHandle("upload", a.Handle))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FileOpTimeout)
 	defer cancel()
-	content := u.data
-	if content == nil {
-		content = []byte{}
+	res, err := u.Commit(ctx, a.Size)
+	if err != nil {
+		return agentproto.Failure(req.ID, backend.FromOS("upload", u.Path(), err))
 	}
-	res, err := s.cfg.Files.Upload(ctx, []backend.UploadItem{{Path: u.path, Content: content}})
-	switch {
-	case err != nil:
-		return agentproto.Failure(req.ID, backend.FromOS("upload", u.path, err))
-	case len(res) != 1:
-		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInternal, u.path, "upload %s: the engine returned %d results for one item", u.path, len(res)))
-	case res[0].Err != nil:
-		return agentproto.Failure(req.ID, res[0].Err)
-	}
-	// Upload does not say whether the file was new, so Created stays false.
-	return agentproto.Result(req.ID, backend.WriteResult{Path: u.path, BytesWritten: res[0].BytesWritten})
+	return agentproto.Result(req.ID, res)
 }
 
-// download reads one file through the engine and sends it as chunk events
-// of at most agentproto.ChunkBytes, then its size.
-func (s *server) download(ctx context.Context, req agentproto.Request) agentproto.Response {
-	if s.cfg.Files == nil {
-		return agentproto.Failure(req.ID, unsupportedFiles(req.Op))
+// downloadOpen opens a file for reads at offsets and reports its size.
+func (s *server) downloadOpen(ctx context.Context, req agentproto.Request) agentproto.Response {
+	st, e := s.streamer(req.Op)
+	if e != nil {
+		return agentproto.Failure(req.ID, e)
 	}
 	var a agentproto.PathArgs
 	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
+	s.mu.Lock()
+	full := len(s.downloads) >= MaxOpenTransfers
+	s.mu.Unlock()
+	if full {
+		return agentproto.Failure(req.ID, tooManyTransfers("downloads"))
+	}
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FileOpTimeout)
 	defer cancel()
-	res, err := s.cfg.Files.Download(fctx, []string{a.Path})
-	switch {
-	case err != nil:
+	d, err := st.OpenDownload(fctx, a.Path)
+	if err != nil {
 		return agentproto.Failure(req.ID, backend.FromOS("download", a.Path, err))
-	case len(res) != 1:
-		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInternal, a.Path, "download %s: the engine returned %d results for one path", a.Path, len(res)))
-	case res[0].Err != nil:
-		return agentproto.Failure(req.ID, res[0].Err)
 	}
-	data := res[0].Content
-	size := int64(len(data))
-	for len(data) > 0 {
-		if ctx.Err() != nil {
-			return agentproto.Failure(req.ID, backend.FromOS("download", a.Path, ctx.Err()))
-		}
-		c := data[:min(len(data), agentproto.ChunkBytes)]
-		data = data[len(c):]
-		if err := s.w.Write(agentproto.Response{ID: req.ID, Event: agentproto.EventChunk, Data: c}); err != nil {
-			s.stop(fmt.Errorf("sandbox agent: write response: %w", err))
-			return agentproto.Failure(req.ID, backend.Errorf(backend.CodeUnavailable, a.Path, "download %s: the channel failed", a.Path))
-		}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		d.Close()
+		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeCancelled, a.Path, "download %s: the agent is shutting down", a.Path))
 	}
-	return agentproto.Result(req.ID, agentproto.DownloadResult{Size: size})
+	h := s.newHandle("d")
+	s.downloads[h] = d
+	s.mu.Unlock()
+	return agentproto.Result(req.ID, agentproto.DownloadHandle{Handle: h, Size: d.Size()})
+}
+
+// downloadRead returns exactly the bytes asked for, or an error (the range
+// is outside the file, or the file changed size since the open).
+func (s *server) downloadRead(req agentproto.Request) agentproto.Response {
+	var a agentproto.DownloadReadArgs
+	if e := decodeArgs(req, &a); e != nil {
+		return agentproto.Failure(req.ID, e)
+	}
+	s.mu.Lock()
+	d := s.downloads[a.Handle]
+	s.mu.Unlock()
+	if d == nil {
+		return agentproto.Failure(req.ID, unknownHandle("download", a.Handle))
+	}
+	if a.Length < 0 || a.Length > agentproto.ChunkBytes {
+		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInvalidArgument, d.Path(),
+			"download %s: read length %d is outside 0..%d", d.Path(), a.Length, agentproto.ChunkBytes))
+	}
+	buf := make([]byte, a.Length)
+	if _, err := d.ReadAt(buf, a.Offset); err != nil {
+		return agentproto.Failure(req.ID, backend.FromOS("download", d.Path(), err))
+	}
+	return agentproto.Result(req.ID, agentproto.DownloadData{Data: buf})
+}
+
+// downloadClose closes a download; an unknown handle is fine (closing is
+// idempotent).
+func (s *server) downloadClose(req agentproto.Request) agentproto.Response {
+	var a agentproto.DownloadCloseArgs
+	if e := decodeArgs(req, &a); e != nil {
+		return agentproto.Failure(req.ID, e)
+	}
+	s.mu.Lock()
+	d := s.downloads[a.Handle]
+	delete(s.downloads, a.Handle)
+	s.mu.Unlock()
+	if d != nil {
+		_ = d.Close()
+	}
+	return agentproto.Result(req.ID, struct{}{})
 }

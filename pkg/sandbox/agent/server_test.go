@@ -207,7 +207,7 @@ func TestFileOpsDispatch(t *testing.T) {
 // and execute and hello still work.
 func TestFileOpsWithoutEngine(t *testing.T) {
 	c := startAgent(t, Config{})
-	for _, op := range []agentproto.Op{agentproto.OpLs, agentproto.OpRead, agentproto.OpWrite, agentproto.OpEdit, agentproto.OpDelete, agentproto.OpGrep, agentproto.OpGlob, agentproto.OpUploadOpen, agentproto.OpDownload} {
+	for _, op := range []agentproto.Op{agentproto.OpLs, agentproto.OpRead, agentproto.OpWrite, agentproto.OpEdit, agentproto.OpDelete, agentproto.OpGrep, agentproto.OpGlob, agentproto.OpUploadOpen, agentproto.OpDownloadOpen} {
 		t.Run(string(op), func(t *testing.T) {
 			c.on(t).fails(op, agentproto.PathArgs{Path: "/a"}, backend.CodeUnsupported)
 		})
@@ -231,139 +231,12 @@ func TestHello(t *testing.T) {
 	}
 }
 
-// TestUploadDownload round-trips a multi-chunk file and checks the upload
-// handle rules.
-func TestUploadDownload(t *testing.T) {
-	files := newMemFiles()
-	c := startAgent(t, Config{Files: files})
-
-	upload := func(t *testing.T, path string, data []byte) (backend.WriteResult, *backend.Error) {
-		t.Helper()
-		c := c.on(t)
-		var h agentproto.UploadHandle
-		c.ok(agentproto.OpUploadOpen, agentproto.PathArgs{Path: path}, &h)
-		for len(data) > 0 {
-			n := min(len(data), agentproto.ChunkBytes)
-			c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Data: data[:n]}, nil)
-			data = data[n:]
-		}
-		_, final := c.call(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true})
-		var w backend.WriteResult
-		if final.Error == nil {
-			_ = json.Unmarshal(final.Result, &w)
-		}
-		return w, final.Error
-	}
-
-	t.Run("multi-chunk round trip", func(t *testing.T) {
-		c := c.on(t)
-		data := make([]byte, 2*agentproto.ChunkBytes+12345)
-		for i := range data {
-			data[i] = byte(i * 7)
-		}
-		w, e := upload(t, "dir/./blob.bin", data)
-		if e != nil || w.Path != "/dir/blob.bin" || w.BytesWritten != int64(len(data)) {
-			t.Fatalf("upload: %+v %v", w, e)
-		}
-		if files.lastCall() != fmt.Sprintf("upload /dir/blob.bin %d", len(data)) {
-			t.Fatalf("engine call %q: want one Upload item with the whole content", files.lastCall())
-		}
-		events := c.ok(agentproto.OpDownload, agentproto.PathArgs{Path: "/dir/blob.bin"}, nil)
-		var got []byte
-		for _, ev := range events {
-			if ev.Event != agentproto.EventChunk || len(ev.Data) > agentproto.ChunkBytes {
-				t.Fatalf("event %q with %d bytes", ev.Event, len(ev.Data))
-			}
-			got = append(got, ev.Data...)
-		}
-		if len(events) != 3 || !bytes.Equal(got, data) {
-			t.Fatalf("%d chunks, %d bytes; want 3 chunks of the uploaded bytes", len(events), len(got))
-		}
-		var dr agentproto.DownloadResult
-		c.ok(agentproto.OpDownload, agentproto.PathArgs{Path: "/dir/blob.bin"}, &dr)
-		if dr.Size != int64(len(data)) {
-			t.Fatalf("size %d", dr.Size)
-		}
-	})
-	t.Run("empty file", func(t *testing.T) {
-		c := c.on(t)
-		if w, e := upload(t, "/empty", nil); e != nil || w.BytesWritten != 0 {
-			t.Fatalf("upload: %+v %v", w, e)
-		}
-		events := c.ok(agentproto.OpDownload, agentproto.PathArgs{Path: "/empty"}, nil)
-		if len(events) != 0 {
-			t.Fatalf("%d chunk events for an empty file", len(events))
-		}
-	})
-	t.Run("engine item error", func(t *testing.T) {
-		if _, e := upload(t, "/ro/x", []byte("x")); e == nil || e.Code != backend.CodePermissionDenied {
-			t.Fatalf("got %v, want permission_denied", e)
-		}
-	})
-	t.Run("download error", func(t *testing.T) {
-		c := c.on(t)
-		c.fails(agentproto.OpDownload, agentproto.PathArgs{Path: "/missing"}, backend.CodeFileNotFound)
-	})
-	t.Run("open with a bad path", func(t *testing.T) {
-		c := c.on(t)
-		c.fails(agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/a/../b"}, backend.CodeInvalidPath)
-	})
-	t.Run("abort drops the data", func(t *testing.T) {
-		c := c.on(t)
-		var h agentproto.UploadHandle
-		c.ok(agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/aborted"}, &h)
-		c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Data: []byte("x")}, nil)
-		c.ok(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil)
-		// Aborting again is fine; committing or appending is not.
-		c.ok(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil)
-		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Data: []byte("x")}, backend.CodeInvalidArgument)
-		c.fails(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true}, backend.CodeInvalidArgument)
-		c.fails(agentproto.OpDownload, agentproto.PathArgs{Path: "/aborted"}, backend.CodeFileNotFound)
-	})
-	t.Run("unknown handle", func(t *testing.T) {
-		c := c.on(t)
-		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: "nope", Data: []byte("x")}, backend.CodeInvalidArgument)
-	})
-}
-
-// TestUploadItemCap checks the 64 MiB item cap on a server value directly
-// (sending 64 MiB through frames would only slow the test down).
-func TestUploadItemCap(t *testing.T) {
-	s := &server{uploads: map[string]*upload{"u1": {path: "/big", data: make([]byte, backend.ItemCap-2)}}}
-	chunk := func(n int) agentproto.Request {
-		raw, _ := json.Marshal(agentproto.UploadChunkArgs{Handle: "u1", Data: make([]byte, n)})
-		return agentproto.Request{ID: 1, Op: agentproto.OpUploadChunk, Args: raw}
-	}
-	if r := s.uploadChunk(chunk(2)); r.Error != nil {
-		t.Fatalf("a chunk reaching exactly the cap failed: %v", r.Error)
-	}
-	if r := s.uploadChunk(chunk(1)); r.Error == nil || r.Error.Code != backend.CodeTooLarge {
-		t.Fatalf("got %+v, want too_large", r)
-	}
-	if _, ok := s.uploads["u1"]; ok {
-		t.Fatal("the handle survived too_large: its memory is not released")
-	}
-}
-
-// TestUploadBufferCap: all open uploads together hold at most
-// MaxUploadBuffer bytes; the upload that would pass it is dropped.
-func TestUploadBufferCap(t *testing.T) {
-	s := &server{
-		uploads:  map[string]*upload{"u1": {path: "/a", data: make([]byte, 10)}, "u2": {path: "/b"}},
-		buffered: MaxUploadBuffer - 1,
-	}
-	raw, _ := json.Marshal(agentproto.UploadChunkArgs{Handle: "u1", Data: make([]byte, 2)})
-	r := s.uploadChunk(agentproto.Request{ID: 1, Op: agentproto.OpUploadChunk, Args: raw})
-	if r.Error == nil || r.Error.Code != backend.CodeTooLarge || !strings.Contains(r.Error.Message, "in flight") {
-		t.Fatalf("got %+v, want too_large about uploads in flight", r)
-	}
-	if _, ok := s.uploads["u1"]; ok || s.buffered != MaxUploadBuffer-11 {
-		t.Fatalf("after the drop: handle kept %v, buffered %d", ok, s.buffered)
-	}
-	raw, _ = json.Marshal(agentproto.UploadChunkArgs{Handle: "u2", Data: make([]byte, 5)})
-	if r := s.uploadChunk(agentproto.Request{ID: 2, Op: agentproto.OpUploadChunk, Args: raw}); r.Error != nil {
-		t.Fatalf("a chunk that fits failed: %v", r.Error)
-	}
+// TestUploadNeedsStreamer: an engine without the streaming methods
+// answers uploads and downloads with unsupported.
+func TestUploadNeedsStreamer(t *testing.T) {
+	c := startAgent(t, Config{Files: newMemFiles()})
+	c.fails(agentproto.OpUploadOpen, agentproto.PathArgs{Path: "/x"}, backend.CodeUnsupported)
+	c.fails(agentproto.OpDownloadOpen, agentproto.PathArgs{Path: "/x"}, backend.CodeUnsupported)
 }
 
 // TestMalformedFrames: bad frames are answered when their id can be read,

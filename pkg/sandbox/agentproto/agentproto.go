@@ -5,8 +5,8 @@
 // Every byte payload ([]byte fields) travels base64-encoded inside the JSON,
 // so no frame ever holds raw binary or a newline.
 //
-// A request gets zero or more event responses (Done false: execute output,
-// download chunks) and then exactly one final response (Done true) carrying
+// A request gets zero or more event responses (Done false: execute output)
+// and then exactly one final response (Done true) carrying
 // a Result or an Error. The container is untrusted: decoders bound every
 // frame by MaxFrameBytes, and a malformed frame is a protocol error that
 // resets the channel.
@@ -29,7 +29,7 @@ import (
 )
 
 // Version is the protocol version the agent reports in its hello result.
-const Version = 1
+const Version = 2
 
 // MaxFrameBytes bounds one frame (one line, JSON included). A 10 MiB write
 // is about 13.4 MiB in base64, so 16 MiB leaves headroom; larger payloads
@@ -40,31 +40,37 @@ const MaxFrameBytes = 16 << 20
 // execute output events at most.
 const ChunkBytes = 1 << 20
 
+// Window is how many upload chunks or download reads sandboxd keeps in
+// flight on one transfer: the memory a transfer holds on either side is
+// bounded by Window × ChunkBytes (plus base64 and JSON framing).
+const Window = 8
+
 // Op names an operation.
 type Op string
 
 // Operations. Each lists its Args type and Result type.
 const (
-	OpHello       Op = "hello"        // no args → Hello
-	OpLs          Op = "ls"           // PathArgs → backend.LsResult
-	OpRead        Op = "read"         // backend.ReadRequest → backend.ReadResult
-	OpWrite       Op = "write"        // WriteArgs → backend.WriteResult
-	OpEdit        Op = "edit"         // backend.EditRequest → backend.EditResult
-	OpDelete      Op = "delete"       // PathArgs → backend.DeleteResult
-	OpGrep        Op = "grep"         // backend.GrepRequest → backend.GrepResult
-	OpGlob        Op = "glob"         // backend.GlobRequest → backend.GlobResult
-	OpExecute     Op = "execute"      // ExecuteArgs → backend.ExecuteResult (+ output events when Stream)
-	OpUploadOpen  Op = "upload_open"  // PathArgs → UploadHandle
-	OpUploadChunk Op = "upload_chunk" // UploadChunkArgs → empty result
-	OpUploadClose Op = "upload_close" // UploadCloseArgs → backend.WriteResult
-	OpDownload    Op = "download"     // PathArgs → DownloadResult (+ chunk events)
-	OpCancel      Op = "cancel"       // CancelArgs → empty result
+	OpHello         Op = "hello"          // no args → Hello
+	OpLs            Op = "ls"             // PathArgs → backend.LsResult
+	OpRead          Op = "read"           // backend.ReadRequest → backend.ReadResult
+	OpWrite         Op = "write"          // WriteArgs → backend.WriteResult
+	OpEdit          Op = "edit"           // backend.EditRequest → backend.EditResult
+	OpDelete        Op = "delete"         // PathArgs → backend.DeleteResult
+	OpGrep          Op = "grep"           // backend.GrepRequest → backend.GrepResult
+	OpGlob          Op = "glob"           // backend.GlobRequest → backend.GlobResult
+	OpExecute       Op = "execute"        // ExecuteArgs → backend.ExecuteResult (+ output events when Stream)
+	OpUploadOpen    Op = "upload_open"    // PathArgs → UploadHandle
+	OpUploadChunk   Op = "upload_chunk"   // UploadChunkArgs → empty result
+	OpUploadClose   Op = "upload_close"   // UploadCloseArgs → backend.WriteResult
+	OpDownloadOpen  Op = "download_open"  // PathArgs → DownloadHandle
+	OpDownloadRead  Op = "download_read"  // DownloadReadArgs → DownloadData
+	OpDownloadClose Op = "download_close" // DownloadCloseArgs → empty result
+	OpCancel        Op = "cancel"         // CancelArgs → empty result
 )
 
 // Event kinds of non-final responses.
 const (
 	EventOutput = "output" // execute output bytes, in order
-	EventChunk  = "chunk"  // download bytes, in order
 )
 
 // Request is a frame from sandboxd to the agent.
@@ -131,23 +137,46 @@ type UploadHandle struct {
 	Handle string `json:"handle"`
 }
 
-// UploadChunkArgs append bytes to an open upload.
+// UploadChunkArgs write bytes at Offset of an open upload. Chunks may
+// arrive in any order and up to Window at once; Data is at most ChunkBytes.
 type UploadChunkArgs struct {
 	Handle string `json:"handle"`
+	Offset int64  `json:"offset"`
 	Data   []byte `json:"data"`
 }
 
-// UploadCloseArgs finish an upload: Commit renames the data into place
-// atomically, otherwise the temporary file is removed.
+// UploadCloseArgs finish an upload: Commit checks that exactly Size bytes
+// were written and renames the data into place atomically; otherwise the
+// temporary file is removed.
 type UploadCloseArgs struct {
 	Handle string `json:"handle"`
 	Commit bool   `json:"commit"`
+	Size   int64  `json:"size"`
 }
 
-// DownloadResult ends a download.
-type DownloadResult struct {
-	// Size is the number of bytes sent in chunk events.
-	Size int64 `json:"size"`
+// DownloadHandle names an open download and the file's size at open.
+type DownloadHandle struct {
+	Handle string `json:"handle"`
+	Size   int64  `json:"size"`
+}
+
+// DownloadReadArgs read Length bytes (at most ChunkBytes) at Offset of an
+// open download; the range lies within its size.
+type DownloadReadArgs struct {
+	Handle string `json:"handle"`
+	Offset int64  `json:"offset"`
+	Length int    `json:"length"`
+}
+
+// DownloadData is the result of OpDownloadRead: exactly the bytes asked
+// for.
+type DownloadData struct {
+	Data []byte `json:"data"`
+}
+
+// DownloadCloseArgs close an open download.
+type DownloadCloseArgs struct {
+	Handle string `json:"handle"`
 }
 
 // CancelArgs cancel a request in flight.

@@ -106,7 +106,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 
 func TestWriterRefusesOversizedFrames(t *testing.T) {
 	var buf bytes.Buffer
-	err := NewWriter(&buf).Write(Response{ID: 1, Event: EventChunk, Data: make([]byte, MaxFrameBytes)})
+	err := NewWriter(&buf).Write(Response{ID: 1, Event: EventOutput, Data: make([]byte, MaxFrameBytes)})
 	if !errors.Is(err, ErrFrameTooLarge) || buf.Len() != 0 {
 		t.Fatalf("err = %v, wrote %d bytes", err, buf.Len())
 	}
@@ -209,7 +209,7 @@ func TestWriterDeadline(t *testing.T) {
 }
 
 func TestLimitsTable(t *testing.T) {
-	for _, op := range []Op{OpHello, OpLs, OpRead, OpWrite, OpEdit, OpDelete, OpGrep, OpGlob, OpExecute, OpUploadOpen, OpUploadChunk, OpUploadClose, OpDownload, OpCancel, "download_open", "download_read", "download_close"} {
+	for _, op := range []Op{OpHello, OpLs, OpRead, OpWrite, OpEdit, OpDelete, OpGrep, OpGlob, OpExecute, OpUploadOpen, OpUploadChunk, OpUploadClose, OpDownloadOpen, OpDownloadRead, OpDownloadClose, OpCancel} {
 		l, ok := LimitsOf(op)
 		if !ok || l.FinalBytes < SmallFrameBytes || l.FinalBytes > MaxFrameBytes || l.EventBytes > MaxFrameBytes || (len(l.Events) > 0) != (l.EventBytes > 0) {
 			t.Errorf("%s: %+v, %v", op, l, ok)

@@ -64,20 +64,19 @@ var opLimits = map[Op]Limits{
 	OpGlob:   {FinalBytes: MaxFrameBytes, Wait: ResponseWait},
 	// Execute's budget and wait depend on its arguments: ExecuteLimits
 	// (this entry is its default output size, streaming).
-	OpExecute:     {Events: []string{EventOutput}, EventBytes: ChunkFrameBytes, FinalBytes: (backend.ExecuteInlineOutput+OutputMarkerBytes)*escape + SmallFrameBytes},
-	OpUploadOpen:  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	OpUploadChunk: {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	OpUploadClose: {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	OpDownload:    {Events: []string{EventChunk}, EventBytes: ChunkFrameBytes, FinalBytes: SmallFrameBytes, Wait: 10 * time.Minute},
-	// The pull-model transfer ops (issue 11) and interactive processes
-	// (issue 12), named here so their budgets exist when they land.
-	"download_open":  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	"download_read":  {FinalBytes: ChunkFrameBytes, Wait: ResponseWait},
-	"download_close": {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	"proc_start":     {Events: []string{"stdout", "stderr"}, EventBytes: ChunkFrameBytes, FinalBytes: SmallFrameBytes},
-	"proc_write":     {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	"proc_signal":    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	OpCancel:         {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpExecute:       {Events: []string{EventOutput}, EventBytes: ChunkFrameBytes, FinalBytes: (backend.ExecuteInlineOutput+OutputMarkerBytes)*escape + SmallFrameBytes},
+	OpUploadOpen:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpUploadChunk:   {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpUploadClose:   {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpDownloadOpen:  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpDownloadRead:  {FinalBytes: ChunkFrameBytes, Wait: ResponseWait},
+	OpDownloadClose: {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	// Interactive processes (issue 12), named here so their budgets exist
+	// when they land.
+	"proc_start":  {Events: []string{"stdout", "stderr"}, EventBytes: ChunkFrameBytes, FinalBytes: SmallFrameBytes},
+	"proc_write":  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	"proc_signal": {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpCancel:      {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 }
 
 // LimitsOf returns op's limits; ok is false for an op sandboxd does not

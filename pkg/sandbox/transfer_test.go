@@ -1,0 +1,173 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+)
+
+// heapProbe samples the worker's live heap (after a GC) and keeps the
+// largest growth over the baseline taken at creation.
+type heapProbe struct {
+	base, max uint64
+}
+
+func newHeapProbe() *heapProbe {
+	p := &heapProbe{}
+	p.base = p.live()
+	return p
+}
+
+func (p *heapProbe) live() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func (p *heapProbe) sample() {
+	if l := p.live(); l > p.base && l-p.base > p.max {
+		p.max = l - p.base
+	}
+}
+
+// pattern is chunk i of a deterministic test file.
+func pattern(i int, n int) []byte {
+	b := bytes.Repeat([]byte{byte(i), byte(i >> 8), 0xa5, '\n'}, n/4+1)
+	return b[:n]
+}
+
+// TestTransfers moves a file of exactly the item cap into and out of a
+// real sandbox through the pipelined upload and download, checking its
+// bytes and that the worker's heap stays bounded by the transfer window,
+// not the file; then the cap itself and a file that changes size while it
+// is downloaded.
+func TestTransfers(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const chunk = agentproto.ChunkBytes
+	chunks := backend.ItemCap / chunk
+	// The spec's bound for B7 (worker heap growth < 64 MiB). A whole-file
+	// buffer in the worker would hold the 64 MiB file plus the window; the
+	// window itself is 8 chunks, each alive as raw bytes, base64 JSON and
+	// a frame buffer (≈ 45 MiB measured under -race).
+	const bound = 64 << 20
+
+	t.Run("item cap round trip with a bounded heap", func(t *testing.T) {
+		probe := newHeapProbe()
+		want := sha256.New()
+		i := 0
+		n, err := f.UploadFrom(ctx, "/workspace/big/cap.bin", func() ([]byte, error) {
+			if i == chunks {
+				return nil, nil
+			}
+			if i%8 == 0 {
+				probe.sample()
+			}
+			b := pattern(i, chunk)
+			want.Write(b)
+			i++
+			return b, nil
+		})
+		if err != nil || n != backend.ItemCap {
+			t.Fatalf("upload: %d bytes, %v", n, err)
+		}
+		got := sha256.New()
+		k := 0
+		size, err := f.DownloadTo(ctx, "/workspace/big/cap.bin", func(b []byte) error {
+			if k%8 == 0 {
+				probe.sample()
+			}
+			k++
+			got.Write(b)
+			return nil
+		})
+		if err != nil || size != backend.ItemCap {
+			t.Fatalf("download: %d bytes, %v", size, err)
+		}
+		if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+			t.Fatal("downloaded bytes differ from the uploaded ones")
+		}
+		if probe.max > bound {
+			t.Fatalf("worker heap grew by %d MiB during the transfers, want < %d MiB", probe.max>>20, bound>>20)
+		}
+		t.Logf("worker heap growth: %.1f MiB", float64(probe.max)/(1<<20))
+	})
+	t.Run("over the item cap", func(t *testing.T) {
+		i := 0
+		_, err := f.UploadFrom(ctx, "/workspace/over.bin", func() ([]byte, error) {
+			if i > chunks {
+				return nil, nil
+			}
+			i++
+			return pattern(i, chunk), nil
+		})
+		if backend.CodeOf(err) != backend.CodeTooLarge {
+			t.Fatalf("got %v, want too_large", err)
+		}
+		if r := exec(t, m, info.ID, "ls -a /workspace", 10); strings.Contains(r.Output, "over.bin") {
+			t.Fatalf("the failed upload left files: %s", r.Output)
+		}
+	})
+	t.Run("next fails: aborted, target untouched", func(t *testing.T) {
+		if _, err := f.Write(ctx, "/workspace/keep.txt", []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+		i := 0
+		_, err := f.UploadFrom(ctx, "/workspace/keep.txt", func() ([]byte, error) {
+			if i == 3 {
+				return nil, context.Canceled
+			}
+			i++
+			return pattern(i, chunk), nil
+		})
+		if err == nil {
+			t.Fatal("upload succeeded")
+		}
+		if r, err := f.Read(ctx, backend.ReadRequest{Path: "/workspace/keep.txt", Limit: 10}); err != nil || r.Content != "old" {
+			t.Fatalf("target: %+v %v", r, err)
+		}
+		if r := exec(t, m, info.ID, "ls -a /workspace", 10); strings.Contains(r.Output, "plumb-tmp") {
+			t.Fatalf("temp file left: %s", r.Output)
+		}
+	})
+	t.Run("file changes size during the download", func(t *testing.T) {
+		if r := exec(t, m, info.ID, "head -c 20971520 /dev/zero > /workspace/grow.bin", 30); exitCode(r) != 0 {
+			t.Fatalf("make file: %s", r.Output)
+		}
+		first := true
+		_, err := f.DownloadTo(ctx, "/workspace/grow.bin", func(b []byte) error {
+			if first {
+				first = false
+				// Reads past the window start only after this returns.
+				if r := exec(t, m, info.ID, "echo more >> /workspace/grow.bin", 10); exitCode(r) != 0 {
+					t.Fatalf("append: %s", r.Output)
+				}
+			}
+			return nil
+		})
+		if backend.CodeOf(err) != backend.CodeInvalidArgument || !strings.Contains(err.Error(), "changed size") {
+			t.Fatalf("got %v, want invalid_argument about a size change", err)
+		}
+		// A fresh download sees the new size.
+		size, err := f.DownloadTo(ctx, "/workspace/grow.bin", func([]byte) error { return nil })
+		if err != nil || size != 20971520+5 {
+			t.Fatalf("second download: %d %v", size, err)
+		}
+	})
+}
