@@ -19,6 +19,7 @@ import (
 	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/store"
+	"github.com/plumbhq/plumb/pkg/sandbox"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,13 +54,13 @@ type threadRecords interface {
 func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
 	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*filesystem.Backend{}}
 	if cfg.Sandbox.Address != "" {
-		var addrs []string
-		for _, a := range strings.Split(cfg.Sandbox.Address, ",") {
-			if a = strings.TrimPrefix(strings.TrimSpace(a), "dns:///"); a != "" {
-				addrs = append(addrs, a)
-			}
+		targets, err := workers.ParseTargets(cfg.Sandbox.Address)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox.address: %w", err)
 		}
-		p, err := workers.Dial(addrs, lg, dial...)
+		p, err := workers.New(workers.Config{
+			Targets: targets, Refresh: cfg.Sandbox.RefreshInterval, Deadline: cfg.Sandbox.WorkerDeadline, Logger: lg,
+		}, dial...)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox.address: %w", err)
 		}
@@ -215,23 +216,27 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	}
 	old := th.SandboxID
 	if old != "" {
+		// Only the live owner may say the sandbox is gone: an unknown or
+		// unreachable worker fails the call (naming the worker) and
+		// never leads to a fresh sandbox behind the model's back.
 		c, err := tb.pool.Client(ctx, old)
-		if err == nil {
-			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
-			if gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING {
-				return tb.pool.Backend(ctx, old, sandboxbackend.HomeOf(resp.GetSandbox()))
-			}
-			if gerr != nil && status.Code(gerr) != codes.NotFound {
-				return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox %s: %v", old, gerr)
-			}
-			if gerr == nil {
-				// Failed or stopping: it will never serve again.
-				if err := tb.pool.Delete(ctx, old); err != nil {
-					tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
-				}
-			}
+		if err != nil {
+			return nil, lostError(threadID, old, err)
 		}
-		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old))
+		resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
+		switch {
+		case gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING:
+			return tb.pool.Backend(ctx, old, sandboxbackend.HomeOf(resp.GetSandbox()))
+		case gerr == nil:
+			// Failed or stopping: it will never serve again.
+			if err := tb.pool.Delete(ctx, old); err != nil {
+				tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
+			}
+		case status.Code(gerr) != codes.NotFound:
+			return nil, lostError(threadID, old, gerr)
+		}
+		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
+			zap.String("worker", sandbox.WorkerOf(old)))
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
@@ -262,6 +267,18 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		backend.Notify(ctx, resetNotice(home))
 	}
 	return tb.pool.Backend(ctx, sb.GetId(), home)
+}
+
+// lostError is the error of a thread whose sandbox's worker cannot answer
+// (unreachable, or not part of the fleet): the message names the worker,
+// and the sandbox is kept for when the worker comes back.
+func lostError(threadID, id string, err error) error {
+	code := backend.CodeUnavailable
+	if status.Code(err) == codes.NotFound {
+		code = backend.CodeFileNotFound
+	}
+	return backend.Errorf(code, "", "the sandbox of this thread (%s) cannot be reached on its sandboxd worker %s: %s",
+		id, sandbox.WorkerOf(id), status.Convert(err).Message())
 }
 
 // resetNotice tells the model that the thread's sandbox was replaced.
