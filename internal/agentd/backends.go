@@ -221,7 +221,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		// never leads to a fresh sandbox behind the model's back.
 		c, err := tb.pool.Client(ctx, old)
 		if err != nil {
-			return nil, lostError(threadID, old, err)
+			return nil, tb.lost(ctx, threadID, old, err)
 		}
 		resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
 		switch {
@@ -233,7 +233,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 				tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
 			}
 		case status.Code(gerr) != codes.NotFound:
-			return nil, lostError(threadID, old, gerr)
+			return nil, tb.lost(ctx, threadID, old, gerr)
 		}
 		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
 			zap.String("worker", sandbox.WorkerOf(old)))
@@ -269,16 +269,21 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	return tb.pool.Backend(ctx, sb.GetId(), home)
 }
 
-// lostError is the error of a thread whose sandbox's worker cannot answer
+// lost is the error of a thread whose sandbox's worker cannot answer
 // (unreachable, or not part of the fleet): the message names the worker,
-// and the sandbox is kept for when the worker comes back.
-func lostError(threadID, id string, err error) error {
+// a sandbox_lost event follows the call (backend.ReportLost), and the
+// sandbox is kept for when the worker comes back.
+func (tb *ThreadBackends) lost(ctx context.Context, threadID, id string, err error) error {
 	code := backend.CodeUnavailable
 	if status.Code(err) == codes.NotFound {
 		code = backend.CodeFileNotFound
 	}
+	msg := status.Convert(err).Message()
+	tb.lg.Warn("thread's sandbox worker cannot be reached", zap.String("thread-id", threadID), zap.String("sandbox-id", id),
+		zap.String("worker", sandbox.WorkerOf(id)), zap.Error(err))
+	backend.ReportLost(ctx, backend.WorkerLost{Worker: sandbox.WorkerOf(id), SandboxID: id, Message: msg})
 	return backend.Errorf(code, "", "the sandbox of this thread (%s) cannot be reached on its sandboxd worker %s: %s",
-		id, sandbox.WorkerOf(id), status.Convert(err).Message())
+		id, sandbox.WorkerOf(id), msg)
 }
 
 // resetNotice tells the model that the thread's sandbox was replaced.
@@ -362,6 +367,8 @@ func (s *stateSet) changes() (map[string]json.RawMessage, error) {
 type lazy struct {
 	open   func(context.Context) (backend.Backend, error)
 	reopen func(error) bool // nil: never reopen
+	// failed, if set, sees every failed call's error and backend.
+	failed func(ctx context.Context, b backend.Backend, err error)
 
 	mu      sync.Mutex
 	b       backend.Backend
@@ -415,13 +422,20 @@ func call[T any](ctx context.Context, l *lazy, f func(backend.Backend) (T, error
 	}
 	v, err := f(b)
 	if err == nil || l.reopen == nil || !l.reopen(err) {
+		if err != nil && l.failed != nil {
+			l.failed(ctx, b, err)
+		}
 		return v, err
 	}
 	if b, _, err = l.get(ctx, gen); err != nil {
 		var zero T
 		return zero, err
 	}
-	return f(b)
+	v, err = f(b)
+	if err != nil && l.failed != nil {
+		l.failed(ctx, b, err)
+	}
+	return v, err
 }
 
 // Ls implements backend.Backend.
@@ -486,6 +500,15 @@ func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
 		lazy: &lazy{
 			open:   func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) },
 			reopen: func(err error) bool { return errors.Is(err, sandboxbackend.ErrGone) },
+			failed: func(ctx context.Context, b backend.Backend, err error) {
+				// An unavailable call on a worker the pool sees down is
+				// a lost worker, not a failure of the sandbox itself.
+				sb, ok := b.(*sandboxbackend.Backend)
+				if !ok || backend.CodeOf(err) != backend.CodeUnavailable || !tb.pool.Down(sb.ID()) {
+					return
+				}
+				backend.ReportLost(ctx, backend.WorkerLost{Worker: sandbox.WorkerOf(sb.ID()), SandboxID: sb.ID(), Message: err.Error()})
+			},
 		},
 		home: home,
 	}

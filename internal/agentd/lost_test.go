@@ -100,12 +100,30 @@ func TestSandboxWorkerLost(t *testing.T) {
 		modeltest.Calls(mcall("r2", "read_file", `{"file_path":"/workspace/a.txt"}`)),
 		modeltest.Text("lost"),
 	)
-	_, results := s.mustRun(input(thread, "Read it."))
+	evs, results, err := s.run(input(thread, "Read it."))
+	if err != nil || len(evs) == 0 || evs[len(evs)-1].GetRunFinished().GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("run with the worker lost: %v, %v", evs, err)
+	}
 	for _, id := range []string{"e2", "r2"} {
 		r := wantResult(t, results, id, true, w.Name, "unreachable")
 		if r != nil && strings.Contains(r.GetContent(), resetMarker) {
 			t.Errorf("%s: the workspace was reset while its worker was only unreachable: %s", id, r.GetContent())
 		}
+	}
+	// Each failed call's tool_result is followed by a sandbox_lost event
+	// naming the worker.
+	var lost []string
+	for i, ev := range evs {
+		if l := ev.GetSandboxLost(); l != nil {
+			prev := evs[i-1].GetToolResult()
+			if l.GetWorker() != w.Name || sandbox.WorkerOf(l.GetSandboxId()) != w.Name || !strings.Contains(l.GetMessage(), "unreachable") {
+				t.Errorf("sandbox_lost = %v", l)
+			}
+			lost = append(lost, prev.GetId())
+		}
+	}
+	if strings.Join(lost, ",") != "e2,r2" {
+		t.Errorf("sandbox_lost events follow the results of %v, want e2,r2", lost)
 	}
 	list, err := w.Client.ListSandboxes(s.ctx(), &plumbv1.ListSandboxesRequest{})
 	if err != nil || len(list.GetSandboxes()) != 1 {

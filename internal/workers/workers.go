@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -522,4 +523,14 @@ func (p *Pool) Delete(ctx context.Context, id string) error {
 		return nil
 	}
 	return err
+}
+
+// Down reports whether the worker of sandbox id is out of reach as far as
+// the pool knows, without any RPC: not a current member, or its connection
+// is not ready. Callers use it to tell a lost worker from other failures.
+func (p *Pool) Down(id string) bool {
+	p.mu.RLock()
+	m, ok := p.byName[sandbox.WorkerOf(id)]
+	p.mu.RUnlock()
+	return !ok || m.conn.GetState() != connectivity.Ready
 }
