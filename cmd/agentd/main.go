@@ -7,13 +7,13 @@ import (
 	"context"
 	"io"
 	"os"
-	"strings"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
+	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -34,7 +34,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	)
 	f := daemon.NewFlags("agentd")
 	c.Bind(f, "127.0.0.1:7070", "127.0.0.1:9070")
-	f.String(&sandboxd, "sandboxd", "127.0.0.1:7071", "comma-separated sandboxd worker addresses")
+	f.String(&sandboxd, "sandboxd", "127.0.0.1:7071", "comma-separated sandboxd workers: host:port and dns:///name:port (re-resolved; each address is one worker)")
 	f.String(&defaultBackend, "default-backend", "", "file backend of every thread unless the config says otherwise: state, sandbox or filesystem")
 	f.String(&sqlitePath, "sqlite-path", "", "thread store file (storage.sqlite_path; empty = a temporary file)")
 	f.String(&postgresDSN, "postgres-dsn", "", "keep threads in PostgreSQL instead of SQLite, for several agentd replicas (storage.postgres_dsn; a postgres:// URL or key=value DSN)")
@@ -149,16 +149,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // splitAddrs parses the comma-separated --sandboxd list.
 func splitAddrs(list string) ([]string, error) {
-	var out []string
-	for _, a := range strings.Split(list, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		if err := daemon.CheckAddr(a); err != nil {
-			return nil, daemon.Usagef("invalid sandboxd address %q: %v", a, err)
-		}
-		out = append(out, a)
+	out, err := workers.ParseTargets(list)
+	if err != nil {
+		return nil, daemon.Usagef("invalid --sandboxd: %v", err)
 	}
 	return out, nil
 }

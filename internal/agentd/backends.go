@@ -21,6 +21,7 @@ import (
 	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/store"
+	"github.com/plumbhq/plumb/pkg/sandbox"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -55,13 +56,13 @@ type threadRecords interface {
 func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
 	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*filesystem.Backend{}}
 	if cfg.Sandbox.Address != "" {
-		var addrs []string
-		for _, a := range strings.Split(cfg.Sandbox.Address, ",") {
-			if a = strings.TrimPrefix(strings.TrimSpace(a), "dns:///"); a != "" {
-				addrs = append(addrs, a)
-			}
+		targets, err := workers.ParseTargets(cfg.Sandbox.Address)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox.address: %w", err)
 		}
-		p, err := workers.Dial(addrs, lg, dial...)
+		p, err := workers.New(workers.Config{
+			Targets: targets, Refresh: cfg.Sandbox.RefreshInterval, Deadline: cfg.Sandbox.WorkerDeadline, Logger: lg,
+		}, dial...)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox.address: %w", err)
 		}
@@ -221,23 +222,27 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	ctx = tenant.With(ctx, tenant.Norm(th.Tenant))
 	old := th.SandboxID
 	if old != "" {
+		// Only the live owner may say the sandbox is gone: an unknown or
+		// unreachable worker fails the call (naming the worker) and
+		// never leads to a fresh sandbox behind the model's back.
 		c, err := tb.pool.Client(ctx, old)
-		if err == nil {
-			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
-			if gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING {
-				return tb.pool.Backend(ctx, old, sandboxbackend.HomeOf(resp.GetSandbox()))
-			}
-			if gerr != nil && status.Code(gerr) != codes.NotFound {
-				return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox %s: %v", old, gerr)
-			}
-			if gerr == nil {
-				// Failed or stopping: it will never serve again.
-				if err := tb.pool.Delete(ctx, old); err != nil {
-					tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
-				}
-			}
+		if err != nil {
+			return nil, tb.lost(ctx, threadID, old, err)
 		}
-		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old))
+		resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
+		switch {
+		case gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING:
+			return tb.pool.Backend(ctx, old, sandboxbackend.HomeOf(resp.GetSandbox()))
+		case gerr == nil:
+			// Failed or stopping: it will never serve again.
+			if err := tb.pool.Delete(ctx, old); err != nil {
+				tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
+			}
+		case status.Code(gerr) != codes.NotFound:
+			return nil, tb.lost(ctx, threadID, old, gerr)
+		}
+		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
+			zap.String("worker", sandbox.WorkerOf(old)))
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
@@ -268,6 +273,23 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		backend.Notify(ctx, resetNotice(home))
 	}
 	return tb.pool.Backend(ctx, sb.GetId(), home)
+}
+
+// lost is the error of a thread whose sandbox's worker cannot answer
+// (unreachable, or not part of the fleet): the message names the worker,
+// a sandbox_lost event follows the call (backend.ReportLost), and the
+// sandbox is kept for when the worker comes back.
+func (tb *ThreadBackends) lost(ctx context.Context, threadID, id string, err error) error {
+	code := backend.CodeUnavailable
+	if status.Code(err) == codes.NotFound {
+		code = backend.CodeFileNotFound
+	}
+	msg := status.Convert(err).Message()
+	tb.lg.Warn("thread's sandbox worker cannot be reached", zap.String("thread-id", threadID), zap.String("sandbox-id", id),
+		zap.String("worker", sandbox.WorkerOf(id)), zap.Error(err))
+	backend.ReportLost(ctx, backend.WorkerLost{Worker: sandbox.WorkerOf(id), SandboxID: id, Message: msg})
+	return backend.Errorf(code, "", "the sandbox of this thread (%s) cannot be reached on its sandboxd worker %s: %s",
+		id, sandbox.WorkerOf(id), msg)
 }
 
 // resetNotice tells the model that the thread's sandbox was replaced.
@@ -351,6 +373,8 @@ func (s *stateSet) changes() (map[string]json.RawMessage, error) {
 type lazy struct {
 	open   func(context.Context) (backend.Backend, error)
 	reopen func(error) bool // nil: never reopen
+	// failed, if set, sees every failed call's error and backend.
+	failed func(ctx context.Context, b backend.Backend, err error)
 
 	mu      sync.Mutex
 	b       backend.Backend
@@ -404,13 +428,20 @@ func call[T any](ctx context.Context, l *lazy, f func(backend.Backend) (T, error
 	}
 	v, err := f(b)
 	if err == nil || l.reopen == nil || !l.reopen(err) {
+		if err != nil && l.failed != nil {
+			l.failed(ctx, b, err)
+		}
 		return v, err
 	}
 	if b, _, err = l.get(ctx, gen); err != nil {
 		var zero T
 		return zero, err
 	}
-	return f(b)
+	v, err = f(b)
+	if err != nil && l.failed != nil {
+		l.failed(ctx, b, err)
+	}
+	return v, err
 }
 
 // Ls implements backend.Backend.
@@ -475,6 +506,15 @@ func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
 		lazy: &lazy{
 			open:   func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) },
 			reopen: func(err error) bool { return errors.Is(err, sandboxbackend.ErrGone) },
+			failed: func(ctx context.Context, b backend.Backend, err error) {
+				// An unavailable call on a worker the pool sees down is
+				// a lost worker, not a failure of the sandbox itself.
+				sb, ok := b.(*sandboxbackend.Backend)
+				if !ok || backend.CodeOf(err) != backend.CodeUnavailable || !tb.pool.Down(sb.ID()) {
+					return
+				}
+				backend.ReportLost(ctx, backend.WorkerLost{Worker: sandbox.WorkerOf(sb.ID()), SandboxID: sb.ID(), Message: err.Error()})
+			},
 		},
 		home: home,
 	}

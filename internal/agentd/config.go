@@ -98,9 +98,16 @@ type DefaultsConfig struct {
 
 // SandboxConfig is `sandbox`.
 type SandboxConfig struct {
-	// Address is one sandboxd address, or several separated by commas
-	// (a "dns:///" prefix is accepted and dropped).
+	// Address lists the sandboxd workers, separated by commas: static
+	// "host:port" addresses and "dns:///name:port" names, re-resolved
+	// every RefreshInterval (each resolved address is one worker).
 	Address string `yaml:"address"`
+	// RefreshInterval is how often DNS names are re-resolved and every
+	// worker is described (default 10s).
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
+	// WorkerDeadline bounds how long a call waits for an unreachable
+	// worker before it fails with UNAVAILABLE naming it (default 10s).
+	WorkerDeadline time.Duration `yaml:"worker_deadline"`
 	// Scope is "thread": one sandbox per thread, created on first use.
 	Scope    string          `yaml:"scope"`
 	Template SandboxTemplate `yaml:"template"`

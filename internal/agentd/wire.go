@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/filesystem"
@@ -438,6 +439,9 @@ func validate(cfg *Config) error {
 			return fmt.Errorf("%s.type: %q (want state, store, filesystem or sandbox)", where, r.Type)
 		}
 	}
+	if _, err := workers.ParseTargets(cfg.Sandbox.Address); err != nil {
+		return fmt.Errorf("sandbox.address: %w", err)
+	}
 	if s := cfg.Sandbox.Scope; s != "" && s != "thread" {
 		return fmt.Errorf("sandbox.scope: %q (want thread)", s)
 	}
@@ -462,6 +466,7 @@ func validate(cfg *Config) error {
 		"server.replay_retention": int64(cfg.Server.ReplayRetention), "server.shutdown_grace": int64(cfg.Server.ShutdownGrace),
 		"limits.run_timeout": int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),
 		"limits.cancel_grace": int64(cfg.Limits.CancelGrace), "sandbox.template.ttl": int64(cfg.Sandbox.Template.TTL),
+		"sandbox.refresh_interval": int64(cfg.Sandbox.RefreshInterval), "sandbox.worker_deadline": int64(cfg.Sandbox.WorkerDeadline),
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s: durations must be positive", name)

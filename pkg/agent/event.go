@@ -172,6 +172,13 @@ type Summarized struct {
 	Duration                  time.Duration
 }
 
+// SandboxLost reports that a tool call failed because the sandbox worker
+// holding the thread's sandbox could not be reached (or is not part of the
+// fleet). It follows that call's tool_result; the run goes on.
+type SandboxLost struct {
+	Worker, SandboxID, Message string
+}
+
 // RunError ends a failed run. Code is a model.ErrorCode value, CodeStorage
 // or CodeInternal.
 type RunError struct {
@@ -226,6 +233,9 @@ func (Summarized) Kind() string { return "summarized" }
 // Kind returns "error".
 func (RunError) Kind() string { return "error" }
 
+// Kind returns "sandbox_lost".
+func (SandboxLost) Kind() string { return "sandbox_lost" }
+
 // Kind returns "run_finished".
 func (RunFinished) Kind() string { return "run_finished" }
 
@@ -243,6 +253,7 @@ func (UsageReport) isPayload()      {}
 func (Summarized) isPayload()       {}
 func (RunError) isPayload()         {}
 func (RunFinished) isPayload()      {}
+func (SandboxLost) isPayload()      {}
 
 // IsTerminal reports whether p ends a stream.
 func IsTerminal(p Payload) bool {

@@ -31,3 +31,22 @@ func TestNotices(t *testing.T) {
 		t.Errorf("outer notices %q", got)
 	}
 }
+
+func TestReportLost(t *testing.T) {
+	if backend.ReportLost(context.Background(), backend.WorkerLost{Worker: "w1"}) {
+		t.Fatal("a report without a collector was taken")
+	}
+	ctx, lost := backend.WithLostWorkers(context.Background())
+	for _, w := range []backend.WorkerLost{
+		{Worker: "w1", SandboxID: "sbx-w1-a", Message: "unreachable"},
+		{Worker: "w1", SandboxID: "sbx-w1-a", Message: "again"},
+		{Worker: "w2", SandboxID: "sbx-w2-b"},
+		{SandboxID: "no worker"},
+	} {
+		backend.ReportLost(ctx, w)
+	}
+	got := lost()
+	if len(got) != 2 || got[0].Worker != "w1" || got[0].Message != "unreachable" || got[1].Worker != "w2" {
+		t.Fatalf("reports = %+v", got)
+	}
+}

@@ -122,6 +122,8 @@ func EventToPB(e agent.Event) *plumbv1.Event {
 		}}
 	case agent.RunError:
 		out.Payload = &plumbv1.Event_Error{Error: &plumbv1.RunError{Code: p.Code, Message: p.Message, Retryable: p.Retryable}}
+	case agent.SandboxLost:
+		out.Payload = &plumbv1.Event_SandboxLost{SandboxLost: &plumbv1.SandboxLost{Worker: p.Worker, SandboxId: p.SandboxID, Message: p.Message}}
 	case agent.RunFinished:
 		out.Payload = &plumbv1.Event_RunFinished{RunFinished: &plumbv1.RunFinished{Status: RunStatusToPB(p.Status), FinalText: p.FinalText, Usage: UsageToPB(p.Usage)}}
 	}

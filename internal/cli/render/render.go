@@ -159,6 +159,8 @@ func (r *Renderer) Event(ev *plumbv1.Event) error {
 		}
 	case *plumbv1.Event_Summarized:
 		r.line(ck, summarized(p.Summarized))
+	case *plumbv1.Event_SandboxLost:
+		r.line(ck, "⚠ sandbox worker "+p.SandboxLost.GetWorker()+" lost: "+FirstLine(p.SandboxLost.GetMessage()))
 	case *plumbv1.Event_Interrupted:
 		r.interrupted(p.Interrupted)
 	case *plumbv1.Event_Error:

@@ -2816,6 +2816,7 @@ type Event struct {
 	//	*Event_Summarized
 	//	*Event_Error
 	//	*Event_RunFinished
+	//	*Event_SandboxLost
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3026,6 +3027,15 @@ func (x *Event) GetRunFinished() *RunFinished {
 	return nil
 }
 
+func (x *Event) GetSandboxLost() *SandboxLost {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_SandboxLost); ok {
+			return x.SandboxLost
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -3100,6 +3110,12 @@ type Event_RunFinished struct {
 	RunFinished *RunFinished `protobuf:"bytes,23,opt,name=run_finished,json=runFinished,proto3,oneof"`
 }
 
+type Event_SandboxLost struct {
+	// A tool call could not reach the sandbox worker of the thread's
+	// sandbox (it follows that call's tool_result; the run goes on).
+	SandboxLost *SandboxLost `protobuf:"bytes,24,opt,name=sandbox_lost,json=sandboxLost,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -3128,6 +3144,72 @@ func (*Event_Error) isEvent_Payload() {}
 
 func (*Event_RunFinished) isEvent_Payload() {}
 
+func (*Event_SandboxLost) isEvent_Payload() {}
+
+// SandboxLost names the sandbox worker a tool call could not reach.
+type SandboxLost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Worker name (the middle part of the sandbox id).
+	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// The thread's sandbox.
+	SandboxId string `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The error the call failed with.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLost) Reset() {
+	*x = SandboxLost{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLost) ProtoMessage() {}
+
+func (x *SandboxLost) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
+func (*SandboxLost) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SandboxLost) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *SandboxLost) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SandboxLost) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // RunStarted opens a stream.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3147,7 +3229,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3241,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3254,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -3225,7 +3307,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3319,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3332,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -3289,7 +3371,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3383,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3396,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -3357,7 +3439,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3451,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3464,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -3435,7 +3517,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3529,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3542,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -3509,7 +3591,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3603,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3616,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ToolResult) GetId() string {
@@ -3604,7 +3686,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3698,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3711,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -3656,7 +3738,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3750,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3763,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -3725,7 +3807,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +3819,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +3832,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -3794,7 +3876,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +3888,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +3901,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -3898,7 +3980,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3910,7 +3992,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3923,7 +4005,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -3959,7 +4041,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4053,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4066,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -4045,7 +4127,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4139,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4152,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -4140,7 +4222,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4234,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4247,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunError) GetCode() string {
@@ -4204,7 +4286,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4216,7 +4298,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4229,7 +4311,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -4432,7 +4514,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xbd\b\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xf9\b\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -4459,8 +4541,14 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"summarized\x18\x15 \x01(\v2\x14.plumb.v1.SummarizedH\x00R\n" +
 	"summarized\x12*\n" +
 	"\x05error\x18\x16 \x01(\v2\x12.plumb.v1.RunErrorH\x00R\x05error\x12:\n" +
-	"\frun_finished\x18\x17 \x01(\v2\x15.plumb.v1.RunFinishedH\x00R\vrunFinishedB\t\n" +
-	"\apayload\"\x86\x01\n" +
+	"\frun_finished\x18\x17 \x01(\v2\x15.plumb.v1.RunFinishedH\x00R\vrunFinished\x12:\n" +
+	"\fsandbox_lost\x18\x18 \x01(\v2\x15.plumb.v1.SandboxLostH\x00R\vsandboxLostB\t\n" +
+	"\apayload\"^\n" +
+	"\vSandboxLost\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x86\x01\n" +
 	"\n" +
 	"RunStarted\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
@@ -4639,7 +4727,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(DecisionType)(0),             // 0: plumb.v1.DecisionType
 	(ThreadView)(0),               // 1: plumb.v1.ThreadView
@@ -4684,57 +4772,58 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*Checkpoint)(nil),            // 40: plumb.v1.Checkpoint
 	(*TokenUsage)(nil),            // 41: plumb.v1.TokenUsage
 	(*Event)(nil),                 // 42: plumb.v1.Event
-	(*RunStarted)(nil),            // 43: plumb.v1.RunStarted
-	(*MessageDelta)(nil),          // 44: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),        // 45: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),      // 46: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),       // 47: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),            // 48: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),          // 49: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),       // 50: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),      // 51: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),      // 52: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),           // 53: plumb.v1.Interrupted
-	(*UsageReport)(nil),           // 54: plumb.v1.UsageReport
-	(*Summarized)(nil),            // 55: plumb.v1.Summarized
-	(*RunError)(nil),              // 56: plumb.v1.RunError
-	(*RunFinished)(nil),           // 57: plumb.v1.RunFinished
-	nil,                           // 58: plumb.v1.RunRequest.MetadataEntry
-	nil,                           // 59: plumb.v1.RunRequest.FilesEntry
-	nil,                           // 60: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                           // 61: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                           // 62: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),   // 63: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 64: google.protobuf.Timestamp
+	(*SandboxLost)(nil),           // 43: plumb.v1.SandboxLost
+	(*RunStarted)(nil),            // 44: plumb.v1.RunStarted
+	(*MessageDelta)(nil),          // 45: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),        // 46: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),      // 47: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),       // 48: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),            // 49: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),          // 50: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),       // 51: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),      // 52: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),      // 53: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),           // 54: plumb.v1.Interrupted
+	(*UsageReport)(nil),           // 55: plumb.v1.UsageReport
+	(*Summarized)(nil),            // 56: plumb.v1.Summarized
+	(*RunError)(nil),              // 57: plumb.v1.RunError
+	(*RunFinished)(nil),           // 58: plumb.v1.RunFinished
+	nil,                           // 59: plumb.v1.RunRequest.MetadataEntry
+	nil,                           // 60: plumb.v1.RunRequest.FilesEntry
+	nil,                           // 61: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                           // 62: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                           // 63: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),   // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 65: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	58, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	59, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	11, // 1: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	12, // 2: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	59, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	63, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	60, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	64, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
 	42, // 5: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	0,  // 6: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
 	15, // 7: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
 	42, // 8: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
 	42, // 9: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	60, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	61, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
 	34, // 11: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
 	1,  // 12: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
 	34, // 13: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	61, // 14: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	62, // 14: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
 	2,  // 15: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
 	34, // 16: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
 	32, // 17: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
 	3,  // 18: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
 	33, // 19: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
 	0,  // 20: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	64, // 21: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	64, // 22: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	62, // 23: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	65, // 21: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	65, // 22: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	63, // 23: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
 	2,  // 24: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
 	36, // 25: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	53, // 26: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	54, // 26: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
 	35, // 27: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
 	41, // 28: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
 	38, // 29: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
@@ -4742,65 +4831,66 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	40, // 31: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
 	4,  // 32: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
 	41, // 33: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	64, // 34: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	64, // 35: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	65, // 34: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	65, // 35: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
 	5,  // 36: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
 	37, // 37: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	64, // 38: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	64, // 39: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	65, // 38: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	65, // 39: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
 	6,  // 40: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	64, // 41: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	64, // 42: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	43, // 43: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	44, // 44: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	45, // 45: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	46, // 46: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	47, // 47: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	48, // 48: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	49, // 49: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	50, // 50: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	51, // 51: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	53, // 52: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	54, // 53: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	55, // 54: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	56, // 55: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	57, // 56: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	37, // 57: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,  // 58: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	36, // 59: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,  // 60: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	41, // 61: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,  // 62: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,  // 63: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	52, // 64: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	41, // 65: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10, // 66: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	41, // 67: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,  // 68: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	41, // 69: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	13, // 70: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	16, // 71: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	18, // 72: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	20, // 73: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	22, // 74: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	24, // 75: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	26, // 76: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	28, // 77: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	30, // 78: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	14, // 79: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	17, // 80: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	19, // 81: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	21, // 82: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	23, // 83: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	25, // 84: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	27, // 85: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	29, // 86: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	31, // 87: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	79, // [79:88] is the sub-list for method output_type
-	70, // [70:79] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	65, // 41: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	65, // 42: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	44, // 43: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	45, // 44: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	46, // 45: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	47, // 46: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	48, // 47: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	49, // 48: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	50, // 49: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	51, // 50: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	52, // 51: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	54, // 52: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	55, // 53: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	56, // 54: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	57, // 55: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	58, // 56: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	43, // 57: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	37, // 58: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,  // 59: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	36, // 60: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,  // 61: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	41, // 62: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,  // 63: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,  // 64: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	53, // 65: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	41, // 66: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10, // 67: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	41, // 68: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,  // 69: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	41, // 70: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	13, // 71: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	16, // 72: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	18, // 73: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	20, // 74: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	22, // 75: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	24, // 76: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	26, // 77: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	28, // 78: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	30, // 79: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	14, // 80: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	17, // 81: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	19, // 82: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	21, // 83: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	23, // 84: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	25, // 85: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	27, // 86: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	29, // 87: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	31, // 88: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	80, // [80:89] is the sub-list for method output_type
+	71, // [71:80] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -4823,15 +4913,16 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_Summarized)(nil),
 		(*Event_Error)(nil),
 		(*Event_RunFinished)(nil),
+		(*Event_SandboxLost)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[37].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -312,11 +312,16 @@ func (m *Middleware) headPreview(s string) string {
 // WrapTool evicts large results of non-exempt tools, and appends what the
 // backend had to say about the call (backend.Notify: a sandbox that was
 // replaced and whose workspace is empty) to its result, after eviction so
-// that it stays in view.
+// that it stays in view. A call that could not reach its sandbox's worker
+// (backend.ReportLost) is followed by a sandbox_lost event naming it.
 func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
 		ctx, notices := backend.WithNotices(ctx)
+		ctx, lost := backend.WithLostWorkers(ctx)
 		res, err := next(ctx, req)
+		for _, l := range lost() {
+			req.EmitAfterResult(agent.SandboxLost{Worker: l.Worker, SandboxID: l.SandboxID, Message: l.Message})
+		}
 		if err != nil {
 			return res, err
 		}
