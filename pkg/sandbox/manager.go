@@ -77,6 +77,9 @@ type Config struct {
 	// ExtraLabels are added to every container and volume (tests use them
 	// to find leftovers).
 	ExtraLabels map[string]string
+	// Policy bounds what any sandbox may have; its zero value is already
+	// safe (see Policy).
+	Policy Policy
 }
 
 // Manager owns the sandboxes of one worker.
@@ -86,6 +89,7 @@ type Manager struct {
 	lg     *zap.Logger
 	images *images
 	now    func() time.Time
+	limits limits // the policy resolved against the host
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -131,7 +135,14 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if _, _, err := parseUser(cfg.User); err != nil {
 		return nil, err
 	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	cfg.Defaults.Runtime = cmpOr(cfg.Defaults.Runtime, cfg.Policy.DefaultRuntime)
 	cfg.Defaults = cfg.Defaults.Merge(DefaultTemplate)
+	if cfg.Policy.MaxDiskBytes > 0 && cfg.Defaults.DiskBytes == 0 {
+		cfg.Defaults.DiskBytes = cfg.Policy.MaxDiskBytes
+	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
@@ -147,6 +158,14 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		o(m)
 	}
 	m.lg = m.lg.Named("sandbox")
+	host, err := hostOf(ctx, api)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox manager: %w", err)
+	}
+	m.limits = cfg.Policy.resolve(host)
+	if err := m.checkTemplates(ctx); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}
@@ -200,24 +219,8 @@ func slicesOf(m map[string]*sandbox) []*sandbox {
 
 // Create starts a sandbox and waits until its agent answers.
 func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
-	t := spec.Overrides
-	if spec.Template != "" {
-		base, ok := m.cfg.Templates[spec.Template]
-		if !ok {
-			return Info{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
-		}
-		t = t.Merge(base)
-	}
-	t = t.Merge(m.cfg.Defaults)
-	if err := t.validate(); err != nil {
-		return Info{}, err
-	}
-	for k := range spec.Labels {
-		if !labelKey.MatchString(k) || strings.HasPrefix(k, "plumb.") {
-			return Info{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
-		}
-	}
-	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+	t, err := m.resolve(ctx, spec)
+	if err != nil {
 		return Info{}, err
 	}
 
@@ -245,6 +248,94 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	m.mu.Unlock()
 	m.lg.Info("sandbox created", zap.String("sandbox-id", id), zap.String("image", t.Image), zap.String("container-id", sb.info.ContainerID[:12]))
 	return m.snapshot(sb), nil
+}
+
+// resolve merges a create request with its template and the worker's
+// defaults and checks the result: well formed (CodeInvalid), no wider than
+// the template it names, and inside the worker's policy (CodePolicy).
+func (m *Manager) resolve(ctx context.Context, spec CreateSpec) (Template, error) {
+	t := spec.Overrides
+	if spec.Template != "" {
+		base, ok := m.cfg.Templates[spec.Template]
+		if !ok {
+			return Template{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
+		}
+		base = base.Merge(m.cfg.Defaults)
+		if err := narrows(t, base, spec.Template); err != nil {
+			return Template{}, err
+		}
+		t = t.Merge(base)
+	}
+	t = t.Merge(m.cfg.Defaults)
+	if err := t.validate(); err != nil {
+		return Template{}, err
+	}
+	for k := range spec.Labels {
+		if !labelKey.MatchString(k) || strings.HasPrefix(k, "plumb.") {
+			return Template{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
+		}
+	}
+	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+		return Template{}, err
+	}
+	if err := m.checkPolicy(ctx, t); err != nil {
+		return Template{}, err
+	}
+	return t, nil
+}
+
+// checkPolicy checks a merged template against the policy, inspecting the
+// image when the policy allows images by digest.
+func (m *Manager) checkPolicy(ctx context.Context, t Template) error {
+	var digests []string
+	if m.limits.needsDigests() && t.Image != "" {
+		res, err := m.api.ImageInspect(ctx, t.Image)
+		switch {
+		case cerrdefs.IsNotFound(err):
+			return errorf(CodeImageNotFound, "image %q is not present on this worker (sandboxd never pulls; load or build it first)", t.Image)
+		case err != nil:
+			return fmt.Errorf("inspect image %s: %w", t.Image, err)
+		}
+		digests = append([]string{res.ID}, res.RepoDigests...)
+	}
+	return m.limits.check(t, digests)
+}
+
+// checkTemplates refuses a configuration whose templates (or defaults)
+// break the policy: the worker does not start with them.
+func (m *Manager) checkTemplates(ctx context.Context) error {
+	check := func(what string, t Template) error {
+		v := t
+		if v.Image == "" {
+			v.Image = "unset" // requests name the image; it is checked then
+		}
+		if err := v.validate(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err := m.limits.checkConfig(t); err != nil {
+			return fmt.Errorf("%s breaks the worker policy: %w", what, err)
+		}
+		if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	if err := check("defaults", m.cfg.Defaults); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(m.cfg.Templates) {
+		if err := check(fmt.Sprintf("template %q", name), m.cfg.Templates[name].Merge(m.cfg.Defaults)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // engineTimeout bounds the engine calls of one create.
@@ -464,8 +555,11 @@ func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (
 	if err != nil {
 		return Info{}, err
 	}
-	if ttl < 0 || ttl > 7*24*time.Hour {
+	if ttl < 0 || ttl > MaxTTL {
 		return Info{}, errorf(CodeInvalid, "ttl %s out of range 0..168h", ttl)
+	}
+	if ttl > m.limits.ttl {
+		return Info{}, denied("max_ttl", "ttl %s exceeds this worker's ceiling max_ttl=%s", ttl, m.limits.ttl)
 	}
 	sb.mu.Lock()
 	if ttl == 0 {
