@@ -288,15 +288,16 @@ func (m *Manager) resolve(ctx context.Context, spec CreateSpec) (Template, error
 // image when the policy allows images by digest.
 func (m *Manager) checkPolicy(ctx context.Context, t Template) error {
 	var digests []string
-	if m.limits.needsDigests() && t.Image != "" {
+	if m.limits.needsDigests() && t.Image != "" && !imageAllowed(m.limits.p.AllowedImages, t.Image, nil) {
+		// An image that is not present has no digests: the check below
+		// refuses it unless its name is allowed.
 		res, err := m.api.ImageInspect(ctx, t.Image)
 		switch {
-		case cerrdefs.IsNotFound(err):
-			return errorf(CodeImageNotFound, "image %q is not present on this worker (sandboxd never pulls; load or build it first)", t.Image)
-		case err != nil:
+		case err == nil:
+			digests = append([]string{res.ID}, res.RepoDigests...)
+		case !cerrdefs.IsNotFound(err):
 			return fmt.Errorf("inspect image %s: %w", t.Image, err)
 		}
-		digests = append([]string{res.ID}, res.RepoDigests...)
 	}
 	return m.limits.check(t, digests)
 }
