@@ -44,6 +44,9 @@ type Config struct {
 	MaxSandboxes int `yaml:"max_sandboxes"`
 	// MaxMemoryBytes caps the sum of sandbox memory limits (0 = unlimited).
 	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// StateDir holds the worker's small state (each sandbox's expiry, so a
+	// restart does not extend it).
+	StateDir string `yaml:"state_dir"`
 	// Policy bounds what any sandbox on this worker may have: ceilings,
 	// allowed images and runtimes, the default runtime, egress. Requests
 	// may only narrow the template they name.
@@ -64,6 +67,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		defaultImage string
 		pol          sandbox.Policy
 		allowEgress  bool
+		stateDir     string
 	)
 	f := daemon.NewFlags("sandboxd")
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
@@ -78,6 +82,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.Int64(&pol.MaxDiskBytes, "policy-max-disk-bytes", 0, "workspace disk ceiling of one sandbox in bytes (0 = none)")
 	f.Bool(&allowEgress, "policy-allow-egress", true, "allow sandboxes with network egress at all")
 	f.String(&pol.DefaultRuntime, "default-runtime", "", "OCI runtime of sandboxes whose template and request name none, e.g. runsc (default: the engine's)")
+	f.String(&stateDir, "state-dir", "", "directory for the worker's state: each sandbox's expiry, kept across restarts (default: none; re-adopted sandboxes then expire at creation + TTL)")
 	f.Bool(&deleteOnExit, "delete-sandboxes-on-exit", false, "remove every sandbox at shutdown instead of leaving them for the next start to re-adopt")
 	if err := daemon.ParseArgs(f, args, stdout, "sandboxd serves plumb.v1.SandboxService: hardened Docker sandboxes."); err != nil {
 		return err
@@ -102,6 +107,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		if cfg.AgentBinary != "" && !f.IsSet("agent-binary") {
 			agentBin = cfg.AgentBinary
+		}
+		if cfg.StateDir != "" && !f.IsSet("state-dir") {
+			stateDir = cfg.StateDir
 		}
 		if cfg.MaxSandboxes != 0 && !f.IsSet("max-sandboxes") {
 			maxSandboxes = cfg.MaxSandboxes
@@ -162,6 +170,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		MaxMemoryBytes: cfg.MaxMemoryBytes,
 		ExtraLabels:    cfg.Labels,
 		Policy:         cfg.Policy,
+		StateDir:       stateDir,
 	}, sandbox.WithLogger(lg))
 	var ce *sandbox.ConfigError
 	if errors.As(err, &ce) {

@@ -80,6 +80,11 @@ type Config struct {
 	// Policy bounds what any sandbox may have; its zero value is already
 	// safe (see Policy).
 	Policy Policy
+	// StateDir is where the worker records each sandbox's expiry, so a
+	// restarted worker re-adopts sandboxes with the expiry they had ("" =
+	// no record: re-adopted sandboxes expire at their creation time plus
+	// TTL, an upper bound no restart can extend).
+	StateDir string
 }
 
 // Manager owns the sandboxes of one worker.
@@ -95,7 +100,9 @@ type Manager struct {
 	sandboxes map[string]*sandbox
 	reserved  int64 // memory of live and in-creation sandboxes
 	creating  int
+	failed    int // failed sandboxes whose quota is released but whose record stays
 	closed    bool
+	expiry    *expiryStore
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -107,6 +114,9 @@ type sandbox struct {
 	info Info
 	ch   *channel
 	busy int // operations in flight; the reaper never takes a busy sandbox
+	// released: the sandbox's quota was given back (it failed, or is
+	// being deleted).
+	released bool
 }
 
 // Option customizes a Manager.
@@ -166,7 +176,13 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if err := m.checkTemplates(ctx); err != nil {
 		return nil, &ConfigError{Err: err}
 	}
-	if err := m.adopt(ctx); err != nil {
+	recorded := map[string]time.Time{}
+	if cfg.StateDir != "" {
+		if m.expiry, recorded, err = openExpiry(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.adopt(ctx, recorded); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -246,6 +262,7 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	m.sandboxes[id] = sb
 	reserved = false
 	m.mu.Unlock()
+	m.saveExpiry()
 	m.lg.Info("sandbox created", zap.String("sandbox-id", id), zap.String("image", t.Image), zap.String("container-id", sb.info.ContainerID[:12]))
 	return m.snapshot(sb), nil
 }
@@ -473,7 +490,7 @@ func (m *Manager) reserve(mem int64) error {
 	if m.closed {
 		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
 	}
-	if n := len(m.sandboxes) + m.creating; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
+	if n := len(m.sandboxes) - m.failed + m.creating; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
 		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
 	}
 	if m.cfg.MaxMemoryBytes > 0 && m.reserved+mem > m.cfg.MaxMemoryBytes {
@@ -539,12 +556,18 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if sb.ch != nil {
 		sb.ch.close()
 	}
-	cid, mem := sb.info.ContainerID, sb.info.Settings.MemoryBytes
+	cid, mem, released := sb.info.ContainerID, sb.info.Settings.MemoryBytes, sb.released
+	sb.released = true
 	sb.mu.Unlock()
 	m.mu.Lock()
-	m.reserved -= mem
+	if released {
+		m.failed--
+	} else {
+		m.reserved -= mem
+	}
 	m.mu.Unlock()
 	m.removeContainer(ctx, cid, volumeName(id))
+	m.saveExpiry()
 	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
 	return nil
 }
@@ -570,14 +593,34 @@ func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (
 	sb.info.ExpiresAt = now.Add(ttl)
 	sb.info.LastUsedAt = now
 	sb.mu.Unlock()
+	m.saveExpiry()
 	return m.Get(ctx, id)
 }
 
 // Usage reports live sandboxes and reserved memory, for capacity reports.
+// Failed sandboxes count in neither: their quota is released when they
+// fail, while their record stays until they are deleted or expire.
 func (m *Manager) Usage() (sandboxes int, memory int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.sandboxes), m.reserved
+	return len(m.sandboxes) - m.failed, m.reserved
+}
+
+// releaseFailed gives back the quota of a sandbox that failed: it holds no
+// memory any more, and its record stays only so its caller can read why.
+func (m *Manager) releaseFailed(sb *sandbox) {
+	sb.mu.Lock()
+	if sb.info.State != StateFailed || sb.released {
+		sb.mu.Unlock()
+		return
+	}
+	sb.released = true
+	mem := sb.info.Settings.MemoryBytes
+	sb.mu.Unlock()
+	m.mu.Lock()
+	m.reserved -= mem
+	m.failed++
+	m.mu.Unlock()
 }
 
 // Config returns the manager's configuration (templates, quotas).
@@ -667,6 +710,7 @@ func describeExit(s *container.State) string {
 }
 
 func (m *Manager) fail(sb *sandbox, reason string) {
+	defer m.releaseFailed(sb) // after sb.mu is unlocked
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.info.State == StateFailed {
@@ -779,7 +823,11 @@ func volumeName(id string) string { return volumePrefix + id }
 // removes the worker's other containers (stopped, never started because a
 // create was cut short, or with unreadable labels) and then the worker's
 // workspace volumes that no adopted sandbox uses.
-func (m *Manager) adopt(ctx context.Context) error {
+//
+// An adopted sandbox keeps the expiry recorded for it in the state dir;
+// without a record it expires at its creation time plus its TTL (an upper
+// bound: a restart never extends a sandbox's life).
+func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) error {
 	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: client.Filters{}.Add("label", LabelWorker+"="+m.cfg.Worker),
@@ -787,7 +835,6 @@ func (m *Manager) adopt(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list this worker's containers: %w", err)
 	}
-	now := m.now()
 	for _, c := range list.Items {
 		id := c.Labels[LabelSandbox]
 		volume := volumeName(id)
@@ -797,13 +844,17 @@ func (m *Manager) adopt(ctx context.Context) error {
 			m.removeContainer(ctx, c.ID, volume)
 			continue
 		}
+		expires, ok := recorded[id]
+		if !ok {
+			expires = created.Add(t.TTL)
+		}
 		sb := &sandbox{info: Info{
 			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate],
-			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: now, ExpiresAt: now.Add(t.TTL),
+			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: created, ExpiresAt: expires,
 		}}
 		m.sandboxes[id] = sb
 		m.reserved += t.MemoryBytes
-		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id))
+		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id), zap.Time("expires-at", expires), zap.Bool("expiry-recorded", ok))
 	}
 	return m.sweepVolumes(ctx)
 }
@@ -870,7 +921,29 @@ func (m *Manager) Reap(ctx context.Context) []string {
 		m.lg.Info("sandbox expired", zap.String("sandbox-id", id))
 		_ = m.Delete(ctx, id)
 	}
+	m.saveExpiry()
 	return expired
+}
+
+// saveExpiry records every sandbox's expiry in the state dir (when there
+// is one and something changed). The reaper calls it on every round, and
+// creates, deletes and keep-alives at once.
+func (m *Manager) saveExpiry() {
+	if m.expiry == nil {
+		return
+	}
+	m.mu.Lock()
+	sbs := slicesOf(m.sandboxes)
+	m.mu.Unlock()
+	exp := make(map[string]time.Time, len(sbs))
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		exp[sb.info.ID] = sb.info.ExpiresAt
+		sb.mu.Unlock()
+	}
+	if err := m.expiry.save(exp); err != nil {
+		m.lg.Warn("record sandbox expiry", zap.Error(err))
+	}
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

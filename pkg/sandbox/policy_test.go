@@ -175,3 +175,17 @@ func FuzzImageAllowed(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseExpiry: the expiry record decoder never panics and accepts
+// only version 1.
+func FuzzParseExpiry(f *testing.F) {
+	f.Add([]byte(`{"version":1,"expires":{"sbx-w-a":"2026-01-01T00:00:00Z"}}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`nope`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		exp, err := parseExpiry(data)
+		if err == nil && exp == nil {
+			t.Fatal("nil record without error")
+		}
+	})
+}
