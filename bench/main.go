@@ -21,6 +21,9 @@ import (
 // error makes the scenario FAIL (rows it returned are kept).
 type scenario struct {
 	ids []string
+	// runtime is the OCI runtime its sandboxes use ("" = the engine's
+	// default); see -runtimes.
+	runtime string
 	// budget bounds the scenario in full and quick mode.
 	budget, quickBudget time.Duration
 	run                 func(ctx context.Context, e *env) ([]Row, error)
@@ -55,11 +58,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run, e.g. B1,B2 (default all)")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
+	runtimes := fs.String("runtimes", "runc", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	picked, err := pick(*only)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	picked, err = withRuntimes(picked, *runtimes)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
@@ -80,6 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	limit := 4*time.Minute + 30*time.Second
 	if *quick {
 		limit = 2 * time.Minute
+	}
+	// Each extra runtime adds its B1-B3 budgets.
+	for _, sc := range picked {
+		if sc.runtime != "" && sc.runtime != "runc" {
+			limit += map[bool]time.Duration{true: sc.quickBudget, false: sc.budget}[*quick]
+		}
 	}
 	if *noBudget {
 		limit = 0
@@ -103,8 +118,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if budget > 0 {
 			sctx, scancel = context.WithTimeout(ctx, budget)
 		}
+		e.runtime = sc.runtime
 		rows, err := safeRun(sctx, e, sc)
 		scancel()
+		if sc.runtime != "" && sc.runtime != "runc" {
+			for i := range rows {
+				rows[i].Scenario += "-" + sc.runtime
+			}
+		}
 		if err != nil {
 			rep.OK = false
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -191,6 +212,31 @@ func pick(only string) ([]scenario, error) {
 			if want[id] {
 				out = append(out, sc)
 				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// perRuntime are the scenarios -runtimes repeats under each runtime.
+var perRuntime = map[string]bool{"B1": true, "B2": true, "B3": true}
+
+// withRuntimes runs the picked B1-B3 scenarios under runc (in their
+// usual place) and then once more under each other runtime listed.
+func withRuntimes(picked []scenario, runtimes string) ([]scenario, error) {
+	out := picked
+	for _, rt := range strings.Split(runtimes, ",") {
+		rt = strings.TrimSpace(rt)
+		switch {
+		case rt == "":
+			return nil, fmt.Errorf("-runtimes: empty runtime name in %q", runtimes)
+		case rt == "runc":
+			continue
+		}
+		for _, sc := range picked {
+			if perRuntime[sc.ids[0]] {
+				sc.runtime = rt
+				out = append(out, sc)
 			}
 		}
 	}
