@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"go.uber.org/zap/zaptest"
@@ -126,4 +128,62 @@ func TestReadoptionKeepsExpiry(t *testing.T) {
 			t.Fatalf("reaped %v after creation+TTL, want [%s]", got, info.ID)
 		}
 	})
+}
+
+// TestCollectorRemovesOrphans: the collector (run by the reaper loop)
+// removes this worker's workspace volumes that no sandbox uses and derive
+// containers older than their grace, and keeps live sandboxes' volumes,
+// fresh derive containers and what other workers own.
+func TestCollectorRemovesOrphans(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	clock := &fakeClock{now: time.Now()}
+	m := e.manager(t, sandbox.WithClock(clock.Now))
+	live := e.create(t, m, sandbox.CreateSpec{})
+
+	mine := map[string]string{sandbox.LabelWorker: e.worker, "plumb.test": testRun}
+	orphan := "plumb-ws-sbx-" + e.worker + "-orphan"
+	notMine := "plumb-ws-sbx-" + e.worker + "x-other"
+	derive := "plumb-test-derive-" + e.worker
+	t.Cleanup(func() { // even when the test fails
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = e.cli.ContainerRemove(ctx, derive, client.ContainerRemoveOptions{Force: true})
+		for _, v := range []string{orphan, notMine} {
+			_, _ = e.cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true})
+		}
+	})
+	for name, labels := range map[string]map[string]string{orphan: mine, notMine: {sandbox.LabelWorker: e.worker + "x", "plumb.test": testRun}} {
+		if _, err := e.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       derive,
+		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: map[string]string{sandbox.LabelDerivedFrom: e.image, "plumb.test": testRun}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	m.Collect(ctx)
+	exists := func(name string) bool {
+		_, err := e.cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+		return err == nil
+	}
+	if exists(orphan) || !exists(notMine) || !exists("plumb-ws-"+live.ID) {
+		t.Fatalf("volumes after collect: orphan %v (want gone), other worker's %v, live sandbox's %v (want kept)", exists(orphan), exists(notMine), exists("plumb-ws-"+live.ID))
+	}
+	if _, err := e.cli.ContainerInspect(ctx, derive, client.ContainerInspectOptions{}); err != nil {
+		t.Fatalf("a fresh derive container was collected: %v", err)
+	}
+	clock.Set(clock.Now().Add(11 * time.Minute))
+	m.Collect(ctx)
+	if _, err := e.cli.ContainerInspect(ctx, derive, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("old derive container after collect: %v, want removed", err)
+	}
+	if r := exec(t, m, live.ID, "echo ok", 30); r.Output != "ok\n" {
+		t.Fatalf("live sandbox after collect: %q", r.Output)
+	}
 }

@@ -101,6 +101,8 @@ type Manager struct {
 	reserved  int64 // memory of live and in-creation sandboxes
 	creating  int
 	failed    int // failed sandboxes whose quota is released but whose record stays
+	pending   map[string]bool // ids of creates in progress (their volumes are not orphans)
+	collected time.Time       // last collector round
 	closed    bool
 	expiry    *expiryStore
 
@@ -163,6 +165,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		images:    newImages(api, cfg.Agent),
 		now:       time.Now,
 		sandboxes: map[string]*sandbox{},
+		pending:   map[string]bool{},
 	}
 	for _, o := range opts {
 		o(m)
@@ -254,11 +257,16 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	}()
 
 	id := newID(m.cfg.Worker)
+	m.mu.Lock()
+	m.pending[id] = true
+	m.mu.Unlock()
 	sb, err := m.start(ctx, id, spec, t)
+	m.mu.Lock()
+	delete(m.pending, id)
 	if err != nil {
+		m.mu.Unlock()
 		return Info{}, err
 	}
-	m.mu.Lock()
 	m.sandboxes[id] = sb
 	reserved = false
 	m.mu.Unlock()
@@ -876,7 +884,10 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 		for _, v := range list.Items {
 			id, named := strings.CutPrefix(v.Name, volumePrefix)
 			mine := v.Labels[LabelWorker] == m.cfg.Worker || named && WorkerOf(id) == m.cfg.Worker
-			if seen[v.Name] || !mine || m.sandboxes[id] != nil {
+			m.mu.Lock()
+			live := m.sandboxes[id] != nil || m.pending[id]
+			m.mu.Unlock()
+			if seen[v.Name] || !mine || live {
 				continue
 			}
 			seen[v.Name] = true
@@ -897,7 +908,54 @@ func (m *Manager) reapLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 			m.Reap(ctx)
+			if m.now().Sub(m.collected) >= collectInterval {
+				m.Collect(ctx)
+				m.collected = m.now()
+			}
 		}
+	}
+}
+
+// collectInterval is how often the reaper loop runs the collector.
+const collectInterval = time.Minute
+
+// deriveGrace is how old a never-started derive container must be before
+// the collector takes it (a derive in flight has one for a few seconds).
+const deriveGrace = 10 * time.Minute
+
+// Collect removes what no sandbox uses any more: this worker's workspace
+// volumes of no live or in-creation sandbox, and derive containers (the
+// never-started containers images are committed from) older than
+// deriveGrace, left by a worker that died mid-derive. The reaper loop
+// runs it every collectInterval; errors only reach the log.
+func (m *Manager) Collect(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	if err := m.sweepVolumes(ctx); err != nil {
+		m.lg.Warn("collect orphan volumes", zap.Error(err))
+	}
+	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelDerivedFrom).Add("status", "created"),
+	})
+	if err != nil {
+		m.lg.Warn("collect derive containers", zap.Error(err))
+		return
+	}
+	for _, c := range list.Items {
+		if c.Labels[LabelSandbox] != "" || m.now().Sub(time.Unix(c.Created, 0)) < deriveGrace {
+			continue
+		}
+		m.lg.Info("removing leftover derive container", zap.String("container-id", c.ID), zap.String("derived-from", c.Labels[LabelDerivedFrom]))
+		m.removeContainerOnly(ctx, c.ID)
+	}
+}
+
+func (m *Manager) removeContainerOnly(ctx context.Context, cid string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.api.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("remove container", zap.String("container-id", cid), zap.Error(err))
 	}
 }
 
