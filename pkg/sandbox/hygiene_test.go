@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,5 +186,22 @@ func TestCollectorRemovesOrphans(t *testing.T) {
 	}
 	if r := exec(t, m, live.ID, "echo ok", 30); r.Output != "ok\n" {
 		t.Fatalf("live sandbox after collect: %q", r.Output)
+	}
+}
+
+// TestContainerPinnedByImageID: a sandbox's container is created from the
+// derived image's ID, not a tag that could move.
+func TestContainerPinnedByImageID(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // hang guard
+	defer cancel()
+	c, err := e.cli.ContainerInspect(ctx, info.ContainerID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Container.Config.Image != c.Container.Image || !strings.HasPrefix(c.Container.Image, "sha256:") {
+		t.Fatalf("container created from %q (image %s), want the image ID", c.Container.Config.Image, c.Container.Image)
 	}
 }

@@ -100,7 +100,7 @@ type Manager struct {
 	sandboxes map[string]*sandbox
 	reserved  int64 // memory of live and in-creation sandboxes
 	creating  int
-	failed    int // failed sandboxes whose quota is released but whose record stays
+	failed    int             // failed sandboxes whose quota is released but whose record stays
 	pending   map[string]bool // ids of creates in progress (their volumes are not orphans)
 	collected time.Time       // last collector round
 	closed    bool
@@ -383,10 +383,18 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		}
 		return nil
 	}
-	image, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
+	ref, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
 	if err != nil {
 		return nil, err
 	}
+	// The container is created from the derived image's ID, not its tag:
+	// the image is pinned by digest once resolved, so a tag moved in
+	// between cannot change what the sandbox runs.
+	di, err := m.api.ImageInspect(ectx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+	image := di.ID
 	if err := stopped(); err != nil {
 		return nil, err
 	}
