@@ -34,7 +34,7 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 	ours := &probe{name: "create→Execute(true)", warm: 1, n: e.scale(12, 4)}
 	ours.f = func(ctx context.Context) error {
 		t0 := time.Now()
-		res, err := w.c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+		res, err := w.c.CreateSandbox(ctx, e.createRequest())
 		if err != nil {
 			return err
 		}
@@ -66,7 +66,7 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 	base := &probe{name: "engine create+start+exec", warm: 1, n: e.scale(12, 4)}
 	base.f = func(ctx context.Context) error {
 		var err error
-		cid, err = engineCreateStart(ctx, cli, e.image, e.labels())
+		cid, err = engineCreateStart(ctx, cli, e.image, e.runtime, e.labels())
 		if err != nil {
 			return err
 		}
@@ -103,15 +103,19 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 // engineCreateStart creates and starts a container with a sandbox's
 // hardening (no capabilities, no-new-privileges, read-only root, tmpfs
 // /tmp, no network, memory/CPU/pids limits, the sandbox user) running
-// sleep, and returns its id. It carries the run's labels.
-func engineCreateStart(ctx context.Context, cli *client.Client, image string, labels map[string]string) (string, error) {
+// sleep under runtime ("" = the engine's default), and returns its id. It
+// carries the run's labels.
+func engineCreateStart(ctx context.Context, cli *client.Client, image, runtime string, labels map[string]string) (string, error) {
 	pids := int64(256)
+	if runtime == "runsc" {
+		pids = 1024 // the sentry's threads count too
+	}
 	mem := int64(512 << 20)
 	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{Image: image, User: sandbox.DefaultUser, Cmd: []string{"sleep", "3600"}, Labels: labels, WorkingDir: "/tmp"},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"},
-			ReadonlyRootfs: true, IpcMode: container.IPCModePrivate,
+			ReadonlyRootfs: true, IpcMode: container.IPCModePrivate, Runtime: runtime,
 			Tmpfs:     map[string]string{"/tmp": "rw,nosuid,nodev,size=67108864,mode=1777"},
 			Resources: container.Resources{Memory: mem, MemorySwap: mem, NanoCPUs: 1e9, PidsLimit: &pids},
 		},

@@ -51,6 +51,9 @@ type env struct {
 	engine client.ServerVersionResult
 	image  string // the busybox sandbox image
 	worker *worker
+	// runtime is the OCI runtime of the sandboxes newBox creates ("" =
+	// the engine's default).
+	runtime string
 }
 
 // worker is a sandbox Manager on the local engine served as SandboxService
@@ -121,7 +124,7 @@ func (e *env) sandboxWorker(ctx context.Context) (*worker, error) {
 	m, err := sandbox.NewManager(ctx, cli, sandbox.Config{
 		Worker:      "bench" + e.runID,
 		Agent:       agent,
-		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 512 << 20},
+		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 512 << 20, Pids: 1024},
 		ExtraLabels: e.labels(),
 	}, sandbox.WithLogger(e.lg))
 	if err != nil {
@@ -176,7 +179,7 @@ func (e *env) newBox(ctx context.Context) (*box, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := w.c.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{})
+	res, err := w.c.CreateSandbox(ctx, e.createRequest())
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -186,6 +189,14 @@ func (e *env) newBox(ctx context.Context) (*box, error) {
 		return nil, err
 	}
 	return &box{id: sb.GetId(), cid: info.ContainerID, b: sbbackend.New(w.conn, sb.GetId(), sbbackend.HomeOf(sb))}, nil
+}
+
+// createRequest is the CreateSandbox request of the benchmark sandboxes:
+// the worker's defaults under the current runtime (the defaults allow
+// 1024 pids because under runsc the limit also counts gVisor's sentry
+// threads).
+func (e *env) createRequest() *plumbv1.CreateSandboxRequest {
+	return &plumbv1.CreateSandboxRequest{Runtime: e.runtime}
 }
 
 // dropBox deletes a sandbox (cleanup: errors only reach the log, and the

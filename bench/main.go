@@ -22,6 +22,9 @@ import (
 // the harness' own deadline: slowness is reported, never a failure.
 type scenario struct {
 	ids []string
+	// runtime is the OCI runtime its sandboxes use ("" = the engine's
+	// default); see -runtimes.
+	runtime string
 	// budget is the time the scenario should take in full and quick mode.
 	// Over it, the scenario is reported as slow (with its time); it is
 	// stopped only at hardStop × budget (or the run's limit), and then
@@ -66,11 +69,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run, e.g. B1,B2 (default all)")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
+	runtimes := fs.String("runtimes", "runc", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	picked, err := pick(*only)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	picked, err = withRuntimes(picked, *runtimes)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
@@ -91,6 +100,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	limit := 4*time.Minute + 30*time.Second
 	if *quick {
 		limit = 2 * time.Minute
+	}
+	// Each extra runtime adds its B1-B3 budgets.
+	for _, sc := range picked {
+		if sc.runtime != "" && sc.runtime != "runc" {
+			limit += map[bool]time.Duration{true: sc.quickBudget, false: sc.budget}[*quick]
+		}
 	}
 	if *noBudget {
 		limit = 0
@@ -115,10 +130,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			sctx, scancel = context.WithTimeout(ctx, hardStop*budget)
 		}
 		began := time.Now()
+		e.runtime = sc.runtime
 		rows, err := safeRun(sctx, e, sc)
 		took := time.Since(began)
 		stopped := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		scancel()
+		if sc.runtime != "" && sc.runtime != "runc" {
+			for i := range rows {
+				rows[i].Scenario += "-" + sc.runtime
+			}
+		}
 		switch {
 		case err != nil && stopped:
 			// The harness' own deadline (the scenario's hard stop or the
@@ -212,6 +233,31 @@ func pick(only string) ([]scenario, error) {
 			if want[id] {
 				out = append(out, sc)
 				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// perRuntime are the scenarios -runtimes repeats under each runtime.
+var perRuntime = map[string]bool{"B1": true, "B2": true, "B3": true}
+
+// withRuntimes runs the picked B1-B3 scenarios under runc (in their
+// usual place) and then once more under each other runtime listed.
+func withRuntimes(picked []scenario, runtimes string) ([]scenario, error) {
+	out := picked
+	for _, rt := range strings.Split(runtimes, ",") {
+		rt = strings.TrimSpace(rt)
+		switch {
+		case rt == "":
+			return nil, fmt.Errorf("-runtimes: empty runtime name in %q", runtimes)
+		case rt == "runc":
+			continue
+		}
+		for _, sc := range picked {
+			if perRuntime[sc.ids[0]] {
+				sc.runtime = rt
+				out = append(out, sc)
 			}
 		}
 	}

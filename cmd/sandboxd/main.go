@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -46,6 +48,13 @@ type Config struct {
 	// may hold together: frames being read plus stream events not yet
 	// taken (0 = sandbox.DefaultChannelMemoryBytes, 256 MiB).
 	ChannelMemoryBytes int64 `yaml:"channel_memory_bytes"`
+	// StateDir holds the worker's small state (each sandbox's expiry, so a
+	// restart does not extend it).
+	StateDir string `yaml:"state_dir"`
+	// Policy bounds what any sandbox on this worker may have: ceilings,
+	// allowed images and runtimes, the default runtime, egress. Requests
+	// may only narrow the template they name.
+	Policy sandbox.Policy `yaml:"policy"`
 	// Labels are added to every container and volume of this worker (for
 	// an operator's own inventory, or a test run's sweep). plumb's own
 	// label keys are refused.
@@ -60,6 +69,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		maxSandboxes int
 		deleteOnExit bool
 		defaultImage string
+		pol          sandbox.Policy
+		allowEgress  bool
+		stateDir     string
 	)
 	f := daemon.NewFlags("sandboxd")
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
@@ -67,6 +79,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.String(&agentBin, "agent-binary", "", "static sandbox-agent binary (default: sandbox-agent next to sandboxd)")
 	f.String(&defaultImage, "default-image", "", "default image for sandboxes whose request and template name none (must exist locally)")
 	f.Int(&maxSandboxes, "max-sandboxes", 0, "maximum live sandboxes on this worker (0 = unlimited)")
+	f.Int64(&pol.MaxMemoryBytes, "policy-max-memory-bytes", 0, "memory ceiling of one sandbox in bytes (0 = the host's memory)")
+	f.Float(&pol.MaxCPUs, "policy-max-cpus", 0, "CPU ceiling of one sandbox in cores (0 = the host's CPUs)")
+	f.Int64(&pol.MaxPids, "policy-max-pids", 0, fmt.Sprintf("pids ceiling of one sandbox (0 = %d)", sandbox.DefaultMaxPids))
+	f.Duration(&pol.MaxTTL, "policy-max-ttl", 0, "TTL ceiling of sandboxes, for creates and keep-alives (0 = 168h)")
+	f.Int64(&pol.MaxDiskBytes, "policy-max-disk-bytes", 0, "workspace disk ceiling of one sandbox in bytes (0 = none)")
+	f.Bool(&allowEgress, "policy-allow-egress", true, "allow sandboxes with network egress at all")
+	f.String(&pol.DefaultRuntime, "default-runtime", "", "OCI runtime of sandboxes whose template and request name none, e.g. runsc (default: the engine's)")
+	f.String(&stateDir, "state-dir", "", "directory for the worker's state: each sandbox's expiry, kept across restarts (default: none; re-adopted sandboxes then expire at creation + TTL)")
 	f.Bool(&deleteOnExit, "delete-sandboxes-on-exit", false, "remove every sandbox at shutdown instead of leaving them for the next start to re-adopt")
 	if err := daemon.ParseArgs(f, args, stdout, "sandboxd serves plumb.v1.SandboxService: hardened Docker sandboxes."); err != nil {
 		return err
@@ -92,12 +112,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if cfg.AgentBinary != "" && !f.IsSet("agent-binary") {
 			agentBin = cfg.AgentBinary
 		}
+		if cfg.StateDir != "" && !f.IsSet("state-dir") {
+			stateDir = cfg.StateDir
+		}
 		if cfg.MaxSandboxes != 0 && !f.IsSet("max-sandboxes") {
 			maxSandboxes = cfg.MaxSandboxes
 		}
 	}
 	if defaultImage != "" {
 		cfg.Defaults.Image = defaultImage
+	}
+	policyFlags(f, &cfg.Policy, pol, allowEgress)
+	if err := checkPolicy(cfg); err != nil {
+		return daemon.Usagef("%s%v", configPrefix(c.ConfigPath), err)
 	}
 	if err := checkLabels(cfg.Labels); err != nil {
 		return daemon.Usagef("config file %s: %v", c.ConfigPath, err)
@@ -148,7 +175,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ExtraLabels:    cfg.Labels,
 
 		ChannelMemoryBytes: cfg.ChannelMemoryBytes,
+		Policy:             cfg.Policy,
+		StateDir:           stateDir,
 	}, sandbox.WithLogger(lg))
+	var ce *sandbox.ConfigError
+	if errors.As(err, &ce) {
+		return &daemon.UsageError{Err: fmt.Errorf("%s%w", configPrefix(c.ConfigPath), err)}
+	}
 	if err != nil {
 		return err
 	}
@@ -232,4 +265,64 @@ func checkLabels(labels map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// policyFlags lets the policy flags (given on the command line or in the
+// environment) override the config file's policy section.
+func policyFlags(f *daemon.Flags, p *sandbox.Policy, flags sandbox.Policy, allowEgress bool) {
+	if f.IsSet("policy-max-memory-bytes") {
+		p.MaxMemoryBytes = flags.MaxMemoryBytes
+	}
+	if f.IsSet("policy-max-cpus") {
+		p.MaxCPUs = flags.MaxCPUs
+	}
+	if f.IsSet("policy-max-pids") {
+		p.MaxPids = flags.MaxPids
+	}
+	if f.IsSet("policy-max-ttl") {
+		p.MaxTTL = flags.MaxTTL
+	}
+	if f.IsSet("policy-max-disk-bytes") {
+		p.MaxDiskBytes = flags.MaxDiskBytes
+	}
+	if f.IsSet("policy-allow-egress") {
+		p.AllowEgress = &allowEgress
+	}
+	if f.IsSet("default-runtime") {
+		p.DefaultRuntime = flags.DefaultRuntime
+	}
+}
+
+// checkPolicy checks the policy and every template against it before the
+// engine is asked anything; the manager checks again against the host.
+func checkPolicy(cfg Config) error {
+	if err := cfg.Policy.Validate(); err != nil {
+		return err
+	}
+	defaults := cfg.Defaults
+	if defaults.Runtime == "" {
+		defaults.Runtime = cfg.Policy.DefaultRuntime
+	}
+	defaults = defaults.Merge(sandbox.DefaultTemplate)
+	if err := cfg.Policy.CheckTemplate(defaults); err != nil {
+		return fmt.Errorf("defaults break the worker policy: %w", err)
+	}
+	names := make([]string, 0, len(cfg.Templates))
+	for name := range cfg.Templates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := cfg.Policy.CheckTemplate(cfg.Templates[name].Merge(defaults)); err != nil {
+			return fmt.Errorf("template %q breaks the worker policy: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func configPrefix(path string) string {
+	if path == "" {
+		return ""
+	}
+	return "config file " + path + ": "
 }

@@ -53,6 +53,11 @@ func TestBadStartInputs(t *testing.T) {
 		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
 		{"bad TLS certificate", nil, []string{"--tls-cert", "testdata/own-label.yaml", "--tls-key", "testdata/own-label.yaml"}, "testdata/own-label.yaml"},
 		{"missing credentials file", nil, []string{"--credentials-file", "/nonexistent/creds"}, "/nonexistent/creds"},
+		{"template over the policy", nil, []string{"--config", "testdata/policy-template.yaml"}, `template "big" breaks the worker policy: memory 2147483648 bytes exceeds this worker's ceiling max_memory_bytes=1073741824`},
+		{"malformed policy", nil, []string{"--config", "testdata/policy-bad.yaml"}, `allowed_images entry "busybox:["`},
+		{"defaults over a policy flag", nil, []string{"--policy-max-memory-bytes", "100000000"}, "defaults break the worker policy: memory 536870912 bytes exceeds this worker's ceiling max_memory_bytes=100000000"},
+		{"policy env", []string{"SANDBOXD_POLICY_MAX_PIDS=10"}, nil, "max_pids=10"},
+		{"default runtime not allowed", nil, []string{"--config", "testdata/policy-template.yaml", "--default-runtime", "runc"}, `default_runtime "runc" is not in allowed_runtimes`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

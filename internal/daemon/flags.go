@@ -42,6 +42,16 @@ func (f *Flags) Bool(p *bool, name string, def bool, usage string) { f.fs.BoolVa
 // Int defines an integer flag.
 func (f *Flags) Int(p *int, name string, def int, usage string) { f.fs.IntVar(p, name, def, usage) }
 
+// Int64 defines a 64-bit integer flag.
+func (f *Flags) Int64(p *int64, name string, def int64, usage string) {
+	f.fs.Int64Var(p, name, def, usage)
+}
+
+// Float defines a floating-point flag.
+func (f *Flags) Float(p *float64, name string, def float64, usage string) {
+	f.fs.Float64Var(p, name, def, usage)
+}
+
 // Duration defines a duration flag that must not be negative.
 func (f *Flags) Duration(p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def

@@ -38,6 +38,7 @@ var sandboxCodes = map[sandbox.Code]codes.Code{
 	sandbox.CodeUnavailable:   codes.Unavailable,
 	sandbox.CodeShuttingDown:  codes.Unavailable,
 	sandbox.CodeSlowConsumer:  codes.ResourceExhausted,
+	sandbox.CodePolicy:        codes.PermissionDenied,
 }
 
 // ErrorInfo reasons of AgentService errors (agent.md §10.1).
@@ -176,7 +177,11 @@ func Status(err error) error {
 		if !ok {
 			c = codes.Internal
 		}
-		return withInfo(c, se.Error(), string(se.Code), nil)
+		var md map[string]string
+		if se.Limit != "" {
+			md = map[string]string{"limit": se.Limit}
+		}
+		return withInfo(c, se.Error(), string(se.Code), md)
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

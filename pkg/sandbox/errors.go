@@ -28,6 +28,10 @@ const (
 	CodeSlowConsumer Code = "slow_consumer"
 	// CodeShuttingDown: the manager is closed.
 	CodeShuttingDown Code = "shutting_down"
+	// CodePolicy: the request is well formed but the worker's policy (or
+	// the template it names) does not allow it; Error.Limit names the
+	// limit it broke.
+	CodePolicy Code = "policy_violation"
 )
 
 // Error is a lifecycle error with a stable code.
@@ -35,6 +39,9 @@ type Error struct {
 	Code    Code
 	Message string
 	Err     error
+	// Limit names the policy or template limit a CodePolicy error broke
+	// ("max_memory_bytes", "allowed_images", "runtime", ...).
+	Limit string
 }
 
 func (e *Error) Error() string {
@@ -58,3 +65,11 @@ func CodeOf(err error) Code {
 	}
 	return ""
 }
+
+// ConfigError is a worker configuration NewManager refuses: a bad policy,
+// or a template or the defaults breaking it.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+
+func (e *ConfigError) Unwrap() error { return e.Err }

@@ -93,6 +93,14 @@ type Config struct {
 	// channel may commit before the sandbox is failed and its container
 	// killed (DefaultViolationAllowance when 0).
 	ViolationAllowance int
+	// Policy bounds what any sandbox may have; its zero value is already
+	// safe (see Policy).
+	Policy Policy
+	// StateDir is where the worker records each sandbox's expiry, so a
+	// restarted worker re-adopts sandboxes with the expiry they had ("" =
+	// no record: re-adopted sandboxes expire at their creation time plus
+	// TTL, an upper bound no restart can extend).
+	StateDir string
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -107,12 +115,17 @@ type Manager struct {
 	now    func() time.Time
 	budget *memBudget // shared by every agent channel
 	bg     sync.WaitGroup
+	limits limits // the policy resolved against the host
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	reserved  int64 // memory of live and in-creation sandboxes
 	creating  int
+	failed    int             // failed sandboxes whose quota is released but whose record stays
+	pending   map[string]bool // ids of creates in progress (their volumes are not orphans)
+	collected time.Time       // last collector round
 	closed    bool
+	expiry    *expiryStore
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -120,11 +133,14 @@ type Manager struct {
 
 // sandbox is the manager's record of one sandbox.
 type sandbox struct {
-	mu         sync.Mutex // guards info, ch, busy and violations
+	mu         sync.Mutex // guards info, ch, busy, violations and released
 	info       Info
 	ch         *channel
 	busy       int // operations in flight; the reaper never takes a busy sandbox
 	violations int // protocol violations of its agent channels
+	// released: the sandbox's quota was given back (it failed, or is
+	// being deleted).
+	released bool
 }
 
 // Option customizes a Manager.
@@ -153,7 +169,14 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if _, _, err := parseUser(cfg.User); err != nil {
 		return nil, err
 	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	cfg.Defaults.Runtime = cmpOr(cfg.Defaults.Runtime, cfg.Policy.DefaultRuntime)
 	cfg.Defaults = cfg.Defaults.Merge(DefaultTemplate)
+	if cfg.Policy.MaxDiskBytes > 0 && cfg.Defaults.DiskBytes == 0 {
+		cfg.Defaults.DiskBytes = cfg.Policy.MaxDiskBytes
+	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
@@ -171,12 +194,27 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		now:       time.Now,
 		sandboxes: map[string]*sandbox{},
 		budget:    newMemBudget(cfg.ChannelMemoryBytes),
+		pending:   map[string]bool{},
 	}
 	for _, o := range opts {
 		o(m)
 	}
 	m.lg = m.lg.Named("sandbox")
-	if err := m.adopt(ctx); err != nil {
+	host, err := hostOf(ctx, api)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox manager: %w", err)
+	}
+	m.limits = cfg.Policy.resolve(host)
+	if err := m.checkTemplates(ctx); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	recorded := map[string]time.Time{}
+	if cfg.StateDir != "" {
+		if m.expiry, recorded, err = openExpiry(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.adopt(ctx, recorded); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -230,24 +268,8 @@ func slicesOf(m map[string]*sandbox) []*sandbox {
 
 // Create starts a sandbox and waits until its agent answers.
 func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
-	t := spec.Overrides
-	if spec.Template != "" {
-		base, ok := m.cfg.Templates[spec.Template]
-		if !ok {
-			return Info{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
-		}
-		t = t.Merge(base)
-	}
-	t = t.Merge(m.cfg.Defaults)
-	if err := t.validate(); err != nil {
-		return Info{}, err
-	}
-	for k := range spec.Labels {
-		if !labelKey.MatchString(k) || strings.HasPrefix(k, "plumb.") {
-			return Info{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
-		}
-	}
-	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+	t, err := m.resolve(ctx, spec)
+	if err != nil {
 		return Info{}, err
 	}
 
@@ -265,16 +287,111 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	}()
 
 	id := newID(m.cfg.Worker)
+	m.mu.Lock()
+	m.pending[id] = true
+	m.mu.Unlock()
 	sb, err := m.start(ctx, id, spec, t)
+	m.mu.Lock()
+	delete(m.pending, id)
 	if err != nil {
+		m.mu.Unlock()
 		return Info{}, err
 	}
-	m.mu.Lock()
 	m.sandboxes[id] = sb
 	reserved = false
 	m.mu.Unlock()
+	m.saveExpiry()
 	m.lg.Info("sandbox created", zap.String("sandbox-id", id), zap.String("image", t.Image), zap.String("container-id", sb.info.ContainerID[:12]))
 	return m.snapshot(sb), nil
+}
+
+// resolve merges a create request with its template and the worker's
+// defaults and checks the result: well formed (CodeInvalid), no wider than
+// the template it names, and inside the worker's policy (CodePolicy).
+func (m *Manager) resolve(ctx context.Context, spec CreateSpec) (Template, error) {
+	t := spec.Overrides
+	if spec.Template != "" {
+		base, ok := m.cfg.Templates[spec.Template]
+		if !ok {
+			return Template{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
+		}
+		base = base.Merge(m.cfg.Defaults)
+		if err := narrows(t, base, spec.Template); err != nil {
+			return Template{}, err
+		}
+		t = t.Merge(base)
+	}
+	t = t.Merge(m.cfg.Defaults)
+	if err := t.validate(); err != nil {
+		return Template{}, err
+	}
+	for k := range spec.Labels {
+		if !labelKey.MatchString(k) || strings.HasPrefix(k, "plumb.") {
+			return Template{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
+		}
+	}
+	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+		return Template{}, err
+	}
+	if err := m.checkPolicy(ctx, t); err != nil {
+		return Template{}, err
+	}
+	return t, nil
+}
+
+// checkPolicy checks a merged template against the policy, inspecting the
+// image when the policy allows images by digest.
+func (m *Manager) checkPolicy(ctx context.Context, t Template) error {
+	var digests []string
+	if m.limits.needsDigests() && t.Image != "" && !imageAllowed(m.limits.p.AllowedImages, t.Image, nil) {
+		// An image that is not present has no digests: the check below
+		// refuses it unless its name is allowed.
+		res, err := m.api.ImageInspect(ctx, t.Image)
+		switch {
+		case err == nil:
+			digests = append([]string{res.ID}, res.RepoDigests...)
+		case !cerrdefs.IsNotFound(err):
+			return fmt.Errorf("inspect image %s: %w", t.Image, err)
+		}
+	}
+	return m.limits.check(t, digests)
+}
+
+// checkTemplates refuses a configuration whose templates (or defaults)
+// break the policy: the worker does not start with them.
+func (m *Manager) checkTemplates(ctx context.Context) error {
+	check := func(what string, t Template) error {
+		v := t
+		if v.Image == "" {
+			v.Image = "unset" // requests name the image; it is checked then
+		}
+		if err := v.validate(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err := m.limits.checkConfig(t); err != nil {
+			return fmt.Errorf("%s breaks the worker policy: %w", what, err)
+		}
+		if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	if err := check("defaults", m.cfg.Defaults); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(m.cfg.Templates) {
+		if err := check(fmt.Sprintf("template %q", name), m.cfg.Templates[name].Merge(m.cfg.Defaults)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // engineTimeout bounds the engine calls of one create.
@@ -296,10 +413,18 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		}
 		return nil
 	}
-	image, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
+	ref, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
 	if err != nil {
 		return nil, err
 	}
+	// The container is created from the derived image's ID, not its tag:
+	// the image is pinned by digest once resolved, so a tag moved in
+	// between cannot change what the sandbox runs.
+	di, err := m.api.ImageInspect(ectx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+	image := di.ID
 	if err := stopped(); err != nil {
 		return nil, err
 	}
@@ -417,7 +542,7 @@ func (m *Manager) reserve(mem int64) error {
 	if m.closed {
 		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
 	}
-	if n := len(m.sandboxes) + m.creating; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
+	if n := len(m.sandboxes) - m.failed + m.creating; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
 		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
 	}
 	if m.cfg.MaxMemoryBytes > 0 && m.reserved+mem > m.cfg.MaxMemoryBytes {
@@ -483,12 +608,18 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if sb.ch != nil {
 		sb.ch.close()
 	}
-	cid, mem := sb.info.ContainerID, sb.info.Settings.MemoryBytes
+	cid, mem, released := sb.info.ContainerID, sb.info.Settings.MemoryBytes, sb.released
+	sb.released = true
 	sb.mu.Unlock()
 	m.mu.Lock()
-	m.reserved -= mem
+	if released {
+		m.failed--
+	} else {
+		m.reserved -= mem
+	}
 	m.mu.Unlock()
 	m.removeContainer(ctx, cid, volumeName(id))
+	m.saveExpiry()
 	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
 	return nil
 }
@@ -500,8 +631,11 @@ func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (
 	if err != nil {
 		return Info{}, err
 	}
-	if ttl < 0 || ttl > 7*24*time.Hour {
+	if ttl < 0 || ttl > MaxTTL {
 		return Info{}, errorf(CodeInvalid, "ttl %s out of range 0..168h", ttl)
+	}
+	if ttl > m.limits.ttl {
+		return Info{}, denied("max_ttl", "ttl %s exceeds this worker's ceiling max_ttl=%s", ttl, m.limits.ttl)
 	}
 	sb.mu.Lock()
 	if ttl == 0 {
@@ -511,14 +645,34 @@ func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (
 	sb.info.ExpiresAt = now.Add(ttl)
 	sb.info.LastUsedAt = now
 	sb.mu.Unlock()
+	m.saveExpiry()
 	return m.Get(ctx, id)
 }
 
 // Usage reports live sandboxes and reserved memory, for capacity reports.
+// Failed sandboxes count in neither: their quota is released when they
+// fail, while their record stays until they are deleted or expire.
 func (m *Manager) Usage() (sandboxes int, memory int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.sandboxes), m.reserved
+	return len(m.sandboxes) - m.failed, m.reserved
+}
+
+// releaseFailed gives back the quota of a sandbox that failed: it holds no
+// memory any more, and its record stays only so its caller can read why.
+func (m *Manager) releaseFailed(sb *sandbox) {
+	sb.mu.Lock()
+	if sb.info.State != StateFailed || sb.released {
+		sb.mu.Unlock()
+		return
+	}
+	sb.released = true
+	mem := sb.info.Settings.MemoryBytes
+	sb.mu.Unlock()
+	m.mu.Lock()
+	m.reserved -= mem
+	m.failed++
+	m.mu.Unlock()
 }
 
 // Config returns the manager's configuration (templates, quotas).
@@ -611,6 +765,7 @@ func describeExit(s *container.State) string {
 // whether it did (false when the sandbox had already failed or is being
 // deleted).
 func (m *Manager) fail(sb *sandbox, reason string) bool {
+	defer m.releaseFailed(sb) // after sb.mu is unlocked
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.info.State != StateRunning {
@@ -797,7 +952,11 @@ func volumeName(id string) string { return volumePrefix + id }
 // removes the worker's other containers (stopped, never started because a
 // create was cut short, or with unreadable labels) and then the worker's
 // workspace volumes that no adopted sandbox uses.
-func (m *Manager) adopt(ctx context.Context) error {
+//
+// An adopted sandbox keeps the expiry recorded for it in the state dir;
+// without a record it expires at its creation time plus its TTL (an upper
+// bound: a restart never extends a sandbox's life).
+func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) error {
 	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: client.Filters{}.Add("label", LabelWorker+"="+m.cfg.Worker),
@@ -805,7 +964,6 @@ func (m *Manager) adopt(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list this worker's containers: %w", err)
 	}
-	now := m.now()
 	for _, c := range list.Items {
 		id := c.Labels[LabelSandbox]
 		volume := volumeName(id)
@@ -815,13 +973,17 @@ func (m *Manager) adopt(ctx context.Context) error {
 			m.removeContainer(ctx, c.ID, volume)
 			continue
 		}
+		expires, ok := recorded[id]
+		if !ok {
+			expires = created.Add(t.TTL)
+		}
 		sb := &sandbox{info: Info{
 			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate], Tenant: tenantOf(c.Labels[LabelTenant]),
-			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: now, ExpiresAt: now.Add(t.TTL),
+			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: created, ExpiresAt: expires,
 		}}
 		m.sandboxes[id] = sb
 		m.reserved += t.MemoryBytes
-		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id))
+		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id), zap.Time("expires-at", expires), zap.Bool("expiry-recorded", ok))
 	}
 	return m.sweepVolumes(ctx)
 }
@@ -843,7 +1005,10 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 		for _, v := range list.Items {
 			id, named := strings.CutPrefix(v.Name, volumePrefix)
 			mine := v.Labels[LabelWorker] == m.cfg.Worker || named && WorkerOf(id) == m.cfg.Worker
-			if seen[v.Name] || !mine || m.sandboxes[id] != nil {
+			m.mu.Lock()
+			live := m.sandboxes[id] != nil || m.pending[id]
+			m.mu.Unlock()
+			if seen[v.Name] || !mine || live {
 				continue
 			}
 			seen[v.Name] = true
@@ -864,7 +1029,54 @@ func (m *Manager) reapLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 			m.Reap(ctx)
+			if m.now().Sub(m.collected) >= collectInterval {
+				m.Collect(ctx)
+				m.collected = m.now()
+			}
 		}
+	}
+}
+
+// collectInterval is how often the reaper loop runs the collector.
+const collectInterval = time.Minute
+
+// deriveGrace is how old a never-started derive container must be before
+// the collector takes it (a derive in flight has one for a few seconds).
+const deriveGrace = 10 * time.Minute
+
+// Collect removes what no sandbox uses any more: this worker's workspace
+// volumes of no live or in-creation sandbox, and derive containers (the
+// never-started containers images are committed from) older than
+// deriveGrace, left by a worker that died mid-derive. The reaper loop
+// runs it every collectInterval; errors only reach the log.
+func (m *Manager) Collect(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, engineTimeout)
+	defer cancel()
+	if err := m.sweepVolumes(ctx); err != nil {
+		m.lg.Warn("collect orphan volumes", zap.Error(err))
+	}
+	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelDerivedFrom).Add("status", "created"),
+	})
+	if err != nil {
+		m.lg.Warn("collect derive containers", zap.Error(err))
+		return
+	}
+	for _, c := range list.Items {
+		if c.Labels[LabelSandbox] != "" || m.now().Sub(time.Unix(c.Created, 0)) < deriveGrace {
+			continue
+		}
+		m.lg.Info("removing leftover derive container", zap.String("container-id", c.ID), zap.String("derived-from", c.Labels[LabelDerivedFrom]))
+		m.removeContainerOnly(ctx, c.ID)
+	}
+}
+
+func (m *Manager) removeContainerOnly(ctx context.Context, cid string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.api.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("remove container", zap.String("container-id", cid), zap.Error(err))
 	}
 }
 
@@ -888,7 +1100,29 @@ func (m *Manager) Reap(ctx context.Context) []string {
 		m.lg.Info("sandbox expired", zap.String("sandbox-id", id))
 		_ = m.Delete(ctx, id)
 	}
+	m.saveExpiry()
 	return expired
+}
+
+// saveExpiry records every sandbox's expiry in the state dir (when there
+// is one and something changed). The reaper calls it on every round, and
+// creates, deletes and keep-alives at once.
+func (m *Manager) saveExpiry() {
+	if m.expiry == nil {
+		return
+	}
+	m.mu.Lock()
+	sbs := slicesOf(m.sandboxes)
+	m.mu.Unlock()
+	exp := make(map[string]time.Time, len(sbs))
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		exp[sb.info.ID] = sb.info.ExpiresAt
+		sb.mu.Unlock()
+	}
+	if err := m.expiry.save(exp); err != nil {
+		m.lg.Warn("record sandbox expiry", zap.Error(err))
+	}
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

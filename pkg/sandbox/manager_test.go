@@ -343,10 +343,26 @@ func TestContainerKilledFromOutside(t *testing.T) {
 	}
 }
 
+// TestHostileSandbox runs hostile commands under every runtime the engine
+// has (runc, and runsc when installed).
 func TestHostileSandbox(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(t)
-	info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 64 << 20, Pids: 64}})
+	for _, rt := range sandboxtest.Runtimes(t, e.cli) {
+		t.Run(rt, func(t *testing.T) { testHostileSandbox(t, e, m, rt) })
+	}
+}
+
+func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime string) {
+	// Under runsc the container's cgroup holds gVisor's sentry and its
+	// ptrace stubs as well as the box's processes: its pids limit counts
+	// the sentry's threads (at 64 the sentry cannot start a thread and the
+	// whole sandbox dies) and its memory limit the sentry's memory.
+	spec := sandbox.Template{MemoryBytes: 64 << 20, Pids: 64, Runtime: runtime}
+	if runtime == "runsc" {
+		spec.MemoryBytes, spec.Pids = 256<<20, 512
+	}
+	info := e.create(t, m, sandbox.CreateSpec{Overrides: spec})
 	tests := []struct {
 		name  string
 		cmd   string
@@ -355,7 +371,9 @@ func TestHostileSandbox(t *testing.T) {
 		// Only loopback exists under network none: nothing can leave.
 		{"no network interfaces", "ls /sys/class/net", func(r backend.ExecuteResult) bool { return r.Output == "lo\n" }},
 		{"read-only root", "touch /etc/x 2>&1; echo $?", func(r backend.ExecuteResult) bool {
-			return strings.Contains(r.Output, "Read-only file system") && strings.HasSuffix(r.Output, "1\n")
+			// gVisor checks permissions before the read-only mount.
+			refused := strings.Contains(r.Output, "Read-only file system") || runtime == "runsc" && strings.Contains(r.Output, "Permission denied")
+			return refused && strings.HasSuffix(r.Output, "1\n")
 		}},
 		{"no docker socket", "ls /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'", func(r backend.ExecuteResult) bool { return r.Output == "2\n" }},
 		{"no capabilities", "grep CapEff /proc/self/status", func(r backend.ExecuteResult) bool { return strings.Contains(r.Output, "0000000000000000") }},
@@ -368,6 +386,22 @@ func TestHostileSandbox(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if runtime == "runsc" && tt.name == "fork bomb contained" {
+				// Box processes are gVisor tasks, not host processes:
+				// the cgroup pids limit does not bound them, and under
+				// the ptrace platform on 2 shared cores the bomb keeps
+				// the sandbox from answering for minutes (see
+				// docs/security.md, gVisor). Known gap, not asserted.
+				t.Skip("runsc: a fork bomb is bounded only by memory and stalls the sandbox (docs/security.md)")
+			}
+			if runtime == "runsc" && tt.name == "memory hog killed" {
+				// The sentry shares the box's memory cgroup: an OOM
+				// kills a gVisor process, and the exec'd agent's stream
+				// then never ends while the container stays running;
+				// only a worker-side execute deadline ends the call
+				// (docs/security.md, gVisor). Known gap, not asserted.
+				t.Skip("runsc: an OOM leaves the agent's exec stream hung (docs/security.md)")
+			}
 			// The bomb needs its timeout to end; the rest get a timeout
 			// that only guards against a hang on a loaded machine.
 			timeout := 120

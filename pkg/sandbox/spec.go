@@ -98,6 +98,9 @@ type Template struct {
 	Pids int64 `yaml:"pids"`
 	// Network is "none" (default) or "egress".
 	Network string `yaml:"network"`
+	// DiskBytes is the workspace disk limit (0 = none; the policy's
+	// max_disk_bytes when it sets one).
+	DiskBytes int64 `yaml:"disk_bytes"`
 	// Runtime is the OCI runtime ("" = engine default, or "runsc").
 	Runtime string `yaml:"runtime"`
 	// TTL is the time to live without activity.
@@ -138,6 +141,9 @@ func (t Template) Merge(base Template) Template {
 	if t.Pids == 0 {
 		t.Pids = base.Pids
 	}
+	if t.DiskBytes == 0 {
+		t.DiskBytes = base.DiskBytes
+	}
 	if t.Network == "" {
 		t.Network = base.Network
 	}
@@ -177,7 +183,9 @@ func (t Template) validate() error {
 		return errorf(CodeInvalid, "pids %d out of range 16..1048576", t.Pids)
 	case t.Network != NetworkNone && t.Network != NetworkEgress:
 		return errorf(CodeInvalid, "network %q: want none or egress", t.Network)
-	case t.TTL < time.Second || t.TTL > 7*24*time.Hour:
+	case t.DiskBytes < 0:
+		return errorf(CodeInvalid, "disk %d bytes must not be negative", t.DiskBytes)
+	case t.TTL < time.Second || t.TTL > MaxTTL:
 		return errorf(CodeInvalid, "ttl %s out of range 1s..168h", t.TTL)
 	case !validWorkingDir(t.WorkingDir):
 		return errorf(CodeInvalid, "working_dir %q must be a clean absolute directory other than / and outside %s", t.WorkingDir, AgentDir)

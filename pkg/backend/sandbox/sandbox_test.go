@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc"
 )
 
@@ -26,9 +27,20 @@ type world struct {
 }
 
 func newWorld(t *testing.T, filesRoot string) *world {
+	return newWorldOn(t, filesRoot, "")
+}
+
+// newWorldOn is newWorld with the sandbox under an OCI runtime ("" = the
+// engine's default). Under runsc the pids limit also counts gVisor's
+// sentry threads, so it is raised.
+func newWorldOn(t *testing.T, filesRoot, runtime string) *world {
 	t.Helper()
-	wk := sandboxsvctest.StartWorker(t, sandbox.Config{Defaults: sandbox.Template{Pids: 128, TTL: time.Hour}})
-	resp, err := wk.Client.CreateSandbox(context.Background(), &plumbv1.CreateSandboxRequest{FilesRoot: filesRoot})
+	pids := int64(128)
+	if runtime == "runsc" {
+		pids = 512
+	}
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{Defaults: sandbox.Template{Pids: pids, TTL: time.Hour}})
+	resp, err := wk.Client.CreateSandbox(context.Background(), &plumbv1.CreateSandboxRequest{FilesRoot: filesRoot, Runtime: runtime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +62,17 @@ func (w *world) sh(ctx context.Context, b *sandboxbackend.Backend, cmd string, e
 
 // TestConformanceThroughGRPC runs the shared suite against a real sandbox
 // through SandboxService, with the engine root set to the workspace (as
-// the spec's H2 requires) so every case starts in an empty directory.
+// the spec's H2 requires) so every case starts in an empty directory. It
+// runs under every runtime the engine has (runc, and runsc when
+// installed).
 func TestConformanceThroughGRPC(t *testing.T) {
-	w := newWorld(t, "/workspace")
+	for _, rt := range sandboxtest.Runtimes(t, sandboxtest.Docker(t)) {
+		t.Run(rt, func(t *testing.T) { testConformanceThroughGRPC(t, rt) })
+	}
+}
+
+func testConformanceThroughGRPC(t *testing.T, runtime string) {
+	w := newWorldOn(t, "/workspace", runtime)
 	b := sandboxbackend.New(w.conn, w.sb.GetId(), sandboxbackend.HomeOf(w.sb))
 	if b.Home() != "/" {
 		t.Fatalf("home = %q, want / for a workspace-rooted sandbox", b.Home())

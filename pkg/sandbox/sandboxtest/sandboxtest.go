@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,6 +95,30 @@ func Agent(t testing.TB) []byte {
 		t.Fatal(agentErr)
 	}
 	return agentBin
+}
+
+// Runtimes returns the OCI runtimes the sandbox suites run under, by the
+// engine's names: "runc" always, and "runsc" (gVisor) when the engine
+// lists it. Under CI=true runsc is required (scripts/test-deps.sh
+// installs and registers it): a missing runsc fails the test. Tests run
+// one subtest per runtime.
+func Runtimes(t testing.TB, cli *client.Client) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		t.Fatalf("engine info: %v", err)
+	}
+	out := []string{"runc"}
+	if _, ok := info.Info.Runtimes["runsc"]; ok {
+		out = append(out, "runsc")
+	} else if os.Getenv("CI") == "true" {
+		t.Fatalf("the engine has no runsc runtime under CI=true (it has %v); run scripts/test-deps.sh as root", slices.Sorted(maps.Keys(info.Info.Runtimes)))
+	} else {
+		t.Logf("the engine has no runsc runtime: the sandbox suites run under runc only (scripts/test-deps.sh installs it)")
+	}
+	return out
 }
 
 // Labels that tests put on every container and volume they create, so

@@ -1,0 +1,76 @@
+package sandboxsvc_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
+	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TestCreatePolicyViolations: a create over the worker's policy, or wider
+// than the template it names, is PERMISSION_DENIED with reason
+// policy_violation, a message naming the limit and the limit in the
+// ErrorInfo metadata; nothing is created and no quota is held. A request
+// inside both is served.
+func TestCreatePolicyViolations(t *testing.T) {
+	no := false
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{
+		Policy: sandbox.Policy{MaxMemoryBytes: 512 << 20, MaxPids: 512, MaxTTL: time.Hour, AllowEgress: &no},
+		Templates: map[string]sandbox.Template{
+			"small": {MemoryBytes: 128 << 20, Pids: 64, TTL: 10 * time.Minute},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
+	defer cancel()
+	tests := []struct {
+		name  string
+		req   *plumbv1.CreateSandboxRequest
+		limit string
+	}{
+		{"memory over the ceiling", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{MemoryBytes: 1 << 30}}, "max_memory_bytes"},
+		{"pids over the ceiling", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Pids: 1000}}, "max_pids"},
+		{"ttl over the ceiling", &plumbv1.CreateSandboxRequest{Ttl: durationpb.New(2 * time.Hour)}, "max_ttl"},
+		{"egress off", &plumbv1.CreateSandboxRequest{Network: plumbv1.NetworkMode_NETWORK_MODE_EGRESS}, "allow_egress"},
+		{"template widened: memory", &plumbv1.CreateSandboxRequest{Template: "small", Resources: &plumbv1.Resources{MemoryBytes: 256 << 20}}, "memory_bytes"},
+		{"template widened: pids", &plumbv1.CreateSandboxRequest{Template: "small", Resources: &plumbv1.Resources{Pids: 128}}, "pids"},
+		{"template widened: ttl", &plumbv1.CreateSandboxRequest{Template: "small", Ttl: durationpb.New(time.Hour)}, "ttl"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := wk.Client.CreateSandbox(ctx, tt.req)
+			st := status.Convert(err)
+			if st.Code() != codes.PermissionDenied || pbconv.Reason(err) != string(sandbox.CodePolicy) || !strings.Contains(st.Message(), tt.limit) {
+				t.Fatalf("create: %v (reason %q), want PERMISSION_DENIED %s naming %q", err, pbconv.Reason(err), sandbox.CodePolicy, tt.limit)
+			}
+			var limit string
+			for _, d := range st.Details() {
+				if info, ok := d.(*errdetails.ErrorInfo); ok {
+					limit = info.GetMetadata()["limit"]
+				}
+			}
+			if limit != tt.limit {
+				t.Fatalf("ErrorInfo limit = %q, want %q", limit, tt.limit)
+			}
+			if n, mem := wk.Manager.Usage(); n != 0 || mem != 0 {
+				t.Fatalf("%d sandboxes, %d bytes reserved after a refused create", n, mem)
+			}
+		})
+	}
+	sb, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{Template: "small", Resources: &plumbv1.Resources{MemoryBytes: 64 << 20}})
+	if err != nil || sb.GetSandbox().GetResources().GetMemoryBytes() != 64<<20 {
+		t.Fatalf("create narrowing its template: %v, %v", sb, err)
+	}
+	_, err = wk.Client.KeepAlive(ctx, &plumbv1.KeepAliveRequest{SandboxId: sb.GetSandbox().GetId(), Ttl: durationpb.New(2 * time.Hour)})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "max_ttl") {
+		t.Fatalf("keep-alive over max_ttl: %v, want PERMISSION_DENIED naming max_ttl", err)
+	}
+}
