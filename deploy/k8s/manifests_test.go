@@ -322,7 +322,9 @@ func checkAgentd(t *testing.T, o *objects) {
 		ptrOr(c.Env[i].ValueFrom.SecretKeyRef.Optional, false) {
 		t.Error("agentd: AGENTD_POSTGRES_DSN must come from a required Secret key (secretKeyRef)")
 	}
-	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--postgres-dsn") || strings.HasPrefix(a, "--sqlite-path") }) {
+	if slices.ContainsFunc(c.Args, func(a string) bool {
+		return strings.HasPrefix(a, "--postgres-dsn") || strings.HasPrefix(a, "--sqlite-path")
+	}) {
 		t.Error("agentd: the DSN belongs in the Secret, and replicas cannot share SQLite")
 	}
 	port := servicePort(o.services["sandboxd"], "grpc")
