@@ -79,8 +79,18 @@ test: test-deps verify-generated buf-lint verify-mod lint ## Everything CI runs:
 	exit $$status
 
 .PHONY: test-deps
-test-deps: ## Install what the tests need from Debian (busybox-static, postgresql, the Python example's grpcio and protoc), or name them and stop
+test-deps: ## Install what the tests need from Debian (busybox-static, postgresql, kubernetes-client, the Python example's grpcio and protoc), or name them and stop
 	@scripts/test-deps.sh
+
+# A real kube-apiserver (built once, cached) that strictly validates the
+# rendered overlays server-side. The script lives beside the checkout.
+KUBE_APISERVER_SH ?= ../shared/tools/kube-apiserver.sh
+
+.PHONY: k8s-check
+k8s-check: ## Apply every deploy/k8s overlay to a real kube-apiserver with strict server-side validation (KUBE_APISERVER_SH)
+	@test -f "$(KUBE_APISERVER_SH)" || { echo "k8s-check: $(KUBE_APISERVER_SH) not found (set KUBE_APISERVER_SH to the kube-apiserver.sh from shared/tools)" >&2; exit 1; }
+	@command -v kubectl >/dev/null || { echo "k8s-check: installing Debian's kubernetes-client (kubectl kustomize)" >&2; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; }
+	bash "$(KUBE_APISERVER_SH)" check deploy/k8s/overlays/*
 
 .PHONY: test-short
 test-short: test-deps ## Only the Go tests, with -race

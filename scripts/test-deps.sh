@@ -3,7 +3,8 @@
 # busybox-static, from which the sandbox test image is built; postgresql,
 # whose binaries the PostgreSQL thread-store tests run throwaway servers
 # with; and what the Python client example needs (grpcio and protobuf for
-# python3, protoc with the well-known types, and the gRPC Python plugin).
+# python3, protoc with the well-known types, and the gRPC Python plugin);
+# and kubernetes-client, whose `kubectl kustomize` renders deploy/k8s.
 # runsc (gVisor) is registered with the Docker engine as the runtime "runsc"
 # so the sandbox suites also run under it (see register_runsc below).
 # As root it installs them with apt-get; otherwise it names them and stops.
@@ -47,9 +48,11 @@ PY
 	return 1
 }
 
-pkgs=(busybox-static runsc postgresql python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
+pkgs=(busybox-static runsc postgresql kubernetes-client python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
 missing=()
 for p in "${pkgs[@]}"; do
+	# Any kubectl with kustomize will do, however it was installed.
+	[ "$p" = kubernetes-client ] && command -v kubectl >/dev/null && continue
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} = 0 ]; then
@@ -60,7 +63,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 	echo "make test needs Debian's ${missing[*]}: sudo apt-get install ${missing[*]}" >&2
 	exit 1
 fi
-echo "installing ${missing[*]} (the test sandbox image, the PostgreSQL store tests and the Python client example need them)" >&2
+echo "installing ${missing[*]} (the test sandbox image, the PostgreSQL store tests, the Kubernetes manifest test and the Python client example need them)" >&2
 # The tests create their own PostgreSQL clusters: the package need not
 # create (and start) a system one.
 mkdir -p /etc/postgresql-common/createcluster.d
