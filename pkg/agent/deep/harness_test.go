@@ -164,7 +164,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 		t.Fatal(err)
 	}
 	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(store), Models: []string{"fast", "smart"}},
-		agentsvc.WithLogger(lg))
+		agentsvc.WithLogger(lg), agentsvc.WithIDs(ids))
 	if err != nil {
 		t.Fatal(err)
 	}
