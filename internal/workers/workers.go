@@ -321,6 +321,14 @@ func (p *Pool) describe(ctx context.Context) bool {
 // describeOne calls DescribeWorker and the gRPC health check (a worker
 // without the health service counts as healthy).
 func (p *Pool) describeOne(ctx context.Context, m *member) (*plumbv1.DescribeWorkerResponse, bool, error) {
+	// A connection whose last attempt failed stays in TRANSIENT_FAILURE
+	// until an attempt succeeds: waiting for it would hold every placement
+	// for the whole deadline. Skip it now and retry it at once, so a worker
+	// that is back is seen by the next placement or refresh.
+	if m.conn.GetState() == connectivity.TransientFailure {
+		m.conn.ResetConnectBackoff()
+		return nil, false, status.Errorf(codes.Unavailable, "%s is unreachable (its last connection attempt failed)", m.label())
+	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Deadline)
 	defer cancel()
 	info, err := plumbv1.NewSandboxServiceClient(m.conn).DescribeWorker(cctx, &plumbv1.DescribeWorkerRequest{})
