@@ -49,27 +49,7 @@ func (t *tavily) Search(ctx context.Context, query string, max int) ([]Result, e
 }
 
 // ParseTavily decodes the body of a Tavily search answer.
-func ParseTavily(raw []byte) ([]Result, error) {
-	var v struct {
-		Results *[]struct {
-			Title   string  `json:"title"`
-			URL     string  `json:"url"`
-			Content string  `json:"content"`
-			Score   float64 `json:"score"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, err
-	}
-	if v.Results == nil {
-		return nil, errors.New("no results field")
-	}
-	out := make([]Result, 0, len(*v.Results))
-	for _, r := range *v.Results {
-		out = append(out, Result{Title: r.Title, URL: r.URL, Snippet: r.Content, Score: r.Score})
-	}
-	return out, nil
-}
+func ParseTavily(raw []byte) ([]Result, error) { return parseResults(raw) }
 
 // searxng is SearXNG's search API: GET {base}/search?q=…&format=json
 // (the instance must list json in search.formats); the answer is {query,
@@ -111,7 +91,11 @@ func (x *searxng) Search(ctx context.Context, query string, max int) ([]Result, 
 }
 
 // ParseSearXNG decodes the body of a SearXNG JSON answer.
-func ParseSearXNG(raw []byte) ([]Result, error) {
+func ParseSearXNG(raw []byte) ([]Result, error) { return parseResults(raw) }
+
+// parseResults decodes {results: [{title, url, content, score}]}: Tavily
+// and SearXNG name the fields they share alike.
+func parseResults(raw []byte) ([]Result, error) {
 	var v struct {
 		Results *[]struct {
 			Title   string  `json:"title"`
