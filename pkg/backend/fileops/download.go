@@ -35,16 +35,9 @@ func (e *Engine) download(ctx context.Context, raw string) ([]byte, error) {
 	}
 	ctx, cancel := e.opContext(ctx)
 	defer cancel()
-	name, fi, err := e.statFile("download", p)
+	f, fi, err := e.openDownload(p)
 	if err != nil {
 		return nil, err
-	}
-	if fi.Size() > e.cfg.itemCap {
-		return nil, e.fail("download", p, textops.TooLargeError("download", fi.Size(), e.cfg.itemCap))
-	}
-	f, fi, err := openRegular(e.root, name, fi)
-	if err != nil {
-		return nil, e.fail("download", p, err)
 	}
 	defer f.Close()
 	var b bytes.Buffer

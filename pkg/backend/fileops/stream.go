@@ -246,22 +246,33 @@ func (e *Engine) OpenDownload(ctx context.Context, path string) (*DownloadFile, 
 	if err := ctx.Err(); err != nil {
 		return nil, e.fail("download", p, err)
 	}
-	name, fi, err := e.statFile("download", p)
+	f, fi, err := e.openDownload(p)
 	if err != nil {
 		return nil, err
 	}
+	return &DownloadFile{e: e, p: p, f: f, size: fi.Size()}, nil
+}
+
+// openDownload opens the regular file at normalized path p for reading,
+// refusing it (too_large) when it is over the item cap before or after the
+// open.
+func (e *Engine) openDownload(p string) (*os.File, os.FileInfo, error) {
+	name, fi, err := e.statFile("download", p)
+	if err != nil {
+		return nil, nil, err
+	}
 	if fi.Size() > e.cfg.itemCap {
-		return nil, e.fail("download", p, textops.TooLargeError("download", fi.Size(), e.cfg.itemCap))
+		return nil, nil, e.fail("download", p, textops.TooLargeError("download", fi.Size(), e.cfg.itemCap))
 	}
 	f, fi, err := openRegular(e.root, name, fi)
 	if err != nil {
-		return nil, e.fail("download", p, err)
+		return nil, nil, e.fail("download", p, err)
 	}
 	if fi.Size() > e.cfg.itemCap {
 		f.Close()
-		return nil, e.fail("download", p, textops.TooLargeError("download", fi.Size(), e.cfg.itemCap))
+		return nil, nil, e.fail("download", p, textops.TooLargeError("download", fi.Size(), e.cfg.itemCap))
 	}
-	return &DownloadFile{e: e, p: p, f: f, size: fi.Size()}, nil
+	return f, fi, nil
 }
 
 // Path is the download's normalized virtual path.
