@@ -158,23 +158,7 @@ func TestServe(t *testing.T) {
 	frames := agentproto.NewReader(outR, 0)
 	call := func(id uint64, op agentproto.Op, args any) agentproto.Response {
 		t.Helper()
-		raw, _ := json.Marshal(args)
-		if err := enc.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			f, err := frames.Next()
-			if err != nil {
-				t.Fatalf("read response: %v", err)
-			}
-			resp, err := agentproto.DecodeResponse(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.ID == id && resp.Done {
-				return resp
-			}
-		}
+		return roundTrip(t, enc, frames, id, op, args)
 	}
 
 	var h agentproto.Hello
@@ -271,5 +255,28 @@ func TestVirtualUnder(t *testing.T) {
 				t.Fatalf("virtualUnder(%q, %q) = %q, want %q", tt.root, tt.dir, got, tt.want)
 			}
 		})
+	}
+}
+
+// roundTrip sends one request to an agent and returns its final response,
+// skipping events and other requests' frames.
+func roundTrip(t *testing.T, enc *agentproto.Writer, frames *agentproto.Reader, id uint64, op agentproto.Op, args any) agentproto.Response {
+	t.Helper()
+	raw, _ := json.Marshal(args)
+	if err := enc.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := frames.Next()
+		if err != nil {
+			t.Fatalf("read response: %v", err)
+		}
+		resp, err := agentproto.DecodeResponse(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.ID == id && resp.Done {
+			return resp
+		}
 	}
 }
