@@ -1,0 +1,57 @@
+package backend
+
+import (
+	"context"
+	"io"
+)
+
+// ProcessStarter starts long-lived interactive processes (an MCP stdio
+// server, a Python interpreter) whose stdin, stdout and stderr stay open
+// across calls. Only sandbox backends implement it; use a type assertion.
+type ProcessStarter interface {
+	// StartProcess starts req.Command. ctx bounds the start only: the
+	// process lives until Process.Close, until it exits, or until its
+	// sandbox ends.
+	StartProcess(ctx context.Context, req ProcessRequest) (Process, error)
+}
+
+// ProcessRequest asks to start an interactive process.
+type ProcessRequest struct {
+	// Command is run with /bin/sh -c inside the sandbox; it must not be
+	// blank.
+	Command string `json:"command"`
+	// Cwd is a virtual directory; "" means the workspace.
+	Cwd string `json:"cwd,omitempty"`
+	// Env overrides the sandbox environment, with ExecuteRequest.Env's
+	// rules.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Process is a running interactive process. Its methods are safe for
+// concurrent use; Stdout and Stderr must both be drained (or the process
+// closed), because unread output holds the process back.
+type Process interface {
+	// Stdin writes to the process's standard input; closing it sends EOF.
+	Stdin() io.WriteCloser
+	// Stdout reads the process's standard output until it closes.
+	Stdout() io.Reader
+	// Stderr reads the process's standard error until it closes.
+	Stderr() io.Reader
+	// Signal sends a signal ("INT", "TERM", "KILL", "HUP", "QUIT",
+	// "USR1", "USR2") to the process and all its descendants.
+	Signal(ctx context.Context, signal string) error
+	// Wait blocks until the process has exited and its output is
+	// delivered, or ctx ends.
+	Wait(ctx context.Context) (ProcessExit, error)
+	// Close kills the process and its descendants if they still run and
+	// releases the process's resources. It is safe to call more than once.
+	Close() error
+}
+
+// ProcessExit is how a process ended.
+type ProcessExit struct {
+	// ExitCode is the exit status, or 128+n when signal n killed it.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed it ("KILL"); "" when it exited.
+	Signal string `json:"signal,omitempty"`
+}
