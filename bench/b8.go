@@ -24,6 +24,9 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/store"
+	"github.com/plumbhq/plumb/pkg/store/postgres"
+	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -222,29 +225,19 @@ func runB8(ctx context.Context, e *env) ([]Row, error) {
 	r.note("same runs as above, model answered over loopback HTTP with streamed SSE")
 	rows = append(rows, r)
 
-	dir, err := os.MkdirTemp("", "plumb-bench-sqlite")
-	if err != nil {
-		return rows, err
+	for _, ts := range []struct {
+		name, note string
+		open       func(context.Context) (store.Threads, func(), error)
+	}{
+		{"SQLite thread store (agentd's default)", "", openBenchSQLite},
+		{"PostgreSQL thread store (replicated agentd)", "; a local PostgreSQL server with fsync and synchronous commit on, over loopback TCP", openBenchPostgres},
+	} {
+		r, err := storeStepRow(ctx, ts.name, ts.note, ts.open, calls, n)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, r)
 	}
-	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "threads.db"), sqlite.Options{})
-	if err != nil {
-		return rows, err
-	}
-	sqlRt, err := deepRuntime(instantModel{steps: b8Steps}, st, calls+5)
-	if err == nil {
-		runs, err = timeRuns(ctx, sqlRt, b8Steps, 5, n)
-	}
-	st.Close()
-	if err != nil {
-		return rows, fmt.Errorf("sqlite runs: %w", err)
-	}
-	r = latencyRow("B8", "µs/step with the SQLite thread store (agentd's default)", unitUs, perStep(runs, calls))
-	r.OpsPerSec = 0
-	r.Target = "— (reference)"
-	r.Verdict = verdictInfo
-	r.note("in-process instant model; each step persists the transcript and a checkpoint")
-	rows = append(rows, r)
 
 	cr, err := concurrentRuns(ctx, e, e.scale(1000, 200))
 	rows = append(rows, cr)
@@ -377,4 +370,72 @@ func oneRun(ctx context.Context, c plumbv1.AgentServiceClient, i int) error {
 		return fmt.Errorf("run %d ended with %v", i, last)
 	}
 	return nil
+}
+
+// storeStepRow measures the B8 runs with a durable thread store. A store
+// that cannot be opened because PostgreSQL is not installed gives a row
+// saying so, not a failed scenario.
+func storeStepRow(ctx context.Context, name, note string, open func(context.Context) (store.Threads, func(), error), calls, n int) (Row, error) {
+	r := Row{Scenario: "B8", Name: "µs/step with the " + name, Target: "— (reference)", Verdict: verdictInfo}
+	st, closeStore, err := open(ctx)
+	if errors.Is(err, errNoPostgres) {
+		r.note("not measured: %v", err)
+		return r, nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", name, err)
+	}
+	defer closeStore()
+	rt, err := deepRuntime(instantModel{steps: b8Steps}, st, calls+5)
+	if err != nil {
+		return r, err
+	}
+	runs, err := timeRuns(ctx, rt, b8Steps, 5, n)
+	if err != nil {
+		return r, fmt.Errorf("%s runs: %w", name, err)
+	}
+	r = latencyRow("B8", r.Name, unitUs, perStep(runs, calls))
+	r.OpsPerSec = 0
+	r.Target = "— (reference)"
+	r.Verdict = verdictInfo
+	r.note("in-process instant model; each step persists the transcript and a checkpoint%s", note)
+	return r, nil
+}
+
+// openBenchSQLite opens a SQLite store in a temporary directory.
+func openBenchSQLite(ctx context.Context) (store.Threads, func(), error) {
+	dir, err := os.MkdirTemp("", "plumb-bench-sqlite")
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "threads.db"), sqlite.Options{})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); os.RemoveAll(dir) }, nil
+}
+
+// errNoPostgres: PostgreSQL's server binaries are not installed.
+var errNoPostgres = errors.New("PostgreSQL is not installed (" + pgtest.Install + ")")
+
+// openBenchPostgres starts a throwaway durable PostgreSQL server and opens
+// a store on a new database in it.
+func openBenchPostgres(ctx context.Context) (store.Threads, func(), error) {
+	if _, err := pgtest.Binaries(); err != nil {
+		return nil, nil, errNoPostgres
+	}
+	srv, err := pgtest.Start()
+	if err != nil {
+		return nil, nil, err
+	}
+	dsn, err := srv.CreateDatabase(ctx, "bench")
+	if err == nil {
+		var st *postgres.Store
+		if st, err = postgres.Open(ctx, dsn, postgres.Options{}); err == nil {
+			return st, func() { st.Close(); _ = srv.Stop() }, nil
+		}
+	}
+	_ = srv.Stop()
+	return nil, nil, err
 }

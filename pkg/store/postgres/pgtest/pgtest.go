@@ -108,7 +108,7 @@ func shared() (*server, error) {
 		return nil, errors.New("pgtest: call pgtest.Main from the package's TestMain, so the server stops after the tests")
 	}
 	if srv == nil && startErr == nil {
-		srv, startErr = start()
+		srv, startErr = start(false)
 	}
 	return srv, startErr
 }
@@ -176,9 +176,36 @@ func (s *server) exec(ctx context.Context, sql string) error {
 	return nil
 }
 
+// Server is a throwaway server for programs that are not tests (the
+// benchmark harness). Unlike the tests' shared server it is durable:
+// fsync and synchronous commit stay on, as in production.
+type Server struct{ s *server }
+
+// Start runs a new durable server on a free loopback port. The caller must
+// Stop it; if the program dies first, the kernel stops the server with it.
+func Start() (*Server, error) {
+	s, err := start(true)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{s: s}, nil
+}
+
+// CreateDatabase creates an empty database and returns its DSN.
+func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
+	if err := s.s.exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+s.s.createOptions); err != nil {
+		return "", err
+	}
+	return s.s.dsn(name), nil
+}
+
+// Stop shuts the server down and removes its cluster.
+func (s *Server) Stop() error { return s.s.stop() }
+
 // start creates a cluster in a new temporary directory and runs a server
-// on it until stop.
-func start() (_ *server, err error) {
+// on it until stop. A durable server keeps fsync and synchronous commit
+// on; the tests' server turns them off for speed.
+func start(durable bool) (_ *server, err error) {
 	bin, err := Binaries()
 	if err != nil {
 		return nil, err
@@ -219,9 +246,12 @@ func start() (_ *server, err error) {
 	}
 	defer logf.Close()
 	s := &server{dir: dir, port: port, done: make(chan struct{})}
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200", "-c", "dynamic_shared_memory_type=mmap")
+	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "dynamic_shared_memory_type=mmap"}
+	if !durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	// The kernel sends the parent-death signal when the thread that
 	// started the process exits: one locked thread starts and waits for
