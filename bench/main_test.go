@@ -39,10 +39,13 @@ func TestQuickB8(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK || !rep.Quick || len(rep.Rows) != 4 {
+	if !rep.OK || !rep.Quick || len(rep.Rows) != 5 {
 		t.Fatalf("report ok=%v quick=%v with %d rows: %s", rep.OK, rep.Quick, len(rep.Rows), b)
 	}
 	for _, r := range rep.Rows {
+		if r.N == 0 && strings.Contains(r.Notes, "not measured") && os.Getenv("CI") != "true" {
+			continue // the PostgreSQL row, where PostgreSQL is not installed
+		}
 		if r.Scenario != "B8" || r.N == 0 || r.P50 <= 0 || r.Verdict == verdictFail {
 			t.Errorf("row %+v", r)
 		}
