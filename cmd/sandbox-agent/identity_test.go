@@ -17,10 +17,10 @@ import (
 
 // TestServeAsSandboxUser builds the agent (without -race, which links the
 // race runtime, under which AllThreadsSyscall is unsupported) and runs it as
-// root with --uid/--gid and --reaper, as in a sandbox: hello
+// root with --uid/--gid, as in a sandbox: hello
 // reports the sandbox user, files written by file operations and by
 // commands belong to it, permission checks are its, commands have no
-// supplementary groups, and a timed-out command's setsid'd descendants
+// supplementary group but their tag, and a timed-out command's setsid'd descendants
 // die. It needs root (CI containers run tests as root).
 func TestServeAsSandboxUser(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -57,7 +57,7 @@ func TestServeAsSandboxUser(t *testing.T) {
 		t.Fatalf("build the agent: %v\n%s", err, b)
 	}
 	cmd := exec.Command(bin, "serve", "--root", root, "--workspace", ws,
-		"--uid", "1000", "--gid", "1000", "--reaper", bin, "--log-level", "warn")
+		"--uid", "1000", "--gid", "1000", "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -118,7 +118,8 @@ func TestServeAsSandboxUser(t *testing.T) {
 	if err := call(agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: "id -u; id -G; echo x > cmd.txt; grep CapEff /proc/self/status"}}, &res); err != nil {
 		t.Fatalf("execute: %v", err)
 	}
-	if !strings.HasPrefix(res.Output, "1000\n1000\n") || !strings.Contains(res.Output, "0000000000000000") {
+	// The only supplementary group is the command's tag (≥ 1<<30).
+	if !strings.HasPrefix(res.Output, "1000\n1000 1073") || !strings.Contains(res.Output, "0000000000000000") {
 		t.Fatalf("execute identity: %q", res.Output)
 	}
 	if got := owner(filepath.Join(ws, "cmd.txt")); got != user {

@@ -22,8 +22,7 @@ import (
 )
 
 const usage = `usage:
-  sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--reaper PATH] [--log-level LEVEL]
-  sandbox-agent reap [--uid U --gid G] [--grace DURATION] -- PROG ARGS...
+  sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
   sandbox-agent --version
 `
@@ -44,8 +43,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	case "init":
 		return runInit()
-	case agent.ReapCommand:
-		return agent.Reap(args[1:], stderr)
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
@@ -76,7 +73,6 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	fs.Var(&writable, "writable", "writable directories (virtual paths, comma-separated) named when a write hits a read-only file system; default: the workspace, and /tmp when --root is /")
 	uid := fs.Int("uid", -1, "the sandbox user's uid: when the agent runs as root, commands run as it and file operations use it as fsuid (give --gid too)")
 	gid := fs.Int("gid", -1, "the sandbox user's gid (see --uid)")
-	reaper := fs.String("reaper", "", "path of a sandbox-agent binary to run every execute under (`reap`), so all its descendants die on timeout or cancel; empty runs the shell directly")
 	level := zapcore.InfoLevel
 	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -116,7 +112,6 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		Version:   version.Version,
 		Logger:    lg,
 		User:      user,
-		Reaper:    *reaper,
 	})
 }
 

@@ -15,9 +15,9 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
 
-// agentPID is a shell snippet that sets A to the agent's pid: the command's
-// shell runs under its reaper, whose parent is the agent.
-const agentPID = `A=$(cut -d' ' -f4 /proc/$PPID/stat); `
+// agentPID is a shell snippet that sets A to the agent's pid: the
+// command's shell is the agent's child.
+const agentPID = `A=$PPID; `
 
 // TestBoxCannotReachTheAgent runs box code that attacks the in-box agent
 // and PID 1; every attack fails with EPERM or EACCES, and the sandbox keeps
@@ -31,11 +31,11 @@ func TestBoxCannotReachTheAgent(t *testing.T) {
 		cmd  string
 		want string // substring of the output
 	}{
-		{"commands run as the sandbox user with no groups", "id -u; id -g; id -G", "1000\n1000\n1000\n"},
+		{"commands run as the sandbox user with their tag as the only other group", "id -u; id -g; id -G | wc -w; id -G | cut -d' ' -f2", "1000\n1000\n2\n10737"},
 		{"the agent is root, not the sandbox user", agentPID + "stat -c %u /proc/$A", "0\n"},
 		{"stop the agent", agentPID + "kill -STOP $A 2>&1; echo status $?", "status 1"},
 		{"kill PID 1", "kill -9 1 2>&1; echo status $?", "status 1"},
-		{"kill the reaper", "kill -9 $PPID 2>&1; echo status $?", "status 1"},
+		{"kill the agent", agentPID + "kill -9 $A 2>&1; echo status $?", "status 1"},
 		{"write into the agent's channel", agentPID + "echo '{\"id\":1,\"done\":true}' > /proc/$A/fd/1 2>&1; echo status $?", "status 1"},
 		{"read the agent's environment", agentPID + "cat /proc/$A/environ 2>&1 >/dev/null; echo status $?", "status 1"},
 		{"list the agent's fds", agentPID + "ls /proc/$A/fd 2>&1 >/dev/null; echo status $?", "status 1"},
@@ -107,8 +107,8 @@ func TestTimeoutKillsEveryDescendant(t *testing.T) {
 	if !r.TimedOut {
 		t.Fatalf("not timed out: %+v", r)
 	}
-	// The reaper kills the subtree after backend.KillGrace; poll, with a
-	// hang guard only.
+	// The agent kills every process carrying the command's tag after
+	// backend.KillGrace; poll, with a hang guard only.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		r := exec(t, m, info.ID, "ps -o args | grep -c '[s]leep 100'", 60)

@@ -884,7 +884,7 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 		AttachStderr: true,
 		WorkingDir:   t.WorkingDir,
 		Cmd: []string{AgentPath, "serve", "--root", root, "--workspace", t.WorkingDir,
-			"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid), "--reaper", AgentPath},
+			"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid)},
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)

@@ -70,8 +70,6 @@ func newEnvB(t testing.TB) *env {
 	e.cfg = sandbox.Config{
 		Worker: e.worker,
 		Agent:  sandboxtest.Agent(t),
-		// Pids: each running command costs about 6 tasks on top of its own
-		// processes (its reaper's Go runtime threads).
 		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 128 << 20, Pids: 128, CPUs: 0.5, TTL: time.Hour},
 		ExtraLabels: sandboxtest.Labels(testRun),
 	}

@@ -66,7 +66,11 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		closeOffload(s.root, off, p, false)
 		return backend.ExecuteResult{}, backend.Errorf(backend.CodeInternal, "", "execute: create the output pipe: %v", err)
 	}
-	cmd := s.command(p, pw)
+	var tag uint32
+	if s.as != nil {
+		tag = s.newTag()
+	}
+	cmd := s.command(p, pw, tag)
 	err = cmd.Start()
 	pw.Close() // the children hold it now
 	if err != nil {
@@ -106,10 +110,6 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	kill, await := s.killGroup, func() { <-waited }
-	if s.cfg.Reaper != "" {
-		kill, await = s.killReaper, func() { s.awaitReaper(pgid, waited, lg) }
-	}
 	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
 	var timedOut, cancelled bool
@@ -117,12 +117,12 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	case <-waited:
 	case <-timer.C:
 		timedOut = true
-		kill(pgid, lg)
-		await()
+		s.end(pgid, tag, lg)
+		<-waited
 	case <-ctx.Done():
 		cancelled = true
-		kill(pgid, lg)
-		await()
+		s.end(pgid, tag, lg)
+		<-waited
 	}
 
 	// The shell is gone; background children may still hold the pipe open,
@@ -163,11 +163,11 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	return res, nil
 }
 
-// command is the process of one execute: the shell, run directly in its
-// own process group or under a per-command reaper (Config.Reaper), as the
-// sandbox user when the agent has one. Stdin is /dev/null; stdout and
-// stderr share out, so the interleaving is the true order.
-func (s *server) command(p plan, out *os.File) *exec.Cmd {
+// command is the process of one execute: the shell in its own process
+// group, as the sandbox user carrying tag when the agent has a user (tag
+// is then non-zero). Stdin is /dev/null; stdout and stderr share out, so
+// the interleaving is the true order.
+func (s *server) command(p plan, out *os.File, tag uint32) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path:        Shell,
 		Args:        []string{"sh", "-c", p.command},
@@ -177,54 +177,24 @@ func (s *server) command(p plan, out *os.File) *exec.Cmd {
 		Stderr:      out,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	if s.cfg.Reaper != "" {
-		// The reaper stays root (out of the command's reach) and drops to
-		// the sandbox user for the shell. Its cwd is set by the agent's
-		// child, whose fsuid is already the sandbox user's.
-		args := []string{s.cfg.Reaper, ReapCommand}
-		if s.as != nil {
-			args = append(args, "--uid", strconv.FormatUint(uint64(s.as.UID), 10), "--gid", strconv.FormatUint(uint64(s.as.GID), 10))
-		}
-		cmd.Path = s.cfg.Reaper
-		cmd.Args = append(args, "--grace", backend.KillGrace.String(), "--", Shell, "-c", p.command)
-		return cmd
-	}
 	if s.as != nil {
-		cmd.SysProcAttr.Credential = s.as.credential()
+		cmd.SysProcAttr.Credential = s.as.credential(tag)
 	}
 	return cmd
 }
 
-// killReaper asks the command's reaper to end it: SIGTERM to the shell's
-// group, the whole subtree killed after backend.KillGrace (the reaper
-// escalates by itself). The agent never SIGKILLs a reaper, which would
-// orphan the subtree to PID 1; see awaitReaper for shutdown.
-func (s *server) killReaper(pid int, lg *zap.Logger) {
-	if err := syscall.Kill(pid, ReapTerm); err != nil && !errors.Is(err, syscall.ESRCH) {
-		lg.Warn("SIGTERM reaper", zap.Error(err))
-	}
-}
-
-// awaitReaper waits for a signalled reaper to exit; when Serve shuts down
-// first it tells the reaper to kill the subtree at once. The reaper is not
-// yet waited for, so its pid cannot have been reused.
-func (s *server) awaitReaper(pid int, waited <-chan error, lg *zap.Logger) {
-	select {
-	case <-waited:
-	case <-s.shutdown:
-		if err := syscall.Kill(pid, ReapKill); err != nil && !errors.Is(err, syscall.ESRCH) {
-			lg.Warn("kill reaper subtree", zap.Error(err))
-		}
-		<-waited
-	}
-}
-
-// killGroup sends SIGTERM to the process group now and SIGKILL after
-// backend.KillGrace, or at once when Serve shuts down. The escalation
-// outlives the request if need be, but never Serve.
-func (s *server) killGroup(pgid int, lg *zap.Logger) {
+// end ends a command: SIGTERM to its process group and to every process
+// carrying its tag now, and SIGKILL to all of them after
+// backend.KillGrace, or at once when Serve shuts down. The tag reaches
+// descendants that left the group (setsid, double forks); without a tag
+// (no sandbox user) only the group is reached. The escalation outlives the
+// request if need be, but never Serve.
+func (s *server) end(pgid int, tag uint32, lg *zap.Logger) {
 	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		lg.Warn("SIGTERM process group", zap.Error(err))
+	}
+	if tag != 0 {
+		signalTagged(tag, syscall.SIGTERM)
 	}
 	s.wg.Add(1) // the calling request holds a count
 	go func() {
@@ -237,6 +207,9 @@ func (s *server) killGroup(pgid int, lg *zap.Logger) {
 		}
 		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			lg.Warn("SIGKILL process group", zap.Error(err))
+		}
+		if tag != 0 && !killTagged(tag) {
+			lg.Warn("processes of a command survived SIGKILL", zap.Uint32("tag", tag))
 		}
 	}()
 }

@@ -59,15 +59,10 @@ type Config struct {
 	// (in a sandbox: container root with only SETUID, SETGID and KILL), the
 	// agent marks itself non-dumpable, does every file operation with
 	// fsuid/fsgid = User and runs every command as User with no
-	// supplementary groups. When the agent is not root, or User is nil,
+	// supplementary group but the command's tag (see tagBase), by which
+	// all its descendants are found and ended on timeout or cancel. When the agent is not root, or User is nil,
 	// files and commands simply use the agent's own identity.
 	User *User
-	// Reaper, when set, is the path of a sandbox-agent binary that execute
-	// runs each shell under (`Reaper reap ... -- sh -c CMD`), so that
-	// every descendant of a command dies on timeout or cancel, even one
-	// that left the process group. Empty runs the shell directly and kills
-	// only its process group.
-	Reaper string
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +112,7 @@ type server struct {
 	uploads   map[string]*fileops.TempFile  // open uploads by handle
 	downloads map[string]*fileops.DownloadFile
 	nextID    uint64 // last handle number
+	lastTag   uint32 // last command tag issued (see tagBase)
 }
 
 // Streamer is the streaming part of a file engine, which uploads and
