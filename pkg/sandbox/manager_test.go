@@ -68,8 +68,8 @@ func newEnvB(t testing.TB) *env {
 	_, _ = rand.Read(b)
 	e := &env{cli: cli, image: sandboxtest.Image(t, cli), worker: "t" + hex.EncodeToString(b)}
 	e.cfg = sandbox.Config{
-		Worker: e.worker,
-		Agent:  sandboxtest.Agent(t),
+		Worker:      e.worker,
+		Agent:       sandboxtest.Agent(t),
 		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 128 << 20, Pids: 128, CPUs: 0.5, TTL: time.Hour},
 		ExtraLabels: sandboxtest.Labels(testRun),
 	}
