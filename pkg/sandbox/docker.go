@@ -24,6 +24,7 @@ type DockerAPI interface {
 	VolumeList(ctx context.Context, opts client.VolumeListOptions) (client.VolumeListResult, error)
 	VolumeRemove(ctx context.Context, id string, opts client.VolumeRemoveOptions) (client.VolumeRemoveResult, error)
 	Info(ctx context.Context, opts client.InfoOptions) (client.SystemInfoResult, error)
+	DiskUsage(ctx context.Context, opts client.DiskUsageOptions) (client.DiskUsageResult, error)
 }
 
 var _ DockerAPI = (*client.Client)(nil)

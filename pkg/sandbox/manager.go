@@ -81,6 +81,10 @@ type Config struct {
 	MaxMemoryBytes int64
 	// ReapInterval is how often expired sandboxes are removed (default 10 s).
 	ReapInterval time.Duration
+	// DiskCheckInterval is how often the disk watchdog (CheckDisk) runs
+	// (default DefaultDiskCheckInterval); it runs on reaper rounds, so at
+	// most as often as ReapInterval.
+	DiskCheckInterval time.Duration
 	// ExtraLabels are added to every container and volume (tests use them
 	// to find leftovers).
 	ExtraLabels map[string]string
@@ -117,15 +121,16 @@ type Manager struct {
 	bg     sync.WaitGroup
 	limits limits // the policy resolved against the host
 
-	mu        sync.Mutex
-	sandboxes map[string]*sandbox
-	reserved  int64 // memory of live and in-creation sandboxes
-	creating  int
-	failed    int             // failed sandboxes whose quota is released but whose record stays
-	pending   map[string]bool // ids of creates in progress (their volumes are not orphans)
-	collected time.Time       // last collector round
-	closed    bool
-	expiry    *expiryStore
+	mu          sync.Mutex
+	sandboxes   map[string]*sandbox
+	reserved    int64 // memory of live and in-creation sandboxes
+	creating    int
+	failed      int             // failed sandboxes whose quota is released but whose record stays
+	pending     map[string]bool // ids of creates in progress (their volumes are not orphans)
+	collected   time.Time       // last collector round
+	diskChecked time.Time       // last disk watchdog round
+	closed      bool
+	expiry      *expiryStore
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -179,6 +184,9 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
+	}
+	if cfg.DiskCheckInterval <= 0 {
+		cfg.DiskCheckInterval = DefaultDiskCheckInterval
 	}
 	if cfg.ChannelMemoryBytes <= 0 {
 		cfg.ChannelMemoryBytes = DefaultChannelMemoryBytes
@@ -1029,6 +1037,10 @@ func (m *Manager) reapLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 			m.Reap(ctx)
+			if m.now().Sub(m.diskChecked) >= m.cfg.DiskCheckInterval {
+				m.CheckDisk(ctx)
+				m.diskChecked = m.now()
+			}
 			if m.now().Sub(m.collected) >= collectInterval {
 				m.Collect(ctx)
 				m.collected = m.now()

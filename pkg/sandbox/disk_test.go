@@ -1,0 +1,55 @@
+package sandbox_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/plumbhq/plumb/pkg/sandbox"
+)
+
+// TestDiskWatchdog: a sandbox whose workspace grows past its disk_bytes is
+// failed by the watchdog (with a reason naming the limit) and its
+// container killed; a sandbox under its limit and a neighbour without one
+// keep serving.
+func TestDiskWatchdog(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	ctx := context.Background()
+	const limit = 1 << 20
+	hog := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: limit}})
+	small := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: limit}})
+	neighbour := e.create(t, m, sandbox.CreateSpec{})
+
+	if r := exec(t, m, hog.ID, "head -c 3000000 /dev/zero > big && sync", 120); exitCode(r) != 0 {
+		t.Fatalf("write 3 MB: %q exit %d", r.Output, exitCode(r))
+	}
+	if r := exec(t, m, small.ID, "head -c 100000 /dev/zero > small", 120); exitCode(r) != 0 {
+		t.Fatalf("write 100 kB: %q exit %d", r.Output, exitCode(r))
+	}
+	if r := exec(t, m, neighbour.ID, "head -c 3000000 /dev/zero > big", 120); exitCode(r) != 0 {
+		t.Fatalf("neighbour write: %q exit %d", r.Output, exitCode(r))
+	}
+
+	if got := m.CheckDisk(ctx); !slices.Equal(got, []string{hog.ID}) {
+		t.Fatalf("failed %v, want [%s]", got, hog.ID)
+	}
+	info, err := m.Get(ctx, hog.ID)
+	if err != nil || info.State != sandbox.StateFailed || !strings.Contains(info.FailureReason, "disk_bytes") {
+		t.Fatalf("over-quota sandbox: %+v, %v", info, err)
+	}
+	if f, err := m.Files(hog.ID); err == nil {
+		if _, err := f.Ls(ctx, "/workspace"); err == nil {
+			t.Fatal("the failed sandbox still serves")
+		}
+	}
+	for _, id := range []string{small.ID, neighbour.ID} {
+		if r := exec(t, m, id, "echo alive", 120); r.Output != "alive\n" {
+			t.Fatalf("%s after the watchdog: %q", id, r.Output)
+		}
+	}
+	if got := m.CheckDisk(ctx); len(got) != 0 {
+		t.Fatalf("second round failed %v, want none", got)
+	}
+}
