@@ -132,9 +132,10 @@ func TestReadoptionKeepsExpiry(t *testing.T) {
 }
 
 // TestCollectorRemovesOrphans: the collector (run by the reaper loop)
-// removes this worker's workspace volumes that no sandbox uses and derive
-// containers older than their grace, and keeps live sandboxes' volumes,
-// fresh derive containers and what other workers own.
+// removes this worker's workspace volumes that no sandbox uses, derive
+// containers older than their grace and superseded derived images (built
+// for another agent), and keeps live sandboxes' volumes and images, fresh
+// derive containers and images, and what other workers own.
 func TestCollectorRemovesOrphans(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
@@ -147,10 +148,12 @@ func TestCollectorRemovesOrphans(t *testing.T) {
 	orphan := "plumb-ws-sbx-" + e.worker + "-orphan"
 	notMine := "plumb-ws-sbx-" + e.worker + "x-other"
 	derive := "plumb-test-derive-" + e.worker
+	stale := sandbox.DerivedRepository + ":test-" + e.worker
 	t.Cleanup(func() { // even when the test fails
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, _ = e.cli.ContainerRemove(ctx, derive, client.ContainerRemoveOptions{Force: true})
+		_, _ = e.cli.ImageRemove(ctx, stale, client.ImageRemoveOptions{Force: true})
 		for _, v := range []string{orphan, notMine} {
 			_, _ = e.cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true})
 		}
@@ -167,8 +170,25 @@ func TestCollectorRemovesOrphans(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// A derived image of another agent binary: superseded.
+	if _, err := e.cli.ContainerCommit(ctx, derive, client.ContainerCommitOptions{Reference: stale, Changes: []string{
+		"LABEL " + sandbox.LabelDerivedFrom + "=" + e.image + " " + sandbox.LabelDerivedAgent + "=another-agent",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	imageExists := func(ref string) bool {
+		_, err := e.cli.ImageInspect(ctx, ref)
+		return err == nil
+	}
+	liveImage, err := e.cli.ContainerInspect(ctx, live.ContainerID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	m.Collect(ctx)
+	if !imageExists(stale) {
+		t.Fatal("a fresh superseded image was collected before its grace")
+	}
 	exists := func(name string) bool {
 		_, err := e.cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
 		return err == nil
@@ -183,6 +203,9 @@ func TestCollectorRemovesOrphans(t *testing.T) {
 	m.Collect(ctx)
 	if _, err := e.cli.ContainerInspect(ctx, derive, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("old derive container after collect: %v, want removed", err)
+	}
+	if imageExists(stale) || !imageExists(liveImage.Container.Image) {
+		t.Fatalf("images after collect: superseded %v (want gone), the live sandbox's %v (want kept)", imageExists(stale), imageExists(liveImage.Container.Image))
 	}
 	if r := exec(t, m, live.ID, "echo ok", 30); r.Output != "ok\n" {
 		t.Fatalf("live sandbox after collect: %q", r.Output)

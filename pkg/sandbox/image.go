@@ -24,6 +24,15 @@ const DerivedRepository = "plumb-sandbox-derived"
 // LabelDerivedFrom marks a derived image with its base image reference.
 const LabelDerivedFrom = "plumb.derived-from"
 
+// Labels of a derived image: the base image's ID when derived and the
+// sha256 of the agent binary it carries. The collector removes derived
+// images whose agent is not the worker's or whose base reference has
+// moved to another image (see Manager.Collect).
+const (
+	LabelDerivedBaseID = "plumb.derived-base-id"
+	LabelDerivedAgent  = "plumb.derived-agent"
+)
+
 // images derives, once per (base image, agent binary, user, working dir),
 // an image that holds the sandbox agent under /.plumb and a working dir
 // owned by the sandbox user. Baking the agent in (instead of copying it into
@@ -102,7 +111,9 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 	if _, err := im.api.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{
 		Reference: ref,
 		Comment:   "plumb sandbox image derived from " + base,
-		Changes:   []string{"LABEL " + LabelDerivedFrom + "=" + strconv.Quote(base)},
+		Changes: []string{"LABEL " + LabelDerivedFrom + "=" + strconv.Quote(base) +
+			" " + LabelDerivedBaseID + "=" + strconv.Quote(info.ID) +
+			" " + LabelDerivedAgent + "=" + strconv.Quote(im.agentSum)},
 	}); err != nil {
 		return "", fmt.Errorf("derive image from %s: commit: %w", base, err)
 	}
@@ -174,4 +185,48 @@ func parseUser(user string) (int, int, error) {
 		return 0, 0, errorf(CodeInvalid, "sandbox user %q: uid and gid must not be 0 (root); use an unprivileged uid:gid such as 1000:1000", user)
 	}
 	return uid, gid, nil
+}
+
+// collect removes derived images that are superseded: built for another
+// agent binary, or from a base reference that now names another image.
+// Images a container still uses are kept (the engine refuses to remove
+// them), and so are images younger than grace, which a create may be
+// about to use. It returns the references it removed.
+func (im *images) collect(ctx context.Context, now time.Time, grace time.Duration) ([]string, error) {
+	list, err := im.api.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("label", LabelDerivedFrom)})
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, img := range list.Items {
+		if now.Sub(time.Unix(img.Created, 0)) < grace || !im.superseded(ctx, img.Labels) {
+			continue
+		}
+		_, err := im.api.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{})
+		switch {
+		case err == nil:
+			removed = append(removed, img.RepoTags...)
+		case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+			// Gone already, or a container uses it.
+		default:
+			return removed, fmt.Errorf("remove derived image %s: %w", img.ID, err)
+		}
+	}
+	return removed, nil
+}
+
+// superseded reports whether a derived image with these labels is no
+// longer what derive would build.
+func (im *images) superseded(ctx context.Context, labels map[string]string) bool {
+	if labels[LabelDerivedAgent] != im.agentSum {
+		return true
+	}
+	base, err := im.api.ImageInspect(ctx, labels[LabelDerivedFrom])
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	}
+	return base.ID != labels[LabelDerivedBaseID]
 }

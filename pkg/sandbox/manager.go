@@ -1057,15 +1057,23 @@ const collectInterval = time.Minute
 const deriveGrace = 10 * time.Minute
 
 // Collect removes what no sandbox uses any more: this worker's workspace
-// volumes of no live or in-creation sandbox, and derive containers (the
+// volumes of no live or in-creation sandbox, derive containers (the
 // never-started containers images are committed from) older than
-// deriveGrace, left by a worker that died mid-derive. The reaper loop
+// deriveGrace, left by a worker that died mid-derive, and superseded
+// derived images that no container uses (see images.collect). The reaper loop
 // runs it every collectInterval; errors only reach the log.
 func (m *Manager) Collect(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, engineTimeout)
 	defer cancel()
 	if err := m.sweepVolumes(ctx); err != nil {
 		m.lg.Warn("collect orphan volumes", zap.Error(err))
+	}
+	removed, err := m.images.collect(ctx, m.now(), deriveGrace)
+	if len(removed) > 0 {
+		m.lg.Info("removed superseded derived images", zap.Strings("images", removed))
+	}
+	if err != nil {
+		m.lg.Warn("collect derived images", zap.Error(err))
 	}
 	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
