@@ -192,7 +192,7 @@ func TestServe(t *testing.T) {
 		data []byte
 	}{{agentproto.ChunkBytes, data[agentproto.ChunkBytes:]}, {0, data[:agentproto.ChunkBytes]}}
 	for i, part := range parts {
-		if r := call(uint64(7+i), agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: uh.Handle, Offset: part.off, Data: part.data}); r.Error != nil {
+		if r := call(uint64(7+i), agentproto.OpUploadChunk, chunk{agentproto.UploadChunkArgs{Handle: uh.Handle, Offset: part.off}, part.data}); r.Error != nil {
 			t.Fatalf("upload_chunk: %+v", r)
 		}
 	}
@@ -209,11 +209,11 @@ func TestServe(t *testing.T) {
 	var got []byte
 	for id, off := uint64(11), int64(0); off < dh.Size; id++ {
 		n := int(min(dh.Size-off, agentproto.ChunkBytes))
-		var d agentproto.DownloadData
-		if r := call(id, agentproto.OpDownloadRead, agentproto.DownloadReadArgs{Handle: dh.Handle, Offset: off, Length: n}); r.Error != nil || json.Unmarshal(r.Result, &d) != nil {
+		r := call(id, agentproto.OpDownloadRead, agentproto.DownloadReadArgs{Handle: dh.Handle, Offset: off, Length: n})
+		if r.Error != nil || len(r.Data) != n {
 			t.Fatalf("download_read: %+v", r)
 		}
-		got = append(got, d.Data...)
+		got = append(got, r.Data...)
 		off += int64(n)
 	}
 	if r := call(20, agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: dh.Handle}); r.Error != nil {
@@ -260,10 +260,20 @@ func TestVirtualUnder(t *testing.T) {
 
 // roundTrip sends one request to an agent and returns its final response,
 // skipping events and other requests' frames.
+// chunk is a request's arguments with a binary payload.
+type chunk struct {
+	args any
+	data []byte
+}
+
 func roundTrip(t *testing.T, enc *agentproto.Writer, frames *agentproto.Reader, id uint64, op agentproto.Op, args any) agentproto.Response {
 	t.Helper()
+	var payload []byte
+	if c, ok := args.(chunk); ok {
+		args, payload = c.args, c.data
+	}
 	raw, _ := json.Marshal(args)
-	if err := enc.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
+	if err := enc.Write(agentproto.Request{ID: id, Op: op, Args: raw, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -274,6 +284,11 @@ func roundTrip(t *testing.T, enc *agentproto.Writer, frames *agentproto.Reader, 
 		resp, err := agentproto.DecodeResponse(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if resp.Bin > 0 {
+			if resp.Data, err = frames.ReadPayload(resp.Bin); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if resp.ID == id && resp.Done {
 			return resp

@@ -312,7 +312,7 @@ func (ch *channel) readLoop(src io.Reader) {
 			if !tb.take(time.Now()) {
 				err = violationf("more than %.0f frames a second", ch.opts.rate)
 			} else {
-				err = ch.handle(frame)
+				err = ch.handle(r, frame)
 			}
 		}
 		ch.opts.budget.release(charged)
@@ -330,12 +330,14 @@ func (ch *channel) readLoop(src io.Reader) {
 	}
 }
 
-// handle checks one frame against the rules and queues it for its call.
-func (ch *channel) handle(frame []byte) error {
+// handle checks one frame against the rules, reads its binary payload and
+// queues it for its call.
+func (ch *channel) handle(r *agentproto.Reader, frame []byte) error {
 	resp, err := agentproto.DecodeResponse(frame)
 	if err != nil {
 		return violationf("%v", err)
 	}
+	size := len(frame) + resp.Bin
 	ch.mu.Lock()
 	c := ch.pending[resp.ID]
 	if c == nil {
@@ -348,7 +350,11 @@ func (ch *channel) handle(frame []byte) error {
 		ch.mu.Unlock()
 		switch {
 		case cancelled:
-			return checkFrame(resp, lim, len(frame)) // then dropped
+			if err := checkFrame(resp, lim, size); err != nil {
+				return err
+			}
+			_, err := ch.payload(r, resp.Bin) // then dropped
+			return err
 		case issued:
 			return violationf("a response for request %d, which has already finished", resp.ID)
 		default:
@@ -359,7 +365,10 @@ func (ch *channel) handle(frame []byte) error {
 		delete(ch.pending, resp.ID)
 	}
 	ch.mu.Unlock()
-	if err := checkFrame(resp, c.lim, len(frame)); err != nil {
+	if err := checkFrame(resp, c.lim, size); err != nil {
+		return err
+	}
+	if resp.Data, err = ch.payload(r, resp.Bin); err != nil {
 		return err
 	}
 	lagged, noBudget := c.push(resp, ch.maxLag, ch.opts.budget)
@@ -371,6 +380,19 @@ func (ch *channel) handle(frame []byte) error {
 		ch.cancel(resp.ID, c.lim)
 	}
 	return nil
+}
+
+// payload reads a frame's n-byte binary payload (already checked against
+// its op's budget), charging the worker's memory budget while it is read.
+func (ch *channel) payload(r *agentproto.Reader, n int) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if !ch.opts.budget.acquire(n) {
+		return nil, violationf("the worker's channel memory budget (%d bytes) is exhausted", ch.opts.budget.max)
+	}
+	defer ch.opts.budget.release(n)
+	return r.ReadPayload(n)
 }
 
 // checkFrame applies an op's limits to one of its responses.
@@ -469,16 +491,25 @@ func executeTimeout(req backend.ExecuteRequest) time.Duration {
 	}
 }
 
-// call sends one request and waits for its final response. Stream events
-// go to onEvent in order (nil drops them); an error from onEvent cancels the
-// request, and so does onEvent falling more than maxLag bytes behind the
-// agent (a *Error with CodeSlowConsumer). A request not answered within
-// its op's wait is cancelled and fails with *overdueError. Operation
-// failures come back as *backend.Error.
+// call sends one request and waits for its final response's result; see
+// exchange.
 func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent func(agentproto.Response) error) (json.RawMessage, error) {
+	final, err := ch.exchange(ctx, op, args, nil, onEvent)
+	return final.Result, err
+}
+
+// exchange sends one request, with payload as its binary payload, and
+// waits for its final response. Stream events go to onEvent in order (nil
+// drops them); an error from onEvent cancels the request, and so does
+// onEvent falling more than maxLag bytes behind the agent (a *Error with
+// CodeSlowConsumer). A request not answered within its op's wait is
+// cancelled and fails with *overdueError. Operation failures come back as
+// *backend.Error.
+func (ch *channel) exchange(ctx context.Context, op agentproto.Op, args any, payload []byte, onEvent func(agentproto.Response) error) (agentproto.Response, error) {
+	var none agentproto.Response
 	raw, err := json.Marshal(args)
 	if err != nil {
-		return nil, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
+		return none, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
 	}
 	lim := limitsFor(op, args)
 	if ch.opts.maxWait > 0 {
@@ -489,7 +520,7 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 	ch.mu.Lock()
 	if ch.err != nil {
 		ch.mu.Unlock()
-		return nil, ch.unavailable()
+		return none, ch.unavailable()
 	}
 	ch.nextID++
 	id := ch.nextID
@@ -502,21 +533,21 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 		defer t.Stop()
 		overdue = t.C
 	}
-	if err := ch.w.WriteContext(ctx, agentproto.Request{ID: id, Op: op, Args: raw}, ch.opts.writeTimeout); err != nil {
+	if err := ch.w.WriteContext(ctx, agentproto.Request{ID: id, Op: op, Args: raw, Payload: payload}, ch.opts.writeTimeout); err != nil {
 		switch {
 		case errors.Is(err, agentproto.ErrFrameTooLarge):
 			ch.forget(id)
-			return nil, backend.Errorf(backend.CodeTooLarge, "", "%s request exceeds the %d-byte agent frame limit", op, agentproto.MaxFrameBytes)
+			return none, backend.Errorf(backend.CodeTooLarge, "", "%s request exceeds the %d-byte agent frame limit", op, agentproto.MaxFrameBytes)
 		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			// Nothing was written: the caller gave up waiting for the writer.
 			ch.forget(id)
-			return nil, backend.FromOS(string(op), "", err)
+			return none, backend.FromOS(string(op), "", err)
 		case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
 			ch.reset(violationf("the agent did not take a %s request within its write deadline", op))
 		default:
 			ch.reset(fmt.Errorf("write request: %w", err))
 		}
-		return nil, ch.unavailable()
+		return none, ch.unavailable()
 	}
 	for {
 		ev, ok, final, lagged := c.next(ch.opts.budget)
@@ -525,33 +556,33 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 			if onEvent != nil {
 				if err := onEvent(ev); err != nil {
 					ch.cancel(id, lim)
-					return nil, err
+					return none, err
 				}
 			}
 			continue
 		case lagged:
 			// The read loop has dropped the request and cancelled it.
-			return nil, errorf(CodeSlowConsumer, "%s was cancelled: its stream was not read fast enough (more than %d bytes waiting); read the stream as it arrives", op, ch.maxLag)
+			return none, errorf(CodeSlowConsumer, "%s was cancelled: its stream was not read fast enough (more than %d bytes waiting); read the stream as it arrives", op, ch.maxLag)
 		case final != nil:
 			if final.Error != nil {
-				return nil, final.Error
+				return none, final.Error
 			}
-			return final.Result, nil
+			return *final, nil
 		}
 		select {
 		case <-c.wake:
 		case <-ch.done:
-			return nil, ch.unavailable()
+			return none, ch.unavailable()
 		case <-ctx.Done():
 			ch.cancel(id, lim)
-			return nil, backend.FromOS(string(op), "", ctx.Err())
+			return none, backend.FromOS(string(op), "", ctx.Err())
 		case <-overdue:
 			ch.cancel(id, lim)
 			err := &overdueError{op: op, wait: lim.Wait}
 			if ch.opts.onViolation != nil {
 				ch.opts.onViolation(violationf("%v", err))
 			}
-			return nil, err
+			return none, err
 		}
 	}
 }

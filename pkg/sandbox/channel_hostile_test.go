@@ -72,10 +72,10 @@ func TestChannelHostileAgent(t *testing.T) {
 			a.send(t, frame(r2.ID, `"done":true,"result":{"entries":[]}`))
 		}, want: "already finished"},
 		{name: "event for an op without events", play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
-			a.send(t, frame(id, `"event":"output","data":"YQ=="`))
+			a.sendBin(t, id, "output", "a")
 		}, want: `event "output"`},
 		{name: "unknown event kind", op: agentproto.Op("proc_start"), play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
-			a.send(t, frame(id, `"event":"output","data":"YQ=="`))
+			a.sendBin(t, id, "output", "a")
 		}, want: "receives stdout, stderr"},
 		{name: "final over budget, refused before it is buffered", play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			go func() {
@@ -94,7 +94,7 @@ func TestChannelHostileAgent(t *testing.T) {
 		{name: "frame rate", opts: channelOptions{rate: 1, burst: 5}, op: agentproto.Op("proc_start"), play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			go func() {
 				for range 50 {
-					if _, err := io.WriteString(a.out, frame(id, `"event":"stdout","data":"YQ=="`)+"\n"); err != nil {
+					if _, err := io.WriteString(a.out, binFrame(id, "stdout", "a")); err != nil {
 						return
 					}
 				}
@@ -163,7 +163,7 @@ func TestChannelCancelledFramesDropped(t *testing.T) {
 		t.Fatalf("cancelled call: %v", r.err)
 	}
 	c := a.next(t)
-	a.send(t, frame(req.ID, `"event":"output","data":"YQ=="`))
+	a.sendBin(t, req.ID, "output", "a")
 	a.send(t, frame(c.ID, `"done":true,"result":{}`))
 	a.send(t, frame(req.ID, `"done":true,"result":{"output":"a","timed_out":false,"truncated":false,"output_bytes":1,"capture_truncated":false,"duration_ms":1}`))
 	// The channel still serves.
@@ -177,7 +177,7 @@ func TestChannelCancelledFramesDropped(t *testing.T) {
 		t.Fatalf("violations for a cancelled request's frames: %v", got)
 	}
 	// Its final came: another frame for it is a violation.
-	a.send(t, frame(req.ID, `"event":"output","data":"YQ=="`))
+	a.sendBin(t, req.ID, "output", "a")
 	<-ch.done
 	if got := v.list(); len(got) != 1 || !strings.Contains(got[0].Error(), "already finished") {
 		t.Fatalf("violations %v, want already finished", got)
@@ -202,10 +202,10 @@ func TestChannelQueuedEventsShareTheBudget(t *testing.T) {
 	}()
 	req := a.next(t)
 	go func() { _, _ = io.Copy(io.Discard, readerOf(a)) }()
-	ev := frame(req.ID, `"event":"stdout","data":"`+strings.Repeat("QUFB", 2048)+`"`) // 6 KiB each
+	ev := binFrame(req.ID, "stdout", strings.Repeat("A", 6144)) // 6 KiB each
 	go func() {
 		for range 20 {
-			if _, err := io.WriteString(a.out, ev+"\n"); err != nil {
+			if _, err := io.WriteString(a.out, ev); err != nil {
 				return
 			}
 		}
@@ -279,7 +279,7 @@ func TestChannelOverdue(t *testing.T) {
 	ch, a := newPairWith(t, channelOptions{onViolation: v.add, maxWait: 100 * time.Millisecond})
 	pending := goExec(ch, context.Background(), true)
 	req := a.next(t)
-	a.send(t, frame(req.ID, `"event":"output","data":"YQ=="`))
+	a.sendBin(t, req.ID, "output", "a")
 	r := wait(t, pending)
 	var od *overdueError
 	if !errors.As(r.err, &od) {
@@ -340,8 +340,9 @@ func TestRecheckResults(t *testing.T) {
 // return, and the shared budget must come back to zero.
 func FuzzChannel(f *testing.F) {
 	f.Add([]byte(`{"id":1,"done":true,"result":{}}` + "\n"))
-	f.Add([]byte(`{"id":2,"event":"output","data":"YQ=="}` + "\n" + `{"id":2,"done":true,"result":{"output":"a"}}` + "\n"))
-	f.Add([]byte(`{"id":3,"event":"stdout","data":"YQ=="}` + "\n" + `{"id":9,"done":true}` + "\n"))
+	f.Add([]byte(`{"id":2,"event":"output","bin":1}` + "\na" + `{"id":2,"done":true,"result":{"output":"a"}}` + "\n"))
+	f.Add([]byte(`{"id":3,"event":"stdout","bin":2}` + "\nab" + `{"id":9,"done":true}` + "\n"))
+	f.Add([]byte(`{"id":2,"event":"output","bin":99999999}` + "\na"))
 	f.Add([]byte(`{"id":1,"done":true,"error":{"code":"file_not_found","message":"x"}}` + "\n" + `{"id":1,"done":true}` + "\n"))
 	f.Add([]byte("\n\n{}\r\n" + strings.Repeat("x", 70<<10)))
 	f.Fuzz(func(t *testing.T, data []byte) {

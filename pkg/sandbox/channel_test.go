@@ -55,6 +55,20 @@ func (a *fakeAgent) next(t *testing.T) agentproto.Request {
 	return req
 }
 
+// binFrame is a response frame of id with an event of kind carrying payload
+// as its binary payload (no trailing newline: the payload ends the frame).
+func binFrame(id uint64, kind, payload string) string {
+	return `{"id":` + itoa(int(id)) + `,"event":"` + kind + `","bin":` + itoa(len(payload)) + "}\n" + payload
+}
+
+// sendBin writes an event frame with a binary payload.
+func (a *fakeAgent) sendBin(t *testing.T, id uint64, kind, payload string) {
+	t.Helper()
+	if _, err := io.WriteString(a.out, binFrame(id, kind, payload)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (a *fakeAgent) send(t *testing.T, raw string) {
 	t.Helper()
 	if _, err := io.WriteString(a.out, raw+"\n"); err != nil {
@@ -98,8 +112,8 @@ func TestChannelMultiplexesOutOfOrder(t *testing.T) {
 	})
 	r2 := a.next(t)
 	// Answer the second request first, with two stream events.
-	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"event":"output","data":"YQ=="}`)
-	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"event":"output","data":"Yg=="}`)
+	a.sendBin(t, r2.ID, "output", "a")
+	a.sendBin(t, r2.ID, "output", "b")
 	a.send(t, `{"id":`+itoa(int(r2.ID))+`,"done":true,"result":{"size":2}}`)
 	if r := wait(t, second); r.err != nil || string(r.raw) != `{"size":2}` || strings.Join(events, "") != "ab" {
 		t.Fatalf("second = %s, %v, events %v", r.raw, r.err, events)
@@ -185,11 +199,11 @@ func TestChannelSlowConsumerStallsOnlyItself(t *testing.T) {
 		return nil
 	})
 	req := a.next(t)
-	chunk := `{"id":` + itoa(int(req.ID)) + `,"event":"output","data":"` + strings.Repeat("QUFB", 256) + `"}` // 768 bytes
+	chunk := binFrame(req.ID, "output", strings.Repeat("A", 768))
 	// Far more than the bound, and far more than any fixed event buffer.
 	go func() {
 		for range 200 {
-			if _, err := io.WriteString(a.out, chunk+"\n"); err != nil {
+			if _, err := io.WriteString(a.out, chunk); err != nil {
 				return
 			}
 		}

@@ -42,15 +42,22 @@ func (f *Files) Home() string { return f.m.snapshot(f.sb).Settings.Home() }
 
 // invoke runs one agent request and decodes its result into out.
 func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onEvent func(agentproto.Response) error) error {
+	_, err := f.exchange(ctx, op, args, nil, out, onEvent)
+	return err
+}
+
+// exchange is invoke with a binary payload sent with the request and the
+// final response's binary payload returned.
+func (f *Files) exchange(ctx context.Context, op agentproto.Op, args any, payload []byte, out any, onEvent func(agentproto.Response) error) ([]byte, error) {
 	ch, err := f.m.channel(ctx, f.sb)
 	if err != nil {
 		if failed := f.failed(ctx); failed != nil {
-			return failed
+			return nil, failed
 		}
-		return backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
 	}
 	end := f.m.begin(f.sb)
-	raw, err := ch.call(ctx, op, args, onEvent)
+	final, err := ch.exchange(ctx, op, args, payload, onEvent)
 	end()
 	var overdue *overdueError
 	if errors.As(err, &overdue) && op != agentproto.OpExecute {
@@ -60,23 +67,23 @@ func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onE
 		if backend.CodeOf(err) == backend.CodeUnavailable {
 			// The stream broke: find out whether the container is gone.
 			if failed := f.failed(ctx); failed != nil {
-				return failed
+				return nil, failed
 			}
 		}
-		return err
+		return nil, err
 	}
-	if out == nil || len(raw) == 0 {
-		return nil
+	if out == nil || len(final.Result) == 0 {
+		return final.Data, nil
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
+	if err := json.Unmarshal(final.Result, out); err != nil {
 		ch.reset(violationf("a malformed %s result: %v", op, err))
-		return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed %s result; the channel was reset, retry the operation", op)
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed %s result; the channel was reset, retry the operation", op)
 	}
 	if err := recheck(op, args, out); err != nil {
 		ch.reset(err)
-		return backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent an impossible %s result (%v); the channel was reset, retry the operation", op, err)
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent an impossible %s result (%v); the channel was reset, retry the operation", op, err)
 	}
-	return nil
+	return final.Data, nil
 }
 
 // recheck verifies what the agent reports against the caps the agent is
@@ -287,9 +294,10 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 					return backend.Errorf(backend.CodeTooLarge, path, "upload %s: larger than the %d-byte item limit", path, backend.ItemCap).
 						WithDetail("limit", itoa(backend.ItemCap))
 				}
-				args := agentproto.UploadChunkArgs{Handle: h.Handle, Offset: off, Data: c}
+				args := agentproto.UploadChunkArgs{Handle: h.Handle, Offset: off}
 				if err := w.start(func(ctx context.Context) error {
-					return f.invoke(ctx, agentproto.OpUploadChunk, args, nil, nil)
+					_, err := f.exchange(ctx, agentproto.OpUploadChunk, args, c, nil, nil)
+					return err
 				}, nil); err != nil {
 					return err
 				}
@@ -433,17 +441,19 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 	for off := int64(0); off < h.Size && err == nil; {
 		n := int(min(h.Size-off, agentproto.ChunkBytes))
 		args := agentproto.DownloadReadArgs{Handle: h.Handle, Offset: off, Length: n}
-		var d agentproto.DownloadData
+		var data []byte
 		err = w.start(func(ctx context.Context) error {
-			return f.invoke(ctx, agentproto.OpDownloadRead, args, &d, nil)
+			var err error
+			data, err = f.exchange(ctx, agentproto.OpDownloadRead, args, nil, nil, nil)
+			return err
 		}, func() error {
-			if len(d.Data) != n {
-				f.m.violation(f.sb, violationf("download_read result: %d bytes for a read of %d", len(d.Data), n))
-				return backend.Errorf(backend.CodeUnavailable, path, "download %s: the agent sent %d bytes for a read of %d", path, len(d.Data), n)
+			if len(data) != n {
+				f.m.violation(f.sb, violationf("download_read result: %d bytes for a read of %d", len(data), n))
+				return backend.Errorf(backend.CodeUnavailable, path, "download %s: the agent sent %d bytes for a read of %d", path, len(data), n)
 			}
-			data := d.Data
-			d.Data = nil
-			return sink(data)
+			d := data
+			data = nil
+			return sink(d)
 		})
 		off += int64(n)
 	}

@@ -125,6 +125,14 @@ func (c *conn) readLoop(r io.Reader) {
 			return
 		}
 		resp, err := agentproto.DecodeResponse(frame)
+		if err == nil && resp.Bin > 0 {
+			if resp.Data, err = fr.ReadPayload(resp.Bin); err != nil {
+				c.mu.Lock()
+				c.badResp = err
+				c.mu.Unlock()
+				return
+			}
+		}
 		c.mu.Lock()
 		if err != nil && c.badResp == nil {
 			c.badResp = err
@@ -154,6 +162,12 @@ func (c *client) raw(frame []byte) {
 	}
 }
 
+// withPayload sends args with data as the request's binary payload.
+type withPayload struct {
+	args any
+	data []byte
+}
+
 // start sends a request and returns its id and response channel.
 func (c *client) start(op agentproto.Op, args any) (uint64, chan agentproto.Response) {
 	c.t.Helper()
@@ -163,6 +177,9 @@ func (c *client) start(op agentproto.Op, args any) (uint64, chan agentproto.Resp
 	c.mu.Unlock()
 	ch := c.expect(id)
 	req := agentproto.Request{ID: id, Op: op}
+	if p, ok := args.(withPayload); ok {
+		args, req.Payload = p.args, p.data
+	}
 	if args != nil {
 		raw, err := json.Marshal(args)
 		if err != nil {

@@ -107,7 +107,7 @@ func uploadVia(c *client, path string, data []byte) *backend.Error {
 	size := int64(len(data))
 	for off := int64(0); len(data) > 0; {
 		n := min(len(data), agentproto.ChunkBytes)
-		c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Offset: off, Data: data[:n]}, nil)
+		c.ok(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h.Handle, Offset: off}, data[:n]}, nil)
 		data, off = data[n:], off+int64(n)
 	}
 	_, final = c.call(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true, Size: size})
@@ -129,15 +129,14 @@ func downloadVia(c *client, path string) ([]byte, *backend.Error) {
 	got := []byte{}
 	for off := int64(0); off < h.Size; {
 		n := int(min(h.Size-off, agentproto.ChunkBytes))
-		var d agentproto.DownloadData
 		_, final := c.call(agentproto.OpDownloadRead, agentproto.DownloadReadArgs{Handle: h.Handle, Offset: off, Length: n})
 		if final.Error != nil {
 			return got, final.Error
 		}
-		if err := json.Unmarshal(final.Result, &d); err != nil || len(d.Data) != n {
-			c.t.Fatalf("read %d at %d: %d bytes (%v)", n, off, len(d.Data), err)
+		if len(final.Data) != n {
+			c.t.Fatalf("read %d at %d: %d bytes", n, off, len(final.Data))
 		}
-		got = append(got, d.Data...)
+		got = append(got, final.Data...)
 		off += int64(n)
 	}
 	return got, nil
@@ -186,7 +185,7 @@ func TestTransfers(t *testing.T) {
 		var ids []chan agentproto.Response
 		for off := (len(data) - 1) / cs * cs; off >= 0; off -= cs {
 			end := min(off+cs, len(data))
-			_, ch := c.start(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Offset: int64(off), Data: data[off:end]})
+			_, ch := c.start(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h, Offset: int64(off)}, data[off:end]})
 			ids = append(ids, ch)
 		}
 		for _, ch := range ids {
@@ -227,7 +226,7 @@ func TestTransfers(t *testing.T) {
 			}
 			h := open(c, "/keep.txt")
 			for _, ch := range tt.chunks {
-				c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Offset: int64(ch[0]), Data: data[:ch[1]]}, nil)
+				c.ok(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h, Offset: int64(ch[0])}, data[:ch[1]]}, nil)
 			}
 			e := c.fails(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h, Commit: true, Size: tt.size}, backend.CodeInvalidArgument)
 			if !strings.Contains(e.Message, "declared") {
@@ -240,13 +239,13 @@ func TestTransfers(t *testing.T) {
 				t.Fatalf("%s: temp files left: %v", tt.name, left)
 			}
 			// The handle is gone.
-			c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Data: []byte("x")}, backend.CodeInvalidArgument)
+			c.fails(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h}, []byte("x")}, backend.CodeInvalidArgument)
 		}
 	})
 	t.Run("abort without commit removes the temp file", func(t *testing.T) {
 		c := c.on(t)
 		h := open(c, "/aborted.bin")
-		c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Data: data[:1000]}, nil)
+		c.ok(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h}, data[:1000]}, nil)
 		if left := tempFiles(t, root); len(left) != 1 {
 			t.Fatalf("temp files while open: %v, want one", left)
 		}
@@ -261,16 +260,15 @@ func TestTransfers(t *testing.T) {
 	t.Run("item cap", func(t *testing.T) {
 		c := c.on(t)
 		h := open(c, "/capped.bin")
-		c.ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Offset: 3*agentproto.ChunkBytes - 1, Data: []byte("x")}, nil)
-		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Offset: 3 * agentproto.ChunkBytes, Data: []byte("x")}, backend.CodeTooLarge)
+		c.ok(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h, Offset: 3*agentproto.ChunkBytes - 1}, []byte("x")}, nil)
+		c.fails(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h, Offset: 3 * agentproto.ChunkBytes}, []byte("x")}, backend.CodeTooLarge)
 		// too_large aborted the upload.
-		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Data: []byte("x")}, backend.CodeInvalidArgument)
+		c.fails(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h}, []byte("x")}, backend.CodeInvalidArgument)
 		if left := tempFiles(t, root); len(left) > 0 {
 			t.Fatalf("temp files left: %v", left)
 		}
-		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: "nope", Data: []byte("x")}, backend.CodeInvalidArgument)
+		c.fails(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: "nope"}, []byte("x")}, backend.CodeInvalidArgument)
 		h = open(c, "/capped.bin")
-		c.fails(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Data: make([]byte, agentproto.ChunkBytes+1)}, backend.CodeInvalidArgument)
 		c.ok(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h}, nil)
 	})
 	t.Run("download of a file that changes size is an error", func(t *testing.T) {
@@ -322,7 +320,7 @@ func TestTransfers(t *testing.T) {
 		defer eng.Close()
 		c2 := startAgent(t, Config{Files: eng, Root: root})
 		h := open(c2.on(t), "/open.bin")
-		c2.on(t).ok(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h, Data: []byte("abc")}, nil)
+		c2.on(t).ok(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h}, []byte("abc")}, nil)
 		var dh agentproto.DownloadHandle
 		if err := os.WriteFile(filepath.Join(root, "r"), []byte("r"), 0o644); err != nil {
 			t.Fatal(err)

@@ -233,10 +233,20 @@ func (s *server) readLoop(ctx context.Context, r *agentproto.Reader) error {
 			}
 			return fmt.Errorf("sandbox agent: read request: %w", err)
 		}
+		// A binary payload follows its frame and is read before the next.
+		req, derr := agentproto.DecodeRequest(frame)
+		if derr == nil && req.Bin > 0 {
+			if req.Bin > agentproto.ChunkBytes {
+				return fmt.Errorf("sandbox agent: a request payload of %d bytes exceeds %d", req.Bin, agentproto.ChunkBytes)
+			}
+			if req.Payload, err = r.ReadPayload(req.Bin); err != nil {
+				return fmt.Errorf("sandbox agent: read a request payload: %w", err)
+			}
+		}
 		if !s.begin() {
 			return context.Cause(ctx)
 		}
-		s.dispatch(ctx, frame)
+		s.dispatch(ctx, frame, req, derr)
 		s.wg.Done()
 	}
 }
@@ -257,8 +267,7 @@ func (s *server) begin() bool {
 // upload chunks and download reads included, run in their own goroutine,
 // so the chunks of a transfer window are written or read in parallel with
 // decoding the next frames.
-func (s *server) dispatch(ctx context.Context, frame []byte) {
-	req, err := agentproto.DecodeRequest(frame)
+func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Request, err error) {
 	if err != nil {
 		if id := peekID(frame); id != 0 {
 			s.send(agentproto.Failure(id, backend.Errorf(backend.CodeInvalidArgument, "", "%v", err)))
@@ -546,11 +555,7 @@ func (s *server) uploadChunk(req agentproto.Request) agentproto.Response {
 	if u == nil {
 		return agentproto.Failure(req.ID, unknownHandle("upload", a.Handle))
 	}
-	if len(a.Data) > agentproto.ChunkBytes {
-		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInvalidArgument, u.Path(),
-			"upload %s: a chunk of %d bytes is larger than %d", u.Path(), len(a.Data), agentproto.ChunkBytes))
-	}
-	if _, err := u.WriteAt(a.Data, a.Offset); err != nil {
+	if _, err := u.WriteAt(req.Payload, a.Offset); err != nil {
 		if backend.CodeOf(err) == backend.CodeTooLarge {
 			s.mu.Lock()
 			delete(s.uploads, a.Handle)
@@ -653,7 +658,7 @@ func (s *server) downloadRead(req agentproto.Request) agentproto.Response {
 	if _, err := d.ReadAt(buf, a.Offset); err != nil {
 		return agentproto.Failure(req.ID, backend.FromOS("download", d.Path(), err))
 	}
-	return agentproto.Result(req.ID, agentproto.DownloadData{Data: buf})
+	return agentproto.Response{ID: req.ID, Done: true, Result: json.RawMessage("{}"), Data: buf}
 }
 
 // downloadClose closes a download; an unknown handle is fine (closing is

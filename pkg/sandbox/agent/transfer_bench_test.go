@@ -14,7 +14,7 @@ import (
 
 // BenchmarkTransfer measures the agent's side of the pipelined transfers
 // alone (no container, no Docker): 1 MiB chunks with agentproto.Window in
-// flight, framed as base64 JSON exactly as sandboxd sends them. Its CPU
+// flight, framed exactly as sandboxd sends them (binary payloads). Its CPU
 // profile is the agent's cost per byte (docs/benchmarks.md, B7):
 //
 //	go test -run '^$' -bench Transfer -cpuprofile cpu.out ./pkg/sandbox/agent/
@@ -36,9 +36,13 @@ func BenchmarkTransfer(b *testing.B) {
 	fr := agentproto.NewReader(outR, 0)
 	var id uint64
 	send := func(op agentproto.Op, args any) {
+		var payload []byte
+		if p, ok := args.(withPayload); ok {
+			args, payload = p.args, p.data
+		}
 		raw, _ := json.Marshal(args)
 		id++
-		if err := w.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
+		if err := w.Write(agentproto.Request{ID: id, Op: op, Args: raw, Payload: payload}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -50,6 +54,11 @@ func BenchmarkTransfer(b *testing.B) {
 		r, err := agentproto.DecodeResponse(f)
 		if err != nil || r.Error != nil {
 			b.Fatalf("%v %v", err, r.Error)
+		}
+		if r.Bin > 0 {
+			if _, err := fr.ReadPayload(r.Bin); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if out != nil {
 			if err := json.Unmarshal(r.Result, out); err != nil {
@@ -72,7 +81,7 @@ func BenchmarkTransfer(b *testing.B) {
 				if i >= agentproto.Window {
 					recv(nil)
 				}
-				send(agentproto.OpUploadChunk, agentproto.UploadChunkArgs{Handle: h.Handle, Offset: int64(i) * agentproto.ChunkBytes, Data: data})
+				send(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h.Handle, Offset: int64(i) * agentproto.ChunkBytes}, data})
 			}
 			for range agentproto.Window {
 				recv(nil)
@@ -89,14 +98,12 @@ func BenchmarkTransfer(b *testing.B) {
 			recv(&h)
 			for i := range chunks {
 				if i >= agentproto.Window {
-					var d agentproto.DownloadData
-					recv(&d)
+					recv(nil)
 				}
 				send(agentproto.OpDownloadRead, agentproto.DownloadReadArgs{Handle: h.Handle, Offset: int64(i) * agentproto.ChunkBytes, Length: agentproto.ChunkBytes})
 			}
 			for range agentproto.Window {
-				var d agentproto.DownloadData
-				recv(&d)
+				recv(nil)
 			}
 			send(agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: h.Handle})
 			recv(nil)

@@ -2,8 +2,12 @@
 // agent running inside each container: newline-delimited JSON frames over
 // the agent's stdin (requests) and stdout (responses), multiplexed by
 // request id so concurrent operations on one sandbox proceed in parallel.
-// Every byte payload ([]byte fields) travels base64-encoded inside the JSON,
-// so no frame ever holds raw binary or a newline.
+// Small values travel inside the JSON (a []byte field base64-encoded).
+// Bulk bytes (upload chunks, download reads, execute output) travel as a
+// binary payload instead: the frame's JSON carries "bin": N and exactly N
+// raw bytes follow its newline. This avoids base64's third more bytes and
+// every JSON pass over the data, which made bulk transfers CPU-bound in
+// the box (docs/benchmarks.md, B7).
 //
 // A request gets zero or more event responses (Done false: execute output)
 // and then exactly one final response (Done true) carrying
@@ -23,13 +27,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// Version is the protocol version the agent reports in its hello result.
-const Version = 2
+// Version is the protocol version the agent reports in its hello result
+// (3: binary payloads).
+const Version = 3
 
 // MaxFrameBytes bounds one frame (one line, JSON included). A 10 MiB write
 // is about 13.4 MiB in base64, so 16 MiB leaves headroom; larger payloads
@@ -60,10 +66,10 @@ const (
 	OpGlob          Op = "glob"           // backend.GlobRequest → backend.GlobResult
 	OpExecute       Op = "execute"        // ExecuteArgs → backend.ExecuteResult (+ output events when Stream)
 	OpUploadOpen    Op = "upload_open"    // PathArgs → UploadHandle
-	OpUploadChunk   Op = "upload_chunk"   // UploadChunkArgs → empty result
+	OpUploadChunk   Op = "upload_chunk"   // UploadChunkArgs + payload → empty result
 	OpUploadClose   Op = "upload_close"   // UploadCloseArgs → backend.WriteResult
 	OpDownloadOpen  Op = "download_open"  // PathArgs → DownloadHandle
-	OpDownloadRead  Op = "download_read"  // DownloadReadArgs → DownloadData
+	OpDownloadRead  Op = "download_read"  // DownloadReadArgs → empty result, the bytes as payload
 	OpDownloadClose Op = "download_close" // DownloadCloseArgs → empty result
 	OpCancel        Op = "cancel"         // CancelArgs → empty result
 )
@@ -81,6 +87,10 @@ type Request struct {
 	Op Op `json:"op"`
 	// Args are the operation's arguments (see the Op constants).
 	Args json.RawMessage `json:"args,omitempty"`
+	// Bin is the length of the binary payload that follows the frame.
+	Bin int `json:"bin,omitempty"`
+	// Payload is the binary payload (upload_chunk's data).
+	Payload []byte `json:"-"`
 }
 
 // Response is a frame from the agent to sandboxd.
@@ -89,8 +99,11 @@ type Response struct {
 	ID uint64 `json:"id"`
 	// Event names a stream event; empty for the final response.
 	Event string `json:"event,omitempty"`
-	// Data is an event's payload.
-	Data []byte `json:"data,omitempty"`
+	// Bin is the length of the binary payload that follows the frame.
+	Bin int `json:"bin,omitempty"`
+	// Data is the binary payload: an output event's bytes, or a
+	// download_read's data.
+	Data []byte `json:"-"`
 	// Done marks the final response of a request.
 	Done bool `json:"done,omitempty"`
 	// Result is the final response's result on success.
@@ -138,11 +151,11 @@ type UploadHandle struct {
 }
 
 // UploadChunkArgs write bytes at Offset of an open upload. Chunks may
-// arrive in any order and up to Window at once; Data is at most ChunkBytes.
+// arrive in any order and up to Window at once; the bytes, at most
+// ChunkBytes, are the request's binary payload.
 type UploadChunkArgs struct {
 	Handle string `json:"handle"`
 	Offset int64  `json:"offset"`
-	Data   []byte `json:"data"`
 }
 
 // UploadCloseArgs finish an upload: Commit checks that exactly Size bytes
@@ -166,12 +179,6 @@ type DownloadReadArgs struct {
 	Handle string `json:"handle"`
 	Offset int64  `json:"offset"`
 	Length int    `json:"length"`
-}
-
-// DownloadData is the result of OpDownloadRead: exactly the bytes asked
-// for.
-type DownloadData struct {
-	Data []byte `json:"data"`
 }
 
 // DownloadCloseArgs close an open download.
@@ -252,6 +259,23 @@ func (r *Reader) Next() ([]byte, error) {
 	}
 }
 
+// ReadPayload reads the n-byte binary payload that follows the frame Next
+// returned (n is the frame's Bin, already checked against the reader's
+// bounds by the caller). The slice is the caller's to keep.
+func (r *Reader) ReadPayload(n int) ([]byte, error) {
+	if n < 0 || n > r.max {
+		return nil, ErrFrameTooLarge
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.br, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
 // DecodeRequest parses a request frame strictly.
 func DecodeRequest(frame []byte) (Request, error) {
 	var req Request
@@ -260,6 +284,9 @@ func DecodeRequest(frame []byte) (Request, error) {
 	}
 	if req.ID == 0 || req.Op == "" {
 		return Request{}, errors.New("malformed request frame: id and op are required")
+	}
+	if req.Bin < 0 {
+		return Request{}, errors.New("malformed request frame: negative bin")
 	}
 	return req, nil
 }
@@ -272,6 +299,9 @@ func DecodeResponse(frame []byte) (Response, error) {
 	}
 	if resp.ID == 0 {
 		return Response{}, errors.New("malformed response frame: id is required")
+	}
+	if resp.Bin < 0 {
+		return Response{}, errors.New("malformed response frame: negative bin")
 	}
 	if resp.Done == (resp.Event != "") {
 		return Response{}, errors.New("malformed response frame: exactly one of done and event must be set")
@@ -303,8 +333,9 @@ type Writer struct {
 // NewWriter writes frames to w.
 func NewWriter(w io.Writer) *Writer { return &Writer{sem: make(chan struct{}, 1), w: w} }
 
-// Write encodes v as one frame. A frame larger than MaxFrameBytes is
-// refused before anything is written.
+// Write encodes v as one frame: a Request's Payload or a Response's Data
+// follows it as its binary payload. A frame larger than MaxFrameBytes, or
+// a payload larger than ChunkBytes, is refused before anything is written.
 func (w *Writer) Write(v any) error {
 	return w.WriteContext(context.Background(), v, 0)
 }
@@ -319,11 +350,20 @@ type deadliner interface{ SetWriteDeadline(time.Time) error }
 // deadline). A write that fails after it started may have left a partial
 // frame: the stream is then unusable.
 func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) error {
+	var payload []byte
+	switch f := v.(type) {
+	case Request:
+		payload, f.Bin = f.Payload, len(f.Payload)
+		v = f
+	case Response:
+		payload, f.Bin = f.Data, len(f.Data)
+		v = f
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if len(b) > MaxFrameBytes {
+	if len(b) > MaxFrameBytes || len(payload) > ChunkBytes {
 		return ErrFrameTooLarge
 	}
 	b = append(b, '\n')
@@ -343,7 +383,13 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 			defer func() { _ = d.SetWriteDeadline(time.Time{}) }()
 		}
 	}
-	_, err = w.w.Write(b)
+	if len(payload) == 0 {
+		_, err = w.w.Write(b)
+		return err
+	}
+	// Header and payload in one writev where the writer supports it.
+	bufs := net.Buffers{b, payload}
+	_, err = bufs.WriteTo(w.w)
 	return err
 }
 

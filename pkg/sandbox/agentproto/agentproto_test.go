@@ -27,8 +27,8 @@ func TestRoundTrip(t *testing.T) {
 	if err := w.Write(Failure(8, backend.Errorf(backend.CodeFileNotFound, "/x", "read /x: no such file"))); err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(buf.Bytes(), []byte{'\n'}); n != 3 {
-		t.Fatalf("%d newlines, want one per frame (payload bytes must be base64)", n)
+	if !bytes.HasPrefix(buf.Bytes(), []byte(`{"id":7,"event":"output","bin":4}`+"\n\x00\x01\n\xff{")) {
+		t.Fatalf("frames %q: want the payload raw after its header", buf.Bytes())
 	}
 	r := NewReader(&buf, 0)
 	var got []Response
@@ -43,6 +43,11 @@ func TestRoundTrip(t *testing.T) {
 		resp, err := DecodeResponse(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if resp.Bin > 0 {
+			if resp.Data, err = r.ReadPayload(resp.Bin); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got = append(got, resp)
 	}
@@ -90,7 +95,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 	bad := []string{
 		``, `null`, `[]`, `{"id":1}`, `{"id":0,"done":true}`, `{"id":1,"done":true,"event":"chunk"}`,
 		`{"id":1,"done":true,"surprise":1}`, `{"id":1,"done":true}{"id":2}`, `{"id":1,"done":true,"error":{"message":"x"}}`,
-		`{"id":1,"event":"chunk","data":"not base64!"}`, `{"id":-1,"done":true}`,
+		`{"id":1,"event":"chunk","data":"not base64!"}`, `{"id":-1,"done":true}`, `{"id":1,"done":true,"bin":-1}`,
 	}
 	for _, in := range bad {
 		if _, err := DecodeResponse([]byte(in)); err == nil {
@@ -106,7 +111,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 
 func TestWriterRefusesOversizedFrames(t *testing.T) {
 	var buf bytes.Buffer
-	err := NewWriter(&buf).Write(Response{ID: 1, Event: EventOutput, Data: make([]byte, MaxFrameBytes)})
+	err := NewWriter(&buf).Write(Response{ID: 1, Event: EventOutput, Data: make([]byte, ChunkBytes+1)})
 	if !errors.Is(err, ErrFrameTooLarge) || buf.Len() != 0 {
 		t.Fatalf("err = %v, wrote %d bytes", err, buf.Len())
 	}
@@ -114,7 +119,7 @@ func TestWriterRefusesOversizedFrames(t *testing.T) {
 
 func FuzzDecodeResponse(f *testing.F) {
 	f.Add([]byte(`{"id":1,"done":true,"result":{"path":"/a"}}`))
-	f.Add([]byte(`{"id":2,"event":"output","data":"aGk="}`))
+	f.Add([]byte(`{"id":2,"event":"output","bin":2}`))
 	f.Add([]byte(`{"id":3,"done":true,"error":{"code":"invalid_path","message":"x"}}`))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		resp, err := DecodeResponse(frame)
