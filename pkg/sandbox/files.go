@@ -272,13 +272,32 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 	if len(path) > backend.MaxPathBytes {
 		return 0, backend.Errorf(backend.CodeInvalidPath, "", "upload: path longer than %d bytes", backend.MaxPathBytes)
 	}
+	// A file that fits one chunk goes in one upload_file request rather
+	// than open, chunk and close: three times fewer round trips for the
+	// many small files of a typical upload.
+	first, err := next()
+	if err != nil {
+		return 0, err
+	}
+	var second []byte
+	if len(first) <= agentproto.ChunkBytes {
+		if first != nil {
+			if second, err = next(); err != nil {
+				return 0, err
+			}
+		}
+		if second == nil {
+			return f.uploadFile(ctx, path, first)
+		}
+	}
+	next = prepend(next, first, second)
 	var h agentproto.UploadHandle
 	if err := f.invoke(ctx, agentproto.OpUploadOpen, agentproto.PathArgs{Path: path}, &h, nil); err != nil {
 		return 0, err
 	}
 	w := newWindow(ctx)
 	var off int64
-	err := func() error {
+	err = func() error {
 		for {
 			data, err := next()
 			if err != nil {
@@ -320,6 +339,33 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 		return 0, backend.Errorf(backend.CodeInternal, path, "upload %s: the agent reports %d bytes written, %d were sent", path, res.BytesWritten, off)
 	}
 	return off, nil
+}
+
+// uploadFile writes a file of at most one chunk with one request.
+func (f *Files) uploadFile(ctx context.Context, path string, data []byte) (int64, error) {
+	var res backend.WriteResult
+	if _, err := f.exchange(ctx, agentproto.OpUploadFile, agentproto.PathArgs{Path: path}, data, &res, nil); err != nil {
+		return 0, err
+	}
+	if res.BytesWritten != int64(len(data)) {
+		return 0, backend.Errorf(backend.CodeInternal, path, "upload %s: the agent reports %d bytes written, %d were sent", path, res.BytesWritten, len(data))
+	}
+	return int64(len(data)), nil
+}
+
+// prepend returns a next that yields the non-nil chunks of head first,
+// then what next yields.
+func prepend(next func() ([]byte, error), head ...[]byte) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		for len(head) > 0 {
+			c := head[0]
+			head = head[1:]
+			if c != nil {
+				return c, nil
+			}
+		}
+		return next()
+	}
 }
 
 // window runs up to agentproto.Window requests of one transfer at once and

@@ -334,6 +334,8 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 			return agentproto.Failure(req.ID, backend.FromOS("execute", "", err))
 		}
 		return agentproto.Result(req.ID, res)
+	case agentproto.OpUploadFile:
+		return s.uploadFile(ctx, req)
 	case agentproto.OpUploadChunk:
 		return s.uploadChunk(req)
 	case agentproto.OpUploadClose:
@@ -535,6 +537,34 @@ func (s *server) uploadOpen(ctx context.Context, req agentproto.Request) agentpr
 	s.uploads[h] = tf
 	s.mu.Unlock()
 	return agentproto.Result(req.ID, agentproto.UploadHandle{Handle: h})
+}
+
+// uploadFile writes a whole file sent as the request's payload (at most
+// one chunk) the way an upload does: into a temp file renamed into place.
+func (s *server) uploadFile(ctx context.Context, req agentproto.Request) agentproto.Response {
+	st, e := s.streamer(req.Op)
+	if e != nil {
+		return agentproto.Failure(req.ID, e)
+	}
+	var a agentproto.PathArgs
+	if e := decodeArgs(req, &a); e != nil {
+		return agentproto.Failure(req.ID, e)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FileOpTimeout)
+	defer cancel()
+	tf, err := st.CreateTemp(ctx, a.Path)
+	if err != nil {
+		return agentproto.Failure(req.ID, backend.FromOS("upload", a.Path, err))
+	}
+	if _, err := tf.WriteAt(req.Payload, 0); err != nil {
+		_ = tf.Abort()
+		return agentproto.Failure(req.ID, backend.FromOS("upload", a.Path, err))
+	}
+	res, err := tf.Commit(ctx, int64(len(req.Payload)))
+	if err != nil {
+		return agentproto.Failure(req.ID, backend.FromOS("upload", a.Path, err))
+	}
+	return agentproto.Result(req.ID, res)
 }
 
 func tooManyTransfers(what string) *backend.Error {

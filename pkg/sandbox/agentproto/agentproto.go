@@ -65,6 +65,7 @@ const (
 	OpGrep          Op = "grep"           // backend.GrepRequest → backend.GrepResult
 	OpGlob          Op = "glob"           // backend.GlobRequest → backend.GlobResult
 	OpExecute       Op = "execute"        // ExecuteArgs → backend.ExecuteResult (+ output events when Stream)
+	OpUploadFile    Op = "upload_file"    // PathArgs + payload (≤ ChunkBytes) → backend.WriteResult
 	OpUploadOpen    Op = "upload_open"    // PathArgs → UploadHandle
 	OpUploadChunk   Op = "upload_chunk"   // UploadChunkArgs + payload → empty result
 	OpUploadClose   Op = "upload_close"   // UploadCloseArgs → backend.WriteResult

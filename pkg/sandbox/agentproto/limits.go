@@ -65,6 +65,7 @@ var opLimits = map[Op]Limits{
 	// Execute's budget and wait depend on its arguments: ExecuteLimits
 	// (this entry is its default output size, streaming).
 	OpExecute:       {Events: []string{EventOutput}, EventBytes: ChunkFrameBytes, FinalBytes: (backend.ExecuteInlineOutput+OutputMarkerBytes)*escape + SmallFrameBytes},
+	OpUploadFile:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpUploadOpen:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpUploadChunk:   {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpUploadClose:   {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
