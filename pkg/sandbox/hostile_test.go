@@ -25,7 +25,17 @@ const agentPID = `A=$PPID; `
 func TestBoxCannotReachTheAgent(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(t)
-	info := e.create(t, m, sandbox.CreateSpec{})
+	for _, rt := range sandboxtest.Runtimes(t, e.cli) {
+		t.Run(rt, func(t *testing.T) { boxCannotReachTheAgent(t, e, m, rt) })
+	}
+}
+
+// gvisorProcGap names the attacks gVisor's procfs does not stop (the rest
+// of the attacks, the kill and the channel write included, fail there too).
+var gvisorProcGap = map[string]bool{"read the agent's environment": true, "list the agent's fds": true}
+
+func boxCannotReachTheAgent(t *testing.T, e *env, m *sandbox.Manager, runtime string) {
+	info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: runtime}})
 	tests := []struct {
 		name string
 		cmd  string
@@ -43,6 +53,9 @@ func TestBoxCannotReachTheAgent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if runtime == "runsc" && gvisorProcGap[tt.name] {
+				t.Skip("gVisor 20221219 lets a process of the sandbox uid read the agent's environ and list its fds (not open them): docs/security.md, gVisor")
+			}
 			r := exec(t, m, info.ID, tt.cmd, 120)
 			if !strings.Contains(r.Output, tt.want) {
 				t.Fatalf("%q: output %q, want %q", tt.cmd, r.Output, tt.want)
@@ -99,6 +112,11 @@ func TestFilesBelongToTheSandboxUser(t *testing.T) {
 // TestTimeoutKillsEveryDescendant: a command's children that left its
 // process group and session (setsid) die with it on timeout, and so do
 // double-forked grandchildren.
+//
+// Under runc only: with Debian's runsc (20221219, ptrace platform) this
+// very command crashes the gVisor sandbox at the timeout (the sentry's
+// WaitPID fails with EOF, with or without the agent's identity switch),
+// so the box fails instead (docs/security.md, gVisor).
 func TestTimeoutKillsEveryDescendant(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(t)

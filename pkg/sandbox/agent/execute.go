@@ -71,7 +71,11 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		tag = s.newTag()
 	}
 	cmd := s.command(p, pw, tag)
-	err = cmd.Start()
+	if s.raise {
+		err = spawnAsRoot(*s.as, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	pw.Close() // the children hold it now
 	if err != nil {
 		pr.Close()

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"os"
+	"runtime"
 	"syscall"
 )
 
@@ -57,21 +59,61 @@ func dropFileIdentity(u User) error {
 	return nil
 }
 
-// becomeUser drops the whole process (every thread) to u, with no
-// supplementary groups, and marks it non-dumpable again (a uid change
-// resets that).
-func becomeUser(u User) error {
-	if err := syscall.Setgroups(nil); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
+// dropEffectiveIdentity makes u the effective identity of every OS thread
+// while the real and saved ids stay root (setresgid/setresuid -1, u, -1),
+// for kernels without setfsuid (gVisor). File operations are then checked
+// as, and create files owned by, u; processes of u can neither signal the
+// agent (the kernel compares against its real and saved uid, 0) nor trace
+// it or open its /proc files (non-dumpable, ids differ). The effective
+// capabilities are gone while the euid is u; the permitted ones stay, and
+// come back on a thread that sets its euid to 0 again (see spawnAsRoot).
+func dropEffectiveIdentity(u User) error {
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_SETRESGID, keep, uintptr(u.GID), keep); e != 0 {
+		return fmt.Errorf("setresgid -1 %d -1: %w", u.GID, e)
 	}
-	if err := syscall.Setgid(int(u.GID)); err != nil {
-		return fmt.Errorf("setgid %d: %w", u.GID, err)
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_SETRESUID, keep, uintptr(u.UID), keep); e != 0 {
+		return fmt.Errorf("setresuid -1 %d -1: %w", u.UID, e)
 	}
-	if err := syscall.Setuid(int(u.UID)); err != nil {
-		return fmt.Errorf("setuid %d: %w", u.UID, err)
+	if os.Geteuid() != int(u.UID) || os.Getegid() != int(u.GID) || os.Getuid() != 0 {
+		return fmt.Errorf("identity is uid %d euid %d egid %d after setting euid %d egid %d", os.Getuid(), os.Geteuid(), os.Getegid(), u.UID, u.GID)
 	}
+	// A change of the effective uid resets the dumpable flag.
 	if err := setDumpable(false); err != nil {
 		return fmt.Errorf("mark non-dumpable: %w", err)
 	}
 	return nil
+}
+
+// keep is -1 as a setres*id argument: leave that id unchanged.
+const keep = ^uintptr(0)
+
+// spawnAsRoot runs start (a process start) on a thread of its own whose
+// effective ids are root again, so the child can take its credentials
+// (setgroups needs CAP_SETGID), and lowers that thread again afterwards.
+// A thread that cannot be lowered is never reused: its goroutine exits
+// still locked to it, and the runtime ends the thread.
+func spawnAsRoot(u User, start func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("raise the spawning thread: setresuid: %w", e)
+			return
+		}
+		_, _, gerr := syscall.RawSyscall(syscall.SYS_SETRESGID, keep, 0, keep)
+		var err error
+		if gerr != 0 {
+			err = fmt.Errorf("raise the spawning thread: setresgid: %w", gerr)
+		} else {
+			err = start()
+		}
+		_, _, e1 := syscall.RawSyscall(syscall.SYS_SETRESGID, keep, uintptr(u.GID), keep)
+		_, _, e2 := syscall.RawSyscall(syscall.SYS_SETRESUID, keep, uintptr(u.UID), keep)
+		if e1 == 0 && e2 == 0 {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
 }

@@ -98,6 +98,9 @@ type server struct {
 	root *os.Root // cfg.Root, for execute's cwd and offload file
 	// as is the user commands start as; nil runs them as the agent.
 	as *User
+	// raise: the agent's effective ids are as's, and a command is
+	// started from a thread raised back to root (spawnAsRoot).
+	raise bool
 
 	// stop cancels every request and ends Serve (write failures use it).
 	stop context.CancelCauseFunc
@@ -144,20 +147,22 @@ const MaxOpenTransfers = 64
 func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	cfg = cfg.withDefaults()
 	var as *User
+	raise := false
 	if cfg.User != nil && os.Geteuid() == 0 {
 		if err := setDumpable(false); err != nil {
 			return fmt.Errorf("sandbox agent: mark non-dumpable: %w", err)
 		}
 		switch err := dropFileIdentity(*cfg.User); {
 		case errors.Is(err, syscall.ENOSYS):
-			// gVisor (runsc 20221219) has no setfsuid: the agent becomes the
-			// sandbox user entirely and stays non-dumpable. Box code of
-			// that uid can then signal it (docs/security.md, "Not yet
-			// covered"); gVisor still contains the box.
-			if err := becomeUser(*cfg.User); err != nil {
+			// gVisor (runsc 20221219) has no setfsuid: the agent keeps root
+			// as its real and saved uid and takes the sandbox user as its
+			// effective one, raising a thread back to root only to start
+			// a command (docs/security.md, gVisor).
+			if err := dropEffectiveIdentity(*cfg.User); err != nil {
 				return fmt.Errorf("sandbox agent: %w", err)
 			}
-			cfg.Logger.Warn("no setfsuid in this kernel: the agent runs as the sandbox user", zap.Uint32("uid", cfg.User.UID))
+			as, raise = cfg.User, true
+			cfg.Logger.Info("no setfsuid in this kernel: the agent runs with the sandbox user as its effective ids", zap.Uint32("uid", cfg.User.UID))
 		case err != nil:
 			return fmt.Errorf("sandbox agent: %w", err)
 		default:
@@ -178,6 +183,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		w:         agentproto.NewWriter(out),
 		root:      root,
 		as:        as,
+		raise:     raise,
 		stop:      stop,
 		shutdown:  make(chan struct{}),
 		inflight:  map[uint64]context.CancelFunc{},
