@@ -510,6 +510,17 @@ func (s *server) streamer(op agentproto.Op) (Streamer, *backend.Error) {
 	return st, nil
 }
 
+// transferArgs returns the streamer and the path arguments of a request
+// that opens a transfer, or the error to answer it with.
+func (s *server) transferArgs(req agentproto.Request) (Streamer, agentproto.PathArgs, *backend.Error) {
+	var a agentproto.PathArgs
+	st, e := s.streamer(req.Op)
+	if e == nil {
+		e = decodeArgs(req, &a)
+	}
+	return st, a, e
+}
+
 // newHandle returns a fresh handle with prefix; s.mu is held.
 func (s *server) newHandle(prefix string) string {
 	s.nextID++
@@ -518,12 +529,8 @@ func (s *server) newHandle(prefix string) string {
 
 // uploadOpen creates the upload's temp file next to its target.
 func (s *server) uploadOpen(ctx context.Context, req agentproto.Request) agentproto.Response {
-	st, e := s.streamer(req.Op)
+	st, a, e := s.transferArgs(req)
 	if e != nil {
-		return agentproto.Failure(req.ID, e)
-	}
-	var a agentproto.PathArgs
-	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
 	s.mu.Lock()
@@ -548,12 +555,8 @@ func (s *server) uploadOpen(ctx context.Context, req agentproto.Request) agentpr
 // uploadFile writes a whole file sent as the request's payload (at most
 // one chunk) the way an upload does: into a temp file renamed into place.
 func (s *server) uploadFile(ctx context.Context, req agentproto.Request) agentproto.Response {
-	st, e := s.streamer(req.Op)
+	st, a, e := s.transferArgs(req)
 	if e != nil {
-		return agentproto.Failure(req.ID, e)
-	}
-	var a agentproto.PathArgs
-	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FileOpTimeout)
@@ -641,12 +644,8 @@ func (s *server) uploadClose(ctx context.Context, req agentproto.Request) agentp
 
 // downloadOpen opens a file for reads at offsets and reports its size.
 func (s *server) downloadOpen(ctx context.Context, req agentproto.Request) agentproto.Response {
-	st, e := s.streamer(req.Op)
+	st, a, e := s.transferArgs(req)
 	if e != nil {
-		return agentproto.Failure(req.ID, e)
-	}
-	var a agentproto.PathArgs
-	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
 	s.mu.Lock()
