@@ -76,6 +76,14 @@ var migrations = []string{
 	// Tenancy: rows from before it belong to tenant "default".
 	`ALTER TABLE threads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
 	CREATE INDEX threads_tenant ON threads (tenant, updated_at DESC, id DESC);`,
+	// Leases of replicated agentd (store.Leases).
+	`CREATE TABLE thread_leases (
+		thread_id  TEXT COLLATE "C" PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+		holder     TEXT NOT NULL,
+		epoch      BIGINT NOT NULL,
+		expires_at BIGINT NOT NULL,
+		released   BOOLEAN NOT NULL DEFAULT false
+	);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.
@@ -776,4 +784,80 @@ func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 		return agent.Thread{}, classify(err)
 	}
 	return d.Thread, nil
+}
+
+var _ store.Leases = (*Store)(nil)
+
+// AcquireLease implements store.Leases. The thread's row is locked for the
+// decision, so concurrent acquisitions by two replicas serialize.
+func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	var next store.Lease
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM threads WHERE id = $1 FOR UPDATE`, id).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("lease of %s: %w", id, agent.ErrThreadNotFound)
+		} else if err != nil {
+			return err
+		}
+		var cur *store.Lease
+		l := store.Lease{ThreadID: id}
+		var exp int64
+		switch err := tx.QueryRow(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = $1`, id).
+			Scan(&l.Holder, &l.Epoch, &exp, &l.Released); {
+		case err == nil:
+			l.Expires = time.Unix(0, exp)
+			cur = &l
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		var err error
+		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released) VALUES ($1, $2, $3, $4, false)
+			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = false`,
+			id, next.Holder, next.Epoch, store.Nanos(next.Expires))
+		return err
+	})
+	return next, err
+}
+
+// RenewLease implements store.Leases.
+func (s *Store) RenewLease(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE thread_leases SET expires_at = $1 WHERE thread_id = $2 AND holder = $3 AND epoch = $4 AND NOT released AND expires_at > $5`,
+		store.Nanos(now.Add(ttl)), l.ThreadID, l.Holder, l.Epoch, store.Nanos(now))
+	if err != nil {
+		return l, classify(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return l, fmt.Errorf("renew lease of %s: %w", l.ThreadID, store.ErrLeaseLost)
+	}
+	l.Expires = now.Add(ttl)
+	return l, nil
+}
+
+// ReleaseLease implements store.Leases.
+func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
+	_, err := s.pool.Exec(ctx, `UPDATE thread_leases SET released = true WHERE thread_id = $1 AND holder = $2 AND epoch = $3`, l.ThreadID, l.Holder, l.Epoch)
+	return classify(err)
+}
+
+// ExpiredLeases implements store.Leases.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
+	rows, err := s.pool.Query(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE NOT released AND expires_at <= $1 ORDER BY expires_at, thread_id`, store.Nanos(now))
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		var l store.Lease
+		var exp int64
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp); err != nil {
+			return nil, classify(err)
+		}
+		l.Expires = time.Unix(0, exp)
+		out = append(out, l)
+	}
+	return out, classify(rows.Err())
 }

@@ -447,3 +447,9 @@ func TestSchemaFromDSN(t *testing.T) {
 		t.Fatalf("threads tables in schemas %v, %v; want [tenant_a]", schemas, err)
 	}
 }
+
+// TestLeasesConformance runs the lease suite against a real PostgreSQL
+// server.
+func TestLeasesConformance(t *testing.T) {
+	storetest.RunLeases(t, func(t *testing.T) storetest.LeaseStore { return open(t, pgtest.New(t), Options{}) })
+}

@@ -71,6 +71,14 @@ var migrations = []string{
 	// Tenancy: rows from before it belong to tenant "default".
 	`ALTER TABLE threads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
 	CREATE INDEX threads_tenant ON threads (tenant, updated_at DESC, id DESC);`,
+	// Leases of replicated agentd (store.Leases).
+	`CREATE TABLE thread_leases (
+		thread_id  TEXT PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+		holder     TEXT NOT NULL,
+		epoch      INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		released   INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;`,
 }
 
 // Options configure Open.
@@ -641,4 +649,80 @@ func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 		return t, fmt.Errorf("thread %s: metadata: %w", id, err)
 	}
 	return t, nil
+}
+
+var _ store.Leases = (*Store)(nil)
+
+// AcquireLease implements store.Leases.
+func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Time, ttl time.Duration) (store.Lease, error) {
+	var next store.Lease
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM threads WHERE id = ?`, id).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return fmt.Errorf("lease of %s: %w", id, agent.ErrThreadNotFound)
+		}
+		var cur *store.Lease
+		l := store.Lease{ThreadID: id}
+		var exp int64
+		switch err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = ?`, id).
+			Scan(&l.Holder, &l.Epoch, &exp, &l.Released); {
+		case err == nil:
+			l.Expires = time.Unix(0, exp)
+			cur = &l
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		var err error
+		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released) VALUES (?, ?, ?, ?, 0)
+			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = 0`,
+			id, next.Holder, next.Epoch, store.Nanos(next.Expires))
+		return err
+	})
+	return next, err
+}
+
+// RenewLease implements store.Leases.
+func (s *Store) RenewLease(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE thread_leases SET expires_at = ? WHERE thread_id = ? AND holder = ? AND epoch = ? AND released = 0 AND expires_at > ?`,
+		store.Nanos(now.Add(ttl)), l.ThreadID, l.Holder, l.Epoch, store.Nanos(now))
+	if err != nil {
+		return l, busy(err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return l, fmt.Errorf("renew lease of %s: %w", l.ThreadID, store.ErrLeaseLost)
+	}
+	l.Expires = now.Add(ttl)
+	return l, nil
+}
+
+// ReleaseLease implements store.Leases.
+func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE thread_leases SET released = 1 WHERE thread_id = ? AND holder = ? AND epoch = ?`, l.ThreadID, l.Holder, l.Epoch)
+	return busy(err)
+}
+
+// ExpiredLeases implements store.Leases.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE released = 0 AND expires_at <= ? ORDER BY expires_at, thread_id`, store.Nanos(now))
+	if err != nil {
+		return nil, busy(err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		var l store.Lease
+		var exp int64
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp); err != nil {
+			return nil, err
+		}
+		l.Expires = time.Unix(0, exp)
+		out = append(out, l)
+	}
+	return out, busy(rows.Err())
 }

@@ -233,3 +233,10 @@ func TestBusyIsReported(t *testing.T) {
 		t.Fatalf("checkpoint after the lock: %v", err)
 	}
 }
+
+// TestLeasesConformance runs the lease suite against a real SQLite file.
+func TestLeasesConformance(t *testing.T) {
+	storetest.RunLeases(t, func(t *testing.T) storetest.LeaseStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

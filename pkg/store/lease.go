@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lease is one replica's claim on running a thread: while it has not
+// expired and was not released, no other holder may run the thread. Epoch
+// grows with every new claim, so a replica that lost its lease can tell
+// (and be told) that a later one exists.
+type Lease struct {
+	ThreadID string
+	Holder   string
+	Epoch    int64
+	Expires  time.Time
+	// Released reports that the holder gave the lease up (as opposed to
+	// letting it expire, which is what a dead replica does).
+	Released bool
+}
+
+// Live reports whether l still excludes other holders at now.
+func (l Lease) Live(now time.Time) bool { return !l.Released && l.Expires.After(now) }
+
+// Leases is the part of a durable store that lets several agentd replicas
+// share it. Times come from the caller (the replicas' clocks must agree to
+// well within a lease's TTL). Every implementation must pass
+// storetest.RunLeases.
+type Leases interface {
+	// AcquireLease gives holder the lease of thread id until now+ttl when
+	// nobody holds a live one, or when holder already does (which renews
+	// it under the same epoch). A live lease of another holder is a
+	// *HeldError; a missing thread is agent.ErrThreadNotFound.
+	AcquireLease(ctx context.Context, id, holder string, now time.Time, ttl time.Duration) (Lease, error)
+	// RenewLease extends l to now+ttl if it is still the thread's live
+	// lease (same holder and epoch); otherwise ErrLeaseLost.
+	RenewLease(ctx context.Context, l Lease, now time.Time, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives l up; a lease that is no longer current is not
+	// an error.
+	ReleaseLease(ctx context.Context, l Lease) error
+	// ExpiredLeases lists the leases that expired without being released
+	// by now: threads whose replica stopped while running them.
+	ExpiredLeases(ctx context.Context, now time.Time) ([]Lease, error)
+}
+
+// ErrLeaseLost: the lease expired and was taken, or was released; its
+// holder must stop working on the thread.
+var ErrLeaseLost = errors.New("thread lease lost")
+
+// HeldError is AcquireLease's answer when another holder has a live lease.
+type HeldError struct{ Lease Lease }
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("thread %s is running on %s (lease until %s)", e.Lease.ThreadID, e.Lease.Holder, e.Lease.Expires.UTC().Format(time.RFC3339Nano))
+}
+
+// NextLease decides an acquisition: cur is the thread's lease row, if any.
+// The stores call it with the row locked and write what it returns.
+func NextLease(cur *Lease, id, holder string, now time.Time, ttl time.Duration) (Lease, error) {
+	next := Lease{ThreadID: id, Holder: holder, Epoch: 1, Expires: now.Add(ttl)}
+	switch {
+	case cur == nil:
+	case cur.Live(now) && cur.Holder != holder:
+		return Lease{}, &HeldError{Lease: *cur}
+	case cur.Live(now):
+		next.Epoch = cur.Epoch // a renewal by its own holder
+	default:
+		next.Epoch = cur.Epoch + 1
+	}
+	return next, nil
+}
