@@ -4,7 +4,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"os"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/store"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -122,9 +126,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		zap.String("default-model", core.Config.Defaults.Model))
 
 	sc := core.Config.Server
+	// On PostgreSQL several replicas share the store: runs take thread
+	// leases there, so a thread runs on one replica at a time.
+	var leases store.Leases
+	if core.Config.Storage.PostgresDSN != "" {
+		leases, _ = core.Store.(store.Leases)
+	}
 	svc, err := agentsvc.New(agentsvc.Config{
-		Runtime: core.Runtime,
-		Threads: agentsvc.DurableThreads(core.Store),
+		Leases:    leases,
+		ReplicaID: replicaID(),
+		Runtime:   core.Runtime,
+		Threads:   agentsvc.DurableThreads(core.Store),
 		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
 			return core.Backends.DeleteThread(ctx, td.Thread.ID)
 		},
@@ -145,6 +157,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }
 	o.BeforeStop = svc.Shutdown
 	return daemon.Serve(ctx, o)
+}
+
+// replicaID names this agentd as a lease holder: the host name (the pod
+// name on Kubernetes) and a random suffix, unique across restarts.
+func replicaID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return cmp.Or(host, "agentd") + "-" + hex.EncodeToString(b)
 }
 
 // splitAddrs parses the comma-separated --sandboxd list.

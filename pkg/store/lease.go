@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/plumbhq/plumb/pkg/agent"
 )
 
 // Lease is one replica's claim on running a thread: while it has not
@@ -51,6 +53,10 @@ var ErrLeaseLost = errors.New("thread lease lost")
 
 // HeldError is AcquireLease's answer when another holder has a live lease.
 type HeldError struct{ Lease Lease }
+
+// Is makes a held lease an agent.ErrThreadBusy: the thread is running,
+// on another replica.
+func (e *HeldError) Is(target error) bool { return target == agent.ErrThreadBusy }
 
 func (e *HeldError) Error() string {
 	return fmt.Sprintf("thread %s is running on %s (lease until %s)", e.Lease.ThreadID, e.Lease.Holder, e.Lease.Expires.UTC().Format(time.RFC3339Nano))

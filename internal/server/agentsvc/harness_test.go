@@ -54,9 +54,10 @@ type env struct {
 }
 
 type setup struct {
-	deep   deep.Config
-	svc    agentsvc.Config
-	memory bool
+	deep    deep.Config
+	svc     agentsvc.Config
+	memory  bool
+	replica string // with leases in the SQLite store, as this replica
 }
 
 type option func(*setup)
@@ -64,6 +65,10 @@ type option func(*setup)
 func withDeep(f func(*deep.Config)) option { return func(s *setup) { f(&s.deep) } }
 
 func withService(f func(*agentsvc.Config)) option { return func(s *setup) { f(&s.svc) } }
+
+// withLeases makes the service take thread leases in its SQLite store as
+// replica.
+func withLeases(replica string) option { return func(s *setup) { s.replica = replica } }
 
 // withMemoryStore uses agent.MemoryStore instead of SQLite.
 func withMemoryStore() option { return func(s *setup) { s.memory = true } }
@@ -105,6 +110,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 		}
 		t.Cleanup(func() { st.Close() })
 		e.store, threads = st, agentsvc.DurableThreads(st)
+		if s.replica != "" {
+			s.svc.Leases, s.svc.ReplicaID = st, s.replica
+		}
 	}
 	s.deep.Store = e.store
 	m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: "gpt-test",

@@ -13,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Runtime is the agent core the service drives. *deep.Runtime implements
@@ -122,6 +123,16 @@ type Config struct {
 	// Models are the configured model keys, listed when a request names
 	// an unknown one; nil leaves the check to the runtime.
 	Models []string
+	// Leases, when set, is the store shared by several agentd replicas:
+	// a run holds its thread's lease there for its whole length, so a
+	// thread runs on one replica at a time (see leased). Nil: one
+	// replica, no leases.
+	Leases store.Leases
+	// ReplicaID names this replica as a lease holder (required with
+	// Leases).
+	ReplicaID string
+	// LeaseTTL is how long a lease lasts unrenewed (DefaultLeaseTTL).
+	LeaseTTL time.Duration
 }
 
 // Option adjusts a Service (test seams).
@@ -170,6 +181,9 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	if cfg.MaxConcurrentRuns < 0 || cfg.ReplayRetention < 0 || cfg.ReplayMaxEvents < 0 || cfg.ReplayMaxBytes < 0 || cfg.MaxIterations < 0 || cfg.RunTimeout < 0 {
 		return nil, errors.New("agentsvc: limits must not be negative")
+	}
+	if cfg.Leases != nil && cfg.ReplicaID == "" {
+		return nil, errors.New("agentsvc: leases need a replica id")
 	}
 	if cfg.MaxIterations == 0 {
 		cfg.MaxIterations = agent.DefaultMaxIterations

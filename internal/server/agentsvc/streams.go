@@ -42,8 +42,10 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 				// caller's tenant.
 				return s.runSeeded(ctx, in, sink)
 			}
-			_, err := s.rt.Run(ctx, in, sink)
-			return err
+			return s.leased(ctx, in.ThreadID, func(ctx context.Context) error {
+				_, err := s.rt.Run(ctx, in, sink)
+				return err
+			})
 		},
 		func(e *plumbv1.Event) error { return stream.Send(&plumbv1.RunResponse{Event: e}) })
 }
@@ -60,9 +62,12 @@ func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.S
 	}
 	in.ThreadID = t.ID
 	var started atomic.Bool
-	_, err := s.rt.Run(ctx, in, func(e agent.Event) {
-		started.Store(true)
-		sink(e)
+	err := s.leased(ctx, t.ID, func(ctx context.Context) error {
+		_, err := s.rt.Run(ctx, in, func(e agent.Event) {
+			started.Store(true)
+			sink(e)
+		})
+		return err
 	})
 	if err == nil || started.Load() {
 		return err
@@ -98,8 +103,10 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "resume",
 		func(ctx context.Context, sink agent.Sink) error {
-			_, err := s.rt.Resume(ctx, in, sink)
-			return err
+			return s.leased(ctx, in.ThreadID, func(ctx context.Context) error {
+				_, err := s.rt.Resume(ctx, in, sink)
+				return err
+			})
 		},
 		func(e *plumbv1.Event) error { return stream.Send(&plumbv1.ResumeResponse{Event: e}) })
 }

@@ -1,0 +1,74 @@
+package agentsvc_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+// TestRunTakesTheThreadLease: with leases in the shared store, a run on a
+// thread whose lease another replica holds is ABORTED (THREAD_BUSY)
+// naming that replica; once it is released the run goes ahead, and a
+// finished run leaves the lease released for any replica.
+func TestRunTakesTheThreadLease(t *testing.T) {
+	e := newEnv(t, withLeases("replica-b"))
+	leases := e.store.(store.Leases)
+	e.srv.Script("main", modeltest.Text("warm-up"))
+	thread := last(t, e.mustRun(runReq("", "hi"))).GetThreadId()
+
+	ctx := context.Background()
+	held, err := leases.AcquireLease(ctx, thread, "replica-a", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatalf("the first run left its lease held: %v", err)
+	}
+	_, err = e.run(runReq(thread, "again"))
+	wantStatus(t, err, codes.Aborted, server.ReasonThreadBusy)
+	if !strings.Contains(err.Error(), "replica-a") {
+		t.Errorf("busy error %q does not name the replica that runs the thread", err)
+	}
+	if err := leases.ReleaseLease(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Script("main", modeltest.Text("done"))
+	e.mustRun(runReq(thread, "again"))
+	if _, err := leases.AcquireLease(ctx, thread, "replica-c", time.Now(), time.Hour); err != nil {
+		t.Fatalf("after the run the lease is still held: %v", err)
+	}
+}
+
+// TestLostLeaseStopsTheRun: when the run's lease stops being this
+// replica's (here: released behind its back, as when it expired and
+// another replica took the thread), the next renewal fails and the run
+// stops, ending CANCELLED.
+func TestLostLeaseStopsTheRun(t *testing.T) {
+	e := newEnv(t, withLeases("replica-b"), withService(func(c *agentsvc.Config) { c.LeaseTTL = 300 * time.Millisecond }))
+	leases := e.store.(store.Leases)
+	e.srv.Script("main", modeltest.Text("warm-up"))
+	thread := last(t, e.mustRun(runReq("", "hi"))).GetThreadId() // lease epoch 1
+
+	e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":60000}`)))
+	s, err := e.c.Run(e.ctx(), runReq(thread, "sleep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := recvUntil(t, s, "tool_call_started")
+	if err := leases.ReleaseLease(context.Background(), store.Lease{ThreadID: thread, Holder: "replica-b", Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := recvAll(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := last(t, append(head, rest...)).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_CANCELLED {
+		t.Fatalf("the run after losing its lease ended with %v, want CANCELLED", f)
+	}
+}
