@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"io"
+	"strconv"
 )
 
 // ProcessStarter starts long-lived interactive processes (an MCP stdio
@@ -54,4 +55,29 @@ type ProcessExit struct {
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed it ("KILL"); "" when it exited.
 	Signal string `json:"signal,omitempty"`
+}
+
+// Signals are the signal names Process.Signal accepts, with their numbers
+// on Linux (the numbers every sandbox uses).
+var Signals = map[string]int{
+	"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15,
+}
+
+// SignalName is the name of signal number n among Signals, or "SIG<n>".
+func SignalName(n int) string {
+	for name, num := range Signals {
+		if num == n {
+			return name
+		}
+	}
+	return "SIG" + strconv.Itoa(n)
+}
+
+// CheckSignal returns an invalid_argument error naming the accepted
+// signals when name is not one of them.
+func CheckSignal(name string) error {
+	if _, ok := Signals[name]; ok {
+		return nil
+	}
+	return Errorf(CodeInvalidArgument, "", "unknown signal %s; use one of HUP, INT, QUIT, KILL, USR1, USR2, TERM", Quote(name))
 }

@@ -114,6 +114,7 @@ type server struct {
 	inflight  map[uint64]context.CancelFunc // cancels of running requests
 	uploads   map[string]*fileops.TempFile  // open uploads by handle
 	downloads map[string]*fileops.DownloadFile
+	procs     map[uint64]*proc // running interactive processes by request id
 	nextID    uint64 // last handle number
 	lastTag   uint32 // last command tag issued (see tagBase)
 }
@@ -189,6 +190,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		inflight:  map[uint64]context.CancelFunc{},
 		uploads:   map[string]*fileops.TempFile{},
 		downloads: map[string]*fileops.DownloadFile{},
+		procs:     map[uint64]*proc{},
 	}
 
 	loopDone := make(chan error, 1)
@@ -292,6 +294,9 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 	case agentproto.OpUploadOpen:
 		s.send(s.uploadOpen(ctx, req))
 		return
+	case agentproto.OpProcAck:
+		s.send(s.procAck(req))
+		return
 	}
 
 	s.mu.Lock()
@@ -340,6 +345,12 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 			return agentproto.Failure(req.ID, backend.FromOS("execute", "", err))
 		}
 		return agentproto.Result(req.ID, res)
+	case agentproto.OpProcStart:
+		return s.procStart(ctx, req)
+	case agentproto.OpProcWrite:
+		return s.procWrite(req)
+	case agentproto.OpProcSignal:
+		return s.procSignal(req)
 	case agentproto.OpUploadFile:
 		return s.uploadFile(ctx, req)
 	case agentproto.OpUploadChunk:

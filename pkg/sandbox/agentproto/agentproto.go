@@ -73,12 +73,65 @@ const (
 	OpDownloadRead  Op = "download_read"  // DownloadReadArgs → empty result, the bytes as payload
 	OpDownloadClose Op = "download_close" // DownloadCloseArgs → empty result
 	OpCancel        Op = "cancel"         // CancelArgs → empty result
+	// Interactive processes. A proc_start request lives as long as its
+	// process: its id names the process in the other proc ops, it gets a
+	// started event once the process runs, stdout and stderr events with
+	// the output as payload, and a final backend.ProcessExit once the
+	// process has exited and its output is delivered. Cancelling it kills
+	// the process and every descendant.
+	OpProcStart  Op = "proc_start"  // backend.ProcessRequest → backend.ProcessExit (+ events)
+	OpProcWrite  Op = "proc_write"  // ProcWriteArgs + payload → empty result
+	OpProcSignal Op = "proc_signal" // ProcSignalArgs → empty result
+	OpProcAck    Op = "proc_ack"    // ProcAckArgs → empty result
 )
 
 // Event kinds of non-final responses.
 const (
-	EventOutput = "output" // execute output bytes, in order
+	EventOutput  = "output"  // execute output bytes, in order
+	EventStarted = "started" // a proc_start's process is running
+	EventStdout  = "stdout"  // a process's standard output, in order
+	EventStderr  = "stderr"  // a process's standard error, in order
 )
+
+// Output flow control of interactive processes. The agent may have at most
+// ProcWindow bytes of a process's output events unacknowledged, each event
+// costing its payload plus EventCost; sandboxd returns credit with
+// proc_ack as its reader consumes output. An agent that sends beyond its
+// credit breaks the protocol. The window bounds what a process's output
+// holds on the worker however slowly its reader reads; a process whose
+// output is not read blocks on its pipe.
+const (
+	ProcWindow = 256 << 10
+	// EventCost is charged per process output event on top of its
+	// payload, so that a flood of tiny events is bounded too.
+	EventCost = 256
+	// ProcChunkBytes bounds one process output event's payload and one
+	// proc_write's payload.
+	ProcChunkBytes = 64 << 10
+	// MaxProcesses bounds the interactive processes running at once in
+	// one sandbox.
+	MaxProcesses = 16
+)
+
+// ProcWriteArgs write the request's payload to process Target's standard
+// input, then close it when EOF is set.
+type ProcWriteArgs struct {
+	Target uint64 `json:"target"`
+	EOF    bool   `json:"eof,omitempty"`
+}
+
+// ProcSignalArgs send Signal (a backend.Process signal name) to process
+// Target and its descendants.
+type ProcSignalArgs struct {
+	Target uint64 `json:"target"`
+	Signal string `json:"signal"`
+}
+
+// ProcAckArgs return Bytes of output credit to process Target.
+type ProcAckArgs struct {
+	Target uint64 `json:"target"`
+	Bytes  int64  `json:"bytes"`
+}
 
 // Request is a frame from sandboxd to the agent.
 type Request struct {

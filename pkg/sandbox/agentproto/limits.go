@@ -18,8 +18,13 @@ type Limits struct {
 	// FinalBytes bounds the final response frame.
 	FinalBytes int
 	// Wait bounds the time from the request to its final response; zero
-	// means the caller computes it (execute: its timeout plus a grace).
+	// means the caller computes it (execute: its timeout plus a grace) or,
+	// for a process, that there is no bound.
 	Wait time.Duration
+	// Window, when set, bounds the events queued for the request in
+	// EventCost-charged bytes: the agent must not send beyond it
+	// (ProcWindow), and one that does breaks the protocol.
+	Window int
 }
 
 // Allows reports whether kind is one of l.Events.
@@ -72,12 +77,12 @@ var opLimits = map[Op]Limits{
 	OpDownloadOpen:  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpDownloadRead:  {FinalBytes: ChunkFrameBytes, Wait: ResponseWait},
 	OpDownloadClose: {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	// Interactive processes (issue 12), named here so their budgets exist
-	// when they land.
-	"proc_start":  {Events: []string{"stdout", "stderr"}, EventBytes: ChunkFrameBytes, FinalBytes: SmallFrameBytes},
-	"proc_write":  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	"proc_signal": {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
-	OpCancel:      {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	// A process's request lives as long as the process: no wait.
+	OpProcStart:  {Events: []string{EventStarted, EventStdout, EventStderr}, EventBytes: SmallFrameBytes + ProcChunkBytes, FinalBytes: SmallFrameBytes, Window: ProcWindow},
+	OpProcWrite:  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpProcSignal: {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpProcAck:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpCancel:     {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 }
 
 // LimitsOf returns op's limits; ok is false for an op sandboxd does not
