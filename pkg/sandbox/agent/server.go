@@ -115,8 +115,8 @@ type server struct {
 	uploads   map[string]*fileops.TempFile  // open uploads by handle
 	downloads map[string]*fileops.DownloadFile
 	procs     map[uint64]*proc // running interactive processes by request id
-	nextID    uint64 // last handle number
-	lastTag   uint32 // last command tag issued (see tagBase)
+	nextID    uint64           // last handle number
+	lastTag   uint32           // last command tag issued (see tagBase)
 }
 
 // Streamer is the streaming part of a file engine, which uploads and
