@@ -247,10 +247,15 @@ func (t *Tracing) grpcOptions() []otelgrpc.Option {
 	}
 }
 
-// Install makes this tracing the process-wide OpenTelemetry default (the
-// global TracerProvider and propagator, for libraries that use them) and
+// Install makes this tracing's propagator the process-wide default and
 // logs OpenTelemetry's internal errors (failed exports) with lg. It does
 // nothing when tracing is off. Only a daemon's main calls it.
+//
+// The global TracerProvider stays a no-op on purpose: libraries that trace
+// through otelhttp (the Docker client) take the provider from the parent
+// span, so their calls made while serving an RPC nest below its span,
+// while their calls from background loops (the sandbox reaper) start no
+// trace of their own.
 func (t *Tracing) Install(lg *zap.Logger) {
 	if !t.Enabled() {
 		return
@@ -259,7 +264,6 @@ func (t *Tracing) Install(lg *zap.Logger) {
 		lg = zap.NewNop()
 	}
 	lg = lg.Named("otel")
-	otel.SetTracerProvider(t.tp)
 	otel.SetTextMapPropagator(t.prop)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { lg.Warn("opentelemetry", zap.Error(err)) }))
 }

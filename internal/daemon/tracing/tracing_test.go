@@ -3,25 +3,20 @@ package tracing
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/http"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/proto"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"github.com/plumbhq/plumb/internal/daemon/tracing/tracingtest"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -87,81 +82,6 @@ func TestOffCostsNothing(t *testing.T) {
 	}
 }
 
-// collector records the spans it receives over OTLP, by service name.
-type collector struct {
-	collectorpb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans map[string][]*tracepb.Span
-}
-
-func (c *collector) add(req *collectorpb.ExportTraceServiceRequest) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		var service string
-		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.GetKey() == "service.name" {
-				service = kv.GetValue().GetStringValue()
-			}
-		}
-		for _, ss := range rs.GetScopeSpans() {
-			c.spans[service] = append(c.spans[service], ss.GetSpans()...)
-		}
-	}
-}
-
-func (c *collector) Export(_ context.Context, req *collectorpb.ExportTraceServiceRequest) (*collectorpb.ExportTraceServiceResponse, error) {
-	c.add(req)
-	return &collectorpb.ExportTraceServiceResponse{}, nil
-}
-
-func (c *collector) names(service string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, s := range c.spans[service] {
-		out = append(out, s.GetName())
-	}
-	return out
-}
-
-// startCollector serves OTLP over protocol on loopback and returns its
-// endpoint URL.
-func startCollector(t *testing.T, protocol string) (*collector, string) {
-	c := &collector{spans: map[string][]*tracepb.Span{}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if protocol == ProtocolGRPC {
-		srv := grpc.NewServer()
-		collectorpb.RegisterTraceServiceServer(srv, c)
-		go func() { _ = srv.Serve(lis) }()
-		t.Cleanup(srv.Stop)
-		return c, "http://" + lis.Addr().String()
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		req := &collectorpb.ExportTraceServiceRequest{}
-		if err == nil {
-			err = proto.Unmarshal(body, req)
-		}
-		if err != nil || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "bad export", http.StatusBadRequest)
-			return
-		}
-		c.add(req)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		b, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
-		_, _ = w.Write(b)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Close() })
-	return c, "http://" + lis.Addr().String()
-}
-
 // TestExportsOverOTLP: with an endpoint in the environment, spans reach a
 // real OTLP receiver over either protocol when the daemon shuts down
 // (Shutdown flushes the batch), under the daemon's service name unless
@@ -176,8 +96,8 @@ func TestExportsOverOTLP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, endpoint := startCollector(t, tt.protocol)
-			t.Setenv(EnvEndpoint, endpoint)
+			c := tracingtest.Start(t, tt.protocol)
+			t.Setenv(EnvEndpoint, c.Endpoint)
 			t.Setenv(EnvProtocol, tt.protocol)
 			t.Setenv(EnvServiceName, tt.serviceEnv)
 			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
@@ -195,8 +115,8 @@ func TestExportsOverOTLP(t *testing.T) {
 			if err := tr.Shutdown(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := c.names(tt.wantService); !slices.Equal(got, []string{"probe"}) {
-				t.Fatalf("spans of %s = %v, want [probe]; all: %v", tt.wantService, got, c.spans)
+			if got := tracingtest.Named(c.Spans(tt.wantService), "probe"); len(got) != 1 || len(c.Spans(tt.wantService)) != 1 {
+				t.Fatalf("spans of %s = %v, want one probe; services: %v", tt.wantService, c.Spans(tt.wantService), c.Services())
 			}
 		})
 	}
@@ -213,7 +133,7 @@ func TestPropagatesOverGRPC(t *testing.T) {
 	client, server := New(clientTP), New(serverTP)
 
 	srv := grpc.NewServer(server.ServerOptions()...)
-	collectorpb.RegisterTraceServiceServer(srv, &collector{spans: map[string][]*tracepb.Span{}})
+	collectorpb.RegisterTraceServiceServer(srv, &tracingtest.Collector{})
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
