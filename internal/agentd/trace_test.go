@@ -66,15 +66,16 @@ func TestOneTracePerRunAcrossDaemons(t *testing.T) {
 	wantResult(t, results, "w1", false)
 	wantResult(t, results, "e1", false, "traced")
 
-	// The stream ends with the terminal event, a moment before the run
-	// span does.
+	// The client sees the stream end a moment before the run span and the
+	// RPC's server span end.
 	var as []sdktrace.ReadOnlySpan
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
 		as = agentdSpans.spans()
-		if n := countNamed(as, agent.SpanRun); n == 1 {
+		runs, rpcs := countNamed(as, agent.SpanRun), countNamed(as, "plumb.v1.AgentService/Run")
+		if runs == 1 && rpcs == 1 {
 			break
 		} else if time.Now().After(deadline) {
-			t.Fatalf("%d run spans ended", n)
+			t.Fatalf("%d run spans and %d Run RPC spans ended, want 1 each", runs, rpcs)
 		}
 	}
 	ss := sandboxdSpans.spans()

@@ -26,18 +26,25 @@ import (
 	"github.com/plumbhq/plumb/internal/version"
 )
 
-// The environment variables that decide whether tracing is on (the
-// OpenTelemetry SDK configuration names).
+// The environment variables this package reads itself (the OpenTelemetry
+// SDK configuration names); the exporters and the SDK read the others.
 const (
-	EnvSDKDisabled          = "OTEL_SDK_DISABLED"
-	EnvTracesExporter       = "OTEL_TRACES_EXPORTER"
-	EnvEndpoint             = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	EnvTracesEndpoint       = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	EnvProtocol             = "OTEL_EXPORTER_OTLP_PROTOCOL"
-	EnvTracesProtocol       = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-	EnvServiceName          = "OTEL_SERVICE_NAME"
-	ProtocolGRPC            = "grpc"
-	ProtocolHTTPProtobuf    = "http/protobuf"
+	EnvSDKDisabled    = "OTEL_SDK_DISABLED"
+	EnvTracesExporter = "OTEL_TRACES_EXPORTER"
+	EnvEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvServiceName    = "OTEL_SERVICE_NAME"
+)
+
+// The OTLP protocols spans can be exported with.
+const (
+	ProtocolGRPC         = "grpc"
+	ProtocolHTTPProtobuf = "http/protobuf"
+)
+
+const (
 	defaultProtocol         = ProtocolHTTPProtobuf
 	describeWorkerFullName  = "/plumb.v1.SandboxService/DescribeWorker"
 	reflectionServicePrefix = "grpc.reflection."
