@@ -94,6 +94,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tr, err := daemon.SetupTracing(ctx, "agentd", lg)
+	if err != nil {
+		return err
+	}
+	defer daemon.FlushTraces(tr, lg)
 	wtoken, err := daemon.ReadToken(workerToken)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
@@ -117,6 +122,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		DefaultBackend: defaultBackend,
 		Logger:         lg,
 		WorkerDial:     workerOpts,
+		Tracing:        tr,
 	})
 	if err != nil {
 		return &daemon.UsageError{Err: err}
@@ -155,6 +161,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "agentd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }
+	o.ServerOptions = tr.ServerOptions()
 	o.BeforeStop = svc.Shutdown
 	return daemon.Serve(ctx, o)
 }

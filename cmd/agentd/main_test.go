@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"github.com/plumbhq/plumb/internal/daemon/tracing/tracingtest"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -70,6 +72,8 @@ func TestBadStartInputs(t *testing.T) {
 		want string // substring of the one-line error
 	}{
 		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
+		{"unsupported trace exporter", []string{"OTEL_TRACES_EXPORTER=zipkin"}, nil, `OTEL_TRACES_EXPORTER="zipkin": only otlp (or none) is supported`},
+		{"unsupported OTLP protocol", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL=http/json"}, nil, `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`},
 		{"bad TLS certificate", nil, []string{"--tls-cert", garbage, "--tls-key", garbage}, garbage},
 		{"TLS certificate without key", nil, []string{"--tls-cert", garbage}, "--tls-key"},
 		{"missing client CA", nil, []string{"--tls-cert", garbage, "--tls-key", garbage, "--tls-client-ca", filepath.Join(dir, "ca.pem")}, dir},
@@ -366,5 +370,59 @@ func TestPostgresThreadsOutliveAgentd(t *testing.T) {
 		if !strings.Contains(p.Stderr(), `"msg":"threads are kept in PostgreSQL"`) || strings.Contains(p.Stderr(), secret) {
 			t.Fatalf("agentd %d: want the PostgreSQL store logged without its password; stderr: %s", i, p.Stderr())
 		}
+	}
+}
+
+// TestTracesExportedAtExit: with an OTLP endpoint in the environment,
+// agentd exports its spans there, at the latest when it stops: the Run
+// RPC's server span and the run span below it, in one trace, under
+// service.name agentd; health checks make none.
+func TestTracesExportedAtExit(t *testing.T) {
+	c := tracingtest.Start(t, "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.Endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("OPENAI_API_KEY", "")
+	p := daemontest.Start(t, agentdBin, append(append([]string{}, freeArgs...), "--default-backend", "state")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := plumbv1.NewAgentServiceClient(conn).Run(ctx, &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
+	}
+	if !strings.Contains(p.Stderr(), `"msg":"tracing is on"`) {
+		t.Errorf("no tracing log line: %s", p.Stderr())
+	}
+	spans := c.Spans("agentd")
+	servers, runs := tracingtest.Named(spans, "plumb.v1.AgentService/Run"), tracingtest.Named(spans, "agent.run")
+	if len(servers) != 1 || len(runs) != 1 || len(tracingtest.Named(spans, "grpc.health.v1.Health/Check")) != 0 {
+		t.Fatalf("spans of agentd: %v (services %v)", spans, c.Services())
+	}
+	if !bytes.Equal(runs[0].GetTraceId(), servers[0].GetTraceId()) || !bytes.Equal(runs[0].GetParentSpanId(), servers[0].GetSpanId()) {
+		t.Errorf("run span %v is not the Run span's child %v", runs[0], servers[0])
 	}
 }

@@ -151,8 +151,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	lg = lg.With(zap.String("worker", worker))
+	tr, err := daemon.SetupTracing(ctx, "sandboxd", lg)
+	if err != nil {
+		return err
+	}
+	defer daemon.FlushTraces(tr, lg)
 	lg.Info("starting sandboxd")
 
+	// The client traces an Engine API call made while serving an RPC
+	// under that RPC's span (it takes the provider from the parent span);
+	// the background reaper's calls, with no span, make none.
 	docker, err := client.New(client.FromEnv)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
@@ -204,6 +212,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) }
+	o.ServerOptions = tr.ServerOptions()
 	return daemon.Serve(ctx, o)
 }
 

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"github.com/plumbhq/plumb/internal/daemon/tracing/tracingtest"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -95,5 +99,45 @@ func TestServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if code := p.Wait(2 * time.Minute); code != 0 {
 		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
+	}
+}
+
+// TestTracesExportedOverGRPC: with OTEL_EXPORTER_OTLP_PROTOCOL=grpc,
+// sandboxd exports a server span per traced RPC to the OTLP endpoint, at
+// the latest when it stops, under OTEL_SERVICE_NAME; health checks make
+// none.
+func TestTracesExportedOverGRPC(t *testing.T) {
+	sandboxtest.Docker(t)
+	c := tracingtest.Start(t, "grpc")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.Endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	t.Setenv("OTEL_SERVICE_NAME", "sandboxd-test")
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	p := daemontest.Start(t, sandboxdBin, append(append([]string{}, freeArgs...), "--worker", "otel"+hex.EncodeToString(b), "--shutdown-grace", "1s")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plumbv1.NewSandboxServiceClient(conn).ListSandboxes(ctx, &plumbv1.ListSandboxesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
+	}
+	spans := c.Spans("sandboxd-test")
+	if len(tracingtest.Named(spans, "plumb.v1.SandboxService/ListSandboxes")) != 1 || len(tracingtest.Named(spans, "grpc.health.v1.Health/Check")) != 0 {
+		t.Fatalf("spans of sandboxd-test: %v (services %v)", spans, c.Services())
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/internal/tenant"
@@ -46,6 +47,13 @@ type stack struct {
 // tools, ...). With a worker, sandbox.address points at it.
 func startStack(t *testing.T, w *sandboxsvctest.Worker, extra string) *stack {
 	t.Helper()
+	return startTracedStack(t, w, extra, nil)
+}
+
+// startTracedStack is startStack with tracing: tr traces the agent core,
+// its AgentService server and its calls to the worker.
+func startTracedStack(t *testing.T, w *sandboxsvctest.Worker, extra string, tr *tracing.Tracing) *stack {
+	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
 	doc := fmt.Sprintf(`version: 1
@@ -67,7 +75,7 @@ defaults: {model: scripted}
 			return "test-key"
 		}
 		return ""
-	}, Logger: lg, WorkerDial: tenant.DialOptions()})
+	}, Logger: lg, WorkerDial: tenant.DialOptions(), Tracing: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +92,7 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(daemon.ServerAuth(nil)...) // the tenant comes from plumb-tenant (stack.tenant)
+	gs := grpc.NewServer(append(daemon.ServerAuth(nil), tr.ServerOptions()...)...) // the tenant comes from plumb-tenant (stack.tenant)
 	plumbv1.RegisterAgentServiceServer(gs, svc)
 	served := make(chan struct{})
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -82,6 +83,9 @@ type Options struct {
 	WorkerDial []grpc.DialOption
 	// RuntimeOptions are passed to deep.New (tests set clocks and ids).
 	RuntimeOptions []deep.Option
+	// Tracing, if enabled, records the runs' spans and traces the calls
+	// to sandboxd workers, passing the trace context on (nil = off).
+	Tracing *tracing.Tracing
 }
 
 // Build validates cfg and assembles the agent core. Errors name the YAML
@@ -117,7 +121,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		return nil, err
 	}
 
-	tb, err := newThreadBackends(cfg, path, st, o.Logger, o.WorkerDial...)
+	tb, err := newThreadBackends(cfg, path, st, o.Logger, append(slices.Clone(o.WorkerDial), o.Tracing.DialOptions()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +193,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if err := a.webSearch(cfg, o, &dc); err != nil {
 		return nil, err
 	}
-	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger)}, o.RuntimeOptions...)...)
+	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger), deep.WithTracerProvider(o.Tracing.TracerProvider())}, o.RuntimeOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

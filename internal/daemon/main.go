@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/version"
 	"go.uber.org/zap"
 )
@@ -180,4 +181,30 @@ func (c *Common) Apply(f *Flags, s ServerConfig) error {
 		c.ShutdownGrace = s.ShutdownGrace
 	}
 	return nil
+}
+
+// SetupTracing sets up the daemon's OpenTelemetry tracing from the OTEL_*
+// environment (see package tracing; off unless asked for) and installs it
+// as the process default. A value it cannot honor is a UsageError. Defer
+// FlushTraces right after.
+func SetupTracing(ctx context.Context, service string, lg *zap.Logger) (*tracing.Tracing, error) {
+	tr, err := tracing.Setup(ctx, service, lg)
+	if errors.Is(err, tracing.ErrConfig) {
+		return nil, &UsageError{Err: err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	tr.Install(lg)
+	return tr, nil
+}
+
+// FlushTraces exports the spans still buffered, for up to five seconds,
+// when the daemon exits.
+func FlushTraces(tr *tracing.Tracing, lg *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		lg.Warn("traces not flushed at exit", zap.Error(err))
+	}
 }

@@ -78,6 +78,9 @@ type Options struct {
 	// ReloadInterval is how often the credentials file is checked for
 	// changes (default 2 s; SIGHUP checks at once).
 	ReloadInterval time.Duration
+	// ServerOptions are added to the gRPC server's options (tracing's
+	// stats handler).
+	ServerOptions []grpc.ServerOption
 	// BeforeStop, if set, runs when shutdown starts, with a context that
 	// ends after ShutdownGrace: the daemon's own draining (agentd stops
 	// accepting runs and cancels what is left at the deadline).
@@ -155,6 +158,7 @@ func Serve(ctx context.Context, o Options) error {
 	if o.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
+	sopts = append(sopts, o.ServerOptions...)
 	srv := grpc.NewServer(sopts...)
 	if o.Register != nil {
 		o.Register(srv)

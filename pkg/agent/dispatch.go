@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -88,6 +90,8 @@ func (x *execution) dispatch(ctx context.Context, p *PendingStep, plan *resumePl
 		}
 		tool, args, bad := x.resolve(req.Call, p.FinishReason)
 		if bad != nil {
+			_, span := x.startToolCall(ctx, req)
+			endToolCall(span, bad, false)
 			b.finish(x, req, *bad, rem)
 			continue
 		}
@@ -147,14 +151,22 @@ func (x *execution) runCall(ctx context.Context, req *ToolRequest, b *batch, rem
 	}
 	defer func() { <-toolSem }()
 
+	// The span starts once the call has its slots: it times the call, not
+	// its wait. Whatever the tool calls (sandboxd) nests below it.
+	spanCtx, span := x.startToolCall(ctx, req)
+	var (
+		traced      *ToolResult
+		interrupted bool
+	)
+	defer func() { endToolCall(span, traced, interrupted) }()
 	name := req.Call.Name
 	timeout := req.Tool.Timeout
 	if timeout == 0 {
 		timeout = x.rc.Limits.ToolTimeout
 	}
-	callCtx, cancel := ctx, context.CancelFunc(func() {})
+	callCtx, cancel := spanCtx, context.CancelFunc(func() {})
 	if timeout > 0 {
-		callCtx, cancel = context.WithTimeout(ctx, timeout)
+		callCtx, cancel = context.WithTimeout(spanCtx, timeout)
 	}
 	defer cancel()
 	start := time.Now()
@@ -191,6 +203,7 @@ func (x *execution) runCall(ctx context.Context, req *ToolRequest, b *batch, rem
 	}
 	var in *Interrupt
 	if !timedOut && errors.As(r.err, &in) {
+		interrupted = true
 		b.interrupt(req, in)
 		return
 	}
@@ -208,7 +221,16 @@ func (x *execution) runCall(ctx context.Context, req *ToolRequest, b *batch, rem
 		res = ToolResult{Content: fmt.Sprintf("%s failed: %v", name, r.err), IsError: true}
 	}
 	res.Duration = time.Since(start)
+	traced = &res
 	b.finish(x, req, res, rem)
+}
+
+// startToolCall starts the agent.tool_call span of req.
+func (x *execution) startToolCall(ctx context.Context, req *ToolRequest) (context.Context, trace.Span) {
+	return x.rc.tracer().Start(ctx, SpanToolCall, trace.WithAttributes(
+		attribute.String(AttrOperation, "execute_tool"), attribute.String(AttrToolName, req.Call.Name),
+		attribute.String(AttrToolCallID, req.Call.ID), attribute.String(AttrAgentPath, x.rc.AgentPath),
+		attribute.Int(AttrStep, x.rc.Step())))
 }
 
 // finish records a call's result and emits tool_call_started (if the tool

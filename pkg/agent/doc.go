@@ -18,6 +18,14 @@
 //   - MemoryStore is the ephemeral Store; other implementations must pass
 //     the storetest conformance suite.
 //
+// Tracing: a Runner given a TracerProvider (WithTracerProvider; default the
+// OpenTelemetry global) makes one agent.run span per run segment, with
+// agent.step spans below it and agent.model_call, agent.tool_call and
+// agent.subagent spans below those (trace.go). Spans carry ids, names,
+// token counts and outcomes, never message or file contents. Only the
+// OpenTelemetry API is imported; the SDK and exporters belong to the
+// daemons.
+//
 // The package must not import gRPC, protobuf or any provider SDK: events
 // are plain Go values that a transport adapter converts 1:1, and the model
 // is reached only through model.ChatModel. It never logs prompts, tool

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/agent/jsonschema"
@@ -159,7 +161,7 @@ func (x *execution) afterAgent(ctx context.Context) error {
 // plan, it first finishes the pending step with the plan's decisions.
 func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 	if plan != nil {
-		if end, done := x.finishBatch(ctx, x.st.Pending(), plan, nil); done {
+		if end, done := x.resumeStep(ctx, plan); done {
 			return end
 		}
 	}
@@ -170,52 +172,74 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 		if ctx.Err() != nil {
 			return loopEnd{kind: endStopped}
 		}
-		for _, m := range x.cfg.Middleware {
-			if err := m.BeforeModel(ctx, x.rc, x.st); err != nil {
-				if ctx.Err() != nil {
-					return loopEnd{kind: endStopped}
-				}
-				return loopEnd{kind: endFailed, err: &hookError{"before_model", m.Name(), err}}
-			}
-		}
-		resp, err := x.callChain(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return loopEnd{kind: endStopped}
-			}
-			return loopEnd{kind: endFailed, err: err}
-		}
-		reminders := x.rc.takeReminders()
-		msg := Message{Message: resp.Message, CreatedAt: x.rc.Now()}
-		msg.Role = model.RoleAssistant
-		index := x.st.Len()
-		x.st.Append(msg)
-		step := x.rc.nextStep()
-		calls := msg.ToolCalls
-		var p *PendingStep
-		if len(calls) > 0 {
-			p = &PendingStep{AssistantIndex: index, Calls: slices.Clone(calls), FinishReason: resp.FinishReason, Reminders: reminders}
-			x.st.setPending(p.clone())
-		}
-		total := x.rc.accountUsage(resp.Usage)
-		if err := x.save(ctx, PhaseModel); err != nil {
-			return loopEnd{kind: endFailed, err: err}
-		}
-		x.rc.Emit(AssistantMessage{
-			Text: msg.Content, Reasoning: msg.ReasoningContent, ToolCalls: slices.Clone(calls),
-			Step: step, FinishReason: resp.FinishReason,
-		})
-		x.rc.Emit(UsageReport{Call: resp.Usage, Estimated: resp.Usage.Estimated, Purpose: PurposeAgent, Model: x.cfg.ProviderModel, RunTotal: total})
-		if len(calls) == 0 {
-			if err := x.afterAgent(ctx); err != nil {
-				return loopEnd{kind: endFailed, err: err}
-			}
-			return loopEnd{kind: endCompleted}
-		}
-		if end, done := x.finishBatch(ctx, p, nil, reminders); done {
+		if end, done := x.step(ctx); done {
 			return end
 		}
 	}
+}
+
+// startStep starts the agent.step span of step n.
+func (x *execution) startStep(ctx context.Context, n int, resumed bool) (context.Context, trace.Span) {
+	return x.rc.tracer().Start(ctx, SpanStep, trace.WithAttributes(
+		attribute.Int(AttrStep, n), attribute.String(AttrAgentPath, x.rc.AgentPath), attribute.Bool(AttrResumed, resumed)))
+}
+
+// resumeStep finishes the step a Resume continues (its model call was made
+// in an earlier segment).
+func (x *execution) resumeStep(ctx context.Context, plan *resumePlan) (end loopEnd, done bool) {
+	ctx, span := x.startStep(ctx, x.rc.Step(), true)
+	defer func() { endStep(span, end, done) }()
+	return x.finishBatch(ctx, x.st.Pending(), plan, nil)
+}
+
+// step runs one step: BeforeModel, the model call, then its tool calls.
+// done is true when the loop must end.
+func (x *execution) step(ctx context.Context) (end loopEnd, done bool) {
+	ctx, span := x.startStep(ctx, x.rc.Step()+1, false)
+	defer func() { endStep(span, end, done) }()
+	for _, m := range x.cfg.Middleware {
+		if err := m.BeforeModel(ctx, x.rc, x.st); err != nil {
+			if ctx.Err() != nil {
+				return loopEnd{kind: endStopped}, true
+			}
+			return loopEnd{kind: endFailed, err: &hookError{"before_model", m.Name(), err}}, true
+		}
+	}
+	resp, err := x.callChain(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return loopEnd{kind: endStopped}, true
+		}
+		return loopEnd{kind: endFailed, err: err}, true
+	}
+	reminders := x.rc.takeReminders()
+	msg := Message{Message: resp.Message, CreatedAt: x.rc.Now()}
+	msg.Role = model.RoleAssistant
+	index := x.st.Len()
+	x.st.Append(msg)
+	step := x.rc.nextStep()
+	calls := msg.ToolCalls
+	var p *PendingStep
+	if len(calls) > 0 {
+		p = &PendingStep{AssistantIndex: index, Calls: slices.Clone(calls), FinishReason: resp.FinishReason, Reminders: reminders}
+		x.st.setPending(p.clone())
+	}
+	total := x.rc.accountUsage(resp.Usage)
+	if err := x.save(ctx, PhaseModel); err != nil {
+		return loopEnd{kind: endFailed, err: err}, true
+	}
+	x.rc.Emit(AssistantMessage{
+		Text: msg.Content, Reasoning: msg.ReasoningContent, ToolCalls: slices.Clone(calls),
+		Step: step, FinishReason: resp.FinishReason,
+	})
+	x.rc.Emit(UsageReport{Call: resp.Usage, Estimated: resp.Usage.Estimated, Purpose: PurposeAgent, Model: x.cfg.ProviderModel, RunTotal: total})
+	if len(calls) == 0 {
+		if err := x.afterAgent(ctx); err != nil {
+			return loopEnd{kind: endFailed, err: err}, true
+		}
+		return loopEnd{kind: endCompleted}, true
+	}
+	return x.finishBatch(ctx, p, nil, reminders)
 }
 
 // callChain builds the request from State and runs the WrapModel chain,
@@ -389,7 +413,14 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 		Temperature: req.Temperature,
 		Metadata:    model.Metadata{RunID: x.rc.RunID, AgentPath: x.rc.AgentPath, ParentToolCallID: x.rc.ParentToolCallID},
 	}
-	return x.cfg.Model.Generate(ctx, mreq, func(d model.Delta) {
+	name := req.Model
+	if name == "" {
+		name = x.cfg.ProviderModel
+	}
+	ctx, span := x.rc.tracer().Start(ctx, SpanModelCall, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String(AttrOperation, "chat"), attribute.String(AttrRequestModel, name), attribute.String(AttrModelKey, x.rc.ModelKey),
+		attribute.String(AttrAgentPath, x.rc.AgentPath), attribute.Int(AttrStep, step)))
+	resp, err := x.cfg.Model.Generate(ctx, mreq, func(d model.Delta) {
 		attempt := max(d.Attempt, 1)
 		if d.Reasoning != "" {
 			x.rc.Emit(ReasoningDelta{Text: d.Reasoning, Step: step, Attempt: attempt})
@@ -398,6 +429,8 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 			x.rc.Emit(MessageDelta{Text: d.Text, Step: step, Attempt: attempt})
 		}
 	})
+	endModelCall(span, resp, err)
+	return resp, err
 }
 
 // callTool is the tool endpoint: tool_call_started, then the tool.

@@ -30,7 +30,7 @@ type harness struct {
 
 func modelOf(_ *testing.T, h *harness) *openai.Model { return h.model }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, opts ...agent.RunnerOption) *harness {
 	t.Helper()
 	h := &harness{t: t, srv: modeltest.New(t), store: agent.NewMemoryStore(), kit: tools.NewTestKit()}
 	m, err := openai.New(openai.Config{
@@ -50,7 +50,7 @@ func newHarness(t *testing.T) *harness {
 			Agent: "main", ModelKey: "smart", ProviderModel: "test-model", Model: m,
 			Middleware: mw, Tools: append(h.kit.Tools(), h.extra...), Limits: h.limits,
 		}, nil
-	}, agent.WithLogger(zaptest.NewLogger(t)))
+	}, append([]agent.RunnerOption{agent.WithLogger(zaptest.NewLogger(t))}, opts...)...)
 	return h
 }
 

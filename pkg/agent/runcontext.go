@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -64,6 +65,7 @@ type runShared struct {
 	clock  Clock
 	newID  func() string
 	lg     *zap.Logger // carries run-id and thread-id
+	tracer trace.Tracer
 	closed bool
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/model"
@@ -55,6 +57,7 @@ type Runner struct {
 	lg        *zap.Logger
 	clock     Clock
 	newID     func() string
+	tracer    trace.Tracer
 
 	mu     sync.Mutex
 	leases map[string]bool
@@ -88,6 +91,9 @@ func NewRunner(store Store, configure ConfigureFunc, opts ...RunnerOption) *Runn
 	}
 	if r.newID == nil {
 		r.newID = func() string { return ulid.Make().String() }
+	}
+	if r.tracer == nil {
+		r.tracer = defaultTracer()
 	}
 	return r
 }
@@ -156,8 +162,11 @@ func (r *Runner) Active(threadID string) bool {
 // Run starts a run. Errors before run_started are returned (see the Err*
 // values); afterwards every failure is an error event and the returned
 // error is nil. Events go to sink in sequence order; the last one is
-// run_finished, interrupted or error.
-func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, error) {
+// run_finished, interrupted or error. The segment is one agent.run span
+// (a child of the span in ctx, if any).
+func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResult, err error) {
+	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, false)))
+	defer func() { endRun(span, res, err) }()
 	if len(in.Input) == 0 {
 		return nil, fmt.Errorf("%w: input is empty", ErrInvalidInput)
 	}
@@ -175,7 +184,6 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, e
 	if isNew {
 		td = &ThreadData{Thread: Thread{ID: threadID, Metadata: in.Metadata}}
 	} else {
-		var err error
 		if td, err = r.store.LoadThread(ctx, threadID); err != nil {
 			return nil, err
 		}
@@ -184,6 +192,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, e
 		}
 	}
 	runID := r.newID()
+	span.SetAttributes(attribute.String(AttrThreadID, threadID), attribute.String(AttrConversation, threadID), attribute.String(AttrRunID, runID))
 	labels := maps.Clone(td.Thread.Metadata)
 	if labels == nil {
 		labels = map[string]string{}
@@ -193,6 +202,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (*RunResult, e
 	if err != nil {
 		return nil, err
 	}
+	setAgentAttrs(span, cfg)
 	now := r.clock.Now()
 	if isNew {
 		td.Thread.CreatedAt, td.Thread.UpdatedAt = now, now
@@ -271,8 +281,11 @@ func (r *Runner) abandon(ctx context.Context, td *ThreadData) error {
 
 // Resume continues an interrupted run with decisions (agent.md §6.4). The
 // decisions are validated first (§6.5); on any problem nothing changes and
-// a *DecisionError is returned.
-func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (*RunResult, error) {
+// a *DecisionError is returned. The segment is one agent.run span.
+func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *RunResult, err error) {
+	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
+		attribute.String(AttrThreadID, in.ThreadID), attribute.String(AttrConversation, in.ThreadID)))
+	defer func() { endRun(span, res, err) }()
 	release, ok := r.lease(in.ThreadID)
 	if !ok {
 		return nil, fmt.Errorf("thread %s is busy: %w", in.ThreadID, ErrThreadBusy)
@@ -296,10 +309,12 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (*RunRes
 		return nil, fmt.Errorf("thread %s: the interrupted run's record is missing", in.ThreadID)
 	}
 	rec := *td.LastRun
+	span.SetAttributes(attribute.String(AttrRunID, rec.RunID))
 	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true, ThreadFiles: td.Files, Metadata: td.Thread.Metadata})
 	if err != nil {
 		return nil, err
 	}
+	setAgentAttrs(span, cfg)
 	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private, Pending: td.Pending})
 	rec.Status = StatusRunning
 	rr := r.newRootRun(sink, cfg, td, st, rec)
@@ -344,7 +359,7 @@ func (r *Runner) newRootRun(sink Sink, cfg *Config, td *ThreadData, st *State, r
 		path = "main"
 	}
 	lg := r.lg.With(zap.String("thread-id", td.Thread.ID), zap.String("run-id", rec.RunID))
-	shared := &runShared{sink: sink, clock: r.clock, newID: r.newID, lg: lg}
+	shared := &runShared{sink: sink, clock: r.clock, newID: r.newID, lg: lg, tracer: r.tracer}
 	rc := &RunContext{
 		ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, ModelKey: cfg.ModelKey,
 		AgentPath: path, Backend: cfg.Backend, Clock: r.clock,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/model"
@@ -46,8 +48,19 @@ var errSubagentTimeout = errors.New("subagent timeout")
 // nested executor whose events carry the subagent's agent path and the
 // task call id, and emits subagent_finished unless the subagent suspended.
 // The subagent shares the run's event stream and usage totals; it never
-// emits run-level events.
+// emits run-level events. The invocation is an agent.subagent span below
+// the task call's span.
 func RunSubagent(ctx context.Context, parent *ToolRequest, sr SubagentRequest) SubagentOutcome {
+	ctx, span := parent.Run.tracer().Start(ctx, SpanSubagent, trace.WithAttributes(
+		attribute.String(AttrOperation, "invoke_agent"), attribute.String(AttrAgentName, sr.Name),
+		attribute.String(AttrAgentPath, parent.Run.AgentPath+"/"+sr.Name), attribute.String(AttrParentToolCallID, parent.Call.ID),
+		attribute.Bool(AttrResumed, parent.Resume != nil && parent.Resume.Snapshot != nil)))
+	out := runSubagent(ctx, parent, sr)
+	endSubagent(span, out)
+	return out
+}
+
+func runSubagent(ctx context.Context, parent *ToolRequest, sr SubagentRequest) SubagentOutcome {
 	cfg := sr.Config
 	var lim Limits
 	if cfg != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -126,6 +127,7 @@ type options struct {
 	lg    *zap.Logger
 	clock agent.Clock
 	ids   func() string
+	tp    trace.TracerProvider
 }
 
 // WithLogger sets the logger (nil = nop).
@@ -136,6 +138,10 @@ func WithClock(c agent.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithIDs sets the id generator.
 func WithIDs(f func() string) Option { return func(o *options) { o.ids = f } }
+
+// WithTracerProvider sets the provider of the runs' spans (see
+// agent.WithTracerProvider; default the OpenTelemetry global).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tp = tp } }
 
 // Runtime runs deep agents.
 type Runtime struct {
@@ -217,6 +223,9 @@ func New(cfg Config, opts ...Option) (*Runtime, error) {
 	}
 	if o.ids != nil {
 		ropts = append(ropts, agent.WithIDs(o.ids))
+	}
+	if o.tp != nil {
+		ropts = append(ropts, agent.WithTracerProvider(o.tp))
 	}
 	rt.runner = agent.NewRunner(cfg.Store, rt.configure, ropts...)
 	return rt, nil

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	goopenai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -68,6 +69,8 @@ type env struct {
 	lastThread string
 	// vision lists the provider model names configured as vision-capable.
 	vision map[string]bool
+	// tp, if set, receives the runtime's spans.
+	tp trace.TracerProvider
 }
 
 type option func(*env)
@@ -159,7 +162,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 		return fmt.Sprintf("id-%03d", n)
 	}
 	lg := zaptest.NewLogger(t)
-	rt, err := deep.New(e.cfg, deep.WithLogger(lg), deep.WithIDs(ids))
+	rt, err := deep.New(e.cfg, deep.WithLogger(lg), deep.WithIDs(ids), deep.WithTracerProvider(e.tp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,9 @@ type Worker struct {
 // StartWorker starts a worker whose sandboxes default to the busybox test
 // image; cfg may override defaults (Worker, Agent, Defaults.Image and the
 // test label are filled in). Everything it created is removed, and checked
-// to be gone, when the test ends.
-func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
+// to be gone, when the test ends. opts are added to the worker's gRPC
+// server options (tracing's stats handler).
+func StartWorker(t testing.TB, cfg sandbox.Config, opts ...grpc.ServerOption) *Worker {
 	t.Helper()
 	cli := sandboxtest.Docker(t)
 	b := make([]byte, 3)
@@ -64,7 +65,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config) *Worker {
 	}
 	// No credentials: like a loopback sandboxd, every caller may name its
 	// tenant in plumb-tenant.
-	srv := grpc.NewServer(append(daemon.ServerAuth(nil), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))...)
+	srv := grpc.NewServer(append(append(daemon.ServerAuth(nil), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20)), opts...)...)
 	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, lg))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
