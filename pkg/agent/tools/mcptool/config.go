@@ -57,6 +57,10 @@ type Server struct {
 	// MaxMessageBytes bounds one message from the server; a bigger one
 	// ends the session with an error (0 = DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// Unavailable, when set, says why the server must not be contacted
+	// (its configuration lacks a secret): it is offered as unavailable
+	// tools whose calls give this reason.
+	Unavailable string
 }
 
 var serverName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9-]*$`)

@@ -107,6 +107,9 @@ func (s *session) connected(ctx context.Context) (*link, error) {
 	if l != nil && !l.isDead() {
 		return l, nil
 	}
+	if s.srv.Unavailable != "" {
+		return nil, fmt.Errorf("MCP server %s is not usable: %s", s.srv.Name, s.srv.Unavailable)
+	}
 	if err := s.acquire(ctx); err != nil {
 		return nil, err
 	}
