@@ -303,7 +303,7 @@ func TestHTTPServer(t *testing.T) {
 	}{{"ok", "Bearer s3cret"}, {"unauthorized", "Bearer nope"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := mcptool.Server{Name: "web", URL: ts.URL, Headers: map[string]string{"Authorization": tc.auth},
-				Timeout: 2 * time.Second, StartupTimeout: 30 * time.Second, MaxResultChars: 100}
+				Timeout: 2 * time.Second, StartupTimeout: 30 * time.Second, MaxResultChars: 100, MaxMessageBytes: 64 << 10}
 			h := newHarness(t, state.New(), srv)
 			if tc.auth != "Bearer s3cret" {
 				h.srv.Script("main", modeltest.Calls(call("x1", "mcp__web__unavailable", `{}`)), modeltest.Text("ok"))
@@ -319,6 +319,8 @@ func TestHTTPServer(t *testing.T) {
 					call("u1", "mcp__web__huge", `{"chars":1000}`),
 					call("f1", "mcp__web__fail", `{}`),
 				),
+				modeltest.Calls(call("b1", "mcp__web__huge", `{"chars":200000}`)),
+				modeltest.Calls(call("e2", "mcp__web__echo", `{"text":"after the big one"}`)),
 				modeltest.Text("ok"))
 			_, results := h.run()
 			want(t, results, "e1", false, "over http")
@@ -326,6 +328,8 @@ func TestHTTPServer(t *testing.T) {
 			want(t, results, "h1", true, "tool mcp__web__hang timed out after 2s")
 			want(t, results, "u1", false, "[output cut: the first 100 of 1000 characters")
 			want(t, results, "f1", true, "it failed on purpose")
+			want(t, results, "b1", true, "MCP server web answered with more than 65536 bytes")
+			want(t, results, "e2", false, "after the big one")
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -62,6 +63,8 @@ type link struct {
 	kill    func()        // stdio: kills the process (before the session closes)
 	drop    func()        // HTTP: closes idle connections (after it closed)
 	waited  chan struct{} // closed when the watcher and stderr drain ended
+	// oversize counts HTTP responses cut at the message limit.
+	oversize atomic.Int64
 }
 
 func (l *link) isDead() bool {
@@ -161,7 +164,7 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 		l.drop = tr.CloseIdleConnections
 		t = &sdk.StreamableClientTransport{
 			Endpoint:             s.srv.URL,
-			HTTPClient:           &http.Client{Transport: headerTransport{base: tr, headers: s.srv.Headers}},
+			HTTPClient:           &http.Client{Transport: headerTransport{base: tr, headers: s.srv.Headers, max: int64(s.srv.maxMessageBytes()), over: &l.oversize}},
 			MaxRetries:           -1,
 			DisableStandaloneSSE: true,
 			MaxEventSize:         s.srv.maxMessageBytes(),
@@ -272,8 +275,12 @@ func (s *session) call(ctx context.Context, name, args string) (*sdk.CallToolRes
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
+	over := l.oversize.Load()
 	res, err := l.cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: json.RawMessage(args)})
 	if err != nil {
+		if ctx.Err() == nil && l.oversize.Load() > over {
+			return nil, fmt.Errorf("MCP server %s answered with more than %d bytes (its message limit); the answer was dropped", s.srv.Name, s.srv.maxMessageBytes())
+		}
 		return nil, s.failure(ctx, l, "tools/call", err)
 	}
 	return res, nil
@@ -333,10 +340,13 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// headerTransport adds the configured headers to every request.
+// headerTransport adds the configured headers to every request and
+// bounds every response body (the SDK reads a JSON answer whole).
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	max     int64
+	over    *atomic.Int64 // counts cut responses
 }
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -346,8 +356,38 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header.Set(k, v)
 		}
 	}
-	return h.base.RoundTrip(r)
+	resp, err := h.base.RoundTrip(r)
+	if err == nil && h.max > 0 {
+		resp.Body = &limitedBody{rc: resp.Body, left: h.max, max: h.max, over: h.over}
+	}
+	return resp, err
 }
+
+// limitedBody fails a read past max bytes.
+type limitedBody struct {
+	rc        io.ReadCloser
+	left, max int64
+	over      *atomic.Int64
+	tripped   bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		if !b.tripped && b.over != nil {
+			b.tripped = true
+			b.over.Add(1)
+		}
+		return 0, fmt.Errorf("the response exceeded the limit of %d bytes", b.max)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // procOut is a process's stdout whose Close kills the process: the SDK
 // closes its reader when the connection ends, garbage included.
