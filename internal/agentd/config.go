@@ -34,6 +34,34 @@ type Config struct {
 	Prompt     PromptConfig             `yaml:"prompt"`
 	Agents     map[string]ProfileConfig `yaml:"agents"`
 	Subagents  map[string]ProfileConfig `yaml:"subagents"`
+	// MCPServers are MCP servers whose tools agents get as
+	// mcp__<name>__<tool>; each agent's `tools` allow-list decides who
+	// gets them (@all does; "mcp__<name>__*" names one server's).
+	MCPServers map[string]MCPServerConfig `yaml:"mcp_servers"`
+}
+
+// MCPServerConfig is one `mcp_servers.<name>` entry: command (a stdio
+// server started inside the thread's sandbox) or url (a streamable-HTTP
+// server agentd connects to). In env and headers values, ${VAR} is
+// replaced with agentd's environment variable VAR, so secrets stay out of
+// the file and out of threads.
+type MCPServerConfig struct {
+	Command string            `yaml:"command"`
+	Args    []string          `yaml:"args"`
+	Env     map[string]string `yaml:"env"`
+	Cwd     string            `yaml:"cwd"`
+	URL     string            `yaml:"url"`
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds each call (default 60s); StartupTimeout starting,
+	// connecting and listing at run start (default 30s).
+	Timeout        time.Duration `yaml:"timeout"`
+	StartupTimeout time.Duration `yaml:"startup_timeout"`
+	// Tools limits the server to these MCP tool names.
+	Tools []string `yaml:"tools"`
+	// MaxResultChars cuts longer text results (default 50,000);
+	// MaxMessageBytes bounds one message from the server (default 4 MiB).
+	MaxResultChars  int      `yaml:"max_result_chars"`
+	MaxMessageBytes Quantity `yaml:"max_message_bytes"`
 }
 
 // ServerConfig is `server`.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
 	"github.com/plumbhq/plumb/pkg/agent/tools/websearch"
 	filestore "github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
@@ -51,6 +53,8 @@ type Agentd struct {
 	Backends *ThreadBackends
 	// Config is the effective configuration.
 	Config *Config
+	// MCP holds the sessions of the mcp_servers; nil without any.
+	MCP *mcptool.Manager
 
 	cleanup []func()
 	// warnings are logged only once Build has accepted the config.
@@ -193,6 +197,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if err := a.webSearch(cfg, o, &dc); err != nil {
 		return nil, err
 	}
+	if err := a.mcpServers(cfg, o, &dc); err != nil {
+		return nil, err
+	}
 	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger), deep.WithTracerProvider(o.Tracing.TracerProvider())}, o.RuntimeOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -200,7 +207,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	known := rt.ServerToolNames()
 	for _, where := range sortedKeys(ungated) {
 		for _, tool := range ungated[where] {
-			if !slices.Contains(known, tool) {
+			if !rt.KnownTool(tool) {
 				return nil, fmt.Errorf("config: %s.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(known, ", "))
 			}
 		}
@@ -279,6 +286,67 @@ func (a *Agentd) webSearch(cfg *Config, o Options, dc *deep.Config) error {
 	if err := dc.Tools.Register(tool); err != nil {
 		return fmt.Errorf("tools.web_search: %w", err)
 	}
+	return nil
+}
+
+// envRef is a ${VAR} reference in an MCP server's env or headers.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// mcpServers builds the MCP manager when mcp_servers is configured and
+// adds its middleware to every agent context. A ${VAR} whose variable is
+// not set makes that server unavailable (its calls say which variable),
+// with a warning at startup, as web_search does without its key.
+func (a *Agentd) mcpServers(cfg *Config, o Options, dc *deep.Config) error {
+	if len(cfg.MCPServers) == 0 {
+		return nil
+	}
+	var servers []mcptool.Server
+	for _, name := range sortedKeys(cfg.MCPServers) {
+		c := cfg.MCPServers[name]
+		var missing []string
+		expand := func(m map[string]string) map[string]string {
+			if m == nil {
+				return nil
+			}
+			out := make(map[string]string, len(m))
+			for k, v := range m {
+				out[k] = envRef.ReplaceAllStringFunc(v, func(ref string) string {
+					key := envRef.FindStringSubmatch(ref)[1]
+					val := o.Env(key)
+					if val == "" && !slices.Contains(missing, key) {
+						missing = append(missing, key)
+					}
+					return val
+				})
+			}
+			return out
+		}
+		srv := mcptool.Server{
+			Name: name, Command: c.Command, Args: c.Args, Env: expand(c.Env), Cwd: c.Cwd,
+			URL: c.URL, Headers: expand(c.Headers), Timeout: c.Timeout, StartupTimeout: c.StartupTimeout,
+			Tools: c.Tools, MaxResultChars: c.MaxResultChars, MaxMessageBytes: int(c.MaxMessageBytes),
+		}
+		if err := srv.Validate(); err != nil {
+			return fmt.Errorf("mcp_servers.%s: %w", name, err)
+		}
+		if len(missing) > 0 {
+			slices.Sort(missing)
+			srv.Unavailable = fmt.Sprintf("agentd has no value for %s in its environment", strings.Join(missing, ", "))
+			a.warnings = append(a.warnings, func() {
+				o.Logger.Warn("an MCP server's configuration names unset environment variables; the server is unavailable",
+					zap.String("mcp-server", name), zap.Strings("env", missing))
+			})
+		}
+		servers = append(servers, srv)
+	}
+	mgr, err := mcptool.NewManager(servers, o.Logger)
+	if err != nil {
+		return fmt.Errorf("mcp_servers: %w", err)
+	}
+	a.cleanup = append(a.cleanup, mgr.Close)
+	a.MCP = mgr
+	dc.ToolPrefixes = append(dc.ToolPrefixes, mgr.Prefixes()...)
+	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware { return mgr.Middleware(ci.AllowsAny) })
 	return nil
 }
 

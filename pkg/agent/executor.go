@@ -27,6 +27,7 @@ type execution struct {
 	schemas map[string]*jsonschema.Schema
 	visible []string // sorted names offered to the model
 	defs    []model.ToolDef
+	owner   map[string]string // tool name → who provides it
 	system  string
 	modelH  ModelHandler
 	toolH   ToolHandler
@@ -44,56 +45,101 @@ func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
 		cfg: cfg, rc: rc, st: st, lg: rc.Logger,
 		tools:   make(map[string]*Tool),
 		schemas: make(map[string]*jsonschema.Schema),
-	}
-	owner := make(map[string]string)
-	add := func(t Tool, from string) error {
-		if t.Name == "" || t.Func == nil {
-			return fmt.Errorf("%w: %s provides a tool without a name or function", ErrInvalidConfig, from)
-		}
-		if prev, ok := owner[t.Name]; ok {
-			return fmt.Errorf("%w: tool %q is provided by both %s and %s", ErrInvalidConfig, t.Name, prev, from)
-		}
-		owner[t.Name] = from
-		if cfg.Allow != nil && !cfg.Allow(t.Name) {
-			return nil
-		}
-		enforced := t.Schema
-		if len(t.ValidationSchema) > 0 {
-			enforced = t.ValidationSchema
-		}
-		s, err := jsonschema.Compile(enforced)
-		if err != nil {
-			return fmt.Errorf("%w: tool %s: %v", ErrInvalidConfig, t.Name, err)
-		}
-		x.tools[t.Name] = &t
-		x.schemas[t.Name] = s
-		if !t.Hidden {
-			x.visible = append(x.visible, t.Name)
-		}
-		return nil
+		owner:   make(map[string]string),
 	}
 	for _, m := range cfg.Middleware {
 		for _, t := range m.Tools() {
-			if err := add(t, "middleware "+m.Name()); err != nil {
+			if err := x.addTool(t, "middleware "+m.Name()); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, t := range cfg.Tools {
-		if err := add(t, "the tool registry"); err != nil {
+		if err := x.addTool(t, "the tool registry"); err != nil {
 			return nil, err
 		}
 	}
-	sort.Strings(x.visible)
-	for _, name := range x.visible {
-		x.defs = append(x.defs, x.tools[name].Definition())
-	}
-	if cfg.SystemPrompt != nil {
-		x.system = cfg.SystemPrompt(rc, slices.Clone(x.defs))
-	}
+	x.settleTools()
 	x.modelH = wrapModel(cfg.Middleware, x.callModel)
 	x.toolH = wrapTool(cfg.Middleware, x.callTool)
 	return x, nil
+}
+
+// addTool registers t unless the allow-list filters it out.
+func (x *execution) addTool(t Tool, from string) error {
+	if t.Name == "" || t.Func == nil {
+		return fmt.Errorf("%w: %s provides a tool without a name or function", ErrInvalidConfig, from)
+	}
+	if prev, ok := x.owner[t.Name]; ok {
+		return fmt.Errorf("%w: tool %q is provided by both %s and %s", ErrInvalidConfig, t.Name, prev, from)
+	}
+	x.owner[t.Name] = from
+	if x.cfg.Allow != nil && !x.cfg.Allow(t.Name) {
+		return nil
+	}
+	enforced := t.Schema
+	if len(t.ValidationSchema) > 0 {
+		enforced = t.ValidationSchema
+	}
+	s, err := jsonschema.Compile(enforced)
+	if err != nil {
+		return fmt.Errorf("%w: tool %s: %v", ErrInvalidConfig, t.Name, err)
+	}
+	x.tools[t.Name] = &t
+	x.schemas[t.Name] = s
+	if !t.Hidden {
+		x.visible = append(x.visible, t.Name)
+	}
+	return nil
+}
+
+// settleTools sorts the visible tools and composes the definitions and
+// the system prompt from them.
+func (x *execution) settleTools() {
+	sort.Strings(x.visible)
+	x.defs = make([]model.ToolDef, 0, len(x.visible))
+	for _, name := range x.visible {
+		x.defs = append(x.defs, x.tools[name].Definition())
+	}
+	if x.cfg.SystemPrompt != nil {
+		x.system = x.cfg.SystemPrompt(x.rc, slices.Clone(x.defs))
+	}
+}
+
+// provideTools asks every ToolProvider of the stack for this segment's
+// tools and adds them. The returned release (never nil) ends what the
+// providers hold; call it when the context's segment ends.
+func (x *execution) provideTools(ctx context.Context) (func(), error) {
+	var releases []func()
+	release := func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	added := false
+	for _, m := range x.cfg.Middleware {
+		p, ok := m.(ToolProvider)
+		if !ok {
+			continue
+		}
+		ts, rel, err := p.RunTools(ctx, x.rc)
+		if rel != nil {
+			releases = append(releases, rel)
+		}
+		if err != nil {
+			return release, &hookError{"run_tools", m.Name(), err}
+		}
+		for _, t := range ts {
+			if err := x.addTool(t, "middleware "+m.Name()); err != nil {
+				return release, &hookError{"run_tools", m.Name(), err}
+			}
+			added = true
+		}
+	}
+	if added {
+		x.settleTools()
+	}
+	return release, nil
 }
 
 type endKind int

@@ -36,6 +36,20 @@ type Middleware interface {
 	AfterAgent(ctx context.Context, rc *RunContext, st *State) error
 }
 
+// ToolProvider is implemented by a Middleware whose tools are only known
+// once a run starts (the tools an MCP server lists). The executor calls
+// RunTools once per agent context and run segment, after run_started and
+// before BeforeAgent; the tools join the ones of Tools() under the same
+// rules (allow-list, name clashes, schema validation of calls) for that
+// segment and the system prompt is composed with them. release, when not
+// nil, is called when the context's segment ends, however it ends
+// (completion, interrupt, failure, cancellation), even when err is set.
+// An error ends the run like a failed BeforeAgent; a provider whose
+// source is unavailable should rather return tools that report it.
+type ToolProvider interface {
+	RunTools(ctx context.Context, rc *RunContext) (tools []Tool, release func(), err error)
+}
+
 // ModelHandler performs one model call.
 type ModelHandler func(ctx context.Context, req *ModelRequest) (model.Response, error)
 

@@ -381,6 +381,14 @@ func (rr *rootRun) start(ctx context.Context, plan *resumePlan) *RunResult {
 	if plan != nil {
 		rr.x.onEdit = func(e CallEdit) { rr.edits = append(rr.edits, e) }
 	}
+	release, err := rr.x.provideTools(ctx)
+	defer release()
+	if err != nil {
+		if ctx.Err() != nil {
+			return rr.finish(ctx, loopEnd{kind: endStopped})
+		}
+		return rr.finish(ctx, loopEnd{kind: endFailed, err: err})
+	}
 	before := rr.st.Len()
 	if err := rr.x.beforeAgent(ctx); err != nil {
 		if ctx.Err() != nil {

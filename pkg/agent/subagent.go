@@ -127,6 +127,14 @@ func runSubagent(ctx context.Context, parent *ToolRequest, sr SubagentRequest) S
 		}
 		return finish(SubagentCancelled, nil)
 	}
+	release, err := x.provideTools(sctx)
+	defer release()
+	if err != nil {
+		if sctx.Err() != nil {
+			return stopped()
+		}
+		return finish(SubagentFailed, err)
+	}
 	if err := x.beforeAgent(sctx); err != nil {
 		if sctx.Err() != nil {
 			return stopped()

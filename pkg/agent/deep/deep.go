@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -86,6 +87,11 @@ type ContextInfo struct {
 	// Agent is the profile name; Depth 0 is the root.
 	Agent string
 	Depth int
+	// AllowsAny reports whether the context's allow-list may accept some
+	// tool name with the given prefix: a middleware that provides tools at
+	// run start (agent.ToolProvider) opens only the sources whose tools
+	// the context may use. The executor applies the allow-list itself.
+	AllowsAny func(prefix string) bool
 }
 
 // Config is the whole agent configuration.
@@ -118,6 +124,10 @@ type Config struct {
 	UserMiddleware []func(ContextInfo) agent.Middleware
 	// Store persists threads. Required.
 	Store agent.Store
+	// ToolPrefixes are the name prefixes of tools that user middleware
+	// provide at run start ("mcp__github__"): allow-lists and interrupt_on
+	// may name them, and client tools may not take them.
+	ToolPrefixes []string
 }
 
 // Option adjusts a Runtime.
@@ -207,7 +217,7 @@ func New(cfg Config, opts ...Option) (*Runtime, error) {
 	}
 	set, err := profile.NewSet(cfg.Agents, cfg.Subagents, profile.Options{
 		DefaultAgent: cfg.DefaultAgent, DefaultModel: cfg.DefaultModel, Models: slices.Sorted(maps.Keys(cfg.Models)),
-		GeneralPurpose: cfg.Middleware.Subagents.GeneralPurpose, KnownTools: known,
+		GeneralPurpose: cfg.Middleware.Subagents.GeneralPurpose, KnownTools: known, ToolPrefixes: cfg.ToolPrefixes,
 	})
 	if err != nil {
 		return nil, err
@@ -258,16 +268,24 @@ func (rt *Runtime) ServerToolNames() []string {
 	return names
 }
 
+// KnownTool reports whether name can be a server tool: a built-in or
+// registry tool, or a name with one of the run-time tool prefixes.
+func (rt *Runtime) KnownTool(name string) bool {
+	if slices.Contains(rt.ServerToolNames(), name) {
+		return true
+	}
+	return slices.ContainsFunc(rt.cfg.ToolPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+}
+
 // configure builds the root context of a run segment.
 func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*agent.Config, error) {
 	pc, err := rt.profiles.ResolvePrimary(req.Spec.Agent, req.Spec.Model)
 	if err != nil {
 		return nil, err
 	}
-	server := rt.ServerToolNames()
 	var client []agent.Tool
 	for _, def := range req.Spec.ClientTools {
-		if slices.Contains(server, def.Name) {
+		if rt.KnownTool(def.Name) {
 			return nil, fmt.Errorf("%w: client tool %q clashes with a server tool", agent.ErrInvalidInput, def.Name)
 		}
 		client = append(client, agent.ClientTool(def))
@@ -393,7 +411,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 		stack = append(stack, h)
 	}
 	for _, f := range rt.cfg.UserMiddleware {
-		um := f(ContextInfo{Agent: pc.Name, Depth: pc.Depth})
+		um := f(ContextInfo{Agent: pc.Name, Depth: pc.Depth, AllowsAny: pc.AllowsAny})
 		if um == nil {
 			continue
 		}

@@ -186,6 +186,34 @@ type Options struct {
 	// write_todos, task, registry tools); plain names in allow-lists must
 	// be among them.
 	KnownTools []string
+	// ToolPrefixes are the name prefixes of tools only known at run start
+	// ("mcp__github__" for an MCP server's tools): allow-list names and
+	// interrupt_on keys with one of them are accepted, and so are
+	// patterns ("mcp__github__*") that overlap one.
+	ToolPrefixes []string
+}
+
+// knownTool reports whether an allow-list or interrupt_on entry can name
+// a tool that exists.
+func (o Options) knownTool(name string) bool {
+	if o.KnownTools == nil || slices.Contains(o.KnownTools, name) {
+		return true
+	}
+	if tools.IsPattern(name) {
+		name = strings.TrimSuffix(name, "*")
+		for _, p := range o.ToolPrefixes {
+			if strings.HasPrefix(name, p) || strings.HasPrefix(p, name) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range o.ToolPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Set is a validated set of profiles.
@@ -242,7 +270,7 @@ func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
 			return fmt.Errorf("%s.tools: %v", where, err)
 		}
 		for _, t := range p.Tools {
-			if !strings.HasPrefix(t, "@") && opts.KnownTools != nil && !slices.Contains(opts.KnownTools, t) {
+			if !strings.HasPrefix(t, "@") && !opts.knownTool(t) {
 				return fmt.Errorf("%s.tools: unknown tool %q", where, t)
 			}
 		}
@@ -290,7 +318,7 @@ func NewSet(agents, subagents map[string]Profile, opts Options) (*Set, error) {
 // limit it here. The task tool counts as existing: it appears whenever the
 // agent has subagents to delegate to.
 func (s *Set) checkGate(where, kind, name string, p Profile, preset tools.Preset, tool string) error {
-	if known := s.opts.KnownTools; known != nil && !slices.Contains(known, tool) {
+	if known := s.opts.KnownTools; !s.opts.knownTool(tool) {
 		return fmt.Errorf("%s.interrupt_on.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(slices.Sorted(slices.Values(known)), ", "))
 	}
 	if p.ReadOnly {
@@ -370,6 +398,10 @@ type Context struct {
 	Model string
 	// Allow is the effective tool allow-list (preset applied).
 	Allow func(name string) bool
+	// AllowsAny reports whether Allow may accept some name with the given
+	// prefix, so that a source of run-time tools (an MCP server's,
+	// "mcp__github__") is only opened for contexts that may use it.
+	AllowsAny func(prefix string) bool
 	// Preset is the permission preset enforced at the tool layer.
 	Preset tools.Preset
 	// Subagents are the names the task tool may use (enabled only).
@@ -409,6 +441,20 @@ func allowOf(p Profile, preset tools.Preset, inherited func(string) bool) func(s
 	}
 }
 
+// anyOf is allowOf's AllowsAny. Presets and read_only limit file tools
+// only, so they do not narrow it.
+func anyOf(p Profile, inherited func(string) bool) func(string) bool {
+	if p.Tools == nil && inherited != nil {
+		return inherited
+	}
+	entries := p.Tools
+	if entries == nil {
+		entries = []string{tools.GroupAll}
+	}
+	al, _ := tools.ParseAllowList(entries)
+	return al.AllowsAny
+}
+
 func (s *Set) enabledOnly(names []string) []string {
 	var out []string
 	for _, n := range names {
@@ -440,6 +486,7 @@ func (s *Set) ResolvePrimary(name, model string) (*Context, error) {
 		Name: name, Kind: Primary, Description: p.Description, SystemPrompt: p.SystemPrompt,
 		Model: firstNonEmpty(model, p.Model, s.opts.DefaultModel), Preset: preset,
 		Allow:       allowOf(p, preset, nil),
+		AllowsAny:   anyOf(p, nil),
 		InterruptOn: maps.Clone(p.InterruptOn),
 		Memory:      p.Memory == nil || *p.Memory,
 		MaxSteps:    p.MaxSteps, Timeout: p.Timeout,
@@ -475,16 +522,19 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 		preset = narrower(preset, parent.Preset)
 	}
 	allow := allowOf(p, preset, parent.Allow)
+	allowsAny := anyOf(p, parent.AllowsAny)
 	if capped {
-		own := allow
+		own, ownAny := allow, allowsAny
 		allow = func(name string) bool { return own(name) && parent.Allow(name) }
+		allowsAny = func(prefix string) bool { return ownAny(prefix) && parent.AllowsAny(prefix) }
 	}
 	c := &Context{
 		Name: name, Kind: Subagent, Description: p.Description, SystemPrompt: p.SystemPrompt,
 		Model: firstNonEmpty(p.Model, parent.Model), Preset: preset,
-		Allow:  allow,
-		Memory: p.Memory == nil || *p.Memory,
-		Depth:  parent.Depth + 1, MaxSteps: p.MaxSteps, Timeout: p.Timeout,
+		Allow:     allow,
+		AllowsAny: allowsAny,
+		Memory:    p.Memory == nil || *p.Memory,
+		Depth:     parent.Depth + 1, MaxSteps: p.MaxSteps, Timeout: p.Timeout,
 	}
 	switch {
 	case p.Subagents != nil:

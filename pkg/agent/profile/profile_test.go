@@ -165,3 +165,51 @@ func TestSubagentCappedByParent(t *testing.T) {
 		t.Errorf("cap_by_parent on a primary: %v", err)
 	}
 }
+
+// TestRunTimeToolPrefixes: with "mcp__gh__" among the run-time prefixes,
+// allow-lists and interrupt_on accept that server's names and patterns
+// and reject other servers'; AllowsAny follows the allow-list through
+// inheritance and the parent cap.
+func TestRunTimeToolPrefixes(t *testing.T) {
+	o := opts
+	o.ToolPrefixes = []string{"mcp__gh__"}
+	for _, tc := range []struct {
+		name   string
+		agents map[string]Profile
+		want   string // "" = accepted
+	}{
+		{"pattern", map[string]Profile{"main": {Tools: []string{"@read", "mcp__gh__*"}}}, ""},
+		{"name", map[string]Profile{"main": {Tools: []string{"mcp__gh__issues"}, InterruptOn: map[string]InterruptRule{"mcp__gh__issues": {}}}}, ""},
+		{"gate pattern", map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"mcp__gh__*": {}}}}, ""},
+		{"other server", map[string]Profile{"main": {Tools: []string{"mcp__db__*"}}}, `agents.main.tools: unknown tool "mcp__db__*"`},
+		{"other gate", map[string]Profile{"main": {InterruptOn: map[string]InterruptRule{"mcp__db__q": {}}}}, `unknown tool "mcp__db__q"`},
+		{"gate not allowed", map[string]Profile{"main": {Tools: []string{"@read"}, InterruptOn: map[string]InterruptRule{"mcp__gh__x": {}}}}, "agent main cannot call mcp__gh__x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewSet(tc.agents, nil, o)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	s, err := NewSet(map[string]Profile{"main": {Tools: []string{"@read", "task", "mcp__gh__*"}}},
+		map[string]Profile{"free": {Description: "f", Tools: []string{"@all"}, CapByParent: new(false)}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, _ := s.ResolvePrimary("", "")
+	gp, _ := s.ResolveSubagent(GeneralPurpose, main)
+	ex, _ := s.ResolveSubagent(Explore, main)
+	free, _ := s.ResolveSubagent("free", ex)
+	for _, c := range []struct {
+		ctx  *Context
+		want bool
+	}{{main, true}, {gp, true}, {ex, false}, {free, true}} {
+		if got := c.ctx.AllowsAny("mcp__gh__"); got != c.want {
+			t.Errorf("%s: AllowsAny(mcp__gh__) = %v", c.ctx.Name, got)
+		}
+		if got := c.ctx.Allow("mcp__gh__issues"); got != c.want {
+			t.Errorf("%s: Allow(mcp__gh__issues) = %v", c.ctx.Name, got)
+		}
+	}
+}

@@ -158,10 +158,19 @@ func (p Preset) Allows(name string) bool {
 	return true
 }
 
-// AllowList is an expanded tool allow-list.
+// AllowList is an expanded tool allow-list. Besides names and groups it
+// holds name patterns: an entry ending in "*" ("mcp__github__*") allows
+// every name with that prefix, for tools only known at run start (those
+// of an MCP server). A bare "*" is not a pattern: write @all.
 type AllowList struct {
-	all   bool
-	names map[string]bool
+	all      bool
+	names    map[string]bool
+	prefixes []string
+}
+
+// IsPattern reports whether an allow-list entry is a name pattern.
+func IsPattern(entry string) bool {
+	return len(entry) > 1 && strings.HasSuffix(entry, "*") && !strings.HasPrefix(entry, "@")
 }
 
 // ParseAllowList expands names and groups. Unknown groups are errors;
@@ -184,6 +193,14 @@ func ParseAllowList(entries []string) (AllowList, error) {
 			if strings.HasPrefix(e, "@") {
 				return AllowList{}, fmt.Errorf("unknown tool group %q (want @read, @write, @exec or @all)", e)
 			}
+			if strings.HasSuffix(e, "*") {
+				prefix := strings.TrimSuffix(e, "*")
+				if prefix == "" || strings.Contains(prefix, "*") {
+					return AllowList{}, fmt.Errorf("tool pattern %q: only a trailing * after a name prefix is supported (\"mcp__github__*\"); use @all for everything", e)
+				}
+				a.prefixes = append(a.prefixes, prefix)
+				continue
+			}
 			a.names[e] = true
 		}
 	}
@@ -200,7 +217,36 @@ func addAll(m map[string]bool, names []string) {
 }
 
 // Allows reports whether name is on the list.
-func (a AllowList) Allows(name string) bool { return a.all || a.names[name] }
+func (a AllowList) Allows(name string) bool {
+	if a.all || a.names[name] {
+		return true
+	}
+	for _, p := range a.prefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsAny reports whether the list may allow some name that starts with
+// prefix (so that a source of such tools is worth opening).
+func (a AllowList) AllowsAny(prefix string) bool {
+	if a.all {
+		return true
+	}
+	for n := range a.names {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	for _, p := range a.prefixes {
+		if strings.HasPrefix(p, prefix) || strings.HasPrefix(prefix, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // All reports whether the list holds @all.
 func (a AllowList) All() bool { return a.all }
@@ -225,15 +271,31 @@ func (a AllowList) Intersect(b AllowList) AllowList {
 	}
 	out := AllowList{names: make(map[string]bool)}
 	for n := range a.names {
-		if b.names[n] {
+		if b.Allows(n) {
 			out.names[n] = true
+		}
+	}
+	for n := range b.names {
+		if a.Allows(n) {
+			out.names[n] = true
+		}
+	}
+	// Of two overlapping prefixes the longer one is their intersection.
+	for _, p := range a.prefixes {
+		for _, q := range b.prefixes {
+			switch {
+			case strings.HasPrefix(p, q):
+				out.prefixes = append(out.prefixes, p)
+			case strings.HasPrefix(q, p):
+				out.prefixes = append(out.prefixes, q)
+			}
 		}
 	}
 	return out
 }
 
 func (a AllowList) clone() AllowList {
-	c := AllowList{all: a.all, names: make(map[string]bool, len(a.names))}
+	c := AllowList{all: a.all, names: make(map[string]bool, len(a.names)), prefixes: slices.Clone(a.prefixes)}
 	for n := range a.names {
 		c.names[n] = true
 	}

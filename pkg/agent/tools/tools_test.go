@@ -66,3 +66,78 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("big %q", BigText(3, 8))
 	}
 }
+
+// TestAllowListPatterns: an entry ending in "*" allows every name with its
+// prefix, AllowsAny tells whether a prefix's tools may be allowed at all,
+// and malformed patterns are rejected.
+func TestAllowListPatterns(t *testing.T) {
+	cases := []struct {
+		name    string
+		entries []string
+		allows  map[string]bool
+		any     map[string]bool
+		bad     bool
+	}{
+		{
+			name:    "server pattern",
+			entries: []string{"@read", "mcp__gh__*"},
+			allows:  map[string]bool{"mcp__gh__issues": true, "mcp__ghx__a": false, "ls": true, "execute": false},
+			any:     map[string]bool{"mcp__gh__": true, "mcp__": true, "mcp__db__": false},
+		},
+		{
+			name:    "one tool",
+			entries: []string{"mcp__db__query"},
+			allows:  map[string]bool{"mcp__db__query": true, "mcp__db__drop": false},
+			any:     map[string]bool{"mcp__db__": true, "mcp__gh__": false},
+		},
+		{
+			name:    "all",
+			entries: []string{"@all"},
+			allows:  map[string]bool{"mcp__db__query": true},
+			any:     map[string]bool{"mcp__db__": true},
+		},
+		{
+			name:    "none",
+			entries: []string{"@read"},
+			allows:  map[string]bool{"mcp__db__query": false},
+			any:     map[string]bool{"mcp__": false},
+		},
+		{name: "bare star", entries: []string{"*"}, bad: true},
+		{name: "inner star", entries: []string{"mcp__*__x*"}, bad: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := ParseAllowList(tc.entries)
+			if tc.bad {
+				if err == nil {
+					t.Fatalf("%v accepted", tc.entries)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n, want := range tc.allows {
+				if a.Allows(n) != want {
+					t.Errorf("Allows(%s) = %v", n, !want)
+				}
+			}
+			for p, want := range tc.any {
+				if a.AllowsAny(p) != want {
+					t.Errorf("AllowsAny(%s) = %v", p, !want)
+				}
+			}
+		})
+	}
+	a, _ := ParseAllowList([]string{"mcp__gh__*", "mcp__db__query"})
+	b, _ := ParseAllowList([]string{"mcp__gh__issues", "mcp__db__*", "mcp__gh__pr_*"})
+	i := a.Intersect(b)
+	for n, want := range map[string]bool{"mcp__gh__issues": true, "mcp__gh__pr_list": true, "mcp__gh__repos": false, "mcp__db__query": true, "mcp__db__drop": false} {
+		if i.Allows(n) != want {
+			t.Errorf("intersection allows %s = %v", n, !want)
+		}
+	}
+	if !IsPattern("mcp__gh__*") || IsPattern("*") || IsPattern("ls") {
+		t.Error("IsPattern")
+	}
+}

@@ -1,6 +1,7 @@
 // Package hitl implements the human-in-the-loop middleware (agent.md §3.2
 // #8, §6): calls of tools listed in the agent's interrupt_on pause the run
-// with an APPROVAL interrupt; on Resume, approve and edit let the call run
+// with an APPROVAL interrupt (a key ending in "*", such as "mcp__github__*",
+// gates every tool with that prefix; an exact key wins over patterns); on Resume, approve and edit let the call run
 // and reject and respond answer it without running it.
 //
 // It is the innermost middleware so that it sees the final tool set and

@@ -3,6 +3,7 @@ package hitl
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 )
@@ -33,6 +34,23 @@ func New(interruptOn map[string]Rule) *Middleware {
 // Name implements agent.Middleware.
 func (*Middleware) Name() string { return Name }
 
+// rule returns the rule for tool name: its own entry, else the longest
+// pattern entry ("mcp__github__*") whose prefix it has.
+func (m *Middleware) rule(name string) (Rule, bool) {
+	if r, ok := m.rules[name]; ok {
+		return r, true
+	}
+	best, found := "", false
+	var rule Rule
+	for key, r := range m.rules {
+		prefix, ok := strings.CutSuffix(key, "*")
+		if ok && prefix != "" && strings.HasPrefix(name, prefix) && len(prefix) >= len(best) {
+			best, rule, found = prefix, r, true
+		}
+	}
+	return rule, found
+}
+
 // WrapTool gates listed calls and applies Resume decisions.
 func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
@@ -45,7 +63,7 @@ func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 		if req.Resume != nil || req.Tool == nil || req.Tool.Client {
 			return next(ctx, req)
 		}
-		rule, ok := m.rules[req.Call.Name]
+		rule, ok := m.rule(req.Call.Name)
 		if !ok {
 			return next(ctx, req)
 		}

@@ -1,0 +1,307 @@
+package mcptool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/jsonschema"
+)
+
+// MiddlewareName is the name of the middleware in a stack.
+const MiddlewareName = "mcp"
+
+// Manager holds the configured servers and the sessions of running runs.
+// It is safe for concurrent use.
+type Manager struct {
+	servers []*Server // sorted by name
+	lg      *zap.Logger
+
+	mu   sync.Mutex
+	runs map[string]*runSessions
+}
+
+// runSessions are one run's sessions, shared by its agent contexts.
+type runSessions struct {
+	refs     int
+	sessions map[string]*session
+}
+
+// NewManager validates servers and returns a Manager; lg may be nil.
+func NewManager(servers []Server, lg *zap.Logger) (*Manager, error) {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	m := &Manager{lg: lg.Named("mcp"), runs: make(map[string]*runSessions)}
+	seen := map[string]bool{}
+	for i := range servers {
+		s := servers[i]
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("mcp server %s: %w", s.Name, err)
+		}
+		if seen[s.Name] {
+			return nil, fmt.Errorf("mcp server %s: defined twice", s.Name)
+		}
+		seen[s.Name] = true
+		m.servers = append(m.servers, &s)
+	}
+	slices.SortFunc(m.servers, func(a, b *Server) int { return strings.Compare(a.Name, b.Name) })
+	return m, nil
+}
+
+// Prefixes returns the tool name prefix of every server.
+func (m *Manager) Prefixes() []string {
+	out := make([]string, len(m.servers))
+	for i, s := range m.servers {
+		out[i] = ToolPrefix(s.Name)
+	}
+	return out
+}
+
+// Close ends every session still open (at shutdown; runs normally
+// release their own).
+func (m *Manager) Close() {
+	m.mu.Lock()
+	runs := m.runs
+	m.runs = make(map[string]*runSessions)
+	m.mu.Unlock()
+	for _, rs := range runs {
+		closeAll(rs)
+	}
+}
+
+// OpenSessions returns how many sessions are open (for tests and
+// metrics).
+func (m *Manager) OpenSessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, rs := range m.runs {
+		n += len(rs.sessions)
+	}
+	return n
+}
+
+func closeAll(rs *runSessions) {
+	var wg sync.WaitGroup
+	for _, s := range rs.sessions {
+		wg.Go(s.close)
+	}
+	wg.Wait()
+}
+
+// join returns the run's sessions and a function that leaves them; the
+// last context to leave closes them.
+func (m *Manager) join(runID string) (*runSessions, func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rs := m.runs[runID]
+	if rs == nil {
+		rs = &runSessions{sessions: make(map[string]*session)}
+		m.runs[runID] = rs
+	}
+	rs.refs++
+	var once sync.Once
+	return rs, func() {
+		once.Do(func() {
+			m.mu.Lock()
+			rs.refs--
+			last := rs.refs == 0 && m.runs[runID] == rs
+			if last {
+				delete(m.runs, runID)
+			}
+			m.mu.Unlock()
+			if last {
+				closeAll(rs)
+			}
+		})
+	}
+}
+
+// session returns the run's session with srv, creating it.
+func (m *Manager) session(rs *runSessions, srv *Server, rc *agent.RunContext) *session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := rs.sessions[srv.Name]
+	if s == nil {
+		lg := m.lg.With(zap.String("mcp-server", srv.Name), zap.String("run-id", rc.RunID))
+		s = newSession(srv, rc.Backend, lg)
+		rs.sessions[srv.Name] = s
+	}
+	return s
+}
+
+// Middleware returns the middleware of one agent context. allowsAny
+// reports whether the context's allow-list may accept some name with a
+// given prefix (profile.Context.AllowsAny); nil means every server.
+func (m *Manager) Middleware(allowsAny func(prefix string) bool) *Middleware {
+	return &Middleware{m: m, allowsAny: allowsAny}
+}
+
+// Middleware offers the tools of the servers its agent context may use;
+// it implements agent.ToolProvider.
+type Middleware struct {
+	agent.BaseMiddleware
+	m         *Manager
+	allowsAny func(prefix string) bool
+}
+
+// Name implements agent.Middleware.
+func (*Middleware) Name() string { return MiddlewareName }
+
+// RunTools implements agent.ToolProvider: it lists, concurrently, the
+// tools of every server the context may use, each bounded by the
+// server's timeout. It never fails: a server that cannot be listed is
+// offered as tools that report why.
+func (mw *Middleware) RunTools(ctx context.Context, rc *agent.RunContext) ([]agent.Tool, func(), error) {
+	var use []*Server
+	for _, s := range mw.m.servers {
+		if mw.allowsAny == nil || mw.allowsAny(ToolPrefix(s.Name)) {
+			use = append(use, s)
+		}
+	}
+	if len(use) == 0 {
+		return nil, nil, nil
+	}
+	rs, leave := mw.m.join(rc.RunID)
+	out := make([][]agent.Tool, len(use))
+	var wg sync.WaitGroup
+	for i, srv := range use {
+		s := mw.m.session(rs, srv, rc)
+		wg.Go(func() { out[i] = mw.m.toolsOf(ctx, s) })
+	}
+	wg.Wait()
+	return slices.Concat(out...), leave, nil
+}
+
+// toolsOf lists a session's tools as agent tools.
+func (m *Manager) toolsOf(ctx context.Context, s *session) []agent.Tool {
+	listed, err := s.list(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.lg.Warn("MCP server unavailable at run start", zap.Error(err))
+		return unavailable(s, err)
+	}
+	var out []agent.Tool
+	seen := map[string]bool{}
+	for _, t := range listed {
+		name := toolName(s.srv.Name, t.Name)
+		if seen[name] {
+			s.lg.Warn("MCP tool skipped: its name clashes with another tool's once made model-safe", zap.String("mcp-tool", t.Name), zap.String("tool", name))
+			continue
+		}
+		seen[name] = true
+		out = append(out, tool(s, name, t))
+	}
+	return out
+}
+
+// tool is the agent tool of MCP tool t.
+func tool(s *session, name string, t *sdk.Tool) agent.Tool {
+	desc := t.Description
+	if desc == "" {
+		desc = t.Title
+	}
+	if len(desc) > maxDescriptionChars {
+		desc = desc[:maxDescriptionChars] + "…"
+	}
+	at := agent.Tool{
+		Name:        name,
+		Description: fmt.Sprintf("[MCP server %s] %s", s.srv.Name, desc),
+		Schema:      inputSchema(t.InputSchema),
+		Timeout:     s.srv.timeout(),
+		Func:        caller(s, t.Name),
+	}
+	if _, err := jsonschema.Compile(at.Schema); err != nil {
+		// The server validates its own input; the model still sees the
+		// schema as the server wrote it.
+		s.lg.Info("MCP tool schema is beyond plumb's validator; only the object shape is checked", zap.String("tool", name), zap.Error(err))
+		at.ValidationSchema = json.RawMessage(`{"type":"object"}`)
+	}
+	return at
+}
+
+// inputSchema renders a listed input schema as an object schema.
+func inputSchema(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	var m map[string]any
+	if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
+		return json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	if _, ok := m["type"]; !ok {
+		m["type"] = "object"
+		b, _ = json.Marshal(m)
+	}
+	return b
+}
+
+func caller(s *session, mcpName string) agent.ToolFunc {
+	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
+		res, err := s.call(ctx, mcpName, req.Call.Args)
+		if err != nil {
+			return agent.ToolResult{}, err
+		}
+		return render(s.srv.Name, res, s.srv.maxResultChars()), nil
+	}
+}
+
+// unavailable is what a server that could not be listed offers: its
+// configured tools with a permissive schema, or one tool that says why;
+// their calls retry the server.
+func unavailable(s *session, cause error) []agent.Tool {
+	if len(s.srv.Tools) > 0 {
+		var out []agent.Tool
+		for _, t := range s.srv.Tools {
+			name := toolName(s.srv.Name, t)
+			out = append(out, agent.Tool{
+				Name: name,
+				Description: fmt.Sprintf("[MCP server %s] Tool %s. The server could not be listed when this run started (%s), so its description and schema are unknown; a call retries the server.",
+					s.srv.Name, t, oneLine(cause)),
+				Schema:  json.RawMessage(`{"type":"object"}`),
+				Timeout: s.srv.timeout() + s.srv.startupTimeout(),
+				Func: func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
+					if _, err := s.list(ctx); err != nil {
+						return agent.ToolResult{}, err
+					}
+					return caller(s, t)(ctx, req)
+				},
+			})
+		}
+		return out
+	}
+	return []agent.Tool{{
+		Name: ToolPrefix(s.srv.Name) + "unavailable",
+		Description: fmt.Sprintf("MCP server %s could not be reached when this run started, so its tools are missing: %s. Calling this tool retries the server and reports the outcome; its tools are offered again from the next run.",
+			s.srv.Name, oneLine(cause)),
+		Schema:  json.RawMessage(`{"type":"object","properties":{}}`),
+		Timeout: s.srv.startupTimeout() + s.srv.timeout(),
+		Func: func(ctx context.Context, _ *agent.ToolRequest) (agent.ToolResult, error) {
+			tools, err := s.list(ctx)
+			if err != nil {
+				return agent.ToolResult{}, err
+			}
+			names := make([]string, len(tools))
+			for i, t := range tools {
+				names[i] = toolName(s.srv.Name, t.Name)
+			}
+			return agent.ToolResult{Content: fmt.Sprintf("MCP server %s answers now; its tools (%s) are offered from the next run or subagent on.", s.srv.Name, strings.Join(names, ", "))}, nil
+		},
+	}}
+}
+
+func oneLine(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	return s
+}
