@@ -46,6 +46,13 @@ type stack struct {
 // tools, ...). With a worker, sandbox.address points at it.
 func startStack(t *testing.T, w *sandboxsvctest.Worker, extra string) *stack {
 	t.Helper()
+	return startStackWith(t, w, extra, Options{})
+}
+
+// startStackWith is startStack with more Build options (the environment,
+// logger and worker credentials are always the stack's own).
+func startStackWith(t *testing.T, w *sandboxsvctest.Worker, extra string, o Options) *stack {
+	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
 	doc := fmt.Sprintf(`version: 1
@@ -62,12 +69,14 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lg := zaptest.NewLogger(t)
-	core, err := Build(context.Background(), cfg, Options{Env: func(k string) string {
+	o.Env = func(k string) string {
 		if k == "TEST_MODEL_KEY" {
 			return "test-key"
 		}
 		return ""
-	}, Logger: lg, WorkerDial: tenant.DialOptions()})
+	}
+	o.Logger, o.WorkerDial = lg, tenant.DialOptions()
+	core, err := Build(context.Background(), cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

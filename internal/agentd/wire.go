@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -21,6 +22,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
+	"github.com/plumbhq/plumb/pkg/agent/tools/python"
 	"github.com/plumbhq/plumb/pkg/agent/tools/websearch"
 	filestore "github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
@@ -82,6 +84,9 @@ type Options struct {
 	WorkerDial []grpc.DialOption
 	// RuntimeOptions are passed to deep.New (tests set clocks and ids).
 	RuntimeOptions []deep.Option
+	// PythonOptions are passed to python.New (tests run the interpreters
+	// on the host with python.WithResolver).
+	PythonOptions []python.Option
 }
 
 // Build validates cfg and assembles the agent core. Errors name the YAML
@@ -189,6 +194,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if err := a.webSearch(cfg, o, &dc); err != nil {
 		return nil, err
 	}
+	if err := a.python(cfg, o, &dc); err != nil {
+		return nil, err
+	}
 	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger)}, o.RuntimeOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -275,6 +283,45 @@ func (a *Agentd) webSearch(cfg *Config, o Options, dc *deep.Config) error {
 	if err := dc.Tools.Register(tool); err != nil {
 		return fmt.Errorf("tools.web_search: %w", err)
 	}
+	return nil
+}
+
+// python registers the python tool unless tools.python.enabled is false,
+// with the middleware that offers it only to runs whose sandbox has
+// python3. Close closes its interpreters.
+func (a *Agentd) python(cfg *Config, o Options, dc *deep.Config) error {
+	pc := cfg.Tools.Python
+	if pc.Enabled != nil && !*pc.Enabled {
+		return nil
+	}
+	for name, d := range map[string]time.Duration{
+		"timeout": pc.Timeout, "max_timeout": pc.MaxTimeout, "idle_timeout": pc.IdleTimeout, "start_timeout": pc.StartTimeout,
+	} {
+		if d < 0 {
+			return fmt.Errorf("tools.python.%s: durations must be positive", name)
+		}
+	}
+	if pc.MaxTimeout > 0 && pc.Timeout > pc.MaxTimeout {
+		return fmt.Errorf("tools.python.timeout: %s is longer than max_timeout %s", pc.Timeout, pc.MaxTimeout)
+	}
+	for name, n := range map[string]int{"max_interpreters": pc.MaxInterpreters, "max_output_chars": pc.MaxOutputChars} {
+		if n < 0 {
+			return fmt.Errorf("tools.python.%s: %d must not be negative (0 or absent = the default)", name, n)
+		}
+	}
+	m := python.New(python.Config{
+		Timeout: pc.Timeout, MaxTimeout: pc.MaxTimeout, IdleTimeout: pc.IdleTimeout, StartTimeout: pc.StartTimeout,
+		MaxInterpreters: pc.MaxInterpreters, MaxOutputChars: pc.MaxOutputChars,
+	}, append([]python.Option{python.WithLogger(o.Logger)}, o.PythonOptions...)...)
+	a.cleanup = append(a.cleanup, m.Close)
+	if dc.Tools == nil {
+		dc.Tools = tools.NewRegistry()
+	}
+	if err := dc.Tools.Register(m.Tool()); err != nil {
+		return fmt.Errorf("tools.python: %w", err)
+	}
+	hider := m.Middleware()
+	dc.UserMiddleware = append(dc.UserMiddleware, func(deep.ContextInfo) agent.Middleware { return hider })
 	return nil
 }
 
