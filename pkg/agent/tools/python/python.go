@@ -445,8 +445,15 @@ func (m *Manager) call(ctx context.Context, req *agent.ToolRequest) (agent.ToolR
 			return agent.ToolResult{}, err
 		}
 		m.mu.Lock()
-		s.it = it
+		closed := m.closed
+		if !closed {
+			s.it = it
+		}
 		m.mu.Unlock()
+		if closed { // Close ran while it started: it would never be closed
+			it.close()
+			return agent.ToolResult{}, errors.New("agentd is shutting down")
+		}
 		m.lg.Debug("started Python interpreter", zap.String("thread-id", thread), zap.String("interpreter", it.id))
 		if seen != "" && seen != it.id {
 			why := s.lost

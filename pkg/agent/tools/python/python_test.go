@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -99,22 +102,30 @@ func (h *harness) run(thread string, steps []step) {
 			h.t.Fatalf("step %d (%q): %v", i, s.code, err)
 		}
 		if res.IsError != s.isError {
-			h.t.Errorf("step %d (%q): is_error = %v, want %v:\n%s", i, s.code, res.IsError, s.isError, res.Content)
+			h.t.Errorf("step %d (%q): is_error = %v, want %v:\n%s", i, s.code, res.IsError, s.isError, cut(res.Content))
 		}
 		if s.exact != "" && res.Content != s.exact {
-			h.t.Errorf("step %d (%q): content\n%q\nwant\n%q", i, s.code, res.Content, s.exact)
+			h.t.Errorf("step %d (%q): content\n%q\nwant\n%q", i, s.code, cut(res.Content), s.exact)
 		}
 		for _, want := range s.has {
 			if !strings.Contains(res.Content, want) {
-				h.t.Errorf("step %d (%q): content lacks %q:\n%s", i, s.code, want, res.Content)
+				h.t.Errorf("step %d (%q): content lacks %q:\n%s", i, s.code, want, cut(res.Content))
 			}
 		}
 		for _, bad := range s.lacks {
 			if strings.Contains(res.Content, bad) {
-				h.t.Errorf("step %d (%q): content has %q:\n%s", i, s.code, bad, res.Content)
+				h.t.Errorf("step %d (%q): content has %q:\n%s", i, s.code, bad, cut(res.Content))
 			}
 		}
 	}
+}
+
+// cut shortens s for failure messages.
+func cut(s string) string {
+	if len(s) <= 4000 {
+		return s
+	}
+	return s[:2000] + fmt.Sprintf("\n[... %d bytes ...]\n", len(s)-4000) + s[len(s)-2000:]
 }
 
 const lost = "the interpreter was restarted and its state (variables, imports) was lost"
@@ -174,6 +185,10 @@ func TestInterpreter(t *testing.T) {
 			{code: "'v' * 5000", has: []string{"value:\n'vvv", "[4002 characters omitted]", "vvv'"}},
 			{code: "import os\nos.system('head -c 3000000 /dev/zero | tr \"\\\\0\" y')", has: []string{"stdout:\nyyy", "bytes omitted"}},
 			{code: "import sys\nfor i in range(200000):\n    sys.stderr.write('line %d\\n' % i)", has: []string{"stderr:\nline 0\n", "line 199999"}},
+		}},
+		{name: "answers longer than a read buffer", steps: []step{
+			{code: "s = '\u00e9\\n' * 200_000\nprint(s)\ns", has: []string{"stdout:\n\u00e9\n\u00e9", "[334465 characters omitted]", "value:\n'\u00e9\\n\u00e9", "[534466 characters omitted]", "\u00e9\\n'"}},
+			{code: "len(s)", exact: "value:\n400000"},
 		}},
 		{name: "output cannot forge an answer", steps: []step{
 			{code: `import json, os, sys
@@ -429,4 +444,40 @@ func (r router) Default() backend.Backend { return r.def }
 type localBackend struct {
 	backend.Backend
 	*pythontest.Local
+}
+
+// TestCancelledCall: when the run cancels a call whose code still runs,
+// the interpreter is closed (it cannot take the next call) and the next
+// call says why its state is gone.
+func TestCancelledCall(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.run("t", []step{{code: "v = 1\nimport time", exact: "(no output)"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.m.Tool().Func(ctx, &agent.ToolRequest{
+			Call: model.ToolCall{Args: `{"code":"open('started', 'w').close()\ntime.sleep(120)"}`},
+			Run:  &agent.RunContext{ThreadID: "t"}, State: h.state("t"),
+		})
+		errc <- err
+	}()
+	deadline := time.Now().Add(time.Minute) // hang guard
+	for {
+		if _, err := os.Stat(filepath.Join(h.local.Dir, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the code did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled call: %v, want context.Canceled", err)
+	}
+	if n := h.local.Running(); n != 0 {
+		t.Errorf("%d interpreters run after the cancelled call, want 0", n)
+	}
+	h.run("t", []step{{code: "v", isError: true, has: []string{"previous one was closed: the call that used it was cancelled.", "NameError"}}})
 }
