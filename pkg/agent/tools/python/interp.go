@@ -268,6 +268,10 @@ func (it *interp) alive() bool {
 	}
 }
 
+// closeWait bounds how long close waits for the output streams to end
+// after Process.Close, which should end them at once.
+const closeWait = 30 * time.Second
+
 // close kills the process and waits for the drain goroutines.
 func (it *interp) close() {
 	it.closeOnce.Do(func() {
@@ -275,8 +279,18 @@ func (it *interp) close() {
 			it.lg.Debug("close the Python interpreter", zap.Error(err))
 		}
 	})
-	<-it.outDone
-	<-it.errDone
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	for _, done := range []chan struct{}{it.outDone, it.errDone} {
+		select {
+		case <-done:
+		case <-t.C:
+			// Not waiting forever keeps the thread's session usable; the
+			// drain goroutine ends whenever the stream does.
+			it.lg.Warn("the Python interpreter's output did not end after it was closed", zap.Duration("waited", closeWait))
+			return
+		}
+	}
 }
 
 func (it *interp) notify() {
