@@ -115,7 +115,7 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 			}
 			return &lazy{open: func(context.Context) (backend.Backend, error) { return store.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
-			return newLazySandbox(tb, threadID), nil
+			return withProcesses(newLazySandbox(tb, threadID)), nil
 		}
 		return nil, fmt.Errorf("backend type %q", kind)
 	}
@@ -539,3 +539,38 @@ var (
 	_ backend.Executor = (*lazySandbox)(nil)
 	_ backend.Homer    = (*lazySandbox)(nil)
 )
+
+// sandboxStartsProcesses reports whether the sandbox backend implements
+// backend.ProcessStarter (interactive processes over sandboxd's process
+// stream). Until it does, thread backends do not claim to either, so that
+// tools needing it (python) are not offered.
+var sandboxStartsProcesses = func() bool {
+	_, ok := any((*sandboxbackend.Backend)(nil)).(backend.ProcessStarter)
+	return ok
+}()
+
+// withProcesses returns s, as a backend.ProcessStarter too when the
+// sandbox backend is one.
+func withProcesses(s *lazySandbox) backend.Backend {
+	if sandboxStartsProcesses {
+		return &lazyProcessSandbox{s}
+	}
+	return s
+}
+
+// lazyProcessSandbox is a lazySandbox that starts interactive processes.
+type lazyProcessSandbox struct{ *lazySandbox }
+
+// StartProcess implements backend.ProcessStarter in the thread's sandbox
+// (created or replaced as for any other call).
+func (s *lazyProcessSandbox) StartProcess(ctx context.Context, req backend.ProcessRequest) (backend.Process, error) {
+	return call(ctx, s.lazy, func(b backend.Backend) (backend.Process, error) {
+		ps, ok := b.(backend.ProcessStarter)
+		if !ok {
+			return nil, backend.Errorf(backend.CodeUnsupported, "", "the sandbox backend cannot start processes")
+		}
+		return ps.StartProcess(ctx, req)
+	})
+}
+
+var _ backend.ProcessStarter = (*lazyProcessSandbox)(nil)

@@ -190,6 +190,34 @@ type ToolsConfig struct {
 	// WebSearch configures the web_search tool; absent = no web search.
 	// Each agent's `tools` allow-list decides who gets it (@all does).
 	WebSearch *WebSearchConfig `yaml:"web_search"`
+	// Python configures the python tool (on by default; offered only when
+	// the thread's sandbox has python3).
+	Python PythonConfig `yaml:"python"`
+}
+
+// PythonConfig is `tools.python`: a stateful Python interpreter per
+// thread, in its sandbox. Zero values take the defaults.
+type PythonConfig struct {
+	// Enabled registers the tool (absent = true). It is offered to the
+	// model only when the thread's backend is a sandbox that can start
+	// processes and has python3; finding out creates the thread's sandbox
+	// at its first model call.
+	Enabled *bool `yaml:"enabled"`
+	// Timeout is a call's default timeout (30s); MaxTimeout caps the
+	// timeout_s the model may ask for (10m).
+	Timeout    time.Duration `yaml:"timeout"`
+	MaxTimeout time.Duration `yaml:"max_timeout"`
+	// IdleTimeout closes an interpreter nobody called for this long (30m).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// StartTimeout bounds starting an interpreter, sandbox creation
+	// included (2m).
+	StartTimeout time.Duration `yaml:"start_timeout"`
+	// MaxInterpreters caps the interpreters this agentd runs at once (64);
+	// at the cap the least recently used idle one is closed.
+	MaxInterpreters int `yaml:"max_interpreters"`
+	// MaxOutputChars bounds stdout, stderr and the value of one call,
+	// each (65536).
+	MaxOutputChars int `yaml:"max_output_chars"`
 }
 
 // WebSearchConfig is `tools.web_search`.

@@ -47,12 +47,19 @@ type stack struct {
 // tools, ...). With a worker, sandbox.address points at it.
 func startStack(t *testing.T, w *sandboxsvctest.Worker, extra string) *stack {
 	t.Helper()
-	return startTracedStack(t, w, extra, nil)
+	return startStackWith(t, w, extra, Options{})
 }
 
 // startTracedStack is startStack with tracing: tr traces the agent core,
 // its AgentService server and its calls to the worker.
 func startTracedStack(t *testing.T, w *sandboxsvctest.Worker, extra string, tr *tracing.Tracing) *stack {
+	t.Helper()
+	return startStackWith(t, w, extra, Options{Tracing: tr})
+}
+
+// startStackWith is startStack with more Build options (the environment,
+// logger and worker credentials are always the stack's own).
+func startStackWith(t *testing.T, w *sandboxsvctest.Worker, extra string, o Options) *stack {
 	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
@@ -70,12 +77,14 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lg := zaptest.NewLogger(t)
-	core, err := Build(context.Background(), cfg, Options{Env: func(k string) string {
+	o.Env = func(k string) string {
 		if k == "TEST_MODEL_KEY" {
 			return "test-key"
 		}
 		return ""
-	}, Logger: lg, WorkerDial: tenant.DialOptions(), Tracing: tr})
+	}
+	o.Logger, o.WorkerDial = lg, tenant.DialOptions()
+	core, err := Build(context.Background(), cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +101,7 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(append(daemon.ServerAuth(nil), tr.ServerOptions()...)...) // the tenant comes from plumb-tenant (stack.tenant)
+	gs := grpc.NewServer(append(daemon.ServerAuth(nil), o.Tracing.ServerOptions()...)...) // the tenant comes from plumb-tenant (stack.tenant)
 	plumbv1.RegisterAgentServiceServer(gs, svc)
 	served := make(chan struct{})
 	go func() {

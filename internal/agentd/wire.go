@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/workers"
@@ -24,6 +25,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/prompt"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
+	"github.com/plumbhq/plumb/pkg/agent/tools/python"
 	"github.com/plumbhq/plumb/pkg/agent/tools/websearch"
 	filestore "github.com/plumbhq/plumb/pkg/backend/store"
 	"github.com/plumbhq/plumb/pkg/model"
@@ -90,6 +92,9 @@ type Options struct {
 	// Tracing, if enabled, records the runs' spans and traces the calls
 	// to sandboxd workers, passing the trace context on (nil = off).
 	Tracing *tracing.Tracing
+	// PythonOptions are passed to python.New (tests run the interpreters
+	// on the host with python.WithResolver).
+	PythonOptions []python.Option
 }
 
 // Build validates cfg and assembles the agent core. Errors name the YAML
@@ -198,6 +203,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		return nil, err
 	}
 	if err := a.mcpServers(cfg, o, &dc); err != nil {
+		return nil, err
+	}
+	if err := a.python(cfg, o, &dc); err != nil {
 		return nil, err
 	}
 	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger), deep.WithTracerProvider(o.Tracing.TracerProvider())}, o.RuntimeOptions...)...)
@@ -347,6 +355,45 @@ func (a *Agentd) mcpServers(cfg *Config, o Options, dc *deep.Config) error {
 	a.MCP = mgr
 	dc.ToolPrefixes = append(dc.ToolPrefixes, mgr.Prefixes()...)
 	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware { return mgr.Middleware(ci.AllowsAny) })
+	return nil
+}
+
+// python registers the python tool unless tools.python.enabled is false,
+// with the middleware that offers it only to runs whose sandbox has
+// python3. Close closes its interpreters.
+func (a *Agentd) python(cfg *Config, o Options, dc *deep.Config) error {
+	pc := cfg.Tools.Python
+	if pc.Enabled != nil && !*pc.Enabled {
+		return nil
+	}
+	for name, d := range map[string]time.Duration{
+		"timeout": pc.Timeout, "max_timeout": pc.MaxTimeout, "idle_timeout": pc.IdleTimeout, "start_timeout": pc.StartTimeout,
+	} {
+		if d < 0 {
+			return fmt.Errorf("tools.python.%s: durations must be positive", name)
+		}
+	}
+	if pc.MaxTimeout > 0 && pc.Timeout > pc.MaxTimeout {
+		return fmt.Errorf("tools.python.timeout: %s is longer than max_timeout %s", pc.Timeout, pc.MaxTimeout)
+	}
+	for name, n := range map[string]int{"max_interpreters": pc.MaxInterpreters, "max_output_chars": pc.MaxOutputChars} {
+		if n < 0 {
+			return fmt.Errorf("tools.python.%s: %d must not be negative (0 or absent = the default)", name, n)
+		}
+	}
+	m := python.New(python.Config{
+		Timeout: pc.Timeout, MaxTimeout: pc.MaxTimeout, IdleTimeout: pc.IdleTimeout, StartTimeout: pc.StartTimeout,
+		MaxInterpreters: pc.MaxInterpreters, MaxOutputChars: pc.MaxOutputChars,
+	}, append([]python.Option{python.WithLogger(o.Logger)}, o.PythonOptions...)...)
+	a.cleanup = append(a.cleanup, m.Close)
+	if dc.Tools == nil {
+		dc.Tools = tools.NewRegistry()
+	}
+	if err := dc.Tools.Register(m.Tool()); err != nil {
+		return fmt.Errorf("tools.python: %w", err)
+	}
+	hider := m.Middleware()
+	dc.UserMiddleware = append(dc.UserMiddleware, func(deep.ContextInfo) agent.Middleware { return hider })
 	return nil
 }
 

@@ -18,11 +18,13 @@ const (
 	GroupAll   = "@all"
 )
 
-// Read, write and exec tool names of the file tools.
+// Read, write and exec tool names. ExecTools are the tools that run
+// code: execute (a shell command) and python (the interpreter tool), so
+// that presets without exec and read_only profiles exclude both.
 var (
 	ReadTools  = []string{"ls", "read_file", "glob", "grep"}
 	WriteTools = []string{"write_file", "edit_file", "delete"}
-	ExecTools  = []string{"execute"}
+	ExecTools  = []string{"execute", "python"}
 )
 
 // Registry maps names to tools. Tools can be registered in named groups
