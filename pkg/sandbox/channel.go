@@ -180,8 +180,9 @@ type channel struct {
 const maxLagBytes = backend.ItemCap
 
 // eventOverhead is charged per queued event on top of its payload, so a
-// flood of empty events is bounded too.
-const eventOverhead = 256
+// flood of empty events is bounded too; it is the cost an output window
+// charges too.
+const eventOverhead = agentproto.EventCost
 
 // call is one request in flight. The read loop queues its responses
 // without ever waiting for the caller.
@@ -201,14 +202,18 @@ func newCall(lim agentproto.Limits) *call { return &call{lim: lim, wake: make(ch
 // push queues resp. An event is charged to budget; lagged reports that it
 // would put more than limit bytes in the queue (everything queued is then
 // dropped and the call marked lagged), noBudget that the shared budget
-// could not take it.
-func (c *call) push(resp agentproto.Response, limit int, budget *memBudget) (lagged, noBudget bool) {
+// could not take it, overWindow that it exceeds a windowed request's
+// window (the agent ignored its credit).
+func (c *call) push(resp agentproto.Response, limit int, budget *memBudget) (lagged, noBudget, overWindow bool) {
 	c.mu.Lock()
 	switch cost := len(resp.Data) + eventOverhead; {
 	case resp.Done:
 		c.final = &resp
 	case c.lagged:
 		// Already dropped; nothing more is queued for it.
+	case c.lim.Window > 0 && c.queued+cost > c.lim.Window:
+		// A windowed request's agent sent beyond its credit.
+		overWindow = true
 	case c.queued+cost > limit:
 		budget.release(c.queued)
 		c.events, c.queued, c.lagged = nil, 0, true
@@ -224,7 +229,7 @@ func (c *call) push(resp agentproto.Response, limit int, budget *memBudget) (lag
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return lagged, noBudget
+	return lagged, noBudget, overWindow
 }
 
 // next takes the next event (ok true), or reports the final response or
@@ -371,9 +376,12 @@ func (ch *channel) handle(r *agentproto.Reader, frame []byte) error {
 	if resp.Data, err = ch.payload(r, resp.Bin); err != nil {
 		return err
 	}
-	lagged, noBudget := c.push(resp, ch.maxLag, ch.opts.budget)
-	if noBudget {
+	lagged, noBudget, overWindow := c.push(resp, ch.maxLag, ch.opts.budget)
+	switch {
+	case noBudget:
 		return violationf("the worker's channel memory budget (%d bytes) is exhausted", ch.opts.budget.max)
+	case overWindow:
+		return violationf("%s events for request %d exceed its %d-byte output window", resp.Event, resp.ID, c.lim.Window)
 	}
 	if lagged {
 		ch.lg.Warn("request cancelled: its caller fell behind its stream", zap.Uint64("request-id", resp.ID), zap.Int("limit-bytes", ch.maxLag))
@@ -506,63 +514,90 @@ func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent
 // cancelled and fails with *overdueError. Operation failures come back as
 // *backend.Error.
 func (ch *channel) exchange(ctx context.Context, op agentproto.Op, args any, payload []byte, onEvent func(agentproto.Response) error) (agentproto.Response, error) {
-	var none agentproto.Response
+	r, err := ch.send(ctx, op, args, payload)
+	if err != nil {
+		return agentproto.Response{}, err
+	}
+	defer r.c.discard(ch.opts.budget)
+	return ch.await(ctx, r, onEvent)
+}
+
+// request is a request sent and in flight.
+type request struct {
+	op  agentproto.Op
+	id  uint64
+	c   *call
+	lim agentproto.Limits
+	// sent is when the request was written; its wait counts from there.
+	sent time.Time
+}
+
+// send writes one request and registers it in flight; await then takes
+// its responses, and the caller must discard its call when done.
+func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload []byte) (request, error) {
 	raw, err := json.Marshal(args)
 	if err != nil {
-		return none, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
+		return request{}, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
 	}
 	lim := limitsFor(op, args)
-	if ch.opts.maxWait > 0 {
+	if ch.opts.maxWait > 0 && lim.Wait > 0 {
 		lim.Wait = min(lim.Wait, ch.opts.maxWait)
 	}
 	c := newCall(lim)
-	defer c.discard(ch.opts.budget)
 	ch.mu.Lock()
 	if ch.err != nil {
 		ch.mu.Unlock()
-		return none, ch.unavailable()
+		return request{}, ch.unavailable()
 	}
 	ch.nextID++
 	id := ch.nextID
 	ch.pending[id] = c
 	ch.mu.Unlock()
-
-	var overdue <-chan time.Time
-	if lim.Wait > 0 {
-		t := time.NewTimer(lim.Wait)
-		defer t.Stop()
-		overdue = t.C
-	}
+	r := request{op: op, id: id, c: c, lim: lim, sent: time.Now()}
 	if err := ch.w.WriteContext(ctx, agentproto.Request{ID: id, Op: op, Args: raw, Payload: payload}, ch.opts.writeTimeout); err != nil {
+		c.discard(ch.opts.budget)
 		switch {
 		case errors.Is(err, agentproto.ErrFrameTooLarge):
 			ch.forget(id)
-			return none, backend.Errorf(backend.CodeTooLarge, "", "%s request exceeds the %d-byte agent frame limit", op, agentproto.MaxFrameBytes)
+			return request{}, backend.Errorf(backend.CodeTooLarge, "", "%s request exceeds the %d-byte agent frame limit", op, agentproto.MaxFrameBytes)
 		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			// Nothing was written: the caller gave up waiting for the writer.
 			ch.forget(id)
-			return none, backend.FromOS(string(op), "", err)
+			return request{}, backend.FromOS(string(op), "", err)
 		case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
 			ch.reset(violationf("the agent did not take a %s request within its write deadline", op))
 		default:
 			ch.reset(fmt.Errorf("write request: %w", err))
 		}
-		return none, ch.unavailable()
+		return request{}, ch.unavailable()
+	}
+	return r, nil
+}
+
+// await takes the responses of a sent request until its final one; see
+// exchange.
+func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto.Response) error) (agentproto.Response, error) {
+	var none agentproto.Response
+	var overdue <-chan time.Time
+	if r.lim.Wait > 0 {
+		t := time.NewTimer(time.Until(r.sent.Add(r.lim.Wait)))
+		defer t.Stop()
+		overdue = t.C
 	}
 	for {
-		ev, ok, final, lagged := c.next(ch.opts.budget)
+		ev, ok, final, lagged := r.c.next(ch.opts.budget)
 		switch {
 		case ok:
 			if onEvent != nil {
 				if err := onEvent(ev); err != nil {
-					ch.cancel(id, lim)
+					ch.cancel(r.id, r.lim)
 					return none, err
 				}
 			}
 			continue
 		case lagged:
 			// The read loop has dropped the request and cancelled it.
-			return none, errorf(CodeSlowConsumer, "%s was cancelled: its stream was not read fast enough (more than %d bytes waiting); read the stream as it arrives", op, ch.maxLag)
+			return none, errorf(CodeSlowConsumer, "%s was cancelled: its stream was not read fast enough (more than %d bytes waiting); read the stream as it arrives", r.op, ch.maxLag)
 		case final != nil:
 			if final.Error != nil {
 				return none, final.Error
@@ -570,15 +605,15 @@ func (ch *channel) exchange(ctx context.Context, op agentproto.Op, args any, pay
 			return *final, nil
 		}
 		select {
-		case <-c.wake:
+		case <-r.c.wake:
 		case <-ch.done:
 			return none, ch.unavailable()
 		case <-ctx.Done():
-			ch.cancel(id, lim)
-			return none, backend.FromOS(string(op), "", ctx.Err())
+			ch.cancel(r.id, r.lim)
+			return none, backend.FromOS(string(r.op), "", ctx.Err())
 		case <-overdue:
-			ch.cancel(id, lim)
-			err := &overdueError{op: op, wait: lim.Wait}
+			ch.cancel(r.id, r.lim)
+			err := &overdueError{op: r.op, wait: r.lim.Wait}
 			if ch.opts.onViolation != nil {
 				ch.opts.onViolation(violationf("%v", err))
 			}

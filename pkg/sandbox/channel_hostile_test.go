@@ -76,7 +76,7 @@ func TestChannelHostileAgent(t *testing.T) {
 		}, want: `event "output"`},
 		{name: "unknown event kind", op: agentproto.Op("proc_start"), play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			a.sendBin(t, id, "output", "a")
-		}, want: "receives stdout, stderr"},
+		}, want: "receives started, stdout, stderr"},
 		{name: "final over budget, refused before it is buffered", play: func(t *testing.T, _ *channel, a *fakeAgent, id uint64) {
 			go func() {
 				_, _ = io.WriteString(a.out, frame(id, `"done":true,"result":{"x":"`+strings.Repeat("A", agentproto.MaxFrameBytes-100)+`"}`)+"\n")
@@ -135,6 +135,33 @@ func TestChannelHostileAgent(t *testing.T) {
 				t.Fatalf("%d budget bytes still held after the reset", tt.opts.budget.inUse())
 			}
 		})
+	}
+}
+
+// TestChannelProcessWindow: a process's agent that sends output beyond its
+// window while the reader holds it breaks the protocol.
+func TestChannelProcessWindow(t *testing.T) {
+	var v violations
+	ch, a := newPairWith(t, channelOptions{onViolation: v.add})
+	hold := make(chan struct{})
+	pending := goCall(ch, agentproto.OpProcStart, func(agentproto.Response) error { <-hold; return nil })
+	req := a.next(t)
+	go func() { _, _ = io.Copy(io.Discard, readerOf(a)) }()
+	chunk := strings.Repeat("x", agentproto.ProcChunkBytes)
+	go func() {
+		for range agentproto.ProcWindow/agentproto.ProcChunkBytes + 2 {
+			if _, err := io.WriteString(a.out, binFrame(req.ID, agentproto.EventStdout, chunk)); err != nil {
+				return
+			}
+		}
+	}()
+	<-ch.done
+	if got := v.list(); len(got) != 1 || !strings.Contains(got[0].Error(), "output window") {
+		t.Fatalf("violations %v, want one naming the output window", got)
+	}
+	close(hold)
+	if r := wait(t, pending); backend.CodeOf(r.err) != backend.CodeUnavailable {
+		t.Fatalf("the process request: %v, want unavailable", r.err)
 	}
 }
 

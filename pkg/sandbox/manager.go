@@ -143,6 +143,7 @@ type sandbox struct {
 	ch         *channel
 	busy       int // operations in flight; the reaper never takes a busy sandbox
 	violations int // protocol violations of its agent channels
+	procs      int // interactive processes open (StartProcess)
 	// released: the sandbox's quota was given back (it failed, or is
 	// being deleted).
 	released bool
