@@ -138,7 +138,9 @@ func want(t *testing.T, results map[string]agent.ToolResultEvent, id string, isE
 	return r
 }
 
-func call(id, name, args string) modeltest.Call { return modeltest.Call{ID: id, Name: name, Args: args} }
+func call(id, name, args string) modeltest.Call {
+	return modeltest.Call{ID: id, Name: name, Args: args}
+}
 
 // TestStdioServer: a stdio server started through the backend's process
 // starter lists its tools as mcp__loc__<tool> with their schemas; calls
