@@ -3437,6 +3437,414 @@ func (x *DownloadFilesResponse) GetError() *FileError {
 	return nil
 }
 
+// ProcessRequest is one message from the client of a Process stream.
+type ProcessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message payload.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ProcessRequest_Start
+	//	*ProcessRequest_Stdin
+	//	*ProcessRequest_CloseStdin
+	//	*ProcessRequest_Signal
+	Kind          isProcessRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessRequest) Reset() {
+	*x = ProcessRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessRequest) ProtoMessage() {}
+
+func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
+func (*ProcessRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ProcessRequest) GetKind() isProcessRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ProcessRequest) GetStart() *ProcessStart {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ProcessRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ProcessRequest) GetCloseStdin() bool {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessRequest_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return false
+}
+
+func (x *ProcessRequest) GetSignal() string {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessRequest_Signal); ok {
+			return x.Signal
+		}
+	}
+	return ""
+}
+
+type isProcessRequest_Kind interface {
+	isProcessRequest_Kind()
+}
+
+type ProcessRequest_Start struct {
+	// Starts the process; the first message, and only the first.
+	Start *ProcessStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ProcessRequest_Stdin struct {
+	// Bytes for the process's standard input (at most 4 MiB a message).
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ProcessRequest_CloseStdin struct {
+	// Closes the process's standard input (EOF).
+	CloseStdin bool `protobuf:"varint,3,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+type ProcessRequest_Signal struct {
+	// Sends a signal to the process and its descendants: HUP, INT, QUIT,
+	// KILL, USR1, USR2 or TERM.
+	Signal string `protobuf:"bytes,4,opt,name=signal,proto3,oneof"`
+}
+
+func (*ProcessRequest_Start) isProcessRequest_Kind() {}
+
+func (*ProcessRequest_Stdin) isProcessRequest_Kind() {}
+
+func (*ProcessRequest_CloseStdin) isProcessRequest_Kind() {}
+
+func (*ProcessRequest_Signal) isProcessRequest_Kind() {}
+
+// ProcessStart names the sandbox and the process to start.
+type ProcessStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Shell command, run with `/bin/sh -c` as the sandbox user.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// Working directory (a virtual path); empty means the workspace.
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// Environment overrides, with Command.env's rules.
+	Env           map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessStart) Reset() {
+	*x = ProcessStart{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessStart) ProtoMessage() {}
+
+func (x *ProcessStart) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
+func (*ProcessStart) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ProcessStart) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ProcessStart) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ProcessStart) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ProcessStart) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+// ProcessResponse is one message from the server of a Process stream.
+type ProcessResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message payload.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ProcessResponse_Started
+	//	*ProcessResponse_Stdout
+	//	*ProcessResponse_Stderr
+	//	*ProcessResponse_Exit
+	Kind          isProcessResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessResponse) Reset() {
+	*x = ProcessResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessResponse) ProtoMessage() {}
+
+func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessResponse.ProtoReflect.Descriptor instead.
+func (*ProcessResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ProcessResponse) GetKind() isProcessResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ProcessResponse) GetStarted() *ProcessStarted {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *ProcessResponse) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessResponse_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ProcessResponse) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessResponse_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ProcessResponse) GetExit() *ProcessExit {
+	if x != nil {
+		if x, ok := x.Kind.(*ProcessResponse_Exit); ok {
+			return x.Exit
+		}
+	}
+	return nil
+}
+
+type isProcessResponse_Kind interface {
+	isProcessResponse_Kind()
+}
+
+type ProcessResponse_Started struct {
+	// The process runs; the first message.
+	Started *ProcessStarted `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type ProcessResponse_Stdout struct {
+	// Bytes the process wrote to its standard output, in order.
+	Stdout []byte `protobuf:"bytes,2,opt,name=stdout,proto3,oneof"`
+}
+
+type ProcessResponse_Stderr struct {
+	// Bytes the process wrote to its standard error, in order.
+	Stderr []byte `protobuf:"bytes,3,opt,name=stderr,proto3,oneof"`
+}
+
+type ProcessResponse_Exit struct {
+	// How the process ended; the last message, after all its output.
+	Exit *ProcessExit `protobuf:"bytes,4,opt,name=exit,proto3,oneof"`
+}
+
+func (*ProcessResponse_Started) isProcessResponse_Kind() {}
+
+func (*ProcessResponse_Stdout) isProcessResponse_Kind() {}
+
+func (*ProcessResponse_Stderr) isProcessResponse_Kind() {}
+
+func (*ProcessResponse_Exit) isProcessResponse_Kind() {}
+
+// ProcessStarted says the process is running.
+type ProcessStarted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessStarted) Reset() {
+	*x = ProcessStarted{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessStarted) ProtoMessage() {}
+
+func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessStarted.ProtoReflect.Descriptor instead.
+func (*ProcessStarted) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+// ProcessExit is how a process ended.
+type ProcessExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exit status, or 128+n when signal n killed it.
+	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The signal that killed it ("KILL"), empty when it exited.
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessExit) Reset() {
+	*x = ProcessExit{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessExit) ProtoMessage() {}
+
+func (x *ProcessExit) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
+func (*ProcessExit) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ProcessExit) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ProcessExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
 var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_sandbox_proto_rawDesc = "" +
@@ -3703,7 +4111,33 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x10\n" +
 	"\x03eof\x18\x05 \x01(\bR\x03eof\x12)\n" +
-	"\x05error\x18\x06 \x01(\v2\x13.plumb.v1.FileErrorR\x05error*\x9a\x01\n" +
+	"\x05error\x18\x06 \x01(\v2\x13.plumb.v1.FileErrorR\x05error\"\x9d\x01\n" +
+	"\x0eProcessRequest\x12.\n" +
+	"\x05start\x18\x01 \x01(\v2\x16.plumb.v1.ProcessStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
+	"closeStdin\x12\x18\n" +
+	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\x06\n" +
+	"\x04kind\"\xc4\x01\n" +
+	"\fProcessStart\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x121\n" +
+	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +
+	"\x0fProcessResponse\x124\n" +
+	"\astarted\x18\x01 \x01(\v2\x18.plumb.v1.ProcessStartedH\x00R\astarted\x12\x18\n" +
+	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12+\n" +
+	"\x04exit\x18\x04 \x01(\v2\x15.plumb.v1.ProcessExitH\x00R\x04exitB\x06\n" +
+	"\x04kind\"\x10\n" +
+	"\x0eProcessStarted\"B\n" +
+	"\vProcessExit\x12\x1b\n" +
+	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal*\x9a\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +
@@ -3736,7 +4170,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x1bTRUNCATION_REASON_MAX_COUNT\x10\x01\x12!\n" +
 	"\x1dTRUNCATION_REASON_MAX_MATCHES\x10\x02\x12!\n" +
 	"\x1dTRUNCATION_REASON_TIME_BUDGET\x10\x03\x12!\n" +
-	"\x1dTRUNCATION_REASON_WALK_ERRORS\x10\x042\xa4\t\n" +
+	"\x1dTRUNCATION_REASON_WALK_ERRORS\x10\x042\xe8\t\n" +
 	"\x0eSandboxService\x12P\n" +
 	"\rCreateSandbox\x12\x1e.plumb.v1.CreateSandboxRequest\x1a\x1f.plumb.v1.CreateSandboxResponse\x12G\n" +
 	"\n" +
@@ -3755,7 +4189,8 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x04Grep\x12\x15.plumb.v1.GrepRequest\x1a\x16.plumb.v1.GrepResponse\x125\n" +
 	"\x04Glob\x12\x15.plumb.v1.GlobRequest\x1a\x16.plumb.v1.GlobResponse\x12L\n" +
 	"\vUploadFiles\x12\x1c.plumb.v1.UploadFilesRequest\x1a\x1d.plumb.v1.UploadFilesResponse(\x01\x12R\n" +
-	"\rDownloadFiles\x12\x1e.plumb.v1.DownloadFilesRequest\x1a\x1f.plumb.v1.DownloadFilesResponse0\x01B2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rDownloadFiles\x12\x1e.plumb.v1.DownloadFilesRequest\x1a\x1f.plumb.v1.DownloadFilesResponse0\x01\x12B\n" +
+	"\aProcess\x12\x18.plumb.v1.ProcessRequest\x1a\x19.plumb.v1.ProcessResponse(\x010\x01B2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_sandbox_proto_rawDescOnce sync.Once
@@ -3770,7 +4205,7 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),              // 0: plumb.v1.SandboxState
 	(NetworkMode)(0),               // 1: plumb.v1.NetworkMode
@@ -3821,45 +4256,51 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(*UploadFilesResponse)(nil),    // 46: plumb.v1.UploadFilesResponse
 	(*DownloadFilesRequest)(nil),   // 47: plumb.v1.DownloadFilesRequest
 	(*DownloadFilesResponse)(nil),  // 48: plumb.v1.DownloadFilesResponse
-	nil,                            // 49: plumb.v1.Sandbox.LabelsEntry
-	nil,                            // 50: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                            // 51: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                            // 52: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                            // 53: plumb.v1.Command.EnvEntry
-	nil,                            // 54: plumb.v1.FileError.DetailsEntry
-	(*timestamppb.Timestamp)(nil),  // 55: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 56: google.protobuf.Duration
+	(*ProcessRequest)(nil),         // 49: plumb.v1.ProcessRequest
+	(*ProcessStart)(nil),           // 50: plumb.v1.ProcessStart
+	(*ProcessResponse)(nil),        // 51: plumb.v1.ProcessResponse
+	(*ProcessStarted)(nil),         // 52: plumb.v1.ProcessStarted
+	(*ProcessExit)(nil),            // 53: plumb.v1.ProcessExit
+	nil,                            // 54: plumb.v1.Sandbox.LabelsEntry
+	nil,                            // 55: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                            // 56: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                            // 57: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                            // 58: plumb.v1.Command.EnvEntry
+	nil,                            // 59: plumb.v1.FileError.DetailsEntry
+	nil,                            // 60: plumb.v1.ProcessStart.EnvEntry
+	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	55, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	55, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	55, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	49, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	61, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	61, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	54, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
 	6,  // 5: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	1,  // 6: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	50, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	55, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
 	6,  // 8: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	56, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	51, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	62, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	56, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
 	1,  // 11: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
 	7,  // 12: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
 	7,  // 13: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	52, // 14: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	57, // 14: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
 	7,  // 15: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	56, // 16: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	62, // 16: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	7,  // 17: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	53, // 18: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	56, // 19: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	58, // 18: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	62, // 19: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
 	20, // 20: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
 	23, // 21: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
 	20, // 22: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
 	26, // 23: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
 	23, // 24: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
 	2,  // 25: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	54, // 26: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	59, // 26: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
 	3,  // 27: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	55, // 28: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	61, // 28: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	28, // 29: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
 	4,  // 30: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
 	40, // 31: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
@@ -3870,45 +4311,51 @@ var file_plumb_v1_sandbox_proto_depIdxs = []int32{
 	27, // 36: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
 	45, // 37: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
 	27, // 38: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	8,  // 39: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	10, // 40: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	12, // 41: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	14, // 42: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	16, // 43: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	18, // 44: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	21, // 45: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	24, // 46: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	29, // 47: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	31, // 48: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	33, // 49: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	35, // 50: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	37, // 51: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	39, // 52: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	42, // 53: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	44, // 54: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	47, // 55: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	9,  // 56: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	11, // 57: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	13, // 58: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	15, // 59: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	17, // 60: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	19, // 61: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	22, // 62: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	25, // 63: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	30, // 64: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	32, // 65: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	34, // 66: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	36, // 67: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	38, // 68: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	41, // 69: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	43, // 70: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	46, // 71: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	48, // 72: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	56, // [56:73] is the sub-list for method output_type
-	39, // [39:56] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	50, // 39: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	60, // 40: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	52, // 41: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	53, // 42: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	8,  // 43: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	10, // 44: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	12, // 45: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	14, // 46: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	16, // 47: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	18, // 48: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	21, // 49: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	24, // 50: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	29, // 51: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	31, // 52: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	33, // 53: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	35, // 54: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	37, // 55: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	39, // 56: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	42, // 57: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	44, // 58: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	47, // 59: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	49, // 60: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	9,  // 61: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	11, // 62: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	13, // 63: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	15, // 64: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	17, // 65: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	19, // 66: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	22, // 67: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	25, // 68: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	30, // 69: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	32, // 70: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	34, // 71: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	36, // 72: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	38, // 73: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	41, // 74: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	43, // 75: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	46, // 76: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	48, // 77: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	51, // 78: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	61, // [61:79] is the sub-list for method output_type
+	43, // [43:61] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -3924,13 +4371,25 @@ func file_plumb_v1_sandbox_proto_init() {
 	file_plumb_v1_sandbox_proto_msgTypes[22].OneofWrappers = []any{}
 	file_plumb_v1_sandbox_proto_msgTypes[25].OneofWrappers = []any{}
 	file_plumb_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[43].OneofWrappers = []any{
+		(*ProcessRequest_Start)(nil),
+		(*ProcessRequest_Stdin)(nil),
+		(*ProcessRequest_CloseStdin)(nil),
+		(*ProcessRequest_Signal)(nil),
+	}
+	file_plumb_v1_sandbox_proto_msgTypes[45].OneofWrappers = []any{
+		(*ProcessResponse_Started)(nil),
+		(*ProcessResponse_Stdout)(nil),
+		(*ProcessResponse_Stderr)(nil),
+		(*ProcessResponse_Exit)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   49,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	SandboxService_Glob_FullMethodName           = "/plumb.v1.SandboxService/Glob"
 	SandboxService_UploadFiles_FullMethodName    = "/plumb.v1.SandboxService/UploadFiles"
 	SandboxService_DownloadFiles_FullMethodName  = "/plumb.v1.SandboxService/DownloadFiles"
+	SandboxService_Process_FullMethodName        = "/plumb.v1.SandboxService/Process"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -94,6 +95,17 @@ type SandboxServiceClient interface {
 	// DownloadFiles reads many files as exact bytes, streamed in chunks. Each
 	// item ends with a message whose eof is true (or that carries an error).
 	DownloadFiles(ctx context.Context, in *DownloadFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadFilesResponse], error)
+	// Process runs an interactive process with `/bin/sh -c` in the sandbox
+	// for as long as the stream lasts. The first request must be a start; the
+	// server answers with started, then the process's stdout and stderr as
+	// they are produced, then exactly one exit as the last message. Later
+	// requests write stdin, close it, or send signals. A client that
+	// half-closes its side closes stdin; a client that cancels the call kills
+	// the process and every descendant, and so does deleting the sandbox.
+	// Output the client does not read holds the process back (bounded
+	// buffers, never unbounded memory). At most 16 processes run at once per
+	// sandbox (RESOURCE_EXHAUSTED, code "too_large").
+	Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessRequest, ProcessResponse], error)
 }
 
 type sandboxServiceClient struct {
@@ -295,6 +307,19 @@ func (c *sandboxServiceClient) DownloadFiles(ctx context.Context, in *DownloadFi
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_DownloadFilesClient = grpc.ServerStreamingClient[DownloadFilesResponse]
 
+func (c *sandboxServiceClient) Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessRequest, ProcessResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_Process_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ProcessRequest, ProcessResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_ProcessClient = grpc.BidiStreamingClient[ProcessRequest, ProcessResponse]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -351,6 +376,17 @@ type SandboxServiceServer interface {
 	// DownloadFiles reads many files as exact bytes, streamed in chunks. Each
 	// item ends with a message whose eof is true (or that carries an error).
 	DownloadFiles(*DownloadFilesRequest, grpc.ServerStreamingServer[DownloadFilesResponse]) error
+	// Process runs an interactive process with `/bin/sh -c` in the sandbox
+	// for as long as the stream lasts. The first request must be a start; the
+	// server answers with started, then the process's stdout and stderr as
+	// they are produced, then exactly one exit as the last message. Later
+	// requests write stdin, close it, or send signals. A client that
+	// half-closes its side closes stdin; a client that cancels the call kills
+	// the process and every descendant, and so does deleting the sandbox.
+	// Output the client does not read holds the process back (bounded
+	// buffers, never unbounded memory). At most 16 processes run at once per
+	// sandbox (RESOURCE_EXHAUSTED, code "too_large").
+	Process(grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -411,6 +447,9 @@ func (UnimplementedSandboxServiceServer) UploadFiles(grpc.ClientStreamingServer[
 }
 func (UnimplementedSandboxServiceServer) DownloadFiles(*DownloadFilesRequest, grpc.ServerStreamingServer[DownloadFilesResponse]) error {
 	return status.Error(codes.Unimplemented, "method DownloadFiles not implemented")
+}
+func (UnimplementedSandboxServiceServer) Process(grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]) error {
+	return status.Error(codes.Unimplemented, "method Process not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -714,6 +753,13 @@ func _SandboxService_DownloadFiles_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_DownloadFilesServer = grpc.ServerStreamingServer[DownloadFilesResponse]
 
+func _SandboxService_Process_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).Process(&grpc.GenericServerStream[ProcessRequest, ProcessResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_ProcessServer = grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -793,6 +839,12 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "DownloadFiles",
 			Handler:       _SandboxService_DownloadFiles_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Process",
+			Handler:       _SandboxService_Process_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "plumb/v1/sandbox.proto",
