@@ -115,7 +115,7 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 			}
 			return &lazy{open: func(context.Context) (backend.Backend, error) { return store.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
-			return withProcesses(newLazySandbox(tb, threadID)), nil
+			return newLazySandbox(tb, threadID), nil
 		}
 		return nil, fmt.Errorf("backend type %q", kind)
 	}
@@ -540,30 +540,9 @@ var (
 	_ backend.Homer    = (*lazySandbox)(nil)
 )
 
-// sandboxStartsProcesses reports whether the sandbox backend implements
-// backend.ProcessStarter (interactive processes over sandboxd's process
-// stream). Until it does, thread backends do not claim to either, so that
-// tools needing it (python) are not offered.
-var sandboxStartsProcesses = func() bool {
-	_, ok := any((*sandboxbackend.Backend)(nil)).(backend.ProcessStarter)
-	return ok
-}()
-
-// withProcesses returns s, as a backend.ProcessStarter too when the
-// sandbox backend is one.
-func withProcesses(s *lazySandbox) backend.Backend {
-	if sandboxStartsProcesses {
-		return &lazyProcessSandbox{s}
-	}
-	return s
-}
-
-// lazyProcessSandbox is a lazySandbox that starts interactive processes.
-type lazyProcessSandbox struct{ *lazySandbox }
-
 // StartProcess implements backend.ProcessStarter in the thread's sandbox
 // (created or replaced as for any other call).
-func (s *lazyProcessSandbox) StartProcess(ctx context.Context, req backend.ProcessRequest) (backend.Process, error) {
+func (s *lazySandbox) StartProcess(ctx context.Context, req backend.ProcessRequest) (backend.Process, error) {
 	return call(ctx, s.lazy, func(b backend.Backend) (backend.Process, error) {
 		ps, ok := b.(backend.ProcessStarter)
 		if !ok {
@@ -573,4 +552,4 @@ func (s *lazyProcessSandbox) StartProcess(ctx context.Context, req backend.Proce
 	})
 }
 
-var _ backend.ProcessStarter = (*lazyProcessSandbox)(nil)
+var _ backend.ProcessStarter = (*lazySandbox)(nil)
