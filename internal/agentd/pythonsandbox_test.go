@@ -49,7 +49,8 @@ func pythonImage(t *testing.T) string {
 
 // TestPythonSandboxEndToEnd: in the Debian image built without a registry,
 // through agentd and a real sandbox worker (which derives its image, adding
-// the sandbox agent), the model writes a Python script and runs it, and
+// the sandbox agent), the model writes a Python script and runs it, keeps
+// state in the python tool's interpreter across calls, and
 // the image has what the recipe promises: git, ripgrep, procps, file, user
 // 1000 in /workspace.
 func TestPythonSandboxEndToEnd(t *testing.T) {
@@ -63,10 +64,18 @@ func TestPythonSandboxEndToEnd(t *testing.T) {
 			mcall("e1", "execute", `{"command":"python3 fizzbuzz.py | tail -3"}`),
 			mcall("e2", "execute", `{"command":"id -u; pwd; git --version; rg --version | head -1; ps -o pid= -p 1 >/dev/null && echo procps; file fizzbuzz.py"}`),
 		),
+		modeltest.Calls(mcall("p1", "python", `{"code":"import sys\nx = 21"}`)),
+		modeltest.Calls(mcall("p2", "python", `{"code":"print(sys.version_info[0])\nx * 2"}`)),
 		modeltest.Text("It prints FizzBuzz."),
 	)
 	_, results := s.mustRun(input("", "Write fizzbuzz.py and run it."))
 	wantResult(t, results, "w1", false)
 	wantResult(t, results, "e1", false, "13\n14\nFizzBuzz")
 	wantResult(t, results, "e2", false, "1000\n/workspace\ngit version", "ripgrep ", "procps", "fizzbuzz.py: ASCII text")
+	// The stateful interpreter, through the sandbox's process stream.
+	if !offersTool(s, "main", 0, "python") {
+		t.Error("python was not offered in a sandbox with python3")
+	}
+	wantResult(t, results, "p1", false, "(no output)")
+	wantResult(t, results, "p2", false, "stdout:\n3\n", "value:\n42")
 }

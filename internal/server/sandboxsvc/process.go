@@ -110,6 +110,11 @@ func (s *Service) Process(stream plumbv1.SandboxService_ProcessServer) error {
 
 	select {
 	case <-drained:
+	case <-ctx.Done():
+		// The client went away: the process goes too.
+		p.Close()
+		<-drained
+		return ctx.Err()
 	case err := <-bad:
 		p.Close()
 		<-drained

@@ -108,7 +108,13 @@ func testProcessThroughGRPC(t *testing.T, runtime string) {
 			t.Fatalf("exit %+v, %v", exit, err)
 		}
 
-		p2, err := b.StartProcess(ctx, backend.ProcessRequest{Command: "sleep 1000"})
+		// Closing the client's stream kills the process in the box.
+		p2, err := b.StartProcess(ctx, backend.ProcessRequest{Command: "echo $$; exec sleep 1000"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := make([]byte, 16)
+		n, err := p2.Stdout().Read(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,6 +123,11 @@ func testProcessThroughGRPC(t *testing.T, runtime string) {
 		}
 		if _, err := p2.Wait(ctx); err == nil {
 			t.Fatal("a closed process waited without an error")
+		}
+		proc := "/proc/" + strings.TrimSpace(string(pid[:n]))
+		res, err := b.Execute(ctx, backend.ExecuteRequest{Command: "while [ -d " + proc + " ] && ! grep -q '^State:.*Z' " + proc + "/status; do sleep 0.1; done; echo gone"})
+		if err != nil || strings.TrimSpace(res.Output) != "gone" {
+			t.Fatalf("a closed process in the box: %+v, %v", res, err)
 		}
 	})
 

@@ -1,0 +1,86 @@
+package agentd
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
+	"github.com/plumbhq/plumb/pkg/backend"
+	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
+)
+
+// TestMCPStdioInSandbox: a stdio MCP server runs inside the thread's real
+// sandbox, started through sandboxd's process stream. On the thread's
+// first run its binary is not there yet: the server is unavailable and
+// the model is told why, and the run completes. Once the binary is in the
+// workspace, the next run lists its tools, calls them (the server sees the
+// sandbox's environment, not agentd's), and the server process is gone
+// from the box after the run.
+func TestMCPStdioInSandbox(t *testing.T) {
+	sandboxtest.Docker(t)
+	bin := filepath.Join(t.TempDir(), "mcpserver")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/plumbhq/plumb/test/mcpserver")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the MCP test server: %v\n%s", err, out)
+	}
+	code, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
+	s := startStack(t, w, `backends: {default: sandbox}
+mcp_servers:
+  box: {command: /bin/sh, args: [-c, "chmod +x /workspace/mcpserver && exec /workspace/mcpserver -mode serve"], env: {GREETING: from-config}}
+`)
+	s.model.Script("main",
+		modeltest.Calls(mcall("u1", "mcp__box__unavailable", `{}`)),
+		modeltest.Text("the server is missing"),
+		modeltest.Calls(
+			mcall("e1", "mcp__box__echo", `{"text":"hello from the box"}`),
+			mcall("v1", "mcp__box__env", `{"name":"GREETING"}`),
+			mcall("v2", "mcp__box__env", `{"name":"TEST_MODEL_KEY"}`),
+			mcall("p1", "mcp__box__pid", `{}`),
+		),
+		modeltest.Text("done"),
+	)
+	thread, results := s.mustRun(input("", "Use the box's MCP server."))
+	wantResult(t, results, "u1", true, "MCP server box")
+
+	// Put the server's binary into the thread's sandbox.
+	list, err := w.Client.ListSandboxes(context.Background(), &plumbv1.ListSandboxesRequest{})
+	if err != nil || len(list.GetSandboxes()) != 1 {
+		t.Fatalf("list sandboxes: %v, %v", list, err)
+	}
+	sb := list.GetSandboxes()[0]
+	b := sandboxbackend.New(w.Conn, sb.GetId(), sandboxbackend.HomeOf(sb))
+	up, err := b.Upload(context.Background(), []backend.UploadItem{{Path: "/workspace/mcpserver", Content: code}})
+	if err != nil || up[0].Err != nil {
+		t.Fatalf("upload the MCP server: %v %v", up, err)
+	}
+
+	_, results = s.mustRun(input(thread, "Again, now that it is there."))
+	wantResult(t, results, "e1", false, "hello from the box")
+	wantResult(t, results, "v1", false, "from-config")
+	if r := wantResult(t, results, "v2", false); strings.Contains(r.GetContent(), "test-key") {
+		t.Errorf("the server in the box sees agentd's environment: %q", r.GetContent())
+	}
+	pid := strings.TrimSpace(wantResult(t, results, "p1", false).GetContent())
+	if pid == "" {
+		t.Fatal("no pid from the server")
+	}
+	// The run ended: its server's process is gone from the box.
+	res, err := b.Execute(context.Background(), backend.ExecuteRequest{Command: "while [ -d /proc/" + pid + " ] && ! grep -q '^State:.*Z' /proc/" + pid + "/status; do sleep 0.1; done; echo gone"})
+	if err != nil || strings.TrimSpace(res.Output) != "gone" {
+		t.Fatalf("the MCP server after the run: %+v, %v", res, err)
+	}
+}
