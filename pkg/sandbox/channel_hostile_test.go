@@ -369,6 +369,7 @@ func FuzzChannel(f *testing.F) {
 	f.Add([]byte(`{"id":1,"done":true,"result":{}}` + "\n"))
 	f.Add([]byte(`{"id":2,"event":"output","bin":1}` + "\na" + `{"id":2,"done":true,"result":{"output":"a"}}` + "\n"))
 	f.Add([]byte(`{"id":3,"event":"stdout","bin":2}` + "\nab" + `{"id":9,"done":true}` + "\n"))
+	f.Add([]byte(`{"id":3,"event":"started"}` + "\n" + `{"id":3,"event":"stderr","bin":1}` + "\nx" + `{"id":3,"done":true,"result":{"exit_code":0}}` + "\n"))
 	f.Add([]byte(`{"id":2,"event":"output","bin":99999999}` + "\na"))
 	f.Add([]byte(`{"id":1,"done":true,"error":{"code":"file_not_found","message":"x"}}` + "\n" + `{"id":1,"done":true}` + "\n"))
 	f.Add([]byte("\n\n{}\r\n" + strings.Repeat("x", 70<<10)))
@@ -385,7 +386,7 @@ func FuzzChannel(f *testing.F) {
 		calls := []chan callResult{
 			goCall(ch, agentproto.OpLs, nil),
 			goExec(ch, context.Background(), true),
-			goCall(ch, agentproto.Op("proc_start"), func(agentproto.Response) error { return nil }),
+			goCall(ch, agentproto.OpProcStart, func(agentproto.Response) error { return nil }),
 		}
 		// Let the requests go out before the agent speaks.
 		for {
