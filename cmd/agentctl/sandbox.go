@@ -8,10 +8,13 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/pkg/backend"
+	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -20,6 +23,8 @@ const sandboxUsage = `Usage:
                           [--ttl D] [--network none|egress] [--label k=v]... [--env K=V]...
   agentctl sandbox ls [--label k=v]...
   agentctl sandbox exec ID [--timeout D] [--cwd DIR] [--env K=V]... -- COMMAND...
+  agentctl sandbox exec -i ID [--cwd DIR] [--env K=V]... -- COMMAND...
+                          (interactive: stdin passed on, stdout and stderr apart, no timeout)
   agentctl sandbox cp LOCAL ID:/path    (upload)
   agentctl sandbox cp ID:/path LOCAL    (download; - for stdout)
   agentctl sandbox rm ID...
@@ -44,7 +49,8 @@ func (m multi) Set(s string) error {
 	return nil
 }
 
-func runSandbox(ctx context.Context, ep endpoint, args []string, stdout io.Writer) error {
+func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) error {
+	stdout := sio.out
 	if len(args) == 0 {
 		fmt.Fprint(stdout, sandboxUsage)
 		return errors.New("no sandbox command given")
@@ -112,6 +118,10 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, stdout io.Write
 		}
 		return tw.Flush()
 	case "exec":
+		interactive := len(args) > 0 && args[0] == "-i"
+		if interactive {
+			args = args[1:]
+		}
 		if len(args) == 0 {
 			return errors.New("exec: missing sandbox id")
 		}
@@ -125,6 +135,9 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, stdout io.Write
 		}
 		if fs.NArg() == 0 {
 			return errors.New("exec: missing command (put it after --)")
+		}
+		if interactive {
+			return interact(ctx, sandboxbackend.New(conn, id, ""), backend.ProcessRequest{Command: strings.Join(fs.Args(), " "), Cwd: *cwd, Env: env}, sio)
 		}
 		command := &plumbv1.Command{Command: strings.Join(fs.Args(), " "), Cwd: *cwd, Env: env}
 		if *timeout > 0 {
@@ -183,6 +196,38 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, stdout io.Write
 		fmt.Fprint(stdout, sandboxUsage)
 		return fmt.Errorf("unknown sandbox command %q", cmd)
 	}
+}
+
+// interact runs an interactive process: sio.in is its stdin (EOF closes
+// it), its stdout and stderr go to sio.out and sio.err, and its exit code
+// becomes agentctl's.
+func interact(ctx context.Context, ps backend.ProcessStarter, req backend.ProcessRequest, sio stdio) error {
+	p, err := ps.StartProcess(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	go func() {
+		if _, err := io.Copy(p.Stdin(), sio.in); err == nil {
+			_ = p.Stdin().Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _, _ = io.Copy(sio.out, p.Stdout()) }()
+	go func() { defer wg.Done(); _, _ = io.Copy(sio.err, p.Stderr()) }()
+	exit, err := p.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	wg.Wait()
+	if exit.Signal != "" {
+		fmt.Fprintf(sio.err, "agentctl: the process was killed by SIG%s\n", exit.Signal)
+	}
+	if exit.ExitCode != 0 {
+		return exitError{exit.ExitCode}
+	}
+	return nil
 }
 
 // remote splits "sbx-...:/path".

@@ -15,7 +15,8 @@ import (
 )
 
 // TestSandboxCommands drives `agentctl sandbox ...` against a real worker
-// and real containers: create, ls, exec (streamed, exit code passed on),
+// and real containers: create, ls, exec (streamed, exit code passed on;
+// interactive with -i),
 // cp in and out, rm.
 func TestSandboxCommands(t *testing.T) {
 	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
@@ -47,6 +48,15 @@ func TestSandboxCommands(t *testing.T) {
 	var ee exitError
 	if !errors.As(err, &ee) || ee.code != 7 {
 		t.Fatalf("exec of a failing command: %v, want exit code 7", err)
+	}
+
+	// Interactive: stdin passed on, streams apart, the exit code kept.
+	var out2, err2 bytes.Buffer
+	err = run(ctx, []string{"--sandboxd", wk.Addr, "sandbox", "exec", "-i", id, "--", "tr a-z A-Z; echo oops >&2; exit 3"}, stdio{
+		in: strings.NewReader("hello\nworld\n"), out: &out2, err: &err2, getenv: func(string) string { return "" },
+	})
+	if !errors.As(err, &ee) || ee.code != 3 || out2.String() != "HELLO\nWORLD\n" || err2.String() != "oops\n" {
+		t.Fatalf("exec -i: stdout %q, stderr %q, %v", out2.String(), err2.String(), err)
 	}
 
 	local := filepath.Join(t.TempDir(), "in.bin")
