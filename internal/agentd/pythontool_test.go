@@ -7,18 +7,21 @@ import (
 	"testing"
 
 	"github.com/plumbhq/plumb/pkg/agent/tools/python"
-	"github.com/plumbhq/plumb/pkg/agent/tools/python/pythontest"
+	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	goopenai "github.com/sashabaranov/go-openai"
 )
 
 // pythonStack is agentd whose python interpreters run on the host (the
 // test seam standing in for the sandbox's process stream).
-func pythonStack(t *testing.T, local *pythontest.Local, extra string) *stack {
+func pythonStack(t *testing.T, local *backendtest.LocalProcesses, extra string) *stack {
 	t.Helper()
 	local.Dir = t.TempDir()
 	return startStackWith(t, nil, extra, Options{PythonOptions: []python.Option{python.WithResolver(local.Resolver())}})
 }
+
+// noPython3 rewrites commands so that their python3 is missing.
+var noPython3 = strings.NewReplacer("python3", "python3-absent-here").Replace
 
 // offersTool reports whether the n-th model request of key offered tool.
 func offersTool(s *stack, key string, n int, tool string) bool {
@@ -35,7 +38,7 @@ func offersTool(s *stack, key string, n int, tool string) bool {
 // interpreter and says the state is lost; another thread has its own
 // interpreter.
 func TestPythonToolEndToEnd(t *testing.T) {
-	local := &pythontest.Local{}
+	local := &backendtest.LocalProcesses{}
 	s := pythonStack(t, local, "tools:\n  python: {timeout: 20s, max_timeout: 1m}\n")
 	s.model.Script("main",
 		modeltest.Calls(mcall("p1", "python", `{"code":"import math\nkept = 'from run 1'\nx = 6"}`)),
@@ -95,15 +98,15 @@ func TestPythonToolEndToEnd(t *testing.T) {
 func TestPythonNotOffered(t *testing.T) {
 	cases := []struct {
 		name  string
-		local *pythontest.Local // nil: no seam, the State backend
+		local *backendtest.LocalProcesses // nil: no seam, the State backend
 		extra string
 		agent string
 		want  string
 	}{
-		{name: "disabled", local: &pythontest.Local{}, extra: "tools:\n  python: {enabled: false}\n", want: `Unknown tool "python"`},
+		{name: "disabled", local: &backendtest.LocalProcesses{}, extra: "tools:\n  python: {enabled: false}\n", want: `Unknown tool "python"`},
 		{name: "no sandbox", want: "python is not available: this thread has no sandbox"},
-		{name: "no python3", local: &pythontest.Local{Python: "python3-absent-here"}, want: "sandbox image has no python3"},
-		{name: "read-only agent", local: &pythontest.Local{}, extra: "agents:\n  reader: {description: reads, permissions: read-only}\n", agent: "reader", want: `Unknown tool "python"`},
+		{name: "no python3", local: &backendtest.LocalProcesses{Rewrite: noPython3}, want: "sandbox image has no python3"},
+		{name: "read-only agent", local: &backendtest.LocalProcesses{}, extra: "agents:\n  reader: {description: reads, permissions: read-only}\n", agent: "reader", want: `Unknown tool "python"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,4 +24,10 @@
 //
 // The package must not know any backend: it imports only the backend
 // contract, and tests only what the contract promises.
+//
+// It also holds LocalProcesses, the one host-process stand-in for a
+// sandbox's backend.ProcessStarter and backend.Executor, used by the tests
+// of tools built on processes (MCP stdio servers, the python tool). It runs
+// commands on the test machine with os/exec and confines nothing; it must
+// never serve a real run.
 package backendtest

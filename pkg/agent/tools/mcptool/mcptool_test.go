@@ -18,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool/mcptest"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
@@ -26,7 +27,7 @@ import (
 // sandboxLike is a backend that runs processes (locally).
 type sandboxLike struct {
 	backend.Backend
-	*mcptest.Local
+	*backendtest.LocalProcesses
 }
 
 // stdio is a stdio server that runs this test binary in mode.
@@ -42,7 +43,7 @@ type harness struct {
 	t      *testing.T
 	srv    *modeltest.Server
 	mgr    *mcptool.Manager
-	local  *mcptest.Local
+	local  *backendtest.LocalProcesses
 	runner *agent.Runner
 	allow  func(string) bool
 	// sub, when set, adds a "task" tool that runs subagent "sub" with its
@@ -52,7 +53,7 @@ type harness struct {
 
 func newHarness(t *testing.T, b backend.Backend, servers ...mcptool.Server) *harness {
 	t.Helper()
-	h := &harness{t: t, srv: modeltest.New(t), local: &mcptest.Local{}}
+	h := &harness{t: t, srv: modeltest.New(t), local: &backendtest.LocalProcesses{}}
 	lg := zaptest.NewLogger(t)
 	mgr, err := mcptool.NewManager(servers, lg)
 	if err != nil {
@@ -183,10 +184,10 @@ func TestStdioServer(t *testing.T) {
 	if p1 == "" || p1 == p2 {
 		t.Errorf("pid before garbage %q, after %q: want a new process", p1, p2)
 	}
-	if n := len(h.local.Started()); n != 2 {
+	if n := h.local.Started(); n != 2 {
 		t.Errorf("%d processes started, want 2", n)
 	}
-	for _, pid := range h.local.Started() {
+	for _, pid := range h.local.Pids() {
 		if syscall.Kill(pid, 0) == nil {
 			t.Errorf("process %d still exists", pid)
 		}
@@ -371,7 +372,7 @@ func TestSharedAcrossContexts(t *testing.T) {
 			if got := h.offered("main"); !slices.Equal(got, []string{"mcp__loc__add", "mcp__loc__echo", "task"}) {
 				t.Errorf("root offered %v", got)
 			}
-			if n := len(h.local.Started()); n != tc.processes {
+			if n := h.local.Started(); n != tc.processes {
 				t.Errorf("%d processes started, want %d", n, tc.processes)
 			}
 		})

@@ -19,26 +19,29 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/agent/tools/python/pythontest"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// noPython3 rewrites commands so that their python3 is missing.
+var noPython3 = strings.NewReplacer("python3", "python3-absent-here").Replace
 
 // harness is one Manager over host interpreters, and one State per
 // thread (as one agent context would keep).
 type harness struct {
 	t      *testing.T
 	m      *Manager
-	local  *pythontest.Local
+	local  *backendtest.LocalProcesses
 	states map[string]*agent.State
 	now    time.Time
 	mu     sync.Mutex
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
-	h := &harness{t: t, local: &pythontest.Local{Dir: t.TempDir()}, states: map[string]*agent.State{}, now: time.Unix(1_700_000_000, 0)}
+	h := &harness{t: t, local: &backendtest.LocalProcesses{Dir: t.TempDir()}, states: map[string]*agent.State{}, now: time.Unix(1_700_000_000, 0)}
 	h.m = New(cfg, WithResolver(h.local.Resolver()), WithLogger(zaptest.NewLogger(t)), WithClock(h.clock))
 	t.Cleanup(h.m.Close)
 	return h
@@ -301,12 +304,12 @@ func TestCloseStopsInterpreters(t *testing.T) {
 func TestOffered(t *testing.T) {
 	cases := []struct {
 		name    string
-		local   *pythontest.Local // nil: the backend cannot start processes
+		local   *backendtest.LocalProcesses // nil: the backend cannot start processes
 		offered bool
 		callErr string
 	}{
-		{name: "python3 present", local: &pythontest.Local{}, offered: true},
-		{name: "no python3 in the image", local: &pythontest.Local{Python: "python3-absent-here"}, callErr: "sandbox image has no python3; use execute instead"},
+		{name: "python3 present", local: &backendtest.LocalProcesses{}, offered: true},
+		{name: "no python3 in the image", local: &backendtest.LocalProcesses{Rewrite: noPython3}, callErr: "sandbox image has no python3; use execute instead"},
 		{name: "no sandbox", callErr: "this thread has no sandbox"},
 	}
 	for _, tc := range cases {
@@ -345,7 +348,7 @@ func TestOffered(t *testing.T) {
 			case tc.callErr != "" && (err == nil || !strings.Contains(err.Error(), tc.callErr)):
 				t.Errorf("call: %v, want %q", err, tc.callErr)
 			}
-			if tc.local != nil && tc.local.Python != "" && tc.local.Started() != 0 {
+			if tc.local != nil && tc.local.Rewrite != nil && tc.local.Started() != 0 {
 				t.Errorf("an interpreter was started without python3")
 			}
 		})
@@ -355,7 +358,7 @@ func TestOffered(t *testing.T) {
 // TestStartFailure: when python3 cannot start, the call fails with what
 // the shell said, and nothing is left running.
 func TestStartFailure(t *testing.T) {
-	local := &pythontest.Local{Dir: t.TempDir(), Python: "python3-absent-here"}
+	local := &backendtest.LocalProcesses{Dir: t.TempDir(), Rewrite: noPython3}
 	m := New(Config{}, WithResolver(local.Resolver()), WithLogger(zaptest.NewLogger(t)))
 	defer m.Close()
 	_, err := m.Tool().Func(context.Background(), &agent.ToolRequest{Call: model.ToolCall{Args: `{"code":"1"}`}, Run: &agent.RunContext{ThreadID: "t"}})
@@ -416,11 +419,11 @@ func TestSplitter(t *testing.T) {
 // TestDefaultResolver: a composite-like backend is looked through to its
 // default backend.
 func TestDefaultResolver(t *testing.T) {
-	local := &pythontest.Local{}
-	if ps, ex := DefaultResolver(router{def: localBackend{Local: local}}); ps == nil || ex == nil {
+	local := &backendtest.LocalProcesses{}
+	if ps, ex := DefaultResolver(router{def: localBackend{LocalProcesses: local}}); ps == nil || ex == nil {
 		t.Errorf("through Default(): %v %v", ps, ex)
 	}
-	if ps, ex := DefaultResolver(localBackend{Local: local}); ps == nil || ex == nil {
+	if ps, ex := DefaultResolver(localBackend{LocalProcesses: local}); ps == nil || ex == nil {
 		t.Errorf("directly: %v %v", ps, ex)
 	}
 	if ps, ex := DefaultResolver(router{def: router{}}); ps != nil || ex != nil {
@@ -439,11 +442,11 @@ type router struct {
 
 func (r router) Default() backend.Backend { return r.def }
 
-// localBackend makes Local a backend.Backend; only its process and
+// localBackend makes LocalProcesses a backend.Backend; only its process and
 // execute methods are used.
 type localBackend struct {
 	backend.Backend
-	*pythontest.Local
+	*backendtest.LocalProcesses
 }
 
 // TestCancelledCall: when the run cancels a call whose code still runs,
