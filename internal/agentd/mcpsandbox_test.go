@@ -79,7 +79,7 @@ mcp_servers:
 		t.Fatal("no pid from the server")
 	}
 	// The run ended: its server's process is gone from the box.
-	res, err := b.Execute(context.Background(), backend.ExecuteRequest{Command: "while [ -d /proc/" + pid + " ] && ! grep -q '^State:.*Z' /proc/" + pid + "/status; do sleep 0.1; done; echo gone"})
+	res, err := b.Execute(context.Background(), backend.ExecuteRequest{Command: "while [ -d /proc/" + pid + " ] && ! grep -qs '^State:.*Z' /proc/" + pid + "/status; do sleep 0.1; done; echo gone"})
 	if err != nil || strings.TrimSpace(res.Output) != "gone" {
 		t.Fatalf("the MCP server after the run: %+v, %v", res, err)
 	}

@@ -63,12 +63,20 @@ var Signals = map[string]int{
 	"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15,
 }
 
-// SignalName is the name of signal number n among Signals, or "SIG<n>".
+// crashSignals name the signals that end a process by itself, besides
+// Signals.
+var crashSignals = map[int]string{4: "ILL", 6: "ABRT", 7: "BUS", 8: "FPE", 11: "SEGV", 13: "PIPE", 14: "ALRM", 24: "XCPU", 25: "XFSZ"}
+
+// SignalName is the name of Linux signal number n ("KILL", "SEGV"), or
+// "SIG<n>" for one without a name here.
 func SignalName(n int) string {
 	for name, num := range Signals {
 		if num == n {
 			return name
 		}
+	}
+	if name, ok := crashSignals[n]; ok {
+		return name
 	}
 	return "SIG" + strconv.Itoa(n)
 }

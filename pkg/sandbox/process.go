@@ -311,8 +311,11 @@ func (w *procStdin) write(b []byte, eof bool) error {
 	p := w.p
 	select {
 	case <-p.done:
-		if p.err != nil {
+		switch {
+		case p.err != nil:
 			return p.err
+		case eof && len(b) == 0:
+			return nil // closing the stdin of an ended process is a no-op
 		}
 		return backend.Errorf(backend.CodeInvalidArgument, "", "the process has exited")
 	default:

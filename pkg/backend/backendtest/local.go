@@ -324,14 +324,6 @@ func (p *localProcess) Close() error {
 	return nil
 }
 
-// crashSignals name the signals a process dies of without being sent
-// them; backend.Signals names the ones Signal sends. The python tool says
-// "killed by signal SEGV".
-var crashSignals = map[syscall.Signal]string{
-	syscall.SIGSEGV: "SEGV", syscall.SIGABRT: "ABRT", syscall.SIGBUS: "BUS",
-	syscall.SIGPIPE: "PIPE", syscall.SIGFPE: "FPE", syscall.SIGILL: "ILL",
-}
-
 // exitOf is the backend.ProcessExit of a reaped process; exit code -1 when
 // the status is unknown.
 func exitOf(ps *os.ProcessState) backend.ProcessExit {
@@ -339,11 +331,7 @@ func exitOf(ps *os.ProcessState) backend.ProcessExit {
 		return backend.ProcessExit{ExitCode: -1}
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		name, ok := crashSignals[ws.Signal()]
-		if !ok {
-			name = backend.SignalName(int(ws.Signal()))
-		}
-		return backend.ProcessExit{ExitCode: 128 + int(ws.Signal()), Signal: name}
+		return backend.ProcessExit{ExitCode: 128 + int(ws.Signal()), Signal: backend.SignalName(int(ws.Signal()))}
 	}
 	return backend.ProcessExit{ExitCode: ps.ExitCode()}
 }

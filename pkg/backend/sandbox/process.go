@@ -122,6 +122,17 @@ func (p *process) send(m *plumbv1.ProcessRequest) error {
 	return nil
 }
 
+// ended reports whether the process's stream ended without an error (the
+// process exited).
+func (p *process) ended() bool {
+	select {
+	case <-p.done:
+		return p.err == nil
+	default:
+		return false
+	}
+}
+
 // Stdin implements backend.Process.
 func (p *process) Stdin() io.WriteCloser { return p.stdin }
 
@@ -192,5 +203,14 @@ func (w *stdin) Close() error {
 		return nil
 	}
 	w.closed = true
-	return w.p.send(&plumbv1.ProcessRequest{Kind: &plumbv1.ProcessRequest_CloseStdin{CloseStdin: true}})
+	select {
+	case <-w.p.done:
+		return nil // the process has ended: there is nothing to close
+	default:
+	}
+	err := w.p.send(&plumbv1.ProcessRequest{Kind: &plumbv1.ProcessRequest_CloseStdin{CloseStdin: true}})
+	if err != nil && w.p.ended() {
+		return nil
+	}
+	return err
 }

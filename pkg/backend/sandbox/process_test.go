@@ -125,7 +125,7 @@ func testProcessThroughGRPC(t *testing.T, runtime string) {
 			t.Fatal("a closed process waited without an error")
 		}
 		proc := "/proc/" + strings.TrimSpace(string(pid[:n]))
-		res, err := b.Execute(ctx, backend.ExecuteRequest{Command: "while [ -d " + proc + " ] && ! grep -q '^State:.*Z' " + proc + "/status; do sleep 0.1; done; echo gone"})
+		res, err := b.Execute(ctx, backend.ExecuteRequest{Command: "while [ -d " + proc + " ] && ! grep -qs '^State:.*Z' " + proc + "/status; do sleep 0.1; done; echo gone"})
 		if err != nil || strings.TrimSpace(res.Output) != "gone" {
 			t.Fatalf("a closed process in the box: %+v, %v", res, err)
 		}
