@@ -452,6 +452,9 @@ func (m *Manager) tendPools(ctx context.Context) {
 			return
 		}
 		err := m.hello(ctx, sb)
+		if ctx.Err() != nil {
+			return // stopping: the box stays for the next start
+		}
 		m.mu.Lock()
 		for _, p := range m.pools.byName {
 			for i, mb := range p.members {
@@ -481,7 +484,7 @@ func (m *Manager) tendPools(ctx context.Context) {
 		}
 		if err := m.fillOne(ctx, p); err != nil {
 			failed[p] = true
-			if CodeOf(err) == CodeQuota || ctx.Err() != nil {
+			if c := CodeOf(err); c == CodeQuota || c == CodeShuttingDown || ctx.Err() != nil {
 				m.lg.Debug("pool not refilled", zap.String("template", p.name), zap.Error(err))
 			} else {
 				m.lg.Warn("pool not refilled", zap.String("template", p.name), zap.Error(err))
