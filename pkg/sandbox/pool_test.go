@@ -69,6 +69,26 @@ func (e *env) poolBoxes(t *testing.T) []string {
 	return ids
 }
 
+// restartable starts a manager with a full pool for a test that restarts
+// the worker: close leaves its boxes running, and the manager is cleaned
+// up only if the test ends before close.
+func (e *env) restartable(t *testing.T) (m *sandbox.Manager, close func()) {
+	t.Helper()
+	m, err := sandbox.NewManager(context.Background(), e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = m.DeleteAll(context.Background())
+			m.Close()
+		}
+	})
+	waitPool(t, m, 1)
+	return m, func() { m.Close(); closed = true }
+}
+
 // TestPoolClaim: a create that matches the pool claims a warm box, which
 // gets the request's owner, labels and TTL (counted from the claim) and a
 // workspace nothing ever touched; the pool then refills with a new box.
@@ -182,18 +202,7 @@ func TestPoolQuota(t *testing.T) {
 func TestPoolSurvivesRestart(t *testing.T) {
 	e := poolEnv(t, 1)
 	ctx := context.Background()
-	m1, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = m1.DeleteAll(context.Background())
-			m1.Close()
-		}
-	})
-	waitPool(t, m1, 1)
+	m1, closed := e.restartable(t)
 	claimed := e.create(t, m1, sandbox.CreateSpec{Labels: map[string]string{"k": "v"}, Tenant: "acme"})
 	exec(t, m1, claimed.ID, "echo kept > /workspace/note", 30)
 	waitPool(t, m1, 1)
@@ -202,8 +211,7 @@ func TestPoolSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m1.Close()
-	closed = true
+	closed()
 
 	m2 := e.manager(t)
 	got, err := m2.Get(ctx, claimed.ID)
@@ -238,18 +246,7 @@ func TestPoolSurvivesRestart(t *testing.T) {
 func TestPoolDrainedOnTemplateChange(t *testing.T) {
 	e := poolEnv(t, 1)
 	ctx := context.Background()
-	m1, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = m1.DeleteAll(context.Background())
-			m1.Close()
-		}
-	})
-	waitPool(t, m1, 1)
+	m1, closed := e.restartable(t)
 	claimed := e.create(t, m1, sandbox.CreateSpec{})
 	waitPool(t, m1, 1)
 	var old string
@@ -258,8 +255,7 @@ func TestPoolDrainedOnTemplateChange(t *testing.T) {
 			old = id
 		}
 	}
-	m1.Close()
-	closed = true
+	closed()
 
 	e.cfg.Defaults.Env = map[string]string{"CHANGED": "1"}
 	m2 := e.manager(t)
