@@ -51,6 +51,7 @@ type env struct {
 	engine client.ServerVersionResult
 	image  string // the busybox sandbox image
 	worker *worker
+	agent  []byte // the sandbox-agent binary, built on first use
 	// runtime is the OCI runtime of the sandboxes newBox creates ("" =
 	// the engine's default).
 	runtime string
@@ -116,17 +117,29 @@ func (e *env) sandboxWorker(ctx context.Context) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.log("building the static sandbox-agent")
-	agent, err := buildAgent(ctx)
+	w, err := e.startWorker(ctx, cli, sandbox.Config{Worker: "bench" + e.runID})
 	if err != nil {
 		return nil, err
 	}
-	m, err := sandbox.NewManager(ctx, cli, sandbox.Config{
-		Worker:      "bench" + e.runID,
-		Agent:       agent,
-		Defaults:    sandbox.Template{Image: e.image, MemoryBytes: 512 << 20, Pids: 1024},
-		ExtraLabels: e.labels(),
-	}, sandbox.WithLogger(e.lg))
+	e.worker = w
+	return w, nil
+}
+
+// startWorker starts a worker with the benchmark's defaults (Agent,
+// Defaults and ExtraLabels are filled in).
+func (e *env) startWorker(ctx context.Context, cli *client.Client, cfg sandbox.Config) (*worker, error) {
+	if e.agent == nil {
+		e.log("building the static sandbox-agent")
+		agent, err := buildAgent(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e.agent = agent
+	}
+	cfg.Agent = e.agent
+	cfg.Defaults = sandbox.Template{Image: e.image, MemoryBytes: 512 << 20, Pids: 1024}
+	cfg.ExtraLabels = e.labels()
+	m, err := sandbox.NewManager(ctx, cli, cfg, sandbox.WithLogger(e.lg))
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +158,17 @@ func (e *env) sandboxWorker(ctx context.Context) (*worker, error) {
 		m.Close()
 		return nil, err
 	}
-	e.worker = &worker{m: m, srv: srv, conn: conn, c: plumbv1.NewSandboxServiceClient(conn)}
-	return e.worker, nil
+	return &worker{m: m, srv: srv, conn: conn, c: plumbv1.NewSandboxServiceClient(conn)}, nil
+}
+
+// stop stops serving, deletes the worker's sandboxes (and pool boxes) and
+// closes its manager.
+func (w *worker) stop(ctx context.Context) error {
+	w.conn.Close()
+	w.srv.Stop()
+	err := w.m.DeleteAll(ctx)
+	w.m.Close()
+	return err
 }
 
 // buildAgent compiles cmd/sandbox-agent statically for the engine's
@@ -221,12 +243,9 @@ func (e *env) close() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if w := e.worker; w != nil {
-		w.conn.Close()
-		w.srv.Stop()
-		if err := w.m.DeleteAll(ctx); err != nil {
+		if err := w.stop(ctx); err != nil {
 			e.log("delete sandboxes: %v", err)
 		}
-		w.m.Close()
 	}
 	left, err := e.leftovers(ctx)
 	if err != nil {

@@ -35,7 +35,16 @@ if [ -z "$image" ]; then
 	}
 fi
 echo "plumb: sandbox image ${image:-(none)}" >&2
-bin/sandboxd --log-format console ${image:+--default-image "$image"} "$@" &
+# A warm pool of 2 boxes for requests that name no template (agentd's
+# threads) makes a new thread's sandbox ready in milliseconds; the pool's
+# claims, and every sandbox's expiry, are kept in the state dir across
+# restarts. PLUMB_POOL_SIZE=0 turns the pool off.
+state_dir=${PLUMB_STATE_DIR:-.cache/run/sandboxd}
+pool=()
+if [ -n "$image" ]; then
+	pool=(--pool-size "${PLUMB_POOL_SIZE:-2}")
+fi
+bin/sandboxd --log-format console ${image:+--default-image "$image"} --state-dir "$state_dir" "${pool[@]}" "$@" &
 pids+=($!)
 # Threads work in sandboxes by default under make run.
 bin/agentd --log-format console --default-backend sandbox &

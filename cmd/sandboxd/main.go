@@ -15,6 +15,8 @@ import (
 
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
@@ -38,8 +40,12 @@ type Config struct {
 	AgentBinary string `yaml:"agent_binary"`
 	// Defaults fill the unset fields of every sandbox.
 	Defaults sandbox.Template `yaml:"defaults"`
-	// Templates are named sandbox settings requests can refer to.
-	Templates map[string]sandbox.Template `yaml:"templates"`
+	// Pool is the warm pool of requests that name no template (the
+	// defaults); it needs state_dir.
+	Pool sandbox.PoolConfig `yaml:"pool"`
+	// Templates are named sandbox settings requests can refer to, each
+	// with an optional warm pool.
+	Templates map[string]TemplateConfig `yaml:"templates"`
 	// MaxSandboxes caps live sandboxes on this worker (0 = unlimited).
 	MaxSandboxes int `yaml:"max_sandboxes"`
 	// MaxMemoryBytes caps the sum of sandbox memory limits (0 = unlimited).
@@ -61,6 +67,31 @@ type Config struct {
 	Labels map[string]string `yaml:"labels"`
 }
 
+// TemplateConfig is a named template and its warm pool.
+type TemplateConfig struct {
+	sandbox.Template `yaml:",inline"`
+	// Pool keeps boxes of this template created, started and greeted
+	// ahead of requests (size 0 = no pool); it needs state_dir.
+	Pool sandbox.PoolConfig `yaml:"pool"`
+}
+
+// templates splits the configured templates into the manager's templates
+// and pools (the defaults' pool under "").
+func (cfg Config) templates() (map[string]sandbox.Template, map[string]sandbox.PoolConfig) {
+	ts := make(map[string]sandbox.Template, len(cfg.Templates))
+	pools := map[string]sandbox.PoolConfig{}
+	if cfg.Pool.Size > 0 {
+		pools[""] = cfg.Pool
+	}
+	for name, tc := range cfg.Templates {
+		ts[name] = tc.Template
+		if tc.Pool.Size > 0 {
+			pools[name] = tc.Pool
+		}
+	}
+	return ts, pools
+}
+
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var (
 		c            daemon.Common
@@ -72,6 +103,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		pol          sandbox.Policy
 		allowEgress  bool
 		stateDir     string
+		pool         sandbox.PoolConfig
 	)
 	f := daemon.NewFlags("sandboxd")
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
@@ -87,6 +119,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.Bool(&allowEgress, "policy-allow-egress", true, "allow sandboxes with network egress at all")
 	f.String(&pol.DefaultRuntime, "default-runtime", "", "OCI runtime of sandboxes whose template and request name none, e.g. runsc (default: the engine's)")
 	f.String(&stateDir, "state-dir", "", "directory for the worker's state: each sandbox's expiry, kept across restarts (default: none; re-adopted sandboxes then expire at creation + TTL)")
+	f.Int(&pool.Size, "pool-size", 0, fmt.Sprintf("warm pool of sandboxes for requests that name no template: boxes kept created, started and greeted, claimed by creates (0 = none, at most %d; needs --state-dir; templates set theirs in the config file)", sandbox.MaxPoolSize))
+	f.Duration(&pool.IdleLifetime, "pool-idle-lifetime", 0, fmt.Sprintf("how long an unclaimed warm-pool box is kept before it is replaced (0 = %s)", sandbox.DefaultPoolIdleLifetime))
 	f.Bool(&deleteOnExit, "delete-sandboxes-on-exit", false, "remove every sandbox at shutdown instead of leaving them for the next start to re-adopt")
 	if err := daemon.ParseArgs(f, args, stdout, "sandboxd serves plumb.v1.SandboxService: hardened Docker sandboxes."); err != nil {
 		return err
@@ -122,12 +156,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if defaultImage != "" {
 		cfg.Defaults.Image = defaultImage
 	}
+	if f.IsSet("pool-size") {
+		cfg.Pool.Size = pool.Size
+	}
+	if f.IsSet("pool-idle-lifetime") {
+		cfg.Pool.IdleLifetime = pool.IdleLifetime
+	}
 	policyFlags(f, &cfg.Policy, pol, allowEgress)
 	if err := checkPolicy(cfg); err != nil {
 		return daemon.Usagef("%s%v", configPrefix(c.ConfigPath), err)
 	}
 	if err := checkLabels(cfg.Labels); err != nil {
 		return daemon.Usagef("config file %s: %v", c.ConfigPath, err)
+	}
+	if err := checkPools(cfg, stateDir); err != nil {
+		return daemon.Usagef("%s%v", configPrefix(c.ConfigPath), err)
 	}
 	if maxSandboxes < 0 {
 		return daemon.Usagef("--max-sandboxes must not be negative")
@@ -173,10 +216,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("cannot reach the Docker Engine: %w", err)
 	}
 
+	templates, pools := cfg.templates()
 	mgr, err := sandbox.NewManager(ctx, docker, sandbox.Config{
 		Worker:         worker,
 		Agent:          agent,
-		Templates:      cfg.Templates,
+		Templates:      templates,
+		Pools:          pools,
 		Defaults:       cfg.Defaults,
 		MaxSandboxes:   maxSandboxes,
 		MaxMemoryBytes: cfg.MaxMemoryBytes,
@@ -209,8 +254,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	svc := sandboxsvc.New(mgr, runtimes, lg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), sandboxsvc.NewPoolCollector(mgr))
 	o := sec
-	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
+	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger, o.Registry = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg, reg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) }
 	o.ServerOptions = tr.ServerOptions()
 	return daemon.Serve(ctx, o)
@@ -322,11 +369,45 @@ func checkPolicy(cfg Config) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if err := cfg.Policy.CheckTemplate(cfg.Templates[name].Merge(defaults)); err != nil {
+		if err := cfg.Policy.CheckTemplate(cfg.Templates[name].Template.Merge(defaults)); err != nil {
 			return fmt.Errorf("template %q breaks the worker policy: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// checkPools refuses pools the manager would refuse, before the engine is
+// asked anything.
+func checkPools(cfg Config, stateDir string) error {
+	_, pools := cfg.templates()
+	for _, name := range sortedNames(pools) {
+		p := pools[name]
+		what := "pool"
+		if name != "" {
+			what = fmt.Sprintf("template %q: pool", name)
+		}
+		switch {
+		case p.Size > sandbox.MaxPoolSize:
+			return fmt.Errorf("%s size %d is over the maximum %d", what, p.Size, sandbox.MaxPoolSize)
+		case p.IdleLifetime < 0:
+			return fmt.Errorf("%s idle_lifetime %s must not be negative", what, p.IdleLifetime)
+		case stateDir == "":
+			return fmt.Errorf("%s: warm pools need --state-dir (state_dir), where claims of pool boxes are recorded", what)
+		}
+	}
+	if cfg.Pool.Size < 0 {
+		return fmt.Errorf("--pool-size %d must not be negative", cfg.Pool.Size)
+	}
+	return nil
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func configPrefix(path string) string {

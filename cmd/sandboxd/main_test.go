@@ -61,6 +61,9 @@ func TestBadStartInputs(t *testing.T) {
 		{"malformed policy", nil, []string{"--config", "testdata/policy-bad.yaml"}, `allowed_images entry "busybox:["`},
 		{"defaults over a policy flag", nil, []string{"--policy-max-memory-bytes", "100000000"}, "defaults break the worker policy: memory 536870912 bytes exceeds this worker's ceiling max_memory_bytes=100000000"},
 		{"policy env", []string{"SANDBOXD_POLICY_MAX_PIDS=10"}, nil, "max_pids=10"},
+		{"pool without a state dir", nil, []string{"--pool-size", "1"}, "warm pools need --state-dir"},
+		{"pool too big", nil, []string{"--pool-size", "65", "--state-dir", "/tmp"}, "pool size 65 is over the maximum 64"},
+		{"template pool without a state dir", nil, []string{"--config", "testdata/pool.yaml"}, `template "py": pool: warm pools need --state-dir`},
 		{"default runtime not allowed", nil, []string{"--config", "testdata/policy-template.yaml", "--default-runtime", "runc"}, `default_runtime "runc" is not in allowed_runtimes`},
 	}
 	for _, tt := range tests {

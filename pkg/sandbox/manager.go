@@ -61,6 +61,8 @@ type CreateSpec struct {
 	// Tenant owns the new sandbox ("" = DefaultTenant); it is recorded in
 	// the LabelTenant label.
 	Tenant string
+
+	pool string // the pool key of a box made for a warm pool
 }
 
 // Config configures a Manager.
@@ -103,8 +105,14 @@ type Config struct {
 	// StateDir is where the worker records each sandbox's expiry, so a
 	// restarted worker re-adopts sandboxes with the expiry they had ("" =
 	// no record: re-adopted sandboxes expire at their creation time plus
-	// TTL, an upper bound no restart can extend).
+	// TTL, an upper bound no restart can extend). Warm pools need it: it
+	// records what each claim gave its pool box.
 	StateDir string
+	// Pools configures warm pools by template name ("" = requests that
+	// name no template, served from Defaults): boxes created, started and
+	// greeted ahead of requests, which CreateSandbox claims (see
+	// PoolConfig).
+	Pools map[string]PoolConfig
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -131,6 +139,7 @@ type Manager struct {
 	diskChecked time.Time       // last disk watchdog round
 	closed      bool
 	expiry      *expiryStore
+	pools       *pools // warm pools, guarded by mu
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -147,6 +156,8 @@ type sandbox struct {
 	// released: the sandbox's quota was given back (it failed, or is
 	// being deleted).
 	released bool
+	// member: an unclaimed warm-pool box (counted in Manager.pools).
+	member bool
 }
 
 // Option customizes a Manager.
@@ -217,23 +228,34 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if err := m.checkTemplates(ctx); err != nil {
 		return nil, &ConfigError{Err: err}
 	}
+	if m.pools, err = m.newPools(); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
 	recorded := map[string]time.Time{}
 	if cfg.StateDir != "" {
 		if m.expiry, recorded, err = openExpiry(cfg.StateDir); err != nil {
+			return nil, err
+		}
+		if m.pools.claims, err = openClaims(cfg.StateDir); err != nil {
 			return nil, err
 		}
 	}
 	if err := m.adopt(ctx, recorded); err != nil {
 		return nil, err
 	}
+	if err := m.pools.claims.keep(func(id string) bool { return m.sandboxes[id] != nil }); err != nil {
+		return nil, fmt.Errorf("sandbox claim record: %w", err)
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	m.stopReaper, m.reaperDone = cancel, make(chan struct{})
 	go m.reapLoop(rctx)
+	m.startPools()
 	return m, nil
 }
 
-// Close stops the reaper and closes agent channels. Sandboxes keep running
-// so a restarted worker can re-adopt them.
+// Close stops the reaper and the pool loop and closes agent channels.
+// Sandboxes and pool boxes keep running so a restarted worker can re-adopt
+// them.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {
@@ -245,6 +267,8 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	m.stopReaper()
 	<-m.reaperDone
+	m.stopPools()
+	m.closeMembers()
 	for _, sb := range sbs {
 		sb.mu.Lock()
 		if sb.ch != nil {
@@ -256,8 +280,11 @@ func (m *Manager) Close() {
 }
 
 // DeleteAll removes every sandbox of this worker (used at shutdown when the
-// worker is told not to leave sandboxes behind).
+// worker is told not to leave sandboxes behind). It stops the warm pools
+// for good and removes their boxes: later creates start cold.
 func (m *Manager) DeleteAll(ctx context.Context) error {
+	m.stopPools()
+	m.removeMembers(ctx)
 	var errs []error
 	for _, info := range m.List(nil) {
 		if err := m.Delete(ctx, info.ID); err != nil && CodeOf(err) != CodeNotFound {
@@ -281,8 +308,17 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	spec.pool = ""
+	claimed, err := m.claim(spec, t)
+	if err != nil {
+		return Info{}, err
+	}
+	if claimed != nil {
+		m.lg.Info("sandbox claimed from the warm pool", zap.String("sandbox-id", claimed.info.ID), zap.String("template", spec.Template))
+		return m.snapshot(claimed), nil
+	}
 
-	if err := m.reserve(t.MemoryBytes); err != nil {
+	if err := m.reserveOrEvict(ctx, t.MemoryBytes); err != nil {
 		return Info{}, err
 	}
 	reserved := true
@@ -441,9 +477,13 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	created := m.now()
 	labels := sandboxLabels(id, m.cfg.Worker, spec.Template, t, created, spec.Labels)
 	maps.Copy(labels, m.cfg.ExtraLabels)
-	labels[LabelTenant] = tenantOf(spec.Tenant)
+	if spec.pool == "" {
+		labels[LabelTenant] = tenantOf(spec.Tenant)
+	} else {
+		labels[LabelPool] = spec.pool // its owner is recorded when claimed
+	}
 	volume := volumeName(id)
-	sb := &sandbox{info: Info{
+	sb := &sandbox{member: spec.pool != "", info: Info{
 		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template, Tenant: tenantOf(spec.Tenant),
 		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
 	}}
@@ -551,7 +591,7 @@ func (m *Manager) reserve(mem int64) error {
 	if m.closed {
 		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
 	}
-	if n := len(m.sandboxes) - m.failed + m.creating; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
+	if n := len(m.sandboxes) - m.failed + m.creating + m.pools.n - m.pools.failed; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
 		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
 	}
 	if m.cfg.MaxMemoryBytes > 0 && m.reserved+mem > m.cfg.MaxMemoryBytes {
@@ -612,22 +652,10 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if !ok {
 		return errorf(CodeNotFound, "sandbox %s not found on worker %s", id, m.cfg.Worker)
 	}
-	sb.mu.Lock()
-	sb.info.State = StateDeleting
-	if sb.ch != nil {
-		sb.ch.close()
-	}
-	cid, mem, released := sb.info.ContainerID, sb.info.Settings.MemoryBytes, sb.released
-	sb.released = true
-	sb.mu.Unlock()
-	m.mu.Lock()
-	if released {
-		m.failed--
-	} else {
-		m.reserved -= mem
-	}
-	m.mu.Unlock()
+	cid := m.retire(sb)
 	m.removeContainer(ctx, cid, volumeName(id))
+	m.forgetClaim(id)
+	m.kickPools() // the quota it held may let a pool refill
 	m.saveExpiry()
 	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
 	return nil
@@ -661,10 +689,13 @@ func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (
 // Usage reports live sandboxes and reserved memory, for capacity reports.
 // Failed sandboxes count in neither: their quota is released when they
 // fail, while their record stays until they are deleted or expire.
+// Unclaimed warm-pool boxes count in neither either (Pools reports them):
+// a claim turns one into a live sandbox at no extra cost, and a create
+// over the quota evicts one.
 func (m *Manager) Usage() (sandboxes int, memory int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.sandboxes) - m.failed, m.reserved
+	return len(m.sandboxes) - m.failed, m.reserved - m.pools.mem
 }
 
 // releaseFailed gives back the quota of a sandbox that failed: it holds no
@@ -676,11 +707,16 @@ func (m *Manager) releaseFailed(sb *sandbox) {
 		return
 	}
 	sb.released = true
-	mem := sb.info.Settings.MemoryBytes
+	mem, member := sb.info.Settings.MemoryBytes, sb.member
 	sb.mu.Unlock()
 	m.mu.Lock()
 	m.reserved -= mem
-	m.failed++
+	if member {
+		m.pools.failed++
+		m.pools.mem -= mem
+	} else {
+		m.failed++
+	}
 	m.mu.Unlock()
 }
 
@@ -982,6 +1018,10 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 			m.removeContainer(ctx, c.ID, volume)
 			continue
 		}
+		if c.Labels[LabelPool] != "" {
+			m.adoptPooled(ctx, c.ID, id, c.Labels, t, created, recorded)
+			continue
+		}
 		expires, ok := recorded[id]
 		if !ok {
 			expires = created.Add(t.TTL)
@@ -1015,7 +1055,7 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 			id, named := strings.CutPrefix(v.Name, volumePrefix)
 			mine := v.Labels[LabelWorker] == m.cfg.Worker || named && WorkerOf(id) == m.cfg.Worker
 			m.mu.Lock()
-			live := m.sandboxes[id] != nil || m.pending[id]
+			live := m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
 			m.mu.Unlock()
 			if seen[v.Name] || !mine || live {
 				continue

@@ -77,7 +77,7 @@ const (
 func IsOwnLabel(key string) bool {
 	switch key {
 	case LabelSandbox, LabelWorker, LabelImage, LabelTemplate, LabelTTL, LabelMemory, LabelCPUs,
-		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant:
+		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant, LabelPool:
 		return true
 	}
 	return strings.HasPrefix(key, LabelUserPrefix)

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -35,6 +36,7 @@ type Manager interface {
 	Config() sandbox.Config
 	Owner(id string) (string, error)
 	NotFound(id string) error
+	Pools() []sandbox.PoolState
 }
 
 // Service implements plumbv1.SandboxServiceServer.
@@ -181,7 +183,7 @@ func (s *Service) KeepAlive(ctx context.Context, req *plumbv1.KeepAliveRequest) 
 	return &plumbv1.KeepAliveResponse{Sandbox: sandboxToPB(info)}, nil
 }
 
-// DescribeWorker reports identity and load.
+// DescribeWorker reports identity, load and the warm pools.
 func (s *Service) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest) (*plumbv1.DescribeWorkerResponse, error) {
 	cfg := s.m.Config()
 	n, mem := s.m.Usage()
@@ -191,6 +193,12 @@ func (s *Service) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest
 	}
 	for name := range cfg.Templates {
 		out.Templates = append(out.Templates, name)
+	}
+	for _, p := range s.m.Pools() {
+		out.Pools = append(out.Pools, &plumbv1.WarmPool{
+			Template: p.Template, Size: int32(p.Size), Ready: int32(p.Ready), Starting: int32(p.Starting),
+			IdleLifetime: durationpb.New(p.IdleLifetime), Hits: int64(p.Hits), Misses: int64(p.Misses), MemoryReservedBytes: p.MemoryBytes,
+		})
 	}
 	return out, nil
 }

@@ -1212,7 +1212,11 @@ type DescribeWorkerResponse struct {
 	// OCI runtimes the engine offers, for example ["runc", "runsc"].
 	Runtimes []string `protobuf:"bytes,7,rep,name=runtimes,proto3" json:"runtimes,omitempty"`
 	// Configured template names.
-	Templates     []string `protobuf:"bytes,8,rep,name=templates,proto3" json:"templates,omitempty"`
+	Templates []string `protobuf:"bytes,8,rep,name=templates,proto3" json:"templates,omitempty"`
+	// Warm pools, sorted by template. Their unclaimed boxes count toward the
+	// quotas but not in sandboxes or memory_reserved_bytes above: a create
+	// that matches a pool claims one, and a create over the quota evicts one.
+	Pools         []*WarmPool `protobuf:"bytes,9,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1303,6 +1307,127 @@ func (x *DescribeWorkerResponse) GetTemplates() []string {
 	return nil
 }
 
+func (x *DescribeWorkerResponse) GetPools() []*WarmPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+// WarmPool reports one warm pool: sandboxes of one template created,
+// started and greeted ahead of requests. CreateSandbox claims one when the
+// request names the pool's template and asks for no other settings than
+// its (ttl and labels excepted); the pool then refills in the background.
+type WarmPool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Template the pool serves; empty for requests that name no template
+	// (the worker's defaults).
+	Template string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// Boxes the pool keeps ready (its configured size).
+	Size int32 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Boxes ready to be claimed now.
+	Ready int32 `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Boxes being created, or greeted again after a worker restart.
+	Starting int32 `protobuf:"varint,4,opt,name=starting,proto3" json:"starting,omitempty"`
+	// How long an unclaimed box is kept before it is replaced.
+	IdleLifetime *durationpb.Duration `protobuf:"bytes,5,opt,name=idle_lifetime,json=idleLifetime,proto3" json:"idle_lifetime,omitempty"`
+	// Creates served from the pool since the worker started.
+	Hits int64 `protobuf:"varint,6,opt,name=hits,proto3" json:"hits,omitempty"`
+	// Creates that matched the pool but found no ready box, and started one
+	// cold, since the worker started.
+	Misses int64 `protobuf:"varint,7,opt,name=misses,proto3" json:"misses,omitempty"`
+	// Memory reserved by the pool's boxes, in bytes.
+	MemoryReservedBytes int64 `protobuf:"varint,8,opt,name=memory_reserved_bytes,json=memoryReservedBytes,proto3" json:"memory_reserved_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *WarmPool) Reset() {
+	*x = WarmPool{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmPool) ProtoMessage() {}
+
+func (x *WarmPool) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmPool.ProtoReflect.Descriptor instead.
+func (*WarmPool) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WarmPool) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *WarmPool) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *WarmPool) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *WarmPool) GetStarting() int32 {
+	if x != nil {
+		return x.Starting
+	}
+	return 0
+}
+
+func (x *WarmPool) GetIdleLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.IdleLifetime
+	}
+	return nil
+}
+
+func (x *WarmPool) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *WarmPool) GetMisses() int64 {
+	if x != nil {
+		return x.Misses
+	}
+	return 0
+}
+
+func (x *WarmPool) GetMemoryReservedBytes() int64 {
+	if x != nil {
+		return x.MemoryReservedBytes
+	}
+	return 0
+}
+
 // Command is what to execute and how.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1328,7 +1453,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1465,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1478,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Command) GetCommand() string {
@@ -1411,7 +1536,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1548,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1561,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -1465,7 +1590,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1602,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1615,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteResponse) GetResult() *ExecuteResult {
@@ -1526,7 +1651,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1663,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1676,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecuteResult) GetOutput() string {
@@ -1623,7 +1748,7 @@ type ExecuteStreamRequest struct {
 
 func (x *ExecuteStreamRequest) Reset() {
 	*x = ExecuteStreamRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1760,7 @@ func (x *ExecuteStreamRequest) String() string {
 func (*ExecuteStreamRequest) ProtoMessage() {}
 
 func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1773,7 @@ func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecuteStreamRequest) GetSandboxId() string {
@@ -1682,7 +1807,7 @@ type ExecuteStreamResponse struct {
 
 func (x *ExecuteStreamResponse) Reset() {
 	*x = ExecuteStreamResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1819,7 @@ func (x *ExecuteStreamResponse) String() string {
 func (*ExecuteStreamResponse) ProtoMessage() {}
 
 func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1832,7 @@ func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecuteStreamResponse) GetEvent() isExecuteStreamResponse_Event {
@@ -1766,7 +1891,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1903,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1916,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -1825,7 +1950,7 @@ type FileError struct {
 
 func (x *FileError) Reset() {
 	*x = FileError{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1962,7 @@ func (x *FileError) String() string {
 func (*FileError) ProtoMessage() {}
 
 func (x *FileError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1975,7 @@ func (x *FileError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileError.ProtoReflect.Descriptor instead.
 func (*FileError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FileError) GetCode() string {
@@ -1902,7 +2027,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2039,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2052,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1985,7 +2110,7 @@ type LsRequest struct {
 
 func (x *LsRequest) Reset() {
 	*x = LsRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2122,7 @@ func (x *LsRequest) String() string {
 func (*LsRequest) ProtoMessage() {}
 
 func (x *LsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2135,7 @@ func (x *LsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsRequest.ProtoReflect.Descriptor instead.
 func (*LsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LsRequest) GetSandboxId() string {
@@ -2040,7 +2165,7 @@ type LsResponse struct {
 
 func (x *LsResponse) Reset() {
 	*x = LsResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2177,7 @@ func (x *LsResponse) String() string {
 func (*LsResponse) ProtoMessage() {}
 
 func (x *LsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2190,7 @@ func (x *LsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsResponse.ProtoReflect.Descriptor instead.
 func (*LsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LsResponse) GetEntries() []*FileInfo {
@@ -2099,7 +2224,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2236,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2249,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadRequest) GetSandboxId() string {
@@ -2195,7 +2320,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2332,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2345,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadResponse) GetPath() string {
@@ -2343,7 +2468,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2480,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2493,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriteRequest) GetSandboxId() string {
@@ -2407,7 +2532,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2544,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2557,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriteResponse) GetPath() string {
@@ -2475,7 +2600,7 @@ type EditRequest struct {
 
 func (x *EditRequest) Reset() {
 	*x = EditRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2612,7 @@ func (x *EditRequest) String() string {
 func (*EditRequest) ProtoMessage() {}
 
 func (x *EditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2625,7 @@ func (x *EditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditRequest.ProtoReflect.Descriptor instead.
 func (*EditRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EditRequest) GetSandboxId() string {
@@ -2553,7 +2678,7 @@ type EditResponse struct {
 
 func (x *EditResponse) Reset() {
 	*x = EditResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2690,7 @@ func (x *EditResponse) String() string {
 func (*EditResponse) ProtoMessage() {}
 
 func (x *EditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2703,7 @@ func (x *EditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditResponse.ProtoReflect.Descriptor instead.
 func (*EditResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EditResponse) GetPath() string {
@@ -2615,7 +2740,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2752,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2765,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteRequest) GetSandboxId() string {
@@ -2670,7 +2795,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2807,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2820,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteResponse) GetPath() string {
@@ -2733,7 +2858,7 @@ type GrepRequest struct {
 
 func (x *GrepRequest) Reset() {
 	*x = GrepRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2870,7 @@ func (x *GrepRequest) String() string {
 func (*GrepRequest) ProtoMessage() {}
 
 func (x *GrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2883,7 @@ func (x *GrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepRequest.ProtoReflect.Descriptor instead.
 func (*GrepRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GrepRequest) GetSandboxId() string {
@@ -2820,7 +2945,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2957,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2970,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -2899,7 +3024,7 @@ type GrepResponse struct {
 
 func (x *GrepResponse) Reset() {
 	*x = GrepResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3036,7 @@ func (x *GrepResponse) String() string {
 func (*GrepResponse) ProtoMessage() {}
 
 func (x *GrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3049,7 @@ func (x *GrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResponse.ProtoReflect.Descriptor instead.
 func (*GrepResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GrepResponse) GetMatches() []*GrepMatch {
@@ -2991,7 +3116,7 @@ type GlobRequest struct {
 
 func (x *GlobRequest) Reset() {
 	*x = GlobRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3128,7 @@ func (x *GlobRequest) String() string {
 func (*GlobRequest) ProtoMessage() {}
 
 func (x *GlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3141,7 @@ func (x *GlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobRequest.ProtoReflect.Descriptor instead.
 func (*GlobRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GlobRequest) GetSandboxId() string {
@@ -3055,7 +3180,7 @@ type GlobResponse struct {
 
 func (x *GlobResponse) Reset() {
 	*x = GlobResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3192,7 @@ func (x *GlobResponse) String() string {
 func (*GlobResponse) ProtoMessage() {}
 
 func (x *GlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3205,7 @@ func (x *GlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResponse.ProtoReflect.Descriptor instead.
 func (*GlobResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GlobResponse) GetMatches() []*FileInfo {
@@ -3123,7 +3248,7 @@ type UploadFilesRequest struct {
 
 func (x *UploadFilesRequest) Reset() {
 	*x = UploadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3260,7 @@ func (x *UploadFilesRequest) String() string {
 func (*UploadFilesRequest) ProtoMessage() {}
 
 func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3273,7 @@ func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesRequest.ProtoReflect.Descriptor instead.
 func (*UploadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UploadFilesRequest) GetSandboxId() string {
@@ -3194,7 +3319,7 @@ type UploadResult struct {
 
 func (x *UploadResult) Reset() {
 	*x = UploadResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3331,7 @@ func (x *UploadResult) String() string {
 func (*UploadResult) ProtoMessage() {}
 
 func (x *UploadResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3344,7 @@ func (x *UploadResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResult.ProtoReflect.Descriptor instead.
 func (*UploadResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UploadResult) GetPath() string {
@@ -3254,7 +3379,7 @@ type UploadFilesResponse struct {
 
 func (x *UploadFilesResponse) Reset() {
 	*x = UploadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3391,7 @@ func (x *UploadFilesResponse) String() string {
 func (*UploadFilesResponse) ProtoMessage() {}
 
 func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3404,7 @@ func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesResponse.ProtoReflect.Descriptor instead.
 func (*UploadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UploadFilesResponse) GetResults() []*UploadResult {
@@ -3302,7 +3427,7 @@ type DownloadFilesRequest struct {
 
 func (x *DownloadFilesRequest) Reset() {
 	*x = DownloadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3439,7 @@ func (x *DownloadFilesRequest) String() string {
 func (*DownloadFilesRequest) ProtoMessage() {}
 
 func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3452,7 @@ func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DownloadFilesRequest) GetSandboxId() string {
@@ -3367,7 +3492,7 @@ type DownloadFilesResponse struct {
 
 func (x *DownloadFilesResponse) Reset() {
 	*x = DownloadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3504,7 @@ func (x *DownloadFilesResponse) String() string {
 func (*DownloadFilesResponse) ProtoMessage() {}
 
 func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3517,7 @@ func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DownloadFilesResponse) GetIndex() int32 {
@@ -3455,7 +3580,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3592,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3605,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ProcessRequest) GetKind() isProcessRequest_Kind {
@@ -3576,7 +3701,7 @@ type ProcessStart struct {
 
 func (x *ProcessStart) Reset() {
 	*x = ProcessStart{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +3713,7 @@ func (x *ProcessStart) String() string {
 func (*ProcessStart) ProtoMessage() {}
 
 func (x *ProcessStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3601,7 +3726,7 @@ func (x *ProcessStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
 func (*ProcessStart) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ProcessStart) GetSandboxId() string {
@@ -3650,7 +3775,7 @@ type ProcessResponse struct {
 
 func (x *ProcessResponse) Reset() {
 	*x = ProcessResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +3787,7 @@ func (x *ProcessResponse) String() string {
 func (*ProcessResponse) ProtoMessage() {}
 
 func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +3800,7 @@ func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessResponse.ProtoReflect.Descriptor instead.
 func (*ProcessResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProcessResponse) GetKind() isProcessResponse_Kind {
@@ -3762,7 +3887,7 @@ type ProcessStarted struct {
 
 func (x *ProcessStarted) Reset() {
 	*x = ProcessStarted{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +3899,7 @@ func (x *ProcessStarted) String() string {
 func (*ProcessStarted) ProtoMessage() {}
 
 func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +3912,7 @@ func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStarted.ProtoReflect.Descriptor instead.
 func (*ProcessStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 // ProcessExit is how a process ended.
@@ -3803,7 +3928,7 @@ type ProcessExit struct {
 
 func (x *ProcessExit) Reset() {
 	*x = ProcessExit{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3940,7 @@ func (x *ProcessExit) String() string {
 func (*ProcessExit) ProtoMessage() {}
 
 func (x *ProcessExit) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +3953,7 @@ func (x *ProcessExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
 func (*ProcessExit) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ProcessExit) GetExitCode() int32 {
@@ -3923,7 +4048,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"@\n" +
 	"\x11KeepAliveResponse\x12+\n" +
 	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"\x17\n" +
-	"\x15DescribeWorkerRequest\"\xa1\x02\n" +
+	"\x15DescribeWorkerRequest\"\xcb\x02\n" +
 	"\x16DescribeWorkerResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1c\n" +
@@ -3932,7 +4057,17 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x15memory_reserved_bytes\x18\x05 \x01(\x03R\x13memoryReservedBytes\x12(\n" +
 	"\x10max_memory_bytes\x18\x06 \x01(\x03R\x0emaxMemoryBytes\x12\x1a\n" +
 	"\bruntimes\x18\a \x03(\tR\bruntimes\x12\x1c\n" +
-	"\ttemplates\x18\b \x03(\tR\ttemplates\"\x9d\x02\n" +
+	"\ttemplates\x18\b \x03(\tR\ttemplates\x12(\n" +
+	"\x05pools\x18\t \x03(\v2\x12.plumb.v1.WarmPoolR\x05pools\"\x8c\x02\n" +
+	"\bWarmPool\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x05R\x04size\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\x1a\n" +
+	"\bstarting\x18\x04 \x01(\x05R\bstarting\x12>\n" +
+	"\ridle_lifetime\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fidleLifetime\x12\x12\n" +
+	"\x04hits\x18\x06 \x01(\x03R\x04hits\x12\x16\n" +
+	"\x06misses\x18\a \x01(\x03R\x06misses\x122\n" +
+	"\x15memory_reserved_bytes\x18\b \x01(\x03R\x13memoryReservedBytes\"\x9d\x02\n" +
 	"\aCommand\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12,\n" +
@@ -4205,7 +4340,7 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),              // 0: plumb.v1.SandboxState
 	(NetworkMode)(0),               // 1: plumb.v1.NetworkMode
@@ -4227,135 +4362,138 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(*KeepAliveResponse)(nil),      // 17: plumb.v1.KeepAliveResponse
 	(*DescribeWorkerRequest)(nil),  // 18: plumb.v1.DescribeWorkerRequest
 	(*DescribeWorkerResponse)(nil), // 19: plumb.v1.DescribeWorkerResponse
-	(*Command)(nil),                // 20: plumb.v1.Command
-	(*ExecuteRequest)(nil),         // 21: plumb.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),        // 22: plumb.v1.ExecuteResponse
-	(*ExecuteResult)(nil),          // 23: plumb.v1.ExecuteResult
-	(*ExecuteStreamRequest)(nil),   // 24: plumb.v1.ExecuteStreamRequest
-	(*ExecuteStreamResponse)(nil),  // 25: plumb.v1.ExecuteStreamResponse
-	(*OutputChunk)(nil),            // 26: plumb.v1.OutputChunk
-	(*FileError)(nil),              // 27: plumb.v1.FileError
-	(*FileInfo)(nil),               // 28: plumb.v1.FileInfo
-	(*LsRequest)(nil),              // 29: plumb.v1.LsRequest
-	(*LsResponse)(nil),             // 30: plumb.v1.LsResponse
-	(*ReadRequest)(nil),            // 31: plumb.v1.ReadRequest
-	(*ReadResponse)(nil),           // 32: plumb.v1.ReadResponse
-	(*WriteRequest)(nil),           // 33: plumb.v1.WriteRequest
-	(*WriteResponse)(nil),          // 34: plumb.v1.WriteResponse
-	(*EditRequest)(nil),            // 35: plumb.v1.EditRequest
-	(*EditResponse)(nil),           // 36: plumb.v1.EditResponse
-	(*DeleteRequest)(nil),          // 37: plumb.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 38: plumb.v1.DeleteResponse
-	(*GrepRequest)(nil),            // 39: plumb.v1.GrepRequest
-	(*GrepMatch)(nil),              // 40: plumb.v1.GrepMatch
-	(*GrepResponse)(nil),           // 41: plumb.v1.GrepResponse
-	(*GlobRequest)(nil),            // 42: plumb.v1.GlobRequest
-	(*GlobResponse)(nil),           // 43: plumb.v1.GlobResponse
-	(*UploadFilesRequest)(nil),     // 44: plumb.v1.UploadFilesRequest
-	(*UploadResult)(nil),           // 45: plumb.v1.UploadResult
-	(*UploadFilesResponse)(nil),    // 46: plumb.v1.UploadFilesResponse
-	(*DownloadFilesRequest)(nil),   // 47: plumb.v1.DownloadFilesRequest
-	(*DownloadFilesResponse)(nil),  // 48: plumb.v1.DownloadFilesResponse
-	(*ProcessRequest)(nil),         // 49: plumb.v1.ProcessRequest
-	(*ProcessStart)(nil),           // 50: plumb.v1.ProcessStart
-	(*ProcessResponse)(nil),        // 51: plumb.v1.ProcessResponse
-	(*ProcessStarted)(nil),         // 52: plumb.v1.ProcessStarted
-	(*ProcessExit)(nil),            // 53: plumb.v1.ProcessExit
-	nil,                            // 54: plumb.v1.Sandbox.LabelsEntry
-	nil,                            // 55: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                            // 56: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                            // 57: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                            // 58: plumb.v1.Command.EnvEntry
-	nil,                            // 59: plumb.v1.FileError.DetailsEntry
-	nil,                            // 60: plumb.v1.ProcessStart.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
+	(*WarmPool)(nil),               // 20: plumb.v1.WarmPool
+	(*Command)(nil),                // 21: plumb.v1.Command
+	(*ExecuteRequest)(nil),         // 22: plumb.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),        // 23: plumb.v1.ExecuteResponse
+	(*ExecuteResult)(nil),          // 24: plumb.v1.ExecuteResult
+	(*ExecuteStreamRequest)(nil),   // 25: plumb.v1.ExecuteStreamRequest
+	(*ExecuteStreamResponse)(nil),  // 26: plumb.v1.ExecuteStreamResponse
+	(*OutputChunk)(nil),            // 27: plumb.v1.OutputChunk
+	(*FileError)(nil),              // 28: plumb.v1.FileError
+	(*FileInfo)(nil),               // 29: plumb.v1.FileInfo
+	(*LsRequest)(nil),              // 30: plumb.v1.LsRequest
+	(*LsResponse)(nil),             // 31: plumb.v1.LsResponse
+	(*ReadRequest)(nil),            // 32: plumb.v1.ReadRequest
+	(*ReadResponse)(nil),           // 33: plumb.v1.ReadResponse
+	(*WriteRequest)(nil),           // 34: plumb.v1.WriteRequest
+	(*WriteResponse)(nil),          // 35: plumb.v1.WriteResponse
+	(*EditRequest)(nil),            // 36: plumb.v1.EditRequest
+	(*EditResponse)(nil),           // 37: plumb.v1.EditResponse
+	(*DeleteRequest)(nil),          // 38: plumb.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 39: plumb.v1.DeleteResponse
+	(*GrepRequest)(nil),            // 40: plumb.v1.GrepRequest
+	(*GrepMatch)(nil),              // 41: plumb.v1.GrepMatch
+	(*GrepResponse)(nil),           // 42: plumb.v1.GrepResponse
+	(*GlobRequest)(nil),            // 43: plumb.v1.GlobRequest
+	(*GlobResponse)(nil),           // 44: plumb.v1.GlobResponse
+	(*UploadFilesRequest)(nil),     // 45: plumb.v1.UploadFilesRequest
+	(*UploadResult)(nil),           // 46: plumb.v1.UploadResult
+	(*UploadFilesResponse)(nil),    // 47: plumb.v1.UploadFilesResponse
+	(*DownloadFilesRequest)(nil),   // 48: plumb.v1.DownloadFilesRequest
+	(*DownloadFilesResponse)(nil),  // 49: plumb.v1.DownloadFilesResponse
+	(*ProcessRequest)(nil),         // 50: plumb.v1.ProcessRequest
+	(*ProcessStart)(nil),           // 51: plumb.v1.ProcessStart
+	(*ProcessResponse)(nil),        // 52: plumb.v1.ProcessResponse
+	(*ProcessStarted)(nil),         // 53: plumb.v1.ProcessStarted
+	(*ProcessExit)(nil),            // 54: plumb.v1.ProcessExit
+	nil,                            // 55: plumb.v1.Sandbox.LabelsEntry
+	nil,                            // 56: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                            // 57: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                            // 58: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                            // 59: plumb.v1.Command.EnvEntry
+	nil,                            // 60: plumb.v1.FileError.DetailsEntry
+	nil,                            // 61: plumb.v1.ProcessStart.EnvEntry
+	(*timestamppb.Timestamp)(nil),  // 62: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 63: google.protobuf.Duration
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	61, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	61, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	61, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	54, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	62, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	62, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	55, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
 	6,  // 5: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	1,  // 6: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	55, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	56, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
 	6,  // 8: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	62, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	56, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	63, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
 	1,  // 11: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
 	7,  // 12: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
 	7,  // 13: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	57, // 14: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	58, // 14: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
 	7,  // 15: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	62, // 16: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	63, // 16: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	7,  // 17: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	58, // 18: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	62, // 19: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
-	20, // 20: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
-	23, // 21: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
-	20, // 22: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
-	26, // 23: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
-	23, // 24: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
-	2,  // 25: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	59, // 26: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
-	3,  // 27: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	61, // 28: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	28, // 29: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
-	4,  // 30: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	40, // 31: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
-	5,  // 32: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	27, // 33: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	28, // 34: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
-	5,  // 35: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	27, // 36: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	45, // 37: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	27, // 38: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	50, // 39: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	60, // 40: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	52, // 41: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	53, // 42: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	8,  // 43: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	10, // 44: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	12, // 45: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	14, // 46: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	16, // 47: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	18, // 48: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	21, // 49: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	24, // 50: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	29, // 51: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	31, // 52: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	33, // 53: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	35, // 54: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	37, // 55: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	39, // 56: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	42, // 57: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	44, // 58: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	47, // 59: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	49, // 60: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	9,  // 61: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	11, // 62: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	13, // 63: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	15, // 64: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	17, // 65: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	19, // 66: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	22, // 67: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	25, // 68: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	30, // 69: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	32, // 70: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	34, // 71: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	36, // 72: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	38, // 73: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	41, // 74: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	43, // 75: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	46, // 76: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	48, // 77: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	51, // 78: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	61, // [61:79] is the sub-list for method output_type
-	43, // [43:61] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	20, // 18: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
+	63, // 19: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	59, // 20: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	63, // 21: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	21, // 22: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
+	24, // 23: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
+	21, // 24: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
+	27, // 25: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
+	24, // 26: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
+	2,  // 27: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
+	60, // 28: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	3,  // 29: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
+	62, // 30: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	29, // 31: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	4,  // 32: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
+	41, // 33: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	5,  // 34: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	28, // 35: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	29, // 36: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	5,  // 37: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	28, // 38: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	46, // 39: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	28, // 40: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	51, // 41: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	61, // 42: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	53, // 43: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	54, // 44: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	8,  // 45: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	10, // 46: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	12, // 47: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	14, // 48: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	16, // 49: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	18, // 50: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	22, // 51: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	25, // 52: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	30, // 53: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	32, // 54: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	34, // 55: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	36, // 56: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	38, // 57: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	40, // 58: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	43, // 59: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	45, // 60: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	48, // 61: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	50, // 62: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	9,  // 63: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	11, // 64: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	13, // 65: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	15, // 66: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	17, // 67: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	19, // 68: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	23, // 69: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	26, // 70: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	31, // 71: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	33, // 72: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	35, // 73: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	37, // 74: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	39, // 75: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	42, // 76: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	44, // 77: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	47, // 78: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	49, // 79: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	52, // 80: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	63, // [63:81] is the sub-list for method output_type
+	45, // [45:63] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -4363,21 +4501,21 @@ func file_plumb_v1_sandbox_proto_init() {
 	if File_plumb_v1_sandbox_proto != nil {
 		return
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[17].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[18].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
 		(*ExecuteStreamResponse_Output)(nil),
 		(*ExecuteStreamResponse_Result)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[22].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[25].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{}
 	file_plumb_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[43].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[27].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[44].OneofWrappers = []any{
 		(*ProcessRequest_Start)(nil),
 		(*ProcessRequest_Stdin)(nil),
 		(*ProcessRequest_CloseStdin)(nil),
 		(*ProcessRequest_Signal)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[45].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[46].OneofWrappers = []any{
 		(*ProcessResponse_Started)(nil),
 		(*ProcessResponse_Stdout)(nil),
 		(*ProcessResponse_Stderr)(nil),
@@ -4389,7 +4527,7 @@ func file_plumb_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,773 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// LabelPool marks a container created for a warm pool; its value is the
+// pool key (a hash of the template, the agent binary, the sandbox user and
+// the worker's extra labels). A claimed box keeps it: container labels
+// cannot change, so what the claim gave the box (owner, labels, TTL) lives
+// in the worker's claim record (see claimStore).
+const LabelPool = "plumb.pool"
+
+// PoolConfig configures the warm pool of one template.
+type PoolConfig struct {
+	// Size is how many boxes the pool keeps created, started and greeted,
+	// with their agent channel open (0 = no pool).
+	Size int `yaml:"size"`
+	// IdleLifetime is how long an unclaimed box is kept before it is
+	// replaced by a fresh one (0 = DefaultPoolIdleLifetime).
+	IdleLifetime time.Duration `yaml:"idle_lifetime"`
+}
+
+// Bounds of PoolConfig.
+const (
+	// MaxPoolSize bounds PoolConfig.Size.
+	MaxPoolSize = 64
+	// DefaultPoolIdleLifetime is the default PoolConfig.IdleLifetime.
+	DefaultPoolIdleLifetime = time.Hour
+)
+
+// PoolState reports one warm pool.
+type PoolState struct {
+	// Template is the template the pool serves ("" = requests that name
+	// no template: the worker's defaults).
+	Template string
+	// Size is the configured number of boxes.
+	Size int
+	// Ready counts boxes that can be claimed now.
+	Ready int
+	// Starting counts boxes being created, or greeted again after a
+	// worker restart.
+	Starting int
+	// IdleLifetime is how long an unclaimed box is kept.
+	IdleLifetime time.Duration
+	// Hits counts creates served from the pool, Misses creates for the
+	// pool's template and settings that found no ready box and started
+	// one cold.
+	Hits, Misses uint64
+	// MemoryBytes is the memory reserved by the pool's boxes.
+	MemoryBytes int64
+}
+
+// pool is the warm pool of one template; the Manager's mu guards it.
+type pool struct {
+	name     string
+	size     int
+	idle     time.Duration
+	t        Template // the template resolved against the defaults
+	key      string   // LabelPool of its boxes
+	members  []*member
+	creating int
+	hits     uint64
+	misses   uint64
+}
+
+// member is a box of a pool. warm: its agent was greeted by this worker
+// and its channel is open (a re-adopted box is not warm until greeted).
+type member struct {
+	sb   *sandbox
+	warm bool
+}
+
+// pools is the Manager's pool state; the Manager's mu guards it.
+type pools struct {
+	byName map[string]*pool
+	// n counts members; failed, the members that failed (their quota is
+	// released); mem, the memory of members that did not fail. Members
+	// are counted in Manager.reserved and against MaxSandboxes, but not
+	// in Usage (a claim turns one into a live sandbox at no extra cost).
+	n      int
+	failed int
+	mem    int64
+	claims *claimStore
+	kick   chan struct{}
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// poolFor returns the pool a request may claim from: the pool of the
+// template it names, when the request resolves to that pool's settings
+// (anything but the TTL, which the claim sets).
+func (ps *pools) poolFor(name string, t Template) *pool {
+	p := ps.byName[name]
+	if p == nil || !sameBox(p.t, t) {
+		return nil
+	}
+	return p
+}
+
+// sameBox reports whether two resolved templates make the same container
+// (the TTL is not part of a container). It compares every field, so a
+// setting added to Template later takes part without a change here.
+func sameBox(a, b Template) bool {
+	a.TTL, b.TTL = 0, 0
+	if len(a.Env) == 0 {
+		a.Env = nil
+	}
+	if len(b.Env) == 0 {
+		b.Env = nil
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// newPools resolves and checks the configured pools; their boxes need a
+// state dir to record claims in.
+func (m *Manager) newPools() (*pools, error) {
+	ps := &pools{byName: map[string]*pool{}, kick: make(chan struct{}, 1)}
+	agentSum := sha256.Sum256(m.cfg.Agent)
+	for _, name := range sortedKeys(m.cfg.Pools) {
+		pc := m.cfg.Pools[name]
+		what := fmt.Sprintf("pool of template %q", name)
+		if name == "" {
+			what = "pool of the defaults"
+		}
+		switch {
+		case pc.Size < 0 || pc.Size > MaxPoolSize:
+			return nil, fmt.Errorf("%s: size %d out of range 0..%d", what, pc.Size, MaxPoolSize)
+		case pc.IdleLifetime < 0:
+			return nil, fmt.Errorf("%s: idle_lifetime %s must not be negative", what, pc.IdleLifetime)
+		case pc.Size == 0:
+			continue
+		case m.cfg.StateDir == "":
+			return nil, fmt.Errorf("%s: warm pools need a state dir, where the worker records what each claim gave its box", what)
+		}
+		t := m.cfg.Defaults
+		if name != "" {
+			base, ok := m.cfg.Templates[name]
+			if !ok {
+				return nil, fmt.Errorf("%s: no such template (known: %v)", what, sortedKeys(m.cfg.Templates))
+			}
+			t = base.Merge(m.cfg.Defaults)
+		}
+		if err := t.validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		h := sha256.New()
+		key := t
+		key.TTL = 0
+		_ = json.NewEncoder(h).Encode(struct {
+			Name, User, Agent string
+			T                 Template
+			Labels            map[string]string
+		}{name, m.cfg.User, hex.EncodeToString(agentSum[:]), key, m.cfg.ExtraLabels})
+		ps.byName[name] = &pool{
+			name: name, size: pc.Size, idle: cmp(pc.IdleLifetime, DefaultPoolIdleLifetime), t: t,
+			key: hex.EncodeToString(h.Sum(nil))[:16],
+		}
+	}
+	return ps, nil
+}
+
+func cmp(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Pools reports the warm pools, sorted by template name.
+func (m *Manager) Pools() []PoolState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]PoolState, 0, len(m.pools.byName))
+	for _, name := range sortedKeys(m.pools.byName) {
+		p := m.pools.byName[name]
+		s := PoolState{Template: name, Size: p.size, Starting: p.creating, IdleLifetime: p.idle, Hits: p.hits, Misses: p.misses}
+		for _, mb := range p.members {
+			mb.sb.mu.Lock()
+			if mb.sb.info.State == StateRunning {
+				if mb.warm {
+					s.Ready++
+				} else {
+					s.Starting++
+				}
+				s.MemoryBytes += mb.sb.info.Settings.MemoryBytes
+			}
+			mb.sb.mu.Unlock()
+		}
+		s.MemoryBytes += int64(p.creating) * p.t.MemoryBytes
+		out = append(out, s)
+	}
+	return out
+}
+
+// claim hands out a warm box of the pool the request may use, or returns
+// nil (a miss, or no pool for the request). The box gets the request's
+// owner, labels and TTL, counted from now, and its claim is recorded
+// before it is returned: a restarted worker re-adopts it as this sandbox,
+// never as a pool box again. A box is claimed at most once, so its
+// workspace has never been used.
+func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
+	m.mu.Lock()
+	p := m.pools.poolFor(spec.Template, t)
+	if p == nil {
+		m.mu.Unlock()
+		return nil, nil
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
+	}
+	now := m.now()
+	var sb *sandbox
+	for i, mb := range p.members {
+		if !mb.warm {
+			continue
+		}
+		s := mb.sb
+		s.mu.Lock()
+		ok := s.info.State == StateRunning && s.ch != nil && !s.ch.broken()
+		if ok {
+			s.member = false
+			s.info.Template, s.info.Tenant, s.info.Labels, s.info.Settings = spec.Template, tenantOf(spec.Tenant), maps.Clone(spec.Labels), t
+			s.info.CreatedAt, s.info.LastUsedAt, s.info.ExpiresAt = now, now, now.Add(t.TTL)
+		}
+		s.mu.Unlock()
+		if ok {
+			p.members = slices.Delete(p.members, i, i+1)
+			m.pools.n--
+			m.pools.mem -= t.MemoryBytes
+			m.sandboxes[s.info.ID] = s
+			sb = s
+			break
+		}
+	}
+	if sb == nil {
+		p.misses++
+		m.mu.Unlock()
+		m.kickPools()
+		return nil, nil
+	}
+	p.hits++
+	m.mu.Unlock()
+	m.kickPools()
+	if err := m.pools.claims.add(sb.info.ID, claimRecord{
+		Tenant: tenantOf(spec.Tenant), Labels: spec.Labels, TTL: t.TTL, ClaimedAt: now,
+	}); err != nil {
+		// Unrecorded, the box would look unclaimed after a restart: it
+		// is not handed out.
+		m.lg.Warn("record a pool claim; dropping the box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
+		_ = m.Delete(context.Background(), sb.info.ID)
+		m.mu.Lock()
+		p.hits--
+		p.misses++
+		m.mu.Unlock()
+		return nil, nil
+	}
+	return sb, nil
+}
+
+// kickPools wakes the pool loop.
+func (m *Manager) kickPools() {
+	select {
+	case m.pools.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reserveOrEvict reserves quota for a create, evicting unclaimed pool
+// boxes when the quota is full: pool boxes count toward the quotas, but
+// they never keep a worker from serving a real request.
+func (m *Manager) reserveOrEvict(ctx context.Context, mem int64) error {
+	for {
+		err := m.reserve(mem)
+		if CodeOf(err) != CodeQuota || !m.evict(ctx) {
+			return err
+		}
+	}
+}
+
+// evict removes the oldest unclaimed pool box, if there is one.
+func (m *Manager) evict(ctx context.Context) bool {
+	m.mu.Lock()
+	var (
+		oldest *pool
+		at     time.Time
+	)
+	for _, p := range m.pools.byName {
+		if len(p.members) == 0 {
+			continue
+		}
+		created := p.members[0].sb.createdAt()
+		if oldest == nil || created.Before(at) {
+			oldest, at = p, created
+		}
+	}
+	if oldest == nil {
+		m.mu.Unlock()
+		return false
+	}
+	mb := oldest.members[0]
+	oldest.members = oldest.members[1:]
+	m.pools.n--
+	m.mu.Unlock()
+	m.lg.Info("evicting a pool box for a create over the quota", zap.String("sandbox-id", mb.sb.info.ID), zap.String("template", oldest.name))
+	m.dropMember(ctx, mb.sb)
+	return true
+}
+
+func (sb *sandbox) createdAt() time.Time {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.info.CreatedAt
+}
+
+// dropMember removes a box already taken out of its pool's members.
+func (m *Manager) dropMember(ctx context.Context, sb *sandbox) {
+	cid := m.retire(sb)
+	m.removeContainer(ctx, cid, volumeName(sb.info.ID))
+}
+
+// retire marks sb deleted, closes its channel and gives back its quota
+// (or, when it had failed and given it back already, forgets it was
+// failed); it returns sb's container id.
+func (m *Manager) retire(sb *sandbox) string {
+	sb.mu.Lock()
+	sb.info.State = StateDeleting
+	if sb.ch != nil {
+		sb.ch.close()
+	}
+	cid, mem, released, isMember := sb.info.ContainerID, sb.info.Settings.MemoryBytes, sb.released, sb.member
+	sb.released = true
+	sb.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case isMember && released:
+		m.pools.failed--
+	case isMember:
+		m.pools.mem -= mem
+		m.reserved -= mem
+	case released:
+		m.failed--
+	default:
+		m.reserved -= mem
+	}
+	return cid
+}
+
+// isMember reports whether id is a pool box; m.mu is held.
+func (m *Manager) isMember(id string) bool {
+	for _, p := range m.pools.byName {
+		for _, mb := range p.members {
+			if mb.sb.info.ID == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// startPools starts the loop that keeps the pools full.
+func (m *Manager) startPools() {
+	if len(m.pools.byName) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.pools.stop, m.pools.done = cancel, make(chan struct{})
+	go m.poolLoop(ctx)
+}
+
+// stopPools stops the pool loop and waits for it (a create in flight is
+// cut short between engine calls and removes what it made). Its boxes
+// stay, for Close to leave running and DeleteAll to remove.
+func (m *Manager) stopPools() {
+	if m.pools.stop == nil {
+		return
+	}
+	m.pools.stop()
+	<-m.pools.done
+}
+
+// poolLoop keeps the pools full: it runs a round at start, after every
+// claim and every reap interval.
+func (m *Manager) poolLoop(ctx context.Context) {
+	defer close(m.pools.done)
+	tick := time.NewTicker(m.cfg.ReapInterval)
+	defer tick.Stop()
+	for {
+		m.tendPools(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.pools.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// tendPools drops the pool boxes that died, failed, outlived their idle
+// lifetime or exceed their pool's size; greets re-adopted boxes; and then
+// creates boxes one at a time until every pool is full. A pool whose
+// create fails is left short until the next round.
+func (m *Manager) tendPools(ctx context.Context) {
+	now := m.now()
+	var drop, greet []*sandbox
+	m.mu.Lock()
+	for _, p := range m.pools.byName {
+		keep := p.members[:0]
+		for _, mb := range p.members {
+			s := mb.sb
+			s.mu.Lock()
+			dead := s.info.State != StateRunning || mb.warm && (s.ch == nil || s.ch.broken())
+			stale := !now.Before(s.info.CreatedAt.Add(p.idle))
+			s.mu.Unlock()
+			if dead || stale || len(keep) >= p.size {
+				drop = append(drop, s)
+				m.pools.n--
+				continue
+			}
+			if !mb.warm {
+				greet = append(greet, s)
+			}
+			keep = append(keep, mb)
+		}
+		clear(p.members[len(keep):])
+		p.members = keep
+	}
+	m.mu.Unlock()
+	for _, sb := range drop {
+		m.lg.Info("replacing a pool box", zap.String("sandbox-id", sb.info.ID))
+		m.dropMember(ctx, sb)
+	}
+	for _, sb := range greet {
+		if ctx.Err() != nil {
+			return
+		}
+		err := m.hello(ctx, sb)
+		if ctx.Err() != nil {
+			return // stopping: the box stays for the next start
+		}
+		m.mu.Lock()
+		for _, p := range m.pools.byName {
+			for i, mb := range p.members {
+				if mb.sb != sb {
+					continue
+				}
+				if err == nil {
+					mb.warm = true
+				} else {
+					p.members = slices.Delete(p.members, i, i+1)
+					m.pools.n--
+				}
+				break
+			}
+		}
+		m.mu.Unlock()
+		if err != nil {
+			m.lg.Info("a re-adopted pool box did not answer; replacing it", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
+			m.dropMember(ctx, sb)
+		}
+	}
+	failed := map[*pool]bool{}
+	for ctx.Err() == nil {
+		p := m.shortPool(failed)
+		if p == nil {
+			return
+		}
+		if err := m.fillOne(ctx, p); err != nil {
+			failed[p] = true
+			if c := CodeOf(err); c == CodeQuota || c == CodeShuttingDown || ctx.Err() != nil {
+				m.lg.Debug("pool not refilled", zap.String("template", p.name), zap.Error(err))
+			} else {
+				m.lg.Warn("pool not refilled", zap.String("template", p.name), zap.Error(err))
+			}
+		}
+	}
+}
+
+// shortPool returns a pool with fewer boxes than its size (the emptiest
+// first), skipping those in skip.
+func (m *Manager) shortPool(skip map[*pool]bool) *pool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var best *pool
+	bestHave := 0
+	for _, name := range sortedKeys(m.pools.byName) {
+		p := m.pools.byName[name]
+		have := len(p.members) + p.creating
+		if skip[p] || have >= p.size {
+			continue
+		}
+		if best == nil || have < bestHave {
+			best, bestHave = p, have
+		}
+	}
+	return best
+}
+
+// fillOne creates one box for p.
+func (m *Manager) fillOne(ctx context.Context, p *pool) error {
+	mem := p.t.MemoryBytes
+	if err := m.reserve(mem); err != nil {
+		return err
+	}
+	id := newID(m.cfg.Worker)
+	m.mu.Lock()
+	p.creating++
+	m.pending[id] = true
+	m.mu.Unlock()
+	sb, err := m.start(ctx, id, CreateSpec{Template: p.name, pool: p.key}, p.t)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.creating--
+	p.creating--
+	delete(m.pending, id)
+	if err != nil {
+		m.reserved -= mem
+		return err
+	}
+	p.members = append(p.members, &member{sb: sb, warm: true})
+	m.pools.n++
+	m.pools.mem += mem
+	m.lg.Info("pool box ready", zap.String("sandbox-id", id), zap.String("template", p.name))
+	return nil
+}
+
+// removeMembers removes every pool box (DeleteAll, after stopPools).
+func (m *Manager) removeMembers(ctx context.Context) {
+	m.mu.Lock()
+	var all []*sandbox
+	for _, p := range m.pools.byName {
+		for _, mb := range p.members {
+			all = append(all, mb.sb)
+		}
+		p.members = nil
+	}
+	m.pools.n -= len(all)
+	m.mu.Unlock()
+	for _, sb := range all {
+		m.dropMember(ctx, sb)
+	}
+}
+
+// closeMembers closes the pool boxes' channels (Close: the boxes stay).
+func (m *Manager) closeMembers() {
+	m.mu.Lock()
+	var all []*sandbox
+	for _, p := range m.pools.byName {
+		for _, mb := range p.members {
+			all = append(all, mb.sb)
+		}
+	}
+	m.mu.Unlock()
+	for _, sb := range all {
+		sb.mu.Lock()
+		if sb.ch != nil {
+			sb.ch.close()
+		}
+		sb.mu.Unlock()
+	}
+}
+
+// adoptPooled re-adopts a container made for a pool: as the sandbox its
+// claim made it when the claim is recorded; as a (not yet greeted) pool box
+// when its pool still exists with the same key and has room; otherwise
+// (the template or the agent changed, the pool is gone or smaller, or no
+// state dir holds the claims) its container is removed. It runs before
+// the manager serves anything, as adopt does.
+func (m *Manager) adoptPooled(ctx context.Context, cid, id string, labels map[string]string, t Template, created time.Time, recorded map[string]time.Time) {
+	if m.pools.claims == nil {
+		m.lg.Warn("removing a pool box: no state dir holds the claims of pool boxes", zap.String("sandbox-id", id))
+		m.removeContainer(ctx, cid, volumeName(id))
+		return
+	}
+	if c, ok := m.pools.claims.get(id); ok {
+		t.TTL = c.TTL
+		expires, ok := recorded[id]
+		if !ok {
+			expires = c.ClaimedAt.Add(c.TTL)
+		}
+		m.sandboxes[id] = &sandbox{info: Info{
+			ID: id, Worker: m.cfg.Worker, ContainerID: cid, State: StateRunning, Template: labels[LabelTemplate], Tenant: tenantOf(c.Tenant),
+			Settings: t, Labels: maps.Clone(c.Labels), CreatedAt: c.ClaimedAt, LastUsedAt: c.ClaimedAt, ExpiresAt: expires,
+		}}
+		if m.sandboxes[id].info.Labels == nil {
+			m.sandboxes[id].info.Labels = map[string]string{}
+		}
+		m.reserved += t.MemoryBytes
+		m.lg.Info("adopted sandbox claimed from a pool", zap.String("sandbox-id", id), zap.Time("expires-at", expires))
+		return
+	}
+	name := labels[LabelTemplate]
+	p := m.pools.byName[name]
+	if p == nil || p.key != labels[LabelPool] || len(p.members) >= p.size {
+		m.lg.Info("removing a box of an old or gone pool", zap.String("sandbox-id", id), zap.String("template", name))
+		m.removeContainer(ctx, cid, volumeName(id))
+		return
+	}
+	sb := &sandbox{member: true, info: Info{
+		ID: id, Worker: m.cfg.Worker, ContainerID: cid, State: StateRunning, Template: name, Tenant: DefaultTenant,
+		Settings: p.t, Labels: map[string]string{}, CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(p.t.TTL),
+	}}
+	p.members = append(p.members, &member{sb: sb})
+	m.pools.n++
+	m.pools.mem += p.t.MemoryBytes
+	m.reserved += p.t.MemoryBytes
+	m.lg.Info("adopted pool box", zap.String("sandbox-id", id), zap.String("template", name))
+}
+
+// claimsFile is the name of the claim record in Config.StateDir.
+const claimsFile = "sandbox-claims.json"
+
+// claimRecord is what a claim gave a pool box.
+type claimRecord struct {
+	Tenant    string            `json:"tenant"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	TTL       time.Duration     `json:"ttl"`
+	ClaimedAt time.Time         `json:"claimed_at"`
+}
+
+// claimStore keeps, in a small file of the worker's state dir, what each
+// claim gave its pool box (container labels cannot change after create).
+// A claim is written before its box is handed out, atomically (temp file
+// and rename) but without fsync: only a crash of the host loses a write
+// that did not reach the disk, and a host crash stops every box too (their
+// containers have no restart policy), so the restarted worker removes
+// them as stopped before it could mistake one for unclaimed.
+type claimStore struct {
+	store *jsonFile
+
+	claims map[string]claimRecord // guarded by store.mu
+}
+
+func openClaims(dir string) (*claimStore, error) {
+	s := &claimStore{store: &jsonFile{dir: dir, name: claimsFile}}
+	var rec struct {
+		Version int                    `json:"version"`
+		Claims  map[string]claimRecord `json:"claims"`
+	}
+	found, err := s.store.load(&rec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox claim record: %w", err)
+	}
+	if found && rec.Version != 1 {
+		return nil, fmt.Errorf("sandbox claim record: version %d, want 1", rec.Version)
+	}
+	s.claims = rec.Claims
+	if s.claims == nil {
+		s.claims = map[string]claimRecord{}
+	}
+	return s, nil
+}
+
+func (s *claimStore) get(id string) (claimRecord, bool) {
+	if s == nil {
+		return claimRecord{}, false
+	}
+	s.store.mu.Lock()
+	defer s.store.mu.Unlock()
+	c, ok := s.claims[id]
+	return c, ok
+}
+
+// add records a claim and writes the record.
+func (s *claimStore) add(id string, c claimRecord) error {
+	if s == nil {
+		return errors.New("no state dir")
+	}
+	s.store.mu.Lock()
+	defer s.store.mu.Unlock()
+	s.claims[id] = c
+	if err := s.saveLocked(); err != nil {
+		delete(s.claims, id)
+		return err
+	}
+	return nil
+}
+
+// keep forgets the claims of every sandbox not in live, and writes the
+// record when that changed it.
+func (s *claimStore) keep(live func(id string) bool) error {
+	if s == nil {
+		return nil
+	}
+	s.store.mu.Lock()
+	defer s.store.mu.Unlock()
+	n := len(s.claims)
+	maps.DeleteFunc(s.claims, func(id string, _ claimRecord) bool { return !live(id) })
+	if len(s.claims) == n {
+		return nil
+	}
+	return s.saveLocked()
+}
+
+func (s *claimStore) saveLocked() error {
+	return s.store.save(struct {
+		Version int                    `json:"version"`
+		Claims  map[string]claimRecord `json:"claims"`
+	}{1, s.claims})
+}
+
+// forgetClaim drops a deleted sandbox's claim.
+func (m *Manager) forgetClaim(id string) {
+	if _, ok := m.pools.claims.get(id); !ok {
+		return
+	}
+	if err := m.pools.claims.keep(func(x string) bool { return x != id }); err != nil {
+		m.lg.Warn("record pool claims", zap.Error(err))
+	}
+}
+
+// jsonFile is a small JSON record in the worker's state dir, replaced
+// atomically (temp file and rename) on every save.
+type jsonFile struct {
+	dir, name string
+	mu        sync.Mutex // serializes saves; claimStore also guards its map with it
+}
+
+// load decodes the record into v and reports whether there was one.
+func (f *jsonFile) load(v any) (bool, error) {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return false, fmt.Errorf("sandbox state dir: %w", err)
+	}
+	data, err := os.ReadFile(filepath.Join(f.dir, f.name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(data) > maxExpiryFile {
+		return false, fmt.Errorf("%d bytes is over the %d-byte limit", len(data), maxExpiryFile)
+	}
+	return true, json.Unmarshal(data, v)
+}
+
+// save writes v as the record; f.mu is held.
+func (f *jsonFile) save(v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(f.dir, f.name+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(f.dir, f.name))
+}

@@ -1,0 +1,302 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/sandbox"
+	"go.uber.org/zap/zaptest"
+)
+
+// poolEnv is a test env whose defaults have a warm pool of size boxes.
+func poolEnv(t *testing.T, size int) *env {
+	e := newEnv(t)
+	e.cfg.StateDir = t.TempDir()
+	e.cfg.Pools = map[string]sandbox.PoolConfig{"": {Size: size}}
+	return e
+}
+
+// poolOf returns the state of the defaults' pool.
+func poolOf(t *testing.T, m *sandbox.Manager) sandbox.PoolState {
+	t.Helper()
+	for _, p := range m.Pools() {
+		if p.Template == "" {
+			return p
+		}
+	}
+	t.Fatal("no pool for the defaults")
+	return sandbox.PoolState{}
+}
+
+// waitPool polls until the defaults' pool has ready boxes and none starting.
+func waitPool(t *testing.T, m *sandbox.Manager, ready int) sandbox.PoolState {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		p := poolOf(t, m)
+		if p.Ready == ready && p.Starting == 0 {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never reached %d ready boxes: %+v", ready, p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// poolBoxes lists the ids of this worker's containers made for a pool.
+func (e *env) poolBoxes(t *testing.T) []string {
+	t.Helper()
+	list, err := e.cli.ContainerList(context.Background(), client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", sandbox.LabelWorker+"="+e.worker).Add("label", sandbox.LabelPool),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.Labels[sandbox.LabelSandbox])
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// restartable starts a manager with a full pool for a test that restarts
+// the worker: close leaves its boxes running, and the manager is cleaned
+// up only if the test ends before close.
+func (e *env) restartable(t *testing.T) (m *sandbox.Manager, close func()) {
+	t.Helper()
+	m, err := sandbox.NewManager(context.Background(), e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = m.DeleteAll(context.Background())
+			m.Close()
+		}
+	})
+	waitPool(t, m, 1)
+	return m, func() { m.Close(); closed = true }
+}
+
+// TestPoolClaim: a create that matches the pool claims a warm box, which
+// gets the request's owner, labels and TTL (counted from the claim) and a
+// workspace nothing ever touched; the pool then refills with a new box.
+func TestPoolClaim(t *testing.T) {
+	e := poolEnv(t, 1)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	m := e.manager(t, sandbox.WithClock(clock))
+	waitPool(t, m, 1)
+	pooled := e.poolBoxes(t)
+	if len(pooled) != 1 {
+		t.Fatalf("pool boxes %v, want 1", pooled)
+	}
+	if n, _ := m.Usage(); n != 0 {
+		t.Fatalf("usage %d with only a pool box, want 0", n)
+	}
+
+	mu.Lock()
+	now = now.Add(10 * time.Minute) // well inside the idle lifetime
+	claimedAt := now
+	mu.Unlock()
+	info := e.create(t, m, sandbox.CreateSpec{
+		Labels: map[string]string{"thread": "t1"}, Tenant: "acme", Overrides: sandbox.Template{TTL: 5 * time.Minute},
+	})
+	if info.ID != pooled[0] {
+		t.Fatalf("claimed %s, want the pool box %s", info.ID, pooled[0])
+	}
+	if p := poolOf(t, m); p.Hits != 1 || p.Misses != 0 {
+		t.Fatalf("pool after a claim: %+v", p)
+	}
+	if !info.CreatedAt.Equal(claimedAt) || !info.ExpiresAt.Equal(claimedAt.Add(5*time.Minute)) || info.Settings.TTL != 5*time.Minute {
+		t.Fatalf("claimed box times: created %v expires %v ttl %v; want created at the claim %v with a 5m TTL", info.CreatedAt, info.ExpiresAt, info.Settings.TTL, claimedAt)
+	}
+	if owner, err := m.Owner(info.ID); err != nil || owner != "acme" {
+		t.Fatalf("owner %q, %v; want acme", owner, err)
+	}
+	if !maps.Equal(info.Labels, map[string]string{"thread": "t1"}) {
+		t.Fatalf("labels %v", info.Labels)
+	}
+	if got := m.List(map[string]string{"thread": "t1"}); len(got) != 1 || got[0].ID != info.ID {
+		t.Fatalf("list by the claim's label: %+v", got)
+	}
+	if n, _ := m.Usage(); n != 1 {
+		t.Fatalf("usage %d after the claim, want 1", n)
+	}
+
+	// A cold box of the same settings sees the same clean box.
+	cold := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 96 << 20}})
+	const look = "ls -A /workspace /tmp; ps -o user,args | grep -v -e ' ps ' -e grep -e 'sh -c'"
+	got, want := exec(t, m, info.ID, look, 30).Output, exec(t, m, cold.ID, look, 30).Output
+	if got != want {
+		t.Fatalf("claimed box:\n%s\nfresh box:\n%s", got, want)
+	}
+	if p := poolOf(t, m); p.Misses != 0 {
+		t.Fatalf("a create of other settings counted as a miss: %+v", p)
+	}
+
+	waitPool(t, m, 1)
+	if boxes := e.poolBoxes(t); len(boxes) != 2 || !slices.Contains(boxes, info.ID) {
+		t.Fatalf("after the refill, pool boxes %v: want the claimed one and a new one", boxes)
+	}
+	mu.Lock()
+	now = now.Add(5*time.Minute + time.Second)
+	mu.Unlock()
+	if got := m.Reap(context.Background()); !slices.Contains(got, info.ID) {
+		t.Fatalf("reaped %v, want the claimed box past its claim's TTL", got)
+	}
+}
+
+// TestPoolQuota: pool boxes count toward the quota, a claim never fails
+// for it, a create that finds the pool empty is a miss, and a create of
+// other settings evicts a pool box rather than fail.
+func TestPoolQuota(t *testing.T) {
+	e := poolEnv(t, 1)
+	e.cfg.MaxSandboxes = 1
+	m := e.manager(t)
+	waitPool(t, m, 1)
+	ctx := context.Background()
+
+	claimed := e.create(t, m, sandbox.CreateSpec{}) // the quota is full of pool
+	if p := poolOf(t, m); p.Hits != 1 {
+		t.Fatalf("claim under a full quota: %+v", p)
+	}
+	if _, err := m.Create(ctx, sandbox.CreateSpec{}); sandbox.CodeOf(err) != sandbox.CodeQuota {
+		t.Fatalf("create over the quota: %v, want %s", err, sandbox.CodeQuota)
+	}
+	if p := poolOf(t, m); p.Misses != 1 || p.Ready != 0 {
+		t.Fatalf("the pool could not refill under the quota and the create missed: %+v", p)
+	}
+
+	if err := m.Delete(ctx, claimed.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, m, 1) // refilled once the quota had room
+	other := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 96 << 20}})
+	if p := poolOf(t, m); p.Ready != 0 {
+		t.Fatalf("a create of other settings over the quota left the pool box: %+v", p)
+	}
+	if boxes := e.poolBoxes(t); len(boxes) != 0 {
+		t.Fatalf("evicted pool box still exists: %v", boxes)
+	}
+	if n, _ := m.Usage(); n != 1 || other.ID == "" {
+		t.Fatalf("usage %d, want the one live sandbox", n)
+	}
+}
+
+// TestPoolSurvivesRestart: after a worker restart, a claimed box is
+// re-adopted as its claim made it (owner, labels, expiry, workspace) and
+// an unclaimed one as a pool box, which is claimed next.
+func TestPoolSurvivesRestart(t *testing.T) {
+	e := poolEnv(t, 1)
+	ctx := context.Background()
+	m1, closed := e.restartable(t)
+	claimed := e.create(t, m1, sandbox.CreateSpec{Labels: map[string]string{"k": "v"}, Tenant: "acme"})
+	exec(t, m1, claimed.ID, "echo kept > /workspace/note", 30)
+	waitPool(t, m1, 1)
+	boxes := e.poolBoxes(t)
+	last, err := m1.Get(ctx, claimed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed()
+
+	m2 := e.manager(t)
+	got, err := m2.Get(ctx, claimed.ID)
+	if err != nil {
+		t.Fatalf("claimed box after the restart: %v", err)
+	}
+	// The expiry is the last one recorded: between the claim's and the
+	// one its last operation set, never later.
+	if got.Tenant != "acme" || !maps.Equal(got.Labels, claimed.Labels) || !got.CreatedAt.Equal(claimed.CreatedAt) ||
+		got.ExpiresAt.Before(claimed.ExpiresAt) || got.ExpiresAt.After(last.ExpiresAt) {
+		t.Fatalf("re-adopted claimed box %+v, want %+v (expiring by %v)", got, claimed, last.ExpiresAt)
+	}
+	if r := exec(t, m2, claimed.ID, "cat /workspace/note", 30); r.Output != "kept\n" {
+		t.Fatalf("workspace after the restart: %q", r.Output)
+	}
+	waitPool(t, m2, 1)
+	if after := e.poolBoxes(t); !slices.Equal(after, boxes) {
+		t.Fatalf("pool boxes after the restart %v, want the same %v", after, boxes)
+	}
+	next := e.create(t, m2, sandbox.CreateSpec{})
+	if next.ID == claimed.ID || !slices.Contains(boxes, next.ID) || poolOf(t, m2).Hits != 1 {
+		t.Fatalf("claim after the restart got %s (pool boxes %v), want the re-adopted pool box", next.ID, boxes)
+	}
+	if r := exec(t, m2, next.ID, "ls -A /workspace", 30); r.Output != "" {
+		t.Fatalf("re-adopted pool box's workspace: %q", r.Output)
+	}
+}
+
+// TestPoolDrainedOnTemplateChange: a worker restarted with other template
+// settings removes the old pool's unclaimed boxes and fills a new pool;
+// claimed boxes stay.
+func TestPoolDrainedOnTemplateChange(t *testing.T) {
+	e := poolEnv(t, 1)
+	ctx := context.Background()
+	m1, closed := e.restartable(t)
+	claimed := e.create(t, m1, sandbox.CreateSpec{})
+	waitPool(t, m1, 1)
+	var old string
+	for _, id := range e.poolBoxes(t) {
+		if id != claimed.ID {
+			old = id
+		}
+	}
+	closed()
+
+	e.cfg.Defaults.Env = map[string]string{"CHANGED": "1"}
+	m2 := e.manager(t)
+	if _, err := e.cli.ContainerInspect(ctx, old, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("old pool box %s after the template changed: %v, want removed", old, err)
+	}
+	if _, err := m2.Get(ctx, claimed.ID); err != nil {
+		t.Fatalf("claimed box after the template changed: %v", err)
+	}
+	waitPool(t, m2, 1)
+	info := e.create(t, m2, sandbox.CreateSpec{})
+	if r := exec(t, m2, info.ID, "echo $CHANGED", 30); r.Output != "1\n" || poolOf(t, m2).Hits != 1 {
+		t.Fatalf("box from the new pool: %q (pool %+v)", r.Output, poolOf(t, m2))
+	}
+}
+
+func TestPoolBadConfig(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name  string
+		state string
+		pools map[string]sandbox.PoolConfig
+	}{
+		{"no state dir", "", map[string]sandbox.PoolConfig{"": {Size: 1}}},
+		{"unknown template", t.TempDir(), map[string]sandbox.PoolConfig{"nope": {Size: 1}}},
+		{"too big", t.TempDir(), map[string]sandbox.PoolConfig{"": {Size: sandbox.MaxPoolSize + 1}}},
+		{"negative lifetime", t.TempDir(), map[string]sandbox.PoolConfig{"": {Size: 1, IdleLifetime: -time.Second}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := e.cfg
+			cfg.StateDir, cfg.Pools = tt.state, tt.pools
+			m, err := sandbox.NewManager(context.Background(), e.cli, cfg)
+			if err == nil {
+				m.Close()
+				t.Fatal("accepted")
+			}
+			var ce *sandbox.ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v is not a ConfigError", err)
+			}
+		})
+	}
+}
