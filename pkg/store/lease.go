@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,8 +47,35 @@ type Leases interface {
 }
 
 // ErrLeaseLost: the lease expired and was taken, or was released; its
-// holder must stop working on the thread.
-var ErrLeaseLost = errors.New("thread lease lost")
+// holder must stop working on the thread. RenewLease returns it, and so
+// does SaveCheckpoint for a checkpoint whose Fence is not the thread's
+// current lease. It is agent.ErrLeaseLost, so the agent core can tell it
+// apart without importing this package.
+var ErrLeaseLost = agent.ErrLeaseLost
+
+// Fence is the checkpoint fence of l.
+func (l Lease) Fence() *agent.Fence { return &agent.Fence{Holder: l.Holder, Epoch: l.Epoch} }
+
+// CheckFence decides a fenced commit: cur is the thread's lease row (nil
+// when it has none). A fence commits only under the lease it names, even
+// past its expiry as long as nobody took the thread over (an epoch grows
+// with every new claim); a released lease no longer fences anything.
+func CheckFence(threadID string, f *agent.Fence, cur *Lease) error {
+	if f == nil {
+		return nil
+	}
+	if cur == nil || cur.Released || cur.Epoch != f.Epoch || cur.Holder != f.Holder {
+		now := "no lease"
+		if cur != nil {
+			now = fmt.Sprintf("lease epoch %d of %s", cur.Epoch, cur.Holder)
+			if cur.Released {
+				now += ", released"
+			}
+		}
+		return fmt.Errorf("checkpoint %s under lease epoch %d of %s, the thread has %s: %w", threadID, f.Epoch, f.Holder, now, ErrLeaseLost)
+	}
+	return nil
+}
 
 // HeldError is AcquireLease's answer when another holder has a live lease.
 type HeldError struct{ Lease Lease }

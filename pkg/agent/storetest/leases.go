@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -108,6 +109,134 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		}
 		if expired, err := s.ExpiredLeases(ctx(), at); err != nil || len(expired) != 0 {
 			t.Fatalf("expired after takeover: %+v, %v", expired, err)
+		}
+	})
+
+	t.Run("Fencing", func(t *testing.T) {
+		s := newStore(t)
+		thread(t, s, "th")
+		thread(t, s, "free")
+		cp := func(id string, base int, f *agent.Fence, text string) error {
+			return s.SaveCheckpoint(ctx(), &agent.Checkpoint{
+				ThreadID: id, Phase: agent.PhaseModel, Base: base, Append: []agent.Message{msg(model.RoleAssistant, text)},
+				Run: run("r-"+id, agent.StatusRunning), Fence: f, CreatedAt: t0,
+			})
+		}
+		if err := cp("free", 0, &agent.Fence{Holder: "replica-a", Epoch: 1}, "x"); !errors.Is(err, store.ErrLeaseLost) || !errors.Is(err, agent.ErrLeaseLost) {
+			t.Fatalf("fenced checkpoint of a thread without a lease: %v, want ErrLeaseLost", err)
+		}
+		if err := cp("free", 0, nil, "x"); err != nil {
+			t.Fatalf("unfenced checkpoint: %v", err)
+		}
+		a, err := s.AcquireLease(ctx(), "th", "replica-a", t0, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cp("th", 0, a.Fence(), "a1"); err != nil {
+			t.Fatalf("checkpoint under the live lease: %v", err)
+		}
+		// Expired but not taken over: the holder is still the only writer.
+		if err := cp("th", 1, a.Fence(), "a2"); err != nil {
+			t.Fatalf("checkpoint under an expired lease nobody took: %v", err)
+		}
+		b, err := s.AcquireLease(ctx(), "th", "replica-b", t0.Add(ttl+time.Second), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cp("th", 2, a.Fence(), "a3"); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("checkpoint under a superseded lease: %v, want ErrLeaseLost", err)
+		}
+		if err := cp("th", 2, &agent.Fence{Holder: "replica-a", Epoch: b.Epoch}, "a3"); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("checkpoint naming the current epoch under another holder: %v, want ErrLeaseLost", err)
+		}
+		d, err := s.LoadThread(ctx(), "th")
+		if err != nil || len(d.Messages) != 2 || d.Messages[1].Content != "a2" {
+			t.Fatalf("after refused checkpoints: %+v, %v; want a1, a2 only", d, err)
+		}
+		if err := cp("th", 2, b.Fence(), "b1"); err != nil {
+			t.Fatalf("checkpoint under the new lease: %v", err)
+		}
+		if err := s.ReleaseLease(ctx(), b); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp("th", 3, b.Fence(), "b2"); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("checkpoint under a released lease: %v, want ErrLeaseLost", err)
+		}
+	})
+
+	t.Run("FencingRacesTakeover", func(t *testing.T) {
+		// A holder commits as fast as it can while another takes the
+		// thread over: once the takeover is in, no commit of the old
+		// holder may land, so the new holder's first commit, built on
+		// what it loaded after acquiring, never conflicts.
+		s := newStore(t)
+		for round := range 5 {
+			id := "race-" + string(rune('a'+round))
+			thread(t, s, id)
+			a, err := s.AcquireLease(ctx(), id, "replica-a", t0, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			quit, stop := make(chan struct{}), make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-quit:
+						stop <- nil
+						return
+					default:
+					}
+					err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{
+						ThreadID: id, Phase: agent.PhaseTools, Base: i, Append: []agent.Message{msg(model.RoleTool, "a")},
+						Run: run("r-"+id, agent.StatusRunning), Fence: a.Fence(), CreatedAt: t0,
+					})
+					if errors.Is(err, store.ErrBusy) {
+						i--
+						continue
+					}
+					if err != nil {
+						stop <- err
+						return
+					}
+				}
+			}()
+			retry := func(f func() error) error {
+				for {
+					if err := f(); !errors.Is(err, store.ErrBusy) {
+						return err
+					}
+				}
+			}
+			var b store.Lease
+			if err := retry(func() (err error) {
+				b, err = s.AcquireLease(ctx(), id, "replica-b", t0.Add(ttl+time.Second), ttl)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var d *agent.ThreadData
+			if err := retry(func() (err error) { d, err = s.LoadThread(ctx(), id); return err }); err != nil {
+				t.Fatal(err)
+			}
+			err = retry(func() error {
+				return s.SaveCheckpoint(ctx(), &agent.Checkpoint{
+					ThreadID: id, Phase: agent.PhaseTools, Base: len(d.Messages), Append: []agent.Message{msg(model.RoleTool, "b")},
+					Run: run("r-"+id, agent.StatusRunning), Fence: b.Fence(), CreatedAt: t0,
+				})
+			})
+			close(quit)
+			if werr := <-stop; werr != nil && !errors.Is(werr, store.ErrLeaseLost) {
+				t.Fatalf("round %d: the old holder's commits ended with %v, want ErrLeaseLost", round, werr)
+			}
+			if err != nil {
+				t.Fatalf("round %d: the new holder's first commit: %v (a commit of the old holder landed after the takeover)", round, err)
+			}
+			if err := retry(func() (err error) { d, err = s.LoadThread(ctx(), id); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if last := d.Messages[len(d.Messages)-1]; last.Content != "b" {
+				t.Fatalf("round %d: the log ends with %q after the new holder's commit: the old holder committed after the takeover", round, last.Content)
+			}
 		}
 	})
 

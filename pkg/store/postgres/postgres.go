@@ -550,6 +550,11 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", cp.ThreadID, err)
 		}
+		// The thread's row lock also holds off AcquireLease, so the fence
+		// checked here is the lease when the commit lands.
+		if err := checkFence(ctx, tx, cp); err != nil {
+			return err
+		}
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
 		}
@@ -634,6 +639,34 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		}
 		return nil
 	})
+}
+
+// checkFence refuses cp when its fence is not the thread's lease.
+func checkFence(ctx context.Context, tx pgx.Tx, cp *agent.Checkpoint) error {
+	if cp.Fence == nil {
+		return nil
+	}
+	cur, err := leaseRow(ctx, tx, cp.ThreadID)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: lease: %w", cp.ThreadID, err)
+	}
+	return store.CheckFence(cp.ThreadID, cp.Fence, cur)
+}
+
+// leaseRow reads the thread's lease row (nil without one).
+func leaseRow(ctx context.Context, q querier, id string) (*store.Lease, error) {
+	l := store.Lease{ThreadID: id}
+	var exp int64
+	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = $1`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.Expires = time.Unix(0, exp)
+	return &l, nil
 }
 
 // FailRunningRuns implements agent.Store.
@@ -799,18 +832,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		} else if err != nil {
 			return err
 		}
-		var cur *store.Lease
-		l := store.Lease{ThreadID: id}
-		var exp int64
-		switch err := tx.QueryRow(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = $1`, id).
-			Scan(&l.Holder, &l.Epoch, &exp, &l.Released); {
-		case err == nil:
-			l.Expires = time.Unix(0, exp)
-			cur = &l
-		case !errors.Is(err, pgx.ErrNoRows):
+		cur, err := leaseRow(ctx, tx, id)
+		if err != nil {
 			return err
 		}
-		var err error
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}

@@ -385,6 +385,15 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if err != nil {
 			return err
 		}
+		if cp.Fence != nil {
+			cur, err := leaseRow(ctx, tx, cp.ThreadID)
+			if err != nil {
+				return fmt.Errorf("checkpoint %s: lease: %w", cp.ThreadID, err)
+			}
+			if err := store.CheckFence(cp.ThreadID, cp.Fence, cur); err != nil {
+				return err
+			}
+		}
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
 		}
@@ -664,18 +673,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		if exists == 0 {
 			return fmt.Errorf("lease of %s: %w", id, agent.ErrThreadNotFound)
 		}
-		var cur *store.Lease
-		l := store.Lease{ThreadID: id}
-		var exp int64
-		switch err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = ?`, id).
-			Scan(&l.Holder, &l.Epoch, &exp, &l.Released); {
-		case err == nil:
-			l.Expires = time.Unix(0, exp)
-			cur = &l
-		case !errors.Is(err, sql.ErrNoRows):
+		cur, err := leaseRow(ctx, tx, id)
+		if err != nil {
 			return err
 		}
-		var err error
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
@@ -685,6 +686,22 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		return err
 	})
 	return next, err
+}
+
+// leaseRow reads the thread's lease row (nil without one).
+func leaseRow(ctx context.Context, tx *sql.Tx, id string) (*store.Lease, error) {
+	l := store.Lease{ThreadID: id}
+	var exp int64
+	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = ?`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.Expires = time.Unix(0, exp)
+	return &l, nil
 }
 
 // RenewLease implements store.Leases.
