@@ -103,3 +103,56 @@ func NextLease(cur *Lease, id, holder string, now time.Time, ttl time.Duration) 
 	}
 	return next, nil
 }
+
+// Event is one event of a run as the run event log keeps it: opaque bytes
+// (agentd stores encoded plumb.v1 events) with the run's sequence number.
+type Event struct {
+	RunID    string
+	Sequence uint64
+	// Start marks a segment's first event (run_started); Terminal its
+	// last (run_finished, interrupted, error).
+	Start, Terminal bool
+	Body            []byte
+}
+
+// EventPage is a read of a thread's run event log.
+type EventPage struct {
+	// RunID and Status are the thread's last run's ("" when it has none).
+	RunID  string
+	Status agent.RunStatus
+	// Events follow the requested sequence, in order.
+	Events []Event
+}
+
+// RunEvents is the run event log of replicated agentd: the replica that
+// runs a thread appends the run's events as it emits them, and a replica
+// whose client Attaches to that thread reads them back, so that Attach
+// works on any replica. The log keeps the events of a thread's last run
+// only (appending a run's events drops the older runs'), and goes with the
+// thread. Every implementation must pass storetest.RunLeases.
+type RunEvents interface {
+	// AppendEvents appends events of one run of threadID under the
+	// thread's lease f, in one transaction that checks f as
+	// SaveCheckpoint does (ErrLeaseLost, nothing appended). An event
+	// whose sequence is already stored for the run is skipped.
+	AppendEvents(ctx context.Context, threadID string, f *agent.Fence, evs []Event) error
+	// ReadEvents returns the events of the thread's last run after
+	// sequence after (at most limit, in order); after 0 starts at the
+	// run's newest segment (its last Start event). A missing thread is
+	// agent.ErrThreadNotFound.
+	ReadEvents(ctx context.Context, threadID string, after uint64, limit int) (EventPage, error)
+	// LastSequence returns the highest sequence stored for run runID (0
+	// without any).
+	LastSequence(ctx context.Context, runID string) (uint64, error)
+}
+
+// LeaseStore is what a store shared by agentd replicas implements.
+type LeaseStore interface {
+	Leases
+	RunEvents
+	// FailUnleasedRuns is FailRunningRuns for replicas: it marks FAILED
+	// only the RUNNING runs that no replica runs or will take over —
+	// those of threads without a lease or whose lease was released. A
+	// live lease is another replica's run; an expired one is taken over.
+	FailUnleasedRuns(ctx context.Context, message string) (int, error)
+}
