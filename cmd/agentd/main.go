@@ -17,8 +17,6 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/workers"
-	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/store"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -131,30 +129,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	lg.Info("starting agentd", zap.String("default-backend", core.Config.Backends.Default), zap.String("sandboxd", core.Config.Sandbox.Address),
 		zap.String("default-model", core.Config.Defaults.Model))
 
-	sc := core.Config.Server
 	// On PostgreSQL several replicas share the store: runs take thread
-	// leases there, so a thread runs on one replica at a time.
-	var leases store.Leases
-	if core.Config.Storage.PostgresDSN != "" {
-		leases, _ = core.Store.(store.Leases)
-	}
-	svc, err := agentsvc.New(agentsvc.Config{
-		Leases:    leases,
-		ReplicaID: replicaID(),
-		Runtime:   core.Runtime,
-		Threads:   agentsvc.DurableThreads(core.Store),
-		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
-			return core.Backends.DeleteThread(ctx, td.Thread.ID)
-		},
-		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
-		DetachOnDisconnect: sc.DetachOnDisconnect,
-		ReplayRetention:    sc.ReplayRetention,
-		ReplayMaxEvents:    sc.ReplayMaxEvents,
-		ReplayMaxBytes:     int(sc.ReplayMaxBytes),
-		MaxIterations:      core.Config.Limits.MaxIterations,
-		RunTimeout:         core.Config.Limits.RunTimeout,
-		Models:             core.ModelKeys(),
-	}, agentsvc.WithLogger(lg))
+	// leases there (a thread runs on one replica at a time), append their
+	// events to the shared event log (Attach works on any replica), and
+	// the runs of a replica that died are taken over by the others.
+	svc, err := agentsvc.New(core.ServiceConfig(replicaID()), agentsvc.WithLogger(lg))
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}

@@ -86,7 +86,11 @@ type StorageConfig struct {
 	SQLitePath string `yaml:"sqlite_path"`
 	// PostgresDSN, when set, puts the threads in PostgreSQL (shared by
 	// several agentd replicas) instead of SQLite.
-	PostgresDSN         string        `yaml:"postgres_dsn"`
+	PostgresDSN string `yaml:"postgres_dsn"`
+	// LeaseTTL is how long a replica's lease on a running thread lasts
+	// unrenewed, with PostgresDSN (0 = agentsvc.DefaultLeaseTTL): a run
+	// whose replica died is taken over this long after its last renewal.
+	LeaseTTL            time.Duration `yaml:"lease_ttl"`
 	BusyTimeout         time.Duration `yaml:"busy_timeout"`
 	CheckpointRetention int           `yaml:"checkpoint_retention"`
 }

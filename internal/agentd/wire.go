@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -61,6 +62,34 @@ type Agentd struct {
 	cleanup []func()
 	// warnings are logged only once Build has accepted the config.
 	warnings []func()
+}
+
+// ServiceConfig is the AgentService configuration of this core, as
+// cmd/agentd serves it: the runtime, the thread store, sandbox cleanup,
+// the server and limits settings and, on PostgreSQL, the thread leases
+// and run event log that let several replicas (each with its own
+// replicaID) share the store.
+func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
+	sc := a.Config.Server
+	c := agentsvc.Config{
+		Runtime: a.Runtime,
+		Threads: agentsvc.DurableThreads(a.Store),
+		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
+			return a.Backends.DeleteThread(ctx, td.Thread.ID)
+		},
+		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
+		DetachOnDisconnect: sc.DetachOnDisconnect,
+		ReplayRetention:    sc.ReplayRetention,
+		ReplayMaxEvents:    sc.ReplayMaxEvents,
+		ReplayMaxBytes:     int(sc.ReplayMaxBytes),
+		MaxIterations:      a.Config.Limits.MaxIterations,
+		RunTimeout:         a.Config.Limits.RunTimeout,
+		Models:             a.ModelKeys(),
+	}
+	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
+		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
+	}
+	return c
 }
 
 // ModelKeys lists the configured model keys, sorted.
@@ -224,7 +253,14 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 
 	// The config is valid: only now touch stored runs and say what is
 	// missing, so that a rejected config changes and logs nothing.
-	if n, err := st.FailRunningRuns(ctx, "agentd restarted"); err != nil {
+	// On PostgreSQL other replicas may be running threads: only the runs
+	// nobody runs or will take over are failed (runs under an expired
+	// lease are taken over by agentsvc).
+	failRuns := st.FailRunningRuns
+	if ls, ok := st.(store.LeaseStore); ok && cfg.Storage.PostgresDSN != "" {
+		failRuns = ls.FailUnleasedRuns
+	}
+	if n, err := failRuns(ctx, "agentd restarted"); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	} else if n > 0 {
 		o.Logger.Info("marked interrupted runs failed", zap.Int("runs", n))
@@ -586,6 +622,7 @@ func validate(cfg *Config) error {
 		"limits.run_timeout": int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),
 		"limits.cancel_grace": int64(cfg.Limits.CancelGrace), "sandbox.template.ttl": int64(cfg.Sandbox.Template.TTL),
 		"sandbox.refresh_interval": int64(cfg.Sandbox.RefreshInterval), "sandbox.worker_deadline": int64(cfg.Sandbox.WorkerDeadline),
+		"storage.lease_ttl": int64(cfg.Storage.LeaseTTL),
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s: durations must be positive", name)

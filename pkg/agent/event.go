@@ -75,6 +75,10 @@ const (
 const (
 	CodeStorage  = "STORAGE"
 	CodeInternal = "INTERNAL"
+	// CodeLeaseLost ends a run's stream on a replica that lost the
+	// thread's lease: another replica took the thread over and goes on
+	// with the run (Attach follows it there).
+	CodeLeaseLost = "LEASE_LOST"
 )
 
 // RunStarted opens every stream.

@@ -35,6 +35,9 @@ type execution struct {
 	checkpoint func(ctx context.Context, phase Phase) error
 	// onEdit records an EDIT applied to a stored call (root only).
 	onEdit func(CallEdit)
+	// redo is the step a takeover (Runner.Continue) finishes first: its
+	// model call was committed, its tool results were not.
+	redo *PendingStep
 }
 
 func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
@@ -211,6 +214,12 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 			return end
 		}
 	}
+	if p := x.redo; p != nil {
+		x.redo = nil
+		if end, done := x.redoStep(ctx, p); done {
+			return end
+		}
+	}
 	for {
 		if x.rc.Step() >= x.rc.Limits.MaxIterations {
 			return loopEnd{kind: endStepLimit}
@@ -236,6 +245,14 @@ func (x *execution) resumeStep(ctx context.Context, plan *resumePlan) (end loopE
 	ctx, span := x.startStep(ctx, x.rc.Step(), true)
 	defer func() { endStep(span, end, done) }()
 	return x.finishBatch(ctx, x.st.Pending(), plan, nil)
+}
+
+// redoStep runs again the tool calls of a step whose model call was
+// committed but whose results were not (a takeover; at least once).
+func (x *execution) redoStep(ctx context.Context, p *PendingStep) (end loopEnd, done bool) {
+	ctx, span := x.startStep(ctx, x.rc.Step(), true)
+	defer func() { endStep(span, end, done) }()
+	return x.finishBatch(ctx, p, nil, p.Reminders)
 }
 
 // step runs one step: BeforeModel, the model call, then its tool calls.

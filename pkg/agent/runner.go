@@ -115,6 +115,9 @@ type RunInput struct {
 	Files map[string][]byte
 	// AbandonInterrupt drops a pending interrupt instead of failing.
 	AbandonInterrupt bool
+	// Fence, when set, is the thread's lease: every checkpoint of the run
+	// is committed under it (see Store).
+	Fence *Fence
 }
 
 // ResumeInput is a Resume request in domain terms.
@@ -122,7 +125,28 @@ type ResumeInput struct {
 	ThreadID    string
 	InterruptID string
 	Decisions   []Decision
+	// Fence is as in RunInput.
+	Fence *Fence
 }
+
+// ContinueInput names a run to take over: a run whose record is still
+// RUNNING because the process that ran it is gone (another agentd replica
+// that died, or lost the thread's lease).
+type ContinueInput struct {
+	ThreadID string
+	// RunID, if set, must be the thread's last run.
+	RunID string
+	// AfterSequence numbers the continued segment's events after it (and
+	// after the run record's LastSequence): events the previous process
+	// emitted after its last checkpoint keep their numbers.
+	AfterSequence uint64
+	// Fence is as in RunInput.
+	Fence *Fence
+}
+
+// ErrNotRunning: Continue found no RUNNING run to take over (it ended,
+// paused or is another run).
+var ErrNotRunning = errors.New("the thread's last run is not running")
 
 // RunResult is how a run segment ended.
 type RunResult struct {
@@ -211,7 +235,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 		}
 	}
 	if td.Interrupt != nil {
-		if err := r.abandon(ctx, td); err != nil {
+		if err := r.abandon(ctx, td, in.Fence); err != nil {
 			return nil, err
 		}
 	}
@@ -219,6 +243,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	rr := r.newRootRun(sink, cfg, td, st, RunRecord{
 		RunID: runID, Spec: in.Spec, Status: StatusRunning, StartedAt: now, FirstMessage: len(td.Messages),
 	})
+	rr.fence = in.Fence
 	if in.Metadata != nil && !isNew {
 		rr.metadata = in.Metadata
 	}
@@ -246,7 +271,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 // abandon drops a pending interrupt (RunRequest.abandon_interrupt): the
 // completed sibling results are appended, the gated calls become dangling,
 // and the interrupted run is recorded as CANCELLED.
-func (r *Runner) abandon(ctx context.Context, td *ThreadData) error {
+func (r *Runner) abandon(ctx context.Context, td *ThreadData, fence *Fence) error {
 	var add []Message
 	now := r.clock.Now()
 	if p := td.Pending; p != nil {
@@ -267,7 +292,7 @@ func (r *Runner) abandon(ctx context.Context, td *ThreadData) error {
 	rec.Status, rec.FinishedAt = StatusCancelled, now
 	cp := &Checkpoint{
 		ThreadID: td.Thread.ID, Phase: PhaseFinal, Step: rec.Steps, Base: len(td.Messages), Append: add,
-		Todos: td.Todos, Summary: td.Summary, Private: td.Private, Run: rec, CreatedAt: now,
+		Todos: td.Todos, Summary: td.Summary, Private: td.Private, Run: rec, Fence: fence, CreatedAt: now,
 	}
 	if err := r.store.SaveCheckpoint(ctx, cp); err != nil {
 		return fmt.Errorf("abandon interrupt: %w", err)
@@ -318,6 +343,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private, Pending: td.Pending})
 	rec.Status = StatusRunning
 	rr := r.newRootRun(sink, cfg, td, st, rec)
+	rr.fence = in.Fence
 	rr.rc.step = rec.Steps
 	rr.shared.seq = rec.LastSequence
 	rr.shared.total = rec.Usage
@@ -331,6 +357,79 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
 	return rr.start(runCtx, plan), nil
+}
+
+// Continue takes over a run whose record is RUNNING although no process
+// runs it (its agentd replica died or lost the thread's lease) and goes on
+// from the thread's last checkpoint, as a segment that starts with
+// run_started{resumed}. Nothing committed is done again: the stored log,
+// state and step count are where the run goes on from. The one thing
+// redone is the step whose model call was committed (PhaseModel) but
+// whose tool results were not: its tool calls run again (at least once;
+// a tool call whose result was committed never runs again). A subagent
+// running at the takeover starts over with its task call, as subagents
+// are not checkpointed.
+//
+// Errors before run_started: ErrThreadBusy, ErrThreadNotFound,
+// ErrNotRunning, or the ConfigureFunc's (the run is then recorded FAILED
+// with it, so that nobody tries again).
+func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res *RunResult, err error) {
+	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
+		attribute.String(AttrThreadID, in.ThreadID), attribute.String(AttrConversation, in.ThreadID)))
+	defer func() { endRun(span, res, err) }()
+	release, ok := r.lease(in.ThreadID)
+	if !ok {
+		return nil, fmt.Errorf("thread %s is busy: %w", in.ThreadID, ErrThreadBusy)
+	}
+	defer release()
+	td, err := r.store.LoadThread(ctx, in.ThreadID)
+	if err != nil {
+		return nil, err
+	}
+	if td.LastRun == nil || td.LastRun.Status != StatusRunning || td.Interrupt != nil || (in.RunID != "" && td.LastRun.RunID != in.RunID) {
+		return nil, fmt.Errorf("thread %s: %w", in.ThreadID, ErrNotRunning)
+	}
+	rec := *td.LastRun
+	span.SetAttributes(attribute.String(AttrRunID, rec.RunID))
+	cfg, err := r.configure(ctx, ConfigureRequest{ThreadID: td.Thread.ID, RunID: rec.RunID, Spec: rec.Spec, Resumed: true, ThreadFiles: td.Files, Metadata: td.Thread.Metadata})
+	if err != nil {
+		r.failRecord(ctx, td, rec, in.Fence, err)
+		return nil, err
+	}
+	setAgentAttrs(span, cfg)
+	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private, Pending: td.Pending})
+	rr := r.newRootRun(sink, cfg, td, st, rec)
+	rr.fence = in.Fence
+	rr.rc.step = rec.Steps
+	rr.shared.seq = max(rec.LastSequence, in.AfterSequence)
+	rr.shared.total = rec.Usage
+	x, err := newExecution(cfg, rr.rc, st)
+	if err != nil {
+		r.failRecord(ctx, td, rec, in.Fence, err)
+		return nil, err
+	}
+	rr.x = x
+	x.checkpoint = rr.save
+	x.redo = td.Pending
+	rr.rc.Logger.Info("taking over a run from its last checkpoint", zap.Int("steps", rec.Steps),
+		zap.Int("messages", len(td.Messages)), zap.Bool("redo-tool-calls", td.Pending != nil))
+	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
+	runCtx, cancel := rr.context(ctx)
+	defer cancel()
+	return rr.start(runCtx, nil), nil
+}
+
+// failRecord records a run that cannot be continued as FAILED with err.
+func (r *Runner) failRecord(ctx context.Context, td *ThreadData, rec RunRecord, fence *Fence, err error) {
+	info := ErrorInfo(err)
+	rec.Status, rec.Error, rec.FinishedAt = StatusFailed, &info, r.clock.Now()
+	cp := &Checkpoint{
+		ThreadID: td.Thread.ID, Phase: PhaseFinal, Step: rec.Steps, Base: len(td.Messages),
+		Todos: td.Todos, Summary: td.Summary, Private: td.Private, Run: rec, Fence: fence, CreatedAt: rec.FinishedAt,
+	}
+	if serr := r.store.SaveCheckpoint(ctx, cp); serr != nil {
+		r.lg.Warn("record a run that cannot be continued as failed", zap.String("thread-id", td.Thread.ID), zap.Error(serr))
+	}
 }
 
 // rootRun is one segment of a root run.
@@ -349,6 +448,7 @@ type rootRun struct {
 	files     map[string]json.RawMessage // taken from the backend, not yet stored
 	interrupt *PendingInterrupt
 	segStart  time.Time
+	fence     *Fence
 }
 
 var errRunTimeout = errors.New("run timeout")
@@ -432,7 +532,7 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		ThreadID: rr.td.Thread.ID, Phase: phase, Step: rec.Steps,
 		Base: rr.persisted, Append: rr.st.MessagesFrom(rr.persisted), EditCalls: rr.edits, Metadata: rr.metadata,
 		Todos: todos, Summary: sum, Private: private, Pending: pending, Interrupt: rr.interrupt,
-		Files: rr.files, Run: rec, CreatedAt: rr.r.clock.Now(),
+		Files: rr.files, Run: rec, Fence: rr.fence, CreatedAt: rr.r.clock.Now(),
 	}
 	if err := rr.r.store.SaveCheckpoint(ctx, cp); err != nil {
 		rr.rc.Logger.Error("checkpoint failed", zap.String("phase", string(phase)), zap.Error(err))

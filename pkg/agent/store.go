@@ -26,6 +26,10 @@ import (
 //     mismatch returns ErrConflict and changes nothing.
 //   - Run records are upserted by RunID; a thread's last run is the one
 //     started last.
+//   - A Checkpoint with a Fence (replicated agentd) is committed only while
+//     the fence is the thread's current lease (same holder and epoch), checked
+//     in the commit's own transaction; otherwise ErrLeaseLost and nothing
+//     changes. Stores without leases (MemoryStore) ignore fences.
 //   - LoadThread returns copies; callers may mutate them freely.
 //   - Implementations are safe for concurrent use.
 type Store interface {
@@ -48,7 +52,23 @@ var (
 	// ErrConflict: a checkpoint's Base does not match the stored log, or a
 	// thread id already exists.
 	ErrConflict = errors.New("store conflict")
+	// ErrLeaseLost: the thread's lease (Checkpoint.Fence) is no longer the
+	// writer's: it expired and another agentd replica took the thread
+	// over, or it was released. The writer must stop working on the
+	// thread. store.ErrLeaseLost is the same value.
+	ErrLeaseLost = errors.New("thread lease lost")
 )
+
+// Fence is the lease a run writes its checkpoints under when several
+// agentd replicas share a store: its holder and epoch (store.Lease). A
+// store refuses a fenced checkpoint with ErrLeaseLost once the thread's
+// lease has another epoch, so that a replica that lost the thread (paused,
+// partitioned, presumed dead) cannot commit over the one that took it
+// over.
+type Fence struct {
+	Holder string `json:"holder"`
+	Epoch  int64  `json:"epoch"`
+}
 
 // Thread is a thread's record.
 type Thread struct {
@@ -155,6 +175,9 @@ type Checkpoint struct {
 	Files map[string]json.RawMessage `json:"files,omitempty"`
 	// Run is upserted by RunID.
 	Run RunRecord `json:"run"`
+	// Fence, when set, is the lease the checkpoint must be committed
+	// under (see Store).
+	Fence *Fence `json:"fence,omitempty"`
 	// CreatedAt is when the checkpoint was written.
 	CreatedAt time.Time `json:"created_at"`
 }

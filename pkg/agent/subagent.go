@@ -190,6 +190,9 @@ func ErrorInfo(err error) RunError {
 		}
 		return RunError{Code: string(me.Code), Message: msg, Retryable: me.Retryable}
 	}
+	if errors.Is(err, ErrLeaseLost) {
+		return RunError{Code: CodeLeaseLost, Message: "another agentd replica took the thread over; the run goes on there: " + err.Error()}
+	}
 	var se *storageError
 	if errors.As(err, &se) {
 		return RunError{Code: CodeStorage, Message: se.Error(), Retryable: true}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,8 +47,35 @@ type Leases interface {
 }
 
 // ErrLeaseLost: the lease expired and was taken, or was released; its
-// holder must stop working on the thread.
-var ErrLeaseLost = errors.New("thread lease lost")
+// holder must stop working on the thread. RenewLease returns it, and so
+// does SaveCheckpoint for a checkpoint whose Fence is not the thread's
+// current lease. It is agent.ErrLeaseLost, so the agent core can tell it
+// apart without importing this package.
+var ErrLeaseLost = agent.ErrLeaseLost
+
+// Fence is the checkpoint fence of l.
+func (l Lease) Fence() *agent.Fence { return &agent.Fence{Holder: l.Holder, Epoch: l.Epoch} }
+
+// CheckFence decides a fenced commit: cur is the thread's lease row (nil
+// when it has none). A fence commits only under the lease it names, even
+// past its expiry as long as nobody took the thread over (an epoch grows
+// with every new claim); a released lease no longer fences anything.
+func CheckFence(threadID string, f *agent.Fence, cur *Lease) error {
+	if f == nil {
+		return nil
+	}
+	if cur == nil || cur.Released || cur.Epoch != f.Epoch || cur.Holder != f.Holder {
+		now := "no lease"
+		if cur != nil {
+			now = fmt.Sprintf("lease epoch %d of %s", cur.Epoch, cur.Holder)
+			if cur.Released {
+				now += ", released"
+			}
+		}
+		return fmt.Errorf("checkpoint %s under lease epoch %d of %s, the thread has %s: %w", threadID, f.Epoch, f.Holder, now, ErrLeaseLost)
+	}
+	return nil
+}
 
 // HeldError is AcquireLease's answer when another holder has a live lease.
 type HeldError struct{ Lease Lease }
@@ -76,4 +102,57 @@ func NextLease(cur *Lease, id, holder string, now time.Time, ttl time.Duration) 
 		next.Epoch = cur.Epoch + 1
 	}
 	return next, nil
+}
+
+// Event is one event of a run as the run event log keeps it: opaque bytes
+// (agentd stores encoded plumb.v1 events) with the run's sequence number.
+type Event struct {
+	RunID    string
+	Sequence uint64
+	// Start marks a segment's first event (run_started); Terminal its
+	// last (run_finished, interrupted, error).
+	Start, Terminal bool
+	Body            []byte
+}
+
+// EventPage is a read of a thread's run event log.
+type EventPage struct {
+	// RunID and Status are the thread's last run's ("" when it has none).
+	RunID  string
+	Status agent.RunStatus
+	// Events follow the requested sequence, in order.
+	Events []Event
+}
+
+// RunEvents is the run event log of replicated agentd: the replica that
+// runs a thread appends the run's events as it emits them, and a replica
+// whose client Attaches to that thread reads them back, so that Attach
+// works on any replica. The log keeps the events of a thread's last run
+// only (appending a run's events drops the older runs'), and goes with the
+// thread. Every implementation must pass storetest.RunLeases.
+type RunEvents interface {
+	// AppendEvents appends events of one run of threadID under the
+	// thread's lease f, in one transaction that checks f as
+	// SaveCheckpoint does (ErrLeaseLost, nothing appended). An event
+	// whose sequence is already stored for the run is skipped.
+	AppendEvents(ctx context.Context, threadID string, f *agent.Fence, evs []Event) error
+	// ReadEvents returns the events of the thread's last run after
+	// sequence after (at most limit, in order); after 0 starts at the
+	// run's newest segment (its last Start event). A missing thread is
+	// agent.ErrThreadNotFound.
+	ReadEvents(ctx context.Context, threadID string, after uint64, limit int) (EventPage, error)
+	// LastSequence returns the highest sequence stored for run runID (0
+	// without any).
+	LastSequence(ctx context.Context, runID string) (uint64, error)
+}
+
+// LeaseStore is what a store shared by agentd replicas implements.
+type LeaseStore interface {
+	Leases
+	RunEvents
+	// FailUnleasedRuns is FailRunningRuns for replicas: it marks FAILED
+	// only the RUNNING runs that no replica runs or will take over —
+	// those of threads without a lease or whose lease was released. A
+	// live lease is another replica's run; an expired one is taken over.
+	FailUnleasedRuns(ctx context.Context, message string) (int, error)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/store"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -58,6 +59,21 @@ type setup struct {
 	svc     agentsvc.Config
 	memory  bool
 	replica string // with leases in the SQLite store, as this replica
+	// shared, if set, is the store instead of a SQLite file of the env's
+	// own, with its event log (several replicas share it).
+	shared sharedStore
+}
+
+// sharedStore is a thread store with leases and an event log.
+type sharedStore interface {
+	store.Threads
+	store.LeaseStore
+}
+
+// withShared makes the env a replica on st: its store, leases and event
+// log.
+func withShared(st sharedStore, replica string) option {
+	return func(s *setup) { s.shared, s.replica = st, replica }
 }
 
 type option func(*setup)
@@ -100,10 +116,14 @@ func newEnv(t *testing.T, opts ...option) *env {
 		o(&s)
 	}
 	var threads agentsvc.Threads
-	if s.memory {
+	switch {
+	case s.shared != nil:
+		e.store, threads = s.shared, agentsvc.DurableThreads(s.shared)
+		s.svc.Leases, s.svc.Events, s.svc.ReplicaID = s.shared, s.shared, s.replica
+	case s.memory:
 		ms := agent.NewMemoryStore()
 		e.store, threads = ms, agentsvc.MemoryThreads(ms)
-	} else {
+	default:
 		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "threads.db"), sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/store"
 )
@@ -48,7 +48,9 @@ func TestRunTakesTheThreadLease(t *testing.T) {
 // TestLostLeaseStopsTheRun: when the run's lease stops being this
 // replica's (here: released behind its back, as when it expired and
 // another replica took the thread), the next renewal fails and the run
-// stops, ending CANCELLED.
+// stops; its last checkpoint is fenced off, so the stream ends with a
+// LEASE_LOST error and the stored run is left for the replica that holds
+// the thread now.
 func TestLostLeaseStopsTheRun(t *testing.T) {
 	e := newEnv(t, withLeases("replica-b"), withService(func(c *agentsvc.Config) { c.LeaseTTL = 300 * time.Millisecond }))
 	leases := e.store.(store.Leases)
@@ -68,7 +70,14 @@ func TestLostLeaseStopsTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := last(t, append(head, rest...)).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_CANCELLED {
-		t.Fatalf("the run after losing its lease ended with %v, want CANCELLED", f)
+	if e := last(t, append(head, rest...)).GetError(); e.GetCode() != "LEASE_LOST" {
+		t.Fatalf("the run after losing its lease ended with %v, want error LEASE_LOST", last(t, append(head, rest...)))
+	}
+	td, err := e.store.LoadThread(context.Background(), thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if td.LastRun.Status != agent.StatusRunning || len(td.Messages) != 4 {
+		t.Fatalf("after the lost lease the stored run is %s with %d messages; want RUNNING with the 4 committed before", td.LastRun.Status, len(td.Messages))
 	}
 }

@@ -38,6 +38,9 @@ type Runtime interface {
 	ListAgents() []profile.Info
 	// ServerToolNames are the names a client tool must not take.
 	ServerToolNames() []string
+	// Continue takes over a run whose record is RUNNING although no
+	// process runs it (see agent.Runner.Continue).
+	Continue(ctx context.Context, in agent.ContinueInput, sink agent.Sink) (*agent.RunResult, error)
 }
 
 // Threads is the thread store as the service reads and deletes it (runs
@@ -133,6 +136,17 @@ type Config struct {
 	ReplicaID string
 	// LeaseTTL is how long a lease lasts unrenewed (DefaultLeaseTTL).
 	LeaseTTL time.Duration
+	// TakeoverInterval is how often a replica with Leases looks for runs
+	// whose replica died (an expired, unreleased lease) and continues
+	// them from their last checkpoint (0 = LeaseTTL/2; negative = never).
+	TakeoverInterval time.Duration
+	// Events, when set (with Leases), is the shared run event log: runs
+	// append their events to it, and Attach on a replica that does not
+	// run the thread follows the run there.
+	Events store.RunEvents
+	// EventInterval is how often events are flushed to Events and read
+	// back by such an Attach (DefaultEventInterval).
+	EventInterval time.Duration
 }
 
 // Option adjusts a Service (test seams).
@@ -161,6 +175,8 @@ type Service struct {
 	clock   agent.Clock
 	newID   func() string
 	wg      sync.WaitGroup // run goroutines
+	// stopTakeover ends the takeover loop (a no-op without one).
+	stopTakeover func()
 }
 
 var _ plumbv1.AgentServiceServer = (*Service)(nil)
@@ -184,6 +200,9 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	if cfg.Leases != nil && cfg.ReplicaID == "" {
 		return nil, errors.New("agentsvc: leases need a replica id")
+	}
+	if cfg.Events != nil && cfg.Leases == nil {
+		return nil, errors.New("agentsvc: an event log needs leases")
 	}
 	if cfg.MaxIterations == 0 {
 		cfg.MaxIterations = agent.DefaultMaxIterations
@@ -209,6 +228,8 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 		MaxRuns: cfg.MaxConcurrentRuns, Retention: cfg.ReplayRetention, MaxEvents: cfg.ReplayMaxEvents,
 		MaxBytes: cfg.ReplayMaxBytes, Now: s.clock.Now,
 	})
+	s.stopTakeover = func() {}
+	s.startTakeover()
 	return s, nil
 }
 
@@ -219,6 +240,7 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 // it on SIGTERM with a server.shutdown_grace deadline, before stopping
 // the gRPC server.
 func (s *Service) Shutdown(ctx context.Context) error {
+	s.stopTakeover()
 	s.reg.Drain()
 	err := s.reg.Wait(ctx)
 	if err != nil {

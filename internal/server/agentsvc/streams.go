@@ -42,7 +42,8 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 				// caller's tenant.
 				return s.runSeeded(ctx, in, sink)
 			}
-			return s.leased(ctx, in.ThreadID, func(ctx context.Context) error {
+			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
+				in.Fence = fence
 				_, err := s.rt.Run(ctx, in, sink)
 				return err
 			})
@@ -62,7 +63,8 @@ func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.S
 	}
 	in.ThreadID = t.ID
 	var started atomic.Bool
-	err := s.leased(ctx, t.ID, func(ctx context.Context) error {
+	err := s.leased(ctx, t.ID, sink, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
+		in.Fence = fence
 		_, err := s.rt.Run(ctx, in, func(e agent.Event) {
 			started.Store(true)
 			sink(e)
@@ -103,7 +105,8 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "resume",
 		func(ctx context.Context, sink agent.Sink) error {
-			return s.leased(ctx, in.ThreadID, func(ctx context.Context) error {
+			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
+				in.Fence = fence
 				_, err := s.rt.Resume(ctx, in, sink)
 				return err
 			})
@@ -186,7 +189,21 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 	if err := s.checkOwner(ctx, id); err != nil {
 		return s.status("attach", err)
 	}
+	send := func(e *plumbv1.Event) error { return stream.Send(&plumbv1.AttachResponse{Event: e}) }
 	r, after, err := s.reg.Attach(id, req.GetAfterSequence())
+	if s.cfg.Events != nil && (errors.Is(err, runs.ErrNoRun) || (err == nil && r.Ended())) {
+		// Not live here: the run may be live on another replica (or have
+		// been taken over by one); the shared event log has its events,
+		// this replica's included.
+		err := s.followStored(ctx, id, req.GetAfterSequence(), send)
+		if errors.Is(err, errNoStoredRun) {
+			err = fmt.Errorf("%w: %w", runs.ErrNoRun, err)
+		}
+		if err != nil && ctx.Err() != nil {
+			return server.Status(ctx.Err())
+		}
+		return server.Status(err)
+	}
 	if errors.Is(err, runs.ErrNoRun) {
 		if _, lerr := s.threads.LoadThread(ctx, id); errors.Is(lerr, agent.ErrThreadNotFound) {
 			err = lerr
@@ -195,7 +212,7 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 	if err != nil {
 		return server.Status(err)
 	}
-	err = r.Follow(ctx, after, func(e *plumbv1.Event) error { return stream.Send(&plumbv1.AttachResponse{Event: e}) })
+	err = r.Follow(ctx, after, send)
 	if err != nil && ctx.Err() != nil {
 		return server.Status(ctx.Err())
 	}

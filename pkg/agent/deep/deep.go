@@ -254,6 +254,12 @@ func (rt *Runtime) Resume(ctx context.Context, in agent.ResumeInput, sink agent.
 	return rt.runner.Resume(ctx, in, sink)
 }
 
+// Continue takes over a run its process left RUNNING (see
+// agent.Runner.Continue).
+func (rt *Runtime) Continue(ctx context.Context, in agent.ContinueInput, sink agent.Sink) (*agent.RunResult, error) {
+	return rt.runner.Continue(ctx, in, sink)
+}
+
 // ListAgents describes every profile a client may name (primaries) or a
 // task may start (subagents), built-ins included.
 func (rt *Runtime) ListAgents() []profile.Info { return rt.profiles.List() }

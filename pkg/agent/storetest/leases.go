@@ -2,18 +2,21 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // LeaseStore is a durable store with leases.
 type LeaseStore interface {
 	store.Threads
-	store.Leases
+	store.LeaseStore
 }
 
 // RunLeases runs the store.Leases contract against a fresh store from
@@ -108,6 +111,238 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		}
 		if expired, err := s.ExpiredLeases(ctx(), at); err != nil || len(expired) != 0 {
 			t.Fatalf("expired after takeover: %+v, %v", expired, err)
+		}
+	})
+
+	t.Run("Fencing", func(t *testing.T) {
+		s := newStore(t)
+		thread(t, s, "th")
+		thread(t, s, "free")
+		cp := func(id string, base int, f *agent.Fence, text string) error {
+			return s.SaveCheckpoint(ctx(), &agent.Checkpoint{
+				ThreadID: id, Phase: agent.PhaseModel, Base: base, Append: []agent.Message{msg(model.RoleAssistant, text)},
+				Run: run("r-"+id, agent.StatusRunning), Fence: f, CreatedAt: t0,
+			})
+		}
+		if err := cp("free", 0, &agent.Fence{Holder: "replica-a", Epoch: 1}, "x"); !errors.Is(err, store.ErrLeaseLost) || !errors.Is(err, agent.ErrLeaseLost) {
+			t.Fatalf("fenced checkpoint of a thread without a lease: %v, want ErrLeaseLost", err)
+		}
+		if err := cp("free", 0, nil, "x"); err != nil {
+			t.Fatalf("unfenced checkpoint: %v", err)
+		}
+		a, err := s.AcquireLease(ctx(), "th", "replica-a", t0, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cp("th", 0, a.Fence(), "a1"); err != nil {
+			t.Fatalf("checkpoint under the live lease: %v", err)
+		}
+		// Expired but not taken over: the holder is still the only writer.
+		if err := cp("th", 1, a.Fence(), "a2"); err != nil {
+			t.Fatalf("checkpoint under an expired lease nobody took: %v", err)
+		}
+		b, err := s.AcquireLease(ctx(), "th", "replica-b", t0.Add(ttl+time.Second), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cp("th", 2, a.Fence(), "a3"); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("checkpoint under a superseded lease: %v, want ErrLeaseLost", err)
+		}
+		if err := cp("th", 2, &agent.Fence{Holder: "replica-a", Epoch: b.Epoch}, "a3"); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("checkpoint naming the current epoch under another holder: %v, want ErrLeaseLost", err)
+		}
+		d, err := s.LoadThread(ctx(), "th")
+		if err != nil || len(d.Messages) != 2 || d.Messages[1].Content != "a2" {
+			t.Fatalf("after refused checkpoints: %+v, %v; want a1, a2 only", d, err)
+		}
+		if err := cp("th", 2, b.Fence(), "b1"); err != nil {
+			t.Fatalf("checkpoint under the new lease: %v", err)
+		}
+		if err := s.ReleaseLease(ctx(), b); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp("th", 3, b.Fence(), "b2"); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("checkpoint under a released lease: %v, want ErrLeaseLost", err)
+		}
+	})
+
+	t.Run("FencingRacesTakeover", func(t *testing.T) {
+		// A holder commits as fast as it can while another takes the
+		// thread over: once the takeover is in, no commit of the old
+		// holder may land, so the new holder's first commit, built on
+		// what it loaded after acquiring, never conflicts.
+		s := newStore(t)
+		for round := range 5 {
+			id := "race-" + string(rune('a'+round))
+			thread(t, s, id)
+			a, err := s.AcquireLease(ctx(), id, "replica-a", t0, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			quit, stop := make(chan struct{}), make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-quit:
+						stop <- nil
+						return
+					default:
+					}
+					err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{
+						ThreadID: id, Phase: agent.PhaseTools, Base: i, Append: []agent.Message{msg(model.RoleTool, "a")},
+						Run: run("r-"+id, agent.StatusRunning), Fence: a.Fence(), CreatedAt: t0,
+					})
+					if errors.Is(err, store.ErrBusy) {
+						i--
+						continue
+					}
+					if err != nil {
+						stop <- err
+						return
+					}
+				}
+			}()
+			retry := func(f func() error) error {
+				for {
+					if err := f(); !errors.Is(err, store.ErrBusy) {
+						return err
+					}
+				}
+			}
+			var b store.Lease
+			if err := retry(func() (err error) {
+				b, err = s.AcquireLease(ctx(), id, "replica-b", t0.Add(ttl+time.Second), ttl)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var d *agent.ThreadData
+			if err := retry(func() (err error) { d, err = s.LoadThread(ctx(), id); return err }); err != nil {
+				t.Fatal(err)
+			}
+			err = retry(func() error {
+				return s.SaveCheckpoint(ctx(), &agent.Checkpoint{
+					ThreadID: id, Phase: agent.PhaseTools, Base: len(d.Messages), Append: []agent.Message{msg(model.RoleTool, "b")},
+					Run: run("r-"+id, agent.StatusRunning), Fence: b.Fence(), CreatedAt: t0,
+				})
+			})
+			close(quit)
+			if werr := <-stop; werr != nil && !errors.Is(werr, store.ErrLeaseLost) {
+				t.Fatalf("round %d: the old holder's commits ended with %v, want ErrLeaseLost", round, werr)
+			}
+			if err != nil {
+				t.Fatalf("round %d: the new holder's first commit: %v (a commit of the old holder landed after the takeover)", round, err)
+			}
+			if err := retry(func() (err error) { d, err = s.LoadThread(ctx(), id); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if last := d.Messages[len(d.Messages)-1]; last.Content != "b" {
+				t.Fatalf("round %d: the log ends with %q after the new holder's commit: the old holder committed after the takeover", round, last.Content)
+			}
+		}
+	})
+
+	t.Run("RunEvents", func(t *testing.T) {
+		s := newStore(t)
+		thread(t, s, "th")
+		thread(t, s, "quiet")
+		ev := func(run string, seq uint64, start, term bool) store.Event {
+			return store.Event{RunID: run, Sequence: seq, Start: start, Terminal: term, Body: []byte(fmt.Sprintf("%s/%d", run, seq))}
+		}
+		seqs := func(p store.EventPage) []uint64 {
+			var out []uint64
+			for _, e := range p.Events {
+				if string(e.Body) != fmt.Sprintf("%s/%d", e.RunID, e.Sequence) {
+					t.Errorf("event %s/%d has body %q", e.RunID, e.Sequence, e.Body)
+				}
+				out = append(out, e.Sequence)
+			}
+			return out
+		}
+		a, err := s.AcquireLease(ctx(), "th", "replica-a", t0, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendEvents(ctx(), "th", a.Fence(), []store.Event{ev("r1", 1, true, false), ev("r1", 2, false, false), ev("r1", 3, false, true)}); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := s.ReadEvents(ctx(), "th", 0, 100); err != nil || p.RunID != "r1" || !slices.Equal(seqs(p), []uint64{1, 2, 3}) || !p.Events[0].Start || !p.Events[2].Terminal {
+			t.Fatalf("read from the start: %+v, %v", p, err)
+		}
+		if p, err := s.ReadEvents(ctx(), "th", 1, 1); err != nil || !slices.Equal(seqs(p), []uint64{2}) {
+			t.Fatalf("read after 1, limit 1: %+v, %v", p, err)
+		}
+		dup := ev("r1", 2, false, false)
+		dup.Body = []byte("other")
+		if err := s.AppendEvents(ctx(), "th", a.Fence(), []store.Event{dup, ev("r1", 4, true, false), ev("r1", 5, false, false)}); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := s.ReadEvents(ctx(), "th", 0, 100); err != nil || !slices.Equal(seqs(p), []uint64{4, 5}) {
+			t.Fatalf("read from the start of the newest segment: %+v, %v", p, err)
+		}
+		if p, err := s.ReadEvents(ctx(), "th", 1, 100); err != nil || !slices.Equal(seqs(p), []uint64{2, 3, 4, 5}) {
+			t.Fatalf("read after 1 (the stored event 2 kept): %+v, %v", p, err)
+		}
+		b, err := s.AcquireLease(ctx(), "th", "replica-b", t0.Add(ttl+time.Second), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendEvents(ctx(), "th", a.Fence(), []store.Event{ev("r1", 6, false, false)}); !errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("append under a superseded lease: %v, want ErrLeaseLost", err)
+		}
+		if n, err := s.LastSequence(ctx(), "r1"); err != nil || n != 5 {
+			t.Fatalf("last sequence: %d, %v; want 5", n, err)
+		}
+		if err := s.AppendEvents(ctx(), "th", b.Fence(), []store.Event{ev("r1", 6, false, false)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendEvents(ctx(), "th", b.Fence(), []store.Event{ev("r2", 1, true, false)}); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := s.ReadEvents(ctx(), "th", 0, 100); err != nil || p.RunID != "r2" || !slices.Equal(seqs(p), []uint64{1}) {
+			t.Fatalf("read after a new run began: %+v, %v", p, err)
+		}
+		if n, err := s.LastSequence(ctx(), "r1"); err != nil || n != 0 {
+			t.Fatalf("the older run's events are kept: last sequence %d, %v", n, err)
+		}
+		if p, err := s.ReadEvents(ctx(), "quiet", 0, 100); err != nil || p.RunID != "" || len(p.Events) != 0 {
+			t.Fatalf("read of a thread without runs: %+v, %v", p, err)
+		}
+		if _, err := s.ReadEvents(ctx(), "missing", 0, 100); !errors.Is(err, agent.ErrThreadNotFound) {
+			t.Fatalf("read of a missing thread: %v", err)
+		}
+	})
+
+	t.Run("FailUnleasedRuns", func(t *testing.T) {
+		s := newStore(t)
+		for _, id := range []string{"none", "released", "live", "expired"} {
+			thread(t, s, id)
+			if err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{ThreadID: id, Phase: agent.PhaseInput, Run: run("r-"+id, agent.StatusRunning), CreatedAt: t0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rel, err := s.AcquireLease(ctx(), "released", "replica-a", t0, ttl)
+		if err != nil || s.ReleaseLease(ctx(), rel) != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireLease(ctx(), "live", "replica-a", time.Now(), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireLease(ctx(), "expired", "replica-a", t0, ttl); err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.FailUnleasedRuns(ctx(), "agentd restarted")
+		if err != nil || n != 2 {
+			t.Fatalf("FailUnleasedRuns: %d, %v; want 2", n, err)
+		}
+		for id, want := range map[string]agent.RunStatus{"none": agent.StatusFailed, "released": agent.StatusFailed, "live": agent.StatusRunning, "expired": agent.StatusRunning} {
+			d, err := s.LoadThread(ctx(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.LastRun.Status != want {
+				t.Errorf("%s: run %s, want %s", id, d.LastRun.Status, want)
+			}
 		}
 	})
 

@@ -84,6 +84,17 @@ var migrations = []string{
 		expires_at BIGINT NOT NULL,
 		released   BOOLEAN NOT NULL DEFAULT false
 	);`,
+	// The run event log of replicated agentd (store.RunEvents).
+	`CREATE TABLE run_events (
+		thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id    TEXT COLLATE "C" NOT NULL,
+		seq       BIGINT NOT NULL,
+		start     BOOLEAN NOT NULL,
+		terminal  BOOLEAN NOT NULL,
+		body      BYTEA NOT NULL,
+		PRIMARY KEY (run_id, seq)
+	);
+	CREATE INDEX run_events_thread ON run_events (thread_id, run_id);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.
@@ -550,6 +561,11 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", cp.ThreadID, err)
 		}
+		// The thread's row lock also holds off AcquireLease, so the fence
+		// checked here is the lease when the commit lands.
+		if err := checkFence(ctx, tx, cp); err != nil {
+			return err
+		}
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
 		}
@@ -636,11 +652,50 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 	})
 }
 
+// checkFence refuses cp when its fence is not the thread's lease.
+func checkFence(ctx context.Context, tx pgx.Tx, cp *agent.Checkpoint) error {
+	if cp.Fence == nil {
+		return nil
+	}
+	cur, err := leaseRow(ctx, tx, cp.ThreadID)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: lease: %w", cp.ThreadID, err)
+	}
+	return store.CheckFence(cp.ThreadID, cp.Fence, cur)
+}
+
+// leaseRow reads the thread's lease row (nil without one).
+func leaseRow(ctx context.Context, q querier, id string) (*store.Lease, error) {
+	l := store.Lease{ThreadID: id}
+	var exp int64
+	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = $1`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.Expires = time.Unix(0, exp)
+	return &l, nil
+}
+
 // FailRunningRuns implements agent.Store.
 func (s *Store) FailRunningRuns(ctx context.Context, message string) (int, error) {
+	return s.failRuns(ctx, `SELECT record FROM runs WHERE status = $1 FOR UPDATE`, message)
+}
+
+// FailUnleasedRuns implements store.LeaseStore.
+func (s *Store) FailUnleasedRuns(ctx context.Context, message string) (int, error) {
+	return s.failRuns(ctx, `SELECT r.record FROM runs r LEFT JOIN thread_leases l ON l.thread_id = r.thread_id
+		WHERE r.status = $1 AND (l.thread_id IS NULL OR l.released) FOR UPDATE OF r`, message)
+}
+
+// failRuns marks the runs query selects (its $1 is RUNNING) FAILED.
+func (s *Store) failRuns(ctx context.Context, query, message string) (int, error) {
 	n := 0
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT record FROM runs WHERE status = $1 FOR UPDATE`, string(agent.StatusRunning))
+		rows, err := tx.Query(ctx, query, string(agent.StatusRunning))
 		if err != nil {
 			return fmt.Errorf("running runs: %w", err)
 		}
@@ -799,18 +854,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		} else if err != nil {
 			return err
 		}
-		var cur *store.Lease
-		l := store.Lease{ThreadID: id}
-		var exp int64
-		switch err := tx.QueryRow(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = $1`, id).
-			Scan(&l.Holder, &l.Epoch, &exp, &l.Released); {
-		case err == nil:
-			l.Expires = time.Unix(0, exp)
-			cur = &l
-		case !errors.Is(err, pgx.ErrNoRows):
+		cur, err := leaseRow(ctx, tx, id)
+		if err != nil {
 			return err
 		}
-		var err error
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
@@ -860,4 +907,114 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease
 		out = append(out, l)
 	}
 	return out, classify(rows.Err())
+}
+
+var _ store.LeaseStore = (*Store)(nil)
+
+// AppendEvents implements store.RunEvents. The thread's row is share-locked
+// so that no AcquireLease can slip between the fence check and the commit.
+func (s *Store) AppendEvents(ctx context.Context, threadID string, f *agent.Fence, evs []store.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM threads WHERE id = $1 FOR SHARE`, threadID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("events of %s: %w", threadID, agent.ErrThreadNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("events of %s: %w", threadID, err)
+		}
+		if f != nil {
+			cur, err := leaseRow(ctx, tx, threadID)
+			if err != nil {
+				return fmt.Errorf("events of %s: lease: %w", threadID, err)
+			}
+			if err := store.CheckFence(threadID, f, cur); err != nil {
+				return err
+			}
+		}
+		n := len(evs)
+		runs, seqs := make([]string, n), make([]int64, n)
+		starts, terms := make([]bool, n), make([]bool, n)
+		bodies := make([][]byte, n)
+		for i, e := range evs {
+			runs[i], seqs[i], starts[i], terms[i], bodies[i] = e.RunID, int64(e.Sequence), e.Start, e.Terminal, e.Body
+		}
+		var b pgx.Batch
+		b.Queue(`DELETE FROM run_events WHERE thread_id = $1 AND run_id <> ALL($2::text[])`, threadID, runs)
+		b.Queue(`INSERT INTO run_events (thread_id, run_id, seq, start, terminal, body)
+			SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::boolean[], $5::boolean[], $6::bytea[])
+			ON CONFLICT (run_id, seq) DO NOTHING`, threadID, runs, seqs, starts, terms, bodies)
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("events of %s: %w", threadID, err)
+		}
+		return nil
+	})
+}
+
+// ReadEvents implements store.RunEvents.
+func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, limit int) (store.EventPage, error) {
+	var page store.EventPage
+	err := s.read(ctx, func(tx pgx.Tx) error {
+		page = store.EventPage{}
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM threads WHERE id = $1`, threadID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("events of %s: %w", threadID, agent.ErrThreadNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		// The log holds one run: its events may be stored before its
+		// record.
+		err = tx.QueryRow(ctx, `SELECT run_id FROM run_events WHERE thread_id = $1 LIMIT 1`, threadID).Scan(&page.RunID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = tx.QueryRow(ctx, `SELECT run_id FROM runs WHERE thread_id = $1 ORDER BY ord DESC LIMIT 1`, threadID).Scan(&page.RunID)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+		var st string
+		if err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1`, page.RunID).Scan(&st); err == nil {
+			page.Status = agent.RunStatus(st)
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		from := int64(after)
+		if after == 0 {
+			if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 1) - 1 FROM run_events WHERE run_id = $1 AND start`, page.RunID).Scan(&from); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, `SELECT seq, start, terminal, body FROM run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, page.RunID, from, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e := store.Event{RunID: page.RunID}
+			var seq int64
+			if err := rows.Scan(&seq, &e.Start, &e.Terminal, &e.Body); err != nil {
+				return err
+			}
+			e.Sequence = uint64(seq)
+			page.Events = append(page.Events, e)
+		}
+		return rows.Err()
+	})
+	return page, err
+}
+
+// LastSequence implements store.RunEvents.
+func (s *Store) LastSequence(ctx context.Context, runID string) (uint64, error) {
+	var seq int64
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = $1`, runID).Scan(&seq); err != nil {
+		return 0, classify(err)
+	}
+	return uint64(seq), nil
 }

@@ -79,6 +79,17 @@ var migrations = []string{
 		expires_at INTEGER NOT NULL,
 		released   INTEGER NOT NULL DEFAULT 0
 	) WITHOUT ROWID;`,
+	// The run event log of replicated agentd (store.RunEvents).
+	`CREATE TABLE run_events (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id    TEXT NOT NULL,
+		seq       INTEGER NOT NULL,
+		start     INTEGER NOT NULL,
+		terminal  INTEGER NOT NULL,
+		body      BLOB NOT NULL,
+		PRIMARY KEY (run_id, seq)
+	) WITHOUT ROWID;
+	CREATE INDEX run_events_thread ON run_events (thread_id, run_id);`,
 }
 
 // Options configure Open.
@@ -385,6 +396,15 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if err != nil {
 			return err
 		}
+		if cp.Fence != nil {
+			cur, err := leaseRow(ctx, tx, cp.ThreadID)
+			if err != nil {
+				return fmt.Errorf("checkpoint %s: lease: %w", cp.ThreadID, err)
+			}
+			if err := store.CheckFence(cp.ThreadID, cp.Fence, cur); err != nil {
+				return err
+			}
+		}
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
 		}
@@ -484,9 +504,20 @@ func editCall(ctx context.Context, tx *sql.Tx, threadID string, e agent.CallEdit
 
 // FailRunningRuns implements agent.Store.
 func (s *Store) FailRunningRuns(ctx context.Context, message string) (int, error) {
+	return s.failRuns(ctx, `SELECT run_id, record FROM runs WHERE status = ?`, message)
+}
+
+// FailUnleasedRuns implements store.LeaseStore.
+func (s *Store) FailUnleasedRuns(ctx context.Context, message string) (int, error) {
+	return s.failRuns(ctx, `SELECT r.run_id, r.record FROM runs r LEFT JOIN thread_leases l ON l.thread_id = r.thread_id
+		WHERE r.status = ? AND (l.thread_id IS NULL OR l.released)`, message)
+}
+
+// failRuns marks the runs query selects (its parameter is RUNNING) FAILED.
+func (s *Store) failRuns(ctx context.Context, query, message string) (int, error) {
 	n := 0
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT run_id, record FROM runs WHERE status = ?`, string(agent.StatusRunning))
+		rows, err := tx.QueryContext(ctx, query, string(agent.StatusRunning))
 		if err != nil {
 			return err
 		}
@@ -664,18 +695,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		if exists == 0 {
 			return fmt.Errorf("lease of %s: %w", id, agent.ErrThreadNotFound)
 		}
-		var cur *store.Lease
-		l := store.Lease{ThreadID: id}
-		var exp int64
-		switch err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = ?`, id).
-			Scan(&l.Holder, &l.Epoch, &exp, &l.Released); {
-		case err == nil:
-			l.Expires = time.Unix(0, exp)
-			cur = &l
-		case !errors.Is(err, sql.ErrNoRows):
+		cur, err := leaseRow(ctx, tx, id)
+		if err != nil {
 			return err
 		}
-		var err error
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
@@ -685,6 +708,22 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		return err
 	})
 	return next, err
+}
+
+// leaseRow reads the thread's lease row (nil without one).
+func leaseRow(ctx context.Context, tx *sql.Tx, id string) (*store.Lease, error) {
+	l := store.Lease{ThreadID: id}
+	var exp int64
+	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = ?`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.Expires = time.Unix(0, exp)
+	return &l, nil
 }
 
 // RenewLease implements store.Leases.
@@ -725,4 +764,127 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease
 		out = append(out, l)
 	}
 	return out, busy(rows.Err())
+}
+
+var _ store.LeaseStore = (*Store)(nil)
+
+// AppendEvents implements store.RunEvents.
+func (s *Store) AppendEvents(ctx context.Context, threadID string, f *agent.Fence, evs []store.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM threads WHERE id = ?`, threadID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("events of %s: %w", threadID, agent.ErrThreadNotFound)
+		}
+		if f != nil {
+			cur, err := leaseRow(ctx, tx, threadID)
+			if err != nil {
+				return fmt.Errorf("events of %s: lease: %w", threadID, err)
+			}
+			if err := store.CheckFence(threadID, f, cur); err != nil {
+				return err
+			}
+		}
+		keep := map[string]bool{}
+		for _, e := range evs {
+			keep[e.RunID] = true
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT DISTINCT run_id FROM run_events WHERE thread_id = ?`, threadID)
+		if err != nil {
+			return err
+		}
+		var drop []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			if !keep[id] {
+				drop = append(drop, id)
+			}
+		}
+		rows.Close()
+		for _, id := range drop {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM run_events WHERE thread_id = ? AND run_id = ?`, threadID, id); err != nil {
+				return err
+			}
+		}
+		for _, e := range evs {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO run_events (thread_id, run_id, seq, start, terminal, body) VALUES (?, ?, ?, ?, ?, ?)
+				ON CONFLICT (run_id, seq) DO NOTHING`, threadID, e.RunID, int64(e.Sequence), e.Start, e.Terminal, e.Body); err != nil {
+				return fmt.Errorf("events of %s: %w", threadID, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ReadEvents implements store.RunEvents.
+func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, limit int) (store.EventPage, error) {
+	var page store.EventPage
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		page = store.EventPage{}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM threads WHERE id = ?`, threadID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("events of %s: %w", threadID, agent.ErrThreadNotFound)
+		}
+		// The log holds one run: its events may be stored before its
+		// record.
+		err := tx.QueryRowContext(ctx, `SELECT run_id FROM run_events WHERE thread_id = ? LIMIT 1`, threadID).Scan(&page.RunID)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = tx.QueryRowContext(ctx, `SELECT run_id FROM runs WHERE thread_id = ? ORDER BY ord DESC LIMIT 1`, threadID).Scan(&page.RunID)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+		var st string
+		if err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE run_id = ?`, page.RunID).Scan(&st); err == nil {
+			page.Status = agent.RunStatus(st)
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		from := int64(after)
+		if after == 0 {
+			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 1) - 1 FROM run_events WHERE run_id = ? AND start`, page.RunID).Scan(&from); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT seq, start, terminal, body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, page.RunID, from, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e := store.Event{RunID: page.RunID}
+			var seq int64
+			if err := rows.Scan(&seq, &e.Start, &e.Terminal, &e.Body); err != nil {
+				return err
+			}
+			e.Sequence = uint64(seq)
+			page.Events = append(page.Events, e)
+		}
+		return rows.Err()
+	})
+	return page, err
+}
+
+// LastSequence implements store.RunEvents.
+func (s *Store) LastSequence(ctx context.Context, runID string) (uint64, error) {
+	var seq int64
+	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = ?`, runID).Scan(&seq); err != nil {
+		return 0, busy(err)
+	}
+	return uint64(seq), nil
 }

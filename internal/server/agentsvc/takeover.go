@@ -1,0 +1,143 @@
+package agentsvc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+// startTakeover starts the loop that takes over the runs of dead
+// replicas, when leases are on and the interval is not negative.
+func (s *Service) startTakeover() {
+	if s.cfg.Leases == nil || s.cfg.TakeoverInterval < 0 {
+		return
+	}
+	every := s.cfg.TakeoverInterval
+	if every == 0 {
+		every = s.leaseTTL() / 2
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.stopTakeover = func() {
+		cancel()
+		<-done
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			s.takeOver(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// takeOver looks for leases that expired without being released — their
+// replica stopped while running the thread — and continues each such run
+// here from its last checkpoint.
+func (s *Service) takeOver(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	expired, err := s.cfg.Leases.ExpiredLeases(lctx, s.clock.Now())
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.lg.Warn("list expired thread leases", zap.Error(err))
+		}
+		return
+	}
+	for _, l := range expired {
+		if ctx.Err() != nil {
+			return
+		}
+		if s.reg.Active(l.ThreadID) != nil {
+			continue
+		}
+		s.takeOverThread(ctx, l)
+	}
+}
+
+// takeOverThread acquires the expired lease dead held and, when the
+// thread's last run is still RUNNING, continues it in a detached segment
+// of the registry (Attach follows it). Anything else — the lease taken by
+// a quicker replica, a run that ended before its replica died — only
+// settles the lease.
+func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
+	lg := s.lg.With(zap.String("thread-id", dead.ThreadID), zap.String("dead-holder", dead.Holder), zap.Int64("dead-epoch", dead.Epoch))
+	cctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	l, err := s.cfg.Leases.AcquireLease(cctx, dead.ThreadID, s.cfg.ReplicaID, s.clock.Now(), s.leaseTTL())
+	var held *store.HeldError
+	switch {
+	case errors.As(err, &held), errors.Is(err, agent.ErrThreadNotFound):
+		return
+	case err != nil:
+		lg.Warn("take over the thread's lease", zap.Error(err))
+		return
+	}
+	release := func() {
+		if err := s.cfg.Leases.ReleaseLease(cctx, l); err != nil {
+			lg.Warn("release the thread's lease", zap.Error(err))
+		}
+	}
+	td, err := s.threads.LoadThread(cctx, dead.ThreadID)
+	if err != nil {
+		lg.Warn("load a thread to take over", zap.Error(err))
+		release()
+		return
+	}
+	if td.LastRun == nil || td.LastRun.Status != agent.StatusRunning || td.Interrupt != nil {
+		release() // its run ended; only the lease was left behind
+		return
+	}
+	runID := td.LastRun.RunID
+	var after uint64
+	if s.cfg.Events != nil {
+		if after, err = s.cfg.Events.LastSequence(cctx, runID); err != nil {
+			lg.Warn("read the run's last event", zap.Error(err))
+			release()
+			return
+		}
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	r, err := s.reg.Begin(dead.ThreadID, cancelRun)
+	if err != nil {
+		// No run slot, or shutting down: the lease expires again and
+		// this or another replica tries later.
+		cancelRun()
+		lg.Info("not taking over the run now", zap.Error(err))
+		release()
+		return
+	}
+	lg.Info("taking over a run whose replica stopped", zap.String("run-id", runID), zap.Uint64("after-sequence", after))
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		defer cancelRun()
+		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
+			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, sink)
+			return err
+		})
+		if err != nil {
+			lg.Warn("the run could not be taken over", zap.Error(err))
+		}
+		r.End(err)
+	}()
+	// Nobody streams a taken-over segment: drain its owner's stream so
+	// that it behaves as a detached run.
+	go func() {
+		defer s.wg.Done()
+		_ = r.Stream(context.Background(), func(*plumbv1.Event) error { return nil })
+	}()
+}
