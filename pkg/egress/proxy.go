@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,7 +136,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, http.StatusBadRequest, "this is a forward proxy: send absolute http:// URLs, or CONNECT host:port for anything else")
 		return
 	}
-	out := r.Clone(r.Context())
+	// Vet first: a refusal must not depend on the transport (which reports
+	// a client gone mid-dial instead of the dial's error).
+	target, err := p.vet(r.Context(), canonicalAddr(r.URL))
+	if err != nil {
+		p.dialFailed(w, r, err)
+		return
+	}
+	out := r.Clone(context.WithValue(r.Context(), vettedKey{}, target))
 	out.RequestURI = ""
 	removeHopHeaders(out.Header)
 	if _, ok := out.Header["User-Agent"]; !ok {
@@ -156,7 +164,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
-	up, err := p.dial(r.Context(), "tcp", r.Host)
+	target, err := p.vet(r.Context(), r.Host)
+	if err != nil {
+		p.dialFailed(w, r, err)
+		return
+	}
+	up, err := p.connectTo(r.Context(), target)
 	if err != nil {
 		p.dialFailed(w, r, err)
 		return
@@ -219,9 +232,39 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 	p.wg.Done()
 }
 
-// dial resolves hostport, vets every address and connects to the first;
-// a refused destination returns a *Refusal.
+// vetted is a destination whose every address passed the policy.
+type vetted struct {
+	hostport string
+	addrs    []netip.Addr
+	port     uint16
+}
+
+type vettedKey struct{}
+
+// canonicalAddr is u's host:port (port 80 when it names none).
+func canonicalAddr(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
+
+// dial is the transport's dialer: it connects to the destination the
+// handler vetted for this request, and vets anything else itself.
 func (p *Proxy) dial(ctx context.Context, _, hostport string) (net.Conn, error) {
+	if v, ok := ctx.Value(vettedKey{}).(*vetted); ok && v.hostport == hostport {
+		return p.connectTo(ctx, v)
+	}
+	v, err := p.vet(ctx, hostport)
+	if err != nil {
+		return nil, err
+	}
+	return p.connectTo(ctx, v)
+}
+
+// vet resolves hostport and checks every address; a refused destination
+// returns a *Refusal.
+func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return nil, &Refusal{Host: hostport, Reason: "the destination is not host:port"}
@@ -256,10 +299,17 @@ func (p *Proxy) dial(ctx context.Context, _, hostport string) (net.Conn, error) 
 			return nil, err
 		}
 	}
+	return &vetted{hostport: hostport, addrs: addrs, port: port}, nil
+}
+
+// connectTo connects to the first vetted address that answers.
+func (p *Proxy) connectTo(ctx context.Context, v *vetted) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
 	var d net.Dialer
 	var lastErr error
-	for _, a := range addrs {
-		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), port).String())
+	for _, a := range v.addrs {
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), v.port).String())
 		if err == nil {
 			return &idleConn{Conn: c, d: p.cfg.IdleTimeout}, nil
 		}

@@ -105,6 +105,9 @@ type Config struct {
 	// no record: re-adopted sandboxes expire at their creation time plus
 	// TTL, an upper bound no restart can extend).
 	StateDir string
+	// EgressProxy is the static plumb-egress binary that egress sandboxes'
+	// proxies run (nil = network egress is refused; see egress.go).
+	EgressProxy []byte
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -134,6 +137,9 @@ type Manager struct {
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
+
+	// egressImg is the proxy image of egress sandboxes.
+	egressImg egressImages
 }
 
 // sandbox is the manager's record of one sandbox.
@@ -456,6 +462,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			sb.mu.Unlock()
 			// By name: the container may exist without its id known.
 			m.removeContainer(ctx, id, volume)
+			if t.Network == NetworkEgress {
+				m.removeEgress(ctx, id)
+			}
 		}
 	}()
 	if _, err := m.api.VolumeCreate(ectx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
@@ -463,6 +472,14 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	}
 	if err := stopped(); err != nil {
 		return nil, err
+	}
+	if t.Network == NetworkEgress {
+		if err := m.setupEgress(ectx, id); err != nil {
+			return nil, err
+		}
+		if err := stopped(); err != nil {
+			return nil, err
+		}
 	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
 	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
@@ -628,6 +645,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	m.mu.Unlock()
 	m.removeContainer(ctx, cid, volumeName(id))
+	if sb.info.Settings.Network == NetworkEgress {
+		m.removeEgress(ctx, id)
+	}
 	m.saveExpiry()
 	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
 	return nil
@@ -990,9 +1010,19 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate], Tenant: tenantOf(c.Labels[LabelTenant]),
 			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: created, ExpiresAt: expires,
 		}}
+		if t.Network == NetworkEgress {
+			if err := m.ensureProxy(ctx, id); err != nil {
+				m.lg.Warn("removing egress sandbox without its network", zap.String("sandbox-id", id), zap.Error(err))
+				m.removeContainer(ctx, c.ID, volume)
+				continue
+			}
+		}
 		m.sandboxes[id] = sb
 		m.reserved += t.MemoryBytes
 		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id), zap.Time("expires-at", expires), zap.Bool("expiry-recorded", ok))
+	}
+	if err := m.sweepEgress(ctx); err != nil {
+		return err
 	}
 	return m.sweepVolumes(ctx)
 }
@@ -1068,6 +1098,9 @@ func (m *Manager) Collect(ctx context.Context) {
 	defer cancel()
 	if err := m.sweepVolumes(ctx); err != nil {
 		m.lg.Warn("collect orphan volumes", zap.Error(err))
+	}
+	if err := m.sweepEgress(ctx); err != nil {
+		m.lg.Warn("collect orphan egress networks", zap.Error(err))
 	}
 	removed, err := m.images.collect(ctx, m.now(), deriveGrace)
 	if len(removed) > 0 {
