@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,8 +106,7 @@ func (m *Manager) egressImage(ctx context.Context) (string, error) {
 	if m.egressImg.ref != "" {
 		return m.egressImg.ref, nil
 	}
-	sum := sha256.Sum256(m.cfg.EgressProxy)
-	tag := egressImageRepo + ":" + hex.EncodeToString(sum[:8])
+	tag := m.egressTag()
 	if res, err := m.api.ImageInspect(ctx, tag); err == nil {
 		m.egressImg.ref = res.ID
 		return res.ID, nil
@@ -140,6 +140,12 @@ func (m *Manager) egressImage(ctx context.Context) (string, error) {
 	}
 	m.egressImg.ref = res.ID
 	return res.ID, nil
+}
+
+// egressTag is the tag of the proxy image of this worker's binary.
+func (m *Manager) egressTag() string {
+	sum := sha256.Sum256(m.cfg.EgressProxy)
+	return egressImageRepo + ":" + hex.EncodeToString(sum[:8])
 }
 
 // setupEgress creates sandbox id's network and starts its proxy; the box
@@ -325,6 +331,22 @@ func (m *Manager) sweepEgress(ctx context.Context) error {
 			if _, err := m.api.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 				m.lg.Warn("remove egress network", zap.String("network", n.Name), zap.Error(err))
 			}
+		}
+	}
+	// Proxy images of other binaries, once old enough that no create of
+	// another worker sharing the engine is about to use them; the engine
+	// refuses to remove one a container still uses.
+	il, err := m.api.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("reference", egressImageRepo)})
+	if err != nil {
+		return fmt.Errorf("list egress proxy images: %w", err)
+	}
+	current := m.egressTag()
+	for _, img := range il.Items {
+		if slices.Contains(img.RepoTags, current) || m.now().Sub(time.Unix(img.Created, 0)) < deriveGrace {
+			continue
+		}
+		if _, err := m.api.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{}); err == nil {
+			m.lg.Info("removed superseded egress proxy image", zap.Strings("tags", img.RepoTags))
 		}
 	}
 	return nil
