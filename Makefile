@@ -39,11 +39,12 @@ $(TOOLS)/grpcurl:
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/grpcurl ## Install the pinned dev tools into .cache/bin
 
 .PHONY: build
-build: ## Build the static binaries bin/agentd, bin/sandboxd, bin/agentctl and bin/sandbox-agent
+build: ## Build the static binaries bin/agentd, bin/sandboxd, bin/agentctl, bin/sandbox-agent and bin/plumb-egress
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./cmd/agentd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentctl ./cmd/agentctl
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox-agent ./cmd/sandbox-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/plumb-egress ./cmd/plumb-egress
 
 .PHONY: generate
 generate: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc ## Regenerate gen/go from proto/

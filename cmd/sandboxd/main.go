@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -38,6 +39,10 @@ type Config struct {
 	Worker string `yaml:"worker"`
 	// AgentBinary is the static sandbox-agent to bake into sandbox images.
 	AgentBinary string `yaml:"agent_binary"`
+	// EgressProxyBinary is the static plumb-egress proxy of egress
+	// sandboxes (default: plumb-egress next to sandboxd; without it egress
+	// sandboxes are refused).
+	EgressProxyBinary string `yaml:"egress_proxy_binary"`
 	// Defaults fill the unset fields of every sandbox.
 	Defaults sandbox.Template `yaml:"defaults"`
 	// Pool is the warm pool of requests that name no template (the
@@ -97,6 +102,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		c            daemon.Common
 		worker       string
 		agentBin     string
+		egressBin    string
+		egressAllow  string
 		maxSandboxes int
 		deleteOnExit bool
 		defaultImage string
@@ -109,6 +116,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
 	f.String(&worker, "worker", defaultWorker(), "worker name, part of every sandbox id (letters, digits, '-', '.')")
 	f.String(&agentBin, "agent-binary", "", "static sandbox-agent binary (default: sandbox-agent next to sandboxd)")
+	f.String(&egressBin, "egress-proxy-binary", "", "static plumb-egress proxy for egress sandboxes (default: plumb-egress next to sandboxd; missing = egress sandboxes are refused)")
+	f.String(&egressAllow, "policy-egress-allow", "", "comma-separated egress allow-list: host patterns (pypi.org, *.example.com, host:443) and addresses or prefixes (203.0.113.0/24, [2001:db8::/32]:443); empty = every public destination")
 	f.String(&defaultImage, "default-image", "", "default image for sandboxes whose request and template name none (must exist locally)")
 	f.Int(&maxSandboxes, "max-sandboxes", 0, "maximum live sandboxes on this worker (0 = unlimited)")
 	f.Int64(&pol.MaxMemoryBytes, "policy-max-memory-bytes", 0, "memory ceiling of one sandbox in bytes (0 = the host's memory)")
@@ -146,6 +155,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if cfg.AgentBinary != "" && !f.IsSet("agent-binary") {
 			agentBin = cfg.AgentBinary
 		}
+		if cfg.EgressProxyBinary != "" && !f.IsSet("egress-proxy-binary") {
+			egressBin = cfg.EgressProxyBinary
+		}
 		if cfg.StateDir != "" && !f.IsSet("state-dir") {
 			stateDir = cfg.StateDir
 		}
@@ -163,6 +175,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		cfg.Pool.IdleLifetime = pool.IdleLifetime
 	}
 	policyFlags(f, &cfg.Policy, pol, allowEgress)
+	if f.IsSet("policy-egress-allow") {
+		cfg.Policy.EgressAllow = splitList(egressAllow)
+	}
 	if err := checkPolicy(cfg); err != nil {
 		return daemon.Usagef("%s%v", configPrefix(c.ConfigPath), err)
 	}
@@ -180,6 +195,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	agent, err := readAgent(agentBin)
+	if err != nil {
+		return &daemon.UsageError{Err: err}
+	}
+	egressProxy, err := readEgressProxy(egressBin)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
@@ -230,6 +249,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ChannelMemoryBytes: cfg.ChannelMemoryBytes,
 		Policy:             cfg.Policy,
 		StateDir:           stateDir,
+		EgressProxy:        egressProxy,
 	}, sandbox.WithLogger(lg))
 	var ce *sandbox.ConfigError
 	if errors.As(err, &ce) {
@@ -310,6 +330,39 @@ func readAgent(path string) ([]byte, error) {
 		return nil, fmt.Errorf("sandbox-agent binary: %w (build it with make build, or set --agent-binary)", err)
 	}
 	return b, nil
+}
+
+// readEgressProxy loads the plumb-egress binary: the given path (which
+// must exist), or plumb-egress next to this executable when there is one
+// (nil otherwise: egress sandboxes are then refused).
+func readEgressProxy(path string) ([]byte, error) {
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, nil
+		}
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(exe), "plumb-egress"))
+		if err != nil {
+			return nil, nil
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("plumb-egress binary: %w (build it with make build, or set --egress-proxy-binary)", err)
+	}
+	return b, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // checkLabels refuses labels that would overwrite plumb's own: the worker

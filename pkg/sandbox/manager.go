@@ -113,6 +113,9 @@ type Config struct {
 	// greeted ahead of requests, which CreateSandbox claims (see
 	// PoolConfig).
 	Pools map[string]PoolConfig
+	// EgressProxy is the static plumb-egress binary that egress sandboxes'
+	// proxies run (nil = network egress is refused; see egress.go).
+	EgressProxy []byte
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -143,6 +146,9 @@ type Manager struct {
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
+
+	// egressImg is the proxy image of egress sandboxes.
+	egressImg egressImages
 }
 
 // sandbox is the manager's record of one sandbox.
@@ -496,6 +502,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			sb.mu.Unlock()
 			// By name: the container may exist without its id known.
 			m.removeContainer(ctx, id, volume)
+			if t.Network == NetworkEgress {
+				m.removeEgress(ctx, id)
+			}
 		}
 	}()
 	if _, err := m.api.VolumeCreate(ectx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
@@ -503,6 +512,14 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	}
 	if err := stopped(); err != nil {
 		return nil, err
+	}
+	if t.Network == NetworkEgress {
+		if err := m.setupEgress(ectx, id); err != nil {
+			return nil, err
+		}
+		if err := stopped(); err != nil {
+			return nil, err
+		}
 	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
 	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
@@ -656,6 +673,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	m.removeContainer(ctx, cid, volumeName(id))
 	m.forgetClaim(id)
 	m.kickPools() // the quota it held may let a pool refill
+	if sb.info.Settings.Network == NetworkEgress {
+		m.removeEgress(ctx, id)
+	}
 	m.saveExpiry()
 	m.lg.Info("sandbox deleted", zap.String("sandbox-id", id))
 	return nil
@@ -1030,9 +1050,19 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate], Tenant: tenantOf(c.Labels[LabelTenant]),
 			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: created, ExpiresAt: expires,
 		}}
+		if t.Network == NetworkEgress {
+			if err := m.ensureProxy(ctx, id); err != nil {
+				m.lg.Warn("removing egress sandbox without its network", zap.String("sandbox-id", id), zap.Error(err))
+				m.removeContainer(ctx, c.ID, volume)
+				continue
+			}
+		}
 		m.sandboxes[id] = sb
 		m.reserved += t.MemoryBytes
 		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id), zap.Time("expires-at", expires), zap.Bool("expiry-recorded", ok))
+	}
+	if err := m.sweepEgress(ctx); err != nil {
+		return err
 	}
 	return m.sweepVolumes(ctx)
 }
@@ -1108,6 +1138,9 @@ func (m *Manager) Collect(ctx context.Context) {
 	defer cancel()
 	if err := m.sweepVolumes(ctx); err != nil {
 		m.lg.Warn("collect orphan volumes", zap.Error(err))
+	}
+	if err := m.sweepEgress(ctx); err != nil {
+		m.lg.Warn("collect orphan egress networks", zap.Error(err))
 	}
 	removed, err := m.images.collect(ctx, m.now(), deriveGrace)
 	if len(removed) > 0 {

@@ -41,6 +41,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "leftovers with plumb.test=%s: containers %v volumes %v\n", testRun, cs, vs)
 			code = 1
 		}
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		ns, err := sandboxtest.Networks(ctx, cli, sandboxtest.Label(sandboxtest.LabelTest, testRun))
+		cancel()
+		if err == nil && len(ns) > 0 {
+			fmt.Fprintf(os.Stderr, "leftover networks with plumb.test=%s: %v\n", testRun, ns)
+			code = 1
+		}
 		cli.Close()
 	}
 	if code == 0 {

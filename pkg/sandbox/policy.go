@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/plumbhq/plumb/pkg/egress"
 )
 
 // DefaultMaxPids is the pids ceiling when the policy sets none.
@@ -53,6 +55,17 @@ type Policy struct {
 	DefaultRuntime string `yaml:"default_runtime"`
 	// AllowEgress permits network "egress" at all (nil = allowed).
 	AllowEgress *bool `yaml:"allow_egress"`
+	// EgressAllow is the allow-list of egress destinations: host patterns
+	// ("pypi.org", "*.pythonhosted.org", "example.com:443") and addresses
+	// or prefixes ("203.0.113.0/24", "[2001:db8::/32]:443"); see
+	// egress.Rule. Empty admits every public destination. Only an address
+	// rule admits a private, reserved or host address; nothing admits
+	// loopback, link-local or the metadata addresses.
+	EgressAllow []string `yaml:"egress_allow"`
+	// EgressDeny adds addresses or prefixes the proxy refuses (unless an
+	// address rule of EgressAllow names them), to the private and
+	// reserved ranges and the host's own addresses it always refuses.
+	EgressDeny []string `yaml:"egress_deny"`
 }
 
 // Validate checks the policy itself (not the engine): no negative
@@ -78,6 +91,14 @@ func (p Policy) Validate() error {
 		}
 		if _, err := path.Match(pat, ""); err != nil || pat == "" {
 			return fmt.Errorf("policy: allowed_images entry %q is neither a path.Match pattern nor a sha256:<64 hex> digest", pat)
+		}
+	}
+	if _, err := egress.ParseRules(p.EgressAllow); err != nil {
+		return fmt.Errorf("policy: egress_allow: %w", err)
+	}
+	for _, d := range p.EgressDeny {
+		if r, err := egress.ParseRule(d); err != nil || r.Host != "" || r.Port != 0 {
+			return fmt.Errorf("policy: egress_deny entry %q is not an address or prefix", d)
 		}
 	}
 	for _, r := range p.AllowedRuntimes {

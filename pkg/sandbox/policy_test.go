@@ -136,6 +136,11 @@ func TestPolicyValidate(t *testing.T) {
 		{"short digest is a pattern", Policy{AllowedImages: []string{"sha256:abc"}}, ""},
 		{"default runtime not allowed", Policy{AllowedRuntimes: []string{"runc"}, DefaultRuntime: "runsc"}, "default_runtime"},
 		{"empty runtime name", Policy{AllowedRuntimes: []string{""}}, "allowed_runtimes"},
+		{"egress allow-list", Policy{EgressAllow: []string{"pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8", "[2001:db8::/32]:443"}}, ""},
+		{"bad egress allow entry", Policy{EgressAllow: []string{"https://pypi.org"}}, "egress_allow"},
+		{"egress deny of a name", Policy{EgressDeny: []string{"pypi.org"}}, "egress_deny"},
+		{"egress deny with a port", Policy{EgressDeny: []string{"10.0.0.0/8:443"}}, "egress_deny"},
+		{"egress deny prefix", Policy{EgressDeny: []string{"198.51.100.0/24", "2001:db8::1"}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

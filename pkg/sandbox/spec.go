@@ -242,7 +242,10 @@ func containerSpec(id, worker, image, volume string, t Template, labels map[stri
 	}
 	network := container.NetworkMode("none")
 	if t.Network == NetworkEgress {
-		network = "bridge"
+		// Its own internal network, whose only other member is its
+		// egress proxy (egress.go).
+		network = container.NetworkMode(egressNetwork(id))
+		env = append(env, egressEnv()...)
 	}
 	tmpSize := min(t.MemoryBytes/4, 256<<20)
 	pids := t.Pids

@@ -97,6 +97,74 @@ func Agent(t testing.TB) []byte {
 	return agentBin
 }
 
+var (
+	egressOnce sync.Once
+	egressBin  []byte
+	egressErr  error
+)
+
+// EgressProxy returns a static plumb-egress binary built from this
+// checkout (Config.EgressProxy).
+func EgressProxy(t testing.TB) []byte {
+	t.Helper()
+	egressOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "plumb-egress")
+		if err != nil {
+			egressErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		out := filepath.Join(dir, "plumb-egress")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/plumbhq/plumb/cmd/plumb-egress")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			egressErr = fmt.Errorf("build plumb-egress: %v: %s", err, b)
+			return
+		}
+		egressBin, egressErr = os.ReadFile(out)
+	})
+	if egressErr != nil {
+		t.Fatal(egressErr)
+	}
+	return egressBin
+}
+
+// Networks lists the engine networks (names) matching any of the filters,
+// each once.
+func Networks(ctx context.Context, cli *client.Client, filters ...client.Filters) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range filters {
+		nl, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nl.Items {
+			if !seen[n.ID] {
+				seen[n.ID] = true
+				out = append(out, n.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// RemoveNetworks removes the networks matching any of the filters (their
+// containers must be gone) and returns their names.
+func RemoveNetworks(ctx context.Context, cli *client.Client, filters ...client.Filters) ([]string, error) {
+	names, err := Networks(ctx, cli, filters...)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, n := range names {
+		if _, err := cli.NetworkRemove(ctx, n, client.NetworkRemoveOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("remove network %s: %w", n, err))
+		}
+	}
+	return names, errors.Join(errs...)
+}
+
 // Runtimes returns the OCI runtimes the sandbox suites run under, by the
 // engine's names: "runc" always, and "runsc" (gVisor) when the engine
 // lists it. Under CI=true runsc is required (scripts/test-deps.sh
@@ -207,10 +275,11 @@ func SweepOnCleanup(t testing.TB, cli *client.Client, key, value string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cs, vs, err := RemoveLeftovers(ctx, cli, Label(key, value))
-		if len(cs)+len(vs) > 0 {
-			t.Logf("removed what the daemons left with %s=%s: containers %v volumes %v", key, value, cs, vs)
+		ns, nerr := RemoveNetworks(ctx, cli, Label(key, value))
+		if len(cs)+len(vs)+len(ns) > 0 {
+			t.Logf("removed what the daemons left with %s=%s: containers %v volumes %v networks %v", key, value, cs, vs, ns)
 		}
-		if err != nil {
+		if err = errors.Join(err, nerr); err != nil {
 			t.Errorf("sweep %s=%s: %v", key, value, err)
 		}
 	})
@@ -257,7 +326,7 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 	check(hc.PidsLimit != nil && *hc.PidsLimit > 0, "pids limit", hc.PidsLimit)
 	check(hc.Memory > 0 && hc.MemorySwap == hc.Memory, "memory limit with swap = memory", [2]int64{hc.Memory, hc.MemorySwap})
 	check(hc.NanoCPUs > 0, "CPU quota", hc.NanoCPUs)
-	check(hc.NetworkMode == "none" || hc.NetworkMode == "bridge", "network none or bridge", hc.NetworkMode)
+	check(hc.NetworkMode == "none" || strings.HasPrefix(string(hc.NetworkMode), "plumb-egress-"), "network none or its own egress network", hc.NetworkMode)
 	check(hc.PidMode == "" && hc.UTSMode == "" && hc.UsernsMode == "" && !hc.IpcMode.IsHost() && !hc.NetworkMode.IsHost(), "no host namespaces", hc)
 	check(len(hc.Binds) == 0, "no bind mounts", hc.Binds)
 	for _, mt := range hc.Mounts {
