@@ -87,7 +87,18 @@ func (s *expiryStore) save(exp map[string]time.Time) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), expiryFile+".*")
+	if err := writeAtomic(s.path, data, true); err != nil {
+		return err
+	}
+	s.last = exp
+	return nil
+}
+
+// writeAtomic replaces the file at path with data through a temp file in
+// its directory and a rename, so readers see the old or the new record,
+// never a partial one; sync makes the data durable before the rename.
+func writeAtomic(path string, data []byte, sync bool) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
@@ -96,16 +107,14 @@ func (s *expiryStore) save(exp map[string]time.Time) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if sync {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return err
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return err
-	}
-	s.last = exp
-	return nil
+	return os.Rename(tmp.Name(), path)
 }

@@ -757,17 +757,7 @@ func (f *jsonFile) save(v any) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(f.dir, f.name+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(f.dir, f.name))
+	// No fsync: only a host crash loses the write, and that stops the
+	// boxes too (see the claims record).
+	return writeAtomic(filepath.Join(f.dir, f.name), data, false)
 }
