@@ -2,6 +2,8 @@ package agentd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,10 +19,11 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
-	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -223,6 +226,93 @@ func fleetWait(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// restartableWorker is a real sandbox worker on a fixed loopback address
+// that can die and come back as sandboxd does: kill stops its gRPC server
+// and closes its Manager, leaving its boxes running; restart makes a new
+// Manager with the same worker name on the same engine, which re-adopts
+// them, and serves it on the same address again.
+type restartableWorker struct {
+	t    *testing.T
+	cli  sandbox.DockerAPI
+	cfg  sandbox.Config
+	name string
+	addr string
+
+	mu  sync.Mutex
+	m   *sandbox.Manager
+	srv *grpc.Server
+}
+
+func startRestartableWorker(t *testing.T) *restartableWorker {
+	t.Helper()
+	cli := sandboxtest.Docker(t)
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	run := hex.EncodeToString(b)
+	sandboxtest.SweepOnCleanup(t, cli, sandboxtest.LabelTest, run)
+	cfg := sandbox.Config{Worker: "w" + run, Agent: sandboxtest.Agent(t), ExtraLabels: sandboxtest.Labels(run)}
+	cfg.Defaults.Image = sandboxtest.Image(t, cli)
+	cfg.Defaults.MemoryBytes = 256 << 20
+	w := &restartableWorker{t: t, cli: cli, cfg: cfg, name: cfg.Worker, addr: "127.0.0.1:0"}
+	w.restart()
+	t.Cleanup(func() {
+		// The worker stops; a last Manager re-adopts and removes its boxes.
+		w.kill()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		m, err := sandbox.NewManager(ctx, w.cli, w.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+		if err != nil {
+			t.Errorf("worker %s: manager to clean up: %v", w.name, err)
+			return
+		}
+		if err := m.DeleteAll(ctx); err != nil {
+			t.Errorf("delete sandboxes: %v", err)
+		}
+		m.Close()
+	})
+	return w
+}
+
+// restart starts a Manager (re-adopting the worker's boxes) and serves it.
+func (w *restartableWorker) restart() {
+	w.t.Helper()
+	m, err := sandbox.NewManager(context.Background(), w.cli, w.cfg, sandbox.WithLogger(zaptest.NewLogger(w.t).Named(w.name)))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", w.addr)
+	if err != nil {
+		m.Close()
+		w.t.Fatal(err)
+	}
+	srv := grpc.NewServer(daemon.ServerAuth(nil)...)
+	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, zaptest.NewLogger(w.t)))
+	go func() { _ = srv.Serve(lis) }()
+	w.mu.Lock()
+	w.m, w.srv, w.addr = m, srv, lis.Addr().String()
+	w.mu.Unlock()
+}
+
+// kill stops serving and closes the Manager; the boxes keep running.
+func (w *restartableWorker) kill() {
+	w.mu.Lock()
+	m, srv := w.m, w.srv
+	w.m, w.srv = nil, nil
+	w.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Stop()
+	m.Close()
+}
+
+// sandboxes lists the worker's sandboxes (its Manager's view).
+func (w *restartableWorker) sandboxes() []sandbox.Info {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m.List(nil)
+}
+
 // TestFleet (issue 10 item 7): three sandbox workers and two agentd
 // replicas on one PostgreSQL. Runs spread across the workers; when a
 // worker is lost mid-run only the runs whose sandbox lives there fail,
@@ -230,7 +320,8 @@ func fleetWait(t *testing.T, what string, cond func() bool) {
 // mid-run (its database connections cut, its lease left to expire), the
 // other replica takes the thread over, a client attached there sees it
 // complete, and the committed step is neither lost nor repeated; when
-// the lost worker comes back, its sandboxes are used again.
+// the lost worker comes back (a new Manager with its name), it re-adopts
+// its sandboxes and agentd uses them again, files and all.
 func TestFleet(t *testing.T) {
 	dsn := pgtest.New(t)
 	u, err := url.Parse(dsn)
@@ -244,14 +335,12 @@ func TestFleet(t *testing.T) {
 	ua.Host = pgfw.addr
 
 	var (
-		ws    []*sandboxsvctest.Worker
-		fws   []*forwarder
+		ws    []*restartableWorker
 		addrs []string
 	)
 	for range 3 {
-		w := sandboxsvctest.StartWorker(t, sandbox.Config{})
-		fw := startForwarder(t, w.Addr)
-		ws, fws, addrs = append(ws, w), append(fws, fw), append(addrs, fw.addr)
+		w := startRestartableWorker(t)
+		ws, addrs = append(ws, w), append(addrs, w.addr)
 	}
 	gate := make(chan struct{})
 	var gateOnce sync.Once
@@ -286,9 +375,8 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("sandboxes by worker = %v; want more than one worker used", perWorker)
 	}
 	for _, w := range ws {
-		list, err := w.Client.ListSandboxes(fleetCtx(t), &plumbv1.ListSandboxesRequest{})
-		if err != nil || len(list.GetSandboxes()) != len(perWorker[w.Name]) {
-			t.Fatalf("worker %s has %v (%v); want %d sandboxes", w.Name, list.GetSandboxes(), err, len(perWorker[w.Name]))
+		if got := w.sandboxes(); len(got) != len(perWorker[w.name]) {
+			t.Fatalf("worker %s has %v; want %d sandboxes", w.name, got, len(perWorker[w.name]))
 		}
 	}
 
@@ -343,10 +431,9 @@ func TestFleet(t *testing.T) {
 
 	// (b) A worker is lost while runs are under way on every thread.
 	lost := ws[0]
-	lostFw := fws[0]
-	for i, w := range ws {
-		if len(perWorker[w.Name]) > 0 {
-			lost, lostFw = ws[i], fws[i]
+	for _, w := range ws {
+		if len(perWorker[w.name]) > 0 {
+			lost = w
 			break
 		}
 	}
@@ -364,7 +451,7 @@ func TestFleet(t *testing.T) {
 		})
 	}
 	fleetWait(t, "every run at the gate", func() bool { return b.policy.gated.Load() == int64(len(threads)) })
-	lostFw.stop()
+	lost.kill()
 	openGate()
 	wg.Wait()
 	for i, thread := range threads {
@@ -379,10 +466,10 @@ func TestFleet(t *testing.T) {
 				lostEvents = append(lostEvents, l)
 			}
 		}
-		if workerOf(thread) == lost.Name {
-			wantResult(t, o.results, "g1", true, lost.Name)
-			if len(lostEvents) != 1 || lostEvents[0].GetWorker() != lost.Name {
-				t.Errorf("thread %s on the lost worker: sandbox_lost events %v; want one naming %s", thread, lostEvents, lost.Name)
+		if workerOf(thread) == lost.name {
+			wantResult(t, o.results, "g1", true, lost.name)
+			if len(lostEvents) != 1 || lostEvents[0].GetWorker() != lost.name {
+				t.Errorf("thread %s on the lost worker: sandbox_lost events %v; want one naming %s", thread, lostEvents, lost.name)
 			}
 		} else {
 			wantResult(t, o.results, "g1", false)
@@ -392,16 +479,28 @@ func TestFleet(t *testing.T) {
 		}
 	}
 
-	// (d) The worker comes back at its address: agentd uses its sandboxes
-	// (with their files) again.
-	lostFw.start()
-	for _, thread := range perWorker[lost.Name] {
+	// (d) The worker comes back at its address under the same name: it
+	// re-adopts its boxes and agentd uses them (with their files) again.
+	lost.restart()
+	adopted := map[string]bool{}
+	for _, info := range lost.sandboxes() {
+		adopted[info.ID] = true
+	}
+	for _, thread := range perWorker[lost.name] {
+		th, err := b.core.Store.(threadRecords).Thread(fleetCtx(t), thread)
+		if err != nil || !adopted[th.SandboxID] {
+			t.Fatalf("thread %s: sandbox %s not re-adopted by %s (adopted %v, %v)", thread, th.SandboxID, lost.name, adopted, err)
+		}
+
 		_, evs, results, err := fleetRun(t, b, thread, "read")
 		if err != nil || !completed(evs) {
 			t.Fatalf("read run on %s after the worker came back: %v (events %v)", thread, err, evs)
 		}
 		if r := wantResult(t, results, "r1", false, "step-w1"); r != nil && strings.Contains(r.GetContent(), resetMarker) {
 			t.Errorf("thread %s: workspace reset after its worker came back: %s", thread, r.GetContent())
+		}
+		if after := workerOf(thread); after != lost.name {
+			t.Errorf("thread %s moved to worker %s", thread, after)
 		}
 	}
 }
