@@ -967,7 +967,7 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   t.WorkingDir,
-		Cmd: agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened),
+		Cmd:          agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened),
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)
