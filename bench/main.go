@@ -161,13 +161,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			rows = append(rows, Row{Scenario: sc.ids[0] + suffix(sc), Name: "scenario slow", Verdict: verdictSlow,
 				Notes: fmt.Sprintf("took %v, over its %v budget; the figures are complete", took.Round(time.Second), budget)})
 		}
+		if sc.unhardened {
+			hardeningCost(rep.Rows, rows)
+		}
 		for _, r := range rows {
 			e.log("%s %s: p50 %s %s", r.Scenario, r.Name, fmtVal(r.P50, r.Unit), r.Verdict)
 		}
 		rep.Rows = append(rep.Rows, rows...)
 	}
 
-	hardeningCost(rep.Rows)
 	e.log("cleanup")
 	rep.Leftovers = e.close()
 	if len(rep.Leftovers) > 0 {
@@ -303,13 +305,14 @@ func withUnhardened(picked []scenario) []scenario {
 	return out
 }
 
-// hardeningCost gives each measured unhardened row the hardened row of
-// the same scenario, runtime and name as its first baseline, so that its
-// ratio is hardened ÷ unhardened p50: how many times slower the hardening
-// makes the operation (1.00× = free). Unhardened rows have no target.
-func hardeningCost(rows []Row) {
+// hardeningCost gives each measured unhardened row the earlier hardened
+// row of the same scenario, runtime and name as its first baseline, so
+// that its ratio is hardened ÷ unhardened p50: how many times slower the
+// hardening makes the operation (1.00× = free). Unhardened rows have no
+// target.
+func hardeningCost(earlier, rows []Row) {
 	hardened := map[[2]string]Row{}
-	for _, r := range rows {
+	for _, r := range earlier {
 		if r.N > 0 && !strings.HasSuffix(r.Scenario, "-unhardened") {
 			hardened[[2]string{r.Scenario, r.Name}] = r
 		}
