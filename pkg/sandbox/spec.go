@@ -229,6 +229,8 @@ func (t Template) Home() string {
 // containerSpec builds the hardened container configuration. Every
 // sandbox gets these settings; nothing a request says can weaken them
 // (no privileged mode, no capabilities, no host namespaces, no host paths).
+// The one exception is Config.Unhardened, for benchmarks only, which the
+// manager applies with unharden after this.
 //
 // PID 1 and the agent run as AgentUser with only AgentCaps; commands run as
 // the sandbox user (the agent's --uid/--gid). The engine keeps no log of
