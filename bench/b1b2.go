@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/moby/moby/client"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 )
@@ -43,6 +46,9 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	defer e.dropBox(bx)
+	if err := e.checkHardening(ctx, bx); err != nil {
+		return nil, err
+	}
 	cli := e.docker
 
 	// Fixture: files for read/edit (one per side, since edits mutate),
@@ -65,6 +71,17 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 	for _, r := range res {
 		if r.Err != nil {
 			return nil, fmt.Errorf("fixture %s: %v", r.Path, r.Err)
+		}
+	}
+	if e.unhardened {
+		// The unhardened agent writes as root; the baselines exec as the
+		// sandbox user, which must still reach the fixture.
+		r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "chmod -R a+rwX " + b1Dir})
+		if err == nil && (r.ExitCode == nil || *r.ExitCode != 0) {
+			err = fmt.Errorf("exited %v: %s", r.ExitCode, r.Output)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fixture chmod: %w", err)
 		}
 	}
 
@@ -226,6 +243,9 @@ func runB2(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	defer e.dropBox(bx)
+	if err := e.checkHardening(ctx, bx); err != nil {
+		return nil, err
+	}
 	ours := &probe{name: "Execute(true)", warm: e.scale(30, 10), n: e.scale(500, 100), f: func(ctx context.Context) error {
 		r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "true"})
 		if err == nil && (r.ExitCode == nil || *r.ExitCode != 0) {
@@ -246,4 +266,29 @@ func runB2(ctx context.Context, e *env) ([]Row, error) {
 	r.judge(r.P50 <= 5 && ratio >= 10)
 	r.note("includes fork/exec of /bin/sh -c true inside the sandbox")
 	return []Row{r}, nil
+}
+
+// checkHardening verifies that a B1/B2 box is what its rows say: hardened
+// (read-only root, capabilities dropped, commands as the sandbox user) or,
+// for the -unhardened rows, none of that (commands as root).
+func (e *env) checkHardening(ctx context.Context, bx *box) error {
+	res, err := e.docker.ContainerInspect(ctx, bx.cid, client.ContainerInspectOptions{})
+	if err != nil {
+		return err
+	}
+	hc := res.Container.HostConfig
+	hardened := hc.ReadonlyRootfs && len(hc.CapDrop) > 0 && slices.Contains(hc.SecurityOpt, "no-new-privileges:true")
+	plain := !hc.ReadonlyRootfs && len(hc.CapDrop) == 0 && !slices.Contains(hc.SecurityOpt, "no-new-privileges:true")
+	if (e.unhardened && !plain) || (!e.unhardened && !hardened) {
+		return fmt.Errorf("sandbox %s: unhardened=%v but read-only root %v, cap drop %v, security opts %v",
+			bx.id, e.unhardened, hc.ReadonlyRootfs, hc.CapDrop, hc.SecurityOpt)
+	}
+	r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "id -u"})
+	if err != nil {
+		return err
+	}
+	if root := strings.TrimSpace(r.Output) == "0"; root != e.unhardened {
+		return fmt.Errorf("sandbox %s: unhardened=%v but commands run as uid %s", bx.id, e.unhardened, strings.TrimSpace(r.Output))
+	}
+	return nil
 }

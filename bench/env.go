@@ -55,6 +55,11 @@ type env struct {
 	// runtime is the OCI runtime of the sandboxes newBox creates ("" =
 	// the engine's default).
 	runtime string
+	// unhardened makes newBox create its sandboxes on unhardenedW, a
+	// second worker with sandbox.Config.Unhardened (rows B1-unhardened,
+	// B2-unhardened: what the hardening costs).
+	unhardened  bool
+	unhardenedW *worker
 }
 
 // worker is a sandbox Manager on the local engine served as SandboxService
@@ -122,6 +127,25 @@ func (e *env) sandboxWorker(ctx context.Context) (*worker, error) {
 		return nil, err
 	}
 	e.worker = w
+	return w, nil
+}
+
+// unhardenedWorker starts the worker of unhardened sandboxes on first
+// use: the same defaults as the main worker, without the container
+// hardening and the agent's sandbox user (benchmarks only).
+func (e *env) unhardenedWorker(ctx context.Context) (*worker, error) {
+	if e.unhardenedW != nil {
+		return e.unhardenedW, nil
+	}
+	cli, err := e.engineClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := e.startWorker(ctx, cli, sandbox.Config{Worker: "benchu" + e.runID, Unhardened: true})
+	if err != nil {
+		return nil, err
+	}
+	e.unhardenedW = w
 	return w, nil
 }
 
@@ -193,11 +217,17 @@ type box struct {
 	id  string
 	cid string // its container, for the Engine-API baselines
 	b   *sbbackend.Backend
+	w   *worker // the worker that created it
 }
 
-// newBox creates a sandbox through the gRPC API.
+// newBox creates a sandbox through the gRPC API (on the unhardened worker
+// when e.unhardened is set).
 func (e *env) newBox(ctx context.Context) (*box, error) {
-	w, err := e.sandboxWorker(ctx)
+	get := e.sandboxWorker
+	if e.unhardened {
+		get = e.unhardenedWorker
+	}
+	w, err := get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +240,7 @@ func (e *env) newBox(ctx context.Context) (*box, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &box{id: sb.GetId(), cid: info.ContainerID, b: sbbackend.New(w.conn, sb.GetId(), sbbackend.HomeOf(sb))}, nil
+	return &box{id: sb.GetId(), cid: info.ContainerID, b: sbbackend.New(w.conn, sb.GetId(), sbbackend.HomeOf(sb)), w: w}, nil
 }
 
 // createRequest is the CreateSandbox request of the benchmark sandboxes:
@@ -224,12 +254,12 @@ func (e *env) createRequest() *plumbv1.CreateSandboxRequest {
 // dropBox deletes a sandbox (cleanup: errors only reach the log, and the
 // leftover check at the end catches what was not removed).
 func (e *env) dropBox(b *box) {
-	if b == nil || e.worker == nil {
+	if b == nil || b.w == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := e.worker.c.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: b.id}); err != nil {
+	if _, err := b.w.c.DeleteSandbox(ctx, &plumbv1.DeleteSandboxRequest{SandboxId: b.id}); err != nil {
 		e.log("delete sandbox %s: %v", b.id, err)
 	}
 }
@@ -242,7 +272,10 @@ func (e *env) close() []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if w := e.worker; w != nil {
+	for _, w := range []*worker{e.worker, e.unhardenedW} {
+		if w == nil {
+			continue
+		}
 		if err := w.stop(ctx); err != nil {
 			e.log("delete sandboxes: %v", err)
 		}

@@ -25,6 +25,9 @@ type scenario struct {
 	// runtime is the OCI runtime its sandboxes use ("" = the engine's
 	// default); see -runtimes.
 	runtime string
+	// unhardened runs it against unhardened sandboxes (rows B1-unhardened
+	// etc.); see -unhardened.
+	unhardened bool
 	// budget is the time the scenario should take in full and quick mode.
 	// Over it, the scenario is reported as slow (with its time); it is
 	// stopped only at hardStop × budget (or the run's limit), and then
@@ -71,6 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
 	runtimes := fs.String("runtimes", "runc", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones")
+	unhardened := fs.Bool("unhardened", true, "also run B1 and B2 against unhardened sandboxes (no capability drop, no-new-privileges, seccomp, read-only root, ulimits or sandbox user), right after the hardened ones under each runtime: rows B1-unhardened etc., whose ratio is hardened ÷ unhardened p50, the cost of the hardening")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -84,6 +88,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
+	}
+	if *unhardened {
+		picked = withUnhardened(picked)
 	}
 
 	lg := zap.NewNop()
@@ -102,9 +109,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *quick {
 		limit = 2 * time.Minute
 	}
-	// Each extra runtime adds its B1-B3 budgets.
+	// Each extra runtime adds its B1-B3 budgets, and each unhardened
+	// scenario its own.
 	for _, sc := range picked {
-		if sc.runtime != "" && sc.runtime != "runc" {
+		if sc.unhardened || (sc.runtime != "" && sc.runtime != "runc") {
 			limit += map[bool]time.Duration{true: sc.quickBudget, false: sc.budget}[*quick]
 		}
 	}
@@ -125,35 +133,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case *quick:
 			budget = sc.quickBudget
 		}
-		e.log("%s: start", strings.Join(sc.ids, "/"))
+		e.log("%s: start", strings.Join(sc.ids, "/")+suffix(sc))
 		sctx, scancel := context.WithCancel(ctx)
 		if budget > 0 {
 			sctx, scancel = context.WithTimeout(ctx, hardStop*budget)
 		}
 		began := time.Now()
-		e.runtime = sc.runtime
+		e.runtime, e.unhardened = sc.runtime, sc.unhardened
 		rows, err := safeRun(sctx, e, sc)
 		took := time.Since(began)
 		stopped := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		scancel()
-		if sc.runtime != "" && sc.runtime != "runc" {
-			for i := range rows {
-				rows[i].Scenario += "-" + sc.runtime
-			}
+		for i := range rows {
+			rows[i].Scenario += suffix(sc)
 		}
 		switch {
 		case err != nil && stopped:
 			// The harness' own deadline (the scenario's hard stop or the
 			// run's limit) ended it: slow, not wrong.
-			rows = append(rows, Row{Scenario: sc.ids[0], Name: "scenario slow", Verdict: verdictSlow,
+			rows = append(rows, Row{Scenario: sc.ids[0] + suffix(sc), Name: "scenario slow", Verdict: verdictSlow,
 				Notes: fmt.Sprintf("stopped after %v (budget %v, hard stop %v); the machine is loaded, rerun for the missing rows (cause: %v)",
 					took.Round(time.Second), budget, hardStop*budget, err)})
 		case err != nil:
 			rep.OK = false
-			rows = append(rows, Row{Scenario: sc.ids[0], Name: "scenario errored", Verdict: verdictFail, Error: err.Error()})
+			rows = append(rows, Row{Scenario: sc.ids[0] + suffix(sc), Name: "scenario errored", Verdict: verdictFail, Error: err.Error()})
 		case budget > 0 && took > budget:
-			rows = append(rows, Row{Scenario: sc.ids[0], Name: "scenario slow", Verdict: verdictSlow,
+			rows = append(rows, Row{Scenario: sc.ids[0] + suffix(sc), Name: "scenario slow", Verdict: verdictSlow,
 				Notes: fmt.Sprintf("took %v, over its %v budget; the figures are complete", took.Round(time.Second), budget)})
+		}
+		if sc.unhardened {
+			hardeningCost(rep.Rows, rows)
 		}
 		for _, r := range rows {
 			e.log("%s %s: p50 %s %s", r.Scenario, r.Name, fmtVal(r.P50, r.Unit), r.Verdict)
@@ -263,4 +272,67 @@ func withRuntimes(picked []scenario, runtimes string) ([]scenario, error) {
 		}
 	}
 	return out, nil
+}
+
+// suffix is what a scenario's rows add to their id: its runtime other
+// than runc, then "-unhardened".
+func suffix(sc scenario) string {
+	n := ""
+	if sc.runtime != "" && sc.runtime != "runc" {
+		n += "-" + sc.runtime
+	}
+	if sc.unhardened {
+		n += "-unhardened"
+	}
+	return n
+}
+
+// hardenedVsUnhardened are the scenarios -unhardened repeats against
+// unhardened sandboxes.
+var hardenedVsUnhardened = map[string]bool{"B1": true, "B2": true}
+
+// withUnhardened follows each picked B1 and B2 scenario (under each
+// runtime) with the same scenario against unhardened sandboxes.
+func withUnhardened(picked []scenario) []scenario {
+	var out []scenario
+	for _, sc := range picked {
+		out = append(out, sc)
+		if hardenedVsUnhardened[sc.ids[0]] {
+			sc.unhardened = true
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// hardeningCost gives each measured unhardened row the earlier hardened
+// row of the same scenario, runtime and name as its first baseline, so
+// that its ratio is hardened ÷ unhardened p50: how many times slower the
+// hardening makes the operation (1.00× = free). Unhardened rows have no
+// target.
+func hardeningCost(earlier, rows []Row) {
+	hardened := map[[2]string]Row{}
+	for _, r := range earlier {
+		if r.N > 0 && !strings.HasSuffix(r.Scenario, "-unhardened") {
+			hardened[[2]string{r.Scenario, r.Name}] = r
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		base, ok := strings.CutSuffix(r.Scenario, "-unhardened")
+		if !ok || r.N == 0 {
+			continue
+		}
+		r.Target, r.Verdict = "— (ratio = hardening cost)", verdictInfo
+		h, ok := hardened[[2]string{base, r.Name}]
+		if !ok {
+			r.note("no hardened row to compare with in this run")
+			continue
+		}
+		ratio := 0.0
+		if r.P50 > 0 {
+			ratio = h.P50 / r.P50
+		}
+		r.Baselines = append([]Baseline{{Name: "hardened " + base + " (same run): ratio = hardened ÷ unhardened", P50: h.P50, Ratio: ratio}}, r.Baselines...)
+	}
 }

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
 
 // TestQuickB8 runs the harness the way `make bench` does, in quick mode
@@ -148,5 +151,111 @@ func TestSlowScenarioIsNotAnError(t *testing.T) {
 				t.Fatalf("slow row without its time and budget: %+v", rep.Rows[1])
 			}
 		})
+	}
+}
+
+// TestQuickUnhardened runs B2 in quick mode with its unhardened twin (the
+// default) on the local engine and checks that both rows ran and verified
+// their results (the scenario itself checks that each box is hardened or
+// not, as its rows say), that the twin carries the hardened row as its
+// ratio, and that nothing was left behind.
+func TestQuickUnhardened(t *testing.T) {
+	sandboxtest.Docker(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"-quick", "-no-budget", "-only", "b2", "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	files, err := filepath.Glob(filepath.Join(out, "*.json"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("results: %v %v", files, err)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rep.Rows {
+		got = append(got, r.Scenario)
+	}
+	if !rep.OK || strings.Join(got, ",") != "B2,B2-unhardened,cleanup" {
+		t.Fatalf("report ok=%v with rows %v: %s", rep.OK, got, b)
+	}
+	h, u := rep.Rows[0], rep.Rows[1]
+	if h.N == 0 || h.P50 <= 0 || h.Verdict == verdictFail {
+		t.Errorf("hardened row %+v", h)
+	}
+	if u.N == 0 || u.P50 <= 0 || u.Verdict != verdictInfo || len(u.Baselines) != 2 {
+		t.Fatalf("unhardened row %+v", u)
+	}
+	if c := u.Baselines[0]; !strings.HasPrefix(c.Name, "hardened B2") || c.P50 != h.P50 || c.Ratio != h.P50/u.P50 {
+		t.Errorf("hardening cost %+v, want hardened p50 %v over %v", c, h.P50, u.P50)
+	}
+	if rep.Rows[2].Verdict != verdictPass {
+		t.Errorf("cleanup %+v", rep.Rows[2])
+	}
+}
+
+func TestWithUnhardened(t *testing.T) {
+	for _, tc := range []struct {
+		name, only, runtimes string
+		want                 []string // scenarios as their rows name them
+	}{
+		{name: "B1 and B2 get a twin", only: "B1,B2,B3", runtimes: "runc", want: []string{"B1", "B1-unhardened", "B2", "B2-unhardened", "B3"}},
+		{name: "under each runtime", only: "B2", runtimes: "runc,runsc", want: []string{"B2", "B2-unhardened", "B2-runsc", "B2-runsc-unhardened"}},
+		{name: "others get none", only: "B8", runtimes: "runc", want: []string{"B8"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			picked, err := pick(tc.only)
+			if err == nil {
+				picked, err = withRuntimes(picked, tc.runtimes)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, sc := range withUnhardened(picked) {
+				got = append(got, sc.ids[0]+suffix(sc))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHardeningCost(t *testing.T) {
+	earlier := []Row{
+		{Scenario: "B2", Name: "x", N: 10, P50: 3},
+		{Scenario: "B2-runsc", Name: "x", N: 10, P50: 8},
+	}
+	rows := []Row{
+		{Scenario: "B2-unhardened", Name: "x", N: 10, P50: 2, Verdict: verdictMiss, Baselines: []Baseline{{Name: "exec", P50: 20, Ratio: 10}}},
+		{Scenario: "B2-runsc-unhardened", Name: "x", N: 10, P50: 4, Verdict: verdictPass},
+		{Scenario: "B2-unhardened", Name: "not in the hardened run", N: 10, P50: 1},
+		{Scenario: "B2-unhardened", Name: "scenario slow", Verdict: verdictSlow},
+	}
+	hardeningCost(earlier, rows)
+	for i, want := range []struct {
+		verdict string
+		ratios  []float64
+	}{
+		{verdictInfo, []float64{1.5, 10}},
+		{verdictInfo, []float64{2}},
+		{verdictInfo, nil},
+		{verdictSlow, nil},
+	} {
+		var ratios []float64
+		for _, b := range rows[i].Baselines {
+			ratios = append(ratios, b.Ratio)
+		}
+		if rows[i].Verdict != want.verdict || !slices.Equal(ratios, want.ratios) {
+			t.Errorf("row %d: %+v, want verdict %s and ratios %v", i, rows[i], want.verdict, want.ratios)
+		}
 	}
 }

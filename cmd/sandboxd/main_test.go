@@ -55,6 +55,7 @@ func TestBadStartInputs(t *testing.T) {
 		{"negative quota", nil, []string{"--max-sandboxes", "-1"}, "must not be negative"},
 		{"missing egress proxy binary", nil, []string{"--egress-proxy-binary", "/nonexistent/plumb-egress"}, "plumb-egress binary"},
 		{"bad egress allow-list", nil, []string{"--policy-egress-allow", "pypi.org,http://x"}, "egress_allow"},
+		{"unhardened sandboxes (benchmarks only)", nil, []string{"--config", "testdata/unhardened.yaml"}, "field unhardened not found"},
 		{"own label key", nil, []string{"--config", "testdata/own-label.yaml"}, `"plumb.worker" is one of plumb's own label keys`},
 		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
 		{"bad TLS certificate", nil, []string{"--tls-cert", "testdata/own-label.yaml", "--tls-key", "testdata/own-label.yaml"}, "testdata/own-label.yaml"},

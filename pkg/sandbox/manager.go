@@ -11,7 +11,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,6 +115,16 @@ type Config struct {
 	// EgressProxy is the static plumb-egress binary that egress sandboxes'
 	// proxies run (nil = network egress is refused; see egress.go).
 	EgressProxy []byte
+	// Unhardened is for benchmarks only: never in sandboxd. It measures
+	// what the hardening costs (bench rows B1-unhardened, B2-unhardened):
+	// sandbox containers get the engine's defaults instead of
+	// containerSpec's hardening (default capabilities, no
+	// no-new-privileges, seccomp unconfined, a writable root, no ulimits)
+	// and the agent keeps root's identity for files and commands (no
+	// --uid/--gid, agent.Config.User nil). sandboxd's configuration has no
+	// field for it, so no config file and no request can set it.
+	// NewManager refuses it with Pools.
+	Unhardened bool
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -194,6 +203,9 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	}
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, &ConfigError{Err: err}
+	}
+	if cfg.Unhardened && len(cfg.Pools) > 0 {
+		return nil, &ConfigError{Err: errors.New("unhardened sandboxes (benchmarks only) cannot have warm pools")}
 	}
 	cfg.Defaults.Runtime = cmpOr(cfg.Defaults.Runtime, cfg.Policy.DefaultRuntime)
 	cfg.Defaults = cfg.Defaults.Merge(DefaultTemplate)
@@ -522,6 +534,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		}
 	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
+	if m.cfg.Unhardened {
+		unharden(hc)
+	}
 	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
@@ -569,7 +584,11 @@ func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
 	}
 	// The agent must have taken the sandbox user's identity for files and
 	// commands; anything else means box code could run as the agent.
-	if uid, gid, _ := parseUser(m.cfg.User); h.UID != uid || h.GID != gid {
+	uid, gid, _ := parseUser(m.cfg.User)
+	if m.cfg.Unhardened {
+		uid, gid = 0, 0 // benchmarks only: the agent keeps root's identity
+	}
+	if h.UID != uid || h.GID != gid {
 		return fmt.Errorf("agent runs files and commands as %d:%d, want the sandbox user %d:%d", h.UID, h.GID, uid, gid)
 	}
 	return nil
@@ -948,8 +967,7 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   t.WorkingDir,
-		Cmd: []string{AgentPath, "serve", "--root", root, "--workspace", t.WorkingDir,
-			"--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid)},
+		Cmd:          agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened),
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)

@@ -229,6 +229,8 @@ func (t Template) Home() string {
 // containerSpec builds the hardened container configuration. Every
 // sandbox gets these settings; nothing a request says can weaken them
 // (no privileged mode, no capabilities, no host namespaces, no host paths).
+// The one exception is Config.Unhardened, for benchmarks only, which the
+// manager applies with unharden after this.
 //
 // PID 1 and the agent run as AgentUser with only AgentCaps; commands run as
 // the sandbox user (the agent's --uid/--gid). The engine keeps no log of
@@ -295,6 +297,28 @@ func containerSpec(id, worker, image, volume string, t Template, labels map[stri
 		},
 	}
 	return cfg, hc
+}
+
+// unharden undoes containerSpec's hardening for Config.Unhardened
+// (benchmarks only): the engine's default capabilities, no
+// no-new-privileges, seccomp unconfined, a writable root and no ulimits.
+// Resource limits (memory, CPUs, pids), the network and the mounts stay.
+func unharden(hc *container.HostConfig) {
+	hc.CapDrop, hc.CapAdd = nil, nil
+	hc.SecurityOpt = []string{"seccomp=unconfined"}
+	hc.ReadonlyRootfs = false
+	hc.Ulimits = nil
+}
+
+// agentCmd is the command line of `sandbox-agent serve`: with the sandbox
+// user's uid and gid, or without them when unhardened (benchmarks only),
+// so that the agent keeps root's identity.
+func agentCmd(root, workspace string, uid, gid int, unhardened bool) []string {
+	cmd := []string{AgentPath, "serve", "--root", root, "--workspace", workspace}
+	if unhardened {
+		return cmd
+	}
+	return append(cmd, "--uid", strconv.Itoa(uid), "--gid", strconv.Itoa(gid))
 }
 
 // sandboxLabels are the labels that let a restarted worker re-adopt the
