@@ -27,7 +27,9 @@ import (
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // fleetPolicy answers every model call of the fleet test from the request
@@ -122,7 +124,7 @@ backends: {default: sandbox}
 			return ""
 		},
 		Logger:     lg,
-		WorkerDial: tenant.DialOptions(),
+		WorkerDial: append(tenant.DialOptions(), grpc.WithPerRPCCredentials(daemon.BearerToken(fleetWorkerToken))),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,14 +138,15 @@ backends: {default: sandbox}
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(daemon.ServerAuth(nil)...)
+	gs := grpc.NewServer(daemon.ServerAuth(fleetCredentials(t, fleetClientToken, false))...)
 	plumbv1.RegisterAgentServiceServer(gs, svc)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		_ = gs.Serve(lis)
 	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(daemon.BearerToken(fleetClientToken)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +288,7 @@ func (w *restartableWorker) restart() {
 		m.Close()
 		w.t.Fatal(err)
 	}
-	srv := grpc.NewServer(daemon.ServerAuth(nil)...)
+	srv := grpc.NewServer(daemon.ServerAuth(fleetCredentials(w.t, fleetWorkerToken, true))...)
 	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, zaptest.NewLogger(w.t)))
 	go func() { _ = srv.Serve(lis) }()
 	w.mu.Lock()
@@ -349,6 +352,17 @@ func TestFleet(t *testing.T) {
 	a := startReplica(t, "replica-a", ua.String(), strings.Join(addrs, ","), &fleetPolicy{hang: true, gate: gate})
 	b := startReplica(t, "replica-b", dsn, strings.Join(addrs, ","), &fleetPolicy{gate: gate})
 	reps := []*replica{a, b}
+
+	// Without its token, a worker turns a caller away.
+	anon, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = plumbv1.NewSandboxServiceClient(anon).ListSandboxes(fleetCtx(t), &plumbv1.ListSandboxesRequest{})
+	anon.Close()
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a worker called without a token: %v, want Unauthenticated", err)
+	}
 
 	workerOf := func(thread string) string {
 		th, err := b.core.Store.(threadRecords).Thread(fleetCtx(t), thread)
@@ -503,4 +517,21 @@ func TestFleet(t *testing.T) {
 			t.Errorf("thread %s moved to worker %s", thread, after)
 		}
 	}
+}
+
+// The fleet's daemons check bearer tokens, as they do off loopback:
+// clients present one to the replicas, the replicas another (a forwarder's,
+// whose plumb-tenant header counts) to the workers.
+const (
+	fleetClientToken = "fleet-client-token"
+	fleetWorkerToken = "fleet-worker-token"
+)
+
+func fleetCredentials(t *testing.T, token string, forwards bool) *daemon.Credentials {
+	t.Helper()
+	c, err := daemon.LoadCredentials("", token, forwards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
