@@ -278,7 +278,10 @@ func recvAttach(e *env, thread string, after uint64) ([]*plumbv1.Event, error) {
 // cancels the runs still going.
 func TestShutdownCancelsRemainingRuns(t *testing.T) {
 	e := newEnv(t)
-	e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":10000}`)))
+	// A "late" run that slips in before the shutdown begins answers from
+	// the text turns.
+	e.srv.Script("main", modeltest.Calls(call("c1", "sleep", `{"ms":10000}`)),
+		modeltest.Text("late"), modeltest.Text("late"), modeltest.Text("late"), modeltest.Text("late"))
 	s, err := e.c.Run(e.ctx(), runReq("", "sleep"))
 	if err != nil {
 		t.Fatal(err)
