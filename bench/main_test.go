@@ -22,25 +22,9 @@ import (
 // it checks that the scenario runs and verifies its results, not its speed.
 func TestQuickB8(t *testing.T) {
 	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"-quick", "-no-budget", "-only", "b8", "-out", out}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
-	}
-	if !strings.Contains(stdout.String(), "| # | scenario | n | p50 |") {
-		t.Errorf("no markdown table on stdout:\n%s", &stdout)
-	}
-	files, err := filepath.Glob(filepath.Join(out, "*.json"))
-	if err != nil || len(files) != 1 {
-		t.Fatalf("results: %v %v", files, err)
-	}
-	b, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
+	rep, b, stdout := runQuick(t, out, "b8")
+	if !strings.Contains(stdout, "| # | scenario | n | p50 |") {
+		t.Errorf("no markdown table on stdout:\n%s", stdout)
 	}
 	if !rep.OK || !rep.Quick || len(rep.Rows) != 5 {
 		t.Fatalf("report ok=%v quick=%v with %d rows: %s", rep.OK, rep.Quick, len(rep.Rows), b)
@@ -162,23 +146,7 @@ func TestSlowScenarioIsNotAnError(t *testing.T) {
 func TestQuickUnhardened(t *testing.T) {
 	sandboxtest.Docker(t)
 	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"-quick", "-no-budget", "-only", "b2", "-out", out}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
-	}
-	files, err := filepath.Glob(filepath.Join(out, "*.json"))
-	if err != nil || len(files) != 1 {
-		t.Fatalf("results: %v %v", files, err)
-	}
-	b, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b, _ := runQuick(t, out, "b2")
 	var got []string
 	for _, r := range rep.Rows {
 		got = append(got, r.Scenario)
@@ -258,4 +226,29 @@ func TestHardeningCost(t *testing.T) {
 			t.Errorf("row %d: %+v, want verdict %s and ratios %v", i, rows[i], want.verdict, want.ratios)
 		}
 	}
+}
+
+// runQuick runs the harness in quick mode without budgets on the scenarios
+// only names, writing into out, and returns its report, the report's JSON
+// and what it printed.
+func runQuick(t *testing.T, out, only string) (Report, []byte, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"-quick", "-no-budget", "-only", only, "-out", out}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	files, err := filepath.Glob(filepath.Join(out, "*.json"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("results: %v %v", files, err)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, b, stdout.String()
 }
