@@ -162,6 +162,20 @@ type RunResult struct {
 	Error *RunError
 }
 
+// loadLeased takes the in-process lease of an existing thread and loads
+// it; the caller must call release once the segment is done.
+func (r *Runner) loadLeased(ctx context.Context, threadID string) (td *ThreadData, release func(), err error) {
+	release, ok := r.lease(threadID)
+	if !ok {
+		return nil, nil, fmt.Errorf("thread %s is busy: %w", threadID, ErrThreadBusy)
+	}
+	if td, err = r.store.LoadThread(ctx, threadID); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return td, release, nil
+}
+
 func (r *Runner) lease(threadID string) (func(), bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -311,15 +325,11 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
 		attribute.String(AttrThreadID, in.ThreadID), attribute.String(AttrConversation, in.ThreadID)))
 	defer func() { endRun(span, res, err) }()
-	release, ok := r.lease(in.ThreadID)
-	if !ok {
-		return nil, fmt.Errorf("thread %s is busy: %w", in.ThreadID, ErrThreadBusy)
-	}
-	defer release()
-	td, err := r.store.LoadThread(ctx, in.ThreadID)
+	td, release, err := r.loadLeased(ctx, in.ThreadID)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if td.Interrupt == nil || td.Pending == nil {
 		return nil, fmt.Errorf("thread %s has no pending interrupt: %w", in.ThreadID, ErrNoPendingInterrupt)
 	}
@@ -377,15 +387,11 @@ func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res
 	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
 		attribute.String(AttrThreadID, in.ThreadID), attribute.String(AttrConversation, in.ThreadID)))
 	defer func() { endRun(span, res, err) }()
-	release, ok := r.lease(in.ThreadID)
-	if !ok {
-		return nil, fmt.Errorf("thread %s is busy: %w", in.ThreadID, ErrThreadBusy)
-	}
-	defer release()
-	td, err := r.store.LoadThread(ctx, in.ThreadID)
+	td, release, err := r.loadLeased(ctx, in.ThreadID)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if td.LastRun == nil || td.LastRun.Status != StatusRunning || td.Interrupt != nil || (in.RunID != "" && td.LastRun.RunID != in.RunID) {
 		return nil, fmt.Errorf("thread %s: %w", in.ThreadID, ErrNotRunning)
 	}
