@@ -71,19 +71,12 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		tag = s.newTag()
 	}
 	cmd := s.command(p, pw, tag)
-	if s.raise {
-		err = spawnAsRoot(*s.as, cmd.Start)
-	} else {
-		err = cmd.Start()
-	}
+	serr := s.start(cmd, "execute")
 	pw.Close() // the children hold it now
-	if err != nil {
+	if serr != nil {
 		pr.Close()
 		closeOffload(s.root, off, p, false)
-		if errors.Is(err, fs.ErrNotExist) {
-			return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnsupported, "", "execute: this sandbox image has no %s", Shell)
-		}
-		return backend.ExecuteResult{}, backend.Errorf(backend.CodeInternal, "", "execute: start %s: %v", Shell, err)
+		return backend.ExecuteResult{}, serr
 	}
 	pgid := cmd.Process.Pid
 	lg := s.lg.With(zap.Int("pgid", pgid))
@@ -185,6 +178,25 @@ func (s *server) command(p plan, out *os.File, tag uint32) *exec.Cmd {
 		cmd.SysProcAttr.Credential = s.as.credential(tag)
 	}
 	return cmd
+}
+
+// start starts cmd as the sandbox user (raising a thread to root first
+// where the agent runs with the user's effective ids); the error names op.
+func (s *server) start(cmd *exec.Cmd, op string) *backend.Error {
+	var err error
+	if s.raise {
+		err = spawnAsRoot(*s.as, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return backend.Errorf(backend.CodeUnsupported, "", "%s: this sandbox image has no %s", op, Shell)
+	default:
+		return backend.Errorf(backend.CodeInternal, "", "%s: start %s: %v", op, Shell, err)
+	}
 }
 
 // end ends a command: SIGTERM to its process group and to every process

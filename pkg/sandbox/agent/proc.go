@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"sync"
 	"syscall"
@@ -100,7 +99,6 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 		s.mu.Unlock()
 	}()
 
-	var files []*os.File // the child's ends, closed once it started
 	pipe := func() (r, w *os.File) {
 		if err == nil {
 			r, w, err = os.Pipe()
@@ -110,7 +108,6 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	inR, inW := pipe()
 	outR, outW := pipe()
 	errR, errW := pipe()
-	files = append(files, inR, outW, errW)
 	closeAll := func(fs ...*os.File) {
 		for _, f := range fs {
 			if f != nil {
@@ -127,18 +124,11 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	}
 	cmd := s.command(pl, outW, p.tag)
 	cmd.Stdin, cmd.Stderr = inR, errW
-	if s.raise {
-		err = spawnAsRoot(*s.as, cmd.Start)
-	} else {
-		err = cmd.Start()
-	}
-	closeAll(files...)
-	if err != nil {
+	serr := s.start(cmd, "process")
+	closeAll(inR, outW, errW) // the child's ends: the child holds them now
+	if serr != nil {
 		closeAll(inW, outR, errR)
-		if errors.Is(err, fs.ErrNotExist) {
-			return agentproto.Failure(req.ID, backend.Errorf(backend.CodeUnsupported, "", "process: this sandbox image has no %s", Shell))
-		}
-		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInternal, "", "process: start %s: %v", Shell, err))
+		return agentproto.Failure(req.ID, serr)
 	}
 	p.pgid = cmd.Process.Pid
 	p.mu.Lock()
