@@ -89,3 +89,23 @@ func CheckSignal(name string) error {
 	}
 	return Errorf(CodeInvalidArgument, "", "unknown signal %s; use one of HUP, INT, QUIT, KILL, USR1, USR2, TERM", Quote(name))
 }
+
+// ProcessStarterOf returns b's process starter: b itself, or, for a
+// routing backend (one with Default, such as the composite backend), that
+// of the backend it routes the rest to. Nil when there is none.
+func ProcessStarterOf(b Backend) ProcessStarter {
+	for range 4 { // routing backends nest a level or two, never in a loop
+		if b == nil {
+			return nil
+		}
+		if ps, ok := b.(ProcessStarter); ok {
+			return ps
+		}
+		d, ok := b.(interface{ Default() Backend })
+		if !ok {
+			return nil
+		}
+		b = d.Default()
+	}
+	return nil
+}

@@ -170,7 +170,7 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 			MaxEventSize:         s.srv.maxMessageBytes(),
 		}
 	} else {
-		ps := processStarter(s.b)
+		ps := backend.ProcessStarterOf(s.b)
 		if ps == nil {
 			return nil, ErrNoProcesses
 		}
@@ -395,25 +395,6 @@ type procOut struct{ p backend.Process }
 
 func (o procOut) Read(b []byte) (int, error) { return o.p.Stdout().Read(b) }
 func (o procOut) Close() error               { return o.p.Close() }
-
-// processStarter finds the backend's process starter, looking through a
-// routing backend to its default backend.
-func processStarter(b backend.Backend) backend.ProcessStarter {
-	for range 4 {
-		if b == nil {
-			return nil
-		}
-		if ps, ok := b.(backend.ProcessStarter); ok {
-			return ps
-		}
-		d, ok := b.(interface{ Default() backend.Backend })
-		if !ok {
-			return nil
-		}
-		b = d.Default()
-	}
-	return nil
-}
 
 // tail keeps the last stderrTail bytes written to it.
 type tail struct {

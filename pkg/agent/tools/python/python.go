@@ -115,21 +115,15 @@ func WithClock(now func() time.Time) Option { return func(m *Manager) { m.now = 
 // routing backend (backend/composite), when it starts processes and
 // executes commands.
 func DefaultResolver(b backend.Backend) (backend.ProcessStarter, backend.Executor) {
-	ex, _ := b.(backend.Executor)
-	for range 4 {
-		if ps, ok := b.(backend.ProcessStarter); ok {
-			if ex == nil {
-				ex, _ = b.(backend.Executor)
-			}
-			return ps, ex
-		}
-		d, ok := b.(interface{ Default() backend.Backend })
-		if !ok {
-			return nil, nil
-		}
-		b = d.Default()
+	ps := backend.ProcessStarterOf(b)
+	if ps == nil {
+		return nil, nil
 	}
-	return nil, nil
+	ex, ok := b.(backend.Executor)
+	if !ok {
+		ex, _ = ps.(backend.Executor)
+	}
+	return ps, ex
 }
 
 // Manager owns the interpreters: one per thread, started on the first
