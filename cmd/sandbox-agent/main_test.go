@@ -47,7 +47,7 @@ func initChild() int {
 		return 3
 	}
 	fmt.Print(string(out))
-	return runInit()
+	return runInit(nil, os.Stderr)
 }
 
 func TestInitReapsOrphans(t *testing.T) {

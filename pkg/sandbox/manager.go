@@ -533,7 +533,11 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			return nil, err
 		}
 	}
-	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
+	serve, err := m.serveCmd(t)
+	if err != nil {
+		return nil, err
+	}
+	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels, serve)
 	if m.cfg.Unhardened {
 		unharden(hc)
 	}
@@ -545,14 +549,24 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
+	// The first channel is the container's own stdio, attached before the
+	// start: PID 1 starts the agent on it, so greeting the box costs no
+	// exec (later channels are execs, see dial).
+	att, err := m.api.ContainerAttach(ectx, c.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("attach sandbox agent: %w", err)
+	}
+	if _, err := m.install(sb, m.demux(att.HijackedResponse)); err != nil {
+		return nil, err
+	}
 	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
 	if err := stopped(); err != nil {
 		return nil, err
 	}
-	// Open the agent channel and greet the agent now, so a sandbox that
-	// cannot run it fails its create instead of its first operation.
+	// Greet the agent now, so a sandbox that cannot run it fails its
+	// create instead of its first operation.
 	if err := m.hello(ctx, sb); err != nil {
 		if err := stopped(); err != nil {
 			return nil, err
@@ -880,7 +894,7 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 		sb.mu.Unlock()
 		return ch, nil
 	}
-	id, cid, t := sb.info.ID, sb.info.ContainerID, sb.info.Settings
+	cid, t := sb.info.ContainerID, sb.info.Settings
 	sb.mu.Unlock()
 
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -889,22 +903,27 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), channelOptions{
-		budget:      m.budget,
-		onViolation: func(err error) { m.violation(sb, err) },
-	})
+	return m.install(sb, s)
+}
+
+// install makes a channel over s sb's channel, unless another caller's
+// won meanwhile or sb can no longer be used; s is closed then.
+func (m *Manager) install(sb *sandbox, s stream) (*channel, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if err := sb.unusable(); err != nil {
-		ch.close()
+		_ = s.c.Close()
 		return nil, err
 	}
 	if sb.ch != nil && !sb.ch.broken() {
-		ch.close() // another caller's dial won
+		_ = s.c.Close() // another caller's dial won
 		return sb.ch, nil
 	}
-	sb.ch = ch
-	return ch, nil
+	sb.ch = newChannel(s, m.lg.With(zap.String("sandbox-id", sb.info.ID)), channelOptions{
+		budget:      m.budget,
+		onViolation: func(err error) { m.violation(sb, err) },
+	})
+	return sb.ch, nil
 }
 
 // dialTimeout bounds opening an agent channel (two engine calls).
@@ -948,13 +967,22 @@ func (m *Manager) violation(sb *sandbox, err error) {
 	}()
 }
 
-// dial starts `sandbox-agent serve` with one exec and attaches its stdio.
-func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, error) {
+// serveCmd is the agent's command line for a sandbox of template t.
+func (m *Manager) serveCmd(t Template) ([]string, error) {
 	root := t.FilesRoot
 	if root == "" {
 		root = "/"
 	}
 	uid, gid, err := parseUser(m.cfg.User)
+	if err != nil {
+		return nil, err
+	}
+	return agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened), nil
+}
+
+// dial starts `sandbox-agent serve` with one exec and attaches its stdio.
+func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, error) {
+	serve, err := m.serveCmd(t)
 	if err != nil {
 		return stream{}, err
 	}
@@ -967,7 +995,7 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   t.WorkingDir,
-		Cmd:          agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened),
+		Cmd:          serve,
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)
@@ -976,16 +1004,22 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 	if err != nil {
 		return stream{}, fmt.Errorf("attach sandbox agent: %w", err)
 	}
+	return m.demux(att.HijackedResponse), nil
+}
+
+// demux makes an agent stream of an attached (multiplexed) stdio
+// connection: requests go to its stdin, responses come from its stdout,
+// and what the agent writes to stderr is logged, bounded.
+func (m *Manager) demux(att client.HijackedResponse) stream {
 	pr, pw := io.Pipe()
 	go func() {
-		// Agent stderr is diagnostics only; it is logged, bounded.
 		_, err := stdcopy.StdCopy(pw, &logWriter{lg: m.lg, max: 64 << 10}, att.Reader)
 		if err == nil {
 			err = io.EOF
 		}
 		pw.CloseWithError(err)
 	}()
-	return stream{r: pr, w: att.Conn, c: closerFunc(func() error { att.Close(); return pr.Close() })}, nil
+	return stream{r: pr, w: att.Conn, c: closerFunc(func() error { att.Close(); return pr.Close() })}
 }
 
 type closerFunc func() error

@@ -323,6 +323,50 @@ func TestRestartReadoptsSandboxes(t *testing.T) {
 	if r := exec(t, m2, info.ID, "cat /workspace/note", 30); r.Output != "kept\n" {
 		t.Fatalf("workspace after restart: %q", r.Output)
 	}
+	// The first agent served the container's stdio, which the engine
+	// closed when the old worker detached: it is gone, and the re-adopted
+	// box is served by the one agent the new worker started.
+	waitAgents(t, m2, info.ID, 1)
+}
+
+// countAgents is a command that prints how many agents serve in the box.
+const countAgents = `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^/.plumb/sandbox-agent serve '`
+
+// waitAgents waits until exactly want agents serve in the box (an agent
+// whose channel closed exits on its own time).
+func waitAgents(t *testing.T, m *sandbox.Manager, id string, want int) {
+	t.Helper()
+	got := ""
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got = exec(t, m, id, countAgents, 30).Output; got == fmt.Sprintf("%d\n", want) {
+			return
+		}
+	}
+	t.Fatalf("agents serving in the box: %q, want %d", got, want)
+}
+
+// TestFirstChannelIsTheContainersStdio checks that a new sandbox is
+// greeted and served without any exec: its first agent is PID 1's child on
+// the container's own stdio, attached before the start.
+func TestFirstChannelIsTheContainersStdio(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	for _, rt := range sandboxtest.Runtimes(t, e.cli) {
+		t.Run(rt, func(t *testing.T) {
+			info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: rt}})
+			if r := exec(t, m, info.ID, "echo $PPID; cut -d' ' -f4 /proc/$PPID/stat", 60); !strings.HasSuffix(r.Output, "\n1\n") {
+				t.Fatalf("agent pid and its parent: %q, want the agent to be PID 1's child", r.Output)
+			}
+			c, err := e.cli.ContainerInspect(context.Background(), info.ContainerID, client.ContainerInspectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ids := c.Container.ExecIDs; len(ids) != 0 {
+				t.Fatalf("the sandbox was served through %d execs, want none", len(ids))
+			}
+			waitAgents(t, m, info.ID, 1)
+		})
+	}
 }
 
 func TestContainerKilledFromOutside(t *testing.T) {

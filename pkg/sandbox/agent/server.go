@@ -191,6 +191,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		uploads:   map[string]*fileops.TempFile{},
 		downloads: map[string]*fileops.DownloadFile{},
 		procs:     map[uint64]*proc{},
+		lastTag:   firstTag(),
 	}
 
 	loopDone := make(chan error, 1)

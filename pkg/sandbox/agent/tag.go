@@ -2,6 +2,8 @@ package agent
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"os"
 	"strconv"
@@ -25,12 +27,24 @@ import (
 // the user's own gid: new files take the effective gid.
 const tagBase = 1 << 30
 
-// newTag returns a tag no other command of this agent carries.
+// newTag returns a tag no other command of this agent carries. A box can
+// have several agents over its life (the first on the container's stdio,
+// then one per later channel), and background processes of one agent's
+// commands outlive it with their tags; each agent therefore starts at a
+// random point of the 2^30 tags (firstTag), so the next agent's tags do
+// not meet the old ones but by a 1-in-2^30 chance per live tag.
 func (s *server) newTag() uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastTag++
 	return tagBase + s.lastTag%tagBase
+}
+
+// firstTag returns a random starting point for an agent's tags.
+func firstTag() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) % tagBase
 }
 
 // signalTagged sends sig to every live process that carries tag and
