@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 	"syscall"
 )
 
@@ -22,6 +24,7 @@ import (
 // container is created with StdinOnce), the agent stops, and init goes on
 // reaping; later channels are opened with an exec, as before.
 func runInit(args []string, stderr io.Writer) int {
+	keepThreads()
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -62,6 +65,37 @@ func startServe(args []string) error {
 	_ = os.Stdin.Close()
 	_ = os.Stdout.Close()
 	return nil
+}
+
+// spareThreads is how many idle OS threads init keeps (see keepThreads).
+const spareThreads = 4
+
+// keepThreads makes init need no new OS thread later. Box code shares the
+// container's pids limit with init, and a fork bomb can use every pid; a Go
+// program that then fails to create a thread dies, and PID 1 dying ends
+// the sandbox. Init runs on one P and makes spareThreads threads up front
+// (each held by a locked goroutine until all exist, then let go), which
+// the scheduler reuses instead of creating new ones.
+func keepThreads() {
+	runtime.GOMAXPROCS(1)
+	var held sync.WaitGroup
+	release := make(chan struct{})
+	done := make(chan struct{}, spareThreads)
+	held.Add(spareThreads)
+	for range spareThreads {
+		go func() {
+			runtime.LockOSThread()
+			held.Done()
+			<-release
+			runtime.UnlockOSThread() // the thread goes idle, not away
+			done <- struct{}{}
+		}()
+	}
+	held.Wait()
+	close(release)
+	for range spareThreads {
+		<-done
+	}
 }
 
 // reapAll collects every exited child without blocking.
