@@ -40,6 +40,10 @@ import (
 //     and reserved ranges, and answers 403 with a reason.
 //   - the box gets HTTP_PROXY, HTTPS_PROXY (and lower-case forms) naming the
 //     proxy.
+//   - the box's DNS server (HostConfig.DNS) is its network's gateway
+//     address, which nothing holds (egressDNS): the engine's embedded
+//     resolver answers the proxy's name and has no upstream it can reach
+//     for any other name, whatever the host's resolv.conf says.
 //
 // Neither carries LabelWorker or LabelSandbox (the adopt loop would take
 // them for sandboxes); they carry LabelEgressFor and LabelEgressWorker,
@@ -149,13 +153,14 @@ func (m *Manager) egressTag() string {
 }
 
 // setupEgress creates sandbox id's network and starts its proxy; the box
-// container is created on the network afterwards. On error the caller
-// removes whatever was created (removeEgress).
-func (m *Manager) setupEgress(ctx context.Context, id string) error {
+// container is created on the network afterwards, with the returned
+// address as its only DNS server (egressDNS). On error the caller removes
+// whatever was created (removeEgress).
+func (m *Manager) setupEgress(ctx context.Context, id string) (dns netip.Addr, err error) {
 	if _, err := m.egressImage(ctx); err != nil {
-		return err
+		return dns, err
 	}
-	_, err := m.api.NetworkCreate(ctx, egressNetwork(id), client.NetworkCreateOptions{
+	_, err = m.api.NetworkCreate(ctx, egressNetwork(id), client.NetworkCreateOptions{
 		Driver:   "bridge",
 		Internal: true,
 		Options: map[string]string{
@@ -166,9 +171,43 @@ func (m *Manager) setupEgress(ctx context.Context, id string) error {
 		Labels: m.egressLabels(id),
 	})
 	if err != nil {
-		return fmt.Errorf("create egress network: %w", err)
+		return dns, fmt.Errorf("create egress network: %w", err)
 	}
-	return m.startProxy(ctx, id)
+	ni, err := m.api.NetworkInspect(ctx, egressNetwork(id), client.NetworkInspectOptions{})
+	if err != nil {
+		return dns, fmt.Errorf("inspect egress network: %w", err)
+	}
+	if dns, err = egressDNS(ni.Network); err != nil {
+		return dns, err
+	}
+	return dns, m.startProxy(ctx, id)
+}
+
+// egressDNS is the DNS server an egress box is given: its network's
+// gateway address. With inhibit_ipv4 no interface holds it (the bridge has
+// no address and IPAM never hands the gateway to a container), so a query
+// the engine's embedded resolver forwards for the box, from the box's
+// network namespace, reaches no one.
+//
+// Naming a server matters even though it answers nothing: without one the
+// resolver forwards to the host's resolv.conf servers, and a loopback
+// server there (a local dnsmasq, unbound, 127.0.0.1) is queried from the
+// engine's own namespace, past the internal network (measured on Engine
+// 20.10; CVE-2024-29018, fixed in Engine 23.0.11, 25.0.4 and 26.0). Servers
+// named in HostConfig.DNS are always queried from the container's
+// namespace.
+func egressDNS(n network.Inspect) (netip.Addr, error) {
+	for _, c := range n.IPAM.Config {
+		if !c.Subnet.Addr().Is4() {
+			continue
+		}
+		if c.Gateway.IsValid() {
+			return c.Gateway, nil
+		}
+		// IPAM's default gateway: the subnet's first address.
+		return c.Subnet.Masked().Addr().Next(), nil
+	}
+	return netip.Addr{}, fmt.Errorf("egress network %s has no IPv4 subnet", n.Name)
 }
 
 // startProxy creates and starts sandbox id's proxy container on its

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -525,8 +526,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
+	var dns netip.Addr
 	if t.Network == NetworkEgress {
-		if err := m.setupEgress(ectx, id); err != nil {
+		if dns, err = m.setupEgress(ectx, id); err != nil {
 			return nil, err
 		}
 		if err := stopped(); err != nil {
@@ -538,6 +540,10 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		return nil, err
 	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels, serve)
+	if dns.IsValid() {
+		// The box's only DNS server leads nowhere (egressDNS).
+		hc.DNS = []netip.Addr{dns}
+	}
 	if m.cfg.Unhardened {
 		unharden(hc)
 	}
