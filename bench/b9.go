@@ -174,6 +174,12 @@ func boxRows(ctx context.Context, e *env, boxes []*box, workerRSS float64) (inBo
 	} else {
 		inBox.note("PSS not read: smaps_rollup needs ptrace access to the box's processes (run as root)")
 	}
+	if info, err := e.docker.Info(ctx, client.InfoOptions{}); err == nil {
+		// Whether boxes share the binary's pages depends on it: kernel
+		// overlayfs maps the image layer's one file, while fuse-overlayfs
+		// gives each container its own inodes, hence its own page cache.
+		inBox.note("storage driver %s", info.Info.Driver)
+	}
 	if len(cg) > 0 {
 		inBox.note("container cgroup memory as `docker stats` shows it (usage minus inactive file cache, incl. kernel memory) p50 %s",
 			fmtVal(median(cg), unitMiB))
