@@ -17,7 +17,8 @@
 // the label plumb.bench=<run id>, and the run asserts that none remains).
 //
 // Flags: -quick for a ~1 minute smoke run, -only B1,B2 to pick scenarios,
-// -out for the results directory, -v for worker logs.
+// -out for the results directory, -v for worker logs, -cpuprofile DIR for
+// one CPU profile per scenario (DIR/B1.pprof…).
 //
 // This is a program, not a test suite: it asserts behavior only as far as
 // needed to know that what it timed did the work (sizes, counts, exit

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -76,8 +78,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	runtimes := fs.String("runtimes", "runc", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones")
 	unhardened := fs.Bool("unhardened", true, "also run B1 and B2 against unhardened sandboxes (no capability drop, no-new-privileges, seccomp, read-only root, ulimits or sandbox user), right after the hardened ones under each runtime: rows B1-unhardened etc., whose ratio is hardened ÷ unhardened p50, the cost of the hardening")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
+	cpuprofile := fs.String("cpuprofile", "", "write one CPU profile per scenario into this directory, as <scenario>.pprof (B1.pprof, B3.pprof, B1-unhardened.pprof…); the worker runs in this process, so a profile covers the worker, its gRPC server and the harness' client, not dockerd or the sandbox agent")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuprofile != "" {
+		if err := os.MkdirAll(*cpuprofile, 0o755); err != nil {
+			fmt.Fprintln(stderr, "bench: -cpuprofile:", err)
+			return 2
+		}
 	}
 	picked, err := pick(*only)
 	if err != nil {
@@ -140,8 +149,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		began := time.Now()
 		e.runtime, e.unhardened = sc.runtime, sc.unhardened
+		stopProfile, perr := startProfile(*cpuprofile, sc)
+		if perr != nil {
+			e.log("%v", perr)
+			rep.OK = false
+		}
 		rows, err := safeRun(sctx, e, sc)
 		took := time.Since(began)
+		if perr := stopProfile(); perr != nil {
+			e.log("%v", perr)
+			rep.OK = false
+		}
 		stopped := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		scancel()
 		for i := range rows {
@@ -213,6 +231,32 @@ func safeRun(ctx context.Context, e *env, sc scenario) (rows []Row, err error) {
 		}
 	}()
 	return sc.run(ctx, e)
+}
+
+// startProfile starts a CPU profile of scenario sc into dir (nothing when
+// dir is empty) and returns what stops it and writes the file.
+func startProfile(dir string, sc scenario) (stop func() error, err error) {
+	nop := func() error { return nil }
+	if dir == "" {
+		return nop, nil
+	}
+	p := filepath.Join(dir, sc.ids[0]+suffix(sc)+".pprof")
+	f, err := os.Create(p)
+	if err != nil {
+		return nop, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		os.Remove(p)
+		return nop, fmt.Errorf("cpu profile %s: %w", p, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile %s: %w", p, err)
+		}
+		return nil
+	}, nil
 }
 
 // pick selects the scenarios named in only (all when empty).

@@ -169,6 +169,40 @@ func TestQuickUnhardened(t *testing.T) {
 	}
 }
 
+// TestQuickB9 runs B9 in quick mode on the local engine and checks its
+// rows: the sandboxes were created and answered, and the memory of the
+// processes plumb runs inside each box was read (the scenario itself
+// fails when a box has no sandbox-agent process to read).
+func TestQuickB9(t *testing.T) {
+	sandboxtest.Docker(t)
+	out := t.TempDir()
+	rep, b, _ := runQuick(t, out, "b9")
+	var got []string
+	for _, r := range rep.Rows {
+		got = append(got, r.Scenario+": "+r.Name)
+	}
+	want := []string{
+		"B9: idle sandboxes live at once on one worker (9)",
+		"B9: worker heap per idle sandbox",
+		"B9: in-box agent memory per box (RSS)",
+		"B9: everything plumb adds per box (worker RSS growth + in-box RSS)",
+		"cleanup: leftovers by label plumb.bench",
+	}
+	if !rep.OK || !slices.Equal(got, want) {
+		t.Fatalf("report ok=%v with rows %q: %s", rep.OK, got, b)
+	}
+	inBox, total := rep.Rows[2], rep.Rows[3]
+	if inBox.N != 8 || inBox.P50 <= 0 || inBox.Verdict != verdictInfo || !strings.Contains(inBox.Notes, "sandbox-agent") {
+		t.Errorf("in-box row %+v", inBox)
+	}
+	if total.N != 8 || total.P50 <= 0 || (total.Verdict != verdictPass && total.Verdict != verdictMiss) {
+		t.Errorf("total row %+v", total)
+	}
+	if rep.Rows[4].Verdict != verdictPass {
+		t.Errorf("cleanup %+v", rep.Rows[4])
+	}
+}
+
 func TestWithUnhardened(t *testing.T) {
 	for _, tc := range []struct {
 		name, only, runtimes string
@@ -251,4 +285,28 @@ func runQuick(t *testing.T, out, only string) (Report, []byte, string) {
 		t.Fatal(err)
 	}
 	return rep, b, stdout.String()
+}
+
+// TestStartProfile: -cpuprofile writes <scenario><suffix>.pprof, and
+// nothing without the flag.
+func TestStartProfile(t *testing.T) {
+	dir := t.TempDir()
+	stop, err := startProfile("", scenario{ids: []string{"B8"}})
+	if err != nil || stop() != nil {
+		t.Fatalf("no directory: %v", err)
+	}
+	stop, err = startProfile(dir, scenario{ids: []string{"B1"}, unhardened: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1000 {
+		_ = strings.Repeat("x", 100)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "B1-unhardened.pprof"))
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("profile: %v %v", fi, err)
+	}
 }
