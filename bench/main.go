@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/moby/moby/client"
 	"io"
 	"os"
 	"os/signal"
@@ -75,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run, e.g. B1,B2 (default all)")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
-	runtimes := fs.String("runtimes", "runc", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones")
+	runtimes := fs.String("runtimes", "auto", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones; auto: runc, and runsc when the engine has it")
 	unhardened := fs.Bool("unhardened", true, "also run B1 and B2 against unhardened sandboxes (no capability drop, no-new-privileges, seccomp, read-only root, ulimits or sandbox user), right after the hardened ones under each runtime: rows B1-unhardened etc., whose ratio is hardened ÷ unhardened p50, the cost of the hardening")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	cpuprofile := fs.String("cpuprofile", "", "write one CPU profile per scenario into this directory, as <scenario>.pprof (B1.pprof, B3.pprof, B1-unhardened.pprof…); the worker runs in this process, so a profile covers the worker, its gRPC server and the harness' client, not dockerd or the sandbox agent")
@@ -92,6 +93,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
+	}
+	if *runtimes == "auto" {
+		*runtimes = autoRuntimes(ctx)
 	}
 	picked, err = withRuntimes(picked, *runtimes)
 	if err != nil {
@@ -291,6 +295,26 @@ func pick(only string) ([]scenario, error) {
 		}
 	}
 	return out, nil
+}
+
+// autoRuntimes is runc, plus runsc when the local engine has it registered
+// (an unreachable engine gets runc: its scenarios report the error).
+func autoRuntimes(ctx context.Context) string {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return "runc"
+	}
+	defer cli.Close()
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	info, err := cli.Info(ictx, client.InfoOptions{})
+	if err != nil {
+		return "runc"
+	}
+	if _, ok := info.Info.Runtimes["runsc"]; ok {
+		return "runc,runsc"
+	}
+	return "runc"
 }
 
 // perRuntime are the scenarios -runtimes repeats under each runtime.

@@ -268,7 +268,7 @@ func TestHardeningCost(t *testing.T) {
 func runQuick(t *testing.T, out, only string) (Report, []byte, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"-quick", "-no-budget", "-only", only, "-out", out}, &stdout, &stderr)
+	code := run(t.Context(), []string{"-quick", "-no-budget", "-runtimes", "runc", "-only", only, "-out", out}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
