@@ -174,6 +174,9 @@ type sandbox struct {
 	released bool
 	// member: an unclaimed warm-pool box (counted in Manager.pools).
 	member bool
+	// image is the ID of the image its container runs (pool boxes are
+	// replaced when their template's image moves).
+	image string
 }
 
 // Option customizes a Manager.
@@ -502,7 +505,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		labels[LabelPool] = spec.pool // its owner is recorded when claimed
 	}
 	volume := volumeName(id)
-	sb := &sandbox{member: spec.pool != "", info: Info{
+	sb := &sandbox{member: spec.pool != "", image: image, info: Info{
 		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template, Tenant: tenantOf(spec.Tenant),
 		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
 	}}
@@ -1097,7 +1100,7 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 			continue
 		}
 		if c.Labels[LabelPool] != "" {
-			m.adoptPooled(ctx, c.ID, id, c.Labels, t, created, recorded)
+			m.adoptPooled(ctx, c.ID, c.ImageID, id, c.Labels, t, created, recorded)
 			continue
 		}
 		expires, ok := recorded[id]

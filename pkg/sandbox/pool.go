@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 )
 
@@ -414,10 +415,12 @@ func (m *Manager) poolLoop(ctx context.Context) {
 }
 
 // tendPools drops the pool boxes that died, failed, outlived their idle
-// lifetime or exceed their pool's size; greets re-adopted boxes; and then
+// lifetime, run an image their template no longer resolves to (its base
+// tag moved) or exceed their pool's size; greets re-adopted boxes; and then
 // creates boxes one at a time until every pool is full. A pool whose
 // create fails is left short until the next round.
 func (m *Manager) tendPools(ctx context.Context) {
+	images := m.poolImages(ctx)
 	now := m.now()
 	var drop, greet []*sandbox
 	m.mu.Lock()
@@ -427,7 +430,7 @@ func (m *Manager) tendPools(ctx context.Context) {
 			s := mb.sb
 			s.mu.Lock()
 			dead := s.info.State != StateRunning || mb.warm && (s.ch == nil || s.ch.broken())
-			stale := !now.Before(s.info.CreatedAt.Add(p.idle))
+			stale := !now.Before(s.info.CreatedAt.Add(p.idle)) || images[p] != "" && s.image != images[p]
 			s.mu.Unlock()
 			if dead || stale || len(keep) >= p.size {
 				drop = append(drop, s)
@@ -491,6 +494,35 @@ func (m *Manager) tendPools(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// poolImages resolves each pool's template to the image a cold create
+// would run now (deriving it if its base moved), so a claim never hands
+// out a box of an older image. A pool whose image does not resolve is
+// left out: its boxes are kept, and its refill reports the error.
+func (m *Manager) poolImages(ctx context.Context) map[*pool]string {
+	m.mu.Lock()
+	ps := make([]*pool, 0, len(m.pools.byName))
+	for _, p := range m.pools.byName {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	out := make(map[*pool]string, len(ps))
+	for _, p := range ps {
+		ictx, cancel := context.WithTimeout(ctx, engineTimeout)
+		ref, err := m.images.derive(ictx, p.t.Image, m.cfg.User, p.t.WorkingDir)
+		if err == nil {
+			var di client.ImageInspectResult
+			if di, err = m.api.ImageInspect(ictx, ref); err == nil {
+				out[p] = di.ID
+			}
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			m.lg.Debug("resolve a pool's image", zap.String("template", p.name), zap.Error(err))
+		}
+	}
+	return out
 }
 
 // shortPool returns a pool with fewer boxes than its size (the emptiest
@@ -583,7 +615,7 @@ func (m *Manager) closeMembers() {
 // (the template or the agent changed, the pool is gone or smaller, or no
 // state dir holds the claims) its container is removed. It runs before
 // the manager serves anything, as adopt does.
-func (m *Manager) adoptPooled(ctx context.Context, cid, id string, labels map[string]string, t Template, created time.Time, recorded map[string]time.Time) {
+func (m *Manager) adoptPooled(ctx context.Context, cid, image, id string, labels map[string]string, t Template, created time.Time, recorded map[string]time.Time) {
 	if m.pools.claims == nil {
 		m.lg.Warn("removing a pool box: no state dir holds the claims of pool boxes", zap.String("sandbox-id", id))
 		m.removeContainer(ctx, cid, volumeName(id))
@@ -613,7 +645,7 @@ func (m *Manager) adoptPooled(ctx context.Context, cid, id string, labels map[st
 		m.removeContainer(ctx, cid, volumeName(id))
 		return
 	}
-	sb := &sandbox{member: true, info: Info{
+	sb := &sandbox{member: true, image: image, info: Info{
 		ID: id, Worker: m.cfg.Worker, ContainerID: cid, State: StateRunning, Template: name, Tenant: DefaultTenant,
 		Settings: p.t, Labels: map[string]string{}, CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(p.t.TTL),
 	}}

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -298,5 +300,75 @@ func TestPoolBadConfig(t *testing.T) {
 				t.Fatalf("error %v is not a ConfigError", err)
 			}
 		})
+	}
+}
+
+// TestPoolFollowsItsImage: when the template's image tag moves to another
+// image, the pool's boxes of the old image are replaced, so a claim hands
+// out what a cold create would run.
+func TestPoolFollowsItsImage(t *testing.T) {
+	e := poolEnv(t, 1)
+	ctx := context.Background()
+	base := "plumb-test-pool-" + e.worker + ":latest"
+	var built string
+	t.Cleanup(func() { // after the manager's own cleanup (LIFO)
+		// Children first: what was derived from the new image, then it.
+		var refs []string
+		if built != "" {
+			derived, err := e.cli.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("label", sandbox.LabelDerivedBaseID+"="+built)})
+			if err != nil {
+				t.Errorf("list derived images: %v", err)
+			}
+			for _, im := range derived.Items {
+				refs = append(refs, im.ID)
+			}
+		}
+		refs = append(refs, base)
+		if built != "" {
+			refs = append(refs, built)
+		}
+		for _, ref := range refs {
+			if _, err := e.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				t.Errorf("remove image %s: %v", ref, err)
+			}
+		}
+	})
+	if _, err := e.cli.ImageTag(ctx, client.ImageTagOptions{Source: e.image, Target: base}); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Defaults.Image = base
+	e.cfg.ReapInterval = 100 * time.Millisecond
+	m := e.manager(t)
+	waitPool(t, m, 1)
+	old := e.poolBoxes(t)
+
+	// The tag moves to an image that differs by one variable.
+	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Config: &container.Config{Image: e.image, Env: []string{"POOLIMG=2"}}})
+	if _, rerr := e.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil {
+		t.Error(rerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	built = res.ID
+	if _, err := e.cli.ImageTag(ctx, client.ImageTagOptions{Source: built, Target: base}); err != nil {
+		t.Fatal(err)
+	}
+
+	deadline := time.Now().Add(3 * time.Minute)
+	for now := e.poolBoxes(t); len(now) != 1 || now[0] == old[0]; now = e.poolBoxes(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool boxes %v after the image moved, want one new box instead of %v", now, old)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitPool(t, m, 1)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	if r := exec(t, m, info.ID, "echo $POOLIMG", 30); r.Output != "2\n" || poolOf(t, m).Hits != 1 {
+		t.Fatalf("claimed box runs %q (pool %+v), want the moved image and a hit", r.Output, poolOf(t, m))
 	}
 }
