@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"sort"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -976,16 +974,9 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 	if err != nil {
 		return stream{}, fmt.Errorf("attach sandbox agent: %w", err)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		// Agent stderr is diagnostics only; it is logged, bounded.
-		_, err := stdcopy.StdCopy(pw, &logWriter{lg: m.lg, max: 64 << 10}, att.Reader)
-		if err == nil {
-			err = io.EOF
-		}
-		pw.CloseWithError(err)
-	}()
-	return stream{r: pr, w: att.Conn, c: closerFunc(func() error { att.Close(); return pr.Close() })}, nil
+	// Agent stderr is diagnostics only; it is logged, bounded.
+	r := newDemuxReader(att.Reader, &logWriter{lg: m.lg, max: 64 << 10})
+	return stream{r: r, w: att.Conn, c: closerFunc(func() error { att.Close(); return nil })}, nil
 }
 
 type closerFunc func() error
