@@ -17,6 +17,7 @@
 // the label plumb.bench=<run id>, and the run asserts that none remains).
 //
 // Flags: -quick for a ~1 minute smoke run, -only B1,B2 to pick scenarios,
+// -cpuprofile to profile this process (the worker side) over the run,
 // -out for the results directory, -v for worker logs.
 //
 // This is a program, not a test suite: it asserts behavior only as far as

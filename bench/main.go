@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -76,8 +77,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	runtimes := fs.String("runtimes", "runc", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones")
 	unhardened := fs.Bool("unhardened", true, "also run B1 and B2 against unhardened sandboxes (no capability drop, no-new-privileges, seccomp, read-only root, ulimits or sandbox user), right after the hardened ones under each runtime: rows B1-unhardened etc., whose ratio is hardened ÷ unhardened p50, the cost of the hardening")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the worker, the agent core and the harness' clients; not the in-box agent) over the scenarios to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench: cpu profile:", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
 	}
 	picked, err := pick(*only)
 	if err != nil {
