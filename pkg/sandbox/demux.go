@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/moby/moby/client"
 )
 
 // Docker's multiplexed attach stream (a container or exec without a TTY):
@@ -21,6 +23,25 @@ const (
 	// system-error frame; the rest of the frame is skipped.
 	muxErrorBytes = 4 << 10
 )
+
+// attachSendBuffer is the socket send buffer asked for on an agent's
+// attach connection (the kernel caps it at net.core.wmem_max): upload
+// chunks then queue at dockerd in larger runs while it copies them on.
+const attachSendBuffer = 4 << 20
+
+// attachStream is the agent channel over a hijacked attach connection
+// of a process without a TTY: frames are written to the connection and
+// read from its demultiplexed stdout; stderr goes to errw.
+func attachStream(att client.HijackedResponse, errw io.Writer) stream {
+	if c, ok := att.Conn.(interface{ SetWriteBuffer(int) error }); ok {
+		_ = c.SetWriteBuffer(attachSendBuffer) // best effort: only speed
+	}
+	return stream{
+		r: newDemuxReader(att.Reader, errw),
+		w: att.Conn,
+		c: closerFunc(func() error { att.Close(); return nil }),
+	}
+}
 
 // demuxReader is the stdout of a multiplexed attach stream, read in place:
 // the payload of each stdout frame is read from the underlying reader

@@ -975,8 +975,7 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 		return stream{}, fmt.Errorf("attach sandbox agent: %w", err)
 	}
 	// Agent stderr is diagnostics only; it is logged, bounded.
-	r := newDemuxReader(att.Reader, &logWriter{lg: m.lg, max: 64 << 10})
-	return stream{r: r, w: att.Conn, c: closerFunc(func() error { att.Close(); return nil })}, nil
+	return attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10}), nil
 }
 
 type closerFunc func() error
