@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/netip"
 	"slices"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -565,7 +563,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err != nil {
 		return nil, fmt.Errorf("attach sandbox agent: %w", err)
 	}
-	if _, err := m.install(sb, m.demux(att.HijackedResponse)); err != nil {
+	if _, err := m.install(sb, attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10})); err != nil {
 		return nil, err
 	}
 	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
@@ -1013,22 +1011,8 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 	if err != nil {
 		return stream{}, fmt.Errorf("attach sandbox agent: %w", err)
 	}
-	return m.demux(att.HijackedResponse), nil
-}
-
-// demux makes an agent stream of an attached (multiplexed) stdio
-// connection: requests go to its stdin, responses come from its stdout,
-// and what the agent writes to stderr is logged, bounded.
-func (m *Manager) demux(att client.HijackedResponse) stream {
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(pw, &logWriter{lg: m.lg, max: 64 << 10}, att.Reader)
-		if err == nil {
-			err = io.EOF
-		}
-		pw.CloseWithError(err)
-	}()
-	return stream{r: pr, w: att.Conn, c: closerFunc(func() error { att.Close(); return pr.Close() })}
+	// Agent stderr is diagnostics only; it is logged, bounded.
+	return attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10}), nil
 }
 
 type closerFunc func() error

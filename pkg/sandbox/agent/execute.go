@@ -87,10 +87,18 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		co = newCoalescer(emit)
 		go co.run()
 	}
+	bufBytes := readBufBytes
+	if emit != nil {
+		// Streaming: a larger pipe lets the command write ahead while the
+		// agent sends, and a read then takes a whole chunk's worth.
+		if _, now := setPipeSize(pr, bulkPipeBytes); now > bufBytes {
+			bufBytes = min(now, chunkBytes)
+		}
+	}
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		buf := make([]byte, readBufBytes)
+		buf := make([]byte, bufBytes)
 		for {
 			n, err := pr.Read(buf)
 			if n > 0 {
@@ -434,7 +442,9 @@ func closeOffload(root *os.Root, f *os.File, p plan, keep bool) bool {
 // coalescer forwards output to a sink from its own goroutine, merging what
 // accumulates while the sink is busy into chunks of at most
 // agentproto.ChunkBytes. push blocks while a full chunk is pending, which
-// slows the command down instead of buffering without bound.
+// slows the command down instead of buffering without bound. Two buffers
+// take turns: the sink sends one while push fills the other, so no byte
+// is copied but into the pending buffer.
 type coalescer struct {
 	sink func([]byte) error
 	done chan struct{}
@@ -442,8 +452,9 @@ type coalescer struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	buf    []byte
-	closed bool // no more input
-	broken bool // the sink failed: drop input
+	spare  []byte // the buffer the sink returned, reused by run
+	closed bool   // no more input
+	broken bool   // the sink failed: drop input
 }
 
 func newCoalescer(sink func([]byte) error) *coalescer {
@@ -482,9 +493,15 @@ func (c *coalescer) run() {
 		if len(c.buf) == 0 {
 			return
 		}
-		n := min(len(c.buf), chunkBytes)
-		chunk := append([]byte(nil), c.buf[:n]...)
-		c.buf = append(c.buf[:0], c.buf[n:]...)
+		// Take the pending bytes; push continues into the spare buffer
+		// (with what exceeds one chunk, the only bytes copied here).
+		chunk := c.buf
+		c.buf = c.spare[:0]
+		if len(chunk) > chunkBytes {
+			c.buf = append(c.buf, chunk[chunkBytes:]...)
+			chunk = chunk[:chunkBytes]
+		}
+		c.spare = nil
 		c.cond.Broadcast()
 		c.mu.Unlock()
 		err := c.sink(chunk)
@@ -493,6 +510,8 @@ func (c *coalescer) run() {
 			c.broken = true
 			c.buf = nil
 			c.cond.Broadcast()
+			continue
 		}
+		c.spare = chunk[:0] // the sink is done with it
 	}
 }

@@ -117,6 +117,17 @@ type server struct {
 	procs     map[uint64]*proc // running interactive processes by request id
 	nextID    uint64           // last handle number
 	lastTag   uint32           // last command tag issued (see tagBase)
+
+	// The channel's pipes (when in and out are pipes) are grown to
+	// bulkPipeBytes while bulk bytes flow: a transfer is open or a
+	// streaming execute runs. They go back to their size when none is,
+	// so idle sandboxes hold no large pipe (the kernel counts pipe
+	// capacity against its owner's pipe-user-pages-soft, shared by every
+	// container's root).
+	in, out  any
+	streams  int    // streaming executes running
+	grown    bool   // the pipes are at bulkPipeBytes
+	pipeSize [2]int // their sizes before (0: not a pipe)
 }
 
 // Streamer is the streaming part of a file engine, which uploads and
@@ -192,6 +203,8 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		downloads: map[string]*fileops.DownloadFile{},
 		procs:     map[uint64]*proc{},
 		lastTag:   firstTag(),
+		in:        in,
+		out:       out,
 	}
 
 	loopDone := make(chan error, 1)
@@ -248,7 +261,8 @@ func (s *server) readLoop(ctx context.Context, r *agentproto.Reader) error {
 			if req.Bin > agentproto.ChunkBytes {
 				return fmt.Errorf("sandbox agent: a request payload of %d bytes exceeds %d", req.Bin, agentproto.ChunkBytes)
 			}
-			if req.Payload, err = r.ReadPayload(req.Bin); err != nil {
+			req.Payload = getChunk(req.Bin)
+			if err = r.ReadPayloadInto(req.Payload); err != nil {
 				return fmt.Errorf("sandbox agent: read a request payload: %w", err)
 			}
 		}
@@ -269,6 +283,31 @@ func (s *server) begin() bool {
 	}
 	s.wg.Add(1)
 	return true
+}
+
+// tunePipes grows the channel's pipes while bulk work is under way and
+// shrinks them back once none is; callers call it after opening or
+// closing a transfer or a streaming execute. Shrinking a pipe that still
+// holds more than its old size fails; it is retried at the next call.
+func (s *server) tunePipes() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	busy := len(s.uploads)+len(s.downloads)+s.streams > 0 && !s.closed
+	switch {
+	case busy && !s.grown:
+		s.pipeSize[0], _ = setPipeSize(s.in, bulkPipeBytes)
+		s.pipeSize[1], _ = setPipeSize(s.out, bulkPipeBytes)
+		s.grown = true
+	case !busy && s.grown:
+		s.grown = false
+		for i, f := range []any{s.in, s.out} {
+			if want := s.pipeSize[i]; want > 0 {
+				if _, now := setPipeSize(f, want); now != want {
+					s.grown = true // still holds data: retried next time
+				}
+			}
+		}
+	}
 }
 
 // dispatch handles one frame. Cheap operations whose order matters
@@ -319,7 +358,14 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 			s.mu.Unlock()
 			cancel()
 		}()
-		s.send(s.handle(rctx, req))
+		resp := s.handle(rctx, req)
+		s.send(resp)
+		// Nothing holds a payload once its request is answered: handlers
+		// use it synchronously, and send has written the response's.
+		putChunk(req.Payload)
+		if req.Op == agentproto.OpDownloadRead {
+			putChunk(resp.Data)
+		}
 	}()
 }
 
@@ -336,6 +382,16 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 		}
 		var emit func([]byte) error
 		if a.Stream {
+			s.mu.Lock()
+			s.streams++
+			s.mu.Unlock()
+			s.tunePipes()
+			defer func() {
+				s.mu.Lock()
+				s.streams--
+				s.mu.Unlock()
+				s.tunePipes()
+			}()
 			emit = func(b []byte) error {
 				return s.w.Write(agentproto.Response{ID: req.ID, Event: agentproto.EventOutput, Data: b})
 			}
@@ -561,6 +617,7 @@ func (s *server) uploadOpen(ctx context.Context, req agentproto.Request) agentpr
 	h := s.newHandle("u")
 	s.uploads[h] = tf
 	s.mu.Unlock()
+	s.tunePipes()
 	return agentproto.Result(req.ID, agentproto.UploadHandle{Handle: h})
 }
 
@@ -611,6 +668,7 @@ func (s *server) uploadChunk(req agentproto.Request) agentproto.Response {
 			s.mu.Lock()
 			delete(s.uploads, a.Handle)
 			s.mu.Unlock()
+			s.tunePipes()
 			_ = u.Abort()
 		}
 		return agentproto.Failure(req.ID, backend.FromOS("upload", u.Path(), err))
@@ -634,6 +692,7 @@ func (s *server) uploadClose(ctx context.Context, req agentproto.Request) agentp
 	u := s.uploads[a.Handle]
 	delete(s.uploads, a.Handle)
 	s.mu.Unlock()
+	s.tunePipes()
 	if !a.Commit {
 		if u != nil {
 			if err := u.Abort(); err != nil {
@@ -681,6 +740,7 @@ func (s *server) downloadOpen(ctx context.Context, req agentproto.Request) agent
 	h := s.newHandle("d")
 	s.downloads[h] = d
 	s.mu.Unlock()
+	s.tunePipes()
 	return agentproto.Result(req.ID, agentproto.DownloadHandle{Handle: h, Size: d.Size()})
 }
 
@@ -701,8 +761,9 @@ func (s *server) downloadRead(req agentproto.Request) agentproto.Response {
 		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInvalidArgument, d.Path(),
 			"download %s: read length %d is outside 0..%d", d.Path(), a.Length, agentproto.ChunkBytes))
 	}
-	buf := make([]byte, a.Length)
+	buf := getChunk(a.Length)
 	if _, err := d.ReadAt(buf, a.Offset); err != nil {
+		putChunk(buf)
 		return agentproto.Failure(req.ID, backend.FromOS("download", d.Path(), err))
 	}
 	return agentproto.Response{ID: req.ID, Done: true, Result: json.RawMessage("{}"), Data: buf}
@@ -719,6 +780,7 @@ func (s *server) downloadClose(req agentproto.Request) agentproto.Response {
 	d := s.downloads[a.Handle]
 	delete(s.downloads, a.Handle)
 	s.mu.Unlock()
+	s.tunePipes()
 	if d != nil {
 		_ = d.Close()
 	}

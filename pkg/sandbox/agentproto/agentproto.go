@@ -330,6 +330,21 @@ func (r *Reader) ReadPayload(n int) ([]byte, error) {
 	return b, nil
 }
 
+// ReadPayloadInto is ReadPayload into b, which the caller provides (a
+// reused buffer): it reads exactly len(b) bytes.
+func (r *Reader) ReadPayloadInto(b []byte) error {
+	if len(b) > r.max {
+		return ErrFrameTooLarge
+	}
+	if _, err := io.ReadFull(r.br, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
+
 // DecodeRequest parses a request frame strictly.
 func DecodeRequest(frame []byte) (Request, error) {
 	var req Request
