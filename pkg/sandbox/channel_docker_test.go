@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
+	"go.uber.org/zap/zaptest"
 )
 
 // agentProcs is a shell snippet that defines agents: the pids of the
@@ -267,4 +269,103 @@ func stoppedAgent(t *testing.T, e *env, m *sandbox.Manager, clock *fakeClock, rt
 			t.Fatal("the reaped box's container still exists")
 		}
 	})
+}
+
+// hangingEngine is the real engine, except that while hang is set an
+// ExecCreate (the dial of an agent channel) blocks until release is closed
+// or its context ends.
+type hangingEngine struct {
+	*client.Client
+	hang    atomic.Bool
+	inside  atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *hangingEngine) ExecCreate(ctx context.Context, id string, opts client.ExecCreateOptions) (client.ExecCreateResult, error) {
+	if !h.hang.Load() {
+		return h.Client.ExecCreate(ctx, id, opts)
+	}
+	h.inside.Store(true)
+	defer h.inside.Store(false)
+	h.entered <- struct{}{}
+	select {
+	case <-h.release:
+		return h.Client.ExecCreate(ctx, id, opts)
+	case <-ctx.Done():
+		return client.ExecCreateResult{}, ctx.Err()
+	}
+}
+
+// TestHungDialHoldsNoLock: while the engine hangs on the exec that opens a
+// box's agent channel, the worker still answers Get, List and KeepAlive
+// for that box, and a neighbour keeps serving; once the engine answers,
+// the box serves again. Runtime-independent (the worker's locking), so
+// under the engine's default runtime only.
+func TestHungDialHoldsNoLock(t *testing.T) {
+	e := newEnv(t)
+	h := &hangingEngine{Client: e.cli, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
+	defer cancel()
+	m, err := sandbox.NewManager(ctx, h, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.DeleteAll(ctx); err != nil {
+			t.Errorf("delete all: %v", err)
+		}
+		m.Close()
+	})
+	box := e.create(t, m, sandbox.CreateSpec{})
+	neighbour := e.create(t, m, sandbox.CreateSpec{})
+	// End the box's agent: its channel ends, and the next operation dials.
+	if out := rootExec(t, e.cli, box.ContainerID, agentProcs+`for a in $(agents); do kill -9 $a && echo killed; done`); !strings.Contains(out, "killed") {
+		t.Fatalf("kill the agent: %q", out)
+	}
+	h.hang.Store(true)
+	done := make(chan backend.ExecuteResult, 1)
+	go func() {
+		// Retried until it reaches the dial: the first attempt may still
+		// find the old channel before its end is noticed.
+		for {
+			f, err := m.Files(box.ID)
+			if err != nil {
+				done <- backend.ExecuteResult{Output: err.Error()}
+				return
+			}
+			r, err := f.Execute(ctx, backend.ExecuteRequest{Command: "echo back"})
+			if err == nil {
+				done <- r
+				return
+			}
+			if ctx.Err() != nil {
+				done <- backend.ExecuteResult{Output: err.Error()}
+				return
+			}
+		}
+	}()
+	<-h.entered
+	if _, err := m.Get(ctx, box.ID); err != nil {
+		t.Fatalf("get during the dial: %v", err)
+	}
+	if got := m.List(nil); len(got) != 2 {
+		t.Fatalf("list during the dial: %d sandboxes, want 2", len(got))
+	}
+	if _, err := m.KeepAlive(ctx, box.ID, 0); err != nil {
+		t.Fatalf("keep-alive during the dial: %v", err)
+	}
+	h.hang.Store(false) // the neighbour's channel is open; a redial must not hang
+	if r := exec(t, m, neighbour.ID, "echo alive", 60); r.Output != "alive\n" {
+		t.Fatalf("neighbour during the dial: %q", r.Output)
+	}
+	if !h.inside.Load() {
+		t.Fatal("the dial ended before the calls above returned: they waited for it")
+	}
+	close(h.release)
+	if r := <-done; r.Output != "back\n" {
+		t.Fatalf("the box once the engine answers: %q", r.Output)
+	}
 }
