@@ -26,10 +26,12 @@ agents() { for d in /proc/[0-9]*; do case "$(tr '\0' ' ' < $d/cmdline 2>/dev/nul
 // forgeScript writes into the stdout of every sandbox agent process, the
 // channel sandboxd reads: 4 MiB frames, events of unknown kinds, and a
 // final for a request never sent. It says "unreachable" when it cannot
-// write there.
+// write there. (Its first probe was `printf '' | forge | grep -q forged`:
+// under runsc that pipeline crashed the box's own gVisor sandbox in 3 of
+// 20 runs, see docs/security.md, gVisor; the probe below never did.)
 const forgeScript = agentProcs + `forge() { for a in $(agents); do cat > /proc/$a/fd/1 2>/dev/null && echo forged; done; }
 big() { printf '{"id":1,"done":true,"result":"'; head -c 4194304 /dev/zero | tr '\0' A; printf '"}\n'; }
-if ! printf '' | forge | grep -q forged; then echo unreachable; exit 0; fi
+case "$(forge </dev/null)" in *forged*) ;; *) echo unreachable; exit 0;; esac
 big | forge
 printf '{"id":1,"event":"bogus","data":""}\n' | forge
 for i in 1 2 3 4 5 6 7 8 9 10; do printf '{"id":424242,"event":"output","data":"QQ=="}\n'; done | forge
@@ -261,9 +263,20 @@ func stoppedAgent(t *testing.T, e *env, m *sandbox.Manager, clock *fakeClock, rt
 	t.Run("reaped at its TTL", func(t *testing.T) {
 		stop() // the new agent too
 		clock.Set(clock.Now().Add(ttl + time.Second))
-		got := m.Reap(context.Background())
-		if len(got) != 1 || got[0] != box.ID {
+		// The worker's own reaper loop may take it first.
+		if got := m.Reap(context.Background()); len(got) > 1 || len(got) == 1 && got[0] != box.ID {
 			t.Fatalf("reaped %v past the TTL, want [%s]", got, box.ID)
+		}
+		deadline := time.Now().Add(time.Minute) // hang guard
+		for {
+			_, err := m.Get(context.Background(), box.ID)
+			if sandbox.CodeOf(err) == sandbox.CodeNotFound {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the box past its TTL: %v, want not found", err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		if _, err := e.cli.ContainerInspect(context.Background(), box.ContainerID, client.ContainerInspectOptions{}); err == nil {
 			t.Fatal("the reaped box's container still exists")

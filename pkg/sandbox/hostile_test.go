@@ -44,8 +44,8 @@ func TestBoxCannotReachTheAgent(t *testing.T) {
 const testChannelBudget = 64 << 20
 
 // keepsServing runs attack while the neighbour sandbox answers "echo
-// alive" over and over, and fails t unless every answer came, at least
-// one of them while the attack ran and one after it.
+// alive" over and over, and fails t unless every answer came: the first
+// asked as the attack starts, more while it runs, and one after it.
 func keepsServing(t *testing.T, m *sandbox.Manager, neighbour string, attack func()) {
 	t.Helper()
 	f, err := m.Files(neighbour)
