@@ -26,9 +26,10 @@ agents() { for d in /proc/[0-9]*; do case "$(tr '\0' ' ' < $d/cmdline 2>/dev/nul
 // forgeScript writes into the stdout of every sandbox agent process, the
 // channel sandboxd reads: 4 MiB frames, events of unknown kinds, and a
 // final for a request never sent. It says "unreachable" when it cannot
-// write there. (Its first probe was `printf '' | forge | grep -q forged`:
-// under runsc that pipeline crashed the box's own gVisor sandbox in 3 of
-// 20 runs, see docs/security.md, gVisor; the probe below never did.)
+// write there. (Its first probe piped an empty printf through forge into
+// grep -q: under runsc that pipeline crashed the box's own gVisor sandbox
+// in 3 of 20 runs, see docs/security.md, gVisor; the probe below never
+// did.)
 const forgeScript = agentProcs + `forge() { for a in $(agents); do cat > /proc/$a/fd/1 2>/dev/null && echo forged; done; }
 big() { printf '{"id":1,"done":true,"result":"'; head -c 4194304 /dev/zero | tr '\0' A; printf '"}\n'; }
 case "$(forge </dev/null)" in *forged*) ;; *) echo unreachable; exit 0;; esac
