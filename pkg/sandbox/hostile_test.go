@@ -98,10 +98,10 @@ func keepsServing(t *testing.T, m *sandbox.Manager, neighbour string, attack fun
 
 // heapWatch samples the worker's (this process's) heap until check.
 type heapWatch struct {
-	budget     uint64
-	base, peak atomic.Uint64
-	stop       chan struct{}
-	done       chan struct{}
+	budget uint64
+	base   uint64
+	peak   atomic.Uint64 // written by the sampler
+	halt   func()        // stops the sampler and waits for it; idempotent
 }
 
 // watchHeap starts sampling the heap every 100 ms; check stops it and
@@ -111,15 +111,15 @@ func watchHeap(t *testing.T, budget uint64) *heapWatch {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	h := &heapWatch{budget: budget, stop: make(chan struct{}), done: make(chan struct{})}
-	h.base.Store(ms.HeapAlloc)
+	stop, done := make(chan struct{}), make(chan struct{})
+	h := &heapWatch{budget: budget, base: ms.HeapAlloc, halt: sync.OnceFunc(func() { close(stop); <-done })}
 	go func() {
-		defer close(h.done)
+		defer close(done)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
-			case <-h.stop:
+			case <-stop:
 				return
 			case <-tick.C:
 				var ms runtime.MemStats
@@ -134,20 +134,11 @@ func watchHeap(t *testing.T, budget uint64) *heapWatch {
 	return h
 }
 
-func (h *heapWatch) halt() {
-	select {
-	case <-h.stop:
-	default:
-		close(h.stop)
-	}
-	<-h.done
-}
-
 // check stops the sampler and fails t if the heap grew past the budget.
 func (h *heapWatch) check(t *testing.T) {
 	t.Helper()
 	h.halt()
-	base, peak := h.base.Load(), h.peak.Load()
+	base, peak := h.base, h.peak.Load()
 	growth := int64(peak) - int64(base)
 	t.Logf("worker heap: base %d bytes, peak %d bytes, growth %d bytes (channel budget %d)", base, peak, growth, h.budget)
 	if growth > int64(h.budget) {
