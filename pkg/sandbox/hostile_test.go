@@ -3,7 +3,10 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,13 +23,126 @@ import (
 const agentPID = `A=$PPID; `
 
 // TestBoxCannotReachTheAgent runs box code that attacks the in-box agent
-// and PID 1; every attack fails with EPERM or EACCES, and the sandbox keeps
-// serving (the channel is never reset) after each one.
+// and PID 1; every attack fails with EPERM or EACCES, the sandbox keeps
+// serving (the channel is never reset) after each one, a neighbour keeps
+// serving during each one, and the worker's heap stays within its channel
+// memory budget.
 func TestBoxCannotReachTheAgent(t *testing.T) {
 	e := newEnv(t)
+	e.cfg.ChannelMemoryBytes = testChannelBudget
 	m := e.manager(t)
+	neighbour := e.create(t, m, sandbox.CreateSpec{})
+	heap := watchHeap(t, testChannelBudget)
 	for _, rt := range sandboxtest.Runtimes(t, e.cli) {
-		t.Run(rt, func(t *testing.T) { boxCannotReachTheAgent(t, e, m, rt) })
+		t.Run(rt, func(t *testing.T) { boxCannotReachTheAgent(t, e, m, rt, neighbour.ID) })
+	}
+	heap.check(t)
+}
+
+// testChannelBudget is the worker's channel memory budget in the
+// hostile-box tests, small enough that heap growth past it is a finding.
+const testChannelBudget = 64 << 20
+
+// keepsServing runs attack while the neighbour sandbox answers "echo
+// alive" over and over, and fails t unless every answer came: the first
+// asked as the attack starts, more while it runs, and one after it.
+func keepsServing(t *testing.T, m *sandbox.Manager, neighbour string, attack func()) {
+	t.Helper()
+	f, err := m.Files(neighbour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
+		defer cancel()
+		timeout := 60
+		r, err := f.Execute(ctx, backend.ExecuteRequest{Command: "echo alive", TimeoutSeconds: &timeout})
+		if err == nil && r.Output != "alive\n" {
+			err = fmt.Errorf("output %q, exit %d", r.Output, exitCode(r))
+		}
+		return err
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var answers int
+	var failure error
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond) // pacing, not synchronisation
+		defer tick.Stop()
+		for failure == nil {
+			if failure = echo(); failure == nil {
+				answers++
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	halt := sync.OnceFunc(func() { close(stop); <-done })
+	defer halt() // when attack fails the test
+	attack()
+	halt()
+	if failure != nil {
+		t.Fatalf("neighbour %s during the attack: %v", neighbour, failure)
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("neighbour %s after the attack: %v", neighbour, err)
+	}
+	if answers == 0 {
+		t.Fatalf("neighbour %s never answered during the attack", neighbour)
+	}
+}
+
+// heapWatch samples the worker's (this process's) heap until check.
+type heapWatch struct {
+	budget uint64
+	base   uint64
+	peak   atomic.Uint64 // written by the sampler
+	halt   func()        // stops the sampler and waits for it; idempotent
+}
+
+// watchHeap starts sampling the heap every 100 ms; check stops it and
+// fails t if the heap grew past budget.
+func watchHeap(t *testing.T, budget uint64) *heapWatch {
+	t.Helper()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	stop, done := make(chan struct{}), make(chan struct{})
+	h := &heapWatch{budget: budget, base: ms.HeapAlloc, halt: sync.OnceFunc(func() { close(stop); <-done })}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > h.peak.Load() {
+					h.peak.Store(ms.HeapAlloc)
+				}
+			}
+		}
+	}()
+	t.Cleanup(h.halt) // a test that fails early still stops the sampler
+	return h
+}
+
+// check stops the sampler and fails t if the heap grew past the budget.
+func (h *heapWatch) check(t *testing.T) {
+	t.Helper()
+	h.halt()
+	base, peak := h.base, h.peak.Load()
+	growth := int64(peak) - int64(base)
+	t.Logf("worker heap: base %d bytes, peak %d bytes, growth %d bytes (channel budget %d)", base, peak, growth, h.budget)
+	if growth > int64(h.budget) {
+		t.Fatalf("worker heap grew %d bytes, more than the %d-byte channel budget", growth, h.budget)
 	}
 }
 
@@ -34,7 +150,7 @@ func TestBoxCannotReachTheAgent(t *testing.T) {
 // of the attacks, the kill and the channel write included, fail there too).
 var gvisorProcGap = map[string]bool{"read the agent's environment": true, "list the agent's fds": true}
 
-func boxCannotReachTheAgent(t *testing.T, e *env, m *sandbox.Manager, runtime string) {
+func boxCannotReachTheAgent(t *testing.T, e *env, m *sandbox.Manager, runtime, neighbour string) {
 	info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: runtime}})
 	tests := []struct {
 		name string
@@ -47,6 +163,10 @@ func boxCannotReachTheAgent(t *testing.T, e *env, m *sandbox.Manager, runtime st
 		{"kill PID 1", "kill -9 1 2>&1; echo status $?", "status 1"},
 		{"kill the agent", agentPID + "kill -9 $A 2>&1; echo status $?", "status 1"},
 		{"write into the agent's channel", agentPID + "echo '{\"id\":1,\"done\":true}' > /proc/$A/fd/1 2>&1; echo status $?", "status 1"},
+		// The engine log is off (AssertHardened checks LogConfig none on
+		// every box); PID 1's stdout is out of reach all the same.
+		{"flood PID 1's stdout", "head -c 1048576 /dev/zero > /proc/1/fd/1 2>&1; echo status $?", "status 1"},
+		{"flood PID 1's stderr", "head -c 1048576 /dev/zero > /proc/1/fd/2 2>&1; echo status $?", "status 1"},
 		{"read the agent's environment", agentPID + "cat /proc/$A/environ 2>&1 >/dev/null; echo status $?", "status 1"},
 		{"list the agent's fds", agentPID + "ls /proc/$A/fd 2>&1 >/dev/null; echo status $?", "status 1"},
 		{"no capabilities", "grep -E 'Cap(Eff|Prm|Inh|Amb)' /proc/self/status | grep -vc 0000000000000000", "0\n"},
@@ -56,7 +176,8 @@ func boxCannotReachTheAgent(t *testing.T, e *env, m *sandbox.Manager, runtime st
 			if runtime == "runsc" && gvisorProcGap[tt.name] {
 				t.Skip("gVisor 20221219 lets a process of the sandbox uid read the agent's environ and list its fds (not open them): docs/security.md, gVisor")
 			}
-			r := exec(t, m, info.ID, tt.cmd, 120)
+			var r backend.ExecuteResult
+			keepsServing(t, m, neighbour, func() { r = exec(t, m, info.ID, tt.cmd, 120) })
 			if !strings.Contains(r.Output, tt.want) {
 				t.Fatalf("%q: output %q, want %q", tt.cmd, r.Output, tt.want)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -393,16 +394,22 @@ func TestContainerKilledFromOutside(t *testing.T) {
 }
 
 // TestHostileSandbox runs hostile commands under every runtime the engine
-// has (runc, and runsc when installed).
+// has (runc, and runsc when installed); a neighbour box keeps serving
+// during each one and the worker's heap stays within its channel memory
+// budget.
 func TestHostileSandbox(t *testing.T) {
 	e := newEnv(t)
+	e.cfg.ChannelMemoryBytes = testChannelBudget
 	m := e.manager(t)
+	neighbour := e.create(t, m, sandbox.CreateSpec{})
+	heap := watchHeap(t, testChannelBudget)
 	for _, rt := range sandboxtest.Runtimes(t, e.cli) {
-		t.Run(rt, func(t *testing.T) { testHostileSandbox(t, e, m, rt) })
+		t.Run(rt, func(t *testing.T) { testHostileSandbox(t, e, m, rt, neighbour.ID) })
 	}
+	heap.check(t)
 }
 
-func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime string) {
+func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime, neighbour string) {
 	// Under runsc the container's cgroup holds gVisor's sentry and its
 	// ptrace stubs as well as the box's processes: its pids limit counts
 	// the sentry's threads (at 64 the sentry cannot start a thread and the
@@ -432,6 +439,11 @@ func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime string
 		{"memory hog killed", "head -c 300m /dev/zero | tail > /dev/null; echo status $?", func(r backend.ExecuteResult) bool {
 			return strings.Contains(r.Output, "status 137")
 		}},
+		// 64 MiB of output: the agent keeps the head and tail within
+		// max_output_bytes, and sandboxd re-checks the reported sizes.
+		{"output flood truncated", "head -c 64m /dev/zero | tr '\\0' A", func(r backend.ExecuteResult) bool {
+			return r.Truncated && r.OutputBytes == 64<<20 && len(r.Output) <= backend.ExecuteInlineOutput+agentproto.OutputMarkerBytes && exitCode(r) == 0
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -457,7 +469,8 @@ func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime string
 			if tt.name == "fork bomb contained" {
 				timeout = 3
 			}
-			r := exec(t, m, info.ID, tt.cmd, timeout)
+			var r backend.ExecuteResult
+			keepsServing(t, m, neighbour, func() { r = exec(t, m, info.ID, tt.cmd, timeout) })
 			if !tt.check(r) {
 				t.Fatalf("%q: output %q exit %d timed_out %v", tt.cmd, r.Output, exitCode(r), r.TimedOut)
 			}

@@ -2,6 +2,7 @@ package sandboxsvc_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,26 +25,39 @@ import (
 // inside both is served.
 func TestCreatePolicyViolations(t *testing.T) {
 	no := false
+	templates := map[string]sandbox.Template{
+		"small": {MemoryBytes: 128 << 20, Pids: 64, TTL: 10 * time.Minute},
+	}
+	// A template that names gVisor cannot be downgraded to runc (when
+	// the engine has runsc: sandboxtest.Runtimes requires it under CI).
+	gvisor := slices.Contains(sandboxtest.Runtimes(t, sandboxtest.Docker(t)), "runsc")
+	if gvisor {
+		templates["gvisor"] = sandbox.Template{Runtime: "runsc", Pids: 512, MemoryBytes: 256 << 20}
+	}
 	wk := sandboxsvctest.StartWorker(t, sandbox.Config{
-		Policy: sandbox.Policy{MaxMemoryBytes: 512 << 20, MaxPids: 512, MaxTTL: time.Hour, AllowEgress: &no},
-		Templates: map[string]sandbox.Template{
-			"small": {MemoryBytes: 128 << 20, Pids: 64, TTL: 10 * time.Minute},
-		},
+		Policy:    sandbox.Policy{MaxMemoryBytes: 512 << 20, MaxCPUs: 1, MaxPids: 512, MaxTTL: time.Hour, AllowEgress: &no},
+		Templates: templates,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
-	tests := []struct {
+	type test struct {
 		name  string
 		req   *plumbv1.CreateSandboxRequest
 		limit string
-	}{
+	}
+	tests := []test{
 		{"memory over the ceiling", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{MemoryBytes: 1 << 30}}, "max_memory_bytes"},
 		{"pids over the ceiling", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Pids: 1000}}, "max_pids"},
 		{"ttl over the ceiling", &plumbv1.CreateSandboxRequest{Ttl: durationpb.New(2 * time.Hour)}, "max_ttl"},
+		{"cpus over the ceiling", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Cpus: 2}}, "max_cpus"},
 		{"egress off", &plumbv1.CreateSandboxRequest{Network: plumbv1.NetworkMode_NETWORK_MODE_EGRESS}, "allow_egress"},
 		{"template widened: memory", &plumbv1.CreateSandboxRequest{Template: "small", Resources: &plumbv1.Resources{MemoryBytes: 256 << 20}}, "memory_bytes"},
 		{"template widened: pids", &plumbv1.CreateSandboxRequest{Template: "small", Resources: &plumbv1.Resources{Pids: 128}}, "pids"},
 		{"template widened: ttl", &plumbv1.CreateSandboxRequest{Template: "small", Ttl: durationpb.New(time.Hour)}, "ttl"},
+		{"template widened: image", &plumbv1.CreateSandboxRequest{Template: "small", Image: "plumb-other-image:1"}, "image"},
+	}
+	if gvisor {
+		tests = append(tests, test{"template widened: runtime downgrade", &plumbv1.CreateSandboxRequest{Template: "gvisor", Runtime: "runc"}, "runtime"})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
