@@ -60,8 +60,17 @@ func (f *Files) exchange(ctx context.Context, op agentproto.Op, args any, payloa
 	final, err := ch.exchange(ctx, op, args, payload, onEvent)
 	end()
 	var overdue *overdueError
-	if errors.As(err, &overdue) && op != agentproto.OpExecute {
-		err = backend.Errorf(backend.CodeUnavailable, "", "%v", overdue)
+	if errors.As(err, &overdue) {
+		// An agent that stopped answering may have a dead box around it
+		// (a crashed gVisor sandbox can look running until inspected):
+		// say so now, rather than let every later call wait out its own
+		// deadline.
+		if failed := f.failed(ctx); failed != nil {
+			return nil, failed
+		}
+		if op != agentproto.OpExecute {
+			err = backend.Errorf(backend.CodeUnavailable, "", "%v", overdue)
+		}
 	}
 	if err != nil {
 		if backend.CodeOf(err) == backend.CodeUnavailable {
