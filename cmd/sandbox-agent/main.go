@@ -23,7 +23,7 @@ import (
 
 const usage = `usage:
   sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
-  sandbox-agent init [serve FLAGS...]
+  sandbox-agent init
   sandbox-agent --version
 `
 
@@ -42,7 +42,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.String("sandbox-agent"))
 		return 0
 	case "init":
-		return runInit(args[1:], stderr)
+		return runInit()
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

@@ -47,7 +47,7 @@ func initChild() int {
 		return 3
 	}
 	fmt.Print(string(out))
-	return runInit(nil, os.Stderr)
+	return runInit()
 }
 
 func TestInitReapsOrphans(t *testing.T) {

@@ -1,8 +1,6 @@
 // Package sandbox manages hardened Docker sandboxes on one worker: it
 // creates containers with plumb's security defaults, talks to the sandbox
-// agent inside each one over a single multiplexed stream (the container's
-// own stdio, attached before its start; later, after a reset or a restart,
-// one exec), tracks
+// agent inside each one over a single multiplexed exec stream, tracks
 // lifecycles (TTL, idle reaping, quotas), and re-adopts its containers
 // after a restart by their labels.
 //

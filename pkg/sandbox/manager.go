@@ -536,11 +536,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			return nil, err
 		}
 	}
-	serve, err := m.serveCmd(t)
-	if err != nil {
-		return nil, err
-	}
-	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels, serve)
+	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
 	if dns.IsValid() {
 		// The box's only DNS server leads nowhere (egressDNS).
 		hc.DNS = []netip.Addr{dns}
@@ -556,24 +552,14 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
-	// The first channel is the container's own stdio, attached before the
-	// start: PID 1 starts the agent on it, so greeting the box costs no
-	// exec (later channels are execs, see dial).
-	att, err := m.api.ContainerAttach(ectx, c.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("attach sandbox agent: %w", err)
-	}
-	if _, err := m.install(sb, attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10})); err != nil {
-		return nil, err
-	}
 	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
 	if err := stopped(); err != nil {
 		return nil, err
 	}
-	// Greet the agent now, so a sandbox that cannot run it fails its
-	// create instead of its first operation.
+	// Open the agent channel and greet the agent now, so a sandbox that
+	// cannot run it fails its create instead of its first operation.
 	if err := m.hello(ctx, sb); err != nil {
 		if err := stopped(); err != nil {
 			return nil, err

@@ -324,9 +324,8 @@ func TestRestartReadoptsSandboxes(t *testing.T) {
 	if r := exec(t, m2, info.ID, "cat /workspace/note", 30); r.Output != "kept\n" {
 		t.Fatalf("workspace after restart: %q", r.Output)
 	}
-	// The first agent served the container's stdio, which the engine
-	// closed when the old worker detached: it is gone, and the re-adopted
-	// box is served by the one agent the new worker started.
+	// The old worker's agent ended with its channel: the re-adopted box
+	// is served by the one agent the new worker started.
 	waitAgents(t, m2, info.ID, 1)
 }
 
@@ -344,30 +343,6 @@ func waitAgents(t *testing.T, m *sandbox.Manager, id string, want int) {
 		}
 	}
 	t.Fatalf("agents serving in the box: %q, want %d", got, want)
-}
-
-// TestFirstChannelIsTheContainersStdio checks that a new sandbox is
-// greeted and served without any exec: its first agent is PID 1's child on
-// the container's own stdio, attached before the start.
-func TestFirstChannelIsTheContainersStdio(t *testing.T) {
-	e := newEnv(t)
-	m := e.manager(t)
-	for _, rt := range sandboxtest.Runtimes(t, e.cli) {
-		t.Run(rt, func(t *testing.T) {
-			info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: rt}})
-			if r := exec(t, m, info.ID, "echo $PPID; cut -d' ' -f4 /proc/$PPID/stat", 60); !strings.HasSuffix(r.Output, "\n1\n") {
-				t.Fatalf("agent pid and its parent: %q, want the agent to be PID 1's child", r.Output)
-			}
-			c, err := e.cli.ContainerInspect(context.Background(), info.ContainerID, client.ContainerInspectOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ids := c.Container.ExecIDs; len(ids) != 0 {
-				t.Fatalf("the sandbox was served through %d execs, want none", len(ids))
-			}
-			waitAgents(t, m, info.ID, 1)
-		})
-	}
 }
 
 func TestContainerKilledFromOutside(t *testing.T) {

@@ -233,13 +233,11 @@ func (t Template) Home() string {
 // manager applies with unharden after this.
 //
 // PID 1 and the agent run as AgentUser with only AgentCaps; commands run as
-// the sandbox user (the agent's --uid/--gid). PID 1 starts the agent serve
-// (its command line) on the container's stdio, which stays open (OpenStdin,
-// StdinOnce) for the worker's attach: that is the sandbox's first channel. The engine keeps no log of
+// the sandbox user (the agent's --uid/--gid). The engine keeps no log of
 // PID 1's output (LogConfig none: box output cannot fill the engine's
 // disk), open files are bounded by ulimit, and OomScoreAdj puts boxes first
 // in line for the OOM killer.
-func containerSpec(id, worker, image, volume string, t Template, labels map[string]string, serve []string) (*container.Config, *container.HostConfig) {
+func containerSpec(id, worker, image, volume string, t Template, labels map[string]string) (*container.Config, *container.HostConfig) {
 	env := make([]string, 0, len(t.Env))
 	for k, v := range t.Env {
 		env = append(env, k+"="+v)
@@ -258,19 +256,12 @@ func containerSpec(id, worker, image, volume string, t Template, labels map[stri
 		Image:      image,
 		User:       AgentUser,
 		Entrypoint: []string{AgentPath},
-		Cmd:        append([]string{"init"}, serve[1:]...), // serve[0] is AgentPath
+		Cmd:        []string{"init"},
 		WorkingDir: t.WorkingDir,
-		// The first channel: the worker attaches before the start, and
-		// the agent's stdin closes when it detaches.
-		OpenStdin:    true,
-		StdinOnce:    true,
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          env,
-		Labels:       labels,
-		Hostname:     "sandbox",
-		StopSignal:   "SIGTERM",
+		Env:        env,
+		Labels:     labels,
+		Hostname:   "sandbox",
+		StopSignal: "SIGTERM",
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    network,

@@ -25,7 +25,7 @@ func TestUnharden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, hc := containerSpec("sb-1", "w", "img", "vol", tmpl, nil, agentCmd("/", "/workspace", 1000, 1000, false))
+			_, hc := containerSpec("sb-1", "w", "img", "vol", tmpl, nil)
 			if tt.unhardened {
 				unharden(hc)
 			}
