@@ -102,7 +102,7 @@ fuzz: ## Run every fuzz target briefly (FUZZTIME=10s each)
 	@scripts/fuzz.sh $(or $(FUZZTIME),10s)
 
 .PHONY: bench
-bench: ## Run the benchmark harness against the local Docker Engine (< 5 min; BENCH_FLAGS=-quick or -only B1,B2; see docs/benchmarks.md)
+bench: ## Run the benchmark harness against the local Docker Engine (about 6 min with runsc, < 5 min with -runtimes runc; BENCH_FLAGS=-quick or -only B1,B2; see docs/benchmarks.md)
 	$(GO) run ./bench $(BENCH_FLAGS)
 
 .PHONY: bench-micro
