@@ -13,7 +13,6 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
-	"go.uber.org/zap/zaptest"
 )
 
 // agentProcs is a shell snippet that defines agents: the pids of the
@@ -321,18 +320,7 @@ func TestHungDialHoldsNoLock(t *testing.T) {
 	h := &hangingEngine{Client: e.cli, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
-	m, err := sandbox.NewManager(ctx, h, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := m.DeleteAll(ctx); err != nil {
-			t.Errorf("delete all: %v", err)
-		}
-		m.Close()
-	})
+	m := e.managerOn(t, h)
 	box := e.create(t, m, sandbox.CreateSpec{})
 	neighbour := e.create(t, m, sandbox.CreateSpec{})
 	// End the box's agent: its channel ends, and the next operation dials.

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"io"
 	"net"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -171,21 +170,7 @@ func TestEgressDNSDoesNotLeak(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
 	defer cancel()
-	br, err := e.cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
-	if err != nil || len(br.Network.IPAM.Config) == 0 {
-		t.Fatalf("default bridge: %v", err)
-	}
-	subnet := br.Network.IPAM.Config[0].Subnet
-	gw := ""
-	addrs, _ := net.InterfaceAddrs()
-	for _, ad := range addrs {
-		if p, err := netip.ParsePrefix(ad.String()); err == nil && subnet.Contains(p.Addr()) {
-			gw = p.Addr().String()
-		}
-	}
-	if gw == "" {
-		t.Fatalf("no host address in the default bridge's subnet %s", subnet)
-	}
+	gw := bridgeHostAddr(ctx, t, e.cli)
 	listeners := []*dnsListener{listenDNS(t, "127.0.0.1"), listenDNS(t, gw)}
 	for _, l := range listeners {
 		sendDNS(t, l, uniqueLabel("control")+".example")

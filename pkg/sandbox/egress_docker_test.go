@@ -47,6 +47,26 @@ func listen(t *testing.T, ip, body string) *listener {
 	return l
 }
 
+// bridgeHostAddr is the default bridge's address on the host side (its
+// IPAM config may not name the gateway): the interface address inside its
+// subnet.
+func bridgeHostAddr(ctx context.Context, t *testing.T, cli *client.Client) string {
+	t.Helper()
+	br, err := cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
+	if err != nil || len(br.Network.IPAM.Config) == 0 {
+		t.Fatalf("default bridge: %v", err)
+	}
+	subnet := br.Network.IPAM.Config[0].Subnet
+	addrs, _ := net.InterfaceAddrs()
+	for _, ad := range addrs {
+		if p, err := netip.ParsePrefix(ad.String()); err == nil && subnet.Contains(p.Addr()) {
+			return p.Addr().String()
+		}
+	}
+	t.Fatalf("no host address in the default bridge's subnet %s", subnet)
+	return ""
+}
+
 // TestEgressCannotReachTheInside: an egress box sits on a network of its
 // own with its proxy. It has no route to the host (listeners on the
 // default bridge's gateway), to a second egress box (a listener inside
@@ -60,23 +80,7 @@ func TestEgressCannotReachTheInside(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
 	defer cancel()
-	br, err := e.cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
-	if err != nil || len(br.Network.IPAM.Config) == 0 {
-		t.Fatalf("default bridge: %v", err)
-	}
-	// The bridge's address on the host side (its IPAM config may not name
-	// the gateway): the interface address inside its subnet.
-	subnet := br.Network.IPAM.Config[0].Subnet
-	gw := ""
-	addrs, _ := net.InterfaceAddrs()
-	for _, ad := range addrs {
-		if p, err := netip.ParsePrefix(ad.String()); err == nil && subnet.Contains(p.Addr()) {
-			gw = p.Addr().String()
-		}
-	}
-	if gw == "" {
-		t.Fatalf("no host address in the default bridge's subnet %s", subnet)
-	}
+	gw := bridgeHostAddr(ctx, t, e.cli)
 	allowed := listen(t, gw, "allowed-ok")
 	denied := listen(t, gw, "denied-reached")
 

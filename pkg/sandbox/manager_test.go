@@ -90,9 +90,16 @@ func (e *env) manager(t *testing.T, opts ...sandbox.Option) *sandbox.Manager {
 
 func (e *env) managerB(t testing.TB, opts ...sandbox.Option) *sandbox.Manager {
 	t.Helper()
+	return e.managerOn(t, e.cli, opts...)
+}
+
+// managerOn starts a manager of e's config on api (the engine, or a
+// wrapper of it), which deletes its sandboxes and closes when t ends.
+func (e *env) managerOn(t testing.TB, api sandbox.DockerAPI, opts ...sandbox.Option) *sandbox.Manager {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, err := sandbox.NewManager(ctx, e.cli, e.cfg, append([]sandbox.Option{sandbox.WithLogger(zaptest.NewLogger(t))}, opts...)...)
+	m, err := sandbox.NewManager(ctx, api, e.cfg, append([]sandbox.Option{sandbox.WithLogger(zaptest.NewLogger(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
