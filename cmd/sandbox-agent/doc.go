@@ -7,9 +7,9 @@
 //	    SIGTERM or SIGINT. It keeps a few spare OS threads, so a fork bomb
 //	    that takes every pid cannot make it die for want of one.
 //	sandbox-agent serve [--root /] [--workspace /workspace] [--writable DIRS] [--log-level info]
-//	    The agent proper: it reads agentproto request frames on stdin and
-//	    writes response frames on stdout (see package agent). Logs go to
-//	    stderr. sandboxd starts it with one exec per channel.
+//	    The agent proper, started by sandboxd with one exec: it reads
+//	    agentproto request frames on stdin and writes response frames on
+//	    stdout (see package agent). Logs go to stderr.
 //	sandbox-agent --version
 //	    Prints the build version.
 //

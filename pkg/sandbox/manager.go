@@ -887,7 +887,7 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 		sb.mu.Unlock()
 		return ch, nil
 	}
-	cid, t := sb.info.ContainerID, sb.info.Settings
+	id, cid, t := sb.info.ID, sb.info.ContainerID, sb.info.Settings
 	sb.mu.Unlock()
 
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -896,27 +896,22 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.install(sb, s)
-}
-
-// install makes a channel over s sb's channel, unless another caller's
-// won meanwhile or sb can no longer be used; s is closed then.
-func (m *Manager) install(sb *sandbox, s stream) (*channel, error) {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if err := sb.unusable(); err != nil {
-		_ = s.c.Close()
-		return nil, err
-	}
-	if sb.ch != nil && !sb.ch.broken() {
-		_ = s.c.Close() // another caller's dial won
-		return sb.ch, nil
-	}
-	sb.ch = newChannel(s, m.lg.With(zap.String("sandbox-id", sb.info.ID)), channelOptions{
+	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), channelOptions{
 		budget:      m.budget,
 		onViolation: func(err error) { m.violation(sb, err) },
 	})
-	return sb.ch, nil
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := sb.unusable(); err != nil {
+		ch.close()
+		return nil, err
+	}
+	if sb.ch != nil && !sb.ch.broken() {
+		ch.close() // another caller's dial won
+		return sb.ch, nil
+	}
+	sb.ch = ch
+	return ch, nil
 }
 
 // dialTimeout bounds opening an agent channel (two engine calls).
@@ -960,22 +955,13 @@ func (m *Manager) violation(sb *sandbox, err error) {
 	}()
 }
 
-// serveCmd is the agent's command line for a sandbox of template t.
-func (m *Manager) serveCmd(t Template) ([]string, error) {
+// dial starts `sandbox-agent serve` with one exec and attaches its stdio.
+func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, error) {
 	root := t.FilesRoot
 	if root == "" {
 		root = "/"
 	}
 	uid, gid, err := parseUser(m.cfg.User)
-	if err != nil {
-		return nil, err
-	}
-	return agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened), nil
-}
-
-// dial starts `sandbox-agent serve` with one exec and attaches its stdio.
-func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, error) {
-	serve, err := m.serveCmd(t)
 	if err != nil {
 		return stream{}, err
 	}
@@ -988,7 +974,7 @@ func (m *Manager) dial(ctx context.Context, cid string, t Template) (stream, err
 		AttachStdout: true,
 		AttachStderr: true,
 		WorkingDir:   t.WorkingDir,
-		Cmd:          serve,
+		Cmd:          agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened),
 	})
 	if err != nil {
 		return stream{}, fmt.Errorf("exec sandbox agent: %w", err)
