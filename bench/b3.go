@@ -37,19 +37,10 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 	)
 	ours := &probe{name: "create→Execute(true)", warm: 1, n: e.scale(12, 4)}
 	ours.f = func(ctx context.Context) error {
-		t0 := time.Now()
-		res, err := w.c.CreateSandbox(ctx, e.createRequest())
-		if err != nil {
+		var created time.Duration
+		var err error
+		if id, created, err = createAndRunTrue(ctx, w, e.createRequest()); err != nil {
 			return err
-		}
-		created := time.Since(t0)
-		id = res.GetSandbox().GetId()
-		r, err := w.c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: "true"}})
-		if err != nil {
-			return err
-		}
-		if r.GetResult().GetExitCode() != 0 {
-			return fmt.Errorf("true exited %d", r.GetResult().GetExitCode())
 		}
 		createOnly = append(createOnly, created)
 		return nil
@@ -177,17 +168,9 @@ func warmProbe(e *env, w *worker, n int) *probe {
 		if readyErr != nil {
 			return readyErr
 		}
-		res, err := w.c.CreateSandbox(ctx, e.createRequest())
-		if err != nil {
+		var err error
+		if id, _, err = createAndRunTrue(ctx, w, e.createRequest()); err != nil {
 			return err
-		}
-		id = res.GetSandbox().GetId()
-		r, err := w.c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: "true"}})
-		if err != nil {
-			return err
-		}
-		if r.GetResult().GetExitCode() != 0 {
-			return fmt.Errorf("true exited %d", r.GetResult().GetExitCode())
 		}
 		if ps := w.m.Pools(); ps[0].Hits != hits+1 {
 			return fmt.Errorf("create was not served from the warm pool: %+v", ps[0])
@@ -239,4 +222,26 @@ func engineCreateStart(ctx context.Context, cli *client.Client, image, runtime s
 		return c.ID, fmt.Errorf("container start: %w", err)
 	}
 	return c.ID, nil
+}
+
+// createAndRunTrue creates a sandbox through w and runs `true` in it, the
+// work B3 and B4 time. It returns the sandbox's id (set once the create
+// succeeded, even if the execute fails, so the caller can delete it) and
+// how long the create alone took.
+func createAndRunTrue(ctx context.Context, w *worker, req *plumbv1.CreateSandboxRequest) (id string, created time.Duration, err error) {
+	t0 := time.Now()
+	res, err := w.c.CreateSandbox(ctx, req)
+	if err != nil {
+		return "", 0, err
+	}
+	created = time.Since(t0)
+	id = res.GetSandbox().GetId()
+	r, err := w.c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: "true"}})
+	if err != nil {
+		return id, created, err
+	}
+	if code := r.GetResult().GetExitCode(); code != 0 {
+		return id, created, fmt.Errorf("true exited %d", code)
+	}
+	return id, created, nil
 }
