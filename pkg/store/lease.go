@@ -115,6 +115,30 @@ type Event struct {
 	Body            []byte
 }
 
+// EventRows are the rows of a run event query, as both drivers return them
+// (*sql.Rows, pgx.Rows).
+type EventRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanEvents reads rows of (seq, start, terminal, body) as runID's events,
+// for the stores' RunEvents implementations.
+func ScanEvents(rows EventRows, runID string) ([]Event, error) {
+	var events []Event
+	for rows.Next() {
+		e := Event{RunID: runID}
+		var seq int64
+		if err := rows.Scan(&seq, &e.Start, &e.Terminal, &e.Body); err != nil {
+			return nil, err
+		}
+		e.Sequence = uint64(seq)
+		events = append(events, e)
+	}
+	return events, rows.Err()
+}
+
 // EventPage is a read of a thread's run event log.
 type EventPage struct {
 	// RunID and Status are the thread's last run's ("" when it has none).

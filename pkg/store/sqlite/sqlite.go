@@ -866,16 +866,8 @@ func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, l
 			return err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			e := store.Event{RunID: page.RunID}
-			var seq int64
-			if err := rows.Scan(&seq, &e.Start, &e.Terminal, &e.Body); err != nil {
-				return err
-			}
-			e.Sequence = uint64(seq)
-			page.Events = append(page.Events, e)
-		}
-		return rows.Err()
+		page.Events, err = store.ScanEvents(rows, page.RunID)
+		return err
 	})
 	return page, err
 }
