@@ -322,8 +322,7 @@ func (r *Runner) abandon(ctx context.Context, td *ThreadData, fence *Fence) erro
 // decisions are validated first (§6.5); on any problem nothing changes and
 // a *DecisionError is returned. The segment is one agent.run span.
 func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *RunResult, err error) {
-	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
-		attribute.String(AttrThreadID, in.ThreadID), attribute.String(AttrConversation, in.ThreadID)))
+	ctx, span := r.startResumed(ctx, in.ThreadID)
 	defer func() { endRun(span, res, err) }()
 	td, release, err := r.loadLeased(ctx, in.ThreadID)
 	if err != nil {
@@ -384,8 +383,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 // ErrNotRunning, or the ConfigureFunc's (the run is then recorded FAILED
 // with it, so that nobody tries again).
 func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res *RunResult, err error) {
-	ctx, span := r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
-		attribute.String(AttrThreadID, in.ThreadID), attribute.String(AttrConversation, in.ThreadID)))
+	ctx, span := r.startResumed(ctx, in.ThreadID)
 	defer func() { endRun(span, res, err) }()
 	td, release, err := r.loadLeased(ctx, in.ThreadID)
 	if err != nil {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 
 	"go.opentelemetry.io/otel"
@@ -80,6 +81,13 @@ func (rc *RunContext) tracer() trace.Tracer {
 		return noopTracer
 	}
 	return rc.shared.tracer
+}
+
+// startResumed starts the agent.run span of a segment that goes on with
+// an existing thread (Resume, Continue).
+func (r *Runner) startResumed(ctx context.Context, threadID string) (context.Context, trace.Span) {
+	return r.tracer.Start(ctx, SpanRun, trace.WithAttributes(attribute.Bool(AttrResumed, true),
+		attribute.String(AttrThreadID, threadID), attribute.String(AttrConversation, threadID)))
 }
 
 // endRun records how a run segment ended on its span and ends it.
