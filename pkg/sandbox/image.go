@@ -54,7 +54,10 @@ func newImages(api DockerAPI, agent []byte) *images {
 	return &images{api: api, agent: agent, agentSum: hex.EncodeToString(sum[:]), inflight: map[string]*sync.Mutex{}}
 }
 
-// derive returns the derived image for base, building it if needed.
+// derive returns the ID of the derived image for base, building it if
+// needed. Callers create containers from that ID, not the tag: the image
+// is pinned by digest once resolved, so a tag moved in between cannot
+// change what a sandbox runs.
 func (im *images) derive(ctx context.Context, base, user, workingDir string) (string, error) {
 	info, err := im.api.ImageInspect(ctx, base)
 	if err != nil {
@@ -81,8 +84,8 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 	l.Lock()
 	defer l.Unlock()
 
-	if _, err := im.api.ImageInspect(ctx, ref); err == nil {
-		return ref, nil
+	if di, err := im.api.ImageInspect(ctx, ref); err == nil {
+		return di.ID, nil
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("inspect image %s: %w", ref, err)
 	}
@@ -108,16 +111,17 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 	if _, err := im.api.CopyToContainer(ctx, c.ID, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(layer)}); err != nil {
 		return "", fmt.Errorf("derive image from %s: copy agent: %w", base, err)
 	}
-	if _, err := im.api.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{
+	res, err := im.api.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{
 		Reference: ref,
 		Comment:   "plumb sandbox image derived from " + base,
 		Changes: []string{"LABEL " + LabelDerivedFrom + "=" + strconv.Quote(base) +
 			" " + LabelDerivedBaseID + "=" + strconv.Quote(info.ID) +
 			" " + LabelDerivedAgent + "=" + strconv.Quote(im.agentSum)},
-	}); err != nil {
+	})
+	if err != nil {
 		return "", fmt.Errorf("derive image from %s: commit: %w", base, err)
 	}
-	return ref, nil
+	return res.ID, nil
 }
 
 // imageVolumes lists the VOLUME paths an image declares, sorted.

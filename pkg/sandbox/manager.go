@@ -478,18 +478,11 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		}
 		return nil
 	}
-	ref, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
+	// The container is created from the derived image's ID, not its tag.
+	image, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
 	if err != nil {
 		return nil, err
 	}
-	// The container is created from the derived image's ID, not its tag:
-	// the image is pinned by digest once resolved, so a tag moved in
-	// between cannot change what the sandbox runs.
-	di, err := m.api.ImageInspect(ectx, ref)
-	if err != nil {
-		return nil, fmt.Errorf("inspect image %s: %w", ref, err)
-	}
-	image := di.ID
 	if err := stopped(); err != nil {
 		return nil, err
 	}

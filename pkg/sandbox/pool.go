@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 )
 
@@ -510,14 +509,11 @@ func (m *Manager) poolImages(ctx context.Context) map[*pool]string {
 	out := make(map[*pool]string, len(ps))
 	for _, p := range ps {
 		ictx, cancel := context.WithTimeout(ctx, engineTimeout)
-		ref, err := m.images.derive(ictx, p.t.Image, m.cfg.User, p.t.WorkingDir)
-		if err == nil {
-			var di client.ImageInspectResult
-			if di, err = m.api.ImageInspect(ictx, ref); err == nil {
-				out[p] = di.ID
-			}
-		}
+		id, err := m.images.derive(ictx, p.t.Image, m.cfg.User, p.t.WorkingDir)
 		cancel()
+		if err == nil {
+			out[p] = id
+		}
 		if err != nil && ctx.Err() == nil {
 			m.lg.Debug("resolve a pool's image", zap.String("template", p.name), zap.Error(err))
 		}
