@@ -63,7 +63,7 @@ func startStackWith(t *testing.T, w *sandboxsvctest.Worker, extra string, o Opti
 	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
-	doc := fmt.Sprintf(`version: 1
+	doc := fmt.Sprintf(`version: 2
 storage: {sqlite_path: %s}
 models:
   scripted: {base_url: %s, api_key_env: TEST_MODEL_KEY, model: scripted-model, retry: {max_attempts: 1}}

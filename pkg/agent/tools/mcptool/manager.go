@@ -215,11 +215,12 @@ func tool(s *session, name string, t *sdk.Tool) agent.Tool {
 		desc = desc[:maxDescriptionChars] + "…"
 	}
 	at := agent.Tool{
-		Name:        name,
-		Description: fmt.Sprintf("[MCP server %s] %s", s.srv.Name, desc),
-		Schema:      inputSchema(t.InputSchema),
-		Timeout:     s.srv.timeout(),
-		Func:        caller(s, t.Name),
+		Name:         name,
+		Description:  fmt.Sprintf("[MCP server %s] %s", s.srv.Name, desc),
+		Schema:       inputSchema(t.InputSchema),
+		Timeout:      s.srv.timeout(),
+		Func:         caller(s, t.Name),
+		Capabilities: s.srv.Capabilities(),
 	}
 	if _, err := jsonschema.Compile(at.Schema); err != nil {
 		// The server validates its own input; the model still sees the
@@ -266,8 +267,9 @@ func unavailable(s *session, cause error) []agent.Tool {
 				Name: name,
 				Description: fmt.Sprintf("[MCP server %s] Tool %s. The server could not be listed when this run started (%s), so its description and schema are unknown; a call retries the server.",
 					s.srv.Name, t, oneLine(cause)),
-				Schema:  json.RawMessage(`{"type":"object"}`),
-				Timeout: s.srv.timeout() + s.srv.startupTimeout(),
+				Schema:       json.RawMessage(`{"type":"object"}`),
+				Timeout:      s.srv.timeout() + s.srv.startupTimeout(),
+				Capabilities: s.srv.Capabilities(),
 				Func: func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
 					if _, err := s.list(ctx); err != nil {
 						return agent.ToolResult{}, err
@@ -282,8 +284,9 @@ func unavailable(s *session, cause error) []agent.Tool {
 		Name: ToolPrefix(s.srv.Name) + "unavailable",
 		Description: fmt.Sprintf("MCP server %s could not be reached when this run started, so its tools are missing: %s. Calling this tool retries the server and reports the outcome; its tools are offered again from the next run.",
 			s.srv.Name, oneLine(cause)),
-		Schema:  json.RawMessage(`{"type":"object","properties":{}}`),
-		Timeout: s.srv.startupTimeout() + s.srv.timeout(),
+		Schema:       json.RawMessage(`{"type":"object","properties":{}}`),
+		Timeout:      s.srv.startupTimeout() + s.srv.timeout(),
+		Capabilities: s.srv.Capabilities(),
 		Func: func(ctx context.Context, _ *agent.ToolRequest) (agent.ToolResult, error) {
 			tools, err := s.list(ctx)
 			if err != nil {
