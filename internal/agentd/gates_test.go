@@ -1,10 +1,17 @@
 package agentd
 
 import (
+	"fmt"
+	"net/http/httptest"
 	"slices"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool/mcptest"
 	"github.com/plumbhq/plumb/pkg/backend/backendtest"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
@@ -70,4 +77,42 @@ agents:
 	req.Agent = "exempt"
 	_, results = s.mustRun(req)
 	wantResult(t, results, "p2", false, "42")
+}
+
+// TestMCPGateNames: `"mcp__srv__echo": false` exempts that tool from the
+// mcp__srv__* pattern (the exact key wins) while the pattern gates the
+// others; a gate naming an MCP tool the server does not list is warned
+// about at run start, with its name.
+func TestMCPGateNames(t *testing.T) {
+	ts := httptest.NewServer(mcptest.Handler(mcptest.Options{}, ""))
+	t.Cleanup(ts.Close)
+	core, logs := observer.New(zapcore.WarnLevel)
+	s := startStackWith(t, nil, fmt.Sprintf(`mcp_servers:
+  srv: {url: %s}
+agents:
+  gh:
+    description: one server
+    tools: ["@read", "mcp__srv__*"]
+    interrupt_on: {"mcp__srv__*": true, "mcp__srv__echo": false, "mcp__srv__ecko": true}
+`, ts.URL), Options{Logger: zap.New(core)})
+	s.model.Script("gh", modeltest.Calls(mcall("e1", "mcp__srv__echo", `{"text":"free"}`), mcall("a1", "mcp__srv__add", `{"a":2,"b":2}`)))
+	req := input("", "gated")
+	req.Agent = "gh"
+	evs, results, err := s.run(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantResult(t, results, "e1", false, "free")
+	if got := interruptedTools(t, evs); !slices.Equal(got, []string{"mcp__srv__add"}) {
+		t.Errorf("gated %v, want mcp__srv__add", got)
+	}
+	warned := logs.FilterMessageSnippet("interrupt_on names an MCP tool that its server does not list").All()
+	if len(warned) == 0 || warned[0].ContextMap()["interrupt-on"] != "mcp__srv__ecko" || warned[0].ContextMap()["agent"] != "gh" {
+		t.Fatalf("no warning naming mcp__srv__ecko: %v", logs.All())
+	}
+	for _, w := range warned {
+		if k := w.ContextMap()["interrupt-on"]; k != "mcp__srv__ecko" {
+			t.Errorf("warned about %v, which names listed tools", k)
+		}
+	}
 }

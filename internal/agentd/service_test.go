@@ -21,6 +21,8 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -77,6 +79,10 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lg := zaptest.NewLogger(t)
+	if o.Logger != nil {
+		// The test observes agentd's logs too.
+		lg = zap.New(zapcore.NewTee(lg.Core(), o.Logger.Core()))
+	}
 	o.Env = func(k string) string {
 		if k == "TEST_MODEL_KEY" {
 			return "test-key"

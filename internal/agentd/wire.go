@@ -382,7 +382,9 @@ func (a *Agentd) mcpServers(cfg *Config, o Options, dc *deep.Config) error {
 	a.cleanup = append(a.cleanup, mgr.Close)
 	a.MCP = mgr
 	dc.ToolPrefixes = append(dc.ToolPrefixes, mgr.Prefixes()...)
-	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware { return mgr.Middleware(ci.AllowsAny) })
+	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware {
+		return mgr.Middleware(ci.AllowsAny).CheckGates(ci.Agent, ci.InterruptOn)
+	})
 	return nil
 }
 

@@ -92,6 +92,10 @@ type ContextInfo struct {
 	// run start (agent.ToolProvider) opens only the sources whose tools
 	// the context may use. The executor applies the allow-list itself.
 	AllowsAny func(prefix string) bool
+	// InterruptOn are the context's interrupt_on keys, sorted, so that a
+	// provider of run-time tools can say which name none of its tools
+	// has (a typo that would gate nothing).
+	InterruptOn []string
 }
 
 // Config is the whole agent configuration.
@@ -441,7 +445,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 		stack = append(stack, h)
 	}
 	for _, f := range rt.cfg.UserMiddleware {
-		um := f(ContextInfo{Agent: pc.Name, Depth: pc.Depth, AllowsAny: pc.AllowsAny})
+		um := f(ContextInfo{Agent: pc.Name, Depth: pc.Depth, AllowsAny: pc.AllowsAny, InterruptOn: slices.Sorted(maps.Keys(pc.InterruptOn))})
 		if um == nil {
 			continue
 		}

@@ -151,6 +151,18 @@ type Middleware struct {
 	agent.BaseMiddleware
 	m         *Manager
 	allowsAny func(prefix string) bool
+	agent     string   // the context's agent, for warnings
+	gates     []string // the context's interrupt_on keys
+}
+
+// CheckGates makes the middleware warn, at the start of each agent
+// context, about every interrupt_on key of agent that names an MCP tool
+// (or pattern) none of its server's listed tools has: a typo there would
+// leave the real tool ungated. Keys of servers that could not be listed
+// are not checked (their tools are unknown). It returns mw.
+func (mw *Middleware) CheckGates(agent string, keys []string) *Middleware {
+	mw.agent, mw.gates = agent, keys
+	return mw
 }
 
 // Name implements agent.Middleware.
@@ -172,24 +184,53 @@ func (mw *Middleware) RunTools(ctx context.Context, rc *agent.RunContext) ([]age
 	}
 	rs, leave := mw.m.join(rc.RunID)
 	out := make([][]agent.Tool, len(use))
+	listed := make([]bool, len(use))
 	var wg sync.WaitGroup
 	for i, srv := range use {
 		s := mw.m.session(rs, srv, rc)
-		wg.Go(func() { out[i] = mw.m.toolsOf(ctx, s) })
+		wg.Go(func() { out[i], listed[i] = mw.m.toolsOf(ctx, s) })
 	}
 	wg.Wait()
+	for i, srv := range use {
+		if listed[i] {
+			mw.checkGates(srv, out[i], rc)
+		}
+	}
 	return slices.Concat(out...), leave, nil
 }
 
-// toolsOf lists a session's tools as agent tools.
-func (m *Manager) toolsOf(ctx context.Context, s *session) []agent.Tool {
+// checkGates warns about the gates on srv's tools that match none of
+// the tools it listed.
+func (mw *Middleware) checkGates(srv *Server, listed []agent.Tool, rc *agent.RunContext) {
+	prefix := ToolPrefix(srv.Name)
+	var names []string
+	for _, t := range listed {
+		names = append(names, t.Name)
+	}
+	for _, key := range mw.gates {
+		p, pattern := strings.CutSuffix(key, "*")
+		if !strings.HasPrefix(p, prefix) || (pattern && p == prefix) {
+			continue
+		}
+		if slices.ContainsFunc(names, func(n string) bool { return n == key || pattern && strings.HasPrefix(n, p) }) {
+			continue
+		}
+		mw.m.lg.Warn("interrupt_on names an MCP tool that its server does not list: the gate applies to nothing (a typo?)",
+			zap.String("agent", mw.agent), zap.String("interrupt-on", key), zap.String("mcp-server", srv.Name),
+			zap.Strings("tools", names), zap.String("run-id", rc.RunID))
+	}
+}
+
+// toolsOf lists a session's tools as agent tools; ok is false when the
+// server could not be listed (the tools then report why).
+func (m *Manager) toolsOf(ctx context.Context, s *session) (_ []agent.Tool, ok bool) {
 	listed, err := s.list(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil, false
 		}
 		s.lg.Warn("MCP server unavailable at run start", zap.Error(err))
-		return unavailable(s, err)
+		return unavailable(s, err), false
 	}
 	var out []agent.Tool
 	seen := map[string]bool{}
@@ -202,7 +243,7 @@ func (m *Manager) toolsOf(ctx context.Context, s *session) []agent.Tool {
 		seen[name] = true
 		out = append(out, tool(s, name, t))
 	}
-	return out
+	return out, true
 }
 
 // tool is the agent tool of MCP tool t.
