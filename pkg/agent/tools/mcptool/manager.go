@@ -241,13 +241,21 @@ func (m *Manager) toolsOf(ctx context.Context, s *session) (_ []agent.Tool, ok b
 			continue
 		}
 		seen[name] = true
-		out = append(out, tool(s, name, t))
+		schema, err := inputSchema(t.InputSchema)
+		if err != nil {
+			// OpenAI-compatible providers reject a whole request that has
+			// one such tool: offering it would fail every run that may use
+			// the server.
+			s.lg.Warn("MCP tool dropped: model providers take only object input schemas", zap.String("mcp-tool", t.Name), zap.String("tool", name), zap.Error(err))
+			continue
+		}
+		out = append(out, tool(s, name, t, schema))
 	}
 	return out, true
 }
 
-// tool is the agent tool of MCP tool t.
-func tool(s *session, name string, t *sdk.Tool) agent.Tool {
+// tool is the agent tool of MCP tool t, whose input schema is schema.
+func tool(s *session, name string, t *sdk.Tool, schema json.RawMessage) agent.Tool {
 	desc := t.Description
 	if desc == "" {
 		desc = t.Title
@@ -258,7 +266,7 @@ func tool(s *session, name string, t *sdk.Tool) agent.Tool {
 	at := agent.Tool{
 		Name:         name,
 		Description:  fmt.Sprintf("[MCP server %s] %s", s.srv.Name, desc),
-		Schema:       inputSchema(t.InputSchema),
+		Schema:       schema,
 		Timeout:      s.srv.timeout(),
 		Func:         caller(s, t.Name),
 		Capabilities: s.srv.Capabilities(),
@@ -272,18 +280,30 @@ func tool(s *session, name string, t *sdk.Tool) agent.Tool {
 	return at
 }
 
-// inputSchema renders a listed input schema as an object schema.
-func inputSchema(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	var m map[string]any
-	if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
-		return json.RawMessage(`{"type":"object","properties":{}}`)
+// inputSchema renders a listed input schema as an object schema: none
+// is an object without properties, one without a type gets "object". A
+// schema that is not a JSON object, or whose type is not "object", is an
+// error: the model can only send an object of arguments.
+func inputSchema(v any) (json.RawMessage, error) {
+	if v == nil {
+		return json.RawMessage(`{"type":"object","properties":{}}`), nil
 	}
-	if _, ok := m["type"]; !ok {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, fmt.Errorf("the input schema is not a JSON object: %.100s", b)
+	}
+	switch typ, ok := m["type"]; {
+	case !ok:
 		m["type"] = "object"
 		b, _ = json.Marshal(m)
+	case typ != "object":
+		return nil, fmt.Errorf("the input schema's type is %v, not object", typ)
 	}
-	return b
+	return b, nil
 }
 
 func caller(s *session, mcpName string) agent.ToolFunc {

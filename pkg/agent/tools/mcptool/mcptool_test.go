@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
@@ -45,6 +48,7 @@ type harness struct {
 	mgr    *mcptool.Manager
 	local  *backendtest.LocalProcesses
 	runner *agent.Runner
+	logs   *observer.ObservedLogs // the manager's warnings
 	allow  func(string) bool
 	// sub, when set, adds a "task" tool that runs subagent "sub" with its
 	// own mcp middleware (allowed by sub).
@@ -54,7 +58,9 @@ type harness struct {
 func newHarness(t *testing.T, b backend.Backend, servers ...mcptool.Server) *harness {
 	t.Helper()
 	h := &harness{t: t, srv: modeltest.New(t), local: &backendtest.LocalProcesses{}}
-	lg := zaptest.NewLogger(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	h.logs = logs
+	lg := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
 	mgr, err := mcptool.NewManager(servers, lg)
 	if err != nil {
 		t.Fatal(err)
@@ -334,6 +340,31 @@ func TestHTTPServer(t *testing.T) {
 			want(t, results, "b1", true, "MCP server web answered with more than 65536 bytes")
 			want(t, results, "e2", false, "after the big one")
 		})
+	}
+}
+
+// TestNonObjectSchemaDropped: a listed tool whose input schema is not an
+// object (which OpenAI-compatible providers reject, failing the whole
+// request) is not offered, with a warning naming it; the server's other
+// tools are offered and work.
+func TestNonObjectSchemaDropped(t *testing.T) {
+	ts := httptest.NewServer(mcptest.Handler(mcptest.Options{BadSchemas: true}, ""))
+	t.Cleanup(ts.Close)
+	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Timeout: 10 * time.Second})
+	h.srv.Script("main", modeltest.Calls(call("e1", "mcp__web__echo", `{"text":"still here"}`)), modeltest.Text("ok"))
+	_, results := h.run()
+	want(t, results, "e1", false, "still here")
+	offered := h.offered("main")
+	if slices.Contains(offered, "mcp__web__scalar") || slices.Contains(offered, "mcp__web__list") || !slices.Contains(offered, "mcp__web__add") {
+		t.Errorf("offered %v", offered)
+	}
+	var dropped []string
+	for _, e := range h.logs.FilterMessageSnippet("MCP tool dropped").All() {
+		dropped = append(dropped, e.ContextMap()["tool"].(string))
+	}
+	slices.Sort(dropped)
+	if !slices.Equal(dropped, []string{"mcp__web__list", "mcp__web__scalar"}) {
+		t.Errorf("warned about %v, want the two tools with bad schemas", dropped)
 	}
 }
 

@@ -22,6 +22,10 @@ type Options struct {
 	// Stdout is where garbage writes in stdio mode (nil: garbage reports
 	// that it only works over stdio).
 	Stdout io.Writer
+	// BadSchemas adds to the tool list two tools whose input schemas are
+	// not objects ("scalar": type string, "list": type array), which the
+	// SDK would refuse to register.
+	BadSchemas bool
 }
 
 // A 1x1 transparent PNG.
@@ -97,6 +101,19 @@ func NewServer(o Options) *sdk.Server {
 	sdk.AddTool(s, &sdk.Tool{Name: "env", Description: "Returns an environment variable."}, func(_ context.Context, _ *sdk.CallToolRequest, in envIn) (*sdk.CallToolResult, none, error) {
 		return text(os.Getenv(in.Name)), none{}, nil
 	})
+	if o.BadSchemas {
+		s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
+			return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+				res, err := next(ctx, method, req)
+				if lt, ok := res.(*sdk.ListToolsResult); ok && err == nil {
+					lt.Tools = append(lt.Tools,
+						&sdk.Tool{Name: "scalar", Description: "Takes a bare string.", InputSchema: map[string]any{"type": "string"}},
+						&sdk.Tool{Name: "list", Description: "Takes an array.", InputSchema: map[string]any{"type": "array", "items": map[string]any{"type": "string"}}})
+				}
+				return res, err
+			}
+		})
+	}
 	return s
 }
 
