@@ -153,6 +153,28 @@ type Middleware struct {
 	allowsAny func(prefix string) bool
 	agent     string   // the context's agent, for warnings
 	gates     []string // the context's interrupt_on keys
+
+	mu sync.Mutex
+	// down holds, by tool name prefix, why each server that could not be
+	// listed at this segment's start is unavailable.
+	down map[string]error
+}
+
+// ExplainUnknownTool implements agent.UnknownToolExplainer: a call of a
+// tool of a server that could not be listed at this segment's start (a
+// call approved before the server went down) says the server is
+// unavailable, and why, rather than that the tool is unknown.
+func (mw *Middleware) ExplainUnknownTool(name string) (string, bool) {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	for prefix, cause := range mw.down {
+		if strings.HasPrefix(name, prefix) {
+			server := strings.TrimSuffix(strings.TrimPrefix(prefix, "mcp__"), "__")
+			return fmt.Sprintf("MCP server %s is unavailable, so %s was not called: %s. Calling %sunavailable retries the server; its tools are offered again from the next run or subagent on.",
+				server, name, oneLine(cause), prefix), true
+		}
+	}
+	return "", false
 }
 
 // CheckGates makes the middleware warn, at the start of each agent
@@ -184,18 +206,24 @@ func (mw *Middleware) RunTools(ctx context.Context, rc *agent.RunContext) ([]age
 	}
 	rs, leave := mw.m.join(rc.RunID)
 	out := make([][]agent.Tool, len(use))
-	listed := make([]bool, len(use))
+	causes := make([]error, len(use))
 	var wg sync.WaitGroup
 	for i, srv := range use {
 		s := mw.m.session(rs, srv, rc)
-		wg.Go(func() { out[i], listed[i] = mw.m.toolsOf(ctx, s) })
+		wg.Go(func() { out[i], causes[i] = mw.m.toolsOf(ctx, s) })
 	}
 	wg.Wait()
+	down := map[string]error{}
 	for i, srv := range use {
-		if listed[i] {
+		if causes[i] == nil {
 			mw.checkGates(srv, out[i], rc)
+		} else {
+			down[ToolPrefix(srv.Name)] = causes[i]
 		}
 	}
+	mw.mu.Lock()
+	mw.down = down
+	mw.mu.Unlock()
 	return slices.Concat(out...), leave, nil
 }
 
@@ -221,16 +249,16 @@ func (mw *Middleware) checkGates(srv *Server, listed []agent.Tool, rc *agent.Run
 	}
 }
 
-// toolsOf lists a session's tools as agent tools; ok is false when the
-// server could not be listed (the tools then report why).
-func (m *Manager) toolsOf(ctx context.Context, s *session) (_ []agent.Tool, ok bool) {
+// toolsOf lists a session's tools as agent tools. When the server could
+// not be listed it returns why, with the tools that report it.
+func (m *Manager) toolsOf(ctx context.Context, s *session) (_ []agent.Tool, down error) {
 	listed, err := s.list(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, false
+			return nil, err
 		}
 		s.lg.Warn("MCP server unavailable at run start", zap.Error(err))
-		return unavailable(s, err), false
+		return unavailable(s, err), err
 	}
 	var out []agent.Tool
 	seen := map[string]bool{}
@@ -251,7 +279,7 @@ func (m *Manager) toolsOf(ctx context.Context, s *session) (_ []agent.Tool, ok b
 		}
 		out = append(out, tool(s, name, t, schema))
 	}
-	return out, true
+	return out, nil
 }
 
 // tool is the agent tool of MCP tool t, whose input schema is schema.

@@ -1,8 +1,11 @@
 package mcptool_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -18,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/hitl"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool/mcptest"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -50,6 +54,8 @@ type harness struct {
 	runner *agent.Runner
 	logs   *observer.ObservedLogs // the manager's warnings
 	allow  func(string) bool
+	// gates, when set, gate the root's calls of these tools (hitl).
+	gates map[string]hitl.Rule
 	// sub, when set, adds a "task" tool that runs subagent "sub" with its
 	// own mcp middleware (allowed by sub).
 	sub func(prefix string) bool
@@ -76,7 +82,7 @@ func newHarness(t *testing.T, b backend.Backend, servers ...mcptool.Server) *har
 	}
 	h.runner = agent.NewRunner(agent.NewMemoryStore(), func(context.Context, agent.ConfigureRequest) (*agent.Config, error) {
 		cfg := &agent.Config{Agent: "main", Model: m, Backend: b, Allow: h.allow,
-			Middleware: []agent.Middleware{mgr.Middleware(nil)}}
+			Middleware: []agent.Middleware{mgr.Middleware(nil), hitl.New(h.gates, nil)}}
 		if h.sub != nil {
 			cfg.Tools = append(cfg.Tools, agent.Tool{Name: "task", Subagent: true, Timeout: -1,
 				Func: func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
@@ -365,6 +371,62 @@ func TestNonObjectSchemaDropped(t *testing.T) {
 	slices.Sort(dropped)
 	if !slices.Equal(dropped, []string{"mcp__web__list", "mcp__web__scalar"}) {
 		t.Errorf("warned about %v, want the two tools with bad schemas", dropped)
+	}
+}
+
+// TestApprovedCallWhenServerIsDown: a call approved while its server was
+// up, resumed after the server went down, fails saying the server is
+// unavailable and why, not that the tool is unknown.
+func TestApprovedCallWhenServerIsDown(t *testing.T) {
+	ts := httptest.NewServer(mcptest.Handler(mcptest.Options{}, ""))
+	t.Cleanup(ts.Close)
+	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Timeout: 10 * time.Second, StartupTimeout: 10 * time.Second})
+	h.gates = map[string]hitl.Rule{"mcp__web__add": {}}
+	h.srv.Script("main", modeltest.Calls(call("a1", "mcp__web__add", `{"a":1,"b":2}`)), modeltest.Text("done"))
+	res, err := h.runner.Run(context.Background(), agent.RunInput{Input: []string{"go"}}, func(agent.Event) {})
+	if err != nil || res.Status != agent.StatusInterrupted {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	ts.Close() // the server goes down while the call waits for approval
+	var got *agent.ToolResultEvent
+	res, err = h.runner.Resume(context.Background(), agent.ResumeInput{ThreadID: res.ThreadID, InterruptID: res.Interrupt.InterruptID,
+		Decisions: []agent.Decision{{ToolCallID: "a1", Type: agent.DecisionApprove}}}, func(e agent.Event) {
+		if r, ok := e.Payload.(agent.ToolResultEvent); ok && r.ID == "a1" {
+			got = &r
+		}
+	})
+	if err != nil || res.Status != agent.StatusCompleted {
+		t.Fatalf("resume: %v, %+v", err, res)
+	}
+	t.Logf("a1: %+v", got)
+	if got == nil || !got.IsError || !strings.Contains(got.Content, "MCP server web is unavailable, so mcp__web__add was not called: ") ||
+		strings.Contains(got.Content, "Unknown tool") {
+		t.Fatalf("a1 after the server went down: %+v", got)
+	}
+}
+
+// TestHTTPFailureKeepsItsCause: an HTTP error answer that is no JSON-RPC
+// message (a 502 from a proxy) is reported with its status and the start
+// of its body, where the configured header values are redacted, instead
+// of the SDK's bare "rejected by transport".
+func TestHTTPFailureKeepsItsCause(t *testing.T) {
+	inner := mcptest.Handler(mcptest.Options{}, "Bearer s3cret-token")
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if bytes.Contains(b, []byte(`"tools/call"`)) {
+			http.Error(w, "the backend database is down (you sent "+r.Header.Get("Authorization")+")", http.StatusBadGateway)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Headers: map[string]string{"Authorization": "Bearer s3cret-token"}, Timeout: 10 * time.Second})
+	h.srv.Script("main", modeltest.Calls(call("a1", "mcp__web__add", `{"a":1,"b":2}`)), modeltest.Text("done"))
+	_, results := h.run()
+	r := want(t, results, "a1", true, "MCP server web", "Bad Gateway", "HTTP 502 Bad Gateway: the backend database is down (you sent Bearer [redacted])")
+	if strings.Contains(r.Content, "s3cret") {
+		t.Errorf("the header's secret reached the result: %s", r.Content)
 	}
 }
 
