@@ -390,10 +390,14 @@ func unavailable(s *session, cause error) []agent.Tool {
 	}}
 }
 
+// oneLine renders err on one line of at most about 1,000 bytes. A longer
+// one keeps its head and its tail, where a stdio server's last stderr
+// lines are (the reason it failed, more often than not).
 func oneLine(err error) string {
 	s := strings.Join(strings.Fields(err.Error()), " ")
-	if len(s) > 500 {
-		s = s[:500] + "…"
+	const head, tail = 300, 700
+	if len(s) > head+tail {
+		s = strings.ToValidUTF8(s[:head], "") + " … " + strings.ToValidUTF8(s[len(s)-tail:], "")
 	}
 	return s
 }

@@ -290,6 +290,25 @@ func TestBadServers(t *testing.T) {
 	}
 }
 
+// TestStartFailureShowsStderrEnd: a stdio server that dies at startup
+// after a long log is offered as unavailable with the last lines of its
+// stderr, which hold the reason, in both the tool's description (what
+// the model sees at run start) and the call's error; older lines are
+// left out.
+func TestStartFailureShowsStderrEnd(t *testing.T) {
+	h := newHarness(t, nil, stdio("bad", mcptest.ModeCrash))
+	h.srv.Script("main", modeltest.Calls(call("c1", "mcp__bad__unavailable", `{}`)), modeltest.Text("ok"))
+	_, results := h.run()
+	r := want(t, results, "c1", true, "MCP server bad", "its stderr ends with: ", mcptest.CrashLine)
+	if strings.Contains(r.Content, "module 189") || !strings.Contains(r.Content, "module 199") {
+		t.Errorf("the stderr note is not the last lines: %s", r.Content)
+	}
+	tools := h.srv.Requests("main")[0].Body.Tools
+	if len(tools) != 1 || !strings.Contains(tools[0].Function.Description, mcptest.CrashLine) {
+		t.Errorf("the description lacks the end of stderr: %+v", tools)
+	}
+}
+
 // TestMessageLimit: a result over the server's message limit breaks the
 // connection as a tool error naming the limit; the next call reconnects.
 func TestMessageLimit(t *testing.T) {

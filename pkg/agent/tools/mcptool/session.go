@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +32,12 @@ var ErrNoProcesses = errors.New("this thread's backend cannot run processes, so 
 // is not the server's answer, so the cause must be kept.
 const codeRejected = -32005
 
-// stderrTail is how much of a stdio server's stderr is kept for errors.
-const stderrTail = 2048
+// stderrTail is how much of a stdio server's stderr is kept; errors show
+// at most its last stderrLines lines.
+const (
+	stderrTail  = 2048
+	stderrLines = 10
+)
 
 // closeWait bounds how long closing waits for a process's output to end.
 const closeWait = 10 * time.Second
@@ -232,7 +237,7 @@ func (l *link) stderrNote() string {
 	if l == nil || l.stderr == nil {
 		return ""
 	}
-	if s := strings.TrimSpace(l.stderr.String()); s != "" {
+	if s := l.stderr.lastLines(); s != "" {
 		return "; its stderr ends with: " + s
 	}
 	return ""
@@ -469,8 +474,18 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) String() string {
+// lastLines returns the last stderrLines whole lines kept, as valid
+// UTF-8 (a line cut by the byte bound is left out).
+func (t *tail) lastLines() string {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
+	b := slices.Clone(t.buf)
+	t.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(b) >= stderrTail && len(lines) > 1 {
+		lines = lines[1:]
+	}
+	if len(lines) > stderrLines {
+		lines = lines[len(lines)-stderrLines:]
+	}
+	return strings.ToValidUTF8(strings.TrimSpace(strings.Join(lines, "\n")), "?")
 }

@@ -140,7 +140,14 @@ const (
 	ModeExit = "exit"
 	// ModeSilent reads its input and never answers.
 	ModeSilent = "silent"
+	// ModeCrash writes a long log to stderr, ending with the line
+	// CrashLine, and exits with status 1, as a server whose startup
+	// fails deep inside its code does.
+	ModeCrash = "crash"
 )
+
+// CrashLine is the last line ModeCrash writes to stderr.
+const CrashLine = "FATAL: cannot read /etc/mcp/config.yaml: permission denied"
 
 // Serve runs the server over stdio in the given mode and returns its exit
 // status.
@@ -158,6 +165,12 @@ func Serve(mode string) int {
 	case ModeSilent:
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
+	case ModeCrash:
+		for i := range 200 {
+			fmt.Fprintf(os.Stderr, "debug: loading module %03d of the server's plugins\n", i)
+		}
+		fmt.Fprintln(os.Stderr, CrashLine)
+		return 1
 	}
 	s := NewServer(Options{HangForever: true, Stdout: os.Stdout})
 	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
