@@ -82,7 +82,8 @@ agents:
 // TestMCPGateNames: `"mcp__srv__echo": false` exempts that tool from the
 // mcp__srv__* pattern (the exact key wins) while the pattern gates the
 // others; a gate naming an MCP tool the server does not list is warned
-// about at run start, with its name.
+// about at run start, with its name. ListAgents lists the server's
+// tools by pattern.
 func TestMCPGateNames(t *testing.T) {
 	ts := httptest.NewServer(mcptest.Handler(mcptest.Options{}, ""))
 	t.Cleanup(ts.Close)
@@ -105,6 +106,24 @@ agents:
 	wantResult(t, results, "e1", false, "free")
 	if got := interruptedTools(t, evs); !slices.Equal(got, []string{"mcp__srv__add"}) {
 		t.Errorf("gated %v, want mcp__srv__add", got)
+	}
+	// ListAgents lists the server's tools as the pattern that takes them,
+	// and the exemption is no gate.
+	list, err := s.c.ListAgents(s.ctx(), &plumbv1.ListAgentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.GetAgents() {
+		if a.GetName() != "gh" {
+			continue
+		}
+		var gates []string
+		for _, r := range a.GetInterruptOn() {
+			gates = append(gates, r.GetTool())
+		}
+		if !slices.Contains(a.GetTools(), "mcp__srv__*") || !slices.Equal(gates, []string{"mcp__srv__*", "mcp__srv__ecko"}) {
+			t.Errorf("ListAgents gh: tools %v, gates %v", a.GetTools(), gates)
+		}
 	}
 	warned := logs.FilterMessageSnippet("interrupt_on names an MCP tool that its server does not list").All()
 	if len(warned) == 0 || warned[0].ContextMap()["interrupt-on"] != "mcp__srv__ecko" || warned[0].ContextMap()["agent"] != "gh" {
