@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -95,24 +94,6 @@ const CapAll = CapReadsFiles | CapWritesFiles | CapExecutes | CapNetwork
 // Covers reports whether c holds every capability of o (a tool with c
 // can do whatever a tool with o can).
 func (c Capability) Covers(o Capability) bool { return o != 0 && c&o == o }
-
-// String lists the capabilities ("executes+writes-files"), "none" for
-// none.
-func (c Capability) String() string {
-	var parts []string
-	for _, x := range []struct {
-		c    Capability
-		name string
-	}{{CapExecutes, "executes"}, {CapWritesFiles, "writes-files"}, {CapReadsFiles, "reads-files"}, {CapNetwork, "network"}} {
-		if c&x.c != 0 {
-			parts = append(parts, x.name)
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, "+")
-}
 
 // Definition returns the model-facing definition of t.
 func (t *Tool) Definition() model.ToolDef {

@@ -443,7 +443,7 @@ func TestHTTPFailureKeepsItsCause(t *testing.T) {
 	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Headers: map[string]string{"Authorization": "Bearer s3cret-token"}, Timeout: 10 * time.Second})
 	h.srv.Script("main", modeltest.Calls(call("a1", "mcp__web__add", `{"a":1,"b":2}`)), modeltest.Text("done"))
 	_, results := h.run()
-	r := want(t, results, "a1", true, "MCP server web", "Bad Gateway", "HTTP 502 Bad Gateway: the backend database is down (you sent Bearer [redacted])")
+	r := want(t, results, "a1", true, "MCP server web", "Bad Gateway", "HTTP 502 Bad Gateway: the backend database is down (you sent [redacted])")
 	if strings.Contains(r.Content, "s3cret") {
 		t.Errorf("the header's secret reached the result: %s", r.Content)
 	}

@@ -411,8 +411,8 @@ func (h headerTransport) redact(text string) string {
 		if len(words) > 1 {
 			words = words[1:] // "Bearer <token>": the scheme is no secret
 		}
-		for _, secret := range append(words, v) {
-			if len(secret) >= 4 {
+		for _, secret := range append([]string{v}, words...) {
+			if secret != "" {
 				text = strings.ReplaceAll(text, secret, "[redacted]")
 			}
 		}
