@@ -121,11 +121,23 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 		return
 	}
 	lg.Info("taking over a run whose replica stopped", zap.String("run-id", runID), zap.Uint64("after-sequence", after))
+	emit := func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }
+	if l.CancelRequested {
+		// Its cancel was requested while nobody ran it: the resumed
+		// segment ends CANCELLED as soon as it has started.
+		lg.Info("the run's cancel was requested; ending it cancelled", zap.String("run-id", runID))
+		emit = func(e agent.Event) {
+			r.Emit(pbconv.EventToPB(e))
+			if _, ok := e.Payload.(agent.RunStarted); ok {
+				cancelRun()
+			}
+		}
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
+		err := s.hold(runCtx, l, emit, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
 			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, sink)
 			return err
 		})
