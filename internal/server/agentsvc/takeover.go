@@ -121,24 +121,15 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 		return
 	}
 	lg.Info("taking over a run whose replica stopped", zap.String("run-id", runID), zap.Uint64("after-sequence", after))
-	emit := func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }
 	if l.CancelRequested {
-		// Its cancel was requested while nobody ran it: the resumed
-		// segment ends CANCELLED as soon as it has started.
 		lg.Info("the run's cancel was requested; ending it cancelled", zap.String("run-id", runID))
-		emit = func(e agent.Event) {
-			r.Emit(pbconv.EventToPB(e))
-			if _, ok := e.Payload.(agent.RunStarted); ok {
-				cancelRun()
-			}
-		}
 	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		err := s.hold(runCtx, l, emit, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
-			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, sink)
+		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
+			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, cancelAtStart(l, cancelRun, sink))
 			return err
 		})
 		if err != nil {
@@ -152,4 +143,20 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 		defer s.wg.Done()
 		_ = r.Stream(context.Background(), func(*plumbv1.Event) error { return nil })
 	}()
+}
+
+// cancelAtStart wraps the sink of a run taken over under l: when its
+// cancel was requested while nobody ran it, the resumed segment is
+// cancelled as soon as it has started (run_started is emitted once the
+// run is loaded), so that it ends CANCELLED instead of going on.
+func cancelAtStart(l store.Lease, cancel context.CancelFunc, sink agent.Sink) agent.Sink {
+	if !l.CancelRequested {
+		return sink
+	}
+	return func(e agent.Event) {
+		sink(e)
+		if _, ok := e.Payload.(agent.RunStarted); ok {
+			cancel()
+		}
+	}
 }
