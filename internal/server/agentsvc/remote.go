@@ -145,18 +145,25 @@ func (s *Service) deleteHolder() string { return s.cfg.ReplicaID + "/delete-thre
 // replica starts a run on it meanwhile (the deletion removes the lease
 // with the thread). A run live on another replica is runs.ErrRunning, or
 // with force is cancelled there first and waited for. The returned
-// function releases the lease (when the deletion did not happen).
-func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (release func(), err error) {
+// function gives the lease up when the deletion did not happen: td is the
+// thread as loaded (nil if it was not). A RUNNING run in it is one whose
+// replica died (its lease had expired): the lease is left to expire, so
+// that takeover continues the run as it would have — released, nobody
+// would, and a starting replica would mark the run FAILED.
+func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (giveUp func(td *agent.ThreadData), err error) {
 	ls := s.cfg.Leases
 	if ls == nil {
-		return func() {}, nil
+		return func(*agent.ThreadData) {}, nil
 	}
 	for {
 		l, err := ls.AcquireLease(ctx, id, s.deleteHolder(), s.clock.Now(), s.leaseTTL())
 		var held *store.HeldError
 		switch {
 		case err == nil:
-			return func() {
+			return func(td *agent.ThreadData) {
+				if td == nil || td.Status() == agent.ThreadRunning {
+					return
+				}
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 				defer cancel()
 				if err := ls.ReleaseLease(rctx, l); err != nil {

@@ -2,6 +2,7 @@ package agentsvc_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -18,27 +19,38 @@ import (
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 )
 
-// pgReplicas starts two replicas, A and B, on one real PostgreSQL
-// database, each with a connection pool of its own as two agentd
-// processes have. optsA adjust replica A; viewA is its store, which
-// crashes on demand.
-func pgReplicas(t *testing.T, optsA ...option) (a, b *env, viewA *crashable) {
-	t.Helper()
-	dsn := pgtest.New(t)
-	open := func() *postgres.Store {
-		st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
+// pgFleet is a PostgreSQL database that replicas share.
+type pgFleet struct {
+	t   *testing.T
+	dsn string
+}
+
+func newPGFleet(t *testing.T) *pgFleet { return &pgFleet{t: t, dsn: pgtest.New(t)} }
+
+// replica starts a replica named name with a connection pool of its own,
+// as an agentd process has, short leases and a fast event interval; view
+// is its store, which crashes on demand.
+func (f *pgFleet) replica(name string, opts ...option) (e *env, view *crashable) {
+	f.t.Helper()
+	st, err := postgres.Open(context.Background(), f.dsn, postgres.Options{})
+	if err != nil {
+		f.t.Fatal(err)
 	}
+	f.t.Cleanup(func() { st.Close() })
 	fast := withService(func(c *agentsvc.Config) {
 		c.LeaseTTL, c.EventInterval = 2*time.Second, 20*time.Millisecond
 	})
-	viewA = &crashable{sharedStore: open()}
-	a = newEnv(t, append([]option{withShared(viewA, "replica-a"), fast}, optsA...)...)
-	b = newEnv(t, withShared(open(), "replica-b"), fast)
+	view = &crashable{sharedStore: st}
+	return newEnv(f.t, append([]option{withShared(view, name), fast}, opts...)...), view
+}
+
+// pgReplicas starts two replicas, A and B, on one real PostgreSQL
+// database. optsA adjust replica A; viewA is its store.
+func pgReplicas(t *testing.T, optsA ...option) (a, b *env, viewA *crashable) {
+	t.Helper()
+	f := newPGFleet(t)
+	a, viewA = f.replica("replica-a", optsA...)
+	b, _ = f.replica("replica-b")
 	return a, b, viewA
 }
 
@@ -239,5 +251,44 @@ func TestCancelOfOrphanedRunAtTakeover(t *testing.T) {
 	}
 	if st := last(t, evs).GetRunFinished().GetStatus(); st != plumbv1.RunStatus_RUN_STATUS_CANCELLED {
 		t.Fatalf("attach on replica B saw %v, want the run to end run_finished CANCELLED", kinds(evs, true))
+	}
+}
+
+// TestFailedDeleteLeavesOrphanedRunToTakeover: replica A dies mid-run;
+// DeleteThread on replica B takes the thread's expired lease for the
+// deletion, and its cleanup fails. The thread is kept, and so is its
+// run's chance: the deletion's lease is left to expire rather than
+// released, so a replica's takeover still continues the run to its end.
+func TestFailedDeleteLeavesOrphanedRunToTakeover(t *testing.T) {
+	f := newPGFleet(t)
+	noTakeover := withService(func(c *agentsvc.Config) { c.TakeoverInterval = -1 })
+	a, viewA := f.replica("replica-a", noTakeover)
+	b, _ := f.replica("replica-b", noTakeover, withService(func(c *agentsvc.Config) {
+		c.OnDeleteThread = func(context.Context, *agent.ThreadData) error { return errors.New("sandbox worker unreachable") }
+	}))
+	a.srv.Script("main", hang)
+	_, started := startOnA(t, a, true)
+	thread := started.GetThreadId()
+	viewA.crashed.Store(true)
+	waitFor(t, "replica A's lease to expire", func() bool {
+		ls, err := viewA.sharedStore.ThreadLeases(context.Background(), []string{thread})
+		return err == nil && len(ls) == 1 && !ls[0].Live(time.Now())
+	})
+
+	if _, err := b.c.DeleteThread(b.ctx(), &plumbv1.DeleteThreadRequest{ThreadId: thread}); err == nil {
+		t.Fatal("DeleteThread succeeded although its cleanup failed")
+	}
+	c, _ := f.replica("replica-c")
+	c.srv.Script("main", modeltest.Text("continued on c"))
+	att, err := c.c.Attach(c.ctx(), &plumbv1.AttachRequest{ThreadId: thread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := recvAll(att)
+	if err != nil {
+		t.Fatalf("attach on replica C: %v (kinds %v)", err, kinds(evs, true))
+	}
+	if f := last(t, evs).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || f.GetFinalText() != "continued on c" {
+		t.Fatalf("attach on replica C saw %v; want the run taken over to COMPLETED", kinds(evs, true))
 	}
 }

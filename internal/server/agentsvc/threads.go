@@ -145,17 +145,18 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 			return nil, server.Status(ctx.Err())
 		}
 	}
-	release, err := s.leaseForDelete(ctx, id, req.GetForce())
+	giveUp, err := s.leaseForDelete(ctx, id, req.GetForce())
 	if err != nil {
 		return nil, s.status("delete thread", err)
 	}
+	var td *agent.ThreadData
 	deleted := false
 	defer func() {
 		if !deleted {
-			release()
+			giveUp(td)
 		}
 	}()
-	td, err := s.threads.LoadThread(ctx, id)
+	td, err = s.threads.LoadThread(ctx, id)
 	if err != nil {
 		return nil, s.status("delete thread", err)
 	}
