@@ -292,3 +292,55 @@ func TestFailedDeleteLeavesOrphanedRunToTakeover(t *testing.T) {
 		t.Fatalf("attach on replica C saw %v; want the run taken over to COMPLETED", kinds(evs, true))
 	}
 }
+
+// TestTakeoverWithoutRunSlotRetries: replica A dies mid-run while replica
+// B's one run slot is taken. B's takeover cannot start the run then; it
+// must leave the thread's lease to expire again (not release it, which
+// would leave the run RUNNING with nobody to take it over, and have the
+// next replica that starts mark it FAILED), so that once the slot is free
+// a takeover continues the run to its end.
+func TestTakeoverWithoutRunSlotRetries(t *testing.T) {
+	f := newPGFleet(t)
+	a, viewA := f.replica("replica-a", withService(func(c *agentsvc.Config) { c.TakeoverInterval = -1 }))
+	b, _ := f.replica("replica-b", withService(func(c *agentsvc.Config) { c.MaxConcurrentRuns = 1 }))
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	b.srv.Script("main",
+		modeltest.Turn{Dynamic: func(modeltest.Request) modeltest.Turn {
+			<-gate
+			return modeltest.Text("slot holder done")
+		}},
+		modeltest.Text("continued on b"),
+	)
+	holder, err := b.c.Run(b.ctx(), runReq("", "hold the slot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "replica B's run to hold its slot", func() bool { return len(b.srv.Requests("main")) == 1 })
+
+	a.srv.Script("main", hang)
+	_, started := startOnA(t, a, true)
+	thread := started.GetThreadId()
+	viewA.crashed.Store(true)
+	waitFor(t, "replica B's takeover attempt", func() bool {
+		ls, err := viewA.sharedStore.ThreadLeases(context.Background(), []string{thread})
+		return err == nil && len(ls) == 1 && ls[0].Holder == "replica-b"
+	})
+	release()
+	if evs, err := recvAll(holder); err != nil || last(t, evs).GetRunFinished().GetFinalText() != "slot holder done" {
+		t.Fatalf("replica B's slot holder: %v, %v", kinds(evs, true), err)
+	}
+	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := recvAll(att)
+	if err != nil {
+		t.Fatalf("attach on replica B: %v (kinds %v)", err, kinds(evs, true))
+	}
+	if f := last(t, evs).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || f.GetFinalText() != "continued on b" {
+		t.Fatalf("attach on replica B saw %v; want the run taken over to COMPLETED", kinds(evs, true))
+	}
+}

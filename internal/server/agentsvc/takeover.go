@@ -94,8 +94,7 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	td, err := s.threads.LoadThread(cctx, dead.ThreadID)
 	if err != nil {
 		lg.Warn("load a thread to take over", zap.Error(err))
-		release()
-		return
+		return // the lease expires again (see below)
 	}
 	if td.LastRun == nil || td.LastRun.Status != agent.StatusRunning || td.Interrupt != nil {
 		release() // its run ended; only the lease was left behind
@@ -106,18 +105,18 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	if s.cfg.Events != nil {
 		if after, err = s.cfg.Events.LastSequence(cctx, runID); err != nil {
 			lg.Warn("read the run's last event", zap.Error(err))
-			release()
-			return
+			return // the lease expires again (see below)
 		}
 	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	r, err := s.reg.Begin(dead.ThreadID, cancelRun)
 	if err != nil {
 		// No run slot, or shutting down: the lease expires again and
-		// this or another replica tries later.
+		// this or another replica tries later. Not released: nobody
+		// takes a released lease over, and a replica that starts marks
+		// its RUNNING run FAILED.
 		cancelRun()
 		lg.Info("not taking over the run now", zap.Error(err))
-		release()
 		return
 	}
 	lg.Info("taking over a run whose replica stopped", zap.String("run-id", runID), zap.Uint64("after-sequence", after))
