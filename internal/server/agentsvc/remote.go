@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -56,8 +57,10 @@ func (s *Service) startCancelPoll() {
 }
 
 // pollCancels cancels the runs of the cancel requests on this replica's
-// leases; done are the requests already acted on (a run takes up to the
-// cancel grace to end), and the requests still pending are returned.
+// leases. done are the requests already acted on (a run takes up to the
+// cancel grace to end); it returns those of them still pending and the
+// ones it acted on now. A request whose run is not in the registry (yet)
+// is tried again at the next poll.
 func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[string]int64 {
 	qctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	ls, err := s.cfg.Leases.CancelRequests(qctx, s.cfg.ReplicaID)
@@ -68,17 +71,18 @@ func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[st
 		}
 		return done
 	}
-	pending := make(map[string]int64, len(ls))
+	acted := make(map[string]int64, len(ls))
 	for _, l := range ls {
-		pending[l.ThreadID] = l.Epoch
 		if epoch, ok := done[l.ThreadID]; ok && epoch == l.Epoch {
+			acted[l.ThreadID] = l.Epoch
 			continue
 		}
 		if r := s.reg.Cancel(l.ThreadID); r != nil {
 			s.lg.Info("run cancelled at another replica's request", zap.String("thread-id", l.ThreadID), zap.String("run-id", r.RunID()), zap.Int64("lease-epoch", l.Epoch))
+			acted[l.ThreadID] = l.Epoch
 		}
 	}
-	return pending
+	return acted
 }
 
 // cancelElsewhere is Cancel for a thread this replica does not run: when
@@ -95,7 +99,7 @@ func (s *Service) cancelElsewhere(ctx context.Context, td *agent.ThreadData) (*p
 		return &plumbv1.CancelResponse{}, nil
 	}
 	s.lg.Info("cancel requested of a run on another replica", zap.String("thread-id", id), zap.String("holder", l.Holder), zap.Int64("lease-epoch", l.Epoch))
-	err = s.awaitLeaseEnd(ctx, id)
+	err = s.awaitLeaseEnd(ctx, id, false)
 	if err != nil && ctx.Err() == nil {
 		return nil, s.status("cancel", err)
 	}
@@ -115,8 +119,9 @@ func (s *Service) cancelElsewhere(ctx context.Context, td *agent.ThreadData) (*p
 
 // awaitLeaseEnd waits until the run whose cancel was requested on thread
 // id has ended: its lease is released (a takeover keeps the request, and
-// its new holder ends the run), or the thread is gone.
-func (s *Service) awaitLeaseEnd(ctx context.Context, id string) error {
+// its new holder ends the run), or the thread is gone. With expired, a
+// lease that expired (its replica died) ends the wait too.
+func (s *Service) awaitLeaseEnd(ctx context.Context, id string, expired bool) error {
 	t := time.NewTicker(s.eventInterval())
 	defer t.Stop()
 	for {
@@ -126,7 +131,7 @@ func (s *Service) awaitLeaseEnd(ctx context.Context, id string) error {
 		}
 		// The request goes with the release only: a lease without it
 		// is a later run's.
-		if len(ls) == 0 || ls[0].Released || !ls[0].CancelRequested {
+		if len(ls) == 0 || ls[0].Released || !ls[0].CancelRequested || (expired && !ls[0].Live(s.clock.Now())) {
 			return nil
 		}
 		select {
@@ -137,9 +142,11 @@ func (s *Service) awaitLeaseEnd(ctx context.Context, id string) error {
 	}
 }
 
-// deleteHolder is the holder of the lease DeleteThread takes: not
-// ReplicaID, whose leases are this replica's runs.
-func (s *Service) deleteHolder() string { return s.cfg.ReplicaID + "/delete-thread" }
+// deleteHolderSuffix ends the holder of the lease DeleteThread takes: not
+// the replica's id, whose leases are its runs.
+const deleteHolderSuffix = "/delete-thread"
+
+func (s *Service) deleteHolder() string { return s.cfg.ReplicaID + deleteHolderSuffix }
 
 // leaseForDelete takes thread id's lease for its deletion, so that no
 // replica starts a run on it meanwhile (the deletion removes the lease
@@ -179,7 +186,9 @@ func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (gi
 		if _, err := ls.RequestCancel(ctx, id); err != nil {
 			return nil, err
 		}
-		if err := s.awaitLeaseEnd(ctx, id); err != nil {
+		// An expired lease can be taken for the deletion: its run is
+		// not live anywhere.
+		if err := s.awaitLeaseEnd(ctx, id, true); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +196,8 @@ func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (gi
 
 // runningElsewhere returns the threads of ids that another replica (or a
 // run of this one the registry does not list yet) holds a live lease on:
-// their run is live, whatever the store's records say so far.
+// their run is live, whatever the store's records say so far. A
+// deletion's lease is no run.
 func (s *Service) runningElsewhere(ctx context.Context, ids []string) (map[string]bool, error) {
 	if s.cfg.Leases == nil || len(ids) == 0 {
 		return nil, nil
@@ -199,7 +209,7 @@ func (s *Service) runningElsewhere(ctx context.Context, ids []string) (map[strin
 	now := s.clock.Now()
 	live := make(map[string]bool, len(ls))
 	for _, l := range ls {
-		if l.Live(now) && l.Holder != s.deleteHolder() {
+		if l.Live(now) && !strings.HasSuffix(l.Holder, deleteHolderSuffix) {
 			live[l.ThreadID] = true
 		}
 	}
