@@ -671,7 +671,7 @@ func checkFence(ctx context.Context, tx pgx.Tx, cp *agent.Checkpoint) error {
 func leaseRow(ctx context.Context, q querier, id string) (*store.Lease, error) {
 	l := store.Lease{ThreadID: id}
 	var exp int64
-	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested FROM thread_leases WHERE thread_id = $1`, id).
+	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released FROM thread_leases WHERE thread_id = $1`, id).
 		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -889,12 +889,34 @@ func (s *Store) RenewLease(ctx context.Context, l store.Lease, now time.Time, tt
 
 // ReleaseLease implements store.Leases.
 func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
-	_, err := s.pool.Exec(ctx, `UPDATE thread_leases SET released = true, cancel_requested = false WHERE thread_id = $1 AND holder = $2 AND epoch = $3`, l.ThreadID, l.Holder, l.Epoch)
+	_, err := s.pool.Exec(ctx, `UPDATE thread_leases SET released = true WHERE thread_id = $1 AND holder = $2 AND epoch = $3`, l.ThreadID, l.Holder, l.Epoch)
 	return classify(err)
 }
 
-// leaseColumns are the columns scanLeases reads, in order.
-const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested`
+// ExpiredLeases implements store.Leases.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
+	rows, err := s.pool.Query(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE NOT released AND expires_at <= $1 ORDER BY expires_at, thread_id`, store.Nanos(now))
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		var l store.Lease
+		var exp int64
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp); err != nil {
+			return nil, classify(err)
+		}
+		l.Expires = time.Unix(0, exp)
+		out = append(out, l)
+	}
+	return out, classify(rows.Err())
+}
+
+// leaseColumns are the columns scanLeases reads, in order. A released
+// lease carries no cancel request (the next acquisition resets the
+// column).
+const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released`
 
 // scanLeases reads rows of leaseColumns.
 func scanLeases(rows pgx.Rows, err error) ([]store.Lease, error) {
@@ -913,11 +935,6 @@ func scanLeases(rows pgx.Rows, err error) ([]store.Lease, error) {
 		out = append(out, l)
 	}
 	return out, classify(rows.Err())
-}
-
-// ExpiredLeases implements store.Leases.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
-	return scanLeases(s.pool.Query(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE NOT released AND expires_at <= $1 ORDER BY expires_at, thread_id`, store.Nanos(now)))
 }
 
 // RequestCancel implements store.Leases.

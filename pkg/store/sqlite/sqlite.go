@@ -718,7 +718,7 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 func leaseRow(ctx context.Context, tx *sql.Tx, id string) (*store.Lease, error) {
 	l := store.Lease{ThreadID: id}
 	var exp int64
-	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested FROM thread_leases WHERE thread_id = ?`, id).
+	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released FROM thread_leases WHERE thread_id = ?`, id).
 		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -746,12 +746,34 @@ func (s *Store) RenewLease(ctx context.Context, l store.Lease, now time.Time, tt
 
 // ReleaseLease implements store.Leases.
 func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE thread_leases SET released = 1, cancel_requested = 0 WHERE thread_id = ? AND holder = ? AND epoch = ?`, l.ThreadID, l.Holder, l.Epoch)
+	_, err := s.db.ExecContext(ctx, `UPDATE thread_leases SET released = 1 WHERE thread_id = ? AND holder = ? AND epoch = ?`, l.ThreadID, l.Holder, l.Epoch)
 	return busy(err)
 }
 
-// leaseColumns are the columns scanLeases reads, in order.
-const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested`
+// ExpiredLeases implements store.Leases.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE released = 0 AND expires_at <= ? ORDER BY expires_at, thread_id`, store.Nanos(now))
+	if err != nil {
+		return nil, busy(err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		var l store.Lease
+		var exp int64
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp); err != nil {
+			return nil, err
+		}
+		l.Expires = time.Unix(0, exp)
+		out = append(out, l)
+	}
+	return out, busy(rows.Err())
+}
+
+// leaseColumns are the columns scanLeases reads, in order. A released
+// lease carries no cancel request (the next acquisition resets the
+// column).
+const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released`
 
 // scanLeases reads rows of leaseColumns.
 func scanLeases(rows *sql.Rows, err error) ([]store.Lease, error) {
@@ -770,11 +792,6 @@ func scanLeases(rows *sql.Rows, err error) ([]store.Lease, error) {
 		out = append(out, l)
 	}
 	return out, busy(rows.Err())
-}
-
-// ExpiredLeases implements store.Leases.
-func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
-	return scanLeases(s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE released = 0 AND expires_at <= ? ORDER BY expires_at, thread_id`, store.Nanos(now)))
 }
 
 // RequestCancel implements store.Leases.
