@@ -32,9 +32,9 @@ func (s *Service) startCancelPoll() {
 	done := make(chan struct{})
 	stopTakeover := s.stopTakeover
 	s.stopTakeover = func() {
-		cancel()
-		<-done
+		cancel() // both loops stop at once: Shutdown waits for the slower
 		stopTakeover()
+		<-done
 	}
 	go func() {
 		defer close(done)
