@@ -20,6 +20,11 @@ type Lease struct {
 	// Released reports that the holder gave the lease up (as opposed to
 	// letting it expire, which is what a dead replica does).
 	Released bool
+	// CancelRequested reports that a replica was asked to cancel the
+	// thread's run (Leases.RequestCancel): the holder cancels it, and a
+	// replica that takes the lease over ends the run CANCELLED instead
+	// of continuing it. Releasing the lease clears it.
+	CancelRequested bool
 }
 
 // Live reports whether l still excludes other holders at now.
@@ -44,6 +49,19 @@ type Leases interface {
 	// ExpiredLeases lists the leases that expired without being released
 	// by now: threads whose replica stopped while running them.
 	ExpiredLeases(ctx context.Context, now time.Time) ([]Lease, error)
+	// RequestCancel asks for the run of thread id to be cancelled, on
+	// whichever replica runs it: it marks the thread's lease, live or
+	// expired, as long as it was not released, and returns it marked
+	// (nil when no lease of the thread is held: no run to cancel). The
+	// mark stays with the lease through a takeover and goes with its
+	// release.
+	RequestCancel(ctx context.Context, id string) (*Lease, error)
+	// CancelRequests lists holder's unreleased leases that carry a
+	// cancel request: one query for all the runs of a replica.
+	CancelRequests(ctx context.Context, holder string) ([]Lease, error)
+	// ThreadLeases returns the lease rows of the threads ids (released
+	// and expired ones included); threads without one are left out.
+	ThreadLeases(ctx context.Context, ids []string) ([]Lease, error)
 }
 
 // ErrLeaseLost: the lease expired and was taken, or was released; its
@@ -101,6 +119,9 @@ func NextLease(cur *Lease, id, holder string, now time.Time, ttl time.Duration) 
 	default:
 		next.Epoch = cur.Epoch + 1
 	}
+	// A cancel request outlives a takeover (the new holder ends the run
+	// CANCELLED), not a release (the run it was meant for is over).
+	next.CancelRequested = cur != nil && !cur.Released && cur.CancelRequested
 	return next, nil
 }
 

@@ -175,7 +175,8 @@ type Service struct {
 	clock   agent.Clock
 	newID   func() string
 	wg      sync.WaitGroup // run goroutines
-	// stopTakeover ends the takeover loop (a no-op without one).
+	// stopTakeover ends the takeover loop and the cancel poll (a no-op
+	// without them).
 	stopTakeover func()
 }
 
@@ -230,6 +231,7 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	})
 	s.stopTakeover = func() {}
 	s.startTakeover()
+	s.startCancelPoll()
 	return s, nil
 }
 

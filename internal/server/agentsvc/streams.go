@@ -221,7 +221,9 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 
 // Cancel cancels the thread's active run and waits (as long as the call's
 // context allows) until it has ended, so that the thread is free when
-// Cancel returns. Attached streams receive run_finished{CANCELLED}.
+// Cancel returns. Attached streams receive run_finished{CANCELLED}. With
+// Config.Leases, a run of another replica is cancelled through the shared
+// store (cancelElsewhere).
 func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plumbv1.CancelResponse, error) {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
@@ -232,8 +234,12 @@ func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plum
 	}
 	r := s.reg.Cancel(id)
 	if r == nil {
-		if _, err := s.threads.LoadThread(ctx, id); err != nil {
+		td, err := s.threads.LoadThread(ctx, id)
+		if err != nil {
 			return nil, server.Status(err)
+		}
+		if s.cfg.Leases != nil {
+			return s.cancelElsewhere(ctx, td)
 		}
 		return &plumbv1.CancelResponse{}, nil
 	}

@@ -94,8 +94,7 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	td, err := s.threads.LoadThread(cctx, dead.ThreadID)
 	if err != nil {
 		lg.Warn("load a thread to take over", zap.Error(err))
-		release()
-		return
+		return // the lease expires again (see below)
 	}
 	if td.LastRun == nil || td.LastRun.Status != agent.StatusRunning || td.Interrupt != nil {
 		release() // its run ended; only the lease was left behind
@@ -106,27 +105,30 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	if s.cfg.Events != nil {
 		if after, err = s.cfg.Events.LastSequence(cctx, runID); err != nil {
 			lg.Warn("read the run's last event", zap.Error(err))
-			release()
-			return
+			return // the lease expires again (see below)
 		}
 	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	r, err := s.reg.Begin(dead.ThreadID, cancelRun)
 	if err != nil {
 		// No run slot, or shutting down: the lease expires again and
-		// this or another replica tries later.
+		// this or another replica tries later. Not released: nobody
+		// takes a released lease over, and a replica that starts marks
+		// its RUNNING run FAILED.
 		cancelRun()
 		lg.Info("not taking over the run now", zap.Error(err))
-		release()
 		return
 	}
 	lg.Info("taking over a run whose replica stopped", zap.String("run-id", runID), zap.Uint64("after-sequence", after))
+	if l.CancelRequested {
+		lg.Info("the run's cancel was requested; ending it cancelled", zap.String("run-id", runID))
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
 		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
-			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, sink)
+			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, cancelAtStart(l, cancelRun, sink))
 			return err
 		})
 		if err != nil {
@@ -140,4 +142,20 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 		defer s.wg.Done()
 		_ = r.Stream(context.Background(), func(*plumbv1.Event) error { return nil })
 	}()
+}
+
+// cancelAtStart wraps the sink of a run taken over under l: when its
+// cancel was requested while nobody ran it, the resumed segment is
+// cancelled as soon as it has started (run_started is emitted once the
+// run is loaded), so that it ends CANCELLED instead of going on.
+func cancelAtStart(l store.Lease, cancel context.CancelFunc, sink agent.Sink) agent.Sink {
+	if !l.CancelRequested {
+		return sink
+	}
+	return func(e agent.Event) {
+		sink(e)
+		if _, ok := e.Payload.(agent.RunStarted); ok {
+			cancel()
+		}
+	}
 }

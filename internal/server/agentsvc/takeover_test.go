@@ -21,7 +21,7 @@ import (
 // replica neither commits, renews nor releases anything, as a killed
 // process would not.
 type crashable struct {
-	*sqlite.Store
+	sharedStore
 	crashed atomic.Bool
 }
 
@@ -31,35 +31,42 @@ func (c *crashable) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) er
 	if c.crashed.Load() {
 		return errCrashed
 	}
-	return c.Store.SaveCheckpoint(ctx, cp)
+	return c.sharedStore.SaveCheckpoint(ctx, cp)
 }
 
 func (c *crashable) RenewLease(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	if c.crashed.Load() {
 		return l, errCrashed
 	}
-	return c.Store.RenewLease(ctx, l, now, ttl)
+	return c.sharedStore.RenewLease(ctx, l, now, ttl)
 }
 
 func (c *crashable) ReleaseLease(ctx context.Context, l store.Lease) error {
 	if c.crashed.Load() {
 		return errCrashed
 	}
-	return c.Store.ReleaseLease(ctx, l)
+	return c.sharedStore.ReleaseLease(ctx, l)
 }
 
 func (c *crashable) AppendEvents(ctx context.Context, id string, f *agent.Fence, evs []store.Event) error {
 	if c.crashed.Load() {
 		return errCrashed
 	}
-	return c.Store.AppendEvents(ctx, id, f, evs)
+	return c.sharedStore.AppendEvents(ctx, id, f, evs)
+}
+
+func (c *crashable) CancelRequests(ctx context.Context, holder string) ([]store.Lease, error) {
+	if c.crashed.Load() {
+		return nil, errCrashed
+	}
+	return c.sharedStore.CancelRequests(ctx, holder)
 }
 
 func (c *crashable) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
 	if c.crashed.Load() {
 		return nil, errCrashed
 	}
-	return c.Store.ExpiredLeases(ctx, now)
+	return c.sharedStore.ExpiredLeases(ctx, now)
 }
 
 // TestTakeoverAndCrossReplicaAttach: two replicas share a store. A run on
@@ -79,7 +86,7 @@ func TestTakeoverAndCrossReplicaAttach(t *testing.T) {
 	short := withService(func(c *agentsvc.Config) {
 		c.LeaseTTL, c.EventInterval = 300*time.Millisecond, 20*time.Millisecond
 	})
-	viewA := &crashable{Store: st}
+	viewA := &crashable{sharedStore: st}
 	a := newEnv(t, withShared(viewA, "replica-a"), short, withService(func(c *agentsvc.Config) { c.TakeoverInterval = -1 }))
 	b := newEnv(t, withShared(st, "replica-b"), short)
 

@@ -33,7 +33,7 @@ func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadReq
 	if err != nil {
 		return nil, s.status("create thread", err)
 	}
-	return &plumbv1.CreateThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td), len(td.Messages))}, nil
+	return &plumbv1.CreateThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td, nil), len(td.Messages))}, nil
 }
 
 // GetThread returns a thread; the FULL view adds the message log, the
@@ -50,16 +50,22 @@ func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) 
 	if err != nil {
 		return nil, s.status("get thread", err)
 	}
-	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
-		return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadFullToPB(td, s.threadStatus(td))}, nil
+	elsewhere, err := s.runningElsewhere(ctx, []string{id})
+	if err != nil {
+		return nil, s.status("get thread", err)
 	}
-	return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td), len(td.Messages))}, nil
+	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
+		return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadFullToPB(td, s.threadStatus(td, elsewhere))}, nil
+	}
+	return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td, elsewhere), len(td.Messages))}, nil
 }
 
 // threadStatus is the stored status, RUNNING while this process runs the
-// thread (the store learns of a run only at its first checkpoint).
-func (s *Service) threadStatus(td *agent.ThreadData) agent.ThreadStatus {
-	if s.reg.Active(td.Thread.ID) != nil {
+// thread or elsewhere (runningElsewhere) names it: the store learns of a
+// run only at its checkpoints (a resumed run's first one clears the
+// interrupt).
+func (s *Service) threadStatus(td *agent.ThreadData, elsewhere map[string]bool) agent.ThreadStatus {
+	if s.reg.Active(td.Thread.ID) != nil || elsewhere[td.Thread.ID] {
 		return agent.ThreadRunning
 	}
 	return td.Status()
@@ -90,17 +96,25 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 	if err != nil {
 		return nil, s.status("list threads", err)
 	}
+	ids := make([]string, len(list))
+	for i, t := range list {
+		ids[i] = t.Thread.ID
+	}
+	elsewhere, err := s.runningElsewhere(ctx, ids)
+	if err != nil {
+		return nil, s.status("list threads", err)
+	}
 	out := &plumbv1.ListThreadsResponse{NextPageToken: next}
 	for _, t := range list {
-		out.Threads = append(out.Threads, pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData), t.MessageCount))
+		out.Threads = append(out.Threads, pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount))
 	}
 	return out, nil
 }
 
 // DeleteThread deletes a thread, its State files and (through
-// OnDeleteThread) its sandbox. A running thread is FAILED_PRECONDITION
-// unless force is set, which cancels the run and waits for it to end
-// first.
+// OnDeleteThread) its sandbox. A running thread — on this replica or, with
+// Config.Leases, on any — is FAILED_PRECONDITION unless force is set,
+// which cancels the run wherever it runs and waits for it to end first.
 func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadRequest) (*plumbv1.DeleteThreadResponse, error) {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
@@ -131,7 +145,18 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 			return nil, server.Status(ctx.Err())
 		}
 	}
-	td, err := s.threads.LoadThread(ctx, id)
+	giveUp, err := s.leaseForDelete(ctx, id, req.GetForce())
+	if err != nil {
+		return nil, s.status("delete thread", err)
+	}
+	var td *agent.ThreadData
+	deleted := false
+	defer func() {
+		if !deleted {
+			giveUp(td)
+		}
+	}()
+	td, err = s.threads.LoadThread(ctx, id)
 	if err != nil {
 		return nil, s.status("delete thread", err)
 	}
@@ -144,6 +169,7 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 	if err := s.threads.DeleteThread(ctx, id); err != nil {
 		return nil, s.status("delete thread", err)
 	}
+	deleted = true // the lease went with the thread
 	s.reg.Forget(id)
 	lg.Info("thread deleted")
 	return &plumbv1.DeleteThreadResponse{}, nil

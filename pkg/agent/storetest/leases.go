@@ -315,7 +315,7 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 
 	t.Run("FailUnleasedRuns", func(t *testing.T) {
 		s := newStore(t)
-		for _, id := range []string{"none", "released", "live", "expired"} {
+		for _, id := range []string{"none", "released", "live", "expired", "cancelling"} {
 			thread(t, s, id)
 			if err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{ThreadID: id, Phase: agent.PhaseInput, Run: run("r-"+id, agent.StatusRunning), CreatedAt: t0}); err != nil {
 				t.Fatal(err)
@@ -331,11 +331,19 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		if _, err := s.AcquireLease(ctx(), "expired", "replica-a", t0, ttl); err != nil {
 			t.Fatal(err)
 		}
+		// A cancel request does not end a run: its replica (or the one
+		// that takes it over) does.
+		if _, err := s.AcquireLease(ctx(), "cancelling", "replica-a", time.Now(), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := s.RequestCancel(ctx(), "cancelling"); err != nil || l == nil {
+			t.Fatalf("cancel request: %+v, %v", l, err)
+		}
 		n, err := s.FailUnleasedRuns(ctx(), "agentd restarted")
 		if err != nil || n != 2 {
 			t.Fatalf("FailUnleasedRuns: %d, %v; want 2", n, err)
 		}
-		for id, want := range map[string]agent.RunStatus{"none": agent.StatusFailed, "released": agent.StatusFailed, "live": agent.StatusRunning, "expired": agent.StatusRunning} {
+		for id, want := range map[string]agent.RunStatus{"none": agent.StatusFailed, "released": agent.StatusFailed, "live": agent.StatusRunning, "expired": agent.StatusRunning, "cancelling": agent.StatusRunning} {
 			d, err := s.LoadThread(ctx(), id)
 			if err != nil {
 				t.Fatal(err)
@@ -343,6 +351,87 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 			if d.LastRun.Status != want {
 				t.Errorf("%s: run %s, want %s", id, d.LastRun.Status, want)
 			}
+		}
+	})
+
+	t.Run("CancelRequests", func(t *testing.T) {
+		s := newStore(t)
+		thread(t, s, "th")
+		thread(t, s, "free")
+		thread(t, s, "other")
+		if l, err := s.RequestCancel(ctx(), "free"); err != nil || l != nil {
+			t.Fatalf("cancel request on a thread without a lease: %+v, %v; want none", l, err)
+		}
+		a, err := s.AcquireLease(ctx(), "th", "replica-a", t0, ttl)
+		if err != nil || a.CancelRequested {
+			t.Fatalf("acquire: %+v, %v", a, err)
+		}
+		if _, err := s.AcquireLease(ctx(), "other", "replica-a", t0, ttl); err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.RequestCancel(ctx(), "th")
+		if err != nil || l == nil || !l.CancelRequested || l.Holder != "replica-a" || l.Epoch != a.Epoch {
+			t.Fatalf("cancel request on a held lease: %+v, %v; want replica-a's lease, marked", l, err)
+		}
+		held := func(holder string) []string {
+			t.Helper()
+			ls, err := s.CancelRequests(ctx(), holder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, l := range ls {
+				if !l.CancelRequested || l.Holder != holder {
+					t.Errorf("listed lease %+v", l)
+				}
+				ids = append(ids, l.ThreadID)
+			}
+			return ids
+		}
+		if ids := held("replica-a"); !slices.Equal(ids, []string{"th"}) {
+			t.Fatalf("replica-a's cancel requests: %v, want [th]", ids)
+		}
+		if ids := held("replica-b"); len(ids) != 0 {
+			t.Fatalf("replica-b's cancel requests: %v, want none", ids)
+		}
+		ls, err := s.ThreadLeases(ctx(), []string{"th", "free", "missing", "other"})
+		if err != nil || len(ls) != 2 || ls[0].ThreadID != "other" || ls[0].CancelRequested || ls[1].ThreadID != "th" || !ls[1].CancelRequested || ls[1].Holder != "replica-a" {
+			t.Fatalf("thread leases: %+v, %v; want other's and th's (marked)", ls, err)
+		}
+		// The owner dies: the request outlives the takeover.
+		at := t0.Add(ttl + time.Second)
+		if exp, err := s.ExpiredLeases(ctx(), at); err != nil || len(exp) != 2 || exp[1].ThreadID != "th" {
+			t.Fatalf("expired leases: %+v, %v; want other's and th's", exp, err)
+		}
+		b, err := s.AcquireLease(ctx(), "th", "replica-b", at, ttl)
+		if err != nil || !b.CancelRequested || b.Epoch != a.Epoch+1 {
+			t.Fatalf("takeover of a lease with a cancel request: %+v, %v; want it marked", b, err)
+		}
+		if ids := held("replica-b"); !slices.Equal(ids, []string{"th"}) {
+			t.Fatalf("replica-b's cancel requests after the takeover: %v, want [th]", ids)
+		}
+		if ids := held("replica-a"); len(ids) != 0 {
+			t.Fatalf("replica-a's cancel requests after the takeover: %v, want none", ids)
+		}
+		// Its release ends the request: the next run is not cancelled.
+		if err := s.ReleaseLease(ctx(), b); err != nil {
+			t.Fatal(err)
+		}
+		if ls, err := s.ThreadLeases(ctx(), []string{"th"}); err != nil || len(ls) != 1 || !ls[0].Released || ls[0].CancelRequested {
+			t.Fatalf("lease after the release: %+v, %v; want released, without a cancel request", ls, err)
+		}
+		if l, err := s.RequestCancel(ctx(), "th"); err != nil || l != nil {
+			t.Fatalf("cancel request on a released lease: %+v, %v; want none", l, err)
+		}
+		c, err := s.AcquireLease(ctx(), "th", "replica-a", at, ttl)
+		if err != nil || c.CancelRequested {
+			t.Fatalf("acquire after the release: %+v, %v; want no cancel request", c, err)
+		}
+		if ids := held("replica-a"); len(ids) != 0 {
+			t.Fatalf("cancel requests after a new acquisition: %v, want none", ids)
+		}
+		if ls, err := s.ThreadLeases(ctx(), nil); err != nil || len(ls) != 0 {
+			t.Fatalf("thread leases of no threads: %+v, %v", ls, err)
 		}
 	})
 

@@ -95,6 +95,9 @@ var migrations = []string{
 		PRIMARY KEY (run_id, seq)
 	);
 	CREATE INDEX run_events_thread ON run_events (thread_id, run_id);`,
+	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
+	`ALTER TABLE thread_leases ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT false;
+	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.
@@ -668,8 +671,8 @@ func checkFence(ctx context.Context, tx pgx.Tx, cp *agent.Checkpoint) error {
 func leaseRow(ctx context.Context, q querier, id string) (*store.Lease, error) {
 	l := store.Lease{ThreadID: id}
 	var exp int64
-	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = $1`, id).
-		Scan(&l.Holder, &l.Epoch, &exp, &l.Released)
+	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released FROM thread_leases WHERE thread_id = $1`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -861,9 +864,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released) VALUES ($1, $2, $3, $4, false)
-			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = false`,
-			id, next.Holder, next.Epoch, store.Nanos(next.Expires))
+		_, err = tx.Exec(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released, cancel_requested) VALUES ($1, $2, $3, $4, false, $5)
+			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = false,
+				cancel_requested = excluded.cancel_requested`,
+			id, next.Holder, next.Epoch, store.Nanos(next.Expires), next.CancelRequested)
 		return err
 	})
 	return next, err
@@ -907,6 +911,52 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease
 		out = append(out, l)
 	}
 	return out, classify(rows.Err())
+}
+
+// leaseColumns are the columns scanLeases reads, in order. A released
+// lease carries no cancel request (the next acquisition resets the
+// column).
+const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released`
+
+// scanLeases reads rows of leaseColumns.
+func scanLeases(rows pgx.Rows, err error) ([]store.Lease, error) {
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		var l store.Lease
+		var exp int64
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested); err != nil {
+			return nil, classify(err)
+		}
+		l.Expires = time.Unix(0, exp)
+		out = append(out, l)
+	}
+	return out, classify(rows.Err())
+}
+
+// RequestCancel implements store.Leases.
+func (s *Store) RequestCancel(ctx context.Context, id string) (*store.Lease, error) {
+	ls, err := scanLeases(s.pool.Query(ctx, `UPDATE thread_leases SET cancel_requested = true WHERE thread_id = $1 AND NOT released RETURNING `+leaseColumns, id))
+	if err != nil || len(ls) == 0 {
+		return nil, err
+	}
+	return &ls[0], nil
+}
+
+// CancelRequests implements store.Leases.
+func (s *Store) CancelRequests(ctx context.Context, holder string) ([]store.Lease, error) {
+	return scanLeases(s.pool.Query(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE holder = $1 AND cancel_requested AND NOT released ORDER BY thread_id`, holder))
+}
+
+// ThreadLeases implements store.Leases.
+func (s *Store) ThreadLeases(ctx context.Context, ids []string) ([]store.Lease, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return scanLeases(s.pool.Query(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE thread_id = ANY($1::text[]) ORDER BY thread_id`, ids))
 }
 
 var _ store.LeaseStore = (*Store)(nil)

@@ -90,6 +90,9 @@ var migrations = []string{
 		PRIMARY KEY (run_id, seq)
 	) WITHOUT ROWID;
 	CREATE INDEX run_events_thread ON run_events (thread_id, run_id);`,
+	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
+	`ALTER TABLE thread_leases ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
 }
 
 // Options configure Open.
@@ -702,9 +705,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released) VALUES (?, ?, ?, ?, 0)
-			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = 0`,
-			id, next.Holder, next.Epoch, store.Nanos(next.Expires))
+		_, err = tx.ExecContext(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released, cancel_requested) VALUES (?, ?, ?, ?, 0, ?)
+			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = 0,
+				cancel_requested = excluded.cancel_requested`,
+			id, next.Holder, next.Epoch, store.Nanos(next.Expires), next.CancelRequested)
 		return err
 	})
 	return next, err
@@ -714,8 +718,8 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 func leaseRow(ctx context.Context, tx *sql.Tx, id string) (*store.Lease, error) {
 	l := store.Lease{ThreadID: id}
 	var exp int64
-	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released FROM thread_leases WHERE thread_id = ?`, id).
-		Scan(&l.Holder, &l.Epoch, &exp, &l.Released)
+	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released FROM thread_leases WHERE thread_id = ?`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -764,6 +768,57 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease
 		out = append(out, l)
 	}
 	return out, busy(rows.Err())
+}
+
+// leaseColumns are the columns scanLeases reads, in order. A released
+// lease carries no cancel request (the next acquisition resets the
+// column).
+const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released`
+
+// scanLeases reads rows of leaseColumns.
+func scanLeases(rows *sql.Rows, err error) ([]store.Lease, error) {
+	if err != nil {
+		return nil, busy(err)
+	}
+	defer rows.Close()
+	var out []store.Lease
+	for rows.Next() {
+		var l store.Lease
+		var exp int64
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested); err != nil {
+			return nil, err
+		}
+		l.Expires = time.Unix(0, exp)
+		out = append(out, l)
+	}
+	return out, busy(rows.Err())
+}
+
+// RequestCancel implements store.Leases.
+func (s *Store) RequestCancel(ctx context.Context, id string) (*store.Lease, error) {
+	ls, err := scanLeases(s.db.QueryContext(ctx, `UPDATE thread_leases SET cancel_requested = 1 WHERE thread_id = ? AND released = 0 RETURNING `+leaseColumns, id))
+	if err != nil || len(ls) == 0 {
+		return nil, err
+	}
+	return &ls[0], nil
+}
+
+// CancelRequests implements store.Leases.
+func (s *Store) CancelRequests(ctx context.Context, holder string) ([]store.Lease, error) {
+	return scanLeases(s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE holder = ? AND cancel_requested AND released = 0 ORDER BY thread_id`, holder))
+}
+
+// ThreadLeases implements store.Leases.
+func (s *Store) ThreadLeases(ctx context.Context, ids []string) ([]store.Lease, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	marks := strings.Repeat(", ?", len(ids))[2:]
+	return scanLeases(s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE thread_id IN (`+marks+`) ORDER BY thread_id`, args...))
 }
 
 var _ store.LeaseStore = (*Store)(nil)
