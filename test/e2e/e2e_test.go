@@ -7,8 +7,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,33 +19,22 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
-	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
-	"gopkg.in/yaml.v3"
 )
 
-var bins = map[string]string{}
+var bins map[string]string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "plumb-e2e")
 	if err != nil {
 		panic(err)
 	}
-	for _, cmd := range []string{"agentd", "sandboxd", "sandbox-agent", "agentctl"} {
-		build := daemontest.Build
-		if cmd == "sandbox-agent" {
-			build = daemontest.BuildStatic // it runs inside the containers
-		}
-		p, err := build(dir, "github.com/plumbhq/plumb/cmd/"+cmd)
-		if err != nil {
-			panic(err)
-		}
-		bins[cmd] = p
+	bins, err = daemontest.BuildCommands(dir, "agentd", "sandboxd", "sandbox-agent", "agentctl")
+	if err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -76,34 +63,10 @@ var extraConfig string
 
 func start(t *testing.T) *stack {
 	t.Helper()
-	cli := sandboxtest.Docker(t)
-	image := sandboxtest.Image(t, cli)
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	worker := "e2e" + hex.EncodeToString(b)
-
 	// Both daemons require bearer tokens, as a real deployment should.
 	dir := t.TempDir()
-	for name, tok := range map[string]string{"agentd.token": agentdToken, "sandboxd.token": sandboxdToken} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(tok+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Every sandbox of this stack carries the test's labels; whatever the
-	// daemons leave (a failed test, a shutdown past its grace) is removed
-	// when the test ends. Registered first, so it runs after they stop.
-	labels, err := yaml.Marshal(map[string]any{"version": 1, "labels": sandboxtest.Labels(worker)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sdConfig := filepath.Join(dir, "sandboxd.yaml")
-	if err := os.WriteFile(sdConfig, labels, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sandboxtest.SweepOnCleanup(t, cli, sandboxtest.LabelTest, worker)
-	sd := daemontest.Start(t, bins["sandboxd"], "--config", sdConfig, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
-		"--worker", worker, "--default-image", image, "--delete-sandboxes-on-exit", "--shutdown-grace", "2s",
-		"--token-file", filepath.Join(dir, "sandboxd.token"))
+	daemontest.WriteToken(t, dir, "agentd.token", agentdToken)
+	sd := daemontest.StartSandboxd(t, bins["sandboxd"], dir, daemontest.WriteToken(t, dir, "sandboxd.token", sandboxdToken))
 
 	model := modeltest.New(t)
 	cfg := fmt.Sprintf(`version: 1
@@ -142,13 +105,7 @@ func (s *stack) startAgentd(t *testing.T) {
 	s.proc = daemontest.Start(t, bins["agentd"], "--config", s.cfgPath, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--shutdown-grace", "2s",
 		"--token-file", filepath.Join(s.dir, "agentd.token"), "--sandboxd-token-file", filepath.Join(s.dir, "sandboxd.token"))
-	conn, err := grpc.NewClient(s.proc.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(daemon.BearerToken(agentdToken)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	s.agentd, s.conn = s.proc.GRPCAddr, conn
+	s.agentd, s.conn = s.proc.GRPCAddr, daemontest.Dial(t, s.proc.GRPCAddr, agentdToken)
 }
 
 // agentctl runs the CLI against the stack and returns stdout.
@@ -270,7 +227,7 @@ func TestAgentWorksInASandbox(t *testing.T) {
 	}
 
 	// The container's filesystem agrees.
-	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd, sandboxdToken))
+	sc := plumbv1.NewSandboxServiceClient(daemontest.Dial(t, s.sandboxd, sandboxdToken))
 	rd, err := sc.Read(ctx, &plumbv1.ReadRequest{SandboxId: thread.GetSandboxId(), Path: "/workspace/out.txt"})
 	if err != nil || rd.GetContent() != "hello from 1000" {
 		t.Fatalf("out.txt in the container = %q, %v", rd.GetContent(), err)
@@ -299,16 +256,6 @@ func TestAgentWorksInASandbox(t *testing.T) {
 	if _, err := sc.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: thread.GetSandboxId()}); err == nil {
 		t.Fatal("the thread's sandbox survived DeleteThread")
 	}
-}
-
-func mustConn(t *testing.T, addr, token string) *grpc.ClientConn {
-	t.Helper()
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(daemon.BearerToken(token)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // grpcurlPath finds the pinned grpcurl (make tools puts it in .cache/bin).
@@ -430,7 +377,7 @@ func TestInterruptSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := plumbv1.NewSandboxServiceClient(mustConn(t, s.sandboxd, sandboxdToken))
+	sc := plumbv1.NewSandboxServiceClient(daemontest.Dial(t, s.sandboxd, sandboxdToken))
 	for path, want := range map[string]string{"/workspace/before.txt": "before", "/workspace/approved.txt": "yes"} {
 		rd, err := sc.Read(ctx, &plumbv1.ReadRequest{SandboxId: th.GetThread().GetSandboxId(), Path: path})
 		if err != nil || rd.GetContent() != want {

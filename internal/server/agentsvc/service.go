@@ -138,7 +138,8 @@ type Config struct {
 	LeaseTTL time.Duration
 	// TakeoverInterval is how often a replica with Leases looks for runs
 	// whose replica died (an expired, unreleased lease) and continues
-	// them from their last checkpoint (0 = LeaseTTL/2; negative = never).
+	// them from their last checkpoint (0 = LeaseTTL/2, at most 7.5 s;
+	// negative = never).
 	TakeoverInterval time.Duration
 	// Events, when set (with Leases), is the shared run event log: runs
 	// append their events to it, and Attach on a replica that does not

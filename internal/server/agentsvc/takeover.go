@@ -19,10 +19,7 @@ func (s *Service) startTakeover() {
 	if s.cfg.Leases == nil || s.cfg.TakeoverInterval < 0 {
 		return
 	}
-	every := s.cfg.TakeoverInterval
-	if every == 0 {
-		every = s.leaseTTL() / 2
-	}
+	every := takeoverEvery(s.leaseTTL(), s.cfg.TakeoverInterval)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.stopTakeover = func() {
@@ -42,6 +39,21 @@ func (s *Service) startTakeover() {
 			}
 		}
 	}()
+}
+
+// maxTakeoverInterval bounds the default takeover interval. A lease that a
+// stopping replica handed off is continued at the next scan, so scans
+// must not grow with a long lease TTL (which an operator sets to ride out
+// pauses): a rolling update would leave its runs idle for half of it.
+const maxTakeoverInterval = DefaultLeaseTTL / 2
+
+// takeoverEvery is the takeover loop's interval: the configured one, else
+// half the lease TTL, at most maxTakeoverInterval.
+func takeoverEvery(ttl, configured time.Duration) time.Duration {
+	if configured != 0 {
+		return configured
+	}
+	return min(ttl/2, maxTakeoverInterval)
 }
 
 // takeOver looks for leases that expired without being released — their

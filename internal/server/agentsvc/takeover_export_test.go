@@ -1,0 +1,4 @@
+package agentsvc
+
+// TakeoverEvery exposes the takeover loop's interval to the tests.
+var TakeoverEvery = takeoverEvery
