@@ -446,6 +446,7 @@ func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult)
 		msgs = append(msgs, Message{
 			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name, Images: r.Images},
 			IsError:   r.IsError,
+			Origin:    originOf(r),
 			CreatedAt: now,
 		})
 	}

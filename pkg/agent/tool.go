@@ -27,6 +27,14 @@ const (
 	OriginResponded Origin = "RESPONDED"
 )
 
+// originOf is the origin of res, where "" means EXECUTED.
+func originOf(res *ToolResult) Origin {
+	if res.Origin == "" {
+		return OriginExecuted
+	}
+	return res.Origin
+}
+
 // ToolFunc is a tool implementation. It returns the result the model sees,
 // or an error: a plain error becomes "<name> failed: <err>", and an
 // *Interrupt pauses the call.

@@ -298,7 +298,7 @@ func (r *Renderer) toolResult(ck ctxKey, t *plumbv1.ToolResult) {
 		notes = append(notes, "exit "+strconv.Itoa(int(t.GetExitCode())))
 	}
 	if t.GetOrigin() == plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_RESPONDED {
-		notes = append(notes, "answered")
+		notes = append(notes, originWord(t.GetOrigin()))
 	}
 	if p := t.GetOffloadedPath(); p != "" {
 		notes = append(notes, "saved to "+p)

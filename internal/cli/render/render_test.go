@@ -442,8 +442,8 @@ func TestGoldenThread(t *testing.T) {
 	full.Messages = []*plumbv1.ThreadMessage{
 		{Index: 0, Role: "user", Content: "Clean up /tmp", CreatedAt: full.CreatedAt},
 		{Index: 1, Role: "assistant", Reasoning: "Use ls\nfirst.", ToolCalls: []*plumbv1.ToolCall{tc("c1", "ls", `{"path":"/tmp"}`)}},
-		{Index: 2, Role: "tool", Name: "ls", ToolCallId: "c1", Content: "/tmp/old\n/tmp/build\n"},
-		{Index: 3, Role: "tool", Name: "delete", ToolCallId: "c2", Content: "The user rejected this delete call.", IsError: true},
+		{Index: 2, Role: "tool", Name: "ls", ToolCallId: "c1", Content: "/tmp/old\n/tmp/build\n", Origin: plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_EXECUTED},
+		{Index: 3, Role: "tool", Name: "delete", ToolCallId: "c2", Content: "The user rejected this delete call.", IsError: true, Origin: plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_REJECTED},
 		{Index: 4, Role: "user", Source: "summarization", Content: "<summary>\nwork so far\n</summary>"},
 		{Index: 5, Role: "assistant", Content: "Cleaned up.\nBye."},
 	}

@@ -2439,7 +2439,13 @@ type ThreadMessage struct {
 	// Where the message came from, for example "summarization" or "patch".
 	Source string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
 	// When it was appended.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Tool messages: how the result was produced (the tool ran, the call was
+	// invalid or blocked, a human rejected it, or a human or the client
+	// answered it). UNSPECIFIED on other messages, on results written by
+	// patch_tool_calls (source "patch") and on messages stored before agentd
+	// recorded it.
+	Origin        ToolResultOrigin `protobuf:"varint,11,opt,name=origin,proto3,enum=plumb.v1.ToolResultOrigin" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2542,6 +2548,13 @@ func (x *ThreadMessage) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *ThreadMessage) GetOrigin() ToolResultOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return ToolResultOrigin_TOOL_RESULT_ORIGIN_UNSPECIFIED
 }
 
 // StateFile is a file in the thread's State backend.
@@ -4478,7 +4491,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\targs_json\x18\x03 \x01(\tR\bargsJson\"\xc8\x02\n" +
+	"\targs_json\x18\x03 \x01(\tR\bargsJson\"\xfc\x02\n" +
 	"\rThreadMessage\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
@@ -4493,7 +4506,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06source\x18\t \x01(\tR\x06source\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"p\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06origin\x18\v \x01(\x0e2\x1a.plumb.v1.ToolResultOriginR\x06origin\"p\n" +
 	"\tStateFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12;\n" +
@@ -4836,61 +4850,62 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	5,  // 36: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
 	37, // 37: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
 	65, // 38: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	65, // 39: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,  // 40: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	65, // 41: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	65, // 42: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	44, // 43: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	45, // 44: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	46, // 45: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	47, // 46: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	48, // 47: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	49, // 48: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	50, // 49: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	51, // 50: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	52, // 51: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	54, // 52: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	55, // 53: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	56, // 54: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	57, // 55: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	58, // 56: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	43, // 57: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	37, // 58: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,  // 59: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	36, // 60: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,  // 61: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	41, // 62: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,  // 63: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,  // 64: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	53, // 65: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	41, // 66: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10, // 67: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	41, // 68: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,  // 69: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	41, // 70: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	13, // 71: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	16, // 72: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	18, // 73: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	20, // 74: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	22, // 75: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	24, // 76: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	26, // 77: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	28, // 78: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	30, // 79: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	14, // 80: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	17, // 81: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	19, // 82: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	21, // 83: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	23, // 84: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	25, // 85: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	27, // 86: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	29, // 87: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	31, // 88: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	80, // [80:89] is the sub-list for method output_type
-	71, // [71:80] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	7,  // 39: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	65, // 40: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	6,  // 41: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	65, // 42: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	65, // 43: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	44, // 44: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	45, // 45: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	46, // 46: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	47, // 47: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	48, // 48: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	49, // 49: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	50, // 50: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	51, // 51: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	52, // 52: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	54, // 53: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	55, // 54: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	56, // 55: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	57, // 56: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	58, // 57: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	43, // 58: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	37, // 59: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,  // 60: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	36, // 61: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,  // 62: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	41, // 63: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,  // 64: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,  // 65: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	53, // 66: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	41, // 67: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10, // 68: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	41, // 69: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,  // 70: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	41, // 71: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	13, // 72: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	16, // 73: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	18, // 74: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	20, // 75: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	22, // 76: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	24, // 77: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	26, // 78: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	28, // 79: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	30, // 80: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	14, // 81: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	17, // 82: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	19, // 83: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	21, // 84: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	23, // 85: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	25, // 86: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	27, // 87: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	29, // 88: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	31, // 89: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	81, // [81:90] is the sub-list for method output_type
+	72, // [72:81] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
