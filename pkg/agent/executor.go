@@ -484,6 +484,7 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 	ctx, span := x.rc.tracer().Start(ctx, SpanModelCall, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String(AttrOperation, "chat"), attribute.String(AttrRequestModel, name), attribute.String(AttrModelKey, x.rc.ModelKey),
 		attribute.String(AttrAgentPath, x.rc.AgentPath), attribute.Int(AttrStep, step)))
+	args := newArgStream(x.rc, step)
 	resp, err := x.cfg.Model.Generate(ctx, mreq, func(d model.Delta) {
 		attempt := max(d.Attempt, 1)
 		if d.Reasoning != "" {
@@ -492,7 +493,11 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 		if d.Text != "" {
 			x.rc.Emit(MessageDelta{Text: d.Text, Step: step, Attempt: attempt})
 		}
+		if len(d.ToolCalls) > 0 {
+			args.add(attempt, d.ToolCalls)
+		}
 	})
+	args.flushAll()
 	endModelCall(span, resp, err)
 	return resp, err
 }
