@@ -22,11 +22,8 @@ import (
 // memory) and the Store backend (a real SQLite file). The shared
 // conformance suite (backendtest) runs in the state and store packages.
 
-func backends(t *testing.T) map[string]func(t *testing.T) backend.Backend {
-	return backendsWith(kvfs.Limits{})
-}
-
-// backendsWith is backends with limits other than the defaults.
+// backendsWith returns the two backends, with lim (zero fields take the
+// defaults).
 func backendsWith(lim kvfs.Limits) map[string]func(t *testing.T) backend.Backend {
 	return map[string]func(t *testing.T) backend.Backend{
 		"state": func(t *testing.T) backend.Backend { return state.New(state.WithLimits(lim)) },
