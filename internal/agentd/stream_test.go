@@ -120,3 +120,28 @@ func quote(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// TestExecuteOutputHeldByRedaction: with a post hook that redacts execute
+// results, the output is not streamed while the command runs (it would
+// pass the hook by): no tool_output event, and the result is redacted.
+func TestExecuteOutputHeldByRedaction(t *testing.T) {
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
+	s := startStack(t, w, "backends: {default: sandbox}\nhooks:\n"+
+		`  - {name: mask-keys, phase: post, tools: [execute], match: {regex: 'sk-[A-Za-z0-9]{20,}'}, action: redact, replacement: "[redacted]"}`+"\n")
+	s.model.Script("main",
+		modeltest.Calls(mcall("e1", "execute", `{"command":"echo sk-AAAAAAAAAAAAAAAAAAAAAAAA; echo fine"}`)),
+		modeltest.Text("done"),
+	)
+	evs, results, err := s.run(input("", "Print it."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if o := ev.GetToolOutput(); o != nil {
+			t.Errorf("tool_output streamed past the redaction hook: %q", o.GetText())
+		}
+	}
+	if r := wantResult(t, results, "e1", false, "[redacted]", "fine"); r != nil && strings.Contains(r.GetContent(), "sk-AAAA") {
+		t.Errorf("result not redacted: %q", r.GetContent())
+	}
+}

@@ -152,8 +152,9 @@ type OutputStream struct {
 	done    bool
 }
 
-// NewOutputStream returns the output stream of call in rc.
-func NewOutputStream(rc *RunContext, call model.ToolCall) *OutputStream {
+// newOutputStream returns the output stream of call in rc (tools get it
+// from ToolRequest.OutputStream, which honours HoldOutput).
+func newOutputStream(rc *RunContext, call model.ToolCall) *OutputStream {
 	return &OutputStream{rc: rc, id: call.ID, name: call.Name}
 }
 

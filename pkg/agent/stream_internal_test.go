@@ -20,7 +20,7 @@ func outputEvents(t *testing.T, write func(o *OutputStream)) []ToolOutput {
 		defer mu.Unlock()
 		out = append(out, e.Payload.(ToolOutput))
 	}}}
-	o := NewOutputStream(rc, model.ToolCall{ID: "c1", Name: "execute"})
+	o := newOutputStream(rc, model.ToolCall{ID: "c1", Name: "execute"})
 	write(o)
 	o.Close()
 	_, _ = o.Write([]byte("after close"))

@@ -591,10 +591,10 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 	// still be read.
 	er := backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs, OffloadPath: m.resultPath(req.Call.ID)}
 	run := ex.Execute
-	if st, ok := m.b.(outputStreamer); ok && req.Run != nil {
+	st, ok := m.b.(outputStreamer)
+	if out := req.OutputStream(); ok && out != nil {
 		// The output goes to clients as tool_output events while the
 		// command runs; Close (deferred) flushes it before the result.
-		out := agent.NewOutputStream(req.Run, req.Call)
 		defer out.Close()
 		run = func(ctx context.Context, er backend.ExecuteRequest) (backend.ExecuteResult, error) {
 			return st.ExecuteStream(ctx, er, func(b []byte) error {
