@@ -22,7 +22,9 @@ import (
 // bounded as always.
 func TestExecuteOutputStreams(t *testing.T) {
 	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
-	s := startStack(t, w, "backends: {default: sandbox}\n")
+	// A route puts the composite backend between the tool and the sandbox
+	// (and the offload of e2's output into the route).
+	s := startStack(t, w, "backends: {default: sandbox, routes: {/large_tool_results/: {type: state}}}\n")
 	wait := `echo ready; for i in $(seq 1 1200); do [ -f /tmp/go ] && { echo "saw go"; exit 0; }; sleep 0.1; done; echo "never saw go"; exit 3`
 	big := `head -c 1200000 /dev/zero | tr '\0' 'x'; echo; echo end`
 	s.model.Script("main",
