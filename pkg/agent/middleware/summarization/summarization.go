@@ -329,7 +329,7 @@ func (m *Middleware) evictKept(ctx context.Context, msgs []model.Message, overhe
 	return out, added
 }
 
-// tailSavings is how many tokens §7 step 8 takes out of the first request
+// tailSavings is how many tokens evictTail takes out of the first request
 // after a summary whose effective view is view, in the units of tokens().
 func (m *Middleware) tailSavings(ctx context.Context, view []model.Message, overhead int, evicted map[string]string) int {
 	out, _ := m.evictKept(ctx, view, overhead, evicted, false)
@@ -403,7 +403,7 @@ func (m *Middleware) summarize(ctx context.Context, rc *agent.RunContext, st *ag
 	sum.Message = summaryMessage(transcript, text)
 	// Relative to before, so that it shares before's basis (reported usage
 	// or an estimate): minus what left the view, plus the summary message,
-	// minus what step 8 evicts from the kept tail in the request this
+	// minus what evictTail takes out of the kept tail in the request this
 	// summary is made for.
 	kept := []model.Message{{Role: model.RoleUser, Content: sum.Message}}
 	for _, v := range view[c:] {
