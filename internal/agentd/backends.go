@@ -534,6 +534,23 @@ func (s *lazySandbox) Execute(ctx context.Context, req backend.ExecuteRequest) (
 	})
 }
 
+// ExecuteStream is Execute passing the output to onOutput while the
+// command runs, when the sandbox backend can.
+func (s *lazySandbox) ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (backend.ExecuteResult, error) {
+	return call(ctx, s.lazy, func(b backend.Backend) (backend.ExecuteResult, error) {
+		if st, ok := b.(interface {
+			ExecuteStream(context.Context, backend.ExecuteRequest, func([]byte) error) (backend.ExecuteResult, error)
+		}); ok {
+			return st.ExecuteStream(ctx, req, onOutput)
+		}
+		ex, ok := b.(backend.Executor)
+		if !ok {
+			return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnsupported, "", "the sandbox backend cannot execute")
+		}
+		return ex.Execute(ctx, req)
+	})
+}
+
 var (
 	_ backend.Backend  = (*lazySandbox)(nil)
 	_ backend.Executor = (*lazySandbox)(nil)

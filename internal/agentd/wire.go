@@ -699,7 +699,7 @@ type unconfigured struct{ key, env string }
 
 func (u unconfigured) Generate(context.Context, model.Request, func(model.Delta)) (model.Response, error) {
 	return model.Response{}, &model.Error{
-		Code: model.CodeAuth,
+		Code: model.CodeNotConfigured,
 		Message: fmt.Sprintf("model %q is not configured: set OPENAI_BASE_URL and %s (and OPENAI_MODEL), or a models section in the agentd config",
 			u.key, u.env),
 	}

@@ -105,6 +105,35 @@ type ReasoningDelta struct {
 	Step, Attempt int
 }
 
+// ToolCallDelta is a fragment of the arguments of a tool call the model is
+// producing, coalesced from the provider's chunks (see streamArgs). The
+// AssistantMessage that follows is authoritative.
+type ToolCallDelta struct {
+	// Index is the call's position among the calls of the message.
+	Index int
+	// ID and Name are set on the first event that knows them.
+	ID, Name string
+	// Args is the next fragment of the arguments text.
+	Args string
+	// Step and Attempt are those of MessageDelta.
+	Step, Attempt int
+	// Truncated marks the last event of a call whose arguments passed
+	// StreamArgsCap; the rest is only in the AssistantMessage.
+	Truncated bool
+}
+
+// ToolOutput is output of a running tool call, coalesced (see
+// OutputStream).
+type ToolOutput struct {
+	// ID and Name identify the call.
+	ID, Name string
+	// Text is the next piece of output, cut at character boundaries.
+	Text string
+	// Truncated marks the last event of a call whose output passed
+	// StreamOutputCap; the rest is only in the tool result.
+	Truncated bool
+}
+
 // AssistantMessage is a complete model answer, persisted before it is
 // emitted.
 type AssistantMessage struct {
@@ -210,6 +239,12 @@ func (ReasoningDelta) Kind() string { return "reasoning_delta" }
 // Kind returns "message".
 func (AssistantMessage) Kind() string { return "message" }
 
+// Kind returns "tool_call_delta".
+func (ToolCallDelta) Kind() string { return "tool_call_delta" }
+
+// Kind returns "tool_output".
+func (ToolOutput) Kind() string { return "tool_output" }
+
 // Kind returns "tool_call_started".
 func (ToolCallStarted) Kind() string { return "tool_call_started" }
 
@@ -247,6 +282,8 @@ func (RunStarted) isPayload()       {}
 func (MessageDelta) isPayload()     {}
 func (ReasoningDelta) isPayload()   {}
 func (AssistantMessage) isPayload() {}
+func (ToolCallDelta) isPayload()    {}
+func (ToolOutput) isPayload()       {}
 func (ToolCallStarted) isPayload()  {}
 func (ToolResultEvent) isPayload()  {}
 func (TodosUpdated) isPayload()     {}

@@ -446,6 +446,7 @@ func (x *execution) appendResults(calls []model.ToolCall, results []*ToolResult)
 		msgs = append(msgs, Message{
 			Message:   model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: c.ID, Name: c.Name, Images: r.Images},
 			IsError:   r.IsError,
+			Origin:    originOf(r),
 			CreatedAt: now,
 		})
 	}
@@ -483,6 +484,7 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 	ctx, span := x.rc.tracer().Start(ctx, SpanModelCall, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String(AttrOperation, "chat"), attribute.String(AttrRequestModel, name), attribute.String(AttrModelKey, x.rc.ModelKey),
 		attribute.String(AttrAgentPath, x.rc.AgentPath), attribute.Int(AttrStep, step)))
+	args := newArgStream(x.rc, step)
 	resp, err := x.cfg.Model.Generate(ctx, mreq, func(d model.Delta) {
 		attempt := max(d.Attempt, 1)
 		if d.Reasoning != "" {
@@ -491,7 +493,11 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 		if d.Text != "" {
 			x.rc.Emit(MessageDelta{Text: d.Text, Step: step, Attempt: attempt})
 		}
+		if len(d.ToolCalls) > 0 {
+			args.add(attempt, d.ToolCalls)
+		}
 	})
+	args.flushAll()
 	endModelCall(span, resp, err)
 	return resp, err
 }

@@ -24,6 +24,12 @@ type Message struct {
 	model.Message
 	// IsError marks a tool message that reports a failure.
 	IsError bool `json:"is_error,omitempty"`
+	// Origin says how a tool message's result was produced: the tool ran,
+	// the call was invalid or blocked, a human rejected it, or a human or
+	// the client answered it. "" on other messages, on results written by
+	// patch_tool_calls (Source says so) and on messages stored before the
+	// field existed.
+	Origin Origin `json:"origin,omitempty"`
 	// Source says where a message came from when it was not produced by
 	// the normal flow: SourceInput, SourcePatch, or "".
 	Source string `json:"source,omitempty"`

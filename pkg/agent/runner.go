@@ -294,6 +294,7 @@ func (r *Runner) abandon(ctx context.Context, td *ThreadData, fence *Fence) erro
 				add = append(add, Message{
 					Message:   model.Message{Role: model.RoleTool, Content: res.Content, ToolCallID: c.ID, Name: c.Name},
 					IsError:   res.IsError,
+					Origin:    originOf(&res),
 					CreatedAt: now,
 				})
 			}

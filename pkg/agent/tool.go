@@ -27,6 +27,14 @@ const (
 	OriginResponded Origin = "RESPONDED"
 )
 
+// originOf is the origin of res, where "" means EXECUTED.
+func originOf(res *ToolResult) Origin {
+	if res.Origin == "" {
+		return OriginExecuted
+	}
+	return res.Origin
+}
+
 // ToolFunc is a tool implementation. It returns the result the model sees,
 // or an error: a plain error becomes "<name> failed: <err>", and an
 // *Interrupt pauses the call.
@@ -129,10 +137,33 @@ type ToolRequest struct {
 	// Run is the agent context's run context.
 	Run *RunContext
 
-	batch   *batch
-	mu      sync.Mutex
-	started bool
-	after   []Payload
+	batch      *batch
+	mu         sync.Mutex
+	started    bool
+	holdOutput bool
+	after      []Payload
+}
+
+// HoldOutput keeps the call's output from being streamed as tool_output
+// events while it runs. A middleware that rewrites results on their way
+// back (a redaction hook) calls it before next, so that clients only ever
+// see what it lets through.
+func (r *ToolRequest) HoldOutput() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.holdOutput = true
+}
+
+// OutputStream returns a stream for the call's output as it is produced,
+// or nil when the output is held or the request belongs to no run. The
+// tool must Close it before it returns.
+func (r *ToolRequest) OutputStream() *OutputStream {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holdOutput || r.Run == nil {
+		return nil
+	}
+	return newOutputStream(r.Run, r.Call)
 }
 
 // DecodeArgs unmarshals the call's arguments into v.

@@ -29,6 +29,9 @@ const (
 	// CodeContentFiltered: the provider stopped with finish_reason
 	// content_filter. Not retryable.
 	CodeContentFiltered ErrorCode = "MODEL_CONTENT_FILTERED"
+	// CodeNotConfigured: the model has neither an endpoint nor a key, so
+	// no request was sent. Not retryable: only an operator can fix it.
+	CodeNotConfigured ErrorCode = "MODEL_NOT_CONFIGURED"
 )
 
 // Error is a classified model failure. Every error a ChatModel returns,

@@ -163,17 +163,34 @@ type Delta struct {
 	Text string
 	// Reasoning is a fragment of the reasoning text.
 	Reasoning string
+	// ToolCalls are fragments of tool calls, in the order they arrived.
+	ToolCalls []ToolCallDelta
 	// Attempt starts at 1 and increases each time the call is retried after
 	// output had already been streamed; a higher Attempt tells the consumer
 	// to discard the deltas of lower ones.
 	Attempt int
 }
 
+// ToolCallDelta is a fragment of one tool call being streamed. The
+// Response's message is authoritative: a call the provider sent without
+// an id gets one only there, and a fragment-less call is dropped.
+type ToolCallDelta struct {
+	// Index is the call's position among the calls of the message, in the
+	// order they were opened.
+	Index int
+	// ID is the provider's call id, set on the fragment that brought it.
+	ID string
+	// Name is the tool name, set on the fragment that brought it.
+	Name string
+	// Args is a fragment of the arguments text.
+	Args string
+}
+
 // ChatModel is what the executor needs from a model: one streamed call.
 //
 // Generate sends req and returns the assembled assistant message. onDelta,
 // if non-nil, is called synchronously from Generate's goroutine for every
-// text or reasoning fragment, in order. Transient failures are retried
+// text, reasoning or tool-call fragment, in order. Transient failures are retried
 // inside Generate; the error it returns is a *Error (use errors.As), or an
 // error wrapping ctx.Err() when ctx ended first. On error the Response
 // carries only Attempts.

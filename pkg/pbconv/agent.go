@@ -89,6 +89,12 @@ func EventToPB(e agent.Event) *plumbv1.Event {
 		out.Payload = &plumbv1.Event_ReasoningDelta{ReasoningDelta: &plumbv1.ReasoningDelta{Text: p.Text, Step: int32(p.Step), Attempt: int32(p.Attempt)}}
 	case agent.AssistantMessage:
 		out.Payload = &plumbv1.Event_Message{Message: &plumbv1.AssistantMessage{Text: p.Text, Reasoning: p.Reasoning, ToolCalls: ToolCallsToPB(p.ToolCalls), Step: int32(p.Step), FinishReason: p.FinishReason}}
+	case agent.ToolCallDelta:
+		out.Payload = &plumbv1.Event_ToolCallDelta{ToolCallDelta: &plumbv1.ToolCallDelta{
+			Index: int32(p.Index), Id: p.ID, Name: p.Name, Args: p.Args, Step: int32(p.Step), Attempt: int32(p.Attempt), Truncated: p.Truncated,
+		}}
+	case agent.ToolOutput:
+		out.Payload = &plumbv1.Event_ToolOutput{ToolOutput: &plumbv1.ToolOutput{Id: p.ID, Name: p.Name, Text: p.Text, Truncated: p.Truncated}}
 	case agent.ToolCallStarted:
 		out.Payload = &plumbv1.Event_ToolCallStarted{ToolCallStarted: &plumbv1.ToolCallStarted{Id: p.ID, Name: p.Name, ArgsJson: p.Args}}
 	case agent.ToolResultEvent:

@@ -79,6 +79,7 @@ func MessagesToPB(msgs []agent.Message) []*plumbv1.ThreadMessage {
 		out[i] = &plumbv1.ThreadMessage{
 			Index: int64(i), Role: string(m.Role), Content: m.Content, Reasoning: m.ReasoningContent,
 			ToolCallId: m.ToolCallID, Name: m.Name, IsError: m.IsError, Source: m.Source, CreatedAt: timestamp(m.CreatedAt),
+			Origin: plumbv1.ToolResultOrigin(enum(plumbv1.ToolResultOrigin_value, "TOOL_RESULT_ORIGIN_", string(m.Origin))),
 		}
 		if len(m.ToolCalls) > 0 {
 			out[i].ToolCalls = ToolCallsToPB(m.ToolCalls)

@@ -37,7 +37,7 @@ func TestThreadFullToPB(t *testing.T) {
 		Messages: []agent.Message{
 			{Message: model.Message{Role: model.RoleUser, Content: "hi"}, Source: agent.SourceInput, CreatedAt: now},
 			{Message: model.Message{Role: model.RoleAssistant, ToolCalls: []model.ToolCall{{ID: "c1", Name: "ls", Args: `{}`}}}},
-			{Message: model.Message{Role: model.RoleTool, Content: "boom", ToolCallID: "c1", Name: "ls"}, IsError: true},
+			{Message: model.Message{Role: model.RoleTool, Content: "boom", ToolCallID: "c1", Name: "ls"}, IsError: true, Origin: agent.OriginRejected},
 		},
 		Todos:       []agent.Todo{{Content: "x", Status: agent.TodoInProgress}},
 		Interrupt:   &agent.PendingInterrupt{InterruptID: "i1", Requests: []agent.InterruptRequest{{ToolCallID: "c2", Kind: agent.InterruptApproval, Allowed: agent.AllDecisions()}}},
@@ -54,7 +54,8 @@ func TestThreadFullToPB(t *testing.T) {
 		t.Errorf("thread %v", th)
 	}
 	m := th.GetMessages()
-	if m[0].GetSource() != "input" || m[1].GetToolCalls()[0].GetName() != "ls" || !m[2].GetIsError() || m[2].GetIndex() != 2 || m[1].GetCreatedAt() != nil {
+	if m[0].GetSource() != "input" || m[1].GetToolCalls()[0].GetName() != "ls" || !m[2].GetIsError() || m[2].GetIndex() != 2 || m[1].GetCreatedAt() != nil ||
+		m[2].GetOrigin() != plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_REJECTED || m[1].GetOrigin() != plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_UNSPECIFIED {
 		t.Errorf("messages %v", m)
 	}
 	f := th.GetFiles()

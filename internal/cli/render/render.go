@@ -59,6 +59,8 @@ type Renderer struct {
 	calls   map[callKey]string
 	subs    map[ctxKey]*subagent
 	uses    map[string]int
+	writing map[writeKey]bool
+	outputs map[callKey]*output
 	usage   *plumbv1.TokenUsage
 	out     Outcome
 }
@@ -77,6 +79,24 @@ type callKey struct {
 	ctx ctxKey
 	id  string
 }
+
+// writeKey identifies a tool call the model is writing (its id may not be
+// known yet).
+type writeKey struct {
+	stream streamKey
+	index  int32
+}
+
+// output is what the view has shown of a running call's output.
+type output struct {
+	partial string // the line not ended yet
+	lines   int
+	cut     bool
+}
+
+// maxOutputLines caps the output lines shown per call: the view follows a
+// command, the result and --json carry everything.
+const maxOutputLines = 20
 
 type textStream struct {
 	attempt int32
@@ -101,6 +121,8 @@ func New(w io.Writer, opts Options) *Renderer {
 		calls:   map[callKey]string{},
 		subs:    map[ctxKey]*subagent{},
 		uses:    map[string]int{},
+		writing: map[writeKey]bool{},
+		outputs: map[callKey]*output{},
 	}
 }
 
@@ -145,7 +167,16 @@ func (r *Renderer) Event(ev *plumbv1.Event) error {
 		s := CallSummary(p.ToolCallStarted.GetName(), p.ToolCallStarted.GetArgsJson(), r.width)
 		r.calls[callKey{ck, p.ToolCallStarted.GetId()}] = s
 		r.line(ck, "→ "+s)
+	case *plumbv1.Event_ToolCallDelta:
+		d := p.ToolCallDelta
+		if k := (writeKey{streamKey{ck, d.GetStep()}, d.GetIndex()}); !r.writing[k] && d.GetName() != "" {
+			r.writing[k] = true
+			r.line(ck, "… "+d.GetName()+" (the model is writing the call)")
+		}
+	case *plumbv1.Event_ToolOutput:
+		r.toolOutput(ck, p.ToolOutput)
 	case *plumbv1.Event_ToolResult:
+		r.endOutput(ck, p.ToolResult.GetId())
 		r.toolResult(ck, p.ToolResult)
 	case *plumbv1.Event_TodosUpdated:
 		r.lines(ck, Todos(p.TodosUpdated.GetTodos()))
@@ -187,6 +218,48 @@ func (r *Renderer) Event(ev *plumbv1.Event) error {
 	// Reasoning deltas are not shown: the view is for the reply and the
 	// actions; --json carries everything.
 	return r.err
+}
+
+// toolOutput shows the complete lines of a running call's output, each
+// under a gutter, up to maxOutputLines per call.
+func (r *Renderer) toolOutput(ck ctxKey, o *plumbv1.ToolOutput) {
+	k := callKey{ck, o.GetId()}
+	st := r.outputs[k]
+	if st == nil {
+		st = &output{}
+		r.outputs[k] = st
+	}
+	ls := strings.Split(st.partial+o.GetText(), "\n")
+	st.partial = ls[len(ls)-1]
+	r.outputLines(ck, st, ls[:len(ls)-1])
+}
+
+// endOutput shows the unfinished last line of a call's output.
+func (r *Renderer) endOutput(ck ctxKey, id string) {
+	k := callKey{ck, id}
+	if st := r.outputs[k]; st != nil {
+		if st.partial != "" {
+			r.outputLines(ck, st, []string{st.partial})
+		}
+		delete(r.outputs, k)
+	}
+}
+
+func (r *Renderer) outputLines(ck ctxKey, st *output, ls []string) {
+	var out []string
+	for _, l := range ls {
+		switch {
+		case st.lines < maxOutputLines:
+			out = append(out, "  │ "+Cut(strings.TrimRight(l, "\r"), r.width))
+			st.lines++
+		case !st.cut:
+			out = append(out, "  │ …")
+			st.cut = true
+		}
+	}
+	if len(out) > 0 {
+		r.lines(ck, out)
+	}
 }
 
 func (r *Renderer) runStarted(s *plumbv1.RunStarted) {
@@ -298,7 +371,7 @@ func (r *Renderer) toolResult(ck ctxKey, t *plumbv1.ToolResult) {
 		notes = append(notes, "exit "+strconv.Itoa(int(t.GetExitCode())))
 	}
 	if t.GetOrigin() == plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_RESPONDED {
-		notes = append(notes, "answered")
+		notes = append(notes, originWord(t.GetOrigin()))
 	}
 	if p := t.GetOffloadedPath(); p != "" {
 		notes = append(notes, "saved to "+p)

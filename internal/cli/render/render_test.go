@@ -54,6 +54,10 @@ func (a at) ev(p any) *plumbv1.Event {
 		e.Payload = &plumbv1.Event_Message{Message: p}
 	case *plumbv1.ToolCallStarted:
 		e.Payload = &plumbv1.Event_ToolCallStarted{ToolCallStarted: p}
+	case *plumbv1.ToolCallDelta:
+		e.Payload = &plumbv1.Event_ToolCallDelta{ToolCallDelta: p}
+	case *plumbv1.ToolOutput:
+		e.Payload = &plumbv1.Event_ToolOutput{ToolOutput: p}
 	case *plumbv1.ToolResult:
 		e.Payload = &plumbv1.Event_ToolResult{ToolResult: p}
 	case *plumbv1.TodosUpdated:
@@ -181,6 +185,22 @@ func scenarios() map[string][]*plumbv1.Event {
 			root.msg(1, "Hello, world!\n\nHere is a second paragraph."),
 			root.usage(120, 14, tokens(120, 14)),
 			finished(completed, "Hello, world!\n\nHere is a second paragraph.", tokens(120, 14)),
+		),
+		"tool_streams": flat(
+			started(false),
+			root.ev(&plumbv1.ToolCallDelta{Index: 0, Id: "c1", Name: "write_file", Args: `{"file_path":"/a.md",`, Step: 1, Attempt: 1}),
+			root.ev(&plumbv1.ToolCallDelta{Index: 0, Args: `"content":"# A\n"}`, Step: 1, Attempt: 1}),
+			root.ev(&plumbv1.ToolCallDelta{Index: 1, Id: "c2", Name: "execute", Args: `{"command":"make"}`, Step: 1, Attempt: 1}),
+			root.msg(1, "", tc("c1", "write_file", `{"file_path":"/a.md","content":"# A\n"}`), tc("c2", "execute", `{"command":"make"}`)),
+			root.call("c1", "write_file", `{"file_path":"/a.md","content":"# A\n"}`),
+			root.call("c2", "execute", `{"command":"make"}`),
+			root.ok("c1", "write_file", "Wrote /a.md (1 line)."),
+			root.ev(&plumbv1.ToolOutput{Id: "c2", Name: "execute", Text: "cc -o a a.c\ncc -o b"}),
+			root.ev(&plumbv1.ToolOutput{Id: "c2", Name: "execute", Text: " b.c\n" + strings.Repeat("warning: x\n", 25) + "done"}),
+			root.ev(&plumbv1.ToolResult{Id: "c2", Name: "execute", Content: "…", ExitCode: exit(0), Origin: plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_EXECUTED}),
+			root.deltas(2, "Built."),
+			root.msg(2, "Built."),
+			finished(completed, "Built.", tokens(10, 2)),
 		),
 		"parallel_tools": flat(
 			started(false),
@@ -442,8 +462,8 @@ func TestGoldenThread(t *testing.T) {
 	full.Messages = []*plumbv1.ThreadMessage{
 		{Index: 0, Role: "user", Content: "Clean up /tmp", CreatedAt: full.CreatedAt},
 		{Index: 1, Role: "assistant", Reasoning: "Use ls\nfirst.", ToolCalls: []*plumbv1.ToolCall{tc("c1", "ls", `{"path":"/tmp"}`)}},
-		{Index: 2, Role: "tool", Name: "ls", ToolCallId: "c1", Content: "/tmp/old\n/tmp/build\n"},
-		{Index: 3, Role: "tool", Name: "delete", ToolCallId: "c2", Content: "The user rejected this delete call.", IsError: true},
+		{Index: 2, Role: "tool", Name: "ls", ToolCallId: "c1", Content: "/tmp/old\n/tmp/build\n", Origin: plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_EXECUTED},
+		{Index: 3, Role: "tool", Name: "delete", ToolCallId: "c2", Content: "The user rejected this delete call.", IsError: true, Origin: plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_REJECTED},
 		{Index: 4, Role: "user", Source: "summarization", Content: "<summary>\nwork so far\n</summary>"},
 		{Index: 5, Role: "assistant", Content: "Cleaned up.\nBye."},
 	}

@@ -147,6 +147,22 @@ func Thread(w io.Writer, t *plumbv1.Thread, loc *time.Location, width int) error
 	return nil
 }
 
+// originWord says how a tool result was produced when the tool did not
+// simply run; "" for EXECUTED and UNSPECIFIED.
+func originWord(o plumbv1.ToolResultOrigin) string {
+	switch o {
+	case plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_REJECTED:
+		return "rejected"
+	case plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_RESPONDED:
+		return "answered"
+	case plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_BLOCKED:
+		return "blocked"
+	case plumbv1.ToolResultOrigin_TOOL_RESULT_ORIGIN_INVALID_CALL:
+		return "invalid call"
+	}
+	return ""
+}
+
 // message renders one entry of the message log: a header, then the text
 // indented, then the tool calls it made.
 func message(m *plumbv1.ThreadMessage, loc *time.Location, width int) []string {
@@ -157,6 +173,9 @@ func message(m *plumbv1.ThreadMessage, loc *time.Location, width int) []string {
 			mark = "✗"
 		}
 		head += fmt.Sprintf(" %s %s (call %s)", mark, m.GetName(), m.GetToolCallId())
+		if o := originWord(m.GetOrigin()); o != "" {
+			head += " " + o
+		}
 	}
 	if s := m.GetSource(); s != "" {
 		head += " from " + s

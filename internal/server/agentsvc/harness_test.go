@@ -273,7 +273,7 @@ func kinds(evs []*plumbv1.Event, brief bool) []string {
 	var out []string
 	for _, e := range evs {
 		k := kind(e)
-		if brief && (k == "message_delta" || k == "reasoning_delta" || k == "usage") {
+		if brief && (k == "message_delta" || k == "reasoning_delta" || k == "tool_call_delta" || k == "tool_output" || k == "usage") {
 			continue
 		}
 		out = append(out, k)

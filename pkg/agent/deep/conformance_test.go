@@ -37,6 +37,7 @@ func TestConformance(t *testing.T) {
 	all = append(all, modelScenarios...)
 	all = append(all, limitScenarios...)
 	all = append(all, promptScenarios...)
+	all = append(all, streamScenarios...)
 	for _, sc := range all {
 		t.Run(sc.name, sc.run)
 	}

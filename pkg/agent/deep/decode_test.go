@@ -118,6 +118,13 @@ func eventFromPB(e *plumbv1.Event) (agent.Event, error) {
 	case *plumbv1.Event_MessageDelta:
 		x := p.MessageDelta
 		out.Payload = agent.MessageDelta{Text: x.GetText(), Step: int(x.GetStep()), Attempt: int(x.GetAttempt())}
+	case *plumbv1.Event_ToolCallDelta:
+		x := p.ToolCallDelta
+		out.Payload = agent.ToolCallDelta{Index: int(x.GetIndex()), ID: x.GetId(), Name: x.GetName(), Args: x.GetArgs(),
+			Step: int(x.GetStep()), Attempt: int(x.GetAttempt()), Truncated: x.GetTruncated()}
+	case *plumbv1.Event_ToolOutput:
+		x := p.ToolOutput
+		out.Payload = agent.ToolOutput{ID: x.GetId(), Name: x.GetName(), Text: x.GetText(), Truncated: x.GetTruncated()}
 	case *plumbv1.Event_ReasoningDelta:
 		x := p.ReasoningDelta
 		out.Payload = agent.ReasoningDelta{Text: x.GetText(), Step: int(x.GetStep()), Attempt: int(x.GetAttempt())}

@@ -43,7 +43,7 @@ func Example() {
 	}
 	fmt.Println(res.Status)
 	// Output:
-	// 5 tool_result write_file: Wrote 2 bytes to /hello.txt (created it).
-	// 11 run_finished COMPLETED: Saved /hello.txt.
+	// 7 tool_result write_file: Wrote 2 bytes to /hello.txt (created it).
+	// 13 run_finished COMPLETED: Saved /hello.txt.
 	// COMPLETED
 }

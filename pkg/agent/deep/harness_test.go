@@ -33,6 +33,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
@@ -424,6 +425,13 @@ func (tr *transcript) checkEnvelope(t *testing.T, first uint64) {
 	}
 	text := make(map[key]string)
 	attempt := make(map[key]int)
+	type callKey struct {
+		key
+		index int
+	}
+	calls := make(map[callKey]model.ToolCall)
+	callAttempt := make(map[callKey]int)
+	truncated := make(map[callKey]bool)
 	for i, ev := range tr.events {
 		k := key{ev.AgentPath, ev.ParentToolCallID, 0}
 		switch p := ev.Payload.(type) {
@@ -433,10 +441,32 @@ func (tr *transcript) checkEnvelope(t *testing.T, first uint64) {
 				attempt[k], text[k] = p.Attempt, ""
 			}
 			text[k] += p.Text
+		case agent.ToolCallDelta:
+			k.step = p.Step
+			ck := callKey{k, p.Index}
+			if p.Attempt > callAttempt[ck] {
+				callAttempt[ck], calls[ck] = p.Attempt, model.ToolCall{}
+			}
+			c := calls[ck]
+			c.ID, c.Name, c.Args = c.ID+p.ID, c.Name+p.Name, c.Args+p.Args
+			calls[ck] = c
+			if p.Truncated {
+				truncated[ck] = true
+			}
 		case agent.AssistantMessage:
 			k.step = p.Step
 			if got := text[k]; got != p.Text && !(got == "" && attempt[k] == 0) {
 				t.Errorf("deltas of %v = %q, message text %q", k, got, p.Text)
+			}
+			// The argument deltas of each call add up to its arguments
+			// (a prefix past the cap); the message may name an id the
+			// provider did not send.
+			for j, want := range p.ToolCalls {
+				got := calls[callKey{k, j}]
+				if got.Name != want.Name || (got.ID != "" && got.ID != want.ID) ||
+					!strings.HasPrefix(want.Args, got.Args) || (!truncated[callKey{k, j}] && got.Args != want.Args && want.Args != "{}") {
+					t.Errorf("deltas of call %d of %v = %+v, message has %+v", j, k, got, want)
+				}
 			}
 			if i+1 >= len(tr.events) || tr.events[i+1].Payload.Kind() != "usage" {
 				t.Errorf("message at %d is not followed by usage", i)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -85,6 +86,26 @@ var interruptScenarios = []scenario{
 		tr2.finished(t, agent.StatusCompleted)
 		if td := e.thread(tr.res.ThreadID); td.Status() != agent.ThreadIdle || td.Interrupt != nil {
 			t.Errorf("thread after resume: %s", td.Status())
+		}
+	}},
+	{"decisions_recorded_in_the_log", func(t *testing.T) {
+		// Each tool message of the log says how its result was produced.
+		e := newEnv(t, gate(map[string]profile.InterruptRule{"echo": {}}))
+		e.srv.Script("main", modeltest.Calls(call("c1", "echo", `{"text":"a"}`), call("c2", "echo", `{"text":"b"}`),
+			call("c3", "echo", `{"text":"c"}`), call("c4", "no_such_tool", `{}`)), modeltest.Text("ok"))
+		tr := e.run(input("go")).must(t)
+		in := tr.interrupted(t)
+		e.resume(tr.res.ThreadID, in.InterruptID, decide("c1", agent.DecisionApprove), decide("c2", agent.DecisionReject),
+			agent.Decision{ToolCallID: "c3", Type: agent.DecisionRespond, Message: "c by hand"}).must(t).finished(t, agent.StatusCompleted)
+		got := map[string]agent.Origin{}
+		for _, m := range e.thread(tr.res.ThreadID).Messages {
+			if m.Role == model.RoleTool {
+				got[m.ToolCallID] = m.Origin
+			}
+		}
+		want := map[string]agent.Origin{"c1": agent.OriginExecuted, "c2": agent.OriginRejected, "c3": agent.OriginResponded, "c4": agent.OriginInvalidCall}
+		if !maps.Equal(got, want) {
+			t.Errorf("origins in the log %v, want %v", got, want)
 		}
 	}},
 	{"37_completed_sibling_not_rerun", func(t *testing.T) {

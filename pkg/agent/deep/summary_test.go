@@ -58,6 +58,10 @@ func priorMessages(n int) []string {
 	return in
 }
 
+// tailEvict is the size in chars above which a kept tool result is
+// evicted from a request after a summary that left it too big.
+const tailEvict = 20000
+
 const compacted = "user: The earlier part of this conversation was compacted"
 
 var summaryScenarios = []scenario{
@@ -268,6 +272,47 @@ var summaryScenarios = []scenario{
 			t.Errorf("%d agent requests in total, want 1 + 2", n)
 		}
 		tr2.finished(t, agent.StatusCompleted)
+	}},
+	{"summary_counts_tail_eviction", func(t *testing.T) {
+		// A summary whose kept tail holds a result too big for the trigger:
+		// step 8 evicts it from the very request the summary is made for,
+		// so tokens_after must not count it.
+		e := newEnv(t, withFiles(), withSummary(func(c *deep.SummarizationConfig) { c.TriggerTokens, c.KeepMessages = 5000, 2 }))
+		e.srv.Script("main", modeltest.Text("a"))
+		tr := e.run(agent.RunInput{Input: priorMessages(11)}).must(t)
+		var big strings.Builder
+		for i := range 1000 {
+			fmt.Fprintf(&big, "line %04d %s\n", i, strings.Repeat("x", 40))
+		}
+		e.writeFile("/big.txt", big.String())
+		e.srv.Script("main", modeltest.Calls(call("r1", "read_file", `{"file_path":"/big.txt"}`)), modeltest.Text("ok"))
+		e.srv.Script("main/summarizer", summaries(1, 0)...)
+		tr2 := e.run(agent.RunInput{ThreadID: tr.res.ThreadID, Input: []string{"next"}}).must(t)
+		tr2.finished(t, agent.StatusCompleted)
+		sums := summarizedEvents(tr2)
+		if len(sums) != 1 {
+			t.Fatalf("%d summaries", len(sums))
+		}
+		reqs := e.srv.Requests("main")
+		msgs := requestMessages(reqs[len(reqs)-1])
+		if len(msgs) != 4 || !strings.HasPrefix(msgs[1], compacted) || !strings.Contains(msgs[3], "was too large to show") {
+			t.Fatalf("request after the summary = %.200q", msgs)
+		}
+		read := 0
+		for _, r := range tr2.events {
+			if res, ok := r.Payload.(agent.ToolResultEvent); ok {
+				read = len(res.Content)
+			}
+		}
+		sent := 0
+		for _, m := range msgs {
+			sent += len(m)
+		}
+		// The estimate is about what was sent (give or take the tool
+		// schemas and rounding), far from counting the evicted result.
+		if s := sums[0]; read <= tailEvict || s.TokensAfter > sent/4+3000 || s.TokensAfter < sent/4-200 {
+			t.Errorf("tokens_after %d; the request sent about %d tokens, the evicted result was %d chars", s.TokensAfter, sent/4, read)
+		}
 	}},
 	{"58_overflow_after_forced_summary", func(t *testing.T) {
 		e := newEnv(t, withFiles(), withSummary(func(c *deep.SummarizationConfig) { c.KeepMessages = 4 }))

@@ -264,6 +264,29 @@ const OffloadScratch = "/tmp/.plumb-offload"
 // created, or OffloadScratch itself lies inside a route, the command runs
 // without offload.
 func (c *execRouter) Execute(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
+	return c.execute(ctx, req, c.exec.Execute)
+}
+
+// outputStreamer is an executor that passes a command's output on while
+// it runs (the sandbox backend).
+type outputStreamer interface {
+	ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (backend.ExecuteResult, error)
+}
+
+// ExecuteStream is Execute passing the command's output to onOutput as it
+// is produced, when the default backend can; otherwise it is Execute.
+func (c *execRouter) ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (backend.ExecuteResult, error) {
+	st, ok := c.exec.(outputStreamer)
+	if !ok {
+		return c.Execute(ctx, req)
+	}
+	return c.execute(ctx, req, func(ctx context.Context, req backend.ExecuteRequest) (backend.ExecuteResult, error) {
+		return st.ExecuteStream(ctx, req, onOutput)
+	})
+}
+
+// execute applies Execute's routing rules around run.
+func (c *execRouter) execute(ctx context.Context, req backend.ExecuteRequest, run func(context.Context, backend.ExecuteRequest) (backend.ExecuteResult, error)) (backend.ExecuteResult, error) {
 	if req.Cwd != "" {
 		p, err := vpath.Normalize(req.Cwd)
 		if err != nil {
@@ -276,25 +299,25 @@ func (c *execRouter) Execute(ctx context.Context, req backend.ExecuteRequest) (b
 		}
 	}
 	if req.OffloadPath == "" {
-		return c.exec.Execute(ctx, req)
+		return run(ctx, req)
 	}
 	p, err := vpath.Normalize(req.OffloadPath)
 	if err != nil {
 		return backend.ExecuteResult{}, err
 	}
 	if r, _ := c.resolve(p); r == nil {
-		return c.exec.Execute(ctx, req)
+		return run(ctx, req)
 	}
 	scratch := OffloadScratch + p
 	if r, _ := c.resolve(scratch); r != nil {
 		req.OffloadPath = ""
-		return c.exec.Execute(ctx, req)
+		return run(ctx, req)
 	}
 	req.OffloadPath = scratch
-	res, err := c.exec.Execute(ctx, req)
+	res, err := run(ctx, req)
 	if backend.IsOffloadError(err, scratch) {
 		req.OffloadPath = ""
-		return c.exec.Execute(ctx, req)
+		return run(ctx, req)
 	}
 	if err != nil || res.OffloadedPath != scratch {
 		return res, err

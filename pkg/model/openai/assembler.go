@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,9 +46,10 @@ func newAssembler(newID func() string) *assembler {
 // newCallID makes an id for a call that arrived without one.
 func newCallID() string { return "call_" + ulid.Make().String() }
 
-// add folds one chunk in and returns the visible text and reasoning text it
-// contributed, for streaming to the caller. Only choice 0 is considered.
-func (a *assembler) add(chunk goopenai.ChatCompletionStreamResponse) (text, reasoning string) {
+// add folds one chunk in and returns the visible text, reasoning text and
+// tool-call fragments it contributed, for streaming to the caller. Only
+// choice 0 is considered.
+func (a *assembler) add(chunk goopenai.ChatCompletionStreamResponse) (text, reasoning string, calls []model.ToolCallDelta) {
 	if chunk.Usage != nil {
 		// Providers that repeat usage on every chunk send running totals, so
 		// the last one wins.
@@ -64,7 +66,9 @@ func (a *assembler) add(chunk goopenai.ChatCompletionStreamResponse) (text, reas
 		tb.WriteString(d.Refusal)
 		rb.WriteString(d.ReasoningContent)
 		for _, tc := range d.ToolCalls {
-			a.addToolCall(tc)
+			if cd, ok := a.addToolCall(tc); ok {
+				calls = append(calls, cd)
+			}
 		}
 		if ch.FinishReason != "" && ch.FinishReason != goopenai.FinishReasonNull {
 			a.finishReason = string(ch.FinishReason)
@@ -72,20 +76,25 @@ func (a *assembler) add(chunk goopenai.ChatCompletionStreamResponse) (text, reas
 	}
 	a.text.WriteString(tb.String())
 	a.reasoning.WriteString(rb.String())
-	return tb.String(), rb.String()
+	return tb.String(), rb.String(), calls
 }
 
-// addToolCall applies one tool-call fragment (steps 2 and 3).
-func (a *assembler) addToolCall(tc goopenai.ToolCall) {
+// addToolCall applies one tool-call fragment (steps 2 and 3) and returns
+// what it added to its slot: the id and name when they first became known,
+// and the argument text; ok is false when it added nothing.
+func (a *assembler) addToolCall(tc goopenai.ToolCall) (d model.ToolCallDelta, ok bool) {
 	s := a.slotFor(tc)
+	d.Index = slices.Index(a.slots, s)
 	if s.id == "" && tc.ID != "" {
-		s.id = tc.ID
+		s.id, d.ID = tc.ID, tc.ID
 		a.byID[tc.ID] = s
 	}
-	if s.name == "" {
-		s.name = tc.Function.Name
+	if s.name == "" && tc.Function.Name != "" {
+		s.name, d.Name = tc.Function.Name, tc.Function.Name
 	}
 	s.args.WriteString(tc.Function.Arguments)
+	d.Args = tc.Function.Arguments
+	return d, d.ID != "" || d.Name != "" || d.Args != ""
 }
 
 // slotFor picks the slot a fragment belongs to, opening one if needed.

@@ -302,12 +302,36 @@ func TestAssembler(t *testing.T) {
 			a := newAssembler(func() string { n++; return fmt.Sprintf("call_%02d", n) })
 			var textDeltas []string
 			var reasoning strings.Builder
+			streamed := map[int]*model.ToolCall{}
 			for _, c := range tt.chunks {
-				text, r := a.add(c)
+				text, r, calls := a.add(c)
 				if text != "" {
 					textDeltas = append(textDeltas, text)
 				}
 				reasoning.WriteString(r)
+				for _, d := range calls {
+					sc := streamed[d.Index]
+					if sc == nil {
+						sc = &model.ToolCall{}
+						streamed[d.Index] = sc
+					}
+					if (d.ID != "" && sc.ID != "") || (d.Name != "" && sc.Name != "") {
+						t.Errorf("call %d: id or name streamed twice: %+v after %+v", d.Index, d, *sc)
+					}
+					sc.ID += d.ID
+					sc.Name += d.Name
+					sc.Args += d.Args
+				}
+			}
+			// The fragments streamed for each slot add up to what it assembled.
+			for i, sl := range a.slots {
+				got := streamed[i]
+				if got == nil {
+					got = &model.ToolCall{}
+				}
+				if got.ID != sl.id || got.Name != sl.name || got.Args != sl.args.String() {
+					t.Errorf("call %d streamed as %+v, assembled id=%q name=%q args=%q", i, *got, sl.id, sl.name, sl.args.String())
+				}
 			}
 			if got := a.complete(tt.sawDone); got != tt.wantComplete {
 				t.Errorf("complete = %v, want %v", got, tt.wantComplete)

@@ -83,8 +83,8 @@ type RetryConfig struct {
 	// longer one fails the call at once with the retryable error. Default
 	// 60s.
 	MaxRetryAfter time.Duration
-	// RetryAfterPartial allows a retry after text or reasoning deltas were
-	// already streamed; the new attempt's deltas carry a higher
+	// RetryAfterPartial allows a retry after text, reasoning or tool-call
+	// deltas were already streamed; the new attempt's deltas carry a higher
 	// Delta.Attempt. nil means true.
 	RetryAfterPartial *bool
 }

@@ -321,3 +321,58 @@ func TestGenerateConcurrentCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateStreamsToolCallFragments: the arguments of tool calls reach
+// onDelta fragment by fragment, as the scripted SSE server sends them, with
+// each call's id and name once, before Generate returns the whole calls.
+func TestGenerateStreamsToolCallFragments(t *testing.T) {
+	srv := modeltest.New(t)
+	srv.Script(modeltest.DefaultKey, modeltest.Calls(
+		modeltest.Call{ID: "c1", Name: "write_file", Args: `{"file_path":"/a.txt","content":"hello world"}`, Fragments: 4},
+		modeltest.Call{ID: "c2", Name: "ls", Args: `{"path":"/"}`, Fragments: 3},
+	))
+	m, _ := newTestModel(t, srv, nil)
+	var rec recorder
+	resp, err := m.Generate(testContext(t), userRequest("hi"), rec.on)
+	if err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	type call struct {
+		id, name, args string
+		fragments      int
+	}
+	got := map[int]*call{}
+	for _, d := range rec.all() {
+		if d.Attempt != 1 || d.Text != "" {
+			t.Errorf("delta %+v", d)
+		}
+		for _, f := range d.ToolCalls {
+			c := got[f.Index]
+			if c == nil {
+				c = &call{}
+				got[f.Index] = c
+			}
+			if c.name != "" && f.Name != "" {
+				t.Errorf("call %d: name sent twice", f.Index)
+			}
+			c.id += f.ID
+			c.name += f.Name
+			c.args += f.Args
+			if f.Args != "" {
+				c.fragments++
+			}
+		}
+	}
+	if len(got) != 2 || len(resp.Message.ToolCalls) != 2 {
+		t.Fatalf("streamed %d calls, message has %+v", len(got), resp.Message.ToolCalls)
+	}
+	for i, want := range resp.Message.ToolCalls {
+		c := got[i]
+		if c.id != want.ID || c.name != want.Name || c.args != want.Args {
+			t.Errorf("call %d streamed as %+v, message has %+v", i, *c, want)
+		}
+	}
+	if got[0].fragments != 4 || got[1].fragments != 3 {
+		t.Errorf("argument fragments %d and %d, want 4 and 3", got[0].fragments, got[1].fragments)
+	}
+}

@@ -250,10 +250,10 @@ func (m *Model) attempt(ctx context.Context, wire goopenai.ChatCompletionRequest
 		if err != nil {
 			return model.Response{}, streamed, fail(err)
 		}
-		text, reasoning := asm.add(chunk)
-		if onDelta != nil && (text != "" || reasoning != "") {
+		text, reasoning, calls := asm.add(chunk)
+		if onDelta != nil && (text != "" || reasoning != "" || len(calls) > 0) {
 			streamed = true
-			onDelta(model.Delta{Text: text, Reasoning: reasoning, Attempt: streamAttempt})
+			onDelta(model.Delta{Text: text, Reasoning: reasoning, ToolCalls: calls, Attempt: streamAttempt})
 		}
 	}
 	if !asm.complete(st.sawDone) {

@@ -2442,7 +2442,13 @@ type ThreadMessage struct {
 	// Where the message came from, for example "summarization" or "patch".
 	Source string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
 	// When it was appended.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Tool messages: how the result was produced (the tool ran, the call was
+	// invalid or blocked, a human rejected it, or a human or the client
+	// answered it). UNSPECIFIED on other messages, on results written by
+	// patch_tool_calls (source "patch") and on messages stored before agentd
+	// recorded it.
+	Origin        ToolResultOrigin `protobuf:"varint,11,opt,name=origin,proto3,enum=plumb.v1.ToolResultOrigin" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2545,6 +2551,13 @@ func (x *ThreadMessage) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *ThreadMessage) GetOrigin() ToolResultOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return ToolResultOrigin_TOOL_RESULT_ORIGIN_UNSPECIFIED
 }
 
 // StateFile is a file in the thread's State backend.
@@ -2820,6 +2833,8 @@ type Event struct {
 	//	*Event_Error
 	//	*Event_RunFinished
 	//	*Event_SandboxLost
+	//	*Event_ToolCallDelta
+	//	*Event_ToolOutput
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3039,6 +3054,24 @@ func (x *Event) GetSandboxLost() *SandboxLost {
 	return nil
 }
 
+func (x *Event) GetToolCallDelta() *ToolCallDelta {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ToolCallDelta); ok {
+			return x.ToolCallDelta
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetToolOutput() *ToolOutput {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_ToolOutput); ok {
+			return x.ToolOutput
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -3119,6 +3152,18 @@ type Event_SandboxLost struct {
 	SandboxLost *SandboxLost `protobuf:"bytes,24,opt,name=sandbox_lost,json=sandboxLost,proto3,oneof"`
 }
 
+type Event_ToolCallDelta struct {
+	// A fragment of a tool call's arguments as the model produces them
+	// (before the complete message).
+	ToolCallDelta *ToolCallDelta `protobuf:"bytes,25,opt,name=tool_call_delta,json=toolCallDelta,proto3,oneof"`
+}
+
+type Event_ToolOutput struct {
+	// Output of a running tool call (execute), as the command produces it
+	// (before the call's tool_result).
+	ToolOutput *ToolOutput `protobuf:"bytes,26,opt,name=tool_output,json=toolOutput,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -3149,6 +3194,194 @@ func (*Event_RunFinished) isEvent_Payload() {}
 
 func (*Event_SandboxLost) isEvent_Payload() {}
 
+func (*Event_ToolCallDelta) isEvent_Payload() {}
+
+func (*Event_ToolOutput) isEvent_Payload() {}
+
+// ToolCallDelta is a fragment of the arguments of a tool call the model is
+// producing. Fragments are coalesced (several provider chunks per event).
+// The AssistantMessage that follows is authoritative: it carries the final
+// call id (one the provider omitted is made up then) and the whole
+// arguments.
+type ToolCallDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the call among the calls of the message being streamed,
+	// 0-based; what ties the fragments of one call together.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The call id, once the provider has sent it (empty before).
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool name, set on the first event of the call that knows it.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Argument text fragment (JSON being written); append in order.
+	Args string `protobuf:"bytes,4,opt,name=args,proto3" json:"args,omitempty"`
+	// Model call number within this agent context.
+	Step int32 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	// Attempt number; a higher one means discard earlier deltas of the step.
+	Attempt int32 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Set on the last fragment streamed for this call: its arguments passed
+	// the per-call streaming cap (256 KiB) and the rest is only in the
+	// AssistantMessage.
+	Truncated     bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallDelta) Reset() {
+	*x = ToolCallDelta{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDelta) ProtoMessage() {}
+
+func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
+func (*ToolCallDelta) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ToolCallDelta) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetArgs() string {
+	if x != nil {
+		return x.Args
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// ToolOutput is output of a running tool call (execute: the command's
+// stdout and stderr, merged as in its result). Chunks are coalesced and
+// cut at character boundaries; invalid UTF-8 is replaced.
+type ToolOutput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool call id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Output text; append in order.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// Set on the last chunk streamed for this call: its output passed the
+	// per-call streaming cap (1 MiB) and the rest is only in the tool_result
+	// (within its own limits) and the offloaded file.
+	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolOutput) Reset() {
+	*x = ToolOutput{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolOutput) ProtoMessage() {}
+
+func (x *ToolOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
+func (*ToolOutput) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ToolOutput) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolOutput) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolOutput) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ToolOutput) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // SandboxLost names the sandbox worker a tool call could not reach.
 type SandboxLost struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3164,7 +3397,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3409,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3422,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -3232,7 +3465,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +3477,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +3490,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -3310,7 +3543,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3555,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3568,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -3374,7 +3607,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3619,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3632,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -3442,7 +3675,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3687,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3700,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -3520,7 +3753,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3765,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3778,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -3594,7 +3827,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3839,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3852,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ToolResult) GetId() string {
@@ -3689,7 +3922,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3701,7 +3934,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3714,7 +3947,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -3741,7 +3974,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3986,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3999,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -3810,7 +4043,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +4055,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +4068,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -3879,7 +4112,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4124,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4137,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -3983,7 +4216,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +4228,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +4241,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -4044,7 +4277,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4289,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4302,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -4130,7 +4363,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4375,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4388,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -4225,7 +4458,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4470,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4483,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RunError) GetCode() string {
@@ -4289,7 +4522,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4534,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4547,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -4481,7 +4714,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\targs_json\x18\x03 \x01(\tR\bargsJson\"\xc8\x02\n" +
+	"\targs_json\x18\x03 \x01(\tR\bargsJson\"\xfc\x02\n" +
 	"\rThreadMessage\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
@@ -4496,7 +4729,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06source\x18\t \x01(\tR\x06source\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"p\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06origin\x18\v \x01(\x0e2\x1a.plumb.v1.ToolResultOriginR\x06origin\"p\n" +
 	"\tStateFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12;\n" +
@@ -4517,7 +4751,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xf9\b\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xf5\t\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -4545,8 +4779,25 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"summarized\x12*\n" +
 	"\x05error\x18\x16 \x01(\v2\x12.plumb.v1.RunErrorH\x00R\x05error\x12:\n" +
 	"\frun_finished\x18\x17 \x01(\v2\x15.plumb.v1.RunFinishedH\x00R\vrunFinished\x12:\n" +
-	"\fsandbox_lost\x18\x18 \x01(\v2\x15.plumb.v1.SandboxLostH\x00R\vsandboxLostB\t\n" +
-	"\apayload\"^\n" +
+	"\fsandbox_lost\x18\x18 \x01(\v2\x15.plumb.v1.SandboxLostH\x00R\vsandboxLost\x12A\n" +
+	"\x0ftool_call_delta\x18\x19 \x01(\v2\x17.plumb.v1.ToolCallDeltaH\x00R\rtoolCallDelta\x127\n" +
+	"\vtool_output\x18\x1a \x01(\v2\x14.plumb.v1.ToolOutputH\x00R\n" +
+	"toolOutputB\t\n" +
+	"\apayload\"\xa9\x01\n" +
+	"\rToolCallDelta\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
+	"\x04args\x18\x04 \x01(\tR\x04args\x12\x12\n" +
+	"\x04step\x18\x05 \x01(\x05R\x04step\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\x05R\aattempt\x12\x1c\n" +
+	"\ttruncated\x18\a \x01(\bR\ttruncated\"b\n" +
+	"\n" +
+	"ToolOutput\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"^\n" +
 	"\vSandboxLost\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1d\n" +
 	"\n" +
@@ -4730,7 +4981,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(DecisionType)(0),             // 0: plumb.v1.DecisionType
 	(ThreadView)(0),               // 1: plumb.v1.ThreadView
@@ -4775,58 +5026,60 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*Checkpoint)(nil),            // 40: plumb.v1.Checkpoint
 	(*TokenUsage)(nil),            // 41: plumb.v1.TokenUsage
 	(*Event)(nil),                 // 42: plumb.v1.Event
-	(*SandboxLost)(nil),           // 43: plumb.v1.SandboxLost
-	(*RunStarted)(nil),            // 44: plumb.v1.RunStarted
-	(*MessageDelta)(nil),          // 45: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),        // 46: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),      // 47: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),       // 48: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),            // 49: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),          // 50: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),       // 51: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),      // 52: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),      // 53: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),           // 54: plumb.v1.Interrupted
-	(*UsageReport)(nil),           // 55: plumb.v1.UsageReport
-	(*Summarized)(nil),            // 56: plumb.v1.Summarized
-	(*RunError)(nil),              // 57: plumb.v1.RunError
-	(*RunFinished)(nil),           // 58: plumb.v1.RunFinished
-	nil,                           // 59: plumb.v1.RunRequest.MetadataEntry
-	nil,                           // 60: plumb.v1.RunRequest.FilesEntry
-	nil,                           // 61: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                           // 62: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                           // 63: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),   // 64: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 65: google.protobuf.Timestamp
+	(*ToolCallDelta)(nil),         // 43: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),            // 44: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),           // 45: plumb.v1.SandboxLost
+	(*RunStarted)(nil),            // 46: plumb.v1.RunStarted
+	(*MessageDelta)(nil),          // 47: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),        // 48: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),      // 49: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),       // 50: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),            // 51: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),          // 52: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),       // 53: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),      // 54: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),      // 55: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),           // 56: plumb.v1.Interrupted
+	(*UsageReport)(nil),           // 57: plumb.v1.UsageReport
+	(*Summarized)(nil),            // 58: plumb.v1.Summarized
+	(*RunError)(nil),              // 59: plumb.v1.RunError
+	(*RunFinished)(nil),           // 60: plumb.v1.RunFinished
+	nil,                           // 61: plumb.v1.RunRequest.MetadataEntry
+	nil,                           // 62: plumb.v1.RunRequest.FilesEntry
+	nil,                           // 63: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                           // 64: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                           // 65: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),   // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 67: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	59, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	61, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	11, // 1: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	12, // 2: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	60, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	64, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	62, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	66, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
 	42, // 5: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	0,  // 6: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
 	15, // 7: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
 	42, // 8: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
 	42, // 9: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	61, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	63, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
 	34, // 11: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
 	1,  // 12: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
 	34, // 13: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	62, // 14: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	64, // 14: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
 	2,  // 15: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
 	34, // 16: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
 	32, // 17: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
 	3,  // 18: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
 	33, // 19: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
 	0,  // 20: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	65, // 21: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	65, // 22: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	63, // 23: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	67, // 21: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	67, // 22: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	65, // 23: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
 	2,  // 24: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
 	36, // 25: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	54, // 26: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	56, // 26: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
 	35, // 27: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
 	41, // 28: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
 	38, // 29: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
@@ -4834,66 +5087,69 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	40, // 31: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
 	4,  // 32: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
 	41, // 33: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	65, // 34: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	65, // 35: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	67, // 34: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	67, // 35: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
 	5,  // 36: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
 	37, // 37: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	65, // 38: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	65, // 39: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,  // 40: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	65, // 41: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	65, // 42: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	44, // 43: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	45, // 44: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	46, // 45: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	47, // 46: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	48, // 47: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	49, // 48: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	50, // 49: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	51, // 50: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	52, // 51: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	54, // 52: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	55, // 53: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	56, // 54: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	57, // 55: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	58, // 56: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	43, // 57: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	37, // 58: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,  // 59: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	36, // 60: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,  // 61: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	41, // 62: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,  // 63: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,  // 64: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	53, // 65: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	41, // 66: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10, // 67: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	41, // 68: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,  // 69: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	41, // 70: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	13, // 71: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	16, // 72: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	18, // 73: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	20, // 74: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	22, // 75: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	24, // 76: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	26, // 77: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	28, // 78: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	30, // 79: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	14, // 80: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	17, // 81: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	19, // 82: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	21, // 83: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	23, // 84: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	25, // 85: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	27, // 86: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	29, // 87: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	31, // 88: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	80, // [80:89] is the sub-list for method output_type
-	71, // [71:80] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	67, // 38: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 39: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	67, // 40: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	6,  // 41: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	67, // 42: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	67, // 43: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	46, // 44: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	47, // 45: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	48, // 46: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	49, // 47: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	50, // 48: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	51, // 49: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	52, // 50: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	53, // 51: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	54, // 52: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	56, // 53: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	57, // 54: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	58, // 55: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	59, // 56: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	60, // 57: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	45, // 58: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	43, // 59: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	44, // 60: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	37, // 61: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,  // 62: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	36, // 63: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,  // 64: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	41, // 65: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,  // 66: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,  // 67: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	55, // 68: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	41, // 69: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10, // 70: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	41, // 71: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,  // 72: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	41, // 73: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	13, // 74: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	16, // 75: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	18, // 76: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	20, // 77: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	22, // 78: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	24, // 79: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	26, // 80: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	28, // 81: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	30, // 82: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	14, // 83: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	17, // 84: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	19, // 85: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	21, // 86: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	23, // 87: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	25, // 88: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	27, // 89: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	29, // 90: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	31, // 91: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	83, // [83:92] is the sub-list for method output_type
+	74, // [74:83] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -4917,15 +5173,17 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_Error)(nil),
 		(*Event_RunFinished)(nil),
 		(*Event_SandboxLost)(nil),
+		(*Event_ToolCallDelta)(nil),
+		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[38].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

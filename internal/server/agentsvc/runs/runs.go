@@ -600,7 +600,8 @@ func (r *Run) trim() {
 }
 
 // coalesce merges b into a when both are text deltas of the same model
-// call and attempt; it returns the merged event (a new message carrying b's
+// call and attempt, argument deltas of the same call, or output of the same
+// running call; it returns the merged event (a new message carrying b's
 // sequence and timestamp) or nil.
 func coalesce(a, b *plumbv1.Event) *plumbv1.Event {
 	if a.GetAgentPath() != b.GetAgentPath() || a.GetParentToolCallId() != b.GetParentToolCallId() {
@@ -622,6 +623,24 @@ func coalesce(a, b *plumbv1.Event) *plumbv1.Event {
 		}
 		m := proto.Clone(b).(*plumbv1.Event)
 		m.GetReasoningDelta().Text = x.GetText() + y.GetText()
+		return m
+	case a.GetToolCallDelta() != nil && b.GetToolCallDelta() != nil:
+		x, y := a.GetToolCallDelta(), b.GetToolCallDelta()
+		if x.GetStep() != y.GetStep() || x.GetAttempt() != y.GetAttempt() || x.GetIndex() != y.GetIndex() || x.GetTruncated() {
+			return nil
+		}
+		// The merged delta keeps the id and name the first one may carry.
+		m := proto.Clone(b).(*plumbv1.Event)
+		d := m.GetToolCallDelta()
+		d.Id, d.Name, d.Args = x.GetId()+y.GetId(), x.GetName()+y.GetName(), x.GetArgs()+y.GetArgs()
+		return m
+	case a.GetToolOutput() != nil && b.GetToolOutput() != nil:
+		x, y := a.GetToolOutput(), b.GetToolOutput()
+		if x.GetId() != y.GetId() || x.GetTruncated() {
+			return nil
+		}
+		m := proto.Clone(b).(*plumbv1.Event)
+		m.GetToolOutput().Text = x.GetText() + y.GetText()
 		return m
 	}
 	return nil

@@ -3,6 +3,7 @@ package runs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,10 @@ func ev(seq uint64, p any) *plumbv1.Event {
 		e.Payload = &plumbv1.Event_MessageDelta{MessageDelta: p}
 	case *plumbv1.ToolCallStarted:
 		e.Payload = &plumbv1.Event_ToolCallStarted{ToolCallStarted: p}
+	case *plumbv1.ToolCallDelta:
+		e.Payload = &plumbv1.Event_ToolCallDelta{ToolCallDelta: p}
+	case *plumbv1.ToolOutput:
+		e.Payload = &plumbv1.Event_ToolOutput{ToolOutput: p}
 	case *plumbv1.RunFinished:
 		e.Payload = &plumbv1.Event_RunFinished{RunFinished: p}
 	}
@@ -539,5 +544,73 @@ func TestCancelAndWait(t *testing.T) {
 	}
 	if g.Cancel("t1") != nil {
 		t.Error("cancelled a finished run")
+	}
+}
+
+// Over MaxEvents, argument deltas of one call and output of one running
+// call are coalesced like text (the first id and name kept, the fragments
+// appended in order); fragments of different calls, or after a truncated
+// one, are not merged.
+func TestTrimCoalescesToolStreams(t *testing.T) {
+	g := runs.New(runs.Options{MaxEvents: 20})
+	r, _ := g.Begin("", func() {})
+	leave(r)
+	r.Emit(started(1))
+	seq := uint64(2)
+	var args0, args1, out strings.Builder
+	for i := range 15 {
+		d := &plumbv1.ToolCallDelta{Index: int32(i % 2), Args: fmt.Sprint(i), Step: 1, Attempt: 1}
+		if i < 2 {
+			d.Id, d.Name = fmt.Sprintf("c%d", i), "write_file"
+		}
+		r.Emit(ev(seq, d))
+		seq++
+		if i%2 == 0 {
+			args0.WriteString(d.Args)
+		} else {
+			args1.WriteString(d.Args)
+		}
+	}
+	for i := range 15 {
+		o := &plumbv1.ToolOutput{Id: "c0", Name: "execute", Text: fmt.Sprintf("line %d\n", i)}
+		r.Emit(ev(seq, o))
+		seq++
+		out.WriteString(o.Text)
+	}
+	r.Emit(finish(seq))
+	r.End(nil)
+	a, after, err := g.Attach("t1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return a.Follow(ctx, after, send) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int32]*plumbv1.ToolCallDelta{}
+	var gotOut strings.Builder
+	for _, e := range evs {
+		if d := e.GetToolCallDelta(); d != nil {
+			if got[d.GetIndex()] == nil {
+				got[d.GetIndex()] = &plumbv1.ToolCallDelta{}
+			}
+			g := got[d.GetIndex()]
+			g.Id += d.GetId()
+			g.Name += d.GetName()
+			g.Args += d.GetArgs()
+		}
+		gotOut.WriteString(e.GetToolOutput().GetText())
+	}
+	if len(evs) >= 32 || evs[len(evs)-1].GetSequence() != seq {
+		t.Fatalf("log %v: nothing was coalesced", seqs(evs))
+	}
+	if g := got[0]; g == nil || g.Id != "c0" || g.Name != "write_file" || g.Args != args0.String() {
+		t.Errorf("call 0 replayed as %v, want args %q", g, args0.String())
+	}
+	if g := got[1]; g == nil || g.Id != "c1" || g.Name != "write_file" || g.Args != args1.String() {
+		t.Errorf("call 1 replayed as %v, want args %q", g, args1.String())
+	}
+	if gotOut.String() != out.String() {
+		t.Errorf("output replayed as %q, want %q", gotOut.String(), out.String())
 	}
 }

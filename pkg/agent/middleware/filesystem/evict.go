@@ -46,6 +46,15 @@ func sanitizeID(id string) string {
 // SanitizeID is the file name of a tool call id under large_tool_results/.
 func SanitizeID(id string) string { return sanitizeID(id) }
 
+// EvictPath is where Evict saves the result of call id under root ("" =
+// "/").
+func EvictPath(root, id string) string {
+	if root == "" {
+		root = "/"
+	}
+	return vpath.Join(root, "large_tool_results/"+sanitizeID(id))
+}
+
 // Evict applies agent.md §3.4 to res: above the threshold, the full text
 // is written to <root>/large_tool_results/<id> and the model gets a notice
 // with a head and tail preview. If the write fails, the text is cut to the
@@ -61,9 +70,6 @@ func Evict(ctx context.Context, b backend.Backend, call model.ToolCall, res agen
 	if chars <= o.Threshold {
 		return res
 	}
-	if o.ArtifactsRoot == "" {
-		o.ArtifactsRoot = "/"
-	}
 	if o.PreviewLines <= 0 {
 		o.PreviewLines = DefaultPreviewLines
 	}
@@ -72,7 +78,7 @@ func Evict(ctx context.Context, b backend.Backend, call model.ToolCall, res agen
 	}
 	p := res.OffloadedPath
 	if p == "" {
-		p = vpath.Join(o.ArtifactsRoot, "large_tool_results/"+sanitizeID(call.ID))
+		p = EvictPath(o.ArtifactsRoot, call.ID)
 		if b == nil {
 			return truncated(res, o.Threshold, "no file backend is configured")
 		}

@@ -560,6 +560,13 @@ func (m *Middleware) grep(ctx context.Context, req *agent.ToolRequest) (agent.To
 	return agent.ToolResult{Content: capLines(text, "Narrow path or glob, lower max_count, or use output_mode=files_with_matches.")}, nil
 }
 
+// outputStreamer is a backend that passes a command's output on while
+// it runs (the sandbox backend, and the composite and lazy backends over
+// it).
+type outputStreamer interface {
+	ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (backend.ExecuteResult, error)
+}
+
 func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
 	if bad := m.permitted("execute"); bad != nil {
 		return *bad, nil
@@ -583,11 +590,24 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 	// (agent.md §3.4), so the middle that the inline output leaves out can
 	// still be read.
 	er := backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs, OffloadPath: m.resultPath(req.Call.ID)}
-	res, err := ex.Execute(ctx, er)
+	run := ex.Execute
+	st, ok := m.b.(outputStreamer)
+	if out := req.OutputStream(); ok && out != nil {
+		// The output goes to clients as tool_output events while the
+		// command runs; Close (deferred) flushes it before the result.
+		defer out.Close()
+		run = func(ctx context.Context, er backend.ExecuteRequest) (backend.ExecuteResult, error) {
+			return st.ExecuteStream(ctx, er, func(b []byte) error {
+				_, err := out.Write(b)
+				return err
+			})
+		}
+	}
+	res, err := run(ctx, er)
 	if backend.IsOffloadError(err, er.OffloadPath) {
 		req.Run.Logger.Warn("execute cannot write its offload file; running without it", zap.String("offload-path", er.OffloadPath), zap.Error(err))
 		er.OffloadPath = ""
-		res, err = ex.Execute(ctx, er)
+		res, err = run(ctx, er)
 	}
 	if err != nil {
 		return m.errorResult(err), nil

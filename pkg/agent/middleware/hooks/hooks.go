@@ -158,6 +158,20 @@ func (c compiled) applies(tool string) bool {
 	return false
 }
 
+// rewrites reports whether a post hook may rewrite the results of tool:
+// a Go post hook sees every result, a configured one those of its tools.
+func (m *Middleware) rewrites(tool string) bool {
+	if len(m.post) > 0 {
+		return true
+	}
+	for _, h := range m.hooks {
+		if h.Phase == PhasePost && h.applies(tool) {
+			return true
+		}
+	}
+	return false
+}
+
 // WrapTool runs pre hooks, the call, then post hooks.
 func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
@@ -180,6 +194,10 @@ func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 					req.Call.Args = string(newArgs)
 				}
 			}
+		}
+		if m.rewrites(req.Call.Name) {
+			// Output streamed while the tool runs would pass these hooks by.
+			req.HoldOutput()
 		}
 		res, err := next(ctx, req)
 		if err != nil {

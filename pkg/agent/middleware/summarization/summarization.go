@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -273,37 +275,69 @@ func (m *Middleware) evictTail(ctx context.Context, req *agent.ModelRequest, ove
 	if req.State.Summary() == nil {
 		return req.Messages
 	}
+	p := load(req.State)
+	out, added := m.evictKept(ctx, req.Messages, overhead, p.Evicted, true)
+	if len(added) > 0 {
+		if p.Evicted == nil {
+			p.Evicted = make(map[string]string, len(added))
+		}
+		maps.Copy(p.Evicted, added)
+		_ = req.State.SetPrivate(Name, p)
+	}
+	return out
+}
+
+// evictKept returns msgs with the tool results over tailEvictChars
+// evicted when msgs plus overhead (in chars) are above the trigger, and
+// the files it saved by call id. evicted holds the files saved for
+// earlier requests, reused as they are. With save false nothing is
+// written: the result is what a saving call would return when its writes
+// succeed, so that a summary can count this step before the request is
+// built.
+func (m *Middleware) evictKept(ctx context.Context, msgs []model.Message, overhead int, evicted map[string]string, save bool) ([]model.Message, map[string]string) {
 	chars := overhead
-	for _, msg := range req.Messages {
+	for _, msg := range msgs {
 		chars += Chars(msg)
 	}
 	if tokens(chars) <= m.cfg.Trigger() {
-		return req.Messages
+		return msgs, nil
 	}
-	p := load(req.State)
-	out := make([]model.Message, len(req.Messages))
-	copy(out, req.Messages)
-	changed := false
+	out := slices.Clone(msgs)
+	var added map[string]string
 	for i, msg := range out {
 		if msg.Role != model.RoleTool || utf8.RuneCountInString(msg.Content) <= tailEvictChars {
 			continue
 		}
-		res := filesystem.Evict(ctx, m.cfg.Backend, model.ToolCall{ID: msg.ToolCallID, Name: msg.Name},
-			agent.ToolResult{Content: msg.Content, OffloadedPath: p.Evicted[msg.ToolCallID]},
+		b, path := m.cfg.Backend, evicted[msg.ToolCallID]
+		if !save {
+			b = nil
+			if path == "" && m.cfg.Backend != nil {
+				path = filesystem.EvictPath(m.cfg.ArtifactsRoot, msg.ToolCallID)
+			}
+		}
+		res := filesystem.Evict(ctx, b, model.ToolCall{ID: msg.ToolCallID, Name: msg.Name},
+			agent.ToolResult{Content: msg.Content, OffloadedPath: path},
 			filesystem.EvictOptions{Threshold: tailEvictChars, ArtifactsRoot: m.cfg.ArtifactsRoot})
 		out[i].Content = res.Content
-		if res.OffloadedPath != "" && p.Evicted[msg.ToolCallID] == "" {
-			if p.Evicted == nil {
-				p.Evicted = make(map[string]string)
+		if save && res.OffloadedPath != "" && evicted[msg.ToolCallID] == "" {
+			if added == nil {
+				added = make(map[string]string)
 			}
-			p.Evicted[msg.ToolCallID] = res.OffloadedPath
-			changed = true
+			added[msg.ToolCallID] = res.OffloadedPath
 		}
 	}
-	if changed {
-		_ = req.State.SetPrivate(Name, p)
+	return out, added
+}
+
+// tailSavings is how many tokens evictTail takes out of the first request
+// after a summary whose effective view is view, in the units of tokens().
+func (m *Middleware) tailSavings(ctx context.Context, view []model.Message, overhead int, evicted map[string]string) int {
+	out, _ := m.evictKept(ctx, view, overhead, evicted, false)
+	saved := 0
+	for i := range out {
+		saved += tokens(Chars(view[i])) - tokens(Chars(out[i]))
 	}
-	return out
+	return saved
 }
 
 // session is the transcript name of the context.
@@ -368,8 +402,15 @@ func (m *Middleware) summarize(ctx context.Context, rc *agent.RunContext, st *ag
 	sum := agent.Summary{Cutoff: view[c].Index, Text: text, TranscriptPath: transcript, TokensBefore: before, Fallback: fallback}
 	sum.Message = summaryMessage(transcript, text)
 	// Relative to before, so that it shares before's basis (reported usage
-	// or an estimate): minus what left the view, plus the summary message.
-	after := max(before+tokens(utf8.RuneCountInString(sum.Message))-removed, 0)
+	// or an estimate): minus what left the view, plus the summary message,
+	// minus what evictTail takes out of the kept tail in the request this
+	// summary is made for.
+	kept := []model.Message{{Role: model.RoleUser, Content: sum.Message}}
+	for _, v := range view[c:] {
+		kept = append(kept, v.Message.Message)
+	}
+	saved := m.tailSavings(ctx, kept, p.Overhead, p.Evicted)
+	after := max(before+tokens(utf8.RuneCountInString(sum.Message))-removed-saved, 0)
 	sum.TokensAfter = after
 	if err := st.SetSummary(sum); err != nil {
 		return false, err

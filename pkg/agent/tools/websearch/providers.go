@@ -43,7 +43,7 @@ func (t *tavily) Search(ctx context.Context, query string, max int) ([]Result, e
 	}
 	rs, err := ParseTavily(raw)
 	if err != nil {
-		return nil, badJSON(t.Name(), raw, err)
+		return nil, badJSON(t.Name(), t.s.redact.cleanBytes(raw), err)
 	}
 	return rs, nil
 }
@@ -82,7 +82,7 @@ func (x *searxng) Search(ctx context.Context, query string, max int) ([]Result, 
 	}
 	rs, err := ParseSearXNG(raw)
 	if err != nil {
-		return nil, badJSON(x.Name(), raw, err)
+		return nil, badJSON(x.Name(), x.s.redact.cleanBytes(raw), err)
 	}
 	if len(rs) > max {
 		rs = rs[:max]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -137,6 +138,7 @@ type Search struct {
 	cfg       Config
 	provider  Provider
 	transport *http.Transport
+	redact    redactor
 }
 
 // New validates cfg and returns the search. Close releases its idle
@@ -158,7 +160,7 @@ func New(cfg Config) (*Search, error) {
 		cfg.MaxBodyBytes = 2 << 20
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	s := &Search{cfg: cfg}
+	s := &Search{cfg: cfg, redact: redactor{key: cfg.APIKey}}
 	rt := cfg.Transport
 	if rt == nil {
 		s.transport = http.DefaultTransport.(*http.Transport).Clone()
@@ -241,8 +243,15 @@ func (s *Search) Run(ctx context.Context, query string, max int) (string, error)
 	}
 	max = min(max, 10)
 	rs, err := s.provider.Search(ctx, query, max)
+	var se *Error
+	if errors.As(err, &se) {
+		se.Message = s.redact.clean(se.Message)
+	}
 	if err != nil {
 		return "", err
+	}
+	for i := range rs {
+		rs[i].Title, rs[i].URL, rs[i].Snippet = s.redact.clean(rs[i].Title), s.redact.clean(rs[i].URL), s.redact.clean(rs[i].Snippet)
 	}
 	return Render(rs, max, s.cfg.Limits), nil
 }
@@ -335,7 +344,7 @@ func (s *Search) do(ctx context.Context, name string, hc *http.Client, mk func(c
 			return nil, transportError(ctx, name, s.cfg.Timeout, rerr)
 		}
 		if resp.StatusCode/100 != 2 {
-			return nil, statusError(name, resp.StatusCode, body)
+			return nil, statusError(name, resp.StatusCode, s.redact.cleanBytes(body))
 		}
 		return body, nil
 	}
@@ -364,6 +373,46 @@ func transportError(ctx context.Context, name string, timeout time.Duration, err
 	}
 	return &Error{Code: CodeUnavailable, Provider: name, Message: fmt.Sprintf("cannot reach the provider (%s); try again later or go on without it", shortErr(err))}
 }
+
+// redactor removes secrets from text taken from a provider's answer before
+// it is clipped (a clipped secret would leak its start) and shown to the
+// model: a provider that echoes the request, its headers or the key in an
+// error body must not put the key into the thread.
+type redactor struct{ key string }
+
+// redacted replaces each secret.
+const redacted = "[REDACTED]"
+
+// minKeyLen is the shortest configured key replaced wherever it appears; a
+// shorter one would mangle ordinary words (the credential patterns below
+// still catch it after "Authorization:" or "api_key=").
+const minKeyLen = 4
+
+// credential matches Authorization-like name/value pairs (headers, JSON
+// fields, query parameters) and bare bearer tokens; group 3 is the value.
+var credential = regexp.MustCompile(`(?i)\b((?:proxy-)?authorization|x-api-key|api[-_]?key|access[-_]?token|secret|password|bearer)\b` +
+	`(["']?\s*[:=]?\s*["']?(?:(?:bearer|basic|token)\s+)?)([^\s"',;&}<>]+)`)
+
+// clean returns s with the configured key and credential values replaced.
+func (r redactor) clean(s string) string {
+	if len(r.key) >= minKeyLen {
+		s = strings.ReplaceAll(s, r.key, redacted)
+	}
+	return credential.ReplaceAllStringFunc(s, func(m string) string {
+		sub := credential.FindStringSubmatch(m)
+		name, sep, value := sub[1], sub[2], sub[3]
+		switch {
+		case value == redacted:
+		case strings.EqualFold(name, "bearer") && sep != "" && len(value) >= 8:
+			return name + sep + redacted
+		case strings.ContainsAny(sep, ":="):
+			return name + sep + redacted
+		}
+		return m // a word such as "password" in prose, with no value attached
+	})
+}
+
+func (r redactor) cleanBytes(b []byte) []byte { return []byte(r.clean(string(b))) }
 
 // shortErr drops the URL Go's client puts in its errors (it may carry a
 // query string) and keeps the cause.

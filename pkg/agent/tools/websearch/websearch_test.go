@@ -380,3 +380,55 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderEchoesAreRedacted: a provider that echoes the request (its
+// Authorization header, the key in a JSON field or in a long body where a
+// clip would cut it) never gets the key, nor another credential value,
+// into what the model sees, error or result, and what it sees is bounded.
+func TestProviderEchoesAreRedacted(t *testing.T) {
+	const key = "tvly-Zq8Secret0042"
+	echo := func(status int, render func(auth string) string) behavior {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			io.WriteString(w, render(r.Header.Get("Authorization")))
+		}
+	}
+	cases := map[string]behavior{
+		"401 json": echo(401, func(auth string) string {
+			return fmt.Sprintf(`{"detail":{"error":"invalid API key %s sent as %q"}}`, strings.TrimPrefix(auth, "Bearer "), auth)
+		}),
+		"500 headers dump": echo(500, func(auth string) string {
+			return "upstream failed; request headers:\nAuthorization: " + auth + "\nX-Api-Key: other-Secret-77\n"
+		}),
+		"400 key cut by the clip": echo(400, func(auth string) string {
+			return strings.Repeat("a ", 95) + strings.TrimPrefix(auth, "Bearer ") + strings.Repeat(" b", 100)
+		}),
+		"200 not json": echo(200, func(auth string) string { return auth + " <html>" + strings.Repeat("x", 1<<20) }),
+		"200 key in a result": echo(200, func(auth string) string {
+			b, _ := json.Marshal(map[string]any{"results": []map[string]any{{"title": "api_key=" + key, "url": "https://e.com/?token=" + key,
+				"content": "you searched with " + auth, "score": 1}}})
+			return string(b)
+		}),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(b))
+			t.Cleanup(srv.Close)
+			s := newSearch(t, websearch.ProviderTavily, srv.URL, func(c *websearch.Config) { c.APIKey = key })
+			out, err := s.Run(t.Context(), "q", 3)
+			seen := out
+			if err != nil {
+				seen = err.Error()
+			}
+			if seen == "" || strings.Contains(seen, key[:9]) || strings.Contains(seen, "other-Secret") {
+				t.Errorf("the model would see %q", seen)
+			}
+			if len(seen) > 2000 {
+				t.Errorf("the model would see %d bytes", len(seen))
+			}
+			if strings.HasPrefix(name, "200 key") && (err != nil || !strings.Contains(out, "[REDACTED]")) {
+				t.Errorf("Run = %q, %v; want results with the key redacted", out, err)
+			}
+		})
+	}
+}

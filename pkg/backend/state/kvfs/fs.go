@@ -23,6 +23,10 @@ type Limits struct {
 	WriteCap int64
 	// ItemCap caps one upload or download item (backend.ItemCap).
 	ItemCap int64
+	// GrepBudget is grep's time budget (backend.GrepBudget).
+	GrepBudget time.Duration
+	// GlobBudget is glob's time budget (backend.GlobBudget).
+	GlobBudget time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -34,6 +38,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.ItemCap <= 0 {
 		l.ItemCap = backend.ItemCap
+	}
+	if l.GrepBudget <= 0 {
+		l.GrepBudget = backend.GrepBudget
+	}
+	if l.GlobBudget <= 0 {
+		l.GlobBudget = backend.GlobBudget
 	}
 	return l
 }

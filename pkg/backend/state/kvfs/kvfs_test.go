@@ -14,6 +14,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/state"
+	"github.com/plumbhq/plumb/pkg/backend/state/kvfs"
 	"github.com/plumbhq/plumb/pkg/backend/store"
 )
 
@@ -21,16 +22,18 @@ import (
 // memory) and the Store backend (a real SQLite file). The shared
 // conformance suite (backendtest) runs in the state and store packages.
 
-func backends(t *testing.T) map[string]func(t *testing.T) backend.Backend {
+// backendsWith returns the two backends, with lim (zero fields take the
+// defaults).
+func backendsWith(lim kvfs.Limits) map[string]func(t *testing.T) backend.Backend {
 	return map[string]func(t *testing.T) backend.Backend{
-		"state": func(t *testing.T) backend.Backend { return state.New() },
+		"state": func(t *testing.T) backend.Backend { return state.New(state.WithLimits(lim)) },
 		"store": func(t *testing.T) backend.Backend {
 			db, err := store.Open(filepath.Join(t.TempDir(), "store.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			b, err := store.NewBackend(db, []string{"test", "ns"})
+			b, err := store.NewBackend(db, []string{"test", "ns"}, store.WithLimits(lim))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,7 +43,12 @@ func backends(t *testing.T) map[string]func(t *testing.T) backend.Backend {
 }
 
 func each(t *testing.T, fn func(t *testing.T, b backend.Backend)) {
-	for name, mk := range backends(t) {
+	eachWith(t, kvfs.Limits{}, fn)
+}
+
+// eachWith is each with limits other than the defaults.
+func eachWith(t *testing.T, lim kvfs.Limits, fn func(t *testing.T, b backend.Backend)) {
+	for name, mk := range backendsWith(lim) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, mk(t))
@@ -447,15 +455,23 @@ func TestGlobMatrix(t *testing.T) {
 	})
 }
 
+// manyFiles uploads backend.GlobMaxMatches+1 empty files /m/<i>/f.txt.
+func manyFiles(t *testing.T, b backend.Backend) {
+	t.Helper()
+	var items []backend.UploadItem
+	for i := range backend.GlobMaxMatches + 1 {
+		items = append(items, backend.UploadItem{Path: fmt.Sprintf("/m/%d/f.txt", i)})
+	}
+	if _, err := b.Upload(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGlobCap checks the match cap with time budgets that cannot run out on
+// any machine, so that what it counts does not depend on the machine's speed.
 func TestGlobCap(t *testing.T) {
-	each(t, func(t *testing.T, b backend.Backend) {
-		var items []backend.UploadItem
-		for i := range backend.GlobMaxMatches + 1 {
-			items = append(items, backend.UploadItem{Path: fmt.Sprintf("/m/%d/f.txt", i)})
-		}
-		if _, err := b.Upload(ctx, items); err != nil {
-			t.Fatal(err)
-		}
+	eachWith(t, kvfs.Limits{GrepBudget: 24 * time.Hour, GlobBudget: 24 * time.Hour}, func(t *testing.T, b backend.Backend) {
+		manyFiles(t, b)
 		r, err := b.Glob(ctx, backend.GlobRequest{Pattern: "*.txt", Path: "/"})
 		if err != nil {
 			t.Fatal(err)
@@ -464,8 +480,32 @@ func TestGlobCap(t *testing.T) {
 			t.Fatalf("n=%d truncated=%v reason=%s", len(r.Matches), r.Truncated, r.TruncationReason)
 		}
 		r2, err := b.Grep(ctx, backend.GrepRequest{Pattern: "x", Path: "/", MaxCount: 5})
-		if err != nil || len(r2.Matches) != 0 || r2.FilesSearched != backend.GlobMaxMatches+1 {
-			t.Fatalf("grep over empty files: %+v %v", r2.FilesSearched, err)
+		if err != nil || len(r2.Matches) != 0 || r2.Truncated || r2.FilesSearched != backend.GlobMaxMatches+1 {
+			t.Fatalf("grep over empty files: searched=%d truncated=%v %v", r2.FilesSearched, r2.Truncated, err)
+		}
+	})
+}
+
+// TestSearchTimeBudget checks what a spent time budget yields: a truncated
+// result marked as such, whose counts agree with each other, and no error.
+// The budgets are so short that they run out on any machine.
+func TestSearchTimeBudget(t *testing.T) {
+	eachWith(t, kvfs.Limits{GrepBudget: time.Nanosecond, GlobBudget: time.Nanosecond}, func(t *testing.T, b backend.Backend) {
+		manyFiles(t, b)
+		r, err := b.Glob(ctx, backend.GlobRequest{Pattern: "*.txt", Path: "/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Truncated || r.TruncationReason != backend.TruncatedTimeBudget || len(r.Matches) > backend.GlobMaxMatches {
+			t.Fatalf("glob: n=%d truncated=%v reason=%s", len(r.Matches), r.Truncated, r.TruncationReason)
+		}
+		r2, err := b.Grep(ctx, backend.GrepRequest{Pattern: "x", Path: "/", MaxCount: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r2.Truncated || r2.TruncationReason != backend.TruncatedTimeBudget || len(r2.Matches) != 0 ||
+			r2.FilesSearched > backend.GlobMaxMatches+1 {
+			t.Fatalf("grep: searched=%d truncated=%v reason=%s", r2.FilesSearched, r2.Truncated, r2.TruncationReason)
 		}
 	})
 }

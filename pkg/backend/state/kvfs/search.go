@@ -117,7 +117,7 @@ func (f *FS) Glob(ctx context.Context, req backend.GlobRequest) (backend.GlobRes
 	}
 
 	res := backend.GlobResult{Matches: []backend.FileInfo{}}
-	bctx, cancel := context.WithTimeout(ctx, backend.GlobBudget)
+	bctx, cancel := context.WithTimeout(ctx, f.lim.GlobBudget)
 	defer cancel()
 	err = f.walk(bctx, dirPrefix(p), g.CanDescend, func(e Entry, rel string) (bool, error) {
 		if g.Match(rel) {
@@ -171,7 +171,7 @@ func (f *FS) Grep(ctx context.Context, req backend.GrepRequest) (backend.GrepRes
 	}
 
 	res := backend.GrepResult{Matches: []backend.GrepMatch{}}
-	bctx, cancel := context.WithTimeout(ctx, backend.GrepBudget)
+	bctx, cancel := context.WithTimeout(ctx, f.lim.GrepBudget)
 	defer cancel()
 	search := func(key string) (bool, error) {
 		r, ok, err := f.open(bctx, key)
