@@ -429,6 +429,11 @@ func (a *agentCmd) threads(ctx context.Context, args []string) error {
 		if err != nil {
 			return rpcError(err)
 		}
+		if *full {
+			if err := a.restOfThread(ctx, resp.GetThread()); err != nil {
+				return err
+			}
+		}
 		if *jsonOut {
 			return printJSON(a.sio.out, resp.GetThread())
 		}
@@ -499,6 +504,51 @@ func (a *agentCmd) listThreads(ctx context.Context, req *plumbv1.ListThreadsRequ
 		}
 		req.PageToken = resp.GetNextPageToken()
 	}
+}
+
+// restOfThread completes a FULL view whose lists stopped at the
+// response's size budget: it pages through the rest of the message log,
+// the State files and the checkpoints, and clears the page tokens.
+func (a *agentCmd) restOfThread(ctx context.Context, th *plumbv1.Thread) error {
+	id := th.GetId()
+	var err error
+	th.Messages, err = pageRest(ctx, a, th.Messages, th.GetMessagesNextPageToken(), func(ctx context.Context, tok string) ([]*plumbv1.ThreadMessage, string, error) {
+		resp, err := a.c.ListMessages(ctx, &plumbv1.ListMessagesRequest{ThreadId: id, PageSize: 500, PageToken: tok})
+		return resp.GetMessages(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("messages: %w", err)
+	}
+	th.Files, err = pageRest(ctx, a, th.Files, th.GetFilesNextPageToken(), func(ctx context.Context, tok string) ([]*plumbv1.StateFile, string, error) {
+		resp, err := a.c.ListStateFiles(ctx, &plumbv1.ListStateFilesRequest{ThreadId: id, PageSize: 500, PageToken: tok})
+		return resp.GetFiles(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("state files: %w", err)
+	}
+	th.Checkpoints, err = pageRest(ctx, a, th.Checkpoints, th.GetCheckpointsNextPageToken(), func(ctx context.Context, tok string) ([]*plumbv1.Checkpoint, string, error) {
+		resp, err := a.c.ListCheckpoints(ctx, &plumbv1.ListCheckpointsRequest{ThreadId: id, PageSize: 500, PageToken: tok})
+		return resp.GetCheckpoints(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoints: %w", err)
+	}
+	th.MessagesNextPageToken, th.FilesNextPageToken, th.CheckpointsNextPageToken = "", "", ""
+	return nil
+}
+
+// pageRest appends to have the pages of a list from token tok on.
+func pageRest[T any](ctx context.Context, a *agentCmd, have []T, tok string, list func(context.Context, string) ([]T, string, error)) ([]T, error) {
+	for tok != "" {
+		uctx, cancel := a.unary(ctx)
+		page, next, err := list(uctx, tok)
+		cancel()
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		have, tok = append(have, page...), next
+	}
+	return have, nil
 }
 
 func (a *agentCmd) agents(ctx context.Context, args []string) error {

@@ -11,6 +11,8 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -27,17 +29,19 @@ type fakeAgent struct {
 	hold       bool
 	sent, gone chan struct{}
 
-	thread  *plumbv1.Thread
-	pages   [][]*plumbv1.Thread
-	agents  []*plumbv1.AgentInfo
-	cancel  *plumbv1.CancelResponse
-	runs    []*plumbv1.RunRequest
-	resumes []*plumbv1.ResumeRequest
-	attach  []*plumbv1.AttachRequest
-	gets    []*plumbv1.GetThreadRequest
-	lists   []*plumbv1.ListThreadsRequest
-	deletes []*plumbv1.DeleteThreadRequest
-	cancels []*plumbv1.CancelRequest
+	thread *plumbv1.Thread
+	// messages are ListMessages pages by page token.
+	messages map[string]*plumbv1.ListMessagesResponse
+	pages    [][]*plumbv1.Thread
+	agents   []*plumbv1.AgentInfo
+	cancel   *plumbv1.CancelResponse
+	runs     []*plumbv1.RunRequest
+	resumes  []*plumbv1.ResumeRequest
+	attach   []*plumbv1.AttachRequest
+	gets     []*plumbv1.GetThreadRequest
+	lists    []*plumbv1.ListThreadsRequest
+	deletes  []*plumbv1.DeleteThreadRequest
+	cancels  []*plumbv1.CancelRequest
 }
 
 func (f *fakeAgent) next() []*plumbv1.Event {
@@ -111,6 +115,15 @@ func (f *fakeAgent) GetThread(_ context.Context, req *plumbv1.GetThreadRequest) 
 	defer f.mu.Unlock()
 	f.gets = append(f.gets, req)
 	return &plumbv1.GetThreadResponse{Thread: f.thread}, nil
+}
+
+func (f *fakeAgent) ListMessages(_ context.Context, req *plumbv1.ListMessagesRequest) (*plumbv1.ListMessagesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.messages[req.GetPageToken()]; ok && req.GetThreadId() == f.thread.GetId() {
+		return p, nil
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "page token %q", req.GetPageToken())
 }
 
 func (f *fakeAgent) ListThreads(_ context.Context, req *plumbv1.ListThreadsRequest) (*plumbv1.ListThreadsResponse, error) {
