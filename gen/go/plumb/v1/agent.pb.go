@@ -1187,7 +1187,8 @@ type AttachRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Thread id.
 	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	// Replay events with a larger sequence number (0 = from the start).
+	// Replay events with a larger sequence number (0 = from the run's first
+	// event, across its segments).
 	AfterSequence uint64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -50,7 +50,9 @@ type AgentServiceClient interface {
 	// continues the run, streaming events.
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ResumeResponse], error)
 	// Attach replays a thread's current or recently finished run from
-	// after_sequence, then follows it live.
+	// after_sequence, through every retained segment of it (the Run, each
+	// interrupt and Resume), then follows it live. Events no longer retained
+	// are OUT_OF_RANGE.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AttachResponse], error)
 	// Cancel stops the thread's active run.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
@@ -248,7 +250,9 @@ type AgentServiceServer interface {
 	// continues the run, streaming events.
 	Resume(*ResumeRequest, grpc.ServerStreamingServer[ResumeResponse]) error
 	// Attach replays a thread's current or recently finished run from
-	// after_sequence, then follows it live.
+	// after_sequence, through every retained segment of it (the Run, each
+	// interrupt and Resume), then follows it live. Events no longer retained
+	// are OUT_OF_RANGE.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[AttachResponse]) error
 	// Cancel stops the thread's active run.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
