@@ -7,18 +7,22 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Byte budgets of the thread lists. gRPC clients refuse a message over
 // 4 MiB by default (grpc-go, grpcio, grpcurl): a GetThread FULL answer
 // and every page stay below it, whatever the thread's size.
 const (
-	// MaxPageBytes bounds the items of one ListMessages, ListStateFiles
-	// or ListCheckpoints page, and the messages of a FULL view.
+	// MaxPageBytes bounds the items of one ListThreads, ListMessages,
+	// ListStateFiles or ListCheckpoints page, and the messages of a FULL
+	// view.
 	MaxPageBytes = 3 << 20
 	// fullListBytes bounds the files and the checkpoints of a FULL view.
 	fullListBytes = 256 << 10
@@ -93,6 +97,26 @@ func checkpointsPage(td *agent.ThreadData, after int64, lim pbconv.Limit) ([]*pl
 		return cps, ""
 	}
 	return cps, pageToken(checkpointsToken, strconv.FormatInt(cps[len(cps)-1].GetId(), 10))
+}
+
+// threadsPage converts a page of listed threads (next is the store's
+// token after it, elsewhere as threadStatus takes it), cut before
+// MaxPageBytes: large labels, todo lists or pending interrupts must not
+// make a page of 500 threads too large to receive. A cut page continues
+// after its last thread, in the stores' keyset order.
+func (s *Service) threadsPage(list []ListedThread, next string, elsewhere map[string]bool) ([]*plumbv1.Thread, string) {
+	out := make([]*plumbv1.Thread, 0, len(list))
+	bytes := 0
+	for _, t := range list {
+		th := pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount)
+		n := proto.Size(th)
+		if len(out) > 0 && bytes+n > MaxPageBytes {
+			last := list[len(out)-1].Thread
+			return out, store.EncodePageToken(store.Nanos(last.UpdatedAt), last.ID)
+		}
+		out, bytes = append(out, th), bytes+n
+	}
+	return out, next
 }
 
 // loadOwned loads thread id for a read by the caller's tenant.

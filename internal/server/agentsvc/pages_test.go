@@ -160,3 +160,50 @@ func TestListStateFilesAndCheckpoints(t *testing.T) {
 	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{})
 	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
 }
+
+// TestListThreadsPagesStayUnderFourMiB: 300 threads with the largest
+// labels allowed (about 5 MiB in all) are listed with page_size 500 by a
+// client with the default 4 MiB receive limit: each page stays under it,
+// and the pages list every thread once.
+func TestListThreadsPagesStayUnderFourMiB(t *testing.T) {
+	for name, opts := range map[string][]option{"durable": nil, "memory": {withMemoryStore()}} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, opts...)
+			md := map[string]string{}
+			for i := range 64 {
+				md[fmt.Sprintf("label-%02d", i)] = strings.Repeat("v", 256)
+			}
+			want := map[string]bool{}
+			for range 300 {
+				res, err := e.c.CreateThread(e.ctx(), &plumbv1.CreateThreadRequest{Metadata: md})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[res.GetThread().GetId()] = true
+			}
+			seen := map[string]bool{}
+			pages := 0
+			for tok := ""; ; pages++ {
+				if pages > 300 {
+					t.Fatal("ListThreads does not reach the end")
+				}
+				res, err := e.c.ListThreads(e.ctx(), &plumbv1.ListThreadsRequest{PageSize: 500, PageToken: tok})
+				if err != nil {
+					t.Fatalf("ListThreads page %d: %v", pages, err)
+				}
+				for _, th := range res.GetThreads() {
+					if seen[th.GetId()] || !want[th.GetId()] {
+						t.Fatalf("thread %s listed twice or unknown", th.GetId())
+					}
+					seen[th.GetId()] = true
+				}
+				if tok = res.GetNextPageToken(); tok == "" {
+					break
+				}
+			}
+			if len(seen) != len(want) || pages < 1 {
+				t.Fatalf("listed %d of %d threads in %d pages; want all, in more than one page", len(seen), len(want), pages+1)
+			}
+		})
+	}
+}

@@ -97,10 +97,8 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 	if err != nil {
 		return nil, s.status("list threads", err)
 	}
-	out := &plumbv1.ListThreadsResponse{NextPageToken: next}
-	for _, t := range list {
-		out.Threads = append(out.Threads, pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount))
-	}
+	out := &plumbv1.ListThreadsResponse{}
+	out.Threads, out.NextPageToken = s.threadsPage(list, next, elsewhere)
 	return out, nil
 }
 

@@ -1943,7 +1943,8 @@ func (x *ListCheckpointsResponse) GetNextPageToken() string {
 // ListThreadsRequest pages through threads.
 type ListThreadsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Page size (default 50, max 500).
+	// Page size (default 50, max 500). A page also stops before 3 MiB of
+	// threads.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
