@@ -1,18 +1,13 @@
 package agentsvc_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
-	"github.com/plumbhq/plumb/pkg/store/postgres"
-	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 )
 
 // gatedCounter gates the counter tool behind an approval.
@@ -86,15 +81,10 @@ func TestAttachReplaysTheWholeRunAfterResume(t *testing.T) {
 // (neither) replays the whole run from the shared event log, each event
 // once, in order.
 func TestAttachReplaysTheWholeRunOnAnyReplica(t *testing.T) {
-	st, err := postgres.Open(context.Background(), pgtest.New(t), postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	short := withService(func(c *agentsvc.Config) { c.EventInterval = 20 * time.Millisecond })
-	a := newEnv(t, withShared(st, "replica-a"), short, gatedCounter)
-	b := newEnv(t, withShared(st, "replica-b"), short, gatedCounter)
-	c := newEnv(t, withShared(st, "replica-c"), short, gatedCounter)
+	f := newPGFleet(t)
+	a, _ := f.replica("replica-a", gatedCounter)
+	b, _ := f.replica("replica-b", gatedCounter)
+	c, _ := f.replica("replica-c", gatedCounter)
 
 	runEvs := runToInterrupt(t, a)
 	all := append(runEvs, resumeToEnd(t, b, runEvs)...)
