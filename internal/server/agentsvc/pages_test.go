@@ -157,6 +157,12 @@ func TestListStateFilesAndCheckpoints(t *testing.T) {
 	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
 	_, err = e.c.ListStateFiles(as(e.ctx(), "other"), &plumbv1.ListStateFilesRequest{ThreadId: id})
 	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	_, err = e.c.ListMessages(as(e.ctx(), "other"), &plumbv1.ListMessagesRequest{ThreadId: id})
+	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	_, err = e.c.ListCheckpoints(as(e.ctx(), "other"), &plumbv1.ListCheckpointsRequest{ThreadId: id})
+	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{ThreadId: "nope"})
+	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
 	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{})
 	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
 }
