@@ -73,14 +73,20 @@ func pageLimit(size int32) (pbconv.Limit, error) {
 func (s *Service) fullThread(td *agent.ThreadData, st agent.ThreadStatus) *plumbv1.Thread {
 	out := pbconv.ThreadToPB(td, st, len(td.Messages))
 	all := math.MaxInt
-	msgs, next := pbconv.MessagesToPB(td.Messages, 0, pbconv.Limit{Count: all, Bytes: MaxPageBytes})
-	out.Messages = msgs
-	if next < len(td.Messages) {
-		out.MessagesNextPageToken = pageToken(messagesToken, strconv.Itoa(next))
-	}
+	out.Messages, out.MessagesNextPageToken = messagesPage(td, 0, pbconv.Limit{Count: all, Bytes: MaxPageBytes})
 	out.Files, out.FilesNextPageToken = filesPage(td, "", pbconv.Limit{Count: all, Bytes: fullListBytes})
 	out.Checkpoints, out.CheckpointsNextPageToken = checkpointsPage(td, 0, pbconv.Limit{Count: all, Bytes: fullListBytes})
 	return out
+}
+
+// messagesPage, filesPage and checkpointsPage convert one page of a list
+// and the token of the next ("" at its end).
+func messagesPage(td *agent.ThreadData, first int, lim pbconv.Limit) ([]*plumbv1.ThreadMessage, string) {
+	msgs, next := pbconv.MessagesToPB(td.Messages, min(first, len(td.Messages)), lim)
+	if next == len(td.Messages) {
+		return msgs, ""
+	}
+	return msgs, pageToken(messagesToken, strconv.Itoa(next))
 }
 
 func filesPage(td *agent.ThreadData, after string, lim pbconv.Limit) ([]*plumbv1.StateFile, string) {
@@ -154,12 +160,8 @@ func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesReq
 	if err != nil {
 		return nil, err
 	}
-	msgs, next := pbconv.MessagesToPB(td.Messages, min(first, len(td.Messages)), lim)
-	out := &plumbv1.ListMessagesResponse{Messages: msgs}
-	if next < len(td.Messages) {
-		out.NextPageToken = pageToken(messagesToken, strconv.Itoa(next))
-	}
-	return out, nil
+	msgs, next := messagesPage(td, first, lim)
+	return &plumbv1.ListMessagesResponse{Messages: msgs, NextPageToken: next}, nil
 }
 
 // ListStateFiles returns one page of a thread's State files, by path.
