@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -592,10 +593,17 @@ func rpcError(err error) error {
 	msg := fmt.Sprintf("%s (%s)", st.Message(), st.Code())
 	for _, d := range st.Details() {
 		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetReason() != "PENDING_INTERRUPT" {
+		if !ok {
 			continue
 		}
-		msg += "; answer it with agentctl resume, or pass --abandon-interrupt to drop it"
+		switch info.GetReason() {
+		case "PENDING_INTERRUPT":
+			msg += "; answer it with agentctl resume, or pass --abandon-interrupt to drop it"
+		case "REPLAY_OUT_OF_RANGE":
+			if n, err := strconv.ParseUint(info.GetMetadata()["oldest_sequence"], 10, 64); err == nil && n > 0 {
+				msg += fmt.Sprintf("; agentctl attach --after %d follows the rest of the run", n-1)
+			}
+		}
 	}
 	for _, d := range st.Details() {
 		if br, ok := d.(*errdetails.BadRequest); ok {

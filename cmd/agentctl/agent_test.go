@@ -372,6 +372,21 @@ func TestRunPendingInterruptHint(t *testing.T) {
 	}
 }
 
+// An Attach past the replay retention says which --after follows the rest.
+func TestAttachOutOfRangeHint(t *testing.T) {
+	st, err := status.New(codes.OutOfRange, "thread th-1: after_sequence 0 is older than the replay log (oldest event: 12)").
+		WithDetails(&errdetails.ErrorInfo{Reason: "REPLAY_OUT_OF_RANGE", Domain: "plumb.dev", Metadata: map[string]string{"thread_id": "th-1", "oldest_sequence": "12"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, &fakeAgent{attachErr: st.Err()})
+	c := &cli{}
+	err = c.run(testCtx(t), addr, "attach", "th-1")
+	if err == nil || !strings.Contains(err.Error(), "(OutOfRange); agentctl attach --after 11 follows the rest of the run") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 // Ctrl-C closes the stream; agentd sees the client go away.
 func TestRunCtrlC(t *testing.T) {
 	for _, detach := range []bool{false, true} {

@@ -24,6 +24,8 @@ type fakeAgent struct {
 	mu       sync.Mutex
 	segments [][]*plumbv1.Event
 	runErr   error
+	// attachErr, if set, is what Attach fails with.
+	attachErr error
 	// hold, if set, makes Run send its segment and then wait for the
 	// client to go away, closing sent first and gone afterwards.
 	hold       bool
@@ -91,7 +93,11 @@ func (f *fakeAgent) Resume(req *plumbv1.ResumeRequest, st grpc.ServerStreamingSe
 func (f *fakeAgent) Attach(req *plumbv1.AttachRequest, st grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
 	f.mu.Lock()
 	f.attach = append(f.attach, req)
+	err := f.attachErr
 	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	for _, ev := range f.next() {
 		if ev.GetSequence() <= req.GetAfterSequence() {
 			continue
