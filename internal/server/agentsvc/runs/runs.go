@@ -3,8 +3,9 @@
 // events, kept for a retention period after the terminal event so that
 // Attach can replay it. A segment that continues a run (Resume after an
 // interrupt) keeps the run's earlier segments that are still retained, so
-// that Attach replays the whole run, segment after segment. It also owns the run slots
-// (server.max_concurrent_runs) and the draining state of a shutdown.
+// that Attach replays the whole run, segment after segment. It also owns
+// the run slots (server.max_concurrent_runs) and the draining state of a
+// shutdown.
 //
 // A replay log is bounded in events and bytes, whoever is reading it: a
 // stream that falls so far behind that the log must drop events it has
