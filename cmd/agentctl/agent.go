@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -429,6 +430,11 @@ func (a *agentCmd) threads(ctx context.Context, args []string) error {
 		if err != nil {
 			return rpcError(err)
 		}
+		if *full {
+			if err := a.restOfThread(ctx, resp.GetThread()); err != nil {
+				return err
+			}
+		}
 		if *jsonOut {
 			return printJSON(a.sio.out, resp.GetThread())
 		}
@@ -501,6 +507,51 @@ func (a *agentCmd) listThreads(ctx context.Context, req *plumbv1.ListThreadsRequ
 	}
 }
 
+// restOfThread completes a FULL view whose lists stopped at the
+// response's size budget: it pages through the rest of the message log,
+// the State files and the checkpoints, and clears the page tokens.
+func (a *agentCmd) restOfThread(ctx context.Context, th *plumbv1.Thread) error {
+	id := th.GetId()
+	var err error
+	th.Messages, err = pageRest(ctx, a, th.Messages, th.GetMessagesNextPageToken(), func(ctx context.Context, tok string) ([]*plumbv1.ThreadMessage, string, error) {
+		resp, err := a.c.ListMessages(ctx, &plumbv1.ListMessagesRequest{ThreadId: id, PageSize: 500, PageToken: tok})
+		return resp.GetMessages(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("messages: %w", err)
+	}
+	th.Files, err = pageRest(ctx, a, th.Files, th.GetFilesNextPageToken(), func(ctx context.Context, tok string) ([]*plumbv1.StateFile, string, error) {
+		resp, err := a.c.ListStateFiles(ctx, &plumbv1.ListStateFilesRequest{ThreadId: id, PageSize: 500, PageToken: tok})
+		return resp.GetFiles(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("state files: %w", err)
+	}
+	th.Checkpoints, err = pageRest(ctx, a, th.Checkpoints, th.GetCheckpointsNextPageToken(), func(ctx context.Context, tok string) ([]*plumbv1.Checkpoint, string, error) {
+		resp, err := a.c.ListCheckpoints(ctx, &plumbv1.ListCheckpointsRequest{ThreadId: id, PageSize: 500, PageToken: tok})
+		return resp.GetCheckpoints(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoints: %w", err)
+	}
+	th.MessagesNextPageToken, th.FilesNextPageToken, th.CheckpointsNextPageToken = "", "", ""
+	return nil
+}
+
+// pageRest appends to have the pages of a list from token tok on.
+func pageRest[T any](ctx context.Context, a *agentCmd, have []T, tok string, list func(context.Context, string) ([]T, string, error)) ([]T, error) {
+	for tok != "" {
+		uctx, cancel := a.unary(ctx)
+		page, next, err := list(uctx, tok)
+		cancel()
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		have, tok = append(have, page...), next
+	}
+	return have, nil
+}
+
 func (a *agentCmd) agents(ctx context.Context, args []string) error {
 	fs := newFlags("agents")
 	jsonOut := fs.Bool("json", false, "print protojson")
@@ -542,10 +593,17 @@ func rpcError(err error) error {
 	msg := fmt.Sprintf("%s (%s)", st.Message(), st.Code())
 	for _, d := range st.Details() {
 		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetReason() != "PENDING_INTERRUPT" {
+		if !ok {
 			continue
 		}
-		msg += "; answer it with agentctl resume, or pass --abandon-interrupt to drop it"
+		switch info.GetReason() {
+		case "PENDING_INTERRUPT":
+			msg += "; answer it with agentctl resume, or pass --abandon-interrupt to drop it"
+		case "REPLAY_OUT_OF_RANGE":
+			if n, err := strconv.ParseUint(info.GetMetadata()["oldest_sequence"], 10, 64); err == nil && n > 0 {
+				msg += fmt.Sprintf("; agentctl attach --after %d follows the rest of the run", n-1)
+			}
+		}
 	}
 	for _, d := range st.Details() {
 		if br, ok := d.(*errdetails.BadRequest); ok {

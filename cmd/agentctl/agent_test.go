@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -371,6 +372,21 @@ func TestRunPendingInterruptHint(t *testing.T) {
 	}
 }
 
+// An Attach past the replay retention says which --after follows the rest.
+func TestAttachOutOfRangeHint(t *testing.T) {
+	st, err := status.New(codes.OutOfRange, "thread th-1: after_sequence 0 is older than the replay log (oldest event: 12)").
+		WithDetails(&errdetails.ErrorInfo{Reason: "REPLAY_OUT_OF_RANGE", Domain: "plumb.dev", Metadata: map[string]string{"thread_id": "th-1", "oldest_sequence": "12"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, &fakeAgent{attachErr: st.Err()})
+	c := &cli{}
+	err = c.run(testCtx(t), addr, "attach", "th-1")
+	if err == nil || !strings.Contains(err.Error(), "(OutOfRange); agentctl attach --after 11 follows the rest of the run") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 // Ctrl-C closes the stream; agentd sees the client go away.
 func TestRunCtrlC(t *testing.T) {
 	for _, detach := range []bool{false, true} {
@@ -472,6 +488,37 @@ func TestAttach(t *testing.T) {
 	}
 	if got := c.out.String(); got != "hello\nusage: prompt 10, completion 2, total 12 tokens\n■ completed\n" {
 		t.Fatalf("stdout = %q", got)
+	}
+}
+
+// TestThreadsShowFullPages: a FULL view cut at its size budget is
+// completed with ListMessages, so show --full prints the whole log.
+func TestThreadsShowFullPages(t *testing.T) {
+	msg := func(i int64, text string) *plumbv1.ThreadMessage {
+		return &plumbv1.ThreadMessage{Index: i, Role: "user", Content: text}
+	}
+	f := &fakeAgent{
+		thread: &plumbv1.Thread{Id: "th-1", MessageCount: 3, Messages: []*plumbv1.ThreadMessage{msg(0, "first")}, MessagesNextPageToken: "p1"},
+		messages: map[string]*plumbv1.ListMessagesResponse{
+			"p1": {Messages: []*plumbv1.ThreadMessage{msg(1, "second")}, NextPageToken: "p2"},
+			"p2": {Messages: []*plumbv1.ThreadMessage{msg(2, "third")}},
+		},
+	}
+	addr := serve(t, f)
+	c := &cli{}
+	if err := c.run(testCtx(t), addr, "threads", "show", "th-1", "--full", "--json"); err != nil {
+		t.Fatal(err)
+	}
+	var th plumbv1.Thread
+	if err := protojson.Unmarshal(c.out.Bytes(), &th); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range th.GetMessages() {
+		got = append(got, m.GetContent())
+	}
+	if !slices.Equal(got, []string{"first", "second", "third"}) || th.GetMessagesNextPageToken() != "" {
+		t.Fatalf("show --full --json: messages %v, token %q; want all three and no token", got, th.GetMessagesNextPageToken())
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -22,22 +24,26 @@ type fakeAgent struct {
 	mu       sync.Mutex
 	segments [][]*plumbv1.Event
 	runErr   error
+	// attachErr, if set, is what Attach fails with.
+	attachErr error
 	// hold, if set, makes Run send its segment and then wait for the
 	// client to go away, closing sent first and gone afterwards.
 	hold       bool
 	sent, gone chan struct{}
 
-	thread  *plumbv1.Thread
-	pages   [][]*plumbv1.Thread
-	agents  []*plumbv1.AgentInfo
-	cancel  *plumbv1.CancelResponse
-	runs    []*plumbv1.RunRequest
-	resumes []*plumbv1.ResumeRequest
-	attach  []*plumbv1.AttachRequest
-	gets    []*plumbv1.GetThreadRequest
-	lists   []*plumbv1.ListThreadsRequest
-	deletes []*plumbv1.DeleteThreadRequest
-	cancels []*plumbv1.CancelRequest
+	thread *plumbv1.Thread
+	// messages are ListMessages pages by page token.
+	messages map[string]*plumbv1.ListMessagesResponse
+	pages    [][]*plumbv1.Thread
+	agents   []*plumbv1.AgentInfo
+	cancel   *plumbv1.CancelResponse
+	runs     []*plumbv1.RunRequest
+	resumes  []*plumbv1.ResumeRequest
+	attach   []*plumbv1.AttachRequest
+	gets     []*plumbv1.GetThreadRequest
+	lists    []*plumbv1.ListThreadsRequest
+	deletes  []*plumbv1.DeleteThreadRequest
+	cancels  []*plumbv1.CancelRequest
 }
 
 func (f *fakeAgent) next() []*plumbv1.Event {
@@ -87,7 +93,11 @@ func (f *fakeAgent) Resume(req *plumbv1.ResumeRequest, st grpc.ServerStreamingSe
 func (f *fakeAgent) Attach(req *plumbv1.AttachRequest, st grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
 	f.mu.Lock()
 	f.attach = append(f.attach, req)
+	err := f.attachErr
 	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	for _, ev := range f.next() {
 		if ev.GetSequence() <= req.GetAfterSequence() {
 			continue
@@ -111,6 +121,15 @@ func (f *fakeAgent) GetThread(_ context.Context, req *plumbv1.GetThreadRequest) 
 	defer f.mu.Unlock()
 	f.gets = append(f.gets, req)
 	return &plumbv1.GetThreadResponse{Thread: f.thread}, nil
+}
+
+func (f *fakeAgent) ListMessages(_ context.Context, req *plumbv1.ListMessagesRequest) (*plumbv1.ListMessagesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.messages[req.GetPageToken()]; ok && req.GetThreadId() == f.thread.GetId() {
+		return p, nil
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "page token %q", req.GetPageToken())
 }
 
 func (f *fakeAgent) ListThreads(_ context.Context, req *plumbv1.ListThreadsRequest) (*plumbv1.ListThreadsResponse, error) {

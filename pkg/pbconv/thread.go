@@ -10,6 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/backend/state"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -62,58 +63,94 @@ func ThreadToPB(td *agent.ThreadData, status agent.ThreadStatus, messageCount in
 	return out
 }
 
-// ThreadFullToPB converts a thread in the FULL view: ThreadToPB plus the
-// message log, the State files and the retained checkpoints.
-func ThreadFullToPB(td *agent.ThreadData, status agent.ThreadStatus) *plumbv1.Thread {
-	out := ThreadToPB(td, status, len(td.Messages))
-	out.Messages = MessagesToPB(td.Messages)
-	out.Files = StateFilesToPB(td.Files)
-	out.Checkpoints = CheckpointsToPB(td.Checkpoints)
-	return out
+// Limit bounds one page of a thread list: at most Count items and Bytes of
+// their encoded size. The first item of a page is always included, so a
+// page holds at least one item whatever its size.
+type Limit struct {
+	Count, Bytes int
 }
 
-// MessagesToPB converts a message log; indexes are log positions.
-func MessagesToPB(msgs []agent.Message) []*plumbv1.ThreadMessage {
-	out := make([]*plumbv1.ThreadMessage, len(msgs))
-	for i, m := range msgs {
-		out[i] = &plumbv1.ThreadMessage{
-			Index: int64(i), Role: string(m.Role), Content: m.Content, Reasoning: m.ReasoningContent,
-			ToolCallId: m.ToolCallID, Name: m.Name, IsError: m.IsError, Source: m.Source, CreatedAt: timestamp(m.CreatedAt),
-			Origin: plumbv1.ToolResultOrigin(enum(plumbv1.ToolResultOrigin_value, "TOOL_RESULT_ORIGIN_", string(m.Origin))),
+// fits reports whether an item of size n may join a page of count items
+// and size bytes.
+func (l Limit) fits(count, bytes, n int) bool {
+	return count == 0 || (count < l.Count && bytes+n <= l.Bytes)
+}
+
+// MessagesToPB converts the log's messages from index first on, as many
+// as lim allows; next is the index of the first message left out
+// (len(msgs) when the page reaches the end of the log). Indexes are log
+// positions.
+func MessagesToPB(msgs []agent.Message, first int, lim Limit) (out []*plumbv1.ThreadMessage, next int) {
+	bytes := 0
+	for i := first; i < len(msgs); i++ {
+		m := MessageToPB(msgs[i], i)
+		n := proto.Size(m)
+		if !lim.fits(len(out), bytes, n) {
+			return out, i
 		}
-		if len(m.ToolCalls) > 0 {
-			out[i].ToolCalls = ToolCallsToPB(m.ToolCalls)
-		}
+		out, bytes = append(out, m), bytes+n
+	}
+	return out, len(msgs)
+}
+
+// MessageToPB converts the message at log position index.
+func MessageToPB(m agent.Message, index int) *plumbv1.ThreadMessage {
+	out := &plumbv1.ThreadMessage{
+		Index: int64(index), Role: string(m.Role), Content: m.Content, Reasoning: m.ReasoningContent,
+		ToolCallId: m.ToolCallID, Name: m.Name, IsError: m.IsError, Source: m.Source, CreatedAt: timestamp(m.CreatedAt),
+		Origin: plumbv1.ToolResultOrigin(enum(plumbv1.ToolResultOrigin_value, "TOOL_RESULT_ORIGIN_", string(m.Origin))),
+	}
+	if len(m.ToolCalls) > 0 {
+		out.ToolCalls = ToolCallsToPB(m.ToolCalls)
 	}
 	return out
 }
 
-// StateFilesToPB lists a thread's stored State-backend files by path. A
-// document that does not decode is listed with its path only.
-func StateFilesToPB(files map[string]json.RawMessage) []*plumbv1.StateFile {
-	out := make([]*plumbv1.StateFile, 0, len(files))
+// StateFilesToPB lists a thread's stored State-backend files whose path
+// sorts after after ("" = from the first), by path, as many as lim
+// allows; more reports that files were left out. A document that does not
+// decode is listed with its path only.
+func StateFilesToPB(files map[string]json.RawMessage, after string, lim Limit) (out []*plumbv1.StateFile, more bool) {
+	bytes := 0
 	for _, p := range slices.Sorted(maps.Keys(files)) {
+		if after != "" && p <= after {
+			continue
+		}
 		sf := &plumbv1.StateFile{Path: p}
 		var f state.File
 		if err := json.Unmarshal(files[p], &f); err == nil {
 			sf.Size = int64(len(f.Content))
 			sf.ModifiedAt = Timestamp(f.ModifiedAt)
 		}
-		out = append(out, sf)
+		n := proto.Size(sf)
+		if !lim.fits(len(out), bytes, n) {
+			return out, true
+		}
+		out, bytes = append(out, sf), bytes+n
 	}
-	return out
+	return out, false
 }
 
-// CheckpointsToPB converts retained checkpoints, oldest first.
-func CheckpointsToPB(cps []agent.CheckpointInfo) []*plumbv1.Checkpoint {
-	out := make([]*plumbv1.Checkpoint, len(cps))
-	for i, c := range cps {
-		out[i] = &plumbv1.Checkpoint{
+// CheckpointsToPB converts retained checkpoints (oldest first) with an id
+// above after, as many as lim allows; more reports that checkpoints were
+// left out.
+func CheckpointsToPB(cps []agent.CheckpointInfo, after int64, lim Limit) (out []*plumbv1.Checkpoint, more bool) {
+	bytes := 0
+	for _, c := range cps {
+		if c.ID <= after {
+			continue
+		}
+		pb := &plumbv1.Checkpoint{
 			Id: c.ID, RunId: c.RunID, Step: int32(c.Step), MessageCount: int64(c.MessageCount), CreatedAt: timestamp(c.CreatedAt),
 			Phase: plumbv1.CheckpointPhase(enum(plumbv1.CheckpointPhase_value, "CHECKPOINT_PHASE_", string(c.Phase))),
 		}
+		n := proto.Size(pb)
+		if !lim.fits(len(out), bytes, n) {
+			return out, true
+		}
+		out, bytes = append(out, pb), bytes+n
 	}
-	return out
+	return out, false
 }
 
 // AgentInfoToPB converts one ListAgents entry. Its tools are the

@@ -26,7 +26,7 @@ func TestThreadStatusRoundTrip(t *testing.T) {
 	}
 }
 
-func TestThreadFullToPB(t *testing.T) {
+func TestThreadListsToPB(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	doc, err := json.Marshal(state.File{Content: []byte("hello"), ModifiedAt: now.Format(time.RFC3339Nano)})
 	if err != nil {
@@ -46,7 +46,16 @@ func TestThreadFullToPB(t *testing.T) {
 		Checkpoints: []agent.CheckpointInfo{{ID: 4, RunID: "r1", Phase: agent.PhaseInterrupt, Step: 1, MessageCount: 3, CreatedAt: now}},
 		Files:       map[string]json.RawMessage{"/b.txt": doc, "/a.txt": json.RawMessage(`"not a file"`)},
 	}
-	th := pbconv.ThreadFullToPB(td, agent.ThreadInterrupted)
+	all := pbconv.Limit{Count: 100, Bytes: 1 << 20}
+	th := pbconv.ThreadToPB(td, agent.ThreadInterrupted, len(td.Messages))
+	var next int
+	var more, cmore bool
+	th.Messages, next = pbconv.MessagesToPB(td.Messages, 0, all)
+	th.Files, more = pbconv.StateFilesToPB(td.Files, "", all)
+	th.Checkpoints, cmore = pbconv.CheckpointsToPB(td.Checkpoints, 0, all)
+	if next != 3 || more || cmore {
+		t.Errorf("whole lists left some out: next %d, files %v, checkpoints %v", next, more, cmore)
+	}
 	if th.GetId() != "t1" || th.GetSandboxId() != "sbx-1" || th.GetStatus() != plumbv1.ThreadStatus_THREAD_STATUS_INTERRUPTED ||
 		th.GetMessageCount() != 3 || th.GetUsage().GetTotalTokens() != 9 || th.GetLastRun().GetStatus() != plumbv1.RunStatus_RUN_STATUS_INTERRUPTED ||
 		th.GetLastRun().GetFinishedAt() != nil || th.GetPendingInterrupt().GetInterruptId() != "i1" ||
@@ -67,6 +76,39 @@ func TestThreadFullToPB(t *testing.T) {
 	}
 	if basic := pbconv.ThreadToPB(td, agent.ThreadIdle, 42); basic.GetMessageCount() != 42 || basic.GetMessages() != nil || basic.GetFiles() != nil {
 		t.Errorf("basic %v", basic)
+	}
+}
+
+// TestThreadListPages: a page stops at its count or its byte budget,
+// holds at least one item whatever its size, and goes on where the last
+// one stopped.
+func TestThreadListPages(t *testing.T) {
+	msgs := []agent.Message{
+		{Message: model.Message{Role: model.RoleUser, Content: "a"}},
+		{Message: model.Message{Role: model.RoleUser, Content: string(make([]byte, 1000))}},
+		{Message: model.Message{Role: model.RoleUser, Content: "c"}},
+	}
+	page, next := pbconv.MessagesToPB(msgs, 0, pbconv.Limit{Count: 10, Bytes: 100})
+	if len(page) != 1 || next != 1 {
+		t.Fatalf("first page: %d messages, next %d; want 1, 1 (the second is over the budget)", len(page), next)
+	}
+	page, next = pbconv.MessagesToPB(msgs, next, pbconv.Limit{Count: 10, Bytes: 100})
+	if len(page) != 1 || page[0].GetIndex() != 1 || next != 2 {
+		t.Fatalf("second page: %v, next %d; want the large message alone, next 2", page, next)
+	}
+	page, next = pbconv.MessagesToPB(msgs, next, pbconv.Limit{Count: 1, Bytes: 100})
+	if len(page) != 1 || page[0].GetIndex() != 2 || next != 3 {
+		t.Fatalf("last page: %v, next %d; want message 2, next 3", page, next)
+	}
+	files := map[string]json.RawMessage{"/a": nil, "/b": nil, "/c": nil}
+	fp, more := pbconv.StateFilesToPB(files, "/a", pbconv.Limit{Count: 1, Bytes: 100})
+	if len(fp) != 1 || fp[0].GetPath() != "/b" || !more {
+		t.Fatalf("files after /a: %v, more %v; want /b and more", fp, more)
+	}
+	cps := []agent.CheckpointInfo{{ID: 1}, {ID: 5}, {ID: 9}}
+	cp, more := pbconv.CheckpointsToPB(cps, 5, pbconv.Limit{Count: 1, Bytes: 100})
+	if len(cp) != 1 || cp[0].GetId() != 9 || more {
+		t.Fatalf("checkpoints after 5: %v, more %v; want 9 and no more", cp, more)
 	}
 }
 

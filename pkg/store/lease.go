@@ -173,8 +173,9 @@ type EventPage struct {
 // runs a thread appends the run's events as it emits them, and a replica
 // whose client Attaches to that thread reads them back, so that Attach
 // works on any replica. The log keeps the events of a thread's last run
-// only (appending a run's events drops the older runs'), and goes with the
-// thread. Every implementation must pass storetest.RunLeases.
+// only, every segment of it (Run, Resume after an interrupt, a takeover's
+// continuation); appending a run's events drops the older runs'. It goes
+// with the thread. Every implementation must pass storetest.RunLeases.
 type RunEvents interface {
 	// AppendEvents appends events of one run of threadID under the
 	// thread's lease f, in one transaction that checks f as
@@ -182,8 +183,8 @@ type RunEvents interface {
 	// whose sequence is already stored for the run is skipped.
 	AppendEvents(ctx context.Context, threadID string, f *agent.Fence, evs []Event) error
 	// ReadEvents returns the events of the thread's last run after
-	// sequence after (at most limit, in order); after 0 starts at the
-	// run's newest segment (its last Start event). A missing thread is
+	// sequence after (at most limit, in order, across its segments);
+	// after 0 starts at the run's first event. A missing thread is
 	// agent.ErrThreadNotFound.
 	ReadEvents(ctx context.Context, threadID string, after uint64, limit int) (EventPage, error)
 	// LastSequence returns the highest sequence stored for run runID (0

@@ -240,15 +240,20 @@ func terminal(e *plumbv1.Event) bool {
 var errNoStoredRun = errors.New("no run in the event log")
 
 // followStored sends the events of the thread's last run from the shared
-// event log after sequence after (0: from the start of its newest
-// segment), then follows the log until the segment's terminal event:
-// Attach to a run that lives on another replica (or was taken over by
-// one). It ends without a terminal event when the run is over but its
-// terminal event never reached the log (its replica died and the run was
-// failed instead of taken over), or when a newer run begins.
+// event log after sequence after (0: from the start of the run), through
+// every segment the log has (an interrupted one's terminal event
+// included), then follows the log until the newest segment's terminal
+// event: Attach to a run that lives on another replica (or was taken over
+// by one), or whose earlier segments this replica no longer holds. It
+// ends without a terminal event when the run is over but its terminal
+// event never reached the log (its replica died and the run was failed
+// instead of taken over), or when a newer run begins.
 func (s *Service) followStored(ctx context.Context, threadID string, after uint64, send func(*plumbv1.Event) error) error {
 	runID := ""
 	quiet := 0
+	// atEnd: the last event sent ended a segment; the stream ends there
+	// unless a later segment of the run is already in the log.
+	atEnd := false
 	for {
 		page, err := s.cfg.Events.ReadEvents(ctx, threadID, after, 256)
 		if err != nil {
@@ -265,6 +270,10 @@ func (s *Service) followStored(ctx context.Context, threadID string, after uint6
 		case page.RunID != runID:
 			return nil
 		}
+		if atEnd && len(page.Events) == 0 {
+			return nil
+		}
+		atEnd = false
 		for _, e := range page.Events {
 			pb := new(plumbv1.Event)
 			if err := proto.Unmarshal(e.Body, pb); err != nil {
@@ -274,9 +283,7 @@ func (s *Service) followStored(ctx context.Context, threadID string, after uint6
 				return err
 			}
 			after = e.Sequence
-			if e.Terminal {
-				return nil
-			}
+			atEnd = e.Terminal
 		}
 		if len(page.Events) > 0 {
 			quiet = 0

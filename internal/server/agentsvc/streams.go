@@ -178,8 +178,9 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 	return st
 }
 
-// Attach replays a thread's current or retained run segment after
-// after_sequence, then follows it live (agent.md §2.4).
+// Attach replays a thread's current or retained run after after_sequence
+// (0: from its start, through every retained segment), then follows it
+// live (agent.md §2.4).
 func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
@@ -191,10 +192,11 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 	}
 	send := func(e *plumbv1.Event) error { return stream.Send(&plumbv1.AttachResponse{Event: e}) }
 	r, after, err := s.reg.Attach(id, req.GetAfterSequence())
-	if s.cfg.Events != nil && (errors.Is(err, runs.ErrNoRun) || (err == nil && r.Ended())) {
-		// Not live here: the run may be live on another replica (or have
-		// been taken over by one); the shared event log has its events,
-		// this replica's included.
+	if s.cfg.Events != nil && (errors.Is(err, runs.ErrNoRun) || errors.Is(err, runs.ErrOutOfRange) || (err == nil && r.Ended())) {
+		// Not live here, or not from after_sequence on: the run may be
+		// live on another replica (or have been taken over by one), or
+		// its earlier segments ran elsewhere; the shared event log has
+		// every segment of it, this replica's included.
 		err := s.followStored(ctx, id, req.GetAfterSequence(), send)
 		if errors.Is(err, errNoStoredRun) {
 			err = fmt.Errorf("%w: %w", runs.ErrNoRun, err)

@@ -39,23 +39,16 @@ func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadReq
 // GetThread returns a thread; the FULL view adds the message log, the
 // State files and the checkpoints.
 func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) (*plumbv1.GetThreadResponse, error) {
-	id := req.GetThreadId()
-	if err := requireThreadID(id); err != nil {
-		return nil, server.Status(err)
-	}
-	td, err := s.threads.LoadThread(ctx, id)
-	if err == nil {
-		err = owned(ctx, td)
-	}
+	td, err := s.loadOwned(ctx, "get thread", req.GetThreadId())
 	if err != nil {
-		return nil, s.status("get thread", err)
+		return nil, err
 	}
-	elsewhere, err := s.runningElsewhere(ctx, []string{id})
+	elsewhere, err := s.runningElsewhere(ctx, []string{td.Thread.ID})
 	if err != nil {
 		return nil, s.status("get thread", err)
 	}
 	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
-		return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadFullToPB(td, s.threadStatus(td, elsewhere))}, nil
+		return &plumbv1.GetThreadResponse{Thread: s.fullThread(td, s.threadStatus(td, elsewhere))}, nil
 	}
 	return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td, elsewhere), len(td.Messages))}, nil
 }
@@ -104,10 +97,8 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 	if err != nil {
 		return nil, s.status("list threads", err)
 	}
-	out := &plumbv1.ListThreadsResponse{NextPageToken: next}
-	for _, t := range list {
-		out.Threads = append(out.Threads, pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount))
-	}
+	out := &plumbv1.ListThreadsResponse{}
+	out.Threads, out.NextPageToken = s.threadsPage(list, next, elsewhere)
 	return out, nil
 }
 

@@ -277,8 +277,8 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		if err := s.AppendEvents(ctx(), "th", a.Fence(), []store.Event{dup, ev("r1", 4, true, false), ev("r1", 5, false, false)}); err != nil {
 			t.Fatal(err)
 		}
-		if p, err := s.ReadEvents(ctx(), "th", 0, 100); err != nil || !slices.Equal(seqs(p), []uint64{4, 5}) {
-			t.Fatalf("read from the start of the newest segment: %+v, %v", p, err)
+		if p, err := s.ReadEvents(ctx(), "th", 0, 100); err != nil || !slices.Equal(seqs(p), []uint64{1, 2, 3, 4, 5}) {
+			t.Fatalf("read from the start of the run: %+v, %v; want every segment", p, err)
 		}
 		if p, err := s.ReadEvents(ctx(), "th", 1, 100); err != nil || !slices.Equal(seqs(p), []uint64{2, 3, 4, 5}) {
 			t.Fatalf("read after 1 (the stored event 2 kept): %+v, %v", p, err)
@@ -295,6 +295,9 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		}
 		if err := s.AppendEvents(ctx(), "th", b.Fence(), []store.Event{ev("r1", 6, false, false)}); err != nil {
 			t.Fatal(err)
+		}
+		if p, err := s.ReadEvents(ctx(), "th", 0, 100); err != nil || p.RunID != "r1" || !slices.Equal(seqs(p), []uint64{1, 2, 3, 4, 5, 6}) {
+			t.Fatalf("read from the start after another replica continued the run: %+v, %v; want every segment", p, err)
 		}
 		if err := s.AppendEvents(ctx(), "th", b.Fence(), []store.Event{ev("r2", 1, true, false)}); err != nil {
 			t.Fatal(err)

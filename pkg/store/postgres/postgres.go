@@ -1036,11 +1036,6 @@ func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, l
 			return err
 		}
 		from := int64(after)
-		if after == 0 {
-			if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 1) - 1 FROM run_events WHERE run_id = $1 AND start`, page.RunID).Scan(&from); err != nil {
-				return err
-			}
-		}
 		rows, err := tx.Query(ctx, `SELECT seq, start, terminal, body FROM run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, page.RunID, from, limit)
 		if err != nil {
 			return err

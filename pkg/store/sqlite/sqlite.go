@@ -911,11 +911,6 @@ func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, l
 			return err
 		}
 		from := int64(after)
-		if after == 0 {
-			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 1) - 1 FROM run_events WHERE run_id = ? AND start`, page.RunID).Scan(&from); err != nil {
-				return err
-			}
-		}
 		rows, err := tx.QueryContext(ctx, `SELECT seq, start, terminal, body FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, page.RunID, from, limit)
 		if err != nil {
 			return err

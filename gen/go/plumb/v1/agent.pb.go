@@ -1187,7 +1187,8 @@ type AttachRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Thread id.
 	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	// Replay events with a larger sequence number (0 = from the start).
+	// Replay events with a larger sequence number (0 = from the run's first
+	// event, across its segments).
 	AfterSequence uint64 `protobuf:"varint,2,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1577,10 +1578,373 @@ func (x *GetThreadResponse) GetThread() *Thread {
 	return nil
 }
 
+// ListMessagesRequest reads one page of a thread's message log.
+type ListMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Most messages to return (default 50, max 500). A page also stops
+	// before 3 MiB of messages; a single larger message comes alone.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListMessagesResponse or from
+	// Thread.messages_next_page_token; empty starts at the first message.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMessagesRequest) Reset() {
+	*x = ListMessagesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMessagesRequest) ProtoMessage() {}
+
+func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
+func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListMessagesRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListMessagesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMessagesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListMessagesResponse is one page of the message log.
+type ListMessagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Messages in log order; ThreadMessage.index is the absolute position.
+	Messages []*ThreadMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Token for the next page; empty at the end of the log.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMessagesResponse) Reset() {
+	*x = ListMessagesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMessagesResponse) ProtoMessage() {}
+
+func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
+func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ListMessagesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListStateFilesRequest reads one page of a thread's State files.
+type ListStateFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Most files to return (default 50, max 500).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListStateFilesResponse or from
+	// Thread.files_next_page_token; empty starts at the first path.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStateFilesRequest) Reset() {
+	*x = ListStateFilesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStateFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStateFilesRequest) ProtoMessage() {}
+
+func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListStateFilesRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListStateFilesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListStateFilesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListStateFilesResponse is one page of State files.
+type ListStateFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Files in path order.
+	Files []*StateFile `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// Token for the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStateFilesResponse) Reset() {
+	*x = ListStateFilesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStateFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStateFilesResponse) ProtoMessage() {}
+
+func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListStateFilesResponse) GetFiles() []*StateFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *ListStateFilesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListCheckpointsRequest reads one page of a thread's retained
+// checkpoints.
+type ListCheckpointsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Most checkpoints to return (default 50, max 500).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListCheckpointsResponse or from
+	// Thread.checkpoints_next_page_token; empty starts at the oldest.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsRequest) Reset() {
+	*x = ListCheckpointsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsRequest) ProtoMessage() {}
+
+func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListCheckpointsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListCheckpointsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCheckpointsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListCheckpointsResponse is one page of checkpoints.
+type ListCheckpointsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Checkpoints, oldest first.
+	Checkpoints []*Checkpoint `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// Token for the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsResponse) Reset() {
+	*x = ListCheckpointsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsResponse) ProtoMessage() {}
+
+func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *ListCheckpointsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // ListThreadsRequest pages through threads.
 type ListThreadsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Page size (default 50, max 500).
+	// Page size (default 50, max 500). A page also stops before 3 MiB of
+	// threads.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1594,7 +1958,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1970,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1983,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -1663,7 +2027,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2039,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2052,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -1718,7 +2082,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2094,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2107,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -1769,7 +2133,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2145,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2158,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 // ListAgentsRequest has no fields.
@@ -1806,7 +2170,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +2182,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +2195,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -1845,7 +2209,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2221,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2234,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -1906,7 +2270,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2282,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2295,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -1998,7 +2362,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2374,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2387,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -2072,19 +2436,31 @@ type Thread struct {
 	Usage *TokenUsage `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Sandbox created for this thread, if any.
 	SandboxId string `protobuf:"bytes,11,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	// FULL view: the message log.
+	// FULL view: the message log from its start, up to 3 MiB of messages
+	// (see messages_next_page_token).
 	Messages []*ThreadMessage `protobuf:"bytes,12,rep,name=messages,proto3" json:"messages,omitempty"`
-	// FULL view: files in the State backend.
+	// FULL view: files in the State backend, by path, up to 256 KiB of
+	// entries (see files_next_page_token).
 	Files []*StateFile `protobuf:"bytes,13,rep,name=files,proto3" json:"files,omitempty"`
-	// FULL view: retained checkpoints, oldest first.
-	Checkpoints   []*Checkpoint `protobuf:"bytes,14,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// FULL view: retained checkpoints, oldest first, up to 256 KiB of
+	// entries (see checkpoints_next_page_token).
+	Checkpoints []*Checkpoint `protobuf:"bytes,14,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// FULL view: set when messages stops before the end of the log;
+	// ListMessages with this token returns the rest.
+	MessagesNextPageToken string `protobuf:"bytes,15,opt,name=messages_next_page_token,json=messagesNextPageToken,proto3" json:"messages_next_page_token,omitempty"`
+	// FULL view: set when files stops before the last file; ListStateFiles
+	// with this token returns the rest.
+	FilesNextPageToken string `protobuf:"bytes,16,opt,name=files_next_page_token,json=filesNextPageToken,proto3" json:"files_next_page_token,omitempty"`
+	// FULL view: set when checkpoints stops before the newest one;
+	// ListCheckpoints with this token returns the rest.
+	CheckpointsNextPageToken string `protobuf:"bytes,17,opt,name=checkpoints_next_page_token,json=checkpointsNextPageToken,proto3" json:"checkpoints_next_page_token,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2472,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2485,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Thread) GetId() string {
@@ -2210,6 +2586,27 @@ func (x *Thread) GetCheckpoints() []*Checkpoint {
 	return nil
 }
 
+func (x *Thread) GetMessagesNextPageToken() string {
+	if x != nil {
+		return x.MessagesNextPageToken
+	}
+	return ""
+}
+
+func (x *Thread) GetFilesNextPageToken() string {
+	if x != nil {
+		return x.FilesNextPageToken
+	}
+	return ""
+}
+
+func (x *Thread) GetCheckpointsNextPageToken() string {
+	if x != nil {
+		return x.CheckpointsNextPageToken
+	}
+	return ""
+}
+
 // RunRecord summarizes one run.
 type RunRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2231,7 +2628,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2640,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2653,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -2314,7 +2711,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2723,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2736,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Todo) GetContent() string {
@@ -2371,7 +2768,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2780,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2793,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2455,7 +2852,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2864,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2877,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -2575,7 +2972,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2984,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2997,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StateFile) GetPath() string {
@@ -2645,7 +3042,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +3054,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +3067,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -2734,7 +3131,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +3143,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +3156,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -2842,7 +3239,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3251,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3264,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -3228,7 +3625,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3637,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3650,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -3326,7 +3723,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3735,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3748,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -3397,7 +3794,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3806,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3819,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -3465,7 +3862,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3874,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3887,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -3543,7 +3940,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3952,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3965,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -3607,7 +4004,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +4016,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +4029,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -3675,7 +4072,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +4084,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +4097,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -3753,7 +4150,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +4162,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +4175,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -3827,7 +4224,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +4236,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +4249,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ToolResult) GetId() string {
@@ -3922,7 +4319,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4331,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4344,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -3974,7 +4371,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4383,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4396,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -4043,7 +4440,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4452,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4465,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -4112,7 +4509,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4521,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4534,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -4216,7 +4613,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4625,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4638,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -4277,7 +4674,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4289,7 +4686,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4302,7 +4699,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -4363,7 +4760,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4772,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4785,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -4458,7 +4855,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4470,7 +4867,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4483,7 +4880,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RunError) GetCode() string {
@@ -4522,7 +4919,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4931,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4944,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -4644,7 +5041,31 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12(\n" +
 	"\x04view\x18\x02 \x01(\x0e2\x14.plumb.v1.ThreadViewR\x04view\"=\n" +
 	"\x11GetThreadResponse\x12(\n" +
-	"\x06thread\x18\x01 \x01(\v2\x10.plumb.v1.ThreadR\x06thread\"\xfd\x01\n" +
+	"\x06thread\x18\x01 \x01(\v2\x10.plumb.v1.ThreadR\x06thread\"n\n" +
+	"\x13ListMessagesRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"s\n" +
+	"\x14ListMessagesResponse\x123\n" +
+	"\bmessages\x18\x01 \x03(\v2\x17.plumb.v1.ThreadMessageR\bmessages\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"p\n" +
+	"\x15ListStateFilesRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"k\n" +
+	"\x16ListStateFilesResponse\x12)\n" +
+	"\x05files\x18\x01 \x03(\v2\x13.plumb.v1.StateFileR\x05files\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"q\n" +
+	"\x16ListCheckpointsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"y\n" +
+	"\x17ListCheckpointsResponse\x126\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x14.plumb.v1.CheckpointR\vcheckpoints\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xfd\x01\n" +
 	"\x12ListThreadsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -4675,7 +5096,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\rInterruptRule\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12C\n" +
 	"\x11allowed_decisions\x18\x02 \x03(\x0e2\x16.plumb.v1.DecisionTypeR\x10allowedDecisions\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"\xd9\x05\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"\x84\a\n" +
 	"\x06Thread\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x129\n" +
 	"\n" +
@@ -4694,7 +5115,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"sandbox_id\x18\v \x01(\tR\tsandboxId\x123\n" +
 	"\bmessages\x18\f \x03(\v2\x17.plumb.v1.ThreadMessageR\bmessages\x12)\n" +
 	"\x05files\x18\r \x03(\v2\x13.plumb.v1.StateFileR\x05files\x126\n" +
-	"\vcheckpoints\x18\x0e \x03(\v2\x14.plumb.v1.CheckpointR\vcheckpoints\x1a;\n" +
+	"\vcheckpoints\x18\x0e \x03(\v2\x14.plumb.v1.CheckpointR\vcheckpoints\x127\n" +
+	"\x18messages_next_page_token\x18\x0f \x01(\tR\x15messagesNextPageToken\x121\n" +
+	"\x15files_next_page_token\x18\x10 \x01(\tR\x12filesNextPageToken\x12=\n" +
+	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x02\n" +
@@ -4955,14 +5379,17 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xf8\x04\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xf4\x06\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
 	"\x06Attach\x12\x17.plumb.v1.AttachRequest\x1a\x18.plumb.v1.AttachResponse0\x01\x12;\n" +
 	"\x06Cancel\x12\x17.plumb.v1.CancelRequest\x1a\x18.plumb.v1.CancelResponse\x12M\n" +
 	"\fCreateThread\x12\x1d.plumb.v1.CreateThreadRequest\x1a\x1e.plumb.v1.CreateThreadResponse\x12D\n" +
-	"\tGetThread\x12\x1a.plumb.v1.GetThreadRequest\x1a\x1b.plumb.v1.GetThreadResponse\x12J\n" +
+	"\tGetThread\x12\x1a.plumb.v1.GetThreadRequest\x1a\x1b.plumb.v1.GetThreadResponse\x12M\n" +
+	"\fListMessages\x12\x1d.plumb.v1.ListMessagesRequest\x1a\x1e.plumb.v1.ListMessagesResponse\x12S\n" +
+	"\x0eListStateFiles\x12\x1f.plumb.v1.ListStateFilesRequest\x1a .plumb.v1.ListStateFilesResponse\x12V\n" +
+	"\x0fListCheckpoints\x12 .plumb.v1.ListCheckpointsRequest\x1a!.plumb.v1.ListCheckpointsResponse\x12J\n" +
 	"\vListThreads\x12\x1c.plumb.v1.ListThreadsRequest\x1a\x1d.plumb.v1.ListThreadsResponse\x12M\n" +
 	"\fDeleteThread\x12\x1d.plumb.v1.DeleteThreadRequest\x1a\x1e.plumb.v1.DeleteThreadResponse\x12G\n" +
 	"\n" +
@@ -4981,175 +5408,190 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(DecisionType)(0),             // 0: plumb.v1.DecisionType
-	(ThreadView)(0),               // 1: plumb.v1.ThreadView
-	(ThreadStatus)(0),             // 2: plumb.v1.ThreadStatus
-	(AgentKind)(0),                // 3: plumb.v1.AgentKind
-	(RunStatus)(0),                // 4: plumb.v1.RunStatus
-	(TodoStatus)(0),               // 5: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),          // 6: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),         // 7: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),           // 8: plumb.v1.SubagentStatus
-	(InterruptKind)(0),            // 9: plumb.v1.InterruptKind
-	(UsagePurpose)(0),             // 10: plumb.v1.UsagePurpose
-	(*InputMessage)(nil),          // 11: plumb.v1.InputMessage
-	(*ClientTool)(nil),            // 12: plumb.v1.ClientTool
-	(*RunRequest)(nil),            // 13: plumb.v1.RunRequest
-	(*RunResponse)(nil),           // 14: plumb.v1.RunResponse
-	(*Decision)(nil),              // 15: plumb.v1.Decision
-	(*ResumeRequest)(nil),         // 16: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),        // 17: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),         // 18: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),        // 19: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),         // 20: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),        // 21: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),   // 22: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),  // 23: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),      // 24: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),     // 25: plumb.v1.GetThreadResponse
-	(*ListThreadsRequest)(nil),    // 26: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),   // 27: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),   // 28: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),  // 29: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),     // 30: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),    // 31: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),             // 32: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),         // 33: plumb.v1.InterruptRule
-	(*Thread)(nil),                // 34: plumb.v1.Thread
-	(*RunRecord)(nil),             // 35: plumb.v1.RunRecord
-	(*Todo)(nil),                  // 36: plumb.v1.Todo
-	(*ToolCall)(nil),              // 37: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),         // 38: plumb.v1.ThreadMessage
-	(*StateFile)(nil),             // 39: plumb.v1.StateFile
-	(*Checkpoint)(nil),            // 40: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),            // 41: plumb.v1.TokenUsage
-	(*Event)(nil),                 // 42: plumb.v1.Event
-	(*ToolCallDelta)(nil),         // 43: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),            // 44: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),           // 45: plumb.v1.SandboxLost
-	(*RunStarted)(nil),            // 46: plumb.v1.RunStarted
-	(*MessageDelta)(nil),          // 47: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),        // 48: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),      // 49: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),       // 50: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),            // 51: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),          // 52: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),       // 53: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),      // 54: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),      // 55: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),           // 56: plumb.v1.Interrupted
-	(*UsageReport)(nil),           // 57: plumb.v1.UsageReport
-	(*Summarized)(nil),            // 58: plumb.v1.Summarized
-	(*RunError)(nil),              // 59: plumb.v1.RunError
-	(*RunFinished)(nil),           // 60: plumb.v1.RunFinished
-	nil,                           // 61: plumb.v1.RunRequest.MetadataEntry
-	nil,                           // 62: plumb.v1.RunRequest.FilesEntry
-	nil,                           // 63: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                           // 64: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                           // 65: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),   // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 67: google.protobuf.Timestamp
+	(DecisionType)(0),               // 0: plumb.v1.DecisionType
+	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
+	(ThreadStatus)(0),               // 2: plumb.v1.ThreadStatus
+	(AgentKind)(0),                  // 3: plumb.v1.AgentKind
+	(RunStatus)(0),                  // 4: plumb.v1.RunStatus
+	(TodoStatus)(0),                 // 5: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),            // 6: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),           // 7: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),             // 8: plumb.v1.SubagentStatus
+	(InterruptKind)(0),              // 9: plumb.v1.InterruptKind
+	(UsagePurpose)(0),               // 10: plumb.v1.UsagePurpose
+	(*InputMessage)(nil),            // 11: plumb.v1.InputMessage
+	(*ClientTool)(nil),              // 12: plumb.v1.ClientTool
+	(*RunRequest)(nil),              // 13: plumb.v1.RunRequest
+	(*RunResponse)(nil),             // 14: plumb.v1.RunResponse
+	(*Decision)(nil),                // 15: plumb.v1.Decision
+	(*ResumeRequest)(nil),           // 16: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 17: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),           // 18: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),          // 19: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),           // 20: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),          // 21: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),     // 22: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),    // 23: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),        // 24: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),       // 25: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),     // 26: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 27: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),   // 28: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),  // 29: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),  // 30: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 31: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),      // 32: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),     // 33: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),     // 34: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),    // 35: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),       // 36: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),      // 37: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),               // 38: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),           // 39: plumb.v1.InterruptRule
+	(*Thread)(nil),                  // 40: plumb.v1.Thread
+	(*RunRecord)(nil),               // 41: plumb.v1.RunRecord
+	(*Todo)(nil),                    // 42: plumb.v1.Todo
+	(*ToolCall)(nil),                // 43: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),           // 44: plumb.v1.ThreadMessage
+	(*StateFile)(nil),               // 45: plumb.v1.StateFile
+	(*Checkpoint)(nil),              // 46: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),              // 47: plumb.v1.TokenUsage
+	(*Event)(nil),                   // 48: plumb.v1.Event
+	(*ToolCallDelta)(nil),           // 49: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),              // 50: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),             // 51: plumb.v1.SandboxLost
+	(*RunStarted)(nil),              // 52: plumb.v1.RunStarted
+	(*MessageDelta)(nil),            // 53: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),          // 54: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),        // 55: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),         // 56: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),              // 57: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),            // 58: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),         // 59: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),        // 60: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),        // 61: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),             // 62: plumb.v1.Interrupted
+	(*UsageReport)(nil),             // 63: plumb.v1.UsageReport
+	(*Summarized)(nil),              // 64: plumb.v1.Summarized
+	(*RunError)(nil),                // 65: plumb.v1.RunError
+	(*RunFinished)(nil),             // 66: plumb.v1.RunFinished
+	nil,                             // 67: plumb.v1.RunRequest.MetadataEntry
+	nil,                             // 68: plumb.v1.RunRequest.FilesEntry
+	nil,                             // 69: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                             // 70: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                             // 71: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),     // 72: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 73: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	61, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	67, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	11, // 1: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	12, // 2: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	62, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	66, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	42, // 5: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	68, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	72, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 5: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	0,  // 6: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
 	15, // 7: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	42, // 8: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	42, // 9: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	63, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	34, // 11: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	48, // 8: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	48, // 9: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	69, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	40, // 11: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
 	1,  // 12: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	34, // 13: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	64, // 14: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,  // 15: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	34, // 16: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	32, // 17: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,  // 18: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	33, // 19: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,  // 20: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	67, // 21: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	67, // 22: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	65, // 23: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,  // 24: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	36, // 25: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	56, // 26: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	35, // 27: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	41, // 28: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	38, // 29: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	39, // 30: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	40, // 31: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,  // 32: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	41, // 33: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	67, // 34: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	67, // 35: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 36: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	37, // 37: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	67, // 38: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 39: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	67, // 40: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,  // 41: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	67, // 42: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	67, // 43: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	46, // 44: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	47, // 45: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	48, // 46: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	49, // 47: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	50, // 48: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	51, // 49: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	52, // 50: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	53, // 51: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	54, // 52: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	56, // 53: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	57, // 54: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	58, // 55: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	59, // 56: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	60, // 57: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	45, // 58: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	43, // 59: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	44, // 60: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	37, // 61: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,  // 62: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	36, // 63: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,  // 64: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	41, // 65: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,  // 66: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,  // 67: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	55, // 68: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	41, // 69: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10, // 70: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	41, // 71: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,  // 72: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	41, // 73: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	13, // 74: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	16, // 75: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	18, // 76: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	20, // 77: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	22, // 78: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	24, // 79: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	26, // 80: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	28, // 81: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	30, // 82: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	14, // 83: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	17, // 84: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	19, // 85: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	21, // 86: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	23, // 87: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	25, // 88: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	27, // 89: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	29, // 90: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	31, // 91: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	83, // [83:92] is the sub-list for method output_type
-	74, // [74:83] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	40, // 13: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	44, // 14: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	45, // 15: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	46, // 16: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	70, // 17: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	2,  // 18: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	40, // 19: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	38, // 20: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	3,  // 21: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	39, // 22: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	0,  // 23: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	73, // 24: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	73, // 25: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	71, // 26: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	2,  // 27: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	42, // 28: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	62, // 29: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	41, // 30: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	47, // 31: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	44, // 32: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	45, // 33: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	46, // 34: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	4,  // 35: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	47, // 36: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	73, // 37: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	73, // 38: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 39: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	43, // 40: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	73, // 41: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 42: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	73, // 43: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	6,  // 44: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	73, // 45: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	73, // 46: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	52, // 47: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	53, // 48: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	54, // 49: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	55, // 50: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	56, // 51: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	57, // 52: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	58, // 53: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	59, // 54: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	60, // 55: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	62, // 56: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	63, // 57: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	64, // 58: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	65, // 59: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	66, // 60: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	51, // 61: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	49, // 62: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	50, // 63: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	43, // 64: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,  // 65: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	42, // 66: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,  // 67: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	47, // 68: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,  // 69: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,  // 70: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	61, // 71: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	47, // 72: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10, // 73: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	47, // 74: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,  // 75: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	47, // 76: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	13, // 77: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	16, // 78: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	18, // 79: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	20, // 80: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	22, // 81: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	24, // 82: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	26, // 83: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	28, // 84: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	30, // 85: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	32, // 86: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	34, // 87: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	36, // 88: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	14, // 89: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	17, // 90: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	19, // 91: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	21, // 92: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	23, // 93: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	25, // 94: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	27, // 95: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	29, // 96: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	31, // 97: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	33, // 98: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	35, // 99: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	37, // 100: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	89, // [89:101] is the sub-list for method output_type
+	77, // [77:89] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -5157,7 +5599,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[31].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[37].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -5176,14 +5618,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[40].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[46].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   55,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,15 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Run_FullMethodName          = "/plumb.v1.AgentService/Run"
-	AgentService_Resume_FullMethodName       = "/plumb.v1.AgentService/Resume"
-	AgentService_Attach_FullMethodName       = "/plumb.v1.AgentService/Attach"
-	AgentService_Cancel_FullMethodName       = "/plumb.v1.AgentService/Cancel"
-	AgentService_CreateThread_FullMethodName = "/plumb.v1.AgentService/CreateThread"
-	AgentService_GetThread_FullMethodName    = "/plumb.v1.AgentService/GetThread"
-	AgentService_ListThreads_FullMethodName  = "/plumb.v1.AgentService/ListThreads"
-	AgentService_DeleteThread_FullMethodName = "/plumb.v1.AgentService/DeleteThread"
-	AgentService_ListAgents_FullMethodName   = "/plumb.v1.AgentService/ListAgents"
+	AgentService_Run_FullMethodName             = "/plumb.v1.AgentService/Run"
+	AgentService_Resume_FullMethodName          = "/plumb.v1.AgentService/Resume"
+	AgentService_Attach_FullMethodName          = "/plumb.v1.AgentService/Attach"
+	AgentService_Cancel_FullMethodName          = "/plumb.v1.AgentService/Cancel"
+	AgentService_CreateThread_FullMethodName    = "/plumb.v1.AgentService/CreateThread"
+	AgentService_GetThread_FullMethodName       = "/plumb.v1.AgentService/GetThread"
+	AgentService_ListMessages_FullMethodName    = "/plumb.v1.AgentService/ListMessages"
+	AgentService_ListStateFiles_FullMethodName  = "/plumb.v1.AgentService/ListStateFiles"
+	AgentService_ListCheckpoints_FullMethodName = "/plumb.v1.AgentService/ListCheckpoints"
+	AgentService_ListThreads_FullMethodName     = "/plumb.v1.AgentService/ListThreads"
+	AgentService_DeleteThread_FullMethodName    = "/plumb.v1.AgentService/DeleteThread"
+	AgentService_ListAgents_FullMethodName      = "/plumb.v1.AgentService/ListAgents"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -47,15 +50,25 @@ type AgentServiceClient interface {
 	// continues the run, streaming events.
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ResumeResponse], error)
 	// Attach replays a thread's current or recently finished run from
-	// after_sequence, then follows it live.
+	// after_sequence, through every retained segment of it (the Run, each
+	// interrupt and Resume), then follows it live. Events no longer retained
+	// are OUT_OF_RANGE.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AttachResponse], error)
 	// Cancel stops the thread's active run.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// CreateThread creates an empty thread.
 	CreateThread(ctx context.Context, in *CreateThreadRequest, opts ...grpc.CallOption) (*CreateThreadResponse, error)
 	// GetThread returns a thread; the FULL view adds messages, files and
-	// checkpoints.
+	// checkpoints, as much of each as fits in a response that stays well
+	// under 4 MiB, with a page token for the rest.
 	GetThread(ctx context.Context, in *GetThreadRequest, opts ...grpc.CallOption) (*GetThreadResponse, error)
+	// ListMessages pages through a thread's message log, oldest first.
+	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
+	// ListStateFiles pages through a thread's State files, by path.
+	ListStateFiles(ctx context.Context, in *ListStateFilesRequest, opts ...grpc.CallOption) (*ListStateFilesResponse, error)
+	// ListCheckpoints pages through a thread's retained checkpoints, oldest
+	// first.
+	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
 	// ListThreads lists threads, most recently updated first.
 	ListThreads(ctx context.Context, in *ListThreadsRequest, opts ...grpc.CallOption) (*ListThreadsResponse, error)
 	// DeleteThread deletes a thread, its state files and its sandbox.
@@ -160,6 +173,36 @@ func (c *agentServiceClient) GetThread(ctx context.Context, in *GetThreadRequest
 	return out, nil
 }
 
+func (c *agentServiceClient) ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListMessagesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListStateFiles(ctx context.Context, in *ListStateFilesRequest, opts ...grpc.CallOption) (*ListStateFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStateFilesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListStateFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCheckpointsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) ListThreads(ctx context.Context, in *ListThreadsRequest, opts ...grpc.CallOption) (*ListThreadsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListThreadsResponse)
@@ -207,15 +250,25 @@ type AgentServiceServer interface {
 	// continues the run, streaming events.
 	Resume(*ResumeRequest, grpc.ServerStreamingServer[ResumeResponse]) error
 	// Attach replays a thread's current or recently finished run from
-	// after_sequence, then follows it live.
+	// after_sequence, through every retained segment of it (the Run, each
+	// interrupt and Resume), then follows it live. Events no longer retained
+	// are OUT_OF_RANGE.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[AttachResponse]) error
 	// Cancel stops the thread's active run.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// CreateThread creates an empty thread.
 	CreateThread(context.Context, *CreateThreadRequest) (*CreateThreadResponse, error)
 	// GetThread returns a thread; the FULL view adds messages, files and
-	// checkpoints.
+	// checkpoints, as much of each as fits in a response that stays well
+	// under 4 MiB, with a page token for the rest.
 	GetThread(context.Context, *GetThreadRequest) (*GetThreadResponse, error)
+	// ListMessages pages through a thread's message log, oldest first.
+	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
+	// ListStateFiles pages through a thread's State files, by path.
+	ListStateFiles(context.Context, *ListStateFilesRequest) (*ListStateFilesResponse, error)
+	// ListCheckpoints pages through a thread's retained checkpoints, oldest
+	// first.
+	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
 	// ListThreads lists threads, most recently updated first.
 	ListThreads(context.Context, *ListThreadsRequest) (*ListThreadsResponse, error)
 	// DeleteThread deletes a thread, its state files and its sandbox.
@@ -250,6 +303,15 @@ func (UnimplementedAgentServiceServer) CreateThread(context.Context, *CreateThre
 }
 func (UnimplementedAgentServiceServer) GetThread(context.Context, *GetThreadRequest) (*GetThreadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetThread not implemented")
+}
+func (UnimplementedAgentServiceServer) ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListMessages not implemented")
+}
+func (UnimplementedAgentServiceServer) ListStateFiles(context.Context, *ListStateFilesRequest) (*ListStateFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStateFiles not implemented")
+}
+func (UnimplementedAgentServiceServer) ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCheckpoints not implemented")
 }
 func (UnimplementedAgentServiceServer) ListThreads(context.Context, *ListThreadsRequest) (*ListThreadsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListThreads not implemented")
@@ -368,6 +430,60 @@ func _AgentService_GetThread_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ListMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListMessages(ctx, req.(*ListMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListStateFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListStateFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListStateFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListStateFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListStateFiles(ctx, req.(*ListStateFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListCheckpoints(ctx, req.(*ListCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_ListThreads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListThreadsRequest)
 	if err := dec(in); err != nil {
@@ -440,6 +556,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetThread",
 			Handler:    _AgentService_GetThread_Handler,
+		},
+		{
+			MethodName: "ListMessages",
+			Handler:    _AgentService_ListMessages_Handler,
+		},
+		{
+			MethodName: "ListStateFiles",
+			Handler:    _AgentService_ListStateFiles_Handler,
+		},
+		{
+			MethodName: "ListCheckpoints",
+			Handler:    _AgentService_ListCheckpoints_Handler,
 		},
 		{
 			MethodName: "ListThreads",

@@ -1,8 +1,11 @@
 // Package runs is agentd's run registry (agent.md §2.4): the run segments
 // active in this process, one per thread, each with a replay log of its
 // events, kept for a retention period after the terminal event so that
-// Attach can replay it. It also owns the run slots
-// (server.max_concurrent_runs) and the draining state of a shutdown.
+// Attach can replay it. A segment that continues a run (Resume after an
+// interrupt) keeps the run's earlier segments that are still retained, so
+// that Attach replays the whole run, segment after segment. It also owns
+// the run slots (server.max_concurrent_runs) and the draining state of a
+// shutdown.
 //
 // A replay log is bounded in events and bytes, whoever is reading it: a
 // stream that falls so far behind that the log must drop events it has
@@ -67,7 +70,8 @@ type OutOfRangeError struct {
 }
 
 func (e *OutOfRangeError) Error() string {
-	return fmt.Sprintf("thread %s: after_sequence %d is older than the replay log (oldest event: %d); "+
+	return fmt.Sprintf("thread %s: after_sequence %d is older than the replay log (oldest event: %d; events of the run "+
+		"past the replay retention or size caps are dropped); "+
 		"GetThread has the committed messages, Attach with after_sequence %d follows the rest",
 		e.ThreadID, e.After, e.Oldest, e.Oldest-1)
 }
@@ -217,8 +221,9 @@ func (g *Registry) Cancel(threadID string) *Run {
 }
 
 // Attach returns the thread's newest segment (active or retained) and the
-// sequence to replay after. after 0 means the segment's start. Errors:
-// ErrNoRun, *OutOfRangeError.
+// sequence to replay after: Follow sends the run's retained earlier
+// segments first (0 is the start of the run). Errors: ErrNoRun,
+// *OutOfRangeError when an event after after is no longer retained.
 func (g *Registry) Attach(threadID string, after uint64) (*Run, uint64, error) {
 	g.mu.Lock()
 	g.prune()
@@ -228,21 +233,18 @@ func (g *Registry) Attach(threadID string, after uint64) (*Run, uint64, error) {
 		return nil, 0, fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.started {
-		if r.ended {
+	started, ended := r.started, r.ended
+	r.mu.Unlock()
+	if !started {
+		if ended {
 			return nil, 0, fmt.Errorf("thread %s: %w", threadID, ErrNoRun)
 		}
-		return r, after, nil // starting: everything it emits is still to come
+		return r, after, nil // starting: Follow sends earlier segments once it has started
 	}
-	from := after
-	if from == 0 {
-		from = r.first - 1
+	if oldest := r.oldest(); after < oldest {
+		return nil, 0, &OutOfRangeError{ThreadID: threadID, After: after, Oldest: oldest + 1}
 	}
-	if from < r.floor {
-		return nil, 0, &OutOfRangeError{ThreadID: threadID, After: after, Oldest: r.floor + 1}
-	}
-	return r, from, nil
+	return r, after, nil
 }
 
 // Forget drops the thread's retained segment (after the thread was
@@ -299,18 +301,40 @@ func (g *Registry) Live() int {
 	return len(g.live)
 }
 
-// prune drops retained segments past their retention. Called with g.mu
-// held.
+// prune drops retained segments past their retention, and the earlier
+// segments of retained runs past theirs. Called with g.mu held.
 func (g *Registry) prune() {
 	now := g.o.Now()
 	for id, r := range g.threads {
-		r.mu.Lock()
-		expired := r.ended && !now.Before(r.endedAt.Add(g.o.Retention))
-		r.mu.Unlock()
-		if expired {
+		if r.expired(now) {
 			delete(g.threads, id)
+			continue
+		}
+		// Segments end in order: the first expired one ends the chain.
+		for seg := r; ; {
+			seg.mu.Lock()
+			e := seg.earlier
+			seg.mu.Unlock()
+			if e == nil {
+				break
+			}
+			if e.expired(now) {
+				seg.mu.Lock()
+				seg.earlier = nil
+				seg.mu.Unlock()
+				break
+			}
+			seg = e
 		}
 	}
+}
+
+// expired reports whether the segment ended more than Retention before
+// now. Called without r.mu held.
+func (r *Run) expired(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended && !now.Before(r.endedAt.Add(r.g.o.Retention))
 }
 
 // file records the thread of a segment that began without one, once its
@@ -347,6 +371,10 @@ type Run struct {
 	// prev is the thread's retained segment this one replaced in Begin,
 	// restored if this one fails to start.
 	prev *Run
+	// earlier is the run's previous segment (this one resumes the same
+	// run), while it is retained; its own earlier ones chain from it.
+	// Ended segments never change, so they are read without following.
+	earlier *Run
 }
 
 // entry is one event of the log and its encoded size.
@@ -395,10 +423,14 @@ func (r *Run) Emit(e *plumbv1.Event) {
 	// File the segment under its thread before its first event can reach
 	// a stream: a client that has seen run_started may Attach at once.
 	r.mu.Lock()
-	first := !r.started && !r.ended
+	first, prev := !r.started && !r.ended, r.prev
 	r.mu.Unlock()
 	if first && e.GetThreadId() != "" {
 		r.g.file(r, e.GetThreadId())
+	}
+	var earlier *Run
+	if first && prev != nil && prev.RunID() == e.GetRunId() {
+		earlier = prev // a Resume of the run prev interrupted
 	}
 	r.mu.Lock()
 	if r.ended {
@@ -406,7 +438,7 @@ func (r *Run) Emit(e *plumbv1.Event) {
 		return
 	}
 	if !r.started {
-		r.started, r.prev = true, nil
+		r.started, r.prev, r.earlier = true, nil, earlier
 		r.threadID, r.runID = e.GetThreadId(), e.GetRunId()
 		r.first = e.GetSequence()
 		r.floor = r.first - 1
@@ -500,7 +532,15 @@ func (r *Run) follow(ctx context.Context, f *follower, send func(*plumbv1.Event)
 	for {
 		r.mu.Lock()
 		if r.started && f.cursor < r.first-1 {
-			f.cursor = r.first - 1 // nothing before the segment is in its log
+			if !owner {
+				// Attach: the run's earlier segments first.
+				r.mu.Unlock()
+				if err := r.replayEarlier(ctx, f, send); err != nil {
+					return err
+				}
+				r.mu.Lock()
+			}
+			f.cursor = max(f.cursor, r.first-1) // nothing before the segment is in its log
 		}
 		if r.started && f.cursor < r.floor {
 			// The log dropped events this stream had not sent (or, right
@@ -541,6 +581,79 @@ func (r *Run) follow(ctx context.Context, f *follower, send func(*plumbv1.Event)
 			return ctx.Err()
 		}
 	}
+}
+
+// chain returns the run's retained segments before r, oldest first, as
+// far back as they follow each other without a gap (a segment whose log
+// was trimmed at its start ends the chain). Called without r.mu held.
+func (r *Run) chain() []*Run {
+	now := r.g.o.Now()
+	var out []*Run
+	for seg := r; ; {
+		seg.mu.Lock()
+		e, contiguous := seg.earlier, seg.floor == seg.first-1
+		first := seg.first
+		seg.mu.Unlock()
+		if e == nil || !contiguous || e.expired(now) {
+			break
+		}
+		e.mu.Lock()
+		n := len(e.events)
+		adjacent := n > 0 && e.events[n-1].e.GetSequence() == first-1
+		e.mu.Unlock()
+		if !adjacent {
+			break
+		}
+		out = append(out, e)
+		seg = e
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// oldest returns the sequence after which the run can still be replayed
+// from r and its chain without a gap. Called without r.mu held, on a
+// started segment.
+func (r *Run) oldest() uint64 {
+	if c := r.chain(); len(c) > 0 {
+		r = c[0]
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.floor
+}
+
+// replayEarlier sends f the events of the run's earlier segments after
+// its cursor, up to r's first event, terminal events (interrupted)
+// included: Attach replays the whole run. Called without r.mu held, on a
+// started segment.
+func (r *Run) replayEarlier(ctx context.Context, f *follower, send func(*plumbv1.Event) error) error {
+	r.mu.Lock()
+	cursor, first, threadID := f.cursor, r.first, r.threadID
+	r.mu.Unlock()
+	if oldest := r.oldest(); cursor < oldest {
+		return &OutOfRangeError{ThreadID: threadID, After: cursor, Oldest: oldest + 1}
+	}
+	for _, seg := range r.chain() {
+		seg.mu.Lock()
+		events := seg.events // an ended segment's log no longer changes
+		seg.mu.Unlock()
+		for _, x := range events {
+			if seq := x.e.GetSequence(); seq > cursor && seq < first {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := send(x.e); err != nil {
+					return err
+				}
+				cursor = seq
+			}
+		}
+	}
+	r.mu.Lock()
+	f.cursor = max(f.cursor, cursor)
+	r.mu.Unlock()
+	return nil
 }
 
 // push appends e to the log. Called with r.mu held.

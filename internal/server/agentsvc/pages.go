@@ -1,0 +1,208 @@
+package agentsvc
+
+import (
+	"context"
+	"encoding/base64"
+	"math"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+// Byte budgets of the thread lists. gRPC clients refuse a message over
+// 4 MiB by default (grpc-go, grpcio, grpcurl): a GetThread FULL answer
+// and every page stay below it, whatever the thread's size.
+const (
+	// MaxPageBytes bounds the items of one ListThreads, ListMessages,
+	// ListStateFiles or ListCheckpoints page, and the messages of a FULL
+	// view.
+	MaxPageBytes = 3 << 20
+	// fullListBytes bounds the files and the checkpoints of a FULL view.
+	fullListBytes = 256 << 10
+)
+
+// Page token kinds: a token of one list is refused by another.
+const (
+	messagesToken    = "m"
+	filesToken       = "f"
+	checkpointsToken = "c"
+)
+
+// pageToken encodes where a list goes on.
+func pageToken(kind, at string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + at))
+}
+
+// parsePageToken decodes a token of kind ("" for an empty token).
+func parsePageToken(kind, tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	k, at, ok := strings.Cut(string(b), ":")
+	if err != nil || !ok || k != kind || at == "" {
+		return "", server.InvalidField("page_token", "page_token was not issued by this server for this list")
+	}
+	return at, nil
+}
+
+// pageLimit checks a request's page_size (0 = DefaultPageSize, above
+// MaxPageSize = MaxPageSize).
+func pageLimit(size int32) (pbconv.Limit, error) {
+	switch {
+	case size < 0:
+		return pbconv.Limit{}, server.InvalidField("page_size", "page_size must not be negative")
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	return pbconv.Limit{Count: int(size), Bytes: MaxPageBytes}, nil
+}
+
+// fullThread is the FULL view of td in status st: the BASIC view plus
+// the first page of each list, each bounded in bytes, with a token for
+// the rest.
+func (s *Service) fullThread(td *agent.ThreadData, st agent.ThreadStatus) *plumbv1.Thread {
+	out := pbconv.ThreadToPB(td, st, len(td.Messages))
+	all := math.MaxInt
+	out.Messages, out.MessagesNextPageToken = messagesPage(td, 0, pbconv.Limit{Count: all, Bytes: MaxPageBytes})
+	out.Files, out.FilesNextPageToken = filesPage(td, "", pbconv.Limit{Count: all, Bytes: fullListBytes})
+	out.Checkpoints, out.CheckpointsNextPageToken = checkpointsPage(td, 0, pbconv.Limit{Count: all, Bytes: fullListBytes})
+	return out
+}
+
+// messagesPage, filesPage and checkpointsPage convert one page of a list
+// and the token of the next ("" at its end).
+func messagesPage(td *agent.ThreadData, first int, lim pbconv.Limit) ([]*plumbv1.ThreadMessage, string) {
+	msgs, next := pbconv.MessagesToPB(td.Messages, min(first, len(td.Messages)), lim)
+	if next == len(td.Messages) {
+		return msgs, ""
+	}
+	return msgs, pageToken(messagesToken, strconv.Itoa(next))
+}
+
+func filesPage(td *agent.ThreadData, after string, lim pbconv.Limit) ([]*plumbv1.StateFile, string) {
+	files, more := pbconv.StateFilesToPB(td.Files, after, lim)
+	if !more {
+		return files, ""
+	}
+	return files, pageToken(filesToken, files[len(files)-1].GetPath())
+}
+
+func checkpointsPage(td *agent.ThreadData, after int64, lim pbconv.Limit) ([]*plumbv1.Checkpoint, string) {
+	cps, more := pbconv.CheckpointsToPB(td.Checkpoints, after, lim)
+	if !more {
+		return cps, ""
+	}
+	return cps, pageToken(checkpointsToken, strconv.FormatInt(cps[len(cps)-1].GetId(), 10))
+}
+
+// threadsPage converts a page of listed threads (next is the store's
+// token after it, elsewhere as threadStatus takes it), cut before
+// MaxPageBytes: large labels, todo lists or pending interrupts must not
+// make a page of 500 threads too large to receive. A cut page continues
+// after its last thread, in the stores' keyset order.
+func (s *Service) threadsPage(list []ListedThread, next string, elsewhere map[string]bool) ([]*plumbv1.Thread, string) {
+	out := make([]*plumbv1.Thread, 0, len(list))
+	bytes := 0
+	for _, t := range list {
+		th := pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount)
+		n := proto.Size(th)
+		if len(out) > 0 && bytes+n > MaxPageBytes {
+			last := list[len(out)-1].Thread
+			return out, store.EncodePageToken(store.Nanos(last.UpdatedAt), last.ID)
+		}
+		out, bytes = append(out, th), bytes+n
+	}
+	return out, next
+}
+
+// loadOwned loads thread id for a read by the caller's tenant.
+func (s *Service) loadOwned(ctx context.Context, op, id string) (*agent.ThreadData, error) {
+	if err := requireThreadID(id); err != nil {
+		return nil, server.Status(err)
+	}
+	td, err := s.threads.LoadThread(ctx, id)
+	if err == nil {
+		err = owned(ctx, td)
+	}
+	if err != nil {
+		return nil, s.status(op, err)
+	}
+	return td, nil
+}
+
+// ListMessages returns one page of a thread's message log, oldest first.
+func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesRequest) (*plumbv1.ListMessagesResponse, error) {
+	lim, err := pageLimit(req.GetPageSize())
+	if err != nil {
+		return nil, server.Status(err)
+	}
+	at, err := parsePageToken(messagesToken, req.GetPageToken())
+	first := 0
+	if err == nil && at != "" {
+		if first, err = strconv.Atoi(at); err != nil || first < 0 {
+			err = server.InvalidField("page_token", "page_token was not issued by this server for this list")
+		}
+	}
+	if err != nil {
+		return nil, server.Status(err)
+	}
+	td, err := s.loadOwned(ctx, "list messages", req.GetThreadId())
+	if err != nil {
+		return nil, err
+	}
+	msgs, next := messagesPage(td, first, lim)
+	return &plumbv1.ListMessagesResponse{Messages: msgs, NextPageToken: next}, nil
+}
+
+// ListStateFiles returns one page of a thread's State files, by path.
+func (s *Service) ListStateFiles(ctx context.Context, req *plumbv1.ListStateFilesRequest) (*plumbv1.ListStateFilesResponse, error) {
+	lim, err := pageLimit(req.GetPageSize())
+	if err != nil {
+		return nil, server.Status(err)
+	}
+	after, err := parsePageToken(filesToken, req.GetPageToken())
+	if err != nil {
+		return nil, server.Status(err)
+	}
+	td, err := s.loadOwned(ctx, "list state files", req.GetThreadId())
+	if err != nil {
+		return nil, err
+	}
+	files, next := filesPage(td, after, lim)
+	return &plumbv1.ListStateFilesResponse{Files: files, NextPageToken: next}, nil
+}
+
+// ListCheckpoints returns one page of a thread's retained checkpoints,
+// oldest first.
+func (s *Service) ListCheckpoints(ctx context.Context, req *plumbv1.ListCheckpointsRequest) (*plumbv1.ListCheckpointsResponse, error) {
+	lim, err := pageLimit(req.GetPageSize())
+	if err != nil {
+		return nil, server.Status(err)
+	}
+	at, err := parsePageToken(checkpointsToken, req.GetPageToken())
+	var after int64
+	if err == nil && at != "" {
+		if after, err = strconv.ParseInt(at, 10, 64); err != nil {
+			err = server.InvalidField("page_token", "page_token was not issued by this server for this list")
+		}
+	}
+	if err != nil {
+		return nil, server.Status(err)
+	}
+	td, err := s.loadOwned(ctx, "list checkpoints", req.GetThreadId())
+	if err != nil {
+		return nil, err
+	}
+	cps, next := checkpointsPage(td, after, lim)
+	return &plumbv1.ListCheckpointsResponse{Checkpoints: cps, NextPageToken: next}, nil
+}
