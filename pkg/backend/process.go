@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // ProcessStarter starts long-lived interactive processes (an MCP stdio
@@ -108,4 +109,23 @@ func ProcessStarterOf(b Backend) ProcessStarter {
 		b = d.Default()
 	}
 	return nil
+}
+
+// ShellQuote quotes s as one word for /bin/sh: unchanged when it holds
+// only characters the shell takes literally, else in single quotes.
+func ShellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ShellJoin renders argv as one /bin/sh command line that runs exactly
+// argv: each argument quoted with ShellQuote.
+func ShellJoin(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = ShellQuote(a)
+	}
+	return strings.Join(parts, " ")
 }
