@@ -27,6 +27,12 @@ type ProcessRequest struct {
 	// Env overrides the sandbox environment, with ExecuteRequest.Env's
 	// rules.
 	Env map[string]string `json:"env,omitempty"`
+	// Service runs the process as a service (an MCP server that may hold
+	// secrets in Env) rather than as a command: in a sandbox, as a uid of
+	// its own that the sandbox's commands cannot read, trace or signal
+	// (docs/security.md, Service processes). Backends without users
+	// ignore it.
+	Service bool `json:"service,omitempty"`
 }
 
 // Process is a running interactive process. Its methods are safe for

@@ -3694,7 +3694,12 @@ type ProcessStart struct {
 	// Working directory (a virtual path); empty means the workspace.
 	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// Environment overrides, with Command.env's rules.
-	Env           map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Run as a service (a stdio MCP server given secrets): as a uid of its
+	// own instead of the sandbox user, sharing the workspace through the
+	// sandbox group, so that commands cannot read its environment or memory,
+	// trace it or signal it (docs/security.md, Service processes).
+	Service       bool `protobuf:"varint,5,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3755,6 +3760,13 @@ func (x *ProcessStart) GetEnv() map[string]string {
 		return x.Env
 	}
 	return nil
+}
+
+func (x *ProcessStart) GetService() bool {
+	if x != nil {
+		return x.Service
+	}
+	return false
 }
 
 // ProcessResponse is one message from the server of a Process stream.
@@ -4253,13 +4265,14 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
 	"closeStdin\x12\x18\n" +
 	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\x06\n" +
-	"\x04kind\"\xc4\x01\n" +
+	"\x04kind\"\xde\x01\n" +
 	"\fProcessStart\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x121\n" +
-	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x12\x18\n" +
+	"\aservice\x18\x05 \x01(\bR\aservice\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +
