@@ -62,6 +62,10 @@ type ProcessExit struct {
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed it ("KILL"); "" when it exited.
 	Signal string `json:"signal,omitempty"`
+	// OOMKilled: the kernel's OOM killer ended it, because its sandbox
+	// ran out of memory (a SIGKILL while the sandbox's OOM kill count
+	// rose; known only where the box sees its memory cgroup).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Signals are the signal names Process.Signal accepts, with their numbers

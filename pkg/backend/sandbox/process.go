@@ -88,7 +88,7 @@ func (p *process) recv() {
 		case *plumbv1.ProcessResponse_Stderr:
 			p.stderr.Push(k.Stderr)
 		case *plumbv1.ProcessResponse_Exit:
-			p.exit = backend.ProcessExit{ExitCode: int(k.Exit.GetExitCode()), Signal: k.Exit.GetSignal()}
+			p.exit = backend.ProcessExit{ExitCode: int(k.Exit.GetExitCode()), Signal: k.Exit.GetSignal(), OOMKilled: k.Exit.GetOomKilled()}
 			exited = true
 		}
 	}

@@ -128,6 +128,7 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 		p.tag = s.newTag()
 		p.service = a.Service
 	}
+	ooms, oomsKnown := oomKills()
 	cmd := s.command(pl, outW, p.tag)
 	if p.service {
 		// A service (its env may hold secrets) runs as a uid of its own,
@@ -198,6 +199,10 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		exit.Signal = backend.SignalName(int(ws.Signal()))
+		if ws.Signal() == syscall.SIGKILL && oomsKnown {
+			now, ok := oomKills()
+			exit.OOMKilled = ok && now > ooms
+		}
 	}
 	return agentproto.Result(req.ID, exit)
 }

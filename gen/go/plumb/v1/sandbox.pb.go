@@ -3933,7 +3933,11 @@ type ProcessExit struct {
 	// Exit status, or 128+n when signal n killed it.
 	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	// The signal that killed it ("KILL"), empty when it exited.
-	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	Signal string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The kernel's OOM killer ended it: its sandbox ran out of memory (a
+	// SIGKILL while the sandbox's OOM kill count rose; false where the
+	// sandbox cannot see its memory cgroup, e.g. under gVisor).
+	OomKilled     bool `protobuf:"varint,3,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3980,6 +3984,13 @@ func (x *ProcessExit) GetSignal() string {
 		return x.Signal
 	}
 	return ""
+}
+
+func (x *ProcessExit) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
 }
 
 var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4282,10 +4293,12 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12+\n" +
 	"\x04exit\x18\x04 \x01(\v2\x15.plumb.v1.ProcessExitH\x00R\x04exitB\x06\n" +
 	"\x04kind\"\x10\n" +
-	"\x0eProcessStarted\"B\n" +
+	"\x0eProcessStarted\"a\n" +
 	"\vProcessExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
-	"\x06signal\x18\x02 \x01(\tR\x06signal*\x9a\x01\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\x03 \x01(\bR\toomKilled*\x9a\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +

@@ -63,6 +63,8 @@ func (e *errDied) Error() string {
 	switch {
 	case !e.waited:
 		return "the Python interpreter exited"
+	case e.exit.OOMKilled:
+		return "the Python interpreter was killed for running out of memory (the sandbox's memory limit)"
 	case e.exit.Signal != "":
 		return "the Python interpreter was killed by signal " + e.exit.Signal
 	default:
