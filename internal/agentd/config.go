@@ -15,11 +15,17 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/plumbhq/plumb/pkg/agent/tools"
 )
 
 // Config is agentd's configuration file. Every key of agent.md §5.6 is
 // accepted; unknown keys are errors.
 type Config struct {
+	// Version fixes which tools the groups of allow-lists take (see
+	// tools.CurrentVersion): 1 (a file without version) keeps python out
+	// of @all and @exec, 2 takes it. 0, a Config written in code (agentd
+	// without --config), is the current version.
 	Version    int                      `yaml:"version"`
 	Server     ServerConfig             `yaml:"server"`
 	Storage    StorageConfig            `yaml:"storage"`
@@ -432,8 +438,14 @@ func Parse(data []byte) (*Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " "))
 	}
-	if c.Version != 0 && c.Version != 1 {
-		return nil, fmt.Errorf("config: version %d is not supported (want 1)", c.Version)
+	switch c.Version {
+	case 0:
+		// Files from before versions were written are version 1: their
+		// @all and @exec keep the tools they had then.
+		c.Version = tools.Version1
+	case tools.Version1, tools.CurrentVersion:
+	default:
+		return nil, fmt.Errorf("config: version %d is not supported (want %d or %d)", c.Version, tools.Version1, tools.CurrentVersion)
 	}
 	return &c, nil
 }

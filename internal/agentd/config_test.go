@@ -32,6 +32,12 @@ func TestSpecExampleLoadsAndBuilds(t *testing.T) {
 	names := map[string]bool{}
 	for _, info := range a.Runtime.ListAgents() {
 		names[info.Name] = true
+		// The example is version 1: its @all predates python, which
+		// must not join it silently (python runs code past the
+		// execute gate's name).
+		if info.Name == "main" && (slices.Contains(info.ToolNames, "python") || !slices.Contains(info.ToolNames, "execute") || !info.InterruptOn["write_file"].Off) {
+			t.Errorf("main: tools %v, gates %+v", info.ToolNames, info.InterruptOn)
+		}
 	}
 	for _, want := range []string{"main", "plan", "explore", "researcher", "general-purpose"} {
 		if !names[want] {
@@ -165,7 +171,7 @@ func TestCapByParentReachesTheProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subs, _, err := profiles(cfg.Subagents, "subagents")
+	subs, err := profiles(cfg.Subagents, "subagents")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -63,7 +65,7 @@ func startStackWith(t *testing.T, w *sandboxsvctest.Worker, extra string, o Opti
 	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
-	doc := fmt.Sprintf(`version: 1
+	doc := fmt.Sprintf(`version: 2
 storage: {sqlite_path: %s}
 models:
   scripted: {base_url: %s, api_key_env: TEST_MODEL_KEY, model: scripted-model, retry: {max_attempts: 1}}
@@ -77,6 +79,10 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	lg := zaptest.NewLogger(t)
+	if o.Logger != nil {
+		// The test observes agentd's logs too.
+		lg = zap.New(zapcore.NewTee(lg.Core(), o.Logger.Core()))
+	}
 	o.Env = func(k string) string {
 		if k == "TEST_MODEL_KEY" {
 			return "test-key"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -177,14 +176,15 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		Store:   st,
 		Backend: tb.Build,
 	}
-	var ungated, subUngated map[string][]string
-	if dc.Agents, ungated, err = profiles(cfg.Agents, "agents"); err != nil {
+	if dc.Agents, err = profiles(cfg.Agents, "agents"); err != nil {
 		return nil, err
 	}
-	if dc.Subagents, subUngated, err = profiles(cfg.Subagents, "subagents"); err != nil {
+	if dc.Subagents, err = profiles(cfg.Subagents, "subagents"); err != nil {
 		return nil, err
 	}
-	maps.Copy(ungated, subUngated)
+	// A config written in code (no file: agentd without --config) gets
+	// the current tool groups; a file without version is version 1.
+	dc.Version = cfg.Version
 	mw := cfg.Middleware
 	dc.Middleware = deep.MiddlewareConfig{
 		Todos:          deep.TodosConfig{Enabled: mw.Todos.Enabled, Config: todos.Config{ReminderEvery: mw.Todos.ReminderEvery, MaxItems: mw.Todos.MaxItems}},
@@ -240,14 +240,6 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	rt, err := deep.New(dc, append([]deep.Option{deep.WithLogger(o.Logger), deep.WithTracerProvider(o.Tracing.TracerProvider())}, o.RuntimeOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
-	}
-	known := rt.ServerToolNames()
-	for _, where := range sortedKeys(ungated) {
-		for _, tool := range ungated[where] {
-			if !rt.KnownTool(tool) {
-				return nil, fmt.Errorf("config: %s.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(known, ", "))
-			}
-		}
 	}
 	a.Runtime = rt
 
@@ -309,7 +301,7 @@ func (a *Agentd) webSearch(cfg *Config, o Options, dc *deep.Config) error {
 		}
 		s.Close()
 		msg := fmt.Sprintf("web search is not configured: agentd has no Tavily API key in %s", keyEnv)
-		tool = agent.Tool{Name: websearch.ToolName, Hidden: true, Func: func(context.Context, *agent.ToolRequest) (agent.ToolResult, error) {
+		tool = agent.Tool{Name: websearch.ToolName, Hidden: true, Capabilities: agent.CapNetwork, Func: func(context.Context, *agent.ToolRequest) (agent.ToolResult, error) {
 			return agent.ToolResult{}, errors.New(msg)
 		}}
 		a.warnings = append(a.warnings, func() {
@@ -390,7 +382,9 @@ func (a *Agentd) mcpServers(cfg *Config, o Options, dc *deep.Config) error {
 	a.cleanup = append(a.cleanup, mgr.Close)
 	a.MCP = mgr
 	dc.ToolPrefixes = append(dc.ToolPrefixes, mgr.Prefixes()...)
-	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware { return mgr.Middleware(ci.AllowsAny) })
+	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware {
+		return mgr.Middleware(ci.AllowsAny).CheckGates(ci.Agent, ci.InterruptOn)
+	})
 	return nil
 }
 
@@ -711,12 +705,11 @@ func (u unconfigured) Generate(context.Context, model.Request, func(model.Delta)
 	}
 }
 
-// profiles converts configured profiles. `tool: false` entries gate
-// nothing and are left out; ungated lists them by interrupt_on path so
-// that Build can still reject a name that is no tool at all.
-func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile.Profile, ungated map[string][]string, _ error) {
+// profiles converts configured profiles. `tool: false` entries are kept
+// as exemptions: they gate nothing, and keep the tool out of pattern and
+// capability gates.
+func profiles(in map[string]ProfileConfig, section string) (map[string]profile.Profile, error) {
 	out := make(map[string]profile.Profile, len(in))
-	ungated = map[string][]string{}
 	for name, p := range in {
 		pr := profile.Profile{
 			Description: p.Description, SystemPrompt: p.SystemPrompt, Model: p.Model, Tools: p.Tools, Subagents: p.Subagents,
@@ -726,18 +719,13 @@ func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile
 		if p.InterruptOn != nil {
 			pr.InterruptOn = map[string]profile.InterruptRule{}
 			for tool, rule := range *p.InterruptOn {
-				if rule.Off {
-					where := section + "." + name + ".interrupt_on"
-					ungated[where] = append(ungated[where], tool)
-					continue
-				}
-				r := profile.InterruptRule{Description: rule.Description}
+				r := profile.InterruptRule{Description: rule.Description, Off: rule.Off}
 				for _, d := range rule.Allowed {
 					switch agent.DecisionType(d) {
 					case agent.DecisionApprove, agent.DecisionEdit, agent.DecisionReject, agent.DecisionRespond:
 						r.Allowed = append(r.Allowed, agent.DecisionType(d))
 					default:
-						return nil, nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
+						return nil, fmt.Errorf("%s.%s.interrupt_on.%s.allowed: %q (want approve, edit, reject or respond)", section, name, tool, d)
 					}
 				}
 				pr.InterruptOn[tool] = r
@@ -745,8 +733,5 @@ func profiles(in map[string]ProfileConfig, section string) (_ map[string]profile
 		}
 		out[name] = pr
 	}
-	for _, names := range ungated {
-		slices.Sort(names)
-	}
-	return out, ungated, nil
+	return out, nil
 }

@@ -512,10 +512,16 @@ func (x *execution) callTool(ctx context.Context, req *ToolRequest) (ToolResult,
 func (x *execution) resolve(c model.ToolCall, finishReason string) (*Tool, string, *ToolResult) {
 	t := x.tools[c.Name]
 	if t == nil {
-		return nil, "", &ToolResult{
-			Content: fmt.Sprintf("Unknown tool %q. Available tools: %s.", c.Name, strings.Join(x.visible, ", ")),
-			IsError: true, Origin: OriginInvalidCall,
+		content := fmt.Sprintf("Unknown tool %q. Available tools: %s.", c.Name, strings.Join(x.visible, ", "))
+		for _, m := range x.cfg.Middleware {
+			if e, ok := m.(UnknownToolExplainer); ok {
+				if why, ok := e.ExplainUnknownTool(c.Name); ok {
+					content = why
+					break
+				}
+			}
 		}
+		return nil, "", &ToolResult{Content: content, IsError: true, Origin: OriginInvalidCall}
 	}
 	if t.Hidden {
 		return t, c.Args, nil

@@ -50,6 +50,15 @@ type ToolProvider interface {
 	RunTools(ctx context.Context, rc *RunContext) (tools []Tool, release func(), err error)
 }
 
+// UnknownToolExplainer is implemented by a ToolProvider that can say why
+// a call names a tool it did not provide this segment (its source could
+// not be listed at run start, as for a call approved before an MCP server
+// went down): the call's error result is that explanation instead of
+// "Unknown tool".
+type UnknownToolExplainer interface {
+	ExplainUnknownTool(name string) (why string, ok bool)
+}
+
 // ModelHandler performs one model call.
 type ModelHandler func(ctx context.Context, req *ModelRequest) (model.Response, error)
 

@@ -64,7 +64,36 @@ type Tool struct {
 	// name without argument validation (task at the depth limit explains
 	// why it is unavailable).
 	Hidden bool
+	// Capabilities are what the tool can do besides answering (run code,
+	// touch files, reach the network). Approval gates are about them: a
+	// gate on one tool also covers every tool that can do at least as
+	// much (see the hitl middleware). Built-in tools get theirs from
+	// tools.CapabilitiesOf; a tool that runs code must declare it.
+	Capabilities Capability
 }
+
+// Capability is a set of things a tool can do to the world.
+type Capability uint8
+
+// Capabilities of tools.
+const (
+	// CapReadsFiles: the tool reads files of the thread's backend.
+	CapReadsFiles Capability = 1 << iota
+	// CapWritesFiles: the tool creates, changes or deletes files.
+	CapWritesFiles
+	// CapExecutes: the tool runs code or commands (a shell, an
+	// interpreter, an MCP server started inside the sandbox).
+	CapExecutes
+	// CapNetwork: the tool reaches hosts outside agentd.
+	CapNetwork
+)
+
+// CapAll is every capability: what running arbitrary code can do.
+const CapAll = CapReadsFiles | CapWritesFiles | CapExecutes | CapNetwork
+
+// Covers reports whether c holds every capability of o (a tool with c
+// can do whatever a tool with o can).
+func (c Capability) Covers(o Capability) bool { return o != 0 && c&o == o }
 
 // Definition returns the model-facing definition of t.
 func (t *Tool) Definition() model.ToolDef {

@@ -9,7 +9,6 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
-	"github.com/plumbhq/plumb/pkg/agent/tools"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -116,28 +115,20 @@ func CheckpointsToPB(cps []agent.CheckpointInfo) []*plumbv1.Checkpoint {
 	return out
 }
 
-// AgentInfoToPB converts one ListAgents entry. The profile's tool entries
-// are expanded against serverTools (groups such as @read become names;
-// no entries means @all, for a subagent the most it can inherit); client
-// tools are per run and not listed.
-func AgentInfoToPB(info profile.Info, serverTools []string) *plumbv1.AgentInfo {
+// AgentInfoToPB converts one ListAgents entry. Its tools are the
+// profile's expanded names (profile.Info.ToolNames); client tools are per
+// run and not listed.
+func AgentInfoToPB(info profile.Info) *plumbv1.AgentInfo {
 	out := &plumbv1.AgentInfo{
 		Name: info.Name, Description: info.Description, Model: info.Model, Subagents: slices.Clone(info.Subagents),
-		Kind: plumbv1.AgentKind(enum(plumbv1.AgentKind_value, "AGENT_KIND_", string(info.Kind))),
-	}
-	entries := info.Tools
-	if entries == nil {
-		entries = []string{tools.GroupAll}
-	}
-	if al, err := tools.ParseAllowList(entries); err == nil {
-		for _, n := range serverTools {
-			if al.Allows(n) {
-				out.Tools = append(out.Tools, n)
-			}
-		}
+		Kind:  plumbv1.AgentKind(enum(plumbv1.AgentKind_value, "AGENT_KIND_", string(info.Kind))),
+		Tools: slices.Clone(info.ToolNames),
 	}
 	for _, tool := range slices.Sorted(maps.Keys(info.InterruptOn)) {
 		r := info.InterruptOn[tool]
+		if r.Off {
+			continue // an exemption (`tool: false`) gates nothing
+		}
 		allowed := r.Allowed
 		if len(allowed) == 0 {
 			allowed = agent.AllDecisions()

@@ -70,17 +70,14 @@ func TestThreadFullToPB(t *testing.T) {
 }
 
 func TestAgentInfoToPB(t *testing.T) {
-	server := []string{"echo", "glob", "grep", "ls", "read_file", "task", "write_file", "write_todos"}
-	info := profile.Info{Name: "r", Kind: profile.Subagent, Tools: []string{"@read", "task"},
-		InterruptOn: map[string]profile.InterruptRule{"task": {Allowed: []agent.DecisionType{agent.DecisionReject}, Description: "Delegate?"}}}
-	pb := pbconv.AgentInfoToPB(info, server)
-	if pb.GetKind() != plumbv1.AgentKind_AGENT_KIND_SUBAGENT || !slices.Equal(pb.GetTools(), []string{"glob", "grep", "ls", "read_file", "task"}) {
+	info := profile.Info{Name: "r", Kind: profile.Subagent, Tools: []string{"@read", "task"}, ToolNames: []string{"glob", "grep", "ls", "mcp__gh__*", "read_file", "task"},
+		InterruptOn: map[string]profile.InterruptRule{"task": {Allowed: []agent.DecisionType{agent.DecisionReject}, Description: "Delegate?"}, "grep": {Off: true}}}
+	pb := pbconv.AgentInfoToPB(info)
+	if pb.GetKind() != plumbv1.AgentKind_AGENT_KIND_SUBAGENT || !slices.Equal(pb.GetTools(), info.ToolNames) {
 		t.Errorf("agent %v", pb)
 	}
+	// An exemption (grep: false) is no gate.
 	if r := pb.GetInterruptOn(); len(r) != 1 || r[0].GetDescription() != "Delegate?" || !slices.Equal(r[0].GetAllowedDecisions(), []plumbv1.DecisionType{plumbv1.DecisionType_DECISION_TYPE_REJECT}) {
 		t.Errorf("interrupt_on %v", r)
-	}
-	if all := pbconv.AgentInfoToPB(profile.Info{Name: "main", Kind: profile.Primary}, server); !slices.Equal(all.GetTools(), server) {
-		t.Errorf("default tools %v", all.GetTools())
 	}
 }

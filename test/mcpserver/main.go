@@ -16,7 +16,7 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", mcptest.ModeServe, "stdio mode: serve, garbage, exit or silent")
+	mode := flag.String("mode", mcptest.ModeServe, "stdio mode: serve, garbage, exit, silent or crash")
 	addr := flag.String("http", "", "serve streamable HTTP on this address instead of stdio")
 	auth := flag.String("auth", "", "required Authorization header value (HTTP)")
 	flag.Parse()

@@ -171,10 +171,9 @@ func (s *Service) checkOwner(ctx context.Context, id string) error {
 // ListAgents lists the primary agents a client may name in
 // RunRequest.agent and the subagents they delegate to.
 func (s *Service) ListAgents(context.Context, *plumbv1.ListAgentsRequest) (*plumbv1.ListAgentsResponse, error) {
-	serverTools := s.rt.ServerToolNames()
 	out := &plumbv1.ListAgentsResponse{}
 	for _, info := range s.rt.ListAgents() {
-		out.Agents = append(out.Agents, pbconv.AgentInfoToPB(info, serverTools))
+		out.Agents = append(out.Agents, pbconv.AgentInfoToPB(info))
 	}
 	return out, nil
 }

@@ -92,6 +92,10 @@ type ContextInfo struct {
 	// run start (agent.ToolProvider) opens only the sources whose tools
 	// the context may use. The executor applies the allow-list itself.
 	AllowsAny func(prefix string) bool
+	// InterruptOn are the context's interrupt_on keys, sorted, so that a
+	// provider of run-time tools can say which name none of its tools
+	// has (a typo that would gate nothing).
+	InterruptOn []string
 }
 
 // Config is the whole agent configuration.
@@ -128,6 +132,9 @@ type Config struct {
 	// provide at run start ("mcp__github__"): allow-lists and interrupt_on
 	// may name them, and client tools may not take them.
 	ToolPrefixes []string
+	// Version is the config version: which tools the groups of
+	// allow-lists take (0 = the current one; see tools.CurrentVersion).
+	Version int
 }
 
 // Option adjusts a Runtime.
@@ -218,6 +225,7 @@ func New(cfg Config, opts ...Option) (*Runtime, error) {
 	set, err := profile.NewSet(cfg.Agents, cfg.Subagents, profile.Options{
 		DefaultAgent: cfg.DefaultAgent, DefaultModel: cfg.DefaultModel, Models: slices.Sorted(maps.Keys(cfg.Models)),
 		GeneralPurpose: cfg.Middleware.Subagents.GeneralPurpose, KnownTools: known, ToolPrefixes: cfg.ToolPrefixes,
+		Version: cfg.Version,
 	})
 	if err != nil {
 		return nil, err
@@ -281,6 +289,26 @@ func (rt *Runtime) KnownTool(name string) bool {
 		return true
 	}
 	return slices.ContainsFunc(rt.cfg.ToolPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+}
+
+// Capabilities returns what the tool an interrupt_on key names can do,
+// for the gate on it to cover every tool that can do as much: the
+// built-in table's entry or a registry tool's declared capabilities. A
+// pattern or a run-time (MCP) tool name gives 0: such a gate is about
+// what that remote tool means (create_issue), which its capabilities do
+// not describe, so it covers no other tool; MCP tools are still covered
+// by the gates of built-in tools through their own capabilities.
+func (rt *Runtime) Capabilities(key string) agent.Capability {
+	if tools.IsPattern(key) {
+		return 0
+	}
+	var t *agent.Tool
+	if rt.cfg.Tools != nil {
+		if reg, ok := rt.cfg.Tools.Get(key); ok {
+			t = &reg
+		}
+	}
+	return tools.CapabilitiesOf(key, t)
 }
 
 // configure builds the root context of a run segment.
@@ -417,7 +445,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 		stack = append(stack, h)
 	}
 	for _, f := range rt.cfg.UserMiddleware {
-		um := f(ContextInfo{Agent: pc.Name, Depth: pc.Depth, AllowsAny: pc.AllowsAny})
+		um := f(ContextInfo{Agent: pc.Name, Depth: pc.Depth, AllowsAny: pc.AllowsAny, InterruptOn: slices.Sorted(maps.Keys(pc.InterruptOn))})
 		if um == nil {
 			continue
 		}
@@ -434,9 +462,9 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 	}
 	rules := make(map[string]hitl.Rule, len(pc.InterruptOn))
 	for tool, r := range pc.InterruptOn {
-		rules[tool] = hitl.Rule{Allowed: r.Allowed, Description: r.Description}
+		rules[tool] = hitl.Rule{Allowed: r.Allowed, Description: r.Description, Off: r.Off}
 	}
-	stack = append(stack, hitl.New(rules))
+	stack = append(stack, hitl.New(rules, rt.Capabilities))
 
 	var regTools []agent.Tool
 	if rt.cfg.Tools != nil {

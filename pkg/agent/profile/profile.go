@@ -37,12 +37,15 @@ const (
 )
 
 // InterruptRule is one interrupt_on entry: `tool: true` is the zero rule
-// (all four decisions, default description).
+// (all four decisions, default description), `tool: false` one with Off.
 type InterruptRule struct {
 	// Allowed lists the accepted decisions; empty means all four.
 	Allowed []agent.DecisionType
 	// Description is shown with the request.
 	Description string
+	// Off exempts the tool: no pattern entry and no gate on a tool with
+	// the same capabilities gates it.
+	Off bool
 }
 
 // Profile is an `agents.<name>` or `subagents.<name>` entry. Zero values
@@ -191,6 +194,9 @@ type Options struct {
 	// interrupt_on keys with one of them are accepted, and so are
 	// patterns ("mcp__github__*") that overlap one.
 	ToolPrefixes []string
+	// Version is the config's version: which tools the groups of
+	// allow-lists take (tools.ParseAllowListAt; 0 = the current one).
+	Version int
 }
 
 // knownTool reports whether an allow-list or interrupt_on entry can name
@@ -321,10 +327,15 @@ func (s *Set) checkGate(where, kind, name string, p Profile, preset tools.Preset
 	if known := s.opts.KnownTools; !s.opts.knownTool(tool) {
 		return fmt.Errorf("%s.interrupt_on.%s: unknown tool %q (known: %s)", where, tool, tool, strings.Join(slices.Sorted(slices.Values(known)), ", "))
 	}
+	if p.InterruptOn[tool].Off {
+		// An exemption gates nothing, so it cannot leave a call ungated
+		// by mistake.
+		return nil
+	}
 	if p.ReadOnly {
 		preset = tools.PresetReadOnly
 	}
-	allow := allowOf(p, preset, nil)
+	allow := allowOf(p, preset, nil, s.opts.Version)
 	if allow(tool) {
 		return nil
 	}
@@ -418,7 +429,7 @@ type Context struct {
 	Depth int
 }
 
-func allowOf(p Profile, preset tools.Preset, inherited func(string) bool) func(string) bool {
+func allowOf(p Profile, preset tools.Preset, inherited func(string) bool, version int) func(string) bool {
 	var base func(string) bool
 	if p.Tools == nil && inherited != nil {
 		base = inherited
@@ -427,7 +438,7 @@ func allowOf(p Profile, preset tools.Preset, inherited func(string) bool) func(s
 		if entries == nil {
 			entries = []string{tools.GroupAll}
 		}
-		al, _ := tools.ParseAllowList(entries)
+		al, _ := tools.ParseAllowListAt(entries, version)
 		base = al.Allows
 	}
 	return func(name string) bool {
@@ -443,7 +454,7 @@ func allowOf(p Profile, preset tools.Preset, inherited func(string) bool) func(s
 
 // anyOf is allowOf's AllowsAny. Presets and read_only limit file tools
 // only, so they do not narrow it.
-func anyOf(p Profile, inherited func(string) bool) func(string) bool {
+func anyOf(p Profile, inherited func(string) bool, version int) func(string) bool {
 	if p.Tools == nil && inherited != nil {
 		return inherited
 	}
@@ -451,7 +462,7 @@ func anyOf(p Profile, inherited func(string) bool) func(string) bool {
 	if entries == nil {
 		entries = []string{tools.GroupAll}
 	}
-	al, _ := tools.ParseAllowList(entries)
+	al, _ := tools.ParseAllowListAt(entries, version)
 	return al.AllowsAny
 }
 
@@ -485,8 +496,8 @@ func (s *Set) ResolvePrimary(name, model string) (*Context, error) {
 	c := &Context{
 		Name: name, Kind: Primary, Description: p.Description, SystemPrompt: p.SystemPrompt,
 		Model: firstNonEmpty(model, p.Model, s.opts.DefaultModel), Preset: preset,
-		Allow:       allowOf(p, preset, nil),
-		AllowsAny:   anyOf(p, nil),
+		Allow:       allowOf(p, preset, nil, s.opts.Version),
+		AllowsAny:   anyOf(p, nil, s.opts.Version),
 		InterruptOn: maps.Clone(p.InterruptOn),
 		Memory:      p.Memory == nil || *p.Memory,
 		MaxSteps:    p.MaxSteps, Timeout: p.Timeout,
@@ -521,8 +532,8 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 	if capped {
 		preset = narrower(preset, parent.Preset)
 	}
-	allow := allowOf(p, preset, parent.Allow)
-	allowsAny := anyOf(p, parent.AllowsAny)
+	allow := allowOf(p, preset, parent.Allow, s.opts.Version)
+	allowsAny := anyOf(p, parent.AllowsAny, s.opts.Version)
 	if capped {
 		own, ownAny := allow, allowsAny
 		allow = func(name string) bool { return own(name) && parent.Allow(name) }
@@ -589,6 +600,12 @@ type Info struct {
 	// Tools are the configured entries (groups unexpanded); nil means the
 	// default.
 	Tools []string
+	// ToolNames are the tools it may call, sorted: the known tools its
+	// allow-list (nil: @all, for a subagent the most it can inherit),
+	// preset and read_only permit, then, for tools only known at run start
+	// (an MCP server's), the names its allow-list gives and a pattern
+	// ("mcp__github__*") for each prefix it takes whole.
+	ToolNames []string
 	// Subagents are the names it may delegate to.
 	Subagents   []string
 	InterruptOn map[string]InterruptRule
@@ -605,12 +622,45 @@ func (s *Set) List() []Info {
 			subs = s.Subagents()
 		}
 		out = append(out, Info{Name: n, Description: p.Description, Kind: Primary, Model: firstNonEmpty(p.Model, s.opts.DefaultModel),
-			Tools: slices.Clone(p.Tools), Subagents: subs, InterruptOn: maps.Clone(p.InterruptOn)})
+			Tools: slices.Clone(p.Tools), ToolNames: s.toolNames(p), Subagents: subs, InterruptOn: maps.Clone(p.InterruptOn)})
 	}
 	for _, n := range s.Subagents() {
 		p := s.subagents[n]
 		out = append(out, Info{Name: n, Description: p.Description, Kind: Subagent, Model: p.Model,
-			Tools: slices.Clone(p.Tools), Subagents: s.enabledOnly(p.Subagents), InterruptOn: maps.Clone(p.InterruptOn)})
+			Tools: slices.Clone(p.Tools), ToolNames: s.toolNames(p), Subagents: s.enabledOnly(p.Subagents), InterruptOn: maps.Clone(p.InterruptOn)})
 	}
 	return out
+}
+
+// toolNames is Info.ToolNames of p.
+func (s *Set) toolNames(p Profile) []string {
+	preset, _ := tools.ParsePreset(p.Permissions)
+	if p.ReadOnly {
+		preset = tools.PresetReadOnly
+	}
+	allow := allowOf(p, preset, nil, s.opts.Version)
+	var out []string
+	for _, n := range s.opts.KnownTools {
+		if allow(n) {
+			out = append(out, n)
+		}
+	}
+	entries := p.Tools
+	if entries == nil {
+		entries = []string{tools.GroupAll}
+	}
+	al, _ := tools.ParseAllowListAt(entries, s.opts.Version)
+	for _, prefix := range s.opts.ToolPrefixes {
+		if al.AllowsEvery(prefix) {
+			out = append(out, prefix+"*")
+			continue
+		}
+		for _, n := range al.Names() {
+			if strings.HasPrefix(n, prefix) {
+				out = append(out, n)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -213,3 +213,45 @@ func TestRunTimeToolPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// TestListToolNames: ListAgents' tool names follow the config version's
+// groups (a version 1 @all has no python; naming python adds it), the
+// preset, and list run-time (MCP) tools as the names or the patterns the
+// allow-list takes.
+func TestListToolNames(t *testing.T) {
+	o := opts
+	o.KnownTools = append(slices.Clone(o.KnownTools), "python")
+	o.ToolPrefixes = []string{"mcp__box__", "mcp__gh__"}
+	agents := map[string]Profile{
+		"issues": {Description: "i", Tools: []string{"@read", "mcp__gh__get_issue"}},
+		"py":     {Description: "p", Tools: []string{"@all", "python"}},
+	}
+	names := func(v int) map[string][]string {
+		o.Version = v
+		s, err := NewSet(agents, nil, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for _, info := range s.List() {
+			out[info.Name] = info.ToolNames
+		}
+		return out
+	}
+	all := []string{"delete", "echo", "edit_file", "execute", "glob", "grep", "ls", "mcp__box__*", "mcp__gh__*", "read_file", "task", "write_file", "write_todos"}
+	v1 := names(tools.Version1)
+	for name, want := range map[string][]string{
+		"main":    all,
+		"py":      append(slices.Clone(all[:9]), "python", "read_file", "task", "write_file", "write_todos"),
+		"issues":  {"glob", "grep", "ls", "mcp__gh__get_issue", "read_file"},
+		"plan":    {"glob", "grep", "ls", "read_file", "task", "write_todos"},
+		"explore": {"glob", "grep", "ls", "read_file"},
+	} {
+		if !slices.Equal(v1[name], want) {
+			t.Errorf("version 1 %s: %v, want %v", name, v1[name], want)
+		}
+	}
+	if v2 := names(tools.CurrentVersion); !slices.Contains(v2["main"], "python") || !slices.Contains(v2["general-purpose"], "python") {
+		t.Errorf("version 2 main %v, general-purpose %v: want python", v2["main"], v2["general-purpose"])
+	}
+}

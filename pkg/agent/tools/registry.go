@@ -27,6 +27,49 @@ var (
 	ExecTools  = []string{"execute", "python"}
 )
 
+// Config versions fix what the tool groups of an allow-list take, so that
+// a tool that runs code never joins an existing agent's tools without its
+// config saying so. Version 1 is the tool set before python: @exec is
+// execute alone and @all takes every tool but python. Version 2 adds
+// python to both. A tool that runs code and is added later gets the next
+// version; older configs get it only by naming it.
+const (
+	Version1       = 1
+	CurrentVersion = 2
+)
+
+// joinedIn is the config version from which a tool belongs to the groups
+// (@all, @exec); tools not listed belong from version 1.
+var joinedIn = map[string]int{"python": 2}
+
+// InGroups reports whether name belongs to the tool groups of config
+// version v (0 = CurrentVersion).
+func InGroups(name string, v int) bool {
+	if v == 0 {
+		v = CurrentVersion
+	}
+	return joinedIn[name] <= v
+}
+
+// builtinCaps are the capabilities of the built-in tools. A shell and an
+// interpreter run code in the sandbox, which can do anything there.
+var builtinCaps = map[string]agent.Capability{
+	"ls": agent.CapReadsFiles, "read_file": agent.CapReadsFiles, "glob": agent.CapReadsFiles, "grep": agent.CapReadsFiles,
+	"write_file": agent.CapWritesFiles, "edit_file": agent.CapWritesFiles, "delete": agent.CapWritesFiles,
+	"execute": agent.CapAll, "python": agent.CapAll,
+}
+
+// CapabilitiesOf returns what the tool called name can do: the built-in
+// table's entry for a built-in, otherwise declared (the tool's own
+// Capabilities, when t is not nil).
+func CapabilitiesOf(name string, t *agent.Tool) agent.Capability {
+	c := builtinCaps[name]
+	if t != nil {
+		c |= t.Capabilities
+	}
+	return c
+}
+
 // Registry maps names to tools. Tools can be registered in named groups
 // (e.g. "test_kit") that configuration enables as a whole. It is safe for
 // concurrent use.
@@ -168,6 +211,7 @@ type AllowList struct {
 	all      bool
 	names    map[string]bool
 	prefixes []string
+	version  int // of the config: which tools @all takes
 }
 
 // IsPattern reports whether an allow-list entry is a name pattern.
@@ -175,12 +219,22 @@ func IsPattern(entry string) bool {
 	return len(entry) > 1 && strings.HasSuffix(entry, "*") && !strings.HasPrefix(entry, "@")
 }
 
-// ParseAllowList expands names and groups. Unknown groups are errors;
-// plain names are kept as given (whether they exist is checked where the
-// tool set is known). A nil or empty list allows nothing; use
-// []string{"@all"} for everything.
+// ParseAllowList expands names and groups as the current config version
+// does (see ParseAllowListAt).
 func ParseAllowList(entries []string) (AllowList, error) {
-	a := AllowList{names: make(map[string]bool)}
+	return ParseAllowListAt(entries, CurrentVersion)
+}
+
+// ParseAllowListAt expands names and groups as config version v does (0 =
+// CurrentVersion): @all and @exec leave out the tools that joined the
+// groups after v. Unknown groups are errors; plain names are kept as
+// given (whether they exist is checked where the tool set is known). A
+// nil or empty list allows nothing; use []string{"@all"} for everything.
+func ParseAllowListAt(entries []string, v int) (AllowList, error) {
+	if v == 0 {
+		v = CurrentVersion
+	}
+	a := AllowList{names: make(map[string]bool), version: v}
 	for _, e := range entries {
 		switch e {
 		case GroupAll:
@@ -190,7 +244,11 @@ func ParseAllowList(entries []string) (AllowList, error) {
 		case GroupWrite:
 			addAll(a.names, WriteTools)
 		case GroupExec:
-			addAll(a.names, ExecTools)
+			for _, n := range ExecTools {
+				if InGroups(n, v) {
+					a.names[n] = true
+				}
+			}
 		default:
 			if strings.HasPrefix(e, "@") {
 				return AllowList{}, fmt.Errorf("unknown tool group %q (want @read, @write, @exec or @all)", e)
@@ -209,8 +267,8 @@ func ParseAllowList(entries []string) (AllowList, error) {
 	return a, nil
 }
 
-// AllowAll is the @all list.
-func AllowAll() AllowList { return AllowList{all: true} }
+// AllowAll is the @all list of the current config version.
+func AllowAll() AllowList { return AllowList{all: true, version: CurrentVersion} }
 
 func addAll(m map[string]bool, names []string) {
 	for _, n := range names {
@@ -220,7 +278,7 @@ func addAll(m map[string]bool, names []string) {
 
 // Allows reports whether name is on the list.
 func (a AllowList) Allows(name string) bool {
-	if a.all || a.names[name] {
+	if a.names[name] || a.all && InGroups(name, a.version) {
 		return true
 	}
 	for _, p := range a.prefixes {
@@ -250,6 +308,20 @@ func (a AllowList) AllowsAny(prefix string) bool {
 	return false
 }
 
+// AllowsEvery reports whether the list allows every name that starts
+// with prefix (@all, or a pattern that prefix extends).
+func (a AllowList) AllowsEvery(prefix string) bool {
+	if a.all {
+		return true
+	}
+	for _, p := range a.prefixes {
+		if strings.HasPrefix(prefix, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // All reports whether the list holds @all.
 func (a AllowList) All() bool { return a.all }
 
@@ -267,11 +339,15 @@ func (a AllowList) Names() []string {
 func (a AllowList) Intersect(b AllowList) AllowList {
 	switch {
 	case a.all:
-		return b.clone()
+		c := b.clone()
+		c.version = min(a.version, b.version)
+		return c
 	case b.all:
-		return a.clone()
+		c := a.clone()
+		c.version = min(a.version, b.version)
+		return c
 	}
-	out := AllowList{names: make(map[string]bool)}
+	out := AllowList{names: make(map[string]bool), version: min(a.version, b.version)}
 	for n := range a.names {
 		if b.Allows(n) {
 			out.names[n] = true
@@ -297,7 +373,7 @@ func (a AllowList) Intersect(b AllowList) AllowList {
 }
 
 func (a AllowList) clone() AllowList {
-	c := AllowList{all: a.all, names: make(map[string]bool, len(a.names)), prefixes: slices.Clone(a.prefixes)}
+	c := AllowList{all: a.all, names: make(map[string]bool, len(a.names)), prefixes: slices.Clone(a.prefixes), version: a.version}
 	for n := range a.names {
 		c.names[n] = true
 	}

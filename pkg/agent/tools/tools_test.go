@@ -141,3 +141,37 @@ func TestAllowListPatterns(t *testing.T) {
 		t.Error("IsPattern")
 	}
 }
+
+// TestGroupsByConfigVersion: a version 1 config's @all and @exec keep the
+// tools they had before python existed; python joins them from version
+// 2 and is always allowed by name.
+func TestGroupsByConfigVersion(t *testing.T) {
+	cases := []struct {
+		entries []string
+		version int
+		python  bool
+	}{
+		{[]string{GroupAll}, Version1, false},
+		{[]string{GroupExec}, Version1, false},
+		{[]string{GroupAll, "python"}, Version1, true},
+		{[]string{GroupAll}, 2, true},
+		{[]string{GroupExec}, 2, true},
+		{[]string{GroupAll}, 0, true},
+	}
+	for _, c := range cases {
+		al, err := ParseAllowListAt(c.entries, c.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := al.Allows("python"); got != c.python {
+			t.Errorf("%v at version %d allows python: %v, want %v", c.entries, c.version, got, c.python)
+		}
+		if !al.Allows("execute") {
+			t.Errorf("%v at version %d lacks execute", c.entries, c.version)
+		}
+	}
+	v1, _ := ParseAllowListAt([]string{GroupAll}, Version1)
+	if cur := AllowAll(); !cur.Intersect(v1).Allows("execute") || cur.Intersect(v1).Allows("python") {
+		t.Error("intersecting a version 1 @all with the current one keeps python")
+	}
+}

@@ -1891,7 +1891,10 @@ type AgentInfo struct {
 	Kind AgentKind `protobuf:"varint,3,opt,name=kind,proto3,enum=plumb.v1.AgentKind" json:"kind,omitempty"`
 	// Model key.
 	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	// Tool names after allow-lists and presets.
+	// Tool names after allow-lists and presets. The tools of an MCP server
+	// are only known when a run starts (they are listed then), so they
+	// appear as the allow-list gives them: a server taken whole as the
+	// pattern "mcp__<server>__*", a named MCP tool by its name.
 	Tools []string `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Subagents this agent may delegate to.
 	Subagents []string `protobuf:"bytes,6,rep,name=subagents,proto3" json:"subagents,omitempty"`

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/plumbhq/plumb/pkg/agent"
 )
 
 // Defaults of a Server's limits.
@@ -61,6 +63,17 @@ type Server struct {
 	// (its configuration lacks a secret): it is offered as unavailable
 	// tools whose calls give this reason.
 	Unavailable string
+}
+
+// Capabilities are what the server's tools can do, for approval gates. A
+// stdio server runs code inside the sandbox, so each of its tools can do
+// what execute can, whatever it claims; an HTTP server's tools reach a
+// host outside agentd.
+func (s *Server) Capabilities() agent.Capability {
+	if s.URL != "" {
+		return agent.CapNetwork
+	}
+	return agent.CapAll
 }
 
 var serverName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9-]*$`)

@@ -151,6 +151,40 @@ type Middleware struct {
 	agent.BaseMiddleware
 	m         *Manager
 	allowsAny func(prefix string) bool
+	agent     string   // the context's agent, for warnings
+	gates     []string // the context's interrupt_on keys
+
+	mu sync.Mutex
+	// down holds, by tool name prefix, why each server that could not be
+	// listed at this segment's start is unavailable.
+	down map[string]error
+}
+
+// ExplainUnknownTool implements agent.UnknownToolExplainer: a call of a
+// tool of a server that could not be listed at this segment's start (a
+// call approved before the server went down) says the server is
+// unavailable, and why, rather than that the tool is unknown.
+func (mw *Middleware) ExplainUnknownTool(name string) (string, bool) {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	for prefix, cause := range mw.down {
+		if strings.HasPrefix(name, prefix) {
+			server := strings.TrimSuffix(strings.TrimPrefix(prefix, "mcp__"), "__")
+			return fmt.Sprintf("MCP server %s is unavailable, so %s was not called: %s. Calling %sunavailable retries the server; its tools are offered again from the next run or subagent on.",
+				server, name, oneLine(cause), prefix), true
+		}
+	}
+	return "", false
+}
+
+// CheckGates makes the middleware warn, at the start of each agent
+// context, about every interrupt_on key of agent that names an MCP tool
+// (or pattern) none of its server's listed tools has: a typo there would
+// leave the real tool ungated. Keys of servers that could not be listed
+// are not checked (their tools are unknown). It returns mw.
+func (mw *Middleware) CheckGates(agent string, keys []string) *Middleware {
+	mw.agent, mw.gates = agent, keys
+	return mw
 }
 
 // Name implements agent.Middleware.
@@ -172,24 +206,59 @@ func (mw *Middleware) RunTools(ctx context.Context, rc *agent.RunContext) ([]age
 	}
 	rs, leave := mw.m.join(rc.RunID)
 	out := make([][]agent.Tool, len(use))
+	causes := make([]error, len(use))
 	var wg sync.WaitGroup
 	for i, srv := range use {
 		s := mw.m.session(rs, srv, rc)
-		wg.Go(func() { out[i] = mw.m.toolsOf(ctx, s) })
+		wg.Go(func() { out[i], causes[i] = mw.m.toolsOf(ctx, s) })
 	}
 	wg.Wait()
+	down := map[string]error{}
+	for i, srv := range use {
+		if causes[i] == nil {
+			mw.checkGates(srv, out[i], rc)
+		} else {
+			down[ToolPrefix(srv.Name)] = causes[i]
+		}
+	}
+	mw.mu.Lock()
+	mw.down = down
+	mw.mu.Unlock()
 	return slices.Concat(out...), leave, nil
 }
 
-// toolsOf lists a session's tools as agent tools.
-func (m *Manager) toolsOf(ctx context.Context, s *session) []agent.Tool {
+// checkGates warns about the gates on srv's tools that match none of
+// the tools it listed.
+func (mw *Middleware) checkGates(srv *Server, listed []agent.Tool, rc *agent.RunContext) {
+	prefix := ToolPrefix(srv.Name)
+	var names []string
+	for _, t := range listed {
+		names = append(names, t.Name)
+	}
+	for _, key := range mw.gates {
+		p, pattern := strings.CutSuffix(key, "*")
+		if !strings.HasPrefix(p, prefix) || (pattern && p == prefix) {
+			continue
+		}
+		if slices.ContainsFunc(names, func(n string) bool { return n == key || pattern && strings.HasPrefix(n, p) }) {
+			continue
+		}
+		mw.m.lg.Warn("interrupt_on names an MCP tool that its server does not list: the gate applies to nothing (a typo?)",
+			zap.String("agent", mw.agent), zap.String("interrupt-on", key), zap.String("mcp-server", srv.Name),
+			zap.Strings("tools", names), zap.String("run-id", rc.RunID))
+	}
+}
+
+// toolsOf lists a session's tools as agent tools. When the server could
+// not be listed it returns why, with the tools that report it.
+func (m *Manager) toolsOf(ctx context.Context, s *session) (_ []agent.Tool, down error) {
 	listed, err := s.list(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil, err
 		}
 		s.lg.Warn("MCP server unavailable at run start", zap.Error(err))
-		return unavailable(s, err)
+		return unavailable(s, err), err
 	}
 	var out []agent.Tool
 	seen := map[string]bool{}
@@ -200,13 +269,21 @@ func (m *Manager) toolsOf(ctx context.Context, s *session) []agent.Tool {
 			continue
 		}
 		seen[name] = true
-		out = append(out, tool(s, name, t))
+		schema, err := inputSchema(t.InputSchema)
+		if err != nil {
+			// OpenAI-compatible providers reject a whole request that has
+			// one such tool: offering it would fail every run that may use
+			// the server.
+			s.lg.Warn("MCP tool dropped: model providers take only object input schemas", zap.String("mcp-tool", t.Name), zap.String("tool", name), zap.Error(err))
+			continue
+		}
+		out = append(out, tool(s, name, t, schema))
 	}
-	return out
+	return out, nil
 }
 
-// tool is the agent tool of MCP tool t.
-func tool(s *session, name string, t *sdk.Tool) agent.Tool {
+// tool is the agent tool of MCP tool t, whose input schema is schema.
+func tool(s *session, name string, t *sdk.Tool, schema json.RawMessage) agent.Tool {
 	desc := t.Description
 	if desc == "" {
 		desc = t.Title
@@ -215,11 +292,12 @@ func tool(s *session, name string, t *sdk.Tool) agent.Tool {
 		desc = desc[:maxDescriptionChars] + "…"
 	}
 	at := agent.Tool{
-		Name:        name,
-		Description: fmt.Sprintf("[MCP server %s] %s", s.srv.Name, desc),
-		Schema:      inputSchema(t.InputSchema),
-		Timeout:     s.srv.timeout(),
-		Func:        caller(s, t.Name),
+		Name:         name,
+		Description:  fmt.Sprintf("[MCP server %s] %s", s.srv.Name, desc),
+		Schema:       schema,
+		Timeout:      s.srv.timeout(),
+		Func:         caller(s, t.Name),
+		Capabilities: s.srv.Capabilities(),
 	}
 	if _, err := jsonschema.Compile(at.Schema); err != nil {
 		// The server validates its own input; the model still sees the
@@ -230,18 +308,30 @@ func tool(s *session, name string, t *sdk.Tool) agent.Tool {
 	return at
 }
 
-// inputSchema renders a listed input schema as an object schema.
-func inputSchema(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	var m map[string]any
-	if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
-		return json.RawMessage(`{"type":"object","properties":{}}`)
+// inputSchema renders a listed input schema as an object schema: none
+// is an object without properties, one without a type gets "object". A
+// schema that is not a JSON object, or whose type is not "object", is an
+// error: the model can only send an object of arguments.
+func inputSchema(v any) (json.RawMessage, error) {
+	if v == nil {
+		return json.RawMessage(`{"type":"object","properties":{}}`), nil
 	}
-	if _, ok := m["type"]; !ok {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, fmt.Errorf("the input schema is not a JSON object: %.100s", b)
+	}
+	switch typ, ok := m["type"]; {
+	case !ok:
 		m["type"] = "object"
 		b, _ = json.Marshal(m)
+	case typ != "object":
+		return nil, fmt.Errorf("the input schema's type is %v, not object", typ)
 	}
-	return b
+	return b, nil
 }
 
 func caller(s *session, mcpName string) agent.ToolFunc {
@@ -266,8 +356,9 @@ func unavailable(s *session, cause error) []agent.Tool {
 				Name: name,
 				Description: fmt.Sprintf("[MCP server %s] Tool %s. The server could not be listed when this run started (%s), so its description and schema are unknown; a call retries the server.",
 					s.srv.Name, t, oneLine(cause)),
-				Schema:  json.RawMessage(`{"type":"object"}`),
-				Timeout: s.srv.timeout() + s.srv.startupTimeout(),
+				Schema:       json.RawMessage(`{"type":"object"}`),
+				Timeout:      s.srv.timeout() + s.srv.startupTimeout(),
+				Capabilities: s.srv.Capabilities(),
 				Func: func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
 					if _, err := s.list(ctx); err != nil {
 						return agent.ToolResult{}, err
@@ -282,8 +373,9 @@ func unavailable(s *session, cause error) []agent.Tool {
 		Name: ToolPrefix(s.srv.Name) + "unavailable",
 		Description: fmt.Sprintf("MCP server %s could not be reached when this run started, so its tools are missing: %s. Calling this tool retries the server and reports the outcome; its tools are offered again from the next run.",
 			s.srv.Name, oneLine(cause)),
-		Schema:  json.RawMessage(`{"type":"object","properties":{}}`),
-		Timeout: s.srv.startupTimeout() + s.srv.timeout(),
+		Schema:       json.RawMessage(`{"type":"object","properties":{}}`),
+		Timeout:      s.srv.startupTimeout() + s.srv.timeout(),
+		Capabilities: s.srv.Capabilities(),
 		Func: func(ctx context.Context, _ *agent.ToolRequest) (agent.ToolResult, error) {
 			tools, err := s.list(ctx)
 			if err != nil {
@@ -298,10 +390,14 @@ func unavailable(s *session, cause error) []agent.Tool {
 	}}
 }
 
+// oneLine renders err on one line of at most about 1,000 bytes. A longer
+// one keeps its head and its tail, where a stdio server's last stderr
+// lines are (the reason it failed, more often than not).
 func oneLine(err error) string {
 	s := strings.Join(strings.Fields(err.Error()), " ")
-	if len(s) > 500 {
-		s = s[:500] + "…"
+	const head, tail = 300, 700
+	if len(s) > head+tail {
+		s = strings.ToValidUTF8(s[:head], "") + " … " + strings.ToValidUTF8(s[len(s)-tail:], "")
 	}
 	return s
 }

@@ -1,8 +1,11 @@
 package mcptool_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -12,9 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/hitl"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool/mcptest"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -45,7 +52,10 @@ type harness struct {
 	mgr    *mcptool.Manager
 	local  *backendtest.LocalProcesses
 	runner *agent.Runner
+	logs   *observer.ObservedLogs // the manager's warnings
 	allow  func(string) bool
+	// gates, when set, gate the root's calls of these tools (hitl).
+	gates map[string]hitl.Rule
 	// sub, when set, adds a "task" tool that runs subagent "sub" with its
 	// own mcp middleware (allowed by sub).
 	sub func(prefix string) bool
@@ -54,7 +64,9 @@ type harness struct {
 func newHarness(t *testing.T, b backend.Backend, servers ...mcptool.Server) *harness {
 	t.Helper()
 	h := &harness{t: t, srv: modeltest.New(t), local: &backendtest.LocalProcesses{}}
-	lg := zaptest.NewLogger(t)
+	core, logs := observer.New(zapcore.WarnLevel)
+	h.logs = logs
+	lg := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
 	mgr, err := mcptool.NewManager(servers, lg)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +82,7 @@ func newHarness(t *testing.T, b backend.Backend, servers ...mcptool.Server) *har
 	}
 	h.runner = agent.NewRunner(agent.NewMemoryStore(), func(context.Context, agent.ConfigureRequest) (*agent.Config, error) {
 		cfg := &agent.Config{Agent: "main", Model: m, Backend: b, Allow: h.allow,
-			Middleware: []agent.Middleware{mgr.Middleware(nil)}}
+			Middleware: []agent.Middleware{mgr.Middleware(nil), hitl.New(h.gates, nil)}}
 		if h.sub != nil {
 			cfg.Tools = append(cfg.Tools, agent.Tool{Name: "task", Subagent: true, Timeout: -1,
 				Func: func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
@@ -278,6 +290,25 @@ func TestBadServers(t *testing.T) {
 	}
 }
 
+// TestStartFailureShowsStderrEnd: a stdio server that dies at startup
+// after a long log is offered as unavailable with the last lines of its
+// stderr, which hold the reason, in both the tool's description (what
+// the model sees at run start) and the call's error; older lines are
+// left out.
+func TestStartFailureShowsStderrEnd(t *testing.T) {
+	h := newHarness(t, nil, stdio("bad", mcptest.ModeCrash))
+	h.srv.Script("main", modeltest.Calls(call("c1", "mcp__bad__unavailable", `{}`)), modeltest.Text("ok"))
+	_, results := h.run()
+	r := want(t, results, "c1", true, "MCP server bad", "its stderr ends with: ", mcptest.CrashLine)
+	if strings.Contains(r.Content, "module 189") || !strings.Contains(r.Content, "module 199") {
+		t.Errorf("the stderr note is not the last lines: %s", r.Content)
+	}
+	tools := h.srv.Requests("main")[0].Body.Tools
+	if len(tools) != 1 || !strings.Contains(tools[0].Function.Description, mcptest.CrashLine) {
+		t.Errorf("the description lacks the end of stderr: %+v", tools)
+	}
+}
+
 // TestMessageLimit: a result over the server's message limit breaks the
 // connection as a tool error naming the limit; the next call reconnects.
 func TestMessageLimit(t *testing.T) {
@@ -334,6 +365,87 @@ func TestHTTPServer(t *testing.T) {
 			want(t, results, "b1", true, "MCP server web answered with more than 65536 bytes")
 			want(t, results, "e2", false, "after the big one")
 		})
+	}
+}
+
+// TestNonObjectSchemaDropped: a listed tool whose input schema is not an
+// object (which OpenAI-compatible providers reject, failing the whole
+// request) is not offered, with a warning naming it; the server's other
+// tools are offered and work.
+func TestNonObjectSchemaDropped(t *testing.T) {
+	ts := httptest.NewServer(mcptest.Handler(mcptest.Options{BadSchemas: true}, ""))
+	t.Cleanup(ts.Close)
+	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Timeout: 10 * time.Second})
+	h.srv.Script("main", modeltest.Calls(call("e1", "mcp__web__echo", `{"text":"still here"}`)), modeltest.Text("ok"))
+	_, results := h.run()
+	want(t, results, "e1", false, "still here")
+	offered := h.offered("main")
+	if slices.Contains(offered, "mcp__web__scalar") || slices.Contains(offered, "mcp__web__list") || !slices.Contains(offered, "mcp__web__add") {
+		t.Errorf("offered %v", offered)
+	}
+	var dropped []string
+	for _, e := range h.logs.FilterMessageSnippet("MCP tool dropped").All() {
+		dropped = append(dropped, e.ContextMap()["tool"].(string))
+	}
+	slices.Sort(dropped)
+	if !slices.Equal(dropped, []string{"mcp__web__list", "mcp__web__scalar"}) {
+		t.Errorf("warned about %v, want the two tools with bad schemas", dropped)
+	}
+}
+
+// TestApprovedCallWhenServerIsDown: a call approved while its server was
+// up, resumed after the server went down, fails saying the server is
+// unavailable and why, not that the tool is unknown.
+func TestApprovedCallWhenServerIsDown(t *testing.T) {
+	ts := httptest.NewServer(mcptest.Handler(mcptest.Options{}, ""))
+	t.Cleanup(ts.Close)
+	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Timeout: 10 * time.Second, StartupTimeout: 10 * time.Second})
+	h.gates = map[string]hitl.Rule{"mcp__web__add": {}}
+	h.srv.Script("main", modeltest.Calls(call("a1", "mcp__web__add", `{"a":1,"b":2}`)), modeltest.Text("done"))
+	res, err := h.runner.Run(context.Background(), agent.RunInput{Input: []string{"go"}}, func(agent.Event) {})
+	if err != nil || res.Status != agent.StatusInterrupted {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	ts.Close() // the server goes down while the call waits for approval
+	var got *agent.ToolResultEvent
+	res, err = h.runner.Resume(context.Background(), agent.ResumeInput{ThreadID: res.ThreadID, InterruptID: res.Interrupt.InterruptID,
+		Decisions: []agent.Decision{{ToolCallID: "a1", Type: agent.DecisionApprove}}}, func(e agent.Event) {
+		if r, ok := e.Payload.(agent.ToolResultEvent); ok && r.ID == "a1" {
+			got = &r
+		}
+	})
+	if err != nil || res.Status != agent.StatusCompleted {
+		t.Fatalf("resume: %v, %+v", err, res)
+	}
+	t.Logf("a1: %+v", got)
+	if got == nil || !got.IsError || !strings.Contains(got.Content, "MCP server web is unavailable, so mcp__web__add was not called: ") ||
+		strings.Contains(got.Content, "Unknown tool") {
+		t.Fatalf("a1 after the server went down: %+v", got)
+	}
+}
+
+// TestHTTPFailureKeepsItsCause: an HTTP error answer that is no JSON-RPC
+// message (a 502 from a proxy) is reported with its status and the start
+// of its body, where the configured header values are redacted, instead
+// of the SDK's bare "rejected by transport".
+func TestHTTPFailureKeepsItsCause(t *testing.T) {
+	inner := mcptest.Handler(mcptest.Options{}, "Bearer s3cret-token")
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if bytes.Contains(b, []byte(`"tools/call"`)) {
+			http.Error(w, "the backend database is down (you sent "+r.Header.Get("Authorization")+")", http.StatusBadGateway)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	h := newHarness(t, state.New(), mcptool.Server{Name: "web", URL: ts.URL, Headers: map[string]string{"Authorization": "Bearer s3cret-token"}, Timeout: 10 * time.Second})
+	h.srv.Script("main", modeltest.Calls(call("a1", "mcp__web__add", `{"a":1,"b":2}`)), modeltest.Text("done"))
+	_, results := h.run()
+	r := want(t, results, "a1", true, "MCP server web", "Bad Gateway", "HTTP 502 Bad Gateway: the backend database is down (you sent [redacted])")
+	if strings.Contains(r.Content, "s3cret") {
+		t.Errorf("the header's secret reached the result: %s", r.Content)
 	}
 }
 

@@ -1,6 +1,7 @@
 package mcptool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +27,17 @@ import (
 // cannot run processes (no sandbox).
 var ErrNoProcesses = errors.New("this thread's backend cannot run processes, so a stdio MCP server cannot start (configure a sandbox backend, or use an HTTP server)")
 
-// stderrTail is how much of a stdio server's stderr is kept for errors.
-const stderrTail = 2048
+// codeRejected is the SDK's "rejected by transport": an HTTP request that
+// failed (a status, a refused connection), wrapped around its cause. It
+// is not the server's answer, so the cause must be kept.
+const codeRejected = -32005
+
+// stderrTail is how much of a stdio server's stderr is kept; errors show
+// at most its last stderrLines lines.
+const (
+	stderrTail  = 2048
+	stderrLines = 10
+)
 
 // closeWait bounds how long closing waits for a process's output to end.
 const closeWait = 10 * time.Second
@@ -65,6 +76,9 @@ type link struct {
 	waited  chan struct{} // closed when the watcher and stderr drain ended
 	// oversize counts HTTP responses cut at the message limit.
 	oversize atomic.Int64
+	// httpFailure is the last failed HTTP answer ("HTTP 502 Bad Gateway:
+	// <the start of its body>"), whose body the SDK does not report.
+	httpFailure atomic.Pointer[string]
 }
 
 func (l *link) isDead() bool {
@@ -164,7 +178,7 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 		l.drop = tr.CloseIdleConnections
 		t = &sdk.StreamableClientTransport{
 			Endpoint:             s.srv.URL,
-			HTTPClient:           &http.Client{Transport: headerTransport{base: tr, headers: s.srv.Headers, max: int64(s.srv.maxMessageBytes()), over: &l.oversize}},
+			HTTPClient:           &http.Client{Transport: headerTransport{base: tr, headers: s.srv.Headers, max: int64(s.srv.maxMessageBytes()), over: &l.oversize, failed: &l.httpFailure}},
 			MaxRetries:           -1,
 			DisableStandaloneSSE: true,
 			MaxEventSize:         s.srv.maxMessageBytes(),
@@ -223,7 +237,7 @@ func (l *link) stderrNote() string {
 	if l == nil || l.stderr == nil {
 		return ""
 	}
-	if s := strings.TrimSpace(l.stderr.String()); s != "" {
+	if s := l.stderr.lastLines(); s != "" {
 		return "; its stderr ends with: " + s
 	}
 	return ""
@@ -294,7 +308,7 @@ func (s *session) failure(ctx context.Context, l *link, what string, err error) 
 		return ctx.Err()
 	}
 	var wire *jsonrpc.Error
-	if errors.As(err, &wire) {
+	if errors.As(err, &wire) && wire.Code != codeRejected {
 		// The server answered with an error; the connection is fine.
 		return fmt.Errorf("MCP server %s: %s: %s", s.srv.Name, what, wire.Message)
 	}
@@ -307,7 +321,7 @@ func (s *session) failure(ctx context.Context, l *link, what string, err error) 
 	case <-time.After(time.Second):
 	}
 	if !l.isDead() {
-		return fmt.Errorf("MCP server %s: %s: %v", s.srv.Name, what, err)
+		return fmt.Errorf("MCP server %s: %s: %v%s", s.srv.Name, what, err, l.httpNote())
 	}
 	cause := err
 	if l.deadErr != nil {
@@ -317,7 +331,15 @@ func (s *session) failure(ctx context.Context, l *link, what string, err error) 
 	if strings.Contains(cause.Error(), "maximum line length") || strings.Contains(cause.Error(), "exceeded") {
 		limit = fmt.Sprintf(" (a message from the server may be at most %d bytes)", s.srv.maxMessageBytes())
 	}
-	return fmt.Errorf("MCP server %s broke the connection during %s: %v%s; the next call reconnects%s", s.srv.Name, what, cause, limit, l.stderrNote())
+	return fmt.Errorf("MCP server %s broke the connection during %s: %v%s%s; the next call reconnects%s", s.srv.Name, what, cause, limit, l.httpNote(), l.stderrNote())
+}
+
+// httpNote ends an error with the last failed HTTP answer, once.
+func (l *link) httpNote() string {
+	if f := l.httpFailure.Swap(nil); f != nil {
+		return " (" + *f + ")"
+	}
+	return ""
 }
 
 // close ends the session for good.
@@ -347,7 +369,14 @@ type headerTransport struct {
 	headers map[string]string
 	max     int64
 	over    *atomic.Int64 // counts cut responses
+	// failed receives the status and the start of the body of an answer
+	// that is an HTTP error but no JSON-RPC message, with the header
+	// values (secrets) redacted.
+	failed *atomic.Pointer[string]
 }
+
+// httpFailureChars bounds the body kept from a failed HTTP answer.
+const httpFailureChars = 300
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if len(h.headers) > 0 {
@@ -357,10 +386,43 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := h.base.RoundTrip(r)
+	if err == nil && resp.StatusCode >= 400 && h.failed != nil && !strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		head := make([]byte, httpFailureChars)
+		n, _ := io.ReadFull(resp.Body, head)
+		head = head[:n]
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+		note := "HTTP " + resp.Status
+		if text := strings.Join(strings.Fields(strings.ToValidUTF8(string(head), "?")), " "); text != "" {
+			note += ": " + h.redact(text)
+		}
+		h.failed.Store(&note)
+	}
 	if err == nil && h.max > 0 {
 		resp.Body = &limitedBody{rc: resp.Body, left: h.max, max: h.max, over: h.over}
 	}
 	return resp, err
+}
+
+// redact hides the configured header values (and each of their words,
+// such as the token after "Bearer") in text a server sent back.
+func (h headerTransport) redact(text string) string {
+	for _, v := range h.headers {
+		words := strings.Fields(v)
+		if len(words) > 1 {
+			words = words[1:] // "Bearer <token>": the scheme is no secret
+		}
+		for _, secret := range append([]string{v}, words...) {
+			if secret != "" {
+				text = strings.ReplaceAll(text, secret, "[redacted]")
+			}
+		}
+	}
+	return text
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // limitedBody fails a read past max bytes.
@@ -412,8 +474,18 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) String() string {
+// lastLines returns the last stderrLines whole lines kept, as valid
+// UTF-8 (a line cut by the byte bound is left out).
+func (t *tail) lastLines() string {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
+	b := slices.Clone(t.buf)
+	t.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(b) >= stderrTail && len(lines) > 1 {
+		lines = lines[1:]
+	}
+	if len(lines) > stderrLines {
+		lines = lines[len(lines)-stderrLines:]
+	}
+	return strings.ToValidUTF8(strings.TrimSpace(strings.Join(lines, "\n")), "?")
 }

@@ -211,7 +211,8 @@ func (s *Search) Tool() agent.Tool {
 			"(higher is more relevant). Snippets are short extracts; cite the url when you use a result.",
 		Schema: json.RawMessage(fmt.Sprintf(schema, s.cfg.DefaultResults)),
 		// One attempt, one wait and one more attempt, with slack.
-		Timeout: 2*s.cfg.Timeout + s.cfg.MaxRetryAfter + 30*time.Second,
+		Timeout:      2*s.cfg.Timeout + s.cfg.MaxRetryAfter + 30*time.Second,
+		Capabilities: agent.CapNetwork,
 		Func: func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
 			var a struct {
 				Query      string `json:"query"`

@@ -22,6 +22,10 @@ type Options struct {
 	// Stdout is where garbage writes in stdio mode (nil: garbage reports
 	// that it only works over stdio).
 	Stdout io.Writer
+	// BadSchemas adds to the tool list two tools whose input schemas are
+	// not objects ("scalar": type string, "list": type array), which the
+	// SDK would refuse to register.
+	BadSchemas bool
 }
 
 // A 1x1 transparent PNG.
@@ -97,6 +101,19 @@ func NewServer(o Options) *sdk.Server {
 	sdk.AddTool(s, &sdk.Tool{Name: "env", Description: "Returns an environment variable."}, func(_ context.Context, _ *sdk.CallToolRequest, in envIn) (*sdk.CallToolResult, none, error) {
 		return text(os.Getenv(in.Name)), none{}, nil
 	})
+	if o.BadSchemas {
+		s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
+			return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+				res, err := next(ctx, method, req)
+				if lt, ok := res.(*sdk.ListToolsResult); ok && err == nil {
+					lt.Tools = append(lt.Tools,
+						&sdk.Tool{Name: "scalar", Description: "Takes a bare string.", InputSchema: map[string]any{"type": "string"}},
+						&sdk.Tool{Name: "list", Description: "Takes an array.", InputSchema: map[string]any{"type": "array", "items": map[string]any{"type": "string"}}})
+				}
+				return res, err
+			}
+		})
+	}
 	return s
 }
 
@@ -123,7 +140,14 @@ const (
 	ModeExit = "exit"
 	// ModeSilent reads its input and never answers.
 	ModeSilent = "silent"
+	// ModeCrash writes a long log to stderr, ending with the line
+	// CrashLine, and exits with status 1, as a server whose startup
+	// fails deep inside its code does.
+	ModeCrash = "crash"
 )
+
+// CrashLine is the last line ModeCrash writes to stderr.
+const CrashLine = "FATAL: cannot read /etc/mcp/config.yaml: permission denied"
 
 // Serve runs the server over stdio in the given mode and returns its exit
 // status.
@@ -141,6 +165,12 @@ func Serve(mode string) int {
 	case ModeSilent:
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
+	case ModeCrash:
+		for i := range 200 {
+			fmt.Fprintf(os.Stderr, "debug: loading module %03d of the server's plugins\n", i)
+		}
+		fmt.Fprintln(os.Stderr, CrashLine)
+		return 1
 	}
 	s := NewServer(Options{HangForever: true, Stdout: os.Stdout})
 	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
