@@ -101,7 +101,9 @@ func serviceSecretsOutOfReach(t *testing.T, m *sandbox.Manager, runtime string, 
 		environ   bool     // reads environments: moot when the service holds no secret
 	}{
 		{"read its environ", "cat /proc/" + pid + "/environ 2>&1; echo status $?", []string{"denied", "status 1"}, true},
-		{"read every environ and cmdline", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c PATH=", nil, true},
+		// What it can read it prints: its own processes' environments and
+		// every command line (the service's "sleep 600" included).
+		{"read every environ and cmdline", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -e PATH= -e SECRET -e '^600$'", []string{"PATH=", "\n600\n"}, true},
 		{"stop it", "kill -STOP " + pid + " 2>&1; echo status $?", []string{"not permitted", "status 1"}, false},
 		{"kill it", "kill -9 " + pid + " 2>&1; echo status $?", []string{"not permitted", "status 1"}, false},
 		{"trace it, open its memory", "./probe " + pid, []string{"attach: operation not permitted", "seize: operation not permitted", "mem: open /proc/" + pid + "/mem: permission denied"}, false},
