@@ -22,13 +22,27 @@ const sandboxUsage = `Usage:
   agentctl sandbox create [--image I | --template T] [--memory BYTES] [--cpus N] [--pids N]
                           [--ttl D] [--network none|egress] [--label k=v]... [--env K=V]...
   agentctl sandbox ls [--label k=v]...
-  agentctl sandbox exec ID [--timeout D] [--cwd DIR] [--env K=V]... -- COMMAND...
-  agentctl sandbox exec -i ID [--cwd DIR] [--env K=V]... -- COMMAND...
+  agentctl sandbox exec ID [--timeout D] [--cwd DIR] [--env K=V]... -- COMMAND [ARG...]
+  agentctl sandbox exec -i ID [--cwd DIR] [--env K=V]... -- COMMAND [ARG...]
                           (interactive: stdin passed on, stdout and stderr apart, no timeout)
+                          COMMAND alone is a shell command line ("make && make test");
+                          COMMAND with ARGs runs exactly that argv, as docker exec does
   agentctl sandbox cp LOCAL ID:/path    (upload)
   agentctl sandbox cp ID:/path LOCAL    (download; - for stdout)
   agentctl sandbox rm ID...
 `
+
+// commandLine is the shell line exec runs for the words after "--": one
+// word is a shell command line of its own (pipes, &&, $VAR work, as in
+// `sh -c`); several words are an argv, each quoted, so that `-- python3 -c
+// 'import sys; print(sys.version)'` runs python3 with exactly those
+// arguments, as `docker exec` would.
+func commandLine(args []string) string {
+	if len(args) == 1 {
+		return args[0]
+	}
+	return backend.ShellJoin(args)
+}
 
 // exitError carries a command's exit code out of agentctl.
 type exitError struct{ code int }
@@ -136,10 +150,11 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 		if fs.NArg() == 0 {
 			return errors.New("exec: missing command (put it after --)")
 		}
+		line := commandLine(fs.Args())
 		if interactive {
-			return interact(ctx, sandboxbackend.New(conn, id, ""), backend.ProcessRequest{Command: strings.Join(fs.Args(), " "), Cwd: *cwd, Env: env}, sio)
+			return interact(ctx, sandboxbackend.New(conn, id, ""), backend.ProcessRequest{Command: line, Cwd: *cwd, Env: env}, sio)
 		}
-		command := &plumbv1.Command{Command: strings.Join(fs.Args(), " "), Cwd: *cwd, Env: env}
+		command := &plumbv1.Command{Command: line, Cwd: *cwd, Env: env}
 		if *timeout > 0 {
 			command.Timeout = durationpb.New(*timeout)
 		}

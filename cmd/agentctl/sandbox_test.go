@@ -41,8 +41,17 @@ func TestSandboxCommands(t *testing.T) {
 	if out, err = sh("ls", "--label", "owner=cli"); err != nil || !strings.Contains(out, id) || !strings.Contains(out, "RUNNING") {
 		t.Fatalf("ls = %q, %v", out, err)
 	}
-	if out, err = sh("exec", id, "--", "echo", "hi", "from", "$(id -u)"); err != nil || out != "hi from 1000\n" {
+	if out, err = sh("exec", id, "--", "echo hi from $(id -u)"); err != nil || out != "hi from 1000\n" {
 		t.Fatalf("exec = %q, %v", out, err)
+	}
+	// Several words are an argv, each passed as it is (issue 21 item 13):
+	// no word splitting, expansion or shell syntax in any of them.
+	argv := []string{"import sys; print(sys.version)", "it's", "$(id -u)", "a  b", ";", "*", ""}
+	if out, err = sh(append([]string{"exec", id, "--", "printf", "[%s]"}, argv...)...); err != nil || out != "[import sys; print(sys.version)][it's][$(id -u)][a  b][;][*][]" {
+		t.Fatalf("exec of an argv = %q, %v", out, err)
+	}
+	if out, err = sh("exec", "-i", id, "--", "sh", "-c", `echo "$1:$2"`, "sh", "x y", "it's"); err != nil || out != "x y:it's\n" {
+		t.Fatalf("exec -i of an argv = %q, %v", out, err)
 	}
 	_, err = sh("exec", id, "--", "exit 7")
 	var ee exitError

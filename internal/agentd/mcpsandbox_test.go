@@ -2,6 +2,7 @@ package agentd
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +23,10 @@ import (
 // first run its binary is not there yet: the server is unavailable and
 // the model is told why, and the run completes. Once the binary is in the
 // workspace, the next run lists its tools, calls them (the server sees the
-// sandbox's environment, not agentd's), and the server process is gone
-// from the box after the run.
+// sandbox's environment, not agentd's), a command run through execute
+// meanwhile cannot read the server's environment (it runs as a uid of its
+// own, issue 21 item 6), and the server process is gone from the box
+// after the run.
 func TestMCPStdioInSandbox(t *testing.T) {
 	sandboxtest.Docker(t)
 	bin := filepath.Join(t.TempDir(), "mcpserver")
@@ -40,7 +43,7 @@ func TestMCPStdioInSandbox(t *testing.T) {
 	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
 	s := startStack(t, w, `backends: {default: sandbox}
 mcp_servers:
-  box: {command: /bin/sh, args: [-c, "chmod +x /workspace/mcpserver && exec /workspace/mcpserver -mode serve"], env: {GREETING: from-config}}
+  box: {command: /bin/sh, args: [-c, "exec /workspace/mcpserver -mode serve"], env: {GREETING: from-config}}
 `)
 	s.model.Script("main",
 		modeltest.Calls(mcall("u1", "mcp__box__unavailable", `{}`)),
@@ -50,6 +53,7 @@ mcp_servers:
 			mcall("v1", "mcp__box__env", `{"name":"GREETING"}`),
 			mcall("v2", "mcp__box__env", `{"name":"TEST_MODEL_KEY"}`),
 			mcall("p1", "mcp__box__pid", `{}`),
+			mcall("x1", "execute", fmt.Sprintf(`{"command":%q}`, `cat /proc/[0-9]*/environ 2>/dev/null | tr '\000' '\n' | grep GREETING; echo checked`)),
 		),
 		modeltest.Text("done"),
 	)
@@ -67,12 +71,20 @@ mcp_servers:
 	if err != nil || up[0].Err != nil {
 		t.Fatalf("upload the MCP server: %v %v", up, err)
 	}
+	// Made executable by its owner, the sandbox user: the server runs as a
+	// uid of its own, which may write the file but not chmod it.
+	if res, err := b.Execute(context.Background(), backend.ExecuteRequest{Command: "chmod +x /workspace/mcpserver"}); err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("chmod the MCP server: %+v, %v", res, err)
+	}
 
 	_, results = s.mustRun(input(thread, "Again, now that it is there."))
 	wantResult(t, results, "e1", false, "hello from the box")
 	wantResult(t, results, "v1", false, "from-config")
 	if r := wantResult(t, results, "v2", false); strings.Contains(r.GetContent(), "test-key") {
 		t.Errorf("the server in the box sees agentd's environment: %q", r.GetContent())
+	}
+	if r := wantResult(t, results, "x1", false, "checked"); strings.Contains(r.GetContent(), "from-config") {
+		t.Errorf("a command read the MCP server's environment: %q", r.GetContent())
 	}
 	pid := strings.TrimSpace(wantResult(t, results, "p1", false).GetContent())
 	if pid == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // ProcessStarter starts long-lived interactive processes (an MCP stdio
@@ -26,6 +27,12 @@ type ProcessRequest struct {
 	// Env overrides the sandbox environment, with ExecuteRequest.Env's
 	// rules.
 	Env map[string]string `json:"env,omitempty"`
+	// Service runs the process as a service (an MCP server that may hold
+	// secrets in Env) rather than as a command: in a sandbox, as a uid of
+	// its own that the sandbox's commands cannot read, trace or signal
+	// (docs/security.md, Service processes). Backends without users
+	// ignore it.
+	Service bool `json:"service,omitempty"`
 }
 
 // Process is a running interactive process. Its methods are safe for
@@ -55,6 +62,10 @@ type ProcessExit struct {
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed it ("KILL"); "" when it exited.
 	Signal string `json:"signal,omitempty"`
+	// OOMKilled: the kernel's OOM killer ended it, because its sandbox
+	// ran out of memory (a SIGKILL while the sandbox's OOM kill count
+	// rose; known only where the box sees its memory cgroup).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Signals are the signal names Process.Signal accepts, with their numbers
@@ -108,4 +119,23 @@ func ProcessStarterOf(b Backend) ProcessStarter {
 		b = d.Default()
 	}
 	return nil
+}
+
+// ShellQuote quotes s as one word for /bin/sh: unchanged when it holds
+// only characters the shell takes literally, else in single quotes.
+func ShellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ShellJoin renders argv as one /bin/sh command line that runs exactly
+// argv: each argument quoted with ShellQuote.
+func ShellJoin(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = ShellQuote(a)
+	}
+	return strings.Join(parts, " ")
 }

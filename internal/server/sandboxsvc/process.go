@@ -31,7 +31,7 @@ func (s *Service) Process(stream plumbv1.SandboxService_ProcessServer) error {
 	if err != nil {
 		return s.fail("Process", err)
 	}
-	p, err := f.StartProcess(ctx, backend.ProcessRequest{Command: start.GetCommand(), Cwd: start.GetCwd(), Env: start.GetEnv()})
+	p, err := f.StartProcess(ctx, backend.ProcessRequest{Command: start.GetCommand(), Cwd: start.GetCwd(), Env: start.GetEnv(), Service: start.GetService()})
 	if err != nil {
 		return s.fail("Process", err)
 	}
@@ -128,5 +128,5 @@ func (s *Service) Process(stream plumbv1.SandboxService_ProcessServer) error {
 	if err != nil {
 		return s.fail("Process", err)
 	}
-	return send(&plumbv1.ProcessResponse{Kind: &plumbv1.ProcessResponse_Exit{Exit: &plumbv1.ProcessExit{ExitCode: int32(exit.ExitCode), Signal: exit.Signal}}})
+	return send(&plumbv1.ProcessResponse{Kind: &plumbv1.ProcessResponse_Exit{Exit: &plumbv1.ProcessExit{ExitCode: int32(exit.ExitCode), Signal: exit.Signal, OomKilled: exit.OOMKilled}}})
 }

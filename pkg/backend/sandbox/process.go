@@ -29,7 +29,7 @@ func (b *Backend) StartProcess(ctx context.Context, req backend.ProcessRequest) 
 	s, err := b.c.Process(pctx)
 	if err == nil {
 		err = s.Send(&plumbv1.ProcessRequest{Kind: &plumbv1.ProcessRequest_Start{Start: &plumbv1.ProcessStart{
-			SandboxId: b.id, Command: req.Command, Cwd: req.Cwd, Env: req.Env,
+			SandboxId: b.id, Command: req.Command, Cwd: req.Cwd, Env: req.Env, Service: req.Service,
 		}}})
 	}
 	var first *plumbv1.ProcessResponse
@@ -88,7 +88,7 @@ func (p *process) recv() {
 		case *plumbv1.ProcessResponse_Stderr:
 			p.stderr.Push(k.Stderr)
 		case *plumbv1.ProcessResponse_Exit:
-			p.exit = backend.ProcessExit{ExitCode: int(k.Exit.GetExitCode()), Signal: k.Exit.GetSignal()}
+			p.exit = backend.ProcessExit{ExitCode: int(k.Exit.GetExitCode()), Signal: k.Exit.GetSignal(), OOMKilled: k.Exit.GetOomKilled()}
 			exited = true
 		}
 	}

@@ -122,11 +122,11 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	case <-waited:
 	case <-timer.C:
 		timedOut = true
-		s.end(pgid, tag, lg)
+		s.end(pgid, tag, false, lg)
 		<-waited
 	case <-ctx.Done():
 		cancelled = true
-		s.end(pgid, tag, lg)
+		s.end(pgid, tag, false, lg)
 		<-waited
 	}
 
@@ -211,15 +211,18 @@ func (s *server) start(cmd *exec.Cmd, op string) *backend.Error {
 // carrying its tag now, and SIGKILL to all of them after
 // backend.KillGrace, or at once when Serve shuts down. The tag reaches
 // descendants that left the group (setsid, double forks); without a tag
-// (no sandbox user) only the group is reached. The escalation outlives the
+// (no sandbox user) only the group is reached. service says the command
+// is a service process (see signalling). The escalation outlives the
 // request if need be, but never Serve.
-func (s *server) end(pgid int, tag uint32, lg *zap.Logger) {
-	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		lg.Warn("SIGTERM process group", zap.Error(err))
-	}
-	if tag != 0 {
-		signalTagged(tag, syscall.SIGTERM)
-	}
+func (s *server) end(pgid int, tag uint32, service bool, lg *zap.Logger) {
+	s.signalling(service, func() {
+		if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			lg.Warn("SIGTERM process group", zap.Error(err))
+		}
+		if tag != 0 {
+			signalTagged(tag, syscall.SIGTERM)
+		}
+	})
 	s.wg.Add(1) // the calling request holds a count
 	go func() {
 		defer s.wg.Done()
@@ -229,13 +232,31 @@ func (s *server) end(pgid int, tag uint32, lg *zap.Logger) {
 		case <-t.C:
 		case <-s.shutdown:
 		}
-		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			lg.Warn("SIGKILL process group", zap.Error(err))
-		}
-		if tag != 0 && !killTagged(tag) {
-			lg.Warn("processes of a command survived SIGKILL", zap.Uint32("tag", tag))
-		}
+		s.signalling(service, func() {
+			if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				lg.Warn("SIGKILL process group", zap.Error(err))
+			}
+			if tag != 0 && !killTagged(tag) {
+				lg.Warn("processes of a command survived SIGKILL", zap.Uint32("tag", tag))
+			}
+		})
 	}()
+}
+
+// signalling runs send, which signals processes, with the rights it needs:
+// as it is, except for a service (a uid of its own) where the agent runs
+// with the sandbox user's effective ids (gVisor), whose signals only reach
+// that user's processes; send then runs on a thread raised back to root,
+// where CAP_KILL applies.
+func (s *server) signalling(service bool, send func()) {
+	if !service || !s.raise {
+		send()
+		return
+	}
+	if err := spawnAsRoot(*s.as, func() error { send(); return nil }); err != nil {
+		s.lg.Warn("cannot raise a thread to signal a service process; signalling as the sandbox user", zap.Error(err))
+		send()
+	}
 }
 
 // exitCode is the shell's status, or 128+n when signal n killed it; nil

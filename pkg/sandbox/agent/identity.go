@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"syscall"
@@ -22,6 +24,46 @@ func (u User) credential(tag uint32) *syscall.Credential {
 		groups = append(groups, tag)
 	}
 	return &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: groups}
+}
+
+// serviceCredential is the identity of a service process (an MCP server
+// that may hold secrets) started as u with tag: the tag is its uid as well
+// as its group, so no command and no other service shares its uid (the
+// kernel then refuses them its environ, memory, ptrace and signals), and
+// its gid is u's, through which it shares the workspace with commands
+// (the agent's umask 002 makes what either creates group-writable).
+func (u User) serviceCredential(tag uint32) *syscall.Credential {
+	return &syscall.Credential{Uid: tag, Gid: u.GID, Groups: []uint32{tag}}
+}
+
+// shareWorkspace makes the workspace directory group-writable (it must be
+// u's own: the agent acts on it with u's file identity), so that service
+// processes, which share only u's group, can create files in it. It is
+// called once the agent acts as u; an error changes nothing.
+func shareWorkspace(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if mode := st.Mode().Perm(); mode&0o070 != 0o070 {
+		return os.Chmod(dir, mode|0o070)
+	}
+	return nil
+}
+
+// environReadable reports whether the agent, acting as the sandbox user,
+// can read PID 1's environment (init: root, another uid). Under Linux the
+// ptrace access check refuses it; gVisor's procfs (20221219) serves any
+// process's environ to everyone, and there a service's secrets would be
+// readable by commands.
+func environReadable() bool {
+	f, err := os.Open("/proc/1/environ")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	_, err = f.Read(make([]byte, 1))
+	return err == nil || errors.Is(err, io.EOF)
 }
 
 // setDumpable sets PR_SET_DUMPABLE: a non-dumpable process's /proc files

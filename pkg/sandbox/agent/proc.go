@@ -22,9 +22,10 @@ const procWriteTimeout = 30 * time.Second
 // proc is one interactive process, named by the id of its proc_start
 // request.
 type proc struct {
-	pgid  int
-	tag   uint32
-	stdin *os.File // nil once closed
+	pgid    int
+	tag     uint32
+	service bool     // runs as a uid of its own (serviceCredential)
+	stdin   *os.File // nil once closed
 
 	wmu sync.Mutex // one stdin write at a time
 
@@ -77,6 +78,10 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
+	if a.Service && len(a.Env) > 0 && s.environExposed {
+		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeUnsupported, "",
+			"process: this sandbox's kernel (gVisor) lets every process read any process's environment, so the service's env would reach the sandbox's commands; run services that take env (MCP servers with secrets) in a runc sandbox"))
+	}
 	pl, err := s.plan(backend.ExecuteRequest{Command: a.Command, Cwd: a.Cwd, Env: a.Env})
 	if err != nil {
 		return agentproto.Failure(req.ID, backend.FromOS("process", "", err))
@@ -121,8 +126,15 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	}
 	if s.as != nil {
 		p.tag = s.newTag()
+		p.service = a.Service
 	}
+	ooms, oomsKnown := oomKills()
 	cmd := s.command(pl, outW, p.tag)
+	if p.service {
+		// A service (its env may hold secrets) runs as a uid of its own,
+		// out of reach of the commands (docs/security.md).
+		cmd.SysProcAttr.Credential = s.as.serviceCredential(p.tag)
+	}
 	cmd.Stdin, cmd.Stderr = inR, errW
 	serr := s.start(cmd, "process")
 	closeAll(inR, outW, errW) // the child's ends: the child holds them now
@@ -156,7 +168,7 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	case <-waited:
 	case <-ctx.Done():
 		cancelled = true
-		s.end(p.pgid, p.tag, lg)
+		s.end(p.pgid, p.tag, p.service, lg)
 		<-waited
 	}
 	p.closeStdin()
@@ -187,6 +199,10 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		exit.Signal = backend.SignalName(int(ws.Signal()))
+		if ws.Signal() == syscall.SIGKILL && oomsKnown {
+			now, ok := oomKills()
+			exit.OOMKilled = ok && now > ooms
+		}
 	}
 	return agentproto.Result(req.ID, exit)
 }
@@ -293,10 +309,12 @@ func (s *server) procSignal(req agentproto.Request) agentproto.Response {
 		return agentproto.Failure(req.ID, e)
 	}
 	sig := syscall.Signal(backend.Signals[a.Signal])
-	_ = syscall.Kill(-p.pgid, sig)
-	if p.tag != 0 {
-		signalTagged(p.tag, sig)
-	}
+	s.signalling(p.service, func() {
+		_ = syscall.Kill(-p.pgid, sig)
+		if p.tag != 0 {
+			signalTagged(p.tag, sig)
+		}
+	})
 	return agentproto.Result(req.ID, struct{}{})
 }
 

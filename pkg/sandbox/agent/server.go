@@ -101,6 +101,11 @@ type server struct {
 	// raise: the agent's effective ids are as's, and a command is
 	// started from a thread raised back to root (spawnAsRoot).
 	raise bool
+	// environExposed: the kernel lets the sandbox user read the
+	// environment of a process of another uid (gVisor's procfs), so a
+	// service's environment would not be out of commands' reach and a
+	// service with one is refused (see environReadable).
+	environExposed bool
 
 	// stop cancels every request and ends Serve (write failures use it).
 	stop context.CancelCauseFunc
@@ -181,6 +186,15 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 			as = cfg.User
 		}
 	}
+	if as != nil {
+		// Commands, services and file operations share the workspace
+		// through the sandbox group: what any of them creates is
+		// group-writable (children inherit the umask).
+		syscall.Umask(0o002)
+		if err := shareWorkspace(cfg.Workspace); err != nil {
+			cfg.Logger.Warn("the workspace stays closed to service processes", zap.String("workspace", cfg.Workspace), zap.Error(err))
+		}
+	}
 	root, err := os.OpenRoot(cfg.Root)
 	if err != nil {
 		return fmt.Errorf("sandbox agent: open root %s: %w", cfg.Root, err)
@@ -190,21 +204,22 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s := &server{
-		cfg:       cfg,
-		lg:        cfg.Logger.Named("sandbox-agent"),
-		w:         agentproto.NewWriter(out),
-		root:      root,
-		as:        as,
-		raise:     raise,
-		stop:      stop,
-		shutdown:  make(chan struct{}),
-		inflight:  map[uint64]context.CancelFunc{},
-		uploads:   map[string]*fileops.TempFile{},
-		downloads: map[string]*fileops.DownloadFile{},
-		procs:     map[uint64]*proc{},
-		lastTag:   firstTag(),
-		in:        in,
-		out:       out,
+		cfg:            cfg,
+		lg:             cfg.Logger.Named("sandbox-agent"),
+		w:              agentproto.NewWriter(out),
+		root:           root,
+		as:             as,
+		raise:          raise,
+		environExposed: as != nil && environReadable(),
+		stop:           stop,
+		shutdown:       make(chan struct{}),
+		inflight:       map[uint64]context.CancelFunc{},
+		uploads:        map[string]*fileops.TempFile{},
+		downloads:      map[string]*fileops.DownloadFile{},
+		procs:          map[uint64]*proc{},
+		lastTag:        firstTag(),
+		in:             in,
+		out:            out,
 	}
 
 	loopDone := make(chan error, 1)

@@ -78,7 +78,9 @@ const (
 	// started event once the process runs, stdout and stderr events with
 	// the output as payload, and a final backend.ProcessExit once the
 	// process has exited and its output is delivered. Cancelling it kills
-	// the process and every descendant.
+	// the process and every descendant. A request with service set runs
+	// its process as a uid of its own instead of the sandbox user (its
+	// tag; docs/security.md, Service processes).
 	OpProcStart  Op = "proc_start"  // backend.ProcessRequest → backend.ProcessExit (+ events)
 	OpProcWrite  Op = "proc_write"  // ProcWriteArgs + payload → empty result
 	OpProcSignal Op = "proc_signal" // ProcSignalArgs → empty result

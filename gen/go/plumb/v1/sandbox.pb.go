@@ -3694,7 +3694,12 @@ type ProcessStart struct {
 	// Working directory (a virtual path); empty means the workspace.
 	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// Environment overrides, with Command.env's rules.
-	Env           map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Run as a service (a stdio MCP server given secrets): as a uid of its
+	// own instead of the sandbox user, sharing the workspace through the
+	// sandbox group, so that commands cannot read its environment or memory,
+	// trace it or signal it (docs/security.md, Service processes).
+	Service       bool `protobuf:"varint,5,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3755,6 +3760,13 @@ func (x *ProcessStart) GetEnv() map[string]string {
 		return x.Env
 	}
 	return nil
+}
+
+func (x *ProcessStart) GetService() bool {
+	if x != nil {
+		return x.Service
+	}
+	return false
 }
 
 // ProcessResponse is one message from the server of a Process stream.
@@ -3921,7 +3933,11 @@ type ProcessExit struct {
 	// Exit status, or 128+n when signal n killed it.
 	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	// The signal that killed it ("KILL"), empty when it exited.
-	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	Signal string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// The kernel's OOM killer ended it: its sandbox ran out of memory (a
+	// SIGKILL while the sandbox's OOM kill count rose; false where the
+	// sandbox cannot see its memory cgroup, e.g. under gVisor).
+	OomKilled     bool `protobuf:"varint,3,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3968,6 +3984,13 @@ func (x *ProcessExit) GetSignal() string {
 		return x.Signal
 	}
 	return ""
+}
+
+func (x *ProcessExit) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
 }
 
 var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4253,13 +4276,14 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
 	"closeStdin\x12\x18\n" +
 	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\x06\n" +
-	"\x04kind\"\xc4\x01\n" +
+	"\x04kind\"\xde\x01\n" +
 	"\fProcessStart\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x121\n" +
-	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x12\x18\n" +
+	"\aservice\x18\x05 \x01(\bR\aservice\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +
@@ -4269,10 +4293,12 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12+\n" +
 	"\x04exit\x18\x04 \x01(\v2\x15.plumb.v1.ProcessExitH\x00R\x04exitB\x06\n" +
 	"\x04kind\"\x10\n" +
-	"\x0eProcessStarted\"B\n" +
+	"\x0eProcessStarted\"a\n" +
 	"\vProcessExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
-	"\x06signal\x18\x02 \x01(\tR\x06signal*\x9a\x01\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\x03 \x01(\bR\toomKilled*\x9a\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +

@@ -188,7 +188,7 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 		if ps == nil {
 			return nil, ErrNoProcesses
 		}
-		proc, err := ps.StartProcess(ctx, backend.ProcessRequest{Command: s.srv.shellCommand(), Cwd: s.srv.Cwd, Env: s.srv.Env})
+		proc, err := ps.StartProcess(ctx, backend.ProcessRequest{Command: s.srv.shellCommand(), Cwd: s.srv.Cwd, Env: s.srv.Env, Service: true})
 		if err != nil {
 			return nil, fmt.Errorf("MCP server %s could not be started: %w", s.srv.Name, err)
 		}

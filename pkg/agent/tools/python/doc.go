@@ -5,9 +5,12 @@
 // The interpreter is `python3 -u -c <driver>` started through
 // backend.ProcessStarter. The driver (driver.py) reads one JSON request
 // per line on stdin and answers one JSON line on stdout, prefixed with a
-// random per-interpreter nonce that it receives on stdin and keeps out of
-// the user's namespace, so that output of the user's code cannot pass for
-// an answer. The user's sys.stdout and sys.stderr are bounded buffers in
+// random nonce of that call, sent with it: output and earlier calls' code
+// cannot pass for a later call's answer, and the Go side takes exactly one
+// answer and one end mark per call, for the call in flight; anything else
+// under the call's nonce is tampering and restarts the interpreter
+// (docs/security.md, The python tool). The user's sys.stdout and
+// sys.stderr are bounded buffers in
 // the driver; what subprocesses write to the file descriptors directly is
 // captured on the Go side. A call returns stdout, stderr and the repr of
 // the last statement when it is an expression.

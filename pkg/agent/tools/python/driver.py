@@ -1,16 +1,18 @@
 # The python tool's interpreter driver, run as python3 -u -c <this> <limit>.
 #
 # Protocol (all lines UTF-8, one JSON value each):
-#   stdin, first line:   the session nonce (read unbuffered, never stored
-#                        where user code looks: it lives in this function's
-#                        closure only)
-#   stdin, then:         {"id": <int>, "code": <str>} per call
-#   stdout (fd 1 dup):   <nonce> {"id": 0, "ready": true, "python": <str>}
-#                        <nonce> {"id": <int>, "stdout": <str>, "stderr": <str>,
-#                                 "value": <str|null>, "error": <bool>}
-#   stderr (fd 2 dup):   <nonce> end <id>   (after everything the call wrote)
-# Anything else on fd 1 or fd 2 is raw output of the process (subprocesses,
-# C code); the Go side attributes it to the call in flight.
+#   stdin, first line:   the start nonce (for the ready answer only)
+#   stdin, then:         {"id": <int>, "nonce": <str>, "code": <str>} per call
+#   stdout (fd 1 dup):   <start nonce> {"id": 0, "ready": true, "python": <str>}
+#                        <call nonce> {"id": <int>, "stdout": <str>, "stderr": <str>,
+#                                      "value": <str|null>, "error": <bool>}
+#   stderr (fd 2 dup):   <call nonce> end <id>   (after everything the call wrote)
+# Each call has a fresh nonce, sent with it: the call's own code may find it
+# (and so lie about its own result), but no nonce is ever valid for a later
+# call, and the Go side takes exactly one answer and one end mark per call,
+# for that call only (anything else is tampering: the interpreter is
+# restarted). Anything else on fd 1 or fd 2 is raw output of the process
+# (subprocesses, C code); the Go side attributes it to the call in flight.
 def _plumb_driver():
     import ast, builtins, collections, io, json, linecache, os, sys, threading, traceback, types
 
@@ -42,13 +44,17 @@ def _plumb_driver():
     except Exception:
         pass
 
+    # What the driver calls once user code has run is bound here, before
+    # any has: patching os.write or json.dumps cannot hook the answers.
+    os_write, dumps, loads = os.write, json.dumps, json.loads
+
     def write_all(fd, data):
         while data:
-            n = os.write(fd, data)
+            n = os_write(fd, data)
             data = data[n:]
 
-    def answer(obj):
-        write_all(out_fd, (nonce + " " + json.dumps(obj) + "\n").encode("utf-8"))
+    def answer(nonce, obj):
+        write_all(out_fd, (nonce + " " + dumps(obj) + "\n").encode("utf-8"))
 
     def bounded(text):
         if len(text) <= limit:
@@ -141,7 +147,7 @@ def _plumb_driver():
         except BaseException as e:
             return "<repr() failed: %s: %s>" % (type(e).__name__, e)
 
-    def run(cid, code):
+    def run(cid, nonce, code):
         fname = "<python-%d>" % cid
         linecache.cache[fname] = (len(code), None, code.splitlines(True), fname)
         value, error = None, False
@@ -175,20 +181,23 @@ def _plumb_driver():
         # The end mark follows everything written to fd 2 so far; the Go
         # side answers once it has seen both the mark and the result.
         write_all(err_fd, ("%s end %d\n" % (nonce, cid)).encode("ascii"))
-        answer({"id": cid, "stdout": stdout.take(), "stderr": stderr.take(), "value": value, "error": error})
+        answer(nonce, {"id": cid, "stdout": stdout.take(), "stderr": stderr.take(), "value": value, "error": error})
 
-    answer({"id": 0, "ready": True, "python": sys.version.split()[0]})
+    answer(nonce, {"id": 0, "ready": True, "python": sys.version.split()[0]})
+    del nonce  # the start nonce is never valid again
     while True:
         line = requests.readline()
         if not line:
             break
         try:
-            req = json.loads(line.decode("utf-8"))
-            cid, code = int(req["id"]), str(req["code"])
+            req = loads(line.decode("utf-8"))
+            cid, cnonce, code = int(req["id"]), str(req["nonce"]), str(req["code"])
         except Exception as e:
             write_all(err_fd, ("python driver: bad request: %r\n" % (e,)).encode("utf-8"))
             continue
-        run(cid, code)
+        del line, req
+        run(cid, cnonce, code)
+        del cnonce, code
     os._exit(0)
 
 

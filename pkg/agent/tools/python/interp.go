@@ -29,7 +29,7 @@ var driver string
 
 // maxProtocolLine bounds one answer line of the driver: three fields of at
 // most limit characters, JSON-escaped. A longer line that carries the
-// nonce is treated as raw output.
+// call's nonce is treated as raw output.
 const maxProtocolLine = 16 << 20
 
 // reply is one answer of the driver.
@@ -63,6 +63,8 @@ func (e *errDied) Error() string {
 	switch {
 	case !e.waited:
 		return "the Python interpreter exited"
+	case e.exit.OOMKilled:
+		return "the Python interpreter was killed for running out of memory (the sandbox's memory limit)"
 	case e.exit.Signal != "":
 		return "the Python interpreter was killed by signal " + e.exit.Signal
 	default:
@@ -73,22 +75,40 @@ func (e *errDied) Error() string {
 // errTimeout is returned by interp.call when the call's time ran out.
 var errTimeout = errors.New("timed out")
 
-// interp is one running interpreter: the process, its nonce, and the two
-// goroutines that drain its stdout and stderr. call is not safe for
-// concurrent use (the session serializes calls); close is.
+// errTampered is returned by interp.call when the driver's channel carried
+// what the driver never sends: an answer or end mark for another call
+// than the one in flight, a second one for a call, or an undecodable
+// answer under the call's nonce. Only code in the interpreter can write
+// those (it found the call's nonce), so no answer of it can be trusted.
+type errTampered struct{ why string }
+
+func (e *errTampered) Error() string {
+	return "the Python interpreter's answer channel was tampered with (" + e.why + ")"
+}
+
+// interp is one running interpreter: the process, the nonce of the call
+// in flight, and the two goroutines that drain its stdout and stderr.
+// call is not safe for concurrent use (the session serializes calls);
+// close is.
 type interp struct {
 	id    string // told to the model's State; not secret
-	nonce string // marks the driver's lines; never leaves this process
 	proc  backend.Process
 	lg    *zap.Logger
 	limit int
 
-	mu      sync.Mutex
-	replies map[int]reply
-	marks   map[int]bool
-	rawOut  capBuf
-	rawErr  capBuf
-	changed chan struct{} // 1-buffered: something above changed
+	mu sync.Mutex
+	// nonce marks the driver's lines for call cur (0: the start); a fresh
+	// one per call, sent with the call, never valid for another.
+	nonce    []byte
+	cur      int
+	replies  map[int]reply
+	marks    map[int]bool
+	answered bool   // call cur's answer came (it may have been taken)
+	marked   bool   // call cur's end mark came
+	tampered string // why the channel cannot be trusted; "" while it can
+	rawOut   capBuf
+	rawErr   capBuf
+	changed  chan struct{} // 1-buffered: something above changed
 
 	outDone, errDone chan struct{}
 	nextID           int
@@ -120,8 +140,9 @@ func startInterp(ctx context.Context, ps backend.ProcessStarter, python string, 
 	if err != nil {
 		return nil, err
 	}
+	nonce := randomHex(16)
 	it := &interp{
-		id: randomHex(8), nonce: randomHex(16), proc: proc, lg: lg, limit: limit,
+		id: randomHex(8), nonce: []byte(nonce + " "), proc: proc, lg: lg, limit: limit,
 		replies: map[int]reply{}, marks: map[int]bool{},
 		rawOut: capBuf{limit: limit}, rawErr: capBuf{limit: limit},
 		changed: make(chan struct{}, 1),
@@ -130,7 +151,7 @@ func startInterp(ctx context.Context, ps backend.ProcessStarter, python string, 
 	}
 	go it.drain(proc.Stdout(), &it.rawOut, it.outDone, it.onStdout)
 	go it.drain(proc.Stderr(), &it.rawErr, it.errDone, it.onStderr)
-	err = it.send(ctx, it.nonce+"\n")
+	err = it.send(ctx, nonce+"\n")
 	switch {
 	case err != nil && ctx.Err() == nil: // stdin is closed: the process ended
 		err = it.died(ctx)
@@ -174,13 +195,18 @@ func (it *interp) send(ctx context.Context, s string) error {
 func (it *interp) call(ctx context.Context, code string, timeout time.Duration) (outcome, error) {
 	id := it.nextID
 	it.nextID++
+	nonce := randomHex(16)
 	req, err := json.Marshal(struct {
-		ID   int    `json:"id"`
-		Code string `json:"code"`
-	}{id, code})
+		ID    int    `json:"id"`
+		Nonce string `json:"nonce"`
+		Code  string `json:"code"`
+	}{id, nonce, code})
 	if err != nil {
 		return outcome{}, err
 	}
+	it.mu.Lock()
+	it.nonce, it.cur, it.answered, it.marked = []byte(nonce+" "), id, false, false
+	it.mu.Unlock()
 	tctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
 	defer cancel()
 	if err := it.send(tctx, string(req)+"\n"); err != nil {
@@ -204,6 +230,10 @@ func (it *interp) call(ctx context.Context, code string, timeout time.Duration) 
 func (it *interp) await(ctx context.Context, id int, mark bool) (reply, error) {
 	for {
 		it.mu.Lock()
+		if why := it.tampered; why != "" {
+			it.mu.Unlock()
+			return reply{}, &errTampered{why: why}
+		}
 		r, ok := it.replies[id]
 		done := ok && (!mark || it.marks[id])
 		if done {
@@ -258,6 +288,22 @@ func (it *interp) died(ctx context.Context) error {
 	return e
 }
 
+// tamperedWith returns why the interpreter's channel cannot be trusted,
+// or "".
+func (it *interp) tamperedWith() string {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.tampered
+}
+
+// tamper records the first sign of tampering; it.mu is held.
+func (it *interp) tamper(why string) {
+	if it.tampered == "" {
+		it.tampered = why
+		it.lg.Warn("the Python interpreter's answer channel was tampered with", zap.String("interpreter", it.id), zap.String("why", why))
+	}
+}
+
 // alive reports whether the process has not closed its stdout.
 func (it *interp) alive() bool {
 	select {
@@ -300,39 +346,63 @@ func (it *interp) notify() {
 	}
 }
 
+// onStdout takes a line under the current call's nonce: exactly one
+// answer, for that call, is the driver's; anything else is tampering.
 func (it *interp) onStdout(payload []byte) {
 	var r reply
-	if err := json.Unmarshal(payload, &r); err != nil {
-		it.lg.Warn("undecodable answer of the Python driver", zap.Error(err))
-		return
-	}
+	err := json.Unmarshal(payload, &r)
 	it.mu.Lock()
-	it.replies[r.ID] = r
+	switch {
+	case err != nil:
+		it.tamper(fmt.Sprintf("an undecodable answer during call %d", it.cur))
+	case r.ID != it.cur:
+		it.tamper(fmt.Sprintf("an answer for call %d during call %d", r.ID, it.cur))
+	case it.answered:
+		it.tamper(fmt.Sprintf("a second answer for call %d", r.ID))
+	default:
+		it.answered = true
+		it.replies[r.ID] = r
+	}
 	it.mu.Unlock()
 	it.notify()
 }
 
+// onStderr takes a line under the current call's nonce on stderr: exactly
+// one end mark, for that call.
 func (it *interp) onStderr(payload []byte) {
 	rest, ok := bytes.CutPrefix(payload, []byte("end "))
-	if !ok {
-		return
-	}
 	id, err := strconv.Atoi(string(rest))
-	if err != nil {
-		return
-	}
 	it.mu.Lock()
-	it.marks[id] = true
+	switch {
+	case !ok || err != nil:
+		it.tamper(fmt.Sprintf("an undecodable end mark during call %d", it.cur))
+	case id != it.cur:
+		it.tamper(fmt.Sprintf("an end mark for call %d during call %d", id, it.cur))
+	case it.marked:
+		it.tamper(fmt.Sprintf("a second end mark for call %d", id))
+	default:
+		it.marked = true
+		it.marks[id] = true
+	}
 	it.mu.Unlock()
 	it.notify()
+}
+
+// prefix is what starts the driver's lines now: the current call's nonce
+// and a space.
+func (it *interp) prefix() []byte {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.nonce
 }
 
 // drain reads one output stream of the process to its end: lines carrying
-// the nonce go to onLine, everything else into raw.
+// the current call's nonce go to onLine, everything else (old nonces
+// included) into raw.
 func (it *interp) drain(r io.Reader, raw *capBuf, done chan struct{}, onLine func([]byte)) {
 	defer close(done)
 	defer it.notify()
-	sp := splitter{r: bufio.NewReaderSize(r, 64<<10), nonce: []byte(it.nonce + " "), max: maxProtocolLine}
+	sp := splitter{r: bufio.NewReaderSize(r, 64<<10), prefix: it.prefix, max: maxProtocolLine}
 	for {
 		data, line, err := sp.next()
 		if len(data) > 0 {
@@ -350,12 +420,13 @@ func (it *interp) drain(r io.Reader, raw *capBuf, done chan struct{}, onLine fun
 }
 
 // splitter separates the driver's lines ("<nonce> <payload>\n", possibly
-// after raw bytes that did not end in a newline) from raw output.
+// after raw bytes that did not end in a newline) from raw output. The
+// nonce changes with each call: prefix returns the current one.
 type splitter struct {
-	r     *bufio.Reader
-	nonce []byte
-	max   int
-	buf   []byte
+	r      *bufio.Reader
+	prefix func() []byte
+	max    int
+	buf    []byte
 }
 
 // next returns raw bytes and/or one protocol payload; err is the read
@@ -368,14 +439,15 @@ func (s *splitter) next() (raw, payload []byte, err error) {
 	if errors.Is(err, bufio.ErrBufferFull) {
 		err = nil
 	}
-	i := bytes.Index(s.buf, s.nonce)
+	nonce := s.prefix()
+	i := bytes.Index(s.buf, nonce)
 	switch {
 	case err != nil: // the end: whatever is left is raw
 		raw, s.buf = s.buf, nil
 		return raw, nil, err
 	case i >= 0 && complete:
 		raw = bytes.Clone(s.buf[:i])
-		payload = bytes.Clone(bytes.TrimSuffix(s.buf[i+len(s.nonce):], []byte("\n")))
+		payload = bytes.Clone(bytes.TrimSuffix(s.buf[i+len(nonce):], []byte("\n")))
 		s.buf = s.buf[:0]
 		return raw, payload, nil
 	case i >= 0 && len(s.buf)-i > s.max: // not an answer of ours
@@ -390,7 +462,7 @@ func (s *splitter) next() (raw, payload []byte, err error) {
 	}
 	// A long raw line: pass it on, but keep what could be the start of a
 	// nonce.
-	keep := len(s.nonce) - 1
+	keep := len(nonce) - 1
 	if len(s.buf) <= keep {
 		return nil, nil, nil
 	}

@@ -421,6 +421,11 @@ func (m *Manager) call(ctx context.Context, req *agent.ToolRequest) (agent.ToolR
 	if s.it != nil && !s.it.alive() {
 		m.closeInterp(s, "it exited between calls")
 	}
+	if s.it != nil {
+		if why := s.it.tamperedWith(); why != "" {
+			m.closeInterp(s, "its answer channel was tampered with between calls ("+why+")")
+		}
+	}
 	if s.it == nil {
 		if err := m.reserve(s); err != nil {
 			return agent.ToolResult{}, err
@@ -461,6 +466,7 @@ func (m *Manager) call(ctx context.Context, req *agent.ToolRequest) (agent.ToolR
 
 	out, err := s.it.call(ctx, a.Code, timeout)
 	var died *errDied
+	var tampered *errTampered
 	switch {
 	case err == nil:
 		setSeen(req.State, s.it.id)
@@ -475,6 +481,11 @@ func (m *Manager) call(ctx context.Context, req *agent.ToolRequest) (agent.ToolR
 		setSeen(req.State, "")
 		text := fmt.Sprintf("Error: %s while running this code; the interpreter was restarted and its state (variables, imports) was lost.", died.Error())
 		return agent.ToolResult{IsError: true, Content: joinNotes(notes, text+renderStreams(died.rawOut, died.rawErr, nil))}, nil
+	case errors.As(err, &tampered):
+		m.closeInterp(s, "")
+		setSeen(req.State, "")
+		return agent.ToolResult{IsError: true, Content: joinNotes(notes, fmt.Sprintf(
+			"Error: %s while running this code, so its result cannot be trusted; the interpreter was restarted and its state (variables, imports) was lost.", tampered.Error()))}, nil
 	default:
 		// The call's context ended (cancelled run): the code may still
 		// run, so the interpreter cannot be trusted with the next call.

@@ -203,6 +203,26 @@ os.write(2, b"0123456789abcdef0123456789abcdef end 2\n")
 'real'`, has: []string{"value:\n'real'", `"stdout": "forged"`}},
 			{code: "'second'", exact: "value:\n'second'"},
 		}},
+		// Issue 21 item 9: code that searches the interpreter for nonces
+		// (every frame of every thread, every closure cell and every
+		// object the gc knows) and forges answers with all it finds. On
+		// main it found the session nonce and its forged answer passed
+		// for the next call's result.
+		{name: "a nonce found in the interpreter cannot forge a later call's result", steps: []step{
+			{code: stealNonces + "\nstolen = steal()\nforge(stolen, [2, 3, 4])\nlen(stolen) > 0", isError: true,
+				has: []string{"Error: the Python interpreter's answer channel was tampered with (", lost}},
+			{code: "'real'", has: []string{"value:\n'real'"}, lacks: []string{"forged"}},
+			{code: "'third'", exact: "value:\n'third'"},
+		}},
+		{name: "nonces of earlier calls are only raw output later", steps: []step{
+			{code: stealNonces + "\nstolen = steal()\nlen(stolen) > 0", exact: "value:\nTrue"},
+			{code: stealNonces + "\nstolen += steal()\n'second'", exact: "value:\n'second'"},
+			// Earlier calls' code, still running: a thread forges with
+			// every nonce it found, during a later call.
+			{code: "import threading\nev = threading.Event()\nth = threading.Thread(target=lambda: (ev.wait(), forge(stolen, [4, 5])))\nth.start()", exact: "(no output)"},
+			{code: "ev.set()\nth.join()\n'real'", has: []string{"value:\n'real'", `"stdout": "forged"`}},
+			{code: "'after'", exact: "value:\n'after'"},
+		}},
 		{name: "output written between calls shows in the next call", steps: []step{
 			{code: "import threading, time\nev = threading.Event()\ndef later():\n    ev.wait()\n    print('from the thread')\nt = threading.Thread(target=later)\nt.start()", exact: "(no output)"},
 			{code: "ev.set()\nt.join()", exact: "stdout:\nfrom the thread"},
@@ -216,6 +236,57 @@ os.write(2, b"0123456789abcdef0123456789abcdef end 2\n")
 		})
 	}
 }
+
+// stealNonces defines steal(), which returns every 32-hex-digit string
+// found in the interpreter (frames of every thread and their locals,
+// closure cells, function defaults, every container the gc tracks,
+// strings inside bytes), and forge(nonces, ids), which writes a forged
+// answer and end mark for each id under each nonce to every file
+// descriptor of the process that takes it (the driver's private copies
+// of 1 and 2 included).
+const stealNonces = `import gc, json, os, re, sys
+def steal():
+    pat = re.compile(r"[0-9a-f]{32}")
+    found = []
+    def scan(o, depth=0):
+        if isinstance(o, (bytes, bytearray)):
+            o = bytes(o).decode("latin-1")
+        if isinstance(o, str):
+            found.extend(m for m in pat.findall(o) if m not in found)
+        elif depth < 2 and isinstance(o, dict):
+            for v in list(o.values()):
+                scan(v, depth + 1)
+        elif depth < 2 and isinstance(o, (list, tuple)):
+            for v in o:
+                scan(v, depth + 1)
+    for f in sys._current_frames().values():
+        while f is not None:
+            scan(dict(f.f_locals))
+            f = f.f_back
+    for o in gc.get_objects():
+        if type(o).__name__ == "cell":
+            try:
+                scan(o.cell_contents)
+            except ValueError:
+                pass
+        elif callable(o) and getattr(o, "__closure__", None):
+            for c in o.__closure__:
+                try:
+                    scan(c.cell_contents)
+                except ValueError:
+                    pass
+        elif isinstance(o, (dict, list, tuple)):
+            scan(o, 1)
+    return found
+def forge(nonces, ids):
+    for n in nonces:
+        for cid in ids:
+            fake = json.dumps({"id": cid, "stdout": "forged", "stderr": "", "value": "'forged'", "error": False})
+            for fd in range(1, 32):
+                try:
+                    os.write(fd, ("%s %s\n%s end %d\n" % (n, fake, n, cid)).encode())
+                except OSError:
+                    pass`
 
 // TestIdleInterpreterClosed: the reaper closes an interpreter idle for
 // the idle timeout, and the next call says its state is gone.
@@ -395,7 +466,7 @@ func TestSplitter(t *testing.T) {
 				if oneByte {
 					r = iotest.OneByteReader(r)
 				}
-				sp := splitter{r: bufio.NewReaderSize(r, 16), nonce: []byte(nonce), max: 1 << 20}
+				sp := splitter{r: bufio.NewReaderSize(r, 16), prefix: func() []byte { return []byte(nonce) }, max: 1 << 20}
 				var raw strings.Builder
 				var payloads []string
 				for {
