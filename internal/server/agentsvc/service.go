@@ -177,6 +177,14 @@ type Service struct {
 	wg      sync.WaitGroup // run goroutines
 	// stopTakeover ends the takeover loop (a no-op without one).
 	stopTakeover func()
+	// handOff is closed when Shutdown starts, with leases: runs stop at
+	// their next checkpoint and are handed to other replicas.
+	handOff     chan struct{}
+	handOffOnce sync.Once
+	// hardStop is cancelled, with cause agent.ErrHandedOff, when the
+	// shutdown grace is over: runs with leases stop at once.
+	hardStop    context.Context
+	stopHardNow context.CancelCauseFunc
 }
 
 var _ plumbv1.AgentServiceServer = (*Service)(nil)
@@ -226,26 +234,52 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	s.reg = runs.New(runs.Options{
 		MaxRuns: cfg.MaxConcurrentRuns, Retention: cfg.ReplayRetention, MaxEvents: cfg.ReplayMaxEvents,
-		MaxBytes: cfg.ReplayMaxBytes, Now: s.clock.Now,
+		MaxBytes: cfg.ReplayMaxBytes, Now: s.clock.Now, Replicated: cfg.Leases != nil,
 	})
+	s.handOff = make(chan struct{})
+	s.hardStop, s.stopHardNow = context.WithCancelCause(context.Background())
 	s.stopTakeover = func() {}
 	s.startTakeover()
 	return s, nil
 }
 
 // Shutdown stops accepting runs (Run and Resume answer UNAVAILABLE) and
-// waits for the active ones to end. When ctx ends first it cancels them
+// waits for the active ones to end. cmd/agentd calls it on SIGTERM with a
+// server.shutdown_grace deadline, before stopping the gRPC server.
+//
+// Without leases (one replica), when ctx ends first it cancels the runs
 // (each then ends with run_finished{CANCELLED} within the runtime's
-// cancel grace), waits for them and returns ctx's error. cmd/agentd calls
-// it on SIGTERM with a server.shutdown_grace deadline, before stopping
-// the gRPC server.
+// cancel grace), waits for them and returns ctx's error.
+//
+// With leases (replicas on a shared store), the runs are handed off
+// instead: the replica stops taking new runs (REPLICA_STOPPING) and runs
+// of dead replicas, asks each of its runs to stop at its next checkpoint
+// (the step in flight finishes and commits) and, when ctx ends first,
+// stops the rest at once (their uncommitted step is redone elsewhere).
+// Either way a run's record stays RUNNING, its events are flushed to the
+// event log and its lease is handed off, so that another replica's next
+// takeover scan continues it; the run's client streams end with
+// UNAVAILABLE, REPLICA_STOPPING and the sequence to re-Attach after.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.stopTakeover()
+	if s.cfg.Leases != nil {
+		// Before the drain: a request refused with REPLICA_STOPPING
+		// implies that every run here is asked to stop.
+		s.handOffOnce.Do(func() {
+			s.lg.Info("stopping: handing runs off at their next checkpoint", zap.Int("runs", s.reg.Live()))
+			close(s.handOff)
+		})
+	}
 	s.reg.Drain()
 	err := s.reg.Wait(ctx)
 	if err != nil {
-		s.lg.Warn("shutdown grace over; cancelling runs", zap.Int("runs", s.reg.Live()))
-		s.reg.CancelAll()
+		if s.cfg.Leases != nil {
+			s.lg.Warn("shutdown grace over; handing runs off at once", zap.Int("runs", s.reg.Live()))
+			s.stopHardNow(agent.ErrHandedOff)
+		} else {
+			s.lg.Warn("shutdown grace over; cancelling runs", zap.Int("runs", s.reg.Live()))
+			s.reg.CancelAll()
+		}
 	}
 	s.wg.Wait()
 	return err

@@ -1,0 +1,242 @@
+package agentsvc_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/store/postgres"
+	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
+)
+
+// sharedPostgres opens a store on a fresh database of a real PostgreSQL
+// server, for replicas to share.
+func sharedPostgres(t *testing.T) *postgres.Store {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), pgtest.New(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// gated is a model turn that waits for gate before it is played.
+func gated(gate <-chan struct{}, turn modeltest.Turn) modeltest.Turn {
+	return modeltest.Turn{Dynamic: func(modeltest.Request) modeltest.Turn {
+		<-gate
+		return turn
+	}}
+}
+
+// afterSequence is the ErrorInfo metadata after_sequence of a cut
+// stream's status.
+func afterSequence(t *testing.T, err error) uint64 {
+	t.Helper()
+	info := errorInfo(err)
+	n, perr := strconv.ParseUint(info.GetMetadata()["after_sequence"], 10, 64)
+	if info == nil || perr != nil {
+		t.Fatalf("status %v has no after_sequence (%v)", err, perr)
+	}
+	return n
+}
+
+// checkContinues asserts that a re-Attach after sequence after delivered
+// every later event once, in order, through a run_finished COMPLETED with
+// text.
+func checkContinues(t *testing.T, evs []*plumbv1.Event, after uint64, text string) {
+	t.Helper()
+	for i, e := range evs {
+		if e.GetSequence() != after+1+uint64(i) {
+			t.Fatalf("re-Attach after %d: event %d (%s) has sequence %d; want every later sequence once, in order (got %v)", after, i, kind(e), e.GetSequence(), seqs(evs))
+		}
+	}
+	f := last(t, evs).GetRunFinished()
+	if f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || f.GetFinalText() != text {
+		t.Fatalf("re-Attach ended with %v; want run_finished COMPLETED %q", last(t, evs), text)
+	}
+}
+
+// toolResults counts the stored results of each tool call.
+func toolResults(t *testing.T, st agent.Store, thread string) (map[string]int, *agent.ThreadData) {
+	t.Helper()
+	td, err := st.LoadThread(context.Background(), thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, m := range td.Messages {
+		if m.ToolCallID != "" {
+			out[m.ToolCallID]++
+		}
+	}
+	return out, td
+}
+
+// TestShutdownHandsRunsOff: two replicas on one PostgreSQL, with a lease
+// TTL of ten minutes, so that only a hand-off can explain a takeover
+// within the test. Replica A runs a thread: step 1 (a counter call) is
+// committed and step 2's model call is in flight when A shuts down. A
+// refuses new runs (REPLICA_STOPPING) while step 2 finishes and commits
+// (its counter call runs on A); then A's client stream ends UNAVAILABLE,
+// REPLICA_STOPPING, naming the last sequence it delivered, and replica B
+// continues the run from that checkpoint at once, to COMPLETED. No step
+// runs twice, and a re-Attach on B after the named sequence sees every
+// later event exactly once.
+func TestShutdownHandsRunsOff(t *testing.T) {
+	st := sharedPostgres(t)
+	long := withService(func(c *agentsvc.Config) {
+		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
+	})
+	a := newEnv(t, withShared(st, "replica-a"), long)
+	b := newEnv(t, withShared(st, "replica-b"), long)
+
+	gate := make(chan struct{})
+	a.srv.Script("main",
+		modeltest.Calls(call("c1", "counter", `{}`)),
+		gated(gate, modeltest.Calls(call("c2", "counter", `{}`))),
+	)
+	b.srv.Script("main", modeltest.Text("done on b"))
+	s, err := a.c.Run(a.ctx(), runReq("", "count twice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := recvUntil(t, s, "run_started")
+	thread := head[0].GetThreadId()
+	waitFor(t, "step 2's model call on replica A", func() bool { return len(a.srv.Requests("main")) == 2 })
+
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard, not the test's subject
+		defer cancel()
+		shut <- a.svc.Shutdown(ctx)
+	}()
+	// A stopping replica takes no new run.
+	waitFor(t, "replica A to refuse runs", func() bool {
+		_, err := a.run(runReq("", "another"))
+		return err != nil && pbconv.Reason(err) == server.ReasonReplicaStopping
+	})
+	_, err = a.run(runReq("", "another"))
+	wantStatus(t, err, codes.Unavailable, server.ReasonReplicaStopping)
+	close(gate) // step 2 finishes and commits on A
+
+	rest, err := recvAll(s)
+	evs := append(head, rest...)
+	wantStatus(t, err, codes.Unavailable, server.ReasonReplicaStopping)
+	after := afterSequence(t, err)
+	if after != last(t, evs).GetSequence() {
+		t.Fatalf("A's stream ended naming after_sequence %d; it delivered up to %d", after, last(t, evs).GetSequence())
+	}
+	if slices.ContainsFunc(evs, terminal) {
+		t.Fatalf("A's stream of a handed-off run has a terminal event: %v", kinds(evs, true))
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := recvAll(att)
+	if err != nil {
+		t.Fatalf("re-Attach on replica B: %v (events %v)", err, kinds(more, true))
+	}
+	checkContinues(t, more, after, "done on b")
+	if rs := more[0].GetRunStarted(); rs == nil || !rs.GetResumed() {
+		t.Fatalf("re-Attach on B starts with %s; want B's resumed run_started", kind(more[0]))
+	}
+
+	results, td := toolResults(t, st, thread)
+	if td.LastRun.Status != agent.StatusCompleted || results["c1"] != 1 || results["c2"] != 1 || len(td.Messages) != 6 {
+		t.Fatalf("after the hand-off: run %s, %d messages, results %v; want COMPLETED, 6, one per call", td.LastRun.Status, len(td.Messages), results)
+	}
+	if a.kit.Count() != 2 || b.kit.Count() != 0 || len(a.srv.Requests("main")) != 2 || len(b.srv.Requests("main")) != 1 {
+		t.Fatalf("counter ran %d times on A and %d on B, model calls %d on A and %d on B; want 2, 0, 2, 1 (no step repeated)",
+			a.kit.Count(), b.kit.Count(), len(a.srv.Requests("main")), len(b.srv.Requests("main")))
+	}
+}
+
+// TestFencedReplicaDeliversNothingMore: replica A runs a thread; step 1
+// is committed and step 2's model call hangs when replica B (whose clock
+// is an hour ahead: A's lease looks expired to it, as after A was paused
+// past its TTL) takes the run over and finishes it. When A's model call
+// then returns, A delivers none of that stale step: its events are
+// refused by the event log's fence, so its client's stream ends ABORTED,
+// LEASE_LOST, naming the last sequence it delivered, and a re-Attach on B
+// after it sees B's events, each sequence once, with one meaning.
+func TestFencedReplicaDeliversNothingMore(t *testing.T) {
+	st := sharedPostgres(t)
+	cfg := withService(func(c *agentsvc.Config) {
+		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
+	})
+	a := newEnv(t, withShared(st, "replica-a"), cfg)
+	gate := make(chan struct{})
+	a.srv.Script("main",
+		modeltest.Calls(call("c1", "counter", `{}`)),
+		gated(gate, modeltest.Turn{Text: []string{"stale ", "answer from A"}}),
+	)
+	s, err := a.c.Run(a.ctx(), runReq("", "count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := recvUntil(t, s, "run_started")
+	thread := head[0].GetThreadId()
+	waitFor(t, "step 2's model call on replica A", func() bool { return len(a.srv.Requests("main")) == 2 })
+
+	b := newEnv(t, withShared(st, "replica-b"), cfg, withClock(aheadClock{time.Hour}))
+	b.srv.Script("main", modeltest.Text("done on b"))
+	waitFor(t, "replica B to take the run over", func() bool { return len(b.srv.Requests("main")) == 1 })
+	close(gate)
+
+	rest, err := recvAll(s)
+	evs := append(head, rest...)
+	wantStatus(t, err, codes.Aborted, server.ReasonLeaseLost)
+	after := afterSequence(t, err)
+	if after != last(t, evs).GetSequence() {
+		t.Fatalf("A's stream ended naming after_sequence %d; it delivered up to %d", after, last(t, evs).GetSequence())
+	}
+	for _, e := range evs {
+		if strings.Contains(e.String(), "stale") || terminal(e) {
+			t.Fatalf("the fenced replica delivered %s (%v)", kind(e), e)
+		}
+	}
+
+	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := recvAll(att)
+	if err != nil {
+		t.Fatalf("re-Attach on replica B: %v (events %v)", err, kinds(more, true))
+	}
+	checkContinues(t, more, after, "done on b")
+	for _, e := range more {
+		if strings.Contains(e.String(), "stale") {
+			t.Fatalf("re-Attach on B delivered A's stale step: %v", e)
+		}
+	}
+	results, td := toolResults(t, st, thread)
+	if td.LastRun.Status != agent.StatusCompleted || results["c1"] != 1 || len(td.Messages) != 4 {
+		t.Fatalf("after the takeover: run %s, %d messages, results %v; want COMPLETED, 4, c1 once", td.LastRun.Status, len(td.Messages), results)
+	}
+	if a.kit.Count() != 1 || b.kit.Count() != 0 {
+		t.Fatalf("counter ran %d times on A and %d on B; want once, on A", a.kit.Count(), b.kit.Count())
+	}
+}
+
+// aheadClock is the real clock plus d.
+type aheadClock struct{ d time.Duration }
+
+func (c aheadClock) Now() time.Time { return time.Now().Add(c.d) }
