@@ -5,17 +5,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
-	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/store/postgres"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 )
@@ -30,6 +31,17 @@ func sharedPostgres(t *testing.T) *postgres.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// newGate returns a gate for gated and the function that opens it; the
+// gate also opens when the test ends, so that a failed test does not
+// leave a model call hanging.
+func newGate(t *testing.T) (<-chan struct{}, func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	return gate, open
 }
 
 // gated is a model turn that waits for gate before it is played.
@@ -102,7 +114,7 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 	a := newEnv(t, withShared(st, "replica-a"), long)
 	b := newEnv(t, withShared(st, "replica-b"), long)
 
-	gate := make(chan struct{})
+	gate, openGate := newGate(t)
 	a.srv.Script("main",
 		modeltest.Calls(call("c1", "counter", `{}`)),
 		gated(gate, modeltest.Calls(call("c2", "counter", `{}`))),
@@ -122,14 +134,14 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 		defer cancel()
 		shut <- a.svc.Shutdown(ctx)
 	}()
-	// A stopping replica takes no new run.
+	// A stopping replica takes no new run (and a refusal means that its
+	// runs were asked to stop).
+	var refused error
 	waitFor(t, "replica A to refuse runs", func() bool {
-		_, err := a.run(runReq("", "another"))
-		return err != nil && pbconv.Reason(err) == server.ReasonReplicaStopping
+		_, refused = a.run(runReq("", "another"))
+		return status.Code(refused) == codes.Unavailable
 	})
-	_, err = a.run(runReq("", "another"))
-	wantStatus(t, err, codes.Unavailable, server.ReasonReplicaStopping)
-	close(gate) // step 2 finishes and commits on A
+	openGate() // step 2 finishes and commits on A
 
 	rest, err := recvAll(s)
 	evs := append(head, rest...)
@@ -144,6 +156,7 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
+	wantStatus(t, refused, codes.Unavailable, server.ReasonReplicaStopping)
 
 	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: after})
 	if err != nil {
@@ -182,7 +195,7 @@ func TestFencedReplicaDeliversNothingMore(t *testing.T) {
 		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
 	})
 	a := newEnv(t, withShared(st, "replica-a"), cfg)
-	gate := make(chan struct{})
+	gate, openGate := newGate(t)
 	a.srv.Script("main",
 		modeltest.Calls(call("c1", "counter", `{}`)),
 		gated(gate, modeltest.Turn{Text: []string{"stale ", "answer from A"}}),
@@ -198,7 +211,7 @@ func TestFencedReplicaDeliversNothingMore(t *testing.T) {
 	b := newEnv(t, withShared(st, "replica-b"), cfg, withClock(aheadClock{time.Hour}))
 	b.srv.Script("main", modeltest.Text("done on b"))
 	waitFor(t, "replica B to take the run over", func() bool { return len(b.srv.Requests("main")) == 1 })
-	close(gate)
+	openGate()
 
 	rest, err := recvAll(s)
 	evs := append(head, rest...)
