@@ -205,10 +205,12 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 	}
 	send := func(e *plumbv1.Event) error { return stream.Send(&plumbv1.AttachResponse{Event: e}) }
 	r, after, err := s.reg.Attach(id, req.GetAfterSequence())
-	if s.cfg.Events != nil && (errors.Is(err, runs.ErrNoRun) || (err == nil && r.Ended())) {
+	if s.cfg.Events != nil && (errors.Is(err, runs.ErrNoRun) || errors.Is(err, runs.ErrOutOfRange) || (err == nil && r.Ended())) {
 		// Not live here: the run may be live on another replica (or have
 		// been taken over by one); the shared event log has its events,
-		// this replica's included.
+		// this replica's included. It also has what the replay log here
+		// does not: the events of the run's segment on a replica that
+		// handed it over.
 		err := s.followStored(ctx, id, req.GetAfterSequence(), send)
 		if errors.Is(err, errNoStoredRun) {
 			err = fmt.Errorf("%w: %w", runs.ErrNoRun, err)
