@@ -253,3 +253,60 @@ func TestFencedReplicaDeliversNothingMore(t *testing.T) {
 type aheadClock struct{ d time.Duration }
 
 func (c aheadClock) Now() time.Time { return time.Now().Add(c.d) }
+
+// TestShutdownPastGraceStillHandsOff: when the shutdown grace is over
+// before the run reaches a checkpoint (here: at once, while step 2's
+// model call hangs on replica A), the run is cut there, yet not
+// cancelled: its record stays RUNNING at step 1's checkpoint, its lease
+// is handed off, and replica B redoes the uncommitted step 2 and finishes
+// the run; the committed step 1 is not repeated.
+func TestShutdownPastGraceStillHandsOff(t *testing.T) {
+	st := sharedPostgres(t)
+	long := withService(func(c *agentsvc.Config) {
+		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
+	})
+	a := newEnv(t, withShared(st, "replica-a"), long)
+	b := newEnv(t, withShared(st, "replica-b"), long)
+	gate, _ := newGate(t)
+	a.srv.Script("main",
+		modeltest.Calls(call("c1", "counter", `{}`)),
+		gated(gate, modeltest.Text("never sent")),
+	)
+	b.srv.Script("main", modeltest.Text("done on b"))
+	s, err := a.c.Run(a.ctx(), runReq("", "count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := recvUntil(t, s, "run_started")
+	thread := head[0].GetThreadId()
+	waitFor(t, "step 2's model call on replica A", func() bool { return len(a.srv.Requests("main")) == 2 })
+
+	over, cancel := context.WithCancel(context.Background())
+	cancel() // the grace is over before the step commits
+	if err := a.svc.Shutdown(over); err == nil {
+		t.Fatal("shutdown past its grace returned nil")
+	}
+	rest, err := recvAll(s)
+	evs := append(head, rest...)
+	wantStatus(t, err, codes.Unavailable, server.ReasonReplicaStopping)
+	after := afterSequence(t, err)
+	if after != last(t, evs).GetSequence() || slices.ContainsFunc(evs, terminal) {
+		t.Fatalf("A's stream ended naming after_sequence %d after %v; want its last sequence, no terminal event", after, kinds(evs, true))
+	}
+	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := recvAll(att)
+	if err != nil {
+		t.Fatalf("re-Attach on replica B: %v (events %v)", err, kinds(more, true))
+	}
+	checkContinues(t, more, after, "done on b")
+	results, td := toolResults(t, st, thread)
+	if td.LastRun.Status != agent.StatusCompleted || results["c1"] != 1 || len(td.Messages) != 4 {
+		t.Fatalf("after the hand-off: run %s, %d messages, results %v; want COMPLETED, 4, c1 once", td.LastRun.Status, len(td.Messages), results)
+	}
+	if a.kit.Count() != 1 || b.kit.Count() != 0 {
+		t.Fatalf("counter ran %d times on A and %d on B; want once, on A", a.kit.Count(), b.kit.Count())
+	}
+}
