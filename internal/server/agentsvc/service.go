@@ -137,15 +137,18 @@ type Config struct {
 	// LeaseTTL is how long a lease lasts unrenewed (DefaultLeaseTTL).
 	LeaseTTL time.Duration
 	// TakeoverInterval is how often a replica with Leases looks for runs
-	// whose replica died (an expired, unreleased lease) and continues
-	// them from their last checkpoint (0 = LeaseTTL/2; negative = never).
+	// whose replica died or handed them off (an expired, unreleased
+	// lease) and continues them from their last checkpoint (0 =
+	// LeaseTTL/2; negative = never).
 	TakeoverInterval time.Duration
 	// Events, when set (with Leases), is the shared run event log: runs
-	// append their events to it, and Attach on a replica that does not
-	// run the thread follows the run there.
+	// append their events to it before any client receives them, and
+	// Attach on a replica that does not run the thread follows the run
+	// there.
 	Events store.RunEvents
-	// EventInterval is how often events are flushed to Events and read
-	// back by such an Attach (DefaultEventInterval).
+	// EventInterval is how often such an Attach reads Events, and how
+	// long a failed append waits before it is retried
+	// (DefaultEventInterval).
 	EventInterval time.Duration
 }
 
