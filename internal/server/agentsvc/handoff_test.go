@@ -2,10 +2,14 @@ package agentsvc_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +22,9 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/store/postgres"
+	"github.com/plumbhq/plumb/pkg/store"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
 // sharedPostgres opens a store on a fresh database of a real PostgreSQL
@@ -308,5 +314,89 @@ func TestShutdownPastGraceStillHandsOff(t *testing.T) {
 	}
 	if a.kit.Count() != 1 || b.kit.Count() != 0 {
 		t.Fatalf("counter ran %d times on A and %d on B; want once, on A", a.kit.Count(), b.kit.Count())
+	}
+}
+
+// flakyLog is a shared store whose event log fails (not fenced: a
+// database hiccup) while down is set; fails counts the refused appends.
+type flakyLog struct {
+	*sqlite.Store
+	down  atomic.Bool
+	fails atomic.Int64
+}
+
+func (f *flakyLog) AppendEvents(ctx context.Context, id string, fence *agent.Fence, evs []store.Event) error {
+	if f.down.Load() {
+		f.fails.Add(1)
+		return errors.New("event log unreachable")
+	}
+	return f.Store.AppendEvents(ctx, id, fence, evs)
+}
+
+// TestEventsReachClientsOnlyOnceStored: while the event log cannot be
+// written, a run's client receives nothing (not even run_started); once
+// the log is back, it receives every event, each once and in order, and
+// the log holds all of them.
+func TestEventsReachClientsOnlyOnceStored(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "shared.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	flaky := &flakyLog{Store: st}
+	e := newEnv(t, withShared(flaky, "replica-a"), withService(func(c *agentsvc.Config) { c.EventInterval = 5 * time.Millisecond }))
+	e.srv.Script("main", modeltest.Calls(call("c1", "counter", `{}`)), modeltest.Text("done"))
+
+	flaky.down.Store(true)
+	s, err := e.c.Run(e.ctx(), runReq("", "count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type recvd struct {
+		evs []*plumbv1.Event
+		err error
+	}
+	got := make(chan *plumbv1.Event, 100)
+	end := make(chan recvd, 1)
+	go func() {
+		var r recvd
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					r.err = err
+				}
+				end <- r
+				return
+			}
+			r.evs = append(r.evs, m.GetEvent())
+			got <- m.GetEvent()
+		}
+	}()
+	waitFor(t, "appends to fail (or an event to arrive)", func() bool { return flaky.fails.Load() >= 3 || len(got) > 0 })
+	select {
+	case ev := <-got:
+		t.Fatalf("the client received %s (sequence %d) while the event log could not store it", kind(ev), ev.GetSequence())
+	default:
+	}
+	flaky.down.Store(false)
+	r := <-end
+	if r.err != nil {
+		t.Fatalf("run stream: %v", r.err)
+	}
+	checkStream(t, r.evs, 1)
+	if f := last(t, r.evs).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("run ended with %v", last(t, r.evs))
+	}
+	page, err := st.ReadEvents(context.Background(), r.evs[0].GetThreadId(), 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []uint64
+	for _, ev := range page.Events {
+		stored = append(stored, ev.Sequence)
+	}
+	if !slices.Equal(stored, seqs(r.evs)) {
+		t.Fatalf("the event log holds %v; the client received %v", stored, seqs(r.evs))
 	}
 }
