@@ -21,8 +21,8 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
-	"github.com/plumbhq/plumb/pkg/store/postgres"
 	"github.com/plumbhq/plumb/pkg/store"
+	"github.com/plumbhq/plumb/pkg/store/postgres"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
