@@ -141,10 +141,11 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 		shut <- a.svc.Shutdown(ctx)
 	}()
 	// A stopping replica takes no new run (and a refusal means that its
-	// runs were asked to stop).
+	// runs were asked to stop). Until then, a Run on the busy thread is
+	// refused as busy, and starts nothing.
 	var refused error
 	waitFor(t, "replica A to refuse runs", func() bool {
-		_, refused = a.run(runReq("", "another"))
+		_, refused = a.run(runReq(thread, "another"))
 		return status.Code(refused) == codes.Unavailable
 	})
 	openGate() // step 2 finishes and commits on A
