@@ -132,7 +132,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// On PostgreSQL several replicas share the store: runs take thread
 	// leases there (a thread runs on one replica at a time), append their
 	// events to the shared event log (Attach works on any replica), and
-	// the runs of a replica that died are taken over by the others.
+	// the runs of a replica that died are taken over by the others. On
+	// SIGTERM, Shutdown (BeforeStop, bounded by shutdown_grace) stops
+	// taking runs, brings each run to a checkpoint and hands it to the
+	// other replicas, ending its streams with REPLICA_STOPPING; only then
+	// does the gRPC server stop.
 	svc, err := agentsvc.New(core.ServiceConfig(replicaID()), agentsvc.WithLogger(lg))
 	if err != nil {
 		return &daemon.UsageError{Err: err}

@@ -83,7 +83,8 @@ type Options struct {
 	ServerOptions []grpc.ServerOption
 	// BeforeStop, if set, runs when shutdown starts, with a context that
 	// ends after ShutdownGrace: the daemon's own draining (agentd stops
-	// accepting runs and cancels what is left at the deadline).
+	// accepting runs, and at the deadline cancels what is left or, with
+	// replicas, hands it to the others).
 	BeforeStop func(ctx context.Context) error
 }
 

@@ -58,6 +58,14 @@ const (
 	ReasonNoRunSlot          = "NO_RUN_SLOT"
 	ReasonShuttingDown       = "SHUTTING_DOWN"
 	ReasonStorageBusy        = "STORAGE_BUSY"
+	// ReasonReplicaStopping: this agentd replica is stopping; its runs go
+	// on on another replica (with metadata after_sequence on a stream
+	// that was cut: re-Attach after it).
+	ReasonReplicaStopping = "REPLICA_STOPPING"
+	// ReasonLeaseLost: this replica lost the thread's lease and stopped
+	// its run; another replica runs it (metadata after_sequence: re-Attach
+	// after it).
+	ReasonLeaseLost = "LEASE_LOST"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -95,6 +103,7 @@ func agentStatus(err error) (_ error, ok bool) {
 		se  *agent.StaleInterruptError
 		oor *runs.OutOfRangeError
 		lag *runs.LagError
+		cut *runs.CutError
 	)
 	switch {
 	case errors.As(err, &re):
@@ -113,6 +122,14 @@ func agentStatus(err error) (_ error, ok bool) {
 	case errors.As(err, &lag):
 		return withInfo(codes.ResourceExhausted, lag.Error(), ReasonStreamLagging,
 			map[string]string{"thread_id": lag.ThreadID, "last_sequence": fmt.Sprint(lag.Last), "oldest_sequence": fmt.Sprint(lag.Oldest)}), true
+	case errors.As(err, &cut):
+		md := map[string]string{"thread_id": cut.ThreadID, "after_sequence": fmt.Sprint(cut.Last)}
+		if errors.Is(cut, agent.ErrLeaseLost) {
+			return withInfo(codes.Aborted, cut.Error(), ReasonLeaseLost, md), true
+		}
+		return withInfo(codes.Unavailable, cut.Error(), ReasonReplicaStopping, md), true
+	case errors.Is(err, runs.ErrReplicaStopping):
+		return withInfo(codes.Unavailable, err.Error(), ReasonReplicaStopping, nil), true
 	case errors.Is(err, agent.ErrInvalidInput):
 		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
 	case errors.Is(err, agent.ErrNoPendingInterrupt):

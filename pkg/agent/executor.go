@@ -38,6 +38,9 @@ type execution struct {
 	// redo is the step a takeover (Runner.Continue) finishes first: its
 	// model call was committed, its tool results were not.
 	redo *PendingStep
+	// handOff, closed, stops the loop before its next step (root only;
+	// see RunInput.HandOff).
+	handOff <-chan struct{}
 }
 
 func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
@@ -153,6 +156,7 @@ const (
 	endInterrupted
 	endStopped // the context ended: cancellation or deadline
 	endFailed
+	endHandedOff // stopped at a checkpoint to be continued elsewhere
 )
 
 type loopEnd struct {
@@ -226,6 +230,12 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 		}
 		if ctx.Err() != nil {
 			return loopEnd{kind: endStopped}
+		}
+		select {
+		case <-x.handOff:
+			// The previous step is committed: stop here.
+			return loopEnd{kind: endHandedOff}
+		default:
 		}
 		if end, done := x.step(ctx); done {
 			return end

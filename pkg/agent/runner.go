@@ -118,6 +118,10 @@ type RunInput struct {
 	// Fence, when set, is the thread's lease: every checkpoint of the run
 	// is committed under it (see Store).
 	Fence *Fence
+	// HandOff, when closed, asks the run to stop at its next checkpoint
+	// and leave its record RUNNING for another process to continue (see
+	// ErrHandedOff). Nil: never.
+	HandOff <-chan struct{}
 }
 
 // ResumeInput is a Resume request in domain terms.
@@ -125,8 +129,9 @@ type ResumeInput struct {
 	ThreadID    string
 	InterruptID string
 	Decisions   []Decision
-	// Fence is as in RunInput.
-	Fence *Fence
+	// Fence and HandOff are as in RunInput.
+	Fence   *Fence
+	HandOff <-chan struct{}
 }
 
 // ContinueInput names a run to take over: a run whose record is still
@@ -140,13 +145,23 @@ type ContinueInput struct {
 	// after the run record's LastSequence): events the previous process
 	// emitted after its last checkpoint keep their numbers.
 	AfterSequence uint64
-	// Fence is as in RunInput.
-	Fence *Fence
+	// Fence and HandOff are as in RunInput.
+	Fence   *Fence
+	HandOff <-chan struct{}
 }
 
 // ErrNotRunning: Continue found no RUNNING run to take over (it ended,
 // paused or is another run).
 var ErrNotRunning = errors.New("the thread's last run is not running")
+
+// ErrHandedOff is what Run, Resume and Continue return after run_started
+// when the run stopped to be continued by another process: its input's
+// HandOff was closed (it stopped after the checkpoint of the step in
+// flight), or its context was cancelled with ErrHandedOff as the cause
+// (it stopped at once; the uncommitted step is redone by Continue). No
+// terminal event is emitted and the run's record stays RUNNING at its
+// last checkpoint.
+var ErrHandedOff = errors.New("the run was handed off to be continued elsewhere")
 
 // RunResult is how a run segment ended.
 type RunResult struct {
@@ -267,6 +282,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	}
 	rr.x = x
 	x.checkpoint = rr.save
+	x.handOff = in.HandOff
 	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
 
 	var inputs []Message
@@ -279,7 +295,16 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	if err := x.save(runCtx, PhaseInput); err != nil {
 		return rr.finish(runCtx, loopEnd{kind: endFailed, err: err}), nil
 	}
-	return rr.start(runCtx, nil), nil
+	return handedOff(rr.start(runCtx, nil))
+}
+
+// handedOff returns a segment's result, or ErrHandedOff for a segment
+// that stopped to be continued elsewhere (its record still RUNNING).
+func handedOff(res *RunResult) (*RunResult, error) {
+	if res.Status == StatusRunning {
+		return res, ErrHandedOff
+	}
+	return res, nil
 }
 
 // abandon drops a pending interrupt (RunRequest.abandon_interrupt): the
@@ -363,10 +388,11 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	}
 	rr.x = x
 	x.checkpoint = rr.save
+	x.handOff = in.HandOff
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
-	return rr.start(runCtx, plan), nil
+	return handedOff(rr.start(runCtx, plan))
 }
 
 // Continue takes over a run whose record is RUNNING although no process
@@ -416,12 +442,13 @@ func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res
 	rr.x = x
 	x.checkpoint = rr.save
 	x.redo = td.Pending
+	x.handOff = in.HandOff
 	rr.rc.Logger.Info("taking over a run from its last checkpoint", zap.Int("steps", rec.Steps),
 		zap.Int("messages", len(td.Messages)), zap.Bool("redo-tool-calls", td.Pending != nil))
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
-	return rr.start(runCtx, nil), nil
+	return handedOff(rr.start(runCtx, nil))
 }
 
 // failRecord records a run that cannot be continued as FAILED with err.
@@ -571,6 +598,17 @@ func (rr *rootRun) finish(ctx context.Context, end loopEnd) *RunResult {
 		return res
 	case endFailed:
 		return rr.fail(ctx, res, end.err)
+	case endStopped:
+		if errors.Is(context.Cause(ctx), ErrHandedOff) {
+			end.kind = endHandedOff
+		}
+	}
+	if end.kind == endHandedOff {
+		// Nothing more is saved: the record stays RUNNING at the last
+		// checkpoint, where Continue picks the run up.
+		rr.rc.Logger.Info("run handed off at its last checkpoint", zap.Int("steps", rr.rc.Step()))
+		res.Status = StatusRunning
+		return res
 	}
 	switch end.kind {
 	case endCompleted:

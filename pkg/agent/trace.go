@@ -96,7 +96,7 @@ func endRun(span trace.Span, res *RunResult, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrHandedOff) {
 		// Refused before run_started.
 		span.SetAttributes(attribute.String(AttrErrorType, refusalType(err)))
 		span.SetStatus(codes.Error, err.Error())

@@ -46,8 +46,15 @@ type Leases interface {
 	// ReleaseLease gives l up; a lease that is no longer current is not
 	// an error.
 	ReleaseLease(ctx context.Context, l Lease) error
+	// HandOffLease ends l at now without releasing it, so that
+	// ExpiredLeases lists it at once and another holder takes the thread
+	// over (a replica that stops gracefully hands its runs on). Until
+	// then l still fences, as an expired lease does. A lease that is no
+	// longer current is not an error.
+	HandOffLease(ctx context.Context, l Lease, now time.Time) error
 	// ExpiredLeases lists the leases that expired without being released
-	// by now: threads whose replica stopped while running them.
+	// by now: threads whose replica stopped while running them, or handed
+	// them off.
 	ExpiredLeases(ctx context.Context, now time.Time) ([]Lease, error)
 	// RequestCancel asks for the run of thread id to be cancelled, on
 	// whichever replica runs it: it marks the thread's lease, live or

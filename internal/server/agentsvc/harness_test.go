@@ -62,6 +62,8 @@ type setup struct {
 	// shared, if set, is the store instead of a SQLite file of the env's
 	// own, with its event log (several replicas share it).
 	shared sharedStore
+	// svcOpts are passed to agentsvc.New.
+	svcOpts []agentsvc.Option
 }
 
 // sharedStore is a thread store with leases and an event log.
@@ -77,6 +79,11 @@ func withShared(st sharedStore, replica string) option {
 }
 
 type option func(*setup)
+
+// withClock sets the service's clock (its leases' times among others).
+func withClock(c agent.Clock) option {
+	return func(s *setup) { s.svcOpts = append(s.svcOpts, agentsvc.WithClock(c)) }
+}
 
 func withDeep(f func(*deep.Config)) option { return func(s *setup) { f(&s.deep) } }
 
@@ -155,7 +162,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 			return nil
 		}
 	}
-	if e.svc, err = agentsvc.New(s.svc, agentsvc.WithLogger(lg)); err != nil {
+	if e.svc, err = agentsvc.New(s.svc, append([]agentsvc.Option{agentsvc.WithLogger(lg)}, s.svcOpts...)...); err != nil {
 		t.Fatal(err)
 	}
 

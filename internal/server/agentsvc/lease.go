@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -20,15 +21,18 @@ import (
 // without renewal (it renews every third of it).
 const DefaultLeaseTTL = 15 * time.Second
 
-// DefaultEventInterval is how often a run's events are flushed to the
-// shared event log, and how often an Attach that follows a run of another
-// replica reads it.
+// DefaultEventInterval is how often an Attach that follows a run of
+// another replica reads the shared event log, and how long a run waits
+// before it retries an append the store failed.
 const DefaultEventInterval = 100 * time.Millisecond
 
-// maxUnflushed bounds the events a run keeps while the event log cannot
-// be written; past it the oldest are dropped (Attach on other replicas
-// misses them, nothing else does).
+// maxUnflushed bounds the events a run queues while the event log cannot
+// be written: past it the run waits in its sink (back-pressure) until the
+// store takes them, or until the run is stopped.
 const maxUnflushed = 10000
+
+// maxAppend bounds the events of one append.
+const maxAppend = 500
 
 func (s *Service) leaseTTL() time.Duration {
 	if s.cfg.LeaseTTL > 0 {
@@ -45,19 +49,21 @@ func (s *Service) eventInterval() time.Duration {
 }
 
 // leasedFunc is a runtime call made under a thread's lease: fence goes
-// into its input (every checkpoint is committed under it), sink is where
-// its events go.
-type leasedFunc func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error
+// into its input (every checkpoint is committed under it), and so does
+// handOff (closed when this replica stops: the run stops at its next
+// checkpoint and returns agent.ErrHandedOff); sink is where its events
+// go.
+type leasedFunc func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error
 
 // leased runs f while this replica holds the thread's lease in the shared
-// store (Config.Leases; without one, f just runs, unfenced). The lease is
-// taken first (a live lease of another replica fails with a
-// *store.HeldError, which is agent.ErrThreadBusy), then held as hold
-// describes.
+// store (Config.Leases; without one, f just runs, unfenced, and is never
+// handed off). The lease is taken first (a live lease of another replica
+// fails with a *store.HeldError, which is agent.ErrThreadBusy), then held
+// as hold describes.
 func (s *Service) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
 	ls := s.cfg.Leases
 	if ls == nil {
-		return f(ctx, nil, sink)
+		return f(ctx, nil, nil, sink)
 	}
 	l, err := ls.AcquireLease(ctx, threadID, s.cfg.ReplicaID, s.clock.Now(), s.leaseTTL())
 	if err != nil {
@@ -66,19 +72,34 @@ func (s *Service) leased(ctx context.Context, threadID string, sink agent.Sink, 
 	return s.hold(ctx, l, sink, f)
 }
 
-// hold runs f under l: it renews l every TTL/3 while f runs and releases
-// it when f returns. A renewal that fails because the lease was lost —
-// it expired and another replica may have taken the thread over — cancels
-// f's context, so this replica stops working on the thread (and its
-// checkpoints, fenced, could not commit anyway). With an event log
-// (Config.Events), f's events are also appended there, the last of them
-// before the lease is released.
+// hold runs f under l: it renews l every TTL/3 while f runs and gives it
+// up when f returns.
+//
+// A renewal or an event append refused because the lease was lost — it
+// expired and another replica may have taken the thread over — cancels
+// f's context, so this replica stops working on the thread (its
+// checkpoints, fenced, could not commit anyway), and hold returns that
+// error (store.ErrLeaseLost): the caller ends the segment's streams with
+// it (runs.Run.Abort).
+//
+// With an event log (Config.Events), an event reaches sink only once it
+// is stored there under l (see eventWriter): whatever a client saw, the
+// log has, under the sequence numbers a replica taking the run over
+// continues after.
+//
+// When f returns agent.ErrHandedOff (this replica is stopping, see
+// Shutdown), its events are flushed and l is handed off (expired now,
+// not released) so that the next takeover scan of another replica
+// continues the run; otherwise l is released.
 func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f leasedFunc) error {
 	ls := s.cfg.Leases
 	ttl := s.leaseTTL()
 	lg := s.lg.With(zap.String("thread-id", l.ThreadID), zap.Int64("lease-epoch", l.Epoch))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// Past the shutdown grace the run stops at once, to be continued
+	// elsewhere from its last checkpoint.
+	defer context.AfterFunc(s.hardStop, func() { cancel(agent.ErrHandedOff) })()
 	renewed := make(chan struct{})
 	var mu sync.Mutex // guards l against the final release
 	go func() {
@@ -113,44 +134,74 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 	}()
 	var w *eventWriter
 	if s.cfg.Events != nil {
-		w = s.startEvents(l, lg)
-		inner := sink
-		sink = func(e agent.Event) {
-			inner(e)
-			w.add(e)
-		}
+		w = s.startEvents(ctx, l, lg, sink, cancel)
+		sink = w.add
 	}
-	err := f(ctx, l.Fence(), sink)
+	err := f(ctx, l.Fence(), s.handOff, sink)
 	if w != nil {
 		w.close()
 	}
+	cause := context.Cause(ctx)
 	cancel(nil)
 	<-renewed
+	if errors.Is(cause, store.ErrLeaseLost) {
+		// Nothing to give up: another replica holds (or takes) the
+		// thread.
+		return cause
+	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer rcancel()
+	if errors.Is(err, agent.ErrHandedOff) {
+		if herr := ls.HandOffLease(rctx, l, s.clock.Now()); herr != nil {
+			lg.Warn("hand off the thread's lease; it expires by itself", zap.Error(herr))
+		} else {
+			lg.Info("run handed off: another replica continues it from its last checkpoint")
+		}
+		return err
+	}
 	if rerr := ls.ReleaseLease(rctx, l); rerr != nil {
 		lg.Warn("release the thread's lease; it expires by itself", zap.Error(rerr))
 	}
 	return err
 }
 
-// eventWriter appends one leased run's events to the shared event log, in
-// batches every eventInterval, under the run's lease.
+// eventWriter appends one leased run's events to the shared event log
+// under the run's lease, and hands each to the run's sink (the registry:
+// the clients) only once it is stored. One append is in flight at a time;
+// the events emitted meanwhile make the next one, so the order is kept and
+// an event waits for at most one append before its own. A failed append
+// (not a lost lease) is retried every eventInterval with nothing dropped;
+// the run waits in add when maxUnflushed events are queued.
 type eventWriter struct {
 	s        *Service
 	threadID string
 	fence    *agent.Fence
 	lg       *zap.Logger
+	ctx      context.Context // the run's: a stopped run no longer waits for room
+	deliver  agent.Sink
+	lost     context.CancelCauseFunc // stops the run when the lease is lost
 
 	mu      sync.Mutex
-	pending []store.Event
-	lost    bool // the lease is gone: nothing more is written
+	queue   []queued
+	gone    bool          // the lease is lost: nothing more is written or delivered
+	closing bool          // close was called: flush the rest and stop
+	room    chan struct{} // closed (and replaced) when the queue shrinks
 
-	stop, done chan struct{}
+	wake chan struct{} // buffered: events were queued, or close was called
+	done chan struct{}
 }
 
-func (s *Service) startEvents(l store.Lease, lg *zap.Logger) *eventWriter {
-	w := &eventWriter{s: s, threadID: l.ThreadID, fence: l.Fence(), lg: lg, stop: make(chan struct{}), done: make(chan struct{})}
+// queued is an event to append, with the event to deliver once it is.
+type queued struct {
+	stored store.Event
+	e      agent.Event
+}
+
+func (s *Service) startEvents(ctx context.Context, l store.Lease, lg *zap.Logger, deliver agent.Sink, lost context.CancelCauseFunc) *eventWriter {
+	w := &eventWriter{
+		s: s, threadID: l.ThreadID, fence: l.Fence(), lg: lg, ctx: ctx, deliver: deliver, lost: lost,
+		room: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
 	go w.loop()
 	return w
 }
@@ -165,61 +216,99 @@ func (w *eventWriter) add(e agent.Event) {
 	}
 	ev := store.Event{RunID: pb.GetRunId(), Sequence: pb.GetSequence(), Start: pb.GetRunStarted() != nil, Terminal: terminal(pb), Body: body}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.lost {
-		return
+	// Back-pressure while the store is down; a stopped run's last events
+	// (its terminal one) are queued past the bound.
+	for len(w.queue) >= maxUnflushed && !w.gone && w.ctx.Err() == nil {
+		room := w.room
+		w.mu.Unlock()
+		select {
+		case <-room:
+		case <-w.ctx.Done():
+		}
+		w.mu.Lock()
 	}
-	w.pending = append(w.pending, ev)
-	if n := len(w.pending) - maxUnflushed; n > 0 {
-		w.pending = append([]store.Event(nil), w.pending[n:]...)
+	if !w.gone {
+		w.queue = append(w.queue, queued{stored: ev, e: e})
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *eventWriter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
+// loop appends what is queued, one batch at a time, and delivers each
+// stored batch; it returns once close was called and the queue is empty
+// (or could not be stored for cleanupTimeout), or when the lease is lost.
 func (w *eventWriter) loop() {
 	defer close(w.done)
-	tick := time.NewTicker(w.s.eventInterval())
-	defer tick.Stop()
+	var giveUp time.Time
 	for {
-		select {
-		case <-w.stop:
-			w.flush()
+		w.mu.Lock()
+		batch, closing := w.queue[:min(len(w.queue), maxAppend)], w.closing
+		w.mu.Unlock()
+		if len(batch) == 0 {
+			if closing {
+				return
+			}
+			<-w.wake
+			continue
+		}
+		if closing && giveUp.IsZero() {
+			giveUp = time.Now().Add(cleanupTimeout)
+		}
+		evs := make([]store.Event, len(batch))
+		for i, q := range batch {
+			evs[i] = q.stored
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
+		err := w.s.cfg.Events.AppendEvents(ctx, w.threadID, w.fence, evs)
+		cancel()
+		switch {
+		case err == nil:
+			w.mu.Lock()
+			w.queue = w.queue[len(batch):]
+			if len(w.queue) == 0 {
+				w.queue = nil
+			}
+			close(w.room)
+			w.room = make(chan struct{})
+			w.mu.Unlock()
+			for _, q := range batch {
+				w.deliver(q.e)
+			}
+		case errors.Is(err, store.ErrLeaseLost):
+			w.lg.Warn("the event log refuses the run's events: the thread's lease is gone; stopping the run here", zap.Error(err))
+			w.mu.Lock()
+			w.gone, w.queue = true, nil
+			close(w.room)
+			w.room = make(chan struct{})
+			w.mu.Unlock()
+			w.lost(err)
 			return
-		case <-tick.C:
-			w.flush()
+		case !giveUp.IsZero() && time.Now().After(giveUp):
+			// Nobody saw them; a replica taking the run over numbers
+			// its events after the stored ones.
+			w.lg.Error("the event log stayed unwritable; the run's last events are not stored nor delivered", zap.Int("events", len(w.queue)), zap.Error(err))
+			return
+		default:
+			w.lg.Warn("append to the event log; retrying", zap.Int("events", len(batch)), zap.Error(err))
+			t := time.NewTimer(w.s.eventInterval())
+			<-t.C
 		}
 	}
 }
 
-// flush appends what is queued; a failed batch stays queued for the next
-// one, unless the lease is lost.
-func (w *eventWriter) flush() {
-	w.mu.Lock()
-	batch := w.pending
-	w.pending = nil
-	w.mu.Unlock()
-	if len(batch) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
-	defer cancel()
-	err := w.s.cfg.Events.AppendEvents(ctx, w.threadID, w.fence, batch)
-	if err == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if errors.Is(err, store.ErrLeaseLost) {
-		w.lost = true
-		w.lg.Warn("the event log refuses the run's events: the thread's lease is gone", zap.Error(err))
-		return
-	}
-	w.lg.Warn("append to the event log; retrying with the next batch", zap.Int("events", len(batch)), zap.Error(err))
-	w.pending = append(batch, w.pending...)
-}
-
 // close flushes the rest and stops the writer.
 func (w *eventWriter) close() {
-	close(w.stop)
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	w.signal()
 	<-w.done
 }
 
@@ -244,10 +333,11 @@ var errNoStoredRun = errors.New("no run in the event log")
 // every segment the log has (an interrupted one's terminal event
 // included), then follows the log until the newest segment's terminal
 // event: Attach to a run that lives on another replica (or was taken over
-// by one), or whose earlier segments this replica no longer holds. It
-// ends without a terminal event when the run is over but its terminal
-// event never reached the log (its replica died and the run was failed
-// instead of taken over), or when a newer run begins.
+// by one), or whose earlier segments this replica no longer holds. When
+// this replica stops, it ends with a *runs.CutError naming the last
+// sequence sent. It ends without a terminal event when the run is over
+// but its terminal event never reached the log (its replica died and the
+// run was failed instead of taken over), or when a newer run begins.
 func (s *Service) followStored(ctx context.Context, threadID string, after uint64, send func(*plumbv1.Event) error) error {
 	runID := ""
 	quiet := 0
@@ -301,6 +391,11 @@ func (s *Service) followStored(ctx context.Context, threadID string, after uint6
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
+		case <-s.handOff:
+			// This replica is stopping: the client follows the run from
+			// another one.
+			t.Stop()
+			return &runs.CutError{ThreadID: threadID, Last: after, Err: runs.ErrReplicaStopping}
 		case <-t.C:
 		}
 	}

@@ -48,9 +48,10 @@ func TestRunTakesTheThreadLease(t *testing.T) {
 // TestLostLeaseStopsTheRun: when the run's lease stops being this
 // replica's (here: released behind its back, as when it expired and
 // another replica took the thread), the next renewal fails and the run
-// stops; its last checkpoint is fenced off, so the stream ends with a
-// LEASE_LOST error and the stored run is left for the replica that holds
-// the thread now.
+// stops; its last checkpoint is fenced off, so the stream ends ABORTED,
+// LEASE_LOST, naming the last sequence it delivered (where a re-Attach
+// picks up), without a terminal event, and the stored run is left for the
+// replica that holds the thread now.
 func TestLostLeaseStopsTheRun(t *testing.T) {
 	e := newEnv(t, withLeases("replica-b"), withService(func(c *agentsvc.Config) { c.LeaseTTL = 300 * time.Millisecond }))
 	leases := e.store.(store.Leases)
@@ -67,11 +68,10 @@ func TestLostLeaseStopsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest, err := recvAll(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e := last(t, append(head, rest...)).GetError(); e.GetCode() != "LEASE_LOST" {
-		t.Fatalf("the run after losing its lease ended with %v, want error LEASE_LOST", last(t, append(head, rest...)))
+	evs := append(head, rest...)
+	wantStatus(t, err, codes.Aborted, server.ReasonLeaseLost)
+	if after := afterSequence(t, err); after != last(t, evs).GetSequence() || terminal(last(t, evs)) {
+		t.Fatalf("the stream after the lost lease ended at %s %d naming after_sequence %d; want its last event's, not terminal", kind(last(t, evs)), last(t, evs).GetSequence(), after)
 	}
 	td, err := e.store.LoadThread(context.Background(), thread)
 	if err != nil {

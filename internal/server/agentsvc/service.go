@@ -137,16 +137,18 @@ type Config struct {
 	// LeaseTTL is how long a lease lasts unrenewed (DefaultLeaseTTL).
 	LeaseTTL time.Duration
 	// TakeoverInterval is how often a replica with Leases looks for runs
-	// whose replica died (an expired, unreleased lease) and continues
-	// them from their last checkpoint (0 = LeaseTTL/2, at most 7.5 s;
-	// negative = never).
+	// whose replica died or handed them off (an expired, unreleased
+	// lease) and continues them from their last checkpoint (0 =
+	// LeaseTTL/2, at most 7.5 s; negative = never).
 	TakeoverInterval time.Duration
 	// Events, when set (with Leases), is the shared run event log: runs
-	// append their events to it, and Attach on a replica that does not
-	// run the thread follows the run there.
+	// append their events to it before any client receives them, and
+	// Attach on a replica that does not run the thread follows the run
+	// there.
 	Events store.RunEvents
-	// EventInterval is how often events are flushed to Events and read
-	// back by such an Attach (DefaultEventInterval).
+	// EventInterval is how often such an Attach reads Events, and how
+	// long a failed append waits before it is retried
+	// (DefaultEventInterval).
 	EventInterval time.Duration
 }
 
@@ -179,6 +181,14 @@ type Service struct {
 	// stopTakeover ends the takeover loop and the cancel poll (a no-op
 	// without them).
 	stopTakeover func()
+	// handOff is closed when Shutdown starts, with leases: runs stop at
+	// their next checkpoint and are handed to other replicas.
+	handOff     chan struct{}
+	handOffOnce sync.Once
+	// hardStop is cancelled, with cause agent.ErrHandedOff, when the
+	// shutdown grace is over: runs with leases stop at once.
+	hardStop    context.Context
+	stopHardNow context.CancelCauseFunc
 }
 
 var _ plumbv1.AgentServiceServer = (*Service)(nil)
@@ -228,8 +238,10 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	s.reg = runs.New(runs.Options{
 		MaxRuns: cfg.MaxConcurrentRuns, Retention: cfg.ReplayRetention, MaxEvents: cfg.ReplayMaxEvents,
-		MaxBytes: cfg.ReplayMaxBytes, Now: s.clock.Now,
+		MaxBytes: cfg.ReplayMaxBytes, Now: s.clock.Now, Replicated: cfg.Leases != nil,
 	})
+	s.handOff = make(chan struct{})
+	s.hardStop, s.stopHardNow = context.WithCancelCause(context.Background())
 	s.stopTakeover = func() {}
 	s.startTakeover()
 	s.startCancelPoll()
@@ -237,18 +249,42 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 }
 
 // Shutdown stops accepting runs (Run and Resume answer UNAVAILABLE) and
-// waits for the active ones to end. When ctx ends first it cancels them
+// waits for the active ones to end. cmd/agentd calls it on SIGTERM with a
+// server.shutdown_grace deadline, before stopping the gRPC server.
+//
+// Without leases (one replica), when ctx ends first it cancels the runs
 // (each then ends with run_finished{CANCELLED} within the runtime's
-// cancel grace), waits for them and returns ctx's error. cmd/agentd calls
-// it on SIGTERM with a server.shutdown_grace deadline, before stopping
-// the gRPC server.
+// cancel grace), waits for them and returns ctx's error.
+//
+// With leases (replicas on a shared store), the runs are handed off
+// instead: the replica stops taking new runs (REPLICA_STOPPING) and runs
+// of dead replicas, asks each of its runs to stop at its next checkpoint
+// (the step in flight finishes and commits) and, when ctx ends first,
+// stops the rest at once (their uncommitted step is redone elsewhere).
+// Either way a run's record stays RUNNING, its events are flushed to the
+// event log and its lease is handed off, so that another replica's next
+// takeover scan continues it; the run's client streams end with
+// UNAVAILABLE, REPLICA_STOPPING and the sequence to re-Attach after.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.stopTakeover()
+	if s.cfg.Leases != nil {
+		// Before the drain: a request refused with REPLICA_STOPPING
+		// implies that every run here is asked to stop.
+		s.handOffOnce.Do(func() {
+			s.lg.Info("stopping: handing runs off at their next checkpoint", zap.Int("runs", s.reg.Live()))
+			close(s.handOff)
+		})
+	}
 	s.reg.Drain()
 	err := s.reg.Wait(ctx)
 	if err != nil {
-		s.lg.Warn("shutdown grace over; cancelling runs", zap.Int("runs", s.reg.Live()))
-		s.reg.CancelAll()
+		if s.cfg.Leases != nil {
+			s.lg.Warn("shutdown grace over; handing runs off at once", zap.Int("runs", s.reg.Live()))
+			s.stopHardNow(agent.ErrHandedOff)
+		} else {
+			s.lg.Warn("shutdown grace over; cancelling runs", zap.Int("runs", s.reg.Live()))
+			s.reg.CancelAll()
+		}
 	}
 	s.wg.Wait()
 	return err

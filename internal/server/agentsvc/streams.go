@@ -42,8 +42,8 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 				// caller's tenant.
 				return s.runSeeded(ctx, in, sink)
 			}
-			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
-				in.Fence = fence
+			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
+				in.Fence, in.HandOff = fence, handOff
 				_, err := s.rt.Run(ctx, in, sink)
 				return err
 			})
@@ -63,8 +63,8 @@ func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.S
 	}
 	in.ThreadID = t.ID
 	var started atomic.Bool
-	err := s.leased(ctx, t.ID, sink, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
-		in.Fence = fence
+	err := s.leased(ctx, t.ID, sink, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
+		in.Fence, in.HandOff = fence, handOff
 		_, err := s.rt.Run(ctx, in, func(e agent.Event) {
 			started.Store(true)
 			sink(e)
@@ -105,8 +105,8 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "resume",
 		func(ctx context.Context, sink agent.Sink) error {
-			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
-				in.Fence = fence
+			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
+				in.Fence, in.HandOff = fence, handOff
 				_, err := s.rt.Resume(ctx, in, sink)
 				return err
 			})
@@ -148,11 +148,7 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		err := call(runCtx, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) })
-		if err != nil && r.RunID() != "" {
-			s.lg.Error("the runtime failed after run_started", zap.String("thread-id", r.ThreadID()), zap.String("run-id", r.RunID()), zap.Error(err))
-		}
-		r.End(err)
+		s.end(r, call(runCtx, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }))
 	}()
 	err = r.Stream(ctx, send)
 	if err == nil {
@@ -178,6 +174,24 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 	return st
 }
 
+// end ends segment r whose runtime call returned err. A run that goes on
+// elsewhere (handed off, or its lease lost) ends its streams with the
+// sequence to re-Attach after (runs.Run.Abort).
+func (s *Service) end(r *runs.Run, err error) {
+	if r.RunID() != "" {
+		lg := s.lg.With(zap.String("thread-id", r.ThreadID()), zap.String("run-id", r.RunID()))
+		switch {
+		case errors.Is(err, agent.ErrHandedOff), errors.Is(err, agent.ErrLeaseLost):
+			lg.Info("the run goes on on another replica; ending its streams here", zap.Error(err))
+			r.Abort(err)
+			return
+		case err != nil:
+			lg.Error("the runtime failed after run_started", zap.Error(err))
+		}
+	}
+	r.End(err)
+}
+
 // Attach replays a thread's current or retained run after after_sequence
 // (0: from its start, through every retained segment), then follows it
 // live (agent.md §2.4).
@@ -194,9 +208,10 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 	r, after, err := s.reg.Attach(id, req.GetAfterSequence())
 	if s.cfg.Events != nil && (errors.Is(err, runs.ErrNoRun) || errors.Is(err, runs.ErrOutOfRange) || (err == nil && r.Ended())) {
 		// Not live here, or not from after_sequence on: the run may be
-		// live on another replica (or have been taken over by one), or
-		// its earlier segments ran elsewhere; the shared event log has
-		// every segment of it, this replica's included.
+		// live on another replica (or have been taken over by one), its
+		// earlier segments ran elsewhere, or this replica handed it over;
+		// the shared event log has every segment of it, this replica's
+		// included.
 		err := s.followStored(ctx, id, req.GetAfterSequence(), send)
 		if errors.Is(err, errNoStoredRun) {
 			err = fmt.Errorf("%w: %w", runs.ErrNoRun, err)

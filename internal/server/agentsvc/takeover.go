@@ -139,14 +139,14 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, sink agent.Sink) error {
-			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence}, cancelAtStart(l, cancelRun, sink))
+		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
+			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence, HandOff: handOff}, cancelAtStart(l, cancelRun, sink))
 			return err
 		})
-		if err != nil {
+		if err != nil && r.RunID() == "" {
 			lg.Warn("the run could not be taken over", zap.Error(err))
 		}
-		r.End(err)
+		s.end(r, err)
 	}()
 	// Nobody streams a taken-over segment: drain its owner's stream so
 	// that it behaves as a detached run.

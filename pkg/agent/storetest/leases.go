@@ -114,6 +114,57 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		}
 	})
 
+	t.Run("HandOff", func(t *testing.T) {
+		s := newStore(t)
+		thread(t, s, "th")
+		thread(t, s, "other")
+		a, err := s.AcquireLease(ctx(), "th", "replica-a", t0, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := s.AcquireLease(ctx(), "other", "replica-a", t0, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := t0.Add(time.Second) // long before the TTL
+		if err := s.HandOffLease(ctx(), a, at); err != nil {
+			t.Fatalf("hand off: %v", err)
+		}
+		expired, err := s.ExpiredLeases(ctx(), at)
+		if err != nil || len(expired) != 1 || expired[0].ThreadID != "th" || expired[0].Holder != "replica-a" || expired[0].Epoch != a.Epoch {
+			t.Fatalf("expired leases right after a hand-off: %+v, %v; want th's only", expired, err)
+		}
+		// Until another holder takes it, the handed-off lease still fences
+		// its holder's commits (the events flushed last).
+		cp := &agent.Checkpoint{ThreadID: "th", Phase: agent.PhaseModel, Append: []agent.Message{msg(model.RoleAssistant, "a1")},
+			Run: run("r-th", agent.StatusRunning), Fence: a.Fence(), CreatedAt: at}
+		if err := s.SaveCheckpoint(ctx(), cp); err != nil {
+			t.Fatalf("checkpoint under a handed-off lease nobody took: %v", err)
+		}
+		b, err := s.AcquireLease(ctx(), "th", "replica-b", at, ttl)
+		if err != nil || b.Epoch != a.Epoch+1 {
+			t.Fatalf("takeover of a handed-off lease: %+v, %v (want epoch %d)", b, err, a.Epoch+1)
+		}
+		if err := s.HandOffLease(ctx(), a, at); err != nil {
+			t.Fatalf("hand-off of a superseded lease: %v", err)
+		}
+		if _, err := s.RenewLease(ctx(), b, at.Add(time.Second), ttl); err != nil {
+			t.Fatalf("b's lease after a's late hand-off: %v", err)
+		}
+		if err := s.ReleaseLease(ctx(), b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.HandOffLease(ctx(), b, at.Add(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if expired, err := s.ExpiredLeases(ctx(), at.Add(2*time.Second)); err != nil || len(expired) != 0 {
+			t.Fatalf("a released lease handed off: listed %+v, %v; want nothing", expired, err)
+		}
+		if _, err := s.RenewLease(ctx(), other, at, ttl); err != nil {
+			t.Fatalf("another thread's lease after the hand-off: %v", err)
+		}
+	})
+
 	t.Run("Fencing", func(t *testing.T) {
 		s := newStore(t)
 		thread(t, s, "th")

@@ -893,6 +893,13 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	return classify(err)
 }
 
+// HandOffLease implements store.Leases.
+func (s *Store) HandOffLease(ctx context.Context, l store.Lease, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE thread_leases SET expires_at = LEAST(expires_at, $4) WHERE thread_id = $1 AND holder = $2 AND epoch = $3 AND NOT released`,
+		l.ThreadID, l.Holder, l.Epoch, store.Nanos(now))
+	return classify(err)
+}
+
 // ExpiredLeases implements store.Leases.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
 	rows, err := s.pool.Query(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE NOT released AND expires_at <= $1 ORDER BY expires_at, thread_id`, store.Nanos(now))

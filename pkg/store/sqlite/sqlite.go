@@ -750,6 +750,13 @@ func (s *Store) ReleaseLease(ctx context.Context, l store.Lease) error {
 	return busy(err)
 }
 
+// HandOffLease implements store.Leases.
+func (s *Store) HandOffLease(ctx context.Context, l store.Lease, now time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE thread_leases SET expires_at = MIN(expires_at, ?) WHERE thread_id = ? AND holder = ? AND epoch = ? AND released = 0`,
+		store.Nanos(now), l.ThreadID, l.Holder, l.Epoch)
+	return busy(err)
+}
+
 // ExpiredLeases implements store.Leases.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE released = 0 AND expires_at <= ? ORDER BY expires_at, thread_id`, store.Nanos(now))

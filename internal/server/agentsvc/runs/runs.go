@@ -46,6 +46,10 @@ var (
 	ErrNoSlot = errors.New("no run slot is free")
 	// ErrShuttingDown: the registry is draining (UNAVAILABLE).
 	ErrShuttingDown = errors.New("agentd is shutting down")
+	// ErrReplicaStopping: the registry of a replica that hands its runs
+	// to other replicas is draining (UNAVAILABLE, REPLICA_STOPPING). It is
+	// also ErrShuttingDown.
+	ErrReplicaStopping = fmt.Errorf("%w: this replica hands its runs to the other replicas; call another one", ErrShuttingDown)
 	// ErrNoRun: the thread has no active or retained run (NOT_FOUND).
 	ErrNoRun = errors.New("no active or retained run")
 	// ErrOutOfRange: Attach asked for events the replay log no longer
@@ -98,6 +102,25 @@ func (e *LagError) Error() string {
 // Is matches ErrLagging.
 func (e *LagError) Is(target error) bool { return target == ErrLagging }
 
+// CutError ends a stream whose run segment stopped without a terminal
+// event (Run.Abort): the run goes on elsewhere, and the client re-Attaches
+// after Last. Err says why (agent.ErrHandedOff, agent.ErrLeaseLost, ...).
+type CutError struct {
+	ThreadID string
+	// Last is the last sequence the stream delivered (its after_sequence
+	// when it delivered nothing).
+	Last uint64
+	Err  error
+}
+
+func (e *CutError) Error() string {
+	return fmt.Sprintf("thread %s: the stream ended after sequence %d: %v; Attach with after_sequence %d follows the rest",
+		e.ThreadID, e.Last, e.Err, e.Last)
+}
+
+// Unwrap returns why the segment stopped.
+func (e *CutError) Unwrap() error { return e.Err }
+
 // Options configure a Registry. Zero values take the defaults.
 type Options struct {
 	// MaxRuns is how many runs may be active at once.
@@ -113,6 +136,10 @@ type Options struct {
 	MaxBytes  int
 	// Now is the clock of retention (default time.Now).
 	Now func() time.Time
+	// Replicated: the registry is one replica's of several, which take
+	// over its runs when it stops; Begin during a drain then fails with
+	// ErrReplicaStopping.
+	Replicated bool
 }
 
 // Registry tracks run segments by thread. It is safe for concurrent use.
@@ -159,6 +186,9 @@ func (g *Registry) Begin(threadID string, cancel context.CancelFunc) (*Run, erro
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.draining {
+		if g.o.Replicated {
+			return nil, ErrReplicaStopping
+		}
 		return nil, ErrShuttingDown
 	}
 	g.prune()
@@ -363,6 +393,7 @@ type Run struct {
 	held      *plumbv1.Event // the terminal event, published by End
 	ended     bool
 	startErr  error
+	cut       error // why an aborted segment's streams end (Abort)
 	endedAt   time.Time
 	wake      chan struct{} // closed (and replaced) on every change
 	done      chan struct{} // closed by End
@@ -456,7 +487,17 @@ func (r *Run) Emit(e *plumbv1.Event) {
 // End records that the runtime call returned with err, releases the run
 // slot and publishes the terminal event. A segment that emitted nothing
 // keeps err as its start error (what the owner's stream returns).
-func (r *Run) End(err error) {
+func (r *Run) End(err error) { r.end(err, nil) }
+
+// Abort ends a segment that stopped without a terminal event because it
+// goes on elsewhere (handed off, or its thread's lease lost): like End,
+// but once a stream has sent the segment's log it ends with a *CutError
+// wrapping cause, naming the last sequence it delivered. A terminal event
+// held back is dropped. A segment that emitted nothing ends as End(cause)
+// would.
+func (r *Run) Abort(cause error) { r.end(cause, cause) }
+
+func (r *Run) end(err, cut error) {
 	g := r.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -479,6 +520,9 @@ func (r *Run) End(err error) {
 			}
 		}
 		r.prev = nil
+	}
+	if r.started && cut != nil {
+		r.cut, r.held = cut, nil
 	}
 	if r.held != nil {
 		r.push(r.held)
@@ -564,9 +608,12 @@ func (r *Run) follow(ctx context.Context, f *follower, send func(*plumbv1.Event)
 			}
 			continue
 		}
-		ended, startErr, wake, threadID := r.ended, r.startErr, r.wake, r.threadID
+		ended, startErr, cut, wake, threadID := r.ended, r.startErr, r.cut, r.wake, r.threadID
 		r.mu.Unlock()
 		if ended {
+			if cut != nil {
+				return &CutError{ThreadID: threadID, Last: f.cursor, Err: cut}
+			}
 			if startErr != nil {
 				if owner {
 					return startErr

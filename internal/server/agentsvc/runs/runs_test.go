@@ -614,3 +614,58 @@ func TestTrimCoalescesToolStreams(t *testing.T) {
 		t.Errorf("output replayed as %q, want %q", gotOut.String(), out.String())
 	}
 }
+
+// TestAbortCutsEachStreamWhereItIs: a segment aborted without a terminal
+// event (handed off, or its lease lost) ends every stream, once it has
+// sent the log, with a *CutError naming the last sequence that stream
+// delivered; a terminal event held back is dropped, and a later Begin on
+// the thread is free.
+func TestAbortCutsEachStreamWhereItIs(t *testing.T) {
+	g := runs.New(runs.Options{})
+	r, err := g.Begin("t1", func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Emit(started(1))
+	r.Emit(delta(2, "a"))
+	r.Emit(tool(3))
+	r.Emit(finish(4)) // held back, then dropped by Abort
+	cause := fmt.Errorf("renew: %w", agent.ErrLeaseLost)
+	r.Abort(cause)
+
+	owner, err := collect(t, r.Stream)
+	var cut *runs.CutError
+	if !errors.As(err, &cut) || cut.Last != 3 || cut.ThreadID != "t1" || !errors.Is(err, agent.ErrLeaseLost) {
+		t.Fatalf("owner stream ended with %v, want a CutError after 3 wrapping the cause", err)
+	}
+	if !slices.Equal(seqs(owner), []uint64{1, 2, 3}) {
+		t.Fatalf("owner stream sent %v, want 1 2 3 without the terminal event", seqs(owner))
+	}
+	r2, _, err := g.Attach("t1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return r2.Follow(ctx, 2, send) })
+	if !errors.As(err, &cut) || cut.Last != 3 || !slices.Equal(seqs(late), []uint64{3}) {
+		t.Fatalf("attach after 2 sent %v and ended with %v, want 3 then a CutError after 3", seqs(late), err)
+	}
+	nothing, err := collect(t, func(ctx context.Context, send func(*plumbv1.Event) error) error { return r2.Follow(ctx, 3, send) })
+	if !errors.As(err, &cut) || cut.Last != 3 || len(nothing) != 0 {
+		t.Fatalf("attach after 3 sent %v and ended with %v, want a CutError after 3", seqs(nothing), err)
+	}
+	if _, err := g.Begin("t1", func() {}); err != nil {
+		t.Fatalf("begin after the abort: %v", err)
+	}
+}
+
+// TestReplicatedDrainRefusesWithReplicaStopping: a replicated registry
+// that drains refuses new segments with ErrReplicaStopping, which is also
+// ErrShuttingDown.
+func TestReplicatedDrainRefusesWithReplicaStopping(t *testing.T) {
+	g := runs.New(runs.Options{Replicated: true})
+	g.Drain()
+	_, err := g.Begin("t1", func() {})
+	if !errors.Is(err, runs.ErrReplicaStopping) || !errors.Is(err, runs.ErrShuttingDown) {
+		t.Fatalf("begin while draining: %v, want ErrReplicaStopping", err)
+	}
+}
