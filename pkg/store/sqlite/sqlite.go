@@ -759,22 +759,7 @@ func (s *Store) HandOffLease(ctx context.Context, l store.Lease, now time.Time) 
 
 // ExpiredLeases implements store.Leases.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT thread_id, holder, epoch, expires_at FROM thread_leases WHERE released = 0 AND expires_at <= ? ORDER BY expires_at, thread_id`, store.Nanos(now))
-	if err != nil {
-		return nil, busy(err)
-	}
-	defer rows.Close()
-	var out []store.Lease
-	for rows.Next() {
-		var l store.Lease
-		var exp int64
-		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp); err != nil {
-			return nil, err
-		}
-		l.Expires = time.Unix(0, exp)
-		out = append(out, l)
-	}
-	return out, busy(rows.Err())
+	return scanLeases(s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE released = 0 AND expires_at <= ? ORDER BY expires_at, thread_id`, store.Nanos(now)))
 }
 
 // leaseColumns are the columns scanLeases reads, in order. A released
