@@ -225,7 +225,7 @@ func TestRunWithoutModelFailsClearly(t *testing.T) {
 		last = resp.GetEvent()
 	}
 	e := last.GetError()
-	if e == nil || e.GetCode() != "MODEL_AUTH" || !strings.Contains(e.GetMessage(), "OPENAI_BASE_URL") {
+	if e == nil || e.GetCode() != "MODEL_NOT_CONFIGURED" || !strings.Contains(e.GetMessage(), "OPENAI_BASE_URL") {
 		t.Fatalf("last event = %v, want an error naming what to configure", last)
 	}
 }
