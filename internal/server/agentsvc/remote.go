@@ -59,8 +59,8 @@ func (s *Service) startCancelPoll() {
 // pollCancels cancels the runs of the cancel requests on this replica's
 // leases. done are the requests already acted on (a run takes up to the
 // cancel grace to end); it returns those of them still pending and the
-// ones it acted on now. A request whose run is not in the registry (yet)
-// is tried again at the next poll.
+// ones it acted on now. A request whose run is not in the registry yet,
+// or has not started, is tried again at the next poll.
 func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[string]int64 {
 	qctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	ls, err := s.cfg.Leases.CancelRequests(qctx, s.cfg.ReplicaID)
@@ -75,6 +75,12 @@ func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[st
 	for _, l := range ls {
 		if epoch, ok := done[l.ThreadID]; ok && epoch == l.Epoch {
 			acted[l.ThreadID] = l.Epoch
+			continue
+		}
+		if r := s.reg.Active(l.ThreadID); r == nil || r.RunID() == "" {
+			// Not started yet: cancelled now, a takeover's Continue
+			// would fail before it could end the run CANCELLED (it
+			// honours the request itself); the next poll acts.
 			continue
 		}
 		if r := s.reg.Cancel(l.ThreadID); r != nil {
