@@ -81,3 +81,48 @@ func TestHandOffCause(t *testing.T) {
 		t.Fatalf("a run cut for a hand-off emitted %v", k)
 	}
 }
+
+// TestFlushGatesEveryCheckpoint: RunInput.Flush is called before each
+// checkpoint commit, with every event emitted so far already in the sink,
+// and a failing Flush keeps the checkpoint from committing (so a stored
+// record never counts events that were not stored where others replay
+// them).
+func TestFlushGatesEveryCheckpoint(t *testing.T) {
+	h := newHarness(t)
+	h.srv.Script("main", modeltest.Calls(modeltest.Call{ID: "c1", Name: "counter", Args: `{}`}), modeltest.Text("done"))
+	var rec recorder
+	var seen []uint64 // the last sequence in the sink at each flush
+	flush := func(context.Context) error {
+		evs := rec.all()
+		seen = append(seen, evs[len(evs)-1].Sequence)
+		return nil
+	}
+	res, err := h.runner.Run(t.Context(), agent.RunInput{Input: []string{"count"}, Flush: flush}, rec.sink)
+	if err != nil || res.Status != agent.StatusCompleted {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	if len(seen) < 3 || !slices.IsSorted(seen) {
+		t.Fatalf("flushes saw %v; want one before each of the run's checkpoints (at least 3), in order", seen)
+	}
+	td, err := h.store.LoadThread(context.Background(), res.ThreadID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := seen[len(seen)-1]; td.LastRun.LastSequence > last+1 {
+		t.Fatalf("the final record counts %d events, the last flush had %d (+ the terminal event)", td.LastRun.LastSequence, last)
+	}
+
+	h2 := newHarness(t)
+	h2.srv.Script("main", modeltest.Calls(modeltest.Call{ID: "c1", Name: "counter", Args: `{}`}), modeltest.Text("done"))
+	var rec2 recorder
+	refused := func(context.Context) error { return agent.ErrLeaseLost }
+	_, _ = h2.runner.Run(t.Context(), agent.RunInput{Input: []string{"count"}, Flush: refused}, rec2.sink)
+	if evs := rec2.all(); len(evs) > 0 {
+		if td, err := h2.store.LoadThread(context.Background(), evs[0].ThreadID); err == nil && td.LastRun != nil && td.LastRun.Steps > 0 {
+			t.Fatalf("a checkpoint committed past a failed flush: %+v", td.LastRun)
+		}
+	}
+	if h2.kit.Count() != 0 {
+		t.Fatalf("the tool ran %d times although no checkpoint could commit", h2.kit.Count())
+	}
+}

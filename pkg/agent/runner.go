@@ -122,6 +122,12 @@ type RunInput struct {
 	// and leave its record RUNNING for another process to continue (see
 	// ErrHandedOff). Nil: never.
 	HandOff <-chan struct{}
+	// Flush, when set, is called before each checkpoint commit and
+	// returns once every event the run emitted so far is stored where a
+	// process continuing the run reads them (agentd's shared event log):
+	// a committed checkpoint then never counts events that nobody can
+	// replay. Its error fails the commit.
+	Flush func(ctx context.Context) error
 }
 
 // ResumeInput is a Resume request in domain terms.
@@ -129,9 +135,10 @@ type ResumeInput struct {
 	ThreadID    string
 	InterruptID string
 	Decisions   []Decision
-	// Fence and HandOff are as in RunInput.
+	// Fence, HandOff and Flush are as in RunInput.
 	Fence   *Fence
 	HandOff <-chan struct{}
+	Flush   func(ctx context.Context) error
 }
 
 // ContinueInput names a run to take over: a run whose record is still
@@ -145,9 +152,10 @@ type ContinueInput struct {
 	// after the run record's LastSequence): events the previous process
 	// emitted after its last checkpoint keep their numbers.
 	AfterSequence uint64
-	// Fence and HandOff are as in RunInput.
+	// Fence, HandOff and Flush are as in RunInput.
 	Fence   *Fence
 	HandOff <-chan struct{}
+	Flush   func(ctx context.Context) error
 }
 
 // ErrNotRunning: Continue found no RUNNING run to take over (it ended,
@@ -272,7 +280,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	rr := r.newRootRun(sink, cfg, td, st, RunRecord{
 		RunID: runID, Spec: in.Spec, Status: StatusRunning, StartedAt: now, FirstMessage: len(td.Messages),
 	})
-	rr.fence = in.Fence
+	rr.fence, rr.flush = in.Fence, in.Flush
 	if in.Metadata != nil && !isNew {
 		rr.metadata = in.Metadata
 	}
@@ -378,7 +386,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private, Pending: td.Pending})
 	rec.Status = StatusRunning
 	rr := r.newRootRun(sink, cfg, td, st, rec)
-	rr.fence = in.Fence
+	rr.fence, rr.flush = in.Fence, in.Flush
 	rr.rc.step = rec.Steps
 	rr.shared.seq = rec.LastSequence
 	rr.shared.total = rec.Usage
@@ -430,7 +438,7 @@ func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res
 	setAgentAttrs(span, cfg)
 	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private, Pending: td.Pending})
 	rr := r.newRootRun(sink, cfg, td, st, rec)
-	rr.fence = in.Fence
+	rr.fence, rr.flush = in.Fence, in.Flush
 	rr.rc.step = rec.Steps
 	rr.shared.seq = max(rec.LastSequence, in.AfterSequence)
 	rr.shared.total = rec.Usage
@@ -481,6 +489,7 @@ type rootRun struct {
 	interrupt *PendingInterrupt
 	segStart  time.Time
 	fence     *Fence
+	flush     func(ctx context.Context) error
 }
 
 var errRunTimeout = errors.New("run timeout")
@@ -565,6 +574,12 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		Base: rr.persisted, Append: rr.st.MessagesFrom(rr.persisted), EditCalls: rr.edits, Metadata: rr.metadata,
 		Todos: todos, Summary: sum, Private: private, Pending: pending, Interrupt: rr.interrupt,
 		Files: rr.files, Run: rec, Fence: rr.fence, CreatedAt: rr.r.clock.Now(),
+	}
+	if rr.flush != nil {
+		if err := rr.flush(ctx); err != nil {
+			rr.rc.Logger.Error("checkpoint failed: the run's events could not be stored", zap.String("phase", string(phase)), zap.Error(err))
+			return fmt.Errorf("store the run's events before checkpoint %s: %w", phase, err)
+		}
 	}
 	if err := rr.r.store.SaveCheckpoint(ctx, cp); err != nil {
 		rr.rc.Logger.Error("checkpoint failed", zap.String("phase", string(phase)), zap.Error(err))

@@ -48,12 +48,21 @@ func (s *Service) eventInterval() time.Duration {
 	return DefaultEventInterval
 }
 
-// leasedFunc is a runtime call made under a thread's lease: fence goes
-// into its input (every checkpoint is committed under it), and so does
-// handOff (closed when this replica stops: the run stops at its next
-// checkpoint and returns agent.ErrHandedOff); sink is where its events
-// go.
-type leasedFunc func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error
+// underLease is what a runtime call made under a thread's lease puts
+// into its input: the fence every checkpoint is committed under, the
+// hand-off signal (closed when this replica stops: the run stops at its
+// next checkpoint and returns agent.ErrHandedOff) and the flush of the
+// shared event log that each checkpoint waits for. Without leases all are
+// nil.
+type underLease struct {
+	fence   *agent.Fence
+	handOff <-chan struct{}
+	flush   func(context.Context) error
+}
+
+// leasedFunc is a runtime call made under a thread's lease; sink is where
+// its events go.
+type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
 
 // leased runs f while this replica holds the thread's lease in the shared
 // store (Config.Leases; without one, f just runs, unfenced, and is never
@@ -63,7 +72,7 @@ type leasedFunc func(ctx context.Context, fence *agent.Fence, handOff <-chan str
 func (s *Service) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
 	ls := s.cfg.Leases
 	if ls == nil {
-		return f(ctx, nil, nil, sink)
+		return f(ctx, underLease{}, sink)
 	}
 	l, err := ls.AcquireLease(ctx, threadID, s.cfg.ReplicaID, s.clock.Now(), s.leaseTTL())
 	if err != nil {
@@ -132,12 +141,13 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 			}
 		}
 	}()
+	u := underLease{fence: l.Fence(), handOff: s.handOff}
 	var w *eventWriter
 	if s.cfg.Events != nil {
 		w = s.startEvents(ctx, l, lg, sink, cancel)
-		sink = w.add
+		sink, u.flush = w.add, w.flush
 	}
-	err := f(ctx, l.Fence(), s.handOff, sink)
+	err := f(ctx, u, sink)
 	if w != nil {
 		w.close()
 	}
@@ -183,6 +193,8 @@ type eventWriter struct {
 
 	mu      sync.Mutex
 	queue   []queued
+	added   int           // events queued so far
+	stored  int           // of them, appended to the log
 	gone    bool          // the lease is lost: nothing more is written or delivered
 	closing bool          // close was called: flush the rest and stop
 	room    chan struct{} // closed (and replaced) when the queue shrinks
@@ -229,6 +241,7 @@ func (w *eventWriter) add(e agent.Event) {
 	}
 	if !w.gone {
 		w.queue = append(w.queue, queued{stored: ev, e: e})
+		w.added++
 	}
 	w.mu.Unlock()
 	w.signal()
@@ -272,6 +285,7 @@ func (w *eventWriter) loop() {
 		case err == nil:
 			w.mu.Lock()
 			w.queue = w.queue[len(batch):]
+			w.stored += len(batch)
 			if len(w.queue) == 0 {
 				w.queue = nil
 			}
@@ -301,6 +315,31 @@ func (w *eventWriter) loop() {
 			<-t.C
 		}
 	}
+}
+
+// flush returns once every event queued so far is stored (agent.RunInput
+// Flush: the runtime calls it before each checkpoint commit), or fails
+// with store.ErrLeaseLost once the log refuses the run's events.
+func (w *eventWriter) flush(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	target := w.added
+	for w.stored < target && !w.gone {
+		room := w.room
+		w.mu.Unlock()
+		w.signal()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			w.mu.Lock()
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	if w.gone {
+		return fmt.Errorf("the event log of thread %s: %w", w.threadID, store.ErrLeaseLost)
+	}
+	return nil
 }
 
 // close flushes the rest and stops the writer.

@@ -42,8 +42,8 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 				// caller's tenant.
 				return s.runSeeded(ctx, in, sink)
 			}
-			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
-				in.Fence, in.HandOff = fence, handOff
+			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
+				in.Fence, in.HandOff, in.Flush = u.fence, u.handOff, u.flush
 				_, err := s.rt.Run(ctx, in, sink)
 				return err
 			})
@@ -63,8 +63,8 @@ func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.S
 	}
 	in.ThreadID = t.ID
 	var started atomic.Bool
-	err := s.leased(ctx, t.ID, sink, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
-		in.Fence, in.HandOff = fence, handOff
+	err := s.leased(ctx, t.ID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
+		in.Fence, in.HandOff, in.Flush = u.fence, u.handOff, u.flush
 		_, err := s.rt.Run(ctx, in, func(e agent.Event) {
 			started.Store(true)
 			sink(e)
@@ -105,8 +105,8 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 	}
 	return s.serve(stream.Context(), in.ThreadID, req.GetDetach(), "resume",
 		func(ctx context.Context, sink agent.Sink) error {
-			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
-				in.Fence, in.HandOff = fence, handOff
+			return s.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
+				in.Fence, in.HandOff, in.Flush = u.fence, u.handOff, u.flush
 				_, err := s.rt.Resume(ctx, in, sink)
 				return err
 			})

@@ -139,8 +139,8 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, fence *agent.Fence, handOff <-chan struct{}, sink agent.Sink) error {
-			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: fence, HandOff: handOff}, cancelAtStart(l, cancelRun, sink))
+		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
+			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: u.fence, HandOff: u.handOff, Flush: u.flush}, cancelAtStart(l, cancelRun, sink))
 			return err
 		})
 		if err != nil && r.RunID() == "" {
