@@ -14,6 +14,9 @@ import (
 type grpcMetrics struct {
 	handled *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
+	// refused counts calls and connections refused before any handler
+	// runs, by reason.
+	refused *prometheus.CounterVec
 }
 
 func newGRPCMetrics(reg prometheus.Registerer) *grpcMetrics {
@@ -27,8 +30,12 @@ func newGRPCMetrics(reg prometheus.Registerer) *grpcMetrics {
 			Help:    "RPC handling time, by service and method.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
 		}, []string{"grpc_service", "grpc_method"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_grpc_server_refused_total",
+			Help: "Calls refused before a message was read (unauthenticated) and connections closed over a limit (peer_connections, total_connections).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.handled, m.seconds)
+	reg.MustRegister(m.handled, m.seconds, m.refused)
 	return m
 }
 
