@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +19,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/plumbhq/plumb/internal/tenant"
 )
 
 // h2Client is a raw HTTP/2 client: it sends a gRPC request's frames one by
@@ -118,7 +123,9 @@ func TestUnauthenticatedCallsRefusedBeforeTheirMessage(t *testing.T) {
 	const calls = 30
 	msg := make([]byte, 5+1024)
 	binary.BigEndian.PutUint32(msg[1:5], DefaultMaxMessageBytes)
-	pending := map[uint32]bool{}
+	// Each stream must be answered, then reset: the server wants none of
+	// the message that the client has not sent yet.
+	answered, reset := map[uint32]bool{}, map[uint32]bool{}
 	for i := range calls {
 		id := uint32(2*i + 1)
 		auth := []string{}
@@ -129,12 +136,11 @@ func TestUnauthenticatedCallsRefusedBeforeTheirMessage(t *testing.T) {
 		if err := c.fr.WriteData(id, false, msg); err != nil {
 			t.Fatal(err)
 		}
-		pending[id] = true
 	}
-	for len(pending) > 0 {
+	for len(answered) < calls || len(reset) < calls {
 		f, err := c.next()
 		if err != nil {
-			t.Fatalf("%d calls not answered: %v", len(pending), err)
+			t.Fatalf("%d of %d calls answered, %d reset: %v", len(answered), calls, len(reset), err)
 		}
 		switch f := f.(type) {
 		case *http2.WindowUpdateFrame:
@@ -146,11 +152,12 @@ func TestUnauthenticatedCallsRefusedBeforeTheirMessage(t *testing.T) {
 			if got := headerValue(f, "grpc-status"); got != "16" {
 				t.Fatalf("stream %d: grpc-status %q (%s), want 16 (UNAUTHENTICATED)", f.StreamID, got, headerValue(f, "grpc-message"))
 			}
-			delete(pending, f.StreamID)
+			answered[f.StreamID] = true
 		case *http2.RSTStreamFrame:
-			if pending[f.StreamID] {
+			if !answered[f.StreamID] {
 				t.Fatalf("stream %d reset (%v) before an answer", f.StreamID, f.ErrCode)
 			}
+			reset[f.StreamID] = true
 		case *http2.GoAwayFrame:
 			t.Fatalf("server went away: %v", f.ErrCode)
 		}
@@ -292,5 +299,73 @@ func TestSmallMethodsRefuseLargeMessages(t *testing.T) {
 		if status.Code(err) != wantStream {
 			t.Errorf("bulk=%v: ExecuteStream of 2 KiB: %v, want %v", bulk, err, wantStream)
 		}
+	}
+}
+
+// TestTapAgreesWithInterceptors: the tap handle refuses exactly the calls
+// the interceptors would, with the same code, for every kind of caller
+// and method (health is open, reflection is not).
+func TestTapAgreesWithInterceptors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "creds")
+	writeFile(t, path, "acme a-tok\nagentd fwd-tok forwarder\n")
+	creds, err := LoadCredentials(path, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := []string{plumbv1.SandboxService_Write_FullMethodName, "/grpc.health.v1.Health/Check",
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"}
+	headers := []metadata.MD{
+		{},
+		metadata.Pairs("authorization", "Bearer a-tok"),
+		metadata.Pairs("authorization", "Bearer nope"),
+		metadata.Pairs("authorization", "a-tok"),
+		metadata.Pairs("authorization", "Bearer fwd-tok", tenant.MetadataKey, "beta"),
+		metadata.Pairs("authorization", "Bearer fwd-tok", tenant.MetadataKey, "NO/PE"),
+	}
+	for _, cs := range []*Credentials{creds, nil} {
+		tapFn := authTap(cs, nil)
+		for _, m := range methods {
+			for _, md := range headers {
+				_, tapErr := tapFn(context.Background(), &tap.Info{FullMethodName: m, Header: md})
+				_, authErr := authorize(metadata.NewIncomingContext(context.Background(), md), cs, m)
+				if status.Code(tapErr) != status.Code(authErr) {
+					t.Errorf("creds=%v %s %v: tap %v, interceptor %v", cs != nil, m, md, tapErr, authErr)
+				}
+			}
+		}
+	}
+}
+
+// TestTapFollowsReloadedCredentials: a token dropped from the credentials
+// file is refused from the next call on, and a new one accepted.
+func TestTapFollowsReloadedCredentials(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "creds")
+	writeFile(t, path, "acme one\n")
+	creds, err := LoadCredentials(path, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveWith(t, Options{Credentials: creds})
+	call := func(tok string) codes.Code {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(tok)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = plumbv1.NewSandboxServiceClient(conn).GetSandbox(context.Background(), &plumbv1.GetSandboxRequest{})
+		return status.Code(err)
+	}
+	if got := call("one"); got != codes.OK {
+		t.Fatalf("token one: %v", got)
+	}
+	writeFile(t, path, "acme two\n")
+	if err := creds.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := call("one"); got != codes.Unauthenticated {
+		t.Fatalf("dropped token one: %v, want UNAUTHENTICATED", got)
+	}
+	if got := call("two"); got != codes.OK {
+		t.Fatalf("new token two: %v", got)
 	}
 }
