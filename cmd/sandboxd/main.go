@@ -279,10 +279,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger, o.Registry = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg, reg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) }
-	// File contents and stdin; every other request is small
-	// (--max-recv-bytes).
-	o.BulkMethods = []string{plumbv1.SandboxService_Write_FullMethodName, plumbv1.SandboxService_Edit_FullMethodName,
-		plumbv1.SandboxService_UploadFiles_FullMethodName, plumbv1.SandboxService_Process_FullMethodName}
+	o.BulkMethods = sandboxsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	return daemon.Serve(ctx, o)
 }

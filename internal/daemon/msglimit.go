@@ -29,6 +29,20 @@ type recvLimits struct {
 	bulk  map[string]bool
 }
 
+// MessageLimits are the server options that bound messages: sent ones
+// and those received by the bulk methods (full method names) to maxMsg,
+// those received by any other method to maxRecv (checked once read; see
+// recvLimits). Serve installs them; a test server may too.
+func MessageLimits(maxMsg, maxRecv int, bulk []string) []grpc.ServerOption {
+	l := newRecvLimits(min(maxRecv, maxMsg), bulk)
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxSendMsgSize(maxMsg),
+		grpc.ChainUnaryInterceptor(l.unary),
+		grpc.ChainStreamInterceptor(l.stream),
+	}
+}
+
 func newRecvLimits(small int, bulk []string) *recvLimits {
 	l := &recvLimits{small: small, bulk: map[string]bool{}}
 	for _, m := range bulk {

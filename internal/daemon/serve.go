@@ -120,7 +120,7 @@ func Serve(ctx context.Context, o Options) error {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	maxMsg := cmp.Or(o.MaxMessageBytes, DefaultMaxMessageBytes)
-	maxRecv := min(cmp.Or(o.MaxRecvBytes, DefaultMaxRecvBytes), maxMsg)
+	maxRecv := cmp.Or(o.MaxRecvBytes, DefaultMaxRecvBytes)
 
 	creds := o.Credentials
 	if creds == nil && o.Token != "" {
@@ -162,19 +162,17 @@ func Serve(ctx context.Context, o Options) error {
 	metrics := newGRPCMetrics(reg)
 	glis = newLimitListener(glis, cmp.Or(o.MaxConns, DefaultMaxConns), cmp.Or(o.MaxConnsPerPeer, DefaultMaxConnsPerPeer),
 		func(reason string) { metrics.refused.WithLabelValues(reason + "_connections").Inc() })
-	limits := newRecvLimits(maxRecv, o.BulkMethods)
-	unary := []grpc.UnaryServerInterceptor{metrics.unary, recoverUnary(lg), authUnary(creds), limits.unary}
-	stream := []grpc.StreamServerInterceptor{metrics.stream, recoverStream(lg), authStream(creds), limits.stream}
+	unary := []grpc.UnaryServerInterceptor{metrics.unary, recoverUnary(lg), authUnary(creds)}
+	stream := []grpc.StreamServerInterceptor{metrics.stream, recoverStream(lg), authStream(creds)}
 	sopts := []grpc.ServerOption{
 		// Calls are authenticated from their headers, before the server
 		// reads (and buffers) a message: see authTap.
 		grpc.InTapHandle(authTap(creds, func() { metrics.refused.WithLabelValues("unauthenticated").Inc() })),
 		grpc.MaxConcurrentStreams(uint32(cmp.Or(o.MaxStreamsPerConn, DefaultMaxStreamsPerConn))),
-		grpc.MaxRecvMsgSize(maxMsg),
-		grpc.MaxSendMsgSize(maxMsg),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}
+	sopts = append(sopts, MessageLimits(maxMsg, maxRecv, o.BulkMethods)...)
 	if o.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
