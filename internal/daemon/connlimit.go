@@ -44,10 +44,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		peer := peerHost(c.RemoteAddr())
 		if reason := l.take(peer); reason != "" {
-			c.Close()
 			if l.refused != nil {
 				l.refused(reason)
 			}
+			c.Close()
 			continue
 		}
 		return &limitedConn{Conn: c, release: func() { l.release(peer) }}, nil

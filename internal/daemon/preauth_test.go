@@ -14,6 +14,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
@@ -115,7 +116,8 @@ func (c *h2Client) next() (http2.Frame, error) {
 // stream window update means it started reading (and holding) the
 // message, which is how 30 such calls took a worker from 46 to 539 MB.
 func TestUnauthenticatedCallsRefusedBeforeTheirMessage(t *testing.T) {
-	addr := serveWith(t, Options{Token: "s3cret"})
+	reg := prometheus.NewRegistry()
+	addr := serveWith(t, Options{Token: "s3cret", Registry: reg})
 	c, err := dialH2(t, addr, "")
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +164,31 @@ func TestUnauthenticatedCallsRefusedBeforeTheirMessage(t *testing.T) {
 			t.Fatalf("server went away: %v", f.ErrCode)
 		}
 	}
+	if got := refusedCount(t, reg, "unauthenticated"); got != calls {
+		t.Errorf("plumb_grpc_server_refused_total{reason=\"unauthenticated\"} = %v, want %d", got, calls)
+	}
+}
+
+// refusedCount reads plumb_grpc_server_refused_total{reason} from reg.
+func refusedCount(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "plumb_grpc_server_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func headerValue(f *http2.MetaHeadersFrame, name string) string {
@@ -217,7 +244,8 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 // over the total, is closed at once; a closed connection frees its slot.
 // Loopback has many addresses, so peers are 127.0.0.1, .2 and .3.
 func TestConnectionsBounded(t *testing.T) {
-	addr := serveWith(t, Options{Token: "s3cret", MaxConnsPerPeer: 2, MaxConns: 3})
+	reg := prometheus.NewRegistry()
+	addr := serveWith(t, Options{Token: "s3cret", MaxConnsPerPeer: 2, MaxConns: 3, Registry: reg})
 	served := func(local string) (*h2Client, bool) {
 		t.Helper()
 		c, err := dialH2(t, addr, local)
@@ -243,6 +271,9 @@ func TestConnectionsBounded(t *testing.T) {
 	}
 	if _, ok := served("127.0.0.3"); ok {
 		t.Fatal("a fourth connection was served over the total of 3")
+	}
+	if p, tot := refusedCount(t, reg, "peer_connections"), refusedCount(t, reg, "total_connections"); p != 1 || tot != 1 {
+		t.Errorf("refused connections: peer %v, total %v; want 1 and 1", p, tot)
 	}
 	first.conn.Close()
 	guard := time.Now().Add(2 * time.Minute)
