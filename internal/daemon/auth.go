@@ -292,14 +292,14 @@ func callerTenant(md metadata.MD, creds *Credentials) (string, error) {
 // request (up to the receive limit) before any interceptor runs, so
 // without it an unauthenticated client could make the server buffer a
 // message per stream. refused, if set, is told of each refusal.
-func authTap(creds *Credentials, refused func()) tap.ServerInHandle {
+func authTap(creds *Credentials, refused func(error)) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if publicMethod(info.FullMethodName) {
 			return ctx, nil
 		}
 		if _, err := callerTenant(info.Header, creds); err != nil {
 			if refused != nil {
-				refused()
+				refused(err)
 			}
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -32,11 +33,20 @@ func newGRPCMetrics(reg prometheus.Registerer) *grpcMetrics {
 		}, []string{"grpc_service", "grpc_method"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plumb_grpc_server_refused_total",
-			Help: "Calls refused before a message was read (unauthenticated) and connections closed over a limit (peer_connections, total_connections).",
+			Help: "Calls refused before a message was read (unauthenticated, bad_tenant_header) and connections closed over a limit (peer_connections, total_connections).",
 		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.handled, m.seconds, m.refused)
 	return m
+}
+
+// refusedCall counts a call the tap handle refused, by its code.
+func (m *grpcMetrics) refusedCall(err error) {
+	reason := "bad_tenant_header"
+	if status.Code(err) == codes.Unauthenticated {
+		reason = "unauthenticated"
+	}
+	m.refused.WithLabelValues(reason).Inc()
 }
 
 func (m *grpcMetrics) observe(fullMethod string, start time.Time, err error) {

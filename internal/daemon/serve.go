@@ -167,7 +167,7 @@ func Serve(ctx context.Context, o Options) error {
 	sopts := []grpc.ServerOption{
 		// Calls are authenticated from their headers, before the server
 		// reads (and buffers) a message: see authTap.
-		grpc.InTapHandle(authTap(creds, func() { metrics.refused.WithLabelValues("unauthenticated").Inc() })),
+		grpc.InTapHandle(authTap(creds, metrics.refusedCall)),
 		grpc.MaxConcurrentStreams(uint32(cmp.Or(o.MaxStreamsPerConn, DefaultMaxStreamsPerConn))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
