@@ -144,6 +144,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "agentd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }
+	o.BulkMethods = agentsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	o.BeforeStop = svc.Shutdown
 	return daemon.Serve(ctx, o)

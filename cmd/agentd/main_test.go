@@ -80,6 +80,8 @@ func TestBadStartInputs(t *testing.T) {
 		{"bad sandboxd CA", nil, []string{"--sandboxd-tls-ca", garbage}, garbage},
 		{"bad credentials file", nil, []string{"--credentials-file", lonely}, lonely + ": line 1"},
 		{"bad pprof address", nil, []string{"--pprof-addr", "nowhere"}, "--pprof-addr"},
+		{"negative connection limit", nil, []string{"--max-conns-per-peer", "-1"}, "--max-conns-per-peer must not be negative"},
+		{"receive limit over the bulk one", nil, []string{"--max-recv-bytes", "999999999"}, "--max-recv-bytes must be at most"},
 		{"bad grpc addr", nil, []string{"--grpc-addr", "nowhere"}, "-grpc-addr"},
 		{"port out of range", nil, []string{"--http-addr", "127.0.0.1:99999"}, "-http-addr"},
 		{"bad log format", nil, []string{"--log-format", "xml"}, "json, console"},
@@ -192,6 +194,39 @@ func TestServesHealthReflectionAndUnimplemented(t *testing.T) {
 	err = conn.Invoke(ctx, "/plumb.v1.AgentService/Teleport", &plumbv1.ListAgentsRequest{}, &plumbv1.ListAgentsResponse{})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("unknown method: %v, want UNIMPLEMENTED", err)
+	}
+}
+
+// TestRequestSizeLimits: a small method's request over --max-recv-bytes
+// is RESOURCE_EXHAUSTED, while Run, whose input may be large, takes it.
+func TestRequestSizeLimits(t *testing.T) {
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("OPENAI_API_KEY", "")
+	p := daemontest.Start(t, agentdBin, append(append([]string{}, freeArgs...), "--default-backend", "state", "--max-recv-bytes", "4096")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := plumbv1.NewAgentServiceClient(conn)
+	big := strings.Repeat("x", 8192)
+	if _, err := client.CreateThread(ctx, &plumbv1.CreateThreadRequest{Metadata: map[string]string{"note": big}}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("CreateThread of 8 KiB: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	stream, err := client.Run(ctx, &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: big}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Run of 8 KiB: %v, want its events", err)
+		}
 	}
 }
 

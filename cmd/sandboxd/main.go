@@ -279,6 +279,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger, o.Registry = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg, reg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, svc) }
+	o.BulkMethods = sandboxsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	return daemon.Serve(ctx, o)
 }

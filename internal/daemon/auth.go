@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/plumbhq/plumb/internal/tenant"
 )
@@ -249,6 +250,17 @@ func authorize(ctx context.Context, creds *Credentials, method string) (context.
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
+	name, err := callerTenant(md, creds)
+	if err != nil {
+		return nil, err
+	}
+	return tenant.With(ctx, name), nil
+}
+
+// callerTenant is the one credential check: both the tap handle (before
+// the server reads a message) and the interceptors call it. It returns the
+// tenant the call acts for, given its request headers md.
+func callerTenant(md metadata.MD, creds *Credentials) (string, error) {
 	cred := Credential{Tenant: tenant.Default, Forwarder: true}
 	if creds != nil {
 		ok := false
@@ -262,24 +274,46 @@ func authorize(ctx context.Context, creds *Credentials, method string) (context.
 			}
 		}
 		if !ok {
-			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
+			return "", status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
 		}
 	}
 	name := cred.Tenant
 	if fwd := md.Get(tenant.MetadataKey); cred.Forwarder && len(fwd) > 0 {
 		if len(fwd) > 1 || !tenant.Valid(fwd[0]) {
-			return nil, status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
+			return "", status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
 		}
 		name = fwd[0]
 	}
-	return tenant.With(ctx, name), nil
+	return name, nil
+}
+
+// authTap refuses a call that authorize would refuse from its headers
+// alone, before the server reads any of its messages: gRPC reads a unary
+// request (up to the receive limit) before any interceptor runs, so
+// without it an unauthenticated client could make the server buffer a
+// message per stream. refused, if set, is told of each refusal.
+func authTap(creds *Credentials, refused func(error)) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if publicMethod(info.FullMethodName) {
+			return ctx, nil
+		}
+		if _, err := callerTenant(info.Header, creds); err != nil {
+			if refused != nil {
+				refused(err)
+			}
+			return nil, err
+		}
+		return ctx, nil
+	}
 }
 
 // ServerAuth are the server options that check calls against creds (nil:
-// every caller is trusted and may name its tenant in plumb-tenant) and put
-// the caller's tenant in each handler's context. Serve installs them.
+// every caller is trusted and may name its tenant in plumb-tenant), refuse
+// a call before any of its messages is read, and put the caller's tenant
+// in each handler's context. Serve installs the same checks. They set the
+// server's tap handle, which a server can have only one of.
 func ServerAuth(creds *Credentials) []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(authUnary(creds)), grpc.ChainStreamInterceptor(authStream(creds))}
+	return []grpc.ServerOption{grpc.InTapHandle(authTap(creds, nil)), grpc.ChainUnaryInterceptor(authUnary(creds)), grpc.ChainStreamInterceptor(authStream(creds))}
 }
 
 func authUnary(creds *Credentials) grpc.UnaryServerInterceptor {

@@ -77,6 +77,12 @@ type Common struct {
 	Insecure bool
 	// PprofAddr enables /debug/pprof on its own listener.
 	PprofAddr string
+	// MaxConns, MaxConnsPerPeer and MaxStreamsPerConn bound open gRPC
+	// connections, those from one IP address, and calls per connection.
+	MaxConns, MaxConnsPerPeer, MaxStreamsPerConn int
+	// MaxRecvBytes bounds a request message of a method that takes no
+	// file contents or stdin.
+	MaxRecvBytes int
 }
 
 // Bind defines the common flags on f with the daemon's default addresses.
@@ -95,6 +101,10 @@ func (c *Common) Bind(f *Flags, grpcAddr, httpAddr string) {
 	f.String(&c.TLS.ClientCA, "tls-client-ca", "", "PEM CA bundle client certificates must chain to: require and verify client certificates (mTLS)")
 	f.Bool(&c.Insecure, "insecure", false, "allow a gRPC address beyond loopback without credentials (no token, no client CA)")
 	f.String(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this address (a bare :port binds loopback; empty = off)")
+	f.Int(&c.MaxConns, "max-conns", DefaultMaxConns, "open gRPC connections at most; more are closed at once")
+	f.Int(&c.MaxConnsPerPeer, "max-conns-per-peer", DefaultMaxConnsPerPeer, "open gRPC connections from one IP address at most; more are closed at once")
+	f.Int(&c.MaxStreamsPerConn, "max-streams-per-conn", DefaultMaxStreamsPerConn, "concurrent calls on one gRPC connection at most; a client waits for a free one")
+	f.Int(&c.MaxRecvBytes, "max-recv-bytes", DefaultMaxRecvBytes, "largest request message of a method that takes no file contents or stdin (those take up to 16 MiB)")
 }
 
 // Security loads the credentials and TLS material the flags name. A file
@@ -109,7 +119,8 @@ func (c *Common) Security(tokenForwards bool, lg *zap.Logger) (Options, error) {
 	if err != nil {
 		return Options{}, &UsageError{Err: err}
 	}
-	o := Options{Credentials: creds, Insecure: c.Insecure, PprofAddr: c.PprofAddr}
+	o := Options{Credentials: creds, Insecure: c.Insecure, PprofAddr: c.PprofAddr,
+		MaxConns: c.MaxConns, MaxConnsPerPeer: c.MaxConnsPerPeer, MaxStreamsPerConn: c.MaxStreamsPerConn, MaxRecvBytes: c.MaxRecvBytes}
 	if c.TLS.Enabled() {
 		if o.TLS, err = ServerTLS(c.TLS, lg); err != nil {
 			return Options{}, &UsageError{Err: err}
@@ -123,6 +134,17 @@ func (c *Common) Security(tokenForwards bool, lg *zap.Logger) (Options, error) {
 		if err := CheckAddr(c.PprofAddr); err != nil {
 			return Options{}, Usagef("invalid --pprof-addr %q: %v", c.PprofAddr, err)
 		}
+	}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"max-conns", c.MaxConns}, {"max-conns-per-peer", c.MaxConnsPerPeer}, {"max-streams-per-conn", c.MaxStreamsPerConn}, {"max-recv-bytes", c.MaxRecvBytes}} {
+		if l.v < 0 {
+			return Options{}, Usagef("--%s must not be negative (0 = the default), not %d", l.flag, l.v)
+		}
+	}
+	if c.MaxRecvBytes > DefaultMaxMessageBytes {
+		return Options{}, Usagef("--max-recv-bytes must be at most %d (the bulk methods' limit), not %d", DefaultMaxMessageBytes, c.MaxRecvBytes)
 	}
 	return o, nil
 }

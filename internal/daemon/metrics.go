@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -14,6 +15,9 @@ import (
 type grpcMetrics struct {
 	handled *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
+	// refused counts calls and connections refused before any handler
+	// runs, by reason.
+	refused *prometheus.CounterVec
 }
 
 func newGRPCMetrics(reg prometheus.Registerer) *grpcMetrics {
@@ -27,9 +31,22 @@ func newGRPCMetrics(reg prometheus.Registerer) *grpcMetrics {
 			Help:    "RPC handling time, by service and method.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
 		}, []string{"grpc_service", "grpc_method"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_grpc_server_refused_total",
+			Help: "Calls refused before a message was read (unauthenticated, bad_tenant_header) and connections closed over a limit (peer_connections, total_connections).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.handled, m.seconds)
+	reg.MustRegister(m.handled, m.seconds, m.refused)
 	return m
+}
+
+// refusedCall counts a call the tap handle refused, by its code.
+func (m *grpcMetrics) refusedCall(err error) {
+	reason := "bad_tenant_header"
+	if status.Code(err) == codes.Unauthenticated {
+		reason = "unauthenticated"
+	}
+	m.refused.WithLabelValues(reason).Inc()
 }
 
 func (m *grpcMetrics) observe(fullMethod string, start time.Time, err error) {

@@ -41,8 +41,24 @@ type Options struct {
 	// ShutdownGrace is how long in-flight calls may run after shutdown
 	// starts before they are cancelled.
 	ShutdownGrace time.Duration
-	// MaxMessageBytes bounds gRPC messages (0 = DefaultMaxMessageBytes).
+	// MaxMessageBytes bounds gRPC messages sent, and those received by
+	// BulkMethods (0 = DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// MaxRecvBytes bounds a message received by any other method (0 =
+	// DefaultMaxRecvBytes; at most MaxMessageBytes).
+	MaxRecvBytes int
+	// BulkMethods are the full method names ("/plumb.v1.SandboxService/
+	// Write") whose requests carry file contents or stdin and may be
+	// MaxMessageBytes long.
+	BulkMethods []string
+	// MaxStreamsPerConn bounds concurrent calls on one connection (0 =
+	// DefaultMaxStreamsPerConn).
+	MaxStreamsPerConn int
+	// MaxConns bounds open gRPC connections (0 = DefaultMaxConns), and
+	// MaxConnsPerPeer those from one remote IP address (0 =
+	// DefaultMaxConnsPerPeer); a connection over either is closed at
+	// once.
+	MaxConns, MaxConnsPerPeer int
 	// Logger receives server logs (nil = no logs).
 	Logger *zap.Logger
 	// Registry receives the server's metrics and is served on /metrics
@@ -103,10 +119,8 @@ func Serve(ctx context.Context, o Options) error {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	maxMsg := o.MaxMessageBytes
-	if maxMsg == 0 {
-		maxMsg = DefaultMaxMessageBytes
-	}
+	maxMsg := cmp.Or(o.MaxMessageBytes, DefaultMaxMessageBytes)
+	maxRecv := cmp.Or(o.MaxRecvBytes, DefaultMaxRecvBytes)
 
 	creds := o.Credentials
 	if creds == nil && o.Token != "" {
@@ -146,16 +160,19 @@ func Serve(ctx context.Context, o Options) error {
 	}
 
 	metrics := newGRPCMetrics(reg)
-	unary := []grpc.UnaryServerInterceptor{metrics.unary, recoverUnary(lg)}
-	stream := []grpc.StreamServerInterceptor{metrics.stream, recoverStream(lg)}
-	unary = append(unary, authUnary(creds))
-	stream = append(stream, authStream(creds))
+	glis = newLimitListener(glis, cmp.Or(o.MaxConns, DefaultMaxConns), cmp.Or(o.MaxConnsPerPeer, DefaultMaxConnsPerPeer),
+		func(reason string) { metrics.refused.WithLabelValues(reason + "_connections").Inc() })
+	unary := []grpc.UnaryServerInterceptor{metrics.unary, recoverUnary(lg), authUnary(creds)}
+	stream := []grpc.StreamServerInterceptor{metrics.stream, recoverStream(lg), authStream(creds)}
 	sopts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxMsg),
-		grpc.MaxSendMsgSize(maxMsg),
+		// Calls are authenticated from their headers, before the server
+		// reads (and buffers) a message: see authTap.
+		grpc.InTapHandle(authTap(creds, metrics.refusedCall)),
+		grpc.MaxConcurrentStreams(uint32(cmp.Or(o.MaxStreamsPerConn, DefaultMaxStreamsPerConn))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}
+	sopts = append(sopts, MessageLimits(maxMsg, maxRecv, o.BulkMethods)...)
 	if o.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}

@@ -84,6 +84,11 @@ type ListedThread struct {
 	MessageCount int
 }
 
+// BulkMethods are the methods whose requests may take the server's
+// largest message: Run carries the caller's input and state files. Every
+// other request is small (daemon.Options.BulkMethods).
+var BulkMethods = []string{plumbv1.AgentService_Run_FullMethodName}
+
 // ListThreads page sizes (agent.md §1.1).
 const (
 	DefaultPageSize = 50

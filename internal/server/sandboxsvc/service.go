@@ -86,6 +86,16 @@ func (s *Service) files(ctx context.Context, id string) (*sandbox.Files, error) 
 	return s.m.Files(id)
 }
 
+// BulkMethods are the methods whose requests carry file contents or stdin
+// and may take the server's largest message; every other request is small
+// (daemon.Options.BulkMethods).
+var BulkMethods = []string{
+	plumbv1.SandboxService_Write_FullMethodName,
+	plumbv1.SandboxService_Edit_FullMethodName,
+	plumbv1.SandboxService_UploadFiles_FullMethodName,
+	plumbv1.SandboxService_Process_FullMethodName,
+}
+
 var networks = map[plumbv1.NetworkMode]string{
 	plumbv1.NetworkMode_NETWORK_MODE_NONE:   sandbox.NetworkNone,
 	plumbv1.NetworkMode_NETWORK_MODE_EGRESS: sandbox.NetworkEgress,

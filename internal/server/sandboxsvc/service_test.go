@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -87,6 +88,10 @@ func TestErrorsMapToStableCodes(t *testing.T) {
 			_, err := c.Write(ctx, &plumbv1.WriteRequest{SandboxId: id, Path: "/workspace/big", Content: make([]byte, 17<<20)})
 			return err
 		}, codes.ResourceExhausted, "", "larger than max"},
+		{"small method's request over its limit", func() error {
+			_, err := c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: strings.Repeat("x", daemon.DefaultMaxRecvBytes+1)}})
+			return err
+		}, codes.ResourceExhausted, "", "over the limit of 4194304 bytes for /plumb.v1.SandboxService/Execute"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,8 +64,9 @@ func StartWorker(t testing.TB, cfg sandbox.Config, opts ...grpc.ServerOption) *W
 		t.Fatal(err)
 	}
 	// No credentials: like a loopback sandboxd, every caller may name its
-	// tenant in plumb-tenant.
-	srv := grpc.NewServer(append(append(daemon.ServerAuth(nil), grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20)), opts...)...)
+	// tenant in plumb-tenant. Message limits as sandboxd's defaults.
+	sopts := append(daemon.ServerAuth(nil), daemon.MessageLimits(daemon.DefaultMaxMessageBytes, daemon.DefaultMaxRecvBytes, sandboxsvc.BulkMethods)...)
+	srv := grpc.NewServer(append(sopts, opts...)...)
 	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, lg))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
