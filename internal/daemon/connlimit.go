@@ -10,8 +10,8 @@ import (
 // any call on it is authenticated (its HTTP/2 buffers, a TLS handshake),
 // so their number is bounded, per peer and in total.
 const (
-	DefaultMaxConns        = 1024
-	DefaultMaxConnsPerPeer = 64
+	DefaultMaxConns        = 4096
+	DefaultMaxConnsPerPeer = 256
 )
 
 // limitListener accepts at most total connections at a time, and at most
