@@ -59,6 +59,18 @@ var builtinCaps = map[string]agent.Capability{
 	"execute": agent.CapAll, "python": agent.CapAll,
 }
 
+// GatedByName reports whether name is one of the built-in tools that had
+// interrupt_on keys of their own before gates followed capabilities (the
+// read and write tools and execute). A config decides for each of them by
+// name, so the gate on one never covers another: gating delete leaves
+// write_file as the config says, and gating write_file leaves execute.
+// Every other tool — python, MCP tools, anything added later — is covered
+// by the gates whose capabilities it has, so it cannot slip past a gate
+// that was written before it existed.
+func GatedByName(name string) bool {
+	return name == "execute" || slices.Contains(ReadTools, name) || slices.Contains(WriteTools, name)
+}
+
 // CapabilitiesOf returns what the tool called name can do: the built-in
 // table's entry for a built-in, otherwise declared (the tool's own
 // Capabilities, when t is not nil).

@@ -8,8 +8,11 @@
 // Gates are about capabilities, not names: a gate on a tool also gates
 // every tool whose capabilities (agent.Capability) include all of the
 // gated tool's, with the same rule, so that python or a stdio MCP server's
-// tools cannot run code past a gate on execute. A `false` entry exempts a
-// tool from patterns and from such covering gates.
+// tools cannot run code past a gate on execute, nor write files past a
+// gate on write_file. The built-in tools that always had keys of their
+// own (the file tools and execute) are decided by their own keys only,
+// so a config means what it meant before capabilities. A `false` entry
+// exempts a tool from patterns and from covering gates.
 //
 // It is the innermost middleware so that it sees the final tool set and
 // runs after the hooks: a call a hook blocked never reaches a human.

@@ -74,8 +74,9 @@ func bits(c agent.Capability) int {
 func (*Middleware) Name() string { return Name }
 
 // rule returns the rule for a call of t: its own entry, else the longest
-// pattern entry ("mcp__github__*") whose prefix it has, else the gate of
-// a tool whose capabilities t has all of. An entry that is Off ends the
+// pattern entry ("mcp__github__*") whose prefix it has, else — unless t
+// is a built-in gated by name alone (tools.GatedByName) — the gate of a
+// tool whose capabilities t has all of. An entry that is Off ends the
 // search ungated. via is the key of a covering gate ("" otherwise).
 func (m *Middleware) rule(t *agent.Tool) (rule Rule, via string, found bool) {
 	name := t.Name
@@ -91,6 +92,9 @@ func (m *Middleware) rule(t *agent.Tool) (rule Rule, via string, found bool) {
 	}
 	if found {
 		return rule, "", !rule.Off
+	}
+	if tools.GatedByName(name) {
+		return Rule{}, "", false
 	}
 	caps := tools.CapabilitiesOf(name, t)
 	for _, c := range m.covers {

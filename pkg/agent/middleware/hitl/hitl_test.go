@@ -39,10 +39,11 @@ func gated(t *testing.T, m *Middleware, tool agent.Tool) string {
 
 // TestGatesCoverWhatCanDoAsMuch: a gate on a tool also gates every tool
 // whose capabilities include all of the gated tool's (python and a stdio
-// MCP server's tools under a gate on execute; every file writer under a
-// gate on delete), with the gate's settings; an exact entry, then the
-// longest pattern, win over that, and `false` exempts a tool from both
-// patterns and capability gates.
+// MCP server's tools under a gate on execute, python under a gate on
+// delete), with the gate's settings; the built-in file tools and execute
+// are decided by their own keys only; an exact entry, then the longest
+// pattern, win over that, and `false` exempts a tool from both patterns
+// and capability gates.
 func TestGatesCoverWhatCanDoAsMuch(t *testing.T) {
 	capsOf := func(key string) agent.Capability {
 		if tools.IsPattern(key) {
@@ -68,7 +69,7 @@ func TestGatesCoverWhatCanDoAsMuch(t *testing.T) {
 		{stdioMCP, "Shell command"},
 		{agent.Tool{Name: "mcp__box__safe", Capabilities: agent.CapAll}, ""},
 		{agent.Tool{Name: "delete"}, "Approval required: delete"},
-		{agent.Tool{Name: "write_file"}, "Approval required: write_file (it can do what the gate on delete guards)"},
+		{agent.Tool{Name: "write_file"}, ""},
 		{agent.Tool{Name: "edit_file"}, ""},
 		{agent.Tool{Name: "read_file"}, ""},
 		{agent.Tool{Name: "web_search", Capabilities: agent.CapNetwork}, ""},
@@ -90,7 +91,17 @@ func TestGatesCoverWhatCanDoAsMuch(t *testing.T) {
 	if got := gated(t, m, agent.Tool{Name: "python"}); got != "runs" {
 		t.Errorf("python under write_file and execute gates: %q, want the execute gate", got)
 	}
-	if got := gated(t, m, agent.Tool{Name: "delete"}); !strings.Contains(got, "writes") {
-		t.Errorf("delete under a write_file gate: %q", got)
+	if got := gated(t, m, agent.Tool{Name: "delete"}); got != "" {
+		t.Errorf("delete under a write_file gate: %q, want ungated (decided by its own key)", got)
+	}
+	m = New(map[string]Rule{"write_file": {Description: "writes"}}, capsOf)
+	if got := gated(t, m, agent.Tool{Name: "python"}); got != "writes" {
+		t.Errorf("python under a write_file gate: %q, want the write_file gate", got)
+	}
+	if got := gated(t, m, agent.Tool{Name: "execute"}); got != "" {
+		t.Errorf("execute under a write_file gate: %q, want ungated (decided by its own key)", got)
+	}
+	if got := gated(t, m, agent.Tool{Name: "mcp__box__run", Capabilities: agent.CapAll}); !strings.Contains(got, "writes") {
+		t.Errorf("a stdio MCP tool under a write_file gate: %q", got)
 	}
 }
