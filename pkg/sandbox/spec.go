@@ -232,6 +232,10 @@ func (t Template) Home() string {
 // The one exception is Config.Unhardened, for benchmarks only, which the
 // manager applies with unharden after this.
 //
+// Every image field that makes the engine run code is overridden:
+// Entrypoint, Cmd, User, StopSignal and Healthcheck (ONBUILD and SHELL only
+// apply to builds).
+//
 // PID 1 and the agent run as AgentUser with only AgentCaps; commands run as
 // the sandbox user (the agent's --uid/--gid). The engine keeps no log of
 // PID 1's output (LogConfig none: box output cannot fill the engine's
@@ -262,6 +266,10 @@ func containerSpec(id, worker, image, volume string, t Template, labels map[stri
 		Labels:     labels,
 		Hostname:   "sandbox",
 		StopSignal: "SIGTERM",
+		// The image's HEALTHCHECK would run as User (container root, with
+		// AgentCaps) under the tenant-set environment: box code could
+		// plant the command it names. No health check runs at all.
+		Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    network,
