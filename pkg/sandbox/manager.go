@@ -375,6 +375,9 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 // the template it names, and inside the worker's policy (CodePolicy).
 func (m *Manager) resolve(ctx context.Context, spec CreateSpec) (Template, error) {
 	t := spec.Overrides
+	if err := t.checkNumbers(); err != nil {
+		return Template{}, err
+	}
 	if spec.Template != "" {
 		base, ok := m.cfg.Templates[spec.Template]
 		if !ok {
