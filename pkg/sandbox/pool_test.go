@@ -526,3 +526,39 @@ func TestFailedDeleteIsRetried(t *testing.T) {
 		t.Fatalf("the container after the reaper's retry: %v, want it removed", err)
 	}
 }
+
+// TestTouchedPoolBoxNotHandedOut: a warm pool box whose workspace changed
+// while it waited (written here from outside, as the sandbox user) is not
+// handed out: the create gets a box started cold, and the touched box is
+// removed.
+func TestTouchedPoolBoxNotHandedOut(t *testing.T) {
+	e := poolEnv(t, 1)
+	m := e.manager(t)
+	waitPool(t, m, 1)
+	pooled := e.poolBoxes(t)
+	if len(pooled) != 1 {
+		t.Fatalf("pool boxes %v, want 1", pooled)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	res, err := e.cli.ContainerInspect(ctx, pooled[0], client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := execAs(t, e.cli, res.Container.ID, sandbox.DefaultUser, "echo left-behind > /workspace/secret && echo ok"); out != "ok\n" {
+		t.Fatalf("write into the pool box: %q", out)
+	}
+	info := e.create(t, m, sandbox.CreateSpec{Tenant: "tenant-b"})
+	if info.ID == pooled[0] {
+		t.Fatalf("the touched pool box %s was handed out", pooled[0])
+	}
+	if r := exec(t, m, info.ID, "cat /workspace/secret 2>/dev/null || echo absent", 30); r.Output != "absent\n" {
+		t.Fatalf("the new box reads %q", r.Output)
+	}
+	if p := poolOf(t, m); p.Hits != 0 || p.Misses != 1 {
+		t.Fatalf("pool after a refused claim: %+v, want no hit and one miss", p)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, res.Container.ID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("the touched pool box's container: %v, want it removed", err)
+	}
+}
