@@ -651,6 +651,9 @@ func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 			}
 			sb.mu.Unlock()
 			_ = m.removeContainer(ctx, sb.info.ContainerID, volumeName(id))
+			if p.t.Network == NetworkEgress {
+				m.removeEgress(ctx, id)
+			}
 		}
 	}
 	m.mu.Lock()
