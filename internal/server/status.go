@@ -198,7 +198,11 @@ func Status(err error) error {
 		if se.Limit != "" {
 			md = map[string]string{"limit": se.Limit}
 		}
-		return withInfo(c, se.Error(), string(se.Code), md)
+		var vs []agent.FieldViolation
+		if se.Field != "" {
+			vs = []agent.FieldViolation{{Field: se.Field, Description: se.Error()}}
+		}
+		return newStatus(c, se.Error(), string(se.Code), md, vs)
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

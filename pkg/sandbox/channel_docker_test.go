@@ -42,10 +42,17 @@ printf '{"id":999999,"done":true}\n' | forge`
 // a sandbox command. It returns the combined output.
 func rootExec(t *testing.T, cli *client.Client, cid, script string) string {
 	t.Helper()
+	return execAs(t, cli, cid, sandbox.AgentUser, script)
+}
+
+// execAs runs script in container cid as user through an Engine exec
+// (not the agent) and returns its output.
+func execAs(t *testing.T, cli *client.Client, cid, user, script string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
 	ex, err := cli.ExecCreate(ctx, cid, client.ExecCreateOptions{
-		User: sandbox.AgentUser, Cmd: []string{"sh", "-c", script}, AttachStdout: true, AttachStderr: true,
+		User: user, Cmd: []string{"sh", "-c", script}, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		t.Fatalf("root exec: %v", err)

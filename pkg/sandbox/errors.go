@@ -42,6 +42,9 @@ type Error struct {
 	// Limit names the policy or template limit a CodePolicy error broke
 	// ("max_memory_bytes", "allowed_images", "runtime", ...).
 	Limit string
+	// Field names the template field a CodeInvalid error is about, by its
+	// configuration name ("cpus", "working_dir", ...; "" = none).
+	Field string
 }
 
 func (e *Error) Error() string {
@@ -55,6 +58,13 @@ func (e *Error) Unwrap() error { return e.Err }
 
 func errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// invalidField is a CodeInvalid error about one template field.
+func invalidField(field, format string, args ...any) *Error {
+	e := errorf(CodeInvalid, format, args...)
+	e.Field = field
+	return e
 }
 
 // CodeOf returns the Code of a sandbox *Error in err's chain, or "".

@@ -325,3 +325,56 @@ func TestImageWithVolumeRefused(t *testing.T) {
 		t.Fatalf("create from an image with a VOLUME: %v, want invalid naming VOLUME /data", err)
 	}
 }
+
+// TestImageHealthcheckNeverRuns: an image's HEALTHCHECK would run as
+// container root with the tenant's environment; the worker turns it off,
+// so the engine never schedules it (no health state) and its command never
+// runs (its marker never appears in the workspace).
+func TestImageHealthcheckNeverRuns(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A never-started container of the test image, committed with a
+	// HEALTHCHECK that leaves a marker; both are removed on cleanup.
+	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, _ = e.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}()
+	ref := "plumb-test-healthcheck:" + testRun
+	if _, err := e.cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Reference: ref, Config: &container.Config{
+		Image: e.image, Cmd: []string{"true"},
+		Healthcheck: &container.HealthConfig{
+			Test:     []string{"CMD", "/bin/sh", "-c", "id -u > /workspace/healthcheck-ran"},
+			Interval: time.Second, StartPeriod: time.Second, Retries: 1,
+		},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	})
+	if img, err := e.cli.ImageInspect(ctx, ref); err != nil || img.Config == nil || img.Config.Healthcheck == nil {
+		t.Fatalf("the test image has no health check: %v", err)
+	}
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Image: ref}})
+	res, err := e.cli.ContainerInspect(ctx, info.ContainerID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := res.Container.State.Health; h != nil {
+		t.Fatalf("the engine schedules the image's health check: status %q, %d runs", h.Status, len(h.Log))
+	}
+	// Several health intervals of work in the box: the marker stays absent.
+	for range 3 {
+		if r := exec(t, m, info.ID, "sleep 1; test -e /workspace/healthcheck-ran && echo ran || echo absent", 30); r.Output != "absent\n" {
+			t.Fatalf("the image's health check ran: %q", r.Output)
+		}
+	}
+}

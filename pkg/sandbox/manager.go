@@ -175,6 +175,10 @@ type sandbox struct {
 	// image is the ID of the image its container runs (pool boxes are
 	// replaced when their template's image moves).
 	image string
+	// baseline is a pool box's workspace listing when this worker first
+	// greeted it; a claim hands the box out only if the listing is still
+	// the same (see pristine).
+	baseline string
 }
 
 // Option customizes a Manager.
@@ -375,6 +379,9 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 // the template it names, and inside the worker's policy (CodePolicy).
 func (m *Manager) resolve(ctx context.Context, spec CreateSpec) (Template, error) {
 	t := spec.Overrides
+	if err := t.checkNumbers(); err != nil {
+		return Template{}, err
+	}
 	if spec.Template != "" {
 		base, ok := m.cfg.Templates[spec.Template]
 		if !ok {
@@ -508,7 +515,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			}
 			sb.mu.Unlock()
 			// By name: the container may exist without its id known.
-			m.removeContainer(ctx, id, volume)
+			_ = m.removeContainer(ctx, id, volume)
 			if t.Network == NetworkEgress {
 				m.removeEgress(ctx, id)
 			}
@@ -677,7 +684,13 @@ func (m *Manager) List(labels map[string]string) []Info {
 	return out
 }
 
-// Delete removes a sandbox, its container and its workspace volume.
+// Delete removes a sandbox, its container and its workspace volume. When
+// the engine fails to remove the container, the sandbox stays listed as
+// deleting, with its claim record and its expiry, its quota released as a
+// failed sandbox's, and Delete returns CodeUnavailable: the caller may
+// retry, and the reaper retries on every round. Until its container is
+// gone, a sandbox's claim is never forgotten, so a restarted worker never
+// mistakes it for an unclaimed pool box.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	m.mu.Lock()
 	sb, ok := m.sandboxes[id]
@@ -689,7 +702,14 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return errorf(CodeNotFound, "sandbox %s not found on worker %s", id, m.cfg.Worker)
 	}
 	cid := m.retire(sb)
-	m.removeContainer(ctx, cid, volumeName(id))
+	if err := m.removeContainer(ctx, cid, volumeName(id)); err != nil {
+		m.mu.Lock()
+		m.sandboxes[id] = sb
+		m.failed++ // retire released its quota; the record stays, as a failed sandbox's
+		m.mu.Unlock()
+		m.lg.Warn("sandbox not deleted: its container could not be removed; the reaper retries", zap.String("sandbox-id", id), zap.Error(err))
+		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("sandbox %s is not deleted yet: the engine did not remove its container (it stays deleting and the worker retries; the delete may be retried)", id), Err: err}
+	}
 	m.forgetClaim(id)
 	m.kickPools() // the quota it held may let a pool refill
 	if sb.info.Settings.Network == NetworkEgress {
@@ -1000,13 +1020,18 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (m *Manager) removeContainer(ctx context.Context, cid, volume string) {
+// removeContainer removes a container and then its workspace volume. It
+// returns the engine's error when the container stays (the volume, still
+// in use, stays too); callers that cannot act on it only log it.
+func (m *Manager) removeContainer(ctx context.Context, cid, volume string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if _, err := m.api.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		m.lg.Warn("remove container", zap.String("container-id", cid), zap.Error(err))
+		return fmt.Errorf("remove container: %w", err)
 	}
 	m.removeVolume(ctx, volume)
+	return nil
 }
 
 func (m *Manager) removeVolume(ctx context.Context, volume string) {
@@ -1045,11 +1070,11 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 		t, created, user, perr := templateFromLabels(c.Labels)
 		if id == "" || perr != nil || c.State != container.StateRunning {
 			m.lg.Info("removing orphan container", zap.String("container-id", c.ID), zap.String("sandbox-id", id), zap.String("state", string(c.State)))
-			m.removeContainer(ctx, c.ID, volume)
+			_ = m.removeContainer(ctx, c.ID, volume)
 			continue
 		}
 		if c.Labels[LabelPool] != "" {
-			m.adoptPooled(ctx, c.ID, c.ImageID, id, c.Labels, t, created, recorded)
+			m.adoptPooled(ctx, c.ID, c.ImageID, id, c.Names, c.Labels, t, created, recorded)
 			continue
 		}
 		expires, ok := recorded[id]
@@ -1063,7 +1088,7 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 		if t.Network == NetworkEgress {
 			if err := m.ensureProxy(ctx, id); err != nil {
 				m.lg.Warn("removing egress sandbox without its network", zap.String("sandbox-id", id), zap.Error(err))
-				m.removeContainer(ctx, c.ID, volume)
+				_ = m.removeContainer(ctx, c.ID, volume)
 				continue
 			}
 		}
@@ -1185,7 +1210,8 @@ func (m *Manager) removeContainerOnly(ctx context.Context, cid string) {
 }
 
 // Reap deletes every sandbox whose expiry has passed and that has no
-// operation in flight, and returns their ids.
+// operation in flight, and returns their ids. It also retries the deletes
+// whose container the engine did not remove (sandboxes left deleting).
 func (m *Manager) Reap(ctx context.Context) []string {
 	now := m.now()
 	var expired []string
@@ -1194,14 +1220,14 @@ func (m *Manager) Reap(ctx context.Context) []string {
 	m.mu.Unlock()
 	for _, sb := range sbs {
 		sb.mu.Lock()
-		if sb.busy == 0 && !sb.info.ExpiresAt.After(now) {
+		if sb.busy == 0 && (!sb.info.ExpiresAt.After(now) || sb.info.State == StateDeleting) {
 			expired = append(expired, sb.info.ID)
 		}
 		sb.mu.Unlock()
 	}
 	sort.Strings(expired)
 	for _, id := range expired {
-		m.lg.Info("sandbox expired", zap.String("sandbox-id", id))
+		m.lg.Info("sandbox expired, or its delete is retried", zap.String("sandbox-id", id))
 		_ = m.Delete(ctx, id)
 	}
 	m.saveExpiry()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strings"
@@ -74,8 +75,8 @@ func (p Policy) Validate() error {
 	switch {
 	case p.MaxMemoryBytes < 0:
 		return fmt.Errorf("policy: max_memory_bytes %d must not be negative", p.MaxMemoryBytes)
-	case p.MaxCPUs < 0:
-		return fmt.Errorf("policy: max_cpus %g must not be negative", p.MaxCPUs)
+	case !(p.MaxCPUs >= 0) || math.IsInf(p.MaxCPUs, 0): // also refuses NaN
+		return fmt.Errorf("policy: max_cpus %g must be a finite number, not negative", p.MaxCPUs)
 	case p.MaxPids < 0:
 		return fmt.Errorf("policy: max_pids %d must not be negative", p.MaxPids)
 	case p.MaxTTL < 0 || p.MaxTTL > MaxTTL:

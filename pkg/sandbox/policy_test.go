@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"errors"
+	"math"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -193,4 +196,59 @@ func FuzzParseExpiry(f *testing.F) {
 			t.Fatal("nil record without error")
 		}
 	})
+}
+
+// TestValidWorkingDir: only /workspace, directories under it and
+// directories under /home, spelled cleanly.
+func TestValidWorkingDir(t *testing.T) {
+	for dir, want := range map[string]bool{
+		"/workspace": true, "/workspace/a": true, "/workspace/a/b": true, "/home/agent": true, "/home/a/b": true,
+		"/": false, "": false, "relative": false, "/home": false, "/home/": false, "/workspace/": false, "//workspace": false,
+		"/workspacex": false, "/homes/a": false, "/workspace/../etc": false, "/home/../bin": false, "/home/./a": false,
+		"/etc": false, "/bin": false, "/usr/bin": false, "/tmp": false, "/sys/fs/cgroup": false, "/proc": false,
+		"/dev": false, "/.plumb": false, "/.plumb/x": false, "/workspace/a\x00": false,
+	} {
+		if got := validWorkingDir(dir); got != want {
+			t.Errorf("validWorkingDir(%q) = %v, want %v", dir, got, want)
+		}
+	}
+}
+
+// FuzzValidWorkingDir: an accepted working dir is clean, has no NUL and
+// lies under /workspace (or is it) or under /home.
+func FuzzValidWorkingDir(f *testing.F) {
+	for _, s := range []string{"/workspace", "/home/a", "/etc", "/workspace/../etc", "//workspace", "/home", "/proc", "/.plumb"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, dir string) {
+		if !validWorkingDir(dir) {
+			return
+		}
+		if path.Clean(dir) != dir || strings.ContainsRune(dir, 0) || strings.Contains(dir, "/../") || strings.HasSuffix(dir, "/..") {
+			t.Fatalf("accepted unclean %q", dir)
+		}
+		if dir != DefaultWorkingDir && !strings.HasPrefix(dir, DefaultWorkingDir+"/") && !(strings.HasPrefix(dir, HomeDir+"/") && len(dir) > len(HomeDir)+1) {
+			t.Fatalf("accepted %q outside the allow-list", dir)
+		}
+	})
+}
+
+// TestCheckNumbers: a request's CPUs must be a finite number.
+func TestCheckNumbers(t *testing.T) {
+	for _, cpus := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		err := Template{CPUs: cpus}.checkNumbers()
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeInvalid || e.Field != "cpus" {
+			t.Errorf("cpus %g: %v, want invalid on cpus", cpus, err)
+		}
+		if err := (Template{Image: "x", CPUs: cpus}).Merge(DefaultTemplate).validate(); CodeOf(err) != CodeInvalid {
+			t.Errorf("validate cpus %g: %v, want invalid", cpus, err)
+		}
+	}
+	if err := (Template{CPUs: 0.5}).checkNumbers(); err != nil {
+		t.Errorf("cpus 0.5: %v", err)
+	}
+	if err := (Policy{MaxCPUs: math.NaN()}).Validate(); err == nil {
+		t.Error("policy max_cpus NaN accepted")
+	}
 }

@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 	"go.uber.org/zap"
 )
 
@@ -258,13 +261,16 @@ func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
 	p.hits++
 	m.mu.Unlock()
 	m.kickPools()
-	if err := m.pools.claims.add(sb.info.ID, claimRecord{
+	if err := m.markClaimed(sb, claimRecord{
 		Tenant: tenantOf(spec.Tenant), Labels: spec.Labels, TTL: t.TTL, ClaimedAt: now,
 	}); err != nil {
-		// Unrecorded, the box would look unclaimed after a restart: it
-		// is not handed out.
-		m.lg.Warn("record a pool claim; dropping the box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
-		_ = m.Delete(context.Background(), sb.info.ID)
+		// A box that is not pristine, or whose claim is not recorded
+		// (it would look unclaimed after a restart), is not handed out:
+		// the create starts a box cold.
+		m.lg.Warn("claim a pool box; dropping the box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
+		if err := m.Delete(context.Background(), sb.info.ID); err != nil {
+			m.lg.Warn("drop a pool box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
+		}
 		m.mu.Lock()
 		p.hits--
 		p.misses++
@@ -272,6 +278,87 @@ func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
 		return nil, nil
 	}
 	return sb, nil
+}
+
+// claimedSuffix ends the container name of every pool box ever claimed.
+const claimedSuffix = "-claimed"
+
+// markClaimed makes sure a claimed pool box never serves anyone else: it
+// checks the box is pristine, then marks its container claimed by renaming
+// it (labels cannot change on a running container; a name can, and the
+// engine keeps it across worker restarts and whatever happens to the state
+// dir), then records the claim. A box is handed out only when all three
+// succeed.
+func (m *Manager) markClaimed(sb *sandbox, c claimRecord) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.pristine(ctx, sb); err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	id, cid := sb.info.ID, sb.info.ContainerID
+	sb.mu.Unlock()
+	if _, err := m.api.ContainerRename(ctx, cid, client.ContainerRenameOptions{NewName: id + claimedSuffix}); err != nil {
+		return fmt.Errorf("mark the container claimed: %w", err)
+	}
+	if err := m.pools.claims.add(id, c); err != nil {
+		return fmt.Errorf("record the claim: %w", err)
+	}
+	return nil
+}
+
+// workspaceListing lists a box's workspace through its agent: the names,
+// kinds, sizes, modes and modification times of its entries.
+func (m *Manager) workspaceListing(ctx context.Context, sb *sandbox) (string, error) {
+	ch, err := m.channel(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	sb.mu.Lock()
+	home := sb.info.Settings.Home()
+	sb.mu.Unlock()
+	raw, err := ch.call(ctx, agentproto.OpLs, agentproto.PathArgs{Path: home}, nil)
+	if err != nil {
+		return "", fmt.Errorf("list the workspace: %w", err)
+	}
+	var res backend.LsResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return "", fmt.Errorf("list the workspace: %w", err)
+	}
+	out, _ := json.Marshal(res)
+	return string(out), nil
+}
+
+// noteBaseline records a pool box's workspace listing when this worker
+// first greets it (an image's files at the working dir are copied into a
+// fresh workspace, so pristine is not always empty).
+func (m *Manager) noteBaseline(ctx context.Context, sb *sandbox) error {
+	l, err := m.workspaceListing(ctx, sb)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	sb.baseline = l
+	sb.mu.Unlock()
+	return nil
+}
+
+// pristine checks that a pool box's workspace still lists as it did when
+// this worker first greeted the box (empty, for an image with nothing at
+// its working dir): a box whose workspace anyone touched is never handed
+// out.
+func (m *Manager) pristine(ctx context.Context, sb *sandbox) error {
+	l, err := m.workspaceListing(ctx, sb)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	base := sb.baseline
+	sb.mu.Unlock()
+	if base == "" || l != base {
+		return errors.New("its workspace is not as it was when the box was made")
+	}
+	return nil
 }
 
 // kickPools wakes the pool loop.
@@ -332,7 +419,7 @@ func (sb *sandbox) createdAt() time.Time {
 // dropMember removes a box already taken out of its pool's members.
 func (m *Manager) dropMember(ctx context.Context, sb *sandbox) {
 	cid := m.retire(sb)
-	m.removeContainer(ctx, cid, volumeName(sb.info.ID))
+	_ = m.removeContainer(ctx, cid, volumeName(sb.info.ID))
 }
 
 // retire marks sb deleted, closes its channel and gives back its quota
@@ -454,6 +541,9 @@ func (m *Manager) tendPools(ctx context.Context) {
 			return
 		}
 		err := m.hello(ctx, sb)
+		if err == nil {
+			err = m.noteBaseline(ctx, sb)
+		}
 		if ctx.Err() != nil {
 			return // stopping: the box stays for the next start
 		}
@@ -553,6 +643,19 @@ func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 	m.pending[id] = true
 	m.mu.Unlock()
 	sb, err := m.start(ctx, id, CreateSpec{Template: p.name, pool: p.key}, p.t)
+	if err == nil {
+		if err = m.noteBaseline(ctx, sb); err != nil {
+			sb.mu.Lock()
+			if sb.ch != nil {
+				sb.ch.close()
+			}
+			sb.mu.Unlock()
+			_ = m.removeContainer(ctx, sb.info.ContainerID, volumeName(id))
+			if p.t.Network == NetworkEgress {
+				m.removeEgress(ctx, id)
+			}
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.creating--
@@ -607,14 +710,15 @@ func (m *Manager) closeMembers() {
 
 // adoptPooled re-adopts a container made for a pool: as the sandbox its
 // claim made it when the claim is recorded; as a (not yet greeted) pool box
-// when its pool still exists with the same key and has room; otherwise
-// (the template or the agent changed, the pool is gone or smaller, or no
-// state dir holds the claims) its container is removed. It runs before
+// when it still has the name it was created with (a claim renames it), and
+// its pool still exists with the same key and has room; otherwise (claimed
+// but unrecorded, the template or the agent changed, the pool is gone or
+// smaller, or no state dir holds the claims) its container is removed. It runs before
 // the manager serves anything, as adopt does.
-func (m *Manager) adoptPooled(ctx context.Context, cid, image, id string, labels map[string]string, t Template, created time.Time, recorded map[string]time.Time) {
+func (m *Manager) adoptPooled(ctx context.Context, cid, image, id string, names []string, labels map[string]string, t Template, created time.Time, recorded map[string]time.Time) {
 	if m.pools.claims == nil {
 		m.lg.Warn("removing a pool box: no state dir holds the claims of pool boxes", zap.String("sandbox-id", id))
-		m.removeContainer(ctx, cid, volumeName(id))
+		_ = m.removeContainer(ctx, cid, volumeName(id))
 		return
 	}
 	if c, ok := m.pools.claims.get(id); ok {
@@ -634,11 +738,18 @@ func (m *Manager) adoptPooled(ctx context.Context, cid, image, id string, labels
 		m.lg.Info("adopted sandbox claimed from a pool", zap.String("sandbox-id", id), zap.Time("expires-at", expires))
 		return
 	}
+	if !slices.Equal(names, []string{"/" + id}) {
+		// Renamed when it was claimed (or by someone else): whatever its
+		// claim record says, it never joins a pool again.
+		m.lg.Warn("removing a claimed pool box that has no claim record", zap.String("sandbox-id", id), zap.Strings("names", names))
+		_ = m.removeContainer(ctx, cid, volumeName(id))
+		return
+	}
 	name := labels[LabelTemplate]
 	p := m.pools.byName[name]
 	if p == nil || p.key != labels[LabelPool] || len(p.members) >= p.size {
 		m.lg.Info("removing a box of an old or gone pool", zap.String("sandbox-id", id), zap.String("template", name))
-		m.removeContainer(ctx, cid, volumeName(id))
+		_ = m.removeContainer(ctx, cid, volumeName(id))
 		return
 	}
 	sb := &sandbox{member: true, image: image, info: Info{

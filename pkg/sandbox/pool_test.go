@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,5 +373,192 @@ func TestPoolFollowsItsImage(t *testing.T) {
 	info := e.create(t, m, sandbox.CreateSpec{})
 	if r := exec(t, m, info.ID, "echo $POOLIMG", 30); r.Output != "2\n" || poolOf(t, m).Hits != 1 {
 		t.Fatalf("claimed box runs %q (pool %+v), want the moved image and a hit", r.Output, poolOf(t, m))
+	}
+}
+
+// removalFailingEngine is the real engine, except that while fail is set
+// every ContainerRemove fails (as an engine that cannot remove a container
+// does) and leaves the container running.
+type removalFailingEngine struct {
+	*client.Client
+	fail atomic.Bool
+}
+
+func (f *removalFailingEngine) ContainerRemove(ctx context.Context, id string, opts client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	if f.fail.Load() {
+		return client.ContainerRemoveResult{}, errors.New("injected: the engine could not remove the container")
+	}
+	return f.Client.ContainerRemove(ctx, id, opts)
+}
+
+// removeWorkerLeftovers removes, when t ends, every container and volume
+// of e's worker: a test whose engine fails removals must leave nothing even
+// when it fails (a failed delete that reports success loses the box).
+func (e *env) removeWorkerLeftovers(t *testing.T) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cs, vs, err := sandboxtest.Leftovers(ctx, e.cli, sandboxtest.Label(sandbox.LabelWorker, e.worker))
+		if err != nil {
+			t.Errorf("list the worker's leftovers: %v", err)
+			return
+		}
+		for _, c := range cs {
+			_, _ = e.cli.ContainerRemove(ctx, c, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		}
+		for _, v := range vs {
+			_, _ = e.cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true})
+		}
+	})
+}
+
+// TestFailedRemovalNeverReachesAnotherTenant: a claimed pool box whose
+// container the engine fails to remove is not reported deleted (its delete
+// is unavailable, it stays deleting); after a restart that lost the claim
+// record, the box is never adopted into the pool (its container is
+// removed), and a second tenant's create gets another box, without the
+// first tenant's file.
+func TestFailedRemovalNeverReachesAnotherTenant(t *testing.T) {
+	e := poolEnv(t, 1)
+	e.removeWorkerLeftovers(t)
+	eng := &removalFailingEngine{Client: e.cli}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // hang guard
+	defer cancel()
+	m1, err := sandbox.NewManager(ctx, eng, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		eng.fail.Store(false)
+		if !closed {
+			_ = m1.DeleteAll(context.Background())
+			m1.Close()
+		}
+	})
+	waitPool(t, m1, 1)
+	pooled := e.poolBoxes(t)
+	a := e.create(t, m1, sandbox.CreateSpec{Tenant: "tenant-a"})
+	if len(pooled) != 1 || a.ID != pooled[0] {
+		t.Fatalf("tenant a got %s, want the pool box %v", a.ID, pooled)
+	}
+	if r := exec(t, m1, a.ID, "echo tenant-a-secret > /workspace/secret && echo ok", 30); r.Output != "ok\n" {
+		t.Fatalf("write the secret: %q", r.Output)
+	}
+
+	eng.fail.Store(true)
+	if err := m1.Delete(ctx, a.ID); sandbox.CodeOf(err) != sandbox.CodeUnavailable {
+		t.Fatalf("delete with removals failing: %v, want %s", err, sandbox.CodeUnavailable)
+	}
+	if info, err := m1.Get(ctx, a.ID); err != nil || info.State != sandbox.StateDeleting {
+		t.Fatalf("after a failed delete: %+v, %v; want the sandbox listed as deleting", info, err)
+	}
+	if res, err := e.cli.ContainerInspect(ctx, a.ContainerID, client.ContainerInspectOptions{}); err != nil || res.Container.State == nil || !res.Container.State.Running {
+		t.Fatalf("the box's container should still run (the engine failed to remove it): %v", err)
+	}
+	m1.Close()
+	closed = true
+	// The worker restarts having lost its claim record: only the box
+	// itself can say it was claimed.
+	if err := os.Remove(filepath.Join(e.cfg.StateDir, "sandbox-claims.json")); err != nil {
+		t.Fatal(err)
+	}
+	eng.fail.Store(false)
+	m2 := e.managerOn(t, eng)
+	if _, err := m2.Get(ctx, a.ID); sandbox.CodeOf(err) != sandbox.CodeNotFound {
+		t.Fatalf("the claimed box after the restart: %v, want not found", err)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, a.ContainerID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("the claimed box's container after the restart: %v, want it removed", err)
+	}
+	waitPool(t, m2, 1)
+	if slices.Contains(e.poolBoxes(t), a.ID) {
+		t.Fatalf("the claimed box %s is in the pool again", a.ID)
+	}
+	b := e.create(t, m2, sandbox.CreateSpec{Tenant: "tenant-b"})
+	if b.ID == a.ID || b.ContainerID == a.ContainerID {
+		t.Fatalf("tenant b got tenant a's box %s", a.ID)
+	}
+	if r := exec(t, m2, b.ID, "cat /workspace/secret 2>/dev/null || echo absent", 30); r.Output != "absent\n" {
+		t.Fatalf("tenant b reads %q", r.Output)
+	}
+}
+
+// TestFailedDeleteIsRetried: a delete whose container removal fails is
+// unavailable, holds no quota and keeps the sandbox listed as deleting (a
+// retry while the engine still fails is unavailable again); once the
+// engine removes containers again, the reaper finishes the delete without
+// waiting for the box's TTL.
+func TestFailedDeleteIsRetried(t *testing.T) {
+	e := newEnv(t)
+	e.removeWorkerLeftovers(t)
+	eng := &removalFailingEngine{Client: e.cli}
+	t.Cleanup(func() { eng.fail.Store(false) }) // before managerOn's cleanup deletes
+	m := e.managerOn(t, eng)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	box := e.create(t, m, sandbox.CreateSpec{})
+	eng.fail.Store(true)
+	for range 2 {
+		if err := m.Delete(ctx, box.ID); sandbox.CodeOf(err) != sandbox.CodeUnavailable {
+			t.Fatalf("delete with removals failing: %v, want %s", err, sandbox.CodeUnavailable)
+		}
+		if info, err := m.Get(ctx, box.ID); err != nil || info.State != sandbox.StateDeleting || !info.ExpiresAt.Equal(box.ExpiresAt) {
+			t.Fatalf("after a failed delete: %+v, %v; want deleting with its expiry %v", info, err, box.ExpiresAt)
+		}
+		if n, mem := m.Usage(); n != 0 || mem != 0 {
+			t.Fatalf("usage %d sandboxes, %d bytes after a failed delete, want none", n, mem)
+		}
+	}
+	f, err := m.Files(box.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Ls(ctx, "/workspace"); err == nil {
+		t.Fatal("a sandbox being deleted still serves file operations")
+	}
+	eng.fail.Store(false)
+	m.Reap(ctx)
+	if _, err := m.Get(ctx, box.ID); sandbox.CodeOf(err) != sandbox.CodeNotFound {
+		t.Fatalf("after the reaper's retry: %v, want not found", err)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, box.ContainerID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("the container after the reaper's retry: %v, want it removed", err)
+	}
+}
+
+// TestTouchedPoolBoxNotHandedOut: a warm pool box whose workspace changed
+// while it waited (written here from outside, as the sandbox user) is not
+// handed out: the create gets a box started cold, and the touched box is
+// removed.
+func TestTouchedPoolBoxNotHandedOut(t *testing.T) {
+	e := poolEnv(t, 1)
+	m := e.manager(t)
+	waitPool(t, m, 1)
+	pooled := e.poolBoxes(t)
+	if len(pooled) != 1 {
+		t.Fatalf("pool boxes %v, want 1", pooled)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	res, err := e.cli.ContainerInspect(ctx, pooled[0], client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := execAs(t, e.cli, res.Container.ID, sandbox.DefaultUser, "echo left-behind > /workspace/secret && echo ok"); out != "ok\n" {
+		t.Fatalf("write into the pool box: %q", out)
+	}
+	info := e.create(t, m, sandbox.CreateSpec{Tenant: "tenant-b"})
+	if info.ID == pooled[0] {
+		t.Fatalf("the touched pool box %s was handed out", pooled[0])
+	}
+	if r := exec(t, m, info.ID, "cat /workspace/secret 2>/dev/null || echo absent", 30); r.Output != "absent\n" {
+		t.Fatalf("the new box reads %q", r.Output)
+	}
+	if p := poolOf(t, m); p.Hits != 0 || p.Misses != 1 {
+		t.Fatalf("pool after a refused claim: %+v, want no hit and one miss", p)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, res.Container.ID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("the touched pool box's container: %v, want it removed", err)
 	}
 }

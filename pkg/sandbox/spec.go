@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"maps"
+	"math"
 	"path"
 	"regexp"
 	"strconv"
@@ -88,7 +89,9 @@ func IsOwnLabel(key string) bool {
 type Template struct {
 	// Image must exist locally; nothing is pulled.
 	Image string `yaml:"image"`
-	// WorkingDir is the writable workspace (default /workspace).
+	// WorkingDir is the writable workspace (default /workspace): it must be
+	// /workspace, a directory under it, or a directory under /home (see
+	// validWorkingDir).
 	WorkingDir string `yaml:"working_dir"`
 	// CPUs is the CPU quota in cores.
 	CPUs float64 `yaml:"cpus"`
@@ -174,46 +177,58 @@ var labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
 func (t Template) validate() error {
 	switch {
 	case t.Image == "":
-		return errorf(CodeInvalid, "no image: set image or a template that has one")
-	case t.CPUs < 0.01 || t.CPUs > 64:
-		return errorf(CodeInvalid, "cpus %g out of range 0.01..64", t.CPUs)
+		return invalidField("image", "no image: set image or a template that has one")
+	case !(t.CPUs >= 0.01 && t.CPUs <= 64): // also refuses NaN
+		return invalidField("cpus", "cpus %g out of range 0.01..64", t.CPUs)
 	case t.MemoryBytes < 16<<20:
-		return errorf(CodeInvalid, "memory %d bytes is below the 16 MiB minimum", t.MemoryBytes)
+		return invalidField("memory_bytes", "memory %d bytes is below the 16 MiB minimum", t.MemoryBytes)
 	case t.Pids < 16 || t.Pids > 1<<20:
-		return errorf(CodeInvalid, "pids %d out of range 16..1048576", t.Pids)
+		return invalidField("pids", "pids %d out of range 16..1048576", t.Pids)
 	case t.Network != NetworkNone && t.Network != NetworkEgress:
-		return errorf(CodeInvalid, "network %q: want none or egress", t.Network)
+		return invalidField("network", "network %q: want none or egress", t.Network)
 	case t.DiskBytes < 0:
-		return errorf(CodeInvalid, "disk %d bytes must not be negative", t.DiskBytes)
+		return invalidField("disk_bytes", "disk %d bytes must not be negative", t.DiskBytes)
 	case t.TTL < time.Second || t.TTL > MaxTTL:
-		return errorf(CodeInvalid, "ttl %s out of range 1s..168h", t.TTL)
+		return invalidField("ttl", "ttl %s out of range 1s..168h", t.TTL)
 	case !validWorkingDir(t.WorkingDir):
-		return errorf(CodeInvalid, "working_dir %q must be a clean absolute directory other than / and outside %s", t.WorkingDir, AgentDir)
+		return invalidField("working_dir", "working_dir %q must be a clean absolute path: %s, a directory under it, or a directory under %s", t.WorkingDir, DefaultWorkingDir, HomeDir)
 	case t.FilesRoot != "/" && t.FilesRoot != t.WorkingDir:
-		return errorf(CodeInvalid, "files_root %q: want / or the working dir %s", t.FilesRoot, t.WorkingDir)
+		return invalidField("files_root", "files_root %q: want / or the working dir %s", t.FilesRoot, t.WorkingDir)
 	}
 	for k, v := range t.Env {
 		if !envKey.MatchString(k) || strings.ContainsRune(v, 0) {
-			return errorf(CodeInvalid, "env %q: keys must match %s and values must not contain NUL", k, envKey)
+			return invalidField("env", "env %q: keys must match %s and values must not contain NUL", k, envKey)
 		}
 	}
 	return nil
 }
 
-// validWorkingDir accepts a clean absolute path other than / that is not
-// AgentDir or under it. The checks run on the cleaned path, so "//.plumb"
-// or "/x/../.plumb" cannot slip past them; a path that cleaning would change
-// is refused outright (labels, mounts and the agent must all see one
-// spelling).
+// checkNumbers refuses a request's CPUs that are not a finite number
+// before anything compares them: NaN compares false with every bound, and
+// an infinity is malformed, not merely over a ceiling.
+func (t Template) checkNumbers() error {
+	if math.IsNaN(t.CPUs) || math.IsInf(t.CPUs, 0) {
+		return invalidField("cpus", "cpus %g is not a finite number", t.CPUs)
+	}
+	return nil
+}
+
+// HomeDir is the directory under which a working dir may also live.
+const HomeDir = "/home"
+
+// validWorkingDir accepts DefaultWorkingDir, a directory under it, or a
+// directory under HomeDir, spelled cleanly. The workspace volume is mounted
+// there and the box writes into it, so anywhere else it would shadow what
+// the image runs (/bin, /usr/bin, /etc), the box's tmpfs (/tmp), the
+// kernel's file systems (/proc, /dev, /sys/fs/cgroup) or the agent
+// (AgentDir). A path that cleaning would change is refused outright
+// ("//workspace", "/home/../etc"; labels, mounts and the agent must all see
+// one spelling).
 func validWorkingDir(dir string) bool {
-	c := path.Clean(dir)
-	switch {
-	case !strings.HasPrefix(dir, "/") || c != dir || c == "/":
-		return false
-	case c == AgentDir || strings.HasPrefix(c, AgentDir+"/"):
+	if path.Clean(dir) != dir || strings.ContainsRune(dir, 0) {
 		return false
 	}
-	return !strings.ContainsRune(dir, 0)
+	return dir == DefaultWorkingDir || strings.HasPrefix(dir, DefaultWorkingDir+"/") || strings.HasPrefix(dir, HomeDir+"/")
 }
 
 // Home is the sandbox's working dir as a virtual file path: the working
@@ -231,6 +246,10 @@ func (t Template) Home() string {
 // (no privileged mode, no capabilities, no host namespaces, no host paths).
 // The one exception is Config.Unhardened, for benchmarks only, which the
 // manager applies with unharden after this.
+//
+// Every image field that makes the engine run code is overridden:
+// Entrypoint, Cmd, User, StopSignal and Healthcheck (ONBUILD and SHELL only
+// apply to builds).
 //
 // PID 1 and the agent run as AgentUser with only AgentCaps; commands run as
 // the sandbox user (the agent's --uid/--gid). The engine keeps no log of
@@ -262,6 +281,10 @@ func containerSpec(id, worker, image, volume string, t Template, labels map[stri
 		Labels:     labels,
 		Hostname:   "sandbox",
 		StopSignal: "SIGTERM",
+		// The image's HEALTHCHECK would run as User (container root, with
+		// AgentCaps) under the tenant-set environment: box code could
+		// plant the command it names. No health check runs at all.
+		Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    network,

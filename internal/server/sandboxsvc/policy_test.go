@@ -2,6 +2,7 @@ package sandboxsvc_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -87,5 +88,70 @@ func TestCreatePolicyViolations(t *testing.T) {
 	_, err = wk.Client.KeepAlive(ctx, &plumbv1.KeepAliveRequest{SandboxId: sb.GetSandbox().GetId(), Ttl: durationpb.New(2 * time.Hour)})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "max_ttl") {
 		t.Fatalf("keep-alive over max_ttl: %v, want PERMISSION_DENIED naming max_ttl", err)
+	}
+}
+
+// TestCreateRefusesBadNumbersAndWorkingDirs: CPUs that are not a finite
+// number, and a working dir outside /workspace and /home (where the
+// workspace volume would shadow what the image runs, the box's tmpfs or
+// the kernel's file systems), are INVALID_ARGUMENT with reason
+// invalid_argument and a field violation on the request's field; nothing
+// is created and no quota is held. Working dirs inside the allow-list are
+// served, and commands run there.
+func TestCreateRefusesBadNumbersAndWorkingDirs(t *testing.T) {
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	tests := []struct {
+		name  string
+		req   *plumbv1.CreateSandboxRequest
+		field string
+	}{
+		{"cpus NaN", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Cpus: math.NaN()}}, "resources.cpus"},
+		{"cpus +Inf", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Cpus: math.Inf(1)}}, "resources.cpus"},
+		{"cpus -Inf", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Cpus: math.Inf(-1)}}, "resources.cpus"},
+		{"cpus negative", &plumbv1.CreateSandboxRequest{Resources: &plumbv1.Resources{Cpus: -1}}, "resources.cpus"},
+	}
+	for _, dir := range []string{"/etc", "/bin", "/usr/bin", "/tmp", "/sys/fs/cgroup", "/proc", "/dev", "/home", "/",
+		"/.plumb", "/workspace/../etc", "/workspace/", "//workspace", "/workspacex", "/home/../bin", "relative"} {
+		tests = append(tests, struct {
+			name  string
+			req   *plumbv1.CreateSandboxRequest
+			field string
+		}{"working_dir " + dir, &plumbv1.CreateSandboxRequest{WorkingDir: dir}, "working_dir"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := wk.Client.CreateSandbox(ctx, tt.req)
+			if status.Code(err) != codes.InvalidArgument || pbconv.Reason(err) != string(sandbox.CodeInvalid) {
+				t.Fatalf("create: %v (reason %q), want INVALID_ARGUMENT %s", err, pbconv.Reason(err), sandbox.CodeInvalid)
+			}
+			vs := pbconv.FieldViolations(err)
+			if len(vs) != 1 || vs[0].Field != tt.field || vs[0].Description == "" {
+				t.Fatalf("field violations %+v, want one on %s", vs, tt.field)
+			}
+			if n, mem := wk.Manager.Usage(); n != 0 || mem != 0 {
+				t.Fatalf("%d sandboxes, %d bytes reserved after a refused create", n, mem)
+			}
+		})
+	}
+	for _, dir := range []string{"/workspace/project", "/home/agent"} {
+		t.Run("working_dir "+dir+" served", func(t *testing.T) {
+			res, err := wk.Client.CreateSandbox(ctx, &plumbv1.CreateSandboxRequest{WorkingDir: dir})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			id := res.GetSandbox().GetId()
+			t.Cleanup(func() {
+				_, _ = wk.Client.DeleteSandbox(context.Background(), &plumbv1.DeleteSandboxRequest{SandboxId: id})
+			})
+			if got := res.GetSandbox().GetWorkingDir(); got != dir {
+				t.Fatalf("working dir %q, want %q", got, dir)
+			}
+			r, err := wk.Client.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: "pwd && touch f && echo ok"}})
+			if err != nil || r.GetResult().GetOutput() != dir+"\nok\n" {
+				t.Fatalf("execute in %s: %q, %v", dir, r.GetResult().GetOutput(), err)
+			}
+		})
 	}
 }

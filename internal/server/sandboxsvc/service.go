@@ -121,6 +121,14 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 	}
 }
 
+// requestFields maps the template fields whose name differs in
+// CreateSandboxRequest to the request's field paths, for field violations.
+var requestFields = map[string]string{
+	"cpus":         "resources.cpus",
+	"memory_bytes": "resources.memory_bytes",
+	"pids":         "resources.pids",
+}
+
 // CreateSandbox starts a sandbox.
 func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.CreateSandboxResponse, error) {
 	t := sandbox.Template{
@@ -136,6 +144,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 	}
 	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx)})
 	if err != nil {
+		var se *sandbox.Error
+		if errors.As(err, &se) && requestFields[se.Field] != "" {
+			se.Field = requestFields[se.Field]
+		}
 		return nil, s.fail("CreateSandbox", err)
 	}
 	return &plumbv1.CreateSandboxResponse{Sandbox: sandboxToPB(info)}, nil

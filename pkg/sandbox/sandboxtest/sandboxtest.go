@@ -317,6 +317,9 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 	// above; commands run as the sandbox user (checked from inside).
 	check(c.User == sandbox.AgentUser, "agent user "+sandbox.AgentUser, c.User)
 	check(hc.LogConfig.Type == "none", "no engine log of the box's output", hc.LogConfig)
+	// An image's HEALTHCHECK would run as container root with the box's
+	// environment.
+	check(c.Healthcheck != nil && slices.Equal(c.Healthcheck.Test, []string{"NONE"}), "health check off", c.Healthcheck)
 	check(hc.OomScoreAdj == sandbox.OomScoreAdj, "OOM score adjustment", hc.OomScoreAdj)
 	nofile := false
 	for _, u := range hc.Ulimits {
