@@ -62,6 +62,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// serveSpareThreads is how many idle OS threads serve keeps (see
+// keepThreads): enough for the threads its goroutines block in (a wait per
+// running command, a locked spawning thread, reads) when box code holds
+// every pid, so that a fork refused by the pids limit is answered as such.
+const serveSpareThreads = 8
+
 // serve parses the serve flags, wires the agent and runs it until stdin
 // ends or ctx is cancelled.
 func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -100,6 +106,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	))
 	defer func() { _ = lg.Sync() }()
 
+	keepThreads(serveSpareThreads)
 	files, closeFiles, err := newFileEngine(*root, *workspace, writable)
 	if err != nil {
 		return err
