@@ -24,6 +24,7 @@ import (
 const usage = `usage:
   sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
+  sandbox-agent count DIR...
   sandbox-agent --version
 `
 
@@ -43,6 +44,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	case "init":
 		return runInit()
+	case "count":
+		return runCount(args[1:], stdout)
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
