@@ -24,7 +24,7 @@ import (
 const usage = `usage:
   sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
-  sandbox-agent count DIR...
+  sandbox-agent count DIR[:MAX]...
   sandbox-agent --version
 `
 
@@ -45,7 +45,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "init":
 		return runInit()
 	case "count":
-		return runCount(args[1:], stdout)
+		return runCount(args[1:], stdout, stderr)
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

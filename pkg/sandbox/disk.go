@@ -128,7 +128,12 @@ func (m *Manager) countInodes(ctx context.Context, vols map[string]*sandbox) (ma
 	args := []string{"count"}
 	for i, v := range names {
 		mounts[i] = mount.Mount{Type: mount.TypeVolume, Source: v, Target: "/v/" + v, ReadOnly: true}
-		args = append(args, "/v/"+v)
+		vols[v].mu.Lock()
+		ceiling := InodeCeiling(vols[v].info.Settings.DiskBytes)
+		vols[v].mu.Unlock()
+		// The walk stops past the ceiling: its time is bounded whatever
+		// the box created.
+		args = append(args, fmt.Sprintf("/v/%s:%d", v, ceiling))
 	}
 	pids, noInit := int64(64), false
 	c, err := m.api.ContainerCreate(ctx, client.ContainerCreateOptions{
