@@ -895,6 +895,10 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 	}
 	d := sb.dialing
 	if d == nil {
+		if m.isClosing() {
+			sb.mu.Unlock()
+			return nil, errorf(CodeShuttingDown, "the sandbox worker is shutting down")
+		}
 		d = &dialing{done: make(chan struct{})}
 		sb.dialing = d
 		m.bg.Add(1)
