@@ -143,8 +143,6 @@ func recheck(op agentproto.Op, args, out any) error {
 	return nil
 }
 
-// failed checks the container and, when the sandbox has failed, returns
-// the error that says so.
 // channel returns the sandbox's agent channel (Manager.channel), or the
 // error of an operation op that cannot reach the agent. The dial has
 // already checked the box's container when it failed, so a herd of
@@ -162,6 +160,8 @@ func (f *Files) channel(ctx context.Context, op string) (*channel, error) {
 	return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
 }
 
+// failed checks the container and, when the sandbox has failed, returns
+// the error that says so.
 func (f *Files) failed(ctx context.Context) *backend.Error {
 	f.m.checkAlive(context.WithoutCancel(ctx), f.sb)
 	if info := f.m.snapshot(f.sb); info.State == StateFailed {
