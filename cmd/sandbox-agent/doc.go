@@ -10,6 +10,10 @@
 //	    The agent proper, started by sandboxd with one exec: it reads
 //	    agentproto request frames on stdin and writes response frames on
 //	    stdout (see package agent). Logs go to stderr.
+//	sandbox-agent count DIR[:MAX]...
+//	    Prints how many files, directories and links each DIR holds, one
+//	    line each, stopping past MAX; the worker's disk watchdog runs it
+//	    over read-only mounts of workspaces in a helper container.
 //	sandbox-agent --version
 //	    Prints the build version.
 //

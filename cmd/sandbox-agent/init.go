@@ -15,7 +15,8 @@ import (
 // be combined with code that waits for its own children, since it reaps
 // them all.
 func runInit() int {
-	keepThreads()
+	runtime.GOMAXPROCS(1)
+	keepThreads(spareThreads)
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -33,19 +34,20 @@ func runInit() int {
 // spareThreads is how many idle OS threads init keeps (see keepThreads).
 const spareThreads = 4
 
-// keepThreads makes init need no new OS thread later. Box code shares the
-// container's pids limit with init, and a fork bomb can use every pid; a Go
-// program that then fails to create a thread dies, and PID 1 dying ends
-// the sandbox. Init runs on one P and makes spareThreads threads up front
-// (each held by a locked goroutine until all exist, then let go), which
-// the scheduler reuses instead of creating new ones.
-func keepThreads() {
-	runtime.GOMAXPROCS(1)
+// keepThreads makes n idle OS threads up front (each held by a locked
+// goroutine until all exist, then let go), which the scheduler reuses
+// instead of creating new ones. Box code shares the container's pids
+// limit with init and the agent, and a fork bomb can use every pid; a Go
+// program that then fails to create a thread dies. PID 1 dying ends the
+// sandbox, so init runs on one P with spareThreads spares; the agent
+// dying loses its channel, and a command it could not fork would never be
+// reported as such, so serve keeps serveSpareThreads.
+func keepThreads(n int) {
 	var held sync.WaitGroup
 	release := make(chan struct{})
-	done := make(chan struct{}, spareThreads)
-	held.Add(spareThreads)
-	for range spareThreads {
+	done := make(chan struct{}, n)
+	held.Add(n)
+	for range n {
 		go func() {
 			runtime.LockOSThread()
 			held.Done()
@@ -56,7 +58,7 @@ func keepThreads() {
 	}
 	held.Wait()
 	close(release)
-	for range spareThreads {
+	for range n {
 		<-done
 	}
 }

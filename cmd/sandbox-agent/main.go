@@ -24,6 +24,7 @@ import (
 const usage = `usage:
   sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
+  sandbox-agent count DIR[:MAX]...
   sandbox-agent --version
 `
 
@@ -43,6 +44,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	case "init":
 		return runInit()
+	case "count":
+		return runCount(args[1:], stdout, stderr)
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
@@ -61,6 +64,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "sandbox-agent: unknown command %q\n%s", args[0], usage)
 	return 2
 }
+
+// serveSpareThreads is how many idle OS threads serve keeps (see
+// keepThreads): enough for the threads its goroutines block in (a wait per
+// running command, a locked spawning thread, reads) when box code holds
+// every pid, so that a fork refused by the pids limit is answered as such.
+const serveSpareThreads = 8
 
 // serve parses the serve flags, wires the agent and runs it until stdin
 // ends or ctx is cancelled.
@@ -100,6 +109,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	))
 	defer func() { _ = lg.Sync() }()
 
+	keepThreads(serveSpareThreads)
 	files, closeFiles, err := newFileEngine(*root, *workspace, writable)
 	if err != nil {
 		return err

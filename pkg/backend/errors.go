@@ -38,6 +38,11 @@ const (
 	CodeUnavailable         Code = "unavailable"
 	CodeCancelled           Code = "cancelled"
 	CodeInternal            Code = "internal"
+
+	// CodeResourceExhausted: a limit other than disk space stopped the
+	// operation, above all a sandbox's process (pids) limit making a fork
+	// fail with EAGAIN. Retrying helps once processes have ended.
+	CodeResourceExhausted Code = "resource_exhausted"
 )
 
 // Error is the error value of every file operation. Operations return it as
@@ -163,6 +168,8 @@ func FromOS(op, path string, err error) *Error {
 			return mk(CodeNoSpace, "no space left on device")
 		case syscall.EDQUOT:
 			return mk(CodeNoSpace, "disk quota exceeded")
+		case syscall.EAGAIN:
+			return mk(CodeResourceExhausted, "a resource limit is reached (resource temporarily unavailable); retry once fewer processes run")
 		case syscall.ELOOP:
 			return mk(CodeInvalidPath, "too many levels of symbolic links (a loop, or a chain of more than 8 links)")
 		case syscall.ENAMETOOLONG:

@@ -52,6 +52,7 @@ func TestFromOS(t *testing.T) {
 		{"erofs", pathErr(syscall.EROFS), CodePermissionDenied, "read-only file system"},
 		{"enospc", pathErr(syscall.ENOSPC), CodeNoSpace, "no space"},
 		{"edquot", pathErr(syscall.EDQUOT), CodeNoSpace, "quota"},
+		{"eagain", pathErr(syscall.EAGAIN), CodeResourceExhausted, "resource limit"},
 		{"eloop", pathErr(syscall.ELOOP), CodeInvalidPath, "symbolic links"},
 		{"escape", &fs.PathError{Op: "openat", Path: "x", Err: errors.New("path escapes from parent")}, CodeInvalidPath, "resolves outside the root"},
 		{"fs not exist", fs.ErrNotExist, CodeFileNotFound, "no such file"},

@@ -27,6 +27,7 @@ var fileCodes = map[backend.Code]codes.Code{
 	backend.CodeTimeout:             codes.DeadlineExceeded,
 	backend.CodeUnsupported:         codes.Unimplemented,
 	backend.CodeUnavailable:         codes.Unavailable,
+	backend.CodeResourceExhausted:   codes.ResourceExhausted,
 	backend.CodeCancelled:           codes.Canceled,
 	backend.CodeInternal:            codes.Internal,
 }

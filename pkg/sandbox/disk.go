@@ -3,9 +3,15 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
+	"strconv"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 )
@@ -46,6 +52,7 @@ func (m *Manager) CheckDisk(ctx context.Context) []string {
 		return nil
 	}
 	var failed []string
+	measured := map[string]*sandbox{} // volumes that exist and are under their bytes
 	for _, v := range du.Volumes.Items {
 		sb, ok := limited[v.Name]
 		if !ok || v.UsageData == nil {
@@ -59,9 +66,124 @@ func (m *Manager) CheckDisk(ctx context.Context) []string {
 				m.kill(ctx, id, cid)
 				failed = append(failed, id)
 			}
+			continue
+		}
+		measured[v.Name] = sb
+	}
+	if len(measured) == 0 {
+		return failed
+	}
+	counts, err := m.countInodes(ctx, measured)
+	if err != nil {
+		m.lg.Warn("count workspace inodes", zap.Error(err))
+		return failed
+	}
+	for _, volume := range sortedKeys(measured) {
+		sb := measured[volume]
+		sb.mu.Lock()
+		id, cid, limit := sb.info.ID, sb.info.ContainerID, sb.info.Settings.DiskBytes
+		sb.mu.Unlock()
+		if n, ceiling := counts[volume], InodeCeiling(limit); n > ceiling {
+			if m.fail(sb, fmt.Sprintf("its workspace holds %d files, directories and links, over the %d its disk limit of %d bytes allows (disk_bytes)", n, ceiling, limit)) {
+				m.kill(ctx, id, cid)
+				failed = append(failed, id)
+			}
 		}
 	}
 	return failed
+}
+
+// InodeBytes is what each file, directory or link of a workspace costs
+// against its DiskBytes in the watchdog's inode ceiling. Byte sizes count
+// an empty file as nothing (300,000 of them measured 11 MB), and the
+// workspace shares the node's inodes, so the count needs its own bound; a
+// file smaller than a block takes a block on disk anyway.
+const InodeBytes = 4096
+
+// InodeCeiling is how many files, directories and links a workspace with
+// a disk limit of diskBytes may hold.
+func InodeCeiling(diskBytes int64) int64 { return max(diskBytes/InodeBytes, 1) }
+
+// countInodes counts the entries of each workspace volume in vols with
+// one helper container (docs/security.md, "Workspace inodes"): the box's
+// agent cannot list a directory box code made unreadable, while the
+// helper holds CAP_DAC_READ_SEARCH, and nothing else, over read-only
+// mounts. It runs the derived image of one of the boxes, whose static
+// sandbox-agent does the count; it carries the worker's label, so a
+// restarted worker removes one left behind. A volume deleted meanwhile
+// may be re-created empty by its mount; Collect removes it later.
+func (m *Manager) countInodes(ctx context.Context, vols map[string]*sandbox) (map[string]int64, error) {
+	names := sortedKeys(vols)
+	sb := vols[names[0]]
+	sb.mu.Lock()
+	cid := sb.info.ContainerID
+	sb.mu.Unlock()
+	res, err := m.api.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s for its image: %w", cid, err)
+	}
+	labels := map[string]string{LabelWorker: m.cfg.Worker}
+	maps.Copy(labels, m.cfg.ExtraLabels)
+	mounts := make([]mount.Mount, len(names))
+	args := []string{"count"}
+	for i, v := range names {
+		mounts[i] = mount.Mount{Type: mount.TypeVolume, Source: v, Target: "/v/" + v, ReadOnly: true}
+		vols[v].mu.Lock()
+		ceiling := InodeCeiling(vols[v].info.Settings.DiskBytes)
+		vols[v].mu.Unlock()
+		// The walk stops past the ceiling: its time is bounded whatever
+		// the box created.
+		args = append(args, fmt.Sprintf("/v/%s:%d", v, ceiling))
+	}
+	pids, noInit := int64(64), false
+	c, err := m.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: res.Container.Image, User: AgentUser, Entrypoint: []string{AgentPath}, Cmd: []string{"init"},
+			Labels: labels, Hostname: "count", WorkingDir: "/",
+			Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none", CapDrop: []string{"ALL"}, CapAdd: []string{"DAC_READ_SEARCH"},
+			SecurityOpt: []string{"no-new-privileges:true"}, ReadonlyRootfs: true, LogConfig: container.LogConfig{Type: "none"},
+			IpcMode: container.IPCModePrivate, Init: &noInit, Mounts: mounts,
+			Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create the inode count container: %w", err)
+	}
+	defer m.removeContainerOnly(ctx, c.ID)
+	if _, err := m.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, fmt.Errorf("start the inode count container: %w", err)
+	}
+	ex, err := m.api.ExecCreate(ctx, c.ID, client.ExecCreateOptions{User: AgentUser, AttachStdout: true, AttachStderr: true, Cmd: append([]string{AgentPath}, args...)})
+	if err != nil {
+		return nil, fmt.Errorf("exec the inode count: %w", err)
+	}
+	att, err := m.api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("attach the inode count: %w", err)
+	}
+	defer att.Close()
+	stop := context.AfterFunc(ctx, func() { att.Close() })
+	defer stop()
+	out, err := io.ReadAll(io.LimitReader(newDemuxReader(att.Reader, io.Discard), int64(len(names))*24))
+	if err != nil {
+		return nil, fmt.Errorf("read the inode count: %w", err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != len(names) {
+		return nil, fmt.Errorf("the inode count printed %d numbers for %d workspaces", len(lines), len(names))
+	}
+	counts := make(map[string]int64, len(names))
+	for i, v := range names {
+		n, err := strconv.ParseInt(lines[i], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("the inode count of %s: %w", v, err)
+		}
+		counts[v] = n
+	}
+	return counts, nil
 }
 
 // kill SIGKILLs a failed sandbox's container; its volume stays until the

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -63,5 +64,38 @@ func diskWatchdog(t *testing.T, rt string) {
 	}
 	if got := m.CheckDisk(ctx); len(got) != 0 {
 		t.Fatalf("second round failed %v, want none", got)
+	}
+}
+
+// TestDiskWatchdogCountsInodes: a workspace of empty files, far under its
+// disk_bytes in bytes, is failed once it holds more files than the inode
+// ceiling derived from disk_bytes allows, even with them in a directory
+// box code made unreadable; a box under both bounds keeps serving.
+func TestDiskWatchdogCountsInodes(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	ctx := context.Background()
+	const limit = 1 << 20 // 256 inodes
+	if sandbox.InodeCeiling(limit) != 256 {
+		t.Fatalf("inode ceiling of 1 MiB: %d, want 256", sandbox.InodeCeiling(limit))
+	}
+	hog := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: limit}})
+	small := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: limit}})
+	const files = `mkdir -p d && i=0; while [ $i -lt %d ]; do : > d/f$i; i=$((i+1)); done; chmod 000 d`
+	if r := exec(t, m, hog.ID, fmt.Sprintf(files, 1000), 120); exitCode(r) != 0 {
+		t.Fatalf("make 1000 files: %q exit %d", r.Output, exitCode(r))
+	}
+	if r := exec(t, m, small.ID, fmt.Sprintf(files, 100), 120); exitCode(r) != 0 {
+		t.Fatalf("make 100 files: %q exit %d", r.Output, exitCode(r))
+	}
+	if got := m.CheckDisk(ctx); !slices.Equal(got, []string{hog.ID}) {
+		t.Fatalf("failed %v, want [%s]", got, hog.ID)
+	}
+	info, err := m.Get(ctx, hog.ID)
+	if err != nil || info.State != sandbox.StateFailed || !strings.Contains(info.FailureReason, "files, directories and links") || !strings.Contains(info.FailureReason, "disk_bytes") {
+		t.Fatalf("sandbox over its inodes: %+v, %v", info, err)
+	}
+	if r := exec(t, m, small.ID, "echo alive", 120); r.Output != "alive\n" {
+		t.Fatalf("the box under its bounds: %q", r.Output)
 	}
 }

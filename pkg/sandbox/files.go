@@ -12,6 +12,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+	"go.uber.org/zap"
 )
 
 // Files runs file operations and commands in one sandbox through its agent
@@ -49,12 +50,9 @@ func (f *Files) invoke(ctx context.Context, op agentproto.Op, args, out any, onE
 // exchange is invoke with a binary payload sent with the request and the
 // final response's binary payload returned.
 func (f *Files) exchange(ctx context.Context, op agentproto.Op, args any, payload []byte, out any, onEvent func(agentproto.Response) error) ([]byte, error) {
-	ch, err := f.m.channel(ctx, f.sb)
+	ch, err := f.channel(ctx, string(op))
 	if err != nil {
-		if failed := f.failed(ctx); failed != nil {
-			return nil, failed
-		}
-		return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
+		return nil, err
 	}
 	end := f.m.begin(f.sb)
 	final, err := ch.exchange(ctx, op, args, payload, onEvent)
@@ -73,11 +71,16 @@ func (f *Files) exchange(ctx context.Context, op agentproto.Op, args any, payloa
 		}
 	}
 	if err != nil {
-		if backend.CodeOf(err) == backend.CodeUnavailable {
+		switch backend.CodeOf(err) {
+		case backend.CodeUnavailable:
 			// The stream broke: find out whether the container is gone.
 			if failed := f.failed(ctx); failed != nil {
 				return nil, failed
 			}
+		case backend.CodeResourceExhausted:
+			// The box at its own limit (pids): the caller is told, and
+			// one line, without a stack, tells the operator which box.
+			f.m.lg.Info("sandbox at a resource limit", zap.String("sandbox-id", f.m.snapshot(f.sb).ID), zap.String("op", string(op)), zap.Error(err))
 		}
 		return nil, err
 	}
@@ -138,6 +141,23 @@ func recheck(op agentproto.Op, args, out any) error {
 		}
 	}
 	return nil
+}
+
+// channel returns the sandbox's agent channel (Manager.channel), or the
+// error of an operation op that cannot reach the agent. The dial has
+// already checked the box's container when it failed, so a herd of
+// callers sharing one failed dial does not inspect it once each.
+func (f *Files) channel(ctx context.Context, op string) (*channel, error) {
+	ch, err := f.m.channel(ctx, f.sb)
+	switch {
+	case err == nil:
+		return ch, nil
+	case ctx.Err() != nil:
+		return nil, backend.FromOS(op, "", ctx.Err())
+	case CodeOf(err) == CodeFailed:
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "%v", err)
+	}
+	return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
 }
 
 // failed checks the container and, when the sandbox has failed, returns

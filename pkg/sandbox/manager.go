@@ -154,6 +154,9 @@ type Manager struct {
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
+	// closing is closed when Close begins: agent channel dials in flight
+	// give up, and install no channel.
+	closing chan struct{}
 
 	// egressImg is the proxy image of egress sandboxes.
 	egressImg egressImages
@@ -161,7 +164,7 @@ type Manager struct {
 
 // sandbox is the manager's record of one sandbox.
 type sandbox struct {
-	mu         sync.Mutex // guards info, ch, busy, violations and released
+	mu         sync.Mutex // guards info, ch, dialing, busy, violations and released
 	info       Info
 	ch         *channel
 	busy       int // operations in flight; the reaper never takes a busy sandbox
@@ -179,6 +182,9 @@ type sandbox struct {
 	// greeted it; a claim hands the box out only if the listing is still
 	// the same (see pristine).
 	baseline string
+
+	// dialing is the dial of a new ch in flight, or nil.
+	dialing *dialing
 }
 
 // Option customizes a Manager.
@@ -239,6 +245,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		sandboxes: map[string]*sandbox{},
 		budget:    newMemBudget(cfg.ChannelMemoryBytes),
 		pending:   map[string]bool{},
+		closing:   make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(m)
@@ -287,6 +294,7 @@ func (m *Manager) Close() {
 		return
 	}
 	m.closed = true
+	close(m.closing)
 	sbs := slicesOf(m.sandboxes)
 	m.mu.Unlock()
 	m.stopReaper()
@@ -510,6 +518,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	defer func() {
 		if err != nil {
 			sb.mu.Lock()
+			sb.info.State = StateDeleting // a dial still in flight installs no channel
 			if sb.ch != nil {
 				sb.ch.close()
 			}
@@ -885,10 +894,14 @@ func (m *Manager) fail(sb *sandbox, reason string) bool {
 }
 
 // channel returns the sandbox's open agent channel, opening a new one when
-// there is none or the last one was reset. The engine is dialled without
-// holding the sandbox's lock (a hung engine call must not stall the
-// reaper or List); when two callers dial at once, the first to install
-// its channel wins and the other closes its own.
+// there is none or the last one was reset. A box has at most one dial in
+// flight: every caller that finds no channel waits for that dial and
+// shares its result, so a herd of first calls (after a worker restart, or
+// a reset) starts one agent, not one per call. The dial runs on its own,
+// bounded by dialTimeout and the manager's life but not by any caller: a
+// caller whose ctx ends stops waiting and the others keep their dial. The
+// engine is dialled without holding the sandbox's lock (a hung engine
+// call must not stall the reaper or List).
 func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 	sb.mu.Lock()
 	if err := sb.unusable(); err != nil {
@@ -900,35 +913,103 @@ func (m *Manager) channel(ctx context.Context, sb *sandbox) (*channel, error) {
 		sb.mu.Unlock()
 		return ch, nil
 	}
+	d := sb.dialing
+	if d == nil {
+		if m.isClosing() {
+			sb.mu.Unlock()
+			return nil, errorf(CodeShuttingDown, "the sandbox worker is shutting down")
+		}
+		d = &dialing{done: make(chan struct{})}
+		sb.dialing = d
+		m.bg.Add(1)
+		go m.openChannel(sb, d)
+	}
+	sb.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.ch, d.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dialing is the dial of a sandbox's agent channel in flight; ch or err
+// is set when done is closed.
+type dialing struct {
+	done chan struct{}
+	ch   *channel
+	err  error
+}
+
+// openChannel dials sb's agent, installs the channel unless sb became
+// unusable or the manager closed meanwhile, and hands the result to the
+// callers waiting on d. A failed dial is logged here, once for all of
+// them.
+func (m *Manager) openChannel(sb *sandbox, d *dialing) {
+	defer m.bg.Done()
+	sb.mu.Lock()
 	id, cid, t := sb.info.ID, sb.info.ContainerID, sb.info.Settings
 	sb.mu.Unlock()
-
-	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	s, err := m.dial(dctx, cid, t)
-	cancel()
-	if err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	go func() { // Close ends a dial in flight
+		select {
+		case <-m.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	s, err := m.dial(ctx, cid, t)
+	if err != nil && !m.isClosing() {
+		// Find out, once for every caller, whether the box is gone.
+		ictx, cancel := context.WithTimeout(context.Background(), engineTimeout)
+		m.checkAlive(ictx, sb)
+		cancel()
 	}
-	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), channelOptions{
-		budget:      m.budget,
-		onViolation: func(err error) { m.violation(sb, err) },
-	})
+	var ch *channel
+	if err == nil {
+		ch = newChannel(s, m.lg.With(zap.String("sandbox-id", id)), channelOptions{
+			budget:      m.budget,
+			onViolation: func(err error) { m.violation(sb, err) },
+		})
+	}
 	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if err := sb.unusable(); err != nil {
+	sb.dialing = nil
+	switch {
+	case sb.unusable() != nil:
+		// Failed or deleted meanwhile: that, not how the dial ended, is
+		// what the callers need to know.
+		err = sb.unusable()
+	case m.isClosing():
+		// Close has closed, or is closing, the channels it found; this
+		// one would outlive it.
+		err = errorf(CodeShuttingDown, "the sandbox worker is shutting down")
+	case err == nil:
+		sb.ch, d.ch = ch, ch
+	}
+	if ch != nil && d.ch == nil {
 		ch.close()
-		return nil, err
 	}
-	if sb.ch != nil && !sb.ch.broken() {
-		ch.close() // another caller's dial won
-		return sb.ch, nil
+	d.err = err
+	sb.mu.Unlock()
+	close(d.done)
+	if err != nil && CodeOf(err) == "" {
+		m.lg.Warn("open the sandbox agent channel", zap.String("sandbox-id", id), zap.Error(err))
 	}
-	sb.ch = ch
-	return ch, nil
 }
 
 // dialTimeout bounds opening an agent channel (two engine calls).
 const dialTimeout = 30 * time.Second
+
+// isClosing reports whether Close has begun.
+func (m *Manager) isClosing() bool {
+	select {
+	case <-m.closing:
+		return true
+	default:
+		return false
+	}
+}
 
 // unusable returns why no channel may be opened to the sandbox, or nil;
 // sb.mu is held.

@@ -45,12 +45,9 @@ func (f *Files) endProcess() {
 }
 
 func (f *Files) startProcess(ctx context.Context, req backend.ProcessRequest) (*process, error) {
-	ch, err := f.m.channel(ctx, f.sb)
+	ch, err := f.channel(ctx, "process")
 	if err != nil {
-		if failed := f.failed(ctx); failed != nil {
-			return nil, failed
-		}
-		return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot reach the agent of sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
+		return nil, err
 	}
 	f.m.touch(f.sb)
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -202,6 +202,10 @@ func (s *server) start(cmd *exec.Cmd, op string) *backend.Error {
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
 		return backend.Errorf(backend.CodeUnsupported, "", "%s: this sandbox image has no %s", op, Shell)
+	case errors.Is(err, syscall.EAGAIN):
+		// The box's pids limit (its cgroup) refused the fork: box code
+		// holds every process it may have. Not a fault of the worker.
+		return backend.Errorf(backend.CodeResourceExhausted, "", "%s: cannot start %s: the sandbox's process limit is reached (fork: resource temporarily unavailable); end some of its processes, or create the sandbox with a higher pids limit", op, Shell)
 	default:
 		return backend.Errorf(backend.CodeInternal, "", "%s: start %s: %v", op, Shell, err)
 	}
