@@ -300,27 +300,9 @@ func TestImageWithVolumeRefused(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// A never-started container of the test image, committed with a
-	// VOLUME; both are removed on cleanup.
-	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)},
-		HostConfig: &container.HostConfig{NetworkMode: "none"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _ = e.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	}()
-	ref := "plumb-test-volume:" + testRun
-	if _, err := e.cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Reference: ref, Changes: []string{"VOLUME /data"}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = e.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-	})
+	ref := e.commitVariant(ctx, t, "plumb-test-volume:"+testRun, client.ContainerCommitOptions{Changes: []string{"VOLUME /data"}})
 	m := e.manager(t)
-	_, err = m.Create(ctx, sandbox.CreateSpec{Overrides: sandbox.Template{Image: ref}})
+	_, err := m.Create(ctx, sandbox.CreateSpec{Overrides: sandbox.Template{Image: ref}})
 	if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), "VOLUME /data") {
 		t.Fatalf("create from an image with a VOLUME: %v, want invalid naming VOLUME /data", err)
 	}
@@ -334,31 +316,13 @@ func TestImageHealthcheckNeverRuns(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// A never-started container of the test image, committed with a
-	// HEALTHCHECK that leaves a marker; both are removed on cleanup.
-	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)},
-		HostConfig: &container.HostConfig{NetworkMode: "none"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _ = e.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	}()
-	ref := "plumb-test-healthcheck:" + testRun
-	if _, err := e.cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Reference: ref, Config: &container.Config{
+	ref := e.commitVariant(ctx, t, "plumb-test-healthcheck:"+testRun, client.ContainerCommitOptions{Config: &container.Config{
 		Image: e.image, Cmd: []string{"true"},
 		Healthcheck: &container.HealthConfig{
 			Test:     []string{"CMD", "/bin/sh", "-c", "id -u > /workspace/healthcheck-ran"},
 			Interval: time.Second, StartPeriod: time.Second, Retries: 1,
 		},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = e.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-	})
+	}})
 	if img, err := e.cli.ImageInspect(ctx, ref); err != nil || img.Config == nil || img.Config.Healthcheck == nil {
 		t.Fatalf("the test image has no health check: %v", err)
 	}
@@ -377,4 +341,29 @@ func TestImageHealthcheckNeverRuns(t *testing.T) {
 			t.Fatalf("the image's health check ran: %q", r.Output)
 		}
 	}
+}
+
+// commitVariant commits a never-started container of the test image as
+// ref with opts (its Reference is set here) and removes the image on
+// cleanup; the container is removed at once.
+func (e *env) commitVariant(ctx context.Context, t *testing.T, ref string, opts client.ContainerCommitOptions) string {
+	t.Helper()
+	c, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: e.image, Cmd: []string{"true"}, Labels: sandboxtest.Labels(testRun)},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_, _ = e.cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}()
+	opts.Reference = ref
+	if _, err := e.cli.ContainerCommit(ctx, c.ID, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	})
+	return ref
 }
