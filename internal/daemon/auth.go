@@ -250,17 +250,22 @@ func authorize(ctx context.Context, creds *Credentials, method string) (context.
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	name, err := callerTenant(md, creds)
+	name, forwarder, err := callerTenant(md, creds)
 	if err != nil {
 		return nil, err
 	}
-	return tenant.With(ctx, name), nil
+	ctx = tenant.With(ctx, name)
+	if !forwarder {
+		ctx = tenant.WithOwnScope(ctx)
+	}
+	return ctx, nil
 }
 
 // callerTenant is the one credential check: both the tap handle (before
 // the server reads a message) and the interceptors call it. It returns the
-// tenant the call acts for, given its request headers md.
-func callerTenant(md metadata.MD, creds *Credentials) (string, error) {
+// tenant the call acts for, given its request headers md, and whether
+// the caller is a trusted forwarder (every caller is, without credentials).
+func callerTenant(md metadata.MD, creds *Credentials) (string, bool, error) {
 	cred := Credential{Tenant: tenant.Default, Forwarder: true}
 	if creds != nil {
 		ok := false
@@ -274,17 +279,17 @@ func callerTenant(md metadata.MD, creds *Credentials) (string, error) {
 			}
 		}
 		if !ok {
-			return "", status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
+			return "", false, status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
 		}
 	}
 	name := cred.Tenant
 	if fwd := md.Get(tenant.MetadataKey); cred.Forwarder && len(fwd) > 0 {
 		if len(fwd) > 1 || !tenant.Valid(fwd[0]) {
-			return "", status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
+			return "", false, status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
 		}
 		name = fwd[0]
 	}
-	return name, nil
+	return name, cred.Forwarder, nil
 }
 
 // authTap refuses a call that authorize would refuse from its headers
@@ -297,7 +302,7 @@ func authTap(creds *Credentials, refused func(error)) tap.ServerInHandle {
 		if publicMethod(info.FullMethodName) {
 			return ctx, nil
 		}
-		if _, err := callerTenant(info.Header, creds); err != nil {
+		if _, _, err := callerTenant(info.Header, creds); err != nil {
 			if refused != nil {
 				refused(err)
 			}

@@ -39,6 +39,23 @@ func From(ctx context.Context) string {
 	return Default
 }
 
+type ownScopeKey struct{}
+
+// WithOwnScope marks ctx as a call of a tenant that authenticated with its
+// own credential, not a trusted forwarder's: worker-wide figures (how many
+// sandboxes every tenant runs) are not its to see.
+func WithOwnScope(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownScopeKey{}, true)
+}
+
+// OwnScope reports whether ctx is marked by WithOwnScope. A call that no
+// credential check marked (no credentials configured: every caller is
+// trusted) is not.
+func OwnScope(ctx context.Context) bool {
+	b, _ := ctx.Value(ownScopeKey{}).(bool)
+	return b
+}
+
 // Norm maps the empty tenant of records written before tenancy to
 // Default.
 func Norm(s string) string {

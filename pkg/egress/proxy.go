@@ -284,7 +284,11 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 		if !validHostPattern(host) || strings.HasPrefix(host, "*.") {
 			return nil, &Refusal{Host: host, Port: port, Reason: "the host is not a valid name"}
 		}
-		if !p.cfg.Policy.hostAllowed(host, port) && !p.anyAddrRule() {
+		// Only a name rule can admit a name: an address rule admits
+		// connections by address, so a name no name rule matches is
+		// refused before it is resolved (resolving it would carry the
+		// name, and whatever the box encoded in it, to DNS).
+		if !p.cfg.Policy.hostAllowed(host, port) {
 			return nil, &Refusal{Host: host, Port: port, Reason: "the destination is not on this worker's egress allow-list"}
 		}
 		addrs, err = p.cfg.Resolver.LookupNetIP(ctx, "ip", host)
@@ -316,15 +320,6 @@ func (p *Proxy) connectTo(ctx context.Context, v *vetted) (net.Conn, error) {
 		lastErr = err
 	}
 	return nil, lastErr
-}
-
-func (p *Proxy) anyAddrRule() bool {
-	for _, r := range p.cfg.Policy.Allow {
-		if r.Host == "" {
-			return true
-		}
-	}
-	return false
 }
 
 // dialFailed answers a request whose destination could not be dialled:

@@ -24,7 +24,9 @@ import (
 // A host pattern admits a name whose addresses are all public; only an
 // address rule can admit a private, reserved or host address (the operator
 // naming it on purpose), and nothing admits loopback, link-local or the
-// metadata addresses.
+// metadata addresses. Only a host pattern admits a name: an address rule
+// admits a destination given by address, and a name no host pattern
+// matches is refused before it is resolved.
 type Rule struct {
 	// Host is a lower-case host pattern ("" for an address rule).
 	Host string

@@ -205,10 +205,25 @@ func (s *Service) KeepAlive(ctx context.Context, req *plumbv1.KeepAliveRequest) 
 	return &plumbv1.KeepAliveResponse{Sandbox: sandboxToPB(info)}, nil
 }
 
-// DescribeWorker reports identity, load and the warm pools.
-func (s *Service) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest) (*plumbv1.DescribeWorkerResponse, error) {
+// DescribeWorker reports identity, load and the warm pools. A trusted
+// forwarder (agentd placing sandboxes) sees the worker-wide load; a tenant
+// calling with its own credential sees only its own sandboxes' counts and
+// the pools' settings, not their use: other tenants' activity is not its
+// to see.
+func (s *Service) DescribeWorker(ctx context.Context, _ *plumbv1.DescribeWorkerRequest) (*plumbv1.DescribeWorkerResponse, error) {
 	cfg := s.m.Config()
+	own := tenant.OwnScope(ctx)
 	n, mem := s.m.Usage()
+	if own {
+		n, mem = 0, 0
+		me := tenant.From(ctx)
+		for _, info := range s.m.List(nil) {
+			if info.Tenant == me && info.State != sandbox.StateFailed {
+				n++
+				mem += info.Settings.MemoryBytes
+			}
+		}
+	}
 	out := &plumbv1.DescribeWorkerResponse{
 		Name: cfg.Worker, Version: version.Version, Sandboxes: int32(n), MaxSandboxes: int32(cfg.MaxSandboxes),
 		MemoryReservedBytes: mem, MaxMemoryBytes: cfg.MaxMemoryBytes, Runtimes: s.runtimes,
@@ -217,6 +232,10 @@ func (s *Service) DescribeWorker(context.Context, *plumbv1.DescribeWorkerRequest
 		out.Templates = append(out.Templates, name)
 	}
 	for _, p := range s.m.Pools() {
+		if own {
+			out.Pools = append(out.Pools, &plumbv1.WarmPool{Template: p.Template, Size: int32(p.Size), IdleLifetime: durationpb.New(p.IdleLifetime)})
+			continue
+		}
 		out.Pools = append(out.Pools, &plumbv1.WarmPool{
 			Template: p.Template, Size: int32(p.Size), Ready: int32(p.Ready), Starting: int32(p.Starting),
 			IdleLifetime: durationpb.New(p.IdleLifetime), Hits: int64(p.Hits), Misses: int64(p.Misses), MemoryReservedBytes: p.MemoryBytes,

@@ -2,14 +2,22 @@ package sandboxsvc_test
 
 import (
 	"context"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -84,5 +92,106 @@ func TestSandboxTenant(t *testing.T) {
 	}
 	if _, err := c.DeleteSandbox(as("acme"), &plumbv1.DeleteSandboxRequest{SandboxId: id}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A tenant calling with its own credential learns from DescribeWorker only
+// its own sandboxes' counts (and the pools' settings, not their use); a
+// trusted forwarder (agentd placing sandboxes) sees the worker-wide load.
+func TestDescribeWorkerShowsATenantItsOwnCounts(t *testing.T) {
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{
+		StateDir: t.TempDir(),
+		Pools:    map[string]sandbox.PoolConfig{"": {Size: 1, IdleLifetime: 30 * time.Minute}},
+	})
+	path := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(path, []byte("acme a-tok\nbeta b-tok\nagentd f-tok forwarder\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := daemon.LoadCredentials(path, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same worker behind a server that checks credentials.
+	srv := grpc.NewServer(daemon.ServerAuth(creds)...)
+	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(wk.Manager, []string{"runc"}, zaptest.NewLogger(t)))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := plumbv1.NewSandboxServiceClient(conn)
+	base, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	with := func(token string) context.Context {
+		return metadata.AppendToOutgoingContext(base, "authorization", "Bearer "+token)
+	}
+
+	// Wait for the pool's box, so that the forwarder's view has pool use
+	// to hide.
+	for {
+		d, err := c.DescribeWorker(with("f-tok"), &plumbv1.DescribeWorkerRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.GetPools()) == 1 && d.GetPools()[0].GetReady() == 1 {
+			break
+		}
+		if base.Err() != nil {
+			t.Fatalf("pool never ready: %v", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for range 2 {
+		if _, err := c.CreateSandbox(with("a-tok"), &plumbv1.CreateSandboxRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem := wk.Manager.Config().Defaults.MemoryBytes
+	tests := []struct {
+		name  string
+		token string
+		n     int32
+		mem   int64
+		pool  bool // the pool's use is shown
+	}{
+		{"another tenant", "b-tok", 0, 0, false},
+		{"the owner", "a-tok", 2, 2 * mem, false},
+		{"a forwarder", "f-tok", 2, 2 * mem, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := c.DescribeWorker(with(tc.token), &plumbv1.DescribeWorkerRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The worker-wide figure may hold the pool's refill too.
+			gotMem := d.GetMemoryReservedBytes()
+			if d.GetName() != wk.Name || d.GetSandboxes() != tc.n || gotMem != tc.mem && !(tc.pool && gotMem > tc.mem) {
+				t.Errorf("name %q, %d sandboxes, %d bytes reserved; want %q, %d, %d", d.GetName(), d.GetSandboxes(), d.GetMemoryReservedBytes(), wk.Name, tc.n, tc.mem)
+			}
+			if len(d.GetPools()) != 1 {
+				t.Fatalf("pools %v, want one", d.GetPools())
+			}
+			p := d.GetPools()[0]
+			if p.GetSize() != 1 || p.GetIdleLifetime().AsDuration() != 30*time.Minute {
+				t.Errorf("pool settings %v", p)
+			}
+			if used := p.GetHits()+p.GetMisses() > 0; used != tc.pool {
+				t.Errorf("pool %v: use shown %v, want %v", p, used, tc.pool)
+			}
+		})
 	}
 }
