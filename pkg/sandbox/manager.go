@@ -147,6 +147,7 @@ type Manager struct {
 	failed      int                  // failed sandboxes whose quota is released but whose record stays
 	pending     map[string]bool      // ids of creates in progress (their volumes are not orphans)
 	tenantNew   map[string]tenantUse // by tenant: what its creates in progress reserve
+	evicting    int                  // creates evicting pool boxes (pool refills wait)
 	collected   time.Time            // last collector round
 	diskChecked time.Time            // last disk watchdog round
 	closed      bool
@@ -654,6 +655,8 @@ func (m *Manager) reserve(t Template, tenant string) error {
 		if err := m.cfg.Policy.PerTenant.check(tenant, m.tenantUse(tenant), t); err != nil {
 			return err
 		}
+	} else if m.evicting > 0 {
+		return errorf(CodeQuota, "worker %s: a create is evicting pool boxes; the pool refills after it", m.cfg.Worker)
 	}
 	if n := len(m.sandboxes) - m.failed + m.creating + m.pools.n - m.pools.failed; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
 		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)

@@ -378,13 +378,28 @@ func (m *Manager) kickPools() {
 // reserveOrEvict reserves quota for a create, evicting unclaimed pool
 // boxes when the quota is full: pool boxes count toward the quotas, but
 // they never keep a worker from serving a real request.
+//
+// While it evicts, the pool loop reserves nothing: the slot an eviction
+// frees is the create's, not a refill's (else the create could lose it
+// and fail over a quota the eviction had made room in).
 func (m *Manager) reserveOrEvict(ctx context.Context, t Template, tenant string) error {
-	for {
-		err := m.reserve(t, tenant)
-		if CodeOf(err) != CodeQuota || isTenantQuota(err) || !m.evict(ctx) {
-			return err
-		}
+	err := m.reserve(t, tenant)
+	if CodeOf(err) != CodeQuota || isTenantQuota(err) {
+		return err
 	}
+	m.mu.Lock()
+	m.evicting++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.evicting--
+		m.mu.Unlock()
+		m.kickPools() // a refill held back may fit now
+	}()
+	for CodeOf(err) == CodeQuota && m.evict(ctx) {
+		err = m.reserve(t, tenant)
+	}
+	return err
 }
 
 // evict removes the oldest unclaimed pool box, if there is one.
