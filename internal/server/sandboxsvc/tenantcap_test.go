@@ -133,3 +133,36 @@ func TestPerTenantLimitsAtPoolClaim(t *testing.T) {
 		t.Fatalf("owner %q, %v", owner, err)
 	}
 }
+
+// Concurrent creates of one tenant count each other while they run: at a
+// limit of one sandbox, exactly one of them is made.
+func TestPerTenantLimitsConcurrentCreates(t *testing.T) {
+	wk := sandboxsvctest.StartWorker(t, sandbox.Config{Policy: sandbox.Policy{
+		PerTenant: sandbox.TenantLimits{MaxSandboxes: 1},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const n = 4
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := wk.Client.CreateSandbox(asTenant(ctx, "acme"), &plumbv1.CreateSandboxRequest{})
+			errs <- err
+		}()
+	}
+	made := 0
+	for range n {
+		err := <-errs
+		if err == nil {
+			made++
+			continue
+		}
+		wantTenantQuota(t, err, "acme", "per_tenant.max_sandboxes")
+	}
+	if made != 1 {
+		t.Fatalf("%d of %d concurrent creates made, want 1 under per_tenant.max_sandboxes=1", made, n)
+	}
+	if n, _ := wk.Manager.Usage(); n != 1 {
+		t.Fatalf("%d live sandboxes, want 1", n)
+	}
+}
