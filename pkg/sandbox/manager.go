@@ -652,7 +652,7 @@ func (m *Manager) reserve(t Template, tenant string) error {
 		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
 	}
 	if tenant != "" {
-		if err := m.cfg.Policy.PerTenant.check(tenant, m.tenantUse(tenant), t); err != nil {
+		if err := m.checkTenant(tenant, t); err != nil {
 			return err
 		}
 	} else if m.evicting > 0 {
@@ -670,6 +670,12 @@ func (m *Manager) reserve(t Template, tenant string) error {
 		m.tenantNew[tenant] = m.tenantNew[tenant].add(t, 1)
 	}
 	return nil
+}
+
+// checkTenant refuses one more sandbox t for tenant over the policy's
+// per-tenant limits. m.mu is held.
+func (m *Manager) checkTenant(tenant string, t Template) error {
+	return m.cfg.Policy.PerTenant.check(tenant, m.tenantUse(tenant), t)
 }
 
 // tenantUse is what tenant's sandboxes hold on this worker: its live ones

@@ -230,7 +230,7 @@ func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
 	}
 	// A claim is a create for the tenant: the same per-tenant limits, under
 	// the same lock.
-	if err := m.cfg.Policy.PerTenant.check(tenantOf(spec.Tenant), m.tenantUse(tenantOf(spec.Tenant)), t); err != nil {
+	if err := m.checkTenant(tenantOf(spec.Tenant), t); err != nil {
 		m.mu.Unlock()
 		return nil, err
 	}
@@ -396,7 +396,7 @@ func (m *Manager) reserveOrEvict(ctx context.Context, t Template, tenant string)
 		m.mu.Unlock()
 		m.kickPools() // a refill held back may fit now
 	}()
-	for CodeOf(err) == CodeQuota && m.evict(ctx) {
+	for CodeOf(err) == CodeQuota && !isTenantQuota(err) && m.evict(ctx) {
 		err = m.reserve(t, tenant)
 	}
 	return err
