@@ -62,6 +62,7 @@ func TestBadStartInputs(t *testing.T) {
 		{"missing credentials file", nil, []string{"--credentials-file", "/nonexistent/creds"}, "/nonexistent/creds"},
 		{"template over the policy", nil, []string{"--config", "testdata/policy-template.yaml"}, `template "big" breaks the worker policy: memory 2147483648 bytes exceeds this worker's ceiling max_memory_bytes=1073741824`},
 		{"malformed policy", nil, []string{"--config", "testdata/policy-bad.yaml"}, `allowed_images entry "busybox:["`},
+		{"malformed per-tenant limit", nil, []string{"--config", "testdata/per-tenant-bad.yaml"}, "per_tenant.max_cpus -1 must be a finite number"},
 		{"defaults over a policy flag", nil, []string{"--policy-max-memory-bytes", "100000000"}, "defaults break the worker policy: memory 536870912 bytes exceeds this worker's ceiling max_memory_bytes=100000000"},
 		{"policy env", []string{"SANDBOXD_POLICY_MAX_PIDS=10"}, nil, "max_pids=10"},
 		{"pool without a state dir", nil, []string{"--pool-size", "1"}, "warm pools need --state-dir"},

@@ -13,7 +13,8 @@ type Code string
 const (
 	// CodeNotFound: no sandbox with that id on this worker.
 	CodeNotFound Code = "sandbox_not_found"
-	// CodeQuota: the worker's sandbox or memory quota is full.
+	// CodeQuota: the worker's sandbox or memory quota is full, or the
+	// tenant's (Error.Limit then names the per_tenant limit).
 	CodeQuota Code = "quota_exceeded"
 	// CodeImageNotFound: the image is not present locally (nothing is pulled).
 	CodeImageNotFound Code = "image_not_found"
@@ -40,7 +41,8 @@ type Error struct {
 	Message string
 	Err     error
 	// Limit names the policy or template limit a CodePolicy error broke
-	// ("max_memory_bytes", "allowed_images", "runtime", ...).
+	// ("max_memory_bytes", "allowed_images", "runtime", ...), or the
+	// per-tenant limit a CodeQuota error broke ("per_tenant.max_cpus").
 	Limit string
 	// Field names the template field a CodeInvalid error is about, by its
 	// configuration name ("cpus", "working_dir", ...; "" = none).

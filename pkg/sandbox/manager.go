@@ -144,10 +144,12 @@ type Manager struct {
 	sandboxes   map[string]*sandbox
 	reserved    int64 // memory of live and in-creation sandboxes
 	creating    int
-	failed      int             // failed sandboxes whose quota is released but whose record stays
-	pending     map[string]bool // ids of creates in progress (their volumes are not orphans)
-	collected   time.Time       // last collector round
-	diskChecked time.Time       // last disk watchdog round
+	failed      int                  // failed sandboxes whose quota is released but whose record stays
+	pending     map[string]bool      // ids of creates in progress (their volumes are not orphans)
+	tenantNew   map[string]tenantUse // by tenant: what its creates in progress reserve
+	evicting    int                  // creates evicting pool boxes (pool refills wait)
+	collected   time.Time            // last collector round
+	diskChecked time.Time            // last disk watchdog round
 	closed      bool
 	expiry      *expiryStore
 	pools       *pools // warm pools, guarded by mu
@@ -245,6 +247,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		sandboxes: map[string]*sandbox{},
 		budget:    newMemBudget(cfg.ChannelMemoryBytes),
 		pending:   map[string]bool{},
+		tenantNew: map[string]tenantUse{},
 		closing:   make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -350,13 +353,15 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 		return m.snapshot(claimed), nil
 	}
 
-	if err := m.reserveOrEvict(ctx, t.MemoryBytes); err != nil {
+	tenant := tenantOf(spec.Tenant)
+	if err := m.reserveOrEvict(ctx, t, tenant); err != nil {
 		return Info{}, err
 	}
 	reserved := true
 	defer func() {
 		m.mu.Lock()
 		m.creating--
+		m.unreserveTenant(tenant, t)
 		if reserved {
 			m.reserved -= t.MemoryBytes
 		}
@@ -636,12 +641,22 @@ func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
 	return nil
 }
 
-// reserve claims quota for one more sandbox of mem bytes.
-func (m *Manager) reserve(mem int64) error {
+// reserve claims quota for one more sandbox t: the worker's, and for a
+// create (tenant != ""; pool boxes belong to no tenant) the tenant's. The
+// caller gives back what reserve took (unreserveTenant for the tenant's).
+func (m *Manager) reserve(t Template, tenant string) error {
+	mem := t.MemoryBytes
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
+	}
+	if tenant != "" {
+		if err := m.checkTenant(tenant, t); err != nil {
+			return err
+		}
+	} else if m.evicting > 0 {
+		return errorf(CodeQuota, "worker %s: a create is evicting pool boxes; the pool refills after it", m.cfg.Worker)
 	}
 	if n := len(m.sandboxes) - m.failed + m.creating + m.pools.n - m.pools.failed; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
 		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
@@ -651,7 +666,43 @@ func (m *Manager) reserve(mem int64) error {
 	}
 	m.creating++
 	m.reserved += mem
+	if tenant != "" {
+		m.tenantNew[tenant] = m.tenantNew[tenant].add(t, 1)
+	}
 	return nil
+}
+
+// checkTenant refuses one more sandbox t for tenant over the policy's
+// per-tenant limits. m.mu is held.
+func (m *Manager) checkTenant(tenant string, t Template) error {
+	return m.cfg.Policy.PerTenant.check(tenant, m.tenantUse(tenant), t)
+}
+
+// tenantUse is what tenant's sandboxes hold on this worker: its live ones
+// (not failed, not being deleted: those gave their share back) and its
+// creates in progress. m.mu is held.
+func (m *Manager) tenantUse(tenant string) tenantUse {
+	u := m.tenantNew[tenant]
+	for _, sb := range m.sandboxes {
+		sb.mu.Lock()
+		if !sb.released && !sb.member && sb.info.Tenant == tenant {
+			u = u.add(sb.info.Settings, 1)
+		}
+		sb.mu.Unlock()
+	}
+	return u
+}
+
+// unreserveTenant gives back what reserve took from tenant's share for a
+// create of t that has ended (its sandbox, if made, now counts itself).
+// m.mu is held.
+func (m *Manager) unreserveTenant(tenant string, t Template) {
+	u := m.tenantNew[tenant].add(t, -1)
+	if u.n == 0 {
+		delete(m.tenantNew, tenant) // no float residue, no empty entries
+		return
+	}
+	m.tenantNew[tenant] = u
 }
 
 // Get returns a sandbox's info. A sandbox whose container died is reported

@@ -67,6 +67,61 @@ type Policy struct {
 	// address rule of EgressAllow names them), to the private and
 	// reserved ranges and the host's own addresses it always refuses.
 	EgressDeny []string `yaml:"egress_deny"`
+	// PerTenant caps what one tenant's sandboxes hold together on this
+	// worker, so one tenant cannot take every slot or most of the node's
+	// memory (zero fields = unlimited).
+	PerTenant TenantLimits `yaml:"per_tenant"`
+}
+
+// TenantLimits caps one tenant's live and in-creation sandboxes on a
+// worker, checked at create and at a warm-pool claim under the same lock
+// as the worker-wide quotas. Failed and deleted sandboxes give their share
+// back. Zero fields are unlimited.
+type TenantLimits struct {
+	// MaxSandboxes caps the tenant's sandboxes.
+	MaxSandboxes int `yaml:"max_sandboxes"`
+	// MaxMemoryBytes caps the sum of the tenant's sandbox memory limits.
+	MaxMemoryBytes int64 `yaml:"max_memory_bytes"`
+	// MaxCPUs caps the sum of the tenant's sandbox CPU limits, in cores.
+	MaxCPUs float64 `yaml:"max_cpus"`
+}
+
+// tenantUse is what one tenant's sandboxes hold.
+type tenantUse struct {
+	n    int
+	mem  int64
+	cpus float64
+}
+
+// add returns u with t (one more sandbox) added, or removed when sign is -1.
+func (u tenantUse) add(t Template, sign int) tenantUse {
+	return tenantUse{n: u.n + sign, mem: u.mem + int64(sign)*t.MemoryBytes, cpus: u.cpus + float64(sign)*t.CPUs}
+}
+
+// check refuses one more sandbox t for tenant, who holds u, when it
+// would break a limit: a CodeQuota error whose Limit names it.
+func (l TenantLimits) check(tenant string, u tenantUse, t Template) error {
+	quota := func(limit, format string, args ...any) *Error {
+		e := errorf(CodeQuota, format, args...)
+		e.Limit = limit
+		return e
+	}
+	switch {
+	case l.MaxSandboxes > 0 && u.n >= l.MaxSandboxes:
+		return quota("per_tenant.max_sandboxes", "tenant %q already has %d of its %d sandboxes on this worker (per_tenant.max_sandboxes); delete one first", tenant, u.n, l.MaxSandboxes)
+	case l.MaxMemoryBytes > 0 && u.mem+t.MemoryBytes > l.MaxMemoryBytes:
+		return quota("per_tenant.max_memory_bytes", "tenant %q memory quota on this worker: %d of %d bytes reserved (per_tenant.max_memory_bytes), %d more requested", tenant, u.mem, l.MaxMemoryBytes, t.MemoryBytes)
+	case l.MaxCPUs > 0 && u.cpus+t.CPUs > l.MaxCPUs+1e-9: // tolerate float sums like 0.1+0.2
+		return quota("per_tenant.max_cpus", "tenant %q CPU quota on this worker: %g of %g cores reserved (per_tenant.max_cpus), %g more requested", tenant, u.cpus, l.MaxCPUs, t.CPUs)
+	}
+	return nil
+}
+
+// isTenantQuota reports whether err is a refusal by a per-tenant limit
+// (evicting pool boxes cannot help it).
+func isTenantQuota(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeQuota && strings.HasPrefix(e.Limit, "per_tenant.")
 }
 
 // Validate checks the policy itself (not the engine): no negative
@@ -83,6 +138,12 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("policy: max_ttl %s out of range 0..168h", p.MaxTTL)
 	case p.MaxDiskBytes < 0:
 		return fmt.Errorf("policy: max_disk_bytes %d must not be negative", p.MaxDiskBytes)
+	case p.PerTenant.MaxSandboxes < 0:
+		return fmt.Errorf("policy: per_tenant.max_sandboxes %d must not be negative", p.PerTenant.MaxSandboxes)
+	case p.PerTenant.MaxMemoryBytes < 0:
+		return fmt.Errorf("policy: per_tenant.max_memory_bytes %d must not be negative", p.PerTenant.MaxMemoryBytes)
+	case !(p.PerTenant.MaxCPUs >= 0) || math.IsInf(p.PerTenant.MaxCPUs, 0): // also refuses NaN
+		return fmt.Errorf("policy: per_tenant.max_cpus %g must be a finite number, not negative", p.PerTenant.MaxCPUs)
 	case p.DefaultRuntime != "" && len(p.AllowedRuntimes) > 0 && !slices.Contains(p.AllowedRuntimes, p.DefaultRuntime):
 		return fmt.Errorf("policy: default_runtime %q is not in allowed_runtimes %v", p.DefaultRuntime, p.AllowedRuntimes)
 	}

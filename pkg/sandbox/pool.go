@@ -228,6 +228,12 @@ func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
 		m.mu.Unlock()
 		return nil, errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
 	}
+	// A claim is a create for the tenant: the same per-tenant limits, under
+	// the same lock.
+	if err := m.checkTenant(tenantOf(spec.Tenant), t); err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
 	now := m.now()
 	var sb *sandbox
 	for i, mb := range p.members {
@@ -372,13 +378,28 @@ func (m *Manager) kickPools() {
 // reserveOrEvict reserves quota for a create, evicting unclaimed pool
 // boxes when the quota is full: pool boxes count toward the quotas, but
 // they never keep a worker from serving a real request.
-func (m *Manager) reserveOrEvict(ctx context.Context, mem int64) error {
-	for {
-		err := m.reserve(mem)
-		if CodeOf(err) != CodeQuota || !m.evict(ctx) {
-			return err
-		}
+//
+// While it evicts, the pool loop reserves nothing: the slot an eviction
+// frees is the create's, not a refill's (else the create could lose it
+// and fail over a quota the eviction had made room in).
+func (m *Manager) reserveOrEvict(ctx context.Context, t Template, tenant string) error {
+	err := m.reserve(t, tenant)
+	if CodeOf(err) != CodeQuota || isTenantQuota(err) {
+		return err
 	}
+	m.mu.Lock()
+	m.evicting++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.evicting--
+		m.mu.Unlock()
+		m.kickPools() // a refill held back may fit now
+	}()
+	for CodeOf(err) == CodeQuota && !isTenantQuota(err) && m.evict(ctx) {
+		err = m.reserve(t, tenant)
+	}
+	return err
 }
 
 // evict removes the oldest unclaimed pool box, if there is one.
@@ -634,7 +655,7 @@ func (m *Manager) shortPool(skip map[*pool]bool) *pool {
 // fillOne creates one box for p.
 func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 	mem := p.t.MemoryBytes
-	if err := m.reserve(mem); err != nil {
+	if err := m.reserve(p.t, ""); err != nil {
 		return err
 	}
 	id := newID(m.cfg.Worker)
