@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -158,20 +157,8 @@ func TestRefusedNameNeverResolved(t *testing.T) {
 		t.Errorf("GET of a name off the list = %d %q, want 403 naming the allow-list", code, body)
 	}
 
-	c, err := net.Dial("tcp", purl.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT secret2.exfil.example:443 HTTP/1.1\r\nHost: secret2.exfil.example:443\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 403 || !strings.Contains(string(b), "allow-list") {
-		t.Errorf("CONNECT to a name off the list = %d %q, want 403 naming the allow-list", resp.StatusCode, b)
+	if code, body := connect(t, purl.Host, "secret2.exfil.example:443"); code != 403 || !strings.Contains(body, "allow-list") {
+		t.Errorf("CONNECT to a name off the list = %d %q, want 403 naming the allow-list", code, body)
 	}
 
 	if asked := dns.askedFor("exfil"); len(asked) != 0 {

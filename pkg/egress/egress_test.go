@@ -241,19 +241,8 @@ func TestProxy(t *testing.T) {
 		}
 	})
 	t.Run("connect refused", func(t *testing.T) {
-		c, err := net.Dial("tcp", purl.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		fmt.Fprintf(c, "CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 403 || !strings.Contains(string(b), "metadata") {
-			t.Fatalf("CONNECT metadata = %d %q", resp.StatusCode, b)
+		if code, body := connect(t, purl.Host, "169.254.169.254:443"); code != 403 || !strings.Contains(body, "metadata") {
+			t.Fatalf("CONNECT metadata = %d %q", code, body)
 		}
 	})
 }
@@ -345,4 +334,23 @@ func TestProxyBounds(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// connect sends CONNECT target to the proxy at addr and returns the
+// answer's status and body (a refusal's body names why).
+func connect(t *testing.T, addr, target string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
