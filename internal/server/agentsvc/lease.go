@@ -289,8 +289,7 @@ func (w *eventWriter) loop() {
 			if len(w.queue) == 0 {
 				w.queue = nil
 			}
-			close(w.room)
-			w.room = make(chan struct{})
+			w.wakeWaiters()
 			w.mu.Unlock()
 			for _, q := range batch {
 				w.deliver(q.e)
@@ -299,8 +298,7 @@ func (w *eventWriter) loop() {
 			w.lg.Warn("the event log refuses the run's events: the thread's lease is gone; stopping the run here", zap.Error(err))
 			w.mu.Lock()
 			w.gone, w.queue = true, nil
-			close(w.room)
-			w.room = make(chan struct{})
+			w.wakeWaiters()
 			w.mu.Unlock()
 			w.lost(err)
 			return
@@ -315,6 +313,13 @@ func (w *eventWriter) loop() {
 			<-t.C
 		}
 	}
+}
+
+// wakeWaiters wakes those waiting in add and flush for the queue to
+// shrink (or the lease to go). Called with w.mu held.
+func (w *eventWriter) wakeWaiters() {
+	close(w.room)
+	w.room = make(chan struct{})
 }
 
 // flush returns once every event queued so far is stored (agent.RunInput

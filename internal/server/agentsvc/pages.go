@@ -40,6 +40,10 @@ func pageToken(kind, at string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + at))
 }
 
+// errForeignToken answers a page token this server did not issue for
+// the list asked for.
+var errForeignToken = server.InvalidField("page_token", "page_token was not issued by this server for this list")
+
 // parsePageToken decodes a token of kind ("" for an empty token).
 func parsePageToken(kind, tok string) (string, error) {
 	if tok == "" {
@@ -48,9 +52,23 @@ func parsePageToken(kind, tok string) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	k, at, ok := strings.Cut(string(b), ":")
 	if err != nil || !ok || k != kind || at == "" {
-		return "", server.InvalidField("page_token", "page_token was not issued by this server for this list")
+		return "", errForeignToken
 	}
 	return at, nil
+}
+
+// parseIndexToken decodes a token of kind that names a position in its
+// list (0 for an empty token).
+func parseIndexToken(kind, tok string) (int64, error) {
+	at, err := parsePageToken(kind, tok)
+	if err != nil || at == "" {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return 0, errForeignToken
+	}
+	return n, nil
 }
 
 // pageLimit checks a request's page_size (0 = DefaultPageSize, above
@@ -146,12 +164,9 @@ func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesReq
 	if err != nil {
 		return nil, server.Status(err)
 	}
-	at, err := parsePageToken(messagesToken, req.GetPageToken())
-	first := 0
-	if err == nil && at != "" {
-		if first, err = strconv.Atoi(at); err != nil || first < 0 {
-			err = server.InvalidField("page_token", "page_token was not issued by this server for this list")
-		}
+	first, err := parseIndexToken(messagesToken, req.GetPageToken())
+	if err == nil && first < 0 {
+		err = errForeignToken
 	}
 	if err != nil {
 		return nil, server.Status(err)
@@ -160,7 +175,7 @@ func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesReq
 	if err != nil {
 		return nil, err
 	}
-	msgs, next := messagesPage(td, first, lim)
+	msgs, next := messagesPage(td, int(first), lim)
 	return &plumbv1.ListMessagesResponse{Messages: msgs, NextPageToken: next}, nil
 }
 
@@ -189,13 +204,7 @@ func (s *Service) ListCheckpoints(ctx context.Context, req *plumbv1.ListCheckpoi
 	if err != nil {
 		return nil, server.Status(err)
 	}
-	at, err := parsePageToken(checkpointsToken, req.GetPageToken())
-	var after int64
-	if err == nil && at != "" {
-		if after, err = strconv.ParseInt(at, 10, 64); err != nil {
-			err = server.InvalidField("page_token", "page_token was not issued by this server for this list")
-		}
-	}
+	after, err := parseIndexToken(checkpointsToken, req.GetPageToken())
 	if err != nil {
 		return nil, server.Status(err)
 	}

@@ -661,8 +661,11 @@ func (r *Run) chain() []*Run {
 // oldest returns the sequence after which the run can still be replayed
 // from r and its chain without a gap. Called without r.mu held, on a
 // started segment.
-func (r *Run) oldest() uint64 {
-	if c := r.chain(); len(c) > 0 {
+func (r *Run) oldest() uint64 { return r.oldestOf(r.chain()) }
+
+// oldestOf is oldest for r's chain c.
+func (r *Run) oldestOf(c []*Run) uint64 {
+	if len(c) > 0 {
 		r = c[0]
 	}
 	r.mu.Lock()
@@ -678,10 +681,11 @@ func (r *Run) replayEarlier(ctx context.Context, f *follower, send func(*plumbv1
 	r.mu.Lock()
 	cursor, first, threadID := f.cursor, r.first, r.threadID
 	r.mu.Unlock()
-	if oldest := r.oldest(); cursor < oldest {
+	chain := r.chain()
+	if oldest := r.oldestOf(chain); cursor < oldest {
 		return &OutOfRangeError{ThreadID: threadID, After: cursor, Oldest: oldest + 1}
 	}
-	for _, seg := range r.chain() {
+	for _, seg := range chain {
 		seg.mu.Lock()
 		events := seg.events // an ended segment's log no longer changes
 		seg.mu.Unlock()
