@@ -522,17 +522,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	}}
 	defer func() {
 		if err != nil {
-			sb.mu.Lock()
-			sb.info.State = StateDeleting // a dial still in flight installs no channel
-			if sb.ch != nil {
-				sb.ch.close()
-			}
-			sb.mu.Unlock()
-			// By name: the container may exist without its id known.
-			_ = m.removeContainer(ctx, id, volume)
-			if t.Network == NetworkEgress {
-				m.removeEgress(ctx, id)
-			}
+			m.discard(ctx, sb)
 		}
 	}()
 	if _, err := m.api.VolumeCreate(ectx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
@@ -639,6 +629,25 @@ func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
 		return errorf(CodeInvalid, "runtime %q is not available on worker %s (it has: %s)", runtime, m.cfg.Worker, strings.Join(have, ", "))
 	}
 	return nil
+}
+
+// discard tears down a box that never served: it closes its channel (a
+// dial still in flight installs none: the box is deleting), then removes
+// its container — by name, which is its id: the container may exist
+// without its id known — with its workspace volume, and its egress
+// network.
+func (m *Manager) discard(ctx context.Context, sb *sandbox) {
+	sb.mu.Lock()
+	sb.info.State = StateDeleting
+	if sb.ch != nil {
+		sb.ch.close()
+	}
+	id, network := sb.info.ID, sb.info.Settings.Network
+	sb.mu.Unlock()
+	_ = m.removeContainer(ctx, id, volumeName(id))
+	if network == NetworkEgress {
+		m.removeEgress(ctx, id)
+	}
 }
 
 // reserve claims quota for one more sandbox t: the worker's, and for a
@@ -1026,11 +1035,11 @@ func (m *Manager) openChannel(sb *sandbox, d *dialing) {
 	}
 	sb.mu.Lock()
 	sb.dialing = nil
-	switch {
-	case sb.unusable() != nil:
+	switch uerr := sb.unusable(); {
+	case uerr != nil:
 		// Failed or deleted meanwhile: that, not how the dial ended, is
 		// what the callers need to know.
-		err = sb.unusable()
+		err = uerr
 	case m.isClosing():
 		// Close has closed, or is closing, the channels it found; this
 		// one would outlive it.

@@ -666,15 +666,7 @@ func (m *Manager) fillOne(ctx context.Context, p *pool) error {
 	sb, err := m.start(ctx, id, CreateSpec{Template: p.name, pool: p.key}, p.t)
 	if err == nil {
 		if err = m.noteBaseline(ctx, sb); err != nil {
-			sb.mu.Lock()
-			if sb.ch != nil {
-				sb.ch.close()
-			}
-			sb.mu.Unlock()
-			_ = m.removeContainer(ctx, sb.info.ContainerID, volumeName(id))
-			if p.t.Network == NetworkEgress {
-				m.removeEgress(ctx, id)
-			}
+			m.discard(ctx, sb)
 		}
 	}
 	m.mu.Lock()
