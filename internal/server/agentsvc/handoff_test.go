@@ -114,9 +114,7 @@ func toolResults(t *testing.T, st agent.Store, thread string) (map[string]int, *
 // later event exactly once.
 func TestShutdownHandsRunsOff(t *testing.T) {
 	st := sharedPostgres(t)
-	long := withService(func(c *agentsvc.Config) {
-		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
-	})
+	long := longLease()
 	a := newEnv(t, withShared(st, "replica-a"), long)
 	b := newEnv(t, withShared(st, "replica-b"), long)
 
@@ -198,9 +196,7 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 // after it sees B's events, each sequence once, with one meaning.
 func TestFencedReplicaDeliversNothingMore(t *testing.T) {
 	st := sharedPostgres(t)
-	cfg := withService(func(c *agentsvc.Config) {
-		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
-	})
+	cfg := longLease()
 	a := newEnv(t, withShared(st, "replica-a"), cfg)
 	gate, openGate := newGate(t)
 	a.srv.Script("main",
@@ -269,9 +265,7 @@ func (c aheadClock) Now() time.Time { return time.Now().Add(c.d) }
 // the run; the committed step 1 is not repeated.
 func TestShutdownPastGraceStillHandsOff(t *testing.T) {
 	st := sharedPostgres(t)
-	long := withService(func(c *agentsvc.Config) {
-		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
-	})
+	long := longLease()
 	a := newEnv(t, withShared(st, "replica-a"), long)
 	b := newEnv(t, withShared(st, "replica-b"), long)
 	gate, _ := newGate(t)
@@ -400,4 +394,14 @@ func TestEventsReachClientsOnlyOnceStored(t *testing.T) {
 	if !slices.Equal(stored, seqs(r.evs)) {
 		t.Fatalf("the event log holds %v; the client received %v", stored, seqs(r.evs))
 	}
+}
+
+// longLease is the service option of the hand-off tests: a lease that
+// outlives the test (10 minutes), so that only a hand-off, not its
+// expiry, lets another replica take a run over, with fast event and
+// takeover loops.
+func longLease() option {
+	return withService(func(c *agentsvc.Config) {
+		c.LeaseTTL, c.EventInterval, c.TakeoverInterval = 10*time.Minute, 20*time.Millisecond, 20*time.Millisecond
+	})
 }

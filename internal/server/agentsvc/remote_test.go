@@ -241,14 +241,7 @@ func TestCancelOfOrphanedRunAtTakeover(t *testing.T) {
 	if n := len(b.srv.Requests("main")); n != 0 {
 		t.Fatalf("replica B called the model %d times: the cancelled run was continued", n)
 	}
-	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := recvAll(att)
-	if err != nil {
-		t.Fatalf("attach on replica B: %v (kinds %v)", err, kinds(evs, true))
-	}
+	evs := attachAll(t, b, thread, "B")
 	if st := last(t, evs).GetRunFinished().GetStatus(); st != plumbv1.RunStatus_RUN_STATUS_CANCELLED {
 		t.Fatalf("attach on replica B saw %v, want the run to end run_finished CANCELLED", kinds(evs, true))
 	}
@@ -280,14 +273,7 @@ func TestFailedDeleteLeavesOrphanedRunToTakeover(t *testing.T) {
 	}
 	c, _ := f.replica("replica-c")
 	c.srv.Script("main", modeltest.Text("continued on c"))
-	att, err := c.c.Attach(c.ctx(), &plumbv1.AttachRequest{ThreadId: thread})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := recvAll(att)
-	if err != nil {
-		t.Fatalf("attach on replica C: %v (kinds %v)", err, kinds(evs, true))
-	}
+	evs := attachAll(t, c, thread, "C")
 	if f := last(t, evs).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || f.GetFinalText() != "continued on c" {
 		t.Fatalf("attach on replica C saw %v; want the run taken over to COMPLETED", kinds(evs, true))
 	}
@@ -332,15 +318,23 @@ func TestTakeoverWithoutRunSlotRetries(t *testing.T) {
 	if evs, err := recvAll(holder); err != nil || last(t, evs).GetRunFinished().GetFinalText() != "slot holder done" {
 		t.Fatalf("replica B's slot holder: %v, %v", kinds(evs, true), err)
 	}
-	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread})
+	evs := attachAll(t, b, thread, "B")
+	if f := last(t, evs).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || f.GetFinalText() != "continued on b" {
+		t.Fatalf("attach on replica B saw %v; want the run taken over to COMPLETED", kinds(evs, true))
+	}
+}
+
+// attachAll attaches to thread on replica e (named name in failures) and
+// returns the events up to the stream's end.
+func attachAll(t *testing.T, e *env, thread, name string) []*plumbv1.Event {
+	t.Helper()
+	att, err := e.c.Attach(e.ctx(), &plumbv1.AttachRequest{ThreadId: thread})
 	if err != nil {
 		t.Fatal(err)
 	}
 	evs, err := recvAll(att)
 	if err != nil {
-		t.Fatalf("attach on replica B: %v (kinds %v)", err, kinds(evs, true))
+		t.Fatalf("attach on replica %s: %v (kinds %v)", name, err, kinds(evs, true))
 	}
-	if f := last(t, evs).GetRunFinished(); f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || f.GetFinalText() != "continued on b" {
-		t.Fatalf("attach on replica B saw %v; want the run taken over to COMPLETED", kinds(evs, true))
-	}
+	return evs
 }
