@@ -2,6 +2,7 @@ package hitl
 
 import (
 	"context"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -54,20 +55,12 @@ func New(interruptOn map[string]Rule, capsOf func(key string) agent.Capability) 
 	// The gate guarding the most is the most specific for a tool it
 	// covers; ties go to the first key by name, so the choice is stable.
 	slices.SortFunc(m.covers, func(a, b cover) int {
-		if d := bits(b.caps) - bits(a.caps); d != 0 {
+		if d := bits.OnesCount8(uint8(b.caps)) - bits.OnesCount8(uint8(a.caps)); d != 0 {
 			return d
 		}
 		return strings.Compare(a.key, b.key)
 	})
 	return m
-}
-
-func bits(c agent.Capability) int {
-	n := 0
-	for ; c != 0; c &= c - 1 {
-		n++
-	}
-	return n
 }
 
 // Name implements agent.Middleware.
