@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
@@ -63,7 +64,9 @@ func TestHandOffCause(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	h.srv.Script("main", modeltest.Turn{Dynamic: func(modeltest.Request) modeltest.Turn {
 		cancel(agent.ErrHandedOff)
-		return modeltest.Text("too late")
+		// Never answers: the run must stop on the cancellation, not race
+		// it to a completed answer.
+		return modeltest.Turn{FirstByteDelay: time.Hour, Text: []string{"too late"}}
 	}})
 	var rec recorder
 	_, err := h.runner.Run(ctx, agent.RunInput{Input: []string{"hi"}}, rec.sink)
