@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/agent/storetest"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/store"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
+	"github.com/plumbhq/plumb/pkg/store/storetest"
 	"go.uber.org/goleak"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/agent/storetest"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/store"
+	"github.com/plumbhq/plumb/pkg/store/storetest"
 )
 
 func open(t *testing.T, path string, o Options) *Store {
