@@ -2,9 +2,9 @@
 // sandbox (pkg/egress). sandboxd runs it as PID 1 of the box's proxy
 // container, which sits on the box's internal network and on a bridge with
 // a route out; the box reaches nothing else. It logs JSON lines to stderr,
-// every refusal with the box's sandbox id. With --ask-timeout it holds a
-// destination that is only off the allow-list and asks sandboxd, over
-// stdin (decisions) and stdout (asks) as JSON lines (pkg/egress Control).
+// every refusal with the box's sandbox id. With --control it can hold a
+// destination that is only off the allow-list and ask sandboxd, over stdin
+// (decisions) and stdout (asks) as JSON lines (pkg/egress Control).
 package main
 
 import (
@@ -60,8 +60,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	maxConns := fs.Int("max-conns", egress.DefaultMaxConns, "client connections served at once")
 	idle := fs.Duration("idle-timeout", egress.DefaultIdleTimeout, "close connections and tunnels idle this long")
 	dial := fs.Duration("dial-timeout", egress.DefaultDialTimeout, "bound on resolving and connecting to a destination")
-	askTimeout := fs.Duration("ask-timeout", 0, "hold a destination that is only off the allow-list this long and ask over stdin/stdout; 0 refuses at once")
-	fs.Var(&grants, "grant", "host:port granted from the start (repeatable; with --ask-timeout)")
+	control := fs.Bool("control", false, "serve the control channel on stdin (decisions, grants) and stdout (asks), JSON lines")
+	askTimeout := fs.Duration("ask-timeout", 0, "with --control: hold a destination that is only off the allow-list this long and ask; 0 refuses at once until the controller sets one")
+	fs.Var(&grants, "grant", "host:port admitted as a host pattern would be (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -73,7 +74,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	cfg.MaxConns, cfg.IdleTimeout, cfg.DialTimeout = *maxConns, *idle, *dial
-	cfg.Ask.Timeout = *askTimeout
+	if *control {
+		cfg.Ask.Timeout = *askTimeout
+	}
 	for _, g := range grants {
 		gr, err := egress.ParseGrant(g)
 		if err != nil {
@@ -94,7 +97,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	ctlCtx, ctlStop := context.WithCancel(ctx)
 	go func() {
 		defer close(ctlDone)
-		if cfg.Ask.Timeout > 0 {
+		if *control {
 			// The control channel: sandboxd attaches to this container's
 			// stdin and stdout (a detach does not close stdin).
 			err := p.Control(ctlCtx, stdin, stdout)

@@ -21,10 +21,10 @@ func TestRun(t *testing.T) {
 		{name: "bad rule", args: []string{"--allow", "http://x"}, code: 2, out: "egress rule"},
 		{name: "bad deny", args: []string{"--deny", "nope"}, code: 2, out: "--deny"},
 		{name: "bad clients", args: []string{"--clients", "10.0.0.0/99"}, code: 2, out: "--clients"},
-		{name: "bad grant", args: []string{"--ask-timeout", "1m", "--grant", "*.example.com:443"}, code: 2, out: "--grant"},
+		{name: "bad grant", args: []string{"--grant", "*.example.com:443"}, code: 2, out: "--grant"},
 		{name: "bad listen", args: []string{"--listen", "256.0.0.1:1"}, code: 1, out: "plumb-egress"},
 		{name: "serves until cancelled", args: []string{"--listen", "127.0.0.1:0", "--allow", "example.com,10.0.0.0/8:443"}, code: 0, out: "egress proxy serving"},
-		{name: "asks", args: []string{"--listen", "127.0.0.1:0", "--allow", "example.com", "--ask-timeout", "1m", "--grant", "api.example.com:443"}, code: 0, out: "egress proxy serving"},
+		{name: "asks", args: []string{"--listen", "127.0.0.1:0", "--allow", "example.com", "--control", "--ask-timeout", "1m", "--grant", "api.example.com:443"}, code: 0, out: "egress proxy serving"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

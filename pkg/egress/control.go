@@ -52,6 +52,9 @@ const (
 	FrameDecide = "decide"
 	// FrameGrant (controller → proxy): admit Host:Port from now on.
 	FrameGrant = "grant"
+	// FrameConfig (controller → proxy): ask with a timeout of TimeoutMS
+	// from now on; 0 stops asking and rejects every pending ask.
+	FrameConfig = "config"
 )
 
 // Frame is one line of the control channel.
@@ -63,13 +66,15 @@ type Frame struct {
 	Allow    bool   `json:"allow,omitempty"`
 	Remember bool   `json:"remember,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// TimeoutMS is FrameConfig's ask timeout in milliseconds.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // AskConfig configures asking before refusing a destination that is not
 // on the allow-list.
 type AskConfig struct {
 	// Timeout is how long a destination waits for a decision; 0 refuses
-	// at once (no asking).
+	// at once (no asking). A controller can change it (FrameConfig).
 	Timeout time.Duration
 	// MaxPending bounds the destinations awaiting a decision
 	// (DefaultMaxPendingAsks when 0).
@@ -145,6 +150,7 @@ type asker struct {
 	out chan Frame
 
 	mu      sync.Mutex
+	timeout time.Duration
 	next    uint64
 	pending map[string]*pendingAsk // by host:port
 	byID    map[string]*pendingAsk
@@ -190,7 +196,7 @@ func newAsker(cfg AskConfig, lg *zap.Logger) *asker {
 	if cfg.Burst <= 0 {
 		cfg.Burst = DefaultAskBurst
 	}
-	a := &asker{cfg: cfg, lg: lg, out: make(chan Frame, outQueue), pending: map[string]*pendingAsk{}, byID: map[string]*pendingAsk{},
+	a := &asker{cfg: cfg, timeout: cfg.Timeout, lg: lg, out: make(chan Frame, outQueue), pending: map[string]*pendingAsk{}, byID: map[string]*pendingAsk{},
 		bucket: tokens{rate: cfg.Rate, burst: float64(cfg.Burst), have: float64(cfg.Burst)}}
 	for _, g := range cfg.Grants {
 		a.grant(g.Host, g.Port)
@@ -234,6 +240,10 @@ func (a *asker) ask(ctx context.Context, host string, port uint16) error {
 	key := netJoin(host, port)
 	a.mu.Lock()
 	p := a.pending[key]
+	if p == nil && a.timeout <= 0 {
+		a.mu.Unlock()
+		return offList(host, port)
+	}
 	if p == nil {
 		if len(a.pending) >= a.cfg.MaxPending {
 			a.mu.Unlock()
@@ -247,8 +257,9 @@ func (a *asker) ask(ctx context.Context, host string, port uint16) error {
 		p = &pendingAsk{id: strconv.FormatUint(a.next, 10), host: host, port: port, done: make(chan struct{})}
 		a.pending[key] = p
 		a.byID[p.id] = p
-		p.timer = time.AfterFunc(a.cfg.Timeout, func() {
-			a.decide(p, false, fmt.Sprintf("nobody approved it within %s", a.cfg.Timeout))
+		timeout := a.timeout
+		p.timer = time.AfterFunc(timeout, func() {
+			a.decide(p, false, fmt.Sprintf("nobody approved it within %s", timeout))
 		})
 		a.send(Frame{Type: FrameAsk, ID: p.id, Host: host, Port: port})
 		a.lg.Info("egress ask", zap.String("id", p.id), zap.String("host", host), zap.Uint16("port", port))
@@ -307,6 +318,16 @@ func (a *asker) handle(f Frame) {
 		a.mu.Unlock()
 	case FrameGrant:
 		a.grant(f.Host, f.Port)
+	case FrameConfig:
+		a.mu.Lock()
+		a.timeout = time.Duration(max(f.TimeoutMS, 0)) * time.Millisecond
+		if a.timeout == 0 {
+			for _, p := range a.byID {
+				a.decideLocked(p, false, "nobody is there to approve it")
+			}
+		}
+		a.mu.Unlock()
+		a.lg.Info("egress asking", zap.Duration("timeout", a.timeout))
 	case FrameDecide:
 		why := "the request was rejected"
 		if f.Reason != "" {
@@ -344,11 +365,9 @@ func (a *asker) handle(f Frame) {
 
 // Control serves the control channel: it reads frames from r and writes
 // asks to w until r ends, ctx ends or a write fails. Only one Control runs
-// at a time per proxy. Without asking configured it returns at once.
+// at a time per proxy. It returns when ctx ends even if a read from r is
+// blocked (that read ends when r does).
 func (p *Proxy) Control(ctx context.Context, r io.Reader, w io.Writer) error {
-	if p.asks == nil {
-		return fmt.Errorf("egress: asking is not configured")
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	werr := make(chan error, 1)

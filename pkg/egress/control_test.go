@@ -233,6 +233,29 @@ func TestAsk(t *testing.T) {
 			t.Fatalf("closed %+v", f)
 		}
 	})
+	t.Run("config turns asking on and off", func(t *testing.T) {
+		c, get, _ := newProxy(t, AskConfig{})
+		want(t, get(url("asked.test")), 403, "allow-list")
+		c.send(Frame{Type: FrameConfig, TimeoutMS: time.Hour.Milliseconds()})
+		var ch <-chan result
+		for try := 0; ; try++ { // the config frame may not be applied yet
+			ch = get(url("asked.test"))
+			select {
+			case f := <-c.frames:
+				if f.Type != FrameAsk {
+					t.Fatalf("frame %+v", f)
+				}
+			case r := <-ch:
+				if try > 100 {
+					t.Fatalf("no ask after config: %d %q", r.code, r.body)
+				}
+				continue
+			}
+			break
+		}
+		c.send(Frame{Type: FrameConfig})
+		want(t, ch, 403, "nobody is there to approve it")
+	})
 	t.Run("connect asks", func(t *testing.T) {
 		c, _, proxy := newProxy(t, AskConfig{Timeout: time.Hour})
 		done := make(chan int, 1)

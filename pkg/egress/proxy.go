@@ -53,8 +53,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Resolver resolves destination names (net.DefaultResolver when nil).
 	Resolver Resolver
-	// Ask, when its Timeout is set, holds a destination refused only for
-	// not being on the allow-list and asks the controller (Control).
+	// Ask, while its timeout is set (here or by the controller), holds a
+	// destination refused only for not being on the allow-list and asks
+	// the controller (Control).
 	Ask AskConfig
 }
 
@@ -64,7 +65,6 @@ type Proxy struct {
 	lg  *zap.Logger
 	srv *http.Server
 	tr  *http.Transport
-	// asks is nil when asking is not configured.
 	asks *asker
 
 	mu      sync.Mutex
@@ -91,9 +91,7 @@ func New(cfg Config, lg *zap.Logger) *Proxy {
 		cfg.Resolver = net.DefaultResolver
 	}
 	p := &Proxy{cfg: cfg, lg: lg.With(zap.String("sandbox-id", cfg.Sandbox)), tunnels: map[net.Conn]struct{}{}}
-	if cfg.Ask.Timeout > 0 {
-		p.asks = newAsker(cfg.Ask, p.lg)
-	}
+	p.asks = newAsker(cfg.Ask, p.lg)
 	p.tr = &http.Transport{
 		Proxy:                  nil,
 		DialContext:            p.dial,
@@ -279,7 +277,7 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 	pol := p.policy()
 	v, err := p.vetWith(ctx, &pol, hostport)
 	var ref *Refusal
-	if p.asks == nil || !errors.As(err, &ref) || !ref.offList {
+	if !errors.As(err, &ref) || !ref.offList {
 		return v, err
 	}
 	host, ok := canonicalHost(ref.Host)
@@ -303,9 +301,7 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 // policy is the configured policy with the rules grants added.
 func (p *Proxy) policy() Policy {
 	pol := p.cfg.Policy
-	if p.asks != nil {
-		pol.Granted = p.asks.rules()
-	}
+	pol.Granted = p.asks.rules()
 	return pol
 }
 
