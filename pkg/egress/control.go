@@ -3,6 +3,8 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -151,6 +153,7 @@ type asker struct {
 
 	mu      sync.Mutex
 	timeout time.Duration
+	prefix  string // of ask ids: ids of a re-created proxy do not repeat
 	next    uint64
 	pending map[string]*pendingAsk // by host:port
 	byID    map[string]*pendingAsk
@@ -196,7 +199,9 @@ func newAsker(cfg AskConfig, lg *zap.Logger) *asker {
 	if cfg.Burst <= 0 {
 		cfg.Burst = DefaultAskBurst
 	}
-	a := &asker{cfg: cfg, timeout: cfg.Timeout, lg: lg, out: make(chan Frame, outQueue), pending: map[string]*pendingAsk{}, byID: map[string]*pendingAsk{},
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	a := &asker{cfg: cfg, timeout: cfg.Timeout, prefix: hex.EncodeToString(b) + "-", lg: lg, out: make(chan Frame, outQueue), pending: map[string]*pendingAsk{}, byID: map[string]*pendingAsk{},
 		bucket: tokens{rate: cfg.Rate, burst: float64(cfg.Burst), have: float64(cfg.Burst)}}
 	for _, g := range cfg.Grants {
 		a.grant(g.Host, g.Port)
@@ -254,7 +259,7 @@ func (a *asker) ask(ctx context.Context, host string, port uint16) error {
 			return refuse("the destination is not on this worker's egress allow-list, and this box is asking for approval too fast")
 		}
 		a.next++
-		p = &pendingAsk{id: strconv.FormatUint(a.next, 10), host: host, port: port, done: make(chan struct{})}
+		p = &pendingAsk{id: a.prefix + strconv.FormatUint(a.next, 10), host: host, port: port, done: make(chan struct{})}
 		a.pending[key] = p
 		a.byID[p.id] = p
 		timeout := a.timeout
