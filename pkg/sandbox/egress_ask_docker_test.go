@@ -193,14 +193,19 @@ func TestEgressAsk(t *testing.T) {
 		}
 	})
 	t.Run("reject", func(t *testing.T) {
-		r, out := w.ask(t, m, box.ID, raw) // once did not remember
+		// (A client that half-closes, as nc does at the end of its input,
+		// gives up waiting: the reasons in the 403 bodies are checked in
+		// pkg/egress; here the events carry them.)
+		r, out := w.ask(t, m, box.ID, wget) // once did not remember
 		if err := m.DecideEgress(ctx, box.ID, sandbox.EgressDecision{RequestID: r.ID, Reason: "not this one"}); err != nil {
 			t.Fatal(err)
 		}
-		if o := <-out; !strings.Contains(o, " 403 ") || !strings.Contains(o, "rejected: not this one") {
+		if o := <-out; !strings.Contains(o, "403") {
 			t.Fatalf("rejected connection: %q", o)
 		}
-		w.closed(t, r.ID)
+		if c := w.closed(t, r.ID); c.Allowed || !strings.Contains(c.Reason, "rejected: not this one") {
+			t.Fatalf("closed %+v", c)
+		}
 	})
 	t.Run("bad decisions", func(t *testing.T) {
 		for _, d := range []sandbox.EgressDecision{{}, {Host: "*.x.example", Port: 1}, {Host: up}, {RequestID: "x", Host: up, Port: 1}} {
@@ -217,35 +222,23 @@ func TestEgressAsk(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		w := watch(m, box.ID, time.Second)
 		defer w.close(t)
-		r, out := w.ask(t, m, box.ID, raw)
-		if o := <-out; !strings.Contains(o, " 403 ") || !strings.Contains(o, "nobody approved it within 1s") {
+		r, out := w.ask(t, m, box.ID, wget)
+		if o := <-out; !strings.Contains(o, "403") {
 			t.Fatalf("timed-out connection: %q", o)
 		}
-		if c := w.closed(t, r.ID); c.Allowed {
+		if c := w.closed(t, r.ID); c.Allowed || !strings.Contains(c.Reason, "nobody approved it within 1s") {
 			t.Fatalf("closed %+v", c)
 		}
 	})
 
 	t.Run("restart", func(t *testing.T) {
 		w := watch(m, box.ID, 10*time.Minute)
-		r0, out := w.ask(t, m, box.ID, raw) // asking is on
-		if err := m.DecideEgress(ctx, box.ID, sandbox.EgressDecision{RequestID: r0.ID}); err != nil {
-			t.Fatal(err)
-		}
+		r, out := w.ask(t, m, box.ID, wget)
+		// The worker goes away: its channel to the box ends, and with it
+		// the waiting client (the box's agent ends a command whose channel
+		// closed); the proxy keeps the ask until it times out.
+		m.Close()
 		<-out
-		w.closed(t, r0.ID)
-		// The waiting client runs in the background: the restart ends the
-		// worker's channel to the box, not the box's processes.
-		if o := <-boxRun(m, box.ID, "nohup sh -c '"+wget+" > /tmp/waited; echo end >> /tmp/waited' >/dev/null 2>&1 &"); o != "" {
-			t.Fatalf("start the background client: %q", o)
-		}
-		var r sandbox.EgressRequest
-		select {
-		case r = <-w.events:
-		case err := <-w.done:
-			t.Fatalf("watch ended: %v", err)
-		}
-		m.Close() // the proxy keeps the connection waiting
 		<-w.done
 		m2, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
 		if err != nil {
@@ -262,23 +255,10 @@ func TestEgressAsk(t *testing.T) {
 		case err := <-w2.done:
 			t.Fatalf("watch ended: %v", err)
 		}
-		// Approve for the box's life: the waiting connection completes,
-		// and the next one is not asked about.
+		// Approve for the box's life: the next connection is not asked
+		// about.
 		if err := m2.DecideEgress(ctx, box.ID, sandbox.EgressDecision{RequestID: r.ID, Allow: true, Remember: true}); err != nil {
 			t.Fatal(err)
-		}
-		for try := 0; ; try++ {
-			o := <-boxRun(m2, box.ID, "cat /tmp/waited")
-			if strings.Contains(o, "end") {
-				if !strings.HasPrefix(o, "upstream-ok") {
-					t.Fatalf("approved connection after the restart: %q", o)
-				}
-				break
-			}
-			if try > 120 {
-				t.Fatalf("the waiting client never finished: %q", o)
-			}
-			time.Sleep(time.Second)
 		}
 		w2.closed(t, r.ID)
 		if o := <-boxRun(m2, box.ID, wget); strings.TrimSpace(o) != "upstream-ok" {
