@@ -61,10 +61,10 @@ type Config struct {
 
 // Proxy is the filtering forward proxy of one box.
 type Proxy struct {
-	cfg Config
-	lg  *zap.Logger
-	srv *http.Server
-	tr  *http.Transport
+	cfg  Config
+	lg   *zap.Logger
+	srv  *http.Server
+	tr   *http.Transport
 	asks *asker
 
 	mu      sync.Mutex
