@@ -239,6 +239,13 @@ func (a *asker) grant(host string, port uint16) {
 	a.lg.Info("egress granted", zap.String("host", host), zap.Uint16("port", port))
 }
 
+// active reports whether the proxy asks.
+func (a *asker) active() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.timeout > 0
+}
+
 // ask waits for a decision on host:port; nil means granted.
 func (a *asker) ask(ctx context.Context, host string, port uint16) error {
 	refuse := func(reason string) error { return &Refusal{Host: host, Port: port, Reason: reason} }

@@ -214,7 +214,7 @@ func TestAsk(t *testing.T) {
 		c.send(Frame{Type: FrameDecide, ID: a.ID, Allow: true, Remember: true})
 		want(t, ch, 403, "10.0.0.1 is a private")
 		// An inside address literal is refused without an ask.
-		want(t, get("http://10.0.0.1/"), 403, "10.0.0.1 is a private")
+		want(t, get("http://10.0.0.1/"), 403, "allow-list")
 		c.send(Frame{Type: FrameSync})
 		select {
 		case f := <-c.frames:

@@ -277,7 +277,7 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 	pol := p.policy()
 	v, err := p.vetWith(ctx, &pol, hostport)
 	var ref *Refusal
-	if !errors.As(err, &ref) || !ref.offList {
+	if !errors.As(err, &ref) || !ref.offList || !p.asks.active() {
 		return v, err
 	}
 	host, ok := canonicalHost(ref.Host)
@@ -285,10 +285,10 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 		return v, err
 	}
 	pol.Granted = append(pol.Granted[:len(pol.Granted):len(pol.Granted)], Rule{Host: host, Port: ref.Port})
-	if _, err := netip.ParseAddr(host); err == nil {
+	if _, perr := netip.ParseAddr(host); perr == nil {
 		// An address the grant would not admit either (an inside one) is
-		// refused without asking.
-		if v, err := p.vetWith(ctx, &pol, hostport); err != nil {
+		// refused without asking, for the reason it is refused today.
+		if _, gerr := p.vetWith(ctx, &pol, hostport); gerr != nil {
 			return v, err
 		}
 	}
