@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	maxConns := fs.Int("max-conns", egress.DefaultMaxConns, "client connections served at once")
 	idle := fs.Duration("idle-timeout", egress.DefaultIdleTimeout, "close connections and tunnels idle this long")
 	dial := fs.Duration("dial-timeout", egress.DefaultDialTimeout, "bound on resolving and connecting to a destination")
+	inject := fs.String("inject-config", "", "JSON file of secret injection rules, the box CA and upstream roots (pkg/egress.InjectConfig); holds secrets, never logged")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,6 +70,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.MaxConns, cfg.IdleTimeout, cfg.DialTimeout = *maxConns, *idle, *dial
+	if *inject != "" {
+		b, err := os.ReadFile(*inject)
+		if err != nil {
+			fmt.Fprintf(stderr, "plumb-egress: --inject-config: %v\n", err)
+			return 2
+		}
+		if cfg.Inject, err = egress.ParseInjectConfig(b); err != nil {
+			fmt.Fprintf(stderr, "plumb-egress: --inject-config: %v\n", err)
+			return 2
+		}
+		lg.Info("injecting secrets", zap.Strings("hosts", cfg.Inject.Hosts()))
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "plumb-egress: %v\n", err)

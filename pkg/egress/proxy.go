@@ -53,6 +53,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Resolver resolves destination names (net.DefaultResolver when nil).
 	Resolver Resolver
+	// Inject, when set, terminates TLS for its hosts and sets its headers
+	// (inject.go); every other destination is tunnelled untouched.
+	Inject *Injector
 }
 
 // Proxy is the filtering forward proxy of one box.
@@ -168,6 +171,12 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.dialFailed(w, r, err)
 		return
+	}
+	if host, _, err := net.SplitHostPort(r.Host); err == nil {
+		if rules := p.cfg.Inject.match(host, target.port); len(rules) > 0 {
+			p.intercept(w, r, target, strings.ToLower(strings.TrimSuffix(host, ".")), rules)
+			return
+		}
 	}
 	up, err := p.connectTo(r.Context(), target)
 	if err != nil {
