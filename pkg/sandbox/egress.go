@@ -250,9 +250,9 @@ func (m *Manager) startProxy(ctx context.Context, id string, inj *injection) err
 			Labels: m.egressLabels(id),
 		},
 		HostConfig: &container.HostConfig{
-			NetworkMode:    container.NetworkMode(netName),
-			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges:true"},
+			NetworkMode: container.NetworkMode(netName),
+			CapDrop:     []string{"ALL"},
+			SecurityOpt: []string{"no-new-privileges:true"},
 			// The engine refuses to copy into a read-only root; the
 			// proxy's user owns no file or directory of it anyway.
 			ReadonlyRootfs: inj == nil,

@@ -638,7 +638,12 @@ type CreateSandboxRequest struct {
 	// Root of the file operations' virtual paths inside the container: "/"
 	// (default; file paths and shell paths are the same strings) or the
 	// working dir (file operations see only the workspace, as "/").
-	FilesRoot     string `protobuf:"bytes,10,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
+	FilesRoot string `protobuf:"bytes,10,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
+	// Secret injection rules for the box's egress proxy (network egress
+	// only; every host must be on the worker's egress allow-list). They hold
+	// secret values: sandboxd never logs them, labels them or returns them,
+	// and the box never sees them (docs/security.md, "Egress secrets").
+	EgressSecrets []*EgressSecret `protobuf:"bytes,11,rep,name=egress_secrets,json=egressSecrets,proto3" json:"egress_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -743,6 +748,97 @@ func (x *CreateSandboxRequest) GetFilesRoot() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetEgressSecrets() []*EgressSecret {
+	if x != nil {
+		return x.EgressSecrets
+	}
+	return nil
+}
+
+// EgressSecret makes a box's egress proxy set one header, holding a
+// secret, on HTTPS requests to some hosts.
+type EgressSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the secret (for errors and logs; never the value).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Exact host names or addresses, each with an optional ":port" (443
+	// when none).
+	Hosts []string `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// Header that is set, overwriting any value the box sent.
+	Header string `protobuf:"bytes,3,opt,name=header,proto3" json:"header,omitempty"`
+	// The header's whole value (the secret, formatted).
+	Value string `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// The raw secret, replaced in responses from these hosts.
+	Secret        string `protobuf:"bytes,5,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressSecret) Reset() {
+	*x = EgressSecret{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressSecret) ProtoMessage() {}
+
+func (x *EgressSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressSecret.ProtoReflect.Descriptor instead.
+func (*EgressSecret) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EgressSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EgressSecret) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *EgressSecret) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+func (x *EgressSecret) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *EgressSecret) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // CreateSandboxResponse returns the created sandbox, already RUNNING.
 type CreateSandboxResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -754,7 +850,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +862,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +875,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
@@ -800,7 +896,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +908,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +921,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -846,7 +942,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +954,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +967,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -892,7 +988,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1000,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1013,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSandboxesRequest) GetLabels() map[string]string {
@@ -938,7 +1034,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1046,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1059,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -984,7 +1080,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1092,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1105,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -1028,7 +1124,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1136,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1149,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 // KeepAliveRequest extends a sandbox's lifetime.
@@ -1069,7 +1165,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1177,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1190,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeepAliveRequest) GetSandboxId() string {
@@ -1122,7 +1218,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1230,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1243,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeepAliveResponse) GetSandbox() *Sandbox {
@@ -1166,7 +1262,7 @@ type DescribeWorkerRequest struct {
 
 func (x *DescribeWorkerRequest) Reset() {
 	*x = DescribeWorkerRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1274,7 @@ func (x *DescribeWorkerRequest) String() string {
 func (*DescribeWorkerRequest) ProtoMessage() {}
 
 func (x *DescribeWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1287,7 @@ func (x *DescribeWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 // DescribeWorkerResponse reports a worker's identity and load.
@@ -1223,7 +1319,7 @@ type DescribeWorkerResponse struct {
 
 func (x *DescribeWorkerResponse) Reset() {
 	*x = DescribeWorkerResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1331,7 @@ func (x *DescribeWorkerResponse) String() string {
 func (*DescribeWorkerResponse) ProtoMessage() {}
 
 func (x *DescribeWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1344,7 @@ func (x *DescribeWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DescribeWorkerResponse) GetName() string {
@@ -1344,7 +1440,7 @@ type WarmPool struct {
 
 func (x *WarmPool) Reset() {
 	*x = WarmPool{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1452,7 @@ func (x *WarmPool) String() string {
 func (*WarmPool) ProtoMessage() {}
 
 func (x *WarmPool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1465,7 @@ func (x *WarmPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmPool.ProtoReflect.Descriptor instead.
 func (*WarmPool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WarmPool) GetTemplate() string {
@@ -1453,7 +1549,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1561,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1574,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Command) GetCommand() string {
@@ -1536,7 +1632,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1644,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1657,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -1590,7 +1686,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1698,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1711,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecuteResponse) GetResult() *ExecuteResult {
@@ -1651,7 +1747,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1759,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1772,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecuteResult) GetOutput() string {
@@ -1748,7 +1844,7 @@ type ExecuteStreamRequest struct {
 
 func (x *ExecuteStreamRequest) Reset() {
 	*x = ExecuteStreamRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1856,7 @@ func (x *ExecuteStreamRequest) String() string {
 func (*ExecuteStreamRequest) ProtoMessage() {}
 
 func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1869,7 @@ func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecuteStreamRequest) GetSandboxId() string {
@@ -1807,7 +1903,7 @@ type ExecuteStreamResponse struct {
 
 func (x *ExecuteStreamResponse) Reset() {
 	*x = ExecuteStreamResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1915,7 @@ func (x *ExecuteStreamResponse) String() string {
 func (*ExecuteStreamResponse) ProtoMessage() {}
 
 func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1928,7 @@ func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecuteStreamResponse) GetEvent() isExecuteStreamResponse_Event {
@@ -1891,7 +1987,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1999,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2012,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -1950,7 +2046,7 @@ type FileError struct {
 
 func (x *FileError) Reset() {
 	*x = FileError{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2058,7 @@ func (x *FileError) String() string {
 func (*FileError) ProtoMessage() {}
 
 func (x *FileError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2071,7 @@ func (x *FileError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileError.ProtoReflect.Descriptor instead.
 func (*FileError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FileError) GetCode() string {
@@ -2027,7 +2123,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2135,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2148,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2110,7 +2206,7 @@ type LsRequest struct {
 
 func (x *LsRequest) Reset() {
 	*x = LsRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2218,7 @@ func (x *LsRequest) String() string {
 func (*LsRequest) ProtoMessage() {}
 
 func (x *LsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2231,7 @@ func (x *LsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsRequest.ProtoReflect.Descriptor instead.
 func (*LsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LsRequest) GetSandboxId() string {
@@ -2165,7 +2261,7 @@ type LsResponse struct {
 
 func (x *LsResponse) Reset() {
 	*x = LsResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2273,7 @@ func (x *LsResponse) String() string {
 func (*LsResponse) ProtoMessage() {}
 
 func (x *LsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2286,7 @@ func (x *LsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsResponse.ProtoReflect.Descriptor instead.
 func (*LsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LsResponse) GetEntries() []*FileInfo {
@@ -2224,7 +2320,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2332,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2345,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadRequest) GetSandboxId() string {
@@ -2320,7 +2416,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2428,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2441,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadResponse) GetPath() string {
@@ -2468,7 +2564,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2576,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2589,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriteRequest) GetSandboxId() string {
@@ -2532,7 +2628,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2640,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2653,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WriteResponse) GetPath() string {
@@ -2600,7 +2696,7 @@ type EditRequest struct {
 
 func (x *EditRequest) Reset() {
 	*x = EditRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2708,7 @@ func (x *EditRequest) String() string {
 func (*EditRequest) ProtoMessage() {}
 
 func (x *EditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2721,7 @@ func (x *EditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditRequest.ProtoReflect.Descriptor instead.
 func (*EditRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EditRequest) GetSandboxId() string {
@@ -2678,7 +2774,7 @@ type EditResponse struct {
 
 func (x *EditResponse) Reset() {
 	*x = EditResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2786,7 @@ func (x *EditResponse) String() string {
 func (*EditResponse) ProtoMessage() {}
 
 func (x *EditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2799,7 @@ func (x *EditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditResponse.ProtoReflect.Descriptor instead.
 func (*EditResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EditResponse) GetPath() string {
@@ -2740,7 +2836,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2848,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2861,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteRequest) GetSandboxId() string {
@@ -2795,7 +2891,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2903,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2916,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteResponse) GetPath() string {
@@ -2858,7 +2954,7 @@ type GrepRequest struct {
 
 func (x *GrepRequest) Reset() {
 	*x = GrepRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2966,7 @@ func (x *GrepRequest) String() string {
 func (*GrepRequest) ProtoMessage() {}
 
 func (x *GrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2979,7 @@ func (x *GrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepRequest.ProtoReflect.Descriptor instead.
 func (*GrepRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GrepRequest) GetSandboxId() string {
@@ -2945,7 +3041,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3053,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3066,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -3024,7 +3120,7 @@ type GrepResponse struct {
 
 func (x *GrepResponse) Reset() {
 	*x = GrepResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3132,7 @@ func (x *GrepResponse) String() string {
 func (*GrepResponse) ProtoMessage() {}
 
 func (x *GrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3145,7 @@ func (x *GrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResponse.ProtoReflect.Descriptor instead.
 func (*GrepResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GrepResponse) GetMatches() []*GrepMatch {
@@ -3116,7 +3212,7 @@ type GlobRequest struct {
 
 func (x *GlobRequest) Reset() {
 	*x = GlobRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3224,7 @@ func (x *GlobRequest) String() string {
 func (*GlobRequest) ProtoMessage() {}
 
 func (x *GlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3237,7 @@ func (x *GlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobRequest.ProtoReflect.Descriptor instead.
 func (*GlobRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GlobRequest) GetSandboxId() string {
@@ -3180,7 +3276,7 @@ type GlobResponse struct {
 
 func (x *GlobResponse) Reset() {
 	*x = GlobResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3288,7 @@ func (x *GlobResponse) String() string {
 func (*GlobResponse) ProtoMessage() {}
 
 func (x *GlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3301,7 @@ func (x *GlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResponse.ProtoReflect.Descriptor instead.
 func (*GlobResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GlobResponse) GetMatches() []*FileInfo {
@@ -3248,7 +3344,7 @@ type UploadFilesRequest struct {
 
 func (x *UploadFilesRequest) Reset() {
 	*x = UploadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3356,7 @@ func (x *UploadFilesRequest) String() string {
 func (*UploadFilesRequest) ProtoMessage() {}
 
 func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3369,7 @@ func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesRequest.ProtoReflect.Descriptor instead.
 func (*UploadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UploadFilesRequest) GetSandboxId() string {
@@ -3319,7 +3415,7 @@ type UploadResult struct {
 
 func (x *UploadResult) Reset() {
 	*x = UploadResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3427,7 @@ func (x *UploadResult) String() string {
 func (*UploadResult) ProtoMessage() {}
 
 func (x *UploadResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3440,7 @@ func (x *UploadResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResult.ProtoReflect.Descriptor instead.
 func (*UploadResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UploadResult) GetPath() string {
@@ -3379,7 +3475,7 @@ type UploadFilesResponse struct {
 
 func (x *UploadFilesResponse) Reset() {
 	*x = UploadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3487,7 @@ func (x *UploadFilesResponse) String() string {
 func (*UploadFilesResponse) ProtoMessage() {}
 
 func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3500,7 @@ func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesResponse.ProtoReflect.Descriptor instead.
 func (*UploadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UploadFilesResponse) GetResults() []*UploadResult {
@@ -3427,7 +3523,7 @@ type DownloadFilesRequest struct {
 
 func (x *DownloadFilesRequest) Reset() {
 	*x = DownloadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3535,7 @@ func (x *DownloadFilesRequest) String() string {
 func (*DownloadFilesRequest) ProtoMessage() {}
 
 func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3548,7 @@ func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DownloadFilesRequest) GetSandboxId() string {
@@ -3492,7 +3588,7 @@ type DownloadFilesResponse struct {
 
 func (x *DownloadFilesResponse) Reset() {
 	*x = DownloadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3600,7 @@ func (x *DownloadFilesResponse) String() string {
 func (*DownloadFilesResponse) ProtoMessage() {}
 
 func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3613,7 @@ func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DownloadFilesResponse) GetIndex() int32 {
@@ -3580,7 +3676,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3688,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3701,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ProcessRequest) GetKind() isProcessRequest_Kind {
@@ -3706,7 +3802,7 @@ type ProcessStart struct {
 
 func (x *ProcessStart) Reset() {
 	*x = ProcessStart{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3814,7 @@ func (x *ProcessStart) String() string {
 func (*ProcessStart) ProtoMessage() {}
 
 func (x *ProcessStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3827,7 @@ func (x *ProcessStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
 func (*ProcessStart) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProcessStart) GetSandboxId() string {
@@ -3787,7 +3883,7 @@ type ProcessResponse struct {
 
 func (x *ProcessResponse) Reset() {
 	*x = ProcessResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +3895,7 @@ func (x *ProcessResponse) String() string {
 func (*ProcessResponse) ProtoMessage() {}
 
 func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +3908,7 @@ func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessResponse.ProtoReflect.Descriptor instead.
 func (*ProcessResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ProcessResponse) GetKind() isProcessResponse_Kind {
@@ -3899,7 +3995,7 @@ type ProcessStarted struct {
 
 func (x *ProcessStarted) Reset() {
 	*x = ProcessStarted{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3911,7 +4007,7 @@ func (x *ProcessStarted) String() string {
 func (*ProcessStarted) ProtoMessage() {}
 
 func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3924,7 +4020,7 @@ func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStarted.ProtoReflect.Descriptor instead.
 func (*ProcessStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 // ProcessExit is how a process ended.
@@ -3944,7 +4040,7 @@ type ProcessExit struct {
 
 func (x *ProcessExit) Reset() {
 	*x = ProcessExit{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4052,7 @@ func (x *ProcessExit) String() string {
 func (*ProcessExit) ProtoMessage() {}
 
 func (x *ProcessExit) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4065,7 @@ func (x *ProcessExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
 func (*ProcessExit) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ProcessExit) GetExitCode() int32 {
@@ -4026,7 +4122,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"files_root\x18\x0f \x01(\tR\tfilesRoot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x04\n" +
 	"\x14CreateSandboxRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x129\n" +
@@ -4040,13 +4136,20 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"workingDir\x12\x1d\n" +
 	"\n" +
 	"files_root\x18\n" +
-	" \x01(\tR\tfilesRoot\x1a6\n" +
+	" \x01(\tR\tfilesRoot\x12=\n" +
+	"\x0eegress_secrets\x18\v \x03(\v2\x16.plumb.v1.EgressSecretR\regressSecrets\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"~\n" +
+	"\fEgressSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x16\n" +
+	"\x06header\x18\x03 \x01(\tR\x06header\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\tR\x05value\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\tR\x06secret\"D\n" +
 	"\x15CreateSandboxResponse\x12+\n" +
 	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"2\n" +
 	"\x11GetSandboxRequest\x12\x1d\n" +
@@ -4366,7 +4469,7 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),              // 0: plumb.v1.SandboxState
 	(NetworkMode)(0),               // 1: plumb.v1.NetworkMode
@@ -4377,149 +4480,151 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(*Resources)(nil),              // 6: plumb.v1.Resources
 	(*Sandbox)(nil),                // 7: plumb.v1.Sandbox
 	(*CreateSandboxRequest)(nil),   // 8: plumb.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 9: plumb.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 10: plumb.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 11: plumb.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 12: plumb.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 13: plumb.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),   // 14: plumb.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),  // 15: plumb.v1.DeleteSandboxResponse
-	(*KeepAliveRequest)(nil),       // 16: plumb.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 17: plumb.v1.KeepAliveResponse
-	(*DescribeWorkerRequest)(nil),  // 18: plumb.v1.DescribeWorkerRequest
-	(*DescribeWorkerResponse)(nil), // 19: plumb.v1.DescribeWorkerResponse
-	(*WarmPool)(nil),               // 20: plumb.v1.WarmPool
-	(*Command)(nil),                // 21: plumb.v1.Command
-	(*ExecuteRequest)(nil),         // 22: plumb.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),        // 23: plumb.v1.ExecuteResponse
-	(*ExecuteResult)(nil),          // 24: plumb.v1.ExecuteResult
-	(*ExecuteStreamRequest)(nil),   // 25: plumb.v1.ExecuteStreamRequest
-	(*ExecuteStreamResponse)(nil),  // 26: plumb.v1.ExecuteStreamResponse
-	(*OutputChunk)(nil),            // 27: plumb.v1.OutputChunk
-	(*FileError)(nil),              // 28: plumb.v1.FileError
-	(*FileInfo)(nil),               // 29: plumb.v1.FileInfo
-	(*LsRequest)(nil),              // 30: plumb.v1.LsRequest
-	(*LsResponse)(nil),             // 31: plumb.v1.LsResponse
-	(*ReadRequest)(nil),            // 32: plumb.v1.ReadRequest
-	(*ReadResponse)(nil),           // 33: plumb.v1.ReadResponse
-	(*WriteRequest)(nil),           // 34: plumb.v1.WriteRequest
-	(*WriteResponse)(nil),          // 35: plumb.v1.WriteResponse
-	(*EditRequest)(nil),            // 36: plumb.v1.EditRequest
-	(*EditResponse)(nil),           // 37: plumb.v1.EditResponse
-	(*DeleteRequest)(nil),          // 38: plumb.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 39: plumb.v1.DeleteResponse
-	(*GrepRequest)(nil),            // 40: plumb.v1.GrepRequest
-	(*GrepMatch)(nil),              // 41: plumb.v1.GrepMatch
-	(*GrepResponse)(nil),           // 42: plumb.v1.GrepResponse
-	(*GlobRequest)(nil),            // 43: plumb.v1.GlobRequest
-	(*GlobResponse)(nil),           // 44: plumb.v1.GlobResponse
-	(*UploadFilesRequest)(nil),     // 45: plumb.v1.UploadFilesRequest
-	(*UploadResult)(nil),           // 46: plumb.v1.UploadResult
-	(*UploadFilesResponse)(nil),    // 47: plumb.v1.UploadFilesResponse
-	(*DownloadFilesRequest)(nil),   // 48: plumb.v1.DownloadFilesRequest
-	(*DownloadFilesResponse)(nil),  // 49: plumb.v1.DownloadFilesResponse
-	(*ProcessRequest)(nil),         // 50: plumb.v1.ProcessRequest
-	(*ProcessStart)(nil),           // 51: plumb.v1.ProcessStart
-	(*ProcessResponse)(nil),        // 52: plumb.v1.ProcessResponse
-	(*ProcessStarted)(nil),         // 53: plumb.v1.ProcessStarted
-	(*ProcessExit)(nil),            // 54: plumb.v1.ProcessExit
-	nil,                            // 55: plumb.v1.Sandbox.LabelsEntry
-	nil,                            // 56: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                            // 57: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                            // 58: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                            // 59: plumb.v1.Command.EnvEntry
-	nil,                            // 60: plumb.v1.FileError.DetailsEntry
-	nil,                            // 61: plumb.v1.ProcessStart.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 62: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 63: google.protobuf.Duration
+	(*EgressSecret)(nil),           // 9: plumb.v1.EgressSecret
+	(*CreateSandboxResponse)(nil),  // 10: plumb.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 11: plumb.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 12: plumb.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 13: plumb.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 14: plumb.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),   // 15: plumb.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),  // 16: plumb.v1.DeleteSandboxResponse
+	(*KeepAliveRequest)(nil),       // 17: plumb.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 18: plumb.v1.KeepAliveResponse
+	(*DescribeWorkerRequest)(nil),  // 19: plumb.v1.DescribeWorkerRequest
+	(*DescribeWorkerResponse)(nil), // 20: plumb.v1.DescribeWorkerResponse
+	(*WarmPool)(nil),               // 21: plumb.v1.WarmPool
+	(*Command)(nil),                // 22: plumb.v1.Command
+	(*ExecuteRequest)(nil),         // 23: plumb.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),        // 24: plumb.v1.ExecuteResponse
+	(*ExecuteResult)(nil),          // 25: plumb.v1.ExecuteResult
+	(*ExecuteStreamRequest)(nil),   // 26: plumb.v1.ExecuteStreamRequest
+	(*ExecuteStreamResponse)(nil),  // 27: plumb.v1.ExecuteStreamResponse
+	(*OutputChunk)(nil),            // 28: plumb.v1.OutputChunk
+	(*FileError)(nil),              // 29: plumb.v1.FileError
+	(*FileInfo)(nil),               // 30: plumb.v1.FileInfo
+	(*LsRequest)(nil),              // 31: plumb.v1.LsRequest
+	(*LsResponse)(nil),             // 32: plumb.v1.LsResponse
+	(*ReadRequest)(nil),            // 33: plumb.v1.ReadRequest
+	(*ReadResponse)(nil),           // 34: plumb.v1.ReadResponse
+	(*WriteRequest)(nil),           // 35: plumb.v1.WriteRequest
+	(*WriteResponse)(nil),          // 36: plumb.v1.WriteResponse
+	(*EditRequest)(nil),            // 37: plumb.v1.EditRequest
+	(*EditResponse)(nil),           // 38: plumb.v1.EditResponse
+	(*DeleteRequest)(nil),          // 39: plumb.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 40: plumb.v1.DeleteResponse
+	(*GrepRequest)(nil),            // 41: plumb.v1.GrepRequest
+	(*GrepMatch)(nil),              // 42: plumb.v1.GrepMatch
+	(*GrepResponse)(nil),           // 43: plumb.v1.GrepResponse
+	(*GlobRequest)(nil),            // 44: plumb.v1.GlobRequest
+	(*GlobResponse)(nil),           // 45: plumb.v1.GlobResponse
+	(*UploadFilesRequest)(nil),     // 46: plumb.v1.UploadFilesRequest
+	(*UploadResult)(nil),           // 47: plumb.v1.UploadResult
+	(*UploadFilesResponse)(nil),    // 48: plumb.v1.UploadFilesResponse
+	(*DownloadFilesRequest)(nil),   // 49: plumb.v1.DownloadFilesRequest
+	(*DownloadFilesResponse)(nil),  // 50: plumb.v1.DownloadFilesResponse
+	(*ProcessRequest)(nil),         // 51: plumb.v1.ProcessRequest
+	(*ProcessStart)(nil),           // 52: plumb.v1.ProcessStart
+	(*ProcessResponse)(nil),        // 53: plumb.v1.ProcessResponse
+	(*ProcessStarted)(nil),         // 54: plumb.v1.ProcessStarted
+	(*ProcessExit)(nil),            // 55: plumb.v1.ProcessExit
+	nil,                            // 56: plumb.v1.Sandbox.LabelsEntry
+	nil,                            // 57: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                            // 58: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                            // 59: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                            // 60: plumb.v1.Command.EnvEntry
+	nil,                            // 61: plumb.v1.FileError.DetailsEntry
+	nil,                            // 62: plumb.v1.ProcessStart.EnvEntry
+	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 64: google.protobuf.Duration
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	62, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	62, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	55, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	63, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	63, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	63, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	56, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
 	6,  // 5: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	1,  // 6: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	56, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	57, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
 	6,  // 8: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	63, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	64, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	58, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
 	1,  // 11: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
-	7,  // 12: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	7,  // 13: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	58, // 14: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
-	7,  // 15: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	63, // 16: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	7,  // 17: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	20, // 18: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
-	63, // 19: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
-	59, // 20: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	63, // 21: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
-	21, // 22: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
-	24, // 23: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
-	21, // 24: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
-	27, // 25: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
-	24, // 26: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
-	2,  // 27: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	60, // 28: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
-	3,  // 29: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	62, // 30: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	29, // 31: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
-	4,  // 32: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	41, // 33: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
-	5,  // 34: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	28, // 35: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	29, // 36: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
-	5,  // 37: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	28, // 38: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	46, // 39: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	28, // 40: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	51, // 41: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	61, // 42: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	53, // 43: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	54, // 44: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	8,  // 45: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	10, // 46: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	12, // 47: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	14, // 48: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	16, // 49: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	18, // 50: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	22, // 51: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	25, // 52: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	30, // 53: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	32, // 54: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	34, // 55: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	36, // 56: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	38, // 57: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	40, // 58: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	43, // 59: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	45, // 60: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	48, // 61: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	50, // 62: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	9,  // 63: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	11, // 64: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	13, // 65: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	15, // 66: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	17, // 67: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	19, // 68: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	23, // 69: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	26, // 70: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	31, // 71: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	33, // 72: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	35, // 73: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	37, // 74: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	39, // 75: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	42, // 76: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	44, // 77: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	47, // 78: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	49, // 79: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	52, // 80: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	63, // [63:81] is the sub-list for method output_type
-	45, // [45:63] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	9,  // 12: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
+	7,  // 13: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	7,  // 14: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	59, // 15: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	7,  // 16: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	64, // 17: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	7,  // 18: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
+	21, // 19: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
+	64, // 20: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	60, // 21: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	64, // 22: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	22, // 23: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
+	25, // 24: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
+	22, // 25: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
+	28, // 26: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
+	25, // 27: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
+	2,  // 28: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
+	61, // 29: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	3,  // 30: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
+	63, // 31: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	30, // 32: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	4,  // 33: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
+	42, // 34: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	5,  // 35: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	29, // 36: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	30, // 37: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	5,  // 38: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	29, // 39: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	47, // 40: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	29, // 41: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	52, // 42: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	62, // 43: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	54, // 44: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	55, // 45: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	8,  // 46: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	11, // 47: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	13, // 48: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	15, // 49: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	17, // 50: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	19, // 51: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	23, // 52: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	26, // 53: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	31, // 54: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	33, // 55: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	35, // 56: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	37, // 57: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	39, // 58: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	41, // 59: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	44, // 60: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	46, // 61: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	49, // 62: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	51, // 63: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	10, // 64: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	12, // 65: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	14, // 66: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	16, // 67: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	18, // 68: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	20, // 69: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	24, // 70: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	27, // 71: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	32, // 72: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	34, // 73: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	36, // 74: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	38, // 75: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	40, // 76: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	43, // 77: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	45, // 78: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	48, // 79: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	50, // 80: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	53, // 81: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	64, // [64:82] is the sub-list for method output_type
+	46, // [46:64] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -4527,21 +4632,21 @@ func file_plumb_v1_sandbox_proto_init() {
 	if File_plumb_v1_sandbox_proto != nil {
 		return
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[18].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecuteStreamResponse_Output)(nil),
 		(*ExecuteStreamResponse_Result)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[24].OneofWrappers = []any{}
 	file_plumb_v1_sandbox_proto_msgTypes[27].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[44].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[28].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[45].OneofWrappers = []any{
 		(*ProcessRequest_Start)(nil),
 		(*ProcessRequest_Stdin)(nil),
 		(*ProcessRequest_CloseStdin)(nil),
 		(*ProcessRequest_Signal)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[46].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[47].OneofWrappers = []any{
 		(*ProcessResponse_Started)(nil),
 		(*ProcessResponse_Stdout)(nil),
 		(*ProcessResponse_Stderr)(nil),
@@ -4553,7 +4658,7 @@ func file_plumb_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
