@@ -2,21 +2,11 @@ package sandbox_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,58 +20,6 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
-
-// tlsServer is a real HTTPS server on the host that records the
-// Authorization header of each request and echoes it back.
-type tlsServer struct {
-	addr string
-	mu   sync.Mutex
-	seen []string
-}
-
-func (s *tlsServer) headers() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.seen...)
-}
-
-// selfSigned returns a certificate for ip with common name cn, and its PEM.
-func selfSigned(t *testing.T, ip, cn string) (tls.Certificate, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true, IPAddresses: []net.IP{net.ParseIP(ip)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
-
-func serveTLS(t *testing.T, ip string, cert tls.Certificate) *tlsServer {
-	t.Helper()
-	ln, err := tls.Listen("tcp", net.JoinHostPort(ip, "0"), &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &tlsServer{addr: ln.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := r.Header.Get("Authorization")
-		s.mu.Lock()
-		s.seen = append(s.seen, a)
-		s.mu.Unlock()
-		w.Header().Set("X-Echo", a)
-		fmt.Fprintf(w, "echo authorization=%s", a)
-	}), ErrorLog: nil}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return s
-}
 
 // probeResult is what sandboxtest/tlsprobe prints.
 type probeResult struct {
@@ -109,18 +47,16 @@ func TestEgressSecretInjection(t *testing.T) {
 	defer cancel()
 	const secret = "plumb-test-secret-7f3a9c2e51"
 	gw := bridgeHostAddr(ctx, t, e.cli)
-	realCert, realPEM := selfSigned(t, gw, "plumb-test-upstream")
-	impostorCert, _ := selfSigned(t, gw, "plumb-test-impostor")
-	api := serveTLS(t, gw, realCert)
-	plain := serveTLS(t, gw, realCert)
-	impostor := serveTLS(t, gw, impostorCert)
+	api := sandboxtest.StartTLSEcho(t, gw, "plumb-test-upstream")
+	plain := sandboxtest.StartTLSEcho(t, gw, "plumb-test-upstream")
+	impostor := sandboxtest.StartTLSEcho(t, gw, "plumb-test-impostor")
 
 	e.cfg.EgressProxy = sandboxtest.EgressProxy(t)
-	e.cfg.EgressUpstreamCA = []byte(realPEM)
-	e.cfg.Policy.EgressAllow = []string{api.addr, plain.addr, impostor.addr}
+	e.cfg.EgressUpstreamCA = []byte(api.PEM + plain.PEM)
+	e.cfg.Policy.EgressAllow = []string{api.Addr, plain.Addr, impostor.Addr}
 	core, logs := observer.New(zap.DebugLevel)
 	m := e.manager(t, sandbox.WithLogger(zap.New(core)))
-	rule := egress.InjectRule{Name: "api-token", Hosts: []string{api.addr, impostor.addr}, Header: "Authorization", Value: "Bearer " + secret, Secret: secret}
+	rule := egress.InjectRule{Name: "api-token", Hosts: []string{api.Addr, impostor.Addr}, Header: "Authorization", Value: "Bearer " + secret, Secret: secret}
 	egressT := sandbox.Template{Network: sandbox.NetworkEgress}
 
 	t.Run("refused", func(t *testing.T) {
@@ -129,7 +65,7 @@ func TestEgressSecretInjection(t *testing.T) {
 		for name, spec := range map[string]sandbox.CreateSpec{
 			"no egress":            {Inject: []egress.InjectRule{rule}},
 			"host off the list":    {Overrides: egressT, Inject: []egress.InjectRule{off}},
-			"value without secret": {Overrides: egressT, Inject: []egress.InjectRule{{Name: "x", Hosts: []string{api.addr}, Header: "Authorization", Value: "Bearer", Secret: secret}}},
+			"value without secret": {Overrides: egressT, Inject: []egress.InjectRule{{Name: "x", Hosts: []string{api.Addr}, Header: "Authorization", Value: "Bearer", Secret: secret}}},
 		} {
 			_, err := m.Create(ctx, spec)
 			var se *sandbox.Error
@@ -171,15 +107,15 @@ func TestEgressSecretInjection(t *testing.T) {
 	}
 	injected := func(t *testing.T, m *sandbox.Manager) {
 		t.Helper()
-		n := len(api.headers())
-		p := probe(t, m, "https://"+api.addr+"/echo", "Authorization: Bearer box-chosen")
+		n := len(api.Headers())
+		p := probe(t, m, "https://"+api.Addr+"/echo", "Authorization: Bearer box-chosen")
 		if p.Status != 200 || p.Error != "" {
 			t.Fatalf("injected host: %+v", p)
 		}
 		if p.Issuer != "plumb egress box CA" {
 			t.Errorf("the box saw a certificate of %q, want the box CA's", p.Issuer)
 		}
-		if h := api.headers(); len(h) != n+1 || h[n] != "Bearer "+secret {
+		if h := api.Headers(); len(h) != n+1 || h[n] != "Bearer "+secret {
 			t.Errorf("the server saw %q, want the injected header", h[n:])
 		}
 		if want := "Bearer " + egress.Placeholder; p.Body != "echo authorization="+want || p.Header.Get("X-Echo") != want {
@@ -188,20 +124,20 @@ func TestEgressSecretInjection(t *testing.T) {
 	}
 	t.Run("injected", func(t *testing.T) { injected(t, m) })
 	t.Run("other host tunnelled", func(t *testing.T) {
-		p := probe(t, m, "https://"+plain.addr+"/")
+		p := probe(t, m, "https://"+plain.Addr+"/")
 		if p.Status != 200 || p.Issuer != "plumb-test-upstream" {
 			t.Errorf("a host without a rule: %+v, want the real certificate", p)
 		}
-		if h := plain.headers(); len(h) != 1 || h[0] != "" {
+		if h := plain.Headers(); len(h) != 1 || h[0] != "" {
 			t.Errorf("the server without a rule saw %q", h)
 		}
 	})
 	t.Run("impostor refused", func(t *testing.T) {
-		p := probe(t, m, "https://"+impostor.addr+"/")
+		p := probe(t, m, "https://"+impostor.Addr+"/")
 		if p.Status != http.StatusBadGateway || !strings.Contains(p.Body, "does not verify") {
 			t.Errorf("an injected host with a bad certificate: %+v, want 502", p)
 		}
-		if h := impostor.headers(); len(h) != 0 {
+		if h := impostor.Headers(); len(h) != 0 {
 			t.Errorf("the impostor got %d requests", len(h))
 		}
 	})
@@ -211,7 +147,7 @@ func TestEgressSecretInjection(t *testing.T) {
 			"grep -rs -l " + secret + " / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; true",
 			"cat " + "/workspace/.plumb/egress-ca.pem | head -3",
 			fmt.Sprintf(`printf 'GET http://%s:%d/ HTTP/1.0\r\n\r\n' | timeout 10 nc %s %d`, sandbox.EgressProxyHost, sandbox.EgressProxyPort, sandbox.EgressProxyHost, sandbox.EgressProxyPort),
-			fmt.Sprintf(`printf 'GET http://%s/ HTTP/1.0\r\n\r\n' | timeout 10 nc %s %d`, api.addr, sandbox.EgressProxyHost, sandbox.EgressProxyPort),
+			fmt.Sprintf(`printf 'GET http://%s/ HTTP/1.0\r\n\r\n' | timeout 10 nc %s %d`, api.Addr, sandbox.EgressProxyHost, sandbox.EgressProxyPort),
 		}
 		for _, c := range probes {
 			if r := exec(t, m, info.ID, c, 60); strings.Contains(r.Output, secret) {
