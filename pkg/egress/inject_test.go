@@ -316,4 +316,3 @@ func TestInject(t *testing.T) {
 		}
 	}
 }
-
