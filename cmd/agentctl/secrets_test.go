@@ -84,6 +84,9 @@ func TestSecretsCommands(t *testing.T) {
 			if strings.Contains(c.out.String()+c.err.String(), value) {
 				t.Fatal("agentctl printed the value")
 			}
+			if tc.args[1] == "put" && f.values["API"] != value {
+				t.Fatalf("stored %q, want the value without its newline", f.values["API"])
+			}
 		})
 	}
 	if f.values["API"] != "" {
