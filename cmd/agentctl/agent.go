@@ -81,6 +81,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.threads(ctx, args)
 	case "agents":
 		return a.agents(ctx, args)
+	case "secrets":
+		return a.secrets(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

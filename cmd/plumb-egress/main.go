@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	control := fs.Bool("control", false, "serve the control channel on stdin (decisions, grants) and stdout (asks), JSON lines")
 	askTimeout := fs.Duration("ask-timeout", 0, "with --control: hold a destination that is only off the allow-list this long and ask; 0 refuses at once until the controller sets one")
 	fs.Var(&grants, "grant", "host:port admitted as a host pattern would be (repeatable)")
+	inject := fs.String("inject-config", "", "JSON file of secret injection rules, the box CA and upstream roots (pkg/egress.InjectConfig); holds secrets, never logged")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -84,6 +85,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 2
 		}
 		cfg.Ask.Grants = append(cfg.Ask.Grants, gr)
+	}
+	if *inject != "" {
+		b, err := os.ReadFile(*inject)
+		if err != nil {
+			fmt.Fprintf(stderr, "plumb-egress: --inject-config: %v\n", err)
+			return 2
+		}
+		if cfg.Inject, err = egress.ParseInjectConfig(b); err != nil {
+			fmt.Fprintf(stderr, "plumb-egress: --inject-config: %v\n", err)
+			return 2
+		}
+		lg.Info("injecting secrets", zap.Strings("hosts", cfg.Inject.Hosts()))
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

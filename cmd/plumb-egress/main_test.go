@@ -23,6 +23,7 @@ func TestRun(t *testing.T) {
 		{name: "bad clients", args: []string{"--clients", "10.0.0.0/99"}, code: 2, out: "--clients"},
 		{name: "bad grant", args: []string{"--grant", "*.example.com:443"}, code: 2, out: "--grant"},
 		{name: "bad listen", args: []string{"--listen", "256.0.0.1:1"}, code: 1, out: "plumb-egress"},
+		{name: "missing inject config", args: []string{"--inject-config", "/nonexistent/plumb.json"}, code: 2, out: "--inject-config"},
 		{name: "serves until cancelled", args: []string{"--listen", "127.0.0.1:0", "--allow", "example.com,10.0.0.0/8:443"}, code: 0, out: "egress proxy serving"},
 		{name: "asks", args: []string{"--listen", "127.0.0.1:0", "--allow", "example.com", "--control", "--ask-timeout", "1m", "--grant", "api.example.com:443"}, code: 0, out: "egress proxy serving"},
 	}

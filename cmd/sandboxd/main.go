@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,10 @@ type Config struct {
 	// sandboxes (default: plumb-egress next to sandboxd; without it egress
 	// sandboxes are refused).
 	EgressProxyBinary string `yaml:"egress_proxy_binary"`
+	// EgressUpstreamCA is a PEM bundle file: the roots an egress proxy that
+	// injects secrets verifies upstreams against (default: the system
+	// bundle).
+	EgressUpstreamCA string `yaml:"egress_upstream_ca"`
 	// Defaults fill the unset fields of every sandbox.
 	Defaults sandbox.Template `yaml:"defaults"`
 	// Pool is the warm pool of requests that name no template (the
@@ -103,6 +108,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		worker       string
 		agentBin     string
 		egressBin    string
+		upstreamCA   string
 		egressAllow  string
 		maxSandboxes int
 		deleteOnExit bool
@@ -116,6 +122,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
 	f.String(&worker, "worker", defaultWorker(), "worker name, part of every sandbox id (letters, digits, '-', '.')")
 	f.String(&agentBin, "agent-binary", "", "static sandbox-agent binary (default: sandbox-agent next to sandboxd)")
+	f.String(&upstreamCA, "egress-upstream-ca", "", "PEM bundle of the roots an egress proxy that injects secrets verifies upstreams against (default: the system bundle)")
 	f.String(&egressBin, "egress-proxy-binary", "", "static plumb-egress proxy for egress sandboxes (default: plumb-egress next to sandboxd; missing = egress sandboxes are refused)")
 	f.String(&egressAllow, "policy-egress-allow", "", "comma-separated egress allow-list: host patterns (pypi.org, *.example.com, host:443) and addresses or prefixes (203.0.113.0/24, [2001:db8::/32]:443); empty = every public destination")
 	f.String(&defaultImage, "default-image", "", "default image for sandboxes whose request and template name none (must exist locally)")
@@ -157,6 +164,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		if cfg.EgressProxyBinary != "" && !f.IsSet("egress-proxy-binary") {
 			egressBin = cfg.EgressProxyBinary
+		}
+		if cfg.EgressUpstreamCA != "" && !f.IsSet("egress-upstream-ca") {
+			upstreamCA = cfg.EgressUpstreamCA
 		}
 		if cfg.StateDir != "" && !f.IsSet("state-dir") {
 			stateDir = cfg.StateDir
@@ -201,6 +211,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	egressProxy, err := readEgressProxy(egressBin)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
+	}
+	var upstreamRoots []byte
+	if upstreamCA != "" {
+		if upstreamRoots, err = os.ReadFile(upstreamCA); err != nil {
+			return &daemon.UsageError{Err: fmt.Errorf("--egress-upstream-ca: %w", err)}
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(upstreamRoots) {
+			return &daemon.UsageError{Err: fmt.Errorf("--egress-upstream-ca %s: no PEM certificate", upstreamCA)}
+		}
 	}
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
 	if err != nil {
@@ -250,6 +269,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Policy:             cfg.Policy,
 		StateDir:           stateDir,
 		EgressProxy:        egressProxy,
+		EgressUpstreamCA:   upstreamRoots,
 	}, sandbox.WithLogger(lg))
 	var ce *sandbox.ConfigError
 	if errors.As(err, &ce) {

@@ -54,6 +54,8 @@ func TestBadStartInputs(t *testing.T) {
 		{"missing agent binary", nil, []string{"--agent-binary", "/nonexistent/sandbox-agent"}, "sandbox-agent binary"},
 		{"negative quota", nil, []string{"--max-sandboxes", "-1"}, "must not be negative"},
 		{"missing egress proxy binary", nil, []string{"--egress-proxy-binary", "/nonexistent/plumb-egress"}, "plumb-egress binary"},
+		{"missing egress upstream CA", nil, []string{"--egress-upstream-ca", "/nonexistent/ca.pem"}, "--egress-upstream-ca"},
+		{"egress upstream CA without a certificate", nil, []string{"--egress-upstream-ca", "testdata/own-label.yaml"}, "no PEM certificate"},
 		{"bad egress allow-list", nil, []string{"--policy-egress-allow", "pypi.org,http://x"}, "egress_allow"},
 		{"unhardened sandboxes (benchmarks only)", nil, []string{"--config", "testdata/unhardened.yaml"}, "field unhardened not found"},
 		{"own label key", nil, []string{"--config", "testdata/own-label.yaml"}, `"plumb.worker" is one of plumb's own label keys`},

@@ -22,6 +22,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/storefs"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/secrets"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -40,6 +41,7 @@ type ThreadBackends struct {
 	pool    *fleet.Pool
 	files   *storefs.DB
 	lg      *zap.Logger
+	secrets *secrets.Vault
 
 	mu   sync.Mutex
 	fsys map[string]*hostfs.Backend // by host dir, shared
@@ -258,6 +260,9 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	}
 	if t.TTL > 0 {
 		req.Ttl = durationpb.New(t.TTL)
+	}
+	if req.EgressSecrets, err = tb.egressSecrets(ctx, th.Tenant); err != nil {
+		return nil, err
 	}
 	sb, err := tb.pool.Create(ctx, req)
 	if err != nil {
@@ -570,3 +575,29 @@ func (s *lazySandbox) StartProcess(ctx context.Context, req backend.ProcessReque
 }
 
 var _ backend.ProcessStarter = (*lazySandbox)(nil)
+
+// egressSecrets resolves sandbox.template.egress_secrets for a tenant's
+// box. The values go to sandboxd only; errors name secrets, never values.
+func (tb *ThreadBackends) egressSecrets(ctx context.Context, tenantName string) ([]*plumbv1.EgressSecret, error) {
+	rules := tb.cfg.Sandbox.Template.EgressSecrets
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	if tb.secrets == nil {
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "egress secrets are configured but this agentd has no secret store")
+	}
+	var out []*plumbv1.EgressSecret
+	for _, r := range rules {
+		v, err := tb.secrets.Resolve(ctx, tenant.Norm(tenantName), r.Secret)
+		if err != nil {
+			return nil, backend.Errorf(backend.CodeUnavailable, "", "egress secret %q for this thread's sandbox: %v", r.Secret, err)
+		}
+		format := r.Format
+		if format == "" {
+			format = SecretValue
+		}
+		out = append(out, &plumbv1.EgressSecret{Name: r.Secret, Hosts: r.Hosts, Header: r.Header,
+			Value: strings.Replace(format, SecretValue, string(v), 1), Secret: string(v)})
+	}
+	return out, nil
+}

@@ -32,6 +32,7 @@ type Config struct {
 	Models     map[string]ModelConfig   `yaml:"models"`
 	Defaults   DefaultsConfig           `yaml:"defaults"`
 	Sandbox    SandboxConfig            `yaml:"sandbox"`
+	Secrets    SecretsConfig            `yaml:"secrets"`
 	Backends   BackendsConfig           `yaml:"backends"`
 	Tools      ToolsConfig              `yaml:"tools"`
 	Hooks      []HookConfig             `yaml:"hooks"`
@@ -164,6 +165,38 @@ type SandboxTemplate struct {
 	Runtime    string            `yaml:"runtime"`
 	TTL        time.Duration     `yaml:"ttl"`
 	Env        map[string]string `yaml:"env"`
+	// EgressSecrets make the box's egress proxy put a tenant's stored
+	// secret into a header of its HTTPS requests to some hosts (network
+	// egress only; docs/security.md, "Egress secrets").
+	EgressSecrets []EgressSecretConfig `yaml:"egress_secrets"`
+}
+
+// EgressSecretConfig is one `sandbox.template.egress_secrets` entry.
+type EgressSecretConfig struct {
+	// Secret names the thread's tenant's stored secret (PutSecret).
+	Secret string `yaml:"secret"`
+	// Hosts are exact host names or addresses, each with an optional
+	// ":port" (443 when none); every one must be on the worker's egress
+	// allow-list.
+	Hosts []string `yaml:"hosts"`
+	// Header is the request header set (overwriting the box's).
+	Header string `yaml:"header"`
+	// Format is the header value, with {{value}} where the secret goes
+	// (default "{{value}}").
+	Format string `yaml:"format"`
+}
+
+// SecretValue is the placeholder of EgressSecretConfig.Format.
+const SecretValue = "{{value}}"
+
+// SecretsConfig is `secrets`: the key that seals stored secrets.
+type SecretsConfig struct {
+	// Key is the AES-256 key, 32 bytes base64 (PLUMB_SECRETS_KEY when
+	// empty). Without one, PutSecret is FAILED_PRECONDITION.
+	Key string `yaml:"key"`
+	// PreviousKey opens secrets sealed before a rotation
+	// (PLUMB_SECRETS_PREVIOUS_KEY when empty).
+	PreviousKey string `yaml:"previous_key"`
 }
 
 // BackendsConfig is `backends`.

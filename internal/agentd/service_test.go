@@ -97,6 +97,7 @@ defaults: {model: scripted}
 	s.core = core
 	svc, err := agentsvc.New(agentsvc.Config{
 		Runtime: core.Runtime,
+		Secrets: core.Secrets,
 		Threads: agentsvc.DurableThreads(core.Store),
 		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
 			return core.Backends.DeleteThread(ctx, td.Thread.ID)

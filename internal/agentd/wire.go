@@ -28,8 +28,10 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/tools/python"
 	"github.com/plumbhq/plumb/pkg/agent/tools/websearch"
 	"github.com/plumbhq/plumb/pkg/backend/storefs"
+	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/openai"
+	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
 	"github.com/plumbhq/plumb/pkg/store/postgres"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
@@ -53,6 +55,8 @@ type Agentd struct {
 	Store store.Threads
 	// Backends builds and cleans up thread backends (sandboxes).
 	Backends *ThreadBackends
+	// Secrets is the tenants' secret store (sealed in Store).
+	Secrets *secrets.Vault
 	// Config is the effective configuration.
 	Config *Config
 	// MCP holds the sessions of the mcp_servers; nil without any.
@@ -72,6 +76,7 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	sc := a.Config.Server
 	c := agentsvc.Config{
 		Runtime: a.Runtime,
+		Secrets: a.Secrets,
 		Threads: agentsvc.DurableThreads(a.Store),
 		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
 			return a.Backends.DeleteThread(ctx, td.Thread.ID)
@@ -152,6 +157,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		return nil, err
 	}
 	a.Store = st
+	if a.Secrets, err = buildVault(cfg, st, o.Env); err != nil {
+		return nil, err
+	}
 
 	models, err := buildModels(cfg, o.Env, o.Logger)
 	if err != nil {
@@ -163,6 +171,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		return nil, err
 	}
 	a.Backends = tb
+	tb.secrets = a.Secrets
 	a.cleanup = append(a.cleanup, tb.Close)
 
 	dc := deep.Config{
@@ -531,6 +540,9 @@ func applyBuiltins(cfg *Config, o Options) {
 // validate checks what deep.New does not: references into the models
 // table, backend types, routes and fractions.
 func validate(cfg *Config) error {
+	if err := validateEgressSecrets(cfg.Sandbox.Template); err != nil {
+		return err
+	}
 	known := strings.Join(sortedKeys(cfg.Models), ", ")
 	if _, ok := cfg.Models[cfg.Defaults.Model]; !ok {
 		return fmt.Errorf("defaults.model: %q is not a key of models (known: %s)", cfg.Defaults.Model, known)
@@ -734,4 +746,65 @@ func profiles(in map[string]ProfileConfig, section string) (map[string]profile.P
 		out[name] = pr
 	}
 	return out, nil
+}
+
+// buildVault builds the secret store over the thread store, with the key
+// of secrets.key or PLUMB_SECRETS_KEY (none: secrets cannot be stored).
+func buildVault(cfg *Config, st store.Threads, env Env) (*secrets.Vault, error) {
+	ss, ok := st.(store.Secrets)
+	if !ok {
+		return nil, nil
+	}
+	key := func(path, v, envName string) (*secrets.Key, error) {
+		if v == "" && env != nil {
+			v, path = env(envName), envName
+		}
+		if v == "" {
+			return nil, nil
+		}
+		k, err := secrets.ParseKey(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return k, nil
+	}
+	cur, err := key("secrets.key", cfg.Secrets.Key, "PLUMB_SECRETS_KEY")
+	if err != nil {
+		return nil, err
+	}
+	prev, err := key("secrets.previous_key", cfg.Secrets.PreviousKey, "PLUMB_SECRETS_PREVIOUS_KEY")
+	if err != nil {
+		return nil, err
+	}
+	if cur == nil && len(cfg.Sandbox.Template.EgressSecrets) > 0 {
+		return nil, errors.New("sandbox.template.egress_secrets: no secrets key is configured (secrets.key or PLUMB_SECRETS_KEY)")
+	}
+	return secrets.NewVault(ss, secrets.NewSealer(cur, prev)), nil
+}
+
+// validateEgressSecrets checks sandbox.template.egress_secrets; whether
+// the hosts are on a worker's egress allow-list is sandboxd's to say.
+func validateEgressSecrets(t SandboxTemplate) error {
+	if len(t.EgressSecrets) > 0 && t.Network != "egress" && t.Template == "" {
+		return fmt.Errorf("sandbox.template.egress_secrets: need sandbox.template.network egress (the proxy injects them)")
+	}
+	for i, r := range t.EgressSecrets {
+		at := fmt.Sprintf("sandbox.template.egress_secrets[%d]", i)
+		if err := secrets.ValidName(r.Secret); err != nil {
+			return fmt.Errorf("%s.secret: %w", at, err)
+		}
+		format := r.Format
+		if format == "" {
+			format = SecretValue
+		}
+		if strings.Count(format, SecretValue) != 1 {
+			return fmt.Errorf("%s.format: %q must hold %s exactly once", at, format, SecretValue)
+		}
+		// The rule check of the proxy itself, with a stand-in value.
+		if err := egress.CheckRule(egress.InjectRule{Name: r.Secret, Hosts: r.Hosts, Header: r.Header,
+			Value: strings.Replace(format, SecretValue, "x", 1), Secret: "x"}); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -66,6 +67,13 @@ const (
 	// its run; another replica runs it (metadata after_sequence: re-Attach
 	// after it).
 	ReasonLeaseLost = "LEASE_LOST"
+	// ReasonSecretNotFound: the caller's tenant has no secret of that name.
+	ReasonSecretNotFound = "SECRET_NOT_FOUND"
+	// ReasonNoSecretsKey: agentd has no secrets key configured.
+	ReasonNoSecretsKey = "NO_SECRETS_KEY"
+	// ReasonSecretUnreadable: a stored secret does not open under the
+	// configured keys (key rotated away, or the row was tampered with).
+	ReasonSecretUnreadable = "SECRET_UNREADABLE"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -148,6 +156,14 @@ func agentStatus(err error) (_ error, ok bool) {
 		return withInfo(codes.ResourceExhausted, err.Error(), ReasonNoRunSlot, nil), true
 	case errors.Is(err, runs.ErrShuttingDown):
 		return withInfo(codes.Unavailable, err.Error(), ReasonShuttingDown, nil), true
+	case errors.Is(err, store.ErrSecretNotFound):
+		return withInfo(codes.NotFound, err.Error(), ReasonSecretNotFound, nil), true
+	case errors.Is(err, secrets.ErrNoKey):
+		return withInfo(codes.FailedPrecondition, err.Error(), ReasonNoSecretsKey, nil), true
+	case errors.Is(err, secrets.ErrUnknownKey), errors.Is(err, secrets.ErrCorrupt):
+		return withInfo(codes.FailedPrecondition, err.Error(), ReasonSecretUnreadable, nil), true
+	case errors.Is(err, secrets.ErrInvalid):
+		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
 	case errors.Is(err, store.ErrBusy):
 		return withInfo(codes.Unavailable, "the thread store is busy; retry", ReasonStorageBusy, nil), true
 	}

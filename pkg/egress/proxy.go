@@ -57,6 +57,9 @@ type Config struct {
 	// destination refused only for not being on the allow-list and asks
 	// the controller (Control).
 	Ask AskConfig
+	// Inject, when set, terminates TLS for its hosts and sets its headers
+	// (inject.go); every other destination is tunnelled untouched.
+	Inject *Injector
 }
 
 // Proxy is the filtering forward proxy of one box.
@@ -174,6 +177,12 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.dialFailed(w, r, err)
 		return
+	}
+	if host, _, err := net.SplitHostPort(r.Host); err == nil {
+		if rules := p.cfg.Inject.match(host, target.port); len(rules) > 0 {
+			p.intercept(w, r, target, strings.ToLower(strings.TrimSuffix(host, ".")), rules)
+			return
+		}
 	}
 	up, err := p.connectTo(r.Context(), target)
 	if err != nil {

@@ -262,6 +262,16 @@ func (p *Policy) hostAllowed(host string, port uint16) bool {
 	return false
 }
 
+// Admits reports whether the allow-list could admit host:port: a name by a
+// host pattern, an address by an address rule (an empty list admits
+// both). The ranges and deny list are checked per connection, not here.
+func (p *Policy) Admits(host string, port uint16) bool {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return len(p.Allow) == 0 || p.addrAllowed(a.Unmap(), port)
+	}
+	return p.hostAllowed(host, port)
+}
+
 // addrAllowed reports whether an address rule admits a.
 func (p *Policy) addrAllowed(a netip.Addr, port uint16) bool {
 	for _, r := range p.Allow {

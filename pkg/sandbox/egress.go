@@ -156,7 +156,7 @@ func (m *Manager) egressTag() string {
 // container is created on the network afterwards, with the returned
 // address as its only DNS server (egressDNS). On error the caller removes
 // whatever was created (removeEgress).
-func (m *Manager) setupEgress(ctx context.Context, id string) (dns netip.Addr, err error) {
+func (m *Manager) setupEgress(ctx context.Context, id string, inj *injection) (dns netip.Addr, err error) {
 	if _, err := m.egressImage(ctx); err != nil {
 		return dns, err
 	}
@@ -180,7 +180,7 @@ func (m *Manager) setupEgress(ctx context.Context, id string) (dns netip.Addr, e
 	if dns, err = egressDNS(ni.Network); err != nil {
 		return dns, err
 	}
-	return dns, m.startProxy(ctx, id)
+	return dns, m.startProxy(ctx, id, inj)
 }
 
 // egressDNS is the DNS server an egress box is given: its network's
@@ -211,8 +211,9 @@ func egressDNS(n network.Inspect) (netip.Addr, error) {
 }
 
 // startProxy creates and starts sandbox id's proxy container on its
-// network (which must exist) and on the way-out bridge.
-func (m *Manager) startProxy(ctx context.Context, id string) error {
+// network (which must exist) and on the way-out bridge. With inj, its
+// injection config is copied in before it starts.
+func (m *Manager) startProxy(ctx context.Context, id string, inj *injection) error {
 	image, err := m.egressImage(ctx)
 	if err != nil {
 		return err
@@ -237,6 +238,9 @@ func (m *Manager) startProxy(ctx context.Context, id string) error {
 	for _, d := range append(m.hostAddrs(ctx), m.cfg.Policy.EgressDeny...) {
 		args = append(args, "--deny", d)
 	}
+	if inj != nil {
+		args = append(args, "--inject-config", injectConfigPath)
+	}
 	pids := int64(egressPids)
 	noInit := false
 	c, err := m.api.ContainerCreate(ctx, client.ContainerCreateOptions{
@@ -250,10 +254,12 @@ func (m *Manager) startProxy(ctx context.Context, id string) error {
 			OpenStdin: true,
 		},
 		HostConfig: &container.HostConfig{
-			NetworkMode:    container.NetworkMode(netName),
-			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges:true"},
-			ReadonlyRootfs: true,
+			NetworkMode: container.NetworkMode(netName),
+			CapDrop:     []string{"ALL"},
+			SecurityOpt: []string{"no-new-privileges:true"},
+			// The engine refuses to copy into a read-only root; the
+			// proxy's user owns no file or directory of it anyway.
+			ReadonlyRootfs: inj == nil,
 			IpcMode:        container.IPCModePrivate,
 			Init:           &noInit,
 			// Refusals are logged here, with the sandbox id; the log is
@@ -271,6 +277,11 @@ func (m *Manager) startProxy(ctx context.Context, id string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("create egress proxy: %w", err)
+	}
+	if inj != nil {
+		if err := m.copyInjectConfig(ctx, c.ID, inj.config); err != nil {
+			return err
+		}
 	}
 	if _, err := m.api.NetworkConnect(ctx, egressOutNetwork, client.NetworkConnectOptions{Container: c.ID}); err != nil {
 		return fmt.Errorf("connect egress proxy to %s: %w", egressOutNetwork, err)
@@ -316,8 +327,9 @@ func (m *Manager) hostAddrs(ctx context.Context) []string {
 
 // ensureProxy re-creates the proxy of an adopted egress sandbox whose
 // proxy is gone or stopped. It returns an error when the sandbox's network
-// itself is gone (the box then has no way out).
-func (m *Manager) ensureProxy(ctx context.Context, id string) error {
+// itself is gone (the box then has no way out), and when the proxy of a
+// box that injects secrets is gone (errProxyGone).
+func (m *Manager) ensureProxy(ctx context.Context, id string, injects bool) error {
 	if _, err := m.api.NetworkInspect(ctx, egressNetwork(id), client.NetworkInspectOptions{}); err != nil {
 		return fmt.Errorf("egress network %s: %w", egressNetwork(id), err)
 	}
@@ -328,9 +340,18 @@ func (m *Manager) ensureProxy(ctx context.Context, id string) error {
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspect egress proxy: %w", err)
 	}
+	if injects {
+		if err == nil { // stopped, not gone: the engine still has its config
+			if _, err := m.api.ContainerStart(ctx, res.Container.ID, client.ContainerStartOptions{}); err != nil {
+				return fmt.Errorf("restart egress proxy: %w", err)
+			}
+			return nil
+		}
+		return errProxyGone
+	}
 	m.lg.Info("re-creating egress proxy", zap.String("sandbox-id", id))
 	m.removeContainerOnly(ctx, egressProxyName(id))
-	return m.startProxy(ctx, id)
+	return m.startProxy(ctx, id, nil)
 }
 
 // removeEgress removes sandbox id's proxy and network (the box container

@@ -18,6 +18,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 	"go.uber.org/zap"
 )
@@ -59,6 +60,11 @@ type CreateSpec struct {
 	// Tenant owns the new sandbox ("" = DefaultTenant); it is recorded in
 	// the LabelTenant label.
 	Tenant string
+
+	// Inject are secret injection rules for the box's egress proxy
+	// (inject.go). They hold secret values: never log them, never put
+	// them in Info. A create with rules never takes a pooled box.
+	Inject []egress.InjectRule
 
 	pool string // the pool key of a box made for a warm pool
 }
@@ -114,6 +120,9 @@ type Config struct {
 	// EgressProxy is the static plumb-egress binary that egress sandboxes'
 	// proxies run (nil = network egress is refused; see egress.go).
 	EgressProxy []byte
+	// EgressUpstreamCA is the PEM bundle an injecting proxy verifies
+	// upstream certificates against (nil = the worker's system bundle).
+	EgressUpstreamCA []byte
 	// Unhardened is for benchmarks only: never in sandboxd. It measures
 	// what the hardening costs (bench rows B1-unhardened, B2-unhardened):
 	// sandbox containers get the engine's defaults instead of
@@ -347,9 +356,14 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 		return Info{}, err
 	}
 	spec.pool = ""
-	claimed, err := m.claim(spec, t)
-	if err != nil {
+	if err := m.checkInject(t, spec.Inject); err != nil {
 		return Info{}, err
+	}
+	var claimed *sandbox
+	if len(spec.Inject) == 0 { // a pooled box has a proxy without them
+		if claimed, err = m.claim(spec, t); err != nil {
+			return Info{}, err
+		}
 	}
 	if claimed != nil {
 		m.lg.Info("sandbox claimed from the warm pool", zap.String("sandbox-id", claimed.info.ID), zap.String("template", spec.Template))
@@ -534,16 +548,26 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
+	inj, err := m.newInjection(spec.Inject)
+	if err != nil {
+		return nil, err
+	}
 	var dns netip.Addr
 	if t.Network == NetworkEgress {
-		if dns, err = m.setupEgress(ectx, id); err != nil {
+		if dns, err = m.setupEgress(ectx, id, inj); err != nil {
 			return nil, err
 		}
 		if err := stopped(); err != nil {
 			return nil, err
 		}
 	}
+	if inj != nil {
+		labels[LabelEgressInject] = "true"
+	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
+	if inj != nil {
+		cfg.Env = append(cfg.Env, injectEnv(t)...)
+	}
 	if dns.IsValid() {
 		// The box's only DNS server leads nowhere (egressDNS).
 		hc.DNS = []netip.Addr{dns}
@@ -572,6 +596,11 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			return nil, err
 		}
 		return nil, &Error{Code: CodeFailed, Message: fmt.Sprintf("the sandbox agent did not start in image %s", t.Image), Err: err}
+	}
+	if inj != nil {
+		if err := m.writeCABundle(ctx, sb, inj.bundle); err != nil {
+			return nil, err
+		}
 	}
 	// A caller gone by now gets no sandbox: keep none for it.
 	if err := stopped(); err != nil {
@@ -1230,7 +1259,7 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: created, ExpiresAt: expires,
 		}}
 		if t.Network == NetworkEgress {
-			if err := m.ensureProxy(ctx, id); err != nil {
+			if err := m.ensureProxy(ctx, id, c.Labels[LabelEgressInject] == "true"); err != nil {
 				m.lg.Warn("removing egress sandbox without its network", zap.String("sandbox-id", id), zap.Error(err))
 				_ = m.removeContainer(ctx, c.ID, volume)
 				continue

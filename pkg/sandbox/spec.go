@@ -78,7 +78,7 @@ const (
 func IsOwnLabel(key string) bool {
 	switch key {
 	case LabelSandbox, LabelWorker, LabelImage, LabelTemplate, LabelTTL, LabelMemory, LabelCPUs,
-		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant, LabelPool:
+		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant, LabelPool, LabelEgressInject:
 		return true
 	}
 	return strings.HasPrefix(key, LabelUserPrefix)

@@ -13,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
+	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -100,6 +101,9 @@ const (
 type Config struct {
 	// Runtime runs the agents. Required.
 	Runtime Runtime
+	// Secrets is the tenants' secret store (nil: the secret RPCs answer
+	// FAILED_PRECONDITION).
+	Secrets *secrets.Vault
 	// Threads is the thread store. Required.
 	Threads Threads
 	// OnDeleteThread, if set, is called by DeleteThread after any active

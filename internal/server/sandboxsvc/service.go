@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"go.uber.org/zap"
@@ -144,7 +145,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 			return nil, status.Error(codes.InvalidArgument, "ttl must be positive")
 		}
 	}
-	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx)})
+	var inject []egress.InjectRule
+	for _, es := range req.GetEgressSecrets() {
+		inject = append(inject, egress.InjectRule{Name: es.GetName(), Hosts: es.GetHosts(), Header: es.GetHeader(), Value: es.GetValue(), Secret: es.GetSecret()})
+	}
+	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx), Inject: inject})
 	if err != nil {
 		var se *sandbox.Error
 		if errors.As(err, &se) && requestFields[se.Field] != "" {

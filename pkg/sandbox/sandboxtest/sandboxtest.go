@@ -101,32 +101,47 @@ var (
 	egressOnce sync.Once
 	egressBin  []byte
 	egressErr  error
+	probeOnce  sync.Once
+	probeBin   []byte
+	probeErr   error
 )
 
 // EgressProxy returns a static plumb-egress binary built from this
 // checkout (Config.EgressProxy).
 func EgressProxy(t testing.TB) []byte {
 	t.Helper()
-	egressOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "plumb-egress")
-		if err != nil {
-			egressErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		out := filepath.Join(dir, "plumb-egress")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/plumbhq/plumb/cmd/plumb-egress")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			egressErr = fmt.Errorf("build plumb-egress: %v: %s", err, b)
-			return
-		}
-		egressBin, egressErr = os.ReadFile(out)
-	})
+	egressOnce.Do(func() { egressBin, egressErr = buildStatic("github.com/plumbhq/plumb/cmd/plumb-egress") })
 	if egressErr != nil {
 		t.Fatal(egressErr)
 	}
 	return egressBin
+}
+
+// TLSProbe returns a static tlsprobe binary (sandboxtest/tlsprobe) to copy
+// into a box.
+func TLSProbe(t testing.TB) []byte {
+	t.Helper()
+	probeOnce.Do(func() { probeBin, probeErr = buildStatic("github.com/plumbhq/plumb/pkg/sandbox/sandboxtest/tlsprobe") })
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probeBin
+}
+
+// buildStatic builds a static Linux binary of pkg and returns it.
+func buildStatic(pkg string) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "plumb-build")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build %s: %v: %s", pkg, err, b)
+	}
+	return os.ReadFile(out)
 }
 
 // Networks lists the engine networks (names) matching any of the filters,

@@ -79,6 +79,15 @@ var migrations = []string{
 	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
 	`ALTER TABLE thread_leases ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT false;
 	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
+	// Tenants' sealed secrets (store.Secrets; values sealed by pkg/secrets).
+	`CREATE TABLE secrets (
+		tenant     TEXT COLLATE "C" NOT NULL,
+		name       TEXT COLLATE "C" NOT NULL,
+		sealed     BYTEA NOT NULL,
+		created_at BIGINT NOT NULL,
+		updated_at BIGINT NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -76,4 +76,13 @@ var migrations = []string{
 	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
 	`ALTER TABLE thread_leases ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
+	// Tenants' sealed secrets (store.Secrets; values sealed by pkg/secrets).
+	`CREATE TABLE secrets (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		sealed     BLOB NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }

@@ -31,6 +31,9 @@ const (
 	AgentService_ListThreads_FullMethodName     = "/plumb.v1.AgentService/ListThreads"
 	AgentService_DeleteThread_FullMethodName    = "/plumb.v1.AgentService/DeleteThread"
 	AgentService_ListAgents_FullMethodName      = "/plumb.v1.AgentService/ListAgents"
+	AgentService_PutSecret_FullMethodName       = "/plumb.v1.AgentService/PutSecret"
+	AgentService_ListSecrets_FullMethodName     = "/plumb.v1.AgentService/ListSecrets"
+	AgentService_DeleteSecret_FullMethodName    = "/plumb.v1.AgentService/DeleteSecret"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -76,6 +79,18 @@ type AgentServiceClient interface {
 	// ListAgents lists the agents a client may name in RunRequest.agent, and
 	// the subagents they can delegate to.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
+	// PutSecret stores (creates or replaces) a named secret of the caller's
+	// tenant, encrypted at rest. Its value never comes back from any RPC:
+	// agents' egress proxies inject it into configured request headers
+	// (docs/security.md, "Egress secrets"). FAILED_PRECONDITION when agentd
+	// has no secrets key.
+	PutSecret(ctx context.Context, in *PutSecretRequest, opts ...grpc.CallOption) (*PutSecretResponse, error)
+	// ListSecrets lists the caller's tenant's secrets: names and times,
+	// never values.
+	ListSecrets(ctx context.Context, in *ListSecretsRequest, opts ...grpc.CallOption) (*ListSecretsResponse, error)
+	// DeleteSecret deletes one of the caller's tenant's secrets (NOT_FOUND
+	// for a name it does not have, or another tenant's).
+	DeleteSecret(ctx context.Context, in *DeleteSecretRequest, opts ...grpc.CallOption) (*DeleteSecretResponse, error)
 }
 
 type agentServiceClient struct {
@@ -233,6 +248,36 @@ func (c *agentServiceClient) ListAgents(ctx context.Context, in *ListAgentsReque
 	return out, nil
 }
 
+func (c *agentServiceClient) PutSecret(ctx context.Context, in *PutSecretRequest, opts ...grpc.CallOption) (*PutSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutSecretResponse)
+	err := c.cc.Invoke(ctx, AgentService_PutSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListSecrets(ctx context.Context, in *ListSecretsRequest, opts ...grpc.CallOption) (*ListSecretsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSecretsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListSecrets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSecret(ctx context.Context, in *DeleteSecretRequest, opts ...grpc.CallOption) (*DeleteSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSecretResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -276,6 +321,18 @@ type AgentServiceServer interface {
 	// ListAgents lists the agents a client may name in RunRequest.agent, and
 	// the subagents they can delegate to.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
+	// PutSecret stores (creates or replaces) a named secret of the caller's
+	// tenant, encrypted at rest. Its value never comes back from any RPC:
+	// agents' egress proxies inject it into configured request headers
+	// (docs/security.md, "Egress secrets"). FAILED_PRECONDITION when agentd
+	// has no secrets key.
+	PutSecret(context.Context, *PutSecretRequest) (*PutSecretResponse, error)
+	// ListSecrets lists the caller's tenant's secrets: names and times,
+	// never values.
+	ListSecrets(context.Context, *ListSecretsRequest) (*ListSecretsResponse, error)
+	// DeleteSecret deletes one of the caller's tenant's secrets (NOT_FOUND
+	// for a name it does not have, or another tenant's).
+	DeleteSecret(context.Context, *DeleteSecretRequest) (*DeleteSecretResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -321,6 +378,15 @@ func (UnimplementedAgentServiceServer) DeleteThread(context.Context, *DeleteThre
 }
 func (UnimplementedAgentServiceServer) ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAgents not implemented")
+}
+func (UnimplementedAgentServiceServer) PutSecret(context.Context, *PutSecretRequest) (*PutSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutSecret not implemented")
+}
+func (UnimplementedAgentServiceServer) ListSecrets(context.Context, *ListSecretsRequest) (*ListSecretsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSecrets not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSecret(context.Context, *DeleteSecretRequest) (*DeleteSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSecret not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -538,6 +604,60 @@ func _AgentService_ListAgents_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_PutSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).PutSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_PutSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).PutSecret(ctx, req.(*PutSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListSecrets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSecretsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListSecrets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListSecrets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListSecrets(ctx, req.(*ListSecretsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSecret(ctx, req.(*DeleteSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -580,6 +700,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAgents",
 			Handler:    _AgentService_ListAgents_Handler,
+		},
+		{
+			MethodName: "PutSecret",
+			Handler:    _AgentService_PutSecret_Handler,
+		},
+		{
+			MethodName: "ListSecrets",
+			Handler:    _AgentService_ListSecrets_Handler,
+		},
+		{
+			MethodName: "DeleteSecret",
+			Handler:    _AgentService_DeleteSecret_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

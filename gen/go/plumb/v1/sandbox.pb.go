@@ -1030,7 +1030,12 @@ type CreateSandboxRequest struct {
 	// Root of the file operations' virtual paths inside the container: "/"
 	// (default; file paths and shell paths are the same strings) or the
 	// working dir (file operations see only the workspace, as "/").
-	FilesRoot     string `protobuf:"bytes,10,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
+	FilesRoot string `protobuf:"bytes,10,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
+	// Secret injection rules for the box's egress proxy (network egress
+	// only; every host must be on the worker's egress allow-list). They hold
+	// secret values: sandboxd never logs them, labels them or returns them,
+	// and the box never sees them (docs/security.md, "Egress secrets").
+	EgressSecrets []*EgressSecret `protobuf:"bytes,11,rep,name=egress_secrets,json=egressSecrets,proto3" json:"egress_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1140,97 @@ func (x *CreateSandboxRequest) GetFilesRoot() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetEgressSecrets() []*EgressSecret {
+	if x != nil {
+		return x.EgressSecrets
+	}
+	return nil
+}
+
+// EgressSecret makes a box's egress proxy set one header, holding a
+// secret, on HTTPS requests to some hosts.
+type EgressSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the secret (for errors and logs; never the value).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Exact host names or addresses, each with an optional ":port" (443
+	// when none).
+	Hosts []string `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// Header that is set, overwriting any value the box sent.
+	Header string `protobuf:"bytes,3,opt,name=header,proto3" json:"header,omitempty"`
+	// The header's whole value (the secret, formatted).
+	Value string `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// The raw secret, replaced in responses from these hosts.
+	Secret        string `protobuf:"bytes,5,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressSecret) Reset() {
+	*x = EgressSecret{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressSecret) ProtoMessage() {}
+
+func (x *EgressSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressSecret.ProtoReflect.Descriptor instead.
+func (*EgressSecret) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EgressSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EgressSecret) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *EgressSecret) GetHeader() string {
+	if x != nil {
+		return x.Header
+	}
+	return ""
+}
+
+func (x *EgressSecret) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *EgressSecret) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // CreateSandboxResponse returns the created sandbox, already RUNNING.
 type CreateSandboxResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1146,7 +1242,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1254,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1267,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
@@ -1192,7 +1288,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1300,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1313,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -1238,7 +1334,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1346,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1359,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -1284,7 +1380,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1392,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1405,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSandboxesRequest) GetLabels() map[string]string {
@@ -1330,7 +1426,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1438,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1451,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1376,7 +1472,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1484,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1497,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -1420,7 +1516,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1528,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1541,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 // KeepAliveRequest extends a sandbox's lifetime.
@@ -1461,7 +1557,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1569,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1582,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeepAliveRequest) GetSandboxId() string {
@@ -1514,7 +1610,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1622,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1635,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeepAliveResponse) GetSandbox() *Sandbox {
@@ -1558,7 +1654,7 @@ type DescribeWorkerRequest struct {
 
 func (x *DescribeWorkerRequest) Reset() {
 	*x = DescribeWorkerRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1666,7 @@ func (x *DescribeWorkerRequest) String() string {
 func (*DescribeWorkerRequest) ProtoMessage() {}
 
 func (x *DescribeWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1679,7 @@ func (x *DescribeWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 // DescribeWorkerResponse reports a worker's identity and load.
@@ -1615,7 +1711,7 @@ type DescribeWorkerResponse struct {
 
 func (x *DescribeWorkerResponse) Reset() {
 	*x = DescribeWorkerResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1723,7 @@ func (x *DescribeWorkerResponse) String() string {
 func (*DescribeWorkerResponse) ProtoMessage() {}
 
 func (x *DescribeWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1736,7 @@ func (x *DescribeWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeWorkerResponse) GetName() string {
@@ -1736,7 +1832,7 @@ type WarmPool struct {
 
 func (x *WarmPool) Reset() {
 	*x = WarmPool{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1844,7 @@ func (x *WarmPool) String() string {
 func (*WarmPool) ProtoMessage() {}
 
 func (x *WarmPool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1857,7 @@ func (x *WarmPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmPool.ProtoReflect.Descriptor instead.
 func (*WarmPool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WarmPool) GetTemplate() string {
@@ -1845,7 +1941,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1953,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1966,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Command) GetCommand() string {
@@ -1928,7 +2024,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2036,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2049,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -1982,7 +2078,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2090,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2103,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecuteResponse) GetResult() *ExecuteResult {
@@ -2043,7 +2139,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2151,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2164,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecuteResult) GetOutput() string {
@@ -2140,7 +2236,7 @@ type ExecuteStreamRequest struct {
 
 func (x *ExecuteStreamRequest) Reset() {
 	*x = ExecuteStreamRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2248,7 @@ func (x *ExecuteStreamRequest) String() string {
 func (*ExecuteStreamRequest) ProtoMessage() {}
 
 func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2261,7 @@ func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecuteStreamRequest) GetSandboxId() string {
@@ -2199,7 +2295,7 @@ type ExecuteStreamResponse struct {
 
 func (x *ExecuteStreamResponse) Reset() {
 	*x = ExecuteStreamResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2307,7 @@ func (x *ExecuteStreamResponse) String() string {
 func (*ExecuteStreamResponse) ProtoMessage() {}
 
 func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2320,7 @@ func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecuteStreamResponse) GetEvent() isExecuteStreamResponse_Event {
@@ -2283,7 +2379,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2391,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2404,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -2342,7 +2438,7 @@ type FileError struct {
 
 func (x *FileError) Reset() {
 	*x = FileError{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2450,7 @@ func (x *FileError) String() string {
 func (*FileError) ProtoMessage() {}
 
 func (x *FileError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2463,7 @@ func (x *FileError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileError.ProtoReflect.Descriptor instead.
 func (*FileError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FileError) GetCode() string {
@@ -2419,7 +2515,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2527,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2540,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2502,7 +2598,7 @@ type LsRequest struct {
 
 func (x *LsRequest) Reset() {
 	*x = LsRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2610,7 @@ func (x *LsRequest) String() string {
 func (*LsRequest) ProtoMessage() {}
 
 func (x *LsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2623,7 @@ func (x *LsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsRequest.ProtoReflect.Descriptor instead.
 func (*LsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LsRequest) GetSandboxId() string {
@@ -2557,7 +2653,7 @@ type LsResponse struct {
 
 func (x *LsResponse) Reset() {
 	*x = LsResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2665,7 @@ func (x *LsResponse) String() string {
 func (*LsResponse) ProtoMessage() {}
 
 func (x *LsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2678,7 @@ func (x *LsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsResponse.ProtoReflect.Descriptor instead.
 func (*LsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LsResponse) GetEntries() []*FileInfo {
@@ -2616,7 +2712,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2724,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2737,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadRequest) GetSandboxId() string {
@@ -2712,7 +2808,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2820,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2833,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadResponse) GetPath() string {
@@ -2860,7 +2956,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2968,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2981,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WriteRequest) GetSandboxId() string {
@@ -2924,7 +3020,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3032,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3045,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriteResponse) GetPath() string {
@@ -2992,7 +3088,7 @@ type EditRequest struct {
 
 func (x *EditRequest) Reset() {
 	*x = EditRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3100,7 @@ func (x *EditRequest) String() string {
 func (*EditRequest) ProtoMessage() {}
 
 func (x *EditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3113,7 @@ func (x *EditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditRequest.ProtoReflect.Descriptor instead.
 func (*EditRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EditRequest) GetSandboxId() string {
@@ -3070,7 +3166,7 @@ type EditResponse struct {
 
 func (x *EditResponse) Reset() {
 	*x = EditResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3178,7 @@ func (x *EditResponse) String() string {
 func (*EditResponse) ProtoMessage() {}
 
 func (x *EditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3191,7 @@ func (x *EditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditResponse.ProtoReflect.Descriptor instead.
 func (*EditResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EditResponse) GetPath() string {
@@ -3132,7 +3228,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3240,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3253,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteRequest) GetSandboxId() string {
@@ -3187,7 +3283,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3295,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3308,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteResponse) GetPath() string {
@@ -3250,7 +3346,7 @@ type GrepRequest struct {
 
 func (x *GrepRequest) Reset() {
 	*x = GrepRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3358,7 @@ func (x *GrepRequest) String() string {
 func (*GrepRequest) ProtoMessage() {}
 
 func (x *GrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3371,7 @@ func (x *GrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepRequest.ProtoReflect.Descriptor instead.
 func (*GrepRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrepRequest) GetSandboxId() string {
@@ -3337,7 +3433,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3445,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3458,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -3416,7 +3512,7 @@ type GrepResponse struct {
 
 func (x *GrepResponse) Reset() {
 	*x = GrepResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3524,7 @@ func (x *GrepResponse) String() string {
 func (*GrepResponse) ProtoMessage() {}
 
 func (x *GrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3537,7 @@ func (x *GrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResponse.ProtoReflect.Descriptor instead.
 func (*GrepResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GrepResponse) GetMatches() []*GrepMatch {
@@ -3508,7 +3604,7 @@ type GlobRequest struct {
 
 func (x *GlobRequest) Reset() {
 	*x = GlobRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3616,7 @@ func (x *GlobRequest) String() string {
 func (*GlobRequest) ProtoMessage() {}
 
 func (x *GlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3629,7 @@ func (x *GlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobRequest.ProtoReflect.Descriptor instead.
 func (*GlobRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GlobRequest) GetSandboxId() string {
@@ -3572,7 +3668,7 @@ type GlobResponse struct {
 
 func (x *GlobResponse) Reset() {
 	*x = GlobResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3680,7 @@ func (x *GlobResponse) String() string {
 func (*GlobResponse) ProtoMessage() {}
 
 func (x *GlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3693,7 @@ func (x *GlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResponse.ProtoReflect.Descriptor instead.
 func (*GlobResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GlobResponse) GetMatches() []*FileInfo {
@@ -3640,7 +3736,7 @@ type UploadFilesRequest struct {
 
 func (x *UploadFilesRequest) Reset() {
 	*x = UploadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3748,7 @@ func (x *UploadFilesRequest) String() string {
 func (*UploadFilesRequest) ProtoMessage() {}
 
 func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3761,7 @@ func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesRequest.ProtoReflect.Descriptor instead.
 func (*UploadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UploadFilesRequest) GetSandboxId() string {
@@ -3711,7 +3807,7 @@ type UploadResult struct {
 
 func (x *UploadResult) Reset() {
 	*x = UploadResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3819,7 @@ func (x *UploadResult) String() string {
 func (*UploadResult) ProtoMessage() {}
 
 func (x *UploadResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3832,7 @@ func (x *UploadResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResult.ProtoReflect.Descriptor instead.
 func (*UploadResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UploadResult) GetPath() string {
@@ -3771,7 +3867,7 @@ type UploadFilesResponse struct {
 
 func (x *UploadFilesResponse) Reset() {
 	*x = UploadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3879,7 @@ func (x *UploadFilesResponse) String() string {
 func (*UploadFilesResponse) ProtoMessage() {}
 
 func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +3892,7 @@ func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesResponse.ProtoReflect.Descriptor instead.
 func (*UploadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UploadFilesResponse) GetResults() []*UploadResult {
@@ -3819,7 +3915,7 @@ type DownloadFilesRequest struct {
 
 func (x *DownloadFilesRequest) Reset() {
 	*x = DownloadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +3927,7 @@ func (x *DownloadFilesRequest) String() string {
 func (*DownloadFilesRequest) ProtoMessage() {}
 
 func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +3940,7 @@ func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DownloadFilesRequest) GetSandboxId() string {
@@ -3884,7 +3980,7 @@ type DownloadFilesResponse struct {
 
 func (x *DownloadFilesResponse) Reset() {
 	*x = DownloadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +3992,7 @@ func (x *DownloadFilesResponse) String() string {
 func (*DownloadFilesResponse) ProtoMessage() {}
 
 func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4005,7 @@ func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DownloadFilesResponse) GetIndex() int32 {
@@ -3972,7 +4068,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4080,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4093,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProcessRequest) GetKind() isProcessRequest_Kind {
@@ -4098,7 +4194,7 @@ type ProcessStart struct {
 
 func (x *ProcessStart) Reset() {
 	*x = ProcessStart{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[50]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4110,7 +4206,7 @@ func (x *ProcessStart) String() string {
 func (*ProcessStart) ProtoMessage() {}
 
 func (x *ProcessStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[50]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4123,7 +4219,7 @@ func (x *ProcessStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
 func (*ProcessStart) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ProcessStart) GetSandboxId() string {
@@ -4179,7 +4275,7 @@ type ProcessResponse struct {
 
 func (x *ProcessResponse) Reset() {
 	*x = ProcessResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[51]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4191,7 +4287,7 @@ func (x *ProcessResponse) String() string {
 func (*ProcessResponse) ProtoMessage() {}
 
 func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[51]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4204,7 +4300,7 @@ func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessResponse.ProtoReflect.Descriptor instead.
 func (*ProcessResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ProcessResponse) GetKind() isProcessResponse_Kind {
@@ -4291,7 +4387,7 @@ type ProcessStarted struct {
 
 func (x *ProcessStarted) Reset() {
 	*x = ProcessStarted{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[52]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4399,7 @@ func (x *ProcessStarted) String() string {
 func (*ProcessStarted) ProtoMessage() {}
 
 func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[52]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4412,7 @@ func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStarted.ProtoReflect.Descriptor instead.
 func (*ProcessStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 // ProcessExit is how a process ended.
@@ -4336,7 +4432,7 @@ type ProcessExit struct {
 
 func (x *ProcessExit) Reset() {
 	*x = ProcessExit{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[53]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4348,7 +4444,7 @@ func (x *ProcessExit) String() string {
 func (*ProcessExit) ProtoMessage() {}
 
 func (x *ProcessExit) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[53]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4361,7 +4457,7 @@ func (x *ProcessExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
 func (*ProcessExit) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProcessExit) GetExitCode() int32 {
@@ -4444,7 +4540,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"files_root\x18\x0f \x01(\tR\tfilesRoot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x04\n" +
 	"\x14CreateSandboxRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x129\n" +
@@ -4458,13 +4554,20 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"workingDir\x12\x1d\n" +
 	"\n" +
 	"files_root\x18\n" +
-	" \x01(\tR\tfilesRoot\x1a6\n" +
+	" \x01(\tR\tfilesRoot\x12=\n" +
+	"\x0eegress_secrets\x18\v \x03(\v2\x16.plumb.v1.EgressSecretR\regressSecrets\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"~\n" +
+	"\fEgressSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x16\n" +
+	"\x06header\x18\x03 \x01(\tR\x06header\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\tR\x05value\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\tR\x06secret\"D\n" +
 	"\x15CreateSandboxResponse\x12+\n" +
 	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"2\n" +
 	"\x11GetSandboxRequest\x12\x1d\n" +
@@ -4790,7 +4893,7 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(EgressScope)(0),                    // 0: plumb.v1.EgressScope
 	(SandboxState)(0),                   // 1: plumb.v1.SandboxState
@@ -4807,157 +4910,159 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(*Resources)(nil),                   // 12: plumb.v1.Resources
 	(*Sandbox)(nil),                     // 13: plumb.v1.Sandbox
 	(*CreateSandboxRequest)(nil),        // 14: plumb.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),       // 15: plumb.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),           // 16: plumb.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),          // 17: plumb.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),        // 18: plumb.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 19: plumb.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),        // 20: plumb.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 21: plumb.v1.DeleteSandboxResponse
-	(*KeepAliveRequest)(nil),            // 22: plumb.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),           // 23: plumb.v1.KeepAliveResponse
-	(*DescribeWorkerRequest)(nil),       // 24: plumb.v1.DescribeWorkerRequest
-	(*DescribeWorkerResponse)(nil),      // 25: plumb.v1.DescribeWorkerResponse
-	(*WarmPool)(nil),                    // 26: plumb.v1.WarmPool
-	(*Command)(nil),                     // 27: plumb.v1.Command
-	(*ExecuteRequest)(nil),              // 28: plumb.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),             // 29: plumb.v1.ExecuteResponse
-	(*ExecuteResult)(nil),               // 30: plumb.v1.ExecuteResult
-	(*ExecuteStreamRequest)(nil),        // 31: plumb.v1.ExecuteStreamRequest
-	(*ExecuteStreamResponse)(nil),       // 32: plumb.v1.ExecuteStreamResponse
-	(*OutputChunk)(nil),                 // 33: plumb.v1.OutputChunk
-	(*FileError)(nil),                   // 34: plumb.v1.FileError
-	(*FileInfo)(nil),                    // 35: plumb.v1.FileInfo
-	(*LsRequest)(nil),                   // 36: plumb.v1.LsRequest
-	(*LsResponse)(nil),                  // 37: plumb.v1.LsResponse
-	(*ReadRequest)(nil),                 // 38: plumb.v1.ReadRequest
-	(*ReadResponse)(nil),                // 39: plumb.v1.ReadResponse
-	(*WriteRequest)(nil),                // 40: plumb.v1.WriteRequest
-	(*WriteResponse)(nil),               // 41: plumb.v1.WriteResponse
-	(*EditRequest)(nil),                 // 42: plumb.v1.EditRequest
-	(*EditResponse)(nil),                // 43: plumb.v1.EditResponse
-	(*DeleteRequest)(nil),               // 44: plumb.v1.DeleteRequest
-	(*DeleteResponse)(nil),              // 45: plumb.v1.DeleteResponse
-	(*GrepRequest)(nil),                 // 46: plumb.v1.GrepRequest
-	(*GrepMatch)(nil),                   // 47: plumb.v1.GrepMatch
-	(*GrepResponse)(nil),                // 48: plumb.v1.GrepResponse
-	(*GlobRequest)(nil),                 // 49: plumb.v1.GlobRequest
-	(*GlobResponse)(nil),                // 50: plumb.v1.GlobResponse
-	(*UploadFilesRequest)(nil),          // 51: plumb.v1.UploadFilesRequest
-	(*UploadResult)(nil),                // 52: plumb.v1.UploadResult
-	(*UploadFilesResponse)(nil),         // 53: plumb.v1.UploadFilesResponse
-	(*DownloadFilesRequest)(nil),        // 54: plumb.v1.DownloadFilesRequest
-	(*DownloadFilesResponse)(nil),       // 55: plumb.v1.DownloadFilesResponse
-	(*ProcessRequest)(nil),              // 56: plumb.v1.ProcessRequest
-	(*ProcessStart)(nil),                // 57: plumb.v1.ProcessStart
-	(*ProcessResponse)(nil),             // 58: plumb.v1.ProcessResponse
-	(*ProcessStarted)(nil),              // 59: plumb.v1.ProcessStarted
-	(*ProcessExit)(nil),                 // 60: plumb.v1.ProcessExit
-	nil,                                 // 61: plumb.v1.Sandbox.LabelsEntry
-	nil,                                 // 62: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                                 // 63: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                                 // 64: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                                 // 65: plumb.v1.Command.EnvEntry
-	nil,                                 // 66: plumb.v1.FileError.DetailsEntry
-	nil,                                 // 67: plumb.v1.ProcessStart.EnvEntry
-	(*durationpb.Duration)(nil),         // 68: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 69: google.protobuf.Timestamp
+	(*EgressSecret)(nil),                // 15: plumb.v1.EgressSecret
+	(*CreateSandboxResponse)(nil),       // 16: plumb.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),           // 17: plumb.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),          // 18: plumb.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),        // 19: plumb.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 20: plumb.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),        // 21: plumb.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 22: plumb.v1.DeleteSandboxResponse
+	(*KeepAliveRequest)(nil),            // 23: plumb.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),           // 24: plumb.v1.KeepAliveResponse
+	(*DescribeWorkerRequest)(nil),       // 25: plumb.v1.DescribeWorkerRequest
+	(*DescribeWorkerResponse)(nil),      // 26: plumb.v1.DescribeWorkerResponse
+	(*WarmPool)(nil),                    // 27: plumb.v1.WarmPool
+	(*Command)(nil),                     // 28: plumb.v1.Command
+	(*ExecuteRequest)(nil),              // 29: plumb.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),             // 30: plumb.v1.ExecuteResponse
+	(*ExecuteResult)(nil),               // 31: plumb.v1.ExecuteResult
+	(*ExecuteStreamRequest)(nil),        // 32: plumb.v1.ExecuteStreamRequest
+	(*ExecuteStreamResponse)(nil),       // 33: plumb.v1.ExecuteStreamResponse
+	(*OutputChunk)(nil),                 // 34: plumb.v1.OutputChunk
+	(*FileError)(nil),                   // 35: plumb.v1.FileError
+	(*FileInfo)(nil),                    // 36: plumb.v1.FileInfo
+	(*LsRequest)(nil),                   // 37: plumb.v1.LsRequest
+	(*LsResponse)(nil),                  // 38: plumb.v1.LsResponse
+	(*ReadRequest)(nil),                 // 39: plumb.v1.ReadRequest
+	(*ReadResponse)(nil),                // 40: plumb.v1.ReadResponse
+	(*WriteRequest)(nil),                // 41: plumb.v1.WriteRequest
+	(*WriteResponse)(nil),               // 42: plumb.v1.WriteResponse
+	(*EditRequest)(nil),                 // 43: plumb.v1.EditRequest
+	(*EditResponse)(nil),                // 44: plumb.v1.EditResponse
+	(*DeleteRequest)(nil),               // 45: plumb.v1.DeleteRequest
+	(*DeleteResponse)(nil),              // 46: plumb.v1.DeleteResponse
+	(*GrepRequest)(nil),                 // 47: plumb.v1.GrepRequest
+	(*GrepMatch)(nil),                   // 48: plumb.v1.GrepMatch
+	(*GrepResponse)(nil),                // 49: plumb.v1.GrepResponse
+	(*GlobRequest)(nil),                 // 50: plumb.v1.GlobRequest
+	(*GlobResponse)(nil),                // 51: plumb.v1.GlobResponse
+	(*UploadFilesRequest)(nil),          // 52: plumb.v1.UploadFilesRequest
+	(*UploadResult)(nil),                // 53: plumb.v1.UploadResult
+	(*UploadFilesResponse)(nil),         // 54: plumb.v1.UploadFilesResponse
+	(*DownloadFilesRequest)(nil),        // 55: plumb.v1.DownloadFilesRequest
+	(*DownloadFilesResponse)(nil),       // 56: plumb.v1.DownloadFilesResponse
+	(*ProcessRequest)(nil),              // 57: plumb.v1.ProcessRequest
+	(*ProcessStart)(nil),                // 58: plumb.v1.ProcessStart
+	(*ProcessResponse)(nil),             // 59: plumb.v1.ProcessResponse
+	(*ProcessStarted)(nil),              // 60: plumb.v1.ProcessStarted
+	(*ProcessExit)(nil),                 // 61: plumb.v1.ProcessExit
+	nil,                                 // 62: plumb.v1.Sandbox.LabelsEntry
+	nil,                                 // 63: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                                 // 64: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                                 // 65: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                                 // 66: plumb.v1.Command.EnvEntry
+	nil,                                 // 67: plumb.v1.FileError.DetailsEntry
+	nil,                                 // 68: plumb.v1.ProcessStart.EnvEntry
+	(*durationpb.Duration)(nil),         // 69: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 70: google.protobuf.Timestamp
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
-	68, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
+	69, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
 	9,  // 1: plumb.v1.WatchEgressRequestsResponse.request:type_name -> plumb.v1.EgressRequest
-	69, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
+	70, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: plumb.v1.DecideEgressRequest.scope:type_name -> plumb.v1.EgressScope
 	1,  // 4: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	69, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	69, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	69, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	61, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	70, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	70, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	70, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	62, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
 	12, // 9: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	2,  // 10: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	62, // 11: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	63, // 11: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
 	12, // 12: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	68, // 13: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	63, // 14: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	69, // 13: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	64, // 14: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
 	2,  // 15: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
-	13, // 16: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	13, // 17: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	64, // 18: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
-	13, // 19: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	68, // 20: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	13, // 21: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	26, // 22: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
-	68, // 23: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
-	65, // 24: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	68, // 25: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
-	27, // 26: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
-	30, // 27: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
-	27, // 28: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
-	33, // 29: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
-	30, // 30: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
-	3,  // 31: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	66, // 32: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
-	4,  // 33: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	69, // 34: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	35, // 35: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
-	5,  // 36: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	47, // 37: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
-	6,  // 38: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	34, // 39: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	35, // 40: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
-	6,  // 41: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	34, // 42: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	52, // 43: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	34, // 44: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	57, // 45: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	67, // 46: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	59, // 47: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	60, // 48: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	14, // 49: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	16, // 50: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	18, // 51: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	20, // 52: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	22, // 53: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	24, // 54: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	28, // 55: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	31, // 56: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	36, // 57: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	38, // 58: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	40, // 59: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	42, // 60: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	44, // 61: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	46, // 62: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	49, // 63: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	51, // 64: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	54, // 65: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	56, // 66: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	7,  // 67: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
-	10, // 68: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
-	15, // 69: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	17, // 70: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	19, // 71: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	21, // 72: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	23, // 73: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	25, // 74: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	29, // 75: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	32, // 76: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	37, // 77: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	39, // 78: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	41, // 79: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	43, // 80: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	45, // 81: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	48, // 82: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	50, // 83: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	53, // 84: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	55, // 85: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	58, // 86: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	8,  // 87: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
-	11, // 88: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
-	69, // [69:89] is the sub-list for method output_type
-	49, // [49:69] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	15, // 16: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
+	13, // 17: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	13, // 18: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	65, // 19: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	13, // 20: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	69, // 21: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	13, // 22: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
+	27, // 23: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
+	69, // 24: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	66, // 25: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	69, // 26: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	28, // 27: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
+	31, // 28: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
+	28, // 29: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
+	34, // 30: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
+	31, // 31: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
+	3,  // 32: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
+	67, // 33: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	4,  // 34: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
+	70, // 35: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	36, // 36: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	5,  // 37: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
+	48, // 38: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	6,  // 39: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	35, // 40: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	36, // 41: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	6,  // 42: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	35, // 43: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	53, // 44: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	35, // 45: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	58, // 46: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	68, // 47: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	60, // 48: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	61, // 49: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	14, // 50: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	17, // 51: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	19, // 52: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	21, // 53: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	23, // 54: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	25, // 55: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	29, // 56: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	32, // 57: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	37, // 58: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	39, // 59: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	41, // 60: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	43, // 61: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	45, // 62: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	47, // 63: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	50, // 64: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	52, // 65: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	55, // 66: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	57, // 67: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	7,  // 68: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
+	10, // 69: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
+	16, // 70: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	18, // 71: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	20, // 72: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	22, // 73: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	24, // 74: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	26, // 75: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	30, // 76: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	33, // 77: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	38, // 78: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	40, // 79: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	42, // 80: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	44, // 81: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	46, // 82: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	49, // 83: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	51, // 84: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	54, // 85: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	56, // 86: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	59, // 87: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	8,  // 88: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
+	11, // 89: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
+	70, // [70:90] is the sub-list for method output_type
+	50, // [50:70] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -4965,21 +5070,21 @@ func file_plumb_v1_sandbox_proto_init() {
 	if File_plumb_v1_sandbox_proto != nil {
 		return
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[25].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[24].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{
 		(*ExecuteStreamResponse_Output)(nil),
 		(*ExecuteStreamResponse_Result)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[28].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[31].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[29].OneofWrappers = []any{}
 	file_plumb_v1_sandbox_proto_msgTypes[32].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[49].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[50].OneofWrappers = []any{
 		(*ProcessRequest_Start)(nil),
 		(*ProcessRequest_Stdin)(nil),
 		(*ProcessRequest_CloseStdin)(nil),
 		(*ProcessRequest_Signal)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[51].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[52].OneofWrappers = []any{
 		(*ProcessResponse_Started)(nil),
 		(*ProcessResponse_Stdout)(nil),
 		(*ProcessResponse_Stderr)(nil),
@@ -4991,7 +5096,7 @@ func file_plumb_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
