@@ -36,17 +36,18 @@ const (
 
 // Workspace file systems (docs/security.md, "Workspace disk limit"): a box
 // with a disk_bytes gets a sparse ext2 image of disk_bytes bytes (metadata
-// included) with InodeCeiling(disk_bytes) inodes at most, attached to a
-// loop device by the disk helper container and mounted by the engine as
-// its workspace volume (a local volume of type ext2 on the device).
+// included) with InodeCeiling(disk_bytes) inodes at most, in a volume of
+// its own that only the disk helper container mounts, attached to a loop
+// device by that helper and mounted by the engine as its workspace volume
+// (a local volume of type ext2 on the device).
 const (
-	// disksVolumePrefix starts the name of the volume of a worker that
-	// holds its workspace images (only the disk helper mounts it).
-	disksVolumePrefix = "plumb-disks-"
+	// diskVolumePrefix starts the name of the volume that holds a box's
+	// workspace image.
+	diskVolumePrefix = "plumb-disk-"
 	// disksDir is where the disk helper mounts it.
 	disksDir = "/disks"
-	// LabelDisk marks a workspace volume backed by an image (its value is
-	// the sandbox id, the image's name).
+	// LabelDisk marks a workspace volume backed by an image, and the
+	// volume holding the image; its value is the sandbox id.
 	LabelDisk = "plumb.disk"
 	// diskHelperRepo is the repository of the disk helper's image: only
 	// the static sandbox-agent, imported from Config.Agent.
@@ -63,8 +64,9 @@ const (
 	MaxDiskBytes = 1<<44 - 1<<27
 )
 
-// DisksVolume is the name of the volume holding worker's workspace images.
-func DisksVolume(worker string) string { return disksVolumePrefix + worker }
+// DiskVolume is the name of the volume holding sandbox id's workspace
+// image.
+func DiskVolume(id string) string { return diskVolumePrefix + id }
 
 // kernelDisk reports whether a box of template t gets its own file system.
 func (m *Manager) kernelDisk(t Template) bool {
@@ -74,11 +76,18 @@ func (m *Manager) kernelDisk(t Template) bool {
 // attachDisk makes sandbox id's workspace image and attaches it to a loop
 // device, returning the driver options of its workspace volume. On error
 // nothing is left attached.
-func (m *Manager) attachDisk(ctx context.Context, id string, diskBytes int64) (map[string]string, error) {
-	if _, err := m.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: DisksVolume(m.cfg.Worker), Labels: m.workerLabels()}); err != nil {
-		return nil, fmt.Errorf("create the workspace images volume: %w", err)
+func (m *Manager) attachDisk(ctx context.Context, id string, diskBytes int64) (_ map[string]string, err error) {
+	labels := m.workerLabels()
+	labels[LabelDisk] = id
+	if _, err := m.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: DiskVolume(id), Labels: labels}); err != nil {
+		return nil, fmt.Errorf("create the workspace image volume: %w", err)
 	}
-	out, err := m.diskHelper(ctx, "attach", disksDir, id, strconv.FormatInt(diskBytes, 10), strconv.FormatInt(InodeCeiling(diskBytes), 10))
+	defer func() {
+		if err != nil {
+			m.removeDisk(ctx, id)
+		}
+	}()
+	out, err := m.diskHelper(ctx, id, "attach", disksDir, id, strconv.FormatInt(diskBytes, 10), strconv.FormatInt(InodeCeiling(diskBytes), 10))
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("worker %s cannot make a workspace file system of %d bytes (disk_bytes)", m.cfg.Worker, diskBytes), Err: err}
 	}
@@ -89,13 +98,22 @@ func (m *Manager) attachDisk(ctx context.Context, id string, diskBytes int64) (m
 	return map[string]string{"type": "ext2", "device": "/dev/loop" + strconv.Itoa(n)}, nil
 }
 
-// detachDisk detaches sandbox id's workspace image from its loop device
-// and deletes it; its volume must be gone (the file system unmounted).
-func (m *Manager) detachDisk(ctx context.Context, id string) {
+// removeDisk detaches sandbox id's workspace image from its loop device
+// and removes it with its volume; the workspace volume should be gone (a
+// device still mounted is detached by the kernel once unmounted).
+func (m *Manager) removeDisk(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), diskTimeout)
 	defer cancel()
-	if _, err := m.diskHelper(ctx, "detach", disksDir, id); err != nil {
+	// The helper's mount would create the volume: look first.
+	if _, err := m.api.VolumeInspect(ctx, DiskVolume(id), client.VolumeInspectOptions{}); cerrdefs.IsNotFound(err) {
+		return
+	}
+	if _, err := m.diskHelper(ctx, id, "detach", disksDir, id); err != nil {
 		m.lg.Warn("detach workspace image", zap.String("sandbox-id", id), zap.Error(err))
+		return // the volume stays: the next sweep tries again
+	}
+	if _, err := m.api.VolumeRemove(ctx, DiskVolume(id), client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("remove workspace image volume", zap.String("sandbox-id", id), zap.Error(err))
 	}
 }
 
@@ -103,7 +121,7 @@ func (m *Manager) detachDisk(ctx context.Context, id string) {
 // container (docs/security.md: root with every capability dropped but
 // CAP_MKNOD, the loop devices only, under runc whatever the box's runtime)
 // and returns what it printed.
-func (m *Manager) diskHelper(ctx context.Context, args ...string) (string, error) {
+func (m *Manager) diskHelper(ctx context.Context, id string, args ...string) (string, error) {
 	img, err := m.diskHelperImage(ctx)
 	if err != nil {
 		return "", err
@@ -116,7 +134,7 @@ func (m *Manager) diskHelper(ctx context.Context, args ...string) (string, error
 			Devices:           []container.DeviceMapping{{PathOnHost: "/dev/loop-control", PathInContainer: "/dev/loop-control", CgroupPermissions: "rwm"}},
 			DeviceCgroupRules: []string{fmt.Sprintf("b %d:* rwm", 7)},
 		},
-		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: DisksVolume(m.cfg.Worker), Target: disksDir}},
+		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: DiskVolume(id), Target: disksDir}},
 	}
 	return m.runHelper(ctx, img, "disk", hc, append([]string{"disk"}, args...))
 }

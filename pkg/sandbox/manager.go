@@ -556,7 +556,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	}
 	if _, err := m.api.VolumeCreate(ectx, vopts); err != nil {
 		if vopts.DriverOpts != nil {
-			m.detachDisk(ctx, id)
+			m.removeDisk(ctx, id)
 		}
 		return nil, fmt.Errorf("create workspace volume: %w", err)
 	}
@@ -1221,7 +1221,7 @@ func (m *Manager) removeVolume(ctx context.Context, volume string) {
 		return
 	}
 	if id, ok := strings.CutPrefix(volume, volumePrefix); ok && err == nil && v.Volume.Labels[LabelDisk] == id {
-		m.detachDisk(ctx, id)
+		m.removeDisk(ctx, id)
 	}
 }
 
@@ -1300,12 +1300,17 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 			return fmt.Errorf("list this worker's volumes: %w", err)
 		}
 		for _, v := range list.Items {
+			if id, ok := strings.CutPrefix(v.Name, diskVolumePrefix); ok && v.Labels[LabelWorker] == m.cfg.Worker {
+				if !seen[v.Name] && !m.inUse(id) {
+					seen[v.Name] = true
+					m.lg.Info("removing orphan workspace image", zap.String("volume", v.Name))
+					m.removeDisk(ctx, id)
+				}
+				continue
+			}
 			id, named := strings.CutPrefix(v.Name, volumePrefix)
 			mine := v.Labels[LabelWorker] == m.cfg.Worker || named && WorkerOf(id) == m.cfg.Worker
-			m.mu.Lock()
-			live := m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
-			m.mu.Unlock()
-			if seen[v.Name] || !mine || live {
+			if seen[v.Name] || !mine || m.inUse(id) {
 				continue
 			}
 			seen[v.Name] = true
@@ -1314,6 +1319,13 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// inUse reports whether sandbox id is live, in creation or in a pool.
+func (m *Manager) inUse(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
 }
 
 func (m *Manager) reapLoop(ctx context.Context) {
