@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -339,4 +340,31 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 		check(!strings.Contains(mp.Source, "docker.sock") && mp.Type != mount.TypeBind, "no docker socket, no host paths", mp)
 	}
 	check(c.Labels[sandbox.LabelSandbox] != "" && c.Labels[sandbox.LabelWorker] != "", "plumb labels", c.Labels)
+}
+
+// LoopsBacking returns the loop devices of the host whose backing file is
+// named name (/sys/block/loop*/loop/backing_file, readable by anyone).
+func LoopsBacking(name string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		p := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if filepath.Base(p) == name {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return out
+}
+
+// AllocatedBytes is what a file takes on its file system (its blocks,
+// not its length).
+func AllocatedBytes(st os.FileInfo) int64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Blocks * 512
+	}
+	return st.Size()
 }
