@@ -145,18 +145,18 @@ type Manager struct {
 	bg     sync.WaitGroup
 	limits limits // the policy resolved against the host
 
-	mu          sync.Mutex
-	sandboxes   map[string]*sandbox
-	reserved    int64 // memory of live and in-creation sandboxes
-	creating    int
-	failed      int                  // failed sandboxes whose quota is released but whose record stays
-	pending     map[string]bool      // ids of creates in progress (their volumes are not orphans)
-	tenantNew   map[string]tenantUse // by tenant: what its creates in progress reserve
-	evicting    int                  // creates evicting pool boxes (pool refills wait)
-	collected   time.Time            // last collector round
-	closed      bool
-	expiry      *expiryStore
-	pools       *pools // warm pools, guarded by mu
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	reserved  int64 // memory of live and in-creation sandboxes
+	creating  int
+	failed    int                  // failed sandboxes whose quota is released but whose record stays
+	pending   map[string]bool      // ids of creates in progress (their volumes are not orphans)
+	tenantNew map[string]tenantUse // by tenant: what its creates in progress reserve
+	evicting  int                  // creates evicting pool boxes (pool refills wait)
+	collected time.Time            // last collector round
+	closed    bool
+	expiry    *expiryStore
+	pools     *pools // warm pools, guarded by mu
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
