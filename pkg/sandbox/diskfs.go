@@ -247,9 +247,21 @@ func (m *Manager) runHelper(ctx context.Context, image, hostname string, hc *con
 	if err != nil {
 		return "", fmt.Errorf("read the %s helper's output: %w", hostname, err)
 	}
-	res, err := m.api.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
-	if err != nil {
-		return "", fmt.Errorf("inspect the %s helper's exec: %w", hostname, err)
+	// The output ends when the command does; the engine may record its
+	// exit a moment later.
+	var res client.ExecInspectResult
+	for {
+		if res, err = m.api.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{}); err != nil {
+			return "", fmt.Errorf("inspect the %s helper's exec: %w", hostname, err)
+		}
+		if !res.Running {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("the %s helper's exit: %w", hostname, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if res.ExitCode != 0 {
 		return "", fmt.Errorf("the %s helper exited with %d: %s", hostname, res.ExitCode, strings.TrimSpace(stderr.String()))
