@@ -25,6 +25,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/testimage"
+	"golang.org/x/sys/unix"
 )
 
 // Docker returns a client of the local engine. Without a reachable engine
@@ -259,6 +260,15 @@ func RemoveLeftovers(ctx context.Context, cli *client.Client, filters ...client.
 		}
 	}
 	for _, v := range volumes {
+		// A workspace image's loop device outlives its volume: detach it
+		// first (the host's root only).
+		if id, ok := strings.CutPrefix(v, sandbox.DiskVolume("")); ok {
+			if err := DetachLoops(id + ".img"); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: %w", v, err))
+			}
+		}
+	}
+	for _, v := range volumes {
 		if _, err := cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true}); err != nil {
 			errs = append(errs, fmt.Errorf("remove volume %s: %w", v, err))
 		}
@@ -358,6 +368,24 @@ func LoopsBacking(name string) []string {
 		}
 	}
 	return out
+}
+
+// DetachLoops detaches the loop devices of the host whose backing file is
+// named name (a device still mounted is detached once unmounted); it needs
+// root.
+func DetachLoops(name string) error {
+	var errs []error
+	for _, dev := range LoopsBacking(name) {
+		f, err := os.OpenFile("/dev/"+dev, os.O_RDWR, 0)
+		if err == nil {
+			err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+			f.Close()
+		}
+		if err != nil && !errors.Is(err, unix.ENXIO) {
+			errs = append(errs, fmt.Errorf("detach %s (backed by %s): %w", dev, name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // AllocatedBytes is what a file takes on its file system (its blocks,
