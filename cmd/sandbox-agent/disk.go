@@ -23,39 +23,32 @@ const loopMajor = 7
 // diskName is what a workspace image may be called: a sandbox id.
 var diskName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-// runDisk runs `disk attach DIR NAME BYTES INODES [LOOP]` and `disk detach
-// DIR NAME`. The worker runs them in its disk helper container
+// runDisk runs `disk attach DIR NAME BYTES INODES` and `disk detach DIR
+// NAME`. The worker runs them in its disk helper container
 // (docs/security.md, "Workspace disk limit"): attach makes DIR/NAME.img,
 // a sparse ext2 image of BYTES bytes with at most INODES inodes, unless
-// it exists, attaches it to a loop device unless one already has it
-// (after a host reboot none has: it then takes loop device LOOP when
-// given, the one the workspace volume names) and prints the device's
-// number; detach detaches every loop device of DIR/NAME.img and deletes
-// it. A failed attach of a new image deletes it.
+// it exists, attaches it to a loop device unless one already has it, and
+// prints the device's number; detach detaches every loop device of
+// DIR/NAME.img and deletes it. A failed attach of a new image deletes it.
 func runDisk(args []string, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "sandbox-agent: disk:", err)
 		return 1
 	}
 	if len(args) < 3 || !diskName.MatchString(args[2]) {
-		fmt.Fprint(stderr, "usage: sandbox-agent disk attach DIR NAME BYTES INODES [LOOP] | detach DIR NAME\n")
+		fmt.Fprint(stderr, diskUsage)
 		return 2
 	}
 	img := filepath.Join(args[1], args[2]+".img")
 	switch {
-	case args[0] == "attach" && (len(args) == 5 || len(args) == 6):
+	case args[0] == "attach" && len(args) == 5:
 		size, err1 := strconv.ParseInt(args[3], 10, 64)
 		inodes, err2 := strconv.ParseInt(args[4], 10, 64)
-		want := -1
-		var err3 error
-		if len(args) == 6 {
-			want, err3 = strconv.Atoi(args[5])
-		}
-		if err := errors.Join(err1, err2, err3); err != nil || want < -1 {
+		if err := errors.Join(err1, err2); err != nil {
 			fmt.Fprintf(stderr, "sandbox-agent: disk: bad number in %q\n", args)
 			return 2
 		}
-		n, err := attach(img, size, inodes, want)
+		n, err := attach(img, size, inodes)
 		if err != nil {
 			return fail(err)
 		}
@@ -67,13 +60,15 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	fmt.Fprint(stderr, "usage: sandbox-agent disk attach DIR NAME BYTES INODES [LOOP] | detach DIR NAME\n")
+	fmt.Fprint(stderr, diskUsage)
 	return 2
 }
 
+const diskUsage = "usage: sandbox-agent disk attach DIR NAME BYTES INODES | detach DIR NAME\n"
+
 // attach makes img when it does not exist and returns the number of the
 // loop device it is attached to.
-func attach(img string, size, inodes int64, want int) (n int, err error) {
+func attach(img string, size, inodes int64) (n int, err error) {
 	made, err := makeImage(img, size, inodes)
 	if err != nil {
 		return -1, err
@@ -95,9 +90,6 @@ func attach(img string, size, inodes int64, want int) (n int, err error) {
 		return -1, err
 	}
 	defer f.Close()
-	if want >= 0 {
-		return want, setLoop(want, f, true)
-	}
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
 		return -1, err
@@ -110,7 +102,7 @@ func attach(img string, size, inodes int64, want int) (n int, err error) {
 		if err != nil {
 			return -1, fmt.Errorf("find a free loop device: %w", err)
 		}
-		if err := setLoop(n, f, false); !errors.Is(err, unix.EBUSY) {
+		if err := setLoop(n, f); !errors.Is(err, unix.EBUSY) {
 			return n, err
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -150,16 +142,8 @@ func makeImage(img string, size, inodes int64) (made bool, err error) {
 }
 
 // loopDev opens loop device n, making its node in this container's /dev
-// first when it has none (the device may be newer than the container),
-// and, with add, the device itself when the kernel has none numbered n.
-func loopDev(n int, add bool) (*os.File, error) {
-	if add {
-		if ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0); err == nil {
-			// EEXIST when it is there; any other failure shows at the open.
-			_ = unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_ADD, n)
-			ctl.Close()
-		}
-	}
+// first when it has none (the device may be newer than the container).
+func loopDev(n int) (*os.File, error) {
 	p := fmt.Sprintf("/dev/loop%d", n)
 	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 		if err := unix.Mknod(p, unix.S_IFBLK|0o600, int(unix.Mkdev(loopMajor, uint32(n)))); err != nil && !errors.Is(err, unix.EEXIST) {
@@ -170,8 +154,8 @@ func loopDev(n int, add bool) (*os.File, error) {
 }
 
 // setLoop attaches f to loop device n.
-func setLoop(n int, f *os.File, add bool) error {
-	dev, err := loopDev(n, add)
+func setLoop(n int, f *os.File) error {
+	dev, err := loopDev(n)
 	if err != nil {
 		return err
 	}
@@ -228,7 +212,7 @@ func loops() ([]int, error) {
 
 // backs reports whether loop device n's backing file is st.
 func backs(n int, st os.FileInfo) bool {
-	dev, err := loopDev(n, false)
+	dev, err := loopDev(n)
 	if err != nil {
 		return false
 	}
@@ -259,7 +243,7 @@ func detach(img string) error {
 		if !backs(n, st) {
 			continue
 		}
-		dev, err := loopDev(n, false)
+		dev, err := loopDev(n)
 		if err != nil {
 			return err
 		}

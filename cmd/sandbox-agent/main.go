@@ -25,7 +25,7 @@ const usage = `usage:
   sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
   sandbox-agent count DIR[:MAX]...
-  sandbox-agent disk attach DIR NAME BYTES INODES [LOOP] | disk detach DIR NAME
+  sandbox-agent disk attach DIR NAME BYTES INODES | disk detach DIR NAME
   sandbox-agent --version
 `
 
