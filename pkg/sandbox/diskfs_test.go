@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
+	"go.uber.org/zap/zaptest"
 )
 
 // TestDiskBoundKernel: a box with a disk_bytes of 64 MiB writing at full
@@ -118,7 +120,7 @@ func assertNoDisk(t *testing.T, cli *client.Client, ids ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, id := range ids {
-		if loops := sandboxtest.LoopsBacking(id + ".img"); len(loops) > 0 {
+		if loops := sandboxtest.LoopsBacking(id + ".img"); len(loops) > 0 { // ids hold no pattern characters
 			t.Errorf("loop devices %v still hold the workspace image of %s", loops, id)
 		}
 		for _, v := range []string{sandbox.DiskVolume(id), "plumb-ws-" + id} {
@@ -127,4 +129,59 @@ func assertNoDisk(t *testing.T, cli *client.Client, ids ...string) {
 			}
 		}
 	}
+}
+
+// refuseWorkspace is an engine that refuses to create workspace volumes.
+type refuseWorkspace struct{ *client.Client }
+
+func (r refuseWorkspace) VolumeCreate(ctx context.Context, opts client.VolumeCreateOptions) (client.VolumeCreateResult, error) {
+	if strings.HasPrefix(opts.Name, "plumb-ws-") {
+		return client.VolumeCreateResult{}, errors.New("the engine refused the workspace volume")
+	}
+	return r.Client.VolumeCreate(ctx, opts)
+}
+
+// TestDiskBoundFailedCreateLeavesNothing: a create that fails after its
+// workspace image was attached (the engine refuses the workspace volume)
+// fails cleanly: no loop device, image, volume or container of the
+// worker remains.
+func TestDiskBoundFailedCreateLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	m := e.managerOn(t, refuseWorkspace{e.cli})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := m.Create(ctx, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: 4 << 20}}); err == nil || !strings.Contains(err.Error(), "refused the workspace volume") {
+		t.Fatalf("create: %v, want the engine's refusal", err)
+	}
+	if loops := sandboxtest.LoopsBacking("sbx-" + e.worker + "-*.img"); len(loops) > 0 {
+		t.Errorf("the failed create left loop devices %v", loops)
+	}
+	cs, vs, err := sandboxtest.Leftovers(ctx, e.cli, sandboxtest.Label(sandbox.LabelWorker, e.worker))
+	if err != nil || len(cs)+len(vs) > 0 {
+		t.Fatalf("the failed create left containers %v and volumes %v (%v)", cs, vs, err)
+	}
+}
+
+// TestDiskBoundAdopted: a box adopted by a restarted worker keeps its
+// bound (its file system stayed mounted, its loop device attached), and
+// the new worker's delete removes the device, the image and the volumes.
+func TestDiskBoundAdopted(t *testing.T) {
+	e := newEnv(t)
+	m1, err := sandbox.NewManager(context.Background(), e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := e.create(t, m1, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: 4 << 20}})
+	m1.Close() // a worker restart leaves its sandboxes running
+	m2 := e.manager(t)
+	r := exec(t, m2, box.ID, `dd if=/dev/zero of=big bs=1M count=16 2>&1; echo "dd=$?"`, 120)
+	if !strings.Contains(r.Output, "dd=1") || !strings.Contains(r.Output, "No space left") {
+		t.Fatalf("writing 16 MiB into the adopted 4 MiB workspace: %q", r.Output)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := m2.Delete(ctx, box.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertNoDisk(t, e.cli, box.ID)
 }

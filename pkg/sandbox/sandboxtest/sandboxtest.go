@@ -352,9 +352,10 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 	check(c.Labels[sandbox.LabelSandbox] != "" && c.Labels[sandbox.LabelWorker] != "", "plumb labels", c.Labels)
 }
 
-// LoopsBacking returns the loop devices of the host whose backing file is
-// named name (/sys/block/loop*/loop/backing_file, readable by anyone).
-func LoopsBacking(name string) []string {
+// LoopsBacking returns the loop devices of the host whose backing file's
+// name matches pattern (filepath.Match; /sys/block/loop*/loop/backing_file,
+// readable by anyone).
+func LoopsBacking(pattern string) []string {
 	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	var out []string
 	for _, f := range files {
@@ -363,7 +364,7 @@ func LoopsBacking(name string) []string {
 			continue
 		}
 		p := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		if filepath.Base(p) == name {
+		if ok, _ := filepath.Match(pattern, filepath.Base(p)); ok {
 			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f))))
 		}
 	}
