@@ -25,6 +25,7 @@ const usage = `usage:
   sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
   sandbox-agent count DIR[:MAX]...
+  sandbox-agent disk attach DIR NAME BYTES INODES | disk detach DIR NAME
   sandbox-agent --version
 `
 
@@ -46,6 +47,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runInit()
 	case "count":
 		return runCount(args[1:], stdout, stderr)
+	case "disk":
+		return runDisk(args[1:], stdout, stderr)
 	case "serve":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

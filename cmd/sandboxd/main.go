@@ -117,6 +117,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		allowEgress  bool
 		stateDir     string
 		pool         sandbox.PoolConfig
+		diskEnforce  string
 	)
 	f := daemon.NewFlags("sandboxd")
 	c.Bind(f, "127.0.0.1:7071", "127.0.0.1:9071")
@@ -132,6 +133,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.Int64(&pol.MaxPids, "policy-max-pids", 0, fmt.Sprintf("pids ceiling of one sandbox (0 = %d)", sandbox.DefaultMaxPids))
 	f.Duration(&pol.MaxTTL, "policy-max-ttl", 0, "TTL ceiling of sandboxes, for creates and keep-alives (0 = 168h)")
 	f.Int64(&pol.MaxDiskBytes, "policy-max-disk-bytes", 0, "workspace disk ceiling of one sandbox in bytes (0 = none)")
+	f.String(&diskEnforce, "disk-enforcement", sandbox.DiskKernel, fmt.Sprintf("how a sandbox's disk_bytes is enforced: %q (a workspace file system of its own, on a loop device) or %q (measured every 30 s; a fallback for nodes without loop devices)", sandbox.DiskKernel, sandbox.DiskWatchdog))
 	f.Bool(&allowEgress, "policy-allow-egress", true, "allow sandboxes with network egress at all")
 	f.String(&pol.DefaultRuntime, "default-runtime", "", "OCI runtime of sandboxes whose template and request name none, e.g. runsc (default: the engine's)")
 	f.String(&stateDir, "state-dir", "", "directory for the worker's state: each sandbox's expiry, kept across restarts (default: none; re-adopted sandboxes then expire at creation + TTL)")
@@ -270,6 +272,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		StateDir:           stateDir,
 		EgressProxy:        egressProxy,
 		EgressUpstreamCA:   upstreamRoots,
+		DiskEnforcement:    diskEnforce,
 	}, sandbox.WithLogger(lg))
 	var ce *sandbox.ConfigError
 	if errors.As(err, &ce) {

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"io"
-	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -20,22 +18,23 @@ import (
 // workspaces of sandboxes that have a disk limit.
 const DefaultDiskCheckInterval = 30 * time.Second
 
-// CheckDisk is the workspace disk watchdog. Docker's local volumes have
-// no size limit the kernel enforces (no project quota on this storage),
-// so the worker measures instead: it asks the engine for the size of
+// CheckDisk is the workspace disk watchdog, the fallback of a worker
+// whose disk enforcement is DiskWatchdog (where a workspace cannot have a
+// file system of its own); boxes with one are skipped. The worker
+// measures: it asks the engine for the size of
 // every volume (GET /system/df, computed by the engine as root, so a box
 // cannot hide bytes in a directory it made unreadable) and fails each
 // running sandbox whose workspace is over its DiskBytes, killing its
 // container. A box can overshoot its limit by what it writes between two
-// checks. It returns the ids of the sandboxes it failed. The reaper loop
-// runs it every DiskCheckInterval when some sandbox has a limit; errors
+// checks. It returns the ids of the sandboxes it failed. Its own loop
+// (diskLoop, not the reaper's) runs it every DiskCheckInterval; errors
 // only reach the log.
 func (m *Manager) CheckDisk(ctx context.Context) []string {
 	m.mu.Lock()
 	limited := map[string]*sandbox{}
 	for id, sb := range m.sandboxes {
 		sb.mu.Lock()
-		if sb.info.State == StateRunning && sb.info.Settings.DiskBytes > 0 {
+		if sb.info.State == StateRunning && sb.info.Settings.DiskBytes > 0 && !m.kernelDisk(sb.info.Settings) {
 			limited[volumeName(id)] = sb
 		}
 		sb.mu.Unlock()
@@ -122,8 +121,6 @@ func (m *Manager) countInodes(ctx context.Context, vols map[string]*sandbox) (ma
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s for its image: %w", cid, err)
 	}
-	labels := map[string]string{LabelWorker: m.cfg.Worker}
-	maps.Copy(labels, m.cfg.ExtraLabels)
 	mounts := make([]mount.Mount, len(names))
 	args := []string{"count"}
 	for i, v := range names {
@@ -135,43 +132,15 @@ func (m *Manager) countInodes(ctx context.Context, vols map[string]*sandbox) (ma
 		// the box created.
 		args = append(args, fmt.Sprintf("/v/%s:%d", v, ceiling))
 	}
-	pids, noInit := int64(64), false
-	c, err := m.api.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image: res.Container.Image, User: AgentUser, Entrypoint: []string{AgentPath}, Cmd: []string{"init"},
-			Labels: labels, Hostname: "count", WorkingDir: "/",
-			Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode: "none", CapDrop: []string{"ALL"}, CapAdd: []string{"DAC_READ_SEARCH"},
-			SecurityOpt: []string{"no-new-privileges:true"}, ReadonlyRootfs: true, LogConfig: container.LogConfig{Type: "none"},
-			IpcMode: container.IPCModePrivate, Init: &noInit, Mounts: mounts,
-			Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
-		},
-	})
+	pids := int64(64)
+	out, err := m.runHelper(ctx, res.Container.Image, "count", &container.HostConfig{
+		CapAdd: []string{"DAC_READ_SEARCH"}, Mounts: mounts,
+		Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
+	}, args)
 	if err != nil {
-		return nil, fmt.Errorf("create the inode count container: %w", err)
+		return nil, err
 	}
-	defer m.removeContainerOnly(ctx, c.ID)
-	if _, err := m.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
-		return nil, fmt.Errorf("start the inode count container: %w", err)
-	}
-	ex, err := m.api.ExecCreate(ctx, c.ID, client.ExecCreateOptions{User: AgentUser, AttachStdout: true, AttachStderr: true, Cmd: append([]string{AgentPath}, args...)})
-	if err != nil {
-		return nil, fmt.Errorf("exec the inode count: %w", err)
-	}
-	att, err := m.api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("attach the inode count: %w", err)
-	}
-	defer att.Close()
-	stop := context.AfterFunc(ctx, func() { att.Close() })
-	defer stop()
-	out, err := io.ReadAll(io.LimitReader(newDemuxReader(att.Reader, io.Discard), int64(len(names))*24))
-	if err != nil {
-		return nil, fmt.Errorf("read the inode count: %w", err)
-	}
-	lines := strings.Fields(string(out))
+	lines := strings.Fields(out)
 	if len(lines) != len(names) {
 		return nil, fmt.Errorf("the inode count printed %d numbers for %d workspaces", len(lines), len(names))
 	}

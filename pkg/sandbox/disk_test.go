@@ -11,7 +11,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
 
-// TestDiskWatchdog: a sandbox whose workspace grows past its disk_bytes is
+// TestDiskWatchdog (the DiskWatchdog fallback): a sandbox whose workspace grows past its disk_bytes is
 // failed by the watchdog (with a reason naming the limit) and its
 // container killed; a sandbox under its limit and a neighbour without one
 // keep serving (the neighbour during the hog's write and the check too).
@@ -25,6 +25,7 @@ func TestDiskWatchdog(t *testing.T) {
 
 func diskWatchdog(t *testing.T, rt string) {
 	e := newEnv(t)
+	e.cfg.DiskEnforcement = sandbox.DiskWatchdog
 	m := e.manager(t)
 	ctx := context.Background()
 	const limit = 1 << 20
@@ -67,12 +68,13 @@ func diskWatchdog(t *testing.T, rt string) {
 	}
 }
 
-// TestDiskWatchdogCountsInodes: a workspace of empty files, far under its
+// TestDiskWatchdogCountsInodes (the DiskWatchdog fallback): a workspace of empty files, far under its
 // disk_bytes in bytes, is failed once it holds more files than the inode
 // ceiling derived from disk_bytes allows, even with them in a directory
 // box code made unreadable; a box under both bounds keeps serving.
 func TestDiskWatchdogCountsInodes(t *testing.T) {
 	e := newEnv(t)
+	e.cfg.DiskEnforcement = sandbox.DiskWatchdog
 	m := e.manager(t)
 	ctx := context.Background()
 	const limit = 1 << 20 // 256 inodes

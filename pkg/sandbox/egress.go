@@ -1,20 +1,16 @@
 package sandbox
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -86,12 +82,6 @@ func egressEnv() []string {
 func egressNetwork(id string) string   { return "plumb-egress-" + id }
 func egressProxyName(id string) string { return id + "-egress" }
 
-// egressImages imports the proxy image once per binary.
-type egressImages struct {
-	mu  sync.Mutex
-	ref string // the image ID, once imported or found
-}
-
 // egressLabels label a sandbox's network and proxy.
 func (m *Manager) egressLabels(id string) map[string]string {
 	l := map[string]string{LabelEgressFor: id, LabelEgressWorker: m.cfg.Worker}
@@ -105,45 +95,8 @@ func (m *Manager) egressImage(ctx context.Context) (string, error) {
 	if len(m.cfg.EgressProxy) == 0 {
 		return "", errorf(CodeInvalid, "network egress is not available on worker %s: it has no plumb-egress proxy binary (--egress-proxy-binary)", m.cfg.Worker)
 	}
-	m.egressImg.mu.Lock()
-	defer m.egressImg.mu.Unlock()
-	if m.egressImg.ref != "" {
-		return m.egressImg.ref, nil
-	}
-	tag := m.egressTag()
-	if res, err := m.api.ImageInspect(ctx, tag); err == nil {
-		m.egressImg.ref = res.ID
-		return res.ID, nil
-	} else if !cerrdefs.IsNotFound(err) {
-		return "", fmt.Errorf("inspect egress proxy image: %w", err)
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	hdr := &tar.Header{Name: "plumb-egress", Mode: 0o755, Size: int64(len(m.cfg.EgressProxy)), ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return "", err
-	}
-	if _, err := tw.Write(m.cfg.EgressProxy); err != nil {
-		return "", err
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	rc, err := m.api.ImageImport(ctx, client.ImageImportSource{Source: &buf, SourceName: "-"}, tag, client.ImageImportOptions{
-		Changes: []string{`ENTRYPOINT ["/plumb-egress"]`, "USER " + egressUser},
-		Message: "plumb egress proxy",
-	})
-	if err != nil {
-		return "", fmt.Errorf("import egress proxy image: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, rc)
-	rc.Close()
-	res, err := m.api.ImageInspect(ctx, tag)
-	if err != nil {
-		return "", fmt.Errorf("inspect egress proxy image: %w", err)
-	}
-	m.egressImg.ref = res.ID
-	return res.ID, nil
+	return m.importBinary(ctx, &m.egressImg, m.egressTag(), "plumb-egress", m.cfg.EgressProxy,
+		[]string{`ENTRYPOINT ["/plumb-egress"]`, "USER " + egressUser}, "plumb egress proxy")
 }
 
 // egressTag is the tag of the proxy image of this worker's binary.

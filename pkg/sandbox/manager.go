@@ -87,9 +87,14 @@ type Config struct {
 	MaxMemoryBytes int64
 	// ReapInterval is how often expired sandboxes are removed (default 10 s).
 	ReapInterval time.Duration
+	// DiskEnforcement is how a sandbox's disk_bytes is enforced:
+	// DiskKernel ("" too) gives its workspace a file system of its own,
+	// DiskWatchdog measures it (a fallback where loop devices are not
+	// available; see docs/security.md, "Workspace disk limit").
+	DiskEnforcement string
 	// DiskCheckInterval is how often the disk watchdog (CheckDisk) runs
-	// (default DefaultDiskCheckInterval); it runs on reaper rounds, so at
-	// most as often as ReapInterval.
+	// under DiskWatchdog (default DefaultDiskCheckInterval), in its own
+	// goroutine.
 	DiskCheckInterval time.Duration
 	// ExtraLabels are added to every container and volume (tests use them
 	// to find leftovers).
@@ -149,19 +154,18 @@ type Manager struct {
 	bg     sync.WaitGroup
 	limits limits // the policy resolved against the host
 
-	mu          sync.Mutex
-	sandboxes   map[string]*sandbox
-	reserved    int64 // memory of live and in-creation sandboxes
-	creating    int
-	failed      int                  // failed sandboxes whose quota is released but whose record stays
-	pending     map[string]bool      // ids of creates in progress (their volumes are not orphans)
-	tenantNew   map[string]tenantUse // by tenant: what its creates in progress reserve
-	evicting    int                  // creates evicting pool boxes (pool refills wait)
-	collected   time.Time            // last collector round
-	diskChecked time.Time            // last disk watchdog round
-	closed      bool
-	expiry      *expiryStore
-	pools       *pools // warm pools, guarded by mu
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	reserved  int64 // memory of live and in-creation sandboxes
+	creating  int
+	failed    int                  // failed sandboxes whose quota is released but whose record stays
+	pending   map[string]bool      // ids of creates in progress (their volumes are not orphans)
+	tenantNew map[string]tenantUse // by tenant: what its creates in progress reserve
+	evicting  int                  // creates evicting pool boxes (pool refills wait)
+	collected time.Time            // last collector round
+	closed    bool
+	expiry    *expiryStore
+	pools     *pools // warm pools, guarded by mu
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -170,7 +174,9 @@ type Manager struct {
 	closing chan struct{}
 
 	// egressImg is the proxy image of egress sandboxes.
-	egressImg egressImages
+	egressImg helperImage
+	// diskImg is the disk helper's image.
+	diskImg helperImage
 	// ectls are the attached control channels of egress proxies.
 	ectls egressCtls
 }
@@ -240,6 +246,13 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
+	switch cfg.DiskEnforcement {
+	case "":
+		cfg.DiskEnforcement = DiskKernel
+	case DiskKernel, DiskWatchdog:
+	default:
+		return nil, &ConfigError{Err: fmt.Errorf("disk enforcement %q is neither %q nor %q", cfg.DiskEnforcement, DiskKernel, DiskWatchdog)}
+	}
 	if cfg.DiskCheckInterval <= 0 {
 		cfg.DiskCheckInterval = DefaultDiskCheckInterval
 	}
@@ -294,6 +307,14 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	rctx, cancel := context.WithCancel(context.Background())
 	m.stopReaper, m.reaperDone = cancel, make(chan struct{})
 	go m.reapLoop(rctx)
+	if m.cfg.DiskEnforcement == DiskWatchdog {
+		m.lg.Warn("workspace disk limits are MEASURED, NOT ENFORCED (disk enforcement: watchdog): a box can write past its disk_bytes and inode ceiling until the next round", zap.Duration("interval", m.cfg.DiskCheckInterval))
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			m.diskLoop(rctx)
+		}()
+	}
 	m.startPools()
 	return m, nil
 }
@@ -542,7 +563,18 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			m.discard(ctx, sb)
 		}
 	}()
-	if _, err := m.api.VolumeCreate(ectx, client.VolumeCreateOptions{Name: volume, Labels: labels}); err != nil {
+	vopts := client.VolumeCreateOptions{Name: volume, Labels: labels}
+	if m.kernelDisk(t) {
+		if vopts.DriverOpts, err = m.attachDisk(ectx, id, t.DiskBytes); err != nil {
+			return nil, err
+		}
+		vopts.Driver, vopts.Labels = "local", maps.Clone(labels)
+		vopts.Labels[LabelDisk] = id
+	}
+	if _, err := m.api.VolumeCreate(ectx, vopts); err != nil {
+		if vopts.DriverOpts != nil {
+			m.removeDisk(ctx, id)
+		}
 		return nil, fmt.Errorf("create workspace volume: %w", err)
 	}
 	if err := stopped(); err != nil {
@@ -1207,11 +1239,21 @@ func (m *Manager) removeContainer(ctx context.Context, cid, volume string) error
 	return nil
 }
 
+// removeVolume removes a workspace volume and, once it is gone, the
+// image its file system lives in (LabelDisk).
 func (m *Manager) removeVolume(ctx context.Context, volume string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if _, err := m.api.VolumeRemove(ctx, volume, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+	v, err := m.api.VolumeInspect(vctx, volume, client.VolumeInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return
+	}
+	if _, err := m.api.VolumeRemove(vctx, volume, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		m.lg.Warn("remove volume", zap.String("volume", volume), zap.Error(err))
+		return
+	}
+	if id, ok := strings.CutPrefix(volume, volumePrefix); ok && err == nil && v.Volume.Labels[LabelDisk] == id {
+		m.removeDisk(ctx, id)
 	}
 }
 
@@ -1290,12 +1332,17 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 			return fmt.Errorf("list this worker's volumes: %w", err)
 		}
 		for _, v := range list.Items {
+			if id, ok := strings.CutPrefix(v.Name, diskVolumePrefix); ok && v.Labels[LabelWorker] == m.cfg.Worker {
+				if !seen[v.Name] && !m.inUse(id) {
+					seen[v.Name] = true
+					m.lg.Info("removing orphan workspace image", zap.String("volume", v.Name))
+					m.removeDisk(ctx, id)
+				}
+				continue
+			}
 			id, named := strings.CutPrefix(v.Name, volumePrefix)
 			mine := v.Labels[LabelWorker] == m.cfg.Worker || named && WorkerOf(id) == m.cfg.Worker
-			m.mu.Lock()
-			live := m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
-			m.mu.Unlock()
-			if seen[v.Name] || !mine || live {
+			if seen[v.Name] || !mine || m.inUse(id) {
 				continue
 			}
 			seen[v.Name] = true
@@ -1304,6 +1351,13 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// inUse reports whether sandbox id is live, in creation or in a pool.
+func (m *Manager) inUse(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
 }
 
 func (m *Manager) reapLoop(ctx context.Context) {
@@ -1316,10 +1370,6 @@ func (m *Manager) reapLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 			m.Reap(ctx)
-			if m.now().Sub(m.diskChecked) >= m.cfg.DiskCheckInterval {
-				m.CheckDisk(ctx)
-				m.diskChecked = m.now()
-			}
 			if m.now().Sub(m.collected) >= collectInterval {
 				m.Collect(ctx)
 				m.collected = m.now()
@@ -1455,4 +1505,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// diskLoop runs the disk watchdog every DiskCheckInterval, off the reaper
+// loop: a slow measurement never delays TTL reaping.
+func (m *Manager) diskLoop(ctx context.Context) {
+	tick := time.NewTicker(m.cfg.DiskCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.CheckDisk(ctx)
+		}
+	}
 }

@@ -257,3 +257,25 @@ func TestCheckNumbers(t *testing.T) {
 		t.Error("policy max_cpus NaN accepted")
 	}
 }
+
+// TestDiskBytesRange: disk_bytes is 0 (none) or what a workspace file
+// system can be, 1 MiB up to MaxDiskBytes; anything else is invalid on
+// the disk_bytes field.
+func TestDiskBytesRange(t *testing.T) {
+	for _, tc := range []struct {
+		disk int64
+		ok   bool
+	}{
+		{0, true}, {MinDiskBytes, true}, {64 << 20, true}, {MaxDiskBytes, true},
+		{-1, false}, {1, false}, {MinDiskBytes - 1, false}, {MaxDiskBytes + 1, false},
+	} {
+		err := Template{Image: "x", DiskBytes: tc.disk}.Merge(DefaultTemplate).validate()
+		var e *Error
+		if tc.ok && err != nil {
+			t.Errorf("disk_bytes %d: %v", tc.disk, err)
+		}
+		if !tc.ok && (!errors.As(err, &e) || e.Code != CodeInvalid || e.Field != "disk_bytes") {
+			t.Errorf("disk_bytes %d: %v, want invalid on disk_bytes", tc.disk, err)
+		}
+	}
+}

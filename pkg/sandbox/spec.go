@@ -186,8 +186,10 @@ func (t Template) validate() error {
 		return invalidField("pids", "pids %d out of range 16..1048576", t.Pids)
 	case t.Network != NetworkNone && t.Network != NetworkEgress:
 		return invalidField("network", "network %q: want none or egress", t.Network)
-	case t.DiskBytes < 0:
-		return invalidField("disk_bytes", "disk %d bytes must not be negative", t.DiskBytes)
+	case t.DiskBytes < 0 || t.DiskBytes > MaxDiskBytes:
+		return invalidField("disk_bytes", "disk %d bytes out of range 0..%d", t.DiskBytes, int64(MaxDiskBytes))
+	case t.DiskBytes > 0 && t.DiskBytes < MinDiskBytes:
+		return invalidField("disk_bytes", "disk %d bytes is below the 1 MiB minimum (a workspace file system's)", t.DiskBytes)
 	case t.TTL < time.Second || t.TTL > MaxTTL:
 		return invalidField("ttl", "ttl %s out of range 1s..168h", t.TTL)
 	case !validWorkingDir(t.WorkingDir):

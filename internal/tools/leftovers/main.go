@@ -1,5 +1,6 @@
 // Command leftovers removes every container and volume that the tests of
-// one `make test` run left behind (label plumb.test-run=<run>) and exits 1,
+// one `make test` run left behind (label plumb.test-run=<run>), with the
+// loop devices of the workspace images in those volumes, and exits 1,
 // naming them, when there were any; 0 when the run left nothing.
 package main
 

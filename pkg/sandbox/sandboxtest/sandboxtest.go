@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/testimage"
+	"golang.org/x/sys/unix"
 )
 
 // Docker returns a client of the local engine. Without a reachable engine
@@ -273,6 +275,15 @@ func RemoveLeftovers(ctx context.Context, cli *client.Client, filters ...client.
 		}
 	}
 	for _, v := range volumes {
+		// A workspace image's loop device outlives its volume: detach it
+		// first (the host's root only).
+		if id, ok := strings.CutPrefix(v, sandbox.DiskVolume("")); ok {
+			if err := DetachLoops(id + ".img"); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: %w", v, err))
+			}
+		}
+	}
+	for _, v := range volumes {
 		if _, err := cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true}); err != nil {
 			errs = append(errs, fmt.Errorf("remove volume %s: %w", v, err))
 		}
@@ -354,4 +365,50 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 		check(!strings.Contains(mp.Source, "docker.sock") && mp.Type != mount.TypeBind, "no docker socket, no host paths", mp)
 	}
 	check(c.Labels[sandbox.LabelSandbox] != "" && c.Labels[sandbox.LabelWorker] != "", "plumb labels", c.Labels)
+}
+
+// LoopsBacking returns the loop devices of the host whose backing file's
+// name matches pattern (filepath.Match; /sys/block/loop*/loop/backing_file,
+// readable by anyone).
+func LoopsBacking(pattern string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		p := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if ok, _ := filepath.Match(pattern, filepath.Base(p)); ok {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return out
+}
+
+// DetachLoops detaches the loop devices of the host whose backing file is
+// named name (a device still mounted is detached once unmounted); it needs
+// root.
+func DetachLoops(name string) error {
+	var errs []error
+	for _, dev := range LoopsBacking(name) {
+		f, err := os.OpenFile("/dev/"+dev, os.O_RDWR, 0)
+		if err == nil {
+			err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+			f.Close()
+		}
+		if err != nil && !errors.Is(err, unix.ENXIO) {
+			errs = append(errs, fmt.Errorf("detach %s (backed by %s): %w", dev, name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// AllocatedBytes is what a file takes on its file system (its blocks,
+// not its length).
+func AllocatedBytes(st os.FileInfo) int64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Blocks * 512
+	}
+	return st.Size()
 }

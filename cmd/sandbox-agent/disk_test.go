@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestDiskRefusesBadArguments: names that are not a sandbox id (a path
+// among them), numbers that are not numbers and unknown verbs are refused
+// with the usage, before anything is made.
+func TestDiskRefusesBadArguments(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{},
+		{"attach", dir},
+		{"attach", dir, "../escape", "1048576", "256"},
+		{"attach", dir, "a/b", "1048576", "256"},
+		{"attach", dir, "", "1048576", "256"},
+		{"attach", dir, ".hidden", "1048576", "256"},
+		{"attach", dir, "sbx-a", "1MiB", "256"},
+		{"attach", dir, "sbx-a", "1048576"},
+		{"detach", dir, "sbx-a", "extra"},
+		{"format", dir, "sbx-a"},
+	} {
+		var out, errb bytes.Buffer
+		if code := runDisk(args, &out, &errb); code != 2 {
+			t.Errorf("disk %q: exit %d, want 2 (stderr %q)", args, code, errb.String())
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("refused commands made %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape.img")); err == nil {
+		t.Fatal("a name with .. made a file outside DIR")
+	}
+}
+
+// TestDiskAttachRefusesBadSize: a size under the minimum fails and leaves
+// no image behind; detaching an image that does not exist succeeds.
+func TestDiskAttachRefusesBadSize(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := runDisk([]string{"attach", dir, "sbx-a", "4096", "256"}, &out, &errb); code != 1 {
+		t.Fatalf("attach of 4096 bytes: exit %d (%q)", code, errb.String())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a refused attach left %v", ents)
+	}
+	if code := runDisk([]string{"detach", dir, "sbx-a"}, &out, &errb); code != 0 {
+		t.Fatalf("detach of nothing: exit %d (%q)", code, errb.String())
+	}
+}
