@@ -61,7 +61,10 @@ func TestDecode(t *testing.T) {
 	}{
 		{"empty", "", func(c config) bool { return c.Templates == nil }, nil},
 		{"new keys", "templates:\n  py: {cpus: 1.5, memory: 1Gi, image: python}\n",
-			func(c config) bool { p := c.Templates["py"]; return p.CPUs == 1.5 && p.Memory == 1<<30 && p.Image == "python" }, nil},
+			func(c config) bool {
+				p := c.Templates["py"]
+				return p.CPUs == 1.5 && p.Memory == 1<<30 && p.Image == "python"
+			}, nil},
 		{"old keys", "templates:\n  py:\n    cpu: 2\n    memory_bytes: 1073741824\n",
 			func(c config) bool { p := c.Templates["py"]; return p.CPUs == 2 && p.Memory == 1<<30 },
 			[]string{"templates.py.cpu (line 3) is deprecated: use templates.py.cpus", "templates.py.memory_bytes (line 4) is deprecated: use templates.py.memory"}},
@@ -71,7 +74,9 @@ func TestDecode(t *testing.T) {
 			func(c config) bool { return c.Templates["py"].Memory == 1024 && c.Templates["py"].Image == "x" },
 			[]string{"templates.a.memory_bytes (line 2) is deprecated: use templates.a.memory"}},
 		{"durations and sequences", "templates:\n  py: {ttl: 90s}\nlist: [{size: 1}, {size: 2}]\n",
-			func(c config) bool { return c.Templates["py"].TTL == 90*time.Second && len(c.List) == 2 && c.List[1].Size == 2 }, nil},
+			func(c config) bool {
+				return c.Templates["py"].TTL == 90*time.Second && len(c.List) == 2 && c.List[1].Size == 2
+			}, nil},
 		{"custom unmarshaler", "gates:\n  a: false\n  b: {name: x}\n",
 			func(c config) bool { return c.Gates["a"].Off && c.Gates["b"].Name == "x" }, nil},
 		{"anchored old keys used twice", "templates:\n  a: &t {memory_bytes: 2Ki}\n  b: *t\n",
