@@ -81,7 +81,13 @@ func oneLine(err error) error {
 
 type walker struct {
 	deprecated []Deprecation
+	visits     int
 }
+
+// maxVisits bounds the nodes a walk visits (a config has hundreds):
+// aliases can make a small document expand past any config's size (the
+// decoder has its own guard, but the walk runs first).
+const maxVisits = 100_000
 
 var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 
@@ -92,6 +98,9 @@ var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
+	}
+	if w.visits++; w.visits > maxVisits {
+		return fmt.Errorf("%s: the document expands to more than %d nodes (aliases)", orRoot(path), maxVisits)
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()

@@ -51,6 +51,7 @@ type config struct {
 	List      []pool              `yaml:"list"`
 	Gates     map[string]either   `yaml:"gates"`
 	Max       *Quantity           `yaml:"max" deprecated:"max_bytes"`
+	Deep      [][][][][][][]int   `yaml:"deep"`
 }
 
 func TestDecode(t *testing.T) {
@@ -106,7 +107,7 @@ func TestDecode(t *testing.T) {
 
 func TestDecodeErrors(t *testing.T) {
 	tests := []struct{ name, doc, want string }{
-		{"unknown top key", "vesion: 1\n", "vesion: unknown key (line 1; known keys: gates, list, max, templates, version)"},
+		{"unknown top key", "vesion: 1\n", "vesion: unknown key (line 1; known keys: deep, gates, list, max, templates, version)"},
 		{"unknown nested key", "templates:\n  py: {imgae: x}\n", "templates.py.imgae: unknown key (line 2; known keys: cpus, image, memory, pool, ttl)"},
 		{"unknown key in a list", "list: [{size: 1}, {sise: 2}]\n", "list[1].sise: unknown key"},
 		{"unknown key in a custom unmarshaler", "gates:\n  a: {nam: x}\n", "gates.a.nam: unknown key"},
@@ -125,6 +126,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"both spellings at the top", "max: 1Gi\nmax_bytes: 1\n", "top level: max (line 1) and max_bytes (line 2) both given"},
 		{"duplicate key", "version: 1\nversion: 2\n", `mapping key "version" already defined`},
 		{"syntax", "templates: [\n", "did not find expected node content"},
+		{"alias bomb", aliasBomb(), "expands to more than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,6 +137,16 @@ func TestDecodeErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aliasBomb is a small document whose aliases expand to 10^7 nodes along
+// the config's types.
+func aliasBomb() string {
+	level := "[1" + strings.Repeat(",1", 9) + "]"
+	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+		level = "[&" + name + " " + level + strings.Repeat(",*"+name, 9) + "]"
+	}
+	return "deep: " + level + "\n"
 }
 
 func TestParseQuantity(t *testing.T) {
