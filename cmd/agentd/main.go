@@ -17,6 +17,7 @@ import (
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
+	"github.com/plumbhq/plumb/internal/yamlconf"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -63,30 +64,29 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	workers, err := splitAddrs(sandboxd)
-	if err != nil {
-		return err
-	}
-	if cfg.Sandbox.Address != "" && !f.IsSet("sandboxd") {
-		workers = nil // the config file names the workers
-	}
-	if sqlitePath != "" {
-		cfg.Storage.SQLitePath = sqlitePath
-	}
-	if postgresDSN != "" {
-		cfg.Storage.PostgresDSN = postgresDSN
+	if f.IsSet("sandboxd") {
+		if _, err := fleet.ParseTargets(sandboxd); err != nil {
+			return daemon.Usagef("invalid --sandboxd: %v", err)
+		}
 	}
 	switch defaultBackend {
 	case "", "state", "sandbox", "filesystem":
 	default:
 		return daemon.Usagef("invalid --default-backend %q: want state, sandbox or filesystem", defaultBackend)
 	}
+	// A flag given wins over the config file, the file over the flag's
+	// default (the rule sandboxd follows too).
+	daemon.Override(f, "sandboxd", sandboxd, &cfg.Sandbox.Address)
+	daemon.Override(f, "default-backend", defaultBackend, &cfg.Backends.Default)
+	daemon.Override(f, "sqlite-path", sqlitePath, &cfg.Storage.SQLitePath)
+	daemon.Override(f, "postgres-dsn", postgresDSN, &cfg.Storage.PostgresDSN)
 
 	lg, err := daemon.NewLogger(c.LogFormat, c.LogLevel)
 	if err != nil {
 		return &daemon.UsageError{Err: err}
 	}
 	defer func() { _ = lg.Sync() }()
+	yamlconf.LogDeprecations(lg, cfg.Deprecated)
 
 	sec, err := c.Security(false, lg)
 	if err != nil {
@@ -115,12 +115,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	core, err := agentd.Build(ctx, cfg, agentd.Options{
-		Env:            os.Getenv,
-		Sandboxd:       workers,
-		DefaultBackend: defaultBackend,
-		Logger:         lg,
-		WorkerDial:     workerOpts,
-		Tracing:        tr,
+		Env:        os.Getenv,
+		Logger:     lg,
+		WorkerDial: workerOpts,
+		Tracing:    tr,
 	})
 	if err != nil {
 		return &daemon.UsageError{Err: err}
@@ -157,13 +155,4 @@ func replicaID() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return cmp.Or(host, "agentd") + "-" + hex.EncodeToString(b)
-}
-
-// splitAddrs parses the comma-separated --sandboxd list.
-func splitAddrs(list string) ([]string, error) {
-	out, err := fleet.ParseTargets(list)
-	if err != nil {
-		return nil, daemon.Usagef("invalid --sandboxd: %v", err)
-	}
-	return out, nil
 }

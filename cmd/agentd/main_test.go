@@ -159,6 +159,31 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 }
 
+// TestFlagsOverConfigAndDeprecatedKeys: a flag given wins over the config
+// file (--sandboxd over a sandbox.address that would not parse), and a
+// deprecated key starts agentd with a WARN naming the key that replaces
+// it.
+func TestFlagsOverConfigAndDeprecatedKeys(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "agentd.yaml")
+	if err := os.WriteFile(cfg, []byte("sandbox:\n  address: \"dns:///bad name\"\n  template: {cpu: 1, memory: 512Mi}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := daemontest.Run(t, agentdBin, nil, append(append([]string{}, freeArgs...), "--config", cfg, "--default-backend", "state")...)
+	if r.ExitCode != 2 || !strings.Contains(r.Stderr, "sandbox.address") {
+		t.Fatalf("without the flag: exit %d, stderr %q; want the config's sandbox.address refused", r.ExitCode, r.Stderr)
+	}
+	p := daemontest.Start(t, agentdBin, append(append([]string{}, freeArgs...), "--config", cfg, "--default-backend", "state", "--sandboxd", "127.0.0.1:7071")...)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(2 * time.Minute); code != 0 {
+		t.Fatalf("exit code = %d, want 0; stderr: %s", code, p.Stderr())
+	}
+	if e := p.Stderr(); !strings.Contains(e, `"msg":"deprecated config key","key":"sandbox.template.cpu","use":"sandbox.template.cpus"`) {
+		t.Fatalf("stderr %q; want a deprecation warning for sandbox.template.cpu", e)
+	}
+}
+
 func TestServesHealthReflectionAndUnimplemented(t *testing.T) {
 	p := daemontest.Start(t, agentdBin, freeArgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -52,25 +52,16 @@ func TestBadStartInputs(t *testing.T) {
 		{"bad worker env", []string{"SANDBOXD_WORKER=a/b"}, nil, `invalid worker name "a/b"`},
 		{"bad grpc addr", nil, []string{"--grpc-addr", ":port"}, "-grpc-addr"},
 		{"missing agent binary", nil, []string{"--agent-binary", "/nonexistent/sandbox-agent"}, "sandbox-agent binary"},
-		{"negative quota", nil, []string{"--max-sandboxes", "-1"}, "must not be negative"},
 		{"missing egress proxy binary", nil, []string{"--egress-proxy-binary", "/nonexistent/plumb-egress"}, "plumb-egress binary"},
 		{"missing egress upstream CA", nil, []string{"--egress-upstream-ca", "/nonexistent/ca.pem"}, "--egress-upstream-ca"},
 		{"egress upstream CA without a certificate", nil, []string{"--egress-upstream-ca", "testdata/own-label.yaml"}, "no PEM certificate"},
-		{"bad egress allow-list", nil, []string{"--policy-egress-allow", "pypi.org,http://x"}, "egress_allow"},
-		{"unhardened sandboxes (benchmarks only)", nil, []string{"--config", "testdata/unhardened.yaml"}, "field unhardened not found"},
-		{"own label key", nil, []string{"--config", "testdata/own-label.yaml"}, `"plumb.worker" is one of plumb's own label keys`},
 		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
-		{"bad TLS certificate", nil, []string{"--tls-cert", "testdata/own-label.yaml", "--tls-key", "testdata/own-label.yaml"}, "testdata/own-label.yaml"},
+		{"bad TLS certificate", nil, []string{"--tls-cert", "testdata/bad-unit.yaml", "--tls-key", "testdata/bad-unit.yaml"}, "testdata/bad-unit.yaml"},
 		{"missing credentials file", nil, []string{"--credentials-file", "/nonexistent/creds"}, "/nonexistent/creds"},
-		{"template over the policy", nil, []string{"--config", "testdata/policy-template.yaml"}, `template "big" breaks the worker policy: memory 2147483648 bytes exceeds this worker's ceiling max_memory_bytes=1073741824`},
-		{"malformed policy", nil, []string{"--config", "testdata/policy-bad.yaml"}, `allowed_images entry "busybox:["`},
-		{"malformed per-tenant limit", nil, []string{"--config", "testdata/per-tenant-bad.yaml"}, "per_tenant.max_cpus -1 must be a finite number"},
-		{"defaults over a policy flag", nil, []string{"--policy-max-memory-bytes", "100000000"}, "defaults break the worker policy: memory 536870912 bytes exceeds this worker's ceiling max_memory_bytes=100000000"},
+		{"missing config file", nil, []string{"--config", "/nonexistent/sandboxd.yaml"}, "/nonexistent/sandboxd.yaml"},
+		{"bad unit in the config file", nil, []string{"--config", "testdata/bad-unit.yaml"}, `config file testdata/bad-unit.yaml: templates.python.memory: size "1GB"`},
+		{"config check", nil, []string{"--config", "testdata/pool.yaml"}, `config file testdata/pool.yaml: templates.py.pool: warm pools need --state-dir`},
 		{"policy env", []string{"SANDBOXD_POLICY_MAX_PIDS=10"}, nil, "max_pids=10"},
-		{"pool without a state dir", nil, []string{"--pool-size", "1"}, "warm pools need --state-dir"},
-		{"pool too big", nil, []string{"--pool-size", "65", "--state-dir", "/tmp"}, "pool size 65 is over the maximum 64"},
-		{"template pool without a state dir", nil, []string{"--config", "testdata/pool.yaml"}, `template "py": pool: warm pools need --state-dir`},
-		{"default runtime not allowed", nil, []string{"--config", "testdata/policy-template.yaml", "--default-runtime", "runc"}, `default_runtime "runc" is not in allowed_runtimes`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +70,21 @@ func TestBadStartInputs(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit 2 and one line mentioning %q", r.ExitCode, r.Stderr, tt.want)
 			}
 		})
+	}
+}
+
+// TestDeprecatedKeysWarn: a config file with the old byte-count keys
+// starts (here up to the missing credentials file) with one WARN per old key
+// naming the key that replaces it.
+func TestDeprecatedKeysWarn(t *testing.T) {
+	r := daemontest.Run(t, sandboxdBin, nil, append(append([]string{}, freeArgs...), "--config", "testdata/old-keys.yaml", "--credentials-file", "/nonexistent/creds")...)
+	if r.ExitCode != 2 || !strings.Contains(r.Stderr, "/nonexistent/creds") {
+		t.Fatalf("exit %d, stderr %q; want exit 2 for the credentials file", r.ExitCode, r.Stderr)
+	}
+	for _, want := range []string{`"key":"templates.py.memory_bytes","use":"templates.py.memory"`, `"key":"policy.max_memory_bytes","use":"policy.max_memory"`} {
+		if !strings.Contains(r.Stderr, `"msg":"deprecated config key"`) || !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr %q; want a deprecation warning with %s", r.Stderr, want)
+		}
 	}
 }
 

@@ -249,7 +249,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
 		Template: t.Template, Image: t.Image, WorkingDir: t.WorkingDir, Env: t.Env, Runtime: t.Runtime,
-		Resources: &plumbv1.Resources{Cpus: t.CPU, MemoryBytes: int64(t.Memory), Pids: t.Pids},
+		Resources: &plumbv1.Resources{Cpus: t.CPUs, MemoryBytes: int64(t.Memory), Pids: t.Pids},
 		Labels:    map[string]string{"thread-id": threadID},
 	}
 	switch t.Network {

@@ -1,26 +1,20 @@
 package agentd
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"os"
-	"reflect"
-	"regexp"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/plumbhq/plumb/internal/yamlconf"
 	"github.com/plumbhq/plumb/pkg/agent/tools"
 )
 
-// Config is agentd's configuration file. Every key of docs/agent-core.md §5.6 is
-// accepted; unknown keys are errors.
+// Config is agentd's configuration file. Every key of docs/agent-core.md
+// §5.6 is accepted; unknown keys are errors. Sizes take units (memory:
+// 1Gi) and CPUs are cores (cpus: 1.5), spelled as in sandboxd's config.
 type Config struct {
 	// Version fixes which tools the groups of allow-lists take (see
 	// tools.CurrentVersion): 1 (a file without version) keeps python out
@@ -45,6 +39,10 @@ type Config struct {
 	// mcp__<name>__<tool>; each agent's `tools` allow-list decides who
 	// gets them (@all does; "mcp__<name>__*" names one server's).
 	MCPServers map[string]MCPServerConfig `yaml:"mcp_servers"`
+
+	// Deprecated lists the deprecated keys the file used, for a warning
+	// each once there is a logger.
+	Deprecated []yamlconf.Deprecation `yaml:"-"`
 }
 
 // MCPServerConfig is one `mcp_servers.<name>` entry: command (a stdio
@@ -67,8 +65,8 @@ type MCPServerConfig struct {
 	Tools []string `yaml:"tools"`
 	// MaxResultChars cuts longer text results (default 50,000);
 	// MaxMessageBytes bounds one message from the server (default 4 MiB).
-	MaxResultChars  int      `yaml:"max_result_chars"`
-	MaxMessageBytes Quantity `yaml:"max_message_bytes"`
+	MaxResultChars  int               `yaml:"max_result_chars"`
+	MaxMessageBytes yamlconf.Quantity `yaml:"max_message_bytes"`
 }
 
 // ServerConfig is `server`.
@@ -81,9 +79,9 @@ type ServerConfig struct {
 	// ReplayMaxEvents and ReplayMaxBytes cap each run's replay log (0 =
 	// 10,000 events, 16 MiB); a client stream that falls further behind
 	// its run ends with RESOURCE_EXHAUSTED (STREAM_LAGGING).
-	ReplayMaxEvents int           `yaml:"replay_max_events"`
-	ReplayMaxBytes  Quantity      `yaml:"replay_max_bytes"`
-	ShutdownGrace   time.Duration `yaml:"shutdown_grace"`
+	ReplayMaxEvents int               `yaml:"replay_max_events"`
+	ReplayMaxBytes  yamlconf.Quantity `yaml:"replay_max_bytes"`
+	ShutdownGrace   time.Duration     `yaml:"shutdown_grace"`
 }
 
 // StorageConfig is `storage`.
@@ -155,16 +153,18 @@ type SandboxConfig struct {
 // SandboxTemplate is the sandbox each thread gets.
 type SandboxTemplate struct {
 	// Template names a template of the worker's config.
-	Template   string            `yaml:"template"`
-	Image      string            `yaml:"image"`
-	WorkingDir string            `yaml:"working_dir"`
-	CPU        float64           `yaml:"cpu"`
-	Memory     Quantity          `yaml:"memory"`
-	Pids       int64             `yaml:"pids"`
-	Network    string            `yaml:"network"`
-	Runtime    string            `yaml:"runtime"`
-	TTL        time.Duration     `yaml:"ttl"`
-	Env        map[string]string `yaml:"env"`
+	Template   string `yaml:"template"`
+	Image      string `yaml:"image"`
+	WorkingDir string `yaml:"working_dir"`
+	// CPUs is the CPU quota in cores (1.5; `cpu` is its deprecated
+	// spelling).
+	CPUs    float64           `yaml:"cpus" deprecated:"cpu"`
+	Memory  yamlconf.Quantity `yaml:"memory"`
+	Pids    int64             `yaml:"pids"`
+	Network string            `yaml:"network"`
+	Runtime string            `yaml:"runtime"`
+	TTL     time.Duration     `yaml:"ttl"`
+	Env     map[string]string `yaml:"env"`
 	// EgressSecrets make the box's egress proxy put a tenant's stored
 	// secret into a header of its HTTPS requests to some hosts (network
 	// egress only; docs/security.md, "Egress secrets").
@@ -414,63 +414,37 @@ func (i *InterruptOn) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Quantity is a byte size written as a number or with a Ki/Mi/Gi/Ti (or
-// K/M/G/T) suffix.
-type Quantity int64
-
-// UnmarshalYAML parses the size.
-func (q *Quantity) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseQuantity(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	*q = Quantity(v)
-	return nil
-}
-
-var quantityRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?)?$`)
-
-// ParseQuantity parses "512Mi", "1Gi", "1G" or a plain byte count.
-func ParseQuantity(s string) (int64, error) {
-	m := quantityRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return 0, fmt.Errorf("size %q: want bytes or a number with Ki, Mi, Gi or Ti", s)
-	}
-	f, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", s, err)
-	}
-	mult := map[string]float64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
-	return int64(f * mult), nil
-}
-
-// Load reads and strictly decodes the config file at path.
+// Load reads and strictly decodes the config file at path (see Parse).
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
-	return Parse(data)
+	c, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return c, nil
 }
 
-// Parse strictly decodes a config document: an unknown key at any depth
-// is an error naming its YAML path.
+// Parse strictly decodes a config document (yamlconf.Decode): an unknown
+// key or an ill-typed value at any depth is an error naming its YAML
+// path; deprecated keys are listed in Config.Deprecated.
 func Parse(data []byte) (*Config, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " "))
+	c, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
-	if len(doc.Content) > 0 {
-		if err := checkKeys(doc.Content[0], reflect.TypeFor[Config](), ""); err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-	}
+	return c, nil
+}
+
+func parse(data []byte) (*Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config: %s", strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " "))
+	ds, err := yamlconf.Decode(data, &c)
+	if err != nil {
+		return nil, err
 	}
+	c.Deprecated = ds
 	switch c.Version {
 	case 0:
 		// Files from before versions were written are version 1: their
@@ -478,115 +452,9 @@ func Parse(data []byte) (*Config, error) {
 		c.Version = tools.Version1
 	case tools.Version1, tools.CurrentVersion:
 	default:
-		return nil, fmt.Errorf("config: version %d is not supported (want %d or %d)", c.Version, tools.Version1, tools.CurrentVersion)
+		return nil, fmt.Errorf("version %d is not supported (want %d or %d)", c.Version, tools.Version1, tools.CurrentVersion)
 	}
 	return &c, nil
-}
-
-// checkKeys walks node alongside the type it decodes into and rejects a
-// mapping key that names no field, at any depth, with its YAML path
-// (`agents.main.interrupt_on.execute.allowd`). The decoder's KnownFields
-// cannot do this: it does not reach into custom unmarshalers (InterruptOn)
-// and its errors name Go types, not paths. Type mismatches are left to the
-// decoder.
-func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	at := func(key string) string {
-		if path == "" {
-			return key
-		}
-		return path + "." + key
-	}
-	switch {
-	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
-		fields := yamlFields(t)
-		if len(fields) == 0 {
-			return nil // a scalar-only type (SectionOverride): the decoder rejects a mapping
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Value == "<<" && k.Tag == "!!merge" {
-				if err := checkMerge(v, t, path); err != nil {
-					return err
-				}
-				continue
-			}
-			ft, ok := fields[k.Value]
-			if !ok {
-				return fmt.Errorf("%s: unknown key (line %d; known keys: %s)", at(k.Value), k.Line, strings.Join(sortedKeys(fields), ", "))
-			}
-			if err := checkKeys(v, ft, at(k.Value)); err != nil {
-				return err
-			}
-		}
-	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Value == "<<" && k.Tag == "!!merge" {
-				if err := checkMerge(v, t, path); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := checkKeys(v, t.Elem(), at(k.Value)); err != nil {
-				return err
-			}
-		}
-	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
-		for i, item := range n.Content {
-			if err := checkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// checkMerge checks the mapping (or list of mappings) of a `<<` merge key
-// as part of the mapping it is merged into.
-func checkMerge(v *yaml.Node, t reflect.Type, path string) error {
-	if v.Kind == yaml.AliasNode && v.Alias != nil {
-		v = v.Alias
-	}
-	if v.Kind != yaml.SequenceNode {
-		return checkKeys(v, t, path)
-	}
-	for _, m := range v.Content {
-		if err := checkKeys(m, t, path); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// yamlFields maps the YAML keys of struct t to their field types, as
-// yaml.v3 names them (the tag's name, else the lower-cased field name;
-// "-" skips a field).
-func yamlFields(t reflect.Type) map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		tag := f.Tag.Get("yaml")
-		name, opts, _ := strings.Cut(tag, ",")
-		switch {
-		case name == "-":
-			continue
-		case opts == "inline":
-			maps.Copy(out, yamlFields(f.Type))
-			continue
-		case name == "":
-			name = strings.ToLower(f.Name)
-		}
-		out[name] = f.Type
-	}
-	return out
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -54,8 +54,8 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 	}{
 		{"unknown key", "server:\n  grpc_adr: x\n", "grpc_adr"},
 		{"bad version", "version: 3\n", "version 3"},
-		{"bad duration", "limits:\n  run_timeout: soon\n", "line 2: cannot unmarshal !!str `soon`"},
-		{"bad size", "sandbox:\n  template:\n    memory: lots\n", `size "lots"`},
+		{"bad duration", "limits:\n  run_timeout: soon\n", "limits.run_timeout: cannot unmarshal !!str `soon` into time.Duration (line 2)"},
+		{"bad size", "sandbox:\n  template:\n    memory: lots\n", `sandbox.template.memory: size "lots"`},
 		{"unknown default model", "models:\n  a: {model: m}\n  b: {model: n}\ndefaults: {model: c}\n", "defaults.model"},
 		{"unknown profile model", "agents:\n  main: {model: nope}\n", "agents.main.model"},
 		{"route without slash", "backends:\n  routes:\n    /memories: {type: state}\n", "backends.routes./memories"},
@@ -91,7 +91,7 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"gate on a tool the agent lacks", "agents:\n  plan:\n    interrupt_on: {execute: true}\n", "agents.plan.interrupt_on.execute: agent plan cannot call execute"},
 		{"gate on a tool the subagent lacks", "subagents:\n  explore:\n    interrupt_on: {write_file: true}\n", "subagents.explore.interrupt_on.write_file: subagent explore cannot call write_file"},
 		{"cap_by_parent on a primary", "agents:\n  main: {cap_by_parent: false}\n", "agents.main.cap_by_parent"},
-		{"cap_by_parent not a boolean", "subagents:\n  bash: {cap_by_parent: sometimes}\n", "line 2"},
+		{"cap_by_parent not a boolean", "subagents:\n  bash: {cap_by_parent: sometimes}\n", "subagents.bash.cap_by_parent: cannot unmarshal !!str `sometimes` into bool (line 2)"},
 		{"gate on a read-only agent's write tool", "agents:\n  main: {read_only: true, interrupt_on: {delete: true}}\n", "agents.main.interrupt_on.delete: agent main cannot call delete"},
 	}
 	for _, tt := range tests {
@@ -189,15 +189,48 @@ func TestCapByParentReachesTheProfile(t *testing.T) {
 	a.Close()
 }
 
-func TestParseQuantity(t *testing.T) {
-	for in, want := range map[string]int64{"1Gi": 1 << 30, "512Mi": 512 << 20, "2G": 2e9, "1024": 1024, "1.5Gi": 3 << 29} {
-		if got, err := ParseQuantity(in); err != nil || got != want {
-			t.Errorf("ParseQuantity(%q) = %d, %v; want %d", in, got, err, want)
-		}
+// TestSandboxTemplateSpelling: sandbox.template spells resources as
+// sandboxd's config does (cpus, memory with units); agentd's old cpu is
+// still accepted, reported as deprecated, and refused beside cpus.
+func TestSandboxTemplateSpelling(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		cpus       float64
+		memory     int64
+		deprecated string
+		err        string
+	}{
+		{name: "new keys", yaml: "sandbox:\n  template: {cpus: 1.5, memory: 1Gi}\n", cpus: 1.5, memory: 1 << 30},
+		{name: "old cpu", yaml: "sandbox:\n  template: {cpu: 2, memory: 512Mi}\n", cpus: 2, memory: 512 << 20,
+			deprecated: "sandbox.template.cpu (line 2) is deprecated: use sandbox.template.cpus"},
+		{name: "plain byte count", yaml: "sandbox:\n  template: {memory: 1073741824}\n", memory: 1 << 30},
+		{name: "both", yaml: "sandbox:\n  template: {cpu: 2, cpus: 1}\n",
+			err: "config: sandbox.template: cpus (line 2) and cpu (line 2) both given: cpu is the deprecated spelling of cpus, keep only cpus"},
+		{name: "bad unit", yaml: "sandbox:\n  template:\n    memory: 1GB\n", err: `config: sandbox.template.memory: size "1GB": want bytes or a number with Ki, Mi, Gi or Ti (or K, M, G, T) (line 3)`},
+		{name: "negative", yaml: "sandbox:\n  template: {memory: -1}\n", err: `sandbox.template.memory: size "-1"`},
 	}
-	for _, bad := range []string{"", "1Xi", "-1", "Gi"} {
-		if _, err := ParseQuantity(bad); err == nil {
-			t.Errorf("ParseQuantity(%q) accepted", bad)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.yaml))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tpl := cfg.Sandbox.Template; tpl.CPUs != tt.cpus || int64(tpl.Memory) != tt.memory {
+				t.Fatalf("template %+v", tpl)
+			}
+			var got string
+			for _, d := range cfg.Deprecated {
+				got += d.String()
+			}
+			if got != tt.deprecated {
+				t.Fatalf("deprecated %q, want %q", got, tt.deprecated)
+			}
+		})
 	}
 }

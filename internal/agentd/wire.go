@@ -110,10 +110,6 @@ func (a *Agentd) Close() {
 type Options struct {
 	// Env reads environment variables (API keys, OPENAI_* defaults).
 	Env Env
-	// Sandboxd are worker addresses when the config names none.
-	Sandboxd []string
-	// DefaultBackend overrides backends.default when set.
-	DefaultBackend string
 	// Logger is the process logger.
 	Logger *zap.Logger
 	// TempDir holds the SQLite file when storage.sqlite_path is empty.
@@ -513,12 +509,6 @@ func applyBuiltins(cfg *Config, o Options) {
 		for k := range cfg.Models {
 			cfg.Defaults.Model = k
 		}
-	}
-	if cfg.Sandbox.Address == "" && len(o.Sandboxd) > 0 {
-		cfg.Sandbox.Address = strings.Join(o.Sandboxd, ",")
-	}
-	if o.DefaultBackend != "" {
-		cfg.Backends.Default = o.DefaultBackend
 	}
 	if cfg.Backends.Default == "" {
 		cfg.Backends.Default = "state"

@@ -74,6 +74,18 @@ func (f *Flags) Enum(p *string, name, def string, allowed []string, usage string
 // environment.
 func (f *Flags) IsSet(name string) bool { return f.set[name] }
 
+// Override is the one rule by which a flag and the config key that sets
+// the same thing combine: the flag wins when it was given (on the command
+// line or in the environment); otherwise the config file's value (*conf)
+// stays; and when the file leaves the key unset (zero), the flag's default
+// fills it. flag is the flag's variable after Parse.
+func Override[T comparable](f *Flags, name string, flag T, conf *T) {
+	var zero T
+	if f.IsSet(name) || *conf == zero {
+		*conf = flag
+	}
+}
+
 // Parse parses args, then fills every flag not given on the command line
 // from its environment variable (read with getenv). It returns flag.ErrHelp
 // for -h/--help, and a one-line error naming the flag or variable otherwise.

@@ -66,3 +66,33 @@ func TestFlagsHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestOverride(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		conf, want string
+	}{
+		{name: "default when the file is silent", want: "def"},
+		{name: "file over the default", conf: "file", want: "file"},
+		{name: "flag over the file", args: []string{"--x", "flag"}, conf: "file", want: "flag"},
+		{name: "environment over the file", env: map[string]string{"TESTD_X": "env"}, conf: "file", want: "env"},
+		{name: "a flag given as its default still wins", args: []string{"--x", "def"}, conf: "file", want: "def"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var x string
+			f := NewFlags("testd")
+			f.String(&x, "x", "def", "")
+			if err := f.Parse(tt.args, func(k string) string { return tt.env[k] }); err != nil {
+				t.Fatal(err)
+			}
+			conf := tt.conf
+			Override(f, "x", x, &conf)
+			if conf != tt.want {
+				t.Fatalf("got %q, want %q", conf, tt.want)
+			}
+		})
+	}
+}

@@ -178,9 +178,9 @@ type ServerConfig struct {
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
 
-// Apply checks the config file's server values, then copies each into c
-// unless its flag was given on the command line or in the environment. A
-// bad value is an error even when a flag overrides it.
+// Apply checks the config file's server values, then settles each with
+// its flag (see Override) into c. A bad value is an error even when a flag
+// overrides it.
 func (c *Common) Apply(f *Flags, s ServerConfig) error {
 	for _, a := range []struct{ key, val string }{{"server.grpc_addr", s.GRPCAddr}, {"server.http_addr", s.HTTPAddr}} {
 		if a.val == "" {
@@ -193,15 +193,10 @@ func (c *Common) Apply(f *Flags, s ServerConfig) error {
 	if s.ShutdownGrace < 0 {
 		return Usagef("config file %s: server.shutdown_grace must not be negative", c.ConfigPath)
 	}
-	if s.GRPCAddr != "" && !f.IsSet("grpc-addr") {
-		c.GRPCAddr = s.GRPCAddr
-	}
-	if s.HTTPAddr != "" && !f.IsSet("http-addr") {
-		c.HTTPAddr = s.HTTPAddr
-	}
-	if s.ShutdownGrace > 0 && !f.IsSet("shutdown-grace") {
-		c.ShutdownGrace = s.ShutdownGrace
-	}
+	Override(f, "grpc-addr", c.GRPCAddr, &s.GRPCAddr)
+	Override(f, "http-addr", c.HTTPAddr, &s.HTTPAddr)
+	Override(f, "shutdown-grace", c.ShutdownGrace, &s.ShutdownGrace)
+	c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace = s.GRPCAddr, s.HTTPAddr, s.ShutdownGrace
 	return nil
 }
 
