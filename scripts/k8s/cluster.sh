@@ -164,8 +164,12 @@ up() {
 	# Host paths the kubelet and containerd use outside their own
 	# directories: removed by down only when up created them.
 	local p
-	for p in /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd/s /run/containerd/fifo /run/containerd/runc; do
+	for p in /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd/runc/k8s.io; do
 		[ -e "$p" ] || made "hostdir $p"
+	done
+	# Shared with the system containerd (Docker's): removed only if empty.
+	for p in /run/containerd/runc /run/containerd/fifo /run/containerd/s /run/containerd; do
+		[ -e "$p" ] || made "emptydir $p"
 	done
 	configs
 
@@ -259,7 +263,7 @@ down() {
 	local p
 	for p in coredns kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_pid "$p"; done
 	# The containerd-shims of pods (their own process group, -namespace k8s.io).
-	for p in $(pgrep -f "containerd-shim-runc-v2 -namespace k8s.io -address $RUN/containerd/containerd.sock" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+	for p in $(pgrep -f -- "-address $RUN/containerd/containerd.sock" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
 	if grep -qx iptables "$RUN/made"; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1; fi
 	# Network namespaces CNI made for pods (named cni-<uuid>, listed in the
 	# IPAM results of this cluster's network).
@@ -283,6 +287,7 @@ down() {
 		case $kind in
 		hostdir) for p in $(awk -v r="$what/" 'index($2, r) == 1 {print $2}' /proc/self/mounts | sort -r); do umount -l "$p"; done; rm -rf "$what" ;;
 		dockerimage) docker rmi "$what" >/dev/null 2>&1 ;;
+		emptydir) rmdir "$what" 2>/dev/null ;;
 		esac
 	done <"$RUN/made"
 	rm -rf "$RUN"
