@@ -231,6 +231,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err = docker.Info(pctx, client.InfoOptions{})
 	cancel()
+	if err != nil && (errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "permission denied")) {
+		// Most often a non-root sandboxd outside the socket's group (on
+		// Kubernetes: supplementalGroups, overlays/host-docker/docker-group.yaml).
+		return fmt.Errorf("cannot reach the Docker Engine: %w (run sandboxd in the group that owns the socket: stat -c %%g on it gives the gid)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot reach the Docker Engine: %w", err)
 	}
