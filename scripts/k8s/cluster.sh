@@ -160,7 +160,7 @@ up() {
 	done
 	[ -x /usr/lib/cni/bridge ] || { log "/usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)"; exit 1; }
 	[ ! -e "$RUN/made" ] || { log "$RUN/made exists: a cluster is up (or was not torn down); run down first"; exit 1; }
-	mkdir -p "$RUN"; : >"$RUN/made"
+	mkdir -p "$RUN"; chmod 700 "$RUN"; : >"$RUN/made"
 	# Host paths the kubelet and containerd use outside their own
 	# directories: removed by down only when up created them.
 	local p
