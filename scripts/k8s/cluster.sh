@@ -122,7 +122,9 @@ hostnameOverride: $NODE
 bindAddress: 127.0.0.1
 healthzBindAddress: 127.0.0.1:27910
 metricsBindAddress: 127.0.0.1:27911
+# Leave the host's sysctls alone: no conntrack sizing, no route_localnet.
 conntrack: {maxPerCore: 0}
+iptables: {localhostNodePorts: false}
 YAML
 	cat >"$RUN/Corefile" <<COREFILE
 .:53 {

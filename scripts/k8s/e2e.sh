@@ -138,9 +138,9 @@ SANDBOXD=$(kubectl -n plumb get pods -l app.kubernetes.io/name=sandboxd -o jsonp
 ACTL=$ROOT/bin/agentctl
 
 log "checks: health through the agentd Service ($AGENTD:7070) and the sandboxd pod ($SANDBOXD:7071)"
-"$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$AGENTD_TOKEN" health 2>&1 | grep -q '^agentd .*SERVING' ||
+"$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$AGENTD_TOKEN" health 2>&1 | awk '$1 == "agentd" && $3 == "SERVING" {ok = 1} END {exit !ok}' ||
 	{ "$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN" health >&2 || true; echo "agentd not SERVING through its Service" >&2; exit 1; }
-"$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$SANDBOXD_TOKEN" health 2>&1 | grep -q '^sandboxd .*SERVING' ||
+"$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$SANDBOXD_TOKEN" health 2>&1 | awk '$1 == "sandboxd" && $3 == "SERVING" {ok = 1} END {exit !ok}' ||
 	{ echo "sandboxd not SERVING on its pod" >&2; exit 1; }
 curl -sf "http://$AGENTD:9070/metrics" | grep -q '^# HELP' || { echo "agentd /metrics through the Service failed" >&2; exit 1; }
 curl -sf "http://$SANDBOXD:9071/metrics" | grep -q '^# HELP' || { echo "sandboxd /metrics failed" >&2; exit 1; }
