@@ -44,7 +44,7 @@ PY
 	log "building ${cmds[*]} v$KUBE_VERSION (once; tens of CPU-minutes)"
 	(cd "$src" && go mod tidy -e >/dev/null 2>&1 &&
 		CGO_ENABLED=0 go build -trimpath -o "$src/out/" \
-			-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#*.}" \
+			-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
 			"${cmds[@]}")
 	mv "$src"/out/* "$BIN/"
 	rm -rf "$src"
