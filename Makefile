@@ -109,6 +109,10 @@ bench: ## Run the benchmark harness against the local Docker Engine (about 6 min
 bench-micro: ## Run the Go micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+.PHONY: k8s-e2e
+k8s-e2e: ## Run overlays/example on a real single-node Kubernetes v1.31 built from the Go module proxy (scripts/k8s; root, Docker; first run builds for tens of CPU-minutes, cached under ~/.cache/plumb)
+	scripts/k8s/e2e.sh
+
 .PHONY: sandbox-image
 sandbox-image: ## Build the Python sandbox image (Debian bookworm via debootstrap + docker import, no registry; tagged by its recipe's hash, built once) and print its name
 	@scripts/sandbox-image.sh

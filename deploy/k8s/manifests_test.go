@@ -179,9 +179,15 @@ func TestOverlays(t *testing.T) {
 	for _, overlay := range overlays {
 		t.Run(overlay, func(t *testing.T) {
 			o := render(t, bin, overlay)
-			pods := o.pods()
+			var pods []pod
 			var names []string
-			for _, p := range pods {
+			for _, p := range o.pods() {
+				checkImages(t, overlay, p)
+				if p.name == "postgres" {
+					checkPostgres(t, overlay, o, p)
+					continue
+				}
+				pods = append(pods, p)
 				names = append(names, p.kind+"/"+p.name)
 				checkPod(t, overlay, p)
 			}
@@ -267,6 +273,68 @@ func checkPod(t *testing.T, overlay string, p pod) {
 				t.Errorf("%s: %s, the drain budget assumes %ds", where, a, shutdownGrace)
 			}
 		}
+	}
+}
+
+// checkImages: every image names a version tag (or a digest), never
+// latest or no tag, with an explicit pull policy that uses a node's copy:
+// a node without a registry runs preloaded images, and a moving tag is no
+// version.
+func checkImages(t *testing.T, overlay string, p pod) {
+	t.Helper()
+	for _, c := range slices.Concat(p.spec.InitContainers, p.spec.Containers) {
+		where := overlay + "/" + p.name + "/" + c.Name
+		tag := ""
+		if i := strings.LastIndex(c.Image, ":"); i > strings.LastIndex(c.Image, "/") {
+			tag = c.Image[i+1:]
+		}
+		if !strings.Contains(c.Image, "@sha256:") && (tag == "" || tag == "latest") {
+			t.Errorf("%s: image %q: want a version tag or a digest", where, c.Image)
+		}
+		if c.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("%s: imagePullPolicy %q, want IfNotPresent", where, c.ImagePullPolicy)
+		}
+	}
+}
+
+// checkPostgres: only the example overlay ships PostgreSQL, on a volume
+// claim, reachable by agentd only, and agentd waits for it.
+func checkPostgres(t *testing.T, overlay string, o *objects, p pod) {
+	t.Helper()
+	if overlay != "example" {
+		t.Errorf("%s: only overlays/example ships PostgreSQL", overlay)
+		return
+	}
+	ss := o.statefulSets["postgres"]
+	if ss == nil || len(ss.Spec.VolumeClaimTemplates) == 0 {
+		t.Fatal("example: PostgreSQL wants a StatefulSet with a volume claim")
+	}
+	if !nonRoot(p.spec.SecurityContext, p.spec.Containers[0].SecurityContext) || ptrOr(p.spec.AutomountServiceAccountToken, true) {
+		t.Error("example/postgres: wants a non-root uid and no service-account token")
+	}
+	d := o.deployments["agentd"]
+	if !slices.ContainsFunc(d.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == "wait-for-postgres" }) {
+		t.Error("example: agentd wants an init container that waits for PostgreSQL")
+	}
+	admitted := false
+	for _, np := range o.policies {
+		if !selects(np.Spec.PodSelector.MatchLabels, p.labels) || len(np.Spec.PodSelector.MatchLabels) == 0 {
+			continue
+		}
+		for _, r := range np.Spec.Ingress {
+			for _, f := range r.From {
+				if f.PodSelector == nil || f.NamespaceSelector != nil || f.IPBlock != nil || f.PodSelector.MatchLabels["app.kubernetes.io/name"] != "agentd" {
+					t.Errorf("NetworkPolicy %s: PostgreSQL admits %+v, want agentd pods only", np.Name, f)
+				}
+				admitted = true
+			}
+			if len(r.From) == 0 {
+				t.Errorf("NetworkPolicy %s: PostgreSQL open to every source", np.Name)
+			}
+		}
+	}
+	if !admitted {
+		t.Error("example: no NetworkPolicy lets agentd reach PostgreSQL")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -92,6 +93,11 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 	cancel()
 	if err != nil {
 		docker.Close()
+		if errors.Is(err, os.ErrPermission) || strings.Contains(err.Error(), "permission denied") {
+			// Most often a non-root sandboxd outside the socket's group (on
+			// Kubernetes: supplementalGroups, overlays/host-docker/docker-group.yaml).
+			return nil, fmt.Errorf("cannot reach the Docker Engine: %w (run sandboxd in the group that owns the socket: stat -c %%g on it gives the gid)", err)
+		}
 		return nil, fmt.Errorf("cannot reach the Docker Engine: %w", err)
 	}
 	templates, pools := cfg.templates()
