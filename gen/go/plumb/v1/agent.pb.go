@@ -679,6 +679,392 @@ func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
+// CreatePreviewRequest names a thread and a port in its sandbox.
+type CreatePreviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id; the thread must have a sandbox.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// TCP port inside the sandbox, 1-65535.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// How long the URL works; unset means 1 hour, at most 24 hours.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePreviewRequest) Reset() {
+	*x = CreatePreviewRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePreviewRequest) ProtoMessage() {}
+
+func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
+func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CreatePreviewRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *CreatePreviewRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *CreatePreviewRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+// CreatePreviewResponse carries the preview and its URL.
+type CreatePreviewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The preview.
+	Preview *Preview `protobuf:"bytes,1,opt,name=preview,proto3" json:"preview,omitempty"`
+	// The URL: agentd's preview base URL, /p/, a signed token, /. Anyone
+	// holding it reaches the port until expire_time; it is shown once.
+	Url           string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePreviewResponse) Reset() {
+	*x = CreatePreviewResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePreviewResponse) ProtoMessage() {}
+
+func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
+func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreatePreviewResponse) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+func (x *CreatePreviewResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// Preview is a port of a thread's sandbox made reachable by CreatePreview.
+type Preview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Preview id (RevokePreview takes it; it is not the URL's token).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Port inside the sandbox.
+	Port int32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// When it was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When its URL stops working.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Whether it was revoked.
+	Revoked       bool `protobuf:"varint,6,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Preview) Reset() {
+	*x = Preview{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preview) ProtoMessage() {}
+
+func (x *Preview) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preview.ProtoReflect.Descriptor instead.
+func (*Preview) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Preview) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Preview) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *Preview) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Preview) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Preview) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *Preview) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+// ListPreviewsRequest names a thread.
+type ListPreviewsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId      string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPreviewsRequest) Reset() {
+	*x = ListPreviewsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPreviewsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPreviewsRequest) ProtoMessage() {}
+
+func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
+func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListPreviewsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+// ListPreviewsResponse lists a thread's unexpired previews, newest first.
+type ListPreviewsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The previews.
+	Previews      []*Preview `protobuf:"bytes,1,rep,name=previews,proto3" json:"previews,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPreviewsResponse) Reset() {
+	*x = ListPreviewsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPreviewsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPreviewsResponse) ProtoMessage() {}
+
+func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
+func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListPreviewsResponse) GetPreviews() []*Preview {
+	if x != nil {
+		return x.Previews
+	}
+	return nil
+}
+
+// RevokePreviewRequest names a preview.
+type RevokePreviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Preview id.
+	PreviewId     string `protobuf:"bytes,1,opt,name=preview_id,json=previewId,proto3" json:"preview_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePreviewRequest) Reset() {
+	*x = RevokePreviewRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePreviewRequest) ProtoMessage() {}
+
+func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
+func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RevokePreviewRequest) GetPreviewId() string {
+	if x != nil {
+		return x.PreviewId
+	}
+	return ""
+}
+
+// RevokePreviewResponse is empty on success.
+type RevokePreviewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePreviewResponse) Reset() {
+	*x = RevokePreviewResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePreviewResponse) ProtoMessage() {}
+
+func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
+func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -690,7 +1076,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +1088,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +1101,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -741,7 +1127,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1139,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1152,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClientTool) GetName() string {
@@ -821,7 +1207,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1219,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1232,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -937,7 +1323,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1335,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1348,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -993,7 +1379,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1391,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1404,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1080,7 +1466,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1478,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1491,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1147,7 +1533,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1545,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1558,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1196,7 +1582,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1594,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1607,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1249,7 +1635,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1647,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1660,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -1295,7 +1681,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1693,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1706,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -1343,7 +1729,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1741,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1754,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -1396,7 +1782,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1794,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1807,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -1442,7 +1828,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1840,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1853,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -1490,7 +1876,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1888,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1901,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -1543,7 +1929,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1941,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1954,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -1595,7 +1981,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1993,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +2006,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -1657,7 +2043,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +2055,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +2068,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -1715,7 +2101,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +2113,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +2126,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -1777,7 +2163,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2175,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2188,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -1836,7 +2222,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2234,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2247,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -1898,7 +2284,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2296,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2309,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -1958,7 +2344,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2356,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2369,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2027,7 +2413,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2425,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2438,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2082,7 +2468,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2480,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2493,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2133,7 +2519,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2531,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2544,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 // ListAgentsRequest has no fields.
@@ -2170,7 +2556,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2568,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2581,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2209,7 +2595,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2607,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2620,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2270,7 +2656,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2668,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2681,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -2362,7 +2748,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2760,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2773,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -2460,7 +2846,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2858,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2871,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Thread) GetId() string {
@@ -2628,7 +3014,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +3026,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +3039,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -2711,7 +3097,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +3109,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +3122,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Todo) GetContent() string {
@@ -2768,7 +3154,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +3166,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +3179,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2852,7 +3238,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3250,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3263,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -2972,7 +3358,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3370,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3383,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3042,7 +3428,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3440,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3453,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3131,7 +3517,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3529,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3542,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3239,7 +3625,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3637,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3650,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -3625,7 +4011,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +4023,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +4036,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -3723,7 +4109,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +4121,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +4134,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -3794,7 +4180,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4192,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4205,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -3862,7 +4248,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +4260,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +4273,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -3940,7 +4326,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4338,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4351,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4004,7 +4390,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4402,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4415,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4072,7 +4458,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4470,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4483,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4150,7 +4536,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4548,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4561,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4224,7 +4610,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4622,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4635,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ToolResult) GetId() string {
@@ -4319,7 +4705,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4717,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4730,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -4371,7 +4757,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4769,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4782,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -4440,7 +4826,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4452,7 +4838,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4465,7 +4851,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -4509,7 +4895,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4521,7 +4907,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4534,7 +4920,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -4613,7 +4999,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4625,7 +5011,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4638,7 +5024,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -4674,7 +5060,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +5072,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +5085,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -4760,7 +5146,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +5158,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5171,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -4855,7 +5241,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5253,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5266,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RunError) GetCode() string {
@@ -4919,7 +5305,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4931,7 +5317,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4944,7 +5330,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -4972,7 +5358,31 @@ var File_plumb_v1_agent_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"(\n" +
+	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"t\n" +
+	"\x14CreatePreviewRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"V\n" +
+	"\x15CreatePreviewResponse\x12+\n" +
+	"\apreview\x18\x01 \x01(\v2\x11.plumb.v1.PreviewR\apreview\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\"\xde\x01\n" +
+	"\aPreview\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x18\n" +
+	"\arevoked\x18\x06 \x01(\bR\arevoked\"2\n" +
+	"\x13ListPreviewsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"E\n" +
+	"\x14ListPreviewsResponse\x12-\n" +
+	"\bpreviews\x18\x01 \x03(\v2\x11.plumb.v1.PreviewR\bpreviews\"5\n" +
+	"\x14RevokePreviewRequest\x12\x1d\n" +
+	"\n" +
+	"preview_id\x18\x01 \x01(\tR\tpreviewId\"\x17\n" +
+	"\x15RevokePreviewResponse\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
@@ -5379,7 +5789,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xf4\x06\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe7\b\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -5393,7 +5803,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\vListThreads\x12\x1c.plumb.v1.ListThreadsRequest\x1a\x1d.plumb.v1.ListThreadsResponse\x12M\n" +
 	"\fDeleteThread\x12\x1d.plumb.v1.DeleteThreadRequest\x1a\x1e.plumb.v1.DeleteThreadResponse\x12G\n" +
 	"\n" +
-	"ListAgents\x12\x1b.plumb.v1.ListAgentsRequest\x1a\x1c.plumb.v1.ListAgentsResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"ListAgents\x12\x1b.plumb.v1.ListAgentsRequest\x1a\x1c.plumb.v1.ListAgentsResponse\x12P\n" +
+	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
+	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -5408,7 +5821,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(DecisionType)(0),               // 0: plumb.v1.DecisionType
 	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
@@ -5421,177 +5834,195 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(SubagentStatus)(0),             // 8: plumb.v1.SubagentStatus
 	(InterruptKind)(0),              // 9: plumb.v1.InterruptKind
 	(UsagePurpose)(0),               // 10: plumb.v1.UsagePurpose
-	(*InputMessage)(nil),            // 11: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 12: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 13: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 14: plumb.v1.RunResponse
-	(*Decision)(nil),                // 15: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 16: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 17: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 18: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 19: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 20: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 21: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 22: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 23: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 24: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 25: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 26: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 27: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 28: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 29: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 30: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 31: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 32: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 33: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 34: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 35: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 36: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 37: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 38: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 39: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 40: plumb.v1.Thread
-	(*RunRecord)(nil),               // 41: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 42: plumb.v1.Todo
-	(*ToolCall)(nil),                // 43: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 44: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 45: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 46: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 47: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 48: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 49: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 50: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 51: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 52: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 53: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 54: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 55: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 56: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 57: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 58: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 59: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 60: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 61: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 62: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 63: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 64: plumb.v1.Summarized
-	(*RunError)(nil),                // 65: plumb.v1.RunError
-	(*RunFinished)(nil),             // 66: plumb.v1.RunFinished
-	nil,                             // 67: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 68: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 69: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 70: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 71: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),     // 72: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 73: google.protobuf.Timestamp
+	(*CreatePreviewRequest)(nil),    // 11: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),   // 12: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                 // 13: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),     // 14: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),    // 15: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),    // 16: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),   // 17: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),            // 18: plumb.v1.InputMessage
+	(*ClientTool)(nil),              // 19: plumb.v1.ClientTool
+	(*RunRequest)(nil),              // 20: plumb.v1.RunRequest
+	(*RunResponse)(nil),             // 21: plumb.v1.RunResponse
+	(*Decision)(nil),                // 22: plumb.v1.Decision
+	(*ResumeRequest)(nil),           // 23: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 24: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),           // 25: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),          // 26: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),           // 27: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),          // 28: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),     // 29: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),    // 30: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),        // 31: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),       // 32: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),     // 33: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 34: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),   // 35: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),  // 36: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),  // 37: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 38: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),      // 39: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),     // 40: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),     // 41: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),    // 42: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),       // 43: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),      // 44: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),               // 45: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),           // 46: plumb.v1.InterruptRule
+	(*Thread)(nil),                  // 47: plumb.v1.Thread
+	(*RunRecord)(nil),               // 48: plumb.v1.RunRecord
+	(*Todo)(nil),                    // 49: plumb.v1.Todo
+	(*ToolCall)(nil),                // 50: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),           // 51: plumb.v1.ThreadMessage
+	(*StateFile)(nil),               // 52: plumb.v1.StateFile
+	(*Checkpoint)(nil),              // 53: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),              // 54: plumb.v1.TokenUsage
+	(*Event)(nil),                   // 55: plumb.v1.Event
+	(*ToolCallDelta)(nil),           // 56: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),              // 57: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),             // 58: plumb.v1.SandboxLost
+	(*RunStarted)(nil),              // 59: plumb.v1.RunStarted
+	(*MessageDelta)(nil),            // 60: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),          // 61: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),        // 62: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),         // 63: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),              // 64: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),            // 65: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),         // 66: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),        // 67: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),        // 68: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),             // 69: plumb.v1.Interrupted
+	(*UsageReport)(nil),             // 70: plumb.v1.UsageReport
+	(*Summarized)(nil),              // 71: plumb.v1.Summarized
+	(*RunError)(nil),                // 72: plumb.v1.RunError
+	(*RunFinished)(nil),             // 73: plumb.v1.RunFinished
+	nil,                             // 74: plumb.v1.RunRequest.MetadataEntry
+	nil,                             // 75: plumb.v1.RunRequest.FilesEntry
+	nil,                             // 76: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                             // 77: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                             // 78: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),     // 79: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 80: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	67, // 0: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	11, // 1: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	12, // 2: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	68, // 3: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	72, // 4: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	48, // 5: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,  // 6: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	15, // 7: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	48, // 8: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	48, // 9: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	69, // 10: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	40, // 11: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,  // 12: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	40, // 13: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	44, // 14: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	45, // 15: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	46, // 16: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	70, // 17: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,  // 18: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	40, // 19: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	38, // 20: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,  // 21: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	39, // 22: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,  // 23: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	73, // 24: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	73, // 25: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	71, // 26: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,  // 27: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	42, // 28: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	62, // 29: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	41, // 30: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	47, // 31: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	44, // 32: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	45, // 33: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	46, // 34: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,  // 35: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	47, // 36: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	73, // 37: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	73, // 38: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 39: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	43, // 40: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	73, // 41: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 42: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	73, // 43: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,  // 44: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	73, // 45: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	73, // 46: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	52, // 47: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	53, // 48: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	54, // 49: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	55, // 50: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	56, // 51: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	57, // 52: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	58, // 53: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	59, // 54: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	60, // 55: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	62, // 56: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	63, // 57: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	64, // 58: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	65, // 59: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	66, // 60: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	51, // 61: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	49, // 62: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	50, // 63: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	43, // 64: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,  // 65: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	42, // 66: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,  // 67: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	47, // 68: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,  // 69: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,  // 70: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	61, // 71: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	47, // 72: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10, // 73: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	47, // 74: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,  // 75: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	47, // 76: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	13, // 77: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	16, // 78: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	18, // 79: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	20, // 80: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	22, // 81: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	24, // 82: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	26, // 83: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	28, // 84: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	30, // 85: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	32, // 86: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	34, // 87: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	36, // 88: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	14, // 89: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	17, // 90: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	19, // 91: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	21, // 92: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	23, // 93: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	25, // 94: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	27, // 95: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	29, // 96: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	31, // 97: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	33, // 98: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	35, // 99: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	37, // 100: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	89, // [89:101] is the sub-list for method output_type
-	77, // [77:89] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	79, // 0: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	13, // 1: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	80, // 2: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	80, // 3: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	13, // 4: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	74, // 5: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	18, // 6: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	19, // 7: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	75, // 8: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	79, // 9: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	55, // 10: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	0,  // 11: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	22, // 12: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	55, // 13: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	55, // 14: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	76, // 15: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	47, // 16: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	1,  // 17: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	47, // 18: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	51, // 19: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	52, // 20: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	53, // 21: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	77, // 22: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	2,  // 23: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	47, // 24: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	45, // 25: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	3,  // 26: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	46, // 27: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	0,  // 28: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	80, // 29: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	80, // 30: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	78, // 31: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	2,  // 32: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	49, // 33: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	69, // 34: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	48, // 35: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	54, // 36: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	51, // 37: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	52, // 38: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	53, // 39: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	4,  // 40: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	54, // 41: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	80, // 42: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	80, // 43: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 44: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	50, // 45: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	80, // 46: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 47: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	80, // 48: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	6,  // 49: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	80, // 50: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	80, // 51: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	59, // 52: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	60, // 53: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	61, // 54: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	62, // 55: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	63, // 56: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	64, // 57: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	65, // 58: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	66, // 59: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	67, // 60: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	69, // 61: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	70, // 62: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	71, // 63: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	72, // 64: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	73, // 65: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	58, // 66: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	56, // 67: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	57, // 68: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	50, // 69: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,  // 70: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	49, // 71: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,  // 72: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	54, // 73: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,  // 74: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,  // 75: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	68, // 76: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	54, // 77: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10, // 78: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	54, // 79: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,  // 80: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	54, // 81: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	20, // 82: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	23, // 83: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	25, // 84: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	27, // 85: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	29, // 86: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	31, // 87: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	33, // 88: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	35, // 89: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	37, // 90: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	39, // 91: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	41, // 92: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	43, // 93: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	11, // 94: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	14, // 95: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	16, // 96: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	21, // 97: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	24, // 98: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	26, // 99: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	28, // 100: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	30, // 101: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	32, // 102: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	34, // 103: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	36, // 104: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	38, // 105: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	40, // 106: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	42, // 107: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	44, // 108: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	12, // 109: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	15, // 110: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	17, // 111: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	97, // [97:112] is the sub-list for method output_type
+	82, // [82:97] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -5599,7 +6030,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[37].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -5618,14 +6049,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[46].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   61,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
