@@ -93,6 +93,17 @@ var migrations = []string{
 	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
 	`ALTER TABLE thread_leases ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
+	// Preview URLs (store.Previews).
+	`CREATE TABLE previews (
+		id         TEXT PRIMARY KEY,
+		thread_id  TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		tenant     TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		revoked    INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;
+	CREATE INDEX previews_thread ON previews (thread_id, expires_at);`,
 }
 
 // Options configure Open.
