@@ -198,7 +198,8 @@ func TestPreviewURLs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.CloseNow()
-		for _, msg := range []string{"one", strings.Repeat("x", 300<<10), "three"} {
+		c.SetReadLimit(4 << 20)
+		for _, msg := range []string{"one", strings.Repeat("x", 1<<20), "three"} {
 			if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
 				t.Fatal(err)
 			}

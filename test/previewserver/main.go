@@ -50,6 +50,7 @@ func main() {
 			return
 		}
 		defer c.CloseNow()
+		c.SetReadLimit(4 << 20)
 		ctx := context.Background()
 		for {
 			typ, msg, err := c.Read(ctx)
