@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
@@ -286,6 +287,28 @@ func TestPreviewURLs(t *testing.T) {
 		}
 		if !revoked {
 			t.Errorf("ListPreviews = %v, want the revoked preview marked", list.GetPreviews())
+		}
+	})
+
+	t.Run("CLI", func(t *testing.T) {
+		out, err := s.agentctl(t, "preview", "create", "--thread", threadID, "--port", "8000", "--ttl", "10m", "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp plumbv1.CreatePreviewResponse
+		if err := protojson.Unmarshal([]byte(out), &resp); err != nil || resp.GetPreview().GetPort() != 8000 {
+			t.Fatalf("preview create --json printed %q: %v", out, err)
+		}
+		pollStatus(t, resp.GetUrl()+"hello", http.StatusOK)
+		if out, err := s.agentctl(t, "preview", "ls", "--thread", threadID); err != nil || !strings.Contains(out, resp.GetPreview().GetId()) {
+			t.Fatalf("preview ls: %q, %v", out, err)
+		}
+		if _, err := s.agentctl(t, "preview", "rm", resp.GetPreview().GetId()); err != nil {
+			t.Fatal(err)
+		}
+		pollStatus(t, resp.GetUrl()+"hello", http.StatusNotFound)
+		if _, err := s.agentctl(t, "preview", "create", "--thread", threadID, "--port", "0"); err == nil || !strings.Contains(err.Error(), "port") {
+			t.Fatalf("preview create --port 0: %v", err)
 		}
 	})
 
