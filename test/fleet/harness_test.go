@@ -176,9 +176,9 @@ type fleet struct {
 	policy  *policy
 	sandbox plumbv1.SandboxServiceClient
 	// worker is the connection to the sandboxd worker.
-	worker  grpc.ClientConnInterface
-	a, b    *replica
-	ctx     context.Context
+	worker grpc.ClientConnInterface
+	a, b   *replica
+	ctx    context.Context
 }
 
 // replica is one agentd process and a client of it.
