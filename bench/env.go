@@ -24,7 +24,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
-	sbbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/testimage"
 )
@@ -216,7 +216,7 @@ func buildAgent(ctx context.Context) ([]byte, error) {
 type box struct {
 	id  string
 	cid string // its container, for the Engine-API baselines
-	b   *sbbackend.Backend
+	b   *sandboxclient.Backend
 	w   *worker // the worker that created it
 }
 
@@ -240,7 +240,7 @@ func (e *env) newBox(ctx context.Context) (*box, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &box{id: sb.GetId(), cid: info.ContainerID, b: sbbackend.New(w.conn, sb.GetId(), sbbackend.HomeOf(sb)), w: w}, nil
+	return &box{id: sb.GetId(), cid: info.ContainerID, b: sandboxclient.New(w.conn, sb.GetId(), sandboxclient.HomeOf(sb)), w: w}, nil
 }
 
 // createRequest is the CreateSandbox request of the benchmark sandboxes:

@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/plumbhq/plumb/internal/workers"
+	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/pkg/backend"
-	sbbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 )
 
 // runB11 measures what agentd's fleet routing adds to a sandbox call: the
 // same small operations on one sandbox, made the way agentd makes them
-// (workers.Pool: the owner looked up from the sandbox id, the member's
+// (fleet.Pool: the owner looked up from the sandbox id, the member's
 // connection, its health interceptors) and directly on a client connection
 // to the worker, interleaved.
 func runB11(ctx context.Context, e *env) ([]Row, error) {
@@ -20,7 +20,7 @@ func runB11(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	defer e.dropBox(bx)
-	pool, err := workers.New(workers.Config{Targets: []string{e.worker.conn.Target()}, Logger: e.lg})
+	pool, err := fleet.New(fleet.Config{Targets: []string{e.worker.conn.Target()}, Logger: e.lg})
 	if err != nil {
 		return nil, err
 	}
@@ -31,16 +31,16 @@ func runB11(ctx context.Context, e *env) ([]Row, error) {
 	}
 	ops := []struct {
 		name string
-		f    func(context.Context, *sbbackend.Backend) error
+		f    func(context.Context, *sandboxclient.Backend) error
 	}{
-		{`Execute("true")`, func(ctx context.Context, b *sbbackend.Backend) error {
+		{`Execute("true")`, func(ctx context.Context, b *sandboxclient.Backend) error {
 			r, err := b.Execute(ctx, backend.ExecuteRequest{Command: "true"})
 			if err == nil && (r.ExitCode == nil || *r.ExitCode != 0) {
 				err = fmt.Errorf("true exited %v", r.ExitCode)
 			}
 			return err
 		}},
-		{"Read (1 line)", func(ctx context.Context, b *sbbackend.Backend) error {
+		{"Read (1 line)", func(ctx context.Context, b *sandboxclient.Backend) error {
 			r, err := b.Read(ctx, backend.ReadRequest{Path: home + "/routed.txt", Limit: 10})
 			if err == nil && r.Content == "" {
 				err = fmt.Errorf("read returned no content")

@@ -14,7 +14,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/backend"
-	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -152,7 +152,7 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 		}
 		line := commandLine(fs.Args())
 		if interactive {
-			return interact(ctx, sandboxbackend.New(conn, id, ""), backend.ProcessRequest{Command: line, Cwd: *cwd, Env: env}, sio)
+			return interact(ctx, sandboxclient.New(conn, id, ""), backend.ProcessRequest{Command: line, Cwd: *cwd, Env: env}, sio)
 		}
 		command := &plumbv1.Command{Command: line, Cwd: *cwd, Env: env}
 		if *timeout > 0 {

@@ -16,10 +16,10 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
-	"github.com/plumbhq/plumb/internal/workers"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -184,7 +184,7 @@ func replicaID() string {
 
 // splitAddrs parses the comma-separated --sandboxd list.
 func splitAddrs(list string) ([]string, error) {
-	out, err := workers.ParseTargets(list)
+	out, err := fleet.ParseTargets(list)
 	if err != nil {
 		return nil, daemon.Usagef("invalid --sandboxd: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
-	"github.com/plumbhq/plumb/pkg/sandbox/agent"
+	"github.com/plumbhq/plumb/pkg/sandbox/boxagent"
 )
 
 const usage = `usage:
@@ -77,7 +77,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	root := fs.String("root", "/", "engine root directory: file-tool paths and execute cwd resolve under it")
-	workspace := fs.String("workspace", agent.DefaultWorkspace, "working directory of execute when a request names none")
+	workspace := fs.String("workspace", boxagent.DefaultWorkspace, "working directory of execute when a request names none")
 	var writable listFlag
 	fs.Var(&writable, "writable", "writable directories (virtual paths, comma-separated) named when a write hits a read-only file system; default: the workspace, and /tmp when --root is /")
 	uid := fs.Int("uid", -1, "the sandbox user's uid: when the agent runs as root, commands run as it and file operations use it as fsuid (give --gid too)")
@@ -90,7 +90,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	var user *agent.User
+	var user *boxagent.User
 	switch {
 	case (*uid < 0) != (*gid < 0):
 		return errors.New("serve: give both --uid and --gid, or neither")
@@ -99,7 +99,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	case *uid == 0 || *gid == 0:
 		return errors.New("serve: --uid and --gid must not be 0: the sandbox user is never root")
 	case *uid > 0:
-		user = &agent.User{UID: uint32(*uid), GID: uint32(*gid)}
+		user = &boxagent.User{UID: uint32(*uid), GID: uint32(*gid)}
 	}
 
 	lg := zap.New(zapcore.NewCore(
@@ -115,7 +115,7 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		return err
 	}
 	defer func() { _ = closeFiles() }()
-	return agent.Serve(ctx, stdin, stdout, agent.Config{
+	return boxagent.Serve(ctx, stdin, stdout, boxagent.Config{
 		Files:     files,
 		Root:      *root,
 		Workspace: *workspace,

@@ -12,15 +12,15 @@ import (
 	"sync"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/workers"
+	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/composite"
-	"github.com/plumbhq/plumb/pkg/backend/filesystem"
-	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/backend/hostfs"
+	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/backend/state"
-	"github.com/plumbhq/plumb/pkg/backend/store"
+	"github.com/plumbhq/plumb/pkg/backend/storefs"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -37,12 +37,12 @@ import (
 type ThreadBackends struct {
 	cfg     *Config
 	threads threadRecords
-	pool    *workers.Pool
-	files   *store.DB
+	pool    *fleet.Pool
+	files   *storefs.DB
 	lg      *zap.Logger
 
 	mu   sync.Mutex
-	fsys map[string]*filesystem.Backend // by host dir, shared
+	fsys map[string]*hostfs.Backend // by host dir, shared
 }
 
 // threadRecords is what thread backends read and write of the thread store.
@@ -54,13 +54,13 @@ type threadRecords interface {
 // newThreadBackends keeps the files of store routes in the SQLite file at
 // dbPath.
 func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
-	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*filesystem.Backend{}}
+	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*hostfs.Backend{}}
 	if cfg.Sandbox.Address != "" {
-		targets, err := workers.ParseTargets(cfg.Sandbox.Address)
+		targets, err := fleet.ParseTargets(cfg.Sandbox.Address)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox.address: %w", err)
 		}
-		p, err := workers.New(workers.Config{
+		p, err := fleet.New(fleet.Config{
 			Targets: targets, Refresh: cfg.Sandbox.RefreshInterval, Deadline: cfg.Sandbox.WorkerDeadline, Logger: lg,
 		}, dial...)
 		if err != nil {
@@ -70,7 +70,7 @@ func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *za
 	}
 	for _, r := range cfg.Backends.Routes {
 		if r.Type == "store" && tb.files == nil {
-			db, err := store.Open(dbPath)
+			db, err := storefs.Open(dbPath)
 			if err != nil {
 				tb.Close()
 				return nil, fmt.Errorf("store routes: %w", err)
@@ -113,7 +113,7 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 			if err != nil {
 				return nil, err
 			}
-			return &lazy{open: func(context.Context) (backend.Backend, error) { return store.NewBackend(tb.files, ns) }}, nil
+			return &lazy{open: func(context.Context) (backend.Backend, error) { return storefs.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
 			return newLazySandbox(tb, threadID), nil
 		}
@@ -143,13 +143,13 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 	return tbk, nil
 }
 
-func (tb *ThreadBackends) filesystem(root string) (*filesystem.Backend, error) {
+func (tb *ThreadBackends) filesystem(root string) (*hostfs.Backend, error) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	if f, ok := tb.fsys[root]; ok {
 		return f, nil
 	}
-	f, err := filesystem.New(root)
+	f, err := hostfs.New(root)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem backend %s: %w", root, err)
 	}
@@ -159,7 +159,7 @@ func (tb *ThreadBackends) filesystem(root string) (*filesystem.Backend, error) {
 
 // storeNamespace fills the {metadata.<key>} placeholders of a store
 // route's namespace from the thread's labels. A missing or unusable label
-// is the request's fault (agent.md §10.1: INVALID_ARGUMENT).
+// is the request's fault (docs/agent-core.md §10.1: INVALID_ARGUMENT).
 func storeNamespace(prefix string, tmpl []string, labels map[string]string) ([]string, error) {
 	ns := make([]string, len(tmpl))
 	for i, c := range tmpl {
@@ -173,7 +173,7 @@ func storeNamespace(prefix string, tmpl []string, labels map[string]string) ([]s
 			return nil, fmt.Errorf("%w: metadata key %q is required by backend route %s (its namespace is %s); set it in RunRequest.metadata",
 				agent.ErrInvalidInput, key, prefix, strings.Join(tmpl, "/"))
 		}
-		if err := store.ValidateNamespace([]string{v}); err != nil {
+		if err := storefs.ValidateNamespace([]string{v}); err != nil {
 			return nil, fmt.Errorf("%w: metadata.%s %q cannot name the namespace of backend route %s: %v", agent.ErrInvalidInput, key, v, prefix, err)
 		}
 		ns[i] = v
@@ -232,7 +232,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
 		switch {
 		case gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING:
-			return tb.pool.Backend(ctx, old, sandboxbackend.HomeOf(resp.GetSandbox()))
+			return tb.pool.Backend(ctx, old, sandboxclient.HomeOf(resp.GetSandbox()))
 		case gerr == nil:
 			// Failed or stopping: it will never serve again.
 			if err := tb.pool.Delete(ctx, old); err != nil {
@@ -268,7 +268,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
 	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
-	home := sandboxbackend.HomeOf(sb)
+	home := sandboxclient.HomeOf(sb)
 	if old != "" {
 		backend.Notify(ctx, resetNotice(home))
 	}
@@ -505,11 +505,11 @@ func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
 	return &lazySandbox{
 		lazy: &lazy{
 			open:   func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) },
-			reopen: func(err error) bool { return errors.Is(err, sandboxbackend.ErrGone) },
+			reopen: func(err error) bool { return errors.Is(err, sandboxclient.ErrGone) },
 			failed: func(ctx context.Context, b backend.Backend, err error) {
 				// An unavailable call on a worker the pool sees down is
 				// a lost worker, not a failure of the sandbox itself.
-				sb, ok := b.(*sandboxbackend.Backend)
+				sb, ok := b.(*sandboxclient.Backend)
 				if !ok || backend.CodeOf(err) != backend.CodeUnavailable || !tb.pool.Down(sb.ID()) {
 					return
 				}

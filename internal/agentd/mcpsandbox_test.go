@@ -12,7 +12,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/backend"
-	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
@@ -66,7 +66,7 @@ mcp_servers:
 		t.Fatalf("list sandboxes: %v, %v", list, err)
 	}
 	sb := list.GetSandboxes()[0]
-	b := sandboxbackend.New(w.Conn, sb.GetId(), sandboxbackend.HomeOf(sb))
+	b := sandboxclient.New(w.Conn, sb.GetId(), sandboxclient.HomeOf(sb))
 	up, err := b.Upload(context.Background(), []backend.UploadItem{{Path: "/workspace/mcpserver", Content: code}})
 	if err != nil || up[0].Err != nil {
 		t.Fatalf("upload the MCP server: %v %v", up, err)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
+	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
-	"github.com/plumbhq/plumb/internal/workers"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/filesystem"
@@ -27,7 +27,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/tools/mcptool"
 	"github.com/plumbhq/plumb/pkg/agent/tools/python"
 	"github.com/plumbhq/plumb/pkg/agent/tools/websearch"
-	filestore "github.com/plumbhq/plumb/pkg/backend/store"
+	"github.com/plumbhq/plumb/pkg/backend/storefs"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -519,7 +519,7 @@ func applyBuiltins(cfg *Config, o Options) {
 	}
 	// A sandbox's root is read-only: without routes of its own, evicted
 	// results and summarized transcripts go to the thread's State (as in
-	// the spec's example config).
+	// internal/agentd/testdata/spec-example.yaml, docs/agent-core.md §5.6).
 	if cfg.Backends.Default == "sandbox" && len(cfg.Backends.Routes) == 0 && cfg.Backends.ArtifactsRoot == "/" {
 		cfg.Backends.Routes = map[string]RouteConfig{
 			"/large_tool_results/":   {Type: "state"},
@@ -588,7 +588,7 @@ func validate(cfg *Config) error {
 			return fmt.Errorf("%s.type: %q (want state, store, filesystem or sandbox)", where, r.Type)
 		}
 	}
-	if _, err := workers.ParseTargets(cfg.Sandbox.Address); err != nil {
+	if _, err := fleet.ParseTargets(cfg.Sandbox.Address); err != nil {
 		return fmt.Errorf("sandbox.address: %w", err)
 	}
 	if s := cfg.Sandbox.Scope; s != "" && s != "thread" {
@@ -651,7 +651,7 @@ func checkNamespace(where string, tmpl []string) error {
 		}
 		sample[i] = c
 	}
-	if err := filestore.ValidateNamespace(sample); err != nil {
+	if err := storefs.ValidateNamespace(sample); err != nil {
 		return fmt.Errorf("%s.namespace: %w", where, err)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
-	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/agent/storetest"
+	"github.com/plumbhq/plumb/pkg/store/storetest"
 )
 
 func TestMemoryStoreConformance(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
 	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/pkg/backend"
-	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 )

@@ -1,5 +1,5 @@
 // Package agentsvc is the thin gRPC adapter for plumb.v1.AgentService
-// (agent.md §1.1): it validates requests (§10.1), maps them to the agent
+// (docs/agent-core.md §1.1): it validates requests (§10.1), maps them to the agent
 // core (pkg/agent, driven through the Runtime interface), pumps events
 // into the streams in order, and owns the run registry of package runs
 // (active runs, replay logs, detach and attach, run slots, shutdown).

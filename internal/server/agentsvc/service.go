@@ -89,7 +89,7 @@ type ListedThread struct {
 // other request is small (daemon.Options.BulkMethods).
 var BulkMethods = []string{plumbv1.AgentService_Run_FullMethodName}
 
-// ListThreads page sizes (agent.md §1.1).
+// ListThreads page sizes (docs/agent-core.md §1.1).
 const (
 	DefaultPageSize = 50
 	MaxPageSize     = 500

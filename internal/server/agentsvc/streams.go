@@ -24,7 +24,7 @@ import (
 // start.
 const cleanupTimeout = time.Minute
 
-// Run appends user input to a thread and streams the run (agent.md §2.2).
+// Run appends user input to a thread and streams the run (docs/agent-core.md §2.2).
 func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer[plumbv1.RunResponse]) error {
 	in, err := s.runInput(req)
 	if err != nil {
@@ -94,7 +94,7 @@ func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.S
 }
 
 // Resume answers a pending interrupt and streams the continued run
-// (agent.md §6.4).
+// (docs/agent-core.md §6.4).
 func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreamingServer[plumbv1.ResumeResponse]) error {
 	in, err := resumeInput(req)
 	if err != nil {
@@ -194,7 +194,7 @@ func (s *Service) end(r *runs.Run, err error) {
 
 // Attach replays a thread's current or retained run after after_sequence
 // (0: from its start, through every retained segment), then follows it
-// live (agent.md §2.4).
+// live (docs/agent-core.md §2.4).
 func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {

@@ -59,7 +59,7 @@ func (s *Store) Preview(ctx context.Context, id string) (store.Preview, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Preview{}, fmt.Errorf("preview %s: %w", id, store.ErrPreviewNotFound)
 	}
-	return p, busy(err)
+	return p, classify(err)
 }
 
 // ListPreviews implements store.Previews.
@@ -67,7 +67,7 @@ func (s *Store) ListPreviews(ctx context.Context, threadID string, now time.Time
 	rows, err := s.db.QueryContext(ctx, `SELECT `+previewColumns+` FROM previews WHERE thread_id = ? AND expires_at > ? ORDER BY created_at DESC, id DESC`,
 		threadID, store.Nanos(now))
 	if err != nil {
-		return nil, busy(err)
+		return nil, classify(err)
 	}
 	defer rows.Close()
 	var out []store.Preview
@@ -78,14 +78,14 @@ func (s *Store) ListPreviews(ctx context.Context, threadID string, now time.Time
 		}
 		out = append(out, p)
 	}
-	return out, busy(rows.Err())
+	return out, classify(rows.Err())
 }
 
 // RevokePreview implements store.Previews.
 func (s *Store) RevokePreview(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE previews SET revoked = 1 WHERE id = ?`, id)
 	if err != nil {
-		return busy(err)
+		return classify(err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("preview %s: %w", id, store.ErrPreviewNotFound)

@@ -13,7 +13,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
-	sandboxbackend "github.com/plumbhq/plumb/pkg/backend/sandbox"
+	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 )
@@ -41,7 +41,7 @@ func TestOOMKilledInterpreter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := sandboxbackend.New(w.Conn, sb.GetSandbox().GetId(), sandboxbackend.HomeOf(sb.GetSandbox()))
+	b := sandboxclient.New(w.Conn, sb.GetSandbox().GetId(), sandboxclient.HomeOf(sb.GetSandbox()))
 	if up, err := b.Upload(ctx, []backend.UploadItem{{Path: "/workspace/fakepy", Content: []byte(fakeInterpreter)}}); err != nil || up[0].Err != nil {
 		t.Fatalf("upload: %v %v", up, err)
 	}

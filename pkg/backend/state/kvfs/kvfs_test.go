@@ -15,7 +15,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/state/kvfs"
-	"github.com/plumbhq/plumb/pkg/backend/store"
+	"github.com/plumbhq/plumb/pkg/backend/storefs"
 )
 
 // The focused cases below run against both KVs: the State backend (in
@@ -28,12 +28,12 @@ func backendsWith(lim kvfs.Limits) map[string]func(t *testing.T) backend.Backend
 	return map[string]func(t *testing.T) backend.Backend{
 		"state": func(t *testing.T) backend.Backend { return state.New(state.WithLimits(lim)) },
 		"store": func(t *testing.T) backend.Backend {
-			db, err := store.Open(filepath.Join(t.TempDir(), "store.db"))
+			db, err := storefs.Open(filepath.Join(t.TempDir(), "store.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			b, err := store.NewBackend(db, []string{"test", "ns"}, store.WithLimits(lim))
+			b, err := storefs.NewBackend(db, []string{"test", "ns"}, storefs.WithLimits(lim))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -388,7 +388,7 @@ func TestGrep(t *testing.T) {
 	})
 }
 
-// TestGlobMatrix is the §4.7 conformance matrix G1–G27.
+// TestGlobMatrix is the docs/file-tools.md §4.7 conformance matrix G1–G27.
 func TestGlobMatrix(t *testing.T) {
 	tree := map[string]string{"/a.py": "", "/sub/b.py": "", "/sub/nested/c.py": "", "/readme.md": "",
 		"/.hidden.py": "", "/.hidden/x.py": "", "/.github/workflows/ci.yml": ""}

@@ -1,0 +1,20 @@
+// Package boxagent is the server half of the sandbox agent: the program that
+// runs inside every sandbox container and answers sandboxd's requests over
+// one long-lived stream of agentproto frames (stdin in, stdout out).
+//
+// Serve reads request frames and handles each in its own goroutine, so
+// concurrent operations on one sandbox proceed in parallel. File operations
+// (ls, read, write, edit, delete, grep, glob, chunked upload and download)
+// are dispatched to a backend.Backend, the shared os.Root file engine, and
+// execute (docs/file-tools.md §4.8) is implemented here: /bin/sh -c in its own
+// process group, one pipe for stdout and stderr, timeouts that kill the
+// whole group, head-and-tail output truncation with bounded memory,
+// optional offload of the full output to a file, and streamed output
+// events.
+//
+// What it must not do: implement file semantics of its own (that is the
+// engine's job), trust anything in a frame (every argument is validated),
+// write anything but frames to its output, or let the host's environment
+// reach a command. It must never crash on a malformed frame: a frame whose
+// id can be read gets an error response, any other is skipped.
+package boxagent
