@@ -30,6 +30,11 @@ const sandboxUsage = `Usage:
   agentctl sandbox cp LOCAL ID:/path    (upload)
   agentctl sandbox cp ID:/path LOCAL    (download; - for stdout)
   agentctl sandbox rm ID...
+  agentctl sandbox egress-watch ID [--timeout D]
+                          (hold and list an egress box's connections to destinations off the
+                          allow-list while watching: REQUEST_ID HOST:PORT pending|allowed|refused)
+  agentctl sandbox egress-decide ID [--allow | --reject] [--scope once|sandbox] [--reason R]
+                          (REQUEST_ID | --host HOST:PORT)
 `
 
 // commandLine is the shell line exec runs for the words after "--": one
@@ -207,6 +212,10 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 			fmt.Fprintln(stdout, id)
 		}
 		return nil
+	case "egress-watch":
+		return egressWatch(ctx, c, fs, args, stdout)
+	case "egress-decide":
+		return egressDecide(ctx, c, fs, args, stdout)
 	default:
 		fmt.Fprint(stdout, sandboxUsage)
 		return fmt.Errorf("unknown sandbox command %q", cmd)

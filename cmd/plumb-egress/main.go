@@ -2,7 +2,9 @@
 // sandbox (pkg/egress). sandboxd runs it as PID 1 of the box's proxy
 // container, which sits on the box's internal network and on a bridge with
 // a route out; the box reaches nothing else. It logs JSON lines to stderr,
-// every refusal with the box's sandbox id.
+// every refusal with the box's sandbox id. With --control it can hold a
+// destination that is only off the allow-list and ask sandboxd, over stdin
+// (decisions) and stdout (asks) as JSON lines (pkg/egress Control).
 package main
 
 import (
@@ -27,7 +29,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // list is a repeatable flag; each value may also hold comma-separated
@@ -46,10 +48,10 @@ func (l *list) Set(s string) error {
 }
 
 // run parses flags, serves until ctx ends and returns the exit status.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("plumb-egress", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var allow, deny, clients list
+	var allow, deny, clients, grants list
 	listen := fs.String("listen", ":3128", "address to serve the proxy on")
 	sandbox := fs.String("sandbox", "", "id of the sandbox this proxy serves (logged with refusals)")
 	fs.Var(&allow, "allow", "allow-list entry (repeatable; see pkg/egress.Rule); none = every public destination")
@@ -58,6 +60,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	maxConns := fs.Int("max-conns", egress.DefaultMaxConns, "client connections served at once")
 	idle := fs.Duration("idle-timeout", egress.DefaultIdleTimeout, "close connections and tunnels idle this long")
 	dial := fs.Duration("dial-timeout", egress.DefaultDialTimeout, "bound on resolving and connecting to a destination")
+	control := fs.Bool("control", false, "serve the control channel on stdin (decisions, grants) and stdout (asks), JSON lines")
+	askTimeout := fs.Duration("ask-timeout", 0, "with --control: hold a destination that is only off the allow-list this long and ask; 0 refuses at once until the controller sets one")
+	fs.Var(&grants, "grant", "host:port admitted as a host pattern would be (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,6 +74,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.MaxConns, cfg.IdleTimeout, cfg.DialTimeout = *maxConns, *idle, *dial
+	if *control {
+		cfg.Ask.Timeout = *askTimeout
+	}
+	for _, g := range grants {
+		gr, err := egress.ParseGrant(g)
+		if err != nil {
+			fmt.Fprintf(stderr, "plumb-egress: --grant: %v\n", err)
+			return 2
+		}
+		cfg.Ask.Grants = append(cfg.Ask.Grants, gr)
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "plumb-egress: %v\n", err)
@@ -77,6 +93,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	p := egress.New(cfg, lg)
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ln) }()
+	ctlDone := make(chan struct{})
+	ctlCtx, ctlStop := context.WithCancel(ctx)
+	go func() {
+		defer close(ctlDone)
+		if *control {
+			// The control channel: sandboxd attaches to this container's
+			// stdin and stdout (a detach does not close stdin).
+			err := p.Control(ctlCtx, stdin, stdout)
+			lg.Warn("egress control channel ended", zap.Error(err))
+		}
+	}()
+	defer func() { ctlStop(); <-ctlDone }()
 	lg.Info("egress proxy serving", zap.String("sandbox-id", *sandbox), zap.String("addr", ln.Addr().String()),
 		zap.Strings("allow", allow), zap.Int("deny", len(cfg.Policy.Deny)))
 	select {

@@ -53,14 +53,19 @@ type Config struct {
 	DialTimeout time.Duration
 	// Resolver resolves destination names (net.DefaultResolver when nil).
 	Resolver Resolver
+	// Ask, while its timeout is set (here or by the controller), holds a
+	// destination refused only for not being on the allow-list and asks
+	// the controller (Control).
+	Ask AskConfig
 }
 
 // Proxy is the filtering forward proxy of one box.
 type Proxy struct {
-	cfg Config
-	lg  *zap.Logger
-	srv *http.Server
-	tr  *http.Transport
+	cfg  Config
+	lg   *zap.Logger
+	srv  *http.Server
+	tr   *http.Transport
+	asks *asker
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -86,6 +91,7 @@ func New(cfg Config, lg *zap.Logger) *Proxy {
 		cfg.Resolver = net.DefaultResolver
 	}
 	p := &Proxy{cfg: cfg, lg: lg.With(zap.String("sandbox-id", cfg.Sandbox)), tunnels: map[net.Conn]struct{}{}}
+	p.asks = newAsker(cfg.Ask, p.lg)
 	p.tr = &http.Transport{
 		Proxy:                  nil,
 		DialContext:            p.dial,
@@ -263,8 +269,43 @@ func (p *Proxy) dial(ctx context.Context, _, hostport string) (net.Conn, error) 
 }
 
 // vet resolves hostport and checks every address; a refused destination
-// returns a *Refusal.
+// returns a *Refusal. A destination refused only for not being on the
+// allow-list is asked about when asking is configured, and vetted again,
+// with the grant, when it is granted: a grant admits what a host pattern
+// would, so resolution and the address checks stay as they are.
 func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
+	pol := p.policy()
+	v, err := p.vetWith(ctx, &pol, hostport)
+	var ref *Refusal
+	if !errors.As(err, &ref) || !ref.offList || !p.asks.active() {
+		return v, err
+	}
+	host, ok := canonicalHost(ref.Host)
+	if !ok {
+		return v, err
+	}
+	pol.Granted = append(pol.Granted[:len(pol.Granted):len(pol.Granted)], Rule{Host: host, Port: ref.Port})
+	if _, perr := netip.ParseAddr(host); perr == nil {
+		// An address the grant would not admit either (an inside one) is
+		// refused without asking, for the reason it is refused today.
+		if _, gerr := p.vetWith(ctx, &pol, hostport); gerr != nil {
+			return v, err
+		}
+	}
+	if err := p.asks.ask(ctx, host, ref.Port); err != nil {
+		return nil, err
+	}
+	return p.vetWith(ctx, &pol, hostport)
+}
+
+// policy is the configured policy with the rules grants added.
+func (p *Proxy) policy() Policy {
+	pol := p.cfg.Policy
+	pol.Granted = p.asks.rules()
+	return pol
+}
+
+func (p *Proxy) vetWith(ctx context.Context, pol *Policy, hostport string) (*vetted, error) {
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return nil, &Refusal{Host: hostport, Reason: "the destination is not host:port"}
@@ -280,6 +321,9 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
+		if a.Zone() == "" {
+			host = a.Unmap().String() // the form grants carry
+		}
 	} else {
 		if !validHostPattern(host) || strings.HasPrefix(host, "*.") {
 			return nil, &Refusal{Host: host, Port: port, Reason: "the host is not a valid name"}
@@ -288,8 +332,8 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 		// connections by address, so a name no name rule matches is
 		// refused before it is resolved (resolving it would carry the
 		// name, and whatever the box encoded in it, to DNS).
-		if !p.cfg.Policy.hostAllowed(host, port) {
-			return nil, &Refusal{Host: host, Port: port, Reason: "the destination is not on this worker's egress allow-list"}
+		if !pol.hostAllowed(host, port) {
+			return nil, offList(host, port)
 		}
 		addrs, err = p.cfg.Resolver.LookupNetIP(ctx, "ip", host)
 		if err != nil || len(addrs) == 0 {
@@ -299,7 +343,7 @@ func (p *Proxy) vet(ctx context.Context, hostport string) (*vetted, error) {
 	// Every address must pass: a name that also resolves to an inside
 	// address is refused, whichever address a client library would pick.
 	for _, a := range addrs {
-		if err := p.cfg.Policy.Check(host, port, a); err != nil {
+		if err := pol.Check(host, port, a); err != nil {
 			return nil, err
 		}
 	}

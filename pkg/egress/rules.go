@@ -211,6 +211,11 @@ type Policy struct {
 	// them: the worker host's own addresses, other boxes' networks, the
 	// operator's extra ranges.
 	Deny []netip.Prefix
+	// Granted are rules grants added (Host is a name or an address
+	// literal, Port set): they admit like host patterns, never an inside
+	// address, and only when Allow is not empty (an empty list admits
+	// every public destination already).
+	Granted []Rule
 	// allowLoopback lets tests reach listeners on 127.0.0.1.
 	allowLoopback bool
 }
@@ -222,6 +227,13 @@ type Refusal struct {
 	Port   uint16
 	Addr   netip.Addr // zero when the refusal does not depend on an address
 	Reason string
+	// offList is set when the only reason is the allow-list (a refusal
+	// asking may turn into a grant).
+	offList bool
+}
+
+func offList(host string, port uint16) *Refusal {
+	return &Refusal{Host: host, Port: port, Reason: "the destination is not on this worker's egress allow-list", offList: true}
 }
 
 func (r *Refusal) Error() string {
@@ -239,6 +251,11 @@ func (p *Policy) hostAllowed(host string, port uint16) bool {
 	}
 	for _, r := range p.Allow {
 		if r.Host != "" && r.portOK(port) && matchHost(r.Host, host) {
+			return true
+		}
+	}
+	for _, r := range p.Granted {
+		if r.portOK(port) && r.Host == host {
 			return true
 		}
 	}
@@ -270,7 +287,7 @@ func (p *Policy) Check(host string, port uint16, addr netip.Addr) error {
 		return nil
 	}
 	if !p.hostAllowed(host, port) {
-		return &Refusal{Host: host, Port: port, Reason: "the destination is not on this worker's egress allow-list"}
+		return offList(host, port)
 	}
 	if p.allowLoopback && a.IsLoopback() {
 		return nil

@@ -222,7 +222,9 @@ func (m *Manager) startProxy(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("inspect egress network: %w", err)
 	}
-	args := []string{"--sandbox", id, "--listen", ":" + strconv.Itoa(EgressProxyPort),
+	// --control: sandboxd attaches to the proxy's stdin and stdout to
+	// approve egress (egress_ask.go); asking stays off until it does.
+	args := []string{"--sandbox", id, "--control", "--listen", ":" + strconv.Itoa(EgressProxyPort),
 		"--max-conns", strconv.Itoa(EgressMaxConns), "--idle-timeout", EgressIdleTimeout.String()}
 	for _, c := range ni.Network.IPAM.Config {
 		if c.Subnet.IsValid() {
@@ -244,6 +246,8 @@ func (m *Manager) startProxy(ctx context.Context, id string) error {
 			User:   egressUser,
 			Cmd:    args,
 			Labels: m.egressLabels(id),
+			// The control channel's end; a detach leaves stdin open.
+			OpenStdin: true,
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    container.NetworkMode(netName),

@@ -162,6 +162,8 @@ type Manager struct {
 
 	// egressImg is the proxy image of egress sandboxes.
 	egressImg egressImages
+	// ectls are the attached control channels of egress proxies.
+	ectls egressCtls
 }
 
 // sandbox is the manager's record of one sandbox.
@@ -305,6 +307,7 @@ func (m *Manager) Close() {
 	<-m.reaperDone
 	m.stopPools()
 	m.closeMembers()
+	m.stopEgress()
 	for _, sb := range sbs {
 		sb.mu.Lock()
 		if sb.ch != nil {

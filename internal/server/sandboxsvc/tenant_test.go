@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
@@ -65,6 +66,17 @@ func TestSandboxTenant(t *testing.T) {
 				_, err := c.DeleteSandbox(other, &plumbv1.DeleteSandboxRequest{SandboxId: id})
 				return err
 			},
+			"WatchEgressRequests": func() error {
+				s, err := c.WatchEgressRequests(other, &plumbv1.WatchEgressRequestsRequest{SandboxId: id, Timeout: durationpb.New(time.Minute)})
+				if err == nil {
+					_, err = s.Recv()
+				}
+				return err
+			},
+			"DecideEgress": func() error {
+				_, err := c.DecideEgress(other, &plumbv1.DecideEgressRequest{SandboxId: id, Host: "example.com", Port: 443, Allow: true})
+				return err
+			},
 			"DownloadFiles": func() error {
 				s, err := c.DownloadFiles(other, &plumbv1.DownloadFilesRequest{SandboxId: id, Paths: []string{"/x"}})
 				if err == nil {
@@ -89,6 +101,22 @@ func TestSandboxTenant(t *testing.T) {
 	}
 	if _, err := c.Execute(as("acme"), &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: "true"}}); err != nil {
 		t.Fatal(err)
+	}
+	// The owner's egress calls reach the worker: a box without egress has
+	// nothing to approve, and bad arguments are named.
+	if s, err := c.WatchEgressRequests(as("acme"), &plumbv1.WatchEgressRequestsRequest{SandboxId: id, Timeout: durationpb.New(time.Minute)}); err == nil {
+		if _, err = s.Recv(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("watch a box without egress: %v, want INVALID_ARGUMENT", err)
+		}
+	}
+	for _, req := range []*plumbv1.DecideEgressRequest{
+		{SandboxId: id, Port: 70000, Host: "example.com"},
+		{SandboxId: id, Port: 443, Host: "example.com", Scope: 9},
+		{SandboxId: id, Host: "example.com", Allow: true},
+	} {
+		if _, err := c.DecideEgress(as("acme"), req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("DecideEgress(%v): %v, want INVALID_ARGUMENT", req, err)
+		}
 	}
 	if _, err := c.DeleteSandbox(as("acme"), &plumbv1.DeleteSandboxRequest{SandboxId: id}); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EgressScope is how long an approval lasts.
+type EgressScope int32
+
+const (
+	// EGRESS_SCOPE_UNSPECIFIED is ONCE.
+	EgressScope_EGRESS_SCOPE_UNSPECIFIED EgressScope = 0
+	// EGRESS_SCOPE_ONCE lets the waiting connections through, nothing more.
+	EgressScope_EGRESS_SCOPE_ONCE EgressScope = 1
+	// EGRESS_SCOPE_SANDBOX also admits the destination for the sandbox's life.
+	EgressScope_EGRESS_SCOPE_SANDBOX EgressScope = 2
+)
+
+// Enum value maps for EgressScope.
+var (
+	EgressScope_name = map[int32]string{
+		0: "EGRESS_SCOPE_UNSPECIFIED",
+		1: "EGRESS_SCOPE_ONCE",
+		2: "EGRESS_SCOPE_SANDBOX",
+	}
+	EgressScope_value = map[string]int32{
+		"EGRESS_SCOPE_UNSPECIFIED": 0,
+		"EGRESS_SCOPE_ONCE":        1,
+		"EGRESS_SCOPE_SANDBOX":     2,
+	}
+)
+
+func (x EgressScope) Enum() *EgressScope {
+	p := new(EgressScope)
+	*p = x
+	return p
+}
+
+func (x EgressScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_sandbox_proto_enumTypes[0].Descriptor()
+}
+
+func (EgressScope) Type() protoreflect.EnumType {
+	return &file_plumb_v1_sandbox_proto_enumTypes[0]
+}
+
+func (x EgressScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressScope.Descriptor instead.
+func (EgressScope) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{0}
+}
+
 // SandboxState is the lifecycle state of a sandbox.
 type SandboxState int32
 
@@ -69,11 +122,11 @@ func (x SandboxState) String() string {
 }
 
 func (SandboxState) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_sandbox_proto_enumTypes[0].Descriptor()
+	return file_plumb_v1_sandbox_proto_enumTypes[1].Descriptor()
 }
 
 func (SandboxState) Type() protoreflect.EnumType {
-	return &file_plumb_v1_sandbox_proto_enumTypes[0]
+	return &file_plumb_v1_sandbox_proto_enumTypes[1]
 }
 
 func (x SandboxState) Number() protoreflect.EnumNumber {
@@ -82,7 +135,7 @@ func (x SandboxState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SandboxState.Descriptor instead.
 func (SandboxState) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{1}
 }
 
 // NetworkMode is a sandbox's network policy.
@@ -122,11 +175,11 @@ func (x NetworkMode) String() string {
 }
 
 func (NetworkMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_sandbox_proto_enumTypes[1].Descriptor()
+	return file_plumb_v1_sandbox_proto_enumTypes[2].Descriptor()
 }
 
 func (NetworkMode) Type() protoreflect.EnumType {
-	return &file_plumb_v1_sandbox_proto_enumTypes[1]
+	return &file_plumb_v1_sandbox_proto_enumTypes[2]
 }
 
 func (x NetworkMode) Number() protoreflect.EnumNumber {
@@ -135,7 +188,7 @@ func (x NetworkMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkMode.Descriptor instead.
 func (NetworkMode) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 // OutputStream tells which pipe a chunk came from.
@@ -172,11 +225,11 @@ func (x OutputStream) String() string {
 }
 
 func (OutputStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_sandbox_proto_enumTypes[2].Descriptor()
+	return file_plumb_v1_sandbox_proto_enumTypes[3].Descriptor()
 }
 
 func (OutputStream) Type() protoreflect.EnumType {
-	return &file_plumb_v1_sandbox_proto_enumTypes[2]
+	return &file_plumb_v1_sandbox_proto_enumTypes[3]
 }
 
 func (x OutputStream) Number() protoreflect.EnumNumber {
@@ -185,7 +238,7 @@ func (x OutputStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutputStream.Descriptor instead.
 func (OutputStream) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 // FileKind is what a directory entry is.
@@ -233,11 +286,11 @@ func (x FileKind) String() string {
 }
 
 func (FileKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_sandbox_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_sandbox_proto_enumTypes[4].Descriptor()
 }
 
 func (FileKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_sandbox_proto_enumTypes[3]
+	return &file_plumb_v1_sandbox_proto_enumTypes[4]
 }
 
 func (x FileKind) Number() protoreflect.EnumNumber {
@@ -246,7 +299,7 @@ func (x FileKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileKind.Descriptor instead.
 func (FileKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 // LineEnding is a file's line terminator style.
@@ -298,11 +351,11 @@ func (x LineEnding) String() string {
 }
 
 func (LineEnding) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_sandbox_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_sandbox_proto_enumTypes[5].Descriptor()
 }
 
 func (LineEnding) Type() protoreflect.EnumType {
-	return &file_plumb_v1_sandbox_proto_enumTypes[4]
+	return &file_plumb_v1_sandbox_proto_enumTypes[5]
 }
 
 func (x LineEnding) Number() protoreflect.EnumNumber {
@@ -311,7 +364,7 @@ func (x LineEnding) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LineEnding.Descriptor instead.
 func (LineEnding) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 // TruncationReason says why a search stopped early.
@@ -359,11 +412,11 @@ func (x TruncationReason) String() string {
 }
 
 func (TruncationReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_sandbox_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_sandbox_proto_enumTypes[6].Descriptor()
 }
 
 func (TruncationReason) Type() protoreflect.EnumType {
-	return &file_plumb_v1_sandbox_proto_enumTypes[5]
+	return &file_plumb_v1_sandbox_proto_enumTypes[6]
 }
 
 func (x TruncationReason) Number() protoreflect.EnumNumber {
@@ -372,7 +425,346 @@ func (x TruncationReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TruncationReason.Descriptor instead.
 func (TruncationReason) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{6}
+}
+
+// WatchEgressRequestsRequest names the sandbox to watch.
+type WatchEgressRequestsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// How long a connection waits for a decision (1s..24h); the longest of
+	// the sandbox's watches applies.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEgressRequestsRequest) Reset() {
+	*x = WatchEgressRequestsRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEgressRequestsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEgressRequestsRequest) ProtoMessage() {}
+
+func (x *WatchEgressRequestsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEgressRequestsRequest.ProtoReflect.Descriptor instead.
+func (*WatchEgressRequestsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchEgressRequestsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *WatchEgressRequestsRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// WatchEgressRequestsResponse carries one request or its end.
+type WatchEgressRequestsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	Request       *EgressRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEgressRequestsResponse) Reset() {
+	*x = WatchEgressRequestsResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEgressRequestsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEgressRequestsResponse) ProtoMessage() {}
+
+func (x *WatchEgressRequestsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEgressRequestsResponse.ProtoReflect.Descriptor instead.
+func (*WatchEgressRequestsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchEgressRequestsResponse) GetRequest() *EgressRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// EgressRequest is a sandbox's connection waiting for a decision.
+type EgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id (unique per sandbox).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Destination host (a name or an address) and port, as the box asked.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// When the worker learnt of it.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Set on the message that ends the request; allowed and reason say how.
+	Closed bool `protobuf:"varint,5,opt,name=closed,proto3" json:"closed,omitempty"`
+	// Whether it was approved (closed only).
+	Allowed bool `protobuf:"varint,6,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// Why it ended (closed only).
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRequest) Reset() {
+	*x = EgressRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRequest) ProtoMessage() {}
+
+func (x *EgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRequest.ProtoReflect.Descriptor instead.
+func (*EgressRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EgressRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EgressRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressRequest) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *EgressRequest) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+func (x *EgressRequest) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *EgressRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DecideEgressRequest decides a request or a destination.
+type DecideEgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The request to decide; empty to decide by host and port.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Destination host, when request_id is empty.
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port, when request_id is empty.
+	Port uint32 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	// Approve (true) or reject.
+	Allow bool `protobuf:"varint,5,opt,name=allow,proto3" json:"allow,omitempty"`
+	// How long an approval lasts.
+	Scope EgressScope `protobuf:"varint,6,opt,name=scope,proto3,enum=plumb.v1.EgressScope" json:"scope,omitempty"`
+	// Appended to a rejection's 403 (at most 1024 bytes).
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideEgressRequest) Reset() {
+	*x = DecideEgressRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideEgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideEgressRequest) ProtoMessage() {}
+
+func (x *DecideEgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideEgressRequest.ProtoReflect.Descriptor instead.
+func (*DecideEgressRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DecideEgressRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *DecideEgressRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DecideEgressRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *DecideEgressRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *DecideEgressRequest) GetAllow() bool {
+	if x != nil {
+		return x.Allow
+	}
+	return false
+}
+
+func (x *DecideEgressRequest) GetScope() EgressScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressScope_EGRESS_SCOPE_UNSPECIFIED
+}
+
+func (x *DecideEgressRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DecideEgressResponse is empty.
+type DecideEgressResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideEgressResponse) Reset() {
+	*x = DecideEgressResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideEgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideEgressResponse) ProtoMessage() {}
+
+func (x *DecideEgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideEgressResponse.ProtoReflect.Descriptor instead.
+func (*DecideEgressResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 // Resources are a sandbox's resource limits. Zero values mean the template
@@ -391,7 +783,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[0]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +795,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[0]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +808,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Resources) GetCpus() float64 {
@@ -479,7 +871,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[1]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +883,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[1]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +896,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Sandbox) GetId() string {
@@ -645,7 +1037,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[2]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +1049,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[2]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +1062,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateSandboxRequest) GetTemplate() string {
@@ -754,7 +1146,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +1158,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[3]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1171,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
@@ -800,7 +1192,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1204,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[4]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1217,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -846,7 +1238,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +1250,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[5]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +1263,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -892,7 +1284,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1296,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[6]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1309,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSandboxesRequest) GetLabels() map[string]string {
@@ -938,7 +1330,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1342,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[7]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1355,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -984,7 +1376,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1388,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[8]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1401,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -1028,7 +1420,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1432,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[9]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1445,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 // KeepAliveRequest extends a sandbox's lifetime.
@@ -1069,7 +1461,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1473,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[10]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1486,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KeepAliveRequest) GetSandboxId() string {
@@ -1122,7 +1514,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1526,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[11]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1539,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeepAliveResponse) GetSandbox() *Sandbox {
@@ -1166,7 +1558,7 @@ type DescribeWorkerRequest struct {
 
 func (x *DescribeWorkerRequest) Reset() {
 	*x = DescribeWorkerRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1570,7 @@ func (x *DescribeWorkerRequest) String() string {
 func (*DescribeWorkerRequest) ProtoMessage() {}
 
 func (x *DescribeWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[12]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1583,7 @@ func (x *DescribeWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 // DescribeWorkerResponse reports a worker's identity and load.
@@ -1223,7 +1615,7 @@ type DescribeWorkerResponse struct {
 
 func (x *DescribeWorkerResponse) Reset() {
 	*x = DescribeWorkerResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1627,7 @@ func (x *DescribeWorkerResponse) String() string {
 func (*DescribeWorkerResponse) ProtoMessage() {}
 
 func (x *DescribeWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[13]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1640,7 @@ func (x *DescribeWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DescribeWorkerResponse) GetName() string {
@@ -1344,7 +1736,7 @@ type WarmPool struct {
 
 func (x *WarmPool) Reset() {
 	*x = WarmPool{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1748,7 @@ func (x *WarmPool) String() string {
 func (*WarmPool) ProtoMessage() {}
 
 func (x *WarmPool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[14]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1761,7 @@ func (x *WarmPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmPool.ProtoReflect.Descriptor instead.
 func (*WarmPool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WarmPool) GetTemplate() string {
@@ -1453,7 +1845,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1857,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[15]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1870,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Command) GetCommand() string {
@@ -1536,7 +1928,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1940,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[16]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1953,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -1590,7 +1982,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1994,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[17]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +2007,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecuteResponse) GetResult() *ExecuteResult {
@@ -1651,7 +2043,7 @@ type ExecuteResult struct {
 
 func (x *ExecuteResult) Reset() {
 	*x = ExecuteResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +2055,7 @@ func (x *ExecuteResult) String() string {
 func (*ExecuteResult) ProtoMessage() {}
 
 func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[18]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +2068,7 @@ func (x *ExecuteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResult.ProtoReflect.Descriptor instead.
 func (*ExecuteResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecuteResult) GetOutput() string {
@@ -1748,7 +2140,7 @@ type ExecuteStreamRequest struct {
 
 func (x *ExecuteStreamRequest) Reset() {
 	*x = ExecuteStreamRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2152,7 @@ func (x *ExecuteStreamRequest) String() string {
 func (*ExecuteStreamRequest) ProtoMessage() {}
 
 func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[19]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2165,7 @@ func (x *ExecuteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecuteStreamRequest) GetSandboxId() string {
@@ -1807,7 +2199,7 @@ type ExecuteStreamResponse struct {
 
 func (x *ExecuteStreamResponse) Reset() {
 	*x = ExecuteStreamResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2211,7 @@ func (x *ExecuteStreamResponse) String() string {
 func (*ExecuteStreamResponse) ProtoMessage() {}
 
 func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[20]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2224,7 @@ func (x *ExecuteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteStreamResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecuteStreamResponse) GetEvent() isExecuteStreamResponse_Event {
@@ -1891,7 +2283,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2295,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[21]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2308,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -1950,7 +2342,7 @@ type FileError struct {
 
 func (x *FileError) Reset() {
 	*x = FileError{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2354,7 @@ func (x *FileError) String() string {
 func (*FileError) ProtoMessage() {}
 
 func (x *FileError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[22]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2367,7 @@ func (x *FileError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileError.ProtoReflect.Descriptor instead.
 func (*FileError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FileError) GetCode() string {
@@ -2027,7 +2419,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2431,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[23]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2444,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2110,7 +2502,7 @@ type LsRequest struct {
 
 func (x *LsRequest) Reset() {
 	*x = LsRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2514,7 @@ func (x *LsRequest) String() string {
 func (*LsRequest) ProtoMessage() {}
 
 func (x *LsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[24]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2527,7 @@ func (x *LsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsRequest.ProtoReflect.Descriptor instead.
 func (*LsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LsRequest) GetSandboxId() string {
@@ -2165,7 +2557,7 @@ type LsResponse struct {
 
 func (x *LsResponse) Reset() {
 	*x = LsResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2569,7 @@ func (x *LsResponse) String() string {
 func (*LsResponse) ProtoMessage() {}
 
 func (x *LsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[25]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2582,7 @@ func (x *LsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LsResponse.ProtoReflect.Descriptor instead.
 func (*LsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LsResponse) GetEntries() []*FileInfo {
@@ -2224,7 +2616,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2628,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[26]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2641,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReadRequest) GetSandboxId() string {
@@ -2320,7 +2712,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2724,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[27]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2737,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadResponse) GetPath() string {
@@ -2468,7 +2860,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2872,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[28]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2885,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WriteRequest) GetSandboxId() string {
@@ -2532,7 +2924,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2936,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[29]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2949,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WriteResponse) GetPath() string {
@@ -2600,7 +2992,7 @@ type EditRequest struct {
 
 func (x *EditRequest) Reset() {
 	*x = EditRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +3004,7 @@ func (x *EditRequest) String() string {
 func (*EditRequest) ProtoMessage() {}
 
 func (x *EditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[30]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +3017,7 @@ func (x *EditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditRequest.ProtoReflect.Descriptor instead.
 func (*EditRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EditRequest) GetSandboxId() string {
@@ -2678,7 +3070,7 @@ type EditResponse struct {
 
 func (x *EditResponse) Reset() {
 	*x = EditResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +3082,7 @@ func (x *EditResponse) String() string {
 func (*EditResponse) ProtoMessage() {}
 
 func (x *EditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[31]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +3095,7 @@ func (x *EditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditResponse.ProtoReflect.Descriptor instead.
 func (*EditResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EditResponse) GetPath() string {
@@ -2740,7 +3132,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +3144,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[32]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +3157,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteRequest) GetSandboxId() string {
@@ -2795,7 +3187,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3199,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[33]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3212,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteResponse) GetPath() string {
@@ -2858,7 +3250,7 @@ type GrepRequest struct {
 
 func (x *GrepRequest) Reset() {
 	*x = GrepRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3262,7 @@ func (x *GrepRequest) String() string {
 func (*GrepRequest) ProtoMessage() {}
 
 func (x *GrepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[34]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +3275,7 @@ func (x *GrepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepRequest.ProtoReflect.Descriptor instead.
 func (*GrepRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GrepRequest) GetSandboxId() string {
@@ -2945,7 +3337,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2957,7 +3349,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[35]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2970,7 +3362,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -3024,7 +3416,7 @@ type GrepResponse struct {
 
 func (x *GrepResponse) Reset() {
 	*x = GrepResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3428,7 @@ func (x *GrepResponse) String() string {
 func (*GrepResponse) ProtoMessage() {}
 
 func (x *GrepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[36]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3441,7 @@ func (x *GrepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepResponse.ProtoReflect.Descriptor instead.
 func (*GrepResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrepResponse) GetMatches() []*GrepMatch {
@@ -3116,7 +3508,7 @@ type GlobRequest struct {
 
 func (x *GlobRequest) Reset() {
 	*x = GlobRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3520,7 @@ func (x *GlobRequest) String() string {
 func (*GlobRequest) ProtoMessage() {}
 
 func (x *GlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[37]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3533,7 @@ func (x *GlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobRequest.ProtoReflect.Descriptor instead.
 func (*GlobRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GlobRequest) GetSandboxId() string {
@@ -3180,7 +3572,7 @@ type GlobResponse struct {
 
 func (x *GlobResponse) Reset() {
 	*x = GlobResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3584,7 @@ func (x *GlobResponse) String() string {
 func (*GlobResponse) ProtoMessage() {}
 
 func (x *GlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[38]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3597,7 @@ func (x *GlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobResponse.ProtoReflect.Descriptor instead.
 func (*GlobResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GlobResponse) GetMatches() []*FileInfo {
@@ -3248,7 +3640,7 @@ type UploadFilesRequest struct {
 
 func (x *UploadFilesRequest) Reset() {
 	*x = UploadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3652,7 @@ func (x *UploadFilesRequest) String() string {
 func (*UploadFilesRequest) ProtoMessage() {}
 
 func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[39]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3665,7 @@ func (x *UploadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesRequest.ProtoReflect.Descriptor instead.
 func (*UploadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UploadFilesRequest) GetSandboxId() string {
@@ -3319,7 +3711,7 @@ type UploadResult struct {
 
 func (x *UploadResult) Reset() {
 	*x = UploadResult{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3723,7 @@ func (x *UploadResult) String() string {
 func (*UploadResult) ProtoMessage() {}
 
 func (x *UploadResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[40]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3736,7 @@ func (x *UploadResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResult.ProtoReflect.Descriptor instead.
 func (*UploadResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UploadResult) GetPath() string {
@@ -3379,7 +3771,7 @@ type UploadFilesResponse struct {
 
 func (x *UploadFilesResponse) Reset() {
 	*x = UploadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3783,7 @@ func (x *UploadFilesResponse) String() string {
 func (*UploadFilesResponse) ProtoMessage() {}
 
 func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[41]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3796,7 @@ func (x *UploadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFilesResponse.ProtoReflect.Descriptor instead.
 func (*UploadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UploadFilesResponse) GetResults() []*UploadResult {
@@ -3427,7 +3819,7 @@ type DownloadFilesRequest struct {
 
 func (x *DownloadFilesRequest) Reset() {
 	*x = DownloadFilesRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3831,7 @@ func (x *DownloadFilesRequest) String() string {
 func (*DownloadFilesRequest) ProtoMessage() {}
 
 func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[42]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3844,7 @@ func (x *DownloadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DownloadFilesRequest) GetSandboxId() string {
@@ -3492,7 +3884,7 @@ type DownloadFilesResponse struct {
 
 func (x *DownloadFilesResponse) Reset() {
 	*x = DownloadFilesResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3896,7 @@ func (x *DownloadFilesResponse) String() string {
 func (*DownloadFilesResponse) ProtoMessage() {}
 
 func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[43]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3909,7 @@ func (x *DownloadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFilesResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DownloadFilesResponse) GetIndex() int32 {
@@ -3580,7 +3972,7 @@ type ProcessRequest struct {
 
 func (x *ProcessRequest) Reset() {
 	*x = ProcessRequest{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3984,7 @@ func (x *ProcessRequest) String() string {
 func (*ProcessRequest) ProtoMessage() {}
 
 func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[44]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3997,7 @@ func (x *ProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessRequest.ProtoReflect.Descriptor instead.
 func (*ProcessRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ProcessRequest) GetKind() isProcessRequest_Kind {
@@ -3711,7 +4103,7 @@ type ProcessStart struct {
 
 func (x *ProcessStart) Reset() {
 	*x = ProcessStart{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +4115,7 @@ func (x *ProcessStart) String() string {
 func (*ProcessStart) ProtoMessage() {}
 
 func (x *ProcessStart) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[45]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +4128,7 @@ func (x *ProcessStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
 func (*ProcessStart) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProcessStart) GetSandboxId() string {
@@ -3799,7 +4191,7 @@ type ProcessResponse struct {
 
 func (x *ProcessResponse) Reset() {
 	*x = ProcessResponse{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +4203,7 @@ func (x *ProcessResponse) String() string {
 func (*ProcessResponse) ProtoMessage() {}
 
 func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[46]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +4216,7 @@ func (x *ProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessResponse.ProtoReflect.Descriptor instead.
 func (*ProcessResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ProcessResponse) GetKind() isProcessResponse_Kind {
@@ -3911,7 +4303,7 @@ type ProcessStarted struct {
 
 func (x *ProcessStarted) Reset() {
 	*x = ProcessStarted{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4315,7 @@ func (x *ProcessStarted) String() string {
 func (*ProcessStarted) ProtoMessage() {}
 
 func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[47]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4328,7 @@ func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStarted.ProtoReflect.Descriptor instead.
 func (*ProcessStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 // ProcessExit is how a process ended.
@@ -3956,7 +4348,7 @@ type ProcessExit struct {
 
 func (x *ProcessExit) Reset() {
 	*x = ProcessExit{}
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3968,7 +4360,7 @@ func (x *ProcessExit) String() string {
 func (*ProcessExit) ProtoMessage() {}
 
 func (x *ProcessExit) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_sandbox_proto_msgTypes[48]
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3981,7 +4373,7 @@ func (x *ProcessExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExit.ProtoReflect.Descriptor instead.
 func (*ProcessExit) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ProcessExit) GetExitCode() int32 {
@@ -4009,7 +4401,33 @@ var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x16plumb/v1/sandbox.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"V\n" +
+	"\x16plumb/v1/sandbox.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n" +
+	"\x1aWatchEgressRequestsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"P\n" +
+	"\x1bWatchEgressRequestsResponse\x121\n" +
+	"\arequest\x18\x01 \x01(\v2\x17.plumb.v1.EgressRequestR\arequest\"\xcc\x01\n" +
+	"\rEgressRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\x12\x18\n" +
+	"\aallowed\x18\x06 \x01(\bR\aallowed\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xd6\x01\n" +
+	"\x13DecideEgressRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\x12\x14\n" +
+	"\x05allow\x18\x05 \x01(\bR\x05allow\x12+\n" +
+	"\x05scope\x18\x06 \x01(\x0e2\x15.plumb.v1.EgressScopeR\x05scope\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\x16\n" +
+	"\x14DecideEgressResponse\"V\n" +
 	"\tResources\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
@@ -4311,7 +4729,11 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"oom_killed\x18\x03 \x01(\bR\toomKilled*\x9a\x01\n" +
+	"oom_killed\x18\x03 \x01(\bR\toomKilled*\\\n" +
+	"\vEgressScope\x12\x1c\n" +
+	"\x18EGRESS_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11EGRESS_SCOPE_ONCE\x10\x01\x12\x18\n" +
+	"\x14EGRESS_SCOPE_SANDBOX\x10\x02*\x9a\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +
@@ -4344,7 +4766,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x1bTRUNCATION_REASON_MAX_COUNT\x10\x01\x12!\n" +
 	"\x1dTRUNCATION_REASON_MAX_MATCHES\x10\x02\x12!\n" +
 	"\x1dTRUNCATION_REASON_TIME_BUDGET\x10\x03\x12!\n" +
-	"\x1dTRUNCATION_REASON_WALK_ERRORS\x10\x042\xe8\t\n" +
+	"\x1dTRUNCATION_REASON_WALK_ERRORS\x10\x042\x9d\v\n" +
 	"\x0eSandboxService\x12P\n" +
 	"\rCreateSandbox\x12\x1e.plumb.v1.CreateSandboxRequest\x1a\x1f.plumb.v1.CreateSandboxResponse\x12G\n" +
 	"\n" +
@@ -4364,7 +4786,9 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x04Glob\x12\x15.plumb.v1.GlobRequest\x1a\x16.plumb.v1.GlobResponse\x12L\n" +
 	"\vUploadFiles\x12\x1c.plumb.v1.UploadFilesRequest\x1a\x1d.plumb.v1.UploadFilesResponse(\x01\x12R\n" +
 	"\rDownloadFiles\x12\x1e.plumb.v1.DownloadFilesRequest\x1a\x1f.plumb.v1.DownloadFilesResponse0\x01\x12B\n" +
-	"\aProcess\x12\x18.plumb.v1.ProcessRequest\x1a\x19.plumb.v1.ProcessResponse(\x010\x01B2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\aProcess\x12\x18.plumb.v1.ProcessRequest\x1a\x19.plumb.v1.ProcessResponse(\x010\x01\x12d\n" +
+	"\x13WatchEgressRequests\x12$.plumb.v1.WatchEgressRequestsRequest\x1a%.plumb.v1.WatchEgressRequestsResponse0\x01\x12M\n" +
+	"\fDecideEgress\x12\x1d.plumb.v1.DecideEgressRequest\x1a\x1e.plumb.v1.DecideEgressResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4378,161 +4802,175 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_sandbox_proto_rawDescData
 }
 
-var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
-	(SandboxState)(0),              // 0: plumb.v1.SandboxState
-	(NetworkMode)(0),               // 1: plumb.v1.NetworkMode
-	(OutputStream)(0),              // 2: plumb.v1.OutputStream
-	(FileKind)(0),                  // 3: plumb.v1.FileKind
-	(LineEnding)(0),                // 4: plumb.v1.LineEnding
-	(TruncationReason)(0),          // 5: plumb.v1.TruncationReason
-	(*Resources)(nil),              // 6: plumb.v1.Resources
-	(*Sandbox)(nil),                // 7: plumb.v1.Sandbox
-	(*CreateSandboxRequest)(nil),   // 8: plumb.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 9: plumb.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 10: plumb.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),     // 11: plumb.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),   // 12: plumb.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 13: plumb.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),   // 14: plumb.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),  // 15: plumb.v1.DeleteSandboxResponse
-	(*KeepAliveRequest)(nil),       // 16: plumb.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 17: plumb.v1.KeepAliveResponse
-	(*DescribeWorkerRequest)(nil),  // 18: plumb.v1.DescribeWorkerRequest
-	(*DescribeWorkerResponse)(nil), // 19: plumb.v1.DescribeWorkerResponse
-	(*WarmPool)(nil),               // 20: plumb.v1.WarmPool
-	(*Command)(nil),                // 21: plumb.v1.Command
-	(*ExecuteRequest)(nil),         // 22: plumb.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),        // 23: plumb.v1.ExecuteResponse
-	(*ExecuteResult)(nil),          // 24: plumb.v1.ExecuteResult
-	(*ExecuteStreamRequest)(nil),   // 25: plumb.v1.ExecuteStreamRequest
-	(*ExecuteStreamResponse)(nil),  // 26: plumb.v1.ExecuteStreamResponse
-	(*OutputChunk)(nil),            // 27: plumb.v1.OutputChunk
-	(*FileError)(nil),              // 28: plumb.v1.FileError
-	(*FileInfo)(nil),               // 29: plumb.v1.FileInfo
-	(*LsRequest)(nil),              // 30: plumb.v1.LsRequest
-	(*LsResponse)(nil),             // 31: plumb.v1.LsResponse
-	(*ReadRequest)(nil),            // 32: plumb.v1.ReadRequest
-	(*ReadResponse)(nil),           // 33: plumb.v1.ReadResponse
-	(*WriteRequest)(nil),           // 34: plumb.v1.WriteRequest
-	(*WriteResponse)(nil),          // 35: plumb.v1.WriteResponse
-	(*EditRequest)(nil),            // 36: plumb.v1.EditRequest
-	(*EditResponse)(nil),           // 37: plumb.v1.EditResponse
-	(*DeleteRequest)(nil),          // 38: plumb.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 39: plumb.v1.DeleteResponse
-	(*GrepRequest)(nil),            // 40: plumb.v1.GrepRequest
-	(*GrepMatch)(nil),              // 41: plumb.v1.GrepMatch
-	(*GrepResponse)(nil),           // 42: plumb.v1.GrepResponse
-	(*GlobRequest)(nil),            // 43: plumb.v1.GlobRequest
-	(*GlobResponse)(nil),           // 44: plumb.v1.GlobResponse
-	(*UploadFilesRequest)(nil),     // 45: plumb.v1.UploadFilesRequest
-	(*UploadResult)(nil),           // 46: plumb.v1.UploadResult
-	(*UploadFilesResponse)(nil),    // 47: plumb.v1.UploadFilesResponse
-	(*DownloadFilesRequest)(nil),   // 48: plumb.v1.DownloadFilesRequest
-	(*DownloadFilesResponse)(nil),  // 49: plumb.v1.DownloadFilesResponse
-	(*ProcessRequest)(nil),         // 50: plumb.v1.ProcessRequest
-	(*ProcessStart)(nil),           // 51: plumb.v1.ProcessStart
-	(*ProcessResponse)(nil),        // 52: plumb.v1.ProcessResponse
-	(*ProcessStarted)(nil),         // 53: plumb.v1.ProcessStarted
-	(*ProcessExit)(nil),            // 54: plumb.v1.ProcessExit
-	nil,                            // 55: plumb.v1.Sandbox.LabelsEntry
-	nil,                            // 56: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                            // 57: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                            // 58: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                            // 59: plumb.v1.Command.EnvEntry
-	nil,                            // 60: plumb.v1.FileError.DetailsEntry
-	nil,                            // 61: plumb.v1.ProcessStart.EnvEntry
-	(*timestamppb.Timestamp)(nil),  // 62: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 63: google.protobuf.Duration
+	(EgressScope)(0),                    // 0: plumb.v1.EgressScope
+	(SandboxState)(0),                   // 1: plumb.v1.SandboxState
+	(NetworkMode)(0),                    // 2: plumb.v1.NetworkMode
+	(OutputStream)(0),                   // 3: plumb.v1.OutputStream
+	(FileKind)(0),                       // 4: plumb.v1.FileKind
+	(LineEnding)(0),                     // 5: plumb.v1.LineEnding
+	(TruncationReason)(0),               // 6: plumb.v1.TruncationReason
+	(*WatchEgressRequestsRequest)(nil),  // 7: plumb.v1.WatchEgressRequestsRequest
+	(*WatchEgressRequestsResponse)(nil), // 8: plumb.v1.WatchEgressRequestsResponse
+	(*EgressRequest)(nil),               // 9: plumb.v1.EgressRequest
+	(*DecideEgressRequest)(nil),         // 10: plumb.v1.DecideEgressRequest
+	(*DecideEgressResponse)(nil),        // 11: plumb.v1.DecideEgressResponse
+	(*Resources)(nil),                   // 12: plumb.v1.Resources
+	(*Sandbox)(nil),                     // 13: plumb.v1.Sandbox
+	(*CreateSandboxRequest)(nil),        // 14: plumb.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),       // 15: plumb.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),           // 16: plumb.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),          // 17: plumb.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),        // 18: plumb.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 19: plumb.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),        // 20: plumb.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 21: plumb.v1.DeleteSandboxResponse
+	(*KeepAliveRequest)(nil),            // 22: plumb.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),           // 23: plumb.v1.KeepAliveResponse
+	(*DescribeWorkerRequest)(nil),       // 24: plumb.v1.DescribeWorkerRequest
+	(*DescribeWorkerResponse)(nil),      // 25: plumb.v1.DescribeWorkerResponse
+	(*WarmPool)(nil),                    // 26: plumb.v1.WarmPool
+	(*Command)(nil),                     // 27: plumb.v1.Command
+	(*ExecuteRequest)(nil),              // 28: plumb.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),             // 29: plumb.v1.ExecuteResponse
+	(*ExecuteResult)(nil),               // 30: plumb.v1.ExecuteResult
+	(*ExecuteStreamRequest)(nil),        // 31: plumb.v1.ExecuteStreamRequest
+	(*ExecuteStreamResponse)(nil),       // 32: plumb.v1.ExecuteStreamResponse
+	(*OutputChunk)(nil),                 // 33: plumb.v1.OutputChunk
+	(*FileError)(nil),                   // 34: plumb.v1.FileError
+	(*FileInfo)(nil),                    // 35: plumb.v1.FileInfo
+	(*LsRequest)(nil),                   // 36: plumb.v1.LsRequest
+	(*LsResponse)(nil),                  // 37: plumb.v1.LsResponse
+	(*ReadRequest)(nil),                 // 38: plumb.v1.ReadRequest
+	(*ReadResponse)(nil),                // 39: plumb.v1.ReadResponse
+	(*WriteRequest)(nil),                // 40: plumb.v1.WriteRequest
+	(*WriteResponse)(nil),               // 41: plumb.v1.WriteResponse
+	(*EditRequest)(nil),                 // 42: plumb.v1.EditRequest
+	(*EditResponse)(nil),                // 43: plumb.v1.EditResponse
+	(*DeleteRequest)(nil),               // 44: plumb.v1.DeleteRequest
+	(*DeleteResponse)(nil),              // 45: plumb.v1.DeleteResponse
+	(*GrepRequest)(nil),                 // 46: plumb.v1.GrepRequest
+	(*GrepMatch)(nil),                   // 47: plumb.v1.GrepMatch
+	(*GrepResponse)(nil),                // 48: plumb.v1.GrepResponse
+	(*GlobRequest)(nil),                 // 49: plumb.v1.GlobRequest
+	(*GlobResponse)(nil),                // 50: plumb.v1.GlobResponse
+	(*UploadFilesRequest)(nil),          // 51: plumb.v1.UploadFilesRequest
+	(*UploadResult)(nil),                // 52: plumb.v1.UploadResult
+	(*UploadFilesResponse)(nil),         // 53: plumb.v1.UploadFilesResponse
+	(*DownloadFilesRequest)(nil),        // 54: plumb.v1.DownloadFilesRequest
+	(*DownloadFilesResponse)(nil),       // 55: plumb.v1.DownloadFilesResponse
+	(*ProcessRequest)(nil),              // 56: plumb.v1.ProcessRequest
+	(*ProcessStart)(nil),                // 57: plumb.v1.ProcessStart
+	(*ProcessResponse)(nil),             // 58: plumb.v1.ProcessResponse
+	(*ProcessStarted)(nil),              // 59: plumb.v1.ProcessStarted
+	(*ProcessExit)(nil),                 // 60: plumb.v1.ProcessExit
+	nil,                                 // 61: plumb.v1.Sandbox.LabelsEntry
+	nil,                                 // 62: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                                 // 63: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                                 // 64: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                                 // 65: plumb.v1.Command.EnvEntry
+	nil,                                 // 66: plumb.v1.FileError.DetailsEntry
+	nil,                                 // 67: plumb.v1.ProcessStart.EnvEntry
+	(*durationpb.Duration)(nil),         // 68: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 69: google.protobuf.Timestamp
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
-	0,  // 0: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	62, // 1: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	62, // 2: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 3: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	55, // 4: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
-	6,  // 5: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
-	1,  // 6: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	56, // 7: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
-	6,  // 8: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	63, // 9: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 10: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
-	1,  // 11: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
-	7,  // 12: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	7,  // 13: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	58, // 14: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
-	7,  // 15: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	63, // 16: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	7,  // 17: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	20, // 18: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
-	63, // 19: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
-	59, // 20: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	63, // 21: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
-	21, // 22: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
-	24, // 23: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
-	21, // 24: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
-	27, // 25: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
-	24, // 26: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
-	2,  // 27: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	60, // 28: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
-	3,  // 29: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	62, // 30: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	29, // 31: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
-	4,  // 32: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	41, // 33: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
-	5,  // 34: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	28, // 35: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	29, // 36: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
-	5,  // 37: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	28, // 38: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	46, // 39: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	28, // 40: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	51, // 41: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	61, // 42: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	53, // 43: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	54, // 44: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	8,  // 45: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	10, // 46: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	12, // 47: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	14, // 48: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	16, // 49: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	18, // 50: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	22, // 51: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	25, // 52: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	30, // 53: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	32, // 54: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	34, // 55: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	36, // 56: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	38, // 57: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	40, // 58: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	43, // 59: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	45, // 60: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	48, // 61: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	50, // 62: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	9,  // 63: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	11, // 64: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	13, // 65: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	15, // 66: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	17, // 67: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	19, // 68: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	23, // 69: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	26, // 70: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	31, // 71: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	33, // 72: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	35, // 73: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	37, // 74: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	39, // 75: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	42, // 76: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	44, // 77: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	47, // 78: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	49, // 79: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	52, // 80: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	63, // [63:81] is the sub-list for method output_type
-	45, // [45:63] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	68, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
+	9,  // 1: plumb.v1.WatchEgressRequestsResponse.request:type_name -> plumb.v1.EgressRequest
+	69, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: plumb.v1.DecideEgressRequest.scope:type_name -> plumb.v1.EgressScope
+	1,  // 4: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
+	69, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	69, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	61, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	12, // 9: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
+	2,  // 10: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
+	62, // 11: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	12, // 12: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
+	68, // 13: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	63, // 14: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	2,  // 15: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
+	13, // 16: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	13, // 17: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	64, // 18: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	13, // 19: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	68, // 20: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	13, // 21: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
+	26, // 22: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
+	68, // 23: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	65, // 24: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	68, // 25: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	27, // 26: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
+	30, // 27: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
+	27, // 28: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
+	33, // 29: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
+	30, // 30: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
+	3,  // 31: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
+	66, // 32: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	4,  // 33: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
+	69, // 34: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	35, // 35: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	5,  // 36: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
+	47, // 37: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	6,  // 38: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	34, // 39: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	35, // 40: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	6,  // 41: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	34, // 42: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	52, // 43: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	34, // 44: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	57, // 45: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	67, // 46: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	59, // 47: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	60, // 48: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	14, // 49: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	16, // 50: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	18, // 51: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	20, // 52: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	22, // 53: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	24, // 54: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	28, // 55: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	31, // 56: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	36, // 57: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	38, // 58: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	40, // 59: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	42, // 60: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	44, // 61: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	46, // 62: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	49, // 63: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	51, // 64: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	54, // 65: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	56, // 66: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	7,  // 67: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
+	10, // 68: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
+	15, // 69: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	17, // 70: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	19, // 71: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	21, // 72: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	23, // 73: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	25, // 74: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	29, // 75: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	32, // 76: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	37, // 77: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	39, // 78: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	41, // 79: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	43, // 80: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	45, // 81: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	48, // 82: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	50, // 83: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	53, // 84: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	55, // 85: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	58, // 86: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	8,  // 87: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
+	11, // 88: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
+	69, // [69:89] is the sub-list for method output_type
+	49, // [49:69] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -4540,21 +4978,21 @@ func file_plumb_v1_sandbox_proto_init() {
 	if File_plumb_v1_sandbox_proto != nil {
 		return
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[18].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[25].OneofWrappers = []any{
 		(*ExecuteStreamResponse_Output)(nil),
 		(*ExecuteStreamResponse_Result)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[27].OneofWrappers = []any{}
-	file_plumb_v1_sandbox_proto_msgTypes[44].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[28].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[31].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[32].OneofWrappers = []any{}
+	file_plumb_v1_sandbox_proto_msgTypes[49].OneofWrappers = []any{
 		(*ProcessRequest_Start)(nil),
 		(*ProcessRequest_Stdin)(nil),
 		(*ProcessRequest_CloseStdin)(nil),
 		(*ProcessRequest_Signal)(nil),
 	}
-	file_plumb_v1_sandbox_proto_msgTypes[46].OneofWrappers = []any{
+	file_plumb_v1_sandbox_proto_msgTypes[51].OneofWrappers = []any{
 		(*ProcessResponse_Started)(nil),
 		(*ProcessResponse_Stdout)(nil),
 		(*ProcessResponse_Stderr)(nil),
@@ -4565,8 +5003,8 @@ func file_plumb_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   56,
+			NumEnums:      7,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,24 +19,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_CreateSandbox_FullMethodName  = "/plumb.v1.SandboxService/CreateSandbox"
-	SandboxService_GetSandbox_FullMethodName     = "/plumb.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName  = "/plumb.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName  = "/plumb.v1.SandboxService/DeleteSandbox"
-	SandboxService_KeepAlive_FullMethodName      = "/plumb.v1.SandboxService/KeepAlive"
-	SandboxService_DescribeWorker_FullMethodName = "/plumb.v1.SandboxService/DescribeWorker"
-	SandboxService_Execute_FullMethodName        = "/plumb.v1.SandboxService/Execute"
-	SandboxService_ExecuteStream_FullMethodName  = "/plumb.v1.SandboxService/ExecuteStream"
-	SandboxService_Ls_FullMethodName             = "/plumb.v1.SandboxService/Ls"
-	SandboxService_Read_FullMethodName           = "/plumb.v1.SandboxService/Read"
-	SandboxService_Write_FullMethodName          = "/plumb.v1.SandboxService/Write"
-	SandboxService_Edit_FullMethodName           = "/plumb.v1.SandboxService/Edit"
-	SandboxService_Delete_FullMethodName         = "/plumb.v1.SandboxService/Delete"
-	SandboxService_Grep_FullMethodName           = "/plumb.v1.SandboxService/Grep"
-	SandboxService_Glob_FullMethodName           = "/plumb.v1.SandboxService/Glob"
-	SandboxService_UploadFiles_FullMethodName    = "/plumb.v1.SandboxService/UploadFiles"
-	SandboxService_DownloadFiles_FullMethodName  = "/plumb.v1.SandboxService/DownloadFiles"
-	SandboxService_Process_FullMethodName        = "/plumb.v1.SandboxService/Process"
+	SandboxService_CreateSandbox_FullMethodName       = "/plumb.v1.SandboxService/CreateSandbox"
+	SandboxService_GetSandbox_FullMethodName          = "/plumb.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName       = "/plumb.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName       = "/plumb.v1.SandboxService/DeleteSandbox"
+	SandboxService_KeepAlive_FullMethodName           = "/plumb.v1.SandboxService/KeepAlive"
+	SandboxService_DescribeWorker_FullMethodName      = "/plumb.v1.SandboxService/DescribeWorker"
+	SandboxService_Execute_FullMethodName             = "/plumb.v1.SandboxService/Execute"
+	SandboxService_ExecuteStream_FullMethodName       = "/plumb.v1.SandboxService/ExecuteStream"
+	SandboxService_Ls_FullMethodName                  = "/plumb.v1.SandboxService/Ls"
+	SandboxService_Read_FullMethodName                = "/plumb.v1.SandboxService/Read"
+	SandboxService_Write_FullMethodName               = "/plumb.v1.SandboxService/Write"
+	SandboxService_Edit_FullMethodName                = "/plumb.v1.SandboxService/Edit"
+	SandboxService_Delete_FullMethodName              = "/plumb.v1.SandboxService/Delete"
+	SandboxService_Grep_FullMethodName                = "/plumb.v1.SandboxService/Grep"
+	SandboxService_Glob_FullMethodName                = "/plumb.v1.SandboxService/Glob"
+	SandboxService_UploadFiles_FullMethodName         = "/plumb.v1.SandboxService/UploadFiles"
+	SandboxService_DownloadFiles_FullMethodName       = "/plumb.v1.SandboxService/DownloadFiles"
+	SandboxService_Process_FullMethodName             = "/plumb.v1.SandboxService/Process"
+	SandboxService_WatchEgressRequests_FullMethodName = "/plumb.v1.SandboxService/WatchEgressRequests"
+	SandboxService_DecideEgress_FullMethodName        = "/plumb.v1.SandboxService/DecideEgress"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -116,6 +118,24 @@ type SandboxServiceClient interface {
 	// (RESOURCE_EXHAUSTED, code "resource_exhausted"); they do not count
 	// against the 16 processes.
 	Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessRequest, ProcessResponse], error)
+	// WatchEgressRequests streams an egress sandbox's connections that wait
+	// for a human's decision: while at least one watch of the sandbox lasts,
+	// its proxy holds a connection to a destination that is refused only for
+	// not being on the worker's egress allow-list (for at most timeout) and
+	// the watch gets it as a pending request; the same request comes again,
+	// closed, when it ends (decided, timed out, or the watch's control
+	// channel lost). The first messages are the requests already pending.
+	// When the last watch ends the proxy stops holding connections and
+	// rejects what is pending. A sandbox without network egress is
+	// INVALID_ARGUMENT.
+	WatchEgressRequests(ctx context.Context, in *WatchEgressRequestsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEgressRequestsResponse], error)
+	// DecideEgress approves or rejects a pending request (request_id), or
+	// every pending request for host:port; with scope SANDBOX an approval also
+	// admits host:port for the rest of the sandbox's life (host:port alone,
+	// nothing pending, only grants). A grant admits what a host rule of the
+	// allow-list would: the proxy still refuses private, reserved and host
+	// addresses. An unknown request_id is NOT_FOUND.
+	DecideEgress(ctx context.Context, in *DecideEgressRequest, opts ...grpc.CallOption) (*DecideEgressResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -330,6 +350,35 @@ func (c *sandboxServiceClient) Process(ctx context.Context, opts ...grpc.CallOpt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_ProcessClient = grpc.BidiStreamingClient[ProcessRequest, ProcessResponse]
 
+func (c *sandboxServiceClient) WatchEgressRequests(ctx context.Context, in *WatchEgressRequestsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEgressRequestsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_WatchEgressRequests_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchEgressRequestsRequest, WatchEgressRequestsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_WatchEgressRequestsClient = grpc.ServerStreamingClient[WatchEgressRequestsResponse]
+
+func (c *sandboxServiceClient) DecideEgress(ctx context.Context, in *DecideEgressRequest, opts ...grpc.CallOption) (*DecideEgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideEgressResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DecideEgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -407,6 +456,24 @@ type SandboxServiceServer interface {
 	// (RESOURCE_EXHAUSTED, code "resource_exhausted"); they do not count
 	// against the 16 processes.
 	Process(grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]) error
+	// WatchEgressRequests streams an egress sandbox's connections that wait
+	// for a human's decision: while at least one watch of the sandbox lasts,
+	// its proxy holds a connection to a destination that is refused only for
+	// not being on the worker's egress allow-list (for at most timeout) and
+	// the watch gets it as a pending request; the same request comes again,
+	// closed, when it ends (decided, timed out, or the watch's control
+	// channel lost). The first messages are the requests already pending.
+	// When the last watch ends the proxy stops holding connections and
+	// rejects what is pending. A sandbox without network egress is
+	// INVALID_ARGUMENT.
+	WatchEgressRequests(*WatchEgressRequestsRequest, grpc.ServerStreamingServer[WatchEgressRequestsResponse]) error
+	// DecideEgress approves or rejects a pending request (request_id), or
+	// every pending request for host:port; with scope SANDBOX an approval also
+	// admits host:port for the rest of the sandbox's life (host:port alone,
+	// nothing pending, only grants). A grant admits what a host rule of the
+	// allow-list would: the proxy still refuses private, reserved and host
+	// addresses. An unknown request_id is NOT_FOUND.
+	DecideEgress(context.Context, *DecideEgressRequest) (*DecideEgressResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -470,6 +537,12 @@ func (UnimplementedSandboxServiceServer) DownloadFiles(*DownloadFilesRequest, gr
 }
 func (UnimplementedSandboxServiceServer) Process(grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]) error {
 	return status.Error(codes.Unimplemented, "method Process not implemented")
+}
+func (UnimplementedSandboxServiceServer) WatchEgressRequests(*WatchEgressRequestsRequest, grpc.ServerStreamingServer[WatchEgressRequestsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchEgressRequests not implemented")
+}
+func (UnimplementedSandboxServiceServer) DecideEgress(context.Context, *DecideEgressRequest) (*DecideEgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideEgress not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -780,6 +853,35 @@ func _SandboxService_Process_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_ProcessServer = grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]
 
+func _SandboxService_WatchEgressRequests_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchEgressRequestsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).WatchEgressRequests(m, &grpc.GenericServerStream[WatchEgressRequestsRequest, WatchEgressRequestsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_WatchEgressRequestsServer = grpc.ServerStreamingServer[WatchEgressRequestsResponse]
+
+func _SandboxService_DecideEgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideEgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DecideEgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DecideEgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DecideEgress(ctx, req.(*DecideEgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -843,6 +945,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Glob",
 			Handler:    _SandboxService_Glob_Handler,
 		},
+		{
+			MethodName: "DecideEgress",
+			Handler:    _SandboxService_DecideEgress_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -865,6 +971,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _SandboxService_Process_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "WatchEgressRequests",
+			Handler:       _SandboxService_WatchEgressRequests_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "plumb/v1/sandbox.proto",
