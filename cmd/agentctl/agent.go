@@ -35,6 +35,9 @@ const agentUsage = `Usage:
   agentctl threads show ID [--full] [--json]
   agentctl threads rm ID [--force]
   agentctl agents [--json]
+  agentctl preview create --thread ID --port N [--ttl D] [--json]
+  agentctl preview ls --thread ID [--json]
+  agentctl preview rm PREVIEW_ID...
 
 A run that stops for decisions asks for each call when stdin is a terminal;
 otherwise it needs --approve-all, --reject-all or --decisions FILE (a JSON
@@ -83,6 +86,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.agents(ctx, args)
 	case "secrets":
 		return a.secrets(ctx, args)
+	case "preview":
+		return a.preview(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

@@ -8,13 +8,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"net"
 	"os"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/fleet"
+	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/yamlconf"
@@ -34,6 +37,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		postgresDSN    string
 		workerToken    string
 		workerTLS      daemon.TLSFiles
+		previewAddr    string
+		previewURL     string
+		previewKey     string
 	)
 	f := daemon.NewFlags("agentd")
 	c.Bind(f, "127.0.0.1:7070", "127.0.0.1:9070")
@@ -45,6 +51,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.String(&workerTLS.CA, "sandboxd-tls-ca", "", "PEM CA bundle to verify sandboxd workers with: dial them over TLS")
 	f.String(&workerTLS.Cert, "sandboxd-tls-cert", "", "PEM client certificate presented to sandboxd workers (re-read when it changes)")
 	f.String(&workerTLS.Key, "sandboxd-tls-key", "", "PEM private key of --sandboxd-tls-cert")
+	f.String(&previewAddr, "preview-addr", "", "serve preview URLs (HTTP, WebSocket) on this address, a listener of their own; empty = no previews (docs/security.md, Preview URLs)")
+	f.String(&previewURL, "preview-url", "", "public base URL of --preview-addr as users reach it (https://preview.example.com); empty = http://ADDR")
+	f.String(&previewKey, "preview-key-file", "", "file holding the key that signs preview tokens (32+ bytes), and optionally the previous key on a second line; the same on every replica")
 	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor.\nThe default model comes from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL when --config has no models."); err != nil {
 		return err
 	}
@@ -135,8 +144,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// taking runs, brings each run to a checkpoint and hands it to the
 	// other replicas, ending its streams with REPLICA_STOPPING; only then
 	// does the gRPC server stop.
-	svc, err := agentsvc.New(core.ServiceConfig(replicaID()), agentsvc.WithLogger(lg))
+	scfg := core.ServiceConfig(replicaID())
+	var servers []daemon.HTTPServer
+	if previewAddr != "" || previewKey != "" {
+		srv, ps, err := previews(core, previewAddr, previewURL, previewKey, lg)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, srv)
+		scfg.Previews = ps
+	}
+	svc, err := agentsvc.New(scfg, agentsvc.WithLogger(lg))
 	if err != nil {
+		for _, x := range servers {
+			x.Listener.Close()
+		}
 		return &daemon.UsageError{Err: err}
 	}
 	o := sec
@@ -145,6 +167,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o.BulkMethods = agentsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	o.BeforeStop = svc.Shutdown
+	o.Servers = servers
 	return daemon.Serve(ctx, o)
 }
 
@@ -155,4 +178,33 @@ func replicaID() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return cmp.Or(host, "agentd") + "-" + hex.EncodeToString(b)
+}
+
+// previews binds the preview listener and builds its service: both the
+// address and the key are needed, and a listener beyond loopback needs
+// --preview-url (the address it binds is not what users reach).
+func previews(core *agentd.Agentd, addr, base, keyFile string, lg *zap.Logger) (daemon.HTTPServer, *preview.Service, error) {
+	if addr == "" || keyFile == "" {
+		return daemon.HTTPServer{}, nil, daemon.Usagef("previews need both --preview-addr and --preview-key-file")
+	}
+	keys, err := preview.LoadKeys(keyFile)
+	if err != nil {
+		return daemon.HTTPServer{}, nil, &daemon.UsageError{Err: err}
+	}
+	if base == "" && !daemon.IsLoopback(addr) {
+		return daemon.HTTPServer{}, nil, daemon.Usagef("--preview-addr %s is not loopback: give --preview-url, the URL users reach it at (behind TLS)", addr)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return daemon.HTTPServer{}, nil, fmt.Errorf("preview listener: %w", err)
+	}
+	if base == "" {
+		base = "http://" + lis.Addr().String()
+	}
+	svc, err := core.Previews(keys, base, lg)
+	if err != nil {
+		lis.Close()
+		return daemon.HTTPServer{}, nil, &daemon.UsageError{Err: err}
+	}
+	return daemon.HTTPServer{Name: "previews", Listener: lis, Handler: svc.Handler()}, svc, nil
 }

@@ -102,6 +102,21 @@ type Options struct {
 	// accepting runs, and at the deadline cancels what is left or, with
 	// replicas, hands it to the others).
 	BeforeStop func(ctx context.Context) error
+	// Servers are further HTTP servers of the daemon (agentd's preview
+	// listener), each on a listener the caller bound (so that it knows
+	// the address first). Serve serves them, shuts them down with the
+	// others and closes their listeners, also when it fails to start.
+	Servers []HTTPServer
+}
+
+// HTTPServer is an HTTP handler on a listener of its own.
+type HTTPServer struct {
+	// Name is used in logs.
+	Name string
+	// Listener is the bound listener.
+	Listener net.Listener
+	// Handler serves it.
+	Handler http.Handler
 }
 
 // Serve binds both listeners, serves until ctx is done, then shuts down:
@@ -110,6 +125,12 @@ type Options struct {
 // bound is an error before anything is served. Serve returns nil after a
 // clean shutdown.
 func Serve(ctx context.Context, o Options) error {
+	var extra []*http.Server
+	defer func() {
+		for _, x := range o.Servers {
+			x.Listener.Close()
+		}
+	}()
 	lg := o.Logger
 	if lg == nil {
 		lg = zap.NewNop()
@@ -192,13 +213,19 @@ func Serve(ctx context.Context, o Options) error {
 	hsrv := &http.Server{Handler: httpMux(reg), ReadHeaderTimeout: 10 * time.Second}
 	var psrv *http.Server
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 3+len(o.Servers))
 	go func() { errc <- srv.Serve(glis) }()
 	go func() { errc <- hsrv.Serve(hlis) }()
 	if plis != nil {
 		psrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- psrv.Serve(plis) }()
 		lg.Info("serving pprof", zap.String("pprof-addr", plis.Addr().String()))
+	}
+	for _, x := range o.Servers {
+		xs := &http.Server{Handler: x.Handler, ReadHeaderTimeout: 10 * time.Second}
+		extra = append(extra, xs)
+		go func() { errc <- xs.Serve(x.Listener) }()
+		lg.Info("serving "+x.Name, zap.String("addr", x.Listener.Addr().String()))
 	}
 	wctx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
@@ -256,6 +283,13 @@ func Serve(ctx context.Context, o Options) error {
 	if psrv != nil {
 		if err := psrv.Shutdown(hctx); err != nil {
 			psrv.Close()
+		}
+	}
+	for _, xs := range extra {
+		// Hijacked connections (WebSockets) are not Shutdown's: Close
+		// does not end them either, their handlers' contexts do.
+		if err := xs.Shutdown(hctx); err != nil {
+			xs.Close()
 		}
 	}
 	lg.Info("stopped")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -74,6 +75,12 @@ const (
 	// ReasonSecretUnreadable: a stored secret does not open under the
 	// configured keys (key rotated away, or the row was tampered with).
 	ReasonSecretUnreadable = "SECRET_UNREADABLE"
+	// Preview URLs: no such preview (or another tenant's), too many live
+	// previews on the thread, no sandbox to preview, previews not served.
+	ReasonPreviewNotFound = "PREVIEW_NOT_FOUND"
+	ReasonPreviewLimit    = "PREVIEW_LIMIT"
+	ReasonNoSandbox       = "NO_SANDBOX"
+	ReasonPreviewsOff     = "PREVIEWS_OFF"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -166,6 +173,14 @@ func agentStatus(err error) (_ error, ok bool) {
 		return withInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
 	case errors.Is(err, store.ErrBusy):
 		return withInfo(codes.Unavailable, "the thread store is busy; retry", ReasonStorageBusy, nil), true
+	case errors.Is(err, store.ErrPreviewNotFound):
+		return withInfo(codes.NotFound, err.Error(), ReasonPreviewNotFound, nil), true
+	case errors.Is(err, store.ErrPreviewLimit):
+		return withInfo(codes.ResourceExhausted, err.Error(), ReasonPreviewLimit, nil), true
+	case errors.Is(err, preview.ErrNoSandbox):
+		return withInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandbox, nil), true
+	case errors.Is(err, preview.ErrOff):
+		return withInfo(codes.FailedPrecondition, err.Error(), ReasonPreviewsOff, nil), true
 	}
 	return nil, false
 }

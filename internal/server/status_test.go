@@ -112,6 +112,7 @@ func TestFileErrorRoundTrip(t *testing.T) {
 		backend.CodeNoSpace, backend.CodeStringNotFound, backend.CodeMultipleOccurrences, backend.CodeOffsetOutOfRange,
 		backend.CodeTooLarge, backend.CodeNotText, backend.CodeTimeout, backend.CodeUnsupported,
 		backend.CodeUnavailable, backend.CodeCancelled, backend.CodeInternal, backend.CodeResourceExhausted,
+		backend.CodeConnectionRefused,
 	} {
 		in := backend.Errorf(c, "/a", "op /a: %s", c).WithDetail("count", "2")
 		out := pbconv.FileError(server.Status(in))

@@ -43,6 +43,10 @@ const (
 	// operation, above all a sandbox's process (pids) limit making a fork
 	// fail with EAGAIN. Retrying helps once processes have ended.
 	CodeResourceExhausted Code = "resource_exhausted"
+
+	// CodeConnectionRefused: a port forward found nothing listening on
+	// its port inside the sandbox.
+	CodeConnectionRefused Code = "connection_refused"
 )
 
 // Error is the error value of every file operation. Operations return it as

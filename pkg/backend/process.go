@@ -33,6 +33,28 @@ type ProcessRequest struct {
 	// (docs/security.md, Service processes). Backends without users
 	// ignore it.
 	Service bool `json:"service,omitempty"`
+	// Port, when set (1–65535), asks for a port forward instead of a
+	// process: a TCP connection to 127.0.0.1:Port inside the sandbox,
+	// whose received bytes are the process's stdout and to which stdin
+	// is written (closing stdin half-closes it). Command, Cwd, Env and
+	// Service must then be empty. The "process" exits 0 once the box's
+	// side has closed the connection; it takes no signals.
+	Port int `json:"port,omitempty"`
+}
+
+// MaxPort is the largest TCP port.
+const MaxPort = 65535
+
+// CheckPortForward checks a port-forward request (Port set): a port in
+// 1–MaxPort and nothing of a process.
+func CheckPortForward(req ProcessRequest) error {
+	switch {
+	case req.Port < 1 || req.Port > MaxPort:
+		return Errorf(CodeInvalidArgument, "", "port %d is out of range: want 1 to %d", req.Port, MaxPort)
+	case req.Command != "" || req.Cwd != "" || len(req.Env) > 0 || req.Service:
+		return Errorf(CodeInvalidArgument, "", "a port forward takes a port and nothing else (no command, cwd, env or service)")
+	}
+	return nil
 }
 
 // Process is a running interactive process. Its methods are safe for

@@ -28,6 +28,7 @@ var fileCodes = map[backend.Code]codes.Code{
 	backend.CodeUnsupported:         codes.Unimplemented,
 	backend.CodeUnavailable:         codes.Unavailable,
 	backend.CodeResourceExhausted:   codes.ResourceExhausted,
+	backend.CodeConnectionRefused:   codes.FailedPrecondition,
 	backend.CodeCancelled:           codes.Canceled,
 	backend.CodeInternal:            codes.Internal,
 }

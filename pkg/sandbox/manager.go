@@ -189,6 +189,7 @@ type sandbox struct {
 	busy       int // operations in flight; the reaper never takes a busy sandbox
 	violations int // protocol violations of its agent channels
 	procs      int // interactive processes open (StartProcess)
+	conns      int // port forwards open (StartProcess with a port)
 	// released: the sandbox's quota was given back (it failed, or is
 	// being deleted).
 	released bool

@@ -20,31 +20,46 @@ var _ backend.ProcessStarter = (*Files)(nil)
 // processes). At most agentproto.MaxProcesses run at once per sandbox; each
 // holds at most agentproto.ProcWindow of unread output on the worker.
 func (f *Files) StartProcess(ctx context.Context, req backend.ProcessRequest) (backend.Process, error) {
+	forward := req.Port != 0
+	if forward {
+		if err := backend.CheckPortForward(req); err != nil {
+			return nil, err
+		}
+	}
 	f.sb.mu.Lock()
-	full := f.sb.procs >= agentproto.MaxProcesses
+	n, limit, what := &f.sb.procs, agentproto.MaxProcesses, "processes already run"
+	if forward {
+		n, limit, what = &f.sb.conns, agentproto.MaxConns, "connections are already forwarded"
+	}
+	full := *n >= limit
 	if !full {
-		f.sb.procs++
+		*n++
 	}
 	f.sb.mu.Unlock()
 	if full {
-		return nil, backend.Errorf(backend.CodeTooLarge, "", "%d processes already run in sandbox %s; close one first", agentproto.MaxProcesses, f.m.snapshot(f.sb).ID).
-			WithDetail("limit", itoa(agentproto.MaxProcesses))
+		code := backend.CodeTooLarge
+		if forward {
+			code = backend.CodeResourceExhausted
+		}
+		return nil, backend.Errorf(code, "", "%d %s in sandbox %s; close one first", limit, what, f.m.snapshot(f.sb).ID).
+			WithDetail("limit", itoa(limit))
 	}
-	p, err := f.startProcess(ctx, req)
+	// Once: a start that fails after the process exists closes it,
+	// which gives the slot back already.
+	end := sync.OnceFunc(func() {
+		f.sb.mu.Lock()
+		*n--
+		f.sb.mu.Unlock()
+	})
+	p, err := f.startProcess(ctx, req, end)
 	if err != nil {
-		f.endProcess()
+		end()
 		return nil, err
 	}
 	return p, nil
 }
 
-func (f *Files) endProcess() {
-	f.sb.mu.Lock()
-	f.sb.procs--
-	f.sb.mu.Unlock()
-}
-
-func (f *Files) startProcess(ctx context.Context, req backend.ProcessRequest) (*process, error) {
+func (f *Files) startProcess(ctx context.Context, req backend.ProcessRequest, end func()) (*process, error) {
 	ch, err := f.channel(ctx, "process")
 	if err != nil {
 		return nil, err
@@ -57,7 +72,7 @@ func (f *Files) startProcess(ctx context.Context, req backend.ProcessRequest) (*
 		return nil, err
 	}
 	p := &process{
-		f: f, ch: ch, id: r.id, ctx: pctx, cancel: cancel,
+		f: f, ch: ch, id: r.id, ctx: pctx, cancel: cancel, end: end,
 		started: make(chan struct{}), done: make(chan struct{}), acks: make(chan struct{}, 1),
 	}
 	p.stdout = backend.NewOutputBuffer(0, p.consumed)
@@ -95,6 +110,7 @@ type process struct {
 	id     uint64 // the proc_start request's id
 	ctx    context.Context
 	cancel context.CancelFunc
+	end    func() // gives the process's slot back
 
 	stdout, stderr *backend.OutputBuffer
 	stdin          *procStdin
@@ -271,7 +287,7 @@ func (p *process) Close() error {
 		p.wg.Wait()
 		p.stdout.Close()
 		p.stderr.Close()
-		p.f.endProcess()
+		p.end()
 	})
 	return nil
 }

@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The server the preview tests run in a box.
+	if bins["previewserver"], err = daemontest.BuildStatic(dir, "github.com/plumbhq/plumb/test/previewserver"); err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -58,8 +62,12 @@ const (
 	sandboxdToken = "e2e-sandboxd-token"
 )
 
-// extraConfig is appended to the agentd config of the next start.
-var extraConfig string
+// extraConfig is appended to the agentd config of the next start, and
+// extraArgs to agentd's command line.
+var (
+	extraConfig string
+	extraArgs   []string
+)
 
 func start(t *testing.T) *stack {
 	t.Helper()
@@ -102,9 +110,10 @@ backends:
 // store.
 func (s *stack) startAgentd(t *testing.T) {
 	t.Helper()
-	s.proc = daemontest.Start(t, bins["agentd"], "--config", s.cfgPath, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+	args := append([]string{"--config", s.cfgPath, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--shutdown-grace", "2s",
-		"--token-file", filepath.Join(s.dir, "agentd.token"), "--sandboxd-token-file", filepath.Join(s.dir, "sandboxd.token"))
+		"--token-file", filepath.Join(s.dir, "agentd.token"), "--sandboxd-token-file", filepath.Join(s.dir, "sandboxd.token")}, extraArgs...)
+	s.proc = daemontest.Start(t, bins["agentd"], args...)
 	s.agentd, s.conn = s.proc.GRPCAddr, daemontest.Dial(t, s.proc.GRPCAddr, agentdToken)
 }
 

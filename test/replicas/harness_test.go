@@ -24,6 +24,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -38,6 +39,10 @@ func TestMain(m *testing.M) {
 	}
 	bins, err = daemontest.BuildCommands(dir, "agentd", "sandboxd", "sandbox-agent")
 	if err != nil {
+		panic(err)
+	}
+	// The server the preview test runs in a box.
+	if bins["previewserver"], err = daemontest.BuildStatic(dir, "github.com/plumbhq/plumb/test/previewserver"); err != nil {
 		panic(err)
 	}
 	code := pgtest.Main(m)
@@ -170,8 +175,10 @@ func (p *policy) turn(r modeltest.Request) modeltest.Turn {
 type fleet struct {
 	policy  *policy
 	sandbox plumbv1.SandboxServiceClient
-	a, b    *replica
-	ctx     context.Context
+	// worker is the connection to the sandboxd worker.
+	worker grpc.ClientConnInterface
+	a, b   *replica
+	ctx    context.Context
 }
 
 // replica is one agentd process and a client of it.
@@ -208,7 +215,13 @@ func startFleet(t *testing.T, cfg config) *fleet {
 
 	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
 	t.Cleanup(cancel)
-	f := &fleet{policy: p, sandbox: plumbv1.NewSandboxServiceClient(daemontest.Dial(t, sd.GRPCAddr, sandboxdToken)), ctx: ctx}
+	worker := daemontest.Dial(t, sd.GRPCAddr, sandboxdToken)
+	f := &fleet{policy: p, sandbox: plumbv1.NewSandboxServiceClient(worker), worker: worker, ctx: ctx}
+	// Both replicas serve previews, signed with the same key.
+	previewKey := filepath.Join(dir, "preview.key")
+	if err := os.WriteFile(previewKey, []byte(strings.Repeat("f", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	start := func(name string, grace time.Duration) *replica {
 		doc := fmt.Sprintf(`version: 1
 storage: {sqlite_path: %s, postgres_dsn: %q, lease_ttl: %s}
@@ -232,7 +245,8 @@ backends: {default: sandbox}
 		}
 		proc := daemontest.Start(t, bins["agentd"], "--config", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 			"--log-format", "json", "--shutdown-grace", grace.String(),
-			"--token-file", agentdTokens, "--sandboxd-token-file", sandboxdTokens)
+			"--token-file", agentdTokens, "--sandboxd-token-file", sandboxdTokens,
+			"--preview-addr", "127.0.0.1:0", "--preview-key-file", previewKey)
 		return &replica{name: name, proc: proc, c: plumbv1.NewAgentServiceClient(daemontest.Dial(t, proc.GRPCAddr, agentdToken))}
 	}
 	f.a = start("a", cfg.graceA)

@@ -155,6 +155,9 @@ type Config struct {
 	// Attach on a replica that does not run the thread follows the run
 	// there.
 	Events store.RunEvents
+	// Previews, when set, serves CreatePreview, ListPreviews and
+	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
+	Previews Previews
 	// EventInterval is how often such an Attach reads Events, and how
 	// long a failed append waits before it is retried
 	// (DefaultEventInterval).

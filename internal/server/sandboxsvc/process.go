@@ -31,7 +31,7 @@ func (s *Service) Process(stream plumbv1.SandboxService_ProcessServer) error {
 	if err != nil {
 		return s.fail("Process", err)
 	}
-	p, err := f.StartProcess(ctx, backend.ProcessRequest{Command: start.GetCommand(), Cwd: start.GetCwd(), Env: start.GetEnv(), Service: start.GetService()})
+	p, err := f.StartProcess(ctx, backend.ProcessRequest{Command: start.GetCommand(), Cwd: start.GetCwd(), Env: start.GetEnv(), Service: start.GetService(), Port: int(start.GetPort())})
 	if err != nil {
 		return s.fail("Process", err)
 	}

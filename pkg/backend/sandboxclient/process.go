@@ -24,12 +24,17 @@ const stdinChunk = 1 << 20
 // SandboxService.Process stream. ctx bounds the start; the process lives
 // until it exits, Close, or the sandbox ends.
 func (b *Backend) StartProcess(ctx context.Context, req backend.ProcessRequest) (backend.Process, error) {
+	if req.Port != 0 {
+		if err := backend.CheckPortForward(req); err != nil {
+			return nil, err
+		}
+	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel) // only while starting
 	s, err := b.c.Process(pctx)
 	if err == nil {
 		err = s.Send(&plumbv1.ProcessRequest{Kind: &plumbv1.ProcessRequest_Start{Start: &plumbv1.ProcessStart{
-			SandboxId: b.id, Command: req.Command, Cwd: req.Cwd, Env: req.Env, Service: req.Service,
+			SandboxId: b.id, Command: req.Command, Cwd: req.Cwd, Env: req.Env, Service: req.Service, Port: int32(req.Port), //nolint:gosec // checked above
 		}}})
 	}
 	var first *plumbv1.ProcessResponse

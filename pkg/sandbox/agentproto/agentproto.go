@@ -113,6 +113,9 @@ const (
 	// MaxProcesses bounds the interactive processes running at once in
 	// one sandbox.
 	MaxProcesses = 16
+	// MaxConns bounds the port forwards (proc_start with a port) open at
+	// once in one sandbox; they do not count against MaxProcesses.
+	MaxConns = 32
 )
 
 // ProcWriteArgs write the request's payload to process Target's standard

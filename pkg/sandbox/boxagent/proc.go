@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -24,8 +25,9 @@ const procWriteTimeout = 30 * time.Second
 type proc struct {
 	pgid    int
 	tag     uint32
-	service bool     // runs as a uid of its own (serviceCredential)
-	stdin   *os.File // nil once closed
+	service bool      // runs as a uid of its own (serviceCredential)
+	conn    bool      // a port forward (dial.go): no process, no signals
+	stdin   procInput // nil once closed
 
 	wmu sync.Mutex // one stdin write at a time
 
@@ -33,6 +35,14 @@ type proc struct {
 	cond   *sync.Cond
 	credit int // output bytes (EventCost-charged) the agent may still send
 	done   bool
+}
+
+// procInput is where proc_write's payload goes: a process's stdin pipe,
+// or a forwarded connection (whose Close half-closes it).
+type procInput interface {
+	Write([]byte) (int, error)
+	Close() error
+	SetWriteDeadline(time.Time) error
 }
 
 // take waits for output credit and reserves it for up to n bytes of one
@@ -78,6 +88,9 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	if e := decodeArgs(req, &a); e != nil {
 		return agentproto.Failure(req.ID, e)
 	}
+	if a.Port != 0 {
+		return s.dial(ctx, req, a)
+	}
 	if a.Service && len(a.Env) > 0 && s.environExposed {
 		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeUnsupported, "",
 			"process: this sandbox's kernel (gVisor) lets every process read any process's environment, so the service's env would reach the sandbox's commands; run services that take env (MCP servers with secrets) in a runc sandbox"))
@@ -89,7 +102,7 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	p := &proc{credit: agentproto.ProcWindow}
 	p.cond = sync.NewCond(&p.mu)
 	s.mu.Lock()
-	full := len(s.procs) >= agentproto.MaxProcesses
+	full := len(s.procs)-s.conns >= agentproto.MaxProcesses
 	if !full {
 		s.procs[req.ID] = p
 	}
@@ -209,7 +222,7 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 
 // pumpOutput sends what r yields as events of kind event, within the
 // process's output credit, until r ends or the process request does.
-func (s *server) pumpOutput(id uint64, p *proc, r *os.File, event string) {
+func (s *server) pumpOutput(id uint64, p *proc, r io.Reader, event string) {
 	buf := make([]byte, agentproto.ProcChunkBytes)
 	for {
 		n, err := r.Read(buf)
@@ -307,6 +320,9 @@ func (s *server) procSignal(req agentproto.Request) agentproto.Response {
 	p, e := s.proc(req.Op, a.Target)
 	if e != nil {
 		return agentproto.Failure(req.ID, e)
+	}
+	if p.conn {
+		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeInvalidArgument, "", "%s: %d is a port forward, not a process; it takes no signals", req.Op, a.Target))
 	}
 	sig := syscall.Signal(backend.Signals[a.Signal])
 	s.signalling(p.service, func() {

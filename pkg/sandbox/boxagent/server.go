@@ -119,7 +119,8 @@ type server struct {
 	inflight  map[uint64]context.CancelFunc // cancels of running requests
 	uploads   map[string]*fileops.TempFile  // open uploads by handle
 	downloads map[string]*fileops.DownloadFile
-	procs     map[uint64]*proc // running interactive processes by request id
+	procs     map[uint64]*proc // running interactive processes and port forwards by request id
+	conns     int              // how many of procs are port forwards
 	nextID    uint64           // last handle number
 	lastTag   uint32           // last command tag issued (see tagBase)
 

@@ -88,6 +88,17 @@ var migrations = []string{
 		updated_at BIGINT NOT NULL,
 		PRIMARY KEY (tenant, name)
 	);`,
+	// Preview URLs (store.Previews).
+	`CREATE TABLE previews (
+		id         TEXT COLLATE "C" PRIMARY KEY,
+		thread_id  TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		tenant     TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		created_at BIGINT NOT NULL,
+		expires_at BIGINT NOT NULL,
+		revoked    BOOLEAN NOT NULL DEFAULT false
+	);
+	CREATE INDEX previews_thread ON previews (thread_id, expires_at);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -453,3 +453,9 @@ func TestSchemaFromDSN(t *testing.T) {
 func TestLeasesConformance(t *testing.T) {
 	storetest.RunLeases(t, func(t *testing.T) storetest.LeaseStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestPreviewsConformance runs the preview suite against a real PostgreSQL
+// server.
+func TestPreviewsConformance(t *testing.T) {
+	storetest.RunPreviews(t, func(t *testing.T) storetest.PreviewStore { return open(t, pgtest.New(t), Options{}) })
+}

@@ -85,4 +85,15 @@ var migrations = []string{
 		updated_at INTEGER NOT NULL,
 		PRIMARY KEY (tenant, name)
 	);`,
+	// Preview URLs (store.Previews).
+	`CREATE TABLE previews (
+		id         TEXT PRIMARY KEY,
+		thread_id  TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		tenant     TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		revoked    INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;
+	CREATE INDEX previews_thread ON previews (thread_id, expires_at);`,
 }

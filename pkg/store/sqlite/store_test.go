@@ -240,3 +240,11 @@ func TestLeasesConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestPreviewsConformance runs the preview suite against a real SQLite
+// file.
+func TestPreviewsConformance(t *testing.T) {
+	storetest.RunPreviews(t, func(t *testing.T) storetest.PreviewStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

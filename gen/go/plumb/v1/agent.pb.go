@@ -1020,6 +1020,392 @@ func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
+// CreatePreviewRequest names a thread and a port in its sandbox.
+type CreatePreviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id; the thread must have a sandbox.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// TCP port inside the sandbox, 1-65535.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// How long the URL works; unset means 1 hour, at most 24 hours.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePreviewRequest) Reset() {
+	*x = CreatePreviewRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePreviewRequest) ProtoMessage() {}
+
+func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
+func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CreatePreviewRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *CreatePreviewRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *CreatePreviewRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+// CreatePreviewResponse carries the preview and its URL.
+type CreatePreviewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The preview.
+	Preview *Preview `protobuf:"bytes,1,opt,name=preview,proto3" json:"preview,omitempty"`
+	// The URL: agentd's preview base URL, /p/, a signed token, /. Anyone
+	// holding it reaches the port until expire_time; it is shown once.
+	Url           string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePreviewResponse) Reset() {
+	*x = CreatePreviewResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePreviewResponse) ProtoMessage() {}
+
+func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
+func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CreatePreviewResponse) GetPreview() *Preview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+func (x *CreatePreviewResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// Preview is a port of a thread's sandbox made reachable by CreatePreview.
+type Preview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Preview id (RevokePreview takes it; it is not the URL's token).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Port inside the sandbox.
+	Port int32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// When it was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When its URL stops working.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Whether it was revoked.
+	Revoked       bool `protobuf:"varint,6,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Preview) Reset() {
+	*x = Preview{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Preview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Preview) ProtoMessage() {}
+
+func (x *Preview) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Preview.ProtoReflect.Descriptor instead.
+func (*Preview) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Preview) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Preview) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *Preview) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Preview) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Preview) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *Preview) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+// ListPreviewsRequest names a thread.
+type ListPreviewsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId      string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPreviewsRequest) Reset() {
+	*x = ListPreviewsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPreviewsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPreviewsRequest) ProtoMessage() {}
+
+func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
+func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListPreviewsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+// ListPreviewsResponse lists a thread's unexpired previews, newest first.
+type ListPreviewsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The previews.
+	Previews      []*Preview `protobuf:"bytes,1,rep,name=previews,proto3" json:"previews,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPreviewsResponse) Reset() {
+	*x = ListPreviewsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPreviewsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPreviewsResponse) ProtoMessage() {}
+
+func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
+func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListPreviewsResponse) GetPreviews() []*Preview {
+	if x != nil {
+		return x.Previews
+	}
+	return nil
+}
+
+// RevokePreviewRequest names a preview.
+type RevokePreviewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Preview id.
+	PreviewId     string `protobuf:"bytes,1,opt,name=preview_id,json=previewId,proto3" json:"preview_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePreviewRequest) Reset() {
+	*x = RevokePreviewRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePreviewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePreviewRequest) ProtoMessage() {}
+
+func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
+func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RevokePreviewRequest) GetPreviewId() string {
+	if x != nil {
+		return x.PreviewId
+	}
+	return ""
+}
+
+// RevokePreviewResponse is empty on success.
+type RevokePreviewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokePreviewResponse) Reset() {
+	*x = RevokePreviewResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokePreviewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokePreviewResponse) ProtoMessage() {}
+
+func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
+func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1031,7 +1417,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1429,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1442,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -1082,7 +1468,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1480,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1493,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClientTool) GetName() string {
@@ -1162,7 +1548,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1560,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1573,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -1278,7 +1664,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1676,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1689,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -1334,7 +1720,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1732,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1745,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1421,7 +1807,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1819,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1832,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1488,7 +1874,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1886,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1899,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1537,7 +1923,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1935,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1948,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1590,7 +1976,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1988,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +2001,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -1636,7 +2022,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +2034,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +2047,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -1684,7 +2070,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +2082,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +2095,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -1737,7 +2123,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2135,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2148,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -1783,7 +2169,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2181,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2194,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -1831,7 +2217,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2229,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2242,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -1884,7 +2270,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2282,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2295,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -1936,7 +2322,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2334,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2347,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -1998,7 +2384,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2396,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2409,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -2056,7 +2442,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2454,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2467,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -2118,7 +2504,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2516,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2529,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -2177,7 +2563,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2575,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2588,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -2239,7 +2625,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2637,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2650,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2299,7 +2685,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2697,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2710,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2368,7 +2754,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2766,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2779,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2423,7 +2809,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2821,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2834,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2474,7 +2860,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2872,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2885,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 // ListAgentsRequest has no fields.
@@ -2511,7 +2897,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2909,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2922,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2550,7 +2936,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2948,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2961,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2611,7 +2997,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +3009,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +3022,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -2703,7 +3089,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +3101,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +3114,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -2801,7 +3187,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +3199,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3212,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Thread) GetId() string {
@@ -2969,7 +3355,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3367,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3380,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -3052,7 +3438,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3450,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3463,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Todo) GetContent() string {
@@ -3109,7 +3495,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3507,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3520,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ToolCall) GetId() string {
@@ -3193,7 +3579,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3591,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3604,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -3313,7 +3699,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3711,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3724,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3383,7 +3769,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3781,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3794,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3472,7 +3858,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3870,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3883,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3580,7 +3966,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3978,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3991,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -3966,7 +4352,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4364,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4377,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -4064,7 +4450,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4076,7 +4462,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4089,7 +4475,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -4135,7 +4521,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4147,7 +4533,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4546,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -4203,7 +4589,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +4601,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4614,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -4281,7 +4667,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4679,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4692,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4345,7 +4731,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4743,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4756,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4413,7 +4799,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4425,7 +4811,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4438,7 +4824,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4491,7 +4877,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4503,7 +4889,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4516,7 +4902,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4565,7 +4951,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4963,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4976,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ToolResult) GetId() string {
@@ -4660,7 +5046,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +5058,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +5071,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -4712,7 +5098,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +5110,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +5123,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -4781,7 +5167,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4793,7 +5179,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4806,7 +5192,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -4850,7 +5236,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4862,7 +5248,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4875,7 +5261,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -4954,7 +5340,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4966,7 +5352,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4979,7 +5365,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -5015,7 +5401,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5027,7 +5413,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5040,7 +5426,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -5101,7 +5487,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5499,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5512,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -5196,7 +5582,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5594,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5607,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RunError) GetCode() string {
@@ -5260,7 +5646,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5272,7 +5658,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5285,7 +5671,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -5332,7 +5718,31 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\asecrets\x18\x01 \x03(\v2\x14.plumb.v1.SecretInfoR\asecrets\")\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteSecretResponse\"(\n" +
+	"\x14DeleteSecretResponse\"t\n" +
+	"\x14CreatePreviewRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"V\n" +
+	"\x15CreatePreviewResponse\x12+\n" +
+	"\apreview\x18\x01 \x01(\v2\x11.plumb.v1.PreviewR\apreview\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\"\xde\x01\n" +
+	"\aPreview\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x18\n" +
+	"\arevoked\x18\x06 \x01(\bR\arevoked\"2\n" +
+	"\x13ListPreviewsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"E\n" +
+	"\x14ListPreviewsResponse\x12-\n" +
+	"\bpreviews\x18\x01 \x03(\v2\x11.plumb.v1.PreviewR\bpreviews\"5\n" +
+	"\x14RevokePreviewRequest\x12\x1d\n" +
+	"\n" +
+	"preview_id\x18\x01 \x01(\tR\tpreviewId\"\x17\n" +
+	"\x15RevokePreviewResponse\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
@@ -5739,7 +6149,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xd5\b\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc8\n" +
+	"\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -5756,7 +6167,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"ListAgents\x12\x1b.plumb.v1.ListAgentsRequest\x1a\x1c.plumb.v1.ListAgentsResponse\x12D\n" +
 	"\tPutSecret\x12\x1a.plumb.v1.PutSecretRequest\x1a\x1b.plumb.v1.PutSecretResponse\x12J\n" +
 	"\vListSecrets\x12\x1c.plumb.v1.ListSecretsRequest\x1a\x1d.plumb.v1.ListSecretsResponse\x12M\n" +
-	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponse\x12P\n" +
+	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
+	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -5771,7 +6185,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(DecisionType)(0),               // 0: plumb.v1.DecisionType
 	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
@@ -5791,187 +6205,205 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*ListSecretsResponse)(nil),     // 15: plumb.v1.ListSecretsResponse
 	(*DeleteSecretRequest)(nil),     // 16: plumb.v1.DeleteSecretRequest
 	(*DeleteSecretResponse)(nil),    // 17: plumb.v1.DeleteSecretResponse
-	(*InputMessage)(nil),            // 18: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 19: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 20: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 21: plumb.v1.RunResponse
-	(*Decision)(nil),                // 22: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 23: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 24: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 25: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 26: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 27: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 28: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 29: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 30: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 31: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 32: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 33: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 34: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 35: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 36: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 37: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 38: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 39: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 40: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 41: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 42: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 43: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 44: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 45: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 46: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 47: plumb.v1.Thread
-	(*RunRecord)(nil),               // 48: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 49: plumb.v1.Todo
-	(*ToolCall)(nil),                // 50: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 51: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 52: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 53: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 54: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 55: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 56: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 57: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 58: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 59: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 60: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 61: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 62: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 63: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 64: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 65: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 66: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 67: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 68: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 69: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 70: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 71: plumb.v1.Summarized
-	(*RunError)(nil),                // 72: plumb.v1.RunError
-	(*RunFinished)(nil),             // 73: plumb.v1.RunFinished
-	nil,                             // 74: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 75: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 76: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 77: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 78: plumb.v1.Thread.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 79: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 80: google.protobuf.Duration
+	(*CreatePreviewRequest)(nil),    // 18: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),   // 19: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                 // 20: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),     // 21: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),    // 22: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),    // 23: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),   // 24: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),            // 25: plumb.v1.InputMessage
+	(*ClientTool)(nil),              // 26: plumb.v1.ClientTool
+	(*RunRequest)(nil),              // 27: plumb.v1.RunRequest
+	(*RunResponse)(nil),             // 28: plumb.v1.RunResponse
+	(*Decision)(nil),                // 29: plumb.v1.Decision
+	(*ResumeRequest)(nil),           // 30: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 31: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),           // 32: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),          // 33: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),           // 34: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),          // 35: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),     // 36: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),    // 37: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),        // 38: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),       // 39: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),     // 40: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 41: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),   // 42: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),  // 43: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),  // 44: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 45: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),      // 46: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),     // 47: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),     // 48: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),    // 49: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),       // 50: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),      // 51: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),               // 52: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),           // 53: plumb.v1.InterruptRule
+	(*Thread)(nil),                  // 54: plumb.v1.Thread
+	(*RunRecord)(nil),               // 55: plumb.v1.RunRecord
+	(*Todo)(nil),                    // 56: plumb.v1.Todo
+	(*ToolCall)(nil),                // 57: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),           // 58: plumb.v1.ThreadMessage
+	(*StateFile)(nil),               // 59: plumb.v1.StateFile
+	(*Checkpoint)(nil),              // 60: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),              // 61: plumb.v1.TokenUsage
+	(*Event)(nil),                   // 62: plumb.v1.Event
+	(*ToolCallDelta)(nil),           // 63: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),              // 64: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),             // 65: plumb.v1.SandboxLost
+	(*RunStarted)(nil),              // 66: plumb.v1.RunStarted
+	(*MessageDelta)(nil),            // 67: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),          // 68: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),        // 69: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),         // 70: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),              // 71: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),            // 72: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),         // 73: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),        // 74: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),        // 75: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),             // 76: plumb.v1.Interrupted
+	(*UsageReport)(nil),             // 77: plumb.v1.UsageReport
+	(*Summarized)(nil),              // 78: plumb.v1.Summarized
+	(*RunError)(nil),                // 79: plumb.v1.RunError
+	(*RunFinished)(nil),             // 80: plumb.v1.RunFinished
+	nil,                             // 81: plumb.v1.RunRequest.MetadataEntry
+	nil,                             // 82: plumb.v1.RunRequest.FilesEntry
+	nil,                             // 83: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                             // 84: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                             // 85: plumb.v1.Thread.MetadataEntry
+	(*timestamppb.Timestamp)(nil),   // 86: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 87: google.protobuf.Duration
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	79, // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	79, // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	11, // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	11, // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	74, // 4: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	18, // 5: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	19, // 6: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	75, // 7: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	80, // 8: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	55, // 9: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,  // 10: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	22, // 11: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	55, // 12: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	55, // 13: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	76, // 14: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	47, // 15: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,  // 16: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	47, // 17: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	51, // 18: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	52, // 19: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	53, // 20: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	77, // 21: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,  // 22: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	47, // 23: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	45, // 24: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,  // 25: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	46, // 26: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,  // 27: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	79, // 28: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	79, // 29: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	78, // 30: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,  // 31: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	49, // 32: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	69, // 33: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	48, // 34: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	54, // 35: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	51, // 36: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	52, // 37: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	53, // 38: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,  // 39: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	54, // 40: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	79, // 41: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	79, // 42: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 43: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	50, // 44: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	79, // 45: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 46: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	79, // 47: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,  // 48: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	79, // 49: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	79, // 50: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	59, // 51: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	60, // 52: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	61, // 53: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	62, // 54: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	63, // 55: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	64, // 56: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	65, // 57: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	66, // 58: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	67, // 59: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	69, // 60: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	70, // 61: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	71, // 62: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	72, // 63: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	73, // 64: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	58, // 65: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	56, // 66: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	57, // 67: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	50, // 68: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,  // 69: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	49, // 70: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,  // 71: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	54, // 72: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,  // 73: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,  // 74: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	68, // 75: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	54, // 76: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10, // 77: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	54, // 78: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,  // 79: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	54, // 80: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	20, // 81: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	23, // 82: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	25, // 83: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	27, // 84: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	29, // 85: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	31, // 86: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	33, // 87: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	35, // 88: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	37, // 89: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	39, // 90: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	41, // 91: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	43, // 92: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	12, // 93: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	14, // 94: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	16, // 95: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	21, // 96: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	24, // 97: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	26, // 98: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	28, // 99: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	30, // 100: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	32, // 101: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	34, // 102: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	36, // 103: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	38, // 104: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	40, // 105: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	42, // 106: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	44, // 107: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	13, // 108: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	15, // 109: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	17, // 110: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	96, // [96:111] is the sub-list for method output_type
-	81, // [81:96] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	86,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	86,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	11,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	11,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	87,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	20,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	86,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	86,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	20,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	81,  // 9: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	25,  // 10: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	26,  // 11: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	82,  // 12: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	87,  // 13: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 14: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	0,   // 15: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	29,  // 16: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	62,  // 17: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	62,  // 18: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	83,  // 19: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	54,  // 20: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	1,   // 21: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	54,  // 22: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	58,  // 23: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	59,  // 24: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	60,  // 25: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	84,  // 26: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	2,   // 27: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	54,  // 28: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	52,  // 29: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	3,   // 30: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	53,  // 31: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	0,   // 32: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	86,  // 33: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	86,  // 34: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	85,  // 35: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	2,   // 36: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	56,  // 37: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	76,  // 38: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	55,  // 39: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	61,  // 40: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	58,  // 41: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	59,  // 42: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	60,  // 43: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	4,   // 44: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	61,  // 45: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	86,  // 46: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	86,  // 47: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	5,   // 48: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	57,  // 49: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	86,  // 50: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	7,   // 51: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	86,  // 52: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	6,   // 53: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	86,  // 54: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	86,  // 55: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	66,  // 56: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	67,  // 57: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	68,  // 58: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	69,  // 59: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	70,  // 60: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	71,  // 61: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	72,  // 62: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	73,  // 63: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	74,  // 64: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	76,  // 65: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	77,  // 66: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	78,  // 67: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	79,  // 68: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	80,  // 69: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	65,  // 70: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	63,  // 71: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	64,  // 72: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	57,  // 73: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,   // 74: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	56,  // 75: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,   // 76: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	61,  // 77: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,   // 78: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,   // 79: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	75,  // 80: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	61,  // 81: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10,  // 82: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	61,  // 83: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,   // 84: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	61,  // 85: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	27,  // 86: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	30,  // 87: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	32,  // 88: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	34,  // 89: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	36,  // 90: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	38,  // 91: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	40,  // 92: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	42,  // 93: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	44,  // 94: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	46,  // 95: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	48,  // 96: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	50,  // 97: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	12,  // 98: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	14,  // 99: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	16,  // 100: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	18,  // 101: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	21,  // 102: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	23,  // 103: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	28,  // 104: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	31,  // 105: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	33,  // 106: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	35,  // 107: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	37,  // 108: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	39,  // 109: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	41,  // 110: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	43,  // 111: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	45,  // 112: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	47,  // 113: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	49,  // 114: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	51,  // 115: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	13,  // 116: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	15,  // 117: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	17,  // 118: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	19,  // 119: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	22,  // 120: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	24,  // 121: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	104, // [104:122] is the sub-list for method output_type
+	86,  // [86:104] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -5979,7 +6411,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[44].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -5998,14 +6430,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[53].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   68,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

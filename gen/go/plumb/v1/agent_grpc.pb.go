@@ -34,6 +34,9 @@ const (
 	AgentService_PutSecret_FullMethodName       = "/plumb.v1.AgentService/PutSecret"
 	AgentService_ListSecrets_FullMethodName     = "/plumb.v1.AgentService/ListSecrets"
 	AgentService_DeleteSecret_FullMethodName    = "/plumb.v1.AgentService/DeleteSecret"
+	AgentService_CreatePreview_FullMethodName   = "/plumb.v1.AgentService/CreatePreview"
+	AgentService_ListPreviews_FullMethodName    = "/plumb.v1.AgentService/ListPreviews"
+	AgentService_RevokePreview_FullMethodName   = "/plumb.v1.AgentService/RevokePreview"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -91,6 +94,19 @@ type AgentServiceClient interface {
 	// DeleteSecret deletes one of the caller's tenant's secrets (NOT_FOUND
 	// for a name it does not have, or another tenant's).
 	DeleteSecret(ctx context.Context, in *DeleteSecretRequest, opts ...grpc.CallOption) (*DeleteSecretResponse, error)
+	// CreatePreview makes a port that a process in the thread's sandbox
+	// listens on reachable over HTTP and WebSocket at the returned URL, on
+	// agentd's preview listener, until it expires or is revoked
+	// (docs/security.md, Preview URLs). Nothing is reachable without it.
+	// FAILED_PRECONDITION when agentd serves no previews or the thread has
+	// no sandbox; RESOURCE_EXHAUSTED past 8 live previews per thread.
+	CreatePreview(ctx context.Context, in *CreatePreviewRequest, opts ...grpc.CallOption) (*CreatePreviewResponse, error)
+	// ListPreviews lists a thread's previews that have not expired (revoked
+	// ones included, marked), without their URLs.
+	ListPreviews(ctx context.Context, in *ListPreviewsRequest, opts ...grpc.CallOption) (*ListPreviewsResponse, error)
+	// RevokePreview ends a preview at once, on every agentd replica: its URL
+	// stops working and its open connections close.
+	RevokePreview(ctx context.Context, in *RevokePreviewRequest, opts ...grpc.CallOption) (*RevokePreviewResponse, error)
 }
 
 type agentServiceClient struct {
@@ -278,6 +294,36 @@ func (c *agentServiceClient) DeleteSecret(ctx context.Context, in *DeleteSecretR
 	return out, nil
 }
 
+func (c *agentServiceClient) CreatePreview(ctx context.Context, in *CreatePreviewRequest, opts ...grpc.CallOption) (*CreatePreviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePreviewResponse)
+	err := c.cc.Invoke(ctx, AgentService_CreatePreview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListPreviews(ctx context.Context, in *ListPreviewsRequest, opts ...grpc.CallOption) (*ListPreviewsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPreviewsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListPreviews_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) RevokePreview(ctx context.Context, in *RevokePreviewRequest, opts ...grpc.CallOption) (*RevokePreviewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokePreviewResponse)
+	err := c.cc.Invoke(ctx, AgentService_RevokePreview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -333,6 +379,19 @@ type AgentServiceServer interface {
 	// DeleteSecret deletes one of the caller's tenant's secrets (NOT_FOUND
 	// for a name it does not have, or another tenant's).
 	DeleteSecret(context.Context, *DeleteSecretRequest) (*DeleteSecretResponse, error)
+	// CreatePreview makes a port that a process in the thread's sandbox
+	// listens on reachable over HTTP and WebSocket at the returned URL, on
+	// agentd's preview listener, until it expires or is revoked
+	// (docs/security.md, Preview URLs). Nothing is reachable without it.
+	// FAILED_PRECONDITION when agentd serves no previews or the thread has
+	// no sandbox; RESOURCE_EXHAUSTED past 8 live previews per thread.
+	CreatePreview(context.Context, *CreatePreviewRequest) (*CreatePreviewResponse, error)
+	// ListPreviews lists a thread's previews that have not expired (revoked
+	// ones included, marked), without their URLs.
+	ListPreviews(context.Context, *ListPreviewsRequest) (*ListPreviewsResponse, error)
+	// RevokePreview ends a preview at once, on every agentd replica: its URL
+	// stops working and its open connections close.
+	RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -387,6 +446,15 @@ func (UnimplementedAgentServiceServer) ListSecrets(context.Context, *ListSecrets
 }
 func (UnimplementedAgentServiceServer) DeleteSecret(context.Context, *DeleteSecretRequest) (*DeleteSecretResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSecret not implemented")
+}
+func (UnimplementedAgentServiceServer) CreatePreview(context.Context, *CreatePreviewRequest) (*CreatePreviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePreview not implemented")
+}
+func (UnimplementedAgentServiceServer) ListPreviews(context.Context, *ListPreviewsRequest) (*ListPreviewsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPreviews not implemented")
+}
+func (UnimplementedAgentServiceServer) RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokePreview not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -658,6 +726,60 @@ func _AgentService_DeleteSecret_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_CreatePreview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePreviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CreatePreview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CreatePreview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CreatePreview(ctx, req.(*CreatePreviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListPreviews_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPreviewsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListPreviews(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListPreviews_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListPreviews(ctx, req.(*ListPreviewsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_RevokePreview_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokePreviewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RevokePreview(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RevokePreview_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RevokePreview(ctx, req.(*RevokePreviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -712,6 +834,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSecret",
 			Handler:    _AgentService_DeleteSecret_Handler,
+		},
+		{
+			MethodName: "CreatePreview",
+			Handler:    _AgentService_CreatePreview_Handler,
+		},
+		{
+			MethodName: "ListPreviews",
+			Handler:    _AgentService_ListPreviews_Handler,
+		},
+		{
+			MethodName: "RevokePreview",
+			Handler:    _AgentService_RevokePreview_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -4187,7 +4187,12 @@ type ProcessStart struct {
 	// own instead of the sandbox user, sharing the workspace through the
 	// sandbox group, so that commands cannot read its environment or memory,
 	// trace it or signal it (docs/security.md, Service processes).
-	Service       bool `protobuf:"varint,5,opt,name=service,proto3" json:"service,omitempty"`
+	Service bool `protobuf:"varint,5,opt,name=service,proto3" json:"service,omitempty"`
+	// A TCP port (1-65535) to forward instead of running a command: the
+	// stream relays a connection to 127.0.0.1:port inside the sandbox
+	// (docs/security.md, Preview URLs). command, cwd, env and service must
+	// then be empty.
+	Port          int32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4255,6 +4260,13 @@ func (x *ProcessStart) GetService() bool {
 		return x.Service
 	}
 	return false
+}
+
+func (x *ProcessStart) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
 }
 
 // ProcessResponse is one message from the server of a Process stream.
@@ -4797,14 +4809,15 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
 	"closeStdin\x12\x18\n" +
 	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\x06\n" +
-	"\x04kind\"\xde\x01\n" +
+	"\x04kind\"\xf2\x01\n" +
 	"\fProcessStart\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x121\n" +
 	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x12\x18\n" +
-	"\aservice\x18\x05 \x01(\bR\aservice\x1a6\n" +
+	"\aservice\x18\x05 \x01(\bR\aservice\x12\x12\n" +
+	"\x04port\x18\x06 \x01(\x05R\x04port\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +

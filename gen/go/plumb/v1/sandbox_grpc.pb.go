@@ -107,6 +107,16 @@ type SandboxServiceClient interface {
 	// Output the client does not read holds the process back (bounded
 	// buffers, never unbounded memory). At most 16 processes run at once per
 	// sandbox (RESOURCE_EXHAUSTED, code "too_large").
+	//
+	// With start.port set instead of a command, the stream is a port forward
+	// (what agentd's preview URLs ride on): the in-box agent connects to
+	// 127.0.0.1:port inside the sandbox and relays bytes; stdout carries what
+	// the connection sends, stdin what it receives, close_stdin half-closes
+	// it, and the exit (code 0) comes once the box's side has closed. Nothing
+	// listening is FAILED_PRECONDITION, code "connection_refused"; signals are
+	// refused. At most 32 forwards are open at once per sandbox
+	// (RESOURCE_EXHAUSTED, code "resource_exhausted"); they do not count
+	// against the 16 processes.
 	Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessRequest, ProcessResponse], error)
 	// WatchEgressRequests streams an egress sandbox's connections that wait
 	// for a human's decision: while at least one watch of the sandbox lasts,
@@ -435,6 +445,16 @@ type SandboxServiceServer interface {
 	// Output the client does not read holds the process back (bounded
 	// buffers, never unbounded memory). At most 16 processes run at once per
 	// sandbox (RESOURCE_EXHAUSTED, code "too_large").
+	//
+	// With start.port set instead of a command, the stream is a port forward
+	// (what agentd's preview URLs ride on): the in-box agent connects to
+	// 127.0.0.1:port inside the sandbox and relays bytes; stdout carries what
+	// the connection sends, stdin what it receives, close_stdin half-closes
+	// it, and the exit (code 0) comes once the box's side has closed. Nothing
+	// listening is FAILED_PRECONDITION, code "connection_refused"; signals are
+	// refused. At most 32 forwards are open at once per sandbox
+	// (RESOURCE_EXHAUSTED, code "resource_exhausted"); they do not count
+	// against the 16 processes.
 	Process(grpc.BidiStreamingServer[ProcessRequest, ProcessResponse]) error
 	// WatchEgressRequests streams an egress sandbox's connections that wait
 	// for a human's decision: while at least one watch of the sandbox lasts,
