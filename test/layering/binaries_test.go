@@ -21,7 +21,7 @@ var binaryRules = []struct {
 }{
 	{"./cmd/sandboxd", "sandboxd serves sandboxes, not agents", []string{
 		module + "pkg/agent/...", module + "pkg/model/...", module + "pkg/store/...",
-		module + "internal/server/agentsvc/...", module + "pkg/pbconv/agentconv",
+		module + "internal/server/agentsvc/...", module + "internal/runhost/...", module + "pkg/pbconv/agentconv",
 	}},
 	{"./cmd/agentd", "agentd reaches sandboxes through sandboxd, never Docker", []string{
 		"github.com/moby/moby/client/...", "github.com/containerd/...", module + "pkg/sandbox",
