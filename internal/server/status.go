@@ -1,9 +1,9 @@
 // Package server holds what plumb's gRPC adapters share, above all the
 // core of Status, where domain errors become gRPC status codes: each
-// service passes the Mappers of its own domain (agentsvc the agent core's
-// and the run registry's errors, sandboxsvc the sandbox lifecycle's), and
-// the core adds the file engine's errors, cancellation and the bounds every
-// status keeps. The adapters themselves live in subpackages and stay thin.
+// service passes the Mappers it needs (its own domain's beside it, like
+// agentsvc's agent core and run registry errors, and the shared ones here:
+// FileStatus for the file engine, SandboxStatus for the sandbox lifecycle),
+// and the core adds cancellation and the bounds every status keeps. The adapters themselves live in subpackages and stay thin.
 // Clients decode a status with pbconv.Reason, pbconv.FieldViolations and
 // pbconv.FileError.
 package server

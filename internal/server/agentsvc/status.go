@@ -16,9 +16,10 @@ import (
 
 // Status converts an error of an AgentService call into its gRPC status:
 // the agent core's and the run registry's errors (agentStatus), then the
-// file engine's, then what server.Status maps for every service.
+// file engine's and the sandbox lifecycle's (a cleanup hook's), then what
+// server.Status maps for every service.
 func Status(err error) error {
-	return server.Status(err, agentStatus, server.FileStatus)
+	return server.Status(err, agentStatus, server.FileStatus, server.SandboxStatus)
 }
 
 // ErrorInfo reasons of AgentService errors (docs/agent-core.md §10.1).

@@ -18,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -60,6 +61,8 @@ func TestStatus(t *testing.T) {
 		{"storage busy", fmt.Errorf("checkpoint: %w", store.ErrBusy), want{Code: codes.Unavailable, Reason: agentsvc.ReasonStorageBusy}},
 		{"file error", backend.Errorf(backend.CodeFileNotFound, "/a", "no /a"),
 			want{Code: codes.NotFound, Reason: string(backend.CodeFileNotFound), Metadata: map[string]string{"path": "/a"}}},
+		{"sandbox error of a hook", &sandboxapi.Error{Code: sandboxapi.CodeUnavailable, Message: "sandboxd is down"},
+			want{Code: codes.Unavailable, Reason: string(sandboxapi.CodeUnavailable)}},
 		{"cancelled", context.Canceled, want{Code: codes.Canceled}},
 		{"deadline", fmt.Errorf("load: %w", context.DeadlineExceeded), want{Code: codes.DeadlineExceeded}},
 		{"status passes", status.Error(codes.PermissionDenied, "no"), want{Code: codes.PermissionDenied}},
