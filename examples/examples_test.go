@@ -19,8 +19,8 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -83,7 +83,7 @@ agents:
 	p := daemontest.Start(t, bins["agentd"], "--config", filepath.Join(dir, "agentd.yaml"), "--token-file", filepath.Join(dir, "token"),
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json", "--shutdown-grace", "2s")
 	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(daemon.BearerToken(token)))
+		grpc.WithPerRPCCredentials(grpccreds.BearerToken(token)))
 	if err != nil {
 		t.Fatal(err)
 	}

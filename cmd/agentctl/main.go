@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/version"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 	sandboxd := fs.String("sandboxd", envOr("AGENTCTL_SANDBOXD", "127.0.0.1:7071"), "")
 	timeout := fs.Duration("timeout", 5*time.Second, "")
 	token := fs.String("token", envOr("AGENTCTL_TOKEN", ""), "")
-	var tf daemon.TLSFiles
+	var tf grpccreds.TLSFiles
 	fs.StringVar(&tf.CA, "tls-ca", envOr("AGENTCTL_TLS_CA", ""), "")
 	fs.StringVar(&tf.Cert, "tls-cert", envOr("AGENTCTL_TLS_CERT", ""), "")
 	fs.StringVar(&tf.Key, "tls-key", envOr("AGENTCTL_TLS_KEY", ""), "")
@@ -98,9 +98,9 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		return err
 	}
 	var tc *tls.Config
-	if tf != (daemon.TLSFiles{}) {
+	if tf != (grpccreds.TLSFiles{}) {
 		var err error
-		if tc, err = daemon.ClientTLS(tf, nil); err != nil {
+		if tc, err = grpccreds.ClientTLS(tf, nil); err != nil {
 			return err
 		}
 	}
@@ -153,7 +153,7 @@ func (e endpoint) dial() (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 	}
 	if e.token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(daemon.BearerToken(e.token)))
+		opts = append(opts, grpc.WithPerRPCCredentials(grpccreds.BearerToken(e.token)))
 	}
 	return grpc.NewClient(e.addr, opts...)
 }

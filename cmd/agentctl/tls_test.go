@@ -10,6 +10,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/daemon/tlstest"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 )
 
 // agentctl reaches daemons that require client certificates with
@@ -20,7 +21,7 @@ func TestHealthOverMutualTLS(t *testing.T) {
 	caPath := ca.WriteCA(t, dir, "ca.pem")
 	srvCert, srvKey, _ := ca.WritePair(t, dir, "server")
 	cliCert, cliKey, _ := ca.WritePair(t, dir, "client")
-	stc, err := daemon.ServerTLS(daemon.TLSFiles{Cert: srvCert, Key: srvKey, ClientCA: caPath}, nil)
+	stc, err := grpccreds.ServerTLS(grpccreds.TLSFiles{Cert: srvCert, Key: srvKey, ClientCA: caPath}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

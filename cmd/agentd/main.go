@@ -18,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/preview"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/yamlconf"
@@ -36,7 +37,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		sqlitePath     string
 		postgresDSN    string
 		workerToken    string
-		workerTLS      daemon.TLSFiles
+		workerTLS      grpccreds.TLSFiles
 		previewAddr    string
 		previewURL     string
 		previewKey     string
@@ -113,10 +114,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// Sandbox calls carry the thread's tenant in plumb-tenant.
 	workerOpts := tenant.DialOptions()
 	if wtoken != "" {
-		workerOpts = append(workerOpts, grpc.WithPerRPCCredentials(daemon.BearerToken(wtoken)))
+		workerOpts = append(workerOpts, grpc.WithPerRPCCredentials(grpccreds.BearerToken(wtoken)))
 	}
-	if workerTLS != (daemon.TLSFiles{}) {
-		tc, err := daemon.ClientTLS(workerTLS, lg)
+	if workerTLS != (grpccreds.TLSFiles{}) {
+		tc, err := grpccreds.ClientTLS(workerTLS, lg)
 		if err != nil {
 			return &daemon.UsageError{Err: err}
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/storefs"
-	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"github.com/plumbhq/plumb/pkg/secrets"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -244,7 +244,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 			return nil, tb.lost(ctx, threadID, old, gerr)
 		}
 		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
-			zap.String("worker", sandbox.WorkerOf(old)))
+			zap.String("worker", sandboxapi.WorkerOf(old)))
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
@@ -291,10 +291,10 @@ func (tb *ThreadBackends) lost(ctx context.Context, threadID, id string, err err
 	}
 	msg := status.Convert(err).Message()
 	tb.lg.Warn("thread's sandbox worker cannot be reached", zap.String("thread-id", threadID), zap.String("sandbox-id", id),
-		zap.String("worker", sandbox.WorkerOf(id)), zap.Error(err))
-	backend.ReportLost(ctx, backend.WorkerLost{Worker: sandbox.WorkerOf(id), SandboxID: id, Message: msg})
+		zap.String("worker", sandboxapi.WorkerOf(id)), zap.Error(err))
+	backend.ReportLost(ctx, backend.WorkerLost{Worker: sandboxapi.WorkerOf(id), SandboxID: id, Message: msg})
 	return backend.Errorf(code, "", "the sandbox of this thread (%s) cannot be reached on its sandboxd worker %s: %s",
-		id, sandbox.WorkerOf(id), msg)
+		id, sandboxapi.WorkerOf(id), msg)
 }
 
 // resetNotice tells the model that the thread's sandbox was replaced.
@@ -518,7 +518,7 @@ func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
 				if !ok || backend.CodeOf(err) != backend.CodeUnavailable || !tb.pool.Down(sb.ID()) {
 					return
 				}
-				backend.ReportLost(ctx, backend.WorkerLost{Worker: sandbox.WorkerOf(sb.ID()), SandboxID: sb.ID(), Message: err.Error()})
+				backend.ReportLost(ctx, backend.WorkerLost{Worker: sandboxapi.WorkerOf(sb.ID()), SandboxID: sb.ID(), Message: err.Error()})
 			},
 		},
 		home: home,

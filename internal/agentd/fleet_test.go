@@ -18,6 +18,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
@@ -124,7 +125,7 @@ backends: {default: sandbox}
 			return ""
 		},
 		Logger:     lg,
-		WorkerDial: append(tenant.DialOptions(), grpc.WithPerRPCCredentials(daemon.BearerToken(fleetWorkerToken))),
+		WorkerDial: append(tenant.DialOptions(), grpc.WithPerRPCCredentials(grpccreds.BearerToken(fleetWorkerToken))),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ backends: {default: sandbox}
 		_ = gs.Serve(lis)
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(daemon.BearerToken(fleetClientToken)))
+		grpc.WithPerRPCCredentials(grpccreds.BearerToken(fleetClientToken)))
 	if err != nil {
 		t.Fatal(err)
 	}

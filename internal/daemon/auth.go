@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/tenant"
 )
 
@@ -103,7 +104,7 @@ type Credentials struct {
 
 	mu    sync.RWMutex
 	file  []Credential
-	stamp fileStamp
+	stamp grpccreds.FileStamp
 }
 
 // LoadCredentials reads the credentials file at path (empty = none) and
@@ -128,7 +129,7 @@ func LoadCredentials(path, token string, tokenForwards bool) (*Credentials, erro
 
 // reload re-reads the file; on error the current set stays.
 func (c *Credentials) reload() (bool, error) {
-	st, err := stampOf(c.path)
+	st, err := grpccreds.StampOf(c.path)
 	if err != nil {
 		return false, fmt.Errorf("credentials file %s: %w", c.path, err)
 	}
@@ -183,7 +184,7 @@ func (c *Credentials) Watch(ctx context.Context, lg *zap.Logger, interval time.D
 		case <-t.C:
 		case <-hup:
 			c.mu.Lock()
-			c.stamp = fileStamp{} // SIGHUP forces a read
+			c.stamp = grpccreds.FileStamp{} // SIGHUP forces a read
 			c.mu.Unlock()
 		}
 		changed, err := c.reload()
@@ -219,19 +220,6 @@ func (c *Credentials) Lookup(tok string) (Credential, bool) {
 		}
 	}
 	return found, ok
-}
-
-type fileStamp struct {
-	mod  time.Time
-	size int64
-}
-
-func stampOf(path string) (fileStamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}, err
-	}
-	return fileStamp{fi.ModTime(), fi.Size()}, nil
 }
 
 // publicMethod reports methods that answer without a token: health checks
@@ -347,16 +335,3 @@ type tenantStream struct {
 }
 
 func (s *tenantStream) Context() context.Context { return s.ctx }
-
-// BearerToken is a grpc.PerRPCCredentials that sends a static bearer
-// token. It allows plaintext transports: plumb's daemons run on loopback
-// or inside a cluster network; use TLS across untrusted networks.
-type BearerToken string
-
-// GetRequestMetadata implements credentials.PerRPCCredentials.
-func (t BearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity implements credentials.PerRPCCredentials.
-func (BearerToken) RequireTransportSecurity() bool { return false }

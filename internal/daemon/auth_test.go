@@ -10,6 +10,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -221,7 +222,7 @@ func TestTenantOfCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(tt.token)))
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(grpccreds.BearerToken(tt.token)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/version"
 	"go.uber.org/zap"
 )
@@ -72,7 +73,7 @@ type Common struct {
 	// none); reloaded when it changes and on SIGHUP.
 	CredentialsFile string
 	// TLS is the server's certificate, key and client CA (mTLS).
-	TLS TLSFiles
+	TLS grpccreds.TLSFiles
 	// Insecure allows listening beyond loopback without credentials.
 	Insecure bool
 	// PprofAddr enables /debug/pprof on its own listener.
@@ -122,7 +123,7 @@ func (c *Common) Security(tokenForwards bool, lg *zap.Logger) (Options, error) {
 	o := Options{Credentials: creds, Insecure: c.Insecure, PprofAddr: c.PprofAddr,
 		MaxConns: c.MaxConns, MaxConnsPerPeer: c.MaxConnsPerPeer, MaxStreamsPerConn: c.MaxStreamsPerConn, MaxRecvBytes: c.MaxRecvBytes}
 	if c.TLS.Enabled() {
-		if o.TLS, err = ServerTLS(c.TLS, lg); err != nil {
+		if o.TLS, err = grpccreds.ServerTLS(c.TLS, lg); err != nil {
 			return Options{}, &UsageError{Err: err}
 		}
 		o.ClientCertRequired = c.TLS.ClientCA != ""

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/internal/tenant"
 )
 
@@ -378,7 +379,7 @@ func TestTapFollowsReloadedCredentials(t *testing.T) {
 	}
 	addr := serveWith(t, Options{Credentials: creds})
 	call := func(tok string) codes.Code {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(BearerToken(tok)))
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(grpccreds.BearerToken(tok)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,7 +79,7 @@ type Options struct {
 	// Credentials, if set, are the bearer tokens calls must carry
 	// (health checks excepted); Serve watches their file for changes.
 	Credentials *Credentials
-	// TLS, if set, serves gRPC over TLS (ServerTLS); ClientCertRequired
+	// TLS, if set, serves gRPC over TLS (grpccreds.ServerTLS); ClientCertRequired
 	// says whether it verifies client certificates (mTLS).
 	TLS *tls.Config
 	// ClientCertRequired reports that TLS requires client certificates.

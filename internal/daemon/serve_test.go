@@ -12,6 +12,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -176,8 +177,8 @@ func TestBearerToken(t *testing.T) {
 		want codes.Code
 	}{
 		{"no token", nil, codes.Unauthenticated},
-		{"wrong token", []grpc.DialOption{grpc.WithPerRPCCredentials(BearerToken("guess"))}, codes.Unauthenticated},
-		{"right token", []grpc.DialOption{grpc.WithPerRPCCredentials(BearerToken("s3cret"))}, codes.Unimplemented},
+		{"wrong token", []grpc.DialOption{grpc.WithPerRPCCredentials(grpccreds.BearerToken("guess"))}, codes.Unauthenticated},
+		{"right token", []grpc.DialOption{grpc.WithPerRPCCredentials(grpccreds.BearerToken("s3cret"))}, codes.Unimplemented},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

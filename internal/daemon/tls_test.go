@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"math/big"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon/tlstest"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -27,7 +27,7 @@ func TestMutualTLS(t *testing.T) {
 	badCert, badKey, _ := other.WritePair(t, dir, "stranger")
 
 	lg := zaptest.NewLogger(t)
-	stc, err := ServerTLS(TLSFiles{Cert: srvCert, Key: srvKey, ClientCA: caPath}, lg)
+	stc, err := grpccreds.ServerTLS(grpccreds.TLSFiles{Cert: srvCert, Key: srvKey, ClientCA: caPath}, lg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,9 +37,9 @@ func TestMutualTLS(t *testing.T) {
 	defer cancel()
 	// call dials afresh (a new handshake) and returns the server
 	// certificate's serial and the client certificate serial the server saw.
-	call := func(t *testing.T, f TLSFiles) (server int64, client string, err error) {
+	call := func(t *testing.T, f grpccreds.TLSFiles) (server int64, client string, err error) {
 		t.Helper()
-		tc, err := ClientTLS(f, lg)
+		tc, err := grpccreds.ClientTLS(f, lg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,12 +57,12 @@ func TestMutualTLS(t *testing.T) {
 	}
 
 	t.Run("good client certificate", func(t *testing.T) {
-		s, c, err := call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
+		s, c, err := call(t, grpccreds.TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
 		if err != nil || s != srvSN || c != big.NewInt(cliSN).String() {
 			t.Fatalf("server %d client %s err %v; want %d %d", s, c, err, srvSN, cliSN)
 		}
 	})
-	for name, f := range map[string]TLSFiles{
+	for name, f := range map[string]grpccreds.TLSFiles{
 		"no client certificate":            {CA: caPath},
 		"client certificate of a stranger": {CA: caPath, Cert: badCert, Key: badKey},
 		"server not trusted":               {CA: otherPath, Cert: cliCert, Key: cliKey},
@@ -76,54 +76,17 @@ func TestMutualTLS(t *testing.T) {
 	t.Run("rotation", func(t *testing.T) {
 		_, _, newSrvSN := ca.WritePair(t, dir, "server")
 		_, _, newCliSN := ca.WritePair(t, dir, "client")
-		s, c, err := call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
+		s, c, err := call(t, grpccreds.TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
 		if err != nil || s != newSrvSN || c != big.NewInt(newCliSN).String() {
 			t.Fatalf("after rotation: server %d client %s err %v; want %d %d", s, c, err, newSrvSN, newCliSN)
 		}
 		// A broken rewrite keeps the last good pair.
 		writeFile(t, srvCert, "garbage")
-		s, _, err = call(t, TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
+		s, _, err = call(t, grpccreds.TLSFiles{CA: caPath, Cert: cliCert, Key: cliKey})
 		if err != nil || s != newSrvSN {
 			t.Fatalf("after a bad rewrite: server %d err %v; want %d", s, err, newSrvSN)
 		}
 	})
-}
-
-func TestTLSMaterialErrorsNameTheFile(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t)
-	cert, key, _ := ca.WritePair(t, dir, "ok")
-	garbage := filepath.Join(dir, "garbage.pem")
-	writeFile(t, garbage, "not pem")
-	missing := filepath.Join(dir, "missing.pem")
-	tests := []struct {
-		name   string
-		server bool
-		f      TLSFiles
-		want   string
-	}{
-		{"missing cert", true, TLSFiles{Cert: missing, Key: key}, missing},
-		{"missing key", true, TLSFiles{Cert: cert, Key: missing}, missing},
-		{"garbage cert", true, TLSFiles{Cert: garbage, Key: key}, garbage},
-		{"garbage client CA", true, TLSFiles{Cert: cert, Key: key, ClientCA: garbage}, garbage},
-		{"cert without key", true, TLSFiles{Cert: cert}, "--tls-key"},
-		{"garbage CA", false, TLSFiles{CA: garbage}, garbage},
-		{"missing client key", false, TLSFiles{Cert: cert, Key: missing}, missing},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var err error
-			if tt.server {
-				_, err = ServerTLS(tt.f, nil)
-			} else {
-				_, err = ClientTLS(tt.f, nil)
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("err = %v, want one line naming %q", err, tt.want)
-			}
-		})
-	}
-	_ = os.Remove(garbage)
 }
 
 func TestSecurityStopsOnBadMaterial(t *testing.T) {
@@ -132,7 +95,7 @@ func TestSecurityStopsOnBadMaterial(t *testing.T) {
 	writeFile(t, garbage, "not pem")
 	writeFile(t, filepath.Join(dir, "creds"), "lonely\n")
 	for name, c := range map[string]Common{
-		"tls":         {TLS: TLSFiles{Cert: garbage, Key: garbage}},
+		"tls":         {TLS: grpccreds.TLSFiles{Cert: garbage, Key: garbage}},
 		"credentials": {CredentialsFile: filepath.Join(dir, "creds")},
 		"token":       {TokenFile: filepath.Join(dir, "missing")},
 	} {

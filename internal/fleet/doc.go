@@ -5,7 +5,7 @@
 // demand when a placement finds no healthy worker); every resolved address
 // gets its own connection, and an address that disappears is closed once
 // its in-flight calls end. Each worker's name (the middle part of the
-// sandbox ids it issues, see sandbox.WorkerOf) is learned from
+// sandbox ids it issues, see sandboxapi.WorkerOf) is learned from
 // DescribeWorker.
 //
 // New sandboxes go to the healthy worker with the most free capacity (as

@@ -13,7 +13,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
-	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -452,7 +452,7 @@ func (unknownWorker) Is(target error) bool         { return target == ErrUnknown
 // owner returns the member of the worker that owns sandbox id: a map
 // lookup, except for a name not seen yet, which refreshes the fleet once.
 func (p *Pool) owner(ctx context.Context, id string) (*member, error) {
-	name := sandbox.WorkerOf(id)
+	name := sandboxapi.WorkerOf(id)
 	if name == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "%q is not a sandbox id", id)
 	}
@@ -538,7 +538,7 @@ func (p *Pool) Delete(ctx context.Context, id string) error {
 // is not ready. Callers use it to tell a lost worker from other failures.
 func (p *Pool) Down(id string) bool {
 	p.mu.RLock()
-	m, ok := p.byName[sandbox.WorkerOf(id)]
+	m, ok := p.byName[sandboxapi.WorkerOf(id)]
 	p.mu.RUnlock()
 	return !ok || m.conn.GetState() != connectivity.Ready
 }

@@ -1,7 +1,10 @@
-// Package pbconv converts between plumb's domain types (pkg/agent,
-// pkg/backend, pkg/sandbox) and the plumb.v1 protobuf messages, in both
-// directions, so the gRPC adapters and the gRPC client backend agree field
-// by field. It holds no logic beyond the mapping.
+// Package pbconv converts between the file engine's and the sandbox
+// worker's domain types (pkg/backend) and the plumb.v1 protobuf messages,
+// in both directions, so SandboxService and its gRPC client backend agree
+// field by field; it also decodes plumb's gRPC statuses (Reason,
+// FieldViolations, FileError). Both daemons and agentctl link it, so it
+// imports neither the agent core nor the Docker manager: the AgentService
+// half is its subpackage agentconv. It holds no logic beyond the mapping.
 package pbconv
 
 import (

@@ -1,7 +1,6 @@
 package pbconv
 
 import (
-	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -54,18 +53,26 @@ func Reason(err error) string {
 	return ""
 }
 
+// FieldViolation is one google.rpc.BadRequest field violation.
+type FieldViolation struct {
+	// Field is a path such as "decisions[1].type".
+	Field string
+	// Description says what is wrong.
+	Description string
+}
+
 // FieldViolations returns the google.rpc.BadRequest field violations of a
 // status error.
-func FieldViolations(err error) []agent.FieldViolation {
+func FieldViolations(err error) []FieldViolation {
 	st, ok := status.FromError(err)
 	if !ok {
 		return nil
 	}
-	var out []agent.FieldViolation
+	var out []FieldViolation
 	for _, d := range st.Details() {
 		if br, ok := d.(*errdetails.BadRequest); ok {
 			for _, v := range br.GetFieldViolations() {
-				out = append(out, agent.FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+				out = append(out, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
 			}
 		}
 	}

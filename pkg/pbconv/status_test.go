@@ -5,7 +5,6 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -71,7 +70,7 @@ func TestReasonAndFieldViolations(t *testing.T) {
 	if got := pbconv.Reason(err); got != "INVALID_DECISIONS" {
 		t.Errorf("Reason = %q", got)
 	}
-	want := []agent.FieldViolation{{Field: "decisions[0].type", Description: "unknown"}}
+	want := []pbconv.FieldViolation{{Field: "decisions[0].type", Description: "unknown"}}
 	if got := pbconv.FieldViolations(err); len(got) != 1 || got[0] != want[0] {
 		t.Errorf("FieldViolations = %v, want %v", got, want)
 	}

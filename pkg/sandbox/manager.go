@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"go.uber.org/zap"
 )
 
@@ -1479,25 +1478,12 @@ func (m *Manager) saveExpiry() {
 	}
 }
 
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// newID returns sbx-<worker>-<random>; the worker part routes calls.
-func newID(worker string) string {
-	b := make([]byte, 10)
-	_, _ = rand.Read(b)
-	return "sbx-" + worker + "-" + idEncoding.EncodeToString(b)
-}
+// newID returns a new sandbox id naming worker.
+func newID(worker string) string { return sandboxapi.NewID(worker) }
 
 // WorkerOf returns the worker part of a sandbox id, or "" if id is not a
-// sandbox id.
-func WorkerOf(id string) string {
-	rest, ok := strings.CutPrefix(id, "sbx-")
-	i := strings.LastIndexByte(rest, '-')
-	if !ok || i <= 0 || i == len(rest)-1 {
-		return ""
-	}
-	return rest[:i]
-}
+// sandbox id (sandboxapi.WorkerOf).
+func WorkerOf(id string) string { return sandboxapi.WorkerOf(id) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

@@ -1,7 +1,9 @@
 // Package layering checks that dependencies point down, cmd → internal →
 // pkg: pkg/ never imports internal/ or cmd/, and internal/ never imports
 // cmd/. Test files may import what they need (a pkg test may start a real
-// server from internal/).
+// server from internal/). It also checks that each binary links only what
+// it uses (binaries_test.go): sandboxd no agent core, agentd and agentctl
+// no Docker client, agentctl no metrics or trace exporters.
 package layering
 
 import (

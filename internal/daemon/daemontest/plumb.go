@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/grpccreds"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -37,7 +37,7 @@ func BuildCommands(dir string, names ...string) (map[string]string, error) {
 // bearer token; it is closed when t ends.
 func Dial(t testing.TB, addr, token string) *grpc.ClientConn {
 	t.Helper()
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(daemon.BearerToken(token)))
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(grpccreds.BearerToken(token)))
 	if err != nil {
 		t.Fatal(err)
 	}

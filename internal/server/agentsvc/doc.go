@@ -5,8 +5,8 @@
 // (active runs, replay logs, detach and attach, run slots, shutdown).
 //
 // It holds no agent logic and never builds a gRPC status itself: every
-// error goes through server.Status, the one place that maps domain errors
-// to codes.
+// error goes through Status, which maps the agent core's and the run
+// registry's errors (status.go) on the shared core of server.Status.
 //
 // Wiring (cmd/agentd):
 //

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
@@ -150,7 +149,7 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 
 	rest, err := recvAll(s)
 	evs := append(head, rest...)
-	wantStatus(t, err, codes.Unavailable, server.ReasonReplicaStopping)
+	wantStatus(t, err, codes.Unavailable, agentsvc.ReasonReplicaStopping)
 	after := afterSequence(t, err)
 	if after != last(t, evs).GetSequence() {
 		t.Fatalf("A's stream ended naming after_sequence %d; it delivered up to %d", after, last(t, evs).GetSequence())
@@ -161,7 +160,7 @@ func TestShutdownHandsRunsOff(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	wantStatus(t, refused, codes.Unavailable, server.ReasonReplicaStopping)
+	wantStatus(t, refused, codes.Unavailable, agentsvc.ReasonReplicaStopping)
 
 	att, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: after})
 	if err != nil {
@@ -218,7 +217,7 @@ func TestFencedReplicaDeliversNothingMore(t *testing.T) {
 
 	rest, err := recvAll(s)
 	evs := append(head, rest...)
-	wantStatus(t, err, codes.Aborted, server.ReasonLeaseLost)
+	wantStatus(t, err, codes.Aborted, agentsvc.ReasonLeaseLost)
 	after := afterSequence(t, err)
 	if after != last(t, evs).GetSequence() {
 		t.Fatalf("A's stream ended naming after_sequence %d; it delivered up to %d", after, last(t, evs).GetSequence())
@@ -289,7 +288,7 @@ func TestShutdownPastGraceStillHandsOff(t *testing.T) {
 	}
 	rest, err := recvAll(s)
 	evs := append(head, rest...)
-	wantStatus(t, err, codes.Unavailable, server.ReasonReplicaStopping)
+	wantStatus(t, err, codes.Unavailable, agentsvc.ReasonReplicaStopping)
 	after := afterSequence(t, err)
 	if after != last(t, evs).GetSequence() || slices.ContainsFunc(evs, terminal) {
 		t.Fatalf("A's stream ended naming after_sequence %d after %v; want its last sequence, no terminal event", after, kinds(evs, true))

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
@@ -40,7 +40,7 @@ func TestScenario39RunOnInterruptedThread(t *testing.T) {
 	e, evs := interruptedThread(t)
 	in := last(t, evs).GetInterrupted()
 	got, err := e.run(runReq(evs[0].GetThreadId(), "hi"))
-	wantStatus(t, err, codes.FailedPrecondition, server.ReasonPendingInterrupt)
+	wantStatus(t, err, codes.FailedPrecondition, agentsvc.ReasonPendingInterrupt)
 	if len(got) != 0 {
 		t.Errorf("events before the error: %v", kinds(got, false))
 	}
@@ -81,7 +81,7 @@ func TestScenario38ResumeValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := e.resume(&plumbv1.ResumeRequest{ThreadId: thread, InterruptId: id, Decisions: tt.decisions})
-			wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidDecisions)
+			wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidDecisions)
 			if len(got) != 0 {
 				t.Errorf("events: %v", kinds(got, false))
 			}
@@ -96,17 +96,17 @@ func TestScenario38ResumeValidation(t *testing.T) {
 	}
 
 	_, err := e.resume(&plumbv1.ResumeRequest{ThreadId: thread, InterruptId: "stale", Decisions: []*plumbv1.Decision{approve("c1"), approve("c2")}})
-	wantStatus(t, err, codes.FailedPrecondition, server.ReasonStaleInterrupt)
+	wantStatus(t, err, codes.FailedPrecondition, agentsvc.ReasonStaleInterrupt)
 	if got := errorInfo(err).GetMetadata()["interrupt_id"]; got != id {
 		t.Errorf("stale: current interrupt %q, want %q", got, id)
 	}
 	_, err = e.resume(&plumbv1.ResumeRequest{ThreadId: thread, Decisions: []*plumbv1.Decision{approve("c1")}})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 	if f := fields(err); !slices.Equal(f, []string{"interrupt_id"}) {
 		t.Errorf("missing interrupt_id: violations %v", f)
 	}
 	_, err = e.resume(&plumbv1.ResumeRequest{ThreadId: "nope", InterruptId: id, Decisions: []*plumbv1.Decision{approve("c1")}})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 
 	e.srv.Script("main", modeltest.Text("ok"))
 	resumed, err := e.resume(&plumbv1.ResumeRequest{ThreadId: thread, InterruptId: id,
@@ -138,7 +138,7 @@ func TestScenario38ResumeValidation(t *testing.T) {
 	}
 
 	_, err = e.resume(&plumbv1.ResumeRequest{ThreadId: thread, InterruptId: id, Decisions: []*plumbv1.Decision{approve("c1"), approve("c2")}})
-	wantStatus(t, err, codes.FailedPrecondition, server.ReasonNoPendingInterrupt)
+	wantStatus(t, err, codes.FailedPrecondition, agentsvc.ReasonNoPendingInterrupt)
 
 	// Both segments are retained: 0 replays the whole run, a sequence
 	// inside the first segment the rest of it.

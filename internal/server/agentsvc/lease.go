@@ -13,7 +13,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -220,7 +220,7 @@ func (s *Service) startEvents(ctx context.Context, l store.Lease, lg *zap.Logger
 
 // add queues e (a run's sink calls it, in sequence order).
 func (w *eventWriter) add(e agent.Event) {
-	pb := pbconv.EventToPB(e)
+	pb := agentconv.EventToPB(e)
 	body, err := proto.Marshal(pb)
 	if err != nil {
 		w.lg.Error("encode an event for the event log", zap.Error(err))

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
@@ -31,7 +30,7 @@ func TestRunTakesTheThreadLease(t *testing.T) {
 		t.Fatalf("the first run left its lease held: %v", err)
 	}
 	_, err = e.run(runReq(thread, "again"))
-	wantStatus(t, err, codes.Aborted, server.ReasonThreadBusy)
+	wantStatus(t, err, codes.Aborted, agentsvc.ReasonThreadBusy)
 	if !strings.Contains(err.Error(), "replica-a") {
 		t.Errorf("busy error %q does not name the replica that runs the thread", err)
 	}
@@ -69,7 +68,7 @@ func TestLostLeaseStopsTheRun(t *testing.T) {
 	}
 	rest, err := recvAll(s)
 	evs := append(head, rest...)
-	wantStatus(t, err, codes.Aborted, server.ReasonLeaseLost)
+	wantStatus(t, err, codes.Aborted, agentsvc.ReasonLeaseLost)
 	if after := afterSequence(t, err); after != last(t, evs).GetSequence() || terminal(last(t, evs)) {
 		t.Fatalf("the stream after the lost lease ended at %s %d naming after_sequence %d; want its last event's, not terminal", kind(last(t, evs)), last(t, evs).GetSequence(), after)
 	}

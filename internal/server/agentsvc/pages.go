@@ -10,9 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -42,7 +41,7 @@ func pageToken(kind, at string) string {
 
 // errForeignToken answers a page token this server did not issue for
 // the list asked for.
-var errForeignToken = server.InvalidField("page_token", "page_token was not issued by this server for this list")
+var errForeignToken = InvalidField("page_token", "page_token was not issued by this server for this list")
 
 // parsePageToken decodes a token of kind ("" for an empty token).
 func parsePageToken(kind, tok string) (string, error) {
@@ -73,50 +72,50 @@ func parseIndexToken(kind, tok string) (int64, error) {
 
 // pageLimit checks a request's page_size (0 = DefaultPageSize, above
 // MaxPageSize = MaxPageSize).
-func pageLimit(size int32) (pbconv.Limit, error) {
+func pageLimit(size int32) (agentconv.Limit, error) {
 	switch {
 	case size < 0:
-		return pbconv.Limit{}, server.InvalidField("page_size", "page_size must not be negative")
+		return agentconv.Limit{}, InvalidField("page_size", "page_size must not be negative")
 	case size == 0:
 		size = DefaultPageSize
 	case size > MaxPageSize:
 		size = MaxPageSize
 	}
-	return pbconv.Limit{Count: int(size), Bytes: MaxPageBytes}, nil
+	return agentconv.Limit{Count: int(size), Bytes: MaxPageBytes}, nil
 }
 
 // fullThread is the FULL view of td in status st: the BASIC view plus
 // the first page of each list, each bounded in bytes, with a token for
 // the rest.
 func (s *Service) fullThread(td *agent.ThreadData, st agent.ThreadStatus) *plumbv1.Thread {
-	out := pbconv.ThreadToPB(td, st, len(td.Messages))
+	out := agentconv.ThreadToPB(td, st, len(td.Messages))
 	all := math.MaxInt
-	out.Messages, out.MessagesNextPageToken = messagesPage(td, 0, pbconv.Limit{Count: all, Bytes: MaxPageBytes})
-	out.Files, out.FilesNextPageToken = filesPage(td, "", pbconv.Limit{Count: all, Bytes: fullListBytes})
-	out.Checkpoints, out.CheckpointsNextPageToken = checkpointsPage(td, 0, pbconv.Limit{Count: all, Bytes: fullListBytes})
+	out.Messages, out.MessagesNextPageToken = messagesPage(td, 0, agentconv.Limit{Count: all, Bytes: MaxPageBytes})
+	out.Files, out.FilesNextPageToken = filesPage(td, "", agentconv.Limit{Count: all, Bytes: fullListBytes})
+	out.Checkpoints, out.CheckpointsNextPageToken = checkpointsPage(td, 0, agentconv.Limit{Count: all, Bytes: fullListBytes})
 	return out
 }
 
 // messagesPage, filesPage and checkpointsPage convert one page of a list
 // and the token of the next ("" at its end).
-func messagesPage(td *agent.ThreadData, first int, lim pbconv.Limit) ([]*plumbv1.ThreadMessage, string) {
-	msgs, next := pbconv.MessagesToPB(td.Messages, min(first, len(td.Messages)), lim)
+func messagesPage(td *agent.ThreadData, first int, lim agentconv.Limit) ([]*plumbv1.ThreadMessage, string) {
+	msgs, next := agentconv.MessagesToPB(td.Messages, min(first, len(td.Messages)), lim)
 	if next == len(td.Messages) {
 		return msgs, ""
 	}
 	return msgs, pageToken(messagesToken, strconv.Itoa(next))
 }
 
-func filesPage(td *agent.ThreadData, after string, lim pbconv.Limit) ([]*plumbv1.StateFile, string) {
-	files, more := pbconv.StateFilesToPB(td.Files, after, lim)
+func filesPage(td *agent.ThreadData, after string, lim agentconv.Limit) ([]*plumbv1.StateFile, string) {
+	files, more := agentconv.StateFilesToPB(td.Files, after, lim)
 	if !more {
 		return files, ""
 	}
 	return files, pageToken(filesToken, files[len(files)-1].GetPath())
 }
 
-func checkpointsPage(td *agent.ThreadData, after int64, lim pbconv.Limit) ([]*plumbv1.Checkpoint, string) {
-	cps, more := pbconv.CheckpointsToPB(td.Checkpoints, after, lim)
+func checkpointsPage(td *agent.ThreadData, after int64, lim agentconv.Limit) ([]*plumbv1.Checkpoint, string) {
+	cps, more := agentconv.CheckpointsToPB(td.Checkpoints, after, lim)
 	if !more {
 		return cps, ""
 	}
@@ -132,7 +131,7 @@ func (s *Service) threadsPage(list []ListedThread, next string, elsewhere map[st
 	out := make([]*plumbv1.Thread, 0, len(list))
 	bytes := 0
 	for _, t := range list {
-		th := pbconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount)
+		th := agentconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount)
 		n := proto.Size(th)
 		if len(out) > 0 && bytes+n > MaxPageBytes {
 			last := list[len(out)-1].Thread
@@ -146,7 +145,7 @@ func (s *Service) threadsPage(list []ListedThread, next string, elsewhere map[st
 // loadOwned loads thread id for a read by the caller's tenant.
 func (s *Service) loadOwned(ctx context.Context, op, id string) (*agent.ThreadData, error) {
 	if err := requireThreadID(id); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	td, err := s.threads.LoadThread(ctx, id)
 	if err == nil {
@@ -162,14 +161,14 @@ func (s *Service) loadOwned(ctx context.Context, op, id string) (*agent.ThreadDa
 func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesRequest) (*plumbv1.ListMessagesResponse, error) {
 	lim, err := pageLimit(req.GetPageSize())
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	first, err := parseIndexToken(messagesToken, req.GetPageToken())
 	if err == nil && first < 0 {
 		err = errForeignToken
 	}
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	td, err := s.loadOwned(ctx, "list messages", req.GetThreadId())
 	if err != nil {
@@ -183,11 +182,11 @@ func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesReq
 func (s *Service) ListStateFiles(ctx context.Context, req *plumbv1.ListStateFilesRequest) (*plumbv1.ListStateFilesResponse, error) {
 	lim, err := pageLimit(req.GetPageSize())
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	after, err := parsePageToken(filesToken, req.GetPageToken())
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	td, err := s.loadOwned(ctx, "list state files", req.GetThreadId())
 	if err != nil {
@@ -202,11 +201,11 @@ func (s *Service) ListStateFiles(ctx context.Context, req *plumbv1.ListStateFile
 func (s *Service) ListCheckpoints(ctx context.Context, req *plumbv1.ListCheckpointsRequest) (*plumbv1.ListCheckpointsResponse, error) {
 	lim, err := pageLimit(req.GetPageSize())
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	after, err := parseIndexToken(checkpointsToken, req.GetPageToken())
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	td, err := s.loadOwned(ctx, "list checkpoints", req.GetThreadId())
 	if err != nil {

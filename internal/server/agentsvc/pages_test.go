@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/model"
@@ -150,21 +150,21 @@ func TestListStateFilesAndCheckpoints(t *testing.T) {
 	}
 
 	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{ThreadId: id, PageToken: "garbage"})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{ThreadId: id, PageToken: th.GetFilesNextPageToken()})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 	_, err = e.c.ListCheckpoints(e.ctx(), &plumbv1.ListCheckpointsRequest{ThreadId: id, PageSize: -1})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 	_, err = e.c.ListStateFiles(as(e.ctx(), "other"), &plumbv1.ListStateFilesRequest{ThreadId: id})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	_, err = e.c.ListMessages(as(e.ctx(), "other"), &plumbv1.ListMessagesRequest{ThreadId: id})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	_, err = e.c.ListCheckpoints(as(e.ctx(), "other"), &plumbv1.ListCheckpointsRequest{ThreadId: id})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{ThreadId: "nope"})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	_, err = e.c.ListMessages(e.ctx(), &plumbv1.ListMessagesRequest{})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 }
 
 // TestListThreadsPagesStayUnderFourMiB: 300 threads with the largest

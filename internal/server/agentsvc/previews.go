@@ -6,7 +6,6 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/preview"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/store"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -25,20 +24,20 @@ type Previews interface {
 // CreatePreview implements plumbv1.AgentServiceServer.
 func (s *Service) CreatePreview(ctx context.Context, req *plumbv1.CreatePreviewRequest) (*plumbv1.CreatePreviewResponse, error) {
 	if err := requireThreadID(req.GetThreadId()); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	if p := req.GetPort(); p < 1 || p > backend.MaxPort {
-		return nil, server.Status(server.InvalidField("port", "port %d is out of range: want 1 to %d", p, backend.MaxPort))
+		return nil, Status(InvalidField("port", "port %d is out of range: want 1 to %d", p, backend.MaxPort))
 	}
 	var ttl time.Duration
 	if req.GetTtl() != nil {
 		ttl = req.GetTtl().AsDuration()
 		if ttl <= 0 || ttl > preview.MaxTTL {
-			return nil, server.Status(server.InvalidField("ttl", "ttl %s is out of range: want more than 0 and at most %s", ttl, preview.MaxTTL))
+			return nil, Status(InvalidField("ttl", "ttl %s is out of range: want more than 0 and at most %s", ttl, preview.MaxTTL))
 		}
 	}
 	if s.cfg.Previews == nil {
-		return nil, server.Status(preview.ErrOff)
+		return nil, Status(preview.ErrOff)
 	}
 	p, url, err := s.cfg.Previews.Create(ctx, req.GetThreadId(), int(req.GetPort()), ttl)
 	if err != nil {
@@ -50,10 +49,10 @@ func (s *Service) CreatePreview(ctx context.Context, req *plumbv1.CreatePreviewR
 // ListPreviews implements plumbv1.AgentServiceServer.
 func (s *Service) ListPreviews(ctx context.Context, req *plumbv1.ListPreviewsRequest) (*plumbv1.ListPreviewsResponse, error) {
 	if err := requireThreadID(req.GetThreadId()); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	if s.cfg.Previews == nil {
-		return nil, server.Status(preview.ErrOff)
+		return nil, Status(preview.ErrOff)
 	}
 	list, err := s.cfg.Previews.List(ctx, req.GetThreadId())
 	if err != nil {
@@ -69,10 +68,10 @@ func (s *Service) ListPreviews(ctx context.Context, req *plumbv1.ListPreviewsReq
 // RevokePreview implements plumbv1.AgentServiceServer.
 func (s *Service) RevokePreview(ctx context.Context, req *plumbv1.RevokePreviewRequest) (*plumbv1.RevokePreviewResponse, error) {
 	if req.GetPreviewId() == "" {
-		return nil, server.Status(server.InvalidField("preview_id", "preview_id is required"))
+		return nil, Status(InvalidField("preview_id", "preview_id is required"))
 	}
 	if s.cfg.Previews == nil {
-		return nil, server.Status(preview.ErrOff)
+		return nil, Status(preview.ErrOff)
 	}
 	if err := s.cfg.Previews.Revoke(ctx, req.GetPreviewId()); err != nil {
 		return nil, s.status("revoke preview", err)

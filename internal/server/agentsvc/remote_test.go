@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
@@ -125,7 +124,7 @@ func TestDeleteThreadOnNonOwnerReplica(t *testing.T) {
 	thread := started.GetThreadId()
 
 	_, err := b.c.DeleteThread(b.ctx(), &plumbv1.DeleteThreadRequest{ThreadId: thread})
-	wantStatus(t, err, codes.FailedPrecondition, server.ReasonThreadRunning)
+	wantStatus(t, err, codes.FailedPrecondition, agentsvc.ReasonThreadRunning)
 	if ids := b.deletedIDs(); len(ids) != 0 {
 		t.Fatalf("replica B cleaned up %v", ids)
 	}

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
@@ -65,10 +64,10 @@ func TestStalledRunStreamIsCut(t *testing.T) {
 	}
 
 	_, err = recvAttach(e, thread, 0)
-	wantStatus(t, err, codes.OutOfRange, server.ReasonReplayOutOfRange)
+	wantStatus(t, err, codes.OutOfRange, agentsvc.ReasonReplayOutOfRange)
 
 	got, err := recvAll(s)
-	wantStatus(t, err, codes.ResourceExhausted, server.ReasonStreamLagging)
+	wantStatus(t, err, codes.ResourceExhausted, agentsvc.ReasonStreamLagging)
 	if len(got) == 0 || got[0].GetRunStarted() == nil {
 		t.Fatalf("the stalled stream got %v before its status", kinds(got, true))
 	}
@@ -80,7 +79,7 @@ func TestStalledRunStreamIsCut(t *testing.T) {
 	}
 
 	_, err = recvAttach(e, thread, last(t, got).GetSequence())
-	wantStatus(t, err, codes.OutOfRange, server.ReasonReplayOutOfRange)
+	wantStatus(t, err, codes.OutOfRange, agentsvc.ReasonReplayOutOfRange)
 	oldest := sequenceOf(t, err, "oldest_sequence")
 	as, err := e.c.Attach(ctx, &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: oldest - 1})
 	if err != nil {

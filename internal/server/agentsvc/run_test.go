@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/pbconv"
@@ -132,7 +131,7 @@ func TestScenario73BusyThenCancel(t *testing.T) {
 	runID := head[0].GetRunId()
 
 	_, err = e.run(runReq(thread, "me too"))
-	wantStatus(t, err, codes.Aborted, server.ReasonThreadBusy)
+	wantStatus(t, err, codes.Aborted, agentsvc.ReasonThreadBusy)
 	if th := e.thread(thread, plumbv1.ThreadView_THREAD_VIEW_BASIC); th.GetStatus() != plumbv1.ThreadStatus_THREAD_STATUS_RUNNING {
 		t.Errorf("status while running: %v", th.GetStatus())
 	}
@@ -177,7 +176,7 @@ func TestScenario73BusyThenCancel(t *testing.T) {
 		t.Errorf("second cancel %v, %v", res, err)
 	}
 	_, err = e.c.Cancel(e.ctx(), &plumbv1.CancelRequest{ThreadId: "nope"})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 }
 
 // Scenario 70: the client cancels its stream (no detach) mid-tool: the
@@ -236,7 +235,7 @@ func TestRunSlotsExhausted(t *testing.T) {
 	head := recvUntil(t, s, "tool_call_started")
 
 	_, err = e.run(runReq("", "another thread"))
-	wantStatus(t, err, codes.ResourceExhausted, server.ReasonNoRunSlot)
+	wantStatus(t, err, codes.ResourceExhausted, agentsvc.ReasonNoRunSlot)
 
 	if _, err := e.c.Cancel(e.ctx(), &plumbv1.CancelRequest{ThreadId: head[0].GetThreadId()}); err != nil {
 		t.Fatal(err)
@@ -253,17 +252,17 @@ func TestRunSlotsExhausted(t *testing.T) {
 func TestAttachErrors(t *testing.T) {
 	e := newEnv(t)
 	_, err := recvAttach(e, "nope", 0)
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 
 	th, err := e.c.CreateThread(e.ctx(), &plumbv1.CreateThreadRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = recvAttach(e, th.GetThread().GetId(), 0)
-	wantStatus(t, err, codes.NotFound, server.ReasonRunNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonRunNotFound)
 
 	_, err = recvAttach(e, "", 0)
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 }
 
 func recvAttach(e *env, thread string, after uint64) ([]*plumbv1.Event, error) {
@@ -293,10 +292,10 @@ func TestShutdownCancelsRemainingRuns(t *testing.T) {
 	go func() { done <- e.svc.Shutdown(ctx) }()
 	eventually(t, "runs refused", func() bool {
 		_, err := e.run(runReq("", "late"))
-		return err != nil && pbconv.Reason(err) == server.ReasonShuttingDown
+		return err != nil && pbconv.Reason(err) == agentsvc.ReasonShuttingDown
 	})
 	_, err = e.run(runReq("", "late"))
-	wantStatus(t, err, codes.Unavailable, server.ReasonShuttingDown)
+	wantStatus(t, err, codes.Unavailable, agentsvc.ReasonShuttingDown)
 	select {
 	case err := <-done:
 		t.Fatalf("shutdown returned %v while a run was active", err)

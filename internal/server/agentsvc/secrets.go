@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -30,14 +29,14 @@ func (s *Service) vault() (*secrets.Vault, error) {
 // PutSecret stores a secret of the caller's tenant.
 func (s *Service) PutSecret(ctx context.Context, req *plumbv1.PutSecretRequest) (*plumbv1.PutSecretResponse, error) {
 	if err := secrets.ValidName(req.GetName()); err != nil {
-		return nil, server.Status(server.InvalidField("name", "%v", err))
+		return nil, Status(InvalidField("name", "%v", err))
 	}
 	if n := len(req.GetValue()); n == 0 || n > secrets.MaxValueBytes {
-		return nil, server.Status(server.InvalidField("value", "the value is %d bytes; want 1..%d", n, secrets.MaxValueBytes))
+		return nil, Status(InvalidField("value", "the value is %d bytes; want 1..%d", n, secrets.MaxValueBytes))
 	}
 	v, err := s.vault()
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	sec, created, err := v.Put(ctx, tenant.From(ctx), req.GetName(), []byte(req.GetValue()))
 	if err != nil {
@@ -50,7 +49,7 @@ func (s *Service) PutSecret(ctx context.Context, req *plumbv1.PutSecretRequest) 
 func (s *Service) ListSecrets(ctx context.Context, _ *plumbv1.ListSecretsRequest) (*plumbv1.ListSecretsResponse, error) {
 	v, err := s.vault()
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	list, err := v.List(ctx, tenant.From(ctx))
 	if err != nil {
@@ -66,11 +65,11 @@ func (s *Service) ListSecrets(ctx context.Context, _ *plumbv1.ListSecretsRequest
 // DeleteSecret deletes a secret of the caller's tenant.
 func (s *Service) DeleteSecret(ctx context.Context, req *plumbv1.DeleteSecretRequest) (*plumbv1.DeleteSecretResponse, error) {
 	if err := secrets.ValidName(req.GetName()); err != nil {
-		return nil, server.Status(server.InvalidField("name", "%v", err))
+		return nil, Status(InvalidField("name", "%v", err))
 	}
 	v, err := s.vault()
 	if err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	if err := v.Delete(ctx, tenant.From(ctx), req.GetName()); err != nil {
 		return nil, s.status("delete secret", err)

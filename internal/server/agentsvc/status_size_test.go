@@ -16,11 +16,12 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 )
 
 // Errors that repeat huge user strings still reach a client whose HTTP/2
 // header list is capped at 8 KiB (grpcio's default) with their own code:
-// server.Status bounds every status, and validation quotes user strings
+// agentsvc.Status bounds every status, and validation quotes user strings
 // once, cut at 200 characters.
 func TestErrorsFitDefaultHeaderLimits(t *testing.T) {
 	e := newEnv(t)
@@ -68,18 +69,18 @@ func TestErrorsFitDefaultHeaderLimits(t *testing.T) {
 		{"unknown 10 KB thread id", func() error {
 			_, err := c.GetThread(e.ctx(), &plumbv1.GetThreadRequest{ThreadId: huge})
 			return err
-		}, codes.NotFound, server.ReasonThreadNotFound, ""},
-		{"run on an unknown 10 KB thread id", func() error { return run(runReq(huge, "hi")) }, codes.NotFound, server.ReasonThreadNotFound, ""},
+		}, codes.NotFound, agentsvc.ReasonThreadNotFound, ""},
+		{"run on an unknown 10 KB thread id", func() error { return run(runReq(huge, "hi")) }, codes.NotFound, agentsvc.ReasonThreadNotFound, ""},
 		{"unknown 10 KB agent name", func() error {
 			req := runReq("", "hi")
 			req.Agent = huge
 			return run(req)
-		}, codes.InvalidArgument, server.ReasonInvalidArgument, huge},
+		}, codes.InvalidArgument, agentsvc.ReasonInvalidArgument, huge},
 		{"64 bad 300-character metadata keys", func() error {
 			req := runReq("", "hi")
 			req.Metadata = badKeys
 			return run(req)
-		}, codes.InvalidArgument, server.ReasonInvalidArgument, ""},
+		}, codes.InvalidArgument, agentsvc.ReasonInvalidArgument, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

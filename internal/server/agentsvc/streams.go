@@ -13,11 +13,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 )
 
 // cleanupTimeout bounds the removal of a new thread whose run did not
@@ -28,7 +27,7 @@ const cleanupTimeout = time.Minute
 func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer[plumbv1.RunResponse]) error {
 	in, err := s.runInput(req)
 	if err != nil {
-		return server.Status(err)
+		return Status(err)
 	}
 	if in.ThreadID != "" {
 		if err := s.checkOwner(stream.Context(), in.ThreadID); err != nil {
@@ -98,7 +97,7 @@ func (s *Service) runSeeded(ctx context.Context, in agent.RunInput, sink agent.S
 func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreamingServer[plumbv1.ResumeResponse]) error {
 	in, err := resumeInput(req)
 	if err != nil {
-		return server.Status(err)
+		return Status(err)
 	}
 	if err := s.checkOwner(stream.Context(), in.ThreadID); err != nil {
 		return s.status("resume", err)
@@ -134,7 +133,7 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 	r, err := s.reg.Begin(threadID, cancelRun)
 	if err != nil {
 		cancelRun()
-		return server.Status(err)
+		return Status(err)
 	}
 	stop := func() bool { return false }
 	if !detach {
@@ -148,7 +147,7 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		s.end(r, call(runCtx, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }))
+		s.end(r, call(runCtx, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }))
 	}()
 	err = r.Stream(ctx, send)
 	if err == nil {
@@ -160,14 +159,14 @@ func (s *Service) serve(ctx context.Context, threadID string, detach bool, kind 
 		// the stream's context; a detached one goes on and can be
 		// attached.
 		lg.Debug("client left the stream", zap.Error(err))
-		return server.Status(ctx.Err())
+		return Status(ctx.Err())
 	}
 	if errors.Is(err, runs.ErrLagging) {
 		stop()
 		lg.Warn("the client fell behind; stream cut, the run goes on detached", zap.Error(err))
-		return server.Status(err)
+		return Status(err)
 	}
-	st := server.Status(err)
+	st := Status(err)
 	if status.Code(st) == codes.Internal {
 		lg.Error("run did not start", zap.Error(err))
 	}
@@ -198,7 +197,7 @@ func (s *Service) end(r *runs.Run, err error) {
 func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
-		return server.Status(err)
+		return Status(err)
 	}
 	ctx := stream.Context()
 	if err := s.checkOwner(ctx, id); err != nil {
@@ -217,9 +216,9 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 			err = fmt.Errorf("%w: %w", runs.ErrNoRun, err)
 		}
 		if err != nil && ctx.Err() != nil {
-			return server.Status(ctx.Err())
+			return Status(ctx.Err())
 		}
-		return server.Status(err)
+		return Status(err)
 	}
 	if errors.Is(err, runs.ErrNoRun) {
 		if _, lerr := s.threads.LoadThread(ctx, id); errors.Is(lerr, agent.ErrThreadNotFound) {
@@ -227,13 +226,13 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 		}
 	}
 	if err != nil {
-		return server.Status(err)
+		return Status(err)
 	}
 	err = r.Follow(ctx, after, send)
 	if err != nil && ctx.Err() != nil {
-		return server.Status(ctx.Err())
+		return Status(ctx.Err())
 	}
-	return server.Status(err)
+	return Status(err)
 }
 
 // Cancel cancels the thread's active run and waits (as long as the call's
@@ -244,7 +243,7 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plumbv1.CancelResponse, error) {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	if err := s.checkOwner(ctx, id); err != nil {
 		return nil, s.status("cancel", err)
@@ -253,7 +252,7 @@ func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plum
 	if r == nil {
 		td, err := s.threads.LoadThread(ctx, id)
 		if err != nil {
-			return nil, server.Status(err)
+			return nil, Status(err)
 		}
 		if s.cfg.Leases != nil {
 			return s.cancelElsewhere(ctx, td)

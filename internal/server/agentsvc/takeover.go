@@ -9,7 +9,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -139,7 +139,7 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	go func() {
 		defer s.wg.Done()
 		defer cancelRun()
-		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(pbconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
+		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
 			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: u.fence, HandOff: u.handOff, Flush: u.flush}, cancelAtStart(l, cancelRun, sink))
 			return err
 		})

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
@@ -45,7 +45,7 @@ func TestTenantIsolation(t *testing.T) {
 				if err == nil {
 					t.Fatalf("%s: another tenant's thread was reachable", what)
 				}
-				wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+				wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 			}
 			_, err = e.c.GetThread(other, &plumbv1.GetThreadRequest{ThreadId: id})
 			notFound("GetThread", err)

@@ -10,11 +10,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 )
 
 // CreateThread creates an empty thread with the given labels.
@@ -22,7 +21,7 @@ func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadReq
 	var vs violations
 	vs.checkMetadata("metadata", req.GetMetadata())
 	if err := vs.err(); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	now := s.clock.Now()
 	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: req.GetMetadata(), Tenant: tenant.From(ctx)}
@@ -33,7 +32,7 @@ func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadReq
 	if err != nil {
 		return nil, s.status("create thread", err)
 	}
-	return &plumbv1.CreateThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td, nil), len(td.Messages))}, nil
+	return &plumbv1.CreateThreadResponse{Thread: agentconv.ThreadToPB(td, s.threadStatus(td, nil), len(td.Messages))}, nil
 }
 
 // GetThread returns a thread; the FULL view adds the message log, the
@@ -50,7 +49,7 @@ func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) 
 	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
 		return &plumbv1.GetThreadResponse{Thread: s.fullThread(td, s.threadStatus(td, elsewhere))}, nil
 	}
-	return &plumbv1.GetThreadResponse{Thread: pbconv.ThreadToPB(td, s.threadStatus(td, elsewhere), len(td.Messages))}, nil
+	return &plumbv1.GetThreadResponse{Thread: agentconv.ThreadToPB(td, s.threadStatus(td, elsewhere), len(td.Messages))}, nil
 }
 
 // threadStatus is the stored status, RUNNING while this process runs the
@@ -78,13 +77,13 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 	}
 	vs.checkMetadata("labels", req.GetLabels())
 	if err := vs.err(); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	list, next, err := s.threads.ListThreads(ctx, ThreadQuery{
-		Tenant: tenant.From(ctx), Labels: req.GetLabels(), Status: pbconv.ThreadStatusFromPB(req.GetStatus()), PageSize: size, PageToken: req.GetPageToken(),
+		Tenant: tenant.From(ctx), Labels: req.GetLabels(), Status: agentconv.ThreadStatusFromPB(req.GetStatus()), PageSize: size, PageToken: req.GetPageToken(),
 	})
 	if errors.Is(err, agent.ErrInvalidInput) {
-		err = server.InvalidField("page_token", "page_token was not issued by this server")
+		err = InvalidField("page_token", "page_token was not issued by this server")
 	}
 	if err != nil {
 		return nil, s.status("list threads", err)
@@ -109,7 +108,7 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadRequest) (*plumbv1.DeleteThreadResponse, error) {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
-		return nil, server.Status(err)
+		return nil, Status(err)
 	}
 	if err := s.checkOwner(ctx, id); err != nil {
 		return nil, s.status("delete thread", err)
@@ -124,16 +123,16 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 		r := s.reg.Active(id)
 		switch {
 		case r == nil: // another DeleteThread holds it
-			return nil, server.Status(err)
+			return nil, Status(err)
 		case !req.GetForce():
-			return nil, server.Status(fmt.Errorf("delete thread %s: %w; set force to cancel it", id, runs.ErrRunning))
+			return nil, Status(fmt.Errorf("delete thread %s: %w; set force to cancel it", id, runs.ErrRunning))
 		}
 		lg.Info("cancelling the run of a thread being deleted", zap.String("run-id", r.RunID()))
 		s.reg.Cancel(id)
 		select {
 		case <-r.Done():
 		case <-ctx.Done():
-			return nil, server.Status(ctx.Err())
+			return nil, Status(ctx.Err())
 		}
 	}
 	giveUp, err := s.leaseForDelete(ctx, id, req.GetForce())
@@ -154,7 +153,7 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 	if s.cfg.OnDeleteThread != nil {
 		if err := s.cfg.OnDeleteThread(ctx, td); err != nil {
 			lg.Warn("thread cleanup failed; the thread is kept", zap.String("sandbox-id", td.Thread.SandboxID), zap.Error(err))
-			return nil, server.Status(err)
+			return nil, Status(err)
 		}
 	}
 	if err := s.threads.DeleteThread(ctx, id); err != nil {
@@ -190,7 +189,7 @@ func (s *Service) checkOwner(ctx context.Context, id string) error {
 func (s *Service) ListAgents(context.Context, *plumbv1.ListAgentsRequest) (*plumbv1.ListAgentsResponse, error) {
 	out := &plumbv1.ListAgentsResponse{}
 	for _, info := range s.rt.ListAgents() {
-		out.Agents = append(out.Agents, pbconv.AgentInfoToPB(info))
+		out.Agents = append(out.Agents, agentconv.AgentInfoToPB(info))
 	}
 	return out, nil
 }
@@ -198,7 +197,7 @@ func (s *Service) ListAgents(context.Context, *plumbv1.ListAgentsRequest) (*plum
 // status maps a store error, logging those that become INTERNAL (their
 // text is not sent).
 func (s *Service) status(op string, err error) error {
-	st := server.Status(err)
+	st := Status(err)
 	if status.Code(st) == codes.Internal {
 		s.lg.Error(op, zap.Error(err))
 	}

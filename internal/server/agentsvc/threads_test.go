@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
@@ -46,11 +45,11 @@ func TestScenario77ListDeleteGet(t *testing.T) {
 		t.Errorf("cleanup hook saw %v", got)
 	}
 	_, err = e.c.GetThread(e.ctx(), &plumbv1.GetThreadRequest{ThreadId: a})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	_, err = e.c.DeleteThread(e.ctx(), &plumbv1.DeleteThreadRequest{ThreadId: a})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	_, err = recvAttach(e, a, 0) // the retained replay went with it
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	list, err = e.c.ListThreads(e.ctx(), &plumbv1.ListThreadsRequest{})
 	if err != nil || !slices.Equal(threadIDs(list), []string{b}) {
 		t.Errorf("after delete: %v, %v", threadIDs(list), err)
@@ -64,7 +63,7 @@ func TestScenario77ListDeleteGet(t *testing.T) {
 	}
 	recvUntil(t, s, "tool_call_started")
 	_, err = e.c.DeleteThread(e.ctx(), &plumbv1.DeleteThreadRequest{ThreadId: b})
-	wantStatus(t, err, codes.FailedPrecondition, server.ReasonThreadRunning)
+	wantStatus(t, err, codes.FailedPrecondition, agentsvc.ReasonThreadRunning)
 	list, err = e.c.ListThreads(e.ctx(), &plumbv1.ListThreadsRequest{Status: plumbv1.ThreadStatus_THREAD_STATUS_RUNNING})
 	if err != nil || !slices.Equal(threadIDs(list), []string{b}) {
 		t.Errorf("RUNNING lists %v, %v", threadIDs(list), err)
@@ -78,7 +77,7 @@ func TestScenario77ListDeleteGet(t *testing.T) {
 		t.Errorf("the deleted thread's run ended with %v, %v", kinds(evs, false), err)
 	}
 	_, err = e.c.GetThread(e.ctx(), &plumbv1.GetThreadRequest{ThreadId: b})
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 	if got := e.deletedIDs(); !slices.Equal(got, []string{a, b}) {
 		t.Errorf("cleanup hook saw %v", got)
 	}
@@ -123,7 +122,7 @@ func TestCreateAndGetThread(t *testing.T) {
 		t.Fatalf("created %v", th)
 	}
 	_, err = e.c.CreateThread(e.ctx(), &plumbv1.CreateThreadRequest{Metadata: map[string]string{"Bad Key": "a"}})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 
 	e.srv.Script("main",
 		modeltest.Calls(call("c1", "write_file", `{"file_path":"/out.txt","content":"hello"}`), call("c2", "write_todos", `{"todos":[{"content":"a","status":"in_progress"}]}`)),
@@ -160,7 +159,7 @@ func TestCreateAndGetThread(t *testing.T) {
 		t.Errorf("checkpoints %v", cps)
 	}
 	_, err = e.c.GetThread(e.ctx(), &plumbv1.GetThreadRequest{})
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 }
 
 // ListThreads pages newest first on both stores; bad page tokens and
@@ -226,7 +225,7 @@ func TestListThreadsPaging(t *testing.T) {
 				{"bad label key", &plumbv1.ListThreadsRequest{Labels: map[string]string{"A": "b"}}, `labels["A"]`},
 			} {
 				_, err := e.c.ListThreads(e.ctx(), bad.req)
-				wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+				wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 				if f := fields(err); !slices.Equal(f, []string{bad.field}) {
 					t.Errorf("%s: violations %v, want %s", bad.name, f, bad.field)
 				}

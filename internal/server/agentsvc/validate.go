@@ -11,12 +11,11 @@ import (
 	"unicode/utf8"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/jsonschema"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/backend"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 )
 
 // Request limits of docs/agent-core.md §10.1.
@@ -37,12 +36,12 @@ func (vs *violations) add(field, format string, args ...any) {
 	*vs = append(*vs, agent.FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
 }
 
-// err returns nil or a *server.RequestError with every violation.
+// err returns nil or a *RequestError with every violation.
 func (vs violations) err() error {
 	if len(vs) == 0 {
 		return nil
 	}
-	return &server.RequestError{Violations: vs}
+	return &RequestError{Violations: vs}
 }
 
 // checkMetadata validates thread labels (field is "metadata" or
@@ -62,7 +61,7 @@ func (vs *violations) checkMetadata(field string, md map[string]string) {
 }
 
 // runInput validates a RunRequest (docs/agent-core.md §10.1) and maps it to the
-// domain. Every problem is reported at once as a *server.RequestError.
+// domain. Every problem is reported at once as a *RequestError.
 func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 	var vs violations
 	if len(req.GetInput()) == 0 {
@@ -180,7 +179,7 @@ func resumeInput(req *plumbv1.ResumeRequest) (agent.ResumeInput, error) {
 	}
 	in := agent.ResumeInput{ThreadID: req.GetThreadId(), InterruptID: req.GetInterruptId()}
 	for _, d := range req.GetDecisions() {
-		in.Decisions = append(in.Decisions, pbconv.DecisionFromPB(d))
+		in.Decisions = append(in.Decisions, agentconv.DecisionFromPB(d))
 	}
 	return in, vs.err()
 }
@@ -188,7 +187,7 @@ func resumeInput(req *plumbv1.ResumeRequest) (agent.ResumeInput, error) {
 // requireThreadID validates the thread_id of a request that names one.
 func requireThreadID(id string) error {
 	if id == "" {
-		return server.InvalidField("thread_id", "thread_id is required")
+		return InvalidField("thread_id", "thread_id is required")
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
@@ -67,7 +66,7 @@ func TestRunValidation(t *testing.T) {
 			req := runReq("", "hi")
 			tt.edit(req)
 			evs, err := e.run(req)
-			wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+			wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 			if len(evs) != 0 {
 				t.Errorf("events before the error: %v", kinds(evs, false))
 			}
@@ -91,17 +90,17 @@ func TestRunValidation(t *testing.T) {
 	}
 }
 
-// Errors the runtime finds before run_started map through server.Status:
+// Errors the runtime finds before run_started map through agentsvc.Status:
 // an unknown thread id is NOT_FOUND, bad seed files INVALID_ARGUMENT.
 func TestRunRuntimeErrors(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.run(runReq("01NOSUCHTHREAD", "hi"))
-	wantStatus(t, err, codes.NotFound, server.ReasonThreadNotFound)
+	wantStatus(t, err, codes.NotFound, agentsvc.ReasonThreadNotFound)
 
 	req := runReq("", "hi")
 	req.Files = map[string]string{"/../x": "x"}
 	_, err = e.run(req)
-	wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+	wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 
 	// Valid client tools and limits within the caps start.
 	e.srv.Script("main", modeltest.Text("ok"))
@@ -131,7 +130,7 @@ func TestRunLimitsCappedByDefault(t *testing.T) {
 			req := runReq("", "hi")
 			tt.edit(req)
 			evs, err := e.run(req)
-			wantStatus(t, err, codes.InvalidArgument, server.ReasonInvalidArgument)
+			wantStatus(t, err, codes.InvalidArgument, agentsvc.ReasonInvalidArgument)
 			if len(evs) != 0 {
 				t.Errorf("events before the error: %v", kinds(evs, false))
 			}

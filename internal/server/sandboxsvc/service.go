@@ -1,6 +1,6 @@
 // Package sandboxsvc is the thin gRPC adapter for plumb.v1.SandboxService: it
 // maps requests to the sandbox manager and its per-sandbox file interface,
-// and errors to gRPC status through server.Status. It holds no sandbox
+// and errors to gRPC status through Status (status.go). It holds no sandbox
 // logic.
 package sandboxsvc
 
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -61,7 +60,7 @@ func New(m Manager, runtimes []string, lg *zap.Logger) *Service {
 
 // fail logs an internal error's detail (which Status hides) and converts it.
 func (s *Service) fail(method string, err error) error {
-	st := server.Status(err)
+	st := Status(err)
 	if status.Code(st) == codes.Internal {
 		s.lg.Error("internal error", zap.String("method", method), zap.Error(err))
 	}

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/moby/moby/client"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"

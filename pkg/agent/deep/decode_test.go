@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
 	"github.com/plumbhq/plumb/pkg/pbconv"
@@ -87,19 +87,28 @@ func domainError(err error) error {
 		code   codes.Code
 		domain error
 	}{
-		server.ReasonInvalidArgument:    {codes.InvalidArgument, agent.ErrInvalidInput},
-		server.ReasonInvalidDecisions:   {codes.InvalidArgument, &agent.DecisionError{Violations: pbconv.FieldViolations(err)}},
-		server.ReasonPendingInterrupt:   {codes.FailedPrecondition, &agent.PendingInterruptError{ThreadID: md["thread_id"], InterruptID: md["interrupt_id"]}},
-		server.ReasonStaleInterrupt:     {codes.FailedPrecondition, &agent.StaleInterruptError{Current: md["interrupt_id"]}},
-		server.ReasonNoPendingInterrupt: {codes.FailedPrecondition, agent.ErrNoPendingInterrupt},
-		server.ReasonThreadBusy:         {codes.Aborted, agent.ErrThreadBusy},
-		server.ReasonThreadNotFound:     {codes.NotFound, agent.ErrThreadNotFound},
+		agentsvc.ReasonInvalidArgument:    {codes.InvalidArgument, agent.ErrInvalidInput},
+		agentsvc.ReasonInvalidDecisions:   {codes.InvalidArgument, &agent.DecisionError{Violations: violations(err)}},
+		agentsvc.ReasonPendingInterrupt:   {codes.FailedPrecondition, &agent.PendingInterruptError{ThreadID: md["thread_id"], InterruptID: md["interrupt_id"]}},
+		agentsvc.ReasonStaleInterrupt:     {codes.FailedPrecondition, &agent.StaleInterruptError{Current: md["interrupt_id"]}},
+		agentsvc.ReasonNoPendingInterrupt: {codes.FailedPrecondition, agent.ErrNoPendingInterrupt},
+		agentsvc.ReasonThreadBusy:         {codes.Aborted, agent.ErrThreadBusy},
+		agentsvc.ReasonThreadNotFound:     {codes.NotFound, agent.ErrThreadNotFound},
 	}
 	w, known := want[pbconv.Reason(err)]
 	if !known || st.Code() != w.code {
 		return err
 	}
 	return &rpcError{st: st, domain: w.domain}
+}
+
+// violations decodes a status error's field violations.
+func violations(err error) []agent.FieldViolation {
+	var out []agent.FieldViolation
+	for _, v := range pbconv.FieldViolations(err) {
+		out = append(out, agent.FieldViolation(v))
+	}
+	return out
 }
 
 // eventFromPB decodes one wire event.

@@ -18,7 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 	"github.com/plumbhq/plumb/pkg/pbconv"
-	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"google.golang.org/grpc"
 )
 
@@ -89,7 +89,7 @@ func fail(p string, err error) error {
 		fe.Path = p
 	}
 	switch pbconv.Reason(err) {
-	case string(sandbox.CodeNotFound), string(sandbox.CodeFailed):
+	case string(sandboxapi.CodeNotFound), string(sandboxapi.CodeFailed):
 		return goneError{err: fe}
 	}
 	return fe

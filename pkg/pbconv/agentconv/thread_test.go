@@ -1,4 +1,4 @@
-package pbconv_test
+package agentconv_test
 
 import (
 	"encoding/json"
@@ -11,17 +11,17 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/model"
-	"github.com/plumbhq/plumb/pkg/pbconv"
+	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 )
 
 func TestThreadStatusRoundTrip(t *testing.T) {
 	for _, s := range []agent.ThreadStatus{agent.ThreadIdle, agent.ThreadRunning, agent.ThreadInterrupted} {
-		pb := pbconv.ThreadStatusToPB(s)
-		if pb == plumbv1.ThreadStatus_THREAD_STATUS_UNSPECIFIED || pbconv.ThreadStatusFromPB(pb) != s {
-			t.Errorf("%s → %v → %s", s, pb, pbconv.ThreadStatusFromPB(pb))
+		pb := agentconv.ThreadStatusToPB(s)
+		if pb == plumbv1.ThreadStatus_THREAD_STATUS_UNSPECIFIED || agentconv.ThreadStatusFromPB(pb) != s {
+			t.Errorf("%s → %v → %s", s, pb, agentconv.ThreadStatusFromPB(pb))
 		}
 	}
-	if got := pbconv.ThreadStatusFromPB(plumbv1.ThreadStatus_THREAD_STATUS_UNSPECIFIED); got != "" {
+	if got := agentconv.ThreadStatusFromPB(plumbv1.ThreadStatus_THREAD_STATUS_UNSPECIFIED); got != "" {
 		t.Errorf("UNSPECIFIED → %q, want any", got)
 	}
 }
@@ -46,13 +46,13 @@ func TestThreadListsToPB(t *testing.T) {
 		Checkpoints: []agent.CheckpointInfo{{ID: 4, RunID: "r1", Phase: agent.PhaseInterrupt, Step: 1, MessageCount: 3, CreatedAt: now}},
 		Files:       map[string]json.RawMessage{"/b.txt": doc, "/a.txt": json.RawMessage(`"not a file"`)},
 	}
-	all := pbconv.Limit{Count: 100, Bytes: 1 << 20}
-	th := pbconv.ThreadToPB(td, agent.ThreadInterrupted, len(td.Messages))
+	all := agentconv.Limit{Count: 100, Bytes: 1 << 20}
+	th := agentconv.ThreadToPB(td, agent.ThreadInterrupted, len(td.Messages))
 	var next int
 	var more, cmore bool
-	th.Messages, next = pbconv.MessagesToPB(td.Messages, 0, all)
-	th.Files, more = pbconv.StateFilesToPB(td.Files, "", all)
-	th.Checkpoints, cmore = pbconv.CheckpointsToPB(td.Checkpoints, 0, all)
+	th.Messages, next = agentconv.MessagesToPB(td.Messages, 0, all)
+	th.Files, more = agentconv.StateFilesToPB(td.Files, "", all)
+	th.Checkpoints, cmore = agentconv.CheckpointsToPB(td.Checkpoints, 0, all)
 	if next != 3 || more || cmore {
 		t.Errorf("whole lists left some out: next %d, files %v, checkpoints %v", next, more, cmore)
 	}
@@ -74,7 +74,7 @@ func TestThreadListsToPB(t *testing.T) {
 	if c := th.GetCheckpoints(); len(c) != 1 || c[0].GetPhase() != plumbv1.CheckpointPhase_CHECKPOINT_PHASE_INTERRUPT || c[0].GetMessageCount() != 3 {
 		t.Errorf("checkpoints %v", c)
 	}
-	if basic := pbconv.ThreadToPB(td, agent.ThreadIdle, 42); basic.GetMessageCount() != 42 || basic.GetMessages() != nil || basic.GetFiles() != nil {
+	if basic := agentconv.ThreadToPB(td, agent.ThreadIdle, 42); basic.GetMessageCount() != 42 || basic.GetMessages() != nil || basic.GetFiles() != nil {
 		t.Errorf("basic %v", basic)
 	}
 }
@@ -88,25 +88,25 @@ func TestThreadListPages(t *testing.T) {
 		{Message: model.Message{Role: model.RoleUser, Content: string(make([]byte, 1000))}},
 		{Message: model.Message{Role: model.RoleUser, Content: "c"}},
 	}
-	page, next := pbconv.MessagesToPB(msgs, 0, pbconv.Limit{Count: 10, Bytes: 100})
+	page, next := agentconv.MessagesToPB(msgs, 0, agentconv.Limit{Count: 10, Bytes: 100})
 	if len(page) != 1 || next != 1 {
 		t.Fatalf("first page: %d messages, next %d; want 1, 1 (the second is over the budget)", len(page), next)
 	}
-	page, next = pbconv.MessagesToPB(msgs, next, pbconv.Limit{Count: 10, Bytes: 100})
+	page, next = agentconv.MessagesToPB(msgs, next, agentconv.Limit{Count: 10, Bytes: 100})
 	if len(page) != 1 || page[0].GetIndex() != 1 || next != 2 {
 		t.Fatalf("second page: %v, next %d; want the large message alone, next 2", page, next)
 	}
-	page, next = pbconv.MessagesToPB(msgs, next, pbconv.Limit{Count: 1, Bytes: 100})
+	page, next = agentconv.MessagesToPB(msgs, next, agentconv.Limit{Count: 1, Bytes: 100})
 	if len(page) != 1 || page[0].GetIndex() != 2 || next != 3 {
 		t.Fatalf("last page: %v, next %d; want message 2, next 3", page, next)
 	}
 	files := map[string]json.RawMessage{"/a": nil, "/b": nil, "/c": nil}
-	fp, more := pbconv.StateFilesToPB(files, "/a", pbconv.Limit{Count: 1, Bytes: 100})
+	fp, more := agentconv.StateFilesToPB(files, "/a", agentconv.Limit{Count: 1, Bytes: 100})
 	if len(fp) != 1 || fp[0].GetPath() != "/b" || !more {
 		t.Fatalf("files after /a: %v, more %v; want /b and more", fp, more)
 	}
 	cps := []agent.CheckpointInfo{{ID: 1}, {ID: 5}, {ID: 9}}
-	cp, more := pbconv.CheckpointsToPB(cps, 5, pbconv.Limit{Count: 1, Bytes: 100})
+	cp, more := agentconv.CheckpointsToPB(cps, 5, agentconv.Limit{Count: 1, Bytes: 100})
 	if len(cp) != 1 || cp[0].GetId() != 9 || more {
 		t.Fatalf("checkpoints after 5: %v, more %v; want 9 and no more", cp, more)
 	}
@@ -115,7 +115,7 @@ func TestThreadListPages(t *testing.T) {
 func TestAgentInfoToPB(t *testing.T) {
 	info := profile.Info{Name: "r", Kind: profile.Subagent, Tools: []string{"@read", "task"}, ToolNames: []string{"glob", "grep", "ls", "mcp__gh__*", "read_file", "task"},
 		InterruptOn: map[string]profile.InterruptRule{"task": {Allowed: []agent.DecisionType{agent.DecisionReject}, Description: "Delegate?"}, "grep": {Off: true}}}
-	pb := pbconv.AgentInfoToPB(info)
+	pb := agentconv.AgentInfoToPB(info)
 	if pb.GetKind() != plumbv1.AgentKind_AGENT_KIND_SUBAGENT || !slices.Equal(pb.GetTools(), info.ToolNames) {
 		t.Errorf("agent %v", pb)
 	}

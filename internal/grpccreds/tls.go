@@ -1,4 +1,4 @@
-package daemon
+package grpccreds
 
 import (
 	"crypto/tls"
@@ -34,7 +34,7 @@ type loader[T any] struct {
 	lg    *zap.Logger
 
 	mu     sync.Mutex
-	stamps []fileStamp
+	stamps []FileStamp
 	val    T
 }
 
@@ -51,10 +51,10 @@ func newLoader[T any](files []string, lg *zap.Logger, load func() (T, error)) (*
 	return l, nil
 }
 
-func (l *loader[T]) stat() ([]fileStamp, error) {
-	out := make([]fileStamp, len(l.files))
+func (l *loader[T]) stat() ([]FileStamp, error) {
+	out := make([]FileStamp, len(l.files))
 	for i, f := range l.files {
-		st, err := stampOf(f)
+		st, err := StampOf(f)
 		if err != nil {
 			return nil, fmt.Errorf("TLS file %s: %w", f, err)
 		}
@@ -81,7 +81,7 @@ func (l *loader[T]) get() T {
 	return v
 }
 
-func equalStamps(a, b []fileStamp) bool {
+func equalStamps(a, b []FileStamp) bool {
 	for i := range a {
 		if a[i] != b[i] {
 			return false

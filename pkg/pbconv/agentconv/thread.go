@@ -1,4 +1,4 @@
-package pbconv
+package agentconv
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/backend/state"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -120,7 +121,7 @@ func StateFilesToPB(files map[string]json.RawMessage, after string, lim Limit) (
 		var f state.File
 		if err := json.Unmarshal(files[p], &f); err == nil {
 			sf.Size = int64(len(f.Content))
-			sf.ModifiedAt = Timestamp(f.ModifiedAt)
+			sf.ModifiedAt = pbconv.Timestamp(f.ModifiedAt)
 		}
 		n := proto.Size(sf)
 		if !lim.fits(len(out), bytes, n) {

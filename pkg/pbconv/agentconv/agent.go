@@ -1,4 +1,4 @@
-package pbconv
+package agentconv
 
 import (
 	"strings"
