@@ -13,6 +13,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/fleet"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -72,18 +73,20 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	sc := a.Config.Server
 	c := agentsvc.Config{
 		Runtime: a.Runtime,
-		Threads: agentsvc.DurableThreads(a.Store),
-		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
-			return a.Backends.DeleteThread(ctx, td.Thread.ID)
+		Config: runhost.Config{
+			Threads: runhost.DurableThreads(a.Store),
+			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
+				return a.Backends.DeleteThread(ctx, td.Thread.ID)
+			},
+			MaxConcurrentRuns:  sc.MaxConcurrentRuns,
+			DetachOnDisconnect: sc.DetachOnDisconnect,
+			ReplayRetention:    sc.ReplayRetention,
+			ReplayMaxEvents:    sc.ReplayMaxEvents,
+			ReplayMaxBytes:     int(sc.ReplayMaxBytes),
 		},
-		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
-		DetachOnDisconnect: sc.DetachOnDisconnect,
-		ReplayRetention:    sc.ReplayRetention,
-		ReplayMaxEvents:    sc.ReplayMaxEvents,
-		ReplayMaxBytes:     int(sc.ReplayMaxBytes),
-		MaxIterations:      a.Config.Limits.MaxIterations,
-		RunTimeout:         a.Config.Limits.RunTimeout,
-		Models:             a.ModelKeys(),
+		MaxIterations: a.Config.Limits.MaxIterations,
+		RunTimeout:    a.Config.Limits.RunTimeout,
+		Models:        a.ModelKeys(),
 	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL

@@ -1,4 +1,4 @@
-package agentsvc
+package runhost
 
 import (
 	"context"
@@ -34,16 +34,16 @@ const maxUnflushed = 10000
 // maxAppend bounds the events of one append.
 const maxAppend = 500
 
-func (s *Service) leaseTTL() time.Duration {
-	if s.cfg.LeaseTTL > 0 {
-		return s.cfg.LeaseTTL
+func (h *Host) leaseTTL() time.Duration {
+	if h.cfg.LeaseTTL > 0 {
+		return h.cfg.LeaseTTL
 	}
 	return DefaultLeaseTTL
 }
 
-func (s *Service) eventInterval() time.Duration {
-	if s.cfg.EventInterval > 0 {
-		return s.cfg.EventInterval
+func (h *Host) eventInterval() time.Duration {
+	if h.cfg.EventInterval > 0 {
+		return h.cfg.EventInterval
 	}
 	return DefaultEventInterval
 }
@@ -69,16 +69,16 @@ type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
 // handed off). The lease is taken first (a live lease of another replica
 // fails with a *store.HeldError, which is agent.ErrThreadBusy), then held
 // as hold describes.
-func (s *Service) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
-	ls := s.cfg.Leases
+func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
+	ls := h.cfg.Leases
 	if ls == nil {
 		return f(ctx, underLease{}, sink)
 	}
-	l, err := ls.AcquireLease(ctx, threadID, s.cfg.ReplicaID, s.clock.Now(), s.leaseTTL())
+	l, err := ls.AcquireLease(ctx, threadID, h.cfg.ReplicaID, h.clock.Now(), h.leaseTTL())
 	if err != nil {
 		return err
 	}
-	return s.hold(ctx, l, sink, f)
+	return h.hold(ctx, l, sink, f)
 }
 
 // hold runs f under l: it renews l every TTL/3 while f runs and gives it
@@ -100,15 +100,15 @@ func (s *Service) leased(ctx context.Context, threadID string, sink agent.Sink, 
 // Shutdown), its events are flushed and l is handed off (expired now,
 // not released) so that the next takeover scan of another replica
 // continues the run; otherwise l is released.
-func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f leasedFunc) error {
-	ls := s.cfg.Leases
-	ttl := s.leaseTTL()
-	lg := s.lg.With(zap.String("thread-id", l.ThreadID), zap.Int64("lease-epoch", l.Epoch))
+func (h *Host) hold(ctx context.Context, l store.Lease, sink agent.Sink, f leasedFunc) error {
+	ls := h.cfg.Leases
+	ttl := h.leaseTTL()
+	lg := h.lg.With(zap.String("thread-id", l.ThreadID), zap.Int64("lease-epoch", l.Epoch))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// Past the shutdown grace the run stops at once, to be continued
 	// elsewhere from its last checkpoint.
-	defer context.AfterFunc(s.hardStop, func() { cancel(agent.ErrHandedOff) })()
+	defer context.AfterFunc(h.hardStop, func() { cancel(agent.ErrHandedOff) })()
 	renewed := make(chan struct{})
 	var mu sync.Mutex // guards l against the final release
 	go func() {
@@ -124,7 +124,7 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 			mu.Lock()
 			cur := l
 			mu.Unlock()
-			next, err := ls.RenewLease(ctx, cur, s.clock.Now(), ttl)
+			next, err := ls.RenewLease(ctx, cur, h.clock.Now(), ttl)
 			switch {
 			case err == nil:
 				mu.Lock()
@@ -141,10 +141,10 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 			}
 		}
 	}()
-	u := underLease{fence: l.Fence(), handOff: s.handOff}
+	u := underLease{fence: l.Fence(), handOff: h.handOff}
 	var w *eventWriter
-	if s.cfg.Events != nil {
-		w = s.startEvents(ctx, l, lg, sink, cancel)
+	if h.cfg.Events != nil {
+		w = h.startEvents(ctx, l, lg, sink, cancel)
 		sink, u.flush = w.add, w.flush
 	}
 	err := f(ctx, u, sink)
@@ -162,7 +162,7 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer rcancel()
 	if errors.Is(err, agent.ErrHandedOff) {
-		if herr := ls.HandOffLease(rctx, l, s.clock.Now()); herr != nil {
+		if herr := ls.HandOffLease(rctx, l, h.clock.Now()); herr != nil {
 			lg.Warn("hand off the thread's lease; it expires by itself", zap.Error(herr))
 		} else {
 			lg.Info("run handed off: another replica continues it from its last checkpoint")
@@ -183,7 +183,7 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 // (not a lost lease) is retried every eventInterval with nothing dropped;
 // the run waits in add when maxUnflushed events are queued.
 type eventWriter struct {
-	s        *Service
+	h        *Host
 	threadID string
 	fence    *agent.Fence
 	lg       *zap.Logger
@@ -209,9 +209,9 @@ type queued struct {
 	e      agent.Event
 }
 
-func (s *Service) startEvents(ctx context.Context, l store.Lease, lg *zap.Logger, deliver agent.Sink, lost context.CancelCauseFunc) *eventWriter {
+func (h *Host) startEvents(ctx context.Context, l store.Lease, lg *zap.Logger, deliver agent.Sink, lost context.CancelCauseFunc) *eventWriter {
 	w := &eventWriter{
-		s: s, threadID: l.ThreadID, fence: l.Fence(), lg: lg, ctx: ctx, deliver: deliver, lost: lost,
+		h: h, threadID: l.ThreadID, fence: l.Fence(), lg: lg, ctx: ctx, deliver: deliver, lost: lost,
 		room: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	go w.loop()
@@ -279,7 +279,7 @@ func (w *eventWriter) loop() {
 			evs[i] = q.stored
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
-		err := w.s.cfg.Events.AppendEvents(ctx, w.threadID, w.fence, evs)
+		err := w.h.cfg.Events.AppendEvents(ctx, w.threadID, w.fence, evs)
 		cancel()
 		switch {
 		case err == nil:
@@ -309,7 +309,7 @@ func (w *eventWriter) loop() {
 			return
 		default:
 			w.lg.Warn("append to the event log; retrying", zap.Int("events", len(batch)), zap.Error(err))
-			t := time.NewTimer(w.s.eventInterval())
+			t := time.NewTimer(w.h.eventInterval())
 			<-t.C
 		}
 	}
@@ -382,14 +382,14 @@ var errNoStoredRun = errors.New("no run in the event log")
 // sequence sent. It ends without a terminal event when the run is over
 // but its terminal event never reached the log (its replica died and the
 // run was failed instead of taken over), or when a newer run begins.
-func (s *Service) followStored(ctx context.Context, threadID string, after uint64, send func(*plumbv1.Event) error) error {
+func (h *Host) followStored(ctx context.Context, threadID string, after uint64, send func(*plumbv1.Event) error) error {
 	runID := ""
 	quiet := 0
 	// atEnd: the last event sent ended a segment; the stream ends there
 	// unless a later segment of the run is already in the log.
 	atEnd := false
 	for {
-		page, err := s.cfg.Events.ReadEvents(ctx, threadID, after, 256)
+		page, err := h.cfg.Events.ReadEvents(ctx, threadID, after, 256)
 		if err != nil {
 			return err
 		}
@@ -430,12 +430,12 @@ func (s *Service) followStored(ctx context.Context, threadID string, after uint6
 				return nil
 			}
 		}
-		t := time.NewTimer(s.eventInterval())
+		t := time.NewTimer(h.eventInterval())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-s.handOff:
+		case <-h.handOff:
 			// This replica is stopping: the client follows the run from
 			// another one.
 			t.Stop()
