@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/plumbhq/plumb/internal/daemon"
-	"github.com/plumbhq/plumb/internal/runhost"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
