@@ -250,7 +250,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	// missing, so that a rejected config changes and logs nothing.
 	// On PostgreSQL other replicas may be running threads: only the runs
 	// nobody runs or will take over are failed (runs under an expired
-	// lease are taken over by agentsvc).
+	// lease are taken over by internal/runhost).
 	failRuns := st.FailRunningRuns
 	if ls, ok := st.(store.LeaseStore); ok && cfg.Storage.PostgresDSN != "" {
 		failRuns = ls.FailUnleasedRuns
