@@ -75,7 +75,7 @@ func (p payload) sum() []byte {
 // Engine API's archive endpoints (CopyToContainer / CopyFromContainer,
 // what `docker cp` does), and samples this process's heap while ours run:
 // the worker is in this process, so its growth is the worker's (plus the
-// constant-size client side of the harness). The spec's 100 MB travel as
+// constant-size client side of the harness). The 100 MB of docs/benchmarks.md travel as
 // two 50 MB files, since one item is capped at backend.ItemCap (64 MiB).
 func runB7(ctx context.Context, e *env) ([]Row, error) {
 	bx, err := e.newBox(ctx)

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	e := newEnv(*quick, lg, stderr)
 	rep := &Report{Started: time.Now(), Command: strings.TrimSpace("go run ./bench " + strings.Join(args, " ")), Quick: *quick, OK: true}
-	// The whole run stays under the spec's 5 minutes even if a scenario
+	// The whole run stays under the 5 minutes of docs/benchmarks.md even if a scenario
 	// hangs.
 	limit := 4*time.Minute + 30*time.Second
 	if *quick {

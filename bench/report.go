@@ -45,7 +45,7 @@ type Baseline struct {
 
 // Row is one line of the report.
 type Row struct {
-	// Scenario is the spec's id, for example "B1".
+	// Scenario is the docs/benchmarks.md id, for example "B1".
 	Scenario string `json:"scenario"`
 	// Name says what was measured.
 	Name string `json:"name"`
@@ -64,7 +64,7 @@ type Row struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	// Baselines are the comparisons; the first is the primary one.
 	Baselines []Baseline `json:"baselines,omitempty"`
-	// Target is the spec's target for this row.
+	// Target is this row's target in docs/benchmarks.md.
 	Target string `json:"target"`
 	// Verdict is pass, miss, FAIL, info, not implemented or not run.
 	Verdict string `json:"verdict"`

@@ -159,7 +159,7 @@ func (tb *ThreadBackends) filesystem(root string) (*hostfs.Backend, error) {
 
 // storeNamespace fills the {metadata.<key>} placeholders of a store
 // route's namespace from the thread's labels. A missing or unusable label
-// is the request's fault (agent.md §10.1: INVALID_ARGUMENT).
+// is the request's fault (docs/agent-core.md §10.1: INVALID_ARGUMENT).
 func storeNamespace(prefix string, tmpl []string, labels map[string]string) ([]string, error) {
 	ns := make([]string, len(tmpl))
 	for i, c := range tmpl {

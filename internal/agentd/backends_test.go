@@ -88,7 +88,7 @@ func keys(m map[string]json.RawMessage) []string {
 
 // TestStoreRouteLabelsCheckedBeforeRunStarts: a Run whose thread lacks a
 // label that a store route's namespace needs fails before run_started
-// (agent.md §10.1: INVALID_ARGUMENT, no events), naming the key and the
+// (docs/agent-core.md §10.1: INVALID_ARGUMENT, no events), naming the key and the
 // route, instead of the memory being "unavailable" mid-run. Labels count
 // whether they come with the request or are already on the thread.
 func TestStoreRouteLabelsCheckedBeforeRunStarts(t *testing.T) {

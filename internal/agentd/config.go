@@ -19,7 +19,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/tools"
 )
 
-// Config is agentd's configuration file. Every key of agent.md §5.6 is
+// Config is agentd's configuration file. Every key of docs/agent-core.md §5.6 is
 // accepted; unknown keys are errors.
 type Config struct {
 	// Version fixes which tools the groups of allow-lists take (see

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// TestSpecExampleLoadsAndBuilds proves the complete example of agent.md
+// TestSpecExampleLoadsAndBuilds proves the complete example of docs/agent-core.md
 // §5.6 is accepted as written and assembles into a runtime.
 func TestSpecExampleLoadsAndBuilds(t *testing.T) {
 	cfg, err := Load("testdata/spec-example.yaml")

@@ -1,4 +1,4 @@
-// Package agentd turns agentd's YAML configuration (agent.md §5.6) into a
+// Package agentd turns agentd's YAML configuration (docs/agent-core.md §5.6) into a
 // running agent core: it loads and strictly validates the file, builds
 // the model clients, profiles, middleware settings and limits for
 // pkg/agent/deep, and assembles each thread's file backend (State,

@@ -401,7 +401,7 @@ func TestExecuteFullOutputReadable(t *testing.T) {
 }
 
 // TestGrepRegexConfig (B6): tools.grep.regex decides whether grep offers
-// and accepts regular expressions; absent, it does (file-tools §6).
+// and accepts regular expressions; absent, it does (docs/file-tools.md §6).
 func TestGrepRegexConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra string

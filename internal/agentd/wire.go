@@ -522,7 +522,7 @@ func applyBuiltins(cfg *Config, o Options) {
 	}
 	// A sandbox's root is read-only: without routes of its own, evicted
 	// results and summarized transcripts go to the thread's State (as in
-	// the spec's example config).
+	// internal/agentd/testdata/spec-example.yaml, docs/agent-core.md §5.6).
 	if cfg.Backends.Default == "sandbox" && len(cfg.Backends.Routes) == 0 && cfg.Backends.ArtifactsRoot == "/" {
 		cfg.Backends.Routes = map[string]RouteConfig{
 			"/large_tool_results/":   {Type: "state"},

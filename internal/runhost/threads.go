@@ -57,7 +57,7 @@ type ListedThread struct {
 	MessageCount int
 }
 
-// ListThreads page sizes (agent.md §1.1).
+// ListThreads page sizes (docs/agent-core.md §1.1).
 const (
 	DefaultPageSize = 50
 	MaxPageSize     = 500

@@ -41,7 +41,7 @@ var sandboxCodes = map[sandbox.Code]codes.Code{
 	sandbox.CodePolicy:        codes.PermissionDenied,
 }
 
-// ErrorInfo reasons of AgentService errors (agent.md §10.1).
+// ErrorInfo reasons of AgentService errors (docs/agent-core.md §10.1).
 const (
 	ReasonInvalidArgument    = "INVALID_ARGUMENT"
 	ReasonInvalidDecisions   = "INVALID_DECISIONS"
@@ -69,7 +69,7 @@ const (
 )
 
 // RequestError is a request an adapter rejected in its own validation
-// (agent.md §10.1: empty input, bad metadata, bad client tools, ...). It
+// (docs/agent-core.md §10.1: empty input, bad metadata, bad client tools, ...). It
 // maps to INVALID_ARGUMENT with one google.rpc.BadRequest field violation
 // per entry, and matches agent.ErrInvalidInput.
 type RequestError struct {

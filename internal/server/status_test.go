@@ -23,7 +23,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
-// Every domain error maps to its agent.md §10.1 code with a stable
+// Every domain error maps to its docs/agent-core.md §10.1 code with a stable
 // ErrorInfo reason, and keeps its details.
 func TestStatus(t *testing.T) {
 	vs := []agent.FieldViolation{{Field: "decisions[0].type", Description: "decision edit not allowed for c1"}}
@@ -104,7 +104,7 @@ func TestStatus(t *testing.T) {
 
 // A file-engine error survives Status and pbconv.FileError (what the
 // SandboxService client does) with its code, path and details, for every
-// code of file-tools spec §3.
+// code of docs/file-tools.md §3.
 func TestFileErrorRoundTrip(t *testing.T) {
 	for _, c := range []backend.Code{
 		backend.CodeInvalidPath, backend.CodeInvalidArgument, backend.CodeInvalidPattern, backend.CodeFileNotFound,

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 )
 
-// ClientTool returns the tool of a client-declared definition (agent.md
+// ClientTool returns the tool of a client-declared definition (docs/agent-core.md
 // §6.1): every call becomes a CLIENT_TOOL interrupt allowing respond and
 // reject, and the decision given on Resume is its result. The hitl
 // middleware never gates it.

@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// Default limits (agent.md §2.4).
+// Default limits (docs/agent-core.md §2.4).
 const (
 	DefaultMaxIterations        = 200
 	DefaultRunTimeout           = 30 * time.Minute

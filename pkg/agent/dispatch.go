@@ -51,7 +51,7 @@ type SubagentResume struct {
 var errToolPanic = errors.New("tool panicked")
 
 // dispatch runs the calls of p that have no result yet, concurrently, and
-// waits for them (agent.md §2.2 items 6.6–6.7).
+// waits for them (docs/agent-core.md §2.2 items 6.6–6.7).
 func (x *execution) dispatch(ctx context.Context, p *PendingStep, plan *resumePlan, reminders []Reminder) batchOut {
 	n := len(p.Calls)
 	b := &batch{results: make([]*ToolResult, n), interrupts: make([]*Interrupt, n)}

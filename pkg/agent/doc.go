@@ -1,8 +1,8 @@
-// Package agent is plumb's executor: the run loop of agent.md §2 for one
+// Package agent is plumb's executor: the run loop of docs/agent-core.md §2 for one
 // agent context (the root agent of a thread, or one subagent invocation),
-// the middleware contract of §3.1, the tool-call contract of §4.3, the
-// domain event stream of §8, and the persistence interface the executor
-// writes checkpoints through (§2.3).
+// the middleware contract of docs/agent-core.md §3.1, the tool-call contract of §4.3, the
+// domain event stream of docs/agent-core.md §8, and the persistence interface the executor
+// writes checkpoints through (docs/agent-core.md §2.3).
 //
 // The pieces:
 //

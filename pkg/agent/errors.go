@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Errors a Runner returns before a run starts (agent.md §10.1). The gRPC
+// Errors a Runner returns before a run starts (docs/agent-core.md §10.1). The gRPC
 // adapter maps them to status codes in one place.
 var (
 	// ErrInvalidInput: the request is malformed (INVALID_ARGUMENT).
@@ -60,7 +60,7 @@ type FieldViolation struct {
 	Description string
 }
 
-// DecisionError lists every problem of a Resume's decisions (agent.md
+// DecisionError lists every problem of a Resume's decisions (docs/agent-core.md
 // §6.5); nothing changed. It maps to INVALID_ARGUMENT with field
 // violations.
 type DecisionError struct {

@@ -6,7 +6,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// Event is one item of a run's event stream (agent.md §8). Sequence is
+// Event is one item of a run's event stream (docs/agent-core.md §8). Sequence is
 // 1-based and contiguous per run, continuing across Resume segments.
 type Event struct {
 	// Sequence numbers the run's events.
@@ -30,7 +30,7 @@ type Sink func(Event)
 
 // Payload is one of the event payload types of this package.
 type Payload interface {
-	// Kind is the payload's snake_case name in agent.md §8.
+	// Kind is the payload's snake_case name in docs/agent-core.md §8.
 	Kind() string
 	isPayload()
 }
@@ -53,7 +53,7 @@ const (
 // SubagentStatus is how a subagent invocation ended.
 type SubagentStatus string
 
-// Subagent statuses (agent.md §5.3).
+// Subagent statuses (docs/agent-core.md §5.3).
 const (
 	SubagentCompleted        SubagentStatus = "COMPLETED"
 	SubagentStepLimit        SubagentStatus = "STEP_LIMIT"
@@ -71,7 +71,7 @@ const (
 	PurposeSummary UsagePurpose = "SUMMARY"
 )
 
-// Error codes of error events that are not model codes (agent.md §10.2).
+// Error codes of error events that are not model codes (docs/agent-core.md §10.2).
 const (
 	CodeStorage  = "STORAGE"
 	CodeInternal = "INTERNAL"

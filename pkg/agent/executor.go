@@ -16,7 +16,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// execution runs one agent context: the step loop of agent.md §2.2 items
+// execution runs one agent context: the step loop of docs/agent-core.md §2.2 items
 // 6.1–6.8, shared by root runs and subagents.
 type execution struct {
 	cfg     *Config
@@ -403,7 +403,7 @@ func (x *execution) finishBatch(ctx context.Context, p *PendingStep, plan *resum
 }
 
 // applyEdits replaces the stored arguments of calls decided with EDIT
-// (agent.md §6.4: the stored assistant call gets the edited args).
+// (docs/agent-core.md §6.4: the stored assistant call gets the edited args).
 func (x *execution) applyEdits(p *PendingStep, plan *resumePlan) {
 	for i, c := range p.Calls {
 		d, ok := plan.decisions[c.ID]
@@ -515,14 +515,14 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 // callTool is the tool endpoint: tool_call_started, then the tool.
 func (x *execution) callTool(ctx context.Context, req *ToolRequest) (ToolResult, error) {
 	// A client tool never runs here: it interrupts, or returns the decided
-	// result, so tool_call_started goes with that result (agent.md §8.3).
+	// result, so tool_call_started goes with that result (docs/agent-core.md §8, ordering rule 3).
 	if !req.Tool.Client {
 		req.MarkStarted()
 	}
 	return req.Tool.Func(ctx, req)
 }
 
-// resolve applies agent.md §4.3 to a call before dispatch: unknown tool,
+// resolve applies docs/agent-core.md §4.3 to a call before dispatch: unknown tool,
 // arguments that are not a JSON object, schema violations. It returns the
 // tool and the (possibly coerced) arguments, or an error result.
 func (x *execution) resolve(c model.ToolCall, finishReason string) (*Tool, string, *ToolResult) {

@@ -12,7 +12,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// InterruptKind says why a call waits for a decision (agent.md §6.1).
+// InterruptKind says why a call waits for a decision (docs/agent-core.md §6.1).
 type InterruptKind string
 
 // Interrupt kinds.
@@ -27,7 +27,7 @@ const (
 // DecisionType is a human's (or client's) answer to an interrupt request.
 type DecisionType string
 
-// Decision types (agent.md §6.4). The lower-case spellings are the
+// Decision types (docs/agent-core.md §6.4). The lower-case spellings are the
 // configuration names (interrupt_on allowed lists).
 const (
 	DecisionApprove DecisionType = "approve"
@@ -67,7 +67,7 @@ func (i *Interrupt) Error() string {
 	return "interrupted for " + string(i.Kind)
 }
 
-// InterruptRequest is one call waiting for a decision (agent.md §6.2).
+// InterruptRequest is one call waiting for a decision (docs/agent-core.md §6.2).
 type InterruptRequest struct {
 	// ToolCallID is the call's id.
 	ToolCallID string `json:"tool_call_id"`
@@ -89,7 +89,7 @@ type InterruptRequest struct {
 	ArgsSchema json.RawMessage `json:"args_schema,omitempty"`
 }
 
-// Decision answers one interrupt request (agent.md §6.4).
+// Decision answers one interrupt request (docs/agent-core.md §6.4).
 type Decision struct {
 	// ToolCallID names the call.
 	ToolCallID string `json:"tool_call_id"`
@@ -106,7 +106,7 @@ type Decision struct {
 }
 
 // DecidedResult is the result of a REJECT or RESPOND decision for a call
-// of tool name: the texts of agent.md §6.4. ok is false for the other
+// of tool name: the texts of docs/agent-core.md §6.4. ok is false for the other
 // decision types, which run the call instead.
 func DecidedResult(name string, d Decision) (ToolResult, bool) {
 	switch d.Type {
@@ -127,7 +127,7 @@ func DecidedResult(name string, d Decision) (ToolResult, bool) {
 	return ToolResult{}, false
 }
 
-// PendingStep is the open step of an agent context (agent.md §2.1): the
+// PendingStep is the open step of an agent context (docs/agent-core.md §2.1): the
 // calls of the last assistant message and, while interrupted, the results
 // that completed, the requests that wait, and the suspended subagents.
 type PendingStep struct {
@@ -186,7 +186,7 @@ func (p *PendingStep) AllRequests() []InterruptRequest {
 }
 
 // SubagentSnapshot is a suspended subagent invocation, saved under its
-// parent's pending step (agent.md §6.3).
+// parent's pending step (docs/agent-core.md §6.3).
 type SubagentSnapshot struct {
 	// Subagent is the profile name.
 	Subagent string `json:"subagent"`

@@ -40,7 +40,7 @@ type Message struct {
 // TodoStatus is the state of one todo item.
 type TodoStatus string
 
-// Todo statuses (agent.md §4.1).
+// Todo statuses (docs/agent-core.md §4.1).
 const (
 	TodoPending    TodoStatus = "pending"
 	TodoInProgress TodoStatus = "in_progress"
@@ -56,7 +56,7 @@ type Todo struct {
 }
 
 // Summary is the latest summarization event of an agent context
-// (agent.md §7 step 7). The log is never rewritten: Effective replaces
+// (docs/agent-core.md §7 step 7). The log is never rewritten: Effective replaces
 // Messages[:Cutoff] with one summary message.
 type Summary struct {
 	// Cutoff is the absolute log index of the first message kept.

@@ -6,7 +6,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// Middleware is the extension contract of agent.md §3.1. Instances are
+// Middleware is the extension contract of docs/agent-core.md §3.1. Instances are
 // built per agent context (a root run or one subagent invocation) and must
 // not keep run state in fields shared across runs: durable state goes in
 // State (SetPrivate), per-run state may live in the instance.

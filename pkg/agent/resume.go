@@ -33,7 +33,7 @@ func collect(p *PendingStep, route []string) []routed {
 	return out
 }
 
-// planResume validates decisions against the pending step tree (agent.md
+// planResume validates decisions against the pending step tree (docs/agent-core.md
 // §6.5) and routes them. Every problem is reported; on any, nothing is
 // planned.
 func planResume(p *PendingStep, decisions []Decision) (*resumePlan, error) {

@@ -110,7 +110,7 @@ func (rc *RunContext) Emit(p Payload) { rc.shared.emit(rc, p) }
 // emitAll sends events back to back, with no other event in between.
 func (rc *RunContext) emitAll(ps ...Payload) { rc.shared.emit(rc, ps...) }
 
-// Remind queues a reminder block for the current batch (agent.md §3.3):
+// Remind queues a reminder block for the current batch (docs/agent-core.md §3.3):
 // call it from WrapModel after the model returned tool calls. The executor
 // appends the queued blocks, at most one per kind (the last one queued
 // wins), to the result of the batch's last call.

@@ -48,7 +48,7 @@ type ConfigureRequest struct {
 // requests.
 type ConfigureFunc func(ctx context.Context, req ConfigureRequest) (*Config, error)
 
-// Runner runs and resumes root agents (agent.md §2.2, §6.4) over a Store.
+// Runner runs and resumes root agents (docs/agent-core.md §2.2, §6.4) over a Store.
 // It holds an in-process lease per thread (one active run per thread).
 // Run registries, replay logs and detach belong to the transport adapter.
 type Runner struct {
@@ -352,8 +352,8 @@ func (r *Runner) abandon(ctx context.Context, td *ThreadData, fence *Fence) erro
 	return nil
 }
 
-// Resume continues an interrupted run with decisions (agent.md §6.4). The
-// decisions are validated first (§6.5); on any problem nothing changes and
+// Resume continues an interrupted run with decisions (docs/agent-core.md §6.4). The
+// decisions are validated first (docs/agent-core.md §6.5); on any problem nothing changes and
 // a *DecisionError is returned. The segment is one agent.run span.
 func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *RunResult, err error) {
 	ctx, span := r.startResumed(ctx, in.ThreadID)

@@ -9,7 +9,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// State is the state of one agent context (agent.md §2.1): the message log,
+// State is the state of one agent context (docs/agent-core.md §2.1): the message log,
 // the latest summary, the todo list, private middleware state and the
 // pending step. Its methods are safe for concurrent use: tools of one step
 // run concurrently and may touch todos and private state.
@@ -211,7 +211,7 @@ func (s *State) setPending(p *PendingStep) {
 	s.pending = p
 }
 
-// Effective returns what the model sees of the log (agent.md §2.1): the
+// Effective returns what the model sees of the log (docs/agent-core.md §2.1): the
 // summary message followed by Messages[Summary.Cutoff:], or the whole log
 // when there is no summary. Each item carries its absolute log index (-1
 // for the summary message).
@@ -364,7 +364,7 @@ func PairToolCalls(msgs []model.Message) (out []model.Message, unanswered, orpha
 }
 
 // DanglingCallResult is the synthetic result of a call that never got one
-// (agent.md §3.2 #5): the run stopped before the call completed, or its
+// (docs/agent-core.md §3.2 #5): the run stopped before the call completed, or its
 // arguments were not valid JSON so it never ran. A call without a name is
 // answered as "unknown".
 func DanglingCallResult(c model.ToolCall) model.Message {

@@ -9,7 +9,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// Store is what the executor persists (agent.md §2.3): threads, the
+// Store is what the executor persists (docs/agent-core.md §2.3): threads, the
 // append-only message log, checkpoints with the state beside the log, the
 // pending interrupt, and run records. It is defined here, by its consumer;
 // MemoryStore is the ephemeral implementation; the SQLite and PostgreSQL
@@ -136,7 +136,7 @@ func (d *ThreadData) Status() ThreadStatus {
 // Phase is the point of a step a checkpoint was written at.
 type Phase string
 
-// Checkpoint phases (agent.md §2.3).
+// Checkpoint phases (docs/agent-core.md §2.3).
 const (
 	PhaseInput     Phase = "INPUT"
 	PhaseModel     Phase = "MODEL"

@@ -34,7 +34,7 @@ type SubagentOutcome struct {
 	Err error
 	// Usage is its token usage, its own subagents included.
 	Usage model.Usage
-	// Limits are the limits it ran under (for the messages of §5.3).
+	// Limits are the limits it ran under (for the messages of docs/agent-core.md §5.3).
 	Limits Limits
 	// Interrupt is set when the subagent suspended: return it from the
 	// task tool as the error so that the parent interrupts too.
@@ -44,7 +44,7 @@ type SubagentOutcome struct {
 var errSubagentTimeout = errors.New("subagent timeout")
 
 // RunSubagent runs (or, when parent.Resume is set, resumes) a subagent for
-// the task call parent (agent.md §5.3): it emits subagent_started, runs a
+// the task call parent (docs/agent-core.md §5.3): it emits subagent_started, runs a
 // nested executor whose events carry the subagent's agent path and the
 // task call id, and emits subagent_finished unless the subagent suspended.
 // The subagent shares the run's event stream and usage totals; it never

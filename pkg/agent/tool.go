@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model"
 )
 
-// Origin says how a tool result was produced (agent.md §8 tool_result).
+// Origin says how a tool result was produced (docs/agent-core.md §8 tool_result).
 type Origin string
 
 // Tool result origins.
@@ -221,7 +221,7 @@ func (r *ToolRequest) takeAfter() []Payload {
 	return a
 }
 
-// ToolResult is what a call produced (agent.md §3.1).
+// ToolResult is what a call produced (docs/agent-core.md §3.1).
 type ToolResult struct {
 	// Content is exactly what the model sees, reminders included once the
 	// executor appended them.
@@ -244,7 +244,7 @@ type ToolResult struct {
 	Duration time.Duration `json:"duration,omitempty"`
 }
 
-// Reminder is one <system-reminder> block (agent.md §3.3).
+// Reminder is one <system-reminder> block (docs/agent-core.md §3.3).
 type Reminder struct {
 	// Kind names the block; each kind is owned by one middleware.
 	Kind string `json:"kind"`

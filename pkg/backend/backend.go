@@ -2,7 +2,7 @@ package backend
 
 import "context"
 
-// Backend is the file-operation contract of file-tools spec §4, implemented
+// Backend is the file-operation contract of docs/file-tools.md §4, implemented
 // by every backend (State, Filesystem, Store, Composite, Sandbox) and
 // checked by the shared conformance suite.
 //
@@ -14,28 +14,28 @@ import "context"
 // reserved for a failed transport. Results never contain model-facing
 // prose: the tool layer renders them.
 type Backend interface {
-	// Ls lists the direct children of a directory (§4.1).
+	// Ls lists the direct children of a directory (docs/file-tools.md §4.1).
 	Ls(ctx context.Context, path string) (LsResult, error)
 	// Read returns a window of a text file's lines, or a media file as
-	// base64 (§4.2).
+	// base64 (docs/file-tools.md §4.2).
 	Read(ctx context.Context, req ReadRequest) (ReadResult, error)
-	// Write creates or atomically replaces a file, creating parents (§4.3).
+	// Write creates or atomically replaces a file, creating parents (docs/file-tools.md §4.3).
 	Write(ctx context.Context, path string, content []byte) (WriteResult, error)
-	// Edit replaces exact text in a file (§4.4).
+	// Edit replaces exact text in a file (docs/file-tools.md §4.4).
 	Edit(ctx context.Context, req EditRequest) (EditResult, error)
-	// Delete removes a file, a symlink, or a directory recursively (§4.5).
+	// Delete removes a file, a symlink, or a directory recursively (docs/file-tools.md §4.5).
 	Delete(ctx context.Context, path string) (DeleteResult, error)
-	// Grep searches file lines (§4.6).
+	// Grep searches file lines (docs/file-tools.md §4.6).
 	Grep(ctx context.Context, req GrepRequest) (GrepResult, error)
-	// Glob lists regular files matching a pattern (§4.7).
+	// Glob lists regular files matching a pattern (docs/file-tools.md §4.7).
 	Glob(ctx context.Context, req GlobRequest) (GlobResult, error)
-	// Upload writes each item; one result per item, in input order (§4.9).
+	// Upload writes each item; one result per item, in input order (docs/file-tools.md §4.9).
 	Upload(ctx context.Context, items []UploadItem) ([]UploadResult, error)
-	// Download reads each path; one result per path, in input order (§4.9).
+	// Download reads each path; one result per path, in input order (docs/file-tools.md §4.9).
 	Download(ctx context.Context, paths []string) ([]DownloadResult, error)
 }
 
-// Executor runs shell commands (§4.8). Only the Sandbox backend (and a
+// Executor runs shell commands (docs/file-tools.md §4.8). Only the Sandbox backend (and a
 // Composite whose default is a Sandbox) implements it.
 type Executor interface {
 	// Execute runs req.Command and returns its merged output and status.

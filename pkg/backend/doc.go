@@ -1,5 +1,5 @@
 // Package backend holds plumb's file-operation domain: the result and
-// request types of the file-tools spec (§3), the error codes, the limits
+// request types of the docs/file-tools.md (§3), the error codes, the limits
 // table, the consumer-facing Backend and Executor interfaces, and notices
 // (WithNotices, Notify): how a backend tells the caller of one operation
 // something its result has no field for.
@@ -7,7 +7,7 @@
 // This package contains no implementation. Implementations live in
 // subpackages: fileops (the os.Root engine), state, filesystem, store,
 // composite and sandbox. Pure helpers shared by all of them live in vpath
-// (path rules, §2) and textops (line model, read slicing, edit replacement,
+// (path rules, docs/file-tools.md §2) and textops (line model, read slicing, edit replacement,
 // grep and glob matching).
 //
 // The package must not import gRPC or any transport: errors are plain

@@ -12,12 +12,12 @@ import (
 	"syscall"
 )
 
-// Code classifies a file-operation error (file-tools spec §3). Codes are
+// Code classifies a file-operation error (docs/file-tools.md §3). Codes are
 // stable strings: they travel in JSON frames and as google.rpc.ErrorInfo
 // reasons.
 type Code string
 
-// Error codes of file-tools spec §3.
+// Error codes of docs/file-tools.md §3.
 const (
 	CodeInvalidPath         Code = "invalid_path"
 	CodeInvalidArgument     Code = "invalid_argument"
@@ -88,7 +88,7 @@ func (e *Error) DetailKeys() []string {
 
 // Errorf builds an *Error with a formatted message. path may be empty.
 // Where the message names path verbatim, a path longer than QuoteMaxChars
-// characters is shown cut by Clip (§6), so a message quotes it once, short.
+// characters is shown cut by Clip (docs/file-tools.md §6), so a message quotes it once, short.
 func Errorf(code Code, path, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
 	if c := Clip(path); c != path {
@@ -212,7 +212,7 @@ func Quote(s string) string {
 
 // Clip renders a user-supplied string that a message shows verbatim (a
 // normalized path, which needs no quoting): at most QuoteMaxChars
-// characters, then "…" when it was cut (§6).
+// characters, then "…" when it was cut (docs/file-tools.md §6).
 func Clip(s string) string {
 	if head, cut := clip(s); cut {
 		return head + "…"

@@ -142,7 +142,7 @@ func TestQuote(t *testing.T) {
 	}
 }
 
-// A message names a long path once, cut at 200 characters (§6), whoever
+// A message names a long path once, cut at 200 characters (docs/file-tools.md §6), whoever
 // builds it; Path keeps the whole path.
 func TestLongPathsAreClippedInMessages(t *testing.T) {
 	long := "/" + strings.Repeat("d/", 150) + "é.txt"

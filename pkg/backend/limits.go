@@ -2,20 +2,20 @@ package backend
 
 import "time"
 
-// The limits table of file-tools spec §3, in one place. Values marked
+// The limits table of docs/file-tools.md §3, in one place. Values marked
 // "configurable" are defaults: agents or sandboxes may set their own, and
 // engines take them as parameters. The others are engine constants.
 const (
-	// MaxPathBytes caps a raw or normalized path (§2 rules 1 and 10).
+	// MaxPathBytes caps a raw or normalized path (docs/file-tools.md §2 rules 1 and 10).
 	MaxPathBytes = 4096
-	// MaxComponentBytes caps one path component (§2 rule 9).
+	// MaxComponentBytes caps one path component (docs/file-tools.md §2 rule 9).
 	MaxComponentBytes = 255
 
 	// DefaultReadLimit is read's default line count (configurable).
 	DefaultReadLimit = 2000
-	// ReadByteBudget caps the content bytes one read returns (§4.2 step 8).
+	// ReadByteBudget caps the content bytes one read returns (docs/file-tools.md §4.2 step 8).
 	ReadByteBudget = 512 << 10
-	// RowWidth is the gutter row width in chars (§4.2 Formatting).
+	// RowWidth is the gutter row width in chars (docs/file-tools.md §4.2 Formatting).
 	RowWidth = 5000
 	// TotalLinesCountMax: total_lines is counted by a full scan only for
 	// files up to this size.

@@ -8,7 +8,7 @@ import (
 
 // Notices let a backend tell the caller of one operation something the
 // result types have no field for, such as "the sandbox behind this path was
-// replaced and its workspace is empty" (agent.md §1). The tool layer opens
+// replaced and its workspace is empty" (docs/agent-core.md §1). The tool layer opens
 // a collector per tool call with WithNotices and shows what it collected in
 // that call's result; without a collector Notify does nothing.
 

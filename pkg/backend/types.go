@@ -58,7 +58,7 @@ const (
 	LineEndingNone  LineEnding = "none"
 )
 
-// ReadRequest asks for a window of a file's lines (§4.2).
+// ReadRequest asks for a window of a file's lines (docs/file-tools.md §4.2).
 type ReadRequest struct {
 	// Path is the file to read (raw; the backend normalizes it).
 	Path string `json:"path"`
@@ -74,7 +74,7 @@ type ReadRequest struct {
 // NoLinesRequested, Encoding == EncodingBase64 (media), or a text window
 // (StartLine ≥ 1).
 //
-// Optional numbers are pointers: nil encodes the spec's null. StartLine and
+// Optional numbers are pointers: nil encodes the unknown of docs/file-tools.md §3. StartLine and
 // EndLine are 0 when there is no window.
 type ReadResult struct {
 	// Path is the normalized virtual path.
@@ -124,7 +124,7 @@ type WriteResult struct {
 	Created bool `json:"created"`
 }
 
-// EditRequest asks to replace text in a file (§4.4).
+// EditRequest asks to replace text in a file (docs/file-tools.md §4.4).
 type EditRequest struct {
 	// Path is the file to edit (raw; the backend normalizes it).
 	Path string `json:"path"`
@@ -157,14 +157,14 @@ type DeleteResult struct {
 }
 
 // GrepRequest asks for matching lines under a directory or in one file
-// (§4.6).
+// (docs/file-tools.md §4.6).
 type GrepRequest struct {
 	// Pattern is a literal substring, or RE2 syntax when Regex is set.
 	Pattern string `json:"pattern"`
 	// Path is a directory (searched recursively) or a file; the tool layer
 	// substitutes the home dir when omitted.
 	Path string `json:"path"`
-	// Glob filters files by the §4.7 matcher relative to Path; "" = all.
+	// Glob filters files by the docs/file-tools.md §4.7 matcher relative to Path; "" = all.
 	Glob string `json:"glob,omitempty"`
 	// Regex selects RE2 matching instead of literal substrings.
 	Regex bool `json:"regex"`
@@ -216,9 +216,9 @@ type GrepResult struct {
 	Error *Error `json:"error,omitempty"`
 }
 
-// GlobRequest asks for the regular files matching a pattern (§4.7).
+// GlobRequest asks for the regular files matching a pattern (docs/file-tools.md §4.7).
 type GlobRequest struct {
-	// Pattern is a §4.7 glob pattern.
+	// Pattern is a docs/file-tools.md §4.7 glob pattern.
 	Pattern string `json:"pattern"`
 	// Path is the search root directory; the tool layer substitutes the
 	// home dir when omitted.
@@ -268,7 +268,7 @@ type DownloadResult struct {
 	Err *Error `json:"error,omitempty"`
 }
 
-// ExecuteRequest asks to run a shell command (§4.8).
+// ExecuteRequest asks to run a shell command (docs/file-tools.md §4.8).
 type ExecuteRequest struct {
 	// Command is run with /bin/sh -c; it must not be blank.
 	Command string `json:"command"`
@@ -311,7 +311,7 @@ type ExecuteResult struct {
 	// CaptureTruncated reports that the offload file stopped at
 	// ExecuteCaptureMax.
 	CaptureTruncated bool `json:"capture_truncated"`
-	// DurationMS is the wall time in milliseconds (the spec's
+	// DurationMS is the wall time in milliseconds (docs/file-tools.md §3
 	// duration_ms; an integer keeps the JSON frame unambiguous).
 	DurationMS int64 `json:"duration_ms"`
 }

@@ -6,10 +6,10 @@ import (
 )
 
 // ErrorCode classifies a failed model call. The values are the error codes
-// of agent.md §10.2 and appear verbatim in `error` events.
+// of docs/agent-core.md §10.2 and appear verbatim in `error` events.
 type ErrorCode string
 
-// Error codes of a failed model call (agent.md §9 retry table).
+// Error codes of a failed model call (docs/agent-core.md §9 retry table).
 const (
 	// CodeRateLimited: HTTP 429 after retries were exhausted or abandoned.
 	// Retryable.

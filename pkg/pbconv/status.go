@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// fileCodes maps file-engine codes to gRPC codes (file-tools spec §3).
+// fileCodes maps file-engine codes to gRPC codes (docs/file-tools.md §3).
 var fileCodes = map[backend.Code]codes.Code{
 	backend.CodeInvalidPath:         codes.InvalidArgument,
 	backend.CodeInvalidArgument:     codes.InvalidArgument,
@@ -32,8 +32,8 @@ var fileCodes = map[backend.Code]codes.Code{
 	backend.CodeInternal:            codes.Internal,
 }
 
-// FileStatusCode returns the gRPC code of a file-engine code (file-tools
-// spec §3); ok is false for a code the spec does not define.
+// FileStatusCode returns the gRPC code of a file-engine code (docs/file-tools.md
+// §3); ok is false for a code that section does not define.
 func FileStatusCode(c backend.Code) (_ codes.Code, ok bool) {
 	gc, ok := fileCodes[c]
 	return gc, ok

@@ -99,7 +99,7 @@ func (f *Files) exchange(ctx context.Context, op agentproto.Op, args any, payloa
 }
 
 // recheck verifies what the agent reports against the caps the agent is
-// bound by (file-tools spec §3): a result outside them is a violation.
+// bound by (docs/file-tools.md §3): a result outside them is a violation.
 func recheck(op agentproto.Op, args, out any) error {
 	bad := func(format string, a ...any) error {
 		return violationf("%s result: %s", op, fmt.Sprintf(format, a...))

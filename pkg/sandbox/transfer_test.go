@@ -62,7 +62,7 @@ func TestTransfers(t *testing.T) {
 	defer cancel()
 	const chunk = agentproto.ChunkBytes
 	chunks := backend.ItemCap / chunk
-	// The spec's bound for B7 (worker heap growth < 64 MiB). A whole-file
+	// The bound of docs/benchmarks.md B7 (worker heap growth < 64 MiB). A whole-file
 	// buffer in the worker would hold the 64 MiB file plus the window; the
 	// window itself is 8 chunks, each alive as raw bytes, base64 JSON and
 	// a frame buffer (≈ 45 MiB measured under -race).

@@ -1,4 +1,4 @@
-// Package runs is agentd's run registry (agent.md §2.4): the run segments
+// Package runs is agentd's run registry (docs/agent-core.md §2.4): the run segments
 // active in this process, one per thread, each with a replay log of its
 // events, kept for a retention period after the terminal event so that
 // Attach can replay it. A segment that continues a run (Resume after an
@@ -810,7 +810,7 @@ func coalesce(a, b *plumbv1.Event) *plumbv1.Event {
 	return nil
 }
 
-// isTerminal reports whether e ends a stream (agent.md §8).
+// isTerminal reports whether e ends a stream (docs/agent-core.md §8).
 func isTerminal(e *plumbv1.Event) bool {
 	switch e.GetPayload().(type) {
 	case *plumbv1.Event_RunFinished, *plumbv1.Event_Interrupted, *plumbv1.Event_Error:

@@ -1,5 +1,5 @@
 // Package agentsvc is the thin gRPC adapter for plumb.v1.AgentService
-// (agent.md §1.1), the way containerd's service.go sits over its local
+// (docs/agent-core.md §1.1), the way containerd's service.go sits over its local
 // implementation: each method validates the request (§10.1), checks that
 // the caller's tenant owns the thread, calls the run host
 // (internal/runhost: runs, streams, cancels, deletions) or reads the

@@ -267,7 +267,7 @@ func recvUntil[M any, P interface {
 	}
 }
 
-// kind is the payload's name in agent.md §8.
+// kind is the payload's name in docs/agent-core.md §8.
 func kind(e *plumbv1.Event) string {
 	m := e.ProtoReflect()
 	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("payload")); fd != nil {
@@ -297,7 +297,7 @@ func seqs(evs []*plumbv1.Event) []uint64 {
 	return out
 }
 
-// checkStream asserts agent.md §8's guarantees for one stream: run_started
+// checkStream asserts docs/agent-core.md §8's guarantees for one stream: run_started
 // first, contiguous sequences from first, one terminal event and it last,
 // a complete envelope.
 func checkStream(t *testing.T, evs []*plumbv1.Event, first uint64) {

@@ -9,7 +9,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server"
 )
 
-// Run appends user input to a thread and streams the run (agent.md §2.2).
+// Run appends user input to a thread and streams the run (docs/agent-core.md §2.2).
 func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer[plumbv1.RunResponse]) error {
 	in, err := s.runInput(req)
 	if err != nil {
@@ -28,7 +28,7 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 }
 
 // Resume answers a pending interrupt and streams the continued run
-// (agent.md §6.4).
+// (docs/agent-core.md §6.4).
 func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreamingServer[plumbv1.ResumeResponse]) error {
 	in, err := resumeInput(req)
 	if err != nil {
@@ -46,7 +46,7 @@ func (s *Service) Resume(req *plumbv1.ResumeRequest, stream grpc.ServerStreaming
 
 // Attach replays a thread's current or retained run after after_sequence
 // (0: from its start, through every retained segment), then follows it
-// live (agent.md §2.4).
+// live (docs/agent-core.md §2.4).
 func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreamingServer[plumbv1.AttachResponse]) error {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {

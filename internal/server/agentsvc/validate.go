@@ -19,7 +19,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/pbconv"
 )
 
-// Request limits of agent.md §10.1.
+// Request limits of docs/agent-core.md §10.1.
 const (
 	maxMetadataKeys  = 64
 	maxMetadataValue = 256
@@ -61,7 +61,7 @@ func (vs *violations) checkMetadata(field string, md map[string]string) {
 	}
 }
 
-// runInput validates a RunRequest (agent.md §10.1) and maps it to the
+// runInput validates a RunRequest (docs/agent-core.md §10.1) and maps it to the
 // domain. Every problem is reported at once as a *server.RequestError.
 func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 	var vs violations
@@ -169,7 +169,7 @@ func objectSchema(doc []byte) error {
 }
 
 // resumeInput validates a ResumeRequest's own fields; the decisions are
-// checked by the runtime against the pending interrupt (§6.5).
+// checked by the runtime against the pending interrupt (docs/agent-core.md §6.5).
 func resumeInput(req *plumbv1.ResumeRequest) (agent.ResumeInput, error) {
 	var vs violations
 	if req.GetThreadId() == "" {

@@ -17,7 +17,7 @@ import (
 )
 
 // Malformed Run requests are INVALID_ARGUMENT before run_started, with a
-// field violation naming the bad field (agent.md §10.1; scenario 47 is
+// field violation naming the bad field (docs/agent-core.md §10.1; scenario 47 is
 // "client tool named read_file").
 func TestRunValidation(t *testing.T) {
 	e := newEnv(t, withService(func(c *agentsvc.Config) {

@@ -505,7 +505,7 @@ func TestEmptyPathIsTheHome(t *testing.T) {
 }
 
 // A long but valid path that does not exist is NOT_FOUND for any client:
-// the status quotes the path once, cut at 200 characters (file-tools §6),
+// the status quotes the path once, cut at 200 characters (docs/file-tools.md §6),
 // so its trailers stay far below the 8 KiB header list that default HTTP/2
 // clients (grpcio among them) accept.
 func TestLongPathErrorFitsDefaultHeaderLimits(t *testing.T) {

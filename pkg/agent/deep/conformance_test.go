@@ -13,13 +13,13 @@ import (
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 )
 
-// scenario is one agent.md §11 conformance case, named after its number.
+// scenario is one docs/agent-core.md §11 conformance case, named after its number.
 type scenario struct {
 	name string
 	run  func(t *testing.T)
 }
 
-// TestConformance runs the agent.md §11 scenarios as a client sees them:
+// TestConformance runs the docs/agent-core.md §11 scenarios as a client sees them:
 // every Run and Resume goes through AgentService over bufconn to the deep
 // runtime on SQLite (harness_test.go). Scenarios 47 and 73 are in
 // TestAdapterScenarioParts; 71 (detach and Attach) and 77 (listing and

@@ -70,7 +70,7 @@ func (e *rpcError) Error() string { return e.st.Message() }
 func (e *rpcError) Unwrap() error { return e.domain }
 
 // domainError decodes a status error by its ErrorInfo reason, checking
-// that it came with the code agent.md §10.1 gives it. Anything else is
+// that it came with the code docs/agent-core.md §10.1 gives it. Anything else is
 // returned as is, so that a scenario expecting a domain error fails.
 func domainError(err error) error {
 	st, ok := status.FromError(err)

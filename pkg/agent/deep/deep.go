@@ -384,7 +384,7 @@ func seed(ctx context.Context, b backend.Backend, files map[string][]byte) error
 	return nil
 }
 
-// build assembles one agent context: the default stack of agent.md §3.2
+// build assembles one agent context: the default stack of docs/agent-core.md §3.2
 // for profile context pc.
 func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Limits) (*agent.Config, error) {
 	m, ok := rt.cfg.Models[pc.Model]

@@ -48,7 +48,7 @@ const (
 	fastModel  = "qwen3-8b-instruct"
 )
 
-// env is one conformance setup as agent.md §11 describes it: agentd's
+// env is one conformance setup as docs/agent-core.md §11 describes it: agentd's
 // AgentService over bufconn, driving the agent core (deep.Runtime) on a
 // SQLite thread store, the core talking to a scripted OpenAI-compatible
 // server through the real go-openai adapter. Scenarios see what a gRPC
@@ -93,7 +93,7 @@ func withVision(names ...string) option {
 }
 
 // withFiles gives every thread the State backend, persisted with the
-// thread (the default setup of agent.md §11).
+// thread (the default setup of docs/agent-core.md §11).
 func withFiles() option {
 	return func(e *env) {
 		base := deep.StateBackends()
@@ -313,7 +313,7 @@ func (tr *transcript) must(t *testing.T) *transcript {
 }
 
 // kinds lists the payload kinds; with brief, deltas and usage are skipped
-// (the "…" of agent.md §11).
+// (the "…" of docs/agent-core.md §11).
 func (tr *transcript) kinds(brief bool) []string {
 	var out []string
 	for _, ev := range tr.events {
@@ -391,7 +391,7 @@ func (tr *transcript) index(pred func(agent.Event) bool) int {
 
 // checkEnvelope asserts ordering guarantees that hold for every stream:
 // contiguous sequences from first, run_started first, exactly one terminal
-// event and it is last, deltas before their message (agent.md §8).
+// event and it is last, deltas before their message (docs/agent-core.md §8).
 func (tr *transcript) checkEnvelope(t *testing.T, first uint64) {
 	t.Helper()
 	if len(tr.events) == 0 {

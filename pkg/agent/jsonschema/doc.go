@@ -5,7 +5,7 @@
 // keywords (description, default, title, format, ...) are accepted and
 // ignored, so client-declared schemas with richer keywords still compile.
 //
-// Validation also coerces the lenient argument forms of file-tools spec §6:
+// Validation also coerces the lenient argument forms of docs/file-tools.md §6:
 // an integer accepts a whole-valued float and a decimal string, a boolean
 // accepts "true" and "false". The coerced document is returned so that
 // tools see canonical JSON types.

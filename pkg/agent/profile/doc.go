@@ -1,6 +1,6 @@
-// Package profile holds agent and subagent profiles (agent.md §5): the
+// Package profile holds agent and subagent profiles (docs/agent-core.md §5): the
 // built-in ones (main, plan, general-purpose, explore, bash), the
-// configuration keys of §5.5 as Go structs that agentd fills from YAML,
+// configuration keys of docs/agent-core.md §5.5 as Go structs that agentd fills from YAML,
 // merging of configured profiles over the built-ins, validation, and the
 // resolution of one agent context's effective settings (model, tool
 // allow-list intersected with the permission preset, subagents,

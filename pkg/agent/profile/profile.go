@@ -30,7 +30,7 @@ const (
 	Bash           = "bash"
 )
 
-// Subagent defaults (agent.md §5.5).
+// Subagent defaults (docs/agent-core.md §5.5).
 const (
 	DefaultSubagentMaxSteps = 100
 	DefaultSubagentTimeout  = 10 * time.Minute
@@ -90,7 +90,7 @@ type Profile struct {
 	CapByParent *bool
 }
 
-// Builtins returns the built-in primaries and subagents of agent.md §5.1.
+// Builtins returns the built-in primaries and subagents of docs/agent-core.md §5.1.
 func Builtins() (primaries, subagents map[string]Profile) {
 	primaries = map[string]Profile{
 		Main: {

@@ -1,5 +1,5 @@
 // Package prompt composes agent system prompts from ordered sections
-// (agent.md §5.4): identity, tool_usage, task_management, delegation,
+// (docs/agent-core.md §5.4): identity, tool_usage, task_management, delegation,
 // agent, environment and memory. Each section can be replaced by text or
 // disabled in configuration. Compose is a pure function of its input, so
 // the prompt is byte-stable within a run as long as the input is (the date

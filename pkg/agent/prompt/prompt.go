@@ -135,7 +135,7 @@ type MemoryFile struct {
 	Unavailable bool
 }
 
-// MemorySection renders the memory section (§5.4 #7): the guidance, then
+// MemorySection renders the memory section (docs/agent-core.md §5.4 #7): the guidance, then
 // one <agent_memory> block per file; "" when there are no files. An empty
 // guidance is the default text; prompt.sections.memory replaces it (the
 // files are the section's data and always follow).

@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 )
 
-// Tool groups usable in allow-lists (agent.md §5.1).
+// Tool groups usable in allow-lists (docs/agent-core.md §5.1).
 const (
 	GroupRead  = "@read"
 	GroupWrite = "@write"
@@ -175,7 +175,7 @@ func (r *Registry) Tools(names []string) []agent.Tool {
 	return out
 }
 
-// Preset is a permission preset (agent.md §5.1).
+// Preset is a permission preset (docs/agent-core.md §5.1).
 type Preset string
 
 // Permission presets.

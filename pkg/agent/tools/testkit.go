@@ -14,7 +14,7 @@ import (
 // TestKitGroup is the group name of the test_kit tools.
 const TestKitGroup = "test_kit"
 
-// TestKit holds the test_kit tools of agent.md §11 and their shared
+// TestKit holds the test_kit tools of docs/agent-core.md §11 and their shared
 // counter.
 type TestKit struct {
 	count atomic.Int64

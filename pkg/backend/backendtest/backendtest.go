@@ -18,7 +18,7 @@ import (
 // skipped for a harness that does not declare it.
 type Capability string
 
-// Capabilities of §1. Special is this suite's addition for non-regular
+// Capabilities of docs/file-tools.md §1. Special is this suite's addition for non-regular
 // files, which §4.2 requires backends on a real file system to reject.
 const (
 	// Symlink: the backend has symlinks (Harness.Symlink creates them).
@@ -30,7 +30,7 @@ const (
 	// Execute: Harness.Executor runs commands. Cases B62–B64, B66–B70,
 	// and the execute cwd of H01.
 	Execute Capability = "execute"
-	// Media: read returns media files as base64 (§4.2 step 3). Cases B26,
+	// Media: read returns media files as base64 (docs/file-tools.md §4.2 step 3). Cases B26,
 	// B27, H08.
 	Media Capability = "media"
 	// Special: the backend can hold FIFOs (Harness.Mkfifo creates them).
@@ -75,13 +75,13 @@ type Harness struct {
 	// comparing. nil ignores nothing.
 	Ignore func(path string) bool
 	// Outside describes a directory outside the backend's root, for the
-	// symlink escape case H02. The zero value means /etc, as in the spec.
+	// symlink escape case H02. The zero value means /etc (docs/file-tools.md §7 H2).
 	Outside Outside
 	// Workspace is execute's default directory as pwd prints it (case
 	// 68); "" means "/workspace".
 	Workspace string
 	// InProcess marks a backend that runs in the test process: case H07
-	// then bounds the bytes its read allocates (the spec's RSS bound,
+	// then bounds the bytes its read allocates (the RSS bound of docs/file-tools.md §7 H7,
 	// measured as runtime.MemStats.TotalAlloc around the call).
 	InProcess bool
 }

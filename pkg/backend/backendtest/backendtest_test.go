@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestCoverage checks that every §7 row of layers B, P, G and H has
+// TestCoverage checks that every docs/file-tools.md §7 row of layers B, P, G and H has
 // exactly one case, and that names are unique.
 func TestCoverage(t *testing.T) {
 	var want []string

@@ -9,7 +9,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// executeCases are §7 rows 62–64 and 66–70: execute (§4.8). Row 65 is the
+// executeCases are docs/file-tools.md §7 rows 62–64 and 66–70: execute (§4.8). Row 65 is the
 // tool layer's.
 func executeCases() []testCase {
 	exec := func(e *env, req backend.ExecuteRequest) (backend.ExecuteResult, error) {

@@ -8,12 +8,12 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// extraCases (X01…) check rules of §2–§4 that the §7 table does not
+// extraCases (X01…) check rules of docs/file-tools.md §2–§4 that the §7 table does not
 // number.
 func extraCases() []testCase {
 	return []testCase{
 		{name: "X01_symlink_inside_root_followed", caps: []Capability{Symlink}, run: func(e *env) {
-			// §2 Resolution and §4.3: relative in-root links are followed by
+			// docs/file-tools.md §2 Resolution and §4.3: relative in-root links are followed by
 			// read, write, edit and download; the link itself stays; walks
 			// do not follow links but a starting path does.
 			e.seed(map[string]string{"/real.txt": "one\n", "/dir/inner.txt": "inner\n"})
@@ -71,8 +71,8 @@ func extraCases() []testCase {
 			e.wantList("ls / after delete", e.lsPaths("/"), nil)
 		}},
 		{name: "X04_write_modes", caps: []Capability{Mode}, run: func(e *env) {
-			// §4.3: a new file gets 0644, an existing one keeps its mode
-			// through write, upload and edit (§4.4 step 8), also when that
+			// docs/file-tools.md §4.3: a new file gets 0644, an existing one keeps its mode
+			// through write, upload and edit (docs/file-tools.md §4.4 step 8), also when that
 			// mode is narrower or wider than 0644.
 			_, err := e.b.Write(e.ctx, e.p("/new.txt"), []byte("n"))
 			e.noErr("write /new.txt", err)
@@ -92,7 +92,7 @@ func extraCases() []testCase {
 			}
 		}},
 		{name: "X14_read_only_file_refused", caps: []Capability{Mode}, run: func(e *env) {
-			// Decision (spec silent; fileops package doc): write, upload and
+			// Decision (docs/file-tools.md silent; fileops package doc): write, upload and
 			// edit of a file without write permission are permission_denied
 			// and leave it alone, although the atomic rename could replace
 			// it. Delete follows POSIX unlink (the directory decides).
@@ -112,7 +112,7 @@ func extraCases() []testCase {
 			}
 		}},
 		{name: "X05_special_file_never_opened", caps: []Capability{Special}, run: func(e *env) {
-			// §4.2 step 1: a FIFO is not_regular_file, decided without
+			// docs/file-tools.md §4.2 step 1: a FIFO is not_regular_file, decided without
 			// opening it (opening a FIFO with no writer would block).
 			e.seed(map[string]string{"/t.txt": "x\n"})
 			if err := e.h.Mkfifo(e.ctx, e.p("/pipe")); err != nil {
@@ -216,7 +216,7 @@ func extraCases() []testCase {
 			e.noErr("delete /d/x", err)
 			// A directory outlives its last file only on backends with real
 			// directories; in State and Store it exists iff a key lies under
-			// it (§4), so there it is gone now.
+			// it (docs/file-tools.md §4), so there it is gone now.
 			if _, ok := e.entry("/", "/d/"); ok {
 				r, err = e.b.Delete(e.ctx, e.p("/d"))
 				if e.noErr("delete /d", err) && r.Removed != 0 {

@@ -6,7 +6,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// globTree is the tree of the §4.7 conformance matrix.
+// globTree is the tree of the docs/file-tools.md §4.7 conformance matrix.
 var globTree = map[string]string{
 	"/a.py":                     "a",
 	"/sub/b.py":                 "b",

@@ -8,7 +8,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// grepGlobCases are §7 rows 49–61: grep (§4.6) and glob limits (§4.7).
+// grepGlobCases are docs/file-tools.md §7 rows 49–61: grep (§4.6) and glob limits (§4.7).
 func grepGlobCases() []testCase {
 	testPy := "import os\nimport sys\nprint('hello')"
 	return []testCase{

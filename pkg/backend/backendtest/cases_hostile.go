@@ -12,14 +12,14 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// hostileTimeout bounds the operations of a hostile case after seeding. §7
+// hostileTimeout bounds the operations of a hostile case after seeding. docs/file-tools.md §7
 // asks that every case end within 10 s; in a test that bound is a hang
 // guard (a FIFO read that blocks, a loop that never ends), so it is set
 // far above 10 s to tell a hang from a loaded machine. The benchmarks own
 // speed.
 const hostileTimeout = 2 * time.Minute
 
-// hostileCases are H01–H10 (§7 hostile inputs).
+// hostileCases are H01–H10 (docs/file-tools.md §7 hostile inputs).
 func hostileCases() []testCase {
 	return []testCase{
 		{name: "H01_traversal", run: h01},
@@ -195,7 +195,7 @@ func h06(e *env) {
 }
 
 // h07 reads windows of 50 MiB files. For an in-process backend the bytes
-// the read allocates stand in for the spec's RSS growth bound.
+// the read allocates stand in for the RSS growth bound of docs/file-tools.md §7 H7.
 func h07(e *env) {
 	const lines = 1_000_000
 	var b bytes.Buffer

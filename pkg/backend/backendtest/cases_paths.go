@@ -7,7 +7,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// pathRow is one row of the §2 table: raw inputs and the normalized path
+// pathRow is one row of the docs/file-tools.md §2 table: raw inputs and the normalized path
 // they give, or "" when they are invalid_path.
 type pathRow struct {
 	id   int
@@ -48,7 +48,7 @@ var pathRows = []pathRow{
 	{30, []string{"/a\uFF0F.."}, "/a\uFF0F.."},
 }
 
-// pathCases are P01–P30: the §2 table through the backend operations.
+// pathCases are P01–P30: the docs/file-tools.md §2 table through the backend operations.
 // A valid input is written (or, for "/", listed), and the result path, a
 // download and a read of the normalized path prove where it went. An
 // invalid input is refused with invalid_path by read, write, ls and

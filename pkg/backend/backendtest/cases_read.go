@@ -13,7 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// lsReadCases are §7 rows 1–17 and 26–28: ls (§4.1) and read (§4.2).
+// lsReadCases are docs/file-tools.md §7 rows 1–17 and 26–28: ls (§4.1) and read (§4.2).
 func lsReadCases() []testCase {
 	tree := map[string]string{"/a.txt": "a", "/d/b.txt": "bb", "/d/e/c.txt": "ccc"}
 	five := "one\ntwo\nthree\nfour\nfive"

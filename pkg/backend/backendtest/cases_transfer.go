@@ -6,7 +6,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// transferCases are §7 rows 71–73: upload and download (§4.9).
+// transferCases are docs/file-tools.md §7 rows 71–73: upload and download (§4.9).
 func transferCases() []testCase {
 	all := make([]byte, 256)
 	for i := range all {

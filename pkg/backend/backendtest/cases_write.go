@@ -7,7 +7,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// writeEditDeleteCases are §7 rows 29–48: write (§4.3), edit (§4.4) and
+// writeEditDeleteCases are docs/file-tools.md §7 rows 29–48: write (§4.3), edit (§4.4) and
 // delete (§4.5).
 func writeEditDeleteCases() []testCase {
 	edit := func(e *env, path, old, new string, all bool) (backend.EditResult, error) {

@@ -1,4 +1,4 @@
-// Package backendtest is the conformance suite of file-tools spec §7: one
+// Package backendtest is the conformance suite of docs/file-tools.md §7: one
 // table of cases that every backend.Backend must pass (State, Store,
 // Filesystem, Composite, Sandbox), run from the backend's own tests with
 //
@@ -9,9 +9,9 @@
 //		})
 //	}
 //
-// Cases are named after the spec: B01–B73 (the §7 rows of layer B), P01–P30
+// Cases are named after docs/file-tools.md: B01–B73 (the §7 rows of layer B), P01–P30
 // (§2 path rules through the backend operations), G01–G27 (the §4.7 glob
-// matrix), H01–H10 (hostile inputs), and X01… for rules of §4 that the
+// matrix), H01–H10 (hostile inputs), and X01… for rules of docs/file-tools.md §4 that the
 // table does not number. Every case seeds its tree through Upload on a
 // fresh, empty backend, so the suite runs against any backend, in-process
 // or remote; what Upload cannot create (symlinks, modes, FIFOs) comes from
@@ -19,7 +19,7 @@
 //
 // A case that needs a capability the harness does not declare is skipped,
 // and only for that reason: declaring a capability the backend has as
-// missing is a review blocker (§1). A declared capability without its hook
+// missing is a review blocker (docs/file-tools.md §1). A declared capability without its hook
 // fails the suite.
 //
 // The package must not know any backend: it imports only the backend

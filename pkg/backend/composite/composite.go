@@ -12,7 +12,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Composite is a routing backend (§5): paths under a route prefix go to
+// Composite is a routing backend (docs/file-tools.md §5): paths under a route prefix go to
 // that route's backend, everything else to the default backend.
 //
 // New returns a Composite whose dynamic type also implements
@@ -28,7 +28,7 @@ type Composite interface {
 	// layer writes large_tool_results; it is routed like any path.
 	ArtifactsRoot() string
 	// Resolve normalizes path and returns the backend that owns it and
-	// the path within that backend (§5 "Route choice").
+	// the path within that backend (docs/file-tools.md §5 "Route choice").
 	Resolve(path string) (b backend.Backend, backendPath string, err error)
 	// Default returns the default backend.
 	Default() backend.Backend
@@ -49,7 +49,7 @@ type route struct {
 // router implements Composite without Execute.
 type router struct {
 	def       backend.Backend
-	routes    []*route // by prefix, ascending: the fixed order of §5
+	routes    []*route // by prefix, ascending: the fixed order of docs/file-tools.md §5
 	longest   []*route // by prefix length, descending: route choice
 	artifacts string
 }
@@ -86,7 +86,7 @@ func New(def backend.Backend, routes map[string]backend.Backend, artifactsRoot s
 	}
 	slices.SortFunc(r.routes, func(a, b *route) int { return strings.Compare(a.prefix, b.prefix) })
 	for i := 1; i < len(r.routes); i++ {
-		if r.routes[i].prefix == r.routes[i-1].prefix { // cannot happen with map keys; kept as the spec's rule
+		if r.routes[i].prefix == r.routes[i-1].prefix { // cannot happen with map keys; kept as the rule of docs/file-tools.md §5
 			return nil, fmt.Errorf("%w: %q: duplicate prefix", ErrInvalidRoute, r.routes[i].prefix)
 		}
 	}
@@ -108,7 +108,7 @@ func New(def backend.Backend, routes map[string]backend.Backend, artifactsRoot s
 	return r, nil
 }
 
-// checkPrefix enforces §5: normalized, starts and ends with "/", not "/".
+// checkPrefix enforces docs/file-tools.md §5: normalized, starts and ends with "/", not "/".
 func checkPrefix(prefix string) error {
 	switch {
 	case prefix == "/":

@@ -60,7 +60,7 @@ func (e *executor) Execute(_ context.Context, req backend.ExecuteRequest) (backe
 
 func (e *executor) Home() string { return "/workspace" }
 
-// fixture is the §5 example: routes /memories/ → M, /memories/private/ →
+// fixture is the docs/file-tools.md §5 example: routes /memories/ → M, /memories/private/ →
 // P, /cache/ → C, default D.
 type fixture struct {
 	c          Composite
@@ -118,7 +118,7 @@ func wantCode(t *testing.T, err error, code backend.Code) *backend.Error {
 	return be
 }
 
-// TestRoutingTable is case 74: every row of the §5 examples table.
+// TestRoutingTable is case 74: every row of the docs/file-tools.md §5 examples table.
 func TestRoutingTable(t *testing.T) {
 	t.Run("route choice", func(t *testing.T) {
 		f := newFixture(t)
@@ -603,7 +603,7 @@ func FuzzRoute(f *testing.F) {
 }
 
 // A routed error about a long path names the composite path, cut at 200
-// characters like every message (§6), and keeps the whole path in Path.
+// characters like every message (docs/file-tools.md §6), and keeps the whole path in Path.
 func TestRoutedErrorLongPath(t *testing.T) {
 	f := newFixture(t)
 	long := "/memories/" + strings.Repeat("d/", 150) + "missing.txt"

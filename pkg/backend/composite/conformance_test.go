@@ -8,7 +8,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/state"
 )
 
-// The suite runs twice (§1): against the default backend, with routes
+// The suite runs twice (docs/file-tools.md §1): against the default backend, with routes
 // mounted that the cases must not notice, and mirrored under a route
 // prefix. Both sides are State backends, in memory.
 

@@ -1,4 +1,4 @@
-// Package composite is the Composite backend of file-tools spec §5: one
+// Package composite is the Composite backend of docs/file-tools.md §5: one
 // tree assembled from a default backend and backends mounted at route
 // prefixes ("/memories/" → a Store, "/large_tool_results/" → State, ...).
 //
@@ -12,5 +12,5 @@
 //
 // The package holds no file semantics: every operation ends in one of the
 // wrapped backends. It must not normalize results beyond path mapping,
-// and must not call a backend for an input that §2 rejects.
+// and must not call a backend for an input that docs/file-tools.md §2 rejects.
 package composite

@@ -28,7 +28,7 @@ type target struct {
 }
 
 // targets lists the backends to ask for a search at p, owner first, then
-// the routes below p in prefix order (the fixed order of §5). g is the
+// the routes below p in prefix order (the fixed order of docs/file-tools.md §5). g is the
 // compiled pattern or filter, raw its text; nil means no filter (grep
 // without glob): every route below is asked.
 func (c *router) targets(p string, g *textops.Glob, raw string) []target {
@@ -71,7 +71,7 @@ func ask[R any](ts []target, call func(t target) (R, error)) []outcome[R] {
 	return out
 }
 
-// fanOutError applies §5 "Errors in fan-out" to the failed target t of a
+// fanOutError applies docs/file-tools.md §5 "Errors in fan-out" to the failed target t of a
 // search at p, which has routes mounted below it: it returns nil for an
 // ignorable error (the owner has no directory p; the mounts make it one),
 // else the error mapped to composite paths.

@@ -12,7 +12,7 @@ import (
 )
 
 // Delete removes a file, a symlink (never followed, dangling ones too) or a
-// directory tree (§4.5). Removed counts the non-directory entries
+// directory tree (docs/file-tools.md §4.5). Removed counts the non-directory entries
 // removed. A tree is removed depth first through directory handles, never
 // following a symlink inside it; a failure part-way stops there and
 // returns the OS error with details.removed, nothing rolled back.

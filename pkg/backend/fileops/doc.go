@@ -1,4 +1,4 @@
-// Package fileops is the shared file engine of file-tools spec §4: every
+// Package fileops is the shared file engine of docs/file-tools.md §4: every
 // file operation (ls, read, write, edit, delete, grep, glob, upload,
 // download) on a real directory, confined by Go's os.Root.
 //
@@ -20,7 +20,7 @@
 // reading: they are rejected from a stat, and a file swapped in after the
 // stat is opened non-blocking and rejected from fstat.
 //
-// Permissions (a decision where file-tools §4.3 is silent). Writes are
+// Permissions (a decision where docs/file-tools.md §4.3 is silent). Writes are
 // atomic renames, which POSIX allows whenever the directory is writable,
 // whatever the mode of the file replaced. The engine does not let that
 // bypass a read-only file: write, upload and edit of an existing file are
@@ -34,7 +34,7 @@
 // files and directories get exactly 0644 and 0755. The State and Store
 // backends have no modes, so none of this applies to them.
 //
-// Durability (a decision where file-tools is silent). Every write is
+// Durability (a decision where docs/file-tools.md is silent). Every write is
 // atomic (temp file in the target's directory, renamed over it); whether it
 // is also durable is WithSync: fsync of the file and the directory by
 // default (host directories), none inside a sandbox, whose files die with

@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Download returns the exact bytes of each path (§4.9), no sniffing; one
+// Download returns the exact bytes of each path (docs/file-tools.md §4.9), no sniffing; one
 // result per path, in input order, with the path as given. Directories are
 // is_directory, non-regular files not_regular_file (never opened), files
 // over the item cap too_large.

@@ -9,7 +9,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Edit replaces text in a file (§4.4). The argument checks come before any
+// Edit replaces text in a file (docs/file-tools.md §4.4). The argument checks come before any
 // file access; then, holding the file's lock, the file is read whole
 // (missing, directory, not writable, over the write cap, media or binary
 // fail first), textops.Replace does the matching, and the result replaces

@@ -13,10 +13,10 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Engine runs the file operations of §4 on one directory tree. It
+// Engine runs the file operations of docs/file-tools.md §4 on one directory tree. It
 // implements backend.Backend and backend.Homer, and is safe for concurrent
 // use: edits and writes to the same file are serialized by a per-path lock
-// held in the Engine (§4.4), so concurrent edits through one Engine never
+// held in the Engine (docs/file-tools.md §4.4), so concurrent edits through one Engine never
 // lose an update.
 type Engine struct {
 	root    *os.Root
@@ -63,7 +63,7 @@ func WithHome(p string) Option {
 }
 
 // PseudoFilesystems are the directories a sandbox engine rooted at "/"
-// keeps its walks out of (§1): WithSkipDirs(PseudoFilesystems()...).
+// keeps its walks out of (docs/file-tools.md §1): WithSkipDirs(PseudoFilesystems()...).
 func PseudoFilesystems() []string { return []string{"/proc", "/sys", "/dev"} }
 
 // WithSkipDirs names directories (virtual paths) that ls still lists but

@@ -11,7 +11,7 @@ import (
 )
 
 // Glob lists the regular files below a directory whose path relative to
-// it matches the §4.7 pattern, sorted bytewise. The walk never follows
+// it matches the docs/file-tools.md §4.7 pattern, sorted bytewise. The walk never follows
 // symlinks, does not enter skip dirs, prunes directories the pattern
 // cannot match below (textops.Glob.CanDescend) and stops one match past
 // GlobMaxMatches (max_matches) or at the time budget (time_budget);

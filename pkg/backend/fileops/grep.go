@@ -13,7 +13,7 @@ import (
 )
 
 // Grep searches the lines of one file, or of every regular file below a
-// directory (§4.6): dotfiles included, symlinks not followed, skip dirs
+// directory (docs/file-tools.md §4.6): dotfiles included, symlinks not followed, skip dirs
 // not entered, directories the glob filter cannot match pruned. Binary
 // files are skipped and counted; files that cannot be opened or read,
 // files over the max file size (WithMaxFileSize) and directories that

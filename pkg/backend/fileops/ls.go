@@ -11,7 +11,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Ls lists the direct children of a directory (§4.1): lstat'ed, so
+// Ls lists the direct children of a directory (docs/file-tools.md §4.1): lstat'ed, so
 // symlinks are listed as symlinks and not followed; directories end with
 // "/"; sorted bytewise by path; the first LsMaxEntries entries. A child
 // whose lstat fails is listed with kind other.

@@ -19,7 +19,7 @@ import (
 // use; the operation refuses to touch the newcomer.
 var errChanged = errors.New("the file changed during the operation, retry")
 
-// Read implements §4.2 in its evaluation order: missing, directory and
+// Read implements docs/file-tools.md §4.2 in its evaluation order: missing, directory and
 // non-regular files are decided from a stat (nothing is opened); then the
 // empty file; media by extension and signature, capped by size from fstat
 // after reading only the signature; the binary sniff of the first 8 KiB;

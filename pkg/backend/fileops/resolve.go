@@ -11,7 +11,7 @@ import (
 )
 
 // maxLinks is the longest symlink chain a resolution follows, os.Root's
-// own limit (§2 Resolution).
+// own limit (docs/file-tools.md §2 Resolution).
 const maxLinks = 8
 
 // resolve maps the normalized virtual path p to the root-relative name of

@@ -31,7 +31,7 @@ type TempFile struct {
 	written atomic.Int64 // sum of the bytes written
 }
 
-// CreateTemp starts a streaming upload of the file at path (§4.9 item
+// CreateTemp starts a streaming upload of the file at path (docs/file-tools.md §4.9 item
 // rules): the target is resolved and checked as Write checks it (not a
 // directory, writable if it exists), missing parents are created, and an
 // empty temp file is created in the target's directory. The caller must end

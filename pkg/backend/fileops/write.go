@@ -16,7 +16,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Permissions of what write creates (§4.3). They are applied exactly,
+// Permissions of what write creates (docs/file-tools.md §4.3). They are applied exactly,
 // whatever the process umask.
 const (
 	newFileMode = 0o644
@@ -24,7 +24,7 @@ const (
 )
 
 // Write creates or atomically replaces the file at path with content
-// (§4.3). Missing parents are created 0755; a new file gets 0644, a
+// (docs/file-tools.md §4.3). Missing parents are created 0755; a new file gets 0644, a
 // replaced one keeps its permission bits (setuid, setgid and sticky are
 // dropped, as a write(2) by a non-owner would). A file that is not
 // writable is permission_denied and left alone (see checkWritable). A
@@ -139,7 +139,7 @@ func (e *Engine) checkWritable(op, p, name string, fi fs.FileInfo) *backend.Erro
 }
 
 // replace atomically replaces the root-relative file name with content
-// (§4.3): a temp file ".<name>.plumb-tmp-<random>" in the same directory
+// (docs/file-tools.md §4.3): a temp file ".<name>.plumb-tmp-<random>" in the same directory
 // is written, given perm and renamed over name (see finish: fsynced, and
 // the directory after the rename, when the engine syncs); on any failure
 // it is removed. Readers see the old or the new file, never a partial one.

@@ -6,8 +6,8 @@
 //
 // It must not add file semantics of its own: anything a Filesystem does
 // differently from a Sandbox is a bug in one of them. It has no executor
-// (§4.8: execute is unsupported), and its home dir is "/".
+// (docs/file-tools.md §4.8: execute is unsupported), and its home dir is "/".
 //
 // Hard links are not detectable through os.Root: never root a Filesystem
-// backend at a directory that contains hard links to sensitive files (§2).
+// backend at a directory that contains hard links to sensitive files (docs/file-tools.md §2).
 package hostfs

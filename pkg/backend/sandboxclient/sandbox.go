@@ -295,7 +295,7 @@ func (b *Backend) Upload(ctx context.Context, items []backend.UploadItem) ([]bac
 	return out, nil
 }
 
-// chunkBytes is the upload chunk size (file-tools spec: 1 MiB).
+// chunkBytes is the upload chunk size (docs/file-tools.md §3: 1 MiB).
 const chunkBytes = 1 << 20
 
 // Download reads files; each arrives in chunks.

@@ -62,7 +62,7 @@ func (w *world) sh(ctx context.Context, b *sandboxclient.Backend, cmd string, en
 
 // TestConformanceThroughGRPC runs the shared suite against a real sandbox
 // through SandboxService, with the engine root set to the workspace (as
-// the spec's H2 requires) so every case starts in an empty directory. It
+// docs/file-tools.md §7 H2 requires) so every case starts in an empty directory. It
 // runs under every runtime the engine has (runc, and runsc when
 // installed).
 func TestConformanceThroughGRPC(t *testing.T) {

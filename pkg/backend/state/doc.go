@@ -1,5 +1,5 @@
 // Package state is the State backend: the files of one thread, kept in
-// memory as a map from normalized path to File, with the file-tools
+// memory as a map from normalized path to File, with the docs/file-tools.md
 // semantics of every other backend (kvfs implements them).
 //
 // The backend does not persist anything itself. Its owner (the agent and

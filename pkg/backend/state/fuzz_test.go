@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzTree drives a State backend with random writes and deletes and
-// checks it against a model of the §4 tree rules: a write succeeds iff
+// checks it against a model of the docs/file-tools.md §4 tree rules: a write succeeds iff
 // nothing lies under the path and no parent is a file; a delete removes
 // the path and everything under it; no key ever lies under another; and
 // ls agrees with the keys.

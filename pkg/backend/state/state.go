@@ -18,7 +18,7 @@ import (
 type File = kvfs.File
 
 // Backend is the State backend: the files of one thread, held in memory,
-// with the §4 semantics of every backend. It implements backend.Backend
+// with the docs/file-tools.md §4 semantics of every backend. It implements backend.Backend
 // (not backend.Executor) and is safe for concurrent use.
 //
 // Persistence is the owner's job: Files and Load snapshot and restore the

@@ -18,7 +18,7 @@ import (
 // conformance harness measures cumulative allocation, which the SQLite
 // driver defeats (it returns every blob in a fresh slice, so a streaming
 // read allocates as many bytes as it streams even though it holds one
-// chunk at a time). This test measures what the spec bounds instead: the
+// chunk at a time). This test measures what docs/file-tools.md §7 H7 bounds instead: the
 // growth of the live heap during the read, sampled while it runs with the
 // collector made eager.
 func TestReadMemory(t *testing.T) {

@@ -2,7 +2,7 @@ package textops
 
 import "strings"
 
-// Brace expansion (§4.7 step 2), done before anything else so that each
+// Brace expansion (docs/file-tools.md §4.7 step 2), done before anything else so that each
 // alternative gets its own mode, ".." check and segments. "{a,b}" expands
 // to a and b; groups nest; "\x" escapes x (the escape is kept for the
 // segment parser). A "{" without a matching "}", or whose group has no

@@ -1,5 +1,5 @@
-// Package textops holds the pure text logic of the file tools (file-tools
-// spec §4): the line model, binary and media sniffing, read slicing, the
+// Package textops holds the pure text logic of the file tools (docs/file-tools.md
+// §4): the line model, binary and media sniffing, read slicing, the
 // read gutter format, edit replacement, the grep line matcher and the glob
 // matcher.
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// ValidateEdit implements §4.4 steps 1 and 2, which come before any file
+// ValidateEdit implements docs/file-tools.md §4.4 steps 1 and 2, which come before any file
 // access: an empty old string, or old == new, is invalid_argument.
 func ValidateEdit(old, new string) *backend.Error {
 	switch {
@@ -24,7 +24,7 @@ func ValidateEdit(old, new string) *backend.Error {
 	return nil
 }
 
-// Replace implements §4.4 steps 1, 2 and 4–7 on a file's content (step 3,
+// Replace implements docs/file-tools.md §4.4 steps 1, 2 and 4–7 on a file's content (step 3,
 // the file checks, is the caller's). It tries old as sent, then old
 // converted to the file's dominant terminator (when that is CRLF or CR and
 // old has LF), then old with CRLF and CR turned into LF; the first variant
@@ -127,7 +127,7 @@ var gutterPrefix = regexp.MustCompile(`^\s*\d+(\.\d+)?  `)
 
 var blankRun = regexp.MustCompile(`[ \t]+`)
 
-// notFound builds string_not_found with the first hint of §4.4 step 6 that
+// notFound builds string_not_found with the first hint of docs/file-tools.md §4.4 step 6 that
 // applies; details.hint names it (eof_newline, gutter, whitespace, reread).
 func notFound(content []byte, old string) *backend.Error {
 	e := backend.Errorf(backend.CodeStringNotFound, "", "old_string %s was not found in the file; ", backend.Quote(old))

@@ -7,7 +7,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// Row is one row of the read gutter format (§4.2 Formatting).
+// Row is one row of the read gutter format (docs/file-tools.md §4.2 Formatting).
 type Row struct {
 	// Marker is "N" for a line's first row and "N.1", "N.2", … for its
 	// continuation rows.

@@ -9,7 +9,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// The glob matcher of §4.7, the cross-backend contract.
+// The glob matcher of docs/file-tools.md §4.7, the cross-backend contract.
 //
 // What doublestar/v4 does, and what this file adds. doublestar matches
 // "*", "?", classes with "!"/"^" negation and ranges, "\" escapes, "{}"
@@ -33,7 +33,7 @@ import (
 // one canonical segment against one name (no "/", no "{", no "**" left),
 // behind fast paths for literal, "*", "prefix*" and "*suffix" segments.
 
-// Glob is a compiled §4.7 pattern: the union of its brace alternatives. It
+// Glob is a compiled docs/file-tools.md §4.7 pattern: the union of its brace alternatives. It
 // is safe for concurrent use.
 type Glob struct {
 	alts []Alternative
@@ -65,7 +65,7 @@ type Segment struct {
 // more than MaxPatternBytes bytes, more than MaxBraceExpansions
 // alternatives, a ".." segment, or an unclosed "[".
 //
-// Decisions where §4.7 is silent: "." segments are dropped like empty
+// Decisions where docs/file-tools.md §4.7 is silent: "." segments are dropped like empty
 // ones ("./src/*.go" is the path-mode "src/*.go"); a "\" at the end of a
 // segment is a literal backslash; "/" always separates segments, also
 // inside "[...]" (which then is unclosed); an alternative with no segment
@@ -344,7 +344,7 @@ func (g *Glob) CanDescend(relDir string) bool {
 
 // Residuals reduces the pattern for a Composite route mounted at the
 // directory whose segments, relative to the search root, are prefix
-// (§5 "Fan-out glob"). It returns canonical alternatives to send to the
+// (docs/file-tools.md §5 "Fan-out glob"). It returns canonical alternatives to send to the
 // route with path "/": basename-mode alternatives unchanged, and for each
 // path-mode alternative the remainders (anchored, with a leading "/") left
 // after its segments consume prefix — a literal or wildcard segment

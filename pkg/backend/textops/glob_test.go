@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// globTree is the §4.7 conformance tree.
+// globTree is the docs/file-tools.md §4.7 conformance tree.
 var globTree = []string{
 	"/a.py", "/sub/b.py", "/sub/nested/c.py", "/readme.md",
 	"/.hidden.py", "/.hidden/x.py", "/.github/workflows/ci.yml",

@@ -13,7 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// Matcher is a compiled grep pattern (§4.6): a literal byte substring, or
+// Matcher is a compiled grep pattern (docs/file-tools.md §4.6): a literal byte substring, or
 // an RE2 regexp, matched per line against the line without its terminator.
 // A Matcher is safe for concurrent use.
 type Matcher struct {
@@ -241,7 +241,7 @@ func (c *textCapture) text() string {
 	return string(out)
 }
 
-// LooksLikeRegex is the §4.6 regex-hint predicate for a literal search
+// LooksLikeRegex is the docs/file-tools.md §4.6 regex-hint predicate for a literal search
 // with no matches: true when pattern contains "|", ".*", ".+", a backslash
 // escape, a leading "^" or a trailing "$". The tool layer then notes that
 // the pattern was searched as literal text.

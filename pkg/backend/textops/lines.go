@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// The line model (§4): terminators are LF, CRLF and lone CR; a final
+// The line model (docs/file-tools.md §4): terminators are LF, CRLF and lone CR; a final
 // terminator does not start an extra line; a last line without one still
 // counts; a leading UTF-8 BOM is hidden. A file holding only a BOM has one
 // empty line, so that it never reads as "0 lines" while its size is not 0.

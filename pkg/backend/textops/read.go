@@ -11,7 +11,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// SliceLines implements §4.2 steps 5–9 over a stream: it returns a text
+// SliceLines implements docs/file-tools.md §4.2 steps 5–9 over a stream: it returns a text
 // window of limit lines starting at the 0-based line offset. r must be
 // positioned at the start of the file (a BOM there is hidden).
 //
@@ -135,7 +135,7 @@ func offsetOutOfRange(offset, total int) *backend.Error {
 		WithDetail("total_lines", strconv.Itoa(total))
 }
 
-// ReadContent implements all of §4.2 after step 1 for a file held in
+// ReadContent implements all of docs/file-tools.md §4.2 after step 1 for a file held in
 // memory (State and Store): the empty-file check, media (base64, or
 // too_large above mediaCap), the binary sniff (not_text), then SliceLines.
 // Errors carry p as their Path.
@@ -175,7 +175,7 @@ func withPath(e *backend.Error, p string) *backend.Error {
 	return e
 }
 
-// NotTextError is the not_text error of read (§4.2 step 4) and edit (§4.4
+// NotTextError is the not_text error of read (docs/file-tools.md §4.2 step 4) and edit (§4.4
 // step 3), with details size and mime_type.
 func NotTextError(size int64, mime string) *backend.Error {
 	return backend.Errorf(backend.CodeNotText, "",

@@ -10,7 +10,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// IsBinary applies the §4 binary sniff to head, the first
+// IsBinary applies the docs/file-tools.md §4 binary sniff to head, the first
 // min(size, SniffWindow) bytes of a file (an engine passes
 // whole = size <= len(head)): binary if head holds a NUL byte,
 // or if more than 10% of its bytes belong to invalid UTF-8 sequences.
@@ -63,7 +63,7 @@ func prefix(sig string) func([]byte) bool {
 	return func(h []byte) bool { return bytes.HasPrefix(h, []byte(sig)) }
 }
 
-// MediaType implements §4.2 step 3: it returns the MIME type when name has
+// MediaType implements docs/file-tools.md §4.2 step 3: it returns the MIME type when name has
 // a media extension (.png .jpg .jpeg .gif .webp .pdf, any case) AND head
 // (at least the first MediaHeadBytes bytes of the file, or all of it)
 // starts with that format's signature. Otherwise it returns "" and the file
@@ -86,7 +86,7 @@ func SniffMIME(head []byte) string {
 	return http.DetectContentType(head)
 }
 
-// CheckText is the content part of §4.4 step 3, shared by every edit
+// CheckText is the content part of docs/file-tools.md §4.4 step 3, shared by every edit
 // implementation: media (by MediaType) and binary content (by IsBinary)
 // are not_text. name supplies the extension. The error has no Path.
 func CheckText(name string, content []byte) *backend.Error {

@@ -1,4 +1,4 @@
-// Package vpath implements the path rules of file-tools spec §2: the one
+// Package vpath implements the path rules of docs/file-tools.md §2: the one
 // place where virtual paths are validated and normalized, plus small
 // helpers over normalized paths.
 //

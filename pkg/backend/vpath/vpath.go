@@ -7,7 +7,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 )
 
-// Normalize validates raw against the §2 rules and returns the normalized
+// Normalize validates raw against the docs/file-tools.md §2 rules and returns the normalized
 // virtual path: "/" followed by the non-empty, non-"." components joined by
 // "/". The first failing rule wins; every failure is a *backend.Error with
 // code invalid_path whose message names the rule.

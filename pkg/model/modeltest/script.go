@@ -116,7 +116,7 @@ type ErrorObject struct {
 	Param   string `json:"param,omitempty"`
 }
 
-// Text is the T"…" turn of agent.md §11: s in 3 chunks, finish_reason stop,
+// Text is the T"…" turn of docs/agent-core.md §11: s in 3 chunks, finish_reason stop,
 // usage included.
 func Text(s string) Turn {
 	return Turn{Text: Split(s, 3), Usage: &Usage{FromContent: true}}

@@ -12,7 +12,7 @@ import (
 )
 
 // assembler folds the chunks of one streamed chat completion into a single
-// assistant message, following agent.md §9 "Assembly". It is pure: no I/O,
+// assistant message, following docs/agent-core.md §9 "Assembly". It is pure: no I/O,
 // no clock, so the slot rules can be tested chunk by chunk.
 type assembler struct {
 	// newID makes an id for a call the provider sent without one.

@@ -89,7 +89,7 @@ func TestAssembler(t *testing.T) {
 			wantUsage:     &model.Usage{Prompt: 5, Completion: 9, Total: 14, Reasoning: 7},
 		},
 		{
-			// agent.md §11 #10.
+			// docs/agent-core.md §11 #10.
 			name: "interleaved fragments with index",
 			chunks: []goopenai.ChatCompletionStreamResponse{
 				frag(0, "c1", "ls", ""),
@@ -104,7 +104,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §11 #11: fragments without index follow the id, and
+			// docs/agent-core.md §11 #11: fragments without index follow the id, and
 			// id-less fragments go to the most recently opened slot.
 			name: "fragments without index",
 			chunks: []goopenai.ChatCompletionStreamResponse{
@@ -134,7 +134,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §11 #12.
+			// docs/agent-core.md §11 #12.
 			name: "every call sent as index 0",
 			chunks: []goopenai.ChatCompletionStreamResponse{
 				frag(0, "c1", "ls", `{"path"`),
@@ -172,7 +172,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §11 #13, first half.
+			// docs/agent-core.md §11 #13, first half.
 			name: "empty ids are synthesized",
 			chunks: []goopenai.ChatCompletionStreamResponse{
 				frag(0, "", "ls", `{}`),
@@ -185,7 +185,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §11 #13, second half.
+			// docs/agent-core.md §11 #13, second half.
 			name: "duplicate ids get suffixes",
 			chunks: []goopenai.ChatCompletionStreamResponse{
 				frag(0, "x", "ls", `{}`),
@@ -212,7 +212,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §11 #14: the calls decide, not the finish reason.
+			// docs/agent-core.md §11 #14: the calls decide, not the finish reason.
 			name:         "tool call with finish_reason stop",
 			chunks:       []goopenai.ChatCompletionStreamResponse{frag(0, "c1", "ls", `{"path":"/"}`), finish("stop")},
 			sawDone:      true,
@@ -221,7 +221,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §11 #15: args are kept as cut; the executor reports
+			// docs/agent-core.md §11 #15: args are kept as cut; the executor reports
 			// the output token limit.
 			name:         "finish_reason length cuts the args",
 			chunks:       []goopenai.ChatCompletionStreamResponse{frag(0, "c1", "write_file", `{"file_path":"/a.txt","content":"abc`), finish("length")},
@@ -277,7 +277,7 @@ func TestAssembler(t *testing.T) {
 			wantComplete: true,
 		},
 		{
-			// agent.md §9 step 5.
+			// docs/agent-core.md §9 step 5.
 			name:         "EOF without DONE or finish reason is truncated",
 			chunks:       []goopenai.ChatCompletionStreamResponse{content("par"), content("tial")},
 			wantText:     "partial",

@@ -24,7 +24,7 @@ var (
 	errStreamTruncated  = errors.New("stream_truncated: stream ended without [DONE] or finish_reason")
 )
 
-// classifier turns attempt failures into model.Errors (agent.md §9 table).
+// classifier turns attempt failures into model.Errors (docs/agent-core.md §9 table).
 type classifier struct {
 	overflowPatterns []string // lower case
 	firstByteTimeout time.Duration
@@ -108,7 +108,7 @@ func (c classifier) statusCode(status int, code, message string) model.ErrorCode
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return model.CodeAuth
 	case status == http.StatusRequestTimeout || status >= 500:
-		// 500, 502, 503, 504 and 529 per the spec; other 5xx and 408 are
+		// 500, 502, 503, 504 and 529 per docs/agent-core.md §9; other 5xx and 408 are
 		// treated the same way, as the endpoint's momentary trouble.
 		return model.CodeUnavailable
 	default:
@@ -140,7 +140,7 @@ func (c classifier) midStream(e *goopenai.APIError) *model.Error {
 	case strings.Contains(typ, "invalid_request"):
 		return newError(model.CodeBadRequest, 0, msg, e)
 	default:
-		// server_error per the spec; unknown types too, since the request
+		// server_error per docs/agent-core.md §9; unknown types too, since the request
 		// was accepted and generation then failed.
 		return newError(model.CodeUnavailable, 0, msg, e)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // Defaults applied by New to zero-valued Config fields. They are the example
-// values of agent.md §5.6.
+// values of docs/agent-core.md §5.6.
 const (
 	DefaultFirstByteTimeout = 60 * time.Second
 	DefaultRequestTimeout   = 10 * time.Minute
@@ -69,7 +69,7 @@ type Config struct {
 	ExtraHeaders map[string]string
 }
 
-// RetryConfig controls retries of one model call (agent.md §9).
+// RetryConfig controls retries of one model call (docs/agent-core.md §9).
 type RetryConfig struct {
 	// MaxAttempts counts all attempts, the first included. Default 4; 1
 	// disables retries.

@@ -4,7 +4,7 @@
 // It owns everything provider-shaped that the executor must not see:
 // translating plumb's messages and tool definitions to the wire format,
 // streaming with usage, assembling tool calls from stream fragments
-// (agent.md §9 "Assembly", including providers that omit or reuse the
+// (docs/agent-core.md §9 "Assembly", including providers that omit or reuse the
 // fragment index), classifying failures into model.Error codes, and retrying
 // the transient ones with capped, jittered exponential backoff that honours
 // Retry-After. Request metadata travels as X-Plumb-* headers through an HTTP

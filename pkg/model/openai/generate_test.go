@@ -87,7 +87,7 @@ func TestGenerateToolCalls(t *testing.T) {
 			want: []model.ToolCall{{ID: "c1", Name: "ls", Args: `{"path":"/"}`}, {ID: "c2", Name: "glob", Args: `{"pattern":"*"}`}},
 		},
 		{
-			// agent.md §11 #10 over the wire.
+			// docs/agent-core.md §11 #10 over the wire.
 			name: "interleaved indexed fragments",
 			turn: modeltest.Turn{Chunks: []modeltest.Chunk{
 				{ToolCalls: []modeltest.Fragment{{Index: 0, ID: "c1", Name: "ls"}}},
@@ -98,7 +98,7 @@ func TestGenerateToolCalls(t *testing.T) {
 			want: []model.ToolCall{{ID: "c1", Name: "ls", Args: `{"path":"/"}`}, {ID: "c2", Name: "glob", Args: `{"pattern":"*"}`}},
 		},
 		{
-			// agent.md §11 #12 over the wire.
+			// docs/agent-core.md §11 #12 over the wire.
 			name: "every call as index 0",
 			turn: modeltest.Turn{Chunks: []modeltest.Chunk{
 				{ToolCalls: []modeltest.Fragment{{Index: i0, ID: "c1", Name: "ls", Args: `{}`}}},
@@ -107,7 +107,7 @@ func TestGenerateToolCalls(t *testing.T) {
 			want: []model.ToolCall{{ID: "c1", Name: "ls", Args: `{}`}, {ID: "c2", Name: "glob", Args: `{"pattern":"*"}`}},
 		},
 		{
-			// agent.md §11 #14 over the wire.
+			// docs/agent-core.md §11 #14 over the wire.
 			name: "call with finish_reason stop",
 			turn: modeltest.Turn{FinishReason: "stop", Calls: []modeltest.Call{{ID: "c1", Name: "ls", Args: `{}`}}},
 			want: []model.ToolCall{{ID: "c1", Name: "ls", Args: `{}`}},
@@ -129,7 +129,7 @@ func TestGenerateToolCalls(t *testing.T) {
 	}
 }
 
-// agent.md §11 #68 and its counterpart.
+// docs/agent-core.md §11 #68 and its counterpart.
 func TestGenerateUsage(t *testing.T) {
 	tests := []struct {
 		name          string

@@ -103,7 +103,7 @@ func New(cfg Config, opts ...Option) (*Model, error) {
 func (m *Model) Config() Config { return m.cfg }
 
 // Generate implements model.ChatModel: one streamed call, retried per
-// agent.md §9.
+// docs/agent-core.md §9.
 func (m *Model) Generate(ctx context.Context, req model.Request, onDelta func(model.Delta)) (model.Response, error) {
 	wire, err := m.wireRequest(req)
 	if err != nil {
@@ -193,7 +193,7 @@ type failure struct {
 	hasRetryAfter bool
 }
 
-// delay computes the wait before attempt n+1 (agent.md §9): the response's
+// delay computes the wait before attempt n+1 (docs/agent-core.md §9): the response's
 // Retry-After if it sent one, else
 // base/2 + rand[0, base/2) with base = min(max_backoff, initial × 2^(n−1)).
 func (m *Model) delay(n int, f *failure) time.Duration {

@@ -6,7 +6,7 @@
 // concurrent operations on one sandbox proceed in parallel. File operations
 // (ls, read, write, edit, delete, grep, glob, chunked upload and download)
 // are dispatched to a backend.Backend, the shared os.Root file engine, and
-// execute (file-tools spec §4.8) is implemented here: /bin/sh -c in its own
+// execute (docs/file-tools.md §4.8) is implemented here: /bin/sh -c in its own
 // process group, one pipe for stdout and stderr, timeouts that kill the
 // whole group, head-and-tail output truncation with bounded memory,
 // optional offload of the full output to a file, and streamed output

@@ -16,7 +16,7 @@ import (
 )
 
 // TestWithFileEngine runs the agent over the real os.Root engine, as the
-// container does: a multi-chunk upload and download round trip (§7 71–72
+// container does: a multi-chunk upload and download round trip (docs/file-tools.md §7 71–72
 // through the channel), per-item errors, and files shared between execute
 // and the file ops.
 func TestWithFileEngine(t *testing.T) {

@@ -44,7 +44,7 @@ type plan struct {
 	offloadRel string // offload relative to the root
 }
 
-// execute runs req per file-tools §4.8. emit, when non-nil, receives the
+// execute runs req per docs/file-tools.md §4.8. emit, when non-nil, receives the
 // raw output as it is produced (before execute returns). The error is
 // always a *backend.Error; a failing or timed-out command is a result.
 func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit func([]byte) error) (backend.ExecuteResult, error) {
@@ -279,7 +279,7 @@ func exitCode(ps *os.ProcessState) *int {
 	return &code
 }
 
-// plan validates req in the order of file-tools §4.8.
+// plan validates req in the order of docs/file-tools.md §4.8.
 func (s *server) plan(req backend.ExecuteRequest) (plan, error) {
 	var p plan
 	switch {

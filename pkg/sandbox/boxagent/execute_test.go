@@ -28,7 +28,7 @@ func requireShell(t *testing.T) {
 	}
 }
 
-// TestExecute covers file-tools §7 cases 62–70 and the validation rules
+// TestExecute covers docs/file-tools.md §7 cases 62–70 and the validation rules
 // of §4.8 whose results are immediate.
 func TestExecute(t *testing.T) {
 	requireShell(t)
@@ -129,7 +129,7 @@ func deref(p *int) any {
 }
 
 // TestExecuteTimeoutSelection checks which timeout each timeout_s selects
-// (§7 case 65) without waiting for it.
+// (docs/file-tools.md §7 case 65) without waiting for it.
 func TestExecuteTimeoutSelection(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -171,7 +171,7 @@ func TestExecuteTimeoutSelection(t *testing.T) {
 	}
 }
 
-// TestExecuteTimeout is §7 case 64, plus a timeout selected by 0 under a
+// TestExecuteTimeout is docs/file-tools.md §7 case 64, plus a timeout selected by 0 under a
 // small configured maximum.
 func TestExecuteTimeout(t *testing.T) {
 	requireShell(t)
@@ -199,7 +199,7 @@ func TestExecuteTimeout(t *testing.T) {
 			if !res.TimedOut || res.ExitCode == nil || *res.ExitCode != 124 || res.Output != tt.wantOut {
 				t.Fatalf("got %+v (exit %v), want timed_out, exit 124, output %q", res, deref(res.ExitCode), tt.wantOut)
 			}
-			// §7 64: within timeout + kill grace + 1 s.
+			// docs/file-tools.md §7 64: within timeout + kill grace + 1 s.
 			if took < tt.min || took > tt.min+backend.KillGrace+time.Second {
 				t.Fatalf("returned after %v, want between %v and %v", took, tt.min, tt.min+backend.KillGrace+time.Second)
 			}
@@ -232,7 +232,7 @@ func TestExecuteTimeoutKillsProcessGroup(t *testing.T) {
 	}
 }
 
-// TestExecuteBackgroundChild is §7 case 70: a background child that keeps
+// TestExecuteBackgroundChild is docs/file-tools.md §7 case 70: a background child that keeps
 // the output pipe open does not hold the call open.
 func TestExecuteBackgroundChild(t *testing.T) {
 	requireShell(t)
@@ -258,7 +258,7 @@ func TestExecuteBackgroundChild(t *testing.T) {
 	}
 }
 
-// TestExecuteTruncationAndOffload is §7 case 66 and the offload rules.
+// TestExecuteTruncationAndOffload is docs/file-tools.md §7 case 66 and the offload rules.
 func TestExecuteTruncationAndOffload(t *testing.T) {
 	requireShell(t)
 	root := t.TempDir()

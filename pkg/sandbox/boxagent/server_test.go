@@ -19,7 +19,7 @@ import (
 )
 
 // memFiles is a TEST-ONLY in-memory backend.Backend for the dispatch tests:
-// it is not a file engine (it has no directories and none of the §4
+// it is not a file engine (it has no directories and none of the docs/file-tools.md §4
 // semantics) and only records what it was asked, so that the tests can
 // check how the agent decodes arguments and relays results and errors.
 // The real engine is tested by the backend conformance suite.

@@ -87,7 +87,7 @@ type SandboxServiceClient interface {
 	// Grep searches file contents, literally unless regex is set (RE2).
 	Grep(ctx context.Context, in *GrepRequest, opts ...grpc.CallOption) (*GrepResponse, error)
 	// Glob finds regular files matching a pattern (see the glob contract in
-	// file-tools.md section 4.7).
+	// docs/file-tools.md §4.7).
 	Glob(ctx context.Context, in *GlobRequest, opts ...grpc.CallOption) (*GlobResponse, error)
 	// UploadFiles writes many files. Items are streamed in chunks so a large
 	// file never becomes one message. One result per item, in input order.
@@ -368,7 +368,7 @@ type SandboxServiceServer interface {
 	// Grep searches file contents, literally unless regex is set (RE2).
 	Grep(context.Context, *GrepRequest) (*GrepResponse, error)
 	// Glob finds regular files matching a pattern (see the glob contract in
-	// file-tools.md section 4.7).
+	// docs/file-tools.md §4.7).
 	Glob(context.Context, *GlobRequest) (*GlobResponse, error)
 	// UploadFiles writes many files. Items are streamed in chunks so a large
 	// file never becomes one message. One result per item, in input order.

@@ -55,7 +55,7 @@ func EvictPath(root, id string) string {
 	return vpath.Join(root, "large_tool_results/"+sanitizeID(id))
 }
 
-// Evict applies agent.md §3.4 to res: above the threshold, the full text
+// Evict applies docs/agent-core.md §3.4 to res: above the threshold, the full text
 // is written to <root>/large_tool_results/<id> and the model gets a notice
 // with a head and tail preview. If the write fails, the text is cut to the
 // threshold with a note. IsError and ExitCode are kept.
@@ -86,7 +86,7 @@ func Evict(ctx context.Context, b backend.Backend, call model.ToolCall, res agen
 			return truncated(res, o.Threshold, "saving it failed: "+string(backend.CodeOf(err)))
 		}
 	}
-	// The line model of file-tools §4: a final terminator does not start
+	// The line model of docs/file-tools.md §4: a final terminator does not start
 	// another line.
 	lines := strings.Split(strings.TrimSuffix(res.Content, "\n"), "\n")
 	var notice strings.Builder

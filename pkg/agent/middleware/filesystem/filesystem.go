@@ -19,7 +19,7 @@ import (
 // Name is the middleware's name.
 const Name = "filesystem"
 
-// Defaults of middleware.filesystem (agent.md §3.2 #2).
+// Defaults of middleware.filesystem (docs/agent-core.md §3.2 #2).
 const (
 	DefaultEvictChars            = 80000
 	DefaultPreviewLines          = 5

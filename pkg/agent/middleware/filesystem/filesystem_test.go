@@ -127,7 +127,7 @@ func lines(n int, f func(i int) string) string {
 	return b.String()
 }
 
-// TestToolLayer covers the file-tools §7 cases marked T (tool layer).
+// TestToolLayer covers the docs/file-tools.md §7 cases marked T (tool layer).
 func TestToolLayer(t *testing.T) {
 	twelve := lines(12, func(i int) string { return fmt.Sprintf("l%d", i) })
 	cases := []struct {

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Tools implements agent.Middleware: the file tools in file-tools §6
+// Tools implements agent.Middleware: the file tools in docs/file-tools.md §6
 // order; execute only when the backend is an executor.
 func (m *Middleware) Tools() []agent.Tool {
 	ts := []agent.Tool{
@@ -78,7 +78,7 @@ func (m *Middleware) tool(name, desc, props string, required []string, f agent.T
 }
 
 // errorResult renders a backend error as "Error [<code>]: <message>" with
-// the spec's next-step hints.
+// the next-step hints of docs/file-tools.md §6.
 func (m *Middleware) errorResult(err error) agent.ToolResult {
 	var be *backend.Error
 	if !errors.As(err, &be) {
@@ -220,7 +220,7 @@ func (m *Middleware) read(ctx context.Context, req *agent.ToolRequest) (agent.To
 	return agent.ToolResult{Content: renderRead(p, offset, limit, res)}, nil
 }
 
-// renderRead is the read_file result of file-tools §4.2 "Formatting".
+// renderRead is the read_file result of docs/file-tools.md §4.2 "Formatting".
 func renderRead(p string, offset, limit int, res backend.ReadResult) string {
 	switch {
 	case res.EmptyFile:
@@ -587,7 +587,7 @@ func (m *Middleware) execute(ctx context.Context, req *agent.ToolRequest) (agent
 		}
 	}
 	// The full output of a long command goes where evicted results go
-	// (agent.md §3.4), so the middle that the inline output leaves out can
+	// (docs/agent-core.md §3.4), so the middle that the inline output leaves out can
 	// still be read.
 	er := backend.ExecuteRequest{Command: a.Command, TimeoutSeconds: &secs, OffloadPath: m.resultPath(req.Call.ID)}
 	run := ex.Execute

@@ -1,4 +1,4 @@
-// Package hitl implements the human-in-the-loop middleware (agent.md §3.2
+// Package hitl implements the human-in-the-loop middleware (docs/agent-core.md §3.2
 // #8, §6): calls of tools listed in the agent's interrupt_on pause the run
 // with an APPROVAL interrupt (a key ending in "*", such as "mcp__github__*",
 // gates every tool with that prefix; an exact key wins over patterns); on

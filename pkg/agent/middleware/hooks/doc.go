@@ -1,4 +1,4 @@
-// Package hooks implements the tool hooks of agent.md §3.5: configured
+// Package hooks implements the tool hooks of docs/agent-core.md §3.5: configured
 // pre hooks that block calls (optionally matching an argument by JSON
 // pointer and RE2 regex) and post hooks that redact results, plus hooks
 // registered from Go. It sits in the user slot of the stack, outside

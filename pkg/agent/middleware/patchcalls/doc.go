@@ -1,4 +1,4 @@
-// Package patchcalls implements the patch_tool_calls middleware (agent.md
+// Package patchcalls implements the patch_tool_calls middleware (docs/agent-core.md
 // §3.2 #5): before each Run or Resume it answers every assistant tool call
 // that has no tool message with a synthetic error result
 // (agent.DanglingCallResult) and persists it, so that the thread's log and

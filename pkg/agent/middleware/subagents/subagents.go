@@ -130,7 +130,7 @@ func (m *Middleware) task(ctx context.Context, req *agent.ToolRequest) (agent.To
 	return Result(name, out), nil
 }
 
-// Result is the task tool's result for a finished subagent (agent.md
+// Result is the task tool's result for a finished subagent (docs/agent-core.md
 // §5.3 table).
 func Result(name string, out agent.SubagentOutcome) agent.ToolResult {
 	switch out.Status {

@@ -1,4 +1,4 @@
-// Package summarization implements the summarization middleware (agent.md
+// Package summarization implements the summarization middleware (docs/agent-core.md
 // §3.2 #4, §7): token-triggered compaction of an agent context. When the
 // estimated context crosses the trigger, the older part of the effective
 // view is offloaded to a transcript file, summarized by a (fast) model,

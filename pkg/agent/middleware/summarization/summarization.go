@@ -23,7 +23,7 @@ import (
 // Name is the middleware's name.
 const Name = "summarization"
 
-// Defaults of middleware.summarization (agent.md §7).
+// Defaults of middleware.summarization (docs/agent-core.md §7).
 const (
 	DefaultTriggerFraction          = 0.85
 	DefaultTriggerTokens            = 170000
@@ -36,7 +36,7 @@ const (
 	// tailEvictChars is the size above which tool results of the kept
 	// tail are evicted in the request when the tail alone is too big.
 	tailEvictChars = 20000
-	// Summarizer input shaping (§7 step 5).
+	// Summarizer input shaping (docs/agent-core.md §7 step 5).
 	firstUserMaxTokens = 4000
 	toolResultMaxChars = 2000
 	toolArgMaxChars    = 500
@@ -170,7 +170,7 @@ func cutoffOf(st *agent.State) int {
 	return -1
 }
 
-// Chars is chars(m) of agent.md §7: text plus tool names and raw args.
+// Chars is chars(m) of docs/agent-core.md §7: text plus tool names and raw args.
 func Chars(m model.Message) int {
 	n := utf8.RuneCountInString(m.Content)
 	for _, c := range m.ToolCalls {
@@ -270,7 +270,7 @@ func (m *Middleware) WrapModel(next agent.ModelHandler) agent.ModelHandler {
 	}
 }
 
-// evictTail applies §7 step 8 to a request copy.
+// evictTail applies docs/agent-core.md §7 step 8 to a request copy.
 func (m *Middleware) evictTail(ctx context.Context, req *agent.ModelRequest, overhead int) []model.Message {
 	if req.State.Summary() == nil {
 		return req.Messages
@@ -348,7 +348,7 @@ func session(rc *agent.RunContext) string {
 	return rc.ThreadID + "/" + filesystem.SanitizeID(rc.ParentToolCallID)
 }
 
-// summarize runs §7 steps 2–9. done reports whether a summary was made.
+// summarize runs docs/agent-core.md §7 steps 2–9. done reports whether a summary was made.
 func (m *Middleware) summarize(ctx context.Context, rc *agent.RunContext, st *agent.State, before int, forced bool) (bool, error) {
 	start := time.Now()
 	view := st.Effective()
@@ -431,7 +431,7 @@ func (m *Middleware) summarize(ctx context.Context, rc *agent.RunContext, st *ag
 	return true, nil
 }
 
-// cutoff picks the candidate cutoff and moves it to a safe point (§7
+// cutoff picks the candidate cutoff and moves it to a safe point (docs/agent-core.md §7
 // steps 2–3). keepTok > 0 keeps the smallest suffix that fits it; else
 // keepMsgs messages are kept.
 func (m *Middleware) cutoff(view []agent.ViewMessage, lo, keepTok, keepMsgs int) int {
@@ -471,7 +471,7 @@ func (m *Middleware) cutoff(view []agent.ViewMessage, lo, keepTok, keepMsgs int)
 	return c
 }
 
-// summaryMessage is the text of the summary message (§7 step 7); without a
+// summaryMessage is the text of the summary message (docs/agent-core.md §7 step 7); without a
 // transcript it omits the sentence that points to it.
 func summaryMessage(transcript, text string) string {
 	var b strings.Builder
@@ -494,7 +494,7 @@ func (m *Middleware) transcriptPath(rc *agent.RunContext) string {
 	return vpath.Join(m.cfg.ArtifactsRoot, "conversation_history/"+session(rc)+".md")
 }
 
-// offload appends the summarized slice to the transcript file p (§7 step
+// offload appends the summarized slice to the transcript file p (docs/agent-core.md §7 step
 // 4) and reports whether it was saved.
 func (m *Middleware) offload(ctx context.Context, rc *agent.RunContext, p string, slice []agent.ViewMessage) bool {
 	if p == "" {
@@ -571,7 +571,7 @@ func (m *Middleware) write(ctx context.Context, rc *agent.RunContext, st *agent.
 	return mechanical(st, prev, slice), true
 }
 
-// input builds the bounded summarizer input (§7 step 5).
+// input builds the bounded summarizer input (docs/agent-core.md §7 step 5).
 func (m *Middleware) input(st *agent.State, prev *agent.Summary, slice []agent.ViewMessage) string {
 	budget := m.cfg.MaxSummarizerInputTokens * 4 // chars
 	var head strings.Builder
@@ -635,7 +635,7 @@ func firstUser(st *agent.State) (string, bool) {
 	return "", false
 }
 
-// mechanical is the fallback summary of §7 step 9.
+// mechanical is the fallback summary of docs/agent-core.md §7 step 9.
 func mechanical(st *agent.State, prev *agent.Summary, slice []agent.ViewMessage) string {
 	var b strings.Builder
 	b.WriteString("(Automatic summary: the summarizer was unavailable.)\n")

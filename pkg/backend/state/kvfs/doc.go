@@ -1,4 +1,4 @@
-// Package kvfs implements the file operations of file-tools spec §4 over a
+// Package kvfs implements the file operations of docs/file-tools.md §4 over a
 // sorted key-value store whose keys are normalized virtual paths. The State
 // backend (an in-memory map) and the Store backend (SQLite) are both an FS
 // over their own KV, so they share one implementation of the tree

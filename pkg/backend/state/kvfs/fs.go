@@ -14,7 +14,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// Limits are the configurable caps of the limits table (§3). A zero field
+// Limits are the configurable caps of the limits table (docs/file-tools.md §3). A zero field
 // takes the default from package backend.
 type Limits struct {
 	// MediaCap caps media returned as base64 (backend.MediaCap).
@@ -158,7 +158,7 @@ func missing(ctx context.Context, r Reader, op, p string) error {
 	return errNotFound(op, p)
 }
 
-// Ls lists the direct children of a directory (§4.1), synthesizing
+// Ls lists the direct children of a directory (docs/file-tools.md §4.1), synthesizing
 // subdirectory entries.
 func (f *FS) Ls(ctx context.Context, path string) (backend.LsResult, error) {
 	p, err := vpath.Normalize(path)
@@ -238,7 +238,7 @@ func fileInfo(e Entry) backend.FileInfo {
 	return backend.FileInfo{Path: e.Key, Kind: backend.KindFile, Size: e.Size, ModifiedAt: e.ModifiedAt}
 }
 
-// Read returns a window of a text file or a media file as base64 (§4.2):
+// Read returns a window of a text file or a media file as base64 (docs/file-tools.md §4.2):
 // textops.ReadContent on the whole content, or, when the KV is a
 // Streamer, the same steps on a stream (see readStream).
 func (f *FS) Read(ctx context.Context, req backend.ReadRequest) (backend.ReadResult, error) {
@@ -302,7 +302,7 @@ func (f *FS) readStream(ctx context.Context, st Streamer, p string, req backend.
 	return w, nil
 }
 
-// Write creates or replaces a file, creating parents (§4.3).
+// Write creates or replaces a file, creating parents (docs/file-tools.md §4.3).
 func (f *FS) Write(ctx context.Context, path string, content []byte) (backend.WriteResult, error) {
 	p, err := vpath.Normalize(path)
 	if err != nil {
@@ -374,7 +374,7 @@ func ruleIf(broken bool, err error) error {
 	return nil
 }
 
-// Edit replaces text in a file (§4.4). Edits of one path through one FS
+// Edit replaces text in a file (docs/file-tools.md §4.4). Edits of one path through one FS
 // are serialized by a path lock; the write commits only if the file is
 // still the version that was read (its Rev), so an edit racing another
 // writer is retried on the new content and never loses an update.
@@ -462,7 +462,7 @@ func withPath(e *backend.Error, p string) *backend.Error {
 }
 
 // Delete removes a file, or a directory and everything under it, in one
-// transaction (§4.5).
+// transaction (docs/file-tools.md §4.5).
 func (f *FS) Delete(ctx context.Context, path string) (backend.DeleteResult, error) {
 	p, err := vpath.Normalize(path)
 	if err != nil {
@@ -498,7 +498,7 @@ const (
 	uploadBatchBytes = 16 << 20
 )
 
-// Upload writes each item (§4.9): the write rules with raw bytes, the
+// Upload writes each item (docs/file-tools.md §4.9): the write rules with raw bytes, the
 // item cap instead of the write cap, and the content encoding chosen by
 // EncodingOf. Failures are per item. Items are processed in order (the
 // last of duplicate paths wins); a batch whose transaction fails is
@@ -563,7 +563,7 @@ func (f *FS) uploadBatch(ctx context.Context, items []backend.UploadItem, paths 
 	}
 }
 
-// Download returns the exact bytes of each path (§4.9). Failures are per
+// Download returns the exact bytes of each path (docs/file-tools.md §4.9). Failures are per
 // item.
 func (f *FS) Download(ctx context.Context, paths []string) ([]backend.DownloadResult, error) {
 	out := make([]backend.DownloadResult, len(paths))

@@ -14,7 +14,7 @@ import (
 // File is one stored file: the value under a key.
 //
 // Content holds the raw bytes. Encoding records how the content is
-// represented when serialized (§4.9): utf-8 when Content is valid UTF-8,
+// represented when serialized (docs/file-tools.md §4.9): utf-8 when Content is valid UTF-8,
 // base64 otherwise. FS sets it on every write; it never changes what
 // Content holds. CreatedAt and ModifiedAt are RFC 3339 UTC timestamps; an
 // overwrite keeps CreatedAt and bumps ModifiedAt.
@@ -29,7 +29,7 @@ type File struct {
 	ModifiedAt string
 }
 
-// EncodingOf returns the §4.9 encoding of content: utf-8 when it is valid
+// EncodingOf returns the docs/file-tools.md §4.9 encoding of content: utf-8 when it is valid
 // UTF-8, base64 otherwise.
 func EncodingOf(content []byte) backend.Encoding {
 	if utf8.Valid(content) {

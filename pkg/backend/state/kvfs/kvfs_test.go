@@ -388,7 +388,7 @@ func TestGrep(t *testing.T) {
 	})
 }
 
-// TestGlobMatrix is the §4.7 conformance matrix G1–G27.
+// TestGlobMatrix is the docs/file-tools.md §4.7 conformance matrix G1–G27.
 func TestGlobMatrix(t *testing.T) {
 	tree := map[string]string{"/a.py": "", "/sub/b.py": "", "/sub/nested/c.py": "", "/readme.md": "",
 		"/.hidden.py": "", "/.hidden/x.py": "", "/.github/workflows/ci.yml": ""}

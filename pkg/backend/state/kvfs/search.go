@@ -99,7 +99,7 @@ func budgetSpent(ctx context.Context, err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 }
 
-// Glob lists the regular files under a directory that match a §4.7
+// Glob lists the regular files under a directory that match a docs/file-tools.md §4.7
 // pattern, pruning directories the pattern cannot enter.
 func (f *FS) Glob(ctx context.Context, req backend.GlobRequest) (backend.GlobResult, error) {
 	p, err := vpath.Normalize(req.Path)
@@ -139,7 +139,7 @@ func (f *FS) Glob(ctx context.Context, req backend.GlobRequest) (backend.GlobRes
 }
 
 // Grep searches the lines of one file or of every file under a directory
-// (§4.6). Files are visited in path order, so matches come out sorted by
+// (docs/file-tools.md §4.6). Files are visited in path order, so matches come out sorted by
 // path and line; one match beyond max_count is probed to set Truncated
 // exactly.
 func (f *FS) Grep(ctx context.Context, req backend.GrepRequest) (backend.GrepResult, error) {

@@ -1,0 +1,85 @@
+package postgres
+
+// migrations are applied in order; schema_version holds how many ran.
+// Times are Unix nanoseconds (as in the SQLite store: exact round trips and
+// the same page tokens); ids compare bytewise (COLLATE "C") whatever the
+// database's locale, so pages come in the same order everywhere.
+var migrations = []string{
+	`CREATE TABLE threads (
+		id            TEXT COLLATE "C" PRIMARY KEY,
+		created_at    BIGINT NOT NULL,
+		updated_at    BIGINT NOT NULL,
+		metadata      TEXT NOT NULL DEFAULT '{}',
+		sandbox_id    TEXT NOT NULL DEFAULT '',
+		message_count INTEGER NOT NULL DEFAULT 0,
+		state         TEXT NOT NULL DEFAULT '{}',
+		interrupt     TEXT
+	);
+	CREATE INDEX threads_updated ON threads (updated_at DESC, id DESC);
+	CREATE TABLE thread_labels (
+		thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		key       TEXT NOT NULL,
+		value     TEXT NOT NULL,
+		PRIMARY KEY (thread_id, key)
+	);
+	CREATE INDEX thread_labels_kv ON thread_labels (key, value);
+	CREATE TABLE messages (
+		thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		idx       INTEGER NOT NULL,
+		body      TEXT NOT NULL,
+		PRIMARY KEY (thread_id, idx)
+	);
+	CREATE TABLE runs (
+		ord       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		run_id    TEXT NOT NULL UNIQUE,
+		thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		status    TEXT NOT NULL,
+		record    TEXT NOT NULL
+	);
+	CREATE INDEX runs_thread ON runs (thread_id, ord);
+	CREATE INDEX runs_status ON runs (status);
+	CREATE TABLE checkpoints (
+		id            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		thread_id     TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id        TEXT NOT NULL,
+		phase         TEXT NOT NULL,
+		step          INTEGER NOT NULL,
+		message_count INTEGER NOT NULL,
+		created_at    BIGINT NOT NULL
+	);
+	CREATE INDEX checkpoints_thread ON checkpoints (thread_id, id);
+	CREATE TABLE thread_files (
+		thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		path      TEXT NOT NULL,
+		doc       TEXT NOT NULL,
+		PRIMARY KEY (thread_id, path)
+	);`,
+	// Tenancy: rows from before it belong to tenant "default".
+	`ALTER TABLE threads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	CREATE INDEX threads_tenant ON threads (tenant, updated_at DESC, id DESC);`,
+	// Leases of replicated agentd (store.Leases).
+	`CREATE TABLE thread_leases (
+		thread_id  TEXT COLLATE "C" PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+		holder     TEXT NOT NULL,
+		epoch      BIGINT NOT NULL,
+		expires_at BIGINT NOT NULL,
+		released   BOOLEAN NOT NULL DEFAULT false
+	);`,
+	// The run event log of replicated agentd (store.RunEvents).
+	`CREATE TABLE run_events (
+		thread_id TEXT COLLATE "C" NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id    TEXT COLLATE "C" NOT NULL,
+		seq       BIGINT NOT NULL,
+		start     BOOLEAN NOT NULL,
+		terminal  BOOLEAN NOT NULL,
+		body      BYTEA NOT NULL,
+		PRIMARY KEY (run_id, seq)
+	);
+	CREATE INDEX run_events_thread ON run_events (thread_id, run_id);`,
+	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
+	`ALTER TABLE thread_leases ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT false;
+	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
+}
+
+// migrateLock is the key of the advisory lock migrations run under.
+const migrateLock = 0x706c756d62

@@ -1,0 +1,79 @@
+package sqlite
+
+// migrations are applied in order; schema_version holds how many ran.
+var migrations = []string{
+	`CREATE TABLE threads (
+		id            TEXT PRIMARY KEY,
+		created_at    INTEGER NOT NULL,
+		updated_at    INTEGER NOT NULL,
+		metadata      TEXT NOT NULL DEFAULT '{}',
+		sandbox_id    TEXT NOT NULL DEFAULT '',
+		message_count INTEGER NOT NULL DEFAULT 0,
+		state         TEXT NOT NULL DEFAULT '{}',
+		interrupt     TEXT
+	);
+	CREATE INDEX threads_updated ON threads (updated_at DESC, id DESC);
+	CREATE TABLE thread_labels (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		key       TEXT NOT NULL,
+		value     TEXT NOT NULL,
+		PRIMARY KEY (thread_id, key)
+	) WITHOUT ROWID;
+	CREATE INDEX thread_labels_kv ON thread_labels (key, value);
+	CREATE TABLE messages (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		idx       INTEGER NOT NULL,
+		body      TEXT NOT NULL,
+		PRIMARY KEY (thread_id, idx)
+	) WITHOUT ROWID;
+	CREATE TABLE runs (
+		ord       INTEGER PRIMARY KEY AUTOINCREMENT,
+		run_id    TEXT NOT NULL UNIQUE,
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		status    TEXT NOT NULL,
+		record    TEXT NOT NULL
+	);
+	CREATE INDEX runs_thread ON runs (thread_id, ord);
+	CREATE INDEX runs_status ON runs (status);
+	CREATE TABLE checkpoints (
+		id            INTEGER PRIMARY KEY AUTOINCREMENT,
+		thread_id     TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id        TEXT NOT NULL,
+		phase         TEXT NOT NULL,
+		step          INTEGER NOT NULL,
+		message_count INTEGER NOT NULL,
+		created_at    INTEGER NOT NULL
+	);
+	CREATE INDEX checkpoints_thread ON checkpoints (thread_id, id);`,
+	`CREATE TABLE thread_files (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		path      TEXT NOT NULL,
+		doc       TEXT NOT NULL,
+		PRIMARY KEY (thread_id, path)
+	) WITHOUT ROWID;`,
+	// Tenancy: rows from before it belong to tenant "default".
+	`ALTER TABLE threads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	CREATE INDEX threads_tenant ON threads (tenant, updated_at DESC, id DESC);`,
+	// Leases of replicated agentd (store.Leases).
+	`CREATE TABLE thread_leases (
+		thread_id  TEXT PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+		holder     TEXT NOT NULL,
+		epoch      INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		released   INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;`,
+	// The run event log of replicated agentd (store.RunEvents).
+	`CREATE TABLE run_events (
+		thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id    TEXT NOT NULL,
+		seq       INTEGER NOT NULL,
+		start     INTEGER NOT NULL,
+		terminal  INTEGER NOT NULL,
+		body      BLOB NOT NULL,
+		PRIMARY KEY (run_id, seq)
+	) WITHOUT ROWID;
+	CREATE INDEX run_events_thread ON run_events (thread_id, run_id);`,
+	// Cancel requests of replicated agentd (store.Leases.RequestCancel).
+	`ALTER TABLE thread_leases ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX thread_leases_cancel ON thread_leases (holder) WHERE cancel_requested;`,
+}
