@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -283,7 +284,7 @@ func concurrentRuns(ctx context.Context, e *env, n int) (Row, error) {
 	if err != nil {
 		return row, err
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(st), MaxConcurrentRuns: n}, agentsvc.WithLogger(e.lg))
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Config: runhost.Config{Threads: runhost.DurableThreads(st), MaxConcurrentRuns: n}}, agentsvc.WithLogger(e.lg))
 	if err != nil {
 		return row, err
 	}

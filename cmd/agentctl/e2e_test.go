@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -47,7 +48,7 @@ func agentd(t *testing.T) (addr string, model *modeltest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(st)}, agentsvc.WithLogger(lg))
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Config: runhost.Config{Threads: runhost.DurableThreads(st)}}, agentsvc.WithLogger(lg))
 	if err != nil {
 		t.Fatal(err)
 	}

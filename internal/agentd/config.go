@@ -93,7 +93,7 @@ type StorageConfig struct {
 	// several agentd replicas) instead of SQLite.
 	PostgresDSN string `yaml:"postgres_dsn"`
 	// LeaseTTL is how long a replica's lease on a running thread lasts
-	// unrenewed, with PostgresDSN (0 = agentsvc.DefaultLeaseTTL): a run
+	// unrenewed, with PostgresDSN (0 = runhost.DefaultLeaseTTL): a run
 	// whose replica died is taken over this long after its last renewal.
 	LeaseTTL            time.Duration `yaml:"lease_ttl"`
 	BusyTimeout         time.Duration `yaml:"busy_timeout"`

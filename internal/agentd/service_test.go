@@ -15,6 +15,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/internal/tenant"
@@ -98,9 +99,11 @@ defaults: {model: scripted}
 	svc, err := agentsvc.New(agentsvc.Config{
 		Runtime: core.Runtime,
 		Secrets: core.Secrets,
-		Threads: agentsvc.DurableThreads(core.Store),
-		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
-			return core.Backends.DeleteThread(ctx, td.Thread.ID)
+		Config: runhost.Config{
+			Threads: runhost.DurableThreads(core.Store),
+			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
+				return core.Backends.DeleteThread(ctx, td.Thread.ID)
+			},
 		},
 		Models: core.ModelKeys(),
 	}, agentsvc.WithLogger(lg))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/fleet"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -77,18 +78,20 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	c := agentsvc.Config{
 		Runtime: a.Runtime,
 		Secrets: a.Secrets,
-		Threads: agentsvc.DurableThreads(a.Store),
-		OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
-			return a.Backends.DeleteThread(ctx, td.Thread.ID)
+		Config: runhost.Config{
+			Threads: runhost.DurableThreads(a.Store),
+			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
+				return a.Backends.DeleteThread(ctx, td.Thread.ID)
+			},
+			MaxConcurrentRuns:  sc.MaxConcurrentRuns,
+			DetachOnDisconnect: sc.DetachOnDisconnect,
+			ReplayRetention:    sc.ReplayRetention,
+			ReplayMaxEvents:    sc.ReplayMaxEvents,
+			ReplayMaxBytes:     int(sc.ReplayMaxBytes),
 		},
-		MaxConcurrentRuns:  sc.MaxConcurrentRuns,
-		DetachOnDisconnect: sc.DetachOnDisconnect,
-		ReplayRetention:    sc.ReplayRetention,
-		ReplayMaxEvents:    sc.ReplayMaxEvents,
-		ReplayMaxBytes:     int(sc.ReplayMaxBytes),
-		MaxIterations:      a.Config.Limits.MaxIterations,
-		RunTimeout:         a.Config.Limits.RunTimeout,
-		Models:             a.ModelKeys(),
+		MaxIterations: a.Config.Limits.MaxIterations,
+		RunTimeout:    a.Config.Limits.RunTimeout,
+		Models:        a.ModelKeys(),
 	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
@@ -252,7 +255,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	// missing, so that a rejected config changes and logs nothing.
 	// On PostgreSQL other replicas may be running threads: only the runs
 	// nobody runs or will take over are failed (runs under an expired
-	// lease are taken over by agentsvc).
+	// lease are taken over by internal/runhost).
 	failRuns := st.FailRunningRuns
 	if ls, ok := st.(store.LeaseStore); ok && cfg.Storage.PostgresDSN != "" {
 		failRuns = ls.FailUnleasedRuns

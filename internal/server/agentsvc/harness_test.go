@@ -22,6 +22,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -122,21 +123,21 @@ func newEnv(t *testing.T, opts ...option) *env {
 	for _, o := range opts {
 		o(&s)
 	}
-	var threads agentsvc.Threads
+	var threads runhost.Threads
 	switch {
 	case s.shared != nil:
-		e.store, threads = s.shared, agentsvc.DurableThreads(s.shared)
+		e.store, threads = s.shared, runhost.DurableThreads(s.shared)
 		s.svc.Leases, s.svc.Events, s.svc.ReplicaID = s.shared, s.shared, s.replica
 	case s.memory:
 		ms := agent.NewMemoryStore()
-		e.store, threads = ms, agentsvc.MemoryThreads(ms)
+		e.store, threads = ms, runhost.MemoryThreads(ms)
 	default:
 		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "threads.db"), sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		e.store, threads = st, agentsvc.DurableThreads(st)
+		e.store, threads = st, runhost.DurableThreads(st)
 		if s.replica != "" {
 			s.svc.Leases, s.svc.ReplicaID = st, s.replica
 		}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -77,9 +78,9 @@ func pageLimit(size int32) (agentconv.Limit, error) {
 	case size < 0:
 		return agentconv.Limit{}, InvalidField("page_size", "page_size must not be negative")
 	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+		size = runhost.DefaultPageSize
+	case size > runhost.MaxPageSize:
+		size = runhost.MaxPageSize
 	}
 	return agentconv.Limit{Count: int(size), Bytes: MaxPageBytes}, nil
 }
@@ -87,7 +88,7 @@ func pageLimit(size int32) (agentconv.Limit, error) {
 // fullThread is the FULL view of td in status st: the BASIC view plus
 // the first page of each list, each bounded in bytes, with a token for
 // the rest.
-func (s *Service) fullThread(td *agent.ThreadData, st agent.ThreadStatus) *plumbv1.Thread {
+func fullThread(td *agent.ThreadData, st agent.ThreadStatus) *plumbv1.Thread {
 	out := agentconv.ThreadToPB(td, st, len(td.Messages))
 	all := math.MaxInt
 	out.Messages, out.MessagesNextPageToken = messagesPage(td, 0, agentconv.Limit{Count: all, Bytes: MaxPageBytes})
@@ -122,16 +123,16 @@ func checkpointsPage(td *agent.ThreadData, after int64, lim agentconv.Limit) ([]
 	return cps, pageToken(checkpointsToken, strconv.FormatInt(cps[len(cps)-1].GetId(), 10))
 }
 
-// threadsPage converts a page of listed threads (next is the store's
-// token after it, elsewhere as threadStatus takes it), cut before
+// threadsPage converts a page of listed threads in statuses st (next is
+// the store's token after it), cut before
 // MaxPageBytes: large labels, todo lists or pending interrupts must not
 // make a page of 500 threads too large to receive. A cut page continues
 // after its last thread, in the stores' keyset order.
-func (s *Service) threadsPage(list []ListedThread, next string, elsewhere map[string]bool) ([]*plumbv1.Thread, string) {
+func threadsPage(list []runhost.ListedThread, st []agent.ThreadStatus, next string) ([]*plumbv1.Thread, string) {
 	out := make([]*plumbv1.Thread, 0, len(list))
 	bytes := 0
-	for _, t := range list {
-		th := agentconv.ThreadToPB(t.ThreadData, s.threadStatus(t.ThreadData, elsewhere), t.MessageCount)
+	for i, t := range list {
+		th := agentconv.ThreadToPB(t.ThreadData, st[i], t.MessageCount)
 		n := proto.Size(th)
 		if len(out) > 0 && bytes+n > MaxPageBytes {
 			last := list[len(out)-1].Thread

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/plumbhq/plumb/internal/preview"
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/secrets"

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
 	"github.com/plumbhq/plumb/internal/server/servertest"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend"

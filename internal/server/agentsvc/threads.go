@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
@@ -23,16 +23,11 @@ func (s *Service) CreateThread(ctx context.Context, req *plumbv1.CreateThreadReq
 	if err := vs.err(); err != nil {
 		return nil, Status(err)
 	}
-	now := s.clock.Now()
-	t := agent.Thread{ID: s.newID(), CreatedAt: now, UpdatedAt: now, Metadata: req.GetMetadata(), Tenant: tenant.From(ctx)}
-	if err := s.threads.CreateThread(ctx, t); err != nil {
-		return nil, s.status("create thread", err)
-	}
-	td, err := s.threads.LoadThread(ctx, t.ID)
+	td, err := s.host.CreateThread(ctx, req.GetMetadata())
 	if err != nil {
 		return nil, s.status("create thread", err)
 	}
-	return &plumbv1.CreateThreadResponse{Thread: agentconv.ThreadToPB(td, s.threadStatus(td, nil), len(td.Messages))}, nil
+	return &plumbv1.CreateThreadResponse{Thread: agentconv.ThreadToPB(td, td.Status(), len(td.Messages))}, nil
 }
 
 // GetThread returns a thread; the FULL view adds the message log, the
@@ -42,25 +37,14 @@ func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) 
 	if err != nil {
 		return nil, err
 	}
-	elsewhere, err := s.runningElsewhere(ctx, []string{td.Thread.ID})
+	st, err := s.host.Statuses(ctx, td)
 	if err != nil {
 		return nil, s.status("get thread", err)
 	}
 	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
-		return &plumbv1.GetThreadResponse{Thread: s.fullThread(td, s.threadStatus(td, elsewhere))}, nil
+		return &plumbv1.GetThreadResponse{Thread: fullThread(td, st[0])}, nil
 	}
-	return &plumbv1.GetThreadResponse{Thread: agentconv.ThreadToPB(td, s.threadStatus(td, elsewhere), len(td.Messages))}, nil
-}
-
-// threadStatus is the stored status, RUNNING while this process runs the
-// thread or elsewhere (runningElsewhere) names it: the store learns of a
-// run only at its checkpoints (a resumed run's first one clears the
-// interrupt).
-func (s *Service) threadStatus(td *agent.ThreadData, elsewhere map[string]bool) agent.ThreadStatus {
-	if s.reg.Active(td.Thread.ID) != nil || elsewhere[td.Thread.ID] {
-		return agent.ThreadRunning
-	}
-	return td.Status()
+	return &plumbv1.GetThreadResponse{Thread: agentconv.ThreadToPB(td, st[0], len(td.Messages))}, nil
 }
 
 // ListThreads lists threads, most recently updated first.
@@ -71,15 +55,15 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 	case size < 0:
 		vs.add("page_size", "page_size must not be negative")
 	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+		size = runhost.DefaultPageSize
+	case size > runhost.MaxPageSize:
+		size = runhost.MaxPageSize
 	}
 	vs.checkMetadata("labels", req.GetLabels())
 	if err := vs.err(); err != nil {
 		return nil, Status(err)
 	}
-	list, next, err := s.threads.ListThreads(ctx, ThreadQuery{
+	list, next, err := s.threads.ListThreads(ctx, runhost.ThreadQuery{
 		Tenant: tenant.From(ctx), Labels: req.GetLabels(), Status: agentconv.ThreadStatusFromPB(req.GetStatus()), PageSize: size, PageToken: req.GetPageToken(),
 	})
 	if errors.Is(err, agent.ErrInvalidInput) {
@@ -88,23 +72,23 @@ func (s *Service) ListThreads(ctx context.Context, req *plumbv1.ListThreadsReque
 	if err != nil {
 		return nil, s.status("list threads", err)
 	}
-	ids := make([]string, len(list))
+	tds := make([]*agent.ThreadData, len(list))
 	for i, t := range list {
-		ids[i] = t.Thread.ID
+		tds[i] = t.ThreadData
 	}
-	elsewhere, err := s.runningElsewhere(ctx, ids)
+	st, err := s.host.Statuses(ctx, tds...)
 	if err != nil {
 		return nil, s.status("list threads", err)
 	}
 	out := &plumbv1.ListThreadsResponse{}
-	out.Threads, out.NextPageToken = s.threadsPage(list, next, elsewhere)
+	out.Threads, out.NextPageToken = threadsPage(list, st, next)
 	return out, nil
 }
 
 // DeleteThread deletes a thread, its State files and (through
 // OnDeleteThread) its sandbox. A running thread — on this replica or, with
-// Config.Leases, on any — is FAILED_PRECONDITION unless force is set,
-// which cancels the run wherever it runs and waits for it to end first.
+// leases, on any — is FAILED_PRECONDITION unless force is set, which
+// cancels the run wherever it runs and waits for it to end first.
 func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadRequest) (*plumbv1.DeleteThreadResponse, error) {
 	id := req.GetThreadId()
 	if err := requireThreadID(id); err != nil {
@@ -113,55 +97,9 @@ func (s *Service) DeleteThread(ctx context.Context, req *plumbv1.DeleteThreadReq
 	if err := s.checkOwner(ctx, id); err != nil {
 		return nil, s.status("delete thread", err)
 	}
-	lg := s.lg.With(zap.String("thread-id", id))
-	for {
-		release, err := s.reg.Reserve(id)
-		if err == nil {
-			defer release()
-			break
-		}
-		r := s.reg.Active(id)
-		switch {
-		case r == nil: // another DeleteThread holds it
-			return nil, Status(err)
-		case !req.GetForce():
-			return nil, Status(fmt.Errorf("delete thread %s: %w; set force to cancel it", id, runs.ErrRunning))
-		}
-		lg.Info("cancelling the run of a thread being deleted", zap.String("run-id", r.RunID()))
-		s.reg.Cancel(id)
-		select {
-		case <-r.Done():
-		case <-ctx.Done():
-			return nil, Status(ctx.Err())
-		}
-	}
-	giveUp, err := s.leaseForDelete(ctx, id, req.GetForce())
-	if err != nil {
+	if err := s.host.DeleteThread(ctx, id, req.GetForce()); err != nil {
 		return nil, s.status("delete thread", err)
 	}
-	var td *agent.ThreadData
-	deleted := false
-	defer func() {
-		if !deleted {
-			giveUp(td)
-		}
-	}()
-	td, err = s.threads.LoadThread(ctx, id)
-	if err != nil {
-		return nil, s.status("delete thread", err)
-	}
-	if s.cfg.OnDeleteThread != nil {
-		if err := s.cfg.OnDeleteThread(ctx, td); err != nil {
-			lg.Warn("thread cleanup failed; the thread is kept", zap.String("sandbox-id", td.Thread.SandboxID), zap.Error(err))
-			return nil, Status(err)
-		}
-	}
-	if err := s.threads.DeleteThread(ctx, id); err != nil {
-		return nil, s.status("delete thread", err)
-	}
-	deleted = true // the lease went with the thread
-	s.reg.Forget(id)
-	lg.Info("thread deleted")
 	return &plumbv1.DeleteThreadResponse{}, nil
 }
 

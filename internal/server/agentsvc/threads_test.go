@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
@@ -284,7 +285,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	if err == nil {
 		t.Error("no thread store accepted")
 	}
-	_, err = agentsvc.New(agentsvc.Config{Runtime: e.rt, Threads: agentsvc.MemoryThreads(agent.NewMemoryStore()), MaxConcurrentRuns: -1})
+	_, err = agentsvc.New(agentsvc.Config{Runtime: e.rt, Config: runhost.Config{Threads: runhost.MemoryThreads(agent.NewMemoryStore()), MaxConcurrentRuns: -1}})
 	if err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("negative limit: %v", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -167,7 +168,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Threads: agentsvc.DurableThreads(store), Models: []string{"fast", "smart"}},
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Config: runhost.Config{Threads: runhost.DurableThreads(store)}, Models: []string{"fast", "smart"}},
 		agentsvc.WithLogger(lg), agentsvc.WithIDs(ids))
 	if err != nil {
 		t.Fatal(err)

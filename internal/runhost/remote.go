@@ -1,4 +1,4 @@
-package agentsvc
+package runhost
 
 import (
 	"context"
@@ -9,36 +9,35 @@ import (
 
 	"go.uber.org/zap"
 
-	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // The controls of a run that may live on another replica (Config.Leases):
 // the registry only knows this process's runs, the shared store's leases
-// know every replica's. Cancel, DeleteThread, GetThread and ListThreads
+// know every replica'h. Cancel, DeleteThread, GetThread and ListThreads
 // consult them when the registry has no run of the thread.
 
 // startCancelPoll starts the loop that cancels this replica's runs whose
 // cancel was requested on another replica (store.Leases.RequestCancel):
 // every event interval, one query lists the requests on the leases this
 // replica holds. It stops with the takeover loop.
-func (s *Service) startCancelPoll() {
-	if s.cfg.Leases == nil {
+func (h *Host) startCancelPoll() {
+	if h.cfg.Leases == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	stopTakeover := s.stopTakeover
-	s.stopTakeover = func() {
+	stopTakeover := h.stopTakeover
+	h.stopTakeover = func() {
 		cancel() // both loops stop at once: Shutdown waits for the slower
 		stopTakeover()
 		<-done
 	}
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(s.eventInterval())
+		tick := time.NewTicker(h.eventInterval())
 		defer tick.Stop()
 		cancelled := map[string]int64{} // thread → the lease epoch whose run was cancelled
 		for {
@@ -47,11 +46,11 @@ func (s *Service) startCancelPoll() {
 				return
 			case <-tick.C:
 			}
-			if s.reg.Live() == 0 {
+			if h.reg.Live() == 0 {
 				clear(cancelled)
 				continue // no run here, nothing to cancel
 			}
-			cancelled = s.pollCancels(ctx, cancelled)
+			cancelled = h.pollCancels(ctx, cancelled)
 		}
 	}()
 }
@@ -61,13 +60,13 @@ func (s *Service) startCancelPoll() {
 // cancel grace to end); it returns those of them still pending and the
 // ones it acted on now. A request whose run is not in the registry yet,
 // or has not started, is tried again at the next poll.
-func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[string]int64 {
+func (h *Host) pollCancels(ctx context.Context, done map[string]int64) map[string]int64 {
 	qctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
-	ls, err := s.cfg.Leases.CancelRequests(qctx, s.cfg.ReplicaID)
+	ls, err := h.cfg.Leases.CancelRequests(qctx, h.cfg.ReplicaID)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.lg.Warn("list the cancel requests of this replica's runs", zap.Error(err))
+			h.lg.Warn("list the cancel requests of this replica's runs", zap.Error(err))
 		}
 		return done
 	}
@@ -77,14 +76,14 @@ func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[st
 			acted[l.ThreadID] = l.Epoch
 			continue
 		}
-		if r := s.reg.Active(l.ThreadID); r == nil || r.RunID() == "" {
+		if r := h.reg.Active(l.ThreadID); r == nil || r.RunID() == "" {
 			// Not started yet: cancelled now, a takeover's Continue
 			// would fail before it could end the run CANCELLED (it
 			// honours the request itself); the next poll acts.
 			continue
 		}
-		if r := s.reg.Cancel(l.ThreadID); r != nil {
-			s.lg.Info("run cancelled at another replica's request", zap.String("thread-id", l.ThreadID), zap.String("run-id", r.RunID()), zap.Int64("lease-epoch", l.Epoch))
+		if r := h.reg.Cancel(l.ThreadID); r != nil {
+			h.lg.Info("run cancelled at another replica's request", zap.String("thread-id", l.ThreadID), zap.String("run-id", r.RunID()), zap.Int64("lease-epoch", l.Epoch))
 			acted[l.ThreadID] = l.Epoch
 		}
 	}
@@ -95,24 +94,24 @@ func (s *Service) pollCancels(ctx context.Context, done map[string]int64) map[st
 // a replica holds its lease, it records a cancel request in the shared
 // store and waits (as long as ctx allows) until the run has ended there.
 // Without a held lease, no run is live anywhere.
-func (s *Service) cancelElsewhere(ctx context.Context, td *agent.ThreadData) (*plumbv1.CancelResponse, error) {
+func (h *Host) cancelElsewhere(ctx context.Context, td *agent.ThreadData) (Cancelled, error) {
 	id := td.Thread.ID
-	l, err := s.cfg.Leases.RequestCancel(ctx, id)
+	l, err := h.cfg.Leases.RequestCancel(ctx, id)
 	if err != nil {
-		return nil, s.status("cancel", err)
+		return Cancelled{}, err
 	}
 	if l == nil {
-		return &plumbv1.CancelResponse{}, nil
+		return Cancelled{}, nil
 	}
-	s.lg.Info("cancel requested of a run on another replica", zap.String("thread-id", id), zap.String("holder", l.Holder), zap.Int64("lease-epoch", l.Epoch))
-	err = s.awaitLeaseEnd(ctx, id, false)
+	h.lg.Info("cancel requested of a run on another replica", zap.String("thread-id", id), zap.String("holder", l.Holder), zap.Int64("lease-epoch", l.Epoch))
+	err = h.awaitLeaseEnd(ctx, id, false)
 	if err != nil && ctx.Err() == nil {
-		return nil, s.status("cancel", err)
+		return Cancelled{}, err
 	}
 	if err == nil {
 		// Ended, the run is the thread's last one (before its first
 		// checkpoint the record read above may not name it yet).
-		if ended, lerr := s.threads.LoadThread(ctx, id); lerr == nil {
+		if ended, lerr := h.threads.LoadThread(ctx, id); lerr == nil {
 			td = ended
 		}
 	}
@@ -120,24 +119,24 @@ func (s *Service) cancelElsewhere(ctx context.Context, td *agent.ThreadData) (*p
 	if td.LastRun != nil {
 		runID = td.LastRun.RunID
 	}
-	return &plumbv1.CancelResponse{RunId: runID, WasRunning: true}, nil
+	return Cancelled{RunID: runID, WasRunning: true}, nil
 }
 
 // awaitLeaseEnd waits until the run whose cancel was requested on thread
 // id has ended: its lease is released (a takeover keeps the request, and
 // its new holder ends the run), or the thread is gone. With expired, a
 // lease that expired (its replica died) ends the wait too.
-func (s *Service) awaitLeaseEnd(ctx context.Context, id string, expired bool) error {
-	t := time.NewTicker(s.eventInterval())
+func (h *Host) awaitLeaseEnd(ctx context.Context, id string, expired bool) error {
+	t := time.NewTicker(h.eventInterval())
 	defer t.Stop()
 	for {
-		ls, err := s.cfg.Leases.ThreadLeases(ctx, []string{id})
+		ls, err := h.cfg.Leases.ThreadLeases(ctx, []string{id})
 		if err != nil {
 			return err
 		}
 		// The request goes with the release only: a lease without it
-		// is a later run's.
-		if len(ls) == 0 || ls[0].Released || !ls[0].CancelRequested || (expired && !ls[0].Live(s.clock.Now())) {
+		// is a later run'h.
+		if len(ls) == 0 || ls[0].Released || !ls[0].CancelRequested || (expired && !ls[0].Live(h.clock.Now())) {
 			return nil
 		}
 		select {
@@ -152,7 +151,7 @@ func (s *Service) awaitLeaseEnd(ctx context.Context, id string, expired bool) er
 // the replica's id, whose leases are its runs.
 const deleteHolderSuffix = "/delete-thread"
 
-func (s *Service) deleteHolder() string { return s.cfg.ReplicaID + deleteHolderSuffix }
+func (h *Host) deleteHolder() string { return h.cfg.ReplicaID + deleteHolderSuffix }
 
 // leaseForDelete takes thread id's lease for its deletion, so that no
 // replica starts a run on it meanwhile (the deletion removes the lease
@@ -163,13 +162,13 @@ func (s *Service) deleteHolder() string { return s.cfg.ReplicaID + deleteHolderS
 // replica died (its lease had expired): the lease is left to expire, so
 // that takeover continues the run as it would have — released, nobody
 // would, and a starting replica would mark the run FAILED.
-func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (giveUp func(td *agent.ThreadData), err error) {
-	ls := s.cfg.Leases
+func (h *Host) leaseForDelete(ctx context.Context, id string, force bool) (giveUp func(td *agent.ThreadData), err error) {
+	ls := h.cfg.Leases
 	if ls == nil {
 		return func(*agent.ThreadData) {}, nil
 	}
 	for {
-		l, err := ls.AcquireLease(ctx, id, s.deleteHolder(), s.clock.Now(), s.leaseTTL())
+		l, err := ls.AcquireLease(ctx, id, h.deleteHolder(), h.clock.Now(), h.leaseTTL())
 		var held *store.HeldError
 		switch {
 		case err == nil:
@@ -180,7 +179,7 @@ func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (gi
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 				defer cancel()
 				if err := ls.ReleaseLease(rctx, l); err != nil {
-					s.lg.Warn("release the lease of a thread that was not deleted", zap.String("thread-id", id), zap.Error(err))
+					h.lg.Warn("release the lease of a thread that was not deleted", zap.String("thread-id", id), zap.Error(err))
 				}
 			}, nil
 		case !errors.As(err, &held):
@@ -188,13 +187,13 @@ func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (gi
 		case !force:
 			return nil, fmt.Errorf("delete thread %s: %w (on %s); set force to cancel it", id, runs.ErrRunning, held.Lease.Holder)
 		}
-		s.lg.Info("cancelling the run of a thread being deleted, on another replica", zap.String("thread-id", id), zap.String("holder", held.Lease.Holder))
+		h.lg.Info("cancelling the run of a thread being deleted, on another replica", zap.String("thread-id", id), zap.String("holder", held.Lease.Holder))
 		if _, err := ls.RequestCancel(ctx, id); err != nil {
 			return nil, err
 		}
 		// An expired lease can be taken for the deletion: its run is
 		// not live anywhere.
-		if err := s.awaitLeaseEnd(ctx, id, true); err != nil {
+		if err := h.awaitLeaseEnd(ctx, id, true); err != nil {
 			return nil, err
 		}
 	}
@@ -204,15 +203,15 @@ func (s *Service) leaseForDelete(ctx context.Context, id string, force bool) (gi
 // run of this one the registry does not list yet) holds a live lease on:
 // their run is live, whatever the store's records say so far. A
 // deletion's lease is no run.
-func (s *Service) runningElsewhere(ctx context.Context, ids []string) (map[string]bool, error) {
-	if s.cfg.Leases == nil || len(ids) == 0 {
+func (h *Host) runningElsewhere(ctx context.Context, ids []string) (map[string]bool, error) {
+	if h.cfg.Leases == nil || len(ids) == 0 {
 		return nil, nil
 	}
-	ls, err := s.cfg.Leases.ThreadLeases(ctx, ids)
+	ls, err := h.cfg.Leases.ThreadLeases(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	now := s.clock.Now()
+	now := h.clock.Now()
 	live := make(map[string]bool, len(ls))
 	for _, l := range ls {
 		if l.Live(now) && !strings.HasSuffix(l.Holder, deleteHolderSuffix) {

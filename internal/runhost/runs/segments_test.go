@@ -8,7 +8,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 )
 
 func interrupted(seq uint64) *plumbv1.Event {

@@ -1,4 +1,4 @@
-package agentsvc
+package runhost
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 
 // startTakeover starts the loop that takes over the runs of dead
 // replicas, when leases are on and the interval is not negative.
-func (s *Service) startTakeover() {
-	if s.cfg.Leases == nil || s.cfg.TakeoverInterval < 0 {
+func (h *Host) startTakeover() {
+	if h.cfg.Leases == nil || h.cfg.TakeoverInterval < 0 {
 		return
 	}
-	every := takeoverEvery(s.leaseTTL(), s.cfg.TakeoverInterval)
+	every := takeoverEvery(h.leaseTTL(), h.cfg.TakeoverInterval)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	s.stopTakeover = func() {
+	h.stopTakeover = func() {
 		cancel()
 		<-done
 	}
@@ -31,7 +31,7 @@ func (s *Service) startTakeover() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			s.takeOver(ctx)
+			h.takeOver(ctx)
 			select {
 			case <-ctx.Done():
 				return
@@ -59,13 +59,13 @@ func takeoverEvery(ttl, configured time.Duration) time.Duration {
 // takeOver looks for leases that expired without being released — their
 // replica stopped while running the thread — and continues each such run
 // here from its last checkpoint.
-func (s *Service) takeOver(ctx context.Context) {
+func (h *Host) takeOver(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
-	expired, err := s.cfg.Leases.ExpiredLeases(lctx, s.clock.Now())
+	expired, err := h.cfg.Leases.ExpiredLeases(lctx, h.clock.Now())
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.lg.Warn("list expired thread leases", zap.Error(err))
+			h.lg.Warn("list expired thread leases", zap.Error(err))
 		}
 		return
 	}
@@ -73,10 +73,10 @@ func (s *Service) takeOver(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if s.reg.Active(l.ThreadID) != nil {
+		if h.reg.Active(l.ThreadID) != nil {
 			continue
 		}
-		s.takeOverThread(ctx, l)
+		h.takeOverThread(ctx, l)
 	}
 }
 
@@ -85,11 +85,11 @@ func (s *Service) takeOver(ctx context.Context) {
 // of the registry (Attach follows it). Anything else — the lease taken by
 // a quicker replica, a run that ended before its replica died — only
 // settles the lease.
-func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
-	lg := s.lg.With(zap.String("thread-id", dead.ThreadID), zap.String("dead-holder", dead.Holder), zap.Int64("dead-epoch", dead.Epoch))
+func (h *Host) takeOverThread(ctx context.Context, dead store.Lease) {
+	lg := h.lg.With(zap.String("thread-id", dead.ThreadID), zap.String("dead-holder", dead.Holder), zap.Int64("dead-epoch", dead.Epoch))
 	cctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	l, err := s.cfg.Leases.AcquireLease(cctx, dead.ThreadID, s.cfg.ReplicaID, s.clock.Now(), s.leaseTTL())
+	l, err := h.cfg.Leases.AcquireLease(cctx, dead.ThreadID, h.cfg.ReplicaID, h.clock.Now(), h.leaseTTL())
 	var held *store.HeldError
 	switch {
 	case errors.As(err, &held), errors.Is(err, agent.ErrThreadNotFound):
@@ -99,11 +99,11 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 		return
 	}
 	release := func() {
-		if err := s.cfg.Leases.ReleaseLease(cctx, l); err != nil {
+		if err := h.cfg.Leases.ReleaseLease(cctx, l); err != nil {
 			lg.Warn("release the thread's lease", zap.Error(err))
 		}
 	}
-	td, err := s.threads.LoadThread(cctx, dead.ThreadID)
+	td, err := h.threads.LoadThread(cctx, dead.ThreadID)
 	if err != nil {
 		lg.Warn("load a thread to take over", zap.Error(err))
 		return // the lease expires again (see below)
@@ -114,14 +114,14 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	}
 	runID := td.LastRun.RunID
 	var after uint64
-	if s.cfg.Events != nil {
-		if after, err = s.cfg.Events.LastSequence(cctx, runID); err != nil {
+	if h.cfg.Events != nil {
+		if after, err = h.cfg.Events.LastSequence(cctx, runID); err != nil {
 			lg.Warn("read the run's last event", zap.Error(err))
 			return // the lease expires again (see below)
 		}
 	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
-	r, err := s.reg.Begin(dead.ThreadID, cancelRun)
+	r, err := h.reg.Begin(dead.ThreadID, cancelRun)
 	if err != nil {
 		// No run slot, or shutting down: the lease expires again and
 		// this or another replica tries later. Not released: nobody
@@ -135,23 +135,23 @@ func (s *Service) takeOverThread(ctx context.Context, dead store.Lease) {
 	if l.CancelRequested {
 		lg.Info("the run's cancel was requested; ending it cancelled", zap.String("run-id", runID))
 	}
-	s.wg.Add(2)
+	h.wg.Add(2)
 	go func() {
-		defer s.wg.Done()
+		defer h.wg.Done()
 		defer cancelRun()
-		err := s.hold(runCtx, l, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			_, err := s.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: u.fence, HandOff: u.handOff, Flush: u.flush}, cancelAtStart(l, cancelRun, sink))
+		err := h.hold(runCtx, l, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
+			_, err := h.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: u.fence, HandOff: u.handOff, Flush: u.flush}, cancelAtStart(l, cancelRun, sink))
 			return err
 		})
 		if err != nil && r.RunID() == "" {
 			lg.Warn("the run could not be taken over", zap.Error(err))
 		}
-		s.end(r, err)
+		h.end(r, err)
 	}()
 	// Nobody streams a taken-over segment: drain its owner's stream so
 	// that it behaves as a detached run.
 	go func() {
-		defer s.wg.Done()
+		defer h.wg.Done()
 		_ = r.Stream(context.Background(), func(*plumbv1.Event) error { return nil })
 	}()
 }

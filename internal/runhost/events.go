@@ -1,4 +1,4 @@
-package agentsvc
+package runhost
 
 import (
 	"context"
@@ -11,15 +11,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
 )
-
-// DefaultLeaseTTL is how long a replica's lease on a running thread lasts
-// without renewal (it renews every third of it).
-const DefaultLeaseTTL = 15 * time.Second
 
 // DefaultEventInterval is how often an Attach that follows a run of
 // another replica reads the shared event log, and how long a run waits
@@ -34,145 +30,11 @@ const maxUnflushed = 10000
 // maxAppend bounds the events of one append.
 const maxAppend = 500
 
-func (s *Service) leaseTTL() time.Duration {
-	if s.cfg.LeaseTTL > 0 {
-		return s.cfg.LeaseTTL
-	}
-	return DefaultLeaseTTL
-}
-
-func (s *Service) eventInterval() time.Duration {
-	if s.cfg.EventInterval > 0 {
-		return s.cfg.EventInterval
+func (h *Host) eventInterval() time.Duration {
+	if h.cfg.EventInterval > 0 {
+		return h.cfg.EventInterval
 	}
 	return DefaultEventInterval
-}
-
-// underLease is what a runtime call made under a thread's lease puts
-// into its input: the fence every checkpoint is committed under, the
-// hand-off signal (closed when this replica stops: the run stops at its
-// next checkpoint and returns agent.ErrHandedOff) and the flush of the
-// shared event log that each checkpoint waits for. Without leases all are
-// nil.
-type underLease struct {
-	fence   *agent.Fence
-	handOff <-chan struct{}
-	flush   func(context.Context) error
-}
-
-// leasedFunc is a runtime call made under a thread's lease; sink is where
-// its events go.
-type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
-
-// leased runs f while this replica holds the thread's lease in the shared
-// store (Config.Leases; without one, f just runs, unfenced, and is never
-// handed off). The lease is taken first (a live lease of another replica
-// fails with a *store.HeldError, which is agent.ErrThreadBusy), then held
-// as hold describes.
-func (s *Service) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
-	ls := s.cfg.Leases
-	if ls == nil {
-		return f(ctx, underLease{}, sink)
-	}
-	l, err := ls.AcquireLease(ctx, threadID, s.cfg.ReplicaID, s.clock.Now(), s.leaseTTL())
-	if err != nil {
-		return err
-	}
-	return s.hold(ctx, l, sink, f)
-}
-
-// hold runs f under l: it renews l every TTL/3 while f runs and gives it
-// up when f returns.
-//
-// A renewal or an event append refused because the lease was lost — it
-// expired and another replica may have taken the thread over — cancels
-// f's context, so this replica stops working on the thread (its
-// checkpoints, fenced, could not commit anyway), and hold returns that
-// error (store.ErrLeaseLost): the caller ends the segment's streams with
-// it (runs.Run.Abort).
-//
-// With an event log (Config.Events), an event reaches sink only once it
-// is stored there under l (see eventWriter): whatever a client saw, the
-// log has, under the sequence numbers a replica taking the run over
-// continues after.
-//
-// When f returns agent.ErrHandedOff (this replica is stopping, see
-// Shutdown), its events are flushed and l is handed off (expired now,
-// not released) so that the next takeover scan of another replica
-// continues the run; otherwise l is released.
-func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f leasedFunc) error {
-	ls := s.cfg.Leases
-	ttl := s.leaseTTL()
-	lg := s.lg.With(zap.String("thread-id", l.ThreadID), zap.Int64("lease-epoch", l.Epoch))
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	// Past the shutdown grace the run stops at once, to be continued
-	// elsewhere from its last checkpoint.
-	defer context.AfterFunc(s.hardStop, func() { cancel(agent.ErrHandedOff) })()
-	renewed := make(chan struct{})
-	var mu sync.Mutex // guards l against the final release
-	go func() {
-		defer close(renewed)
-		tick := time.NewTicker(ttl / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			mu.Lock()
-			cur := l
-			mu.Unlock()
-			next, err := ls.RenewLease(ctx, cur, s.clock.Now(), ttl)
-			switch {
-			case err == nil:
-				mu.Lock()
-				l = next
-				mu.Unlock()
-			case errors.Is(err, store.ErrLeaseLost):
-				lg.Warn("lost the thread's lease; stopping its run here", zap.Error(err))
-				cancel(err)
-				return
-			case ctx.Err() == nil:
-				// A store hiccup: the lease still runs until it expires,
-				// and the next tick tries again.
-				lg.Warn("renew the thread's lease", zap.Error(err))
-			}
-		}
-	}()
-	u := underLease{fence: l.Fence(), handOff: s.handOff}
-	var w *eventWriter
-	if s.cfg.Events != nil {
-		w = s.startEvents(ctx, l, lg, sink, cancel)
-		sink, u.flush = w.add, w.flush
-	}
-	err := f(ctx, u, sink)
-	if w != nil {
-		w.close()
-	}
-	cause := context.Cause(ctx)
-	cancel(nil)
-	<-renewed
-	if errors.Is(cause, store.ErrLeaseLost) {
-		// Nothing to give up: another replica holds (or takes) the
-		// thread.
-		return cause
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer rcancel()
-	if errors.Is(err, agent.ErrHandedOff) {
-		if herr := ls.HandOffLease(rctx, l, s.clock.Now()); herr != nil {
-			lg.Warn("hand off the thread's lease; it expires by itself", zap.Error(herr))
-		} else {
-			lg.Info("run handed off: another replica continues it from its last checkpoint")
-		}
-		return err
-	}
-	if rerr := ls.ReleaseLease(rctx, l); rerr != nil {
-		lg.Warn("release the thread's lease; it expires by itself", zap.Error(rerr))
-	}
-	return err
 }
 
 // eventWriter appends one leased run's events to the shared event log
@@ -183,7 +45,7 @@ func (s *Service) hold(ctx context.Context, l store.Lease, sink agent.Sink, f le
 // (not a lost lease) is retried every eventInterval with nothing dropped;
 // the run waits in add when maxUnflushed events are queued.
 type eventWriter struct {
-	s        *Service
+	h        *Host
 	threadID string
 	fence    *agent.Fence
 	lg       *zap.Logger
@@ -209,9 +71,9 @@ type queued struct {
 	e      agent.Event
 }
 
-func (s *Service) startEvents(ctx context.Context, l store.Lease, lg *zap.Logger, deliver agent.Sink, lost context.CancelCauseFunc) *eventWriter {
+func (h *Host) startEvents(ctx context.Context, l store.Lease, lg *zap.Logger, deliver agent.Sink, lost context.CancelCauseFunc) *eventWriter {
 	w := &eventWriter{
-		s: s, threadID: l.ThreadID, fence: l.Fence(), lg: lg, ctx: ctx, deliver: deliver, lost: lost,
+		h: h, threadID: l.ThreadID, fence: l.Fence(), lg: lg, ctx: ctx, deliver: deliver, lost: lost,
 		room: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	go w.loop()
@@ -279,7 +141,7 @@ func (w *eventWriter) loop() {
 			evs[i] = q.stored
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
-		err := w.s.cfg.Events.AppendEvents(ctx, w.threadID, w.fence, evs)
+		err := w.h.cfg.Events.AppendEvents(ctx, w.threadID, w.fence, evs)
 		cancel()
 		switch {
 		case err == nil:
@@ -309,7 +171,7 @@ func (w *eventWriter) loop() {
 			return
 		default:
 			w.lg.Warn("append to the event log; retrying", zap.Int("events", len(batch)), zap.Error(err))
-			t := time.NewTimer(w.s.eventInterval())
+			t := time.NewTimer(w.h.eventInterval())
 			<-t.C
 		}
 	}
@@ -356,10 +218,6 @@ func (w *eventWriter) close() {
 	<-w.done
 }
 
-// storeCallTimeout bounds one call to the shared store made outside a
-// request (event flushes, takeover scans).
-const storeCallTimeout = 30 * time.Second
-
 // terminal reports whether e ends a segment.
 func terminal(e *plumbv1.Event) bool {
 	switch e.GetPayload().(type) {
@@ -382,14 +240,14 @@ var errNoStoredRun = errors.New("no run in the event log")
 // sequence sent. It ends without a terminal event when the run is over
 // but its terminal event never reached the log (its replica died and the
 // run was failed instead of taken over), or when a newer run begins.
-func (s *Service) followStored(ctx context.Context, threadID string, after uint64, send func(*plumbv1.Event) error) error {
+func (h *Host) followStored(ctx context.Context, threadID string, after uint64, send Send) error {
 	runID := ""
 	quiet := 0
 	// atEnd: the last event sent ended a segment; the stream ends there
 	// unless a later segment of the run is already in the log.
 	atEnd := false
 	for {
-		page, err := s.cfg.Events.ReadEvents(ctx, threadID, after, 256)
+		page, err := h.cfg.Events.ReadEvents(ctx, threadID, after, 256)
 		if err != nil {
 			return err
 		}
@@ -430,12 +288,12 @@ func (s *Service) followStored(ctx context.Context, threadID string, after uint6
 				return nil
 			}
 		}
-		t := time.NewTimer(s.eventInterval())
+		t := time.NewTimer(h.eventInterval())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-s.handOff:
+		case <-h.handOff:
 			// This replica is stopping: the client follows the run from
 			// another one.
 			t.Stop()

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
-	"github.com/plumbhq/plumb/internal/server/agentsvc/runs"
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/pkg/agent"
 )
 
