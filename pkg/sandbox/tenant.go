@@ -31,3 +31,67 @@ func tenantOf(s string) string {
 	}
 	return s
 }
+
+// reserve claims quota for one more sandbox t: the worker's, and for a
+// create (tenant != ""; pool boxes belong to no tenant) the tenant's. The
+// caller gives back what reserve took (unreserveTenant for the tenant's).
+func (m *Manager) reserve(t Template, tenant string) error {
+	mem := t.MemoryBytes
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errorf(CodeShuttingDown, "worker %s is shutting down", m.cfg.Worker)
+	}
+	if tenant != "" {
+		if err := m.checkTenant(tenant, t); err != nil {
+			return err
+		}
+	} else if m.evicting > 0 {
+		return errorf(CodeQuota, "worker %s: a create is evicting pool boxes; the pool refills after it", m.cfg.Worker)
+	}
+	if n := len(m.sandboxes) - m.failed + m.creating + m.pools.n - m.pools.failed; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
+		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
+	}
+	if m.cfg.MaxMemoryBytes > 0 && m.reserved+mem > m.cfg.MaxMemoryBytes {
+		return errorf(CodeQuota, "worker %s memory quota: %d of %d bytes reserved, %d more requested", m.cfg.Worker, m.reserved, m.cfg.MaxMemoryBytes, mem)
+	}
+	m.creating++
+	m.reserved += mem
+	if tenant != "" {
+		m.tenantNew[tenant] = m.tenantNew[tenant].add(t, 1)
+	}
+	return nil
+}
+
+// checkTenant refuses one more sandbox t for tenant over the policy's
+// per-tenant limits. m.mu is held.
+func (m *Manager) checkTenant(tenant string, t Template) error {
+	return m.cfg.Policy.PerTenant.check(tenant, m.tenantUse(tenant), t)
+}
+
+// tenantUse is what tenant's sandboxes hold on this worker: its live ones
+// (not failed, not being deleted: those gave their share back) and its
+// creates in progress. m.mu is held.
+func (m *Manager) tenantUse(tenant string) tenantUse {
+	u := m.tenantNew[tenant]
+	for _, sb := range m.sandboxes {
+		sb.mu.Lock()
+		if !sb.released && !sb.member && sb.info.Tenant == tenant {
+			u = u.add(sb.info.Settings, 1)
+		}
+		sb.mu.Unlock()
+	}
+	return u
+}
+
+// unreserveTenant gives back what reserve took from tenant's share for a
+// create of t that has ended (its sandbox, if made, now counts itself).
+// m.mu is held.
+func (m *Manager) unreserveTenant(tenant string, t Template) {
+	u := m.tenantNew[tenant].add(t, -1)
+	if u.n == 0 {
+		delete(m.tenantNew, tenant) // no float residue, no empty entries
+		return
+	}
+	m.tenantNew[tenant] = u
+}

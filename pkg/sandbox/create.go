@@ -1,0 +1,376 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+	"go.uber.org/zap"
+)
+
+// Create starts a sandbox and waits until its agent answers.
+func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
+	t, err := m.resolve(ctx, spec)
+	if err != nil {
+		return Info{}, err
+	}
+	spec.pool = ""
+	if err := m.checkInject(t, spec.Inject); err != nil {
+		return Info{}, err
+	}
+	var claimed *sandbox
+	if len(spec.Inject) == 0 { // a pooled box has a proxy without them
+		if claimed, err = m.claim(spec, t); err != nil {
+			return Info{}, err
+		}
+	}
+	if claimed != nil {
+		m.lg.Info("sandbox claimed from the warm pool", zap.String("sandbox-id", claimed.info.ID), zap.String("template", spec.Template))
+		return m.snapshot(claimed), nil
+	}
+
+	tenant := tenantOf(spec.Tenant)
+	if err := m.reserveOrEvict(ctx, t, tenant); err != nil {
+		return Info{}, err
+	}
+	reserved := true
+	defer func() {
+		m.mu.Lock()
+		m.creating--
+		m.unreserveTenant(tenant, t)
+		if reserved {
+			m.reserved -= t.MemoryBytes
+		}
+		m.mu.Unlock()
+	}()
+
+	id := newID(m.cfg.Worker)
+	m.mu.Lock()
+	m.pending[id] = true
+	m.mu.Unlock()
+	sb, err := m.start(ctx, id, spec, t)
+	m.mu.Lock()
+	delete(m.pending, id)
+	if err != nil {
+		m.mu.Unlock()
+		return Info{}, err
+	}
+	m.sandboxes[id] = sb
+	reserved = false
+	m.mu.Unlock()
+	m.saveExpiry()
+	m.lg.Info("sandbox created", zap.String("sandbox-id", id), zap.String("image", t.Image), zap.String("container-id", sb.info.ContainerID[:12]))
+	return m.snapshot(sb), nil
+}
+
+// resolve merges a create request with its template and the worker's
+// defaults and checks the result: well formed (CodeInvalid), no wider than
+// the template it names, and inside the worker's policy (CodePolicy).
+func (m *Manager) resolve(ctx context.Context, spec CreateSpec) (Template, error) {
+	t := spec.Overrides
+	if err := t.checkNumbers(); err != nil {
+		return Template{}, err
+	}
+	if spec.Template != "" {
+		base, ok := m.cfg.Templates[spec.Template]
+		if !ok {
+			return Template{}, errorf(CodeInvalid, "unknown template %q (known: %s)", spec.Template, strings.Join(sortedKeys(m.cfg.Templates), ", "))
+		}
+		base = base.Merge(m.cfg.Defaults)
+		if err := narrows(t, base, spec.Template); err != nil {
+			return Template{}, err
+		}
+		t = t.Merge(base)
+	}
+	t = t.Merge(m.cfg.Defaults)
+	if err := t.validate(); err != nil {
+		return Template{}, err
+	}
+	for k := range spec.Labels {
+		if !labelKey.MatchString(k) || strings.HasPrefix(k, "plumb.") {
+			return Template{}, errorf(CodeInvalid, "label key %q: use letters, digits, '.', '_', '/', '-' (at most 63) and no plumb. prefix", k)
+		}
+	}
+	if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+		return Template{}, err
+	}
+	if err := m.checkPolicy(ctx, t); err != nil {
+		return Template{}, err
+	}
+	return t, nil
+}
+
+// checkPolicy checks a merged template against the policy, inspecting the
+// image when the policy allows images by digest.
+func (m *Manager) checkPolicy(ctx context.Context, t Template) error {
+	var digests []string
+	if m.limits.needsDigests() && t.Image != "" && !imageAllowed(m.limits.p.AllowedImages, t.Image, nil) {
+		// An image that is not present has no digests: the check below
+		// refuses it unless its name is allowed.
+		res, err := m.api.ImageInspect(ctx, t.Image)
+		switch {
+		case err == nil:
+			digests = append([]string{res.ID}, res.RepoDigests...)
+		case !cerrdefs.IsNotFound(err):
+			return fmt.Errorf("inspect image %s: %w", t.Image, err)
+		}
+	}
+	return m.limits.check(t, digests)
+}
+
+// checkTemplates refuses a configuration whose templates (or defaults)
+// break the policy: the worker does not start with them.
+func (m *Manager) checkTemplates(ctx context.Context) error {
+	check := func(what string, t Template) error {
+		v := t
+		if v.Image == "" {
+			v.Image = "unset" // requests name the image; it is checked then
+		}
+		if err := v.validate(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if err := m.limits.checkConfig(t); err != nil {
+			return fmt.Errorf("%s breaks the worker policy: %w", what, err)
+		}
+		if err := m.checkRuntime(ctx, t.Runtime); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	if err := check("defaults", m.cfg.Defaults); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(m.cfg.Templates) {
+		if err := check(fmt.Sprintf("template %q", name), m.cfg.Templates[name].Merge(m.cfg.Defaults)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// engineTimeout bounds the engine calls of one create.
+const engineTimeout = 2 * time.Minute
+
+// start creates sandbox id's volume and container, starts it and greets its
+// agent. The engine calls do not take the caller's cancellation: a call
+// cut short on the client side may still complete in the engine (a
+// container created after its volume was removed re-creates that volume,
+// unlabelled), so each one runs to its end, and the caller's cancellation
+// is checked between them. Whatever fails or is cancelled, start removes
+// everything it created before it returns.
+func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Template) (_ *sandbox, err error) {
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+	defer cancel()
+	stopped := func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("create sandbox: %w", err)
+		}
+		return nil
+	}
+	// The container is created from the derived image's ID, not its tag.
+	image, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+
+	created := m.now()
+	labels := sandboxLabels(id, m.cfg.Worker, spec.Template, t, created, spec.Labels)
+	maps.Copy(labels, m.cfg.ExtraLabels)
+	if spec.pool == "" {
+		labels[LabelTenant] = tenantOf(spec.Tenant)
+	} else {
+		labels[LabelPool] = spec.pool // its owner is recorded when claimed
+	}
+	volume := volumeName(id)
+	sb := &sandbox{member: spec.pool != "", image: image, info: Info{
+		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template, Tenant: tenantOf(spec.Tenant),
+		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
+	}}
+	defer func() {
+		if err != nil {
+			m.discard(ctx, sb)
+		}
+	}()
+	vopts := client.VolumeCreateOptions{Name: volume, Labels: labels}
+	if m.kernelDisk(t) {
+		if vopts.DriverOpts, err = m.attachDisk(ectx, id, t.DiskBytes); err != nil {
+			return nil, err
+		}
+		vopts.Driver, vopts.Labels = "local", maps.Clone(labels)
+		vopts.Labels[LabelDisk] = id
+	}
+	if _, err := m.api.VolumeCreate(ectx, vopts); err != nil {
+		if vopts.DriverOpts != nil {
+			m.removeDisk(ctx, id)
+		}
+		return nil, fmt.Errorf("create workspace volume: %w", err)
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	inj, err := m.newInjection(spec.Inject)
+	if err != nil {
+		return nil, err
+	}
+	var dns netip.Addr
+	if t.Network == NetworkEgress {
+		if dns, err = m.setupEgress(ectx, id, inj); err != nil {
+			return nil, err
+		}
+		if err := stopped(); err != nil {
+			return nil, err
+		}
+	}
+	if inj != nil {
+		labels[LabelEgressInject] = "true"
+	}
+	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
+	if inj != nil {
+		cfg.Env = append(cfg.Env, injectEnv(t)...)
+	}
+	if dns.IsValid() {
+		// The box's only DNS server leads nowhere (egressDNS).
+		hc.DNS = []netip.Addr{dns}
+	}
+	if m.cfg.Unhardened {
+		unharden(hc)
+	}
+	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	sb.info.ContainerID = c.ID
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	// Open the agent channel and greet the agent now, so a sandbox that
+	// cannot run it fails its create instead of its first operation.
+	if err := m.hello(ctx, sb); err != nil {
+		if err := stopped(); err != nil {
+			return nil, err
+		}
+		return nil, &Error{Code: CodeFailed, Message: fmt.Sprintf("the sandbox agent did not start in image %s", t.Image), Err: err}
+	}
+	if inj != nil {
+		if err := m.writeCABundle(ctx, sb, inj.bundle); err != nil {
+			return nil, err
+		}
+	}
+	// A caller gone by now gets no sandbox: keep none for it.
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// hello opens the agent channel and checks that the agent answers.
+func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
+	ch, err := m.channel(ctx, sb)
+	if err != nil {
+		return err
+	}
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	raw, err := ch.call(hctx, agentproto.OpHello, struct{}{}, nil)
+	if err != nil {
+		return err
+	}
+	var h agentproto.Hello
+	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
+		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
+	}
+	// The agent must have taken the sandbox user's identity for files and
+	// commands; anything else means box code could run as the agent.
+	uid, gid, _ := parseUser(m.cfg.User)
+	if m.cfg.Unhardened {
+		uid, gid = 0, 0 // benchmarks only: the agent keeps root's identity
+	}
+	if h.UID != uid || h.GID != gid {
+		return fmt.Errorf("agent runs files and commands as %d:%d, want the sandbox user %d:%d", h.UID, h.GID, uid, gid)
+	}
+	return nil
+}
+
+// Runtimes returns the names of the engine's OCI runtimes, sorted.
+func (m *Manager) Runtimes(ctx context.Context) ([]string, error) {
+	res, err := m.api.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("engine info: %w", err)
+	}
+	return sortedKeys(res.Info.Runtimes), nil
+}
+
+// checkRuntime rejects a runtime the engine does not have ("" is the
+// engine's default). It asks the engine each time, so a runtime installed
+// while the worker runs is usable at once.
+func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
+	if runtime == "" {
+		return nil
+	}
+	have, err := m.Runtimes(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(have, runtime) {
+		return errorf(CodeInvalid, "runtime %q is not available on worker %s (it has: %s)", runtime, m.cfg.Worker, strings.Join(have, ", "))
+	}
+	return nil
+}
+
+// discard tears down a box that never served: it closes its channel (a
+// dial still in flight installs none: the box is deleting), then removes
+// its container — by name, which is its id: the container may exist
+// without its id known — with its workspace volume, and its egress
+// network.
+func (m *Manager) discard(ctx context.Context, sb *sandbox) {
+	sb.mu.Lock()
+	sb.info.State = StateDeleting
+	if sb.ch != nil {
+		sb.ch.close()
+	}
+	id, network := sb.info.ID, sb.info.Settings.Network
+	sb.mu.Unlock()
+	_ = m.removeContainer(ctx, id, volumeName(id))
+	if network == NetworkEgress {
+		m.removeEgress(ctx, id)
+	}
+}
+
+// releaseFailed gives back the quota of a sandbox that failed: it holds no
+// memory any more, and its record stays only so its caller can read why.
+func (m *Manager) releaseFailed(sb *sandbox) {
+	sb.mu.Lock()
+	if sb.info.State != StateFailed || sb.released {
+		sb.mu.Unlock()
+		return
+	}
+	sb.released = true
+	mem, member := sb.info.Settings.MemoryBytes, sb.member
+	sb.mu.Unlock()
+	m.mu.Lock()
+	m.reserved -= mem
+	if member {
+		m.pools.failed++
+		m.pools.mem -= mem
+	} else {
+		m.failed++
+	}
+	m.mu.Unlock()
+}
