@@ -54,7 +54,7 @@ func TestBadStartInputs(t *testing.T) {
 		{"missing agent binary", nil, []string{"--agent-binary", "/nonexistent/sandbox-agent"}, "sandbox-agent binary"},
 		{"missing egress proxy binary", nil, []string{"--egress-proxy-binary", "/nonexistent/plumb-egress"}, "plumb-egress binary"},
 		{"missing egress upstream CA", nil, []string{"--egress-upstream-ca", "/nonexistent/ca.pem"}, "--egress-upstream-ca"},
-		{"egress upstream CA without a certificate", nil, []string{"--egress-upstream-ca", "testdata/own-label.yaml"}, "no PEM certificate"},
+		{"egress upstream CA without a certificate", nil, []string{"--egress-upstream-ca", "testdata/pool.yaml"}, "no PEM certificate"},
 		{"public address without credentials", nil, []string{"--grpc-addr", "0.0.0.0:0"}, "refusing to serve gRPC on 0.0.0.0:0 without credentials"},
 		{"bad TLS certificate", nil, []string{"--tls-cert", "testdata/bad-unit.yaml", "--tls-key", "testdata/bad-unit.yaml"}, "testdata/bad-unit.yaml"},
 		{"missing credentials file", nil, []string{"--credentials-file", "/nonexistent/creds"}, "/nonexistent/creds"},
