@@ -8,6 +8,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/yamlconf"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 )
 
 // Config is sandboxd's YAML configuration file (--config). Flags and their
@@ -232,7 +233,7 @@ func (c *Config) Validate() error {
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("max_sandboxes (--max-sandboxes) must not be negative")
 	}
-	if !validWorker(c.Worker) {
+	if !sandboxapi.ValidWorker(c.Worker) {
 		return fmt.Errorf("invalid worker name %q: use 1 to 63 letters, digits, '-' or '.'", c.Worker)
 	}
 	return nil
@@ -283,19 +284,6 @@ func (c *Config) checkPools() error {
 		}
 	}
 	return nil
-}
-
-func validWorker(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
 }
 
 func sortedNames[V any](m map[string]V) []string {

@@ -25,3 +25,18 @@ func WorkerOf(id string) string {
 	}
 	return rest[:i]
 }
+
+// ValidWorker reports whether s can name a worker in sandbox ids: 1 to
+// 63 letters, digits, '-' and '.', not starting with '-' or '.'.
+func ValidWorker(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
