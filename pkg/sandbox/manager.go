@@ -151,7 +151,7 @@ type Manager struct {
 	reserved  int64 // memory of live and in-creation sandboxes
 	creating  int
 	failed    int                  // failed sandboxes whose quota is released but whose record stays
-	pending   map[string]bool      // ids of creates in progress (their volumes are not orphans)
+	pending   map[string]bool      // ids of creates and deletes in progress (their volumes and proxies are not orphans)
 	tenantNew map[string]tenantUse // by tenant: what its creates in progress reserve
 	evicting  int                  // creates evicting pool boxes (pool refills wait)
 	collected time.Time            // last collector round
@@ -421,11 +421,17 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	sb, ok := m.sandboxes[id]
 	if ok {
 		delete(m.sandboxes, id)
+		m.pending[id] = true // the collector leaves its volumes and proxy to this delete
 	}
 	m.mu.Unlock()
 	if !ok {
 		return errorf(CodeNotFound, "sandbox %s not found on worker %s", id, m.cfg.Worker)
 	}
+	defer func() {
+		m.mu.Lock()
+		delete(m.pending, id)
+		m.mu.Unlock()
+	}()
 	cid := m.retire(sb)
 	if err := m.removeContainer(ctx, cid, volumeName(id)); err != nil {
 		m.mu.Lock()
