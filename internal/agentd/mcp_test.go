@@ -17,8 +17,8 @@ import (
 
 // TestMCPEndToEnd: with mcp_servers configured, the model sees an HTTP
 // server's tools as mcp__srv__<tool> (the header secret comes from
-// agentd's environment), calls them and gets their results; a hang, a
-// huge result, a stdio server on a thread that cannot run processes and
+// agentd's environment), calls them and gets their results; a hang (on
+// server slow, the one with a 2 s call timeout), a huge result, a stdio server on a thread that cannot run processes and
 // a server whose secret is missing end as tool errors and the run
 // completes. An agent whose allow-list leaves MCP out is not offered the
 // tools; one allowed mcp__srv__* with interrupt_on mcp__srv__add* is
@@ -52,7 +52,8 @@ func TestMCPEndToEnd(t *testing.T) {
 		}
 	}
 	s = startStack(t, nil, fmt.Sprintf(`mcp_servers:
-  srv: {url: %[1]s, headers: {Authorization: "Bearer ${TEST_MODEL_KEY}"}, timeout: 2s, max_result_chars: 200}
+  srv: {url: %[1]s, headers: {Authorization: "Bearer ${TEST_MODEL_KEY}"}, max_result_chars: 200}
+  slow: {url: %[1]s, headers: {Authorization: "Bearer ${TEST_MODEL_KEY}"}, timeout: 2s}
   loc: {command: /usr/local/bin/mcpserver, args: [-mode, serve]}
   nokey: {url: %[1]s, headers: {Authorization: "Bearer ${MISSING_TOKEN}"}}
 agents:
@@ -64,7 +65,7 @@ agents:
 			mcall("e1", "mcp__srv__echo", `{"text":"hello from MCP"}`),
 			mcall("a1", "mcp__srv__add", `{"a":1,"b":41}`),
 			mcall("a2", "mcp__srv__add", `{"a":"x"}`),
-			mcall("h1", "mcp__srv__hang", `{}`),
+			mcall("h1", "mcp__slow__hang", `{}`),
 			mcall("u1", "mcp__srv__huge", `{"chars":100000}`),
 			mcall("l1", "mcp__loc__unavailable", `{}`),
 			mcall("k1", "mcp__nokey__unavailable", `{}`),
@@ -75,12 +76,12 @@ agents:
 	wantResult(t, results, "e1", false, "hello from MCP")
 	wantResult(t, results, "a1", false, `{"sum":42}`)
 	wantResult(t, results, "a2", true, "Invalid arguments for mcp__srv__add")
-	wantResult(t, results, "h1", true, "tool mcp__srv__hang timed out after 2s")
+	wantResult(t, results, "h1", true, "tool mcp__slow__hang timed out after 2s")
 	wantResult(t, results, "u1", false, "[output cut: the first 200 of 100000 characters")
 	wantResult(t, results, "l1", true, "this thread's backend cannot run processes")
 	wantResult(t, results, "k1", true, "MCP server nokey is not usable", "MISSING_TOKEN")
 	names := offered(s, "main")
-	for _, n := range []string{"mcp__srv__echo", "mcp__srv__add", "mcp__srv__hang", "mcp__loc__unavailable", "mcp__nokey__unavailable"} {
+	for _, n := range []string{"mcp__srv__echo", "mcp__srv__add", "mcp__slow__hang", "mcp__loc__unavailable", "mcp__nokey__unavailable"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("main was not offered %s (offered %v)", n, names)
 		}
