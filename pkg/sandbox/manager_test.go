@@ -407,7 +407,9 @@ func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime, neigh
 		check func(r backend.ExecuteResult) bool
 	}{
 		// Only loopback exists under network none: nothing can leave.
-		{"no network interfaces", "ls /sys/class/net", func(r backend.ExecuteResult) bool { return r.Output == "lo\n" }},
+		// (/proc/net/dev, not /sys/class/net: current gVisor has no
+		// /sys/class/net.)
+		{"no network interfaces", `awk -F: 'NR > 2 { gsub(/ /, "", $1); print $1 }' /proc/net/dev`, func(r backend.ExecuteResult) bool { return r.Output == "lo\n" }},
 		{"read-only root", "touch /etc/x 2>&1; echo $?", func(r backend.ExecuteResult) bool {
 			// gVisor checks permissions before the read-only mount.
 			refused := strings.Contains(r.Output, "Read-only file system") || runtime == "runsc" && strings.Contains(r.Output, "Permission denied")
