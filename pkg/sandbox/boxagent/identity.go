@@ -53,9 +53,9 @@ func shareWorkspace(dir string) error {
 
 // environReadable reports whether the agent, acting as the sandbox user,
 // can read PID 1's environment (init: root, another uid). Under Linux the
-// ptrace access check refuses it; gVisor's procfs (20221219) serves any
-// process's environ to everyone, and there a service's secrets would be
-// readable by commands.
+// ptrace access check refuses it, and so does current gVisor; gVisor
+// 20221219's procfs (Debian's runsc) serves any process's environ to
+// everyone, and there a service's secrets would be readable by commands.
 func environReadable() bool {
 	f, err := os.Open("/proc/1/environ")
 	if err != nil {

@@ -172,7 +172,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		}
 		switch err := dropFileIdentity(*cfg.User); {
 		case errors.Is(err, syscall.ENOSYS):
-			// gVisor (runsc 20221219) has no setfsuid: the agent keeps root
+			// gVisor has no setfsuid (ENOSYS, still): the agent keeps root
 			// as its real and saved uid and takes the sandbox user as its
 			// effective one, raising a thread back to root only to start
 			// a command (docs/security.md, gVisor).
