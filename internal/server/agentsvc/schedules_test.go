@@ -106,9 +106,18 @@ func TestScheduleLifecycle(t *testing.T) {
 			_, err := e.c.UpdateSchedule(other, &plumbv1.UpdateScheduleRequest{ScheduleId: id, Interval: every(time.Minute), Run: runReq("", "x")})
 			return err
 		},
-		"pause":  func() error { _, err := e.c.PauseSchedule(other, &plumbv1.PauseScheduleRequest{ScheduleId: id}); return err },
-		"resume": func() error { _, err := e.c.ResumeSchedule(other, &plumbv1.ResumeScheduleRequest{ScheduleId: id}); return err },
-		"delete": func() error { _, err := e.c.DeleteSchedule(other, &plumbv1.DeleteScheduleRequest{ScheduleId: id}); return err },
+		"pause": func() error {
+			_, err := e.c.PauseSchedule(other, &plumbv1.PauseScheduleRequest{ScheduleId: id})
+			return err
+		},
+		"resume": func() error {
+			_, err := e.c.ResumeSchedule(other, &plumbv1.ResumeScheduleRequest{ScheduleId: id})
+			return err
+		},
+		"delete": func() error {
+			_, err := e.c.DeleteSchedule(other, &plumbv1.DeleteScheduleRequest{ScheduleId: id})
+			return err
+		},
 		"fires": func() error {
 			_, err := e.c.ListScheduleFires(other, &plumbv1.ListScheduleFiresRequest{ScheduleId: id})
 			return err
@@ -185,7 +194,9 @@ func TestScheduleFiresRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := cr.GetSchedule().GetId()
-	eventuallyLong(t, "three started fires", func() bool { return countStatus(e.fires(id), plumbv1.ScheduleFireStatus_SCHEDULE_FIRE_STATUS_STARTED) >= 3 })
+	eventuallyLong(t, "three started fires", func() bool {
+		return countStatus(e.fires(id), plumbv1.ScheduleFireStatus_SCHEDULE_FIRE_STATUS_STARTED) >= 3
+	})
 	if _, err := e.c.PauseSchedule(acme, &plumbv1.PauseScheduleRequest{ScheduleId: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +256,9 @@ func TestScheduleBusyThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := cr.GetSchedule().GetId()
-	eventuallyLong(t, "a skipped fire", func() bool { return countStatus(e.fires(id), plumbv1.ScheduleFireStatus_SCHEDULE_FIRE_STATUS_SKIPPED) >= 1 })
+	eventuallyLong(t, "a skipped fire", func() bool {
+		return countStatus(e.fires(id), plumbv1.ScheduleFireStatus_SCHEDULE_FIRE_STATUS_SKIPPED) >= 1
+	})
 	if _, err := e.c.DeleteSchedule(acme, &plumbv1.DeleteScheduleRequest{ScheduleId: id}); err != nil {
 		t.Fatal(err)
 	}
