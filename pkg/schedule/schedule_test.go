@@ -86,6 +86,10 @@ func TestNext(t *testing.T) {
 		// 2026-11-01 01:30 happens twice in New York; it fires once.
 		{"fall back once", "30 1 * * *", "America/New_York", 0, "2026-11-01T05:00:00Z", "2026-11-01T05:30:00Z"},
 		{"fall back next day", "30 1 * * *", "America/New_York", 0, "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"},
+		// An hourly minute fires once in the repeated hour; a sub-hour
+		// expression keeps firing through it.
+		{"hourly fall back", "30 * * * *", "America/New_York", 0, "2026-11-01T05:30:00Z", "2026-11-01T07:30:00Z"},
+		{"half-hourly fall back", "*/30 * * * *", "America/New_York", 0, "2026-11-01T05:30:00Z", "2026-11-01T06:00:00Z"},
 		{"paris summer", "0 8 * * 1", "Europe/Paris", 0, "2026-06-30T00:00:00Z", "2026-07-06T06:00:00Z"},
 	}
 	for _, tc := range cases {
