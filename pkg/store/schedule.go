@@ -124,8 +124,10 @@ type Schedules interface {
 	// and records f (status FirePending unless set) and LastFire =
 	// f.Tick, in one compare-and-set: when the schedule's next fire is no
 	// longer due (another replica claimed it, or it was updated, paused
-	// or deleted) it changes nothing and returns ErrFireLost. It returns
-	// the schedule as claimed.
+	// or deleted) it changes nothing and returns ErrFireLost. A tick that
+	// has a fire already is not recorded again: next fire still moves to
+	// next (so the schedule is not due forever) and the answer is
+	// ErrFireLost. It returns the schedule as claimed.
 	ClaimFire(ctx context.Context, f ScheduleFire, due, next time.Time) (Schedule, error)
 	// FinishFire records the outcome of the claimed fire f (status, run,
 	// thread, reason) and, on the schedule, LastRunID, LastThreadID and

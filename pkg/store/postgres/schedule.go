@@ -148,7 +148,10 @@ func (s *Store) ClaimFire(ctx context.Context, f store.ScheduleFire, due, next t
 	if f.Status == "" {
 		f.Status = store.FirePending
 	}
-	var sc store.Schedule
+	var (
+		sc  store.Schedule
+		dup bool
+	)
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var err error
 		sc, err = scanSchedule(tx.QueryRow(ctx, `UPDATE schedules SET next_fire = $1, last_fire = $2 WHERE id = $3 AND next_fire = $4 AND NOT paused
@@ -166,10 +169,16 @@ func (s *Store) ClaimFire(ctx context.Context, f store.ScheduleFire, due, next t
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("schedule %s tick %s fired before: %w", f.ScheduleID, f.Tick.Format(time.RFC3339Nano), store.ErrFireLost)
+			// Fired before (a resume on a replica whose clock is behind
+			// can put next_fire back on a fired tick): the schedule moves
+			// on, the tick does not fire again.
+			dup = true
 		}
 		return nil
 	})
+	if err == nil && dup {
+		return store.Schedule{}, fmt.Errorf("schedule %s tick %s fired before: %w", f.ScheduleID, f.Tick.Format(time.RFC3339Nano), store.ErrFireLost)
+	}
 	return sc, err
 }
 

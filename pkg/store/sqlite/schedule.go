@@ -149,7 +149,10 @@ func (s *Store) ClaimFire(ctx context.Context, f store.ScheduleFire, due, next t
 	if f.Status == "" {
 		f.Status = store.FirePending
 	}
-	var sc store.Schedule
+	var (
+		sc  store.Schedule
+		dup bool
+	)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE schedules SET next_fire = ?, last_fire = ? WHERE id = ? AND next_fire = ? AND NOT paused`,
 			store.Nanos(next), store.Nanos(f.Tick), f.ScheduleID, store.Nanos(due))
@@ -166,11 +169,18 @@ func (s *Store) ClaimFire(ctx context.Context, f store.ScheduleFire, due, next t
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("schedule %s tick %s fired before: %w", f.ScheduleID, f.Tick.Format(time.RFC3339Nano), store.ErrFireLost)
+			// Fired before (a resume on a replica whose clock is behind
+			// can put next_fire back on a fired tick): the schedule moves
+			// on, the tick does not fire again.
+			dup = true
+			return nil
 		}
 		sc, err = scanSchedule(tx.QueryRowContext(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE id = ?`, f.ScheduleID))
 		return err
 	})
+	if err == nil && dup {
+		return store.Schedule{}, fmt.Errorf("schedule %s tick %s fired before: %w", f.ScheduleID, f.Tick.Format(time.RFC3339Nano), store.ErrFireLost)
+	}
 	return sc, err
 }
 

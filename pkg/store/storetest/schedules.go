@@ -138,13 +138,23 @@ func RunSchedules(t *testing.T, newStore func(t *testing.T) ScheduleStore) {
 		t.Fatalf("a second claim of a claimed tick: %v", err)
 	}
 	// A fire of a tick recorded before is refused even when next_fire
-	// matches (the belt to the compare-and-set's braces).
+	// matches (the belt to the compare-and-set's braces), and the
+	// schedule moves on instead of staying due on it.
 	next := tick.Add(10 * time.Second)
-	if _, err := s.ClaimFire(ctx(), store.ScheduleFire{ScheduleID: "sc00", Tick: tick, FiredAt: next}, next, next.Add(10*time.Second)); !errors.Is(err, store.ErrFireLost) {
+	if _, err := s.ClaimFire(ctx(), store.ScheduleFire{ScheduleID: "sc00", Tick: tick, FiredAt: next}, next, next.Add(5*time.Second)); !errors.Is(err, store.ErrFireLost) {
 		t.Fatalf("a second fire of one tick: %v", err)
 	}
-	if got, _ := s.Schedule(ctx(), "sc00"); !got.NextFire.Equal(next) {
-		t.Fatalf("a refused fire moved next_fire to %s", got.NextFire)
+	if got, _ := s.Schedule(ctx(), "sc00"); !got.NextFire.Equal(next.Add(5*time.Second)) || !got.LastFire.Equal(tick) {
+		t.Fatalf("after a refused second fire of a tick the schedule reads next %s, last %s", got.NextFire, got.LastFire)
+	}
+	if fires, _, _ := s.ListScheduleFires(ctx(), "sc00", 0, ""); len(fires) != 1 || !fires[0].FiredAt.Equal(tick) {
+		t.Fatalf("fires after a refused second fire of a tick: %+v", fires)
+	}
+	// Put next_fire back on the grid for what follows.
+	sc00, _ := s.Schedule(ctx(), "sc00")
+	sc00.NextFire = next
+	if err := s.UpdateSchedule(ctx(), sc00); err != nil {
+		t.Fatal(err)
 	}
 	// A paused schedule cannot be claimed.
 	if _, err := s.ClaimFire(ctx(), store.ScheduleFire{ScheduleID: "sc01", Tick: tick, FiredAt: tick}, time.Time{}, tick); !errors.Is(err, store.ErrFireLost) {
