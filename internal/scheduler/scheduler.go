@@ -22,6 +22,15 @@ const DefaultPoll = time.Second
 // lease, run_started); the run itself is detached.
 const startTimeout = time.Minute
 
+// A fire still pending staleAfter after its claim lost its replica
+// between the claim and the run's start: a pass every sweepEvery marks
+// such fires failed, so that none stays pending forever. (A replica that
+// was only slow records its outcome over it.)
+const (
+	staleAfter = 2 * startTimeout
+	sweepEvery = time.Minute
+)
+
 // ErrBusy is what a Starter's error matches when the schedule's thread
 // cannot take a run now (another run holds it, or it waits for an
 // interrupt's answer): the fire is recorded as skipped, not failed.
@@ -73,6 +82,9 @@ type Scheduler struct {
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	mu        sync.Mutex
+	lastSweep time.Time
 }
 
 type realClock struct{}
@@ -150,6 +162,7 @@ func (s *Scheduler) Pass(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("due schedules: %w", err)
 	}
+	s.sweep(ctx, now)
 	claimed := 0
 	for _, sc := range due {
 		if ctx.Err() != nil {
@@ -164,6 +177,25 @@ func (s *Scheduler) Pass(ctx context.Context) (int, error) {
 		}
 	}
 	return claimed, nil
+}
+
+// sweep fails the fires left pending by a replica that stopped between
+// claim and start, at most every sweepEvery.
+func (s *Scheduler) sweep(ctx context.Context, now time.Time) {
+	s.mu.Lock()
+	if now.Sub(s.lastSweep) < sweepEvery {
+		s.mu.Unlock()
+		return
+	}
+	s.lastSweep = now
+	s.mu.Unlock()
+	n, err := s.cfg.Store.FailPendingFires(ctx, now.Add(-staleAfter), "the replica that claimed the tick stopped before starting its run")
+	switch {
+	case err != nil:
+		s.lg.Warn("failing stale schedule fires", zap.Error(err))
+	case n > 0:
+		s.lg.Warn("schedule fires left pending by a stopped replica marked failed", zap.Int("fires", n))
+	}
 }
 
 // fire claims sc's due tick and, when this replica won it, starts the

@@ -249,3 +249,32 @@ func TestStartStop(t *testing.T) {
 	s.Stop()
 	s.Stop()
 }
+
+// TestStalePendingFire: a fire whose replica stopped between the claim
+// and the run's start is failed by another replica's pass once stale.
+func TestStalePendingFire(t *testing.T) {
+	st, c, rec := sqliteStore(t), &clock{now: t0.Add(time.Second)}, &starts{}
+	create(t, st, store.Schedule{ID: "a", Interval: time.Hour, NextFire: t0.Add(time.Second)})
+	// The dead replica's claim: recorded, never finished.
+	if _, err := st.ClaimFire(context.Background(), store.ScheduleFire{ScheduleID: "a", Tick: t0.Add(time.Second), FiredAt: t0.Add(time.Second), Replica: "dead"},
+		t0.Add(time.Second), t0.Add(time.Hour+time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s := newScheduler(t, st, c, "r1", rec.starter("r1"))
+	if _, err := s.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f := fires(t, st, "a"); f[0].Status != store.FirePending {
+		t.Fatalf("a fresh pending fire was failed: %+v", f)
+	}
+	c.Set(t0.Add(10 * time.Minute))
+	if _, err := s.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f := fires(t, st, "a"); f[0].Status != store.FireFailed || f[0].Reason == "" {
+		t.Fatalf("a stale pending fire reads %+v; want failed with a reason", f)
+	}
+	if rec.count() != 0 {
+		t.Fatal("the sweep started a run")
+	}
+}

@@ -133,6 +133,10 @@ type Schedules interface {
 	// thread, reason) and, on the schedule, LastRunID, LastThreadID and
 	// LastError. A schedule deleted meanwhile is not an error.
 	FinishFire(ctx context.Context, f ScheduleFire) error
+	// FailPendingFires marks FireFailed, with reason, the fires still
+	// FirePending that were claimed before before (their replica stopped
+	// between the claim and the run's start), and returns how many.
+	FailPendingFires(ctx context.Context, before time.Time, reason string) (int, error)
 	// ListScheduleFires returns one page of a schedule's fires, newest
 	// tick first, and the next page's token.
 	ListScheduleFires(ctx context.Context, scheduleID string, pageSize int, pageToken string) ([]ScheduleFire, string, error)

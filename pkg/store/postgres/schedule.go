@@ -195,6 +195,16 @@ func (s *Store) FinishFire(ctx context.Context, f store.ScheduleFire) error {
 	})
 }
 
+// FailPendingFires implements store.Schedules.
+func (s *Store) FailPendingFires(ctx context.Context, before time.Time, reason string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE schedule_fires SET status = $1, reason = $2 WHERE status = $3 AND fired_at < $4`,
+		string(store.FireFailed), reason, string(store.FirePending), store.Nanos(before))
+	if err != nil {
+		return 0, classify(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // ListScheduleFires implements store.Schedules.
 func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSize int, pageToken string) ([]store.ScheduleFire, string, error) {
 	size := store.PageSize(pageSize)

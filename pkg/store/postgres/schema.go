@@ -131,7 +131,8 @@ var migrations = []string{
 		thread_id   TEXT NOT NULL DEFAULT '',
 		reason      TEXT NOT NULL DEFAULT '',
 		PRIMARY KEY (schedule_id, tick)
-	);`,
+	);
+	CREATE INDEX schedule_fires_pending ON schedule_fires (fired_at) WHERE status = 'pending';`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -197,6 +197,17 @@ func (s *Store) FinishFire(ctx context.Context, f store.ScheduleFire) error {
 	})
 }
 
+// FailPendingFires implements store.Schedules.
+func (s *Store) FailPendingFires(ctx context.Context, before time.Time, reason string) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE schedule_fires SET status = ?, reason = ? WHERE status = ? AND fired_at < ?`,
+		string(store.FireFailed), reason, string(store.FirePending), store.Nanos(before))
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // ListScheduleFires implements store.Schedules.
 func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSize int, pageToken string) ([]store.ScheduleFire, string, error) {
 	size := store.PageSize(pageSize)

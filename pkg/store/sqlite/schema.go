@@ -128,5 +128,6 @@ var migrations = []string{
 		thread_id   TEXT NOT NULL DEFAULT '',
 		reason      TEXT NOT NULL DEFAULT '',
 		PRIMARY KEY (schedule_id, tick)
-	) WITHOUT ROWID;`,
+	) WITHOUT ROWID;
+	CREATE INDEX schedule_fires_pending ON schedule_fires (fired_at) WHERE status = 'pending';`,
 }

@@ -222,6 +222,28 @@ func RunSchedules(t *testing.T, newStore func(t *testing.T) ScheduleStore) {
 		t.Fatalf("catch-up fires %+v; want one for t0+1h with 359 missed", fires)
 	}
 
+	// Fires left pending (their replica died before starting the run:
+	// sc02's catch-up fire above, and one of sc03) are failed once old
+	// enough; finished fires are left alone.
+	pend := t0.Add(2 * time.Hour)
+	if _, err := s.ClaimFire(ctx(), store.ScheduleFire{ScheduleID: "sc03", Tick: t0.Add(10 * time.Second), FiredAt: pend}, t0.Add(10*time.Second), pend.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.FailPendingFires(ctx(), t0.Add(time.Hour), "gone"); err != nil || n != 0 {
+		t.Fatalf("FailPendingFires before any pending fire: %d, %v", n, err)
+	}
+	if n, err := s.FailPendingFires(ctx(), pend.Add(time.Second), "replica gone"); err != nil || n != 2 {
+		t.Fatalf("FailPendingFires after them: %d, %v; want 2 (sc02's and sc03's)", n, err)
+	}
+	for _, id := range []string{"sc02", "sc03"} {
+		if fires, _, _ := s.ListScheduleFires(ctx(), id, 0, ""); len(fires) != 1 || fires[0].Status != store.FireFailed || fires[0].Reason != "replica gone" {
+			t.Fatalf("%s's fires after FailPendingFires: %+v", id, fires)
+		}
+	}
+	if fires, _, _ := s.ListScheduleFires(ctx(), "sc00", 0, ""); len(fires) != 2 || fires[0].Status != store.FireSkipped || fires[1].Status != store.FireStarted {
+		t.Fatalf("FailPendingFires changed finished fires: %+v", fires)
+	}
+
 	// Deleting a schedule deletes its fires.
 	if err := s.DeleteSchedule(ctx(), "sc00"); err != nil {
 		t.Fatal(err)
