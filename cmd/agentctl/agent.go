@@ -38,6 +38,12 @@ const agentUsage = `Usage:
   agentctl preview create --thread ID --port N [--ttl D] [--json]
   agentctl preview ls --thread ID [--json]
   agentctl preview rm PREVIEW_ID...
+  agentctl schedules create (--cron EXPR [--tz ZONE] | --every D) [--catch-up fire_once|skip] [--paused]
+               [--thread ID] [--agent NAME] [--model KEY] [--label k=v]... [--max-iterations N]
+               [--run-timeout D] [--json] PROMPT
+  agentctl schedules update ID (same flags as create: every field is replaced) PROMPT
+  agentctl schedules ls|show ID|pause ID|resume ID|rm ID... [--json]
+  agentctl schedules fires ID [--limit N] [--json]
 
 A run that stops for decisions asks for each call when stdin is a terminal;
 otherwise it needs --approve-all, --reject-all or --decisions FILE (a JSON
@@ -88,6 +94,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.secrets(ctx, args)
 	case "preview":
 		return a.preview(ctx, args)
+	case "schedules":
+		return a.schedules(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

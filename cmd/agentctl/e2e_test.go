@@ -48,7 +48,8 @@ func agentd(t *testing.T) (addr string, model *modeltest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Config: runhost.Config{Threads: runhost.DurableThreads(st)}}, agentsvc.WithLogger(lg))
+	svc, err := agentsvc.New(agentsvc.Config{Runtime: rt, Config: runhost.Config{Threads: runhost.DurableThreads(st)},
+		Schedules: st, SchedulePoll: 20 * time.Millisecond}, agentsvc.WithLogger(lg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,9 @@ type ServerConfig struct {
 	ReplayMaxEvents int               `yaml:"replay_max_events"`
 	ReplayMaxBytes  yamlconf.Quantity `yaml:"replay_max_bytes"`
 	ShutdownGrace   time.Duration     `yaml:"shutdown_grace"`
+	// SchedulePoll is how often this replica looks for due schedules (0 =
+	// 1 s): a tick fires up to this late.
+	SchedulePoll time.Duration `yaml:"schedule_poll"`
 }
 
 // StorageConfig is `storage`.

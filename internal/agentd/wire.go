@@ -92,6 +92,11 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 		MaxIterations: a.Config.Limits.MaxIterations,
 		RunTimeout:    a.Config.Limits.RunTimeout,
 		Models:        a.ModelKeys(),
+		SchedulePoll:  sc.SchedulePoll,
+		Replica:       replicaID,
+	}
+	if ss, ok := a.Store.(store.Schedules); ok {
+		c.Schedules = ss
 	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
@@ -618,7 +623,8 @@ func validate(cfg *Config) error {
 	}
 	for name, d := range map[string]int64{
 		"server.replay_retention": int64(cfg.Server.ReplayRetention), "server.shutdown_grace": int64(cfg.Server.ShutdownGrace),
-		"limits.run_timeout": int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),
+		"server.schedule_poll": int64(cfg.Server.SchedulePoll),
+		"limits.run_timeout":   int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),
 		"limits.cancel_grace": int64(cfg.Limits.CancelGrace), "sandbox.template.ttl": int64(cfg.Sandbox.Template.TTL),
 		"sandbox.refresh_interval": int64(cfg.Sandbox.RefreshInterval), "sandbox.worker_deadline": int64(cfg.Sandbox.WorkerDeadline),
 		"storage.lease_ttl": int64(cfg.Storage.LeaseTTL),

@@ -66,6 +66,10 @@ const replicaHeader = "X-Fleet-Replica"
 // answers with text and the run completes.
 const steps = 3
 
+// textOnly starts the scenarios whose runs the model answers with text
+// at once, without tool steps (scheduled runs).
+const textOnly = "text-only:"
+
 // stepLine is the line step k of scenario appends to the workspace log.
 func stepLine(scenario string, k int) string { return fmt.Sprintf("%s-step-%d", scenario, k) }
 
@@ -163,6 +167,9 @@ func (p *policy) turn(r modeltest.Request) modeltest.Turn {
 		}
 		<-h.release
 	}
+	if strings.HasPrefix(scenario, textOnly) {
+		return modeltest.Text("done " + scenario)
+	}
 	if step < steps {
 		cmd := fmt.Sprintf("echo %s >> /workspace/log", stepLine(scenario, step+1))
 		return modeltest.Calls(modeltest.Call{ID: fmt.Sprintf("call-%d", step+1), Name: "execute", Args: fmt.Sprintf(`{"command":%q}`, cmd)})
@@ -179,6 +186,8 @@ type fleet struct {
 	worker grpc.ClientConnInterface
 	a, b   *replica
 	ctx    context.Context
+	// model is the scripted model both replicas call.
+	model *modeltest.Server
 }
 
 // replica is one agentd process and a client of it.
@@ -216,7 +225,7 @@ func startFleet(t *testing.T, cfg config) *fleet {
 	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
 	t.Cleanup(cancel)
 	worker := daemontest.Dial(t, sd.GRPCAddr, sandboxdToken)
-	f := &fleet{policy: p, sandbox: plumbv1.NewSandboxServiceClient(worker), worker: worker, ctx: ctx}
+	f := &fleet{policy: p, sandbox: plumbv1.NewSandboxServiceClient(worker), worker: worker, ctx: ctx, model: model}
 	// Both replicas serve previews, signed with the same key.
 	previewKey := filepath.Join(dir, "preview.key")
 	if err := os.WriteFile(previewKey, []byte(strings.Repeat("f", 32)+"\n"), 0o600); err != nil {
@@ -238,6 +247,7 @@ sandbox:
   address: %s
   template: {memory: 256Mi, ttl: 30m}
 backends: {default: sandbox}
+server: {schedule_poll: 200ms}
 `, filepath.Join(dir, name+".db"), dsn, cfg.leaseTTL, model.URL(), replicaHeader, name, sd.GRPCAddr)
 		path := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {

@@ -7,6 +7,11 @@
 // and maps errors. The run registry, leases, takeover, remote cancels,
 // the shared event log and hand-off live in runhost.
 //
+// With Config.Schedules it also serves the schedule RPCs (schedules.go)
+// and runs this replica's scheduler (internal/scheduler), whose Starter
+// starts each fire's run through the run host as the schedule's tenant;
+// Shutdown stops the scheduler before the run host.
+//
 // It holds no agent logic and never builds a gRPC status itself: every
 // error goes through Status, which maps the agent core's and the run
 // registry's errors (status.go) on the shared core of server.Status.
@@ -28,6 +33,7 @@
 //		MaxIterations: cfg.Limits.MaxIterations,
 //		RunTimeout:    cfg.Limits.RunTimeout,
 //		Models:        modelKeys,
+//		Schedules:     store, // store.Schedules; SchedulePoll, Replica
 //	}, agentsvc.WithLogger(lg))
 //	plumbv1.RegisterAgentServiceServer(grpcServer, svc)
 //	// On SIGTERM: svc.Shutdown(ctx bounded by server.shutdown_grace),

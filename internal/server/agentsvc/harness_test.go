@@ -65,6 +65,8 @@ type setup struct {
 	shared sharedStore
 	// svcOpts are passed to agentsvc.New.
 	svcOpts []agentsvc.Option
+	// schedules serves schedules from the SQLite store.
+	schedules bool
 }
 
 // sharedStore is a thread store with leases and an event log.
@@ -80,6 +82,12 @@ func withShared(st sharedStore, replica string) option {
 }
 
 type option func(*setup)
+
+// withSchedules serves the schedule RPCs from the env's SQLite store and
+// polls for due schedules every poll (negative: never).
+func withSchedules(poll time.Duration) option {
+	return func(s *setup) { s.schedules, s.svc.SchedulePoll = true, poll }
+}
 
 // withClock sets the service's clock (its leases' times among others).
 func withClock(c agent.Clock) option {
@@ -138,6 +146,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 		}
 		t.Cleanup(func() { st.Close() })
 		e.store, threads = st, runhost.DurableThreads(st)
+		if s.schedules {
+			s.svc.Schedules = st
+		}
 		if s.replica != "" {
 			s.svc.Leases, s.svc.ReplicaID = st, s.replica
 		}

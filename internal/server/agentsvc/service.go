@@ -1,6 +1,7 @@
 package agentsvc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -9,9 +10,11 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/runhost"
+	"github.com/plumbhq/plumb/internal/scheduler"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/secrets"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Runtime is the agent core the service drives: the run host runs it,
@@ -56,6 +59,17 @@ type Config struct {
 	// Previews, when set, serves CreatePreview, ListPreviews and
 	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
 	Previews Previews
+	// Schedules, when set, serves the schedule RPCs and runs this
+	// replica's scheduler (internal/scheduler) over it; nil: they are
+	// FAILED_PRECONDITION (SCHEDULES_OFF).
+	Schedules store.Schedules
+	// SchedulePoll is server.schedule_poll: how often the scheduler looks
+	// for due schedules (0 = scheduler.DefaultPoll; negative = this
+	// replica fires none, it only serves the RPCs).
+	SchedulePoll time.Duration
+	// Replica names this agentd in schedule fire records (ReplicaID with
+	// leases; "agentd" when empty).
+	Replica string
 }
 
 // Option adjusts a Service (test seams).
@@ -66,7 +80,10 @@ func WithLogger(lg *zap.Logger) Option { return func(s *Service) { s.lg = lg } }
 
 // WithClock sets the clock of thread creation and replay retention.
 func WithClock(c agent.Clock) Option {
-	return func(s *Service) { s.hostOpts = append(s.hostOpts, runhost.WithClock(c)) }
+	return func(s *Service) {
+		s.clock = c
+		s.hostOpts = append(s.hostOpts, runhost.WithClock(c))
+	}
 }
 
 // WithIDs sets the generator of new thread ids (default ULIDs).
@@ -87,6 +104,10 @@ type Service struct {
 	host     *runhost.Host
 	lg       *zap.Logger
 	hostOpts []runhost.Option
+	clock    agent.Clock
+	// sched fires due schedules (nil without Config.Schedules or with a
+	// negative SchedulePoll).
+	sched *scheduler.Scheduler
 }
 
 var _ plumbv1.AgentServiceServer = (*Service)(nil)
@@ -122,7 +143,29 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	s.host, s.lg = host, s.lg.Named("agentsvc")
+	if cfg.Schedules != nil && cfg.SchedulePoll >= 0 {
+		opts := []scheduler.Option{scheduler.WithLogger(s.lg.Named("scheduler"))}
+		if s.clock != nil {
+			opts = append(opts, scheduler.WithClock(s.clock))
+		}
+		s.sched, err = scheduler.New(scheduler.Config{
+			Store: cfg.Schedules, Start: s.startScheduled, Replica: cmp.Or(cfg.Replica, cfg.ReplicaID), Poll: cfg.SchedulePoll,
+		}, opts...)
+		if err != nil {
+			_ = host.Shutdown(context.Background())
+			return nil, err
+		}
+		s.sched.Start()
+	}
 	return s, nil
+}
+
+// now is the service's clock.
+func (s *Service) now() time.Time {
+	if s.clock != nil {
+		return s.clock.Now()
+	}
+	return time.Now()
 }
 
 // Shutdown stops accepting runs (Run and Resume answer UNAVAILABLE) and
@@ -130,4 +173,10 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 // handing them to other replicas when ctx ends first (runhost.Host.Shutdown).
 // cmd/agentd calls it on SIGTERM with a server.shutdown_grace deadline,
 // before stopping the gRPC server.
-func (s *Service) Shutdown(ctx context.Context) error { return s.host.Shutdown(ctx) }
+// The scheduler stops first: no fire starts a run on a stopping host.
+func (s *Service) Shutdown(ctx context.Context) error {
+	if s.sched != nil {
+		s.sched.Stop()
+	}
+	return s.host.Shutdown(ctx)
+}

@@ -61,6 +61,10 @@ const (
 	ReasonPreviewLimit    = "PREVIEW_LIMIT"
 	ReasonNoSandbox       = "NO_SANDBOX"
 	ReasonPreviewsOff     = "PREVIEWS_OFF"
+	// Schedules: no such schedule (or another tenant's); agentd keeps
+	// no schedules.
+	ReasonScheduleNotFound = "SCHEDULE_NOT_FOUND"
+	ReasonSchedulesOff     = "SCHEDULES_OFF"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -161,6 +165,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandbox, nil), true
 	case errors.Is(err, preview.ErrOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonPreviewsOff, nil), true
+	case errors.Is(err, store.ErrScheduleNotFound):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonScheduleNotFound, nil), true
+	case errors.Is(err, ErrSchedulesOff):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonSchedulesOff, nil), true
 	}
 	return nil, false
 }

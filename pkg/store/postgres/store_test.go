@@ -459,3 +459,9 @@ func TestLeasesConformance(t *testing.T) {
 func TestPreviewsConformance(t *testing.T) {
 	storetest.RunPreviews(t, func(t *testing.T) storetest.PreviewStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestSchedulesConformance runs the schedule suite against a real
+// PostgreSQL server.
+func TestSchedulesConformance(t *testing.T) {
+	storetest.RunSchedules(t, func(t *testing.T) storetest.ScheduleStore { return open(t, pgtest.New(t), Options{}) })
+}

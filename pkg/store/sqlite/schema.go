@@ -96,4 +96,38 @@ var migrations = []string{
 		revoked    INTEGER NOT NULL DEFAULT 0
 	) WITHOUT ROWID;
 	CREATE INDEX previews_thread ON previews (thread_id, expires_at);`,
+	// Schedules and their fires (store.Schedules). A fire's tick is
+	// unique per schedule: a tick fires at most once, whatever the claim.
+	`CREATE TABLE schedules (
+		id             TEXT PRIMARY KEY,
+		tenant         TEXT NOT NULL,
+		cron           TEXT NOT NULL DEFAULT '',
+		time_zone      TEXT NOT NULL DEFAULT '',
+		interval_ns    INTEGER NOT NULL DEFAULT 0,
+		catch_up       TEXT NOT NULL,
+		paused         INTEGER NOT NULL DEFAULT 0,
+		run            TEXT NOT NULL,
+		next_fire      INTEGER NOT NULL DEFAULT 0,
+		last_fire      INTEGER NOT NULL DEFAULT 0,
+		last_run_id    TEXT NOT NULL DEFAULT '',
+		last_thread_id TEXT NOT NULL DEFAULT '',
+		last_error     TEXT NOT NULL DEFAULT '',
+		created_at     INTEGER NOT NULL,
+		updated_at     INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE INDEX schedules_tenant ON schedules (tenant, created_at DESC, id DESC);
+	CREATE INDEX schedules_due ON schedules (next_fire) WHERE NOT paused;
+	CREATE TABLE schedule_fires (
+		schedule_id TEXT NOT NULL REFERENCES schedules (id) ON DELETE CASCADE,
+		tick        INTEGER NOT NULL,
+		fired_at    INTEGER NOT NULL,
+		replica     TEXT NOT NULL,
+		status      TEXT NOT NULL,
+		missed      INTEGER NOT NULL DEFAULT 0,
+		run_id      TEXT NOT NULL DEFAULT '',
+		thread_id   TEXT NOT NULL DEFAULT '',
+		reason      TEXT NOT NULL DEFAULT '',
+		PRIMARY KEY (schedule_id, tick)
+	) WITHOUT ROWID;
+	CREATE INDEX schedule_fires_pending ON schedule_fires (fired_at) WHERE status = 'pending';`,
 }

@@ -248,3 +248,11 @@ func TestPreviewsConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestSchedulesConformance runs the schedule suite against a real SQLite
+// file.
+func TestSchedulesConformance(t *testing.T) {
+	storetest.RunSchedules(t, func(t *testing.T) storetest.ScheduleStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

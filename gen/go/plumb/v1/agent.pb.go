@@ -23,6 +23,124 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ScheduleCatchUp is what a schedule does with ticks it missed while no
+// agentd ran it (downtime).
+type ScheduleCatchUp int32
+
+const (
+	// SCHEDULE_CATCH_UP_UNSPECIFIED means SCHEDULE_CATCH_UP_FIRE_ONCE.
+	ScheduleCatchUp_SCHEDULE_CATCH_UP_UNSPECIFIED ScheduleCatchUp = 0
+	// SCHEDULE_CATCH_UP_FIRE_ONCE folds the missed ticks into one fire, at
+	// once, then goes on on schedule.
+	ScheduleCatchUp_SCHEDULE_CATCH_UP_FIRE_ONCE ScheduleCatchUp = 1
+	// SCHEDULE_CATCH_UP_SKIP fires a tick only while it is at most a minute
+	// late; later ones are recorded as skipped.
+	ScheduleCatchUp_SCHEDULE_CATCH_UP_SKIP ScheduleCatchUp = 2
+)
+
+// Enum value maps for ScheduleCatchUp.
+var (
+	ScheduleCatchUp_name = map[int32]string{
+		0: "SCHEDULE_CATCH_UP_UNSPECIFIED",
+		1: "SCHEDULE_CATCH_UP_FIRE_ONCE",
+		2: "SCHEDULE_CATCH_UP_SKIP",
+	}
+	ScheduleCatchUp_value = map[string]int32{
+		"SCHEDULE_CATCH_UP_UNSPECIFIED": 0,
+		"SCHEDULE_CATCH_UP_FIRE_ONCE":   1,
+		"SCHEDULE_CATCH_UP_SKIP":        2,
+	}
+)
+
+func (x ScheduleCatchUp) Enum() *ScheduleCatchUp {
+	p := new(ScheduleCatchUp)
+	*p = x
+	return p
+}
+
+func (x ScheduleCatchUp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleCatchUp) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (ScheduleCatchUp) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[0]
+}
+
+func (x ScheduleCatchUp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleCatchUp.Descriptor instead.
+func (ScheduleCatchUp) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+// ScheduleFireStatus is the outcome of a fire.
+type ScheduleFireStatus int32
+
+const (
+	// SCHEDULE_FIRE_STATUS_UNSPECIFIED is not used.
+	ScheduleFireStatus_SCHEDULE_FIRE_STATUS_UNSPECIFIED ScheduleFireStatus = 0
+	// SCHEDULE_FIRE_STATUS_PENDING: claimed, the run not started yet.
+	ScheduleFireStatus_SCHEDULE_FIRE_STATUS_PENDING ScheduleFireStatus = 1
+	// SCHEDULE_FIRE_STATUS_STARTED: the run started.
+	ScheduleFireStatus_SCHEDULE_FIRE_STATUS_STARTED ScheduleFireStatus = 2
+	// SCHEDULE_FIRE_STATUS_SKIPPED: no run on purpose (thread busy, tick
+	// too late); reason says which.
+	ScheduleFireStatus_SCHEDULE_FIRE_STATUS_SKIPPED ScheduleFireStatus = 3
+	// SCHEDULE_FIRE_STATUS_FAILED: the run did not start; reason says why.
+	ScheduleFireStatus_SCHEDULE_FIRE_STATUS_FAILED ScheduleFireStatus = 4
+)
+
+// Enum value maps for ScheduleFireStatus.
+var (
+	ScheduleFireStatus_name = map[int32]string{
+		0: "SCHEDULE_FIRE_STATUS_UNSPECIFIED",
+		1: "SCHEDULE_FIRE_STATUS_PENDING",
+		2: "SCHEDULE_FIRE_STATUS_STARTED",
+		3: "SCHEDULE_FIRE_STATUS_SKIPPED",
+		4: "SCHEDULE_FIRE_STATUS_FAILED",
+	}
+	ScheduleFireStatus_value = map[string]int32{
+		"SCHEDULE_FIRE_STATUS_UNSPECIFIED": 0,
+		"SCHEDULE_FIRE_STATUS_PENDING":     1,
+		"SCHEDULE_FIRE_STATUS_STARTED":     2,
+		"SCHEDULE_FIRE_STATUS_SKIPPED":     3,
+		"SCHEDULE_FIRE_STATUS_FAILED":      4,
+	}
+)
+
+func (x ScheduleFireStatus) Enum() *ScheduleFireStatus {
+	p := new(ScheduleFireStatus)
+	*p = x
+	return p
+}
+
+func (x ScheduleFireStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScheduleFireStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (ScheduleFireStatus) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[1]
+}
+
+func (x ScheduleFireStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScheduleFireStatus.Descriptor instead.
+func (ScheduleFireStatus) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -68,11 +186,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[0]
+	return &file_plumb_v1_agent_proto_enumTypes[2]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -81,7 +199,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -121,11 +239,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[1]
+	return &file_plumb_v1_agent_proto_enumTypes[3]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -134,7 +252,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // ThreadStatus is a thread's state.
@@ -178,11 +296,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[2]
+	return &file_plumb_v1_agent_proto_enumTypes[4]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -191,7 +309,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -231,11 +349,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[3]
+	return &file_plumb_v1_agent_proto_enumTypes[5]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -244,7 +362,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -305,11 +423,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[4]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -318,7 +436,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // TodoStatus is a todo item's state.
@@ -362,11 +480,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -375,7 +493,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -427,11 +545,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -440,7 +558,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -492,11 +610,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -505,7 +623,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -557,11 +675,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -570,7 +688,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -610,11 +728,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -623,7 +741,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // UsagePurpose says what a model call was for.
@@ -663,11 +781,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[12]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -676,7 +794,1155 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+// Schedule is a tenant's schedule.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Five-field cron expression (minute hour day-of-month month
+	// day-of-week, or a descriptor such as @daily); empty with interval.
+	Cron string `protobuf:"bytes,2,opt,name=cron,proto3" json:"cron,omitempty"`
+	// IANA time zone of cron (for example Europe/Paris); empty = UTC.
+	TimeZone string `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Fixed interval between ticks (whole seconds, 1s to 366 days); unset
+	// with cron.
+	Interval *durationpb.Duration `protobuf:"bytes,4,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Policy for ticks missed during downtime.
+	CatchUp ScheduleCatchUp `protobuf:"varint,5,opt,name=catch_up,json=catchUp,proto3,enum=plumb.v1.ScheduleCatchUp" json:"catch_up,omitempty"`
+	// The run each tick starts, detached: thread_id (empty = a new thread
+	// per fire), metadata, agent, input, model, max_iterations, timeout,
+	// abandon_interrupt. files, client_tools and detach are not allowed.
+	Run *RunRequest `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
+	// Whether it is paused.
+	Paused bool `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	// When it fires next; unset while paused.
+	NextFireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_fire_time,json=nextFireTime,proto3" json:"next_fire_time,omitempty"`
+	// The tick of its last fire; unset before the first.
+	LastFireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_fire_time,json=lastFireTime,proto3" json:"last_fire_time,omitempty"`
+	// Run started by the last fire (empty when it started none).
+	LastRunId string `protobuf:"bytes,10,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
+	// Thread of that run.
+	LastThreadId string `protobuf:"bytes,11,opt,name=last_thread_id,json=lastThreadId,proto3" json:"last_thread_id,omitempty"`
+	// Why the last fire started no run (empty when it did).
+	LastError string `protobuf:"bytes,12,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When it was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was last changed by a call.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Schedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Schedule) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *Schedule) GetCatchUp() ScheduleCatchUp {
+	if x != nil {
+		return x.CatchUp
+	}
+	return ScheduleCatchUp_SCHEDULE_CATCH_UP_UNSPECIFIED
+}
+
+func (x *Schedule) GetRun() *RunRequest {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *Schedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Schedule) GetNextFireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextFireTime
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastFireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFireTime
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastRunId() string {
+	if x != nil {
+		return x.LastRunId
+	}
+	return ""
+}
+
+func (x *Schedule) GetLastThreadId() string {
+	if x != nil {
+		return x.LastThreadId
+	}
+	return ""
+}
+
+func (x *Schedule) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Schedule) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Schedule) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// CreateScheduleRequest describes a new schedule: exactly one of cron and
+// interval.
+type CreateScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Five-field cron expression; empty with interval.
+	Cron string `protobuf:"bytes,1,opt,name=cron,proto3" json:"cron,omitempty"`
+	// IANA time zone of cron; empty = UTC.
+	TimeZone string `protobuf:"bytes,2,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Interval between ticks, 1s to 366 days, whole seconds.
+	Interval *durationpb.Duration `protobuf:"bytes,3,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Policy for missed ticks; unspecified = FIRE_ONCE.
+	CatchUp ScheduleCatchUp `protobuf:"varint,4,opt,name=catch_up,json=catchUp,proto3,enum=plumb.v1.ScheduleCatchUp" json:"catch_up,omitempty"`
+	// The run each tick starts (see Schedule.run). Required, with input.
+	Run *RunRequest `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	// Create it paused.
+	Paused        bool `protobuf:"varint,6,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleRequest) Reset() {
+	*x = CreateScheduleRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleRequest) ProtoMessage() {}
+
+func (x *CreateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*CreateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateScheduleRequest) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *CreateScheduleRequest) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *CreateScheduleRequest) GetCatchUp() ScheduleCatchUp {
+	if x != nil {
+		return x.CatchUp
+	}
+	return ScheduleCatchUp_SCHEDULE_CATCH_UP_UNSPECIFIED
+}
+
+func (x *CreateScheduleRequest) GetRun() *RunRequest {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *CreateScheduleRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+// CreateScheduleResponse carries the new schedule.
+type CreateScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, with its next fire time.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateScheduleResponse) Reset() {
+	*x = CreateScheduleResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateScheduleResponse) ProtoMessage() {}
+
+func (x *CreateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*CreateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// GetScheduleRequest names a schedule.
+type GetScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleRequest) Reset() {
+	*x = GetScheduleRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleRequest) ProtoMessage() {}
+
+func (x *GetScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleRequest.ProtoReflect.Descriptor instead.
+func (*GetScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// GetScheduleResponse carries a schedule.
+type GetScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetScheduleResponse) Reset() {
+	*x = GetScheduleResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetScheduleResponse) ProtoMessage() {}
+
+func (x *GetScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetScheduleResponse.ProtoReflect.Descriptor instead.
+func (*GetScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ListSchedulesRequest pages through the caller's schedules.
+type ListSchedulesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Page size; 0 = 50, at most 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token of the page to return; empty = the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListSchedulesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSchedulesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSchedulesResponse is one page of schedules, newest first.
+type ListSchedulesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedules.
+	Schedules []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+func (x *ListSchedulesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// UpdateScheduleRequest replaces a schedule's timing, policy and run.
+type UpdateScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// Five-field cron expression; empty with interval.
+	Cron string `protobuf:"bytes,2,opt,name=cron,proto3" json:"cron,omitempty"`
+	// IANA time zone of cron; empty = UTC.
+	TimeZone string `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Interval between ticks.
+	Interval *durationpb.Duration `protobuf:"bytes,4,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Policy for missed ticks.
+	CatchUp ScheduleCatchUp `protobuf:"varint,5,opt,name=catch_up,json=catchUp,proto3,enum=plumb.v1.ScheduleCatchUp" json:"catch_up,omitempty"`
+	// The run each tick starts. Required, with input.
+	Run *RunRequest `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
+	// Paused after the update.
+	Paused        bool `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScheduleRequest) Reset() {
+	*x = UpdateScheduleRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScheduleRequest) ProtoMessage() {}
+
+func (x *UpdateScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScheduleRequest.ProtoReflect.Descriptor instead.
+func (*UpdateScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UpdateScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *UpdateScheduleRequest) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *UpdateScheduleRequest) GetCatchUp() ScheduleCatchUp {
+	if x != nil {
+		return x.CatchUp
+	}
+	return ScheduleCatchUp_SCHEDULE_CATCH_UP_UNSPECIFIED
+}
+
+func (x *UpdateScheduleRequest) GetRun() *RunRequest {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *UpdateScheduleRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+// UpdateScheduleResponse carries the updated schedule.
+type UpdateScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, with its new next fire time.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateScheduleResponse) Reset() {
+	*x = UpdateScheduleResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateScheduleResponse) ProtoMessage() {}
+
+func (x *UpdateScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateScheduleResponse.ProtoReflect.Descriptor instead.
+func (*UpdateScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UpdateScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// DeleteScheduleRequest names a schedule.
+type DeleteScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// DeleteScheduleResponse is empty on success.
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+// PauseScheduleRequest names a schedule.
+type PauseScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleRequest) Reset() {
+	*x = PauseScheduleRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleRequest) ProtoMessage() {}
+
+func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PauseScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// PauseScheduleResponse carries the paused schedule.
+type PauseScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleResponse) Reset() {
+	*x = PauseScheduleResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleResponse) ProtoMessage() {}
+
+func (x *PauseScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PauseScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PauseScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ResumeScheduleRequest names a schedule.
+type ResumeScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	ScheduleId    string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleRequest) Reset() {
+	*x = ResumeScheduleRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleRequest) ProtoMessage() {}
+
+func (x *ResumeScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleRequest.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResumeScheduleRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+// ResumeScheduleResponse carries the resumed schedule.
+type ResumeScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The schedule, with its next fire time.
+	Schedule      *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeScheduleResponse) Reset() {
+	*x = ResumeScheduleResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeScheduleResponse) ProtoMessage() {}
+
+func (x *ResumeScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeScheduleResponse.ProtoReflect.Descriptor instead.
+func (*ResumeScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ResumeScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+// ScheduleFire is one claimed tick of a schedule.
+type ScheduleFire struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tick.
+	Tick *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=tick,proto3" json:"tick,omitempty"`
+	// When a replica claimed it.
+	FireTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	// The agentd replica that claimed it.
+	Replica string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
+	// Outcome.
+	Status ScheduleFireStatus `protobuf:"varint,4,opt,name=status,proto3,enum=plumb.v1.ScheduleFireStatus" json:"status,omitempty"`
+	// Ticks missed during downtime and folded into this one.
+	Missed int32 `protobuf:"varint,5,opt,name=missed,proto3" json:"missed,omitempty"`
+	// Run started.
+	RunId string `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Thread of the run.
+	ThreadId string `protobuf:"bytes,7,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Why no run started.
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleFire) Reset() {
+	*x = ScheduleFire{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleFire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleFire) ProtoMessage() {}
+
+func (x *ScheduleFire) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleFire.ProtoReflect.Descriptor instead.
+func (*ScheduleFire) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ScheduleFire) GetTick() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Tick
+	}
+	return nil
+}
+
+func (x *ScheduleFire) GetFireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FireTime
+	}
+	return nil
+}
+
+func (x *ScheduleFire) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ScheduleFire) GetStatus() ScheduleFireStatus {
+	if x != nil {
+		return x.Status
+	}
+	return ScheduleFireStatus_SCHEDULE_FIRE_STATUS_UNSPECIFIED
+}
+
+func (x *ScheduleFire) GetMissed() int32 {
+	if x != nil {
+		return x.Missed
+	}
+	return 0
+}
+
+func (x *ScheduleFire) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ScheduleFire) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ScheduleFire) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ListScheduleFiresRequest pages through a schedule's fires.
+type ListScheduleFiresRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule id.
+	ScheduleId string `protobuf:"bytes,1,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// Page size; 0 = 50, at most 500.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token of the page to return; empty = the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScheduleFiresRequest) Reset() {
+	*x = ListScheduleFiresRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScheduleFiresRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScheduleFiresRequest) ProtoMessage() {}
+
+func (x *ListScheduleFiresRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScheduleFiresRequest.ProtoReflect.Descriptor instead.
+func (*ListScheduleFiresRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListScheduleFiresRequest) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ListScheduleFiresRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListScheduleFiresRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListScheduleFiresResponse is one page of fires, newest tick first.
+type ListScheduleFiresResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fires.
+	Fires []*ScheduleFire `protobuf:"bytes,1,rep,name=fires,proto3" json:"fires,omitempty"`
+	// Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScheduleFiresResponse) Reset() {
+	*x = ListScheduleFiresResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScheduleFiresResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScheduleFiresResponse) ProtoMessage() {}
+
+func (x *ListScheduleFiresResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScheduleFiresResponse.ProtoReflect.Descriptor instead.
+func (*ListScheduleFiresResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListScheduleFiresResponse) GetFires() []*ScheduleFire {
+	if x != nil {
+		return x.Fires
+	}
+	return nil
+}
+
+func (x *ListScheduleFiresResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // SecretInfo describes a stored secret, without its value.
@@ -694,7 +1960,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +1972,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +1985,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -757,7 +2023,7 @@ type PutSecretRequest struct {
 
 func (x *PutSecretRequest) Reset() {
 	*x = PutSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +2035,7 @@ func (x *PutSecretRequest) String() string {
 func (*PutSecretRequest) ProtoMessage() {}
 
 func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +2048,7 @@ func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretRequest.ProtoReflect.Descriptor instead.
 func (*PutSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutSecretRequest) GetName() string {
@@ -812,7 +2078,7 @@ type PutSecretResponse struct {
 
 func (x *PutSecretResponse) Reset() {
 	*x = PutSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +2090,7 @@ func (x *PutSecretResponse) String() string {
 func (*PutSecretResponse) ProtoMessage() {}
 
 func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +2103,7 @@ func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretResponse.ProtoReflect.Descriptor instead.
 func (*PutSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutSecretResponse) GetSecret() *SecretInfo {
@@ -863,7 +2129,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +2141,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +2154,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 // ListSecretsResponse lists secrets by name.
@@ -902,7 +2168,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +2180,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +2193,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -948,7 +2214,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +2226,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +2239,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -992,7 +2258,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +2270,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +2283,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 // CreatePreviewRequest names a thread and a port in its sandbox.
@@ -1035,7 +2301,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +2313,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +2326,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -1098,7 +2364,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +2376,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +2389,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -1161,7 +2427,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +2439,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +2452,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Preview) GetId() string {
@@ -1242,7 +2508,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +2520,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +2533,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -1288,7 +2554,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +2566,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +2579,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -1334,7 +2600,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +2612,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +2625,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -1378,7 +2644,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +2656,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +2669,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 // InputMessage is one user message.
@@ -1417,7 +2683,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +2695,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +2708,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -1468,7 +2734,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +2746,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +2759,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClientTool) GetName() string {
@@ -1548,7 +2814,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +2826,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +2839,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -1664,7 +2930,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2942,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2955,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -1720,7 +2986,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2998,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +3011,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1807,7 +3073,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +3085,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +3098,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1874,7 +3140,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +3152,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +3165,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1923,7 +3189,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +3201,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +3214,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1976,7 +3242,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +3254,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +3267,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -2022,7 +3288,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +3300,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +3313,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -2070,7 +3336,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +3348,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +3361,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -2123,7 +3389,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +3401,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +3414,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -2169,7 +3435,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +3447,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +3460,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -2217,7 +3483,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +3495,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +3508,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -2270,7 +3536,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +3548,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +3561,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -2322,7 +3588,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +3600,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +3613,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -2384,7 +3650,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +3662,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +3675,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -2442,7 +3708,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +3720,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +3733,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -2504,7 +3770,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +3782,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +3795,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -2563,7 +3829,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +3841,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +3854,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -2625,7 +3891,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3903,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3916,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2685,7 +3951,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3963,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3976,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2754,7 +4020,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +4032,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +4045,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2809,7 +4075,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +4087,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +4100,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2860,7 +4126,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +4138,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +4151,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 // ListAgentsRequest has no fields.
@@ -2897,7 +4163,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +4175,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +4188,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2936,7 +4202,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +4214,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +4227,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2997,7 +4263,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +4275,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +4288,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3089,7 +4355,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +4367,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +4380,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -3187,7 +4453,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +4465,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +4478,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Thread) GetId() string {
@@ -3355,7 +4621,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +4633,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +4646,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -3438,7 +4704,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +4716,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +4729,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Todo) GetContent() string {
@@ -3495,7 +4761,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +4773,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +4786,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ToolCall) GetId() string {
@@ -3579,7 +4845,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +4857,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +4870,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -3699,7 +4965,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4977,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4990,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3769,7 +5035,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +5047,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +5060,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3858,7 +5124,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +5136,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +5149,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3966,7 +5232,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +5244,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +5257,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -4352,7 +5618,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +5630,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +5643,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -4450,7 +5716,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +5728,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +5741,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -4521,7 +5787,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +5799,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +5812,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -4589,7 +5855,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +5867,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +5880,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -4667,7 +5933,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +5945,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +5958,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4731,7 +5997,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +6009,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +6022,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4799,7 +6065,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +6077,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +6090,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4877,7 +6143,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +6155,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +6168,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4951,7 +6217,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +6229,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +6242,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ToolResult) GetId() string {
@@ -5046,7 +6312,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +6324,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +6337,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -5098,7 +6364,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +6376,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +6389,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -5167,7 +6433,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +6445,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +6458,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -5236,7 +6502,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +6514,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +6527,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -5340,7 +6606,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +6618,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +6631,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -5401,7 +6667,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +6679,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +6692,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -5487,7 +6753,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +6765,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +6778,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -5582,7 +6848,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6860,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6873,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RunError) GetCode() string {
@@ -5646,7 +6912,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +6924,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +6937,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -5699,7 +6965,90 @@ var File_plumb_v1_agent_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n" +
+	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x04\n" +
+	"\bSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04cron\x18\x02 \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\x125\n" +
+	"\binterval\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\binterval\x124\n" +
+	"\bcatch_up\x18\x05 \x01(\x0e2\x19.plumb.v1.ScheduleCatchUpR\acatchUp\x12&\n" +
+	"\x03run\x18\x06 \x01(\v2\x14.plumb.v1.RunRequestR\x03run\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\x12@\n" +
+	"\x0enext_fire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fnextFireTime\x12@\n" +
+	"\x0elast_fire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastFireTime\x12\x1e\n" +
+	"\vlast_run_id\x18\n" +
+	" \x01(\tR\tlastRunId\x12$\n" +
+	"\x0elast_thread_id\x18\v \x01(\tR\flastThreadId\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\f \x01(\tR\tlastError\x12;\n" +
+	"\vcreate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\xf5\x01\n" +
+	"\x15CreateScheduleRequest\x12\x12\n" +
+	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\x125\n" +
+	"\binterval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\binterval\x124\n" +
+	"\bcatch_up\x18\x04 \x01(\x0e2\x19.plumb.v1.ScheduleCatchUpR\acatchUp\x12&\n" +
+	"\x03run\x18\x05 \x01(\v2\x14.plumb.v1.RunRequestR\x03run\x12\x16\n" +
+	"\x06paused\x18\x06 \x01(\bR\x06paused\"H\n" +
+	"\x16CreateScheduleResponse\x12.\n" +
+	"\bschedule\x18\x01 \x01(\v2\x12.plumb.v1.ScheduleR\bschedule\"5\n" +
+	"\x12GetScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"E\n" +
+	"\x13GetScheduleResponse\x12.\n" +
+	"\bschedule\x18\x01 \x01(\v2\x12.plumb.v1.ScheduleR\bschedule\"R\n" +
+	"\x14ListSchedulesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"q\n" +
+	"\x15ListSchedulesResponse\x120\n" +
+	"\tschedules\x18\x01 \x03(\v2\x12.plumb.v1.ScheduleR\tschedules\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x02\n" +
+	"\x15UpdateScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x12\n" +
+	"\x04cron\x18\x02 \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\x125\n" +
+	"\binterval\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\binterval\x124\n" +
+	"\bcatch_up\x18\x05 \x01(\x0e2\x19.plumb.v1.ScheduleCatchUpR\acatchUp\x12&\n" +
+	"\x03run\x18\x06 \x01(\v2\x14.plumb.v1.RunRequestR\x03run\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\"H\n" +
+	"\x16UpdateScheduleResponse\x12.\n" +
+	"\bschedule\x18\x01 \x01(\v2\x12.plumb.v1.ScheduleR\bschedule\"8\n" +
+	"\x15DeleteScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"\x18\n" +
+	"\x16DeleteScheduleResponse\"7\n" +
+	"\x14PauseScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"G\n" +
+	"\x15PauseScheduleResponse\x12.\n" +
+	"\bschedule\x18\x01 \x01(\v2\x12.plumb.v1.ScheduleR\bschedule\"8\n" +
+	"\x15ResumeScheduleRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\"H\n" +
+	"\x16ResumeScheduleResponse\x12.\n" +
+	"\bschedule\x18\x01 \x01(\v2\x12.plumb.v1.ScheduleR\bschedule\"\xab\x02\n" +
+	"\fScheduleFire\x12.\n" +
+	"\x04tick\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04tick\x127\n" +
+	"\tfire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\x124\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x1c.plumb.v1.ScheduleFireStatusR\x06status\x12\x16\n" +
+	"\x06missed\x18\x05 \x01(\x05R\x06missed\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tthread_id\x18\a \x01(\tR\bthreadId\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"w\n" +
+	"\x18ListScheduleFiresRequest\x12\x1f\n" +
+	"\vschedule_id\x18\x01 \x01(\tR\n" +
+	"scheduleId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"q\n" +
+	"\x19ListScheduleFiresResponse\x12,\n" +
+	"\x05fires\x18\x01 \x03(\v2\x16.plumb.v1.ScheduleFireR\x05fires\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9a\x01\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
@@ -6085,7 +7434,17 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1d\n" +
 	"\n" +
 	"final_text\x18\x02 \x01(\tR\tfinalText\x12*\n" +
-	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*\x95\x01\n" +
+	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*q\n" +
+	"\x0fScheduleCatchUp\x12!\n" +
+	"\x1dSCHEDULE_CATCH_UP_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bSCHEDULE_CATCH_UP_FIRE_ONCE\x10\x01\x12\x1a\n" +
+	"\x16SCHEDULE_CATCH_UP_SKIP\x10\x02*\xc1\x01\n" +
+	"\x12ScheduleFireStatus\x12$\n" +
+	" SCHEDULE_FIRE_STATUS_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cSCHEDULE_FIRE_STATUS_PENDING\x10\x01\x12 \n" +
+	"\x1cSCHEDULE_FIRE_STATUS_STARTED\x10\x02\x12 \n" +
+	"\x1cSCHEDULE_FIRE_STATUS_SKIPPED\x10\x03\x12\x1f\n" +
+	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -6149,8 +7508,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc8\n" +
-	"\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xea\x0f\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -6170,7 +7528,15 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponse\x12P\n" +
 	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
 	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
-	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponse\x12S\n" +
+	"\x0eCreateSchedule\x12\x1f.plumb.v1.CreateScheduleRequest\x1a .plumb.v1.CreateScheduleResponse\x12J\n" +
+	"\vGetSchedule\x12\x1c.plumb.v1.GetScheduleRequest\x1a\x1d.plumb.v1.GetScheduleResponse\x12P\n" +
+	"\rListSchedules\x12\x1e.plumb.v1.ListSchedulesRequest\x1a\x1f.plumb.v1.ListSchedulesResponse\x12S\n" +
+	"\x0eUpdateSchedule\x12\x1f.plumb.v1.UpdateScheduleRequest\x1a .plumb.v1.UpdateScheduleResponse\x12S\n" +
+	"\x0eDeleteSchedule\x12\x1f.plumb.v1.DeleteScheduleRequest\x1a .plumb.v1.DeleteScheduleResponse\x12P\n" +
+	"\rPauseSchedule\x12\x1e.plumb.v1.PauseScheduleRequest\x1a\x1f.plumb.v1.PauseScheduleResponse\x12S\n" +
+	"\x0eResumeSchedule\x12\x1f.plumb.v1.ResumeScheduleRequest\x1a .plumb.v1.ResumeScheduleResponse\x12\\\n" +
+	"\x11ListScheduleFires\x12\".plumb.v1.ListScheduleFiresRequest\x1a#.plumb.v1.ListScheduleFiresResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -6184,226 +7550,285 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(DecisionType)(0),               // 0: plumb.v1.DecisionType
-	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
-	(ThreadStatus)(0),               // 2: plumb.v1.ThreadStatus
-	(AgentKind)(0),                  // 3: plumb.v1.AgentKind
-	(RunStatus)(0),                  // 4: plumb.v1.RunStatus
-	(TodoStatus)(0),                 // 5: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),            // 6: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),           // 7: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),             // 8: plumb.v1.SubagentStatus
-	(InterruptKind)(0),              // 9: plumb.v1.InterruptKind
-	(UsagePurpose)(0),               // 10: plumb.v1.UsagePurpose
-	(*SecretInfo)(nil),              // 11: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),        // 12: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),       // 13: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),      // 14: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),     // 15: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),     // 16: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),    // 17: plumb.v1.DeleteSecretResponse
-	(*CreatePreviewRequest)(nil),    // 18: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),   // 19: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                 // 20: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),     // 21: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),    // 22: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),    // 23: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),   // 24: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),            // 25: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 26: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 27: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 28: plumb.v1.RunResponse
-	(*Decision)(nil),                // 29: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 30: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 31: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 32: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 33: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 34: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 35: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 36: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 37: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 38: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 39: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 40: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 41: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 42: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 43: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 44: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 45: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 46: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 47: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 48: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 49: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 50: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 51: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 52: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 53: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 54: plumb.v1.Thread
-	(*RunRecord)(nil),               // 55: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 56: plumb.v1.Todo
-	(*ToolCall)(nil),                // 57: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 58: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 59: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 60: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 61: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 62: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 63: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 64: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 65: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 66: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 67: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 68: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 69: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 70: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 71: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 72: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 73: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 74: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 75: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 76: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 77: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 78: plumb.v1.Summarized
-	(*RunError)(nil),                // 79: plumb.v1.RunError
-	(*RunFinished)(nil),             // 80: plumb.v1.RunFinished
-	nil,                             // 81: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 82: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 83: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 84: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 85: plumb.v1.Thread.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 86: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 87: google.protobuf.Duration
+	(ScheduleCatchUp)(0),              // 0: plumb.v1.ScheduleCatchUp
+	(ScheduleFireStatus)(0),           // 1: plumb.v1.ScheduleFireStatus
+	(DecisionType)(0),                 // 2: plumb.v1.DecisionType
+	(ThreadView)(0),                   // 3: plumb.v1.ThreadView
+	(ThreadStatus)(0),                 // 4: plumb.v1.ThreadStatus
+	(AgentKind)(0),                    // 5: plumb.v1.AgentKind
+	(RunStatus)(0),                    // 6: plumb.v1.RunStatus
+	(TodoStatus)(0),                   // 7: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),              // 8: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),             // 9: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),               // 10: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                // 11: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                 // 12: plumb.v1.UsagePurpose
+	(*Schedule)(nil),                  // 13: plumb.v1.Schedule
+	(*CreateScheduleRequest)(nil),     // 14: plumb.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),    // 15: plumb.v1.CreateScheduleResponse
+	(*GetScheduleRequest)(nil),        // 16: plumb.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),       // 17: plumb.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),      // 18: plumb.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),     // 19: plumb.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),     // 20: plumb.v1.UpdateScheduleRequest
+	(*UpdateScheduleResponse)(nil),    // 21: plumb.v1.UpdateScheduleResponse
+	(*DeleteScheduleRequest)(nil),     // 22: plumb.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),    // 23: plumb.v1.DeleteScheduleResponse
+	(*PauseScheduleRequest)(nil),      // 24: plumb.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),     // 25: plumb.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),     // 26: plumb.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),    // 27: plumb.v1.ResumeScheduleResponse
+	(*ScheduleFire)(nil),              // 28: plumb.v1.ScheduleFire
+	(*ListScheduleFiresRequest)(nil),  // 29: plumb.v1.ListScheduleFiresRequest
+	(*ListScheduleFiresResponse)(nil), // 30: plumb.v1.ListScheduleFiresResponse
+	(*SecretInfo)(nil),                // 31: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),          // 32: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),         // 33: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),        // 34: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),       // 35: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),       // 36: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),      // 37: plumb.v1.DeleteSecretResponse
+	(*CreatePreviewRequest)(nil),      // 38: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),     // 39: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                   // 40: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),       // 41: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),      // 42: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),      // 43: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),     // 44: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),              // 45: plumb.v1.InputMessage
+	(*ClientTool)(nil),                // 46: plumb.v1.ClientTool
+	(*RunRequest)(nil),                // 47: plumb.v1.RunRequest
+	(*RunResponse)(nil),               // 48: plumb.v1.RunResponse
+	(*Decision)(nil),                  // 49: plumb.v1.Decision
+	(*ResumeRequest)(nil),             // 50: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),            // 51: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),             // 52: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),            // 53: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),             // 54: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),            // 55: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),       // 56: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),      // 57: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),          // 58: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),         // 59: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),       // 60: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),      // 61: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),     // 62: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),    // 63: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),    // 64: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),   // 65: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),        // 66: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),       // 67: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),       // 68: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),      // 69: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),         // 70: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 71: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                 // 72: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),             // 73: plumb.v1.InterruptRule
+	(*Thread)(nil),                    // 74: plumb.v1.Thread
+	(*RunRecord)(nil),                 // 75: plumb.v1.RunRecord
+	(*Todo)(nil),                      // 76: plumb.v1.Todo
+	(*ToolCall)(nil),                  // 77: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),             // 78: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                 // 79: plumb.v1.StateFile
+	(*Checkpoint)(nil),                // 80: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                // 81: plumb.v1.TokenUsage
+	(*Event)(nil),                     // 82: plumb.v1.Event
+	(*ToolCallDelta)(nil),             // 83: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                // 84: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),               // 85: plumb.v1.SandboxLost
+	(*RunStarted)(nil),                // 86: plumb.v1.RunStarted
+	(*MessageDelta)(nil),              // 87: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),            // 88: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),          // 89: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),           // 90: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                // 91: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),              // 92: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),           // 93: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),          // 94: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),          // 95: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),               // 96: plumb.v1.Interrupted
+	(*UsageReport)(nil),               // 97: plumb.v1.UsageReport
+	(*Summarized)(nil),                // 98: plumb.v1.Summarized
+	(*RunError)(nil),                  // 99: plumb.v1.RunError
+	(*RunFinished)(nil),               // 100: plumb.v1.RunFinished
+	nil,                               // 101: plumb.v1.RunRequest.MetadataEntry
+	nil,                               // 102: plumb.v1.RunRequest.FilesEntry
+	nil,                               // 103: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                               // 104: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                               // 105: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),       // 106: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 107: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	86,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	11,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	11,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	87,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	20,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	86,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	20,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	81,  // 9: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	25,  // 10: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	26,  // 11: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	82,  // 12: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	87,  // 13: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 14: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,   // 15: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	29,  // 16: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	62,  // 17: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	62,  // 18: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	83,  // 19: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	54,  // 20: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,   // 21: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	54,  // 22: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	58,  // 23: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 24: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	60,  // 25: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	84,  // 26: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,   // 27: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	54,  // 28: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	52,  // 29: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,   // 30: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	53,  // 31: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,   // 32: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	86,  // 33: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 34: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	85,  // 35: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,   // 36: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	56,  // 37: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	76,  // 38: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	55,  // 39: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	61,  // 40: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	58,  // 41: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 42: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	60,  // 43: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,   // 44: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	61,  // 45: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	86,  // 46: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	86,  // 47: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,   // 48: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	57,  // 49: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	86,  // 50: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,   // 51: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	86,  // 52: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,   // 53: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	86,  // 54: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 55: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	66,  // 56: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	67,  // 57: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	68,  // 58: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	69,  // 59: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	70,  // 60: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	71,  // 61: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	72,  // 62: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	73,  // 63: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	74,  // 64: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	76,  // 65: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	77,  // 66: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	78,  // 67: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	79,  // 68: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	80,  // 69: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	65,  // 70: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	63,  // 71: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	64,  // 72: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	57,  // 73: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,   // 74: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	56,  // 75: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,   // 76: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	61,  // 77: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,   // 78: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,   // 79: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	75,  // 80: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	61,  // 81: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10,  // 82: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	61,  // 83: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,   // 84: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	61,  // 85: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	27,  // 86: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	30,  // 87: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	32,  // 88: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	34,  // 89: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	36,  // 90: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	38,  // 91: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	40,  // 92: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	42,  // 93: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	44,  // 94: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	46,  // 95: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	48,  // 96: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	50,  // 97: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	12,  // 98: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	14,  // 99: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	16,  // 100: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	18,  // 101: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	21,  // 102: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	23,  // 103: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	28,  // 104: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	31,  // 105: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	33,  // 106: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	35,  // 107: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	37,  // 108: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	39,  // 109: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	41,  // 110: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	43,  // 111: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	45,  // 112: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	47,  // 113: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	49,  // 114: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	51,  // 115: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	13,  // 116: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	15,  // 117: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	17,  // 118: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	19,  // 119: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	22,  // 120: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	24,  // 121: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	104, // [104:122] is the sub-list for method output_type
-	86,  // [86:104] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	106, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
+	47,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	107, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	107, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	107, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	107, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	106, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
+	47,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	13,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	13,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	13,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
+	106, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
+	47,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	13,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	13,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	13,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	107, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	107, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
+	28,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
+	107, // 23: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	107, // 24: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	31,  // 25: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	31,  // 26: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	106, // 27: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	40,  // 28: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	107, // 29: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	107, // 30: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	40,  // 31: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	101, // 32: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	45,  // 33: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	46,  // 34: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	102, // 35: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	106, // 36: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	82,  // 37: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	2,   // 38: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	49,  // 39: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	82,  // 40: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	82,  // 41: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	103, // 42: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	74,  // 43: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	3,   // 44: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	74,  // 45: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	78,  // 46: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	79,  // 47: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	80,  // 48: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	104, // 49: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	4,   // 50: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	74,  // 51: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	72,  // 52: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	5,   // 53: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	73,  // 54: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	2,   // 55: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	107, // 56: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	107, // 57: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	105, // 58: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	4,   // 59: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	76,  // 60: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	96,  // 61: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	75,  // 62: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	81,  // 63: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	78,  // 64: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	79,  // 65: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	80,  // 66: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	6,   // 67: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	81,  // 68: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	107, // 69: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	107, // 70: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	7,   // 71: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	77,  // 72: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	107, // 73: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	9,   // 74: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	107, // 75: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	8,   // 76: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	107, // 77: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	107, // 78: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	86,  // 79: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	87,  // 80: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	88,  // 81: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	89,  // 82: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	90,  // 83: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	91,  // 84: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	92,  // 85: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	93,  // 86: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	94,  // 87: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	96,  // 88: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	97,  // 89: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	98,  // 90: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	99,  // 91: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	100, // 92: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	85,  // 93: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	83,  // 94: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	84,  // 95: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	77,  // 96: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	9,   // 97: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	76,  // 98: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	10,  // 99: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	81,  // 100: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	11,  // 101: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	2,   // 102: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	95,  // 103: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	81,  // 104: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	12,  // 105: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	81,  // 106: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	6,   // 107: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	81,  // 108: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	47,  // 109: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	50,  // 110: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	52,  // 111: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	54,  // 112: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	56,  // 113: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	58,  // 114: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	60,  // 115: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	62,  // 116: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	64,  // 117: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	66,  // 118: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	68,  // 119: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	70,  // 120: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	32,  // 121: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	34,  // 122: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	36,  // 123: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	38,  // 124: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	41,  // 125: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	43,  // 126: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	14,  // 127: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	16,  // 128: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	18,  // 129: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	20,  // 130: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	22,  // 131: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	24,  // 132: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	26,  // 133: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	29,  // 134: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	48,  // 135: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	51,  // 136: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	53,  // 137: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	55,  // 138: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	57,  // 139: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	59,  // 140: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	61,  // 141: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	63,  // 142: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	65,  // 143: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	67,  // 144: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	69,  // 145: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	71,  // 146: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	33,  // 147: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	35,  // 148: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	37,  // 149: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	39,  // 150: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	42,  // 151: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	44,  // 152: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	15,  // 153: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	17,  // 154: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	19,  // 155: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	21,  // 156: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	23,  // 157: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	25,  // 158: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	27,  // 159: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	30,  // 160: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	135, // [135:161] is the sub-list for method output_type
+	109, // [109:135] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -6411,7 +7836,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[69].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -6430,14 +7855,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[78].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   75,
+			NumEnums:      13,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

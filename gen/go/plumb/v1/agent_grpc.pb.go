@@ -19,24 +19,32 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Run_FullMethodName             = "/plumb.v1.AgentService/Run"
-	AgentService_Resume_FullMethodName          = "/plumb.v1.AgentService/Resume"
-	AgentService_Attach_FullMethodName          = "/plumb.v1.AgentService/Attach"
-	AgentService_Cancel_FullMethodName          = "/plumb.v1.AgentService/Cancel"
-	AgentService_CreateThread_FullMethodName    = "/plumb.v1.AgentService/CreateThread"
-	AgentService_GetThread_FullMethodName       = "/plumb.v1.AgentService/GetThread"
-	AgentService_ListMessages_FullMethodName    = "/plumb.v1.AgentService/ListMessages"
-	AgentService_ListStateFiles_FullMethodName  = "/plumb.v1.AgentService/ListStateFiles"
-	AgentService_ListCheckpoints_FullMethodName = "/plumb.v1.AgentService/ListCheckpoints"
-	AgentService_ListThreads_FullMethodName     = "/plumb.v1.AgentService/ListThreads"
-	AgentService_DeleteThread_FullMethodName    = "/plumb.v1.AgentService/DeleteThread"
-	AgentService_ListAgents_FullMethodName      = "/plumb.v1.AgentService/ListAgents"
-	AgentService_PutSecret_FullMethodName       = "/plumb.v1.AgentService/PutSecret"
-	AgentService_ListSecrets_FullMethodName     = "/plumb.v1.AgentService/ListSecrets"
-	AgentService_DeleteSecret_FullMethodName    = "/plumb.v1.AgentService/DeleteSecret"
-	AgentService_CreatePreview_FullMethodName   = "/plumb.v1.AgentService/CreatePreview"
-	AgentService_ListPreviews_FullMethodName    = "/plumb.v1.AgentService/ListPreviews"
-	AgentService_RevokePreview_FullMethodName   = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_Run_FullMethodName               = "/plumb.v1.AgentService/Run"
+	AgentService_Resume_FullMethodName            = "/plumb.v1.AgentService/Resume"
+	AgentService_Attach_FullMethodName            = "/plumb.v1.AgentService/Attach"
+	AgentService_Cancel_FullMethodName            = "/plumb.v1.AgentService/Cancel"
+	AgentService_CreateThread_FullMethodName      = "/plumb.v1.AgentService/CreateThread"
+	AgentService_GetThread_FullMethodName         = "/plumb.v1.AgentService/GetThread"
+	AgentService_ListMessages_FullMethodName      = "/plumb.v1.AgentService/ListMessages"
+	AgentService_ListStateFiles_FullMethodName    = "/plumb.v1.AgentService/ListStateFiles"
+	AgentService_ListCheckpoints_FullMethodName   = "/plumb.v1.AgentService/ListCheckpoints"
+	AgentService_ListThreads_FullMethodName       = "/plumb.v1.AgentService/ListThreads"
+	AgentService_DeleteThread_FullMethodName      = "/plumb.v1.AgentService/DeleteThread"
+	AgentService_ListAgents_FullMethodName        = "/plumb.v1.AgentService/ListAgents"
+	AgentService_PutSecret_FullMethodName         = "/plumb.v1.AgentService/PutSecret"
+	AgentService_ListSecrets_FullMethodName       = "/plumb.v1.AgentService/ListSecrets"
+	AgentService_DeleteSecret_FullMethodName      = "/plumb.v1.AgentService/DeleteSecret"
+	AgentService_CreatePreview_FullMethodName     = "/plumb.v1.AgentService/CreatePreview"
+	AgentService_ListPreviews_FullMethodName      = "/plumb.v1.AgentService/ListPreviews"
+	AgentService_RevokePreview_FullMethodName     = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_CreateSchedule_FullMethodName    = "/plumb.v1.AgentService/CreateSchedule"
+	AgentService_GetSchedule_FullMethodName       = "/plumb.v1.AgentService/GetSchedule"
+	AgentService_ListSchedules_FullMethodName     = "/plumb.v1.AgentService/ListSchedules"
+	AgentService_UpdateSchedule_FullMethodName    = "/plumb.v1.AgentService/UpdateSchedule"
+	AgentService_DeleteSchedule_FullMethodName    = "/plumb.v1.AgentService/DeleteSchedule"
+	AgentService_PauseSchedule_FullMethodName     = "/plumb.v1.AgentService/PauseSchedule"
+	AgentService_ResumeSchedule_FullMethodName    = "/plumb.v1.AgentService/ResumeSchedule"
+	AgentService_ListScheduleFires_FullMethodName = "/plumb.v1.AgentService/ListScheduleFires"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -107,6 +115,33 @@ type AgentServiceClient interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(ctx context.Context, in *RevokePreviewRequest, opts ...grpc.CallOption) (*RevokePreviewResponse, error)
+	// CreateSchedule stores a schedule of the caller's tenant: a cron
+	// expression in a time zone, or an interval, and the run it starts at
+	// each tick (on run.thread_id, or on a new thread each time), detached.
+	// Every tick fires at most once across agentd replicas (docs/schedules.md).
+	CreateSchedule(ctx context.Context, in *CreateScheduleRequest, opts ...grpc.CallOption) (*CreateScheduleResponse, error)
+	// GetSchedule returns one of the caller's tenant's schedules, with its
+	// next fire time and its last fire's outcome.
+	GetSchedule(ctx context.Context, in *GetScheduleRequest, opts ...grpc.CallOption) (*GetScheduleResponse, error)
+	// ListSchedules pages through the caller's tenant's schedules, newest
+	// first.
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	// UpdateSchedule replaces a schedule's timing, catch-up policy and run
+	// (every field, as CreateSchedule takes them); its next fire time is
+	// computed again from now.
+	UpdateSchedule(ctx context.Context, in *UpdateScheduleRequest, opts ...grpc.CallOption) (*UpdateScheduleResponse, error)
+	// DeleteSchedule deletes a schedule and its fire records; runs it
+	// started go on.
+	DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
+	// PauseSchedule stops a schedule firing until ResumeSchedule (again is
+	// fine).
+	PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error)
+	// ResumeSchedule makes a paused schedule fire again from the next tick
+	// after now: ticks that passed while it was paused do not fire.
+	ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error)
+	// ListScheduleFires pages through a schedule's fires (one per tick
+	// claimed), newest first: the run each started, or why none started.
+	ListScheduleFires(ctx context.Context, in *ListScheduleFiresRequest, opts ...grpc.CallOption) (*ListScheduleFiresResponse, error)
 }
 
 type agentServiceClient struct {
@@ -324,6 +359,86 @@ func (c *agentServiceClient) RevokePreview(ctx context.Context, in *RevokePrevie
 	return out, nil
 }
 
+func (c *agentServiceClient) CreateSchedule(ctx context.Context, in *CreateScheduleRequest, opts ...grpc.CallOption) (*CreateScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateScheduleResponse)
+	err := c.cc.Invoke(ctx, AgentService_CreateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) GetSchedule(ctx context.Context, in *GetScheduleRequest, opts ...grpc.CallOption) (*GetScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetScheduleResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) UpdateSchedule(ctx context.Context, in *UpdateScheduleRequest, opts ...grpc.CallOption) (*UpdateScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateScheduleResponse)
+	err := c.cc.Invoke(ctx, AgentService_UpdateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteScheduleResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*PauseScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseScheduleResponse)
+	err := c.cc.Invoke(ctx, AgentService_PauseSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ResumeSchedule(ctx context.Context, in *ResumeScheduleRequest, opts ...grpc.CallOption) (*ResumeScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeScheduleResponse)
+	err := c.cc.Invoke(ctx, AgentService_ResumeSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListScheduleFires(ctx context.Context, in *ListScheduleFiresRequest, opts ...grpc.CallOption) (*ListScheduleFiresResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListScheduleFiresResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListScheduleFires_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -392,6 +507,33 @@ type AgentServiceServer interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error)
+	// CreateSchedule stores a schedule of the caller's tenant: a cron
+	// expression in a time zone, or an interval, and the run it starts at
+	// each tick (on run.thread_id, or on a new thread each time), detached.
+	// Every tick fires at most once across agentd replicas (docs/schedules.md).
+	CreateSchedule(context.Context, *CreateScheduleRequest) (*CreateScheduleResponse, error)
+	// GetSchedule returns one of the caller's tenant's schedules, with its
+	// next fire time and its last fire's outcome.
+	GetSchedule(context.Context, *GetScheduleRequest) (*GetScheduleResponse, error)
+	// ListSchedules pages through the caller's tenant's schedules, newest
+	// first.
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	// UpdateSchedule replaces a schedule's timing, catch-up policy and run
+	// (every field, as CreateSchedule takes them); its next fire time is
+	// computed again from now.
+	UpdateSchedule(context.Context, *UpdateScheduleRequest) (*UpdateScheduleResponse, error)
+	// DeleteSchedule deletes a schedule and its fire records; runs it
+	// started go on.
+	DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error)
+	// PauseSchedule stops a schedule firing until ResumeSchedule (again is
+	// fine).
+	PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error)
+	// ResumeSchedule makes a paused schedule fire again from the next tick
+	// after now: ticks that passed while it was paused do not fire.
+	ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error)
+	// ListScheduleFires pages through a schedule's fires (one per tick
+	// claimed), newest first: the run each started, or why none started.
+	ListScheduleFires(context.Context, *ListScheduleFiresRequest) (*ListScheduleFiresResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -455,6 +597,30 @@ func (UnimplementedAgentServiceServer) ListPreviews(context.Context, *ListPrevie
 }
 func (UnimplementedAgentServiceServer) RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokePreview not implemented")
+}
+func (UnimplementedAgentServiceServer) CreateSchedule(context.Context, *CreateScheduleRequest) (*CreateScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSchedule not implemented")
+}
+func (UnimplementedAgentServiceServer) GetSchedule(context.Context, *GetScheduleRequest) (*GetScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSchedule not implemented")
+}
+func (UnimplementedAgentServiceServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedAgentServiceServer) UpdateSchedule(context.Context, *UpdateScheduleRequest) (*UpdateScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSchedule not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSchedule not implemented")
+}
+func (UnimplementedAgentServiceServer) PauseSchedule(context.Context, *PauseScheduleRequest) (*PauseScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSchedule not implemented")
+}
+func (UnimplementedAgentServiceServer) ResumeSchedule(context.Context, *ResumeScheduleRequest) (*ResumeScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSchedule not implemented")
+}
+func (UnimplementedAgentServiceServer) ListScheduleFires(context.Context, *ListScheduleFiresRequest) (*ListScheduleFiresResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListScheduleFires not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -780,6 +946,150 @@ func _AgentService_RevokePreview_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_CreateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CreateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CreateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CreateSchedule(ctx, req.(*CreateScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_GetSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetSchedule(ctx, req.(*GetScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_UpdateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).UpdateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_UpdateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).UpdateSchedule(ctx, req.(*UpdateScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSchedule(ctx, req.(*DeleteScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_PauseSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).PauseSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_PauseSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).PauseSchedule(ctx, req.(*PauseScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ResumeSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ResumeSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ResumeSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ResumeSchedule(ctx, req.(*ResumeScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListScheduleFires_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListScheduleFiresRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListScheduleFires(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListScheduleFires_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListScheduleFires(ctx, req.(*ListScheduleFiresRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -846,6 +1156,38 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokePreview",
 			Handler:    _AgentService_RevokePreview_Handler,
+		},
+		{
+			MethodName: "CreateSchedule",
+			Handler:    _AgentService_CreateSchedule_Handler,
+		},
+		{
+			MethodName: "GetSchedule",
+			Handler:    _AgentService_GetSchedule_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _AgentService_ListSchedules_Handler,
+		},
+		{
+			MethodName: "UpdateSchedule",
+			Handler:    _AgentService_UpdateSchedule_Handler,
+		},
+		{
+			MethodName: "DeleteSchedule",
+			Handler:    _AgentService_DeleteSchedule_Handler,
+		},
+		{
+			MethodName: "PauseSchedule",
+			Handler:    _AgentService_PauseSchedule_Handler,
+		},
+		{
+			MethodName: "ResumeSchedule",
+			Handler:    _AgentService_ResumeSchedule_Handler,
+		},
+		{
+			MethodName: "ListScheduleFires",
+			Handler:    _AgentService_ListScheduleFires_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
