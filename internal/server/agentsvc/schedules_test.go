@@ -159,7 +159,7 @@ func TestScheduleLifecycle(t *testing.T) {
 	}
 	us := u.GetSchedule()
 	if us.GetCron() != "" || us.GetTimeZone() != "" || us.GetInterval().AsDuration() != time.Hour || us.GetCatchUp() != plumbv1.ScheduleCatchUp_SCHEDULE_CATCH_UP_FIRE_ONCE ||
-		us.GetRun().GetMaxIterations() != 0 || us.GetRun().GetInput()[0].GetContent() != "hourly" || us.GetNextFireTime().AsTime().Sub(time.Now()) > time.Hour {
+		us.GetRun().GetMaxIterations() != 0 || us.GetRun().GetInput()[0].GetContent() != "hourly" || time.Until(us.GetNextFireTime().AsTime()) > time.Hour {
 		t.Fatalf("updated schedule reads %v", us)
 	}
 	if _, err := e.c.DeleteSchedule(acme, &plumbv1.DeleteScheduleRequest{ScheduleId: id}); err != nil {
