@@ -96,4 +96,17 @@ var migrations = []string{
 		revoked    INTEGER NOT NULL DEFAULT 0
 	) WITHOUT ROWID;
 	CREATE INDEX previews_thread ON previews (thread_id, expires_at);`,
+	// Tenants' Agent Skills (store.Skills; archive packed by pkg/skills).
+	`CREATE TABLE skills (
+		tenant      TEXT NOT NULL,
+		name        TEXT NOT NULL,
+		description TEXT NOT NULL,
+		archive     BLOB NOT NULL,
+		size        INTEGER NOT NULL,
+		files       INTEGER NOT NULL,
+		sha256      TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }
