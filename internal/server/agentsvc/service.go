@@ -12,6 +12,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/secrets"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Runtime is the agent core the service drives: the run host runs it,
@@ -53,6 +54,9 @@ type Config struct {
 	// Secrets is the tenants' secret store (nil: the secret RPCs answer
 	// FAILED_PRECONDITION).
 	Secrets *secrets.Vault
+	// Skills is the tenants' skill store (nil: the skill RPCs answer
+	// FAILED_PRECONDITION).
+	Skills store.Skills
 	// Previews, when set, serves CreatePreview, ListPreviews and
 	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
 	Previews Previews

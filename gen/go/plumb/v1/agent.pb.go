@@ -1020,6 +1020,487 @@ func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
+// SkillInfo describes a stored skill, without its files.
+type SkillInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name, from the SKILL.md front matter: lowercase letters, digits and
+	// single hyphens, at most 64 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Description, from the front matter: what the agent sees of the skill
+	// before it reads the body.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// Bytes of all the skill's files.
+	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Number of files, SKILL.md included.
+	FileCount int32 `protobuf:"varint,4,opt,name=file_count,json=fileCount,proto3" json:"file_count,omitempty"`
+	// Hex SHA-256 of the stored archive of the files.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// When it was first stored.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was last replaced.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillInfo) Reset() {
+	*x = SkillInfo{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillInfo) ProtoMessage() {}
+
+func (x *SkillInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
+func (*SkillInfo) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SkillInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetFileCount() int32 {
+	if x != nil {
+		return x.FileCount
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *SkillInfo) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// PutSkillRequest uploads a skill folder.
+type PutSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the skill; must equal the name in SKILL.md's front matter.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The folder's files by relative path ("SKILL.md", "scripts/run.py"):
+	// at most 100 files and 2 MiB together, SKILL.md required, paths
+	// relative without "..", at most 8 directories deep.
+	Files         map[string][]byte `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSkillRequest) Reset() {
+	*x = PutSkillRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSkillRequest) ProtoMessage() {}
+
+func (x *PutSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSkillRequest.ProtoReflect.Descriptor instead.
+func (*PutSkillRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PutSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PutSkillRequest) GetFiles() map[string][]byte {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// PutSkillResponse describes the stored skill.
+type PutSkillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skill, without its files.
+	Skill *SkillInfo `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	// True when the skill did not exist before.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSkillResponse) Reset() {
+	*x = PutSkillResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSkillResponse) ProtoMessage() {}
+
+func (x *PutSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSkillResponse.ProtoReflect.Descriptor instead.
+func (*PutSkillResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PutSkillResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+func (x *PutSkillResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// ListSkillsRequest lists the caller's tenant's skills.
+type ListSkillsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsRequest) Reset() {
+	*x = ListSkillsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsRequest) ProtoMessage() {}
+
+func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
+func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+// ListSkillsResponse lists skills by name.
+type ListSkillsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skills, without files, sorted by name.
+	Skills        []*SkillInfo `protobuf:"bytes,1,rep,name=skills,proto3" json:"skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsResponse) Reset() {
+	*x = ListSkillsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsResponse) ProtoMessage() {}
+
+func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
+func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// GetSkillRequest names a skill.
+type GetSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the skill.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillRequest) Reset() {
+	*x = GetSkillRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillRequest) ProtoMessage() {}
+
+func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
+func (*GetSkillRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetSkillResponse is a skill and its files.
+type GetSkillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skill.
+	Skill *SkillInfo `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	// Its files by relative path.
+	Files         map[string][]byte `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillResponse) Reset() {
+	*x = GetSkillResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillResponse) ProtoMessage() {}
+
+func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
+func (*GetSkillResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetSkillResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+func (x *GetSkillResponse) GetFiles() map[string][]byte {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// DeleteSkillRequest names a skill to delete.
+type DeleteSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the skill.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSkillRequest) Reset() {
+	*x = DeleteSkillRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSkillRequest) ProtoMessage() {}
+
+func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSkillRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSkillRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DeleteSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteSkillResponse is empty.
+type DeleteSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSkillResponse) Reset() {
+	*x = DeleteSkillResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSkillResponse) ProtoMessage() {}
+
+func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSkillResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSkillResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
 // CreatePreviewRequest names a thread and a port in its sandbox.
 type CreatePreviewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1035,7 +1516,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1528,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1541,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -1098,7 +1579,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1591,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1604,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -1161,7 +1642,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1654,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1667,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Preview) GetId() string {
@@ -1242,7 +1723,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1735,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1748,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -1288,7 +1769,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1781,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1794,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -1334,7 +1815,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1827,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1840,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -1378,7 +1859,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1871,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1884,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 // InputMessage is one user message.
@@ -1417,7 +1898,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1910,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1923,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -1468,7 +1949,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1961,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1974,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClientTool) GetName() string {
@@ -1548,7 +2029,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +2041,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +2054,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -1664,7 +2145,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2157,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2170,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -1720,7 +2201,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2213,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2226,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1807,7 +2288,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2300,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2313,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1874,7 +2355,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2367,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2380,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1923,7 +2404,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2416,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2429,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1976,7 +2457,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2469,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2482,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -2022,7 +2503,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2515,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2528,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -2070,7 +2551,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2563,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2576,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -2123,7 +2604,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2616,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2629,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -2169,7 +2650,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2662,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2675,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -2217,7 +2698,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2710,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2723,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -2270,7 +2751,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2763,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2776,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -2322,7 +2803,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2815,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2828,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -2384,7 +2865,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2877,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2890,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -2442,7 +2923,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2935,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2948,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -2504,7 +2985,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2997,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +3010,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -2563,7 +3044,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +3056,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +3069,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -2625,7 +3106,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3118,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3131,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2685,7 +3166,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3178,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3191,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2754,7 +3235,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3247,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3260,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2809,7 +3290,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3302,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3315,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2860,7 +3341,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3353,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3366,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 // ListAgentsRequest has no fields.
@@ -2897,7 +3378,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3390,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3403,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2936,7 +3417,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3429,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3442,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2997,7 +3478,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3490,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3503,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3089,7 +3570,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3582,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3595,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -3187,7 +3668,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3680,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3693,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Thread) GetId() string {
@@ -3355,7 +3836,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3848,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3861,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -3438,7 +3919,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3931,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3944,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Todo) GetContent() string {
@@ -3495,7 +3976,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3988,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +4001,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ToolCall) GetId() string {
@@ -3579,7 +4060,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +4072,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +4085,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -3699,7 +4180,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4192,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4205,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3769,7 +4250,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4262,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4275,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3858,7 +4339,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +4351,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +4364,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3966,7 +4447,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4459,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4472,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -4352,7 +4833,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4845,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4858,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -4450,7 +4931,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4943,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4956,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -4521,7 +5002,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +5014,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +5027,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -4589,7 +5070,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +5082,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +5095,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -4667,7 +5148,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +5160,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +5173,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4731,7 +5212,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +5224,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +5237,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4799,7 +5280,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5292,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5305,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4877,7 +5358,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +5370,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +5383,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4951,7 +5432,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +5444,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +5457,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ToolResult) GetId() string {
@@ -5046,7 +5527,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5539,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5552,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -5098,7 +5579,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +5591,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +5604,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -5167,7 +5648,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5660,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5673,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -5236,7 +5717,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5729,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5742,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -5340,7 +5821,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +5833,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +5846,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -5401,7 +5882,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +5894,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +5907,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -5487,7 +5968,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +5980,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +5993,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -5582,7 +6063,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6075,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6088,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RunError) GetCode() string {
@@ -5646,7 +6127,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +6139,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +6152,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -5718,7 +6199,44 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\asecrets\x18\x01 \x03(\v2\x14.plumb.v1.SecretInfoR\asecrets\")\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteSecretResponse\"t\n" +
+	"\x14DeleteSecretResponse\"\x91\x02\n" +
+	"\tSkillInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x1d\n" +
+	"\n" +
+	"file_count\x18\x04 \x01(\x05R\tfileCount\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\x9b\x01\n" +
+	"\x0fPutSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12:\n" +
+	"\x05files\x18\x02 \x03(\v2$.plumb.v1.PutSkillRequest.FilesEntryR\x05files\x1a8\n" +
+	"\n" +
+	"FilesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"W\n" +
+	"\x10PutSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.plumb.v1.SkillInfoR\x05skill\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x13\n" +
+	"\x11ListSkillsRequest\"A\n" +
+	"\x12ListSkillsResponse\x12+\n" +
+	"\x06skills\x18\x01 \x03(\v2\x13.plumb.v1.SkillInfoR\x06skills\"%\n" +
+	"\x0fGetSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb4\x01\n" +
+	"\x10GetSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.plumb.v1.SkillInfoR\x05skill\x12;\n" +
+	"\x05files\x18\x02 \x03(\v2%.plumb.v1.GetSkillResponse.FilesEntryR\x05files\x1a8\n" +
+	"\n" +
+	"FilesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"(\n" +
+	"\x12DeleteSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteSkillResponse\"t\n" +
 	"\x14CreatePreviewRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12+\n" +
@@ -6149,8 +6667,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc8\n" +
-	"\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe3\f\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -6170,7 +6687,12 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponse\x12P\n" +
 	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
 	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
-	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponse\x12A\n" +
+	"\bPutSkill\x12\x19.plumb.v1.PutSkillRequest\x1a\x1a.plumb.v1.PutSkillResponse\x12G\n" +
+	"\n" +
+	"ListSkills\x12\x1b.plumb.v1.ListSkillsRequest\x1a\x1c.plumb.v1.ListSkillsResponse\x12A\n" +
+	"\bGetSkill\x12\x19.plumb.v1.GetSkillRequest\x1a\x1a.plumb.v1.GetSkillResponse\x12J\n" +
+	"\vDeleteSkill\x12\x1c.plumb.v1.DeleteSkillRequest\x1a\x1d.plumb.v1.DeleteSkillResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -6185,7 +6707,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(DecisionType)(0),               // 0: plumb.v1.DecisionType
 	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
@@ -6205,205 +6727,231 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*ListSecretsResponse)(nil),     // 15: plumb.v1.ListSecretsResponse
 	(*DeleteSecretRequest)(nil),     // 16: plumb.v1.DeleteSecretRequest
 	(*DeleteSecretResponse)(nil),    // 17: plumb.v1.DeleteSecretResponse
-	(*CreatePreviewRequest)(nil),    // 18: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),   // 19: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                 // 20: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),     // 21: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),    // 22: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),    // 23: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),   // 24: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),            // 25: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 26: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 27: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 28: plumb.v1.RunResponse
-	(*Decision)(nil),                // 29: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 30: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 31: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 32: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 33: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 34: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 35: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 36: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 37: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 38: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 39: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 40: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 41: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 42: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 43: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 44: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 45: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 46: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 47: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 48: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 49: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 50: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 51: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 52: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 53: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 54: plumb.v1.Thread
-	(*RunRecord)(nil),               // 55: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 56: plumb.v1.Todo
-	(*ToolCall)(nil),                // 57: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 58: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 59: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 60: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 61: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 62: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 63: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 64: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 65: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 66: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 67: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 68: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 69: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 70: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 71: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 72: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 73: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 74: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 75: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 76: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 77: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 78: plumb.v1.Summarized
-	(*RunError)(nil),                // 79: plumb.v1.RunError
-	(*RunFinished)(nil),             // 80: plumb.v1.RunFinished
-	nil,                             // 81: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 82: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 83: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 84: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 85: plumb.v1.Thread.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 86: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 87: google.protobuf.Duration
+	(*SkillInfo)(nil),               // 18: plumb.v1.SkillInfo
+	(*PutSkillRequest)(nil),         // 19: plumb.v1.PutSkillRequest
+	(*PutSkillResponse)(nil),        // 20: plumb.v1.PutSkillResponse
+	(*ListSkillsRequest)(nil),       // 21: plumb.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),      // 22: plumb.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),         // 23: plumb.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),        // 24: plumb.v1.GetSkillResponse
+	(*DeleteSkillRequest)(nil),      // 25: plumb.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),     // 26: plumb.v1.DeleteSkillResponse
+	(*CreatePreviewRequest)(nil),    // 27: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),   // 28: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                 // 29: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),     // 30: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),    // 31: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),    // 32: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),   // 33: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),            // 34: plumb.v1.InputMessage
+	(*ClientTool)(nil),              // 35: plumb.v1.ClientTool
+	(*RunRequest)(nil),              // 36: plumb.v1.RunRequest
+	(*RunResponse)(nil),             // 37: plumb.v1.RunResponse
+	(*Decision)(nil),                // 38: plumb.v1.Decision
+	(*ResumeRequest)(nil),           // 39: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 40: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),           // 41: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),          // 42: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),           // 43: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),          // 44: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),     // 45: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),    // 46: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),        // 47: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),       // 48: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),     // 49: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 50: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),   // 51: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),  // 52: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),  // 53: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 54: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),      // 55: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),     // 56: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),     // 57: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),    // 58: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),       // 59: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),      // 60: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),               // 61: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),           // 62: plumb.v1.InterruptRule
+	(*Thread)(nil),                  // 63: plumb.v1.Thread
+	(*RunRecord)(nil),               // 64: plumb.v1.RunRecord
+	(*Todo)(nil),                    // 65: plumb.v1.Todo
+	(*ToolCall)(nil),                // 66: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),           // 67: plumb.v1.ThreadMessage
+	(*StateFile)(nil),               // 68: plumb.v1.StateFile
+	(*Checkpoint)(nil),              // 69: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),              // 70: plumb.v1.TokenUsage
+	(*Event)(nil),                   // 71: plumb.v1.Event
+	(*ToolCallDelta)(nil),           // 72: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),              // 73: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),             // 74: plumb.v1.SandboxLost
+	(*RunStarted)(nil),              // 75: plumb.v1.RunStarted
+	(*MessageDelta)(nil),            // 76: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),          // 77: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),        // 78: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),         // 79: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),              // 80: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),            // 81: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),         // 82: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),        // 83: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),        // 84: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),             // 85: plumb.v1.Interrupted
+	(*UsageReport)(nil),             // 86: plumb.v1.UsageReport
+	(*Summarized)(nil),              // 87: plumb.v1.Summarized
+	(*RunError)(nil),                // 88: plumb.v1.RunError
+	(*RunFinished)(nil),             // 89: plumb.v1.RunFinished
+	nil,                             // 90: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                             // 91: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                             // 92: plumb.v1.RunRequest.MetadataEntry
+	nil,                             // 93: plumb.v1.RunRequest.FilesEntry
+	nil,                             // 94: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                             // 95: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                             // 96: plumb.v1.Thread.MetadataEntry
+	(*timestamppb.Timestamp)(nil),   // 97: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 98: google.protobuf.Duration
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	86,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	97,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	11,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	11,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	87,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	20,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	86,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	20,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	81,  // 9: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	25,  // 10: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	26,  // 11: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	82,  // 12: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	87,  // 13: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 14: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,   // 15: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	29,  // 16: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	62,  // 17: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	62,  // 18: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	83,  // 19: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	54,  // 20: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,   // 21: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	54,  // 22: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	58,  // 23: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 24: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	60,  // 25: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	84,  // 26: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,   // 27: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	54,  // 28: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	52,  // 29: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,   // 30: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	53,  // 31: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,   // 32: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	86,  // 33: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 34: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	85,  // 35: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,   // 36: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	56,  // 37: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	76,  // 38: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	55,  // 39: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	61,  // 40: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	58,  // 41: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 42: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	60,  // 43: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,   // 44: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	61,  // 45: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	86,  // 46: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	86,  // 47: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,   // 48: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	57,  // 49: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	86,  // 50: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,   // 51: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	86,  // 52: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,   // 53: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	86,  // 54: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 55: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	66,  // 56: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	67,  // 57: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	68,  // 58: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	69,  // 59: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	70,  // 60: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	71,  // 61: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	72,  // 62: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	73,  // 63: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	74,  // 64: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	76,  // 65: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	77,  // 66: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	78,  // 67: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	79,  // 68: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	80,  // 69: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	65,  // 70: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	63,  // 71: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	64,  // 72: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	57,  // 73: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,   // 74: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	56,  // 75: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,   // 76: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	61,  // 77: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,   // 78: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,   // 79: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	75,  // 80: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	61,  // 81: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10,  // 82: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	61,  // 83: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,   // 84: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	61,  // 85: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	27,  // 86: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	30,  // 87: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	32,  // 88: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	34,  // 89: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	36,  // 90: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	38,  // 91: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	40,  // 92: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	42,  // 93: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	44,  // 94: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	46,  // 95: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	48,  // 96: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	50,  // 97: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	12,  // 98: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	14,  // 99: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	16,  // 100: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	18,  // 101: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	21,  // 102: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	23,  // 103: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	28,  // 104: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	31,  // 105: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	33,  // 106: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	35,  // 107: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	37,  // 108: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	39,  // 109: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	41,  // 110: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	43,  // 111: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	45,  // 112: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	47,  // 113: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	49,  // 114: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	51,  // 115: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	13,  // 116: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	15,  // 117: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	17,  // 118: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	19,  // 119: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	22,  // 120: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	24,  // 121: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	104, // [104:122] is the sub-list for method output_type
-	86,  // [86:104] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	97,  // 4: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 5: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	90,  // 6: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	18,  // 7: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	18,  // 8: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
+	18,  // 9: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	91,  // 10: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	98,  // 11: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	29,  // 12: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	97,  // 13: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 14: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	29,  // 15: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	92,  // 16: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	34,  // 17: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	35,  // 18: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	93,  // 19: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	98,  // 20: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	71,  // 21: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	0,   // 22: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	38,  // 23: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	71,  // 24: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	71,  // 25: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	94,  // 26: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	63,  // 27: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	1,   // 28: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	63,  // 29: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	67,  // 30: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	68,  // 31: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	69,  // 32: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	95,  // 33: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	2,   // 34: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	63,  // 35: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	61,  // 36: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	3,   // 37: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	62,  // 38: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	0,   // 39: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	97,  // 40: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	97,  // 41: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	96,  // 42: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	2,   // 43: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	65,  // 44: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	85,  // 45: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	64,  // 46: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	70,  // 47: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	67,  // 48: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	68,  // 49: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	69,  // 50: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	4,   // 51: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	70,  // 52: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	97,  // 53: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	97,  // 54: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	5,   // 55: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	66,  // 56: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	97,  // 57: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	7,   // 58: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	97,  // 59: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	6,   // 60: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	97,  // 61: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	97,  // 62: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	75,  // 63: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	76,  // 64: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	77,  // 65: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	78,  // 66: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	79,  // 67: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	80,  // 68: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	81,  // 69: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	82,  // 70: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	83,  // 71: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	85,  // 72: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	86,  // 73: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	87,  // 74: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	88,  // 75: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	89,  // 76: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	74,  // 77: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	72,  // 78: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	73,  // 79: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	66,  // 80: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	7,   // 81: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	65,  // 82: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	8,   // 83: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	70,  // 84: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	9,   // 85: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	0,   // 86: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	84,  // 87: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	70,  // 88: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	10,  // 89: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	70,  // 90: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	4,   // 91: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	70,  // 92: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	36,  // 93: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	39,  // 94: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	41,  // 95: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	43,  // 96: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	45,  // 97: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	47,  // 98: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	49,  // 99: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	51,  // 100: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	53,  // 101: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	55,  // 102: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	57,  // 103: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	59,  // 104: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	12,  // 105: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	14,  // 106: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	16,  // 107: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	27,  // 108: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	30,  // 109: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	32,  // 110: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 111: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	21,  // 112: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	23,  // 113: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	25,  // 114: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	37,  // 115: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	40,  // 116: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	42,  // 117: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	44,  // 118: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	46,  // 119: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	48,  // 120: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	50,  // 121: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	52,  // 122: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	54,  // 123: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	56,  // 124: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	58,  // 125: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	60,  // 126: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	13,  // 127: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	15,  // 128: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	17,  // 129: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	28,  // 130: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	31,  // 131: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	33,  // 132: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 133: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	22,  // 134: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	24,  // 135: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	26,  // 136: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	115, // [115:137] is the sub-list for method output_type
+	93,  // [93:115] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -6411,7 +6959,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -6430,14 +6978,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[69].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   75,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,10 @@ const (
 	AgentService_CreatePreview_FullMethodName   = "/plumb.v1.AgentService/CreatePreview"
 	AgentService_ListPreviews_FullMethodName    = "/plumb.v1.AgentService/ListPreviews"
 	AgentService_RevokePreview_FullMethodName   = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_PutSkill_FullMethodName        = "/plumb.v1.AgentService/PutSkill"
+	AgentService_ListSkills_FullMethodName      = "/plumb.v1.AgentService/ListSkills"
+	AgentService_GetSkill_FullMethodName        = "/plumb.v1.AgentService/GetSkill"
+	AgentService_DeleteSkill_FullMethodName     = "/plumb.v1.AgentService/DeleteSkill"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -107,6 +111,21 @@ type AgentServiceClient interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(ctx context.Context, in *RevokePreviewRequest, opts ...grpc.CallOption) (*RevokePreviewResponse, error)
+	// PutSkill stores (creates or replaces) an Agent Skill of the caller's
+	// tenant: a folder's files, with a SKILL.md whose front matter names
+	// it. A bad skill (no front matter, a bad name, a huge body, a path
+	// with "..", too many files) is INVALID_ARGUMENT naming the field
+	// (docs/skills.md). The tenant's runs see it from their next run.
+	PutSkill(ctx context.Context, in *PutSkillRequest, opts ...grpc.CallOption) (*PutSkillResponse, error)
+	// ListSkills lists the caller's tenant's stored skills: names,
+	// descriptions and sizes, without files.
+	ListSkills(ctx context.Context, in *ListSkillsRequest, opts ...grpc.CallOption) (*ListSkillsResponse, error)
+	// GetSkill returns one of the caller's tenant's skills with its files
+	// (NOT_FOUND for a name it does not have, or another tenant's).
+	GetSkill(ctx context.Context, in *GetSkillRequest, opts ...grpc.CallOption) (*GetSkillResponse, error)
+	// DeleteSkill deletes one of the caller's tenant's skills (NOT_FOUND
+	// for a name it does not have, or another tenant's).
+	DeleteSkill(ctx context.Context, in *DeleteSkillRequest, opts ...grpc.CallOption) (*DeleteSkillResponse, error)
 }
 
 type agentServiceClient struct {
@@ -324,6 +343,46 @@ func (c *agentServiceClient) RevokePreview(ctx context.Context, in *RevokePrevie
 	return out, nil
 }
 
+func (c *agentServiceClient) PutSkill(ctx context.Context, in *PutSkillRequest, opts ...grpc.CallOption) (*PutSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutSkillResponse)
+	err := c.cc.Invoke(ctx, AgentService_PutSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListSkills(ctx context.Context, in *ListSkillsRequest, opts ...grpc.CallOption) (*ListSkillsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSkillsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListSkills_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) GetSkill(ctx context.Context, in *GetSkillRequest, opts ...grpc.CallOption) (*GetSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSkillResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSkill(ctx context.Context, in *DeleteSkillRequest, opts ...grpc.CallOption) (*DeleteSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSkillResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -392,6 +451,21 @@ type AgentServiceServer interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error)
+	// PutSkill stores (creates or replaces) an Agent Skill of the caller's
+	// tenant: a folder's files, with a SKILL.md whose front matter names
+	// it. A bad skill (no front matter, a bad name, a huge body, a path
+	// with "..", too many files) is INVALID_ARGUMENT naming the field
+	// (docs/skills.md). The tenant's runs see it from their next run.
+	PutSkill(context.Context, *PutSkillRequest) (*PutSkillResponse, error)
+	// ListSkills lists the caller's tenant's stored skills: names,
+	// descriptions and sizes, without files.
+	ListSkills(context.Context, *ListSkillsRequest) (*ListSkillsResponse, error)
+	// GetSkill returns one of the caller's tenant's skills with its files
+	// (NOT_FOUND for a name it does not have, or another tenant's).
+	GetSkill(context.Context, *GetSkillRequest) (*GetSkillResponse, error)
+	// DeleteSkill deletes one of the caller's tenant's skills (NOT_FOUND
+	// for a name it does not have, or another tenant's).
+	DeleteSkill(context.Context, *DeleteSkillRequest) (*DeleteSkillResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -455,6 +529,18 @@ func (UnimplementedAgentServiceServer) ListPreviews(context.Context, *ListPrevie
 }
 func (UnimplementedAgentServiceServer) RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokePreview not implemented")
+}
+func (UnimplementedAgentServiceServer) PutSkill(context.Context, *PutSkillRequest) (*PutSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutSkill not implemented")
+}
+func (UnimplementedAgentServiceServer) ListSkills(context.Context, *ListSkillsRequest) (*ListSkillsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSkills not implemented")
+}
+func (UnimplementedAgentServiceServer) GetSkill(context.Context, *GetSkillRequest) (*GetSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSkill not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSkill(context.Context, *DeleteSkillRequest) (*DeleteSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSkill not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -780,6 +866,78 @@ func _AgentService_RevokePreview_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_PutSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).PutSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_PutSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).PutSkill(ctx, req.(*PutSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListSkills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSkillsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListSkills(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListSkills_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListSkills(ctx, req.(*ListSkillsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_GetSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetSkill(ctx, req.(*GetSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSkill(ctx, req.(*DeleteSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -846,6 +1004,22 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokePreview",
 			Handler:    _AgentService_RevokePreview_Handler,
+		},
+		{
+			MethodName: "PutSkill",
+			Handler:    _AgentService_PutSkill_Handler,
+		},
+		{
+			MethodName: "ListSkills",
+			Handler:    _AgentService_ListSkills_Handler,
+		},
+		{
+			MethodName: "GetSkill",
+			Handler:    _AgentService_GetSkill_Handler,
+		},
+		{
+			MethodName: "DeleteSkill",
+			Handler:    _AgentService_DeleteSkill_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
