@@ -41,6 +41,7 @@ Commands:
   threads    list, show and remove threads
   agents     list the agents a run may name
   secrets    put (value on stdin), list and delete the tenant's secrets
+  skills     put (a folder with a SKILL.md), list, get and delete the tenant's skills
   preview    make a port of a thread's sandbox reachable at a URL; list and revoke
   health     check that agentd and sandboxd answer SERVING
   sandbox    create, list, exec in, copy to/from and remove sandboxes (sandboxd)
@@ -125,7 +126,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		return nil
 	case "sandbox":
 		return runSandbox(ctx, endpoint{*sandboxd, *token, tc}, fs.Args()[1:], sio)
-	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "preview":
+	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "skills", "preview":
 		return runAgent(ctx, endpoint{*agentd, *token, tc}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)
