@@ -99,6 +99,7 @@ defaults: {model: scripted}
 	svc, err := agentsvc.New(agentsvc.Config{
 		Runtime: core.Runtime,
 		Secrets: core.Secrets,
+		Skills:  core.Backends.skillStore,
 		Config: runhost.Config{
 			Threads: runhost.DurableThreads(core.Store),
 			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
