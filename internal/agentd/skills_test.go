@@ -16,6 +16,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 )
 
 const helloSkill = "---\nname: hello-skill\ndescription: Greets someone with the house greeting. Use when asked to greet.\n---\n" +
@@ -143,4 +144,38 @@ func TestConfigSkills(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "agents.main.skills[0]") || !strings.Contains(err.Error(), "Bad_Skill") {
 		t.Fatalf("a bad config skill: %v", err)
 	}
+}
+
+// TestSkillsReplicas: two agentd cores on one PostgreSQL share the
+// tenants' skills: a skill put through one is listed by the other, and a
+// run there reads it and runs its script in the box.
+func TestSkillsReplicas(t *testing.T) {
+	dsn := pgtest.New(t)
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
+	storage := func() string {
+		return fmt.Sprintf("storage: {sqlite_path: %s, postgres_dsn: %q}\nbackends: {default: sandbox}\n", filepath.Join(t.TempDir(), "agentd.db"), dsn)
+	}
+	a, b := startStack(t, w, storage()), startStack(t, w, storage())
+	a.tenant, b.tenant = "acme", "acme"
+	files := map[string][]byte{"SKILL.md": []byte(helloSkill), "scripts/hello.sh": []byte("echo \"hello-from-skill $1\"\n")}
+	if _, err := a.c.PutSkill(a.ctx(), &plumbv1.PutSkillRequest{Name: "hello-skill", Files: files}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.c.ListSkills(b.ctx(), &plumbv1.ListSkillsRequest{}); err != nil || len(l.GetSkills()) != 1 || l.GetSkills()[0].GetName() != "hello-skill" {
+		t.Fatalf("the other replica lists %v, %v", l, err)
+	}
+	b.model.Script("main",
+		modeltest.Calls(mcall("r1", "read_file", `{"file_path":"/skills/hello-skill/SKILL.md"}`)),
+		modeltest.Calls(mcall("e1", "execute", `{"command":"sh .skills/hello-skill/scripts/hello.sh replicas"}`)),
+		modeltest.Text("done"))
+	_, results := b.mustRun(input("", "Greet the replicas."))
+	wantResult(t, results, "r1", false, "# Greeting")
+	wantResult(t, results, "e1", false, "hello-from-skill replicas")
+	if _, err := b.c.DeleteSkill(b.ctx(), &plumbv1.DeleteSkillRequest{Name: "hello-skill"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.GetSkill(a.ctx(), &plumbv1.GetSkillRequest{Name: "hello-skill"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("deleted on one replica, the other gets: %v", err)
+	}
+	b.deleteSandboxes()
 }
