@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,6 +19,13 @@ import (
 // The skill RPCs act on the caller's tenant only: another tenant's skill
 // is NOT_FOUND, as if it did not exist. pkg/skills validates every
 // upload; its errors name the request field they are about.
+
+// MaxTenantSkills bounds a tenant's stored skills: each run segment lists
+// them all, and copies them all into a box that it uses.
+const MaxTenantSkills = 100
+
+// errSkillLimit is PutSkill's error for a tenant at MaxTenantSkills.
+var errSkillLimit = errors.New("skill limit reached")
 
 // errNoSkillStore is the skill RPCs' error on a service built without a
 // skill store.
@@ -71,13 +79,21 @@ func (s *Service) PutSkill(ctx context.Context, req *plumbv1.PutSkillRequest) (*
 	if err != nil {
 		return nil, Status(skillField(err))
 	}
+	t := tenant.From(ctx)
+	list, err := st.ListSkills(ctx, t)
+	if err != nil {
+		return nil, s.status("put skill", err)
+	}
+	if len(list) >= MaxTenantSkills && !slices.ContainsFunc(list, func(x store.Skill) bool { return x.Name == sk.Name }) {
+		return nil, Status(fmt.Errorf("%w: the tenant has %d skills, the most it may store; delete one first", errSkillLimit, len(list)))
+	}
 	archive, err := skills.Pack(sk.Files)
 	if err != nil {
 		return nil, s.status("put skill", err)
 	}
 	now := time.Now().UTC()
 	rec := store.Skill{
-		Tenant: tenant.From(ctx), Name: sk.Name, Description: sk.Description, Archive: archive,
+		Tenant: t, Name: sk.Name, Description: sk.Description, Archive: archive,
 		Size: sk.Size(), Files: len(sk.Files), SHA256: skills.Digest(archive), CreatedAt: now, UpdatedAt: now,
 	}
 	created, err := st.PutSkill(ctx, rec)

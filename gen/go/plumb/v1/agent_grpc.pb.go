@@ -116,6 +116,7 @@ type AgentServiceClient interface {
 	// it. A bad skill (no front matter, a bad name, a huge body, a path
 	// with "..", too many files) is INVALID_ARGUMENT naming the field
 	// (docs/skills.md). The tenant's runs see it from their next run.
+	// RESOURCE_EXHAUSTED (SKILL_LIMIT) for a new skill past 100 per tenant.
 	PutSkill(ctx context.Context, in *PutSkillRequest, opts ...grpc.CallOption) (*PutSkillResponse, error)
 	// ListSkills lists the caller's tenant's stored skills: names,
 	// descriptions and sizes, without files.
@@ -456,6 +457,7 @@ type AgentServiceServer interface {
 	// it. A bad skill (no front matter, a bad name, a huge body, a path
 	// with "..", too many files) is INVALID_ARGUMENT naming the field
 	// (docs/skills.md). The tenant's runs see it from their next run.
+	// RESOURCE_EXHAUSTED (SKILL_LIMIT) for a new skill past 100 per tenant.
 	PutSkill(context.Context, *PutSkillRequest) (*PutSkillResponse, error)
 	// ListSkills lists the caller's tenant's stored skills: names,
 	// descriptions and sizes, without files.
