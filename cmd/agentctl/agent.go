@@ -92,6 +92,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.agents(ctx, args)
 	case "secrets":
 		return a.secrets(ctx, args)
+	case "skills":
+		return a.skills(ctx, args)
 	case "preview":
 		return a.preview(ctx, args)
 	case "schedules":

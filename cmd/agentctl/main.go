@@ -41,6 +41,7 @@ Commands:
   threads    list, show and remove threads
   agents     list the agents a run may name
   secrets    put (value on stdin), list and delete the tenant's secrets
+  skills     put (a folder with a SKILL.md), list, get and delete the tenant's skills
   preview    make a port of a thread's sandbox reachable at a URL; list and revoke
   schedules  runs on a cron schedule or an interval: create, update, list, pause, resume, remove, fires
   health     check that agentd and sandboxd answer SERVING
@@ -126,7 +127,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		return nil
 	case "sandbox":
 		return runSandbox(ctx, endpoint{*sandboxd, *token, tc}, fs.Args()[1:], sio)
-	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "preview", "schedules":
+	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "skills", "preview", "schedules":
 		return runAgent(ctx, endpoint{*agentd, *token, tc}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)

@@ -21,8 +21,11 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/sandboxclient"
 	"github.com/plumbhq/plumb/pkg/backend/state"
 	"github.com/plumbhq/plumb/pkg/backend/storefs"
+	"github.com/plumbhq/plumb/pkg/backend/vpath"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"github.com/plumbhq/plumb/pkg/secrets"
+	"github.com/plumbhq/plumb/pkg/skills"
+	"github.com/plumbhq/plumb/pkg/store"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,6 +45,10 @@ type ThreadBackends struct {
 	files   *storefs.DB
 	lg      *zap.Logger
 	secrets *secrets.Vault
+	// configSkills and skillStore are the sources of the threads'
+	// skills (skills.go); both may be empty.
+	configSkills configSkills
+	skillStore   store.Skills
 
 	mu   sync.Mutex
 	fsys map[string]*hostfs.Backend // by host dir, shared
@@ -98,10 +105,34 @@ func (tb *ThreadBackends) Close() {
 	tb.mu.Unlock()
 }
 
+// threadSkills lists the config and tenant skills of a thread (nil when
+// it has none, or the skills cannot be listed: a run never fails for
+// them, and the failure is logged).
+func (tb *ThreadBackends) threadSkills(ctx context.Context, threadID string) (*threadSkills, error) {
+	if len(tb.configSkills) == 0 && tb.skillStore == nil {
+		return nil, nil
+	}
+	th, err := tb.threads.Thread(ctx, threadID)
+	if err != nil {
+		tb.lg.Warn("skills of the thread unavailable", zap.String("thread-id", threadID), zap.Error(err))
+		return nil, nil
+	}
+	ts, err := tb.skillsFor(ctx, th.Tenant)
+	if err != nil {
+		tb.lg.Warn("skills of the thread unavailable", zap.String("thread-id", threadID), zap.Error(err))
+		return nil, nil
+	}
+	return ts, nil
+}
+
 // Build implements deep.BackendFunc. A store route whose namespace needs
 // a label the thread lacks fails the request here, before the run starts.
 func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map[string]string, stored map[string]json.RawMessage) (deep.ThreadBackend, error) {
 	states := &stateSet{parts: map[string]*state.Backend{}}
+	ts, err := tb.threadSkills(ctx, threadID)
+	if err != nil {
+		return deep.ThreadBackend{}, err
+	}
 	part := func(kind, prefix, root string, tmpl []string) (backend.Backend, error) {
 		switch kind {
 		case "state":
@@ -117,7 +148,7 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 			}
 			return &lazy{open: func(context.Context) (backend.Backend, error) { return storefs.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
-			return newLazySandbox(tb, threadID), nil
+			return newLazySandbox(tb, threadID, ts), nil
 		}
 		return nil, fmt.Errorf("backend type %q", kind)
 	}
@@ -135,6 +166,24 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 		return deep.ThreadBackend{}, err
 	}
 	tbk := deep.ThreadBackend{Backend: def, FileChanges: states.changes}
+	if ts != nil {
+		if _, taken := routes[SkillsRoute]; taken {
+			tb.lg.Warn("backends.routes has a "+SkillsRoute+" route: the config and tenant skills are not served", zap.String("thread-id", threadID))
+		} else {
+			routes[SkillsRoute] = &skillRoute{ts: ts}
+			boxDir := ""
+			if ls, ok := def.(*lazySandbox); ok {
+				boxDir = vpath.Join(ls.home, BoxSkillsDir)
+			}
+			for _, s := range ts.infos {
+				s.Path = SkillsRoute + s.Name + "/" + skills.FileName
+				if boxDir != "" {
+					s.BoxDir = vpath.Join(boxDir, s.Name)
+				}
+				tbk.Skills = append(tbk.Skills, s)
+			}
+		}
+	}
 	if len(routes) > 0 {
 		c, err := composite.New(def, routes, tb.cfg.Backends.ArtifactsRoot)
 		if err != nil {
@@ -502,14 +551,23 @@ type lazySandbox struct {
 	home string
 }
 
-func newLazySandbox(tb *ThreadBackends, threadID string) *lazySandbox {
+func newLazySandbox(tb *ThreadBackends, threadID string, ts *threadSkills) *lazySandbox {
 	home := tb.cfg.Sandbox.Template.WorkingDir
 	if home == "" {
 		home = "/workspace"
 	}
 	return &lazySandbox{
 		lazy: &lazy{
-			open:   func(ctx context.Context) (backend.Backend, error) { return tb.sandbox(ctx, threadID) },
+			open: func(ctx context.Context) (backend.Backend, error) {
+				b, err := tb.sandbox(ctx, threadID)
+				if err == nil && ts != nil {
+					// The box first needed in this run segment gets the
+					// thread's skills (a new box, or one whose copy may be
+					// older than a PutSkill).
+					ts.copyInto(ctx, b, backend.Home(b), tb.lg.With(zap.String("thread-id", threadID)))
+				}
+				return b, err
+			},
 			reopen: func(err error) bool { return errors.Is(err, sandboxclient.ErrGone) },
 			failed: func(ctx context.Context, b backend.Backend, err error) {
 				// An unavailable call on a worker the pool sees down is

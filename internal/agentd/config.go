@@ -349,6 +349,11 @@ type MiddlewareConfig struct {
 		Paths        []string `yaml:"paths"`
 		MaxFileBytes int      `yaml:"max_file_bytes"`
 	} `yaml:"memory"`
+	// Skills is middleware.skills (docs/skills.md).
+	Skills struct {
+		Enabled   *bool `yaml:"enabled"`
+		Workspace bool  `yaml:"workspace"`
+	} `yaml:"skills"`
 }
 
 // PromptConfig is `prompt`: each section is `false` (disabled), `true`
@@ -386,7 +391,11 @@ type ProfileConfig struct {
 	Timeout      time.Duration           `yaml:"timeout"`
 	InterruptOn  *map[string]InterruptOn `yaml:"interrupt_on"`
 	Memory       *bool                   `yaml:"memory"`
-	Enabled      *bool                   `yaml:"enabled"`
+	// Skills are directories of Agent Skills (a folder with a SKILL.md,
+	// or a folder of them) the profile sees, loaded at startup
+	// (docs/skills.md).
+	Skills  []string `yaml:"skills"`
+	Enabled *bool    `yaml:"enabled"`
 	// CapByParent (subagents; default true) limits a subagent to its
 	// caller's tools and permissions; false lets it exceed them.
 	CapByParent *bool `yaml:"cap_by_parent"`

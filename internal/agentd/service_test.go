@@ -66,12 +66,16 @@ func startStackWith(t *testing.T, w *sandboxsvctest.Worker, extra string, o Opti
 	t.Helper()
 	s := &stack{t: t, model: modeltest.New(t), worker: w}
 	dir := t.TempDir()
+	// extra may bring its own storage line (PostgreSQL replicas).
+	storage := fmt.Sprintf("storage: {sqlite_path: %s}\n", filepath.Join(dir, "agentd.db"))
+	if strings.HasPrefix(extra, "storage:") {
+		storage = ""
+	}
 	doc := fmt.Sprintf(`version: 2
-storage: {sqlite_path: %s}
-models:
+%smodels:
   scripted: {base_url: %s, api_key_env: TEST_MODEL_KEY, model: scripted-model, retry: {max_attempts: 1}}
 defaults: {model: scripted}
-`, filepath.Join(dir, "agentd.db"), s.model.URL())
+`, storage, s.model.URL())
 	if w != nil {
 		doc += fmt.Sprintf("sandbox: {address: %s, template: {memory: 256Mi, ttl: 30m}}\n", w.Addr)
 	}
@@ -99,6 +103,7 @@ defaults: {model: scripted}
 	svc, err := agentsvc.New(agentsvc.Config{
 		Runtime: core.Runtime,
 		Secrets: core.Secrets,
+		Skills:  core.Backends.skillStore,
 		Config: runhost.Config{
 			Threads: runhost.DurableThreads(core.Store),
 			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {

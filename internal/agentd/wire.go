@@ -78,6 +78,7 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	c := agentsvc.Config{
 		Runtime: a.Runtime,
 		Secrets: a.Secrets,
+		Skills:  a.Backends.skillStore,
 		Config: runhost.Config{
 			Threads: runhost.DurableThreads(a.Store),
 			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
@@ -176,6 +177,14 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	a.Backends = tb
 	tb.secrets = a.Secrets
+	if sk, ok := st.(store.Skills); ok {
+		tb.skillStore = sk
+	}
+	cfgSkills, profileSkills, err := loadConfigSkills(cfg.Agents, cfg.Subagents)
+	if err != nil {
+		return nil, err
+	}
+	tb.configSkills = cfgSkills
 	a.cleanup = append(a.cleanup, tb.Close)
 
 	dc := deep.Config{
@@ -195,6 +204,16 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if dc.Subagents, err = profiles(cfg.Subagents, "subagents"); err != nil {
 		return nil, err
 	}
+	for key, names := range profileSkills {
+		section, name, _ := strings.Cut(key, ".")
+		m := dc.Agents
+		if section == "subagents" {
+			m = dc.Subagents
+		}
+		p := m[name]
+		p.Skills = names
+		m[name] = p
+	}
 	// A config written in code (no file: agentd without --config) gets
 	// the current tool groups; a file without version is version 1.
 	dc.Version = cfg.Version
@@ -204,6 +223,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 		Subagents:      deep.SubagentsConfig{GeneralPurpose: mw.Subagents.GeneralPurpose, MaxDepth: mw.Subagents.MaxDepth},
 		PatchToolCalls: mw.PatchToolCalls.Enabled,
 		Memory:         memory.Config{Paths: mw.Memory.Paths, MaxFileBytes: mw.Memory.MaxFileBytes},
+		Skills:         deep.SkillsConfig{Enabled: mw.Skills.Enabled, Workspace: mw.Skills.Workspace},
 		Filesystem: filesystem.Config{
 			EvictToolResultChars: mw.Filesystem.EvictToolResultChars, EvictExempt: mw.Filesystem.EvictExempt,
 			PreviewLines: mw.Filesystem.PreviewLines, PreviewLineChars: mw.Filesystem.PreviewLineChars,

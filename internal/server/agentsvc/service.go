@@ -56,6 +56,9 @@ type Config struct {
 	// Secrets is the tenants' secret store (nil: the secret RPCs answer
 	// FAILED_PRECONDITION).
 	Secrets *secrets.Vault
+	// Skills is the tenants' skill store (nil: the skill RPCs answer
+	// FAILED_PRECONDITION).
+	Skills store.Skills
 	// Previews, when set, serves CreatePreview, ListPreviews and
 	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
 	Previews Previews

@@ -48,6 +48,12 @@ const (
 	// its run; another replica runs it (metadata after_sequence: re-Attach
 	// after it).
 	ReasonLeaseLost = "LEASE_LOST"
+	// ReasonSkillNotFound: the caller's tenant has no skill of that name.
+	ReasonSkillNotFound = "SKILL_NOT_FOUND"
+	// ReasonSkillLimit: the tenant stores MaxTenantSkills skills already.
+	ReasonSkillLimit = "SKILL_LIMIT"
+	// ReasonNoSkillStore: this agentd serves no skill RPCs.
+	ReasonNoSkillStore = "NO_SKILL_STORE"
 	// ReasonSecretNotFound: the caller's tenant has no secret of that name.
 	ReasonSecretNotFound = "SECRET_NOT_FOUND"
 	// ReasonNoSecretsKey: agentd has no secrets key configured.
@@ -147,6 +153,12 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.ResourceExhausted, err.Error(), ReasonNoRunSlot, nil), true
 	case errors.Is(err, runs.ErrShuttingDown):
 		return server.WithInfo(codes.Unavailable, err.Error(), ReasonShuttingDown, nil), true
+	case errors.Is(err, store.ErrSkillNotFound):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonSkillNotFound, nil), true
+	case errors.Is(err, errSkillLimit):
+		return server.WithInfo(codes.ResourceExhausted, err.Error(), ReasonSkillLimit, nil), true
+	case errors.Is(err, errNoSkillStore):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSkillStore, nil), true
 	case errors.Is(err, store.ErrSecretNotFound):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonSecretNotFound, nil), true
 	case errors.Is(err, secrets.ErrNoKey):

@@ -18,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/middleware/hooks"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/memory"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/patchcalls"
+	skillsmw "github.com/plumbhq/plumb/pkg/agent/middleware/skills"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/subagents"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/summarization"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/todos"
@@ -26,6 +27,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/tools"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/skills"
 )
 
 // Model is one `models.<key>` entry, built.
@@ -70,6 +72,19 @@ type MiddlewareConfig struct {
 	Filesystem filesystem.Config
 	// Summarization is middleware.summarization.
 	Summarization SummarizationConfig
+	// Skills is middleware.skills.
+	Skills SkillsConfig
+}
+
+// SkillsConfig is middleware.skills.
+type SkillsConfig struct {
+	// Enabled turns the skills middleware on (nil = true); it says
+	// nothing when a run has no skills.
+	Enabled *bool
+	// Workspace lists the thread's own skills under
+	// <home>/.agents/skills at the start of each run segment (this opens
+	// the thread's sandbox when its default backend is one).
+	Workspace bool
 }
 
 // SummarizationConfig is middleware.summarization. The embedded Config's
@@ -349,7 +364,7 @@ func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*
 	if d := req.Spec.Timeout; d > 0 {
 		limits.Timeout = min(limits.Timeout, d)
 	}
-	cfg, err := rt.build(pc, b, limits)
+	cfg, err := rt.build(pc, b, tb.Skills, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +401,7 @@ func seed(ctx context.Context, b backend.Backend, files map[string][]byte) error
 
 // build assembles one agent context: the default stack of docs/agent-core.md §3.2
 // for profile context pc.
-func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Limits) (*agent.Config, error) {
+func (rt *Runtime) build(pc *profile.Context, b backend.Backend, skl []skills.Info, limits agent.Limits) (*agent.Config, error) {
 	m, ok := rt.cfg.Models[pc.Model]
 	if !ok {
 		return nil, fmt.Errorf("%w: unknown model %q", agent.ErrInvalidInput, pc.Model)
@@ -418,7 +433,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 				}
 				sl := limits
 				sl.MaxIterations, sl.Timeout = sc.MaxSteps, sc.Timeout
-				return rt.build(sc, rc.Backend, sl)
+				return rt.build(sc, rc.Backend, skl, sl)
 			},
 		}))
 	}
@@ -459,6 +474,17 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, limits agent.Li
 		mc := mw.Memory
 		mc.Guidance = rt.cfg.Prompt.Sections[prompt.Memory].Text
 		stack = append(stack, memory.New(mc))
+	}
+	if sc := mw.Skills; (sc.Enabled == nil || *sc.Enabled) && b != nil {
+		var visible []skills.Info
+		for _, s := range skl {
+			if s.Origin != skills.OriginConfig || slices.Contains(pc.Skills, s.Name) {
+				visible = append(visible, s)
+			}
+		}
+		if len(visible) > 0 || sc.Workspace {
+			stack = append(stack, skillsmw.New(skillsmw.Config{Skills: visible, Workspace: sc.Workspace, Backend: b}))
+		}
 	}
 	rules := make(map[string]hitl.Rule, len(pc.InterruptOn))
 	for tool, r := range pc.InterruptOn {

@@ -1,6 +1,8 @@
 package deep
 
 import (
+	"github.com/plumbhq/plumb/pkg/skills"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +18,10 @@ type ThreadBackend struct {
 	// FileChanges, if set, yields the State-backend delta to persist with
 	// each checkpoint (see BindState).
 	FileChanges func() (map[string]json.RawMessage, error)
+	// Skills are the config and tenant skills the thread may use, with
+	// where Backend serves each SKILL.md (docs/skills.md); the skills
+	// middleware lists them, filtered by each profile's config skills.
+	Skills []skills.Info
 }
 
 // BackendFunc builds a thread's backend for a run segment. labels are the

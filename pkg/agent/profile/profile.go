@@ -80,6 +80,11 @@ type Profile struct {
 	InterruptOn map[string]InterruptRule
 	// Memory turns the memory middleware on or off; nil means true.
 	Memory *bool
+	// Skills are the names of the config skills the profile sees (agentd
+	// loads them from the profile's skill directories); nil means none
+	// for primaries and the parent's for subagents. Tenant and workspace
+	// skills are seen by every profile.
+	Skills []string
 	// Enabled turns a built-in off; nil means true.
 	Enabled *bool
 	// CapByParent (subagents only; nil means true) limits the subagent
@@ -165,6 +170,9 @@ func merge(base, o Profile) Profile {
 	}
 	if o.Memory != nil {
 		base.Memory = o.Memory
+	}
+	if o.Skills != nil {
+		base.Skills = o.Skills
 	}
 	if o.Enabled != nil {
 		base.Enabled = o.Enabled
@@ -421,6 +429,8 @@ type Context struct {
 	InterruptOn map[string]InterruptRule
 	// Memory turns the memory middleware on.
 	Memory bool
+	// Skills are the config skills the context sees, by name.
+	Skills []string
 	// MaxSteps and Timeout limit the context (0 = the configured run
 	// limits, for primaries).
 	MaxSteps int
@@ -500,6 +510,7 @@ func (s *Set) ResolvePrimary(name, model string) (*Context, error) {
 		AllowsAny:   anyOf(p, nil, s.opts.Version),
 		InterruptOn: maps.Clone(p.InterruptOn),
 		Memory:      p.Memory == nil || *p.Memory,
+		Skills:      p.Skills,
 		MaxSteps:    p.MaxSteps, Timeout: p.Timeout,
 	}
 	if p.Subagents != nil {
@@ -545,7 +556,11 @@ func (s *Set) ResolveSubagent(name string, parent *Context) (*Context, error) {
 		Allow:     allow,
 		AllowsAny: allowsAny,
 		Memory:    p.Memory == nil || *p.Memory,
+		Skills:    p.Skills,
 		Depth:     parent.Depth + 1, MaxSteps: p.MaxSteps, Timeout: p.Timeout,
+	}
+	if c.Skills == nil {
+		c.Skills = parent.Skills
 	}
 	switch {
 	case p.Subagents != nil:

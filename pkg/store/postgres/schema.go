@@ -133,6 +133,19 @@ var migrations = []string{
 		PRIMARY KEY (schedule_id, tick)
 	);
 	CREATE INDEX schedule_fires_pending ON schedule_fires (fired_at) WHERE status = 'pending';`,
+	// Tenants' Agent Skills (store.Skills; archive packed by pkg/skills).
+	`CREATE TABLE skills (
+		tenant      TEXT COLLATE "C" NOT NULL,
+		name        TEXT COLLATE "C" NOT NULL,
+		description TEXT NOT NULL,
+		archive     BYTEA NOT NULL,
+		size        BIGINT NOT NULL,
+		files       INTEGER NOT NULL,
+		sha256      TEXT NOT NULL,
+		created_at  BIGINT NOT NULL,
+		updated_at  BIGINT NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

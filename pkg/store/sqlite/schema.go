@@ -130,4 +130,17 @@ var migrations = []string{
 		PRIMARY KEY (schedule_id, tick)
 	) WITHOUT ROWID;
 	CREATE INDEX schedule_fires_pending ON schedule_fires (fired_at) WHERE status = 'pending';`,
+	// Tenants' Agent Skills (store.Skills; archive packed by pkg/skills).
+	`CREATE TABLE skills (
+		tenant      TEXT NOT NULL,
+		name        TEXT NOT NULL,
+		description TEXT NOT NULL,
+		archive     BLOB NOT NULL,
+		size        INTEGER NOT NULL,
+		files       INTEGER NOT NULL,
+		sha256      TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }

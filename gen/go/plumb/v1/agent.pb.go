@@ -2286,6 +2286,487 @@ func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
+// SkillInfo describes a stored skill, without its files.
+type SkillInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name, from the SKILL.md front matter: lowercase letters, digits and
+	// single hyphens, at most 64 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Description, from the front matter: what the agent sees of the skill
+	// before it reads the body.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// Bytes of all the skill's files.
+	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Number of files, SKILL.md included.
+	FileCount int32 `protobuf:"varint,4,opt,name=file_count,json=fileCount,proto3" json:"file_count,omitempty"`
+	// Hex SHA-256 of the stored archive of the files.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// When it was first stored.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was last replaced.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillInfo) Reset() {
+	*x = SkillInfo{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillInfo) ProtoMessage() {}
+
+func (x *SkillInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
+func (*SkillInfo) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SkillInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetFileCount() int32 {
+	if x != nil {
+		return x.FileCount
+	}
+	return 0
+}
+
+func (x *SkillInfo) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *SkillInfo) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *SkillInfo) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// PutSkillRequest uploads a skill folder.
+type PutSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the skill; must equal the name in SKILL.md's front matter.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The folder's files by relative path ("SKILL.md", "scripts/run.py"):
+	// at most 100 files and 2 MiB together, SKILL.md required, paths
+	// relative without "..", at most 8 directories deep.
+	Files         map[string][]byte `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSkillRequest) Reset() {
+	*x = PutSkillRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSkillRequest) ProtoMessage() {}
+
+func (x *PutSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSkillRequest.ProtoReflect.Descriptor instead.
+func (*PutSkillRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PutSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PutSkillRequest) GetFiles() map[string][]byte {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// PutSkillResponse describes the stored skill.
+type PutSkillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skill, without its files.
+	Skill *SkillInfo `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	// True when the skill did not exist before.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSkillResponse) Reset() {
+	*x = PutSkillResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSkillResponse) ProtoMessage() {}
+
+func (x *PutSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSkillResponse.ProtoReflect.Descriptor instead.
+func (*PutSkillResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PutSkillResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+func (x *PutSkillResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// ListSkillsRequest lists the caller's tenant's skills.
+type ListSkillsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsRequest) Reset() {
+	*x = ListSkillsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsRequest) ProtoMessage() {}
+
+func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
+func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+// ListSkillsResponse lists skills by name.
+type ListSkillsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skills, without files, sorted by name.
+	Skills        []*SkillInfo `protobuf:"bytes,1,rep,name=skills,proto3" json:"skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSkillsResponse) Reset() {
+	*x = ListSkillsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSkillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSkillsResponse) ProtoMessage() {}
+
+func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
+func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// GetSkillRequest names a skill.
+type GetSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the skill.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillRequest) Reset() {
+	*x = GetSkillRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillRequest) ProtoMessage() {}
+
+func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
+func (*GetSkillRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetSkillResponse is a skill and its files.
+type GetSkillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The skill.
+	Skill *SkillInfo `protobuf:"bytes,1,opt,name=skill,proto3" json:"skill,omitempty"`
+	// Its files by relative path.
+	Files         map[string][]byte `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSkillResponse) Reset() {
+	*x = GetSkillResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSkillResponse) ProtoMessage() {}
+
+func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
+func (*GetSkillResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetSkillResponse) GetSkill() *SkillInfo {
+	if x != nil {
+		return x.Skill
+	}
+	return nil
+}
+
+func (x *GetSkillResponse) GetFiles() map[string][]byte {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// DeleteSkillRequest names a skill to delete.
+type DeleteSkillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the skill.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSkillRequest) Reset() {
+	*x = DeleteSkillRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSkillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSkillRequest) ProtoMessage() {}
+
+func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSkillRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSkillRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DeleteSkillRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteSkillResponse is empty.
+type DeleteSkillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSkillResponse) Reset() {
+	*x = DeleteSkillResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSkillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSkillResponse) ProtoMessage() {}
+
+func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSkillResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSkillResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+}
+
 // CreatePreviewRequest names a thread and a port in its sandbox.
 type CreatePreviewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2301,7 +2782,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2794,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2807,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -2364,7 +2845,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2857,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2870,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -2427,7 +2908,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2920,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2933,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Preview) GetId() string {
@@ -2508,7 +2989,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +3001,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +3014,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -2554,7 +3035,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +3047,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +3060,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -2600,7 +3081,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +3093,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +3106,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -2644,7 +3125,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +3137,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +3150,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 // InputMessage is one user message.
@@ -2683,7 +3164,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +3176,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +3189,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -2734,7 +3215,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +3227,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +3240,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClientTool) GetName() string {
@@ -2814,7 +3295,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3307,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3320,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -2930,7 +3411,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3423,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3436,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -2986,7 +3467,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3479,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3492,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -3073,7 +3554,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3566,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3579,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -3140,7 +3621,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3633,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3646,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -3189,7 +3670,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3682,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3695,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -3242,7 +3723,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3735,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3748,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -3288,7 +3769,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3781,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3794,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -3336,7 +3817,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3829,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3842,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -3389,7 +3870,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3882,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3895,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -3435,7 +3916,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3928,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3941,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -3483,7 +3964,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3976,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3989,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -3536,7 +4017,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +4029,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +4042,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -3588,7 +4069,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +4081,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +4094,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -3650,7 +4131,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +4143,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +4156,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -3708,7 +4189,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +4201,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +4214,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -3770,7 +4251,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3782,7 +4263,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3795,7 +4276,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -3829,7 +4310,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4322,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4335,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -3891,7 +4372,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4384,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4397,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -3951,7 +4432,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4444,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4457,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -4020,7 +4501,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4513,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4526,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -4075,7 +4556,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4568,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4581,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -4126,7 +4607,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4619,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4632,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 // ListAgentsRequest has no fields.
@@ -4163,7 +4644,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4656,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4669,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -4202,7 +4683,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4695,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4708,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -4263,7 +4744,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +4756,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +4769,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -4355,7 +4836,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4367,7 +4848,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4380,7 +4861,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -4453,7 +4934,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4465,7 +4946,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4478,7 +4959,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Thread) GetId() string {
@@ -4621,7 +5102,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +5114,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +5127,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -4704,7 +5185,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +5197,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +5210,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Todo) GetContent() string {
@@ -4761,7 +5242,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +5254,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +5267,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ToolCall) GetId() string {
@@ -4845,7 +5326,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4857,7 +5338,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4870,7 +5351,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -4965,7 +5446,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5458,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5471,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StateFile) GetPath() string {
@@ -5035,7 +5516,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5528,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5541,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -5124,7 +5605,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5617,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5630,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -5232,7 +5713,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5244,7 +5725,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5257,7 +5738,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -5618,7 +6099,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5630,7 +6111,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5643,7 +6124,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -5716,7 +6197,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5728,7 +6209,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5741,7 +6222,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -5787,7 +6268,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5799,7 +6280,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5812,7 +6293,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -5855,7 +6336,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5867,7 +6348,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5880,7 +6361,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -5933,7 +6414,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5945,7 +6426,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5958,7 +6439,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -5997,7 +6478,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6009,7 +6490,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6022,7 +6503,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -6065,7 +6546,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6077,7 +6558,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6090,7 +6571,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -6143,7 +6624,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6155,7 +6636,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6168,7 +6649,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -6217,7 +6698,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6229,7 +6710,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6242,7 +6723,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ToolResult) GetId() string {
@@ -6312,7 +6793,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6324,7 +6805,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6337,7 +6818,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -6364,7 +6845,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6376,7 +6857,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6389,7 +6870,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -6433,7 +6914,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6445,7 +6926,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6458,7 +6939,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -6502,7 +6983,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6514,7 +6995,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6527,7 +7008,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -6606,7 +7087,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6618,7 +7099,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6631,7 +7112,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -6667,7 +7148,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6679,7 +7160,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6692,7 +7173,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -6753,7 +7234,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6765,7 +7246,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6778,7 +7259,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -6848,7 +7329,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6860,7 +7341,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6873,7 +7354,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RunError) GetCode() string {
@@ -6912,7 +7393,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6924,7 +7405,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6937,7 +7418,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -7067,7 +7548,44 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\asecrets\x18\x01 \x03(\v2\x14.plumb.v1.SecretInfoR\asecrets\")\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteSecretResponse\"t\n" +
+	"\x14DeleteSecretResponse\"\x91\x02\n" +
+	"\tSkillInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x1d\n" +
+	"\n" +
+	"file_count\x18\x04 \x01(\x05R\tfileCount\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\x9b\x01\n" +
+	"\x0fPutSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12:\n" +
+	"\x05files\x18\x02 \x03(\v2$.plumb.v1.PutSkillRequest.FilesEntryR\x05files\x1a8\n" +
+	"\n" +
+	"FilesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"W\n" +
+	"\x10PutSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.plumb.v1.SkillInfoR\x05skill\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x13\n" +
+	"\x11ListSkillsRequest\"A\n" +
+	"\x12ListSkillsResponse\x12+\n" +
+	"\x06skills\x18\x01 \x03(\v2\x13.plumb.v1.SkillInfoR\x06skills\"%\n" +
+	"\x0fGetSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb4\x01\n" +
+	"\x10GetSkillResponse\x12)\n" +
+	"\x05skill\x18\x01 \x01(\v2\x13.plumb.v1.SkillInfoR\x05skill\x12;\n" +
+	"\x05files\x18\x02 \x03(\v2%.plumb.v1.GetSkillResponse.FilesEntryR\x05files\x1a8\n" +
+	"\n" +
+	"FilesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"(\n" +
+	"\x12DeleteSkillRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteSkillResponse\"t\n" +
 	"\x14CreatePreviewRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12+\n" +
@@ -7508,7 +8026,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xea\x0f\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\x85\x12\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -7536,7 +8054,12 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x0eDeleteSchedule\x12\x1f.plumb.v1.DeleteScheduleRequest\x1a .plumb.v1.DeleteScheduleResponse\x12P\n" +
 	"\rPauseSchedule\x12\x1e.plumb.v1.PauseScheduleRequest\x1a\x1f.plumb.v1.PauseScheduleResponse\x12S\n" +
 	"\x0eResumeSchedule\x12\x1f.plumb.v1.ResumeScheduleRequest\x1a .plumb.v1.ResumeScheduleResponse\x12\\\n" +
-	"\x11ListScheduleFires\x12\".plumb.v1.ListScheduleFiresRequest\x1a#.plumb.v1.ListScheduleFiresResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\x11ListScheduleFires\x12\".plumb.v1.ListScheduleFiresRequest\x1a#.plumb.v1.ListScheduleFiresResponse\x12A\n" +
+	"\bPutSkill\x12\x19.plumb.v1.PutSkillRequest\x1a\x1a.plumb.v1.PutSkillResponse\x12G\n" +
+	"\n" +
+	"ListSkills\x12\x1b.plumb.v1.ListSkillsRequest\x1a\x1c.plumb.v1.ListSkillsResponse\x12A\n" +
+	"\bGetSkill\x12\x19.plumb.v1.GetSkillRequest\x1a\x1a.plumb.v1.GetSkillResponse\x12J\n" +
+	"\vDeleteSkill\x12\x1c.plumb.v1.DeleteSkillRequest\x1a\x1d.plumb.v1.DeleteSkillResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -7551,7 +8074,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),              // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),           // 1: plumb.v1.ScheduleFireStatus
@@ -7591,244 +8114,270 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*ListSecretsResponse)(nil),       // 35: plumb.v1.ListSecretsResponse
 	(*DeleteSecretRequest)(nil),       // 36: plumb.v1.DeleteSecretRequest
 	(*DeleteSecretResponse)(nil),      // 37: plumb.v1.DeleteSecretResponse
-	(*CreatePreviewRequest)(nil),      // 38: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),     // 39: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                   // 40: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),       // 41: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),      // 42: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),      // 43: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),     // 44: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),              // 45: plumb.v1.InputMessage
-	(*ClientTool)(nil),                // 46: plumb.v1.ClientTool
-	(*RunRequest)(nil),                // 47: plumb.v1.RunRequest
-	(*RunResponse)(nil),               // 48: plumb.v1.RunResponse
-	(*Decision)(nil),                  // 49: plumb.v1.Decision
-	(*ResumeRequest)(nil),             // 50: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),            // 51: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),             // 52: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),            // 53: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),             // 54: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),            // 55: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),       // 56: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),      // 57: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),          // 58: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),         // 59: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),       // 60: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),      // 61: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),     // 62: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),    // 63: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),    // 64: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),   // 65: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),        // 66: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),       // 67: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),       // 68: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),      // 69: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),         // 70: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 71: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                 // 72: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),             // 73: plumb.v1.InterruptRule
-	(*Thread)(nil),                    // 74: plumb.v1.Thread
-	(*RunRecord)(nil),                 // 75: plumb.v1.RunRecord
-	(*Todo)(nil),                      // 76: plumb.v1.Todo
-	(*ToolCall)(nil),                  // 77: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),             // 78: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                 // 79: plumb.v1.StateFile
-	(*Checkpoint)(nil),                // 80: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                // 81: plumb.v1.TokenUsage
-	(*Event)(nil),                     // 82: plumb.v1.Event
-	(*ToolCallDelta)(nil),             // 83: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                // 84: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),               // 85: plumb.v1.SandboxLost
-	(*RunStarted)(nil),                // 86: plumb.v1.RunStarted
-	(*MessageDelta)(nil),              // 87: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),            // 88: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),          // 89: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),           // 90: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                // 91: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),              // 92: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),           // 93: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),          // 94: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),          // 95: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),               // 96: plumb.v1.Interrupted
-	(*UsageReport)(nil),               // 97: plumb.v1.UsageReport
-	(*Summarized)(nil),                // 98: plumb.v1.Summarized
-	(*RunError)(nil),                  // 99: plumb.v1.RunError
-	(*RunFinished)(nil),               // 100: plumb.v1.RunFinished
-	nil,                               // 101: plumb.v1.RunRequest.MetadataEntry
-	nil,                               // 102: plumb.v1.RunRequest.FilesEntry
-	nil,                               // 103: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                               // 104: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                               // 105: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),       // 106: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 107: google.protobuf.Timestamp
+	(*SkillInfo)(nil),                 // 38: plumb.v1.SkillInfo
+	(*PutSkillRequest)(nil),           // 39: plumb.v1.PutSkillRequest
+	(*PutSkillResponse)(nil),          // 40: plumb.v1.PutSkillResponse
+	(*ListSkillsRequest)(nil),         // 41: plumb.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),        // 42: plumb.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),           // 43: plumb.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),          // 44: plumb.v1.GetSkillResponse
+	(*DeleteSkillRequest)(nil),        // 45: plumb.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),       // 46: plumb.v1.DeleteSkillResponse
+	(*CreatePreviewRequest)(nil),      // 47: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),     // 48: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                   // 49: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),       // 50: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),      // 51: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),      // 52: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),     // 53: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),              // 54: plumb.v1.InputMessage
+	(*ClientTool)(nil),                // 55: plumb.v1.ClientTool
+	(*RunRequest)(nil),                // 56: plumb.v1.RunRequest
+	(*RunResponse)(nil),               // 57: plumb.v1.RunResponse
+	(*Decision)(nil),                  // 58: plumb.v1.Decision
+	(*ResumeRequest)(nil),             // 59: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),            // 60: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),             // 61: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),            // 62: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),             // 63: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),            // 64: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),       // 65: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),      // 66: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),          // 67: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),         // 68: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),       // 69: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),      // 70: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),     // 71: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),    // 72: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),    // 73: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),   // 74: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),        // 75: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),       // 76: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),       // 77: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),      // 78: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),         // 79: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 80: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                 // 81: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),             // 82: plumb.v1.InterruptRule
+	(*Thread)(nil),                    // 83: plumb.v1.Thread
+	(*RunRecord)(nil),                 // 84: plumb.v1.RunRecord
+	(*Todo)(nil),                      // 85: plumb.v1.Todo
+	(*ToolCall)(nil),                  // 86: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),             // 87: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                 // 88: plumb.v1.StateFile
+	(*Checkpoint)(nil),                // 89: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                // 90: plumb.v1.TokenUsage
+	(*Event)(nil),                     // 91: plumb.v1.Event
+	(*ToolCallDelta)(nil),             // 92: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                // 93: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),               // 94: plumb.v1.SandboxLost
+	(*RunStarted)(nil),                // 95: plumb.v1.RunStarted
+	(*MessageDelta)(nil),              // 96: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),            // 97: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),          // 98: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),           // 99: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                // 100: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),              // 101: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),           // 102: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),          // 103: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),          // 104: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),               // 105: plumb.v1.Interrupted
+	(*UsageReport)(nil),               // 106: plumb.v1.UsageReport
+	(*Summarized)(nil),                // 107: plumb.v1.Summarized
+	(*RunError)(nil),                  // 108: plumb.v1.RunError
+	(*RunFinished)(nil),               // 109: plumb.v1.RunFinished
+	nil,                               // 110: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                               // 111: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                               // 112: plumb.v1.RunRequest.MetadataEntry
+	nil,                               // 113: plumb.v1.RunRequest.FilesEntry
+	nil,                               // 114: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                               // 115: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                               // 116: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),       // 117: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 118: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	106, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	117, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	47,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	107, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	107, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	107, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	107, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	106, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	56,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	118, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	118, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	118, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	118, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	117, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	47,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	56,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	13,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	13,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	13,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	106, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	117, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	47,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	56,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	13,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	13,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	13,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	107, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	107, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	118, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	118, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	28,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	107, // 23: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	107, // 24: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	118, // 23: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	118, // 24: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	31,  // 25: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	31,  // 26: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	106, // 27: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	40,  // 28: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	107, // 29: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	107, // 30: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	40,  // 31: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	101, // 32: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	45,  // 33: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	46,  // 34: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	102, // 35: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	106, // 36: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	82,  // 37: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	2,   // 38: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	49,  // 39: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	82,  // 40: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	82,  // 41: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	103, // 42: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	74,  // 43: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	3,   // 44: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	74,  // 45: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	78,  // 46: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	79,  // 47: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	80,  // 48: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	104, // 49: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	4,   // 50: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	74,  // 51: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	72,  // 52: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	5,   // 53: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	73,  // 54: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	2,   // 55: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	107, // 56: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	107, // 57: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	105, // 58: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	4,   // 59: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	76,  // 60: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	96,  // 61: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	75,  // 62: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	81,  // 63: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	78,  // 64: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	79,  // 65: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	80,  // 66: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	6,   // 67: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	81,  // 68: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	107, // 69: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	107, // 70: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	7,   // 71: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	77,  // 72: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	107, // 73: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	9,   // 74: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	107, // 75: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	8,   // 76: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	107, // 77: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	107, // 78: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	86,  // 79: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	87,  // 80: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	88,  // 81: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	89,  // 82: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	90,  // 83: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	91,  // 84: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	92,  // 85: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	93,  // 86: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	94,  // 87: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	96,  // 88: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	97,  // 89: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	98,  // 90: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	99,  // 91: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	100, // 92: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	85,  // 93: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	83,  // 94: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	84,  // 95: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	77,  // 96: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	9,   // 97: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	76,  // 98: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	10,  // 99: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	81,  // 100: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	11,  // 101: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	2,   // 102: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	95,  // 103: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	81,  // 104: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	12,  // 105: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	81,  // 106: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	6,   // 107: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	81,  // 108: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	47,  // 109: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	50,  // 110: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	52,  // 111: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	54,  // 112: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	56,  // 113: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	58,  // 114: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	60,  // 115: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	62,  // 116: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	64,  // 117: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	66,  // 118: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	68,  // 119: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	70,  // 120: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	32,  // 121: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	34,  // 122: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	36,  // 123: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	38,  // 124: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	41,  // 125: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	43,  // 126: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	14,  // 127: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	16,  // 128: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	18,  // 129: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	20,  // 130: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	22,  // 131: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	24,  // 132: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	26,  // 133: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	29,  // 134: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	48,  // 135: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	51,  // 136: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	53,  // 137: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	55,  // 138: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	57,  // 139: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	59,  // 140: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	61,  // 141: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	63,  // 142: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	65,  // 143: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	67,  // 144: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	69,  // 145: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	71,  // 146: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	33,  // 147: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	35,  // 148: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	37,  // 149: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	39,  // 150: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	42,  // 151: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	44,  // 152: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	15,  // 153: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	17,  // 154: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	19,  // 155: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	21,  // 156: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	23,  // 157: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	25,  // 158: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	27,  // 159: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	30,  // 160: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	135, // [135:161] is the sub-list for method output_type
-	109, // [109:135] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	118, // 27: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	118, // 28: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	110, // 29: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	38,  // 30: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	38,  // 31: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
+	38,  // 32: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	111, // 33: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	117, // 34: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	49,  // 35: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	118, // 36: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	118, // 37: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	49,  // 38: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	112, // 39: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	54,  // 40: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	55,  // 41: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	113, // 42: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	117, // 43: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	91,  // 44: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	2,   // 45: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	58,  // 46: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	91,  // 47: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	91,  // 48: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	114, // 49: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	83,  // 50: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	3,   // 51: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	83,  // 52: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	87,  // 53: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	88,  // 54: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	89,  // 55: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	115, // 56: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	4,   // 57: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	83,  // 58: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	81,  // 59: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	5,   // 60: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	82,  // 61: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	2,   // 62: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	118, // 63: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	118, // 64: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	116, // 65: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	4,   // 66: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	85,  // 67: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	105, // 68: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	84,  // 69: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	90,  // 70: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	87,  // 71: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	88,  // 72: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	89,  // 73: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	6,   // 74: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	90,  // 75: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	118, // 76: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	118, // 77: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	7,   // 78: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	86,  // 79: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	118, // 80: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	9,   // 81: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	118, // 82: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	8,   // 83: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	118, // 84: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	118, // 85: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	95,  // 86: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	96,  // 87: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	97,  // 88: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	98,  // 89: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	99,  // 90: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	100, // 91: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	101, // 92: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	102, // 93: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	103, // 94: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	105, // 95: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	106, // 96: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	107, // 97: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	108, // 98: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	109, // 99: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	94,  // 100: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	92,  // 101: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	93,  // 102: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	86,  // 103: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	9,   // 104: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	85,  // 105: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	10,  // 106: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	90,  // 107: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	11,  // 108: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	2,   // 109: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	104, // 110: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	90,  // 111: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	12,  // 112: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	90,  // 113: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	6,   // 114: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	90,  // 115: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	56,  // 116: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	59,  // 117: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	61,  // 118: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	63,  // 119: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	65,  // 120: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	67,  // 121: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	69,  // 122: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	71,  // 123: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	73,  // 124: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	75,  // 125: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	77,  // 126: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	79,  // 127: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	32,  // 128: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	34,  // 129: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	36,  // 130: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	47,  // 131: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	50,  // 132: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	52,  // 133: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	14,  // 134: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	16,  // 135: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	18,  // 136: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	20,  // 137: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	22,  // 138: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	24,  // 139: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	26,  // 140: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	29,  // 141: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	39,  // 142: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	41,  // 143: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	43,  // 144: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	45,  // 145: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	57,  // 146: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	60,  // 147: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	62,  // 148: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	64,  // 149: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	66,  // 150: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	68,  // 151: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	70,  // 152: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	72,  // 153: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	74,  // 154: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	76,  // 155: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	78,  // 156: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	80,  // 157: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	33,  // 158: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	35,  // 159: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	37,  // 160: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	48,  // 161: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	51,  // 162: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	53,  // 163: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	15,  // 164: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	17,  // 165: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	19,  // 166: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	21,  // 167: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	23,  // 168: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	25,  // 169: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	27,  // 170: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	30,  // 171: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	40,  // 172: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	42,  // 173: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	44,  // 174: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	46,  // 175: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	146, // [146:176] is the sub-list for method output_type
+	116, // [116:146] is the sub-list for method input_type
+	116, // [116:116] is the sub-list for extension type_name
+	116, // [116:116] is the sub-list for extension extendee
+	0,   // [0:116] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -7836,7 +8385,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[69].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[78].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -7855,14 +8404,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[78].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[87].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   93,
+			NumMessages:   104,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,10 @@ const (
 	AgentService_PauseSchedule_FullMethodName     = "/plumb.v1.AgentService/PauseSchedule"
 	AgentService_ResumeSchedule_FullMethodName    = "/plumb.v1.AgentService/ResumeSchedule"
 	AgentService_ListScheduleFires_FullMethodName = "/plumb.v1.AgentService/ListScheduleFires"
+	AgentService_PutSkill_FullMethodName          = "/plumb.v1.AgentService/PutSkill"
+	AgentService_ListSkills_FullMethodName        = "/plumb.v1.AgentService/ListSkills"
+	AgentService_GetSkill_FullMethodName          = "/plumb.v1.AgentService/GetSkill"
+	AgentService_DeleteSkill_FullMethodName       = "/plumb.v1.AgentService/DeleteSkill"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -142,6 +146,22 @@ type AgentServiceClient interface {
 	// ListScheduleFires pages through a schedule's fires (one per tick
 	// claimed), newest first: the run each started, or why none started.
 	ListScheduleFires(ctx context.Context, in *ListScheduleFiresRequest, opts ...grpc.CallOption) (*ListScheduleFiresResponse, error)
+	// PutSkill stores (creates or replaces) an Agent Skill of the caller's
+	// tenant: a folder's files, with a SKILL.md whose front matter names
+	// it. A bad skill (no front matter, a bad name, a huge body, a path
+	// with "..", too many files) is INVALID_ARGUMENT naming the field
+	// (docs/skills.md). The tenant's runs see it from their next run.
+	// RESOURCE_EXHAUSTED (SKILL_LIMIT) for a new skill past 100 per tenant.
+	PutSkill(ctx context.Context, in *PutSkillRequest, opts ...grpc.CallOption) (*PutSkillResponse, error)
+	// ListSkills lists the caller's tenant's stored skills: names,
+	// descriptions and sizes, without files.
+	ListSkills(ctx context.Context, in *ListSkillsRequest, opts ...grpc.CallOption) (*ListSkillsResponse, error)
+	// GetSkill returns one of the caller's tenant's skills with its files
+	// (NOT_FOUND for a name it does not have, or another tenant's).
+	GetSkill(ctx context.Context, in *GetSkillRequest, opts ...grpc.CallOption) (*GetSkillResponse, error)
+	// DeleteSkill deletes one of the caller's tenant's skills (NOT_FOUND
+	// for a name it does not have, or another tenant's).
+	DeleteSkill(ctx context.Context, in *DeleteSkillRequest, opts ...grpc.CallOption) (*DeleteSkillResponse, error)
 }
 
 type agentServiceClient struct {
@@ -439,6 +459,46 @@ func (c *agentServiceClient) ListScheduleFires(ctx context.Context, in *ListSche
 	return out, nil
 }
 
+func (c *agentServiceClient) PutSkill(ctx context.Context, in *PutSkillRequest, opts ...grpc.CallOption) (*PutSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutSkillResponse)
+	err := c.cc.Invoke(ctx, AgentService_PutSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListSkills(ctx context.Context, in *ListSkillsRequest, opts ...grpc.CallOption) (*ListSkillsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSkillsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListSkills_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) GetSkill(ctx context.Context, in *GetSkillRequest, opts ...grpc.CallOption) (*GetSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSkillResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSkill(ctx context.Context, in *DeleteSkillRequest, opts ...grpc.CallOption) (*DeleteSkillResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSkillResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSkill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -534,6 +594,22 @@ type AgentServiceServer interface {
 	// ListScheduleFires pages through a schedule's fires (one per tick
 	// claimed), newest first: the run each started, or why none started.
 	ListScheduleFires(context.Context, *ListScheduleFiresRequest) (*ListScheduleFiresResponse, error)
+	// PutSkill stores (creates or replaces) an Agent Skill of the caller's
+	// tenant: a folder's files, with a SKILL.md whose front matter names
+	// it. A bad skill (no front matter, a bad name, a huge body, a path
+	// with "..", too many files) is INVALID_ARGUMENT naming the field
+	// (docs/skills.md). The tenant's runs see it from their next run.
+	// RESOURCE_EXHAUSTED (SKILL_LIMIT) for a new skill past 100 per tenant.
+	PutSkill(context.Context, *PutSkillRequest) (*PutSkillResponse, error)
+	// ListSkills lists the caller's tenant's stored skills: names,
+	// descriptions and sizes, without files.
+	ListSkills(context.Context, *ListSkillsRequest) (*ListSkillsResponse, error)
+	// GetSkill returns one of the caller's tenant's skills with its files
+	// (NOT_FOUND for a name it does not have, or another tenant's).
+	GetSkill(context.Context, *GetSkillRequest) (*GetSkillResponse, error)
+	// DeleteSkill deletes one of the caller's tenant's skills (NOT_FOUND
+	// for a name it does not have, or another tenant's).
+	DeleteSkill(context.Context, *DeleteSkillRequest) (*DeleteSkillResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -621,6 +697,18 @@ func (UnimplementedAgentServiceServer) ResumeSchedule(context.Context, *ResumeSc
 }
 func (UnimplementedAgentServiceServer) ListScheduleFires(context.Context, *ListScheduleFiresRequest) (*ListScheduleFiresResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListScheduleFires not implemented")
+}
+func (UnimplementedAgentServiceServer) PutSkill(context.Context, *PutSkillRequest) (*PutSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutSkill not implemented")
+}
+func (UnimplementedAgentServiceServer) ListSkills(context.Context, *ListSkillsRequest) (*ListSkillsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSkills not implemented")
+}
+func (UnimplementedAgentServiceServer) GetSkill(context.Context, *GetSkillRequest) (*GetSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSkill not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSkill(context.Context, *DeleteSkillRequest) (*DeleteSkillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSkill not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1090,6 +1178,78 @@ func _AgentService_ListScheduleFires_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_PutSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).PutSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_PutSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).PutSkill(ctx, req.(*PutSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListSkills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSkillsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListSkills(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListSkills_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListSkills(ctx, req.(*ListSkillsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_GetSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetSkill(ctx, req.(*GetSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSkill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSkillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSkill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSkill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSkill(ctx, req.(*DeleteSkillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1188,6 +1348,22 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListScheduleFires",
 			Handler:    _AgentService_ListScheduleFires_Handler,
+		},
+		{
+			MethodName: "PutSkill",
+			Handler:    _AgentService_PutSkill_Handler,
+		},
+		{
+			MethodName: "ListSkills",
+			Handler:    _AgentService_ListSkills_Handler,
+		},
+		{
+			MethodName: "GetSkill",
+			Handler:    _AgentService_GetSkill_Handler,
+		},
+		{
+			MethodName: "DeleteSkill",
+			Handler:    _AgentService_DeleteSkill_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
