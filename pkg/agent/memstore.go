@@ -234,6 +234,7 @@ func cloneInterrupt(p *PendingInterrupt) *PendingInterrupt {
 
 func cloneRun(r RunRecord) RunRecord {
 	r.Spec.ClientTools = slices.Clone(r.Spec.ClientTools)
+	r.Input = slices.Clone(r.Input)
 	if r.Error != nil {
 		e := *r.Error
 		r.Error = &e

@@ -459,3 +459,9 @@ func TestLeasesConformance(t *testing.T) {
 func TestPreviewsConformance(t *testing.T) {
 	storetest.RunPreviews(t, func(t *testing.T) storetest.PreviewStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestRunsConformance runs the run-record suite against a real PostgreSQL
+// server.
+func TestRunsConformance(t *testing.T) {
+	storetest.RunRuns(t, func(t *testing.T) storetest.RunStore { return open(t, pgtest.New(t), Options{}) })
+}
