@@ -82,6 +82,10 @@ type ServerConfig struct {
 	ReplayMaxEvents int               `yaml:"replay_max_events"`
 	ReplayMaxBytes  yamlconf.Quantity `yaml:"replay_max_bytes"`
 	ShutdownGrace   time.Duration     `yaml:"shutdown_grace"`
+	// OnBusy is what a Run on a busy thread does when the request does
+	// not say: "reject" (default) or "enqueue" (docs/runs.md). An agent's
+	// own on_busy overrides it.
+	OnBusy string `yaml:"on_busy"`
 }
 
 // StorageConfig is `storage`.
@@ -387,6 +391,9 @@ type ProfileConfig struct {
 	// CapByParent (subagents; default true) limits a subagent to its
 	// caller's tools and permissions; false lets it exceed them.
 	CapByParent *bool `yaml:"cap_by_parent"`
+	// OnBusy (agents only) is the agent's default double-texting
+	// strategy, "reject" or "enqueue" ("" = server.on_busy).
+	OnBusy string `yaml:"on_busy"`
 }
 
 // InterruptOn is `true` or `{allowed: [...], description: ...}`; `false`

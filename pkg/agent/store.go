@@ -253,6 +253,9 @@ type RunRecord struct {
 	// Holder names the replica (the lease holder) that ran the run's
 	// latest segment; "" without leases.
 	Holder string `json:"holder,omitempty"`
+	// Metadata are a queued run's labels, merged into the thread's when
+	// it starts (RunInput.Metadata).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // RunSpec is the persisted configuration of a run: what a Resume needs to

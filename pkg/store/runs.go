@@ -113,7 +113,6 @@ func ListableRunStatus(s agent.RunStatus) bool {
 	return false
 }
 
-
 // EndQueued returns the stored record (JSON) of a queued run ended with
 // status without starting (see Runs.EndQueuedRun).
 func EndQueued(record string, status agent.RunStatus, rerr *agent.RunError, finishedAt time.Time) (string, error) {

@@ -56,6 +56,11 @@ type Config struct {
 	// Previews, when set, serves CreatePreview, ListPreviews and
 	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
 	Previews Previews
+	// OnBusy is the double-texting strategy of a Run that names none
+	// (server.on_busy), unless AgentOnBusy has one for its agent (by
+	// name; "" is the default agent's).
+	OnBusy      runhost.OnBusy
+	AgentOnBusy map[string]runhost.OnBusy
 }
 
 // Option adjusts a Service (test seams).

@@ -23,6 +23,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// OnBusy is what a Run does when its thread already has a run going (or
+// runs queued): the double-texting strategy (docs/runs.md).
+type OnBusy int32
+
+const (
+	// ON_BUSY_UNSPECIFIED uses the agent's default (server.on_busy), else
+	// REJECT.
+	OnBusy_ON_BUSY_UNSPECIFIED OnBusy = 0
+	// ON_BUSY_REJECT fails the Run with ABORTED (THREAD_BUSY).
+	OnBusy_ON_BUSY_REJECT OnBusy = 1
+	// ON_BUSY_ENQUEUE stores the run QUEUED; it starts after the runs
+	// before it, in order, detached (follow it with WaitRun or Attach). The
+	// stream carries one run_queued event and ends.
+	OnBusy_ON_BUSY_ENQUEUE OnBusy = 2
+)
+
+// Enum value maps for OnBusy.
+var (
+	OnBusy_name = map[int32]string{
+		0: "ON_BUSY_UNSPECIFIED",
+		1: "ON_BUSY_REJECT",
+		2: "ON_BUSY_ENQUEUE",
+	}
+	OnBusy_value = map[string]int32{
+		"ON_BUSY_UNSPECIFIED": 0,
+		"ON_BUSY_REJECT":      1,
+		"ON_BUSY_ENQUEUE":     2,
+	}
+)
+
+func (x OnBusy) Enum() *OnBusy {
+	p := new(OnBusy)
+	*p = x
+	return p
+}
+
+func (x OnBusy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OnBusy) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (OnBusy) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[0]
+}
+
+func (x OnBusy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OnBusy.Descriptor instead.
+func (OnBusy) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -68,11 +125,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[0]
+	return &file_plumb_v1_agent_proto_enumTypes[1]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -81,7 +138,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -121,11 +178,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[1]
+	return &file_plumb_v1_agent_proto_enumTypes[2]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -134,7 +191,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // ThreadStatus is a thread's state.
@@ -178,11 +235,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[2]
+	return &file_plumb_v1_agent_proto_enumTypes[3]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -191,7 +248,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -231,11 +288,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[3]
+	return &file_plumb_v1_agent_proto_enumTypes[4]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -244,7 +301,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -268,6 +325,9 @@ const (
 	// RUN_STATUS_FAILED means it ended with an error event, or agentd
 	// restarted during it (run records only).
 	RunStatus_RUN_STATUS_FAILED RunStatus = 7
+	// RUN_STATUS_QUEUED means it waits for the runs before it on its
+	// thread (OnBusy ENQUEUE; run records only).
+	RunStatus_RUN_STATUS_QUEUED RunStatus = 8
 )
 
 // Enum value maps for RunStatus.
@@ -281,6 +341,7 @@ var (
 		5: "RUN_STATUS_DEADLINE_EXCEEDED",
 		6: "RUN_STATUS_INTERRUPTED",
 		7: "RUN_STATUS_FAILED",
+		8: "RUN_STATUS_QUEUED",
 	}
 	RunStatus_value = map[string]int32{
 		"RUN_STATUS_UNSPECIFIED":       0,
@@ -291,6 +352,7 @@ var (
 		"RUN_STATUS_DEADLINE_EXCEEDED": 5,
 		"RUN_STATUS_INTERRUPTED":       6,
 		"RUN_STATUS_FAILED":            7,
+		"RUN_STATUS_QUEUED":            8,
 	}
 )
 
@@ -305,11 +367,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[4]
+	return &file_plumb_v1_agent_proto_enumTypes[5]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -318,7 +380,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // TodoStatus is a todo item's state.
@@ -362,11 +424,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -375,7 +437,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -427,11 +489,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -440,7 +502,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -492,11 +554,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -505,7 +567,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -557,11 +619,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -570,7 +632,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -610,11 +672,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -623,7 +685,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // UsagePurpose says what a model call was for.
@@ -663,11 +725,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -676,7 +738,347 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+// GetRunRequest names a run.
+type GetRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Optional: the run's thread; a run of another thread is NOT_FOUND.
+	ThreadId      string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunRequest) Reset() {
+	*x = GetRunRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunRequest) ProtoMessage() {}
+
+func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
+func (*GetRunRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GetRunRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+// GetRunResponse carries a run record.
+type GetRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunResponse) Reset() {
+	*x = GetRunResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunResponse) ProtoMessage() {}
+
+func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
+func (*GetRunResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetRunResponse) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+// ListRunsRequest selects a page of run records.
+type ListRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this thread's runs; empty lists every run of the caller's tenant.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Only runs with this status; unspecified = any.
+	Status RunStatus `protobuf:"varint,2,opt,name=status,proto3,enum=plumb.v1.RunStatus" json:"status,omitempty"`
+	// Page size, 1..500 (0 = 50).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsRequest) Reset() {
+	*x = ListRunsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsRequest) ProtoMessage() {}
+
+func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListRunsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *ListRunsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListRunsResponse is one page of run records, newest first.
+type ListRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*RunRecord `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsResponse) Reset() {
+	*x = ListRunsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsResponse) ProtoMessage() {}
+
+func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListRunsResponse) GetRuns() []*RunRecord {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WaitRunRequest names the run to wait for.
+type WaitRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// How long to wait at most (unset = 30s, at most 1h); the call's own
+	// deadline also ends the wait, with the current record.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRunRequest) Reset() {
+	*x = WaitRunRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRunRequest) ProtoMessage() {}
+
+func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRunRequest.ProtoReflect.Descriptor instead.
+func (*WaitRunRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WaitRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WaitRunRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// WaitRunResponse is the run's record when the wait ended.
+type WaitRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, in its state when the wait ended.
+	Run *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The run had not ended (nor been interrupted) when the wait ended.
+	TimedOut      bool `protobuf:"varint,2,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRunResponse) Reset() {
+	*x = WaitRunResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRunResponse) ProtoMessage() {}
+
+func (x *WaitRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRunResponse.ProtoReflect.Descriptor instead.
+func (*WaitRunResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WaitRunResponse) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *WaitRunResponse) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
 }
 
 // SecretInfo describes a stored secret, without its value.
@@ -694,7 +1096,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +1108,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +1121,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -757,7 +1159,7 @@ type PutSecretRequest struct {
 
 func (x *PutSecretRequest) Reset() {
 	*x = PutSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1171,7 @@ func (x *PutSecretRequest) String() string {
 func (*PutSecretRequest) ProtoMessage() {}
 
 func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1184,7 @@ func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretRequest.ProtoReflect.Descriptor instead.
 func (*PutSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PutSecretRequest) GetName() string {
@@ -812,7 +1214,7 @@ type PutSecretResponse struct {
 
 func (x *PutSecretResponse) Reset() {
 	*x = PutSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1226,7 @@ func (x *PutSecretResponse) String() string {
 func (*PutSecretResponse) ProtoMessage() {}
 
 func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1239,7 @@ func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretResponse.ProtoReflect.Descriptor instead.
 func (*PutSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PutSecretResponse) GetSecret() *SecretInfo {
@@ -863,7 +1265,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1277,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1290,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // ListSecretsResponse lists secrets by name.
@@ -902,7 +1304,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1316,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1329,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -948,7 +1350,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1362,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1375,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -992,7 +1394,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1406,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1419,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // CreatePreviewRequest names a thread and a port in its sandbox.
@@ -1035,7 +1437,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1449,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1462,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -1098,7 +1500,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1512,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1525,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -1161,7 +1563,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1575,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1588,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Preview) GetId() string {
@@ -1242,7 +1644,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1656,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1669,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -1288,7 +1690,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1702,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1715,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -1334,7 +1736,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1748,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1761,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -1378,7 +1780,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1792,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1805,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 // InputMessage is one user message.
@@ -1417,7 +1819,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1831,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1844,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -1468,7 +1870,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1882,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1895,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ClientTool) GetName() string {
@@ -1542,13 +1944,16 @@ type RunRequest struct {
 	Detach bool `protobuf:"varint,10,opt,name=detach,proto3" json:"detach,omitempty"`
 	// Drop a pending interrupt instead of failing with FAILED_PRECONDITION.
 	AbandonInterrupt bool `protobuf:"varint,11,opt,name=abandon_interrupt,json=abandonInterrupt,proto3" json:"abandon_interrupt,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What to do when the thread is busy (double-texting); unspecified =
+	// the agent's default.
+	OnBusy        OnBusy `protobuf:"varint,12,opt,name=on_busy,json=onBusy,proto3,enum=plumb.v1.OnBusy" json:"on_busy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1965,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1978,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -1653,6 +2058,13 @@ func (x *RunRequest) GetAbandonInterrupt() bool {
 	return false
 }
 
+func (x *RunRequest) GetOnBusy() OnBusy {
+	if x != nil {
+		return x.OnBusy
+	}
+	return OnBusy_ON_BUSY_UNSPECIFIED
+}
+
 // RunResponse carries one event of a Run stream.
 type RunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1664,7 +2076,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2088,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2101,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -1720,7 +2132,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2144,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2157,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1807,7 +2219,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2231,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2244,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1874,7 +2286,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2298,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2311,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1923,7 +2335,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2347,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2360,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1976,7 +2388,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2400,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2413,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -2022,7 +2434,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2446,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2459,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -2070,7 +2482,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2494,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2507,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -2123,7 +2535,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2547,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2560,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -2169,7 +2581,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2593,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2606,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -2217,7 +2629,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2641,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2654,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -2270,7 +2682,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2694,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2707,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -2322,7 +2734,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2746,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2759,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -2384,7 +2796,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2808,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2821,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -2442,7 +2854,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2866,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2879,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -2504,7 +2916,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2928,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2941,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -2563,7 +2975,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2987,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +3000,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -2625,7 +3037,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3049,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3062,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2685,7 +3097,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3109,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3122,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2754,7 +3166,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3178,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3191,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2809,7 +3221,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3233,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3246,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2860,7 +3272,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3284,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3297,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 // ListAgentsRequest has no fields.
@@ -2897,7 +3309,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3321,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3334,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2936,7 +3348,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3360,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3373,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2997,7 +3409,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3421,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3434,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3089,7 +3501,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3513,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3526,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -3187,7 +3599,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3611,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3624,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Thread) GetId() string {
@@ -3348,14 +3760,29 @@ type RunRecord struct {
 	// Start time.
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// End time, when finished.
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// The run's thread.
+	ThreadId string `protobuf:"bytes,7,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The primary agent profile it ran (empty = the default).
+	Agent string `protobuf:"bytes,8,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The user messages the run was started with.
+	Input []string `protobuf:"bytes,9,rep,name=input,proto3" json:"input,omitempty"`
+	// Why a FAILED run failed (or why a queued run never started).
+	Error *RunError `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// When the run was asked for (before started_at for a queued run).
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The agentd replica (lease holder) that ran its latest segment; empty
+	// on a single agentd without leases.
+	Holder string `protobuf:"bytes,12,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Root model calls so far.
+	Steps         int32 `protobuf:"varint,13,opt,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3794,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3807,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -3425,6 +3852,55 @@ func (x *RunRecord) GetFinishedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RunRecord) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *RunRecord) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *RunRecord) GetInput() []string {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *RunRecord) GetError() *RunError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RunRecord) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *RunRecord) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RunRecord) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
 // Todo is one item of the agent's todo list.
 type Todo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3438,7 +3914,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3926,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3939,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Todo) GetContent() string {
@@ -3495,7 +3971,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3983,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3996,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ToolCall) GetId() string {
@@ -3579,7 +4055,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +4067,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +4080,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -3699,7 +4175,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4187,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4200,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3769,7 +4245,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4257,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4270,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3858,7 +4334,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +4346,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +4359,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3959,6 +4435,7 @@ type Event struct {
 	//	*Event_SandboxLost
 	//	*Event_ToolCallDelta
 	//	*Event_ToolOutput
+	//	*Event_RunQueued
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3966,7 +4443,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4455,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4468,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -4196,6 +4673,15 @@ func (x *Event) GetToolOutput() *ToolOutput {
 	return nil
 }
 
+func (x *Event) GetRunQueued() *RunQueued {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_RunQueued); ok {
+			return x.RunQueued
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -4288,6 +4774,12 @@ type Event_ToolOutput struct {
 	ToolOutput *ToolOutput `protobuf:"bytes,26,opt,name=tool_output,json=toolOutput,proto3,oneof"`
 }
 
+type Event_RunQueued struct {
+	// The run was queued behind the thread's current run (OnBusy
+	// ENQUEUE): the only event of its Run stream (sequence 0). Terminal.
+	RunQueued *RunQueued `protobuf:"bytes,27,opt,name=run_queued,json=runQueued,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -4322,6 +4814,54 @@ func (*Event_ToolCallDelta) isEvent_Payload() {}
 
 func (*Event_ToolOutput) isEvent_Payload() {}
 
+func (*Event_RunQueued) isEvent_Payload() {}
+
+// RunQueued says that a Run was queued instead of started.
+type RunQueued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queued run's record (status QUEUED).
+	Run           *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunQueued) Reset() {
+	*x = RunQueued{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunQueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunQueued) ProtoMessage() {}
+
+func (x *RunQueued) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
+func (*RunQueued) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *RunQueued) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 // ToolCallDelta is a fragment of the arguments of a tool call the model is
 // producing. Fragments are coalesced (several provider chunks per event).
 // The AssistantMessage that follows is authoritative: it carries the final
@@ -4352,7 +4892,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4904,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4917,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -4450,7 +4990,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +5002,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +5015,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -4521,7 +5061,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +5073,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +5086,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -4589,7 +5129,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +5141,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +5154,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -4667,7 +5207,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +5219,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +5232,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4731,7 +5271,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +5283,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +5296,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4799,7 +5339,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5351,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5364,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4877,7 +5417,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +5429,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +5442,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4951,7 +5491,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +5503,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +5516,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ToolResult) GetId() string {
@@ -5046,7 +5586,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5598,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5611,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -5098,7 +5638,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +5650,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +5663,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -5167,7 +5707,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5719,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5732,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -5236,7 +5776,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5788,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5801,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -5340,7 +5880,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +5892,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +5905,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -5401,7 +5941,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +5953,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +5966,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -5487,7 +6027,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +6039,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +6052,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -5582,7 +6122,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6134,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6147,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RunError) GetCode() string {
@@ -5646,7 +6186,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +6198,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +6211,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -5699,7 +6239,27 @@ var File_plumb_v1_agent_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n" +
+	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"C\n" +
+	"\rGetRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\"7\n" +
+	"\x0eGetRunResponse\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\x97\x01\n" +
+	"\x0fListRunsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12+\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"c\n" +
+	"\x10ListRunsResponse\x12'\n" +
+	"\x04runs\x18\x01 \x03(\v2\x13.plumb.v1.RunRecordR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\\\n" +
+	"\x0eWaitRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"U\n" +
+	"\x0fWaitRunResponse\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\x12\x1b\n" +
+	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\"\x9a\x01\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
@@ -5749,7 +6309,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"ClientTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xcb\x04\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xf6\x04\n" +
 	"\n" +
 	"RunRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12>\n" +
@@ -5763,7 +6323,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\atimeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x16\n" +
 	"\x06detach\x18\n" +
 	" \x01(\bR\x06detach\x12+\n" +
-	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x1a;\n" +
+	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x12)\n" +
+	"\aon_busy\x18\f \x01(\x0e2\x10.plumb.v1.OnBusyR\x06onBusy\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
@@ -5891,7 +6452,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x03\n" +
 	"\tRunRecord\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12*\n" +
@@ -5901,7 +6462,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"N\n" +
+	"finishedAt\x12\x1b\n" +
+	"\tthread_id\x18\a \x01(\tR\bthreadId\x12\x14\n" +
+	"\x05agent\x18\b \x01(\tR\x05agent\x12\x14\n" +
+	"\x05input\x18\t \x03(\tR\x05input\x12(\n" +
+	"\x05error\x18\n" +
+	" \x01(\v2\x12.plumb.v1.RunErrorR\x05error\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06holder\x18\f \x01(\tR\x06holder\x12\x14\n" +
+	"\x05steps\x18\r \x01(\x05R\x05steps\"N\n" +
 	"\x04Todo\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.plumb.v1.TodoStatusR\x06status\"K\n" +
@@ -5945,7 +6515,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xf5\t\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xab\n" +
+	"\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -5976,8 +6547,12 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fsandbox_lost\x18\x18 \x01(\v2\x15.plumb.v1.SandboxLostH\x00R\vsandboxLost\x12A\n" +
 	"\x0ftool_call_delta\x18\x19 \x01(\v2\x17.plumb.v1.ToolCallDeltaH\x00R\rtoolCallDelta\x127\n" +
 	"\vtool_output\x18\x1a \x01(\v2\x14.plumb.v1.ToolOutputH\x00R\n" +
-	"toolOutputB\t\n" +
-	"\apayload\"\xa9\x01\n" +
+	"toolOutput\x124\n" +
+	"\n" +
+	"run_queued\x18\x1b \x01(\v2\x13.plumb.v1.RunQueuedH\x00R\trunQueuedB\t\n" +
+	"\apayload\"2\n" +
+	"\tRunQueued\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\xa9\x01\n" +
 	"\rToolCallDelta\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -6085,7 +6660,11 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1d\n" +
 	"\n" +
 	"final_text\x18\x02 \x01(\tR\tfinalText\x12*\n" +
-	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*\x95\x01\n" +
+	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*J\n" +
+	"\x06OnBusy\x12\x17\n" +
+	"\x13ON_BUSY_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eON_BUSY_REJECT\x10\x01\x12\x13\n" +
+	"\x0fON_BUSY_ENQUEUE\x10\x02*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -6105,7 +6684,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\tAgentKind\x12\x1a\n" +
 	"\x16AGENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12AGENT_KIND_PRIMARY\x10\x01\x12\x17\n" +
-	"\x13AGENT_KIND_SUBAGENT\x10\x02*\xe7\x01\n" +
+	"\x13AGENT_KIND_SUBAGENT\x10\x02*\xfe\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n" +
@@ -6114,7 +6693,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x14RUN_STATUS_CANCELLED\x10\x04\x12 \n" +
 	"\x1cRUN_STATUS_DEADLINE_EXCEEDED\x10\x05\x12\x1a\n" +
 	"\x16RUN_STATUS_INTERRUPTED\x10\x06\x12\x15\n" +
-	"\x11RUN_STATUS_FAILED\x10\a*z\n" +
+	"\x11RUN_STATUS_FAILED\x10\a\x12\x15\n" +
+	"\x11RUN_STATUS_QUEUED\x10\b*z\n" +
 	"\n" +
 	"TodoStatus\x12\x1b\n" +
 	"\x17TODO_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -6149,8 +6729,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc8\n" +
-	"\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\x88\f\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -6170,7 +6749,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponse\x12P\n" +
 	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
 	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
-	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponse\x12;\n" +
+	"\x06GetRun\x12\x17.plumb.v1.GetRunRequest\x1a\x18.plumb.v1.GetRunResponse\x12A\n" +
+	"\bListRuns\x12\x19.plumb.v1.ListRunsRequest\x1a\x1a.plumb.v1.ListRunsResponse\x12>\n" +
+	"\aWaitRun\x12\x18.plumb.v1.WaitRunRequest\x1a\x19.plumb.v1.WaitRunResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -6184,226 +6766,250 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(DecisionType)(0),               // 0: plumb.v1.DecisionType
-	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
-	(ThreadStatus)(0),               // 2: plumb.v1.ThreadStatus
-	(AgentKind)(0),                  // 3: plumb.v1.AgentKind
-	(RunStatus)(0),                  // 4: plumb.v1.RunStatus
-	(TodoStatus)(0),                 // 5: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),            // 6: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),           // 7: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),             // 8: plumb.v1.SubagentStatus
-	(InterruptKind)(0),              // 9: plumb.v1.InterruptKind
-	(UsagePurpose)(0),               // 10: plumb.v1.UsagePurpose
-	(*SecretInfo)(nil),              // 11: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),        // 12: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),       // 13: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),      // 14: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),     // 15: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),     // 16: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),    // 17: plumb.v1.DeleteSecretResponse
-	(*CreatePreviewRequest)(nil),    // 18: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),   // 19: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                 // 20: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),     // 21: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),    // 22: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),    // 23: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),   // 24: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),            // 25: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 26: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 27: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 28: plumb.v1.RunResponse
-	(*Decision)(nil),                // 29: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 30: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 31: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 32: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 33: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 34: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 35: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 36: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 37: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 38: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 39: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 40: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 41: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 42: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 43: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 44: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 45: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 46: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 47: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 48: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 49: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 50: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 51: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 52: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 53: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 54: plumb.v1.Thread
-	(*RunRecord)(nil),               // 55: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 56: plumb.v1.Todo
-	(*ToolCall)(nil),                // 57: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 58: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 59: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 60: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 61: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 62: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 63: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 64: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 65: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 66: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 67: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 68: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 69: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 70: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 71: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 72: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 73: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 74: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 75: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 76: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 77: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 78: plumb.v1.Summarized
-	(*RunError)(nil),                // 79: plumb.v1.RunError
-	(*RunFinished)(nil),             // 80: plumb.v1.RunFinished
-	nil,                             // 81: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 82: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 83: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 84: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 85: plumb.v1.Thread.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 86: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 87: google.protobuf.Duration
+	(OnBusy)(0),                     // 0: plumb.v1.OnBusy
+	(DecisionType)(0),               // 1: plumb.v1.DecisionType
+	(ThreadView)(0),                 // 2: plumb.v1.ThreadView
+	(ThreadStatus)(0),               // 3: plumb.v1.ThreadStatus
+	(AgentKind)(0),                  // 4: plumb.v1.AgentKind
+	(RunStatus)(0),                  // 5: plumb.v1.RunStatus
+	(TodoStatus)(0),                 // 6: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),            // 7: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),           // 8: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),             // 9: plumb.v1.SubagentStatus
+	(InterruptKind)(0),              // 10: plumb.v1.InterruptKind
+	(UsagePurpose)(0),               // 11: plumb.v1.UsagePurpose
+	(*GetRunRequest)(nil),           // 12: plumb.v1.GetRunRequest
+	(*GetRunResponse)(nil),          // 13: plumb.v1.GetRunResponse
+	(*ListRunsRequest)(nil),         // 14: plumb.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),        // 15: plumb.v1.ListRunsResponse
+	(*WaitRunRequest)(nil),          // 16: plumb.v1.WaitRunRequest
+	(*WaitRunResponse)(nil),         // 17: plumb.v1.WaitRunResponse
+	(*SecretInfo)(nil),              // 18: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),        // 19: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),       // 20: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),      // 21: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),     // 22: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),     // 23: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),    // 24: plumb.v1.DeleteSecretResponse
+	(*CreatePreviewRequest)(nil),    // 25: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),   // 26: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                 // 27: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),     // 28: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),    // 29: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),    // 30: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),   // 31: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),            // 32: plumb.v1.InputMessage
+	(*ClientTool)(nil),              // 33: plumb.v1.ClientTool
+	(*RunRequest)(nil),              // 34: plumb.v1.RunRequest
+	(*RunResponse)(nil),             // 35: plumb.v1.RunResponse
+	(*Decision)(nil),                // 36: plumb.v1.Decision
+	(*ResumeRequest)(nil),           // 37: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 38: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),           // 39: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),          // 40: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),           // 41: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),          // 42: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),     // 43: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),    // 44: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),        // 45: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),       // 46: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),     // 47: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 48: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),   // 49: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),  // 50: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),  // 51: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 52: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),      // 53: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),     // 54: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),     // 55: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),    // 56: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),       // 57: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),      // 58: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),               // 59: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),           // 60: plumb.v1.InterruptRule
+	(*Thread)(nil),                  // 61: plumb.v1.Thread
+	(*RunRecord)(nil),               // 62: plumb.v1.RunRecord
+	(*Todo)(nil),                    // 63: plumb.v1.Todo
+	(*ToolCall)(nil),                // 64: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),           // 65: plumb.v1.ThreadMessage
+	(*StateFile)(nil),               // 66: plumb.v1.StateFile
+	(*Checkpoint)(nil),              // 67: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),              // 68: plumb.v1.TokenUsage
+	(*Event)(nil),                   // 69: plumb.v1.Event
+	(*RunQueued)(nil),               // 70: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),           // 71: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),              // 72: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),             // 73: plumb.v1.SandboxLost
+	(*RunStarted)(nil),              // 74: plumb.v1.RunStarted
+	(*MessageDelta)(nil),            // 75: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),          // 76: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),        // 77: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),         // 78: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),              // 79: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),            // 80: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),         // 81: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),        // 82: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),        // 83: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),             // 84: plumb.v1.Interrupted
+	(*UsageReport)(nil),             // 85: plumb.v1.UsageReport
+	(*Summarized)(nil),              // 86: plumb.v1.Summarized
+	(*RunError)(nil),                // 87: plumb.v1.RunError
+	(*RunFinished)(nil),             // 88: plumb.v1.RunFinished
+	nil,                             // 89: plumb.v1.RunRequest.MetadataEntry
+	nil,                             // 90: plumb.v1.RunRequest.FilesEntry
+	nil,                             // 91: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                             // 92: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                             // 93: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),     // 94: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 95: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	86,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	11,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	11,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	87,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	20,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	86,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	20,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	81,  // 9: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	25,  // 10: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	26,  // 11: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	82,  // 12: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	87,  // 13: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 14: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,   // 15: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	29,  // 16: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	62,  // 17: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	62,  // 18: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	83,  // 19: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	54,  // 20: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,   // 21: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	54,  // 22: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	58,  // 23: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 24: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	60,  // 25: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	84,  // 26: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,   // 27: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	54,  // 28: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	52,  // 29: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,   // 30: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	53,  // 31: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,   // 32: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	86,  // 33: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 34: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	85,  // 35: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,   // 36: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	56,  // 37: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	76,  // 38: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	55,  // 39: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	61,  // 40: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	58,  // 41: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 42: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	60,  // 43: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,   // 44: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	61,  // 45: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	86,  // 46: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	86,  // 47: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,   // 48: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	57,  // 49: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	86,  // 50: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,   // 51: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	86,  // 52: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,   // 53: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	86,  // 54: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 55: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	66,  // 56: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	67,  // 57: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	68,  // 58: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	69,  // 59: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	70,  // 60: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	71,  // 61: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	72,  // 62: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	73,  // 63: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	74,  // 64: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	76,  // 65: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	77,  // 66: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	78,  // 67: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	79,  // 68: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	80,  // 69: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	65,  // 70: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	63,  // 71: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	64,  // 72: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	57,  // 73: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,   // 74: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	56,  // 75: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,   // 76: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	61,  // 77: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,   // 78: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,   // 79: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	75,  // 80: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	61,  // 81: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10,  // 82: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	61,  // 83: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,   // 84: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	61,  // 85: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	27,  // 86: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	30,  // 87: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	32,  // 88: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	34,  // 89: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	36,  // 90: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	38,  // 91: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	40,  // 92: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	42,  // 93: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	44,  // 94: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	46,  // 95: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	48,  // 96: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	50,  // 97: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	12,  // 98: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	14,  // 99: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	16,  // 100: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	18,  // 101: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	21,  // 102: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	23,  // 103: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	28,  // 104: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	31,  // 105: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	33,  // 106: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	35,  // 107: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	37,  // 108: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	39,  // 109: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	41,  // 110: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	43,  // 111: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	45,  // 112: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	47,  // 113: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	49,  // 114: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	51,  // 115: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	13,  // 116: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	15,  // 117: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	17,  // 118: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	19,  // 119: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	22,  // 120: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	24,  // 121: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	104, // [104:122] is the sub-list for method output_type
-	86,  // [86:104] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	62,  // 0: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	5,   // 1: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
+	62,  // 2: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	94,  // 3: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	62,  // 4: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	95,  // 5: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	95,  // 6: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	18,  // 7: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	18,  // 8: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	94,  // 9: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	27,  // 10: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	95,  // 11: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	95,  // 12: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	27,  // 13: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	89,  // 14: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	32,  // 15: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	33,  // 16: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	90,  // 17: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	94,  // 18: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	0,   // 19: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	69,  // 20: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	1,   // 21: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	36,  // 22: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	69,  // 23: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	69,  // 24: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	91,  // 25: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	61,  // 26: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	2,   // 27: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	61,  // 28: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	65,  // 29: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	66,  // 30: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	67,  // 31: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	92,  // 32: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	3,   // 33: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	61,  // 34: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	59,  // 35: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	4,   // 36: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	60,  // 37: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	1,   // 38: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	95,  // 39: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	95,  // 40: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	93,  // 41: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	3,   // 42: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	63,  // 43: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	84,  // 44: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	62,  // 45: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	68,  // 46: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	65,  // 47: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	66,  // 48: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	67,  // 49: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	5,   // 50: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	68,  // 51: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	95,  // 52: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	95,  // 53: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	87,  // 54: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	95,  // 55: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	6,   // 56: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	64,  // 57: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	95,  // 58: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	8,   // 59: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	95,  // 60: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	7,   // 61: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	95,  // 62: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	95,  // 63: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	74,  // 64: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	75,  // 65: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	76,  // 66: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	77,  // 67: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	78,  // 68: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	79,  // 69: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	80,  // 70: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	81,  // 71: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	82,  // 72: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	84,  // 73: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	85,  // 74: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	86,  // 75: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	87,  // 76: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	88,  // 77: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	73,  // 78: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	71,  // 79: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	72,  // 80: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	70,  // 81: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	62,  // 82: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	64,  // 83: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	8,   // 84: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	63,  // 85: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	9,   // 86: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	68,  // 87: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	10,  // 88: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	1,   // 89: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	83,  // 90: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	68,  // 91: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	11,  // 92: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	68,  // 93: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	5,   // 94: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	68,  // 95: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	34,  // 96: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	37,  // 97: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	39,  // 98: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	41,  // 99: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	43,  // 100: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	45,  // 101: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	47,  // 102: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	49,  // 103: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	51,  // 104: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	53,  // 105: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	55,  // 106: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	57,  // 107: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	19,  // 108: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	21,  // 109: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	23,  // 110: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	25,  // 111: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	28,  // 112: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	30,  // 113: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	12,  // 114: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	14,  // 115: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	16,  // 116: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	35,  // 117: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	38,  // 118: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	40,  // 119: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	42,  // 120: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	44,  // 121: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	46,  // 122: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	48,  // 123: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	50,  // 124: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	52,  // 125: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	54,  // 126: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	56,  // 127: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	58,  // 128: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	20,  // 129: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	22,  // 130: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	24,  // 131: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	26,  // 132: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	29,  // 133: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	31,  // 134: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	13,  // 135: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	15,  // 136: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	17,  // 137: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	117, // [117:138] is the sub-list for method output_type
+	96,  // [96:117] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -6411,7 +7017,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[57].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -6429,15 +7035,16 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_SandboxLost)(nil),
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
+		(*Event_RunQueued)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[67].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   75,
+			NumEnums:      12,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

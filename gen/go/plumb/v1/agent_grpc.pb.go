@@ -37,6 +37,9 @@ const (
 	AgentService_CreatePreview_FullMethodName   = "/plumb.v1.AgentService/CreatePreview"
 	AgentService_ListPreviews_FullMethodName    = "/plumb.v1.AgentService/ListPreviews"
 	AgentService_RevokePreview_FullMethodName   = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_GetRun_FullMethodName          = "/plumb.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName        = "/plumb.v1.AgentService/ListRuns"
+	AgentService_WaitRun_FullMethodName         = "/plumb.v1.AgentService/WaitRun"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -107,6 +110,19 @@ type AgentServiceClient interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(ctx context.Context, in *RevokePreviewRequest, opts ...grpc.CallOption) (*RevokePreviewResponse, error)
+	// GetRun returns a run's record (docs/runs.md): its input, status,
+	// error, usage, times and the replica that ran it. Another tenant's run
+	// is NOT_FOUND.
+	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
+	// ListRuns lists run records newest first: a thread's, or all of the
+	// caller's tenant, optionally of one status (QUEUED shows a thread's
+	// queue), paged.
+	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
+	// WaitRun waits until a run is no longer QUEUED or RUNNING (it ended or
+	// was interrupted) or until its timeout, and returns its record as it is
+	// then: a wait that times out is not an error (check the status). Works
+	// on any replica.
+	WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*WaitRunResponse, error)
 }
 
 type agentServiceClient struct {
@@ -324,6 +340,36 @@ func (c *agentServiceClient) RevokePreview(ctx context.Context, in *RevokePrevie
 	return out, nil
 }
 
+func (c *agentServiceClient) GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*WaitRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_WaitRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -392,6 +438,19 @@ type AgentServiceServer interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error)
+	// GetRun returns a run's record (docs/runs.md): its input, status,
+	// error, usage, times and the replica that ran it. Another tenant's run
+	// is NOT_FOUND.
+	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
+	// ListRuns lists run records newest first: a thread's, or all of the
+	// caller's tenant, optionally of one status (QUEUED shows a thread's
+	// queue), paged.
+	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
+	// WaitRun waits until a run is no longer QUEUED or RUNNING (it ended or
+	// was interrupted) or until its timeout, and returns its record as it is
+	// then: a wait that times out is not an error (check the status). Works
+	// on any replica.
+	WaitRun(context.Context, *WaitRunRequest) (*WaitRunResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -455,6 +514,15 @@ func (UnimplementedAgentServiceServer) ListPreviews(context.Context, *ListPrevie
 }
 func (UnimplementedAgentServiceServer) RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokePreview not implemented")
+}
+func (UnimplementedAgentServiceServer) GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRun not implemented")
+}
+func (UnimplementedAgentServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
+}
+func (UnimplementedAgentServiceServer) WaitRun(context.Context, *WaitRunRequest) (*WaitRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitRun not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -780,6 +848,60 @@ func _AgentService_RevokePreview_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetRun(ctx, req.(*GetRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListRuns(ctx, req.(*ListRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_WaitRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).WaitRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_WaitRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).WaitRun(ctx, req.(*WaitRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -846,6 +968,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokePreview",
 			Handler:    _AgentService_RevokePreview_Handler,
+		},
+		{
+			MethodName: "GetRun",
+			Handler:    _AgentService_GetRun_Handler,
+		},
+		{
+			MethodName: "ListRuns",
+			Handler:    _AgentService_ListRuns_Handler,
+		},
+		{
+			MethodName: "WaitRun",
+			Handler:    _AgentService_WaitRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
