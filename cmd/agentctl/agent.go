@@ -24,6 +24,7 @@ import (
 const agentUsage = `Usage:
   agentctl run [--agent NAME] [--thread ID] [--model KEY] [--label k=v]... [--file PATH=LOCALFILE]...
                [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--json]
+               [--on-busy reject|enqueue]
                [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
                [--client-tool NAME=COMMAND [--client-tool-spec NAME=FILE]]... [--client-tool-timeout D] PROMPT|-
   agentctl resume --thread ID [--interrupt ID] [--detach] [--json]
@@ -35,6 +36,9 @@ const agentUsage = `Usage:
   agentctl threads show ID [--full] [--json]
   agentctl threads rm ID [--force]
   agentctl agents [--json]
+  agentctl runs ls [--thread ID] [--status queued|running|interrupted|completed|failed|...] [--limit N] [--json]
+  agentctl runs get RUN_ID [--thread ID] [--json]
+  agentctl runs wait RUN_ID [--wait D] [--json]
   agentctl preview create --thread ID --port N [--ttl D] [--json]
   agentctl preview ls --thread ID [--json]
   agentctl preview rm PREVIEW_ID...
@@ -98,6 +102,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.preview(ctx, args)
 	case "schedules":
 		return a.schedules(ctx, args)
+	case "runs":
+		return a.runs(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
@@ -246,6 +252,7 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	fs.BoolVar(&o.req.Detach, "detach", false, "keep the run going when agentctl stops")
 	fs.BoolVar(&o.req.AbandonInterrupt, "abandon-interrupt", false, "drop the thread's pending interrupt")
 	fs.BoolVar(&o.json, "json", false, "print each event as one protojson line")
+	onBusy := fs.String("on-busy", "", "when the thread is busy: reject or enqueue (default: the agent's)")
 	o.decisions.register(fs)
 	o.tools.register(fs)
 	pos, err := parseArgs(fs, args)
@@ -273,6 +280,9 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	if *maxIter < 0 || *runTimeout < 0 {
 		return nil, errors.New("run: limits must not be negative")
 	}
+	if o.req.OnBusy, err = onBusyFlag(*onBusy); err != nil {
+		return nil, err
+	}
 	o.req.Input = []*plumbv1.InputMessage{{Content: prompt}}
 	o.req.MaxIterations = int32(*maxIter)
 	if *runTimeout > 0 {
@@ -298,13 +308,33 @@ func (a *agentCmd) run(ctx context.Context, args []string) error {
 		return err
 	}
 	s := &session{c: a.c, v: v, dec: o.tools.decider(dec), detach: o.req.Detach}
-	return s.drive(ctx, func(ctx context.Context) (recvFunc, error) {
+	var queued *plumbv1.Event
+	err = s.drive(ctx, func(ctx context.Context) (recvFunc, error) {
 		st, err := a.c.Run(ctx, o.req)
 		if err != nil {
 			return nil, err
 		}
-		return events(st), nil
+		recv := events(st)
+		return func() (*plumbv1.Event, error) {
+			ev, err := recv()
+			if err == nil && ev.GetRunQueued() != nil {
+				// The run waits behind the thread's current one: its
+				// stream has nothing more.
+				queued = ev
+				return nil, io.EOF
+			}
+			return ev, err
+		}, nil
 	})
+	if queued == nil {
+		return err
+	}
+	if o.json {
+		return printJSON(a.sio.out, queued)
+	}
+	r := queued.GetRunQueued().GetRun()
+	fmt.Fprintf(a.sio.out, "run %s queued on thread %s behind its current run; follow it with\n  agentctl runs wait %s\n", r.GetRunId(), r.GetThreadId(), r.GetRunId())
+	return nil
 }
 
 func (a *agentCmd) resume(ctx context.Context, args []string) error {

@@ -102,6 +102,12 @@ func TestParseRun(t *testing.T) {
 			args: []string{"--", "--json", "is", "a", "flag"},
 			want: &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "--json is a flag"}}},
 		},
+		{
+			name: "queue behind a busy thread",
+			args: []string{"--thread", "th-9", "--on-busy", "enqueue", "then this"},
+			want: &plumbv1.RunRequest{ThreadId: "th-9", OnBusy: plumbv1.OnBusy_ON_BUSY_ENQUEUE, Input: []*plumbv1.InputMessage{{Content: "then this"}}},
+		},
+		{name: "unknown busy strategy", args: []string{"--on-busy", "later", "x"}, err: "want reject or enqueue"},
 		{name: "missing prompt", args: []string{"--json"}, err: "missing prompt"},
 		{name: "empty stdin prompt", args: []string{"-"}, stdin: " \n", err: "prompt is empty"},
 		{name: "bad label", args: []string{"--label", "nokey", "x"}, err: "want key=value"},

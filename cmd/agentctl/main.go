@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		return nil
 	case "sandbox":
 		return runSandbox(ctx, endpoint{*sandboxd, *token, tc}, fs.Args()[1:], sio)
-	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "skills", "preview", "schedules":
+	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "skills", "preview", "schedules", "runs":
 		return runAgent(ctx, endpoint{*agentd, *token, tc}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)

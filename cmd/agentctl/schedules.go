@@ -138,7 +138,7 @@ func (a *agentCmd) schedules(ctx context.Context, args []string) error {
 				}
 			}
 			for _, sc := range resp.GetSchedules() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sc.GetId(), when(sc), nextFire(sc), orDash(sc.GetRun().GetThreadId()),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sc.GetId(), timing(sc), nextFire(sc), orDash(sc.GetRun().GetThreadId()),
 					orDash(sc.GetLastRunId()), orDash(sc.GetLastError()))
 			}
 			if tok = resp.GetNextPageToken(); tok == "" {
@@ -230,7 +230,7 @@ func (a *agentCmd) printSchedule(sc *plumbv1.Schedule, asJSON bool) error {
 	}
 	tw := tabwriter.NewWriter(a.sio.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\n", sc.GetId())
-	fmt.Fprintf(tw, "when\t%s\n", when(sc))
+	fmt.Fprintf(tw, "when\t%s\n", timing(sc))
 	fmt.Fprintf(tw, "catch-up\t%s\n", strings.ToLower(strings.TrimPrefix(sc.GetCatchUp().String(), "SCHEDULE_CATCH_UP_")))
 	fmt.Fprintf(tw, "next fire\t%s\n", nextFire(sc))
 	fmt.Fprintf(tw, "thread\t%s\n", cmpOr(sc.GetRun().GetThreadId(), "(a new thread per fire)"))
@@ -244,7 +244,7 @@ func (a *agentCmd) printSchedule(sc *plumbv1.Schedule, asJSON bool) error {
 	return tw.Flush()
 }
 
-func when(sc *plumbv1.Schedule) string {
+func timing(sc *plumbv1.Schedule) string {
 	if sc.GetInterval() != nil {
 		return "every " + sc.GetInterval().AsDuration().String()
 	}

@@ -85,6 +85,10 @@ type ServerConfig struct {
 	// SchedulePoll is how often this replica looks for due schedules (0 =
 	// 1 s): a tick fires up to this late.
 	SchedulePoll time.Duration `yaml:"schedule_poll"`
+	// OnBusy is what a Run on a busy thread does when the request does
+	// not say: "reject" (default) or "enqueue" (docs/runs.md). An agent's
+	// own on_busy overrides it.
+	OnBusy string `yaml:"on_busy"`
 }
 
 // StorageConfig is `storage`.
@@ -399,6 +403,9 @@ type ProfileConfig struct {
 	// CapByParent (subagents; default true) limits a subagent to its
 	// caller's tools and permissions; false lets it exceed them.
 	CapByParent *bool `yaml:"cap_by_parent"`
+	// OnBusy (agents only) is the agent's default double-texting
+	// strategy, "reject" or "enqueue" ("" = server.on_busy).
+	OnBusy string `yaml:"on_busy"`
 }
 
 // InterruptOn is `true` or `{allowed: [...], description: ...}`; `false`

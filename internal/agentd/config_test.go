@@ -73,6 +73,8 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative duration", "limits: {tool_timeout: -1s}\n", "limits.tool_timeout"},
 		{"negative replay cap", "server: {replay_max_events: -1}\n", "server.replay_max_events"},
 		{"negative schedule poll", "server: {schedule_poll: -1s}\n", "server.schedule_poll"},
+		{"unknown busy strategy", "server: {on_busy: later}\n", "server.on_busy"},
+		{"unknown agent busy strategy", "agents:\n  main: {on_busy: later}\n", "agents.main.on_busy"},
 		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
 		// Nested entries are as strict as the top level, and the error

@@ -99,6 +99,21 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if ss, ok := a.Store.(store.Schedules); ok {
 		c.Schedules = ss
 	}
+	if rs, ok := a.Store.(store.Runs); ok {
+		c.Runs = rs
+	}
+	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
+	for name, p := range a.Config.Agents {
+		if ob, _ := runhost.ParseOnBusy(p.OnBusy); p.OnBusy != "" {
+			if c.AgentOnBusy == nil {
+				c.AgentOnBusy = map[string]runhost.OnBusy{}
+			}
+			c.AgentOnBusy[name] = ob
+			if name == a.Config.Defaults.Agent {
+				c.AgentOnBusy[""] = ob
+			}
+		}
+	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
 	}
@@ -578,6 +593,14 @@ func validate(cfg *Config) error {
 	if m := cfg.Middleware.Summarization.Model; m != "" {
 		if _, ok := cfg.Models[m]; !ok {
 			return fmt.Errorf("middleware.summarization.model: %q is not a key of models (known: %s)", m, known)
+		}
+	}
+	if _, err := runhost.ParseOnBusy(cfg.Server.OnBusy); err != nil {
+		return fmt.Errorf("server.on_busy: %w", err)
+	}
+	for name, p := range cfg.Agents {
+		if _, err := runhost.ParseOnBusy(p.OnBusy); err != nil {
+			return fmt.Errorf("agents.%s.on_busy: %w", name, err)
 		}
 	}
 	switch cfg.Backends.Default {

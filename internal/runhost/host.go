@@ -84,6 +84,16 @@ type Config struct {
 	// long a failed append waits before it is retried
 	// (DefaultEventInterval).
 	EventInterval time.Duration
+	// Runs, when set, keeps run records as resources (GetRun, ListRuns,
+	// WaitRun) and the threads' run queues (RunWith with OnBusyEnqueue).
+	// agentd sets it to its durable store.
+	Runs store.Runs
+	// QueueInterval is how often the host looks for queued runs that
+	// nobody starts (0 = DefaultQueueInterval; negative = never).
+	QueueInterval time.Duration
+	// WaitInterval is how often WaitRun reads a run's record (0 =
+	// DefaultWaitInterval).
+	WaitInterval time.Duration
 }
 
 // Option adjusts a Host (test seams).
@@ -170,6 +180,11 @@ func New(rt Runtime, cfg Config, opts ...Option) (*Host, error) {
 	h.stopTakeover = func() {}
 	h.startTakeover()
 	h.startCancelPoll()
+	stopQueues, stopRest := h.startQueueScan(), h.stopTakeover
+	h.stopTakeover = func() {
+		stopQueues()
+		stopRest()
+	}
 	return h, nil
 }
 

@@ -136,6 +136,7 @@ func (h *Host) serve(ctx context.Context, threadID string, detach bool, kind str
 		defer h.wg.Done()
 		defer cancelRun()
 		h.end(r, call(runCtx, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }))
+		h.afterSegment(r.ThreadID())
 	}()
 	err = r.Stream(ctx, send)
 	if err == nil {

@@ -147,6 +147,7 @@ func (h *Host) takeOverThread(ctx context.Context, dead store.Lease) {
 			lg.Warn("the run could not be taken over", zap.Error(err))
 		}
 		h.end(r, err)
+		h.afterSegment(dead.ThreadID)
 	}()
 	// Nobody streams a taken-over segment: drain its owner's stream so
 	// that it behaves as a detached run.

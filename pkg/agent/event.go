@@ -48,6 +48,9 @@ const (
 	StatusRunning          RunStatus = "RUNNING"
 	StatusInterrupted      RunStatus = "INTERRUPTED"
 	StatusFailed           RunStatus = "FAILED"
+	// StatusQueued is a run waiting for its thread's current run to end
+	// (RunRequest.on_busy ENQUEUE); run records only.
+	StatusQueued RunStatus = "QUEUED"
 )
 
 // SubagentStatus is how a subagent invocation ended.

@@ -234,6 +234,8 @@ func cloneInterrupt(p *PendingInterrupt) *PendingInterrupt {
 
 func cloneRun(r RunRecord) RunRecord {
 	r.Spec.ClientTools = slices.Clone(r.Spec.ClientTools)
+	r.Input = slices.Clone(r.Input)
+	r.Metadata = maps.Clone(r.Metadata)
 	if r.Error != nil {
 		e := *r.Error
 		r.Error = &e

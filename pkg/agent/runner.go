@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,6 +116,12 @@ type RunInput struct {
 	Files map[string][]byte
 	// AbandonInterrupt drops a pending interrupt instead of failing.
 	AbandonInterrupt bool
+	// RunID, if set, is the run's id (a queued run keeps the id it was
+	// given when it was queued); "" generates one.
+	RunID string
+	// CreatedAt, if set, is when the run was asked for (a queued run's
+	// queue time); zero is its start.
+	CreatedAt time.Time
 	// Fence, when set, is the thread's lease: every checkpoint of the run
 	// is committed under it (see Store).
 	Fence *Fence
@@ -252,7 +259,10 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 			return nil, &PendingInterruptError{ThreadID: threadID, InterruptID: td.Interrupt.InterruptID}
 		}
 	}
-	runID := r.newID()
+	runID := in.RunID
+	if runID == "" {
+		runID = r.newID()
+	}
 	span.SetAttributes(attribute.String(AttrThreadID, threadID), attribute.String(AttrConversation, threadID), attribute.String(AttrRunID, runID))
 	labels := maps.Clone(td.Thread.Metadata)
 	if labels == nil {
@@ -277,8 +287,13 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 		}
 	}
 	st := RestoreState(Snapshot{Messages: td.Messages, Summary: td.Summary, Todos: td.Todos, Private: td.Private})
+	created := in.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
 	rr := r.newRootRun(sink, cfg, td, st, RunRecord{
 		RunID: runID, Spec: in.Spec, Status: StatusRunning, StartedAt: now, FirstMessage: len(td.Messages),
+		Input: slices.Clone(in.Input), CreatedAt: created,
 	})
 	rr.fence, rr.flush = in.Fence, in.Flush
 	if in.Metadata != nil && !isNew {
@@ -566,6 +581,9 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 	rec.Steps = rr.rc.Step()
 	rec.Usage = rr.rc.RunUsage()
 	rec.Elapsed = rr.rec.Elapsed + time.Since(rr.segStart)
+	if rr.fence != nil {
+		rec.Holder = rr.fence.Holder
+	}
 	if rec.LastSequence < rr.shared.nextSequence()-1 {
 		rec.LastSequence = rr.shared.nextSequence() - 1
 	}

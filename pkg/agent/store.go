@@ -245,6 +245,17 @@ type RunRecord struct {
 	// FirstMessage is the log length when the run started; the run's
 	// messages are Messages[FirstMessage:].
 	FirstMessage int `json:"first_message"`
+	// Input are the run's user messages (RunInput.Input).
+	Input []string `json:"input,omitempty"`
+	// CreatedAt is when the run was asked for: StartedAt, or earlier for a
+	// run that waited in its thread's queue.
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	// Holder names the replica (the lease holder) that ran the run's
+	// latest segment; "" without leases.
+	Holder string `json:"holder,omitempty"`
+	// Metadata are a queued run's labels, merged into the thread's when
+	// it starts (RunInput.Metadata).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // RunSpec is the persisted configuration of a run: what a Resume needs to

@@ -153,6 +153,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 			s.svc.Leases, s.svc.ReplicaID = st, s.replica
 		}
 	}
+	if rs, ok := e.store.(store.Runs); ok {
+		s.svc.Runs = rs
+	}
 	s.deep.Store = e.store
 	m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: "gpt-test",
 		Retry: openai.RetryConfig{MaxAttempts: 1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}},

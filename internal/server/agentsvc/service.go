@@ -73,6 +73,11 @@ type Config struct {
 	// Replica names this agentd in schedule fire records (ReplicaID with
 	// leases; "agentd" when empty).
 	Replica string
+	// OnBusy is the double-texting strategy of a Run that names none
+	// (server.on_busy), unless AgentOnBusy has one for its agent (by
+	// name; "" is the default agent's).
+	OnBusy      runhost.OnBusy
+	AgentOnBusy map[string]runhost.OnBusy
 }
 
 // Option adjusts a Service (test seams).

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/plumbhq/plumb/internal/preview"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -71,6 +72,9 @@ const (
 	// no schedules.
 	ReasonScheduleNotFound = "SCHEDULE_NOT_FOUND"
 	ReasonSchedulesOff     = "SCHEDULES_OFF"
+	// ReasonRunsOff: the thread store keeps no run records (GetRun,
+	// ListRuns, WaitRun and on_busy ENQUEUE need agentd's durable store).
+	ReasonRunsOff = "RUNS_OFF"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -145,6 +149,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonThreadNotFound, nil), true
 	case errors.Is(err, agent.ErrConflict):
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonConflict, nil), true
+	case errors.Is(err, store.ErrRunNotFound):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonRunNotFound, nil), true
+	case errors.Is(err, runhost.ErrNoRunRecords):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonRunsOff, nil), true
 	case errors.Is(err, runs.ErrNoRun):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonRunNotFound, nil), true
 	case errors.Is(err, runs.ErrRunning):

@@ -6,7 +6,23 @@ import (
 	"google.golang.org/grpc"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/runhost"
 )
+
+// onBusy is the request's double-texting strategy, else its agent's,
+// else the server's.
+func (s *Service) onBusy(req *plumbv1.RunRequest) runhost.OnBusy {
+	switch req.GetOnBusy() {
+	case plumbv1.OnBusy_ON_BUSY_REJECT:
+		return runhost.OnBusyReject
+	case plumbv1.OnBusy_ON_BUSY_ENQUEUE:
+		return runhost.OnBusyEnqueue
+	}
+	if ob, ok := s.cfg.AgentOnBusy[req.GetAgent()]; ok {
+		return ob
+	}
+	return s.cfg.OnBusy
+}
 
 // Run appends user input to a thread and streams the run (docs/agent-core.md §2.2).
 func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer[plumbv1.RunResponse]) error {
@@ -20,7 +36,8 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 			return s.status("run", err)
 		}
 	}
-	err = s.host.Run(ctx, in, req.GetDetach(), func(e *plumbv1.Event) error {
+	o := runhost.RunOptions{Detach: req.GetDetach(), OnBusy: s.onBusy(req)}
+	err = s.host.RunWith(ctx, in, o, func(e *plumbv1.Event) error {
 		return stream.Send(&plumbv1.RunResponse{Event: e})
 	})
 	return s.status("run did not start", err)

@@ -75,6 +75,18 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 		in.Input = append(in.Input, m.GetContent())
 	}
 	vs.checkMetadata("metadata", req.GetMetadata())
+	switch ob := req.GetOnBusy(); ob {
+	case plumbv1.OnBusy_ON_BUSY_UNSPECIFIED, plumbv1.OnBusy_ON_BUSY_REJECT:
+	case plumbv1.OnBusy_ON_BUSY_ENQUEUE:
+		if len(req.GetFiles()) > 0 {
+			vs.add("files", "files cannot be sent with on_busy ENQUEUE: a queued run does not keep them")
+		}
+		if req.GetAbandonInterrupt() {
+			vs.add("abandon_interrupt", "abandon_interrupt cannot be sent with on_busy ENQUEUE")
+		}
+	default:
+		vs.add("on_busy", "on_busy %d is not a strategy", ob)
+	}
 	in.Spec.Agent, in.Spec.Model = req.GetAgent(), req.GetModel()
 	if a := req.GetAgent(); a != "" {
 		var primaries []string

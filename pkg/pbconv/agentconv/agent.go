@@ -74,6 +74,15 @@ func RunStatusToPB(s agent.RunStatus) plumbv1.RunStatus {
 	return plumbv1.RunStatus(enum(plumbv1.RunStatus_value, "RUN_STATUS_", string(s)))
 }
 
+// RunStatusFromPB converts a run status ("" for UNSPECIFIED or an
+// unknown value).
+func RunStatusFromPB(s plumbv1.RunStatus) agent.RunStatus {
+	if s == plumbv1.RunStatus_RUN_STATUS_UNSPECIFIED {
+		return ""
+	}
+	return agent.RunStatus(enumName(plumbv1.RunStatus_name, "RUN_STATUS_", int32(s)))
+}
+
 // EventToPB converts one event of the stream.
 func EventToPB(e agent.Event) *plumbv1.Event {
 	out := &plumbv1.Event{

@@ -42,10 +42,15 @@ func RunRecordToPB(r *agent.RunRecord) *plumbv1.RunRecord {
 	if r == nil {
 		return nil
 	}
-	return &plumbv1.RunRecord{
+	out := &plumbv1.RunRecord{
 		RunId: r.RunID, Status: RunStatusToPB(r.Status), Usage: UsageToPB(r.Usage), FinalText: r.FinalText,
-		StartedAt: timestamp(r.StartedAt), FinishedAt: timestamp(r.FinishedAt),
+		StartedAt: timestamp(r.StartedAt), FinishedAt: timestamp(r.FinishedAt), Agent: r.Spec.Agent,
+		Input: slices.Clone(r.Input), CreatedAt: timestamp(r.CreatedAt), Holder: r.Holder, Steps: int32(r.Steps),
 	}
+	if e := r.Error; e != nil {
+		out.Error = &plumbv1.RunError{Code: e.Code, Message: e.Message, Retryable: e.Retryable}
+	}
+	return out
 }
 
 // ThreadToPB converts a thread in the BASIC view: everything but the

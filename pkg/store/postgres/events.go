@@ -72,7 +72,7 @@ func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, l
 		// record.
 		err = tx.QueryRow(ctx, `SELECT run_id FROM run_events WHERE thread_id = $1 LIMIT 1`, threadID).Scan(&page.RunID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = tx.QueryRow(ctx, `SELECT run_id FROM runs WHERE thread_id = $1 ORDER BY ord DESC LIMIT 1`, threadID).Scan(&page.RunID)
+			err = tx.QueryRow(ctx, `SELECT run_id FROM runs WHERE thread_id = $1 AND status <> $2 ORDER BY ord DESC LIMIT 1`, threadID, string(agent.StatusQueued)).Scan(&page.RunID)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}

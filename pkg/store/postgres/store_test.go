@@ -465,3 +465,9 @@ func TestPreviewsConformance(t *testing.T) {
 func TestSchedulesConformance(t *testing.T) {
 	storetest.RunSchedules(t, func(t *testing.T) storetest.ScheduleStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestRunsConformance runs the run-record suite against a real PostgreSQL
+// server.
+func TestRunsConformance(t *testing.T) {
+	storetest.RunRuns(t, func(t *testing.T) storetest.RunStore { return open(t, pgtest.New(t), Options{}) })
+}

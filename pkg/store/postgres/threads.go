@@ -143,7 +143,7 @@ func loadRuns(ctx context.Context, tx pgx.Tx, byID map[string]*agent.ThreadData)
 	for id := range byID {
 		ids = append(ids, id)
 	}
-	rows, err := tx.Query(ctx, `SELECT thread_id, record FROM runs WHERE thread_id = ANY($1) ORDER BY ord`, ids)
+	rows, err := tx.Query(ctx, `SELECT thread_id, record FROM runs WHERE thread_id = ANY($1) AND status <> $2 ORDER BY ord`, ids, string(agent.StatusQueued))
 	if err != nil {
 		return fmt.Errorf("run records: %w", err)
 	}
@@ -293,7 +293,7 @@ func (s *Store) ListThreads(ctx context.Context, q store.ListQuery) ([]store.Thr
 	for k, v := range q.Labels {
 		where = append(where, `EXISTS (SELECT 1 FROM thread_labels l WHERE l.thread_id = t.id AND l.key = `+arg(k)+` AND l.value = `+arg(v)+`)`)
 	}
-	const lastStatus = `(SELECT status FROM runs r WHERE r.thread_id = t.id ORDER BY ord DESC LIMIT 1)`
+	const lastStatus = `(SELECT status FROM runs r WHERE r.thread_id = t.id AND r.status <> 'QUEUED' ORDER BY ord DESC LIMIT 1)`
 	switch q.Status {
 	case agent.ThreadInterrupted:
 		where = append(where, `t.interrupt IS NOT NULL`)

@@ -85,7 +85,7 @@ func (s *Store) ReadEvents(ctx context.Context, threadID string, after uint64, l
 		// record.
 		err := tx.QueryRowContext(ctx, `SELECT run_id FROM run_events WHERE thread_id = ? LIMIT 1`, threadID).Scan(&page.RunID)
 		if errors.Is(err, sql.ErrNoRows) {
-			err = tx.QueryRowContext(ctx, `SELECT run_id FROM runs WHERE thread_id = ? ORDER BY ord DESC LIMIT 1`, threadID).Scan(&page.RunID)
+			err = tx.QueryRowContext(ctx, `SELECT run_id FROM runs WHERE thread_id = ? AND status != ? ORDER BY ord DESC LIMIT 1`, threadID, string(agent.StatusQueued)).Scan(&page.RunID)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil
 			}

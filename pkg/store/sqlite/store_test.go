@@ -256,3 +256,11 @@ func TestSchedulesConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestRunsConformance runs the run-record suite against a real SQLite
+// file.
+func TestRunsConformance(t *testing.T) {
+	storetest.RunRuns(t, func(t *testing.T) storetest.RunStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

@@ -113,7 +113,7 @@ func (s *Store) loadThread(ctx context.Context, q *sql.Tx, id string, full bool)
 }
 
 func (s *Store) loadRuns(ctx context.Context, q *sql.Tx, d *agent.ThreadData) error {
-	rows, err := q.QueryContext(ctx, `SELECT record FROM runs WHERE thread_id = ? ORDER BY ord`, d.Thread.ID)
+	rows, err := q.QueryContext(ctx, `SELECT record FROM runs WHERE thread_id = ? AND status != ? ORDER BY ord`, d.Thread.ID, string(agent.StatusQueued))
 	if err != nil {
 		return err
 	}
@@ -257,11 +257,11 @@ func (s *Store) ListThreads(ctx context.Context, q store.ListQuery) ([]store.Thr
 	case agent.ThreadInterrupted:
 		where = append(where, `t.interrupt IS NOT NULL`)
 	case agent.ThreadRunning:
-		where = append(where, `t.interrupt IS NULL AND (SELECT status FROM runs r WHERE r.thread_id = t.id ORDER BY ord DESC LIMIT 1) = ?`)
-		args = append(args, string(agent.StatusRunning))
+		where = append(where, `t.interrupt IS NULL AND (SELECT status FROM runs r WHERE r.thread_id = t.id AND r.status != ? ORDER BY ord DESC LIMIT 1) = ?`)
+		args = append(args, string(agent.StatusQueued), string(agent.StatusRunning))
 	case agent.ThreadIdle:
-		where = append(where, `t.interrupt IS NULL AND COALESCE((SELECT status FROM runs r WHERE r.thread_id = t.id ORDER BY ord DESC LIMIT 1), '') != ?`)
-		args = append(args, string(agent.StatusRunning))
+		where = append(where, `t.interrupt IS NULL AND COALESCE((SELECT status FROM runs r WHERE r.thread_id = t.id AND r.status != ? ORDER BY ord DESC LIMIT 1), '') != ?`)
+		args = append(args, string(agent.StatusQueued), string(agent.StatusRunning))
 	}
 	query := `SELECT t.id, t.updated_at FROM threads t`
 	if len(where) > 0 {

@@ -141,6 +141,63 @@ func (ScheduleFireStatus) EnumDescriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
+// OnBusy is what a Run does when its thread already has a run going (or
+// runs queued): the double-texting strategy (docs/runs.md).
+type OnBusy int32
+
+const (
+	// ON_BUSY_UNSPECIFIED uses the agent's default (server.on_busy), else
+	// REJECT.
+	OnBusy_ON_BUSY_UNSPECIFIED OnBusy = 0
+	// ON_BUSY_REJECT fails the Run with ABORTED (THREAD_BUSY).
+	OnBusy_ON_BUSY_REJECT OnBusy = 1
+	// ON_BUSY_ENQUEUE stores the run QUEUED; it starts after the runs
+	// before it, in order, detached (follow it with WaitRun or Attach). The
+	// stream carries one run_queued event and ends.
+	OnBusy_ON_BUSY_ENQUEUE OnBusy = 2
+)
+
+// Enum value maps for OnBusy.
+var (
+	OnBusy_name = map[int32]string{
+		0: "ON_BUSY_UNSPECIFIED",
+		1: "ON_BUSY_REJECT",
+		2: "ON_BUSY_ENQUEUE",
+	}
+	OnBusy_value = map[string]int32{
+		"ON_BUSY_UNSPECIFIED": 0,
+		"ON_BUSY_REJECT":      1,
+		"ON_BUSY_ENQUEUE":     2,
+	}
+)
+
+func (x OnBusy) Enum() *OnBusy {
+	p := new(OnBusy)
+	*p = x
+	return p
+}
+
+func (x OnBusy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OnBusy) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
+}
+
+func (OnBusy) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[2]
+}
+
+func (x OnBusy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OnBusy.Descriptor instead.
+func (OnBusy) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -186,11 +243,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[2]
+	return &file_plumb_v1_agent_proto_enumTypes[3]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -199,7 +256,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -239,11 +296,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[3]
+	return &file_plumb_v1_agent_proto_enumTypes[4]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -252,7 +309,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // ThreadStatus is a thread's state.
@@ -296,11 +353,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[4]
+	return &file_plumb_v1_agent_proto_enumTypes[5]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -309,7 +366,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -349,11 +406,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -362,7 +419,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -386,6 +443,9 @@ const (
 	// RUN_STATUS_FAILED means it ended with an error event, or agentd
 	// restarted during it (run records only).
 	RunStatus_RUN_STATUS_FAILED RunStatus = 7
+	// RUN_STATUS_QUEUED means it waits for the runs before it on its
+	// thread (OnBusy ENQUEUE; run records only).
+	RunStatus_RUN_STATUS_QUEUED RunStatus = 8
 )
 
 // Enum value maps for RunStatus.
@@ -399,6 +459,7 @@ var (
 		5: "RUN_STATUS_DEADLINE_EXCEEDED",
 		6: "RUN_STATUS_INTERRUPTED",
 		7: "RUN_STATUS_FAILED",
+		8: "RUN_STATUS_QUEUED",
 	}
 	RunStatus_value = map[string]int32{
 		"RUN_STATUS_UNSPECIFIED":       0,
@@ -409,6 +470,7 @@ var (
 		"RUN_STATUS_DEADLINE_EXCEEDED": 5,
 		"RUN_STATUS_INTERRUPTED":       6,
 		"RUN_STATUS_FAILED":            7,
+		"RUN_STATUS_QUEUED":            8,
 	}
 )
 
@@ -423,11 +485,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -436,7 +498,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // TodoStatus is a todo item's state.
@@ -480,11 +542,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -493,7 +555,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -545,11 +607,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -558,7 +620,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -610,11 +672,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -623,7 +685,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -675,11 +737,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -688,7 +750,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -728,11 +790,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[11]
+	return &file_plumb_v1_agent_proto_enumTypes[12]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -741,7 +803,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // UsagePurpose says what a model call was for.
@@ -781,11 +843,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[12]
+	return &file_plumb_v1_agent_proto_enumTypes[13]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -794,7 +856,7 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 // Schedule is a tenant's schedule.
@@ -1945,6 +2007,346 @@ func (x *ListScheduleFiresResponse) GetNextPageToken() string {
 	return ""
 }
 
+// GetRunRequest names a run.
+type GetRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Optional: the run's thread; a run of another thread is NOT_FOUND.
+	ThreadId      string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunRequest) Reset() {
+	*x = GetRunRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunRequest) ProtoMessage() {}
+
+func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
+func (*GetRunRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GetRunRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+// GetRunResponse carries a run record.
+type GetRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Run           *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunResponse) Reset() {
+	*x = GetRunResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunResponse) ProtoMessage() {}
+
+func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
+func (*GetRunResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetRunResponse) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+// ListRunsRequest selects a page of run records.
+type ListRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this thread's runs; empty lists every run of the caller's tenant.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Only runs with this status; unspecified = any.
+	Status RunStatus `protobuf:"varint,2,opt,name=status,proto3,enum=plumb.v1.RunStatus" json:"status,omitempty"`
+	// Page size, 1..500 (0 = 50).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsRequest) Reset() {
+	*x = ListRunsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsRequest) ProtoMessage() {}
+
+func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListRunsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *ListRunsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListRunsResponse is one page of run records, newest first.
+type ListRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*RunRecord `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsResponse) Reset() {
+	*x = ListRunsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsResponse) ProtoMessage() {}
+
+func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListRunsResponse) GetRuns() []*RunRecord {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WaitRunRequest names the run to wait for.
+type WaitRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// How long to wait at most (unset = 30s, at most 1h); the call's own
+	// deadline also ends the wait, with the current record.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRunRequest) Reset() {
+	*x = WaitRunRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRunRequest) ProtoMessage() {}
+
+func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRunRequest.ProtoReflect.Descriptor instead.
+func (*WaitRunRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WaitRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WaitRunRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// WaitRunResponse is the run's record when the wait ended.
+type WaitRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run, in its state when the wait ended.
+	Run *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The run had not ended (nor been interrupted) when the wait ended.
+	TimedOut      bool `protobuf:"varint,2,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRunResponse) Reset() {
+	*x = WaitRunResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRunResponse) ProtoMessage() {}
+
+func (x *WaitRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRunResponse.ProtoReflect.Descriptor instead.
+func (*WaitRunResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WaitRunResponse) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *WaitRunResponse) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
 // SecretInfo describes a stored secret, without its value.
 type SecretInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1960,7 +2362,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2374,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2387,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -2023,7 +2425,7 @@ type PutSecretRequest struct {
 
 func (x *PutSecretRequest) Reset() {
 	*x = PutSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2437,7 @@ func (x *PutSecretRequest) String() string {
 func (*PutSecretRequest) ProtoMessage() {}
 
 func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2450,7 @@ func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretRequest.ProtoReflect.Descriptor instead.
 func (*PutSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutSecretRequest) GetName() string {
@@ -2078,7 +2480,7 @@ type PutSecretResponse struct {
 
 func (x *PutSecretResponse) Reset() {
 	*x = PutSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2492,7 @@ func (x *PutSecretResponse) String() string {
 func (*PutSecretResponse) ProtoMessage() {}
 
 func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2505,7 @@ func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretResponse.ProtoReflect.Descriptor instead.
 func (*PutSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PutSecretResponse) GetSecret() *SecretInfo {
@@ -2129,7 +2531,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2543,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2556,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 // ListSecretsResponse lists secrets by name.
@@ -2168,7 +2570,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2582,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2595,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -2214,7 +2616,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2628,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2641,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2258,7 +2660,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2672,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2685,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 // SkillInfo describes a stored skill, without its files.
@@ -2311,7 +2713,7 @@ type SkillInfo struct {
 
 func (x *SkillInfo) Reset() {
 	*x = SkillInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2725,7 @@ func (x *SkillInfo) String() string {
 func (*SkillInfo) ProtoMessage() {}
 
 func (x *SkillInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2738,7 @@ func (x *SkillInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
 func (*SkillInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SkillInfo) GetName() string {
@@ -2403,7 +2805,7 @@ type PutSkillRequest struct {
 
 func (x *PutSkillRequest) Reset() {
 	*x = PutSkillRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2817,7 @@ func (x *PutSkillRequest) String() string {
 func (*PutSkillRequest) ProtoMessage() {}
 
 func (x *PutSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2830,7 @@ func (x *PutSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSkillRequest.ProtoReflect.Descriptor instead.
 func (*PutSkillRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutSkillRequest) GetName() string {
@@ -2458,7 +2860,7 @@ type PutSkillResponse struct {
 
 func (x *PutSkillResponse) Reset() {
 	*x = PutSkillResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2872,7 @@ func (x *PutSkillResponse) String() string {
 func (*PutSkillResponse) ProtoMessage() {}
 
 func (x *PutSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2885,7 @@ func (x *PutSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSkillResponse.ProtoReflect.Descriptor instead.
 func (*PutSkillResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PutSkillResponse) GetSkill() *SkillInfo {
@@ -2509,7 +2911,7 @@ type ListSkillsRequest struct {
 
 func (x *ListSkillsRequest) Reset() {
 	*x = ListSkillsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2923,7 @@ func (x *ListSkillsRequest) String() string {
 func (*ListSkillsRequest) ProtoMessage() {}
 
 func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2936,7 @@ func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 // ListSkillsResponse lists skills by name.
@@ -2548,7 +2950,7 @@ type ListSkillsResponse struct {
 
 func (x *ListSkillsResponse) Reset() {
 	*x = ListSkillsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2962,7 @@ func (x *ListSkillsResponse) String() string {
 func (*ListSkillsResponse) ProtoMessage() {}
 
 func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2975,7 @@ func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
@@ -2594,7 +2996,7 @@ type GetSkillRequest struct {
 
 func (x *GetSkillRequest) Reset() {
 	*x = GetSkillRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +3008,7 @@ func (x *GetSkillRequest) String() string {
 func (*GetSkillRequest) ProtoMessage() {}
 
 func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +3021,7 @@ func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
 func (*GetSkillRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetSkillRequest) GetName() string {
@@ -2642,7 +3044,7 @@ type GetSkillResponse struct {
 
 func (x *GetSkillResponse) Reset() {
 	*x = GetSkillResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +3056,7 @@ func (x *GetSkillResponse) String() string {
 func (*GetSkillResponse) ProtoMessage() {}
 
 func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +3069,7 @@ func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
 func (*GetSkillResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetSkillResponse) GetSkill() *SkillInfo {
@@ -2695,7 +3097,7 @@ type DeleteSkillRequest struct {
 
 func (x *DeleteSkillRequest) Reset() {
 	*x = DeleteSkillRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +3109,7 @@ func (x *DeleteSkillRequest) String() string {
 func (*DeleteSkillRequest) ProtoMessage() {}
 
 func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +3122,7 @@ func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSkillRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSkillRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSkillRequest) GetName() string {
@@ -2739,7 +3141,7 @@ type DeleteSkillResponse struct {
 
 func (x *DeleteSkillResponse) Reset() {
 	*x = DeleteSkillResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +3153,7 @@ func (x *DeleteSkillResponse) String() string {
 func (*DeleteSkillResponse) ProtoMessage() {}
 
 func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +3166,7 @@ func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSkillResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSkillResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 // CreatePreviewRequest names a thread and a port in its sandbox.
@@ -2782,7 +3184,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +3196,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +3209,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -2845,7 +3247,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3259,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3272,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -2908,7 +3310,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3322,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3335,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Preview) GetId() string {
@@ -2989,7 +3391,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3403,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3416,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -3035,7 +3437,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3449,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3462,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -3081,7 +3483,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3495,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3508,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -3125,7 +3527,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3539,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3552,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 // InputMessage is one user message.
@@ -3164,7 +3566,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3578,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3591,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -3215,7 +3617,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3629,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3642,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClientTool) GetName() string {
@@ -3289,13 +3691,16 @@ type RunRequest struct {
 	Detach bool `protobuf:"varint,10,opt,name=detach,proto3" json:"detach,omitempty"`
 	// Drop a pending interrupt instead of failing with FAILED_PRECONDITION.
 	AbandonInterrupt bool `protobuf:"varint,11,opt,name=abandon_interrupt,json=abandonInterrupt,proto3" json:"abandon_interrupt,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What to do when the thread is busy (double-texting); unspecified =
+	// the agent's default.
+	OnBusy        OnBusy `protobuf:"varint,12,opt,name=on_busy,json=onBusy,proto3,enum=plumb.v1.OnBusy" json:"on_busy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3712,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3725,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -3400,6 +3805,13 @@ func (x *RunRequest) GetAbandonInterrupt() bool {
 	return false
 }
 
+func (x *RunRequest) GetOnBusy() OnBusy {
+	if x != nil {
+		return x.OnBusy
+	}
+	return OnBusy_ON_BUSY_UNSPECIFIED
+}
+
 // RunResponse carries one event of a Run stream.
 type RunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3411,7 +3823,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3835,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3848,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -3467,7 +3879,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3891,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3904,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -3554,7 +3966,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3978,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3991,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -3621,7 +4033,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +4045,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +4058,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -3670,7 +4082,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +4094,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +4107,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -3723,7 +4135,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +4147,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +4160,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -3769,7 +4181,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4193,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4206,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -3817,7 +4229,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4241,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4254,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -3870,7 +4282,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3882,7 +4294,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3895,7 +4307,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -3916,7 +4328,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4340,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4353,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -3964,7 +4376,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4388,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4401,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -4017,7 +4429,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4029,7 +4441,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4042,7 +4454,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -4069,7 +4481,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4493,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4506,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -4131,7 +4543,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4555,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4568,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -4189,7 +4601,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +4613,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +4626,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -4251,7 +4663,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4263,7 +4675,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +4688,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -4310,7 +4722,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4734,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4747,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -4372,7 +4784,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4384,7 +4796,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4397,7 +4809,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -4432,7 +4844,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4444,7 +4856,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4457,7 +4869,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -4501,7 +4913,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4513,7 +4925,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4526,7 +4938,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -4556,7 +4968,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4980,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4993,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -4607,7 +5019,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4619,7 +5031,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4632,7 +5044,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 // ListAgentsRequest has no fields.
@@ -4644,7 +5056,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +5068,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +5081,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -4683,7 +5095,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4695,7 +5107,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4708,7 +5120,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -4744,7 +5156,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +5168,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +5181,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -4836,7 +5248,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +5260,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +5273,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -4934,7 +5346,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4946,7 +5358,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4959,7 +5371,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Thread) GetId() string {
@@ -5095,14 +5507,29 @@ type RunRecord struct {
 	// Start time.
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// End time, when finished.
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// The run's thread.
+	ThreadId string `protobuf:"bytes,7,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The primary agent profile it ran (empty = the default).
+	Agent string `protobuf:"bytes,8,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The user messages the run was started with.
+	Input []string `protobuf:"bytes,9,rep,name=input,proto3" json:"input,omitempty"`
+	// Why a FAILED run failed (or why a queued run never started).
+	Error *RunError `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// When the run was asked for (before started_at for a queued run).
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The agentd replica (lease holder) that ran its latest segment; empty
+	// on a single agentd without leases.
+	Holder string `protobuf:"bytes,12,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Root model calls so far.
+	Steps         int32 `protobuf:"varint,13,opt,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5114,7 +5541,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5127,7 +5554,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -5172,6 +5599,55 @@ func (x *RunRecord) GetFinishedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RunRecord) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *RunRecord) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *RunRecord) GetInput() []string {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *RunRecord) GetError() *RunError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RunRecord) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *RunRecord) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RunRecord) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
 // Todo is one item of the agent's todo list.
 type Todo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5185,7 +5661,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5197,7 +5673,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5210,7 +5686,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Todo) GetContent() string {
@@ -5242,7 +5718,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5254,7 +5730,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5267,7 +5743,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ToolCall) GetId() string {
@@ -5326,7 +5802,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5338,7 +5814,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5351,7 +5827,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -5446,7 +5922,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5458,7 +5934,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5471,7 +5947,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *StateFile) GetPath() string {
@@ -5516,7 +5992,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +6004,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +6017,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -5605,7 +6081,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5617,7 +6093,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5630,7 +6106,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -5706,6 +6182,7 @@ type Event struct {
 	//	*Event_SandboxLost
 	//	*Event_ToolCallDelta
 	//	*Event_ToolOutput
+	//	*Event_RunQueued
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5713,7 +6190,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5725,7 +6202,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5738,7 +6215,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -5943,6 +6420,15 @@ func (x *Event) GetToolOutput() *ToolOutput {
 	return nil
 }
 
+func (x *Event) GetRunQueued() *RunQueued {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_RunQueued); ok {
+			return x.RunQueued
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -6035,6 +6521,12 @@ type Event_ToolOutput struct {
 	ToolOutput *ToolOutput `protobuf:"bytes,26,opt,name=tool_output,json=toolOutput,proto3,oneof"`
 }
 
+type Event_RunQueued struct {
+	// The run was queued behind the thread's current run (OnBusy
+	// ENQUEUE): the only event of its Run stream (sequence 0). Terminal.
+	RunQueued *RunQueued `protobuf:"bytes,27,opt,name=run_queued,json=runQueued,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -6069,6 +6561,54 @@ func (*Event_ToolCallDelta) isEvent_Payload() {}
 
 func (*Event_ToolOutput) isEvent_Payload() {}
 
+func (*Event_RunQueued) isEvent_Payload() {}
+
+// RunQueued says that a Run was queued instead of started.
+type RunQueued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queued run's record (status QUEUED).
+	Run           *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunQueued) Reset() {
+	*x = RunQueued{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunQueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunQueued) ProtoMessage() {}
+
+func (x *RunQueued) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
+func (*RunQueued) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *RunQueued) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 // ToolCallDelta is a fragment of the arguments of a tool call the model is
 // producing. Fragments are coalesced (several provider chunks per event).
 // The AssistantMessage that follows is authoritative: it carries the final
@@ -6099,7 +6639,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6111,7 +6651,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6124,7 +6664,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -6197,7 +6737,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6209,7 +6749,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6222,7 +6762,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -6268,7 +6808,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6280,7 +6820,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6293,7 +6833,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -6336,7 +6876,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6348,7 +6888,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6361,7 +6901,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -6414,7 +6954,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6426,7 +6966,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6439,7 +6979,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -6478,7 +7018,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6490,7 +7030,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6503,7 +7043,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -6546,7 +7086,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6558,7 +7098,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6571,7 +7111,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -6624,7 +7164,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6636,7 +7176,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6649,7 +7189,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -6698,7 +7238,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6710,7 +7250,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6723,7 +7263,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ToolResult) GetId() string {
@@ -6793,7 +7333,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6805,7 +7345,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6818,7 +7358,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -6845,7 +7385,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6857,7 +7397,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6870,7 +7410,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -6914,7 +7454,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6926,7 +7466,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6939,7 +7479,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -6983,7 +7523,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6995,7 +7535,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7008,7 +7548,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -7087,7 +7627,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7099,7 +7639,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7112,7 +7652,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -7148,7 +7688,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7160,7 +7700,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7173,7 +7713,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -7234,7 +7774,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7246,7 +7786,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7259,7 +7799,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -7329,7 +7869,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7341,7 +7881,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7354,7 +7894,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RunError) GetCode() string {
@@ -7393,7 +7933,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7405,7 +7945,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7418,7 +7958,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -7529,7 +8069,27 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"q\n" +
 	"\x19ListScheduleFiresResponse\x12,\n" +
 	"\x05fires\x18\x01 \x03(\v2\x16.plumb.v1.ScheduleFireR\x05fires\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9a\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\rGetRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\"7\n" +
+	"\x0eGetRunResponse\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\x97\x01\n" +
+	"\x0fListRunsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12+\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"c\n" +
+	"\x10ListRunsResponse\x12'\n" +
+	"\x04runs\x18\x01 \x03(\v2\x13.plumb.v1.RunRecordR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\\\n" +
+	"\x0eWaitRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"U\n" +
+	"\x0fWaitRunResponse\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\x12\x1b\n" +
+	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\"\x9a\x01\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
@@ -7616,7 +8176,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"ClientTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xcb\x04\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xf6\x04\n" +
 	"\n" +
 	"RunRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12>\n" +
@@ -7630,7 +8190,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\atimeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x16\n" +
 	"\x06detach\x18\n" +
 	" \x01(\bR\x06detach\x12+\n" +
-	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x1a;\n" +
+	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x12)\n" +
+	"\aon_busy\x18\f \x01(\x0e2\x10.plumb.v1.OnBusyR\x06onBusy\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
@@ -7758,7 +8319,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x03\n" +
 	"\tRunRecord\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12*\n" +
@@ -7768,7 +8329,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"N\n" +
+	"finishedAt\x12\x1b\n" +
+	"\tthread_id\x18\a \x01(\tR\bthreadId\x12\x14\n" +
+	"\x05agent\x18\b \x01(\tR\x05agent\x12\x14\n" +
+	"\x05input\x18\t \x03(\tR\x05input\x12(\n" +
+	"\x05error\x18\n" +
+	" \x01(\v2\x12.plumb.v1.RunErrorR\x05error\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06holder\x18\f \x01(\tR\x06holder\x12\x14\n" +
+	"\x05steps\x18\r \x01(\x05R\x05steps\"N\n" +
 	"\x04Todo\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.plumb.v1.TodoStatusR\x06status\"K\n" +
@@ -7812,7 +8382,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xf5\t\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xab\n" +
+	"\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -7843,8 +8414,12 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fsandbox_lost\x18\x18 \x01(\v2\x15.plumb.v1.SandboxLostH\x00R\vsandboxLost\x12A\n" +
 	"\x0ftool_call_delta\x18\x19 \x01(\v2\x17.plumb.v1.ToolCallDeltaH\x00R\rtoolCallDelta\x127\n" +
 	"\vtool_output\x18\x1a \x01(\v2\x14.plumb.v1.ToolOutputH\x00R\n" +
-	"toolOutputB\t\n" +
-	"\apayload\"\xa9\x01\n" +
+	"toolOutput\x124\n" +
+	"\n" +
+	"run_queued\x18\x1b \x01(\v2\x13.plumb.v1.RunQueuedH\x00R\trunQueuedB\t\n" +
+	"\apayload\"2\n" +
+	"\tRunQueued\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\xa9\x01\n" +
 	"\rToolCallDelta\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -7962,7 +8537,11 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1cSCHEDULE_FIRE_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_STARTED\x10\x02\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_SKIPPED\x10\x03\x12\x1f\n" +
-	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*\x95\x01\n" +
+	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*J\n" +
+	"\x06OnBusy\x12\x17\n" +
+	"\x13ON_BUSY_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eON_BUSY_REJECT\x10\x01\x12\x13\n" +
+	"\x0fON_BUSY_ENQUEUE\x10\x02*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -7982,7 +8561,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\tAgentKind\x12\x1a\n" +
 	"\x16AGENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12AGENT_KIND_PRIMARY\x10\x01\x12\x17\n" +
-	"\x13AGENT_KIND_SUBAGENT\x10\x02*\xe7\x01\n" +
+	"\x13AGENT_KIND_SUBAGENT\x10\x02*\xfe\x01\n" +
 	"\tRunStatus\x12\x1a\n" +
 	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n" +
@@ -7991,7 +8570,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x14RUN_STATUS_CANCELLED\x10\x04\x12 \n" +
 	"\x1cRUN_STATUS_DEADLINE_EXCEEDED\x10\x05\x12\x1a\n" +
 	"\x16RUN_STATUS_INTERRUPTED\x10\x06\x12\x15\n" +
-	"\x11RUN_STATUS_FAILED\x10\a*z\n" +
+	"\x11RUN_STATUS_FAILED\x10\a\x12\x15\n" +
+	"\x11RUN_STATUS_QUEUED\x10\b*z\n" +
 	"\n" +
 	"TodoStatus\x12\x1b\n" +
 	"\x17TODO_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -8026,7 +8606,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\x85\x12\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc5\x13\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -8059,7 +8639,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"ListSkills\x12\x1b.plumb.v1.ListSkillsRequest\x1a\x1c.plumb.v1.ListSkillsResponse\x12A\n" +
 	"\bGetSkill\x12\x19.plumb.v1.GetSkillRequest\x1a\x1a.plumb.v1.GetSkillResponse\x12J\n" +
-	"\vDeleteSkill\x12\x1c.plumb.v1.DeleteSkillRequest\x1a\x1d.plumb.v1.DeleteSkillResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\vDeleteSkill\x12\x1c.plumb.v1.DeleteSkillRequest\x1a\x1d.plumb.v1.DeleteSkillResponse\x12;\n" +
+	"\x06GetRun\x12\x17.plumb.v1.GetRunRequest\x1a\x18.plumb.v1.GetRunResponse\x12A\n" +
+	"\bListRuns\x12\x19.plumb.v1.ListRunsRequest\x1a\x1a.plumb.v1.ListRunsResponse\x12>\n" +
+	"\aWaitRun\x12\x18.plumb.v1.WaitRunRequest\x1a\x19.plumb.v1.WaitRunResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -8073,311 +8656,335 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),              // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),           // 1: plumb.v1.ScheduleFireStatus
-	(DecisionType)(0),                 // 2: plumb.v1.DecisionType
-	(ThreadView)(0),                   // 3: plumb.v1.ThreadView
-	(ThreadStatus)(0),                 // 4: plumb.v1.ThreadStatus
-	(AgentKind)(0),                    // 5: plumb.v1.AgentKind
-	(RunStatus)(0),                    // 6: plumb.v1.RunStatus
-	(TodoStatus)(0),                   // 7: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),              // 8: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),             // 9: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),               // 10: plumb.v1.SubagentStatus
-	(InterruptKind)(0),                // 11: plumb.v1.InterruptKind
-	(UsagePurpose)(0),                 // 12: plumb.v1.UsagePurpose
-	(*Schedule)(nil),                  // 13: plumb.v1.Schedule
-	(*CreateScheduleRequest)(nil),     // 14: plumb.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),    // 15: plumb.v1.CreateScheduleResponse
-	(*GetScheduleRequest)(nil),        // 16: plumb.v1.GetScheduleRequest
-	(*GetScheduleResponse)(nil),       // 17: plumb.v1.GetScheduleResponse
-	(*ListSchedulesRequest)(nil),      // 18: plumb.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),     // 19: plumb.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),     // 20: plumb.v1.UpdateScheduleRequest
-	(*UpdateScheduleResponse)(nil),    // 21: plumb.v1.UpdateScheduleResponse
-	(*DeleteScheduleRequest)(nil),     // 22: plumb.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),    // 23: plumb.v1.DeleteScheduleResponse
-	(*PauseScheduleRequest)(nil),      // 24: plumb.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),     // 25: plumb.v1.PauseScheduleResponse
-	(*ResumeScheduleRequest)(nil),     // 26: plumb.v1.ResumeScheduleRequest
-	(*ResumeScheduleResponse)(nil),    // 27: plumb.v1.ResumeScheduleResponse
-	(*ScheduleFire)(nil),              // 28: plumb.v1.ScheduleFire
-	(*ListScheduleFiresRequest)(nil),  // 29: plumb.v1.ListScheduleFiresRequest
-	(*ListScheduleFiresResponse)(nil), // 30: plumb.v1.ListScheduleFiresResponse
-	(*SecretInfo)(nil),                // 31: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),          // 32: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),         // 33: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),        // 34: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),       // 35: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),       // 36: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),      // 37: plumb.v1.DeleteSecretResponse
-	(*SkillInfo)(nil),                 // 38: plumb.v1.SkillInfo
-	(*PutSkillRequest)(nil),           // 39: plumb.v1.PutSkillRequest
-	(*PutSkillResponse)(nil),          // 40: plumb.v1.PutSkillResponse
-	(*ListSkillsRequest)(nil),         // 41: plumb.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),        // 42: plumb.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),           // 43: plumb.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),          // 44: plumb.v1.GetSkillResponse
-	(*DeleteSkillRequest)(nil),        // 45: plumb.v1.DeleteSkillRequest
-	(*DeleteSkillResponse)(nil),       // 46: plumb.v1.DeleteSkillResponse
-	(*CreatePreviewRequest)(nil),      // 47: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),     // 48: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                   // 49: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),       // 50: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),      // 51: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),      // 52: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),     // 53: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),              // 54: plumb.v1.InputMessage
-	(*ClientTool)(nil),                // 55: plumb.v1.ClientTool
-	(*RunRequest)(nil),                // 56: plumb.v1.RunRequest
-	(*RunResponse)(nil),               // 57: plumb.v1.RunResponse
-	(*Decision)(nil),                  // 58: plumb.v1.Decision
-	(*ResumeRequest)(nil),             // 59: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),            // 60: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),             // 61: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),            // 62: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),             // 63: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),            // 64: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),       // 65: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),      // 66: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),          // 67: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),         // 68: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),       // 69: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),      // 70: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),     // 71: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),    // 72: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),    // 73: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),   // 74: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),        // 75: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),       // 76: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),       // 77: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),      // 78: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),         // 79: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 80: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                 // 81: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),             // 82: plumb.v1.InterruptRule
-	(*Thread)(nil),                    // 83: plumb.v1.Thread
-	(*RunRecord)(nil),                 // 84: plumb.v1.RunRecord
-	(*Todo)(nil),                      // 85: plumb.v1.Todo
-	(*ToolCall)(nil),                  // 86: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),             // 87: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                 // 88: plumb.v1.StateFile
-	(*Checkpoint)(nil),                // 89: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                // 90: plumb.v1.TokenUsage
-	(*Event)(nil),                     // 91: plumb.v1.Event
-	(*ToolCallDelta)(nil),             // 92: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                // 93: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),               // 94: plumb.v1.SandboxLost
-	(*RunStarted)(nil),                // 95: plumb.v1.RunStarted
-	(*MessageDelta)(nil),              // 96: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),            // 97: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),          // 98: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),           // 99: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                // 100: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),              // 101: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),           // 102: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),          // 103: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),          // 104: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),               // 105: plumb.v1.Interrupted
-	(*UsageReport)(nil),               // 106: plumb.v1.UsageReport
-	(*Summarized)(nil),                // 107: plumb.v1.Summarized
-	(*RunError)(nil),                  // 108: plumb.v1.RunError
-	(*RunFinished)(nil),               // 109: plumb.v1.RunFinished
-	nil,                               // 110: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                               // 111: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                               // 112: plumb.v1.RunRequest.MetadataEntry
-	nil,                               // 113: plumb.v1.RunRequest.FilesEntry
-	nil,                               // 114: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                               // 115: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                               // 116: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),       // 117: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 118: google.protobuf.Timestamp
+	(OnBusy)(0),                       // 2: plumb.v1.OnBusy
+	(DecisionType)(0),                 // 3: plumb.v1.DecisionType
+	(ThreadView)(0),                   // 4: plumb.v1.ThreadView
+	(ThreadStatus)(0),                 // 5: plumb.v1.ThreadStatus
+	(AgentKind)(0),                    // 6: plumb.v1.AgentKind
+	(RunStatus)(0),                    // 7: plumb.v1.RunStatus
+	(TodoStatus)(0),                   // 8: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),              // 9: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),             // 10: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),               // 11: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                // 12: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                 // 13: plumb.v1.UsagePurpose
+	(*Schedule)(nil),                  // 14: plumb.v1.Schedule
+	(*CreateScheduleRequest)(nil),     // 15: plumb.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),    // 16: plumb.v1.CreateScheduleResponse
+	(*GetScheduleRequest)(nil),        // 17: plumb.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),       // 18: plumb.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),      // 19: plumb.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),     // 20: plumb.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),     // 21: plumb.v1.UpdateScheduleRequest
+	(*UpdateScheduleResponse)(nil),    // 22: plumb.v1.UpdateScheduleResponse
+	(*DeleteScheduleRequest)(nil),     // 23: plumb.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),    // 24: plumb.v1.DeleteScheduleResponse
+	(*PauseScheduleRequest)(nil),      // 25: plumb.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),     // 26: plumb.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),     // 27: plumb.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),    // 28: plumb.v1.ResumeScheduleResponse
+	(*ScheduleFire)(nil),              // 29: plumb.v1.ScheduleFire
+	(*ListScheduleFiresRequest)(nil),  // 30: plumb.v1.ListScheduleFiresRequest
+	(*ListScheduleFiresResponse)(nil), // 31: plumb.v1.ListScheduleFiresResponse
+	(*GetRunRequest)(nil),             // 32: plumb.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 33: plumb.v1.GetRunResponse
+	(*ListRunsRequest)(nil),           // 34: plumb.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 35: plumb.v1.ListRunsResponse
+	(*WaitRunRequest)(nil),            // 36: plumb.v1.WaitRunRequest
+	(*WaitRunResponse)(nil),           // 37: plumb.v1.WaitRunResponse
+	(*SecretInfo)(nil),                // 38: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),          // 39: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),         // 40: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),        // 41: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),       // 42: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),       // 43: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),      // 44: plumb.v1.DeleteSecretResponse
+	(*SkillInfo)(nil),                 // 45: plumb.v1.SkillInfo
+	(*PutSkillRequest)(nil),           // 46: plumb.v1.PutSkillRequest
+	(*PutSkillResponse)(nil),          // 47: plumb.v1.PutSkillResponse
+	(*ListSkillsRequest)(nil),         // 48: plumb.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),        // 49: plumb.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),           // 50: plumb.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),          // 51: plumb.v1.GetSkillResponse
+	(*DeleteSkillRequest)(nil),        // 52: plumb.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),       // 53: plumb.v1.DeleteSkillResponse
+	(*CreatePreviewRequest)(nil),      // 54: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),     // 55: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                   // 56: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),       // 57: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),      // 58: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),      // 59: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),     // 60: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),              // 61: plumb.v1.InputMessage
+	(*ClientTool)(nil),                // 62: plumb.v1.ClientTool
+	(*RunRequest)(nil),                // 63: plumb.v1.RunRequest
+	(*RunResponse)(nil),               // 64: plumb.v1.RunResponse
+	(*Decision)(nil),                  // 65: plumb.v1.Decision
+	(*ResumeRequest)(nil),             // 66: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),            // 67: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),             // 68: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),            // 69: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),             // 70: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),            // 71: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),       // 72: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),      // 73: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),          // 74: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),         // 75: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),       // 76: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),      // 77: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),     // 78: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),    // 79: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),    // 80: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),   // 81: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),        // 82: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),       // 83: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),       // 84: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),      // 85: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),         // 86: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),        // 87: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                 // 88: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),             // 89: plumb.v1.InterruptRule
+	(*Thread)(nil),                    // 90: plumb.v1.Thread
+	(*RunRecord)(nil),                 // 91: plumb.v1.RunRecord
+	(*Todo)(nil),                      // 92: plumb.v1.Todo
+	(*ToolCall)(nil),                  // 93: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),             // 94: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                 // 95: plumb.v1.StateFile
+	(*Checkpoint)(nil),                // 96: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                // 97: plumb.v1.TokenUsage
+	(*Event)(nil),                     // 98: plumb.v1.Event
+	(*RunQueued)(nil),                 // 99: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),             // 100: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                // 101: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),               // 102: plumb.v1.SandboxLost
+	(*RunStarted)(nil),                // 103: plumb.v1.RunStarted
+	(*MessageDelta)(nil),              // 104: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),            // 105: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),          // 106: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),           // 107: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                // 108: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),              // 109: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),           // 110: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),          // 111: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),          // 112: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),               // 113: plumb.v1.Interrupted
+	(*UsageReport)(nil),               // 114: plumb.v1.UsageReport
+	(*Summarized)(nil),                // 115: plumb.v1.Summarized
+	(*RunError)(nil),                  // 116: plumb.v1.RunError
+	(*RunFinished)(nil),               // 117: plumb.v1.RunFinished
+	nil,                               // 118: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                               // 119: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                               // 120: plumb.v1.RunRequest.MetadataEntry
+	nil,                               // 121: plumb.v1.RunRequest.FilesEntry
+	nil,                               // 122: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                               // 123: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                               // 124: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),       // 125: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 126: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	117, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	125, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	56,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	118, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	118, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	118, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	118, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	117, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	63,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	126, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	126, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	126, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	126, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	125, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	56,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	13,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	13,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	13,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	117, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	63,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	14,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	14,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	14,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
+	125, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	56,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	13,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	13,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	13,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	118, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	118, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	63,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	14,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	14,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	14,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	126, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	126, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
-	28,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	118, // 23: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	118, // 24: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	31,  // 25: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	31,  // 26: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	118, // 27: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	118, // 28: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	110, // 29: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
-	38,  // 30: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	38,  // 31: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
-	38,  // 32: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	111, // 33: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	117, // 34: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	49,  // 35: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	118, // 36: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	118, // 37: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	49,  // 38: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	112, // 39: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	54,  // 40: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	55,  // 41: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	113, // 42: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	117, // 43: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	91,  // 44: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	2,   // 45: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	58,  // 46: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	91,  // 47: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	91,  // 48: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	114, // 49: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	83,  // 50: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	3,   // 51: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	83,  // 52: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	87,  // 53: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	88,  // 54: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	89,  // 55: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	115, // 56: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	4,   // 57: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	83,  // 58: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	81,  // 59: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	5,   // 60: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	82,  // 61: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	2,   // 62: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	118, // 63: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	118, // 64: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	116, // 65: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	4,   // 66: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	85,  // 67: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	105, // 68: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	84,  // 69: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	90,  // 70: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	87,  // 71: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	88,  // 72: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	89,  // 73: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	6,   // 74: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	90,  // 75: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	118, // 76: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	118, // 77: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	7,   // 78: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	86,  // 79: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	118, // 80: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	9,   // 81: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	118, // 82: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	8,   // 83: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	118, // 84: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	118, // 85: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	95,  // 86: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	96,  // 87: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	97,  // 88: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	98,  // 89: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	99,  // 90: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	100, // 91: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	101, // 92: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	102, // 93: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	103, // 94: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	105, // 95: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	106, // 96: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	107, // 97: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	108, // 98: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	109, // 99: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	94,  // 100: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	92,  // 101: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	93,  // 102: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	86,  // 103: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	9,   // 104: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	85,  // 105: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	10,  // 106: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	90,  // 107: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	11,  // 108: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	2,   // 109: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	104, // 110: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	90,  // 111: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	12,  // 112: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	90,  // 113: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	6,   // 114: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	90,  // 115: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	56,  // 116: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	59,  // 117: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	61,  // 118: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	63,  // 119: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	65,  // 120: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	67,  // 121: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	69,  // 122: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	71,  // 123: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	73,  // 124: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	75,  // 125: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	77,  // 126: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	79,  // 127: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	32,  // 128: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	34,  // 129: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	36,  // 130: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	47,  // 131: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	50,  // 132: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	52,  // 133: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	14,  // 134: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	16,  // 135: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	18,  // 136: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	20,  // 137: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	22,  // 138: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	24,  // 139: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	26,  // 140: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	29,  // 141: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	39,  // 142: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	41,  // 143: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	43,  // 144: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	45,  // 145: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	57,  // 146: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	60,  // 147: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	62,  // 148: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	64,  // 149: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	66,  // 150: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	68,  // 151: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	70,  // 152: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	72,  // 153: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	74,  // 154: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	76,  // 155: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	78,  // 156: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	80,  // 157: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	33,  // 158: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	35,  // 159: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	37,  // 160: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	48,  // 161: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	51,  // 162: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	53,  // 163: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	15,  // 164: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	17,  // 165: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	19,  // 166: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	21,  // 167: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	23,  // 168: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	25,  // 169: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	27,  // 170: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	30,  // 171: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	40,  // 172: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	42,  // 173: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	44,  // 174: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	46,  // 175: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	146, // [146:176] is the sub-list for method output_type
-	116, // [116:146] is the sub-list for method input_type
-	116, // [116:116] is the sub-list for extension type_name
-	116, // [116:116] is the sub-list for extension extendee
-	0,   // [0:116] is the sub-list for field type_name
+	29,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
+	91,  // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	7,   // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
+	91,  // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	125, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	91,  // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	126, // 28: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	126, // 29: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	38,  // 30: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	38,  // 31: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	126, // 32: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	126, // 33: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	118, // 34: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	45,  // 35: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	45,  // 36: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
+	45,  // 37: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	119, // 38: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	125, // 39: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	56,  // 40: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	126, // 41: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	126, // 42: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	56,  // 43: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	120, // 44: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	61,  // 45: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	62,  // 46: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	121, // 47: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	125, // 48: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 49: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	98,  // 50: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	3,   // 51: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	65,  // 52: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	98,  // 53: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	98,  // 54: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	122, // 55: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	90,  // 56: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	4,   // 57: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	90,  // 58: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	94,  // 59: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	95,  // 60: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	96,  // 61: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	123, // 62: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	5,   // 63: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	90,  // 64: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	88,  // 65: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	6,   // 66: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	89,  // 67: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	3,   // 68: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	126, // 69: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	126, // 70: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	124, // 71: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	5,   // 72: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	92,  // 73: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	113, // 74: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	91,  // 75: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	97,  // 76: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	94,  // 77: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	95,  // 78: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	96,  // 79: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	7,   // 80: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	97,  // 81: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	126, // 82: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	126, // 83: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	116, // 84: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	126, // 85: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	8,   // 86: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	93,  // 87: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	126, // 88: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	10,  // 89: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	126, // 90: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	9,   // 91: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	126, // 92: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	126, // 93: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	103, // 94: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	104, // 95: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	105, // 96: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	106, // 97: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	107, // 98: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	108, // 99: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	109, // 100: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	110, // 101: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	111, // 102: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	113, // 103: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	114, // 104: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	115, // 105: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	116, // 106: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	117, // 107: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	102, // 108: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	100, // 109: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	101, // 110: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	99,  // 111: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	91,  // 112: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	93,  // 113: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	10,  // 114: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	92,  // 115: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	11,  // 116: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	97,  // 117: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	12,  // 118: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	3,   // 119: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	112, // 120: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	97,  // 121: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	13,  // 122: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	97,  // 123: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	7,   // 124: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	97,  // 125: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	63,  // 126: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	66,  // 127: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	68,  // 128: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	70,  // 129: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	72,  // 130: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	74,  // 131: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	76,  // 132: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	78,  // 133: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	80,  // 134: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	82,  // 135: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	84,  // 136: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	86,  // 137: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	39,  // 138: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	41,  // 139: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	43,  // 140: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	54,  // 141: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	57,  // 142: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	59,  // 143: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	15,  // 144: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	17,  // 145: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	19,  // 146: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	21,  // 147: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	23,  // 148: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	25,  // 149: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	27,  // 150: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	30,  // 151: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	46,  // 152: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	48,  // 153: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	50,  // 154: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	52,  // 155: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	32,  // 156: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	34,  // 157: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	36,  // 158: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	64,  // 159: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	67,  // 160: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	69,  // 161: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	71,  // 162: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	73,  // 163: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	75,  // 164: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	77,  // 165: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	79,  // 166: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	81,  // 167: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	83,  // 168: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	85,  // 169: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	87,  // 170: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	40,  // 171: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	42,  // 172: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	44,  // 173: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	55,  // 174: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	58,  // 175: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	60,  // 176: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	16,  // 177: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	18,  // 178: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	20,  // 179: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	22,  // 180: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	24,  // 181: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	26,  // 182: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	28,  // 183: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	31,  // 184: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	47,  // 185: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	49,  // 186: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	51,  // 187: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	53,  // 188: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	33,  // 189: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	35,  // 190: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	37,  // 191: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	159, // [159:192] is the sub-list for method output_type
+	126, // [126:159] is the sub-list for method input_type
+	126, // [126:126] is the sub-list for extension type_name
+	126, // [126:126] is the sub-list for extension extendee
+	0,   // [0:126] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -8385,7 +8992,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[78].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[84].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -8403,15 +9010,16 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_SandboxLost)(nil),
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
+		(*Event_RunQueued)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[87].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[94].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      13,
-			NumMessages:   104,
+			NumEnums:      14,
+			NumMessages:   111,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

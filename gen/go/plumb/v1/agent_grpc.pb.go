@@ -49,6 +49,9 @@ const (
 	AgentService_ListSkills_FullMethodName        = "/plumb.v1.AgentService/ListSkills"
 	AgentService_GetSkill_FullMethodName          = "/plumb.v1.AgentService/GetSkill"
 	AgentService_DeleteSkill_FullMethodName       = "/plumb.v1.AgentService/DeleteSkill"
+	AgentService_GetRun_FullMethodName            = "/plumb.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName          = "/plumb.v1.AgentService/ListRuns"
+	AgentService_WaitRun_FullMethodName           = "/plumb.v1.AgentService/WaitRun"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -162,6 +165,19 @@ type AgentServiceClient interface {
 	// DeleteSkill deletes one of the caller's tenant's skills (NOT_FOUND
 	// for a name it does not have, or another tenant's).
 	DeleteSkill(ctx context.Context, in *DeleteSkillRequest, opts ...grpc.CallOption) (*DeleteSkillResponse, error)
+	// GetRun returns a run's record (docs/runs.md): its input, status,
+	// error, usage, times and the replica that ran it. Another tenant's run
+	// is NOT_FOUND.
+	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
+	// ListRuns lists run records newest first: a thread's, or all of the
+	// caller's tenant, optionally of one status (QUEUED shows a thread's
+	// queue), paged.
+	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
+	// WaitRun waits until a run is no longer QUEUED or RUNNING (it ended or
+	// was interrupted) or until its timeout, and returns its record as it is
+	// then: a wait that times out is not an error (check the status). Works
+	// on any replica.
+	WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*WaitRunResponse, error)
 }
 
 type agentServiceClient struct {
@@ -499,6 +515,36 @@ func (c *agentServiceClient) DeleteSkill(ctx context.Context, in *DeleteSkillReq
 	return out, nil
 }
 
+func (c *agentServiceClient) GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*WaitRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_WaitRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -610,6 +656,19 @@ type AgentServiceServer interface {
 	// DeleteSkill deletes one of the caller's tenant's skills (NOT_FOUND
 	// for a name it does not have, or another tenant's).
 	DeleteSkill(context.Context, *DeleteSkillRequest) (*DeleteSkillResponse, error)
+	// GetRun returns a run's record (docs/runs.md): its input, status,
+	// error, usage, times and the replica that ran it. Another tenant's run
+	// is NOT_FOUND.
+	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
+	// ListRuns lists run records newest first: a thread's, or all of the
+	// caller's tenant, optionally of one status (QUEUED shows a thread's
+	// queue), paged.
+	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
+	// WaitRun waits until a run is no longer QUEUED or RUNNING (it ended or
+	// was interrupted) or until its timeout, and returns its record as it is
+	// then: a wait that times out is not an error (check the status). Works
+	// on any replica.
+	WaitRun(context.Context, *WaitRunRequest) (*WaitRunResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -709,6 +768,15 @@ func (UnimplementedAgentServiceServer) GetSkill(context.Context, *GetSkillReques
 }
 func (UnimplementedAgentServiceServer) DeleteSkill(context.Context, *DeleteSkillRequest) (*DeleteSkillResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSkill not implemented")
+}
+func (UnimplementedAgentServiceServer) GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRun not implemented")
+}
+func (UnimplementedAgentServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
+}
+func (UnimplementedAgentServiceServer) WaitRun(context.Context, *WaitRunRequest) (*WaitRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitRun not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1250,6 +1318,60 @@ func _AgentService_DeleteSkill_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetRun(ctx, req.(*GetRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListRuns(ctx, req.(*ListRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_WaitRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).WaitRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_WaitRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).WaitRun(ctx, req.(*WaitRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1364,6 +1486,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSkill",
 			Handler:    _AgentService_DeleteSkill_Handler,
+		},
+		{
+			MethodName: "GetRun",
+			Handler:    _AgentService_GetRun_Handler,
+		},
+		{
+			MethodName: "ListRuns",
+			Handler:    _AgentService_ListRuns_Handler,
+		},
+		{
+			MethodName: "WaitRun",
+			Handler:    _AgentService_WaitRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
