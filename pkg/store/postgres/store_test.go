@@ -459,3 +459,9 @@ func TestLeasesConformance(t *testing.T) {
 func TestPreviewsConformance(t *testing.T) {
 	storetest.RunPreviews(t, func(t *testing.T) storetest.PreviewStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestEgressConformance runs the egress records suite against a real
+// PostgreSQL server.
+func TestEgressConformance(t *testing.T) {
+	storetest.RunEgress(t, func(t *testing.T) store.EgressRecords { return open(t, pgtest.New(t), Options{}) })
+}
