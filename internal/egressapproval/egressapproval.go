@@ -28,12 +28,15 @@ const (
 	MaxTimeout = 24 * time.Hour
 	// MaxReason bounds a rejection's reason (sandboxd's bound).
 	MaxReason = 1024
+	// readyWait bounds how long a tool call waits for its box's worker
+	// to confirm the watch before it runs anyway.
+	readyWait = 30 * time.Second
 )
 
 // Errors of the service.
 var (
-	// ErrNoSandbox: the thread has no sandbox, so nothing of it waits.
-	ErrNoSandbox = errors.New("the thread has no sandbox")
+	// ErrOff: agentd's config does not enable egress approval.
+	ErrOff = errors.New("egress approval is off: set sandbox.template.egress_approval.enabled in agentd's config")
 	// ErrGone: the decision is recorded, but the connection no longer
 	// waits (it timed out or its tool call ended first).
 	ErrGone = errors.New("the connection no longer waits for a decision")
@@ -293,8 +296,12 @@ func (s *Service) Watch(ctx context.Context, spec Spec) (stop func()) {
 	w.calls = append(w.calls, ref)
 	w.mu.Unlock()
 	s.mu.Unlock()
+	t := time.NewTimer(readyWait)
+	defer t.Stop()
 	select {
 	case <-w.ready:
+	case <-t.C: // a worker that never says: the box refuses until it asks
+		s.lg.Warn("the box's worker did not confirm the egress watch; going on", zap.String("sandbox-id", spec.SandboxID))
 	case <-ctx.Done():
 	}
 	return func() { s.release(w, ref) }
