@@ -38,6 +38,10 @@ const agentUsage = `Usage:
   agentctl preview create --thread ID --port N [--ttl D] [--json]
   agentctl preview ls --thread ID [--json]
   agentctl preview rm PREVIEW_ID...
+  agentctl egress pending THREAD_ID [--json]
+  agentctl egress decide THREAD_ID REQUEST_ID approve|reject [--scope run|thread|agent] [--reason TEXT] [--json]
+  agentctl egress grants (--thread ID | --agent NAME) [--limit N] [--json]
+  agentctl egress revoke THREAD_ID REQUEST_ID
 
 A run that stops for decisions asks for each call when stdin is a terminal;
 otherwise it needs --approve-all, --reject-all or --decisions FILE (a JSON
@@ -88,6 +92,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.secrets(ctx, args)
 	case "preview":
 		return a.preview(ctx, args)
+	case "egress":
+		return a.egress(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

@@ -56,6 +56,10 @@ type Config struct {
 	// Previews, when set, serves CreatePreview, ListPreviews and
 	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
 	Previews Previews
+	// Egress, when set, serves DecideThreadEgress, ListEgressGrants,
+	// RevokeEgressGrant and Thread.pending_egress; nil: the RPCs are
+	// FAILED_PRECONDITION (EGRESS_APPROVAL_OFF).
+	Egress Egress
 }
 
 // Option adjusts a Service (test seams).

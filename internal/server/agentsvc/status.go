@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
@@ -61,6 +62,12 @@ const (
 	ReasonPreviewLimit    = "PREVIEW_LIMIT"
 	ReasonNoSandbox       = "NO_SANDBOX"
 	ReasonPreviewsOff     = "PREVIEWS_OFF"
+	// Egress approval: no such request (or another tenant's), already
+	// decided, no longer waiting (the decision is recorded), approval off.
+	ReasonEgressNotFound    = "EGRESS_REQUEST_NOT_FOUND"
+	ReasonEgressDecided     = "EGRESS_REQUEST_DECIDED"
+	ReasonEgressGone        = "EGRESS_REQUEST_GONE"
+	ReasonEgressApprovalOff = "EGRESS_APPROVAL_OFF"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -161,6 +168,14 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandbox, nil), true
 	case errors.Is(err, preview.ErrOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonPreviewsOff, nil), true
+	case errors.Is(err, store.ErrEgressNotFound):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonEgressNotFound, nil), true
+	case errors.Is(err, store.ErrEgressDecided):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressDecided, nil), true
+	case errors.Is(err, egressapproval.ErrGone):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressGone, nil), true
+	case errors.Is(err, egressapproval.ErrOff):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressApprovalOff, nil), true
 	}
 	return nil, false
 }

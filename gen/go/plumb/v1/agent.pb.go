@@ -23,6 +23,119 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EgressDecisionType is a human's answer to a waiting connection.
+type EgressDecisionType int32
+
+const (
+	// EGRESS_DECISION_TYPE_UNSPECIFIED is refused (INVALID_ARGUMENT).
+	EgressDecisionType_EGRESS_DECISION_TYPE_UNSPECIFIED EgressDecisionType = 0
+	// EGRESS_DECISION_TYPE_APPROVE lets the connection proceed.
+	EgressDecisionType_EGRESS_DECISION_TYPE_APPROVE EgressDecisionType = 1
+	// EGRESS_DECISION_TYPE_REJECT refuses it (the box gets a 403).
+	EgressDecisionType_EGRESS_DECISION_TYPE_REJECT EgressDecisionType = 2
+)
+
+// Enum value maps for EgressDecisionType.
+var (
+	EgressDecisionType_name = map[int32]string{
+		0: "EGRESS_DECISION_TYPE_UNSPECIFIED",
+		1: "EGRESS_DECISION_TYPE_APPROVE",
+		2: "EGRESS_DECISION_TYPE_REJECT",
+	}
+	EgressDecisionType_value = map[string]int32{
+		"EGRESS_DECISION_TYPE_UNSPECIFIED": 0,
+		"EGRESS_DECISION_TYPE_APPROVE":     1,
+		"EGRESS_DECISION_TYPE_REJECT":      2,
+	}
+)
+
+func (x EgressDecisionType) Enum() *EgressDecisionType {
+	p := new(EgressDecisionType)
+	*p = x
+	return p
+}
+
+func (x EgressDecisionType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressDecisionType) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (EgressDecisionType) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[0]
+}
+
+func (x EgressDecisionType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressDecisionType.Descriptor instead.
+func (EgressDecisionType) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+// EgressGrantScope is how far an approval reaches.
+type EgressGrantScope int32
+
+const (
+	// EGRESS_GRANT_SCOPE_UNSPECIFIED is RUN.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED EgressGrantScope = 0
+	// EGRESS_GRANT_SCOPE_RUN admits the destination in the thread's running
+	// box for the rest of the run in which it was asked.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_RUN EgressGrantScope = 1
+	// EGRESS_GRANT_SCOPE_THREAD also admits it in every box of the thread
+	// created later.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_THREAD EgressGrantScope = 2
+	// EGRESS_GRANT_SCOPE_AGENT admits it in every box created later for any
+	// thread of the agent, in the same tenant.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_AGENT EgressGrantScope = 3
+)
+
+// Enum value maps for EgressGrantScope.
+var (
+	EgressGrantScope_name = map[int32]string{
+		0: "EGRESS_GRANT_SCOPE_UNSPECIFIED",
+		1: "EGRESS_GRANT_SCOPE_RUN",
+		2: "EGRESS_GRANT_SCOPE_THREAD",
+		3: "EGRESS_GRANT_SCOPE_AGENT",
+	}
+	EgressGrantScope_value = map[string]int32{
+		"EGRESS_GRANT_SCOPE_UNSPECIFIED": 0,
+		"EGRESS_GRANT_SCOPE_RUN":         1,
+		"EGRESS_GRANT_SCOPE_THREAD":      2,
+		"EGRESS_GRANT_SCOPE_AGENT":       3,
+	}
+)
+
+func (x EgressGrantScope) Enum() *EgressGrantScope {
+	p := new(EgressGrantScope)
+	*p = x
+	return p
+}
+
+func (x EgressGrantScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressGrantScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
+}
+
+func (EgressGrantScope) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[1]
+}
+
+func (x EgressGrantScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressGrantScope.Descriptor instead.
+func (EgressGrantScope) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -68,11 +181,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[0]
+	return &file_plumb_v1_agent_proto_enumTypes[2]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -81,7 +194,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -121,11 +234,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[1]
+	return &file_plumb_v1_agent_proto_enumTypes[3]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -134,7 +247,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // ThreadStatus is a thread's state.
@@ -178,11 +291,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[2]
+	return &file_plumb_v1_agent_proto_enumTypes[4]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -191,7 +304,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -231,11 +344,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[3]
+	return &file_plumb_v1_agent_proto_enumTypes[5]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -244,7 +357,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -305,11 +418,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[4]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -318,7 +431,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // TodoStatus is a todo item's state.
@@ -362,11 +475,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -375,7 +488,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -427,11 +540,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -440,7 +553,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -492,11 +605,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -505,7 +618,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -557,11 +670,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -570,7 +683,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -610,11 +723,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -623,7 +736,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // UsagePurpose says what a model call was for.
@@ -663,11 +776,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[12]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -676,7 +789,628 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+// EgressAsk is a connection of a thread's sandbox waiting for a decision.
+type EgressAsk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id (unique per sandbox), what DecideThreadEgress names.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Destination host (a name or an address literal) as the box asked.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// The tool call that was running when the box asked (e.g. an execute).
+	ToolCallId string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The agent context of that call ("main", "main/researcher").
+	AgentPath string `protobuf:"bytes,5,opt,name=agent_path,json=agentPath,proto3" json:"agent_path,omitempty"`
+	// The run that was active.
+	RunId string `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The thread's sandbox.
+	SandboxId string `protobuf:"bytes,7,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// When agentd learnt of it.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The primary agent of the run (what AGENT scope grants are for).
+	Agent         string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressAsk) Reset() {
+	*x = EgressAsk{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressAsk) ProtoMessage() {}
+
+func (x *EgressAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressAsk.ProtoReflect.Descriptor instead.
+func (*EgressAsk) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EgressAsk) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressAsk) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetAgentPath() string {
+	if x != nil {
+		return x.AgentPath
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *EgressAsk) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+// EgressGrant is one approval, as the audit keeps it.
+type EgressGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread whose box asked.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The request that was approved.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The primary agent of the run.
+	Agent string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Destination host.
+	Host string `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	// The tool call that caused the ask.
+	ToolCallId string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The agent context of that call.
+	AgentPath string `protobuf:"bytes,7,opt,name=agent_path,json=agentPath,proto3" json:"agent_path,omitempty"`
+	// The run during which it was asked.
+	RunId string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// How far the approval reaches.
+	Scope EgressGrantScope `protobuf:"varint,9,opt,name=scope,proto3,enum=plumb.v1.EgressGrantScope" json:"scope,omitempty"`
+	// Who approved: the caller's tenant and credential subject.
+	ApprovedBy string `protobuf:"bytes,10,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	// When the box asked.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was approved.
+	ApproveTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=approve_time,json=approveTime,proto3" json:"approve_time,omitempty"`
+	// Set once RevokeEgressGrant was called.
+	Revoked       bool `protobuf:"varint,13,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressGrant) Reset() {
+	*x = EgressGrant{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressGrant) ProtoMessage() {}
+
+func (x *EgressGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressGrant.ProtoReflect.Descriptor instead.
+func (*EgressGrant) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EgressGrant) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressGrant) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetAgentPath() string {
+	if x != nil {
+		return x.AgentPath
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetScope() EgressGrantScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED
+}
+
+func (x *EgressGrant) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *EgressGrant) GetApproveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApproveTime
+	}
+	return nil
+}
+
+func (x *EgressGrant) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+// DecideThreadEgressRequest answers one waiting connection.
+type DecideThreadEgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The request (EgressAsk.request_id).
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Approve or reject.
+	Decision EgressDecisionType `protobuf:"varint,3,opt,name=decision,proto3,enum=plumb.v1.EgressDecisionType" json:"decision,omitempty"`
+	// How far an approval reaches (unset = RUN); must be unset for a
+	// rejection.
+	Scope EgressGrantScope `protobuf:"varint,4,opt,name=scope,proto3,enum=plumb.v1.EgressGrantScope" json:"scope,omitempty"`
+	// Appended to a rejection's 403 (at most 1024 bytes).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideThreadEgressRequest) Reset() {
+	*x = DecideThreadEgressRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideThreadEgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideThreadEgressRequest) ProtoMessage() {}
+
+func (x *DecideThreadEgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideThreadEgressRequest.ProtoReflect.Descriptor instead.
+func (*DecideThreadEgressRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DecideThreadEgressRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *DecideThreadEgressRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DecideThreadEgressRequest) GetDecision() EgressDecisionType {
+	if x != nil {
+		return x.Decision
+	}
+	return EgressDecisionType_EGRESS_DECISION_TYPE_UNSPECIFIED
+}
+
+func (x *DecideThreadEgressRequest) GetScope() EgressGrantScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED
+}
+
+func (x *DecideThreadEgressRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DecideThreadEgressResponse carries the approval's audit record.
+type DecideThreadEgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grant (approvals only).
+	Grant         *EgressGrant `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideThreadEgressResponse) Reset() {
+	*x = DecideThreadEgressResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideThreadEgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideThreadEgressResponse) ProtoMessage() {}
+
+func (x *DecideThreadEgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideThreadEgressResponse.ProtoReflect.Descriptor instead.
+func (*DecideThreadEgressResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DecideThreadEgressResponse) GetGrant() *EgressGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+// ListEgressGrantsRequest names a thread or an agent.
+type ListEgressGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The thread whose approvals to list; or:
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// the agent whose approvals (any thread of the caller's tenant) to list.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// At most this many (default 50, at most 500).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From ListEgressGrantsResponse.next_page_token.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEgressGrantsRequest) Reset() {
+	*x = ListEgressGrantsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEgressGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEgressGrantsRequest) ProtoMessage() {}
+
+func (x *ListEgressGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEgressGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ListEgressGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListEgressGrantsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListEgressGrantsRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ListEgressGrantsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEgressGrantsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListEgressGrantsResponse is one page of grants, newest first.
+type ListEgressGrantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grants.
+	Grants []*EgressGrant `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	// Set when more follow.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEgressGrantsResponse) Reset() {
+	*x = ListEgressGrantsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEgressGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEgressGrantsResponse) ProtoMessage() {}
+
+func (x *ListEgressGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEgressGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ListEgressGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListEgressGrantsResponse) GetGrants() []*EgressGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *ListEgressGrantsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RevokeEgressGrantRequest names a grant.
+type RevokeEgressGrantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id of the grant.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Request id of the grant.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeEgressGrantRequest) Reset() {
+	*x = RevokeEgressGrantRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeEgressGrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeEgressGrantRequest) ProtoMessage() {}
+
+func (x *RevokeEgressGrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeEgressGrantRequest.ProtoReflect.Descriptor instead.
+func (*RevokeEgressGrantRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RevokeEgressGrantRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *RevokeEgressGrantRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// RevokeEgressGrantResponse is empty.
+type RevokeEgressGrantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeEgressGrantResponse) Reset() {
+	*x = RevokeEgressGrantResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeEgressGrantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeEgressGrantResponse) ProtoMessage() {}
+
+func (x *RevokeEgressGrantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeEgressGrantResponse.ProtoReflect.Descriptor instead.
+func (*RevokeEgressGrantResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // SecretInfo describes a stored secret, without its value.
@@ -694,7 +1428,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +1440,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[0]
+	mi := &file_plumb_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +1453,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -757,7 +1491,7 @@ type PutSecretRequest struct {
 
 func (x *PutSecretRequest) Reset() {
 	*x = PutSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1503,7 @@ func (x *PutSecretRequest) String() string {
 func (*PutSecretRequest) ProtoMessage() {}
 
 func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[1]
+	mi := &file_plumb_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1516,7 @@ func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretRequest.ProtoReflect.Descriptor instead.
 func (*PutSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PutSecretRequest) GetName() string {
@@ -812,7 +1546,7 @@ type PutSecretResponse struct {
 
 func (x *PutSecretResponse) Reset() {
 	*x = PutSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1558,7 @@ func (x *PutSecretResponse) String() string {
 func (*PutSecretResponse) ProtoMessage() {}
 
 func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[2]
+	mi := &file_plumb_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1571,7 @@ func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretResponse.ProtoReflect.Descriptor instead.
 func (*PutSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutSecretResponse) GetSecret() *SecretInfo {
@@ -863,7 +1597,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1609,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[3]
+	mi := &file_plumb_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1622,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // ListSecretsResponse lists secrets by name.
@@ -902,7 +1636,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1648,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[4]
+	mi := &file_plumb_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1661,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -948,7 +1682,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1694,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[5]
+	mi := &file_plumb_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1707,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -992,7 +1726,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1738,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[6]
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1751,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 // CreatePreviewRequest names a thread and a port in its sandbox.
@@ -1035,7 +1769,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1781,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[7]
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1794,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -1098,7 +1832,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1844,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[8]
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1857,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -1161,7 +1895,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1907,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[9]
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1920,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Preview) GetId() string {
@@ -1242,7 +1976,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1988,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[10]
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +2001,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -1288,7 +2022,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +2034,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[11]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +2047,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -1334,7 +2068,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +2080,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[12]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +2093,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -1378,7 +2112,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +2124,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[13]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +2137,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 // InputMessage is one user message.
@@ -1417,7 +2151,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +2163,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +2176,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -1468,7 +2202,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +2214,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +2227,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClientTool) GetName() string {
@@ -1548,7 +2282,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +2294,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +2307,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -1664,7 +2398,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2410,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2423,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -1720,7 +2454,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2466,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2479,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1807,7 +2541,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2553,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2566,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1874,7 +2608,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2620,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2633,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1923,7 +2657,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2669,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2682,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1976,7 +2710,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2722,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2735,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -2022,7 +2756,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2768,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2781,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -2070,7 +2804,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2816,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2829,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -2123,7 +2857,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2869,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2882,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -2169,7 +2903,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2915,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2928,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -2217,7 +2951,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2963,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2976,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -2270,7 +3004,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +3016,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +3029,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -2322,7 +3056,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +3068,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +3081,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -2384,7 +3118,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +3130,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +3143,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -2442,7 +3176,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +3188,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +3201,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -2504,7 +3238,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +3250,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +3263,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -2563,7 +3297,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +3309,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +3322,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -2625,7 +3359,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3371,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3384,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2685,7 +3419,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3431,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3444,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2754,7 +3488,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3500,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3513,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2809,7 +3543,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3555,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3568,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2860,7 +3594,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3606,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3619,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 // ListAgentsRequest has no fields.
@@ -2897,7 +3631,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3643,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3656,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2936,7 +3670,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3682,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3695,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2997,7 +3731,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3743,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3756,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3089,7 +3823,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3835,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3848,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -3181,13 +3915,16 @@ type Thread struct {
 	// FULL view: set when checkpoints stops before the newest one;
 	// ListCheckpoints with this token returns the rest.
 	CheckpointsNextPageToken string `protobuf:"bytes,17,opt,name=checkpoints_next_page_token,json=checkpointsNextPageToken,proto3" json:"checkpoints_next_page_token,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Connections of the thread's sandbox waiting for a human's decision
+	// (DecideThreadEgress), oldest first.
+	PendingEgress []*EgressAsk `protobuf:"bytes,18,rep,name=pending_egress,json=pendingEgress,proto3" json:"pending_egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3936,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3949,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Thread) GetId() string {
@@ -3334,6 +4071,13 @@ func (x *Thread) GetCheckpointsNextPageToken() string {
 	return ""
 }
 
+func (x *Thread) GetPendingEgress() []*EgressAsk {
+	if x != nil {
+		return x.PendingEgress
+	}
+	return nil
+}
+
 // RunRecord summarizes one run.
 type RunRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3355,7 +4099,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +4111,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +4124,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -3438,7 +4182,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +4194,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +4207,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Todo) GetContent() string {
@@ -3495,7 +4239,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +4251,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +4264,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ToolCall) GetId() string {
@@ -3579,7 +4323,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +4335,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +4348,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -3699,7 +4443,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4455,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4468,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3769,7 +4513,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4525,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4538,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3858,7 +4602,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +4614,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +4627,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3959,6 +4703,8 @@ type Event struct {
 	//	*Event_SandboxLost
 	//	*Event_ToolCallDelta
 	//	*Event_ToolOutput
+	//	*Event_EgressRequest
+	//	*Event_EgressDecided
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3966,7 +4712,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4724,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4737,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -4196,6 +4942,24 @@ func (x *Event) GetToolOutput() *ToolOutput {
 	return nil
 }
 
+func (x *Event) GetEgressRequest() *EgressRequested {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_EgressRequest); ok {
+			return x.EgressRequest
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetEgressDecided() *EgressDecided {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_EgressDecided); ok {
+			return x.EgressDecided
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -4288,6 +5052,18 @@ type Event_ToolOutput struct {
 	ToolOutput *ToolOutput `protobuf:"bytes,26,opt,name=tool_output,json=toolOutput,proto3,oneof"`
 }
 
+type Event_EgressRequest struct {
+	// A connection of the thread's sandbox waits for a human's decision
+	// (DecideThreadEgress); the tool call it names keeps running until
+	// it is decided or times out.
+	EgressRequest *EgressRequested `protobuf:"bytes,27,opt,name=egress_request,json=egressRequest,proto3,oneof"`
+}
+
+type Event_EgressDecided struct {
+	// A waiting connection was decided, or ended undecided.
+	EgressDecided *EgressDecided `protobuf:"bytes,28,opt,name=egress_decided,json=egressDecided,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -4322,6 +5098,10 @@ func (*Event_ToolCallDelta) isEvent_Payload() {}
 
 func (*Event_ToolOutput) isEvent_Payload() {}
 
+func (*Event_EgressRequest) isEvent_Payload() {}
+
+func (*Event_EgressDecided) isEvent_Payload() {}
+
 // ToolCallDelta is a fragment of the arguments of a tool call the model is
 // producing. Fragments are coalesced (several provider chunks per event).
 // The AssistantMessage that follows is authoritative: it carries the final
@@ -4352,7 +5132,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +5144,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +5157,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -4450,7 +5230,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +5242,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +5255,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -4521,7 +5301,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +5313,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +5326,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -4570,6 +5350,161 @@ func (x *SandboxLost) GetMessage() string {
 	return ""
 }
 
+// EgressRequested reports a connection waiting for a decision.
+type EgressRequested struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiting connection.
+	Request       *EgressAsk `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRequested) Reset() {
+	*x = EgressRequested{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRequested) ProtoMessage() {}
+
+func (x *EgressRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
+func (*EgressRequested) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *EgressRequested) GetRequest() *EgressAsk {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// EgressDecided reports how a waiting connection ended.
+type EgressDecided struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Destination host.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// Whether the connection was let through.
+	Allowed bool `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The approval's scope (approvals decided through DecideThreadEgress).
+	Scope EgressGrantScope `protobuf:"varint,5,opt,name=scope,proto3,enum=plumb.v1.EgressGrantScope" json:"scope,omitempty"`
+	// Who decided; empty when nobody did (timeout, the tool call ended).
+	DecidedBy string `protobuf:"bytes,6,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// Why it ended, as the box's proxy says.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The tool call that was running when the box asked.
+	ToolCallId    string `protobuf:"bytes,8,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressDecided) Reset() {
+	*x = EgressDecided{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressDecided) ProtoMessage() {}
+
+func (x *EgressDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
+func (*EgressDecided) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *EgressDecided) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressDecided) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *EgressDecided) GetScope() EgressGrantScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED
+}
+
+func (x *EgressDecided) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
 // RunStarted opens a stream.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4589,7 +5524,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +5536,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +5549,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -4667,7 +5602,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +5614,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +5627,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4731,7 +5666,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +5678,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +5691,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4799,7 +5734,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5746,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5759,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4877,7 +5812,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +5824,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +5837,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4951,7 +5886,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +5898,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +5911,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ToolResult) GetId() string {
@@ -5046,7 +5981,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5993,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +6006,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -5098,7 +6033,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +6045,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +6058,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -5167,7 +6102,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +6114,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +6127,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -5236,7 +6171,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +6183,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +6196,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -5340,7 +6275,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +6287,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +6300,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -5401,7 +6336,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +6348,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +6361,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -5487,7 +6422,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +6434,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +6447,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -5582,7 +6517,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6529,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6542,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RunError) GetCode() string {
@@ -5646,7 +6581,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +6593,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +6606,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -5699,7 +6634,65 @@ var File_plumb_v1_agent_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x01\n" +
+	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x02\n" +
+	"\tEgressAsk\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12 \n" +
+	"\ftool_call_id\x18\x04 \x01(\tR\n" +
+	"toolCallId\x12\x1d\n" +
+	"\n" +
+	"agent_path\x18\x05 \x01(\tR\tagentPath\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\a \x01(\tR\tsandboxId\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x14\n" +
+	"\x05agent\x18\t \x01(\tR\x05agent\"\xc8\x03\n" +
+	"\vEgressGrant\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\rR\x04port\x12 \n" +
+	"\ftool_call_id\x18\x06 \x01(\tR\n" +
+	"toolCallId\x12\x1d\n" +
+	"\n" +
+	"agent_path\x18\a \x01(\tR\tagentPath\x12\x15\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\x120\n" +
+	"\x05scope\x18\t \x01(\x0e2\x1a.plumb.v1.EgressGrantScopeR\x05scope\x12\x1f\n" +
+	"\vapproved_by\x18\n" +
+	" \x01(\tR\n" +
+	"approvedBy\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\fapprove_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vapproveTime\x12\x18\n" +
+	"\arevoked\x18\r \x01(\bR\arevoked\"\xdb\x01\n" +
+	"\x19DecideThreadEgressRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x128\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\x1c.plumb.v1.EgressDecisionTypeR\bdecision\x120\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1a.plumb.v1.EgressGrantScopeR\x05scope\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"I\n" +
+	"\x1aDecideThreadEgressResponse\x12+\n" +
+	"\x05grant\x18\x01 \x01(\v2\x15.plumb.v1.EgressGrantR\x05grant\"\x88\x01\n" +
+	"\x17ListEgressGrantsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"q\n" +
+	"\x18ListEgressGrantsResponse\x12-\n" +
+	"\x06grants\x18\x01 \x03(\v2\x15.plumb.v1.EgressGrantR\x06grants\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\x18RevokeEgressGrantRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x1b\n" +
+	"\x19RevokeEgressGrantResponse\"\x9a\x01\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
@@ -5866,7 +6859,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\rInterruptRule\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12C\n" +
 	"\x11allowed_decisions\x18\x02 \x03(\x0e2\x16.plumb.v1.DecisionTypeR\x10allowedDecisions\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"\x84\a\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"\xc0\a\n" +
 	"\x06Thread\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x129\n" +
 	"\n" +
@@ -5888,7 +6881,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\vcheckpoints\x18\x0e \x03(\v2\x14.plumb.v1.CheckpointR\vcheckpoints\x127\n" +
 	"\x18messages_next_page_token\x18\x0f \x01(\tR\x15messagesNextPageToken\x121\n" +
 	"\x15files_next_page_token\x18\x10 \x01(\tR\x12filesNextPageToken\x12=\n" +
-	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x1a;\n" +
+	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x12:\n" +
+	"\x0epending_egress\x18\x12 \x03(\v2\x13.plumb.v1.EgressAskR\rpendingEgress\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x02\n" +
@@ -5945,7 +6939,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xf5\t\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xfb\n" +
+	"\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -5976,7 +6971,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fsandbox_lost\x18\x18 \x01(\v2\x15.plumb.v1.SandboxLostH\x00R\vsandboxLost\x12A\n" +
 	"\x0ftool_call_delta\x18\x19 \x01(\v2\x17.plumb.v1.ToolCallDeltaH\x00R\rtoolCallDelta\x127\n" +
 	"\vtool_output\x18\x1a \x01(\v2\x14.plumb.v1.ToolOutputH\x00R\n" +
-	"toolOutputB\t\n" +
+	"toolOutput\x12B\n" +
+	"\x0eegress_request\x18\x1b \x01(\v2\x19.plumb.v1.EgressRequestedH\x00R\regressRequest\x12@\n" +
+	"\x0eegress_decided\x18\x1c \x01(\v2\x17.plumb.v1.EgressDecidedH\x00R\regressDecidedB\t\n" +
 	"\apayload\"\xa9\x01\n" +
 	"\rToolCallDelta\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
@@ -5996,7 +6993,21 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x86\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"@\n" +
+	"\x0fEgressRequested\x12-\n" +
+	"\arequest\x18\x01 \x01(\v2\x13.plumb.v1.EgressAskR\arequest\"\xfb\x01\n" +
+	"\rEgressDecided\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\x120\n" +
+	"\x05scope\x18\x05 \x01(\x0e2\x1a.plumb.v1.EgressGrantScopeR\x05scope\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x06 \x01(\tR\tdecidedBy\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12 \n" +
+	"\ftool_call_id\x18\b \x01(\tR\n" +
+	"toolCallId\"\x86\x01\n" +
 	"\n" +
 	"RunStarted\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
@@ -6085,7 +7096,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1d\n" +
 	"\n" +
 	"final_text\x18\x02 \x01(\tR\tfinalText\x12*\n" +
-	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*\x95\x01\n" +
+	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*}\n" +
+	"\x12EgressDecisionType\x12$\n" +
+	" EGRESS_DECISION_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cEGRESS_DECISION_TYPE_APPROVE\x10\x01\x12\x1f\n" +
+	"\x1bEGRESS_DECISION_TYPE_REJECT\x10\x02*\x8f\x01\n" +
+	"\x10EgressGrantScope\x12\"\n" +
+	"\x1eEGRESS_GRANT_SCOPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16EGRESS_GRANT_SCOPE_RUN\x10\x01\x12\x1d\n" +
+	"\x19EGRESS_GRANT_SCOPE_THREAD\x10\x02\x12\x1c\n" +
+	"\x18EGRESS_GRANT_SCOPE_AGENT\x10\x03*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -6149,8 +7169,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc8\n" +
-	"\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe2\f\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -6170,7 +7189,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponse\x12P\n" +
 	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
 	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
-	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponse\x12_\n" +
+	"\x12DecideThreadEgress\x12#.plumb.v1.DecideThreadEgressRequest\x1a$.plumb.v1.DecideThreadEgressResponse\x12Y\n" +
+	"\x10ListEgressGrants\x12!.plumb.v1.ListEgressGrantsRequest\x1a\".plumb.v1.ListEgressGrantsResponse\x12\\\n" +
+	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -6184,226 +7206,257 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(DecisionType)(0),               // 0: plumb.v1.DecisionType
-	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
-	(ThreadStatus)(0),               // 2: plumb.v1.ThreadStatus
-	(AgentKind)(0),                  // 3: plumb.v1.AgentKind
-	(RunStatus)(0),                  // 4: plumb.v1.RunStatus
-	(TodoStatus)(0),                 // 5: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),            // 6: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),           // 7: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),             // 8: plumb.v1.SubagentStatus
-	(InterruptKind)(0),              // 9: plumb.v1.InterruptKind
-	(UsagePurpose)(0),               // 10: plumb.v1.UsagePurpose
-	(*SecretInfo)(nil),              // 11: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),        // 12: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),       // 13: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),      // 14: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),     // 15: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),     // 16: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),    // 17: plumb.v1.DeleteSecretResponse
-	(*CreatePreviewRequest)(nil),    // 18: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),   // 19: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                 // 20: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),     // 21: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),    // 22: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),    // 23: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),   // 24: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),            // 25: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 26: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 27: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 28: plumb.v1.RunResponse
-	(*Decision)(nil),                // 29: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 30: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 31: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 32: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 33: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 34: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 35: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 36: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 37: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 38: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 39: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 40: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 41: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 42: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 43: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 44: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 45: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 46: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 47: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 48: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 49: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 50: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 51: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 52: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 53: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 54: plumb.v1.Thread
-	(*RunRecord)(nil),               // 55: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 56: plumb.v1.Todo
-	(*ToolCall)(nil),                // 57: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 58: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 59: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 60: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 61: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 62: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 63: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 64: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 65: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 66: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 67: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 68: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 69: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 70: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 71: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 72: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 73: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 74: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 75: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 76: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 77: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 78: plumb.v1.Summarized
-	(*RunError)(nil),                // 79: plumb.v1.RunError
-	(*RunFinished)(nil),             // 80: plumb.v1.RunFinished
-	nil,                             // 81: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 82: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 83: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 84: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 85: plumb.v1.Thread.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 86: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 87: google.protobuf.Duration
+	(EgressDecisionType)(0),            // 0: plumb.v1.EgressDecisionType
+	(EgressGrantScope)(0),              // 1: plumb.v1.EgressGrantScope
+	(DecisionType)(0),                  // 2: plumb.v1.DecisionType
+	(ThreadView)(0),                    // 3: plumb.v1.ThreadView
+	(ThreadStatus)(0),                  // 4: plumb.v1.ThreadStatus
+	(AgentKind)(0),                     // 5: plumb.v1.AgentKind
+	(RunStatus)(0),                     // 6: plumb.v1.RunStatus
+	(TodoStatus)(0),                    // 7: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),               // 8: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),              // 9: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),                // 10: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                 // 11: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                  // 12: plumb.v1.UsagePurpose
+	(*EgressAsk)(nil),                  // 13: plumb.v1.EgressAsk
+	(*EgressGrant)(nil),                // 14: plumb.v1.EgressGrant
+	(*DecideThreadEgressRequest)(nil),  // 15: plumb.v1.DecideThreadEgressRequest
+	(*DecideThreadEgressResponse)(nil), // 16: plumb.v1.DecideThreadEgressResponse
+	(*ListEgressGrantsRequest)(nil),    // 17: plumb.v1.ListEgressGrantsRequest
+	(*ListEgressGrantsResponse)(nil),   // 18: plumb.v1.ListEgressGrantsResponse
+	(*RevokeEgressGrantRequest)(nil),   // 19: plumb.v1.RevokeEgressGrantRequest
+	(*RevokeEgressGrantResponse)(nil),  // 20: plumb.v1.RevokeEgressGrantResponse
+	(*SecretInfo)(nil),                 // 21: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),           // 22: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),          // 23: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),         // 24: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),        // 25: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),        // 26: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),       // 27: plumb.v1.DeleteSecretResponse
+	(*CreatePreviewRequest)(nil),       // 28: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),      // 29: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                    // 30: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),        // 31: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),       // 32: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),       // 33: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),      // 34: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),               // 35: plumb.v1.InputMessage
+	(*ClientTool)(nil),                 // 36: plumb.v1.ClientTool
+	(*RunRequest)(nil),                 // 37: plumb.v1.RunRequest
+	(*RunResponse)(nil),                // 38: plumb.v1.RunResponse
+	(*Decision)(nil),                   // 39: plumb.v1.Decision
+	(*ResumeRequest)(nil),              // 40: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),             // 41: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),              // 42: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),             // 43: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),              // 44: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),             // 45: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),        // 46: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),       // 47: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),           // 48: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),          // 49: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),        // 50: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),       // 51: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),      // 52: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),     // 53: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),     // 54: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 55: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),         // 56: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),        // 57: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),        // 58: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),       // 59: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),          // 60: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 61: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                  // 62: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),              // 63: plumb.v1.InterruptRule
+	(*Thread)(nil),                     // 64: plumb.v1.Thread
+	(*RunRecord)(nil),                  // 65: plumb.v1.RunRecord
+	(*Todo)(nil),                       // 66: plumb.v1.Todo
+	(*ToolCall)(nil),                   // 67: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),              // 68: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                  // 69: plumb.v1.StateFile
+	(*Checkpoint)(nil),                 // 70: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                 // 71: plumb.v1.TokenUsage
+	(*Event)(nil),                      // 72: plumb.v1.Event
+	(*ToolCallDelta)(nil),              // 73: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                 // 74: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                // 75: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),            // 76: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),              // 77: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                 // 78: plumb.v1.RunStarted
+	(*MessageDelta)(nil),               // 79: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),             // 80: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),           // 81: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),            // 82: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                 // 83: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),               // 84: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),            // 85: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),           // 86: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),           // 87: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                // 88: plumb.v1.Interrupted
+	(*UsageReport)(nil),                // 89: plumb.v1.UsageReport
+	(*Summarized)(nil),                 // 90: plumb.v1.Summarized
+	(*RunError)(nil),                   // 91: plumb.v1.RunError
+	(*RunFinished)(nil),                // 92: plumb.v1.RunFinished
+	nil,                                // 93: plumb.v1.RunRequest.MetadataEntry
+	nil,                                // 94: plumb.v1.RunRequest.FilesEntry
+	nil,                                // 95: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                // 96: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                // 97: plumb.v1.Thread.MetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 98: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 99: google.protobuf.Duration
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	86,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	11,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	11,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	87,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	20,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	86,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	20,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	81,  // 9: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	25,  // 10: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	26,  // 11: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	82,  // 12: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	87,  // 13: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 14: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,   // 15: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	29,  // 16: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	62,  // 17: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	62,  // 18: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	83,  // 19: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	54,  // 20: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,   // 21: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	54,  // 22: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	58,  // 23: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 24: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	60,  // 25: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	84,  // 26: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,   // 27: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	54,  // 28: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	52,  // 29: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,   // 30: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	53,  // 31: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,   // 32: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	86,  // 33: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 34: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	85,  // 35: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,   // 36: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	56,  // 37: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	76,  // 38: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	55,  // 39: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	61,  // 40: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	58,  // 41: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 42: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	60,  // 43: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,   // 44: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	61,  // 45: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	86,  // 46: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	86,  // 47: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,   // 48: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	57,  // 49: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	86,  // 50: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,   // 51: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	86,  // 52: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,   // 53: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	86,  // 54: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 55: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	66,  // 56: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	67,  // 57: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	68,  // 58: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	69,  // 59: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	70,  // 60: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	71,  // 61: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	72,  // 62: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	73,  // 63: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	74,  // 64: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	76,  // 65: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	77,  // 66: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	78,  // 67: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	79,  // 68: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	80,  // 69: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	65,  // 70: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	63,  // 71: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	64,  // 72: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	57,  // 73: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,   // 74: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	56,  // 75: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,   // 76: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	61,  // 77: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,   // 78: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,   // 79: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	75,  // 80: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	61,  // 81: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10,  // 82: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	61,  // 83: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,   // 84: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	61,  // 85: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	27,  // 86: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	30,  // 87: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	32,  // 88: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	34,  // 89: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	36,  // 90: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	38,  // 91: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	40,  // 92: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	42,  // 93: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	44,  // 94: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	46,  // 95: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	48,  // 96: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	50,  // 97: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	12,  // 98: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	14,  // 99: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	16,  // 100: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	18,  // 101: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	21,  // 102: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	23,  // 103: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	28,  // 104: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	31,  // 105: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	33,  // 106: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	35,  // 107: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	37,  // 108: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	39,  // 109: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	41,  // 110: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	43,  // 111: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	45,  // 112: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	47,  // 113: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	49,  // 114: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	51,  // 115: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	13,  // 116: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	15,  // 117: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	17,  // 118: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	19,  // 119: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	22,  // 120: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	24,  // 121: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	104, // [104:122] is the sub-list for method output_type
-	86,  // [86:104] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	98,  // 0: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	1,   // 1: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
+	98,  // 2: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 3: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	0,   // 4: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
+	1,   // 5: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
+	14,  // 6: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
+	14,  // 7: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
+	98,  // 8: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 9: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	21,  // 10: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	21,  // 11: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	99,  // 12: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	30,  // 13: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	98,  // 14: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 15: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	30,  // 16: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	93,  // 17: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	35,  // 18: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	36,  // 19: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	94,  // 20: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	99,  // 21: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	72,  // 22: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	2,   // 23: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	39,  // 24: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	72,  // 25: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	72,  // 26: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	95,  // 27: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	64,  // 28: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	3,   // 29: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	64,  // 30: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	68,  // 31: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	69,  // 32: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	70,  // 33: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	96,  // 34: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	4,   // 35: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	64,  // 36: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	62,  // 37: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	5,   // 38: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	63,  // 39: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	2,   // 40: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	98,  // 41: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 42: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	97,  // 43: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	4,   // 44: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	66,  // 45: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	88,  // 46: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	65,  // 47: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	71,  // 48: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	68,  // 49: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	69,  // 50: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	70,  // 51: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	13,  // 52: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	6,   // 53: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	71,  // 54: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	98,  // 55: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	98,  // 56: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	7,   // 57: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	67,  // 58: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	98,  // 59: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	9,   // 60: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	98,  // 61: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	8,   // 62: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	98,  // 63: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 64: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 65: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	79,  // 66: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	80,  // 67: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	81,  // 68: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	82,  // 69: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	83,  // 70: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	84,  // 71: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	85,  // 72: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	86,  // 73: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	88,  // 74: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	89,  // 75: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	90,  // 76: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	91,  // 77: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	92,  // 78: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	75,  // 79: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	73,  // 80: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	74,  // 81: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	76,  // 82: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	77,  // 83: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	13,  // 84: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	1,   // 85: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	67,  // 86: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	9,   // 87: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	66,  // 88: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	10,  // 89: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	71,  // 90: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	11,  // 91: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	2,   // 92: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	87,  // 93: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	71,  // 94: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	12,  // 95: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	71,  // 96: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	6,   // 97: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	71,  // 98: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	37,  // 99: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	40,  // 100: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	42,  // 101: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	44,  // 102: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	46,  // 103: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	48,  // 104: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	50,  // 105: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	52,  // 106: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	54,  // 107: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	56,  // 108: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	58,  // 109: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	60,  // 110: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	22,  // 111: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	24,  // 112: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	26,  // 113: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	28,  // 114: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	31,  // 115: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	33,  // 116: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	15,  // 117: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	17,  // 118: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	19,  // 119: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	38,  // 120: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	41,  // 121: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	43,  // 122: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	45,  // 123: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	47,  // 124: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	49,  // 125: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	51,  // 126: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	53,  // 127: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	55,  // 128: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	57,  // 129: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	59,  // 130: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	61,  // 131: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	23,  // 132: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	25,  // 133: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	27,  // 134: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	29,  // 135: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	32,  // 136: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	34,  // 137: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	16,  // 138: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	18,  // 139: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	20,  // 140: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	120, // [120:141] is the sub-list for method output_type
+	99,  // [99:120] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -6411,7 +7464,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[59].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -6429,15 +7482,17 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_SandboxLost)(nil),
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
+		(*Event_EgressRequest)(nil),
+		(*Event_EgressDecided)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[70].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   75,
+			NumEnums:      13,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
