@@ -115,6 +115,10 @@ func (s *stack) runLive(req *plumbv1.RunRequest) *liveRun {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.t.Cleanup(func() { // a failed check leaves no run behind for the next one
+		for range r.events {
+		}
+	})
 	go func() {
 		defer close(r.events)
 		for {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -31,6 +32,9 @@ type watch struct {
 	recs  map[string]store.EgressRecord // pending requests
 }
 
+// storeTimeout bounds the store and worker calls of one request.
+const storeTimeout = time.Minute
+
 // callRef is one running tool call of a watch.
 type callRef struct{ spec Spec }
 
@@ -50,7 +54,9 @@ func (s *Service) startWatch(ctx context.Context, spec Spec) *watch {
 			s.lg.Warn("watch a box's egress requests (its connections off the allow-list are refused at once)",
 				zap.String("sandbox-id", spec.SandboxID), zap.String("thread-id", spec.ThreadID), zap.Error(err))
 		}
-		w.closeAll(context.WithoutCancel(wctx), "the tool call that was running ended")
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(wctx), storeTimeout)
+		defer cancel()
+		w.closeAll(cctx, "the tool call that was running ended")
 	}()
 	return w
 }
@@ -77,12 +83,16 @@ func (w *watch) run(ctx context.Context, ready func()) error {
 		if err != nil {
 			return err
 		}
+		// The records are written even when the tool call ends meanwhile
+		// (its end cancels ctx): the audit and the event need them.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		r := m.GetRequest()
 		if r.GetClosed() {
-			w.closed(ctx, r)
+			w.closed(sctx, r)
 		} else {
-			w.asked1(ctx, r)
+			w.asked1(sctx, r)
 		}
+		cancel()
 	}
 }
 
