@@ -180,7 +180,8 @@ func resultOf(evs []*plumbv1.Event, id string) *plumbv1.ToolResult {
 // rejection refuses it; an approval for the thread lets it through (the
 // tool result has the server's answer), is listed with the tool call and
 // the approver, and admits the server in the thread's next box without
-// asking.
+// asking; an approval for the agent admits it in the boxes of the agent's
+// other threads of the tenant, not in another tenant's.
 func TestEgressApprovalEndToEnd(t *testing.T) {
 	cli := sandboxtest.Docker(t)
 	up, upNet, subnet := upstreamServer(t, cli, "upstream-ok")
@@ -287,6 +288,64 @@ backends: {default: sandbox}
 		}
 		if th, _ := s.c.GetThread(s.ctx(), &plumbv1.GetThreadRequest{ThreadId: thread}); len(th.GetThread().GetPendingEgress()) != 0 {
 			t.Fatalf("still pending: %v", th.GetThread().GetPendingEgress())
+		}
+	})
+
+	// boxedThread starts a thread of the stack's tenant whose box has
+	// joined the upstream's network.
+	boxedThread := func(t *testing.T) string {
+		t.Helper()
+		s.model.Script("main", modeltest.Calls(mcall("b0", "execute", `{"command":"true"}`)), modeltest.Text("ok"))
+		th, _ := s.mustRun(input("", "Start."))
+		s.joinUpstream(cli, th, upNet)
+		return th
+	}
+
+	t.Run("an agent grant reaches the agent's other threads of the tenant only", func(t *testing.T) {
+		t2 := boxedThread(t) // no grant yet: its box asks
+		s.model.Script("main", modeltest.Calls(mcall("g1", "execute", wget)), modeltest.Text("fetched"))
+		run := s.runLive(input(t2, "Fetch it."))
+		q := asked(run)
+		if _, err := s.c.DecideThreadEgress(s.ctx(), &plumbv1.DecideThreadEgressRequest{ThreadId: t2, RequestId: q.GetRequestId(),
+			Decision: plumbv1.EgressDecisionType_EGRESS_DECISION_TYPE_APPROVE, Scope: plumbv1.EgressGrantScope_EGRESS_GRANT_SCOPE_AGENT}); err != nil {
+			t.Fatal(err)
+		}
+		if res := resultOf(run.rest(t), "g1"); res == nil || !strings.Contains(res.GetContent(), "upstream-ok") {
+			t.Fatalf("approved connection's result: %v", res)
+		}
+		list, err := s.c.ListEgressGrants(s.ctx(), &plumbv1.ListEgressGrantsRequest{Agent: "main"})
+		if err != nil || len(list.GetGrants()) != 2 { // the THREAD grant of the first thread, and this one
+			t.Fatalf("the agent's grants: %v, %v", list, err)
+		}
+
+		t3 := boxedThread(t) // a new thread of the agent: no ask
+		s.model.Script("main", modeltest.Calls(mcall("g2", "execute", wget)), modeltest.Text("fetched"))
+		evs, results, err := s.run(input(t3, "Fetch it."))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantResult(t, results, "g2", false, "upstream-ok")
+		for _, ev := range evs {
+			if ev.GetEgressRequest() != nil {
+				t.Fatalf("a box of the agent asked: %v", ev)
+			}
+		}
+
+		s.tenant = "beta" // another tenant's box of the same agent asks
+		defer func() { s.tenant = "acme" }()
+		t4 := boxedThread(t)
+		s.model.Script("main", modeltest.Calls(mcall("g3", "execute", wget)), modeltest.Text("refused"))
+		run = s.runLive(input(t4, "Fetch it."))
+		q = asked(run)
+		if _, err := s.c.DecideThreadEgress(s.ctx(), &plumbv1.DecideThreadEgressRequest{ThreadId: t4, RequestId: q.GetRequestId(),
+			Decision: plumbv1.EgressDecisionType_EGRESS_DECISION_TYPE_REJECT}); err != nil {
+			t.Fatal(err)
+		}
+		if res := resultOf(run.rest(t), "g3"); res == nil || strings.Contains(res.GetContent(), "upstream-ok") {
+			t.Fatalf("beta's rejected connection: %v", res)
+		}
+		if l, err := s.c.ListEgressGrants(s.ctx(), &plumbv1.ListEgressGrantsRequest{Agent: "main"}); err != nil || len(l.GetGrants()) != 0 {
+			t.Fatalf("beta lists acme's agent grants: %v, %v", l, err)
 		}
 	})
 
