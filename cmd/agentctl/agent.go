@@ -48,6 +48,10 @@ const agentUsage = `Usage:
   agentctl schedules update ID (same flags as create: every field is replaced) PROMPT
   agentctl schedules ls|show ID|pause ID|resume ID|rm ID... [--json]
   agentctl schedules fires ID [--limit N] [--json]
+  agentctl egress pending THREAD_ID [--json]
+  agentctl egress decide THREAD_ID REQUEST_ID approve|reject [--scope run|thread|agent] [--reason TEXT] [--json]
+  agentctl egress grants (--thread ID | --agent NAME) [--limit N] [--json]
+  agentctl egress revoke THREAD_ID REQUEST_ID
 
 A run that stops for decisions asks for each call when stdin is a terminal;
 otherwise it needs --approve-all, --reject-all or --decisions FILE (a JSON
@@ -104,6 +108,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.schedules(ctx, args)
 	case "runs":
 		return a.runs(ctx, args)
+	case "egress":
+		return a.egress(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
@@ -49,6 +50,9 @@ type ThreadBackends struct {
 	// skills (skills.go); both may be empty.
 	configSkills configSkills
 	skillStore   store.Skills
+	// egress watches boxes during tool calls and hands grants to new
+	// ones (nil: egress approval is off).
+	egress *egressapproval.Service
 
 	mu   sync.Mutex
 	fsys map[string]*hostfs.Backend // by host dir, shared
@@ -148,7 +152,7 @@ func (tb *ThreadBackends) Build(ctx context.Context, threadID string, labels map
 			}
 			return &lazy{open: func(context.Context) (backend.Backend, error) { return storefs.NewBackend(tb.files, ns) }}, nil
 		case "sandbox":
-			return newLazySandbox(tb, threadID, ts), nil
+			return newLazySandbox(tb, threadID, deep.AgentOf(ctx), ts), nil
 		}
 		return nil, fmt.Errorf("backend type %q", kind)
 	}
@@ -260,7 +264,7 @@ func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) err
 // the thread has none or its old one is gone (expired, failed or
 // deleted). Replacing a sandbox leaves a notice for the call that needed
 // it (backend.Notify): the model must know that the workspace is empty.
-func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend.Backend, error) {
+func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName string) (backend.Backend, error) {
 	if tb.pool == nil {
 		return nil, backend.Errorf(backend.CodeUnsupported, "", "no sandboxd is configured")
 	}
@@ -322,6 +326,9 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID string) (backend
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
 	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
+	if tb.egress != nil && sb.GetNetwork() == plumbv1.NetworkMode_NETWORK_MODE_EGRESS {
+		tb.egress.GrantNewBox(ctx, th.Tenant, agentName, threadID, sb.GetId())
+	}
 	home := sandboxclient.HomeOf(sb)
 	if old != "" {
 		backend.Notify(ctx, resetNotice(home))
@@ -549,9 +556,13 @@ func (l *lazy) Download(ctx context.Context, paths []string) ([]backend.Download
 type lazySandbox struct {
 	*lazy
 	home string
+	tb   *ThreadBackends
+	// threadID and agent (the run's primary agent) are what egress asks
+	// are recorded for.
+	threadID, agent string
 }
 
-func newLazySandbox(tb *ThreadBackends, threadID string, ts *threadSkills) *lazySandbox {
+func newLazySandbox(tb *ThreadBackends, threadID, agentName string, ts *threadSkills) *lazySandbox {
 	home := tb.cfg.Sandbox.Template.WorkingDir
 	if home == "" {
 		home = "/workspace"
@@ -559,7 +570,7 @@ func newLazySandbox(tb *ThreadBackends, threadID string, ts *threadSkills) *lazy
 	return &lazySandbox{
 		lazy: &lazy{
 			open: func(ctx context.Context) (backend.Backend, error) {
-				b, err := tb.sandbox(ctx, threadID)
+				b, err := tb.sandbox(ctx, threadID, agentName)
 				if err == nil && ts != nil {
 					// The box first needed in this run segment gets the
 					// thread's skills (a new box, or one whose copy may be
@@ -579,8 +590,25 @@ func newLazySandbox(tb *ThreadBackends, threadID string, ts *threadSkills) *lazy
 				backend.ReportLost(ctx, backend.WorkerLost{Worker: sandboxapi.WorkerOf(sb.ID()), SandboxID: sb.ID(), Message: err.Error()})
 			},
 		},
-		home: home,
+		home: home, tb: tb, threadID: threadID, agent: agentName,
 	}
+}
+
+// watchEgress makes b's box ask a human about its connections off the
+// allow-list while the tool call of ctx runs in it (egress approval on):
+// the returned stop ends that. Without a tool call (a hook's command) or
+// an egress box, nothing asks.
+func (s *lazySandbox) watchEgress(ctx context.Context, b backend.Backend) (stop func()) {
+	call := backend.EgressCallOf(ctx)
+	sb, ok := b.(*sandboxclient.Backend)
+	if s.tb.egress == nil || call == nil || !ok {
+		return func() {}
+	}
+	th, err := s.tb.threads.Thread(ctx, s.threadID)
+	if err != nil {
+		return func() {}
+	}
+	return s.tb.egress.Watch(ctx, egressapproval.Spec{Tenant: th.Tenant, ThreadID: s.threadID, SandboxID: sb.ID(), Agent: s.agent, Call: call})
 }
 
 // Home implements backend.Homer.
@@ -593,6 +621,7 @@ func (s *lazySandbox) Execute(ctx context.Context, req backend.ExecuteRequest) (
 		if !ok {
 			return backend.ExecuteResult{}, backend.Errorf(backend.CodeUnsupported, "", "the sandbox backend cannot execute")
 		}
+		defer s.watchEgress(ctx, b)()
 		return ex.Execute(ctx, req)
 	})
 }
@@ -604,6 +633,7 @@ func (s *lazySandbox) ExecuteStream(ctx context.Context, req backend.ExecuteRequ
 		if st, ok := b.(interface {
 			ExecuteStream(context.Context, backend.ExecuteRequest, func([]byte) error) (backend.ExecuteResult, error)
 		}); ok {
+			defer s.watchEgress(ctx, b)()
 			return st.ExecuteStream(ctx, req, onOutput)
 		}
 		ex, ok := b.(backend.Executor)

@@ -176,6 +176,20 @@ type SandboxTemplate struct {
 	// secret into a header of its HTTPS requests to some hosts (network
 	// egress only; docs/security.md, "Egress secrets").
 	EgressSecrets []EgressSecretConfig `yaml:"egress_secrets"`
+	// EgressApproval lets a human approve, live, a connection of the box
+	// to a destination off the worker's egress allow-list (network egress
+	// only; docs/security.md, "Egress approved by a human").
+	EgressApproval EgressApprovalConfig `yaml:"egress_approval"`
+}
+
+// EgressApprovalConfig is `sandbox.template.egress_approval`.
+type EgressApprovalConfig struct {
+	// Enabled makes such a connection wait for a decision while a tool
+	// call runs in the box, instead of being refused at once.
+	Enabled bool `yaml:"enabled"`
+	// Timeout is how long it waits (default 5m, 1s..24h); then it is
+	// refused.
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // EgressSecretConfig is one `sandbox.template.egress_secrets` entry.

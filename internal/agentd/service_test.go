@@ -100,7 +100,7 @@ defaults: {model: scripted}
 		t.Fatal(err)
 	}
 	s.core = core
-	svc, err := agentsvc.New(agentsvc.Config{
+	scfg := agentsvc.Config{
 		Runtime: core.Runtime,
 		Secrets: core.Secrets,
 		Skills:  core.Backends.skillStore,
@@ -111,7 +111,11 @@ defaults: {model: scripted}
 			},
 		},
 		Models: core.ModelKeys(),
-	}, agentsvc.WithLogger(lg))
+	}
+	if core.Egress != nil {
+		scfg.Egress = core.Egress
+	}
+	svc, err := agentsvc.New(scfg, agentsvc.WithLogger(lg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
+	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
@@ -62,6 +63,9 @@ type Agentd struct {
 	Config *Config
 	// MCP holds the sessions of the mcp_servers; nil without any.
 	MCP *mcptool.Manager
+	// Egress decides the boxes' connections that wait for a human
+	// (sandbox.template.egress_approval); nil when that is off.
+	Egress *egressapproval.Service
 
 	cleanup []func()
 	// warnings are logged only once Build has accepted the config.
@@ -113,6 +117,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 				c.AgentOnBusy[""] = ob
 			}
 		}
+	}
+	if a.Egress != nil {
+		c.Egress = a.Egress
 	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
@@ -201,6 +208,17 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	tb.configSkills = cfgSkills
 	a.cleanup = append(a.cleanup, tb.Close)
+	if ap := cfg.Sandbox.Template.EgressApproval; ap.Enabled {
+		es, ok := st.(egressapproval.Store)
+		if !ok {
+			return nil, errors.New("sandbox.template.egress_approval: this thread store keeps no egress records")
+		}
+		if a.Egress, err = egressapproval.New(egressapproval.Config{Store: es, Workers: tb.pool, Timeout: ap.Timeout, Logger: o.Logger}); err != nil {
+			return nil, fmt.Errorf("sandbox.template.egress_approval: %w", err)
+		}
+		tb.egress = a.Egress
+		a.cleanup = append(a.cleanup, a.Egress.Close)
+	}
 
 	dc := deep.Config{
 		Models:       models,
@@ -576,6 +594,9 @@ func validate(cfg *Config) error {
 	if err := validateEgressSecrets(cfg.Sandbox.Template); err != nil {
 		return err
 	}
+	if err := validateEgressApproval(cfg.Sandbox); err != nil {
+		return err
+	}
 	known := strings.Join(sortedKeys(cfg.Models), ", ")
 	if _, ok := cfg.Models[cfg.Defaults.Model]; !ok {
 		return fmt.Errorf("defaults.model: %q is not a key of models (known: %s)", cfg.Defaults.Model, known)
@@ -822,6 +843,24 @@ func buildVault(cfg *Config, st store.Threads, env Env) (*secrets.Vault, error) 
 		return nil, errors.New("sandbox.template.egress_secrets: no secrets key is configured (secrets.key or PLUMB_SECRETS_KEY)")
 	}
 	return secrets.NewVault(ss, secrets.NewSealer(cur, prev)), nil
+}
+
+// validateEgressApproval checks sandbox.template.egress_approval.
+func validateEgressApproval(sc SandboxConfig) error {
+	a := sc.Template.EgressApproval
+	if a.Timeout != 0 && (a.Timeout < egressapproval.MinTimeout || a.Timeout > egressapproval.MaxTimeout) {
+		return fmt.Errorf("sandbox.template.egress_approval.timeout: %s is out of range %s..%s", a.Timeout, egressapproval.MinTimeout, egressapproval.MaxTimeout)
+	}
+	if !a.Enabled {
+		return nil
+	}
+	if sc.Address == "" {
+		return errors.New("sandbox.template.egress_approval.enabled: needs sandbox.address (the boxes' proxies run on sandboxd workers)")
+	}
+	if sc.Template.Network != "egress" && sc.Template.Template == "" {
+		return errors.New("sandbox.template.egress_approval.enabled: needs sandbox.template.network egress (the box's proxy asks)")
+	}
+	return nil
 }
 
 // validateEgressSecrets checks sandbox.template.egress_secrets; whether

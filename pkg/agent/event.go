@@ -215,6 +215,30 @@ type SandboxLost struct {
 	Worker, SandboxID, Message string
 }
 
+// EgressRequested reports a connection of the thread's sandbox that waits
+// for a human's decision while ToolCallID runs (docs/security.md, "Egress
+// approved by a human"). The call keeps running until it is decided or
+// times out.
+type EgressRequested struct {
+	RequestID, Host string
+	Port            int
+	// ToolCallID is the call that was running; Agent the run's primary
+	// agent; SandboxID the box.
+	ToolCallID, Agent, SandboxID string
+}
+
+// EgressDecided reports how a waiting connection ended: decided (Scope
+// and DecidedBy set for a human's decision) or not (timed out, the call
+// ended).
+type EgressDecided struct {
+	RequestID, Host string
+	Port            int
+	Allowed         bool
+	// Scope is "RUN", "THREAD" or "AGENT" for approvals.
+	Scope, DecidedBy, Reason string
+	ToolCallID               string
+}
+
 // RunError ends a failed run. Code is a model.ErrorCode value, CodeStorage
 // or CodeInternal.
 type RunError struct {
@@ -278,6 +302,12 @@ func (RunError) Kind() string { return "error" }
 // Kind returns "sandbox_lost".
 func (SandboxLost) Kind() string { return "sandbox_lost" }
 
+// Kind returns "egress_request".
+func (EgressRequested) Kind() string { return "egress_request" }
+
+// Kind returns "egress_decided".
+func (EgressDecided) Kind() string { return "egress_decided" }
+
 // Kind returns "run_finished".
 func (RunFinished) Kind() string { return "run_finished" }
 
@@ -298,6 +328,8 @@ func (Summarized) isPayload()       {}
 func (RunError) isPayload()         {}
 func (RunFinished) isPayload()      {}
 func (SandboxLost) isPayload()      {}
+func (EgressRequested) isPayload()  {}
+func (EgressDecided) isPayload()    {}
 
 // IsTerminal reports whether p ends a stream.
 func IsTerminal(p Payload) bool {

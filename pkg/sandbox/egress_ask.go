@@ -315,8 +315,9 @@ func (c *egressCtl) configureLocked() {
 // destinations that are only off its allow-list, and calls send with every
 // pending request and every change until ctx ends or send fails. When the
 // last watcher of a box leaves, its proxy stops asking and rejects what is
-// pending.
-func (m *Manager) WatchEgress(ctx context.Context, id string, timeout time.Duration, send func(EgressRequest) error) error {
+// pending. ready, if set, is called once the proxy has been told to ask
+// (from then on a connection off the allow-list waits for a decision).
+func (m *Manager) WatchEgress(ctx context.Context, id string, timeout time.Duration, ready func(), send func(EgressRequest) error) error {
 	if timeout < MinEgressAskTimeout || timeout > MaxEgressAskTimeout {
 		return invalidField("timeout", "ask timeout %s out of range %s..%s", timeout, MinEgressAskTimeout, MaxEgressAskTimeout)
 	}
@@ -337,6 +338,7 @@ func (m *Manager) WatchEgress(ctx context.Context, id string, timeout time.Durat
 		s.ch <- r // pending is bounded below the queue
 	}
 	c.configureLocked()
+	attached := c.attached
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -348,6 +350,11 @@ func (m *Manager) WatchEgress(ctx context.Context, id string, timeout time.Durat
 	}()
 	for {
 		select {
+		case <-attached:
+			attached = nil
+			if ready != nil {
+				ready()
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case r, ok := <-s.ch:

@@ -89,7 +89,7 @@ func watch(m *sandbox.Manager, id string, timeout time.Duration) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watcher{events: make(chan sandbox.EgressRequest, 64), stop: cancel, done: make(chan error, 1)}
 	go func() {
-		w.done <- m.WatchEgress(ctx, id, timeout, func(r sandbox.EgressRequest) error { w.events <- r; return nil })
+		w.done <- m.WatchEgress(ctx, id, timeout, nil, func(r sandbox.EgressRequest) error { w.events <- r; return nil })
 	}()
 	return w
 }

@@ -192,6 +192,12 @@ func (r *Renderer) Event(ev *plumbv1.Event) error {
 		r.line(ck, summarized(p.Summarized))
 	case *plumbv1.Event_SandboxLost:
 		r.line(ck, "⚠ sandbox worker "+p.SandboxLost.GetWorker()+" lost: "+FirstLine(p.SandboxLost.GetMessage()))
+	case *plumbv1.Event_EgressRequest:
+		q := p.EgressRequest.GetRequest()
+		r.line(ck, fmt.Sprintf("? egress %s:%d waits for approval (request %s; agentctl egress decide %s %s approve)",
+			q.GetHost(), q.GetPort(), q.GetRequestId(), r.out.ThreadID, q.GetRequestId()))
+	case *plumbv1.Event_EgressDecided:
+		r.line(ck, egressDecided(p.EgressDecided))
 	case *plumbv1.Event_Interrupted:
 		r.interrupted(p.Interrupted)
 	case *plumbv1.Event_Error:
@@ -572,4 +578,19 @@ func lastSegment(path string) string {
 		return path[i+1:]
 	}
 	return path
+}
+
+// egressDecided is the line of an egress_decided event.
+func egressDecided(d *plumbv1.EgressDecided) string {
+	dest := fmt.Sprintf("%s:%d", d.GetHost(), d.GetPort())
+	switch {
+	case d.GetAllowed() && d.GetDecidedBy() != "":
+		scope := strings.TrimPrefix(d.GetScope().String(), "EGRESS_GRANT_SCOPE_")
+		return fmt.Sprintf("✓ egress %s approved for the %s by %s", dest, strings.ToLower(scope), d.GetDecidedBy())
+	case d.GetAllowed():
+		return "✓ egress " + dest + " approved"
+	case d.GetDecidedBy() != "":
+		return "✗ egress " + dest + " rejected by " + d.GetDecidedBy()
+	}
+	return "✗ egress " + dest + " refused: " + FirstLine(d.GetReason())
 }

@@ -78,6 +78,10 @@ type Config struct {
 	// name; "" is the default agent's).
 	OnBusy      runhost.OnBusy
 	AgentOnBusy map[string]runhost.OnBusy
+	// Egress, when set, serves DecideThreadEgress, ListEgressGrants,
+	// RevokeEgressGrant and Thread.pending_egress; nil: the RPCs are
+	// FAILED_PRECONDITION (EGRESS_APPROVAL_OFF).
+	Egress Egress
 }
 
 // Option adjusts a Service (test seams).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/runhost/runs"
@@ -75,6 +76,12 @@ const (
 	// ReasonRunsOff: the thread store keeps no run records (GetRun,
 	// ListRuns, WaitRun and on_busy ENQUEUE need agentd's durable store).
 	ReasonRunsOff = "RUNS_OFF"
+	// Egress approval: no such request (or another tenant's), already
+	// decided, no longer waiting (the decision is recorded), approval off.
+	ReasonEgressNotFound    = "EGRESS_REQUEST_NOT_FOUND"
+	ReasonEgressDecided     = "EGRESS_REQUEST_DECIDED"
+	ReasonEgressGone        = "EGRESS_REQUEST_GONE"
+	ReasonEgressApprovalOff = "EGRESS_APPROVAL_OFF"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -189,6 +196,14 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonScheduleNotFound, nil), true
 	case errors.Is(err, ErrSchedulesOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonSchedulesOff, nil), true
+	case errors.Is(err, store.ErrEgressNotFound):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonEgressNotFound, nil), true
+	case errors.Is(err, store.ErrEgressDecided):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressDecided, nil), true
+	case errors.Is(err, egressapproval.ErrGone):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressGone, nil), true
+	case errors.Is(err, egressapproval.ErrOff):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressApprovalOff, nil), true
 	}
 	return nil, false
 }

@@ -41,10 +41,14 @@ func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) 
 	if err != nil {
 		return nil, s.status("get thread", err)
 	}
+	th := agentconv.ThreadToPB(td, st[0], len(td.Messages))
 	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
-		return &plumbv1.GetThreadResponse{Thread: fullThread(td, st[0])}, nil
+		th = fullThread(td, st[0])
 	}
-	return &plumbv1.GetThreadResponse{Thread: agentconv.ThreadToPB(td, st[0], len(td.Messages))}, nil
+	if err := s.pendingEgress(ctx, th); err != nil {
+		return nil, s.status("get thread", err)
+	}
+	return &plumbv1.GetThreadResponse{Thread: th}, nil
 }
 
 // ListThreads lists threads, most recently updated first.

@@ -5,12 +5,18 @@ import (
 	"fmt"
 	"math"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 )
+
+// EgressWatchingHeader is the response header WatchEgressRequests sends
+// once the sandbox's proxy asks (a client may wait for the headers
+// before starting what it watches).
+const EgressWatchingHeader = "plumb-egress-watching"
 
 // WatchEgressRequests streams the sandbox's connections awaiting approval.
 func (s *Service) WatchEgressRequests(req *plumbv1.WatchEgressRequestsRequest, stream plumbv1.SandboxService_WatchEgressRequestsServer) error {
@@ -22,7 +28,10 @@ func (s *Service) WatchEgressRequests(req *plumbv1.WatchEgressRequestsRequest, s
 	if req.GetTimeout() == nil {
 		timeout = 0 // refused by the range check with the field named
 	}
-	err := s.m.WatchEgress(ctx, req.GetSandboxId(), timeout, func(r sandbox.EgressRequest) error {
+	// The header tells the client that the box now asks (agentd starts
+	// the command it watches for only then).
+	ready := func() { _ = stream.SendHeader(metadata.Pairs(EgressWatchingHeader, "true")) }
+	err := s.m.WatchEgress(ctx, req.GetSandboxId(), timeout, ready, func(r sandbox.EgressRequest) error {
 		return stream.Send(&plumbv1.WatchEgressRequestsResponse{Request: &plumbv1.EgressRequest{
 			Id: r.ID, Host: r.Host, Port: uint32(r.Port), CreatedAt: timestamppb.New(r.Since),
 			Closed: r.Closed, Allowed: r.Allowed, Reason: r.Reason,

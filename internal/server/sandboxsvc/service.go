@@ -37,7 +37,7 @@ type Manager interface {
 	Owner(id string) (string, error)
 	NotFound(id string) error
 	Pools() []sandbox.PoolState
-	WatchEgress(ctx context.Context, id string, timeout time.Duration, send func(sandbox.EgressRequest) error) error
+	WatchEgress(ctx context.Context, id string, timeout time.Duration, ready func(), send func(sandbox.EgressRequest) error) error
 	DecideEgress(ctx context.Context, id string, d sandbox.EgressDecision) error
 }
 

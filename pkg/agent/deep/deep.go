@@ -326,6 +326,16 @@ func (rt *Runtime) Capabilities(key string) agent.Capability {
 	return tools.CapabilitiesOf(key, t)
 }
 
+type agentKey struct{}
+
+// AgentOf returns the primary agent of the run segment a BackendFunc
+// builds for ("" outside one): what an egress grant for "this agent"
+// names.
+func AgentOf(ctx context.Context) string {
+	a, _ := ctx.Value(agentKey{}).(string)
+	return a
+}
+
 // configure builds the root context of a run segment.
 func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*agent.Config, error) {
 	pc, err := rt.profiles.ResolvePrimary(req.Spec.Agent, req.Spec.Model)
@@ -341,7 +351,7 @@ func (rt *Runtime) configure(ctx context.Context, req agent.ConfigureRequest) (*
 	}
 	var tb ThreadBackend
 	if rt.cfg.Backend != nil {
-		if tb, err = rt.cfg.Backend(ctx, req.ThreadID, req.Metadata, req.ThreadFiles); err != nil {
+		if tb, err = rt.cfg.Backend(context.WithValue(ctx, agentKey{}, pc.Name), req.ThreadID, req.Metadata, req.ThreadFiles); err != nil {
 			return nil, fmt.Errorf("thread %s backend: %w", req.ThreadID, err)
 		}
 	}

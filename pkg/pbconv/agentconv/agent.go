@@ -139,6 +139,17 @@ func EventToPB(e agent.Event) *plumbv1.Event {
 		out.Payload = &plumbv1.Event_Error{Error: &plumbv1.RunError{Code: p.Code, Message: p.Message, Retryable: p.Retryable}}
 	case agent.SandboxLost:
 		out.Payload = &plumbv1.Event_SandboxLost{SandboxLost: &plumbv1.SandboxLost{Worker: p.Worker, SandboxId: p.SandboxID, Message: p.Message}}
+	case agent.EgressRequested:
+		out.Payload = &plumbv1.Event_EgressRequest{EgressRequest: &plumbv1.EgressRequested{Request: &plumbv1.EgressAsk{
+			RequestId: p.RequestID, Host: p.Host, Port: uint32(p.Port), //nolint:gosec // 1-65535
+			ToolCallId: p.ToolCallID, AgentPath: e.AgentPath, RunId: e.RunID, SandboxId: p.SandboxID, CreateTime: timestamppb.New(e.Time), Agent: p.Agent,
+		}}}
+	case agent.EgressDecided:
+		out.Payload = &plumbv1.Event_EgressDecided{EgressDecided: &plumbv1.EgressDecided{
+			RequestId: p.RequestID, Host: p.Host, Port: uint32(p.Port), //nolint:gosec // 1-65535
+			Allowed: p.Allowed, DecidedBy: p.DecidedBy, Reason: p.Reason, ToolCallId: p.ToolCallID,
+			Scope: plumbv1.EgressGrantScope(enum(plumbv1.EgressGrantScope_value, "EGRESS_GRANT_SCOPE_", p.Scope)),
+		}}
 	case agent.RunFinished:
 		out.Payload = &plumbv1.Event_RunFinished{RunFinished: &plumbv1.RunFinished{Status: RunStatusToPB(p.Status), FinalText: p.FinalText, Usage: UsageToPB(p.Usage)}}
 	}

@@ -146,6 +146,30 @@ var migrations = []string{
 		updated_at  BIGINT NOT NULL,
 		PRIMARY KEY (tenant, name)
 	);`,
+	// Egress asks, decisions and grants (store.EgressRecords); no foreign
+	// key: the audit and AGENT grants outlive the thread.
+	`CREATE TABLE egress_requests (
+		tenant       TEXT NOT NULL,
+		thread_id    TEXT COLLATE "C" NOT NULL,
+		request_id   TEXT COLLATE "C" NOT NULL,
+		agent        TEXT NOT NULL DEFAULT '',
+		run_id       TEXT NOT NULL DEFAULT '',
+		sandbox_id   TEXT NOT NULL DEFAULT '',
+		host         TEXT NOT NULL,
+		port         INTEGER NOT NULL,
+		tool_call_id TEXT NOT NULL DEFAULT '',
+		agent_path   TEXT NOT NULL DEFAULT '',
+		created_at   BIGINT NOT NULL,
+		status       TEXT NOT NULL,
+		scope        TEXT NOT NULL DEFAULT '',
+		decided_by   TEXT NOT NULL DEFAULT '',
+		decided_at   BIGINT NOT NULL DEFAULT 0,
+		reason       TEXT NOT NULL DEFAULT '',
+		revoked      BOOLEAN NOT NULL DEFAULT false,
+		PRIMARY KEY (thread_id, request_id)
+	);
+	CREATE INDEX egress_requests_pending ON egress_requests (thread_id, status, created_at);
+	CREATE INDEX egress_requests_agent ON egress_requests (tenant, agent, status, decided_at);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

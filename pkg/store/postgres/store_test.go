@@ -471,3 +471,9 @@ func TestSchedulesConformance(t *testing.T) {
 func TestRunsConformance(t *testing.T) {
 	storetest.RunRuns(t, func(t *testing.T) storetest.RunStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestEgressConformance runs the egress records suite against a real
+// PostgreSQL server.
+func TestEgressConformance(t *testing.T) {
+	storetest.RunEgress(t, func(t *testing.T) store.EgressRecords { return open(t, pgtest.New(t), Options{}) })
+}

@@ -264,3 +264,11 @@ func TestRunsConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestEgressConformance runs the egress records suite against a real
+// SQLite file.
+func TestEgressConformance(t *testing.T) {
+	storetest.RunEgress(t, func(t *testing.T) store.EgressRecords {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

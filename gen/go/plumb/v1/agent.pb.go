@@ -198,6 +198,119 @@ func (OnBusy) EnumDescriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
+// EgressDecisionType is a human's answer to a waiting connection.
+type EgressDecisionType int32
+
+const (
+	// EGRESS_DECISION_TYPE_UNSPECIFIED is refused (INVALID_ARGUMENT).
+	EgressDecisionType_EGRESS_DECISION_TYPE_UNSPECIFIED EgressDecisionType = 0
+	// EGRESS_DECISION_TYPE_APPROVE lets the connection proceed.
+	EgressDecisionType_EGRESS_DECISION_TYPE_APPROVE EgressDecisionType = 1
+	// EGRESS_DECISION_TYPE_REJECT refuses it (the box gets a 403).
+	EgressDecisionType_EGRESS_DECISION_TYPE_REJECT EgressDecisionType = 2
+)
+
+// Enum value maps for EgressDecisionType.
+var (
+	EgressDecisionType_name = map[int32]string{
+		0: "EGRESS_DECISION_TYPE_UNSPECIFIED",
+		1: "EGRESS_DECISION_TYPE_APPROVE",
+		2: "EGRESS_DECISION_TYPE_REJECT",
+	}
+	EgressDecisionType_value = map[string]int32{
+		"EGRESS_DECISION_TYPE_UNSPECIFIED": 0,
+		"EGRESS_DECISION_TYPE_APPROVE":     1,
+		"EGRESS_DECISION_TYPE_REJECT":      2,
+	}
+)
+
+func (x EgressDecisionType) Enum() *EgressDecisionType {
+	p := new(EgressDecisionType)
+	*p = x
+	return p
+}
+
+func (x EgressDecisionType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressDecisionType) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+}
+
+func (EgressDecisionType) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[3]
+}
+
+func (x EgressDecisionType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressDecisionType.Descriptor instead.
+func (EgressDecisionType) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+// EgressGrantScope is how far an approval reaches.
+type EgressGrantScope int32
+
+const (
+	// EGRESS_GRANT_SCOPE_UNSPECIFIED is RUN.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED EgressGrantScope = 0
+	// EGRESS_GRANT_SCOPE_RUN admits the destination in the thread's running
+	// box for the rest of the run in which it was asked.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_RUN EgressGrantScope = 1
+	// EGRESS_GRANT_SCOPE_THREAD also admits it in every box of the thread
+	// created later.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_THREAD EgressGrantScope = 2
+	// EGRESS_GRANT_SCOPE_AGENT admits it in every box created later for any
+	// thread of the agent, in the same tenant.
+	EgressGrantScope_EGRESS_GRANT_SCOPE_AGENT EgressGrantScope = 3
+)
+
+// Enum value maps for EgressGrantScope.
+var (
+	EgressGrantScope_name = map[int32]string{
+		0: "EGRESS_GRANT_SCOPE_UNSPECIFIED",
+		1: "EGRESS_GRANT_SCOPE_RUN",
+		2: "EGRESS_GRANT_SCOPE_THREAD",
+		3: "EGRESS_GRANT_SCOPE_AGENT",
+	}
+	EgressGrantScope_value = map[string]int32{
+		"EGRESS_GRANT_SCOPE_UNSPECIFIED": 0,
+		"EGRESS_GRANT_SCOPE_RUN":         1,
+		"EGRESS_GRANT_SCOPE_THREAD":      2,
+		"EGRESS_GRANT_SCOPE_AGENT":       3,
+	}
+)
+
+func (x EgressGrantScope) Enum() *EgressGrantScope {
+	p := new(EgressGrantScope)
+	*p = x
+	return p
+}
+
+func (x EgressGrantScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressGrantScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+}
+
+func (EgressGrantScope) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[4]
+}
+
+func (x EgressGrantScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressGrantScope.Descriptor instead.
+func (EgressGrantScope) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -243,11 +356,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[3]
+	return &file_plumb_v1_agent_proto_enumTypes[5]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -256,7 +369,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -296,11 +409,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[4]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -309,7 +422,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // ThreadStatus is a thread's state.
@@ -353,11 +466,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -366,7 +479,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -406,11 +519,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -419,7 +532,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -485,11 +598,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -498,7 +611,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // TodoStatus is a todo item's state.
@@ -542,11 +655,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -555,7 +668,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -607,11 +720,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -620,7 +733,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -672,11 +785,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[12]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -685,7 +798,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -737,11 +850,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[11]
+	return &file_plumb_v1_agent_proto_enumTypes[13]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -750,7 +863,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -790,11 +903,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[14].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[12]
+	return &file_plumb_v1_agent_proto_enumTypes[14]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -803,7 +916,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 // UsagePurpose says what a model call was for.
@@ -843,11 +956,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[15].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[13]
+	return &file_plumb_v1_agent_proto_enumTypes[15]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -856,7 +969,7 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // Schedule is a tenant's schedule.
@@ -2347,6 +2460,627 @@ func (x *WaitRunResponse) GetTimedOut() bool {
 	return false
 }
 
+// EgressAsk is a connection of a thread's sandbox waiting for a decision.
+type EgressAsk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id (unique per sandbox), what DecideThreadEgress names.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Destination host (a name or an address literal) as the box asked.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// The tool call that was running when the box asked (e.g. an execute).
+	ToolCallId string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The agent context of that call ("main", "main/researcher").
+	AgentPath string `protobuf:"bytes,5,opt,name=agent_path,json=agentPath,proto3" json:"agent_path,omitempty"`
+	// The run that was active.
+	RunId string `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The thread's sandbox.
+	SandboxId string `protobuf:"bytes,7,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// When agentd learnt of it.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The primary agent of the run (what AGENT scope grants are for).
+	Agent         string `protobuf:"bytes,9,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressAsk) Reset() {
+	*x = EgressAsk{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressAsk) ProtoMessage() {}
+
+func (x *EgressAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressAsk.ProtoReflect.Descriptor instead.
+func (*EgressAsk) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *EgressAsk) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressAsk) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetAgentPath() string {
+	if x != nil {
+		return x.AgentPath
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *EgressAsk) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *EgressAsk) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+// EgressGrant is one approval, as the audit keeps it.
+type EgressGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread whose box asked.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The request that was approved.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The primary agent of the run.
+	Agent string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Destination host.
+	Host string `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	// The tool call that caused the ask.
+	ToolCallId string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The agent context of that call.
+	AgentPath string `protobuf:"bytes,7,opt,name=agent_path,json=agentPath,proto3" json:"agent_path,omitempty"`
+	// The run during which it was asked.
+	RunId string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// How far the approval reaches.
+	Scope EgressGrantScope `protobuf:"varint,9,opt,name=scope,proto3,enum=plumb.v1.EgressGrantScope" json:"scope,omitempty"`
+	// Who approved: the caller's tenant and credential subject.
+	ApprovedBy string `protobuf:"bytes,10,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	// When the box asked.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was approved.
+	ApproveTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=approve_time,json=approveTime,proto3" json:"approve_time,omitempty"`
+	// Set once RevokeEgressGrant was called.
+	Revoked       bool `protobuf:"varint,13,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressGrant) Reset() {
+	*x = EgressGrant{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressGrant) ProtoMessage() {}
+
+func (x *EgressGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressGrant.ProtoReflect.Descriptor instead.
+func (*EgressGrant) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EgressGrant) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressGrant) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetAgentPath() string {
+	if x != nil {
+		return x.AgentPath
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetScope() EgressGrantScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED
+}
+
+func (x *EgressGrant) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
+}
+
+func (x *EgressGrant) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *EgressGrant) GetApproveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApproveTime
+	}
+	return nil
+}
+
+func (x *EgressGrant) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+// DecideThreadEgressRequest answers one waiting connection.
+type DecideThreadEgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The request (EgressAsk.request_id).
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Approve or reject.
+	Decision EgressDecisionType `protobuf:"varint,3,opt,name=decision,proto3,enum=plumb.v1.EgressDecisionType" json:"decision,omitempty"`
+	// How far an approval reaches (unset = RUN); must be unset for a
+	// rejection.
+	Scope EgressGrantScope `protobuf:"varint,4,opt,name=scope,proto3,enum=plumb.v1.EgressGrantScope" json:"scope,omitempty"`
+	// Appended to a rejection's 403 (at most 1024 bytes).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideThreadEgressRequest) Reset() {
+	*x = DecideThreadEgressRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideThreadEgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideThreadEgressRequest) ProtoMessage() {}
+
+func (x *DecideThreadEgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideThreadEgressRequest.ProtoReflect.Descriptor instead.
+func (*DecideThreadEgressRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DecideThreadEgressRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *DecideThreadEgressRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DecideThreadEgressRequest) GetDecision() EgressDecisionType {
+	if x != nil {
+		return x.Decision
+	}
+	return EgressDecisionType_EGRESS_DECISION_TYPE_UNSPECIFIED
+}
+
+func (x *DecideThreadEgressRequest) GetScope() EgressGrantScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED
+}
+
+func (x *DecideThreadEgressRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DecideThreadEgressResponse carries the approval's audit record.
+type DecideThreadEgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grant (approvals only).
+	Grant         *EgressGrant `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideThreadEgressResponse) Reset() {
+	*x = DecideThreadEgressResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideThreadEgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideThreadEgressResponse) ProtoMessage() {}
+
+func (x *DecideThreadEgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideThreadEgressResponse.ProtoReflect.Descriptor instead.
+func (*DecideThreadEgressResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DecideThreadEgressResponse) GetGrant() *EgressGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+// ListEgressGrantsRequest names a thread or an agent.
+type ListEgressGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The thread whose approvals to list; or:
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// the agent whose approvals (any thread of the caller's tenant) to list.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// At most this many (default 50, at most 500).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From ListEgressGrantsResponse.next_page_token.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEgressGrantsRequest) Reset() {
+	*x = ListEgressGrantsRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEgressGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEgressGrantsRequest) ProtoMessage() {}
+
+func (x *ListEgressGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEgressGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ListEgressGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListEgressGrantsRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListEgressGrantsRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ListEgressGrantsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEgressGrantsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListEgressGrantsResponse is one page of grants, newest first.
+type ListEgressGrantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grants.
+	Grants []*EgressGrant `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	// Set when more follow.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEgressGrantsResponse) Reset() {
+	*x = ListEgressGrantsResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEgressGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEgressGrantsResponse) ProtoMessage() {}
+
+func (x *ListEgressGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEgressGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ListEgressGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListEgressGrantsResponse) GetGrants() []*EgressGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *ListEgressGrantsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RevokeEgressGrantRequest names a grant.
+type RevokeEgressGrantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id of the grant.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Request id of the grant.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeEgressGrantRequest) Reset() {
+	*x = RevokeEgressGrantRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeEgressGrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeEgressGrantRequest) ProtoMessage() {}
+
+func (x *RevokeEgressGrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeEgressGrantRequest.ProtoReflect.Descriptor instead.
+func (*RevokeEgressGrantRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RevokeEgressGrantRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *RevokeEgressGrantRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// RevokeEgressGrantResponse is empty.
+type RevokeEgressGrantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeEgressGrantResponse) Reset() {
+	*x = RevokeEgressGrantResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeEgressGrantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeEgressGrantResponse) ProtoMessage() {}
+
+func (x *RevokeEgressGrantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeEgressGrantResponse.ProtoReflect.Descriptor instead.
+func (*RevokeEgressGrantResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
 // SecretInfo describes a stored secret, without its value.
 type SecretInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2362,7 +3096,7 @@ type SecretInfo struct {
 
 func (x *SecretInfo) Reset() {
 	*x = SecretInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +3108,7 @@ func (x *SecretInfo) String() string {
 func (*SecretInfo) ProtoMessage() {}
 
 func (x *SecretInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +3121,7 @@ func (x *SecretInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecretInfo.ProtoReflect.Descriptor instead.
 func (*SecretInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SecretInfo) GetName() string {
@@ -2425,7 +3159,7 @@ type PutSecretRequest struct {
 
 func (x *PutSecretRequest) Reset() {
 	*x = PutSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +3171,7 @@ func (x *PutSecretRequest) String() string {
 func (*PutSecretRequest) ProtoMessage() {}
 
 func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +3184,7 @@ func (x *PutSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretRequest.ProtoReflect.Descriptor instead.
 func (*PutSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PutSecretRequest) GetName() string {
@@ -2480,7 +3214,7 @@ type PutSecretResponse struct {
 
 func (x *PutSecretResponse) Reset() {
 	*x = PutSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +3226,7 @@ func (x *PutSecretResponse) String() string {
 func (*PutSecretResponse) ProtoMessage() {}
 
 func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +3239,7 @@ func (x *PutSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSecretResponse.ProtoReflect.Descriptor instead.
 func (*PutSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PutSecretResponse) GetSecret() *SecretInfo {
@@ -2531,7 +3265,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +3277,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +3290,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 // ListSecretsResponse lists secrets by name.
@@ -2570,7 +3304,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +3316,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +3329,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*SecretInfo {
@@ -2616,7 +3350,7 @@ type DeleteSecretRequest struct {
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +3362,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +3375,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -2660,7 +3394,7 @@ type DeleteSecretResponse struct {
 
 func (x *DeleteSecretResponse) Reset() {
 	*x = DeleteSecretResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +3406,7 @@ func (x *DeleteSecretResponse) String() string {
 func (*DeleteSecretResponse) ProtoMessage() {}
 
 func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +3419,7 @@ func (x *DeleteSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSecretResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 // SkillInfo describes a stored skill, without its files.
@@ -2713,7 +3447,7 @@ type SkillInfo struct {
 
 func (x *SkillInfo) Reset() {
 	*x = SkillInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +3459,7 @@ func (x *SkillInfo) String() string {
 func (*SkillInfo) ProtoMessage() {}
 
 func (x *SkillInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +3472,7 @@ func (x *SkillInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkillInfo.ProtoReflect.Descriptor instead.
 func (*SkillInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SkillInfo) GetName() string {
@@ -2805,7 +3539,7 @@ type PutSkillRequest struct {
 
 func (x *PutSkillRequest) Reset() {
 	*x = PutSkillRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3551,7 @@ func (x *PutSkillRequest) String() string {
 func (*PutSkillRequest) ProtoMessage() {}
 
 func (x *PutSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3564,7 @@ func (x *PutSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSkillRequest.ProtoReflect.Descriptor instead.
 func (*PutSkillRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PutSkillRequest) GetName() string {
@@ -2860,7 +3594,7 @@ type PutSkillResponse struct {
 
 func (x *PutSkillResponse) Reset() {
 	*x = PutSkillResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3606,7 @@ func (x *PutSkillResponse) String() string {
 func (*PutSkillResponse) ProtoMessage() {}
 
 func (x *PutSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3619,7 @@ func (x *PutSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSkillResponse.ProtoReflect.Descriptor instead.
 func (*PutSkillResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PutSkillResponse) GetSkill() *SkillInfo {
@@ -2911,7 +3645,7 @@ type ListSkillsRequest struct {
 
 func (x *ListSkillsRequest) Reset() {
 	*x = ListSkillsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3657,7 @@ func (x *ListSkillsRequest) String() string {
 func (*ListSkillsRequest) ProtoMessage() {}
 
 func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3670,7 @@ func (x *ListSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ListSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 // ListSkillsResponse lists skills by name.
@@ -2950,7 +3684,7 @@ type ListSkillsResponse struct {
 
 func (x *ListSkillsResponse) Reset() {
 	*x = ListSkillsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3696,7 @@ func (x *ListSkillsResponse) String() string {
 func (*ListSkillsResponse) ProtoMessage() {}
 
 func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3709,7 @@ func (x *ListSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ListSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSkillsResponse) GetSkills() []*SkillInfo {
@@ -2996,7 +3730,7 @@ type GetSkillRequest struct {
 
 func (x *GetSkillRequest) Reset() {
 	*x = GetSkillRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3742,7 @@ func (x *GetSkillRequest) String() string {
 func (*GetSkillRequest) ProtoMessage() {}
 
 func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3755,7 @@ func (x *GetSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillRequest.ProtoReflect.Descriptor instead.
 func (*GetSkillRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetSkillRequest) GetName() string {
@@ -3044,7 +3778,7 @@ type GetSkillResponse struct {
 
 func (x *GetSkillResponse) Reset() {
 	*x = GetSkillResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3790,7 @@ func (x *GetSkillResponse) String() string {
 func (*GetSkillResponse) ProtoMessage() {}
 
 func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3803,7 @@ func (x *GetSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSkillResponse.ProtoReflect.Descriptor instead.
 func (*GetSkillResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetSkillResponse) GetSkill() *SkillInfo {
@@ -3097,7 +3831,7 @@ type DeleteSkillRequest struct {
 
 func (x *DeleteSkillRequest) Reset() {
 	*x = DeleteSkillRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3843,7 @@ func (x *DeleteSkillRequest) String() string {
 func (*DeleteSkillRequest) ProtoMessage() {}
 
 func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3856,7 @@ func (x *DeleteSkillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSkillRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSkillRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteSkillRequest) GetName() string {
@@ -3141,7 +3875,7 @@ type DeleteSkillResponse struct {
 
 func (x *DeleteSkillResponse) Reset() {
 	*x = DeleteSkillResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3887,7 @@ func (x *DeleteSkillResponse) String() string {
 func (*DeleteSkillResponse) ProtoMessage() {}
 
 func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3900,7 @@ func (x *DeleteSkillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSkillResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSkillResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 // CreatePreviewRequest names a thread and a port in its sandbox.
@@ -3184,7 +3918,7 @@ type CreatePreviewRequest struct {
 
 func (x *CreatePreviewRequest) Reset() {
 	*x = CreatePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3930,7 @@ func (x *CreatePreviewRequest) String() string {
 func (*CreatePreviewRequest) ProtoMessage() {}
 
 func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3943,7 @@ func (x *CreatePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewRequest.ProtoReflect.Descriptor instead.
 func (*CreatePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreatePreviewRequest) GetThreadId() string {
@@ -3247,7 +3981,7 @@ type CreatePreviewResponse struct {
 
 func (x *CreatePreviewResponse) Reset() {
 	*x = CreatePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3993,7 @@ func (x *CreatePreviewResponse) String() string {
 func (*CreatePreviewResponse) ProtoMessage() {}
 
 func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +4006,7 @@ func (x *CreatePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePreviewResponse.ProtoReflect.Descriptor instead.
 func (*CreatePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreatePreviewResponse) GetPreview() *Preview {
@@ -3310,7 +4044,7 @@ type Preview struct {
 
 func (x *Preview) Reset() {
 	*x = Preview{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +4056,7 @@ func (x *Preview) String() string {
 func (*Preview) ProtoMessage() {}
 
 func (x *Preview) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +4069,7 @@ func (x *Preview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preview.ProtoReflect.Descriptor instead.
 func (*Preview) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Preview) GetId() string {
@@ -3391,7 +4125,7 @@ type ListPreviewsRequest struct {
 
 func (x *ListPreviewsRequest) Reset() {
 	*x = ListPreviewsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +4137,7 @@ func (x *ListPreviewsRequest) String() string {
 func (*ListPreviewsRequest) ProtoMessage() {}
 
 func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +4150,7 @@ func (x *ListPreviewsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsRequest.ProtoReflect.Descriptor instead.
 func (*ListPreviewsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListPreviewsRequest) GetThreadId() string {
@@ -3437,7 +4171,7 @@ type ListPreviewsResponse struct {
 
 func (x *ListPreviewsResponse) Reset() {
 	*x = ListPreviewsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +4183,7 @@ func (x *ListPreviewsResponse) String() string {
 func (*ListPreviewsResponse) ProtoMessage() {}
 
 func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +4196,7 @@ func (x *ListPreviewsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPreviewsResponse.ProtoReflect.Descriptor instead.
 func (*ListPreviewsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPreviewsResponse) GetPreviews() []*Preview {
@@ -3483,7 +4217,7 @@ type RevokePreviewRequest struct {
 
 func (x *RevokePreviewRequest) Reset() {
 	*x = RevokePreviewRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +4229,7 @@ func (x *RevokePreviewRequest) String() string {
 func (*RevokePreviewRequest) ProtoMessage() {}
 
 func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +4242,7 @@ func (x *RevokePreviewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewRequest.ProtoReflect.Descriptor instead.
 func (*RevokePreviewRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RevokePreviewRequest) GetPreviewId() string {
@@ -3527,7 +4261,7 @@ type RevokePreviewResponse struct {
 
 func (x *RevokePreviewResponse) Reset() {
 	*x = RevokePreviewResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +4273,7 @@ func (x *RevokePreviewResponse) String() string {
 func (*RevokePreviewResponse) ProtoMessage() {}
 
 func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +4286,7 @@ func (x *RevokePreviewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePreviewResponse.ProtoReflect.Descriptor instead.
 func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 // InputMessage is one user message.
@@ -3566,7 +4300,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +4312,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +4325,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -3617,7 +4351,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +4363,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +4376,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ClientTool) GetName() string {
@@ -3700,7 +4434,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4446,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4459,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -3823,7 +4557,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3835,7 +4569,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3848,7 +4582,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -3879,7 +4613,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4625,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4638,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -3966,7 +4700,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4712,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4725,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -4033,7 +4767,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4779,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4792,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -4082,7 +4816,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4828,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4841,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -4135,7 +4869,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4147,7 +4881,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4894,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -4181,7 +4915,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4193,7 +4927,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4206,7 +4940,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -4229,7 +4963,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4975,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4988,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -4282,7 +5016,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +5028,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +5041,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -4328,7 +5062,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4340,7 +5074,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4353,7 +5087,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -4376,7 +5110,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4388,7 +5122,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4401,7 +5135,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -4429,7 +5163,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4441,7 +5175,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4454,7 +5188,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -4481,7 +5215,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +5227,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +5240,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -4543,7 +5277,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4555,7 +5289,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4568,7 +5302,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -4601,7 +5335,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4613,7 +5347,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4626,7 +5360,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -4663,7 +5397,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4675,7 +5409,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4688,7 +5422,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -4722,7 +5456,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +5468,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +5481,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -4784,7 +5518,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4796,7 +5530,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4809,7 +5543,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -4844,7 +5578,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4856,7 +5590,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4869,7 +5603,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -4913,7 +5647,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4925,7 +5659,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4938,7 +5672,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -4968,7 +5702,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4980,7 +5714,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4993,7 +5727,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -5019,7 +5753,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5765,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5778,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 // ListAgentsRequest has no fields.
@@ -5056,7 +5790,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5068,7 +5802,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5081,7 +5815,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -5095,7 +5829,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5841,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5854,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -5156,7 +5890,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5168,7 +5902,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5181,7 +5915,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -5248,7 +5982,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5260,7 +5994,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5273,7 +6007,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -5340,13 +6074,16 @@ type Thread struct {
 	// FULL view: set when checkpoints stops before the newest one;
 	// ListCheckpoints with this token returns the rest.
 	CheckpointsNextPageToken string `protobuf:"bytes,17,opt,name=checkpoints_next_page_token,json=checkpointsNextPageToken,proto3" json:"checkpoints_next_page_token,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Connections of the thread's sandbox waiting for a human's decision
+	// (DecideThreadEgress), oldest first.
+	PendingEgress []*EgressAsk `protobuf:"bytes,18,rep,name=pending_egress,json=pendingEgress,proto3" json:"pending_egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5358,7 +6095,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5371,7 +6108,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Thread) GetId() string {
@@ -5493,6 +6230,13 @@ func (x *Thread) GetCheckpointsNextPageToken() string {
 	return ""
 }
 
+func (x *Thread) GetPendingEgress() []*EgressAsk {
+	if x != nil {
+		return x.PendingEgress
+	}
+	return nil
+}
+
 // RunRecord summarizes one run.
 type RunRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5529,7 +6273,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +6285,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +6298,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -5661,7 +6405,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5673,7 +6417,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5686,7 +6430,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Todo) GetContent() string {
@@ -5718,7 +6462,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5730,7 +6474,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5743,7 +6487,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ToolCall) GetId() string {
@@ -5802,7 +6546,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5814,7 +6558,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5827,7 +6571,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -5922,7 +6666,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5934,7 +6678,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5947,7 +6691,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *StateFile) GetPath() string {
@@ -5992,7 +6736,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6004,7 +6748,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6017,7 +6761,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -6081,7 +6825,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6093,7 +6837,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6106,7 +6850,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -6183,6 +6927,8 @@ type Event struct {
 	//	*Event_ToolCallDelta
 	//	*Event_ToolOutput
 	//	*Event_RunQueued
+	//	*Event_EgressRequest
+	//	*Event_EgressDecided
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6190,7 +6936,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6202,7 +6948,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6215,7 +6961,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -6429,6 +7175,24 @@ func (x *Event) GetRunQueued() *RunQueued {
 	return nil
 }
 
+func (x *Event) GetEgressRequest() *EgressRequested {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_EgressRequest); ok {
+			return x.EgressRequest
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetEgressDecided() *EgressDecided {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_EgressDecided); ok {
+			return x.EgressDecided
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -6527,6 +7291,18 @@ type Event_RunQueued struct {
 	RunQueued *RunQueued `protobuf:"bytes,27,opt,name=run_queued,json=runQueued,proto3,oneof"`
 }
 
+type Event_EgressRequest struct {
+	// A connection of the thread's sandbox waits for a human's decision
+	// (DecideThreadEgress); the tool call it names keeps running until
+	// it is decided or times out.
+	EgressRequest *EgressRequested `protobuf:"bytes,28,opt,name=egress_request,json=egressRequest,proto3,oneof"`
+}
+
+type Event_EgressDecided struct {
+	// A waiting connection was decided, or ended undecided.
+	EgressDecided *EgressDecided `protobuf:"bytes,29,opt,name=egress_decided,json=egressDecided,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -6563,6 +7339,10 @@ func (*Event_ToolOutput) isEvent_Payload() {}
 
 func (*Event_RunQueued) isEvent_Payload() {}
 
+func (*Event_EgressRequest) isEvent_Payload() {}
+
+func (*Event_EgressDecided) isEvent_Payload() {}
+
 // RunQueued says that a Run was queued instead of started.
 type RunQueued struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -6574,7 +7354,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6586,7 +7366,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6599,7 +7379,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -6639,7 +7419,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6651,7 +7431,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6664,7 +7444,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -6737,7 +7517,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6749,7 +7529,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6762,7 +7542,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -6808,7 +7588,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6820,7 +7600,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6833,7 +7613,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -6857,6 +7637,161 @@ func (x *SandboxLost) GetMessage() string {
 	return ""
 }
 
+// EgressRequested reports a connection waiting for a decision.
+type EgressRequested struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiting connection.
+	Request       *EgressAsk `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRequested) Reset() {
+	*x = EgressRequested{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRequested) ProtoMessage() {}
+
+func (x *EgressRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
+func (*EgressRequested) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *EgressRequested) GetRequest() *EgressAsk {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// EgressDecided reports how a waiting connection ended.
+type EgressDecided struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Destination host.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Destination port.
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// Whether the connection was let through.
+	Allowed bool `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The approval's scope (approvals decided through DecideThreadEgress).
+	Scope EgressGrantScope `protobuf:"varint,5,opt,name=scope,proto3,enum=plumb.v1.EgressGrantScope" json:"scope,omitempty"`
+	// Who decided; empty when nobody did (timeout, the tool call ended).
+	DecidedBy string `protobuf:"bytes,6,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// Why it ended, as the box's proxy says.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The tool call that was running when the box asked.
+	ToolCallId    string `protobuf:"bytes,8,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressDecided) Reset() {
+	*x = EgressDecided{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressDecided) ProtoMessage() {}
+
+func (x *EgressDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
+func (*EgressDecided) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *EgressDecided) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *EgressDecided) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *EgressDecided) GetScope() EgressGrantScope {
+	if x != nil {
+		return x.Scope
+	}
+	return EgressGrantScope_EGRESS_GRANT_SCOPE_UNSPECIFIED
+}
+
+func (x *EgressDecided) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EgressDecided) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
 // RunStarted opens a stream.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -6876,7 +7811,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6888,7 +7823,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6901,7 +7836,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -6954,7 +7889,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6966,7 +7901,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6979,7 +7914,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -7018,7 +7953,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7030,7 +7965,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7043,7 +7978,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -7086,7 +8021,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7098,7 +8033,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7111,7 +8046,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -7164,7 +8099,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7176,7 +8111,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7189,7 +8124,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -7238,7 +8173,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7250,7 +8185,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7263,7 +8198,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ToolResult) GetId() string {
@@ -7333,7 +8268,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7345,7 +8280,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7358,7 +8293,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -7385,7 +8320,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7397,7 +8332,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7410,7 +8345,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -7454,7 +8389,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7466,7 +8401,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7479,7 +8414,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -7523,7 +8458,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7535,7 +8470,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7548,7 +8483,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -7627,7 +8562,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7639,7 +8574,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7652,7 +8587,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -7688,7 +8623,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7700,7 +8635,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7713,7 +8648,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -7774,7 +8709,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7786,7 +8721,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7799,7 +8734,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -7869,7 +8804,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7881,7 +8816,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7894,7 +8829,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *RunError) GetCode() string {
@@ -7933,7 +8868,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7945,7 +8880,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7958,7 +8893,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -8089,7 +9024,65 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"U\n" +
 	"\x0fWaitRunResponse\x12%\n" +
 	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\x12\x1b\n" +
-	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\"\x9a\x01\n" +
+	"\ttimed_out\x18\x02 \x01(\bR\btimedOut\"\x9c\x02\n" +
+	"\tEgressAsk\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12 \n" +
+	"\ftool_call_id\x18\x04 \x01(\tR\n" +
+	"toolCallId\x12\x1d\n" +
+	"\n" +
+	"agent_path\x18\x05 \x01(\tR\tagentPath\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\a \x01(\tR\tsandboxId\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x14\n" +
+	"\x05agent\x18\t \x01(\tR\x05agent\"\xc8\x03\n" +
+	"\vEgressGrant\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05agent\x18\x03 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\rR\x04port\x12 \n" +
+	"\ftool_call_id\x18\x06 \x01(\tR\n" +
+	"toolCallId\x12\x1d\n" +
+	"\n" +
+	"agent_path\x18\a \x01(\tR\tagentPath\x12\x15\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\x120\n" +
+	"\x05scope\x18\t \x01(\x0e2\x1a.plumb.v1.EgressGrantScopeR\x05scope\x12\x1f\n" +
+	"\vapproved_by\x18\n" +
+	" \x01(\tR\n" +
+	"approvedBy\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\fapprove_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vapproveTime\x12\x18\n" +
+	"\arevoked\x18\r \x01(\bR\arevoked\"\xdb\x01\n" +
+	"\x19DecideThreadEgressRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x128\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\x1c.plumb.v1.EgressDecisionTypeR\bdecision\x120\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1a.plumb.v1.EgressGrantScopeR\x05scope\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"I\n" +
+	"\x1aDecideThreadEgressResponse\x12+\n" +
+	"\x05grant\x18\x01 \x01(\v2\x15.plumb.v1.EgressGrantR\x05grant\"\x88\x01\n" +
+	"\x17ListEgressGrantsRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"q\n" +
+	"\x18ListEgressGrantsResponse\x12-\n" +
+	"\x06grants\x18\x01 \x03(\v2\x15.plumb.v1.EgressGrantR\x06grants\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\x18RevokeEgressGrantRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x1b\n" +
+	"\x19RevokeEgressGrantResponse\"\x9a\x01\n" +
 	"\n" +
 	"SecretInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
@@ -8294,7 +9287,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\rInterruptRule\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12C\n" +
 	"\x11allowed_decisions\x18\x02 \x03(\x0e2\x16.plumb.v1.DecisionTypeR\x10allowedDecisions\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"\x84\a\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"\xc0\a\n" +
 	"\x06Thread\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x129\n" +
 	"\n" +
@@ -8316,7 +9309,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\vcheckpoints\x18\x0e \x03(\v2\x14.plumb.v1.CheckpointR\vcheckpoints\x127\n" +
 	"\x18messages_next_page_token\x18\x0f \x01(\tR\x15messagesNextPageToken\x121\n" +
 	"\x15files_next_page_token\x18\x10 \x01(\tR\x12filesNextPageToken\x12=\n" +
-	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x1a;\n" +
+	"\x1bcheckpoints_next_page_token\x18\x11 \x01(\tR\x18checkpointsNextPageToken\x12:\n" +
+	"\x0epending_egress\x18\x12 \x03(\v2\x13.plumb.v1.EgressAskR\rpendingEgress\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x03\n" +
@@ -8382,8 +9376,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xab\n" +
-	"\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xb1\v\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -8416,7 +9409,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\vtool_output\x18\x1a \x01(\v2\x14.plumb.v1.ToolOutputH\x00R\n" +
 	"toolOutput\x124\n" +
 	"\n" +
-	"run_queued\x18\x1b \x01(\v2\x13.plumb.v1.RunQueuedH\x00R\trunQueuedB\t\n" +
+	"run_queued\x18\x1b \x01(\v2\x13.plumb.v1.RunQueuedH\x00R\trunQueued\x12B\n" +
+	"\x0eegress_request\x18\x1c \x01(\v2\x19.plumb.v1.EgressRequestedH\x00R\regressRequest\x12@\n" +
+	"\x0eegress_decided\x18\x1d \x01(\v2\x17.plumb.v1.EgressDecidedH\x00R\regressDecidedB\t\n" +
 	"\apayload\"2\n" +
 	"\tRunQueued\x12%\n" +
 	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\xa9\x01\n" +
@@ -8438,7 +9433,21 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x86\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"@\n" +
+	"\x0fEgressRequested\x12-\n" +
+	"\arequest\x18\x01 \x01(\v2\x13.plumb.v1.EgressAskR\arequest\"\xfb\x01\n" +
+	"\rEgressDecided\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\x120\n" +
+	"\x05scope\x18\x05 \x01(\x0e2\x1a.plumb.v1.EgressGrantScopeR\x05scope\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x06 \x01(\tR\tdecidedBy\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12 \n" +
+	"\ftool_call_id\x18\b \x01(\tR\n" +
+	"toolCallId\"\x86\x01\n" +
 	"\n" +
 	"RunStarted\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
@@ -8541,7 +9550,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06OnBusy\x12\x17\n" +
 	"\x13ON_BUSY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eON_BUSY_REJECT\x10\x01\x12\x13\n" +
-	"\x0fON_BUSY_ENQUEUE\x10\x02*\x95\x01\n" +
+	"\x0fON_BUSY_ENQUEUE\x10\x02*}\n" +
+	"\x12EgressDecisionType\x12$\n" +
+	" EGRESS_DECISION_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cEGRESS_DECISION_TYPE_APPROVE\x10\x01\x12\x1f\n" +
+	"\x1bEGRESS_DECISION_TYPE_REJECT\x10\x02*\x8f\x01\n" +
+	"\x10EgressGrantScope\x12\"\n" +
+	"\x1eEGRESS_GRANT_SCOPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16EGRESS_GRANT_SCOPE_RUN\x10\x01\x12\x1d\n" +
+	"\x19EGRESS_GRANT_SCOPE_THREAD\x10\x02\x12\x1c\n" +
+	"\x18EGRESS_GRANT_SCOPE_AGENT\x10\x03*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -8606,7 +9624,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc5\x13\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xdf\x15\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -8642,7 +9660,10 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\vDeleteSkill\x12\x1c.plumb.v1.DeleteSkillRequest\x1a\x1d.plumb.v1.DeleteSkillResponse\x12;\n" +
 	"\x06GetRun\x12\x17.plumb.v1.GetRunRequest\x1a\x18.plumb.v1.GetRunResponse\x12A\n" +
 	"\bListRuns\x12\x19.plumb.v1.ListRunsRequest\x1a\x1a.plumb.v1.ListRunsResponse\x12>\n" +
-	"\aWaitRun\x12\x18.plumb.v1.WaitRunRequest\x1a\x19.plumb.v1.WaitRunResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\aWaitRun\x12\x18.plumb.v1.WaitRunRequest\x1a\x19.plumb.v1.WaitRunResponse\x12_\n" +
+	"\x12DecideThreadEgress\x12#.plumb.v1.DecideThreadEgressRequest\x1a$.plumb.v1.DecideThreadEgressResponse\x12Y\n" +
+	"\x10ListEgressGrants\x12!.plumb.v1.ListEgressGrantsRequest\x1a\".plumb.v1.ListEgressGrantsResponse\x12\\\n" +
+	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -8656,335 +9677,366 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(ScheduleCatchUp)(0),              // 0: plumb.v1.ScheduleCatchUp
-	(ScheduleFireStatus)(0),           // 1: plumb.v1.ScheduleFireStatus
-	(OnBusy)(0),                       // 2: plumb.v1.OnBusy
-	(DecisionType)(0),                 // 3: plumb.v1.DecisionType
-	(ThreadView)(0),                   // 4: plumb.v1.ThreadView
-	(ThreadStatus)(0),                 // 5: plumb.v1.ThreadStatus
-	(AgentKind)(0),                    // 6: plumb.v1.AgentKind
-	(RunStatus)(0),                    // 7: plumb.v1.RunStatus
-	(TodoStatus)(0),                   // 8: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),              // 9: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),             // 10: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),               // 11: plumb.v1.SubagentStatus
-	(InterruptKind)(0),                // 12: plumb.v1.InterruptKind
-	(UsagePurpose)(0),                 // 13: plumb.v1.UsagePurpose
-	(*Schedule)(nil),                  // 14: plumb.v1.Schedule
-	(*CreateScheduleRequest)(nil),     // 15: plumb.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),    // 16: plumb.v1.CreateScheduleResponse
-	(*GetScheduleRequest)(nil),        // 17: plumb.v1.GetScheduleRequest
-	(*GetScheduleResponse)(nil),       // 18: plumb.v1.GetScheduleResponse
-	(*ListSchedulesRequest)(nil),      // 19: plumb.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),     // 20: plumb.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),     // 21: plumb.v1.UpdateScheduleRequest
-	(*UpdateScheduleResponse)(nil),    // 22: plumb.v1.UpdateScheduleResponse
-	(*DeleteScheduleRequest)(nil),     // 23: plumb.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),    // 24: plumb.v1.DeleteScheduleResponse
-	(*PauseScheduleRequest)(nil),      // 25: plumb.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),     // 26: plumb.v1.PauseScheduleResponse
-	(*ResumeScheduleRequest)(nil),     // 27: plumb.v1.ResumeScheduleRequest
-	(*ResumeScheduleResponse)(nil),    // 28: plumb.v1.ResumeScheduleResponse
-	(*ScheduleFire)(nil),              // 29: plumb.v1.ScheduleFire
-	(*ListScheduleFiresRequest)(nil),  // 30: plumb.v1.ListScheduleFiresRequest
-	(*ListScheduleFiresResponse)(nil), // 31: plumb.v1.ListScheduleFiresResponse
-	(*GetRunRequest)(nil),             // 32: plumb.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 33: plumb.v1.GetRunResponse
-	(*ListRunsRequest)(nil),           // 34: plumb.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 35: plumb.v1.ListRunsResponse
-	(*WaitRunRequest)(nil),            // 36: plumb.v1.WaitRunRequest
-	(*WaitRunResponse)(nil),           // 37: plumb.v1.WaitRunResponse
-	(*SecretInfo)(nil),                // 38: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),          // 39: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),         // 40: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),        // 41: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),       // 42: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),       // 43: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),      // 44: plumb.v1.DeleteSecretResponse
-	(*SkillInfo)(nil),                 // 45: plumb.v1.SkillInfo
-	(*PutSkillRequest)(nil),           // 46: plumb.v1.PutSkillRequest
-	(*PutSkillResponse)(nil),          // 47: plumb.v1.PutSkillResponse
-	(*ListSkillsRequest)(nil),         // 48: plumb.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),        // 49: plumb.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),           // 50: plumb.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),          // 51: plumb.v1.GetSkillResponse
-	(*DeleteSkillRequest)(nil),        // 52: plumb.v1.DeleteSkillRequest
-	(*DeleteSkillResponse)(nil),       // 53: plumb.v1.DeleteSkillResponse
-	(*CreatePreviewRequest)(nil),      // 54: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),     // 55: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                   // 56: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),       // 57: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),      // 58: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),      // 59: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),     // 60: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),              // 61: plumb.v1.InputMessage
-	(*ClientTool)(nil),                // 62: plumb.v1.ClientTool
-	(*RunRequest)(nil),                // 63: plumb.v1.RunRequest
-	(*RunResponse)(nil),               // 64: plumb.v1.RunResponse
-	(*Decision)(nil),                  // 65: plumb.v1.Decision
-	(*ResumeRequest)(nil),             // 66: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),            // 67: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),             // 68: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),            // 69: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),             // 70: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),            // 71: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),       // 72: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),      // 73: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),          // 74: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),         // 75: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),       // 76: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),      // 77: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),     // 78: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),    // 79: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),    // 80: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),   // 81: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),        // 82: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),       // 83: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),       // 84: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),      // 85: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),         // 86: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),        // 87: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                 // 88: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),             // 89: plumb.v1.InterruptRule
-	(*Thread)(nil),                    // 90: plumb.v1.Thread
-	(*RunRecord)(nil),                 // 91: plumb.v1.RunRecord
-	(*Todo)(nil),                      // 92: plumb.v1.Todo
-	(*ToolCall)(nil),                  // 93: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),             // 94: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                 // 95: plumb.v1.StateFile
-	(*Checkpoint)(nil),                // 96: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                // 97: plumb.v1.TokenUsage
-	(*Event)(nil),                     // 98: plumb.v1.Event
-	(*RunQueued)(nil),                 // 99: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),             // 100: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                // 101: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),               // 102: plumb.v1.SandboxLost
-	(*RunStarted)(nil),                // 103: plumb.v1.RunStarted
-	(*MessageDelta)(nil),              // 104: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),            // 105: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),          // 106: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),           // 107: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                // 108: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),              // 109: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),           // 110: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),          // 111: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),          // 112: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),               // 113: plumb.v1.Interrupted
-	(*UsageReport)(nil),               // 114: plumb.v1.UsageReport
-	(*Summarized)(nil),                // 115: plumb.v1.Summarized
-	(*RunError)(nil),                  // 116: plumb.v1.RunError
-	(*RunFinished)(nil),               // 117: plumb.v1.RunFinished
-	nil,                               // 118: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                               // 119: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                               // 120: plumb.v1.RunRequest.MetadataEntry
-	nil,                               // 121: plumb.v1.RunRequest.FilesEntry
-	nil,                               // 122: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                               // 123: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                               // 124: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),       // 125: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 126: google.protobuf.Timestamp
+	(ScheduleCatchUp)(0),               // 0: plumb.v1.ScheduleCatchUp
+	(ScheduleFireStatus)(0),            // 1: plumb.v1.ScheduleFireStatus
+	(OnBusy)(0),                        // 2: plumb.v1.OnBusy
+	(EgressDecisionType)(0),            // 3: plumb.v1.EgressDecisionType
+	(EgressGrantScope)(0),              // 4: plumb.v1.EgressGrantScope
+	(DecisionType)(0),                  // 5: plumb.v1.DecisionType
+	(ThreadView)(0),                    // 6: plumb.v1.ThreadView
+	(ThreadStatus)(0),                  // 7: plumb.v1.ThreadStatus
+	(AgentKind)(0),                     // 8: plumb.v1.AgentKind
+	(RunStatus)(0),                     // 9: plumb.v1.RunStatus
+	(TodoStatus)(0),                    // 10: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),               // 11: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),              // 12: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),                // 13: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                 // 14: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                  // 15: plumb.v1.UsagePurpose
+	(*Schedule)(nil),                   // 16: plumb.v1.Schedule
+	(*CreateScheduleRequest)(nil),      // 17: plumb.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),     // 18: plumb.v1.CreateScheduleResponse
+	(*GetScheduleRequest)(nil),         // 19: plumb.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),        // 20: plumb.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),       // 21: plumb.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 22: plumb.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),      // 23: plumb.v1.UpdateScheduleRequest
+	(*UpdateScheduleResponse)(nil),     // 24: plumb.v1.UpdateScheduleResponse
+	(*DeleteScheduleRequest)(nil),      // 25: plumb.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 26: plumb.v1.DeleteScheduleResponse
+	(*PauseScheduleRequest)(nil),       // 27: plumb.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),      // 28: plumb.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),      // 29: plumb.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),     // 30: plumb.v1.ResumeScheduleResponse
+	(*ScheduleFire)(nil),               // 31: plumb.v1.ScheduleFire
+	(*ListScheduleFiresRequest)(nil),   // 32: plumb.v1.ListScheduleFiresRequest
+	(*ListScheduleFiresResponse)(nil),  // 33: plumb.v1.ListScheduleFiresResponse
+	(*GetRunRequest)(nil),              // 34: plumb.v1.GetRunRequest
+	(*GetRunResponse)(nil),             // 35: plumb.v1.GetRunResponse
+	(*ListRunsRequest)(nil),            // 36: plumb.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),           // 37: plumb.v1.ListRunsResponse
+	(*WaitRunRequest)(nil),             // 38: plumb.v1.WaitRunRequest
+	(*WaitRunResponse)(nil),            // 39: plumb.v1.WaitRunResponse
+	(*EgressAsk)(nil),                  // 40: plumb.v1.EgressAsk
+	(*EgressGrant)(nil),                // 41: plumb.v1.EgressGrant
+	(*DecideThreadEgressRequest)(nil),  // 42: plumb.v1.DecideThreadEgressRequest
+	(*DecideThreadEgressResponse)(nil), // 43: plumb.v1.DecideThreadEgressResponse
+	(*ListEgressGrantsRequest)(nil),    // 44: plumb.v1.ListEgressGrantsRequest
+	(*ListEgressGrantsResponse)(nil),   // 45: plumb.v1.ListEgressGrantsResponse
+	(*RevokeEgressGrantRequest)(nil),   // 46: plumb.v1.RevokeEgressGrantRequest
+	(*RevokeEgressGrantResponse)(nil),  // 47: plumb.v1.RevokeEgressGrantResponse
+	(*SecretInfo)(nil),                 // 48: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),           // 49: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),          // 50: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),         // 51: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),        // 52: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),        // 53: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),       // 54: plumb.v1.DeleteSecretResponse
+	(*SkillInfo)(nil),                  // 55: plumb.v1.SkillInfo
+	(*PutSkillRequest)(nil),            // 56: plumb.v1.PutSkillRequest
+	(*PutSkillResponse)(nil),           // 57: plumb.v1.PutSkillResponse
+	(*ListSkillsRequest)(nil),          // 58: plumb.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),         // 59: plumb.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),            // 60: plumb.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),           // 61: plumb.v1.GetSkillResponse
+	(*DeleteSkillRequest)(nil),         // 62: plumb.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),        // 63: plumb.v1.DeleteSkillResponse
+	(*CreatePreviewRequest)(nil),       // 64: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),      // 65: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                    // 66: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),        // 67: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),       // 68: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),       // 69: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),      // 70: plumb.v1.RevokePreviewResponse
+	(*InputMessage)(nil),               // 71: plumb.v1.InputMessage
+	(*ClientTool)(nil),                 // 72: plumb.v1.ClientTool
+	(*RunRequest)(nil),                 // 73: plumb.v1.RunRequest
+	(*RunResponse)(nil),                // 74: plumb.v1.RunResponse
+	(*Decision)(nil),                   // 75: plumb.v1.Decision
+	(*ResumeRequest)(nil),              // 76: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),             // 77: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),              // 78: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),             // 79: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),              // 80: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),             // 81: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),        // 82: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),       // 83: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),           // 84: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),          // 85: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),        // 86: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),       // 87: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),      // 88: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),     // 89: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),     // 90: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 91: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),         // 92: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),        // 93: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),        // 94: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),       // 95: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),          // 96: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 97: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                  // 98: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),              // 99: plumb.v1.InterruptRule
+	(*Thread)(nil),                     // 100: plumb.v1.Thread
+	(*RunRecord)(nil),                  // 101: plumb.v1.RunRecord
+	(*Todo)(nil),                       // 102: plumb.v1.Todo
+	(*ToolCall)(nil),                   // 103: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),              // 104: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                  // 105: plumb.v1.StateFile
+	(*Checkpoint)(nil),                 // 106: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                 // 107: plumb.v1.TokenUsage
+	(*Event)(nil),                      // 108: plumb.v1.Event
+	(*RunQueued)(nil),                  // 109: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),              // 110: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                 // 111: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                // 112: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),            // 113: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),              // 114: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                 // 115: plumb.v1.RunStarted
+	(*MessageDelta)(nil),               // 116: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),             // 117: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),           // 118: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),            // 119: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                 // 120: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),               // 121: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),            // 122: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),           // 123: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),           // 124: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                // 125: plumb.v1.Interrupted
+	(*UsageReport)(nil),                // 126: plumb.v1.UsageReport
+	(*Summarized)(nil),                 // 127: plumb.v1.Summarized
+	(*RunError)(nil),                   // 128: plumb.v1.RunError
+	(*RunFinished)(nil),                // 129: plumb.v1.RunFinished
+	nil,                                // 130: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                // 131: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                // 132: plumb.v1.RunRequest.MetadataEntry
+	nil,                                // 133: plumb.v1.RunRequest.FilesEntry
+	nil,                                // 134: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                // 135: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                // 136: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),        // 137: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 138: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	125, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	137, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	63,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	126, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	126, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	126, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	126, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	125, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	73,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	138, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	138, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	138, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	138, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	137, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	63,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	14,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	14,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	14,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	125, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	73,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	16,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	16,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	16,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
+	137, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	63,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	14,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	14,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	14,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	126, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	126, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	73,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	16,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	16,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	16,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	138, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	138, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
-	29,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	91,  // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
-	7,   // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	91,  // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	125, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	91,  // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	126, // 28: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	126, // 29: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	38,  // 30: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	38,  // 31: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	126, // 32: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	126, // 33: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	118, // 34: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
-	45,  // 35: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	45,  // 36: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
-	45,  // 37: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	119, // 38: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	125, // 39: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	56,  // 40: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	126, // 41: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	126, // 42: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	56,  // 43: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	120, // 44: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	61,  // 45: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	62,  // 46: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	121, // 47: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	125, // 48: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 49: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	98,  // 50: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	3,   // 51: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	65,  // 52: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	98,  // 53: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	98,  // 54: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	122, // 55: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	90,  // 56: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	4,   // 57: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	90,  // 58: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	94,  // 59: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	95,  // 60: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	96,  // 61: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	123, // 62: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	5,   // 63: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	90,  // 64: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	88,  // 65: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	6,   // 66: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	89,  // 67: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	3,   // 68: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	126, // 69: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	126, // 70: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	124, // 71: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	5,   // 72: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	92,  // 73: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	113, // 74: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	91,  // 75: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	97,  // 76: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	94,  // 77: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	95,  // 78: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	96,  // 79: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	7,   // 80: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	97,  // 81: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	126, // 82: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	126, // 83: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	116, // 84: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	126, // 85: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	8,   // 86: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	93,  // 87: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	126, // 88: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	10,  // 89: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	126, // 90: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	9,   // 91: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	126, // 92: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	126, // 93: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	103, // 94: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	104, // 95: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	105, // 96: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	106, // 97: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	107, // 98: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	108, // 99: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	109, // 100: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	110, // 101: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	111, // 102: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	113, // 103: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	114, // 104: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	115, // 105: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	116, // 106: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	117, // 107: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	102, // 108: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	100, // 109: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	101, // 110: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	99,  // 111: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	91,  // 112: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	93,  // 113: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	10,  // 114: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	92,  // 115: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	11,  // 116: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	97,  // 117: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	12,  // 118: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	3,   // 119: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	112, // 120: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	97,  // 121: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	13,  // 122: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	97,  // 123: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	7,   // 124: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	97,  // 125: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	63,  // 126: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	66,  // 127: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	68,  // 128: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	70,  // 129: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	72,  // 130: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	74,  // 131: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	76,  // 132: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	78,  // 133: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	80,  // 134: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	82,  // 135: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	84,  // 136: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	86,  // 137: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	39,  // 138: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	41,  // 139: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	43,  // 140: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	54,  // 141: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	57,  // 142: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	59,  // 143: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	15,  // 144: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	17,  // 145: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	19,  // 146: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	21,  // 147: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	23,  // 148: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	25,  // 149: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	27,  // 150: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	30,  // 151: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	46,  // 152: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	48,  // 153: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	50,  // 154: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	52,  // 155: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	32,  // 156: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	34,  // 157: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	36,  // 158: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	64,  // 159: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	67,  // 160: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	69,  // 161: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	71,  // 162: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	73,  // 163: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	75,  // 164: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	77,  // 165: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	79,  // 166: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	81,  // 167: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	83,  // 168: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	85,  // 169: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	87,  // 170: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	40,  // 171: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	42,  // 172: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	44,  // 173: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	55,  // 174: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	58,  // 175: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	60,  // 176: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	16,  // 177: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	18,  // 178: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	20,  // 179: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	22,  // 180: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	24,  // 181: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	26,  // 182: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	28,  // 183: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	31,  // 184: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	47,  // 185: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	49,  // 186: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	51,  // 187: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	53,  // 188: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	33,  // 189: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	35,  // 190: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	37,  // 191: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	159, // [159:192] is the sub-list for method output_type
-	126, // [126:159] is the sub-list for method input_type
-	126, // [126:126] is the sub-list for extension type_name
-	126, // [126:126] is the sub-list for extension extendee
-	0,   // [0:126] is the sub-list for field type_name
+	31,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
+	101, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	9,   // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
+	101, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	137, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	101, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	138, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
+	138, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	138, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
+	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
+	41,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
+	41,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
+	138, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	138, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	48,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	48,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	138, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	138, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	130, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	55,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	55,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
+	55,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	131, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	137, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	66,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	138, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	138, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	66,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	132, // 52: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	71,  // 53: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	72,  // 54: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	133, // 55: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	137, // 56: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 57: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	108, // 58: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	5,   // 59: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	75,  // 60: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	108, // 61: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	108, // 62: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	134, // 63: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	100, // 64: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	6,   // 65: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	100, // 66: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	104, // 67: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	105, // 68: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	106, // 69: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	135, // 70: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	7,   // 71: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	100, // 72: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	98,  // 73: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	8,   // 74: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	99,  // 75: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	5,   // 76: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	138, // 77: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	138, // 78: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	136, // 79: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	7,   // 80: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	102, // 81: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	125, // 82: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	101, // 83: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	107, // 84: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	104, // 85: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	105, // 86: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	106, // 87: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	40,  // 88: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	9,   // 89: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	107, // 90: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	138, // 91: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	138, // 92: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	128, // 93: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	138, // 94: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	10,  // 95: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	103, // 96: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	138, // 97: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 98: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	138, // 99: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	11,  // 100: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	138, // 101: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	138, // 102: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	115, // 103: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	116, // 104: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	117, // 105: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	118, // 106: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	119, // 107: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	120, // 108: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	121, // 109: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	122, // 110: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	123, // 111: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	125, // 112: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	126, // 113: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	127, // 114: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	128, // 115: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	129, // 116: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	112, // 117: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	110, // 118: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	111, // 119: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	109, // 120: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	113, // 121: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	114, // 122: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	101, // 123: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	40,  // 124: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 125: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	103, // 126: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	12,  // 127: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	102, // 128: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	13,  // 129: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	107, // 130: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	14,  // 131: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	5,   // 132: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	124, // 133: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	107, // 134: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	15,  // 135: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	107, // 136: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	9,   // 137: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	107, // 138: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	73,  // 139: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	76,  // 140: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	78,  // 141: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	80,  // 142: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	82,  // 143: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	84,  // 144: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	86,  // 145: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	88,  // 146: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	90,  // 147: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	92,  // 148: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	94,  // 149: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	96,  // 150: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	49,  // 151: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	51,  // 152: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	53,  // 153: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	64,  // 154: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	67,  // 155: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	69,  // 156: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	17,  // 157: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	19,  // 158: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	21,  // 159: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	23,  // 160: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	25,  // 161: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	27,  // 162: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	29,  // 163: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	32,  // 164: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	56,  // 165: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	58,  // 166: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	60,  // 167: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	62,  // 168: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	34,  // 169: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	36,  // 170: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	38,  // 171: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	42,  // 172: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	44,  // 173: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	46,  // 174: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	74,  // 175: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	77,  // 176: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	79,  // 177: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	81,  // 178: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	83,  // 179: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	85,  // 180: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	87,  // 181: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	89,  // 182: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	91,  // 183: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	93,  // 184: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	95,  // 185: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	97,  // 186: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	50,  // 187: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	52,  // 188: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	54,  // 189: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	65,  // 190: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	68,  // 191: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	70,  // 192: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	18,  // 193: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	20,  // 194: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	22,  // 195: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	24,  // 196: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	26,  // 197: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	28,  // 198: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	30,  // 199: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	33,  // 200: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	57,  // 201: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	59,  // 202: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	61,  // 203: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	63,  // 204: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	35,  // 205: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	37,  // 206: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	39,  // 207: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	43,  // 208: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	45,  // 209: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	47,  // 210: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	175, // [175:211] is the sub-list for method output_type
+	139, // [139:175] is the sub-list for method input_type
+	139, // [139:139] is the sub-list for extension type_name
+	139, // [139:139] is the sub-list for extension extendee
+	0,   // [0:139] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -8992,7 +10044,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[84].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[92].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -9011,15 +10063,17 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 		(*Event_RunQueued)(nil),
+		(*Event_EgressRequest)(nil),
+		(*Event_EgressDecided)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[94].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[104].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      14,
-			NumMessages:   111,
+			NumEnums:      16,
+			NumMessages:   121,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

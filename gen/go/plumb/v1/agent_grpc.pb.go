@@ -19,39 +19,42 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Run_FullMethodName               = "/plumb.v1.AgentService/Run"
-	AgentService_Resume_FullMethodName            = "/plumb.v1.AgentService/Resume"
-	AgentService_Attach_FullMethodName            = "/plumb.v1.AgentService/Attach"
-	AgentService_Cancel_FullMethodName            = "/plumb.v1.AgentService/Cancel"
-	AgentService_CreateThread_FullMethodName      = "/plumb.v1.AgentService/CreateThread"
-	AgentService_GetThread_FullMethodName         = "/plumb.v1.AgentService/GetThread"
-	AgentService_ListMessages_FullMethodName      = "/plumb.v1.AgentService/ListMessages"
-	AgentService_ListStateFiles_FullMethodName    = "/plumb.v1.AgentService/ListStateFiles"
-	AgentService_ListCheckpoints_FullMethodName   = "/plumb.v1.AgentService/ListCheckpoints"
-	AgentService_ListThreads_FullMethodName       = "/plumb.v1.AgentService/ListThreads"
-	AgentService_DeleteThread_FullMethodName      = "/plumb.v1.AgentService/DeleteThread"
-	AgentService_ListAgents_FullMethodName        = "/plumb.v1.AgentService/ListAgents"
-	AgentService_PutSecret_FullMethodName         = "/plumb.v1.AgentService/PutSecret"
-	AgentService_ListSecrets_FullMethodName       = "/plumb.v1.AgentService/ListSecrets"
-	AgentService_DeleteSecret_FullMethodName      = "/plumb.v1.AgentService/DeleteSecret"
-	AgentService_CreatePreview_FullMethodName     = "/plumb.v1.AgentService/CreatePreview"
-	AgentService_ListPreviews_FullMethodName      = "/plumb.v1.AgentService/ListPreviews"
-	AgentService_RevokePreview_FullMethodName     = "/plumb.v1.AgentService/RevokePreview"
-	AgentService_CreateSchedule_FullMethodName    = "/plumb.v1.AgentService/CreateSchedule"
-	AgentService_GetSchedule_FullMethodName       = "/plumb.v1.AgentService/GetSchedule"
-	AgentService_ListSchedules_FullMethodName     = "/plumb.v1.AgentService/ListSchedules"
-	AgentService_UpdateSchedule_FullMethodName    = "/plumb.v1.AgentService/UpdateSchedule"
-	AgentService_DeleteSchedule_FullMethodName    = "/plumb.v1.AgentService/DeleteSchedule"
-	AgentService_PauseSchedule_FullMethodName     = "/plumb.v1.AgentService/PauseSchedule"
-	AgentService_ResumeSchedule_FullMethodName    = "/plumb.v1.AgentService/ResumeSchedule"
-	AgentService_ListScheduleFires_FullMethodName = "/plumb.v1.AgentService/ListScheduleFires"
-	AgentService_PutSkill_FullMethodName          = "/plumb.v1.AgentService/PutSkill"
-	AgentService_ListSkills_FullMethodName        = "/plumb.v1.AgentService/ListSkills"
-	AgentService_GetSkill_FullMethodName          = "/plumb.v1.AgentService/GetSkill"
-	AgentService_DeleteSkill_FullMethodName       = "/plumb.v1.AgentService/DeleteSkill"
-	AgentService_GetRun_FullMethodName            = "/plumb.v1.AgentService/GetRun"
-	AgentService_ListRuns_FullMethodName          = "/plumb.v1.AgentService/ListRuns"
-	AgentService_WaitRun_FullMethodName           = "/plumb.v1.AgentService/WaitRun"
+	AgentService_Run_FullMethodName                = "/plumb.v1.AgentService/Run"
+	AgentService_Resume_FullMethodName             = "/plumb.v1.AgentService/Resume"
+	AgentService_Attach_FullMethodName             = "/plumb.v1.AgentService/Attach"
+	AgentService_Cancel_FullMethodName             = "/plumb.v1.AgentService/Cancel"
+	AgentService_CreateThread_FullMethodName       = "/plumb.v1.AgentService/CreateThread"
+	AgentService_GetThread_FullMethodName          = "/plumb.v1.AgentService/GetThread"
+	AgentService_ListMessages_FullMethodName       = "/plumb.v1.AgentService/ListMessages"
+	AgentService_ListStateFiles_FullMethodName     = "/plumb.v1.AgentService/ListStateFiles"
+	AgentService_ListCheckpoints_FullMethodName    = "/plumb.v1.AgentService/ListCheckpoints"
+	AgentService_ListThreads_FullMethodName        = "/plumb.v1.AgentService/ListThreads"
+	AgentService_DeleteThread_FullMethodName       = "/plumb.v1.AgentService/DeleteThread"
+	AgentService_ListAgents_FullMethodName         = "/plumb.v1.AgentService/ListAgents"
+	AgentService_PutSecret_FullMethodName          = "/plumb.v1.AgentService/PutSecret"
+	AgentService_ListSecrets_FullMethodName        = "/plumb.v1.AgentService/ListSecrets"
+	AgentService_DeleteSecret_FullMethodName       = "/plumb.v1.AgentService/DeleteSecret"
+	AgentService_CreatePreview_FullMethodName      = "/plumb.v1.AgentService/CreatePreview"
+	AgentService_ListPreviews_FullMethodName       = "/plumb.v1.AgentService/ListPreviews"
+	AgentService_RevokePreview_FullMethodName      = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_CreateSchedule_FullMethodName     = "/plumb.v1.AgentService/CreateSchedule"
+	AgentService_GetSchedule_FullMethodName        = "/plumb.v1.AgentService/GetSchedule"
+	AgentService_ListSchedules_FullMethodName      = "/plumb.v1.AgentService/ListSchedules"
+	AgentService_UpdateSchedule_FullMethodName     = "/plumb.v1.AgentService/UpdateSchedule"
+	AgentService_DeleteSchedule_FullMethodName     = "/plumb.v1.AgentService/DeleteSchedule"
+	AgentService_PauseSchedule_FullMethodName      = "/plumb.v1.AgentService/PauseSchedule"
+	AgentService_ResumeSchedule_FullMethodName     = "/plumb.v1.AgentService/ResumeSchedule"
+	AgentService_ListScheduleFires_FullMethodName  = "/plumb.v1.AgentService/ListScheduleFires"
+	AgentService_PutSkill_FullMethodName           = "/plumb.v1.AgentService/PutSkill"
+	AgentService_ListSkills_FullMethodName         = "/plumb.v1.AgentService/ListSkills"
+	AgentService_GetSkill_FullMethodName           = "/plumb.v1.AgentService/GetSkill"
+	AgentService_DeleteSkill_FullMethodName        = "/plumb.v1.AgentService/DeleteSkill"
+	AgentService_GetRun_FullMethodName             = "/plumb.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName           = "/plumb.v1.AgentService/ListRuns"
+	AgentService_WaitRun_FullMethodName            = "/plumb.v1.AgentService/WaitRun"
+	AgentService_DecideThreadEgress_FullMethodName = "/plumb.v1.AgentService/DecideThreadEgress"
+	AgentService_ListEgressGrants_FullMethodName   = "/plumb.v1.AgentService/ListEgressGrants"
+	AgentService_RevokeEgressGrant_FullMethodName  = "/plumb.v1.AgentService/RevokeEgressGrant"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -178,6 +181,23 @@ type AgentServiceClient interface {
 	// then: a wait that times out is not an error (check the status). Works
 	// on any replica.
 	WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*WaitRunResponse, error)
+	// DecideThreadEgress approves or rejects a connection of the thread's
+	// sandbox that waits for a human (an egress_request event, listed in
+	// Thread.pending_egress; docs/security.md, "Egress approved by a human"),
+	// on any replica: the waiting connection proceeds or is refused at once.
+	// An approval with scope THREAD or AGENT is also a stored grant that
+	// admits the destination in boxes created later for the thread, or for
+	// any thread of that agent in the caller's tenant. NOT_FOUND for another
+	// tenant's thread or a request that is not pending.
+	DecideThreadEgress(ctx context.Context, in *DecideThreadEgressRequest, opts ...grpc.CallOption) (*DecideThreadEgressResponse, error)
+	// ListEgressGrants pages through the approvals (the audit) of a thread
+	// or of an agent in the caller's tenant, newest first.
+	ListEgressGrants(ctx context.Context, in *ListEgressGrantsRequest, opts ...grpc.CallOption) (*ListEgressGrantsResponse, error)
+	// RevokeEgressGrant stops a stored grant from admitting its destination
+	// in boxes created from now on (a running box keeps what it was given;
+	// delete its sandbox to take it away). The record stays in the audit,
+	// marked revoked.
+	RevokeEgressGrant(ctx context.Context, in *RevokeEgressGrantRequest, opts ...grpc.CallOption) (*RevokeEgressGrantResponse, error)
 }
 
 type agentServiceClient struct {
@@ -545,6 +565,36 @@ func (c *agentServiceClient) WaitRun(ctx context.Context, in *WaitRunRequest, op
 	return out, nil
 }
 
+func (c *agentServiceClient) DecideThreadEgress(ctx context.Context, in *DecideThreadEgressRequest, opts ...grpc.CallOption) (*DecideThreadEgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideThreadEgressResponse)
+	err := c.cc.Invoke(ctx, AgentService_DecideThreadEgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListEgressGrants(ctx context.Context, in *ListEgressGrantsRequest, opts ...grpc.CallOption) (*ListEgressGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEgressGrantsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListEgressGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) RevokeEgressGrant(ctx context.Context, in *RevokeEgressGrantRequest, opts ...grpc.CallOption) (*RevokeEgressGrantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeEgressGrantResponse)
+	err := c.cc.Invoke(ctx, AgentService_RevokeEgressGrant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -669,6 +719,23 @@ type AgentServiceServer interface {
 	// then: a wait that times out is not an error (check the status). Works
 	// on any replica.
 	WaitRun(context.Context, *WaitRunRequest) (*WaitRunResponse, error)
+	// DecideThreadEgress approves or rejects a connection of the thread's
+	// sandbox that waits for a human (an egress_request event, listed in
+	// Thread.pending_egress; docs/security.md, "Egress approved by a human"),
+	// on any replica: the waiting connection proceeds or is refused at once.
+	// An approval with scope THREAD or AGENT is also a stored grant that
+	// admits the destination in boxes created later for the thread, or for
+	// any thread of that agent in the caller's tenant. NOT_FOUND for another
+	// tenant's thread or a request that is not pending.
+	DecideThreadEgress(context.Context, *DecideThreadEgressRequest) (*DecideThreadEgressResponse, error)
+	// ListEgressGrants pages through the approvals (the audit) of a thread
+	// or of an agent in the caller's tenant, newest first.
+	ListEgressGrants(context.Context, *ListEgressGrantsRequest) (*ListEgressGrantsResponse, error)
+	// RevokeEgressGrant stops a stored grant from admitting its destination
+	// in boxes created from now on (a running box keeps what it was given;
+	// delete its sandbox to take it away). The record stays in the audit,
+	// marked revoked.
+	RevokeEgressGrant(context.Context, *RevokeEgressGrantRequest) (*RevokeEgressGrantResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -777,6 +844,15 @@ func (UnimplementedAgentServiceServer) ListRuns(context.Context, *ListRunsReques
 }
 func (UnimplementedAgentServiceServer) WaitRun(context.Context, *WaitRunRequest) (*WaitRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitRun not implemented")
+}
+func (UnimplementedAgentServiceServer) DecideThreadEgress(context.Context, *DecideThreadEgressRequest) (*DecideThreadEgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideThreadEgress not implemented")
+}
+func (UnimplementedAgentServiceServer) ListEgressGrants(context.Context, *ListEgressGrantsRequest) (*ListEgressGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEgressGrants not implemented")
+}
+func (UnimplementedAgentServiceServer) RevokeEgressGrant(context.Context, *RevokeEgressGrantRequest) (*RevokeEgressGrantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeEgressGrant not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1372,6 +1448,60 @@ func _AgentService_WaitRun_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_DecideThreadEgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideThreadEgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DecideThreadEgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DecideThreadEgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DecideThreadEgress(ctx, req.(*DecideThreadEgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListEgressGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEgressGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListEgressGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListEgressGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListEgressGrants(ctx, req.(*ListEgressGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_RevokeEgressGrant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeEgressGrantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RevokeEgressGrant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RevokeEgressGrant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RevokeEgressGrant(ctx, req.(*RevokeEgressGrantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1498,6 +1628,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitRun",
 			Handler:    _AgentService_WaitRun_Handler,
+		},
+		{
+			MethodName: "DecideThreadEgress",
+			Handler:    _AgentService_DecideThreadEgress_Handler,
+		},
+		{
+			MethodName: "ListEgressGrants",
+			Handler:    _AgentService_ListEgressGrants_Handler,
+		},
+		{
+			MethodName: "RevokeEgressGrant",
+			Handler:    _AgentService_RevokeEgressGrant_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

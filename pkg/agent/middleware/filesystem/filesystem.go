@@ -318,6 +318,7 @@ func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 	return func(ctx context.Context, req *agent.ToolRequest) (agent.ToolResult, error) {
 		ctx, notices := backend.WithNotices(ctx)
 		ctx, lost := backend.WithLostWorkers(ctx)
+		ctx = backend.WithEgressCall(ctx, egressCall(req))
 		res, err := next(ctx, req)
 		for _, l := range lost() {
 			req.EmitAfterResult(agent.SandboxLost{Worker: l.Worker, SandboxID: l.SandboxID, Message: l.Message})
@@ -336,6 +337,27 @@ func (m *Middleware) WrapTool(next agent.ToolHandler) agent.ToolHandler {
 		}
 		return res, nil
 	}
+}
+
+// egressCall lets a sandbox backend report the connections its box holds
+// for a human's decision while req runs, as events of req's agent context.
+func egressCall(req *agent.ToolRequest) backend.EgressCall {
+	c := backend.EgressCall{ToolCallID: req.Call.ID}
+	if req.Run == nil {
+		c.Report = func(backend.EgressEvent) {}
+		return c
+	}
+	rc := req.Run
+	c.AgentPath, c.RunID = rc.AgentPath, rc.RunID
+	c.Report = func(e backend.EgressEvent) {
+		if !e.Closed {
+			rc.Emit(agent.EgressRequested{RequestID: e.RequestID, Host: e.Host, Port: e.Port, ToolCallID: req.Call.ID, Agent: e.Agent, SandboxID: e.SandboxID})
+			return
+		}
+		rc.Emit(agent.EgressDecided{RequestID: e.RequestID, Host: e.Host, Port: e.Port, Allowed: e.Allowed, Scope: e.Scope,
+			DecidedBy: e.DecidedBy, Reason: e.Reason, ToolCallID: req.Call.ID})
+	}
+	return c
 }
 
 func cutChars(s string, n int) string {
