@@ -375,6 +375,53 @@ func TestContainerKilledFromOutside(t *testing.T) {
 	}
 }
 
+// forkBombStaysInItsBox runs a fork bomb under runsc in a box of its own
+// and asserts what holds there: the call ends (timed out, or unavailable
+// when the box died under it), a neighbour keeps serving throughout, and
+// afterwards the box either answers again or is failed because its
+// container exited; nothing else.
+func forkBombStaysInItsBox(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Template, cmd, neighbour string) {
+	info := e.create(t, m, sandbox.CreateSpec{Overrides: spec})
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keepsServing(t, m, neighbour, func() {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute) // hang guard
+		defer cancel()
+		timeout := 3
+		r, err := f.Execute(ctx, backend.ExecuteRequest{Command: cmd, TimeoutSeconds: &timeout})
+		if err == nil && !r.TimedOut || err != nil && backend.CodeOf(err) != backend.CodeUnavailable {
+			t.Fatalf("fork bomb: %q exit %d timed_out %v, %v; want timed out, or unavailable", r.Output, exitCode(r), r.TimedOut, err)
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got, err := m.Get(ctx, info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == sandbox.StateFailed {
+			if !strings.Contains(got.FailureReason, "its container exited") {
+				t.Fatalf("the bomb's box failed with reason %q, want its container exited", got.FailureReason)
+			}
+			t.Logf("the fork bomb ended its whole gVisor sandbox: %s", got.FailureReason)
+			return
+		}
+		timeout := 60
+		r, err := f.Execute(ctx, backend.ExecuteRequest{Command: "echo alive", TimeoutSeconds: &timeout})
+		if err == nil && r.Output == "alive\n" {
+			t.Log("the fork bomb's box answers again")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bomb's box neither answers nor failed: %q, %v", r.Output, err)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval
+	}
+}
+
 // TestHostileSandbox runs hostile commands under every runtime the engine
 // has (runc, and runsc when installed); a neighbour box keeps serving
 // during each one and the worker's heap stays within its channel memory
@@ -431,6 +478,17 @@ func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime, neigh
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if runtime == "runsc" && tt.name == "fork bomb contained" {
+				// gVisor's tasks are not host processes, but the
+				// sentry's threads and the platform's stubs count
+				// against the box's pids limit: a bomb there can take
+				// the last pid the sentry needs, and the whole gVisor
+				// sandbox dies (WaitPID EOF, exit 2), seen in 1 of 2
+				// runs. It runs in a box of its own, so it may not
+				// take down the box the rest of this suite uses.
+				forkBombStaysInItsBox(t, e, m, spec, tt.cmd, neighbour)
+				return
+			}
 			if runtime == "runsc" && tt.name == "memory hog killed" {
 				// The sentry holds the box's memory and shares its
 				// memory cgroup: at the limit the host's OOM killer
