@@ -205,7 +205,14 @@ func (h *Host) Attach(ctx context.Context, threadID string, after uint64, send S
 	if err != nil {
 		return err
 	}
-	err = r.Follow(ctx, from, send)
+	sent := false
+	err = r.Follow(ctx, from, func(ev *plumbv1.Event) error { sent = true; return send(ev) })
+	if errors.Is(err, runs.ErrOutOfRange) && !sent && h.cfg.Events != nil {
+		// A segment that had no events yet when Attach found it (a
+		// takeover numbers its first event after the stored ones) is
+		// past `after` by the time Follow reads it: the log has them.
+		err = h.followStored(ctx, threadID, after, send)
+	}
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
