@@ -459,3 +459,9 @@ func TestLeasesConformance(t *testing.T) {
 func TestPreviewsConformance(t *testing.T) {
 	storetest.RunPreviews(t, func(t *testing.T) storetest.PreviewStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestWebhooksConformance runs the webhook suite against a real PostgreSQL
+// server.
+func TestWebhooksConformance(t *testing.T) {
+	storetest.RunWebhooks(t, func(t *testing.T) store.Webhooks { return open(t, pgtest.New(t), Options{}) })
+}
