@@ -47,7 +47,7 @@ type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
 func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
 	ls := h.cfg.Leases
 	if ls == nil {
-		return f(ctx, underLease{}, sink)
+		return h.reportEnd(ctx, threadID, sink, func(sink agent.Sink) error { return f(ctx, underLease{}, sink) })
 	}
 	l, err := ls.AcquireLease(ctx, threadID, h.cfg.ReplicaID, h.clock.Now(), h.leaseTTL())
 	if err != nil {
@@ -122,7 +122,7 @@ func (h *Host) hold(ctx context.Context, l store.Lease, sink agent.Sink, f lease
 		w = h.startEvents(ctx, l, lg, sink, cancel)
 		sink, u.flush = w.add, w.flush
 	}
-	err := f(ctx, u, sink)
+	err := h.reportEnd(ctx, l.ThreadID, sink, func(sink agent.Sink) error { return f(ctx, u, sink) })
 	if w != nil {
 		w.close()
 	}

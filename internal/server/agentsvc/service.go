@@ -9,6 +9,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/runhost"
+	"github.com/plumbhq/plumb/internal/webhooks"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/secrets"
@@ -56,6 +57,11 @@ type Config struct {
 	// Previews, when set, serves CreatePreview, ListPreviews and
 	// RevokePreview; nil: they are FAILED_PRECONDITION (PREVIEWS_OFF).
 	Previews Previews
+	// Webhooks, when enabled (a secrets key is set), serves
+	// RunRequest.webhook_url, RotateWebhookKey and ListWebhookDeliveries;
+	// otherwise they are FAILED_PRECONDITION (NO_SECRETS_KEY). Wire its
+	// OnRunEnd into Config.OnRunEnd.
+	Webhooks *webhooks.Service
 }
 
 // Option adjusts a Service (test seams).

@@ -12,6 +12,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
+	"github.com/plumbhq/plumb/pkg/webhook"
 	"google.golang.org/grpc/codes"
 )
 
@@ -61,6 +62,9 @@ const (
 	ReasonPreviewLimit    = "PREVIEW_LIMIT"
 	ReasonNoSandbox       = "NO_SANDBOX"
 	ReasonPreviewsOff     = "PREVIEWS_OFF"
+	// ReasonNoWebhookKey: the caller's tenant has no webhook signing key
+	// (RotateWebhookKey makes one).
+	ReasonNoWebhookKey = "NO_WEBHOOK_KEY"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -159,6 +163,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.ResourceExhausted, err.Error(), ReasonPreviewLimit, nil), true
 	case errors.Is(err, preview.ErrNoSandbox):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandbox, nil), true
+	case errors.Is(err, store.ErrNoWebhookKey):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoWebhookKey, nil), true
+	case errors.Is(err, webhook.ErrRefused):
+		return server.WithInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
 	case errors.Is(err, preview.ErrOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonPreviewsOff, nil), true
 	}

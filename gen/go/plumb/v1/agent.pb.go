@@ -23,6 +23,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WebhookDeliveryStatus is where a delivery is.
+type WebhookDeliveryStatus int32
+
+const (
+	// WEBHOOK_DELIVERY_STATUS_UNSPECIFIED: any (in a filter).
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_UNSPECIFIED WebhookDeliveryStatus = 0
+	// WEBHOOK_DELIVERY_STATUS_PENDING waits for its next attempt.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_PENDING WebhookDeliveryStatus = 1
+	// WEBHOOK_DELIVERY_STATUS_DELIVERING is being sent by a replica.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DELIVERING WebhookDeliveryStatus = 2
+	// WEBHOOK_DELIVERY_STATUS_SUCCEEDED: the receiver answered 2xx.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED WebhookDeliveryStatus = 3
+	// WEBHOOK_DELIVERY_STATUS_FAILED: retries gave up, or the URL is refused.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_FAILED WebhookDeliveryStatus = 4
+)
+
+// Enum value maps for WebhookDeliveryStatus.
+var (
+	WebhookDeliveryStatus_name = map[int32]string{
+		0: "WEBHOOK_DELIVERY_STATUS_UNSPECIFIED",
+		1: "WEBHOOK_DELIVERY_STATUS_PENDING",
+		2: "WEBHOOK_DELIVERY_STATUS_DELIVERING",
+		3: "WEBHOOK_DELIVERY_STATUS_SUCCEEDED",
+		4: "WEBHOOK_DELIVERY_STATUS_FAILED",
+	}
+	WebhookDeliveryStatus_value = map[string]int32{
+		"WEBHOOK_DELIVERY_STATUS_UNSPECIFIED": 0,
+		"WEBHOOK_DELIVERY_STATUS_PENDING":     1,
+		"WEBHOOK_DELIVERY_STATUS_DELIVERING":  2,
+		"WEBHOOK_DELIVERY_STATUS_SUCCEEDED":   3,
+		"WEBHOOK_DELIVERY_STATUS_FAILED":      4,
+	}
+)
+
+func (x WebhookDeliveryStatus) Enum() *WebhookDeliveryStatus {
+	p := new(WebhookDeliveryStatus)
+	*p = x
+	return p
+}
+
+func (x WebhookDeliveryStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WebhookDeliveryStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+}
+
+func (WebhookDeliveryStatus) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[0]
+}
+
+func (x WebhookDeliveryStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WebhookDeliveryStatus.Descriptor instead.
+func (WebhookDeliveryStatus) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -68,11 +129,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[0].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[0]
+	return &file_plumb_v1_agent_proto_enumTypes[1]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -81,7 +142,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -121,11 +182,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[1].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[1]
+	return &file_plumb_v1_agent_proto_enumTypes[2]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -134,7 +195,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 // ThreadStatus is a thread's state.
@@ -178,11 +239,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[2]
+	return &file_plumb_v1_agent_proto_enumTypes[3]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -191,7 +252,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -231,11 +292,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[3].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[3]
+	return &file_plumb_v1_agent_proto_enumTypes[4]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -244,7 +305,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -305,11 +366,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[4].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[4]
+	return &file_plumb_v1_agent_proto_enumTypes[5]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -318,7 +379,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 // TodoStatus is a todo item's state.
@@ -362,11 +423,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -375,7 +436,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -427,11 +488,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -440,7 +501,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -492,11 +553,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -505,7 +566,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -557,11 +618,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -570,7 +631,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -610,11 +671,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -623,7 +684,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // UsagePurpose says what a model call was for.
@@ -663,11 +724,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -676,7 +737,7 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // SecretInfo describes a stored secret, without its value.
@@ -1406,6 +1467,418 @@ func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
+// RotateWebhookKeyRequest asks for a new webhook signing key.
+type RotateWebhookKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the keys it replaces keep signing: unset = agentd's
+	// webhooks.key_grace (24h by default), zero = they stop at once.
+	Grace         *durationpb.Duration `protobuf:"bytes,1,opt,name=grace,proto3" json:"grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookKeyRequest) Reset() {
+	*x = RotateWebhookKeyRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookKeyRequest) ProtoMessage() {}
+
+func (x *RotateWebhookKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateWebhookKeyRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RotateWebhookKeyRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+// RotateWebhookKeyResponse carries the new key, shown only here.
+type RotateWebhookKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key id (not secret).
+	KeyId string `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// The key: "whsec_" and 43 base64url characters. The HMAC-SHA256 key
+	// is this whole string's bytes.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// When it was made (it signs from then on).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the keys it replaced stop signing.
+	PreviousExpireTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=previous_expire_time,json=previousExpireTime,proto3" json:"previous_expire_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RotateWebhookKeyResponse) Reset() {
+	*x = RotateWebhookKeyResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookKeyResponse) ProtoMessage() {}
+
+func (x *RotateWebhookKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateWebhookKeyResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RotateWebhookKeyResponse) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RotateWebhookKeyResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RotateWebhookKeyResponse) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *RotateWebhookKeyResponse) GetPreviousExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousExpireTime
+	}
+	return nil
+}
+
+// WebhookDelivery is one event sent to one URL, and its log.
+type WebhookDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Delivery id (the Plumb-Delivery header and the payload's id).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Run id.
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Event type: run.succeeded, run.failed, run.interrupted, run.cancelled.
+	Event string `protobuf:"bytes,4,opt,name=event,proto3" json:"event,omitempty"`
+	// The receiver's URL.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// Status.
+	Status WebhookDeliveryStatus `protobuf:"varint,6,opt,name=status,proto3,enum=plumb.v1.WebhookDeliveryStatus" json:"status,omitempty"`
+	// Attempts started.
+	Attempts int32 `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// HTTP status of the last answer (0: none).
+	LastStatusCode int32 `protobuf:"varint,8,opt,name=last_status_code,json=lastStatusCode,proto3" json:"last_status_code,omitempty"`
+	// Why the last attempt failed (empty when it did not).
+	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When it is next due (pending).
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// When it was recorded.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it succeeded or gave up.
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// The JSON body every attempt sends.
+	PayloadJson   string `protobuf:"bytes,13,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookDelivery) Reset() {
+	*x = WebhookDelivery{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookDelivery) ProtoMessage() {}
+
+func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
+func (*WebhookDelivery) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WebhookDelivery) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetStatus() WebhookDeliveryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_UNSPECIFIED
+}
+
+func (x *WebhookDelivery) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastStatusCode() int32 {
+	if x != nil {
+		return x.LastStatusCode
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetPayloadJson() string {
+	if x != nil {
+		return x.PayloadJson
+	}
+	return ""
+}
+
+// ListWebhookDeliveriesRequest selects a page of deliveries.
+type ListWebhookDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this thread's (empty: any).
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Only this run's (empty: any).
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Only deliveries in this status (unspecified: any).
+	Status WebhookDeliveryStatus `protobuf:"varint,3,opt,name=status,proto3,enum=plumb.v1.WebhookDeliveryStatus" json:"status,omitempty"`
+	// Page size, 1..500 (0 = 50).
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Continues a previous listing.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesRequest) Reset() {
+	*x = ListWebhookDeliveriesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListWebhookDeliveriesRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetStatus() WebhookDeliveryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_UNSPECIFIED
+}
+
+func (x *ListWebhookDeliveriesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListWebhookDeliveriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListWebhookDeliveriesResponse is one page, newest first.
+type ListWebhookDeliveriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The deliveries.
+	Deliveries []*WebhookDelivery `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesResponse) Reset() {
+	*x = ListWebhookDeliveriesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+func (x *ListWebhookDeliveriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1417,7 +1890,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1902,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[14]
+	mi := &file_plumb_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1915,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -1468,7 +1941,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1953,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[15]
+	mi := &file_plumb_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1966,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClientTool) GetName() string {
@@ -1542,13 +2015,19 @@ type RunRequest struct {
 	Detach bool `protobuf:"varint,10,opt,name=detach,proto3" json:"detach,omitempty"`
 	// Drop a pending interrupt instead of failing with FAILED_PRECONDITION.
 	AbandonInterrupt bool `protobuf:"varint,11,opt,name=abandon_interrupt,json=abandonInterrupt,proto3" json:"abandon_interrupt,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// URL told when the run ends or pauses on an interrupt (a signed POST,
+	// docs/webhooks.md), besides the agent's configured webhooks. Checked
+	// against agentd's webhook policy (https; no loopback, link-local,
+	// private or metadata addresses unless allowed); the caller's tenant
+	// needs a signing key (RotateWebhookKey).
+	WebhookUrl    string `protobuf:"bytes,12,opt,name=webhook_url,json=webhookUrl,proto3" json:"webhook_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +2039,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[16]
+	mi := &file_plumb_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +2052,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -1653,6 +2132,13 @@ func (x *RunRequest) GetAbandonInterrupt() bool {
 	return false
 }
 
+func (x *RunRequest) GetWebhookUrl() string {
+	if x != nil {
+		return x.WebhookUrl
+	}
+	return ""
+}
+
 // RunResponse carries one event of a Run stream.
 type RunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1664,7 +2150,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2162,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[17]
+	mi := &file_plumb_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2175,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -1720,7 +2206,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2218,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[18]
+	mi := &file_plumb_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2231,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -1807,7 +2293,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2305,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[19]
+	mi := &file_plumb_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2318,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -1874,7 +2360,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2372,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[20]
+	mi := &file_plumb_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2385,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -1923,7 +2409,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2421,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[21]
+	mi := &file_plumb_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2434,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -1976,7 +2462,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2474,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[22]
+	mi := &file_plumb_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2487,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -2022,7 +2508,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2520,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[23]
+	mi := &file_plumb_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2533,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -2070,7 +2556,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2568,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[24]
+	mi := &file_plumb_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2581,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -2123,7 +2609,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2621,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[25]
+	mi := &file_plumb_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2634,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -2169,7 +2655,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2667,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[26]
+	mi := &file_plumb_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2680,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -2217,7 +2703,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2715,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[27]
+	mi := &file_plumb_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2728,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -2270,7 +2756,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2768,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[28]
+	mi := &file_plumb_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2781,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -2322,7 +2808,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2820,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[29]
+	mi := &file_plumb_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2833,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -2384,7 +2870,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2882,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[30]
+	mi := &file_plumb_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2895,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -2442,7 +2928,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2940,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[31]
+	mi := &file_plumb_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2953,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -2504,7 +2990,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +3002,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[32]
+	mi := &file_plumb_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +3015,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -2563,7 +3049,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +3061,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[33]
+	mi := &file_plumb_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +3074,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -2625,7 +3111,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +3123,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[34]
+	mi := &file_plumb_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +3136,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2685,7 +3171,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3183,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[35]
+	mi := &file_plumb_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3196,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -2754,7 +3240,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3252,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[36]
+	mi := &file_plumb_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3265,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2809,7 +3295,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3307,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[37]
+	mi := &file_plumb_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3320,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -2860,7 +3346,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3358,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[38]
+	mi := &file_plumb_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3371,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 // ListAgentsRequest has no fields.
@@ -2897,7 +3383,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3395,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[39]
+	mi := &file_plumb_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3408,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -2936,7 +3422,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3434,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[40]
+	mi := &file_plumb_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3447,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -2997,7 +3483,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3495,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[41]
+	mi := &file_plumb_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3508,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -3089,7 +3575,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3587,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[42]
+	mi := &file_plumb_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3600,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -3187,7 +3673,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3685,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[43]
+	mi := &file_plumb_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3698,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Thread) GetId() string {
@@ -3355,7 +3841,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3853,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[44]
+	mi := &file_plumb_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3866,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -3438,7 +3924,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3936,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[45]
+	mi := &file_plumb_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3949,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Todo) GetContent() string {
@@ -3495,7 +3981,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3993,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[46]
+	mi := &file_plumb_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +4006,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ToolCall) GetId() string {
@@ -3579,7 +4065,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +4077,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[47]
+	mi := &file_plumb_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +4090,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -3699,7 +4185,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4197,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[48]
+	mi := &file_plumb_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4210,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StateFile) GetPath() string {
@@ -3769,7 +4255,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4267,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[49]
+	mi := &file_plumb_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4280,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -3858,7 +4344,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +4356,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[50]
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +4369,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -3966,7 +4452,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4464,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[51]
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4477,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -4352,7 +4838,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4850,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[52]
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4863,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -4450,7 +4936,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4948,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[53]
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4961,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -4521,7 +5007,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +5019,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[54]
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +5032,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -4589,7 +5075,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4601,7 +5087,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4614,7 +5100,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -4667,7 +5153,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +5165,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +5178,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -4731,7 +5217,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +5229,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +5242,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -4799,7 +5285,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +5297,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5310,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -4877,7 +5363,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4889,7 +5375,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4902,7 +5388,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -4951,7 +5437,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4963,7 +5449,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4976,7 +5462,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ToolResult) GetId() string {
@@ -5046,7 +5532,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5058,7 +5544,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5071,7 +5557,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -5098,7 +5584,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5110,7 +5596,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5123,7 +5609,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -5167,7 +5653,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5665,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5678,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -5236,7 +5722,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5734,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5747,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -5340,7 +5826,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +5838,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +5851,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -5401,7 +5887,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +5899,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +5912,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -5487,7 +5973,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +5985,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +5998,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -5582,7 +6068,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +6080,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +6093,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RunError) GetCode() string {
@@ -5646,7 +6132,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +6144,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +6157,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -5742,14 +6228,52 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x14RevokePreviewRequest\x12\x1d\n" +
 	"\n" +
 	"preview_id\x18\x01 \x01(\tR\tpreviewId\"\x17\n" +
-	"\x15RevokePreviewResponse\"(\n" +
+	"\x15RevokePreviewResponse\"J\n" +
+	"\x17RotateWebhookKeyRequest\x12/\n" +
+	"\x05grace\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"\xce\x01\n" +
+	"\x18RotateWebhookKeyResponse\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12L\n" +
+	"\x14previous_expire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x12previousExpireTime\"\x80\x04\n" +
+	"\x0fWebhookDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05event\x18\x04 \x01(\tR\x05event\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x127\n" +
+	"\x06status\x18\x06 \x01(\x0e2\x1f.plumb.v1.WebhookDeliveryStatusR\x06status\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12(\n" +
+	"\x10last_status_code\x18\b \x01(\x05R\x0elastStatusCode\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12F\n" +
+	"\x11next_attempt_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vfinish_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\x12!\n" +
+	"\fpayload_json\x18\r \x01(\tR\vpayloadJson\"\xc7\x01\n" +
+	"\x1cListWebhookDeliveriesRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x127\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x1f.plumb.v1.WebhookDeliveryStatusR\x06status\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\x82\x01\n" +
+	"\x1dListWebhookDeliveriesResponse\x129\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x19.plumb.v1.WebhookDeliveryR\n" +
+	"deliveries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
 	"ClientTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xcb\x04\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xec\x04\n" +
 	"\n" +
 	"RunRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12>\n" +
@@ -5763,7 +6287,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\atimeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x16\n" +
 	"\x06detach\x18\n" +
 	" \x01(\bR\x06detach\x12+\n" +
-	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x1a;\n" +
+	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x12\x1f\n" +
+	"\vwebhook_url\x18\f \x01(\tR\n" +
+	"webhookUrl\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
@@ -6085,7 +6611,13 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1d\n" +
 	"\n" +
 	"final_text\x18\x02 \x01(\tR\tfinalText\x12*\n" +
-	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*\x95\x01\n" +
+	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*\xd8\x01\n" +
+	"\x15WebhookDeliveryStatus\x12'\n" +
+	"#WEBHOOK_DELIVERY_STATUS_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fWEBHOOK_DELIVERY_STATUS_PENDING\x10\x01\x12&\n" +
+	"\"WEBHOOK_DELIVERY_STATUS_DELIVERING\x10\x02\x12%\n" +
+	"!WEBHOOK_DELIVERY_STATUS_SUCCEEDED\x10\x03\x12\"\n" +
+	"\x1eWEBHOOK_DELIVERY_STATUS_FAILED\x10\x04*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -6149,8 +6681,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xc8\n" +
-	"\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\x8d\f\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -6170,7 +6701,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fDeleteSecret\x12\x1d.plumb.v1.DeleteSecretRequest\x1a\x1e.plumb.v1.DeleteSecretResponse\x12P\n" +
 	"\rCreatePreview\x12\x1e.plumb.v1.CreatePreviewRequest\x1a\x1f.plumb.v1.CreatePreviewResponse\x12M\n" +
 	"\fListPreviews\x12\x1d.plumb.v1.ListPreviewsRequest\x1a\x1e.plumb.v1.ListPreviewsResponse\x12P\n" +
-	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rRevokePreview\x12\x1e.plumb.v1.RevokePreviewRequest\x1a\x1f.plumb.v1.RevokePreviewResponse\x12Y\n" +
+	"\x10RotateWebhookKey\x12!.plumb.v1.RotateWebhookKeyRequest\x1a\".plumb.v1.RotateWebhookKeyResponse\x12h\n" +
+	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -6184,226 +6717,245 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(DecisionType)(0),               // 0: plumb.v1.DecisionType
-	(ThreadView)(0),                 // 1: plumb.v1.ThreadView
-	(ThreadStatus)(0),               // 2: plumb.v1.ThreadStatus
-	(AgentKind)(0),                  // 3: plumb.v1.AgentKind
-	(RunStatus)(0),                  // 4: plumb.v1.RunStatus
-	(TodoStatus)(0),                 // 5: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),            // 6: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),           // 7: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),             // 8: plumb.v1.SubagentStatus
-	(InterruptKind)(0),              // 9: plumb.v1.InterruptKind
-	(UsagePurpose)(0),               // 10: plumb.v1.UsagePurpose
-	(*SecretInfo)(nil),              // 11: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),        // 12: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),       // 13: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),      // 14: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),     // 15: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),     // 16: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),    // 17: plumb.v1.DeleteSecretResponse
-	(*CreatePreviewRequest)(nil),    // 18: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),   // 19: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                 // 20: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),     // 21: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),    // 22: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),    // 23: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),   // 24: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),            // 25: plumb.v1.InputMessage
-	(*ClientTool)(nil),              // 26: plumb.v1.ClientTool
-	(*RunRequest)(nil),              // 27: plumb.v1.RunRequest
-	(*RunResponse)(nil),             // 28: plumb.v1.RunResponse
-	(*Decision)(nil),                // 29: plumb.v1.Decision
-	(*ResumeRequest)(nil),           // 30: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),          // 31: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),           // 32: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),          // 33: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),           // 34: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),          // 35: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),     // 36: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),    // 37: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),        // 38: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),       // 39: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),     // 40: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 41: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),   // 42: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),  // 43: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),  // 44: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 45: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),      // 46: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),     // 47: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),     // 48: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),    // 49: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),       // 50: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),      // 51: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),               // 52: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),           // 53: plumb.v1.InterruptRule
-	(*Thread)(nil),                  // 54: plumb.v1.Thread
-	(*RunRecord)(nil),               // 55: plumb.v1.RunRecord
-	(*Todo)(nil),                    // 56: plumb.v1.Todo
-	(*ToolCall)(nil),                // 57: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),           // 58: plumb.v1.ThreadMessage
-	(*StateFile)(nil),               // 59: plumb.v1.StateFile
-	(*Checkpoint)(nil),              // 60: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),              // 61: plumb.v1.TokenUsage
-	(*Event)(nil),                   // 62: plumb.v1.Event
-	(*ToolCallDelta)(nil),           // 63: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),              // 64: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),             // 65: plumb.v1.SandboxLost
-	(*RunStarted)(nil),              // 66: plumb.v1.RunStarted
-	(*MessageDelta)(nil),            // 67: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),          // 68: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),        // 69: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),         // 70: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),              // 71: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),            // 72: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),         // 73: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),        // 74: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),        // 75: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),             // 76: plumb.v1.Interrupted
-	(*UsageReport)(nil),             // 77: plumb.v1.UsageReport
-	(*Summarized)(nil),              // 78: plumb.v1.Summarized
-	(*RunError)(nil),                // 79: plumb.v1.RunError
-	(*RunFinished)(nil),             // 80: plumb.v1.RunFinished
-	nil,                             // 81: plumb.v1.RunRequest.MetadataEntry
-	nil,                             // 82: plumb.v1.RunRequest.FilesEntry
-	nil,                             // 83: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                             // 84: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                             // 85: plumb.v1.Thread.MetadataEntry
-	(*timestamppb.Timestamp)(nil),   // 86: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 87: google.protobuf.Duration
+	(WebhookDeliveryStatus)(0),            // 0: plumb.v1.WebhookDeliveryStatus
+	(DecisionType)(0),                     // 1: plumb.v1.DecisionType
+	(ThreadView)(0),                       // 2: plumb.v1.ThreadView
+	(ThreadStatus)(0),                     // 3: plumb.v1.ThreadStatus
+	(AgentKind)(0),                        // 4: plumb.v1.AgentKind
+	(RunStatus)(0),                        // 5: plumb.v1.RunStatus
+	(TodoStatus)(0),                       // 6: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),                  // 7: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),                 // 8: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),                   // 9: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                    // 10: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                     // 11: plumb.v1.UsagePurpose
+	(*SecretInfo)(nil),                    // 12: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),              // 13: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),             // 14: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),            // 15: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 16: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 17: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 18: plumb.v1.DeleteSecretResponse
+	(*CreatePreviewRequest)(nil),          // 19: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),         // 20: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                       // 21: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),           // 22: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),          // 23: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),          // 24: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),         // 25: plumb.v1.RevokePreviewResponse
+	(*RotateWebhookKeyRequest)(nil),       // 26: plumb.v1.RotateWebhookKeyRequest
+	(*RotateWebhookKeyResponse)(nil),      // 27: plumb.v1.RotateWebhookKeyResponse
+	(*WebhookDelivery)(nil),               // 28: plumb.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),  // 29: plumb.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 30: plumb.v1.ListWebhookDeliveriesResponse
+	(*InputMessage)(nil),                  // 31: plumb.v1.InputMessage
+	(*ClientTool)(nil),                    // 32: plumb.v1.ClientTool
+	(*RunRequest)(nil),                    // 33: plumb.v1.RunRequest
+	(*RunResponse)(nil),                   // 34: plumb.v1.RunResponse
+	(*Decision)(nil),                      // 35: plumb.v1.Decision
+	(*ResumeRequest)(nil),                 // 36: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),                // 37: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),                 // 38: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),                // 39: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),                 // 40: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),                // 41: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),           // 42: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 43: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 44: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 45: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 46: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 47: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 48: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 49: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 50: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 51: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 52: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 53: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 54: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 55: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 56: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 57: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 58: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 59: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 60: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 61: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 62: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 63: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 64: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 65: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 66: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 67: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 68: plumb.v1.Event
+	(*ToolCallDelta)(nil),                 // 69: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 70: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 71: plumb.v1.SandboxLost
+	(*RunStarted)(nil),                    // 72: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 73: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 74: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 75: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 76: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 77: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 78: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 79: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 80: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 81: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 82: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 83: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 84: plumb.v1.Summarized
+	(*RunError)(nil),                      // 85: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 86: plumb.v1.RunFinished
+	nil,                                   // 87: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 88: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 89: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 90: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 91: plumb.v1.Thread.MetadataEntry
+	(*timestamppb.Timestamp)(nil),         // 92: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 93: google.protobuf.Duration
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	86,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	11,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	11,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	87,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	20,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	86,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	20,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	81,  // 9: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	25,  // 10: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	26,  // 11: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	82,  // 12: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	87,  // 13: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	62,  // 14: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	0,   // 15: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	29,  // 16: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	62,  // 17: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	62,  // 18: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	83,  // 19: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	54,  // 20: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	1,   // 21: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	54,  // 22: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	58,  // 23: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 24: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	60,  // 25: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	84,  // 26: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	2,   // 27: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	54,  // 28: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	52,  // 29: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	3,   // 30: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	53,  // 31: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	0,   // 32: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	86,  // 33: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 34: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	85,  // 35: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	2,   // 36: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	56,  // 37: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	76,  // 38: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	55,  // 39: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	61,  // 40: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	58,  // 41: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	59,  // 42: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	60,  // 43: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	4,   // 44: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	61,  // 45: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	86,  // 46: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	86,  // 47: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	5,   // 48: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	57,  // 49: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	86,  // 50: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	7,   // 51: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	86,  // 52: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	6,   // 53: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	86,  // 54: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 55: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	66,  // 56: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	67,  // 57: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	68,  // 58: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	69,  // 59: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	70,  // 60: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	71,  // 61: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	72,  // 62: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	73,  // 63: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	74,  // 64: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	76,  // 65: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	77,  // 66: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	78,  // 67: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	79,  // 68: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	80,  // 69: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	65,  // 70: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	63,  // 71: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	64,  // 72: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	57,  // 73: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	7,   // 74: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	56,  // 75: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	8,   // 76: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	61,  // 77: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	9,   // 78: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	0,   // 79: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	75,  // 80: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	61,  // 81: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	10,  // 82: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	61,  // 83: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	4,   // 84: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	61,  // 85: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	27,  // 86: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	30,  // 87: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	32,  // 88: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	34,  // 89: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	36,  // 90: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	38,  // 91: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	40,  // 92: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	42,  // 93: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	44,  // 94: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	46,  // 95: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	48,  // 96: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	50,  // 97: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	12,  // 98: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	14,  // 99: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	16,  // 100: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	18,  // 101: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	21,  // 102: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	23,  // 103: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	28,  // 104: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	31,  // 105: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	33,  // 106: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	35,  // 107: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	37,  // 108: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	39,  // 109: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	41,  // 110: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	43,  // 111: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	45,  // 112: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	47,  // 113: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	49,  // 114: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	51,  // 115: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	13,  // 116: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	15,  // 117: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	17,  // 118: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	19,  // 119: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	22,  // 120: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	24,  // 121: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	104, // [104:122] is the sub-list for method output_type
-	86,  // [86:104] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	92,  // 0: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	92,  // 1: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	12,  // 2: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	12,  // 3: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	93,  // 4: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	21,  // 5: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	92,  // 6: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	92,  // 7: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	21,  // 8: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	93,  // 9: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	92,  // 10: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	92,  // 11: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	0,   // 12: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
+	92,  // 13: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	92,  // 14: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	92,  // 15: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	0,   // 16: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
+	28,  // 17: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
+	87,  // 18: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	31,  // 19: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	32,  // 20: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	88,  // 21: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	93,  // 22: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	68,  // 23: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	1,   // 24: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	35,  // 25: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	68,  // 26: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	68,  // 27: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	89,  // 28: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	60,  // 29: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	2,   // 30: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	60,  // 31: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	64,  // 32: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	65,  // 33: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	66,  // 34: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	90,  // 35: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	3,   // 36: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	60,  // 37: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	58,  // 38: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	4,   // 39: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	59,  // 40: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	1,   // 41: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	92,  // 42: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 43: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	91,  // 44: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	3,   // 45: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	62,  // 46: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	82,  // 47: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	61,  // 48: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	67,  // 49: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	64,  // 50: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	65,  // 51: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	66,  // 52: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	5,   // 53: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	67,  // 54: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	92,  // 55: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 56: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 57: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	63,  // 58: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	92,  // 59: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	8,   // 60: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	92,  // 61: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	7,   // 62: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	92,  // 63: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 64: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	72,  // 65: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	73,  // 66: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	74,  // 67: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	75,  // 68: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	76,  // 69: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	77,  // 70: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	78,  // 71: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	79,  // 72: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	80,  // 73: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	82,  // 74: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	83,  // 75: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	84,  // 76: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	85,  // 77: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	86,  // 78: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	71,  // 79: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	69,  // 80: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	70,  // 81: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	63,  // 82: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	8,   // 83: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	62,  // 84: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	9,   // 85: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	67,  // 86: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	10,  // 87: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	1,   // 88: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	81,  // 89: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	67,  // 90: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	11,  // 91: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	67,  // 92: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	5,   // 93: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	67,  // 94: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	33,  // 95: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	36,  // 96: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	38,  // 97: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	40,  // 98: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	42,  // 99: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	44,  // 100: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	46,  // 101: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	48,  // 102: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	50,  // 103: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	52,  // 104: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	54,  // 105: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	56,  // 106: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	13,  // 107: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	15,  // 108: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	17,  // 109: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	19,  // 110: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	22,  // 111: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	24,  // 112: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	26,  // 113: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	29,  // 114: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	34,  // 115: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	37,  // 116: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	39,  // 117: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	41,  // 118: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	43,  // 119: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	45,  // 120: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	47,  // 121: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	49,  // 122: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	51,  // 123: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	53,  // 124: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	55,  // 125: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	57,  // 126: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	14,  // 127: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	16,  // 128: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	18,  // 129: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	20,  // 130: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	23,  // 131: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	25,  // 132: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	27,  // 133: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	30,  // 134: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	115, // [115:135] is the sub-list for method output_type
+	95,  // [95:115] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -6411,7 +6963,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[56].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -6430,14 +6982,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_ToolCallDelta)(nil),
 		(*Event_ToolOutput)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[60].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[65].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   75,
+			NumEnums:      12,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

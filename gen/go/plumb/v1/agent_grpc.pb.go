@@ -19,24 +19,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Run_FullMethodName             = "/plumb.v1.AgentService/Run"
-	AgentService_Resume_FullMethodName          = "/plumb.v1.AgentService/Resume"
-	AgentService_Attach_FullMethodName          = "/plumb.v1.AgentService/Attach"
-	AgentService_Cancel_FullMethodName          = "/plumb.v1.AgentService/Cancel"
-	AgentService_CreateThread_FullMethodName    = "/plumb.v1.AgentService/CreateThread"
-	AgentService_GetThread_FullMethodName       = "/plumb.v1.AgentService/GetThread"
-	AgentService_ListMessages_FullMethodName    = "/plumb.v1.AgentService/ListMessages"
-	AgentService_ListStateFiles_FullMethodName  = "/plumb.v1.AgentService/ListStateFiles"
-	AgentService_ListCheckpoints_FullMethodName = "/plumb.v1.AgentService/ListCheckpoints"
-	AgentService_ListThreads_FullMethodName     = "/plumb.v1.AgentService/ListThreads"
-	AgentService_DeleteThread_FullMethodName    = "/plumb.v1.AgentService/DeleteThread"
-	AgentService_ListAgents_FullMethodName      = "/plumb.v1.AgentService/ListAgents"
-	AgentService_PutSecret_FullMethodName       = "/plumb.v1.AgentService/PutSecret"
-	AgentService_ListSecrets_FullMethodName     = "/plumb.v1.AgentService/ListSecrets"
-	AgentService_DeleteSecret_FullMethodName    = "/plumb.v1.AgentService/DeleteSecret"
-	AgentService_CreatePreview_FullMethodName   = "/plumb.v1.AgentService/CreatePreview"
-	AgentService_ListPreviews_FullMethodName    = "/plumb.v1.AgentService/ListPreviews"
-	AgentService_RevokePreview_FullMethodName   = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_Run_FullMethodName                   = "/plumb.v1.AgentService/Run"
+	AgentService_Resume_FullMethodName                = "/plumb.v1.AgentService/Resume"
+	AgentService_Attach_FullMethodName                = "/plumb.v1.AgentService/Attach"
+	AgentService_Cancel_FullMethodName                = "/plumb.v1.AgentService/Cancel"
+	AgentService_CreateThread_FullMethodName          = "/plumb.v1.AgentService/CreateThread"
+	AgentService_GetThread_FullMethodName             = "/plumb.v1.AgentService/GetThread"
+	AgentService_ListMessages_FullMethodName          = "/plumb.v1.AgentService/ListMessages"
+	AgentService_ListStateFiles_FullMethodName        = "/plumb.v1.AgentService/ListStateFiles"
+	AgentService_ListCheckpoints_FullMethodName       = "/plumb.v1.AgentService/ListCheckpoints"
+	AgentService_ListThreads_FullMethodName           = "/plumb.v1.AgentService/ListThreads"
+	AgentService_DeleteThread_FullMethodName          = "/plumb.v1.AgentService/DeleteThread"
+	AgentService_ListAgents_FullMethodName            = "/plumb.v1.AgentService/ListAgents"
+	AgentService_PutSecret_FullMethodName             = "/plumb.v1.AgentService/PutSecret"
+	AgentService_ListSecrets_FullMethodName           = "/plumb.v1.AgentService/ListSecrets"
+	AgentService_DeleteSecret_FullMethodName          = "/plumb.v1.AgentService/DeleteSecret"
+	AgentService_CreatePreview_FullMethodName         = "/plumb.v1.AgentService/CreatePreview"
+	AgentService_ListPreviews_FullMethodName          = "/plumb.v1.AgentService/ListPreviews"
+	AgentService_RevokePreview_FullMethodName         = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_RotateWebhookKey_FullMethodName      = "/plumb.v1.AgentService/RotateWebhookKey"
+	AgentService_ListWebhookDeliveries_FullMethodName = "/plumb.v1.AgentService/ListWebhookDeliveries"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -107,6 +109,16 @@ type AgentServiceClient interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(ctx context.Context, in *RevokePreviewRequest, opts ...grpc.CallOption) (*RevokePreviewResponse, error)
+	// RotateWebhookKey makes a new signing key for the caller's tenant's
+	// webhooks (docs/webhooks.md) and returns it, the only time it is shown.
+	// The keys it replaces keep signing for the grace period (deliveries
+	// carry one v1 signature per live key). The first call makes the
+	// tenant's first key: webhooks need one. FAILED_PRECONDITION without a
+	// secrets key (the keys are sealed with it).
+	RotateWebhookKey(ctx context.Context, in *RotateWebhookKeyRequest, opts ...grpc.CallOption) (*RotateWebhookKeyResponse, error)
+	// ListWebhookDeliveries lists the caller's tenant's webhook deliveries,
+	// newest first, with their attempts and last answer.
+	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
 }
 
 type agentServiceClient struct {
@@ -324,6 +336,26 @@ func (c *agentServiceClient) RevokePreview(ctx context.Context, in *RevokePrevie
 	return out, nil
 }
 
+func (c *agentServiceClient) RotateWebhookKey(ctx context.Context, in *RotateWebhookKeyRequest, opts ...grpc.CallOption) (*RotateWebhookKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateWebhookKeyResponse)
+	err := c.cc.Invoke(ctx, AgentService_RotateWebhookKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhookDeliveriesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListWebhookDeliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -392,6 +424,16 @@ type AgentServiceServer interface {
 	// RevokePreview ends a preview at once, on every agentd replica: its URL
 	// stops working and its open connections close.
 	RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error)
+	// RotateWebhookKey makes a new signing key for the caller's tenant's
+	// webhooks (docs/webhooks.md) and returns it, the only time it is shown.
+	// The keys it replaces keep signing for the grace period (deliveries
+	// carry one v1 signature per live key). The first call makes the
+	// tenant's first key: webhooks need one. FAILED_PRECONDITION without a
+	// secrets key (the keys are sealed with it).
+	RotateWebhookKey(context.Context, *RotateWebhookKeyRequest) (*RotateWebhookKeyResponse, error)
+	// ListWebhookDeliveries lists the caller's tenant's webhook deliveries,
+	// newest first, with their attempts and last answer.
+	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -455,6 +497,12 @@ func (UnimplementedAgentServiceServer) ListPreviews(context.Context, *ListPrevie
 }
 func (UnimplementedAgentServiceServer) RevokePreview(context.Context, *RevokePreviewRequest) (*RevokePreviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokePreview not implemented")
+}
+func (UnimplementedAgentServiceServer) RotateWebhookKey(context.Context, *RotateWebhookKeyRequest) (*RotateWebhookKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateWebhookKey not implemented")
+}
+func (UnimplementedAgentServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -780,6 +828,42 @@ func _AgentService_RevokePreview_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_RotateWebhookKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateWebhookKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RotateWebhookKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RotateWebhookKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RotateWebhookKey(ctx, req.(*RotateWebhookKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhookDeliveriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListWebhookDeliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListWebhookDeliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListWebhookDeliveries(ctx, req.(*ListWebhookDeliveriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -846,6 +930,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokePreview",
 			Handler:    _AgentService_RevokePreview_Handler,
+		},
+		{
+			MethodName: "RotateWebhookKey",
+			Handler:    _AgentService_RotateWebhookKey_Handler,
+		},
+		{
+			MethodName: "ListWebhookDeliveries",
+			Handler:    _AgentService_ListWebhookDeliveries_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
