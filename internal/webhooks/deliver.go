@@ -35,6 +35,7 @@ func (s *Service) Run(ctx context.Context) {
 	lg := s.lg.With(zap.String("holder", s.cfg.Holder))
 	sem := make(chan struct{}, s.cfg.Concurrency)
 	var wg sync.WaitGroup
+	defer s.client.CloseIdleConnections()
 	defer wg.Wait()
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
@@ -80,10 +81,11 @@ type outcome struct {
 // attempt sends claimed delivery d once and records the result.
 func (s *Service) attempt(ctx context.Context, d store.Delivery) {
 	lg := s.lg.With(zap.String("delivery-id", d.ID), zap.String("run-id", d.RunID), zap.String("event", d.Event), zap.Int("attempt", d.Attempts))
-	now := s.now()
 	var o outcome
-	if now.After(d.GiveUp) || d.Attempts > s.cfg.MaxAttempts {
-		// Claimed past its window (a replica died on its last attempt).
+	if d.Attempts > s.cfg.MaxAttempts {
+		// A replica died during its last attempt. (The retry window is
+		// enforced when a retry is scheduled: an attempt that was due
+		// within it is made.)
 		o = outcome{code: d.LastStatusCode, err: "gave up: " + d.LastError, final: true}
 	} else {
 		o = s.send(ctx, d)

@@ -124,9 +124,10 @@ var (
 // Webhooks keeps tenants' webhook signing keys and the delivery log.
 // Every implementation must pass storetest.RunWebhooks.
 type Webhooks interface {
-	// RotateWebhookKey stores k as the tenant's current key; the keys it
-	// replaces (current ones) expire at oldExpires; keys expired by
-	// k.Created are deleted.
+	// RotateWebhookKey stores k as the tenant's current key; every other
+	// key of the tenant expires at oldExpires at the latest (a rotation
+	// without grace ends them all); keys expired by k.Created are
+	// deleted.
 	RotateWebhookKey(ctx context.Context, k WebhookKey, oldExpires time.Time) error
 	// WebhookKeys returns the tenant's keys live at now, newest first.
 	WebhookKeys(ctx context.Context, tenant string, now time.Time) ([]WebhookKey, error)

@@ -36,7 +36,7 @@ func (s *Store) RotateWebhookKey(ctx context.Context, k store.WebhookKey, oldExp
 		if _, err := tx.Exec(ctx, `DELETE FROM webhook_keys WHERE tenant = $1 AND expires_at <> 0 AND expires_at <= $2`, k.Tenant, store.Nanos(k.Created)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE webhook_keys SET expires_at = $1 WHERE tenant = $2 AND expires_at = 0`, store.Nanos(oldExpires), k.Tenant); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE webhook_keys SET expires_at = $1 WHERE tenant = $2 AND (expires_at = 0 OR expires_at > $1)`, store.Nanos(oldExpires), k.Tenant); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO webhook_keys (tenant, id, sealed, created_at, expires_at) VALUES ($1, $2, $3, $4, 0)`,

@@ -33,7 +33,7 @@ func (s *Store) RotateWebhookKey(ctx context.Context, k store.WebhookKey, oldExp
 		if _, err := tx.ExecContext(ctx, `DELETE FROM webhook_keys WHERE tenant = ? AND expires_at <> 0 AND expires_at <= ?`, k.Tenant, store.Nanos(k.Created)); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE webhook_keys SET expires_at = ? WHERE tenant = ? AND expires_at = 0`, store.Nanos(oldExpires), k.Tenant); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE webhook_keys SET expires_at = ? WHERE tenant = ? AND (expires_at = 0 OR expires_at > ?)`, store.Nanos(oldExpires), k.Tenant, store.Nanos(oldExpires)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO webhook_keys (tenant, id, sealed, created_at, expires_at) VALUES (?, ?, ?, ?, 0)`,
