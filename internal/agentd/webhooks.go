@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plumbhq/plumb/internal/webhooks"
+	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/store"
 	"github.com/plumbhq/plumb/pkg/webhook"
 )
@@ -37,7 +38,7 @@ func webhookConfig(cfg *Config) (webhooks.Config, error) {
 		Policy:   webhook.Policy{AllowHTTP: w.AllowHTTP, AllowPrivateNetworks: w.AllowPrivateNetworks, Allow: cidrs, AllowHosts: hosts},
 		Agents:   map[string][]webhooks.Target{},
 		RetryFor: w.RetryFor, Timeout: w.Timeout, MaxAttempts: w.MaxAttempts, Concurrency: w.Concurrency, KeyGrace: w.KeyGrace,
-		DefaultAgent: cfg.Defaults.Agent,
+		DefaultAgent: cmp.Or(cfg.Defaults.Agent, profile.Main),
 	}
 	for name, p := range cfg.Subagents {
 		if len(p.Webhooks) > 0 {
