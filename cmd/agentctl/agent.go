@@ -23,7 +23,7 @@ import (
 
 const agentUsage = `Usage:
   agentctl run [--agent NAME] [--thread ID] [--model KEY] [--label k=v]... [--file PATH=LOCALFILE]...
-               [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--json]
+               [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--webhook-url URL] [--json]
                [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
                [--client-tool NAME=COMMAND [--client-tool-spec NAME=FILE]]... [--client-tool-timeout D] PROMPT|-
   agentctl resume --thread ID [--interrupt ID] [--detach] [--json]
@@ -38,6 +38,8 @@ const agentUsage = `Usage:
   agentctl preview create --thread ID --port N [--ttl D] [--json]
   agentctl preview ls --thread ID [--json]
   agentctl preview rm PREVIEW_ID...
+  agentctl webhooks rotate-key [--grace D] [--json]
+  agentctl webhooks deliveries [--thread ID] [--run ID] [--status S] [--limit N] [--page-token T] [--json]
 
 A run that stops for decisions asks for each call when stdin is a terminal;
 otherwise it needs --approve-all, --reject-all or --decisions FILE (a JSON
@@ -88,6 +90,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.secrets(ctx, args)
 	case "preview":
 		return a.preview(ctx, args)
+	case "webhooks":
+		return a.webhooks(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
@@ -235,6 +239,7 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	runTimeout := fs.Duration("run-timeout", 0, "lower wall-clock cap of the run")
 	fs.BoolVar(&o.req.Detach, "detach", false, "keep the run going when agentctl stops")
 	fs.BoolVar(&o.req.AbandonInterrupt, "abandon-interrupt", false, "drop the thread's pending interrupt")
+	fs.StringVar(&o.req.WebhookUrl, "webhook-url", "", "URL told when the run ends or pauses (docs/webhooks.md)")
 	fs.BoolVar(&o.json, "json", false, "print each event as one protojson line")
 	o.decisions.register(fs)
 	o.tools.register(fs)

@@ -42,6 +42,7 @@ Commands:
   agents     list the agents a run may name
   secrets    put (value on stdin), list and delete the tenant's secrets
   preview    make a port of a thread's sandbox reachable at a URL; list and revoke
+  webhooks   rotate the tenant's webhook signing key; list webhook deliveries
   health     check that agentd and sandboxd answer SERVING
   sandbox    create, list, exec in, copy to/from and remove sandboxes (sandboxd)
   version    print the version
@@ -125,7 +126,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		return nil
 	case "sandbox":
 		return runSandbox(ctx, endpoint{*sandboxd, *token, tc}, fs.Args()[1:], sio)
-	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "preview":
+	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "preview", "webhooks":
 		return runAgent(ctx, endpoint{*agentd, *token, tc}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)
