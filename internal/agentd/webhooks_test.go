@@ -107,23 +107,32 @@ func tenantCtx(t *testing.T, name string) context.Context {
 }
 
 // TestWebhookOneAgentd: on one agentd on SQLite, a run with a webhook_url
-// ends with one signed delivery to a real receiver, listed as succeeded
-// for its tenant only; the URL and the key are checked when the run is
-// asked for.
+// ends with one signed delivery to it and one to its agent's webhook that
+// wants the event (not to the one that does not), listed as succeeded for
+// its tenant only; the URL and the key are checked when the run is asked
+// for.
 func TestWebhookOneAgentd(t *testing.T) {
 	var (
 		mu     sync.Mutex
-		bodies []string
-		sigs   []string
+		bodies     []string
+		sigs       []string
+		agentHooks []string
 	)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/hook" {
+			mu.Lock()
+			agentHooks = append(agentHooks, r.URL.Path)
+			mu.Unlock()
+			return
+		}
 		mu.Lock()
 		bodies, sigs = append(bodies, string(b)), append(sigs, r.Header.Get(webhook.SignatureHeader))
 		mu.Unlock()
 	}))
 	t.Cleanup(rcv.Close)
-	s := startHookStack(t, "secrets: {key: "+secretsKey(t)+"}\nwebhooks: {allow_http: true, allow: [127.0.0.0/8]}\n")
+	s := startHookStack(t, "secrets: {key: "+secretsKey(t)+"}\nwebhooks: {allow_http: true, allow: [127.0.0.0/8]}\n"+
+		"agents: {main: {webhooks: [{url: '"+rcv.URL+"/agent', events: [run.succeeded]}, {url: '"+rcv.URL+"/never', events: [run.failed]}]}}\n")
 	s.model.Script("main", modeltest.Text("done"))
 	acme := tenantCtx(t, "acme")
 
@@ -170,17 +179,26 @@ func TestWebhookOneAgentd(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 		list, err := s.c.ListWebhookDeliveries(acme, &plumbv1.ListWebhookDeliveriesRequest{RunId: runID})
-		if err != nil || len(list.GetDeliveries()) > 1 {
+		if err != nil || len(list.GetDeliveries()) > 2 {
 			t.Fatalf("list = %v, %v", list, err)
 		}
-		if len(list.GetDeliveries()) == 1 {
-			d = list.GetDeliveries()[0]
+		done := 0
+		for _, x := range list.GetDeliveries() {
+			if x.GetStatus() == plumbv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED {
+				done++
+			}
+			if strings.HasSuffix(x.GetUrl(), "/hook") {
+				d = x
+			}
+		}
+		if done < 2 {
+			d = nil
 		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(bodies) != 1 {
-		t.Fatalf("the receiver got %d requests; want 1", len(bodies))
+	if len(bodies) != 1 || len(agentHooks) != 1 || agentHooks[0] != "/agent" {
+		t.Fatalf("the receiver got %d requests for the run's URL and %v for the agent's; want 1 and [/agent]", len(bodies), agentHooks)
 	}
 	if err := webhook.Verify(sigs[0], []byte(bodies[0]), []string{key.GetKey()}, time.Minute, time.Now()); err != nil {
 		t.Fatalf("verify: %v", err)
