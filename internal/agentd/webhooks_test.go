@@ -113,7 +113,7 @@ func tenantCtx(t *testing.T, name string) context.Context {
 // for.
 func TestWebhookOneAgentd(t *testing.T) {
 	var (
-		mu     sync.Mutex
+		mu         sync.Mutex
 		bodies     []string
 		sigs       []string
 		agentHooks []string
