@@ -29,42 +29,50 @@ type RunEnd struct {
 // runEndTimeout bounds one OnRunEnd call.
 const runEndTimeout = 30 * time.Second
 
-// reportEnd runs f with a sink that notes the segment's last event and,
-// once f returns and unless the lease was lost (the run goes on
-// elsewhere), reports it to Config.OnRunEnd, still under the thread's
-// lease: a replica that dies after the event and before the report leaves
-// the lease unreleased, and the replica that settles it reports the run's
-// end from the store (settleEnded).
-func (h *Host) reportEnd(ctx context.Context, threadID string, sink agent.Sink, f func(agent.Sink) error) error {
+// watchEnd wraps sink to note a segment's last event: the end that
+// reportEnd tells Config.OnRunEnd about. ended returns it (nil when the
+// segment did not end or pause: handed off, or lost its lease).
+func (h *Host) watchEnd(sink agent.Sink) (_ agent.Sink, ended func() *RunEnd) {
 	if h.cfg.OnRunEnd == nil {
-		return f(sink)
+		return sink, func() *RunEnd { return nil }
 	}
 	var (
 		mu  sync.Mutex
 		end *RunEnd
 	)
-	err := f(func(e agent.Event) {
-		sink(e)
-		if !agent.IsTerminal(e.Payload) || e.AgentPath != "" && e.AgentPath != "main" {
-			return
+	return func(e agent.Event) {
+			sink(e)
+			if !agent.IsTerminal(e.Payload) || e.AgentPath != "" && e.AgentPath != "main" {
+				return
+			}
+			if re, ok := e.Payload.(agent.RunError); ok && re.Code == agent.CodeLeaseLost {
+				return // the run goes on on the replica that took it over
+			}
+			mu.Lock()
+			end = &RunEnd{ThreadID: e.ThreadID, RunID: e.RunID, Payload: e.Payload, Time: e.Time}
+			mu.Unlock()
+		}, func() *RunEnd {
+			mu.Lock()
+			defer mu.Unlock()
+			return end
 		}
-		if re, ok := e.Payload.(agent.RunError); ok && re.Code == agent.CodeLeaseLost {
-			return // the run goes on on the replica that took it over
-		}
-		mu.Lock()
-		end = &RunEnd{ThreadID: e.ThreadID, RunID: e.RunID, Payload: e.Payload, Time: e.Time}
-		mu.Unlock()
-	})
-	mu.Lock()
-	defer mu.Unlock()
+}
+
+// reportEnd tells Config.OnRunEnd about end (from watchEnd), unless the
+// runtime call's error or the context's cause says the lease was lost
+// (the run goes on elsewhere). The caller still holds the thread's lease
+// and has flushed the segment's events: a replica that dies after the
+// event and before the report leaves the lease unreleased, and the
+// replica that settles it reports the run's end from the store
+// (settleEnded); what a webhook announces, the event log has.
+func (h *Host) reportEnd(ctx context.Context, threadID string, end *RunEnd, err error) {
 	if end == nil || errors.Is(err, agent.ErrLeaseLost) || errors.Is(err, store.ErrLeaseLost) || errors.Is(context.Cause(ctx), store.ErrLeaseLost) {
-		return err
+		return
 	}
 	if end.ThreadID == "" {
 		end.ThreadID = threadID
 	}
 	h.runEnded(context.WithoutCancel(ctx), *end)
-	return err
 }
 
 // runEnded calls Config.OnRunEnd, logging a failure (the run has ended
