@@ -23,7 +23,7 @@ import (
 
 const agentUsage = `Usage:
   agentctl run [--agent NAME] [--thread ID] [--model KEY] [--label k=v]... [--file PATH=LOCALFILE]...
-               [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--json]
+               [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--webhook-url URL] [--json]
                [--on-busy reject|enqueue]
                [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
                [--client-tool NAME=COMMAND [--client-tool-spec NAME=FILE]]... [--client-tool-timeout D] PROMPT|-
@@ -52,6 +52,8 @@ const agentUsage = `Usage:
   agentctl egress decide THREAD_ID REQUEST_ID approve|reject [--scope run|thread|agent] [--reason TEXT] [--json]
   agentctl egress grants (--thread ID | --agent NAME) [--limit N] [--json]
   agentctl egress revoke THREAD_ID REQUEST_ID
+  agentctl webhooks rotate-key [--grace D] [--json]
+  agentctl webhooks deliveries [--thread ID] [--run ID] [--status S] [--limit N] [--page-token T] [--json]
 
 A run that stops for decisions asks for each call when stdin is a terminal;
 otherwise it needs --approve-all, --reject-all or --decisions FILE (a JSON
@@ -110,6 +112,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.runs(ctx, args)
 	case "egress":
 		return a.egress(ctx, args)
+	case "webhooks":
+		return a.webhooks(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
@@ -257,6 +261,7 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	runTimeout := fs.Duration("run-timeout", 0, "lower wall-clock cap of the run")
 	fs.BoolVar(&o.req.Detach, "detach", false, "keep the run going when agentctl stops")
 	fs.BoolVar(&o.req.AbandonInterrupt, "abandon-interrupt", false, "drop the thread's pending interrupt")
+	fs.StringVar(&o.req.WebhookUrl, "webhook-url", "", "URL told when the run ends or pauses (docs/webhooks.md)")
 	fs.BoolVar(&o.json, "json", false, "print each event as one protojson line")
 	onBusy := fs.String("on-busy", "", "when the thread is busy: reject or enqueue (default: the agent's)")
 	o.decisions.register(fs)

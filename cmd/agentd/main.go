@@ -162,6 +162,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return &daemon.UsageError{Err: err}
 	}
+	// Every replica delivers webhooks (claims in the store give each
+	// attempt to one); the loop outlives the signal so that the runs
+	// handed off or finished during the shutdown are recorded first, and
+	// stops once the server has.
+	if w := scfg.Webhooks; w.Enabled() {
+		wctx, stopWebhooks := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.Run(wctx)
+		}()
+		defer func() {
+			stopWebhooks()
+			<-done
+		}()
+	}
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "agentd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }

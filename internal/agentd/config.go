@@ -39,6 +39,9 @@ type Config struct {
 	// mcp__<name>__<tool>; each agent's `tools` allow-list decides who
 	// gets them (@all does; "mcp__<name>__*" names one server's).
 	MCPServers map[string]MCPServerConfig `yaml:"mcp_servers"`
+	// Webhooks is where run webhooks may go, and how they are retried
+	// (docs/webhooks.md).
+	Webhooks WebhooksConfig `yaml:"webhooks"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -420,6 +423,43 @@ type ProfileConfig struct {
 	// OnBusy (agents only) is the agent's default double-texting
 	// strategy, "reject" or "enqueue" ("" = server.on_busy).
 	OnBusy string `yaml:"on_busy"`
+	// Webhooks (primary agents only) are told when the agent's runs end
+	// or pause (docs/webhooks.md).
+	Webhooks []WebhookTargetConfig `yaml:"webhooks"`
+}
+
+// WebhookTargetConfig is one `agents.<name>.webhooks` entry.
+type WebhookTargetConfig struct {
+	// URL receives the signed POSTs; the `webhooks` policy applies.
+	URL string `yaml:"url"`
+	// Events are the event types sent (run.succeeded, run.failed,
+	// run.interrupted, run.cancelled); none: all.
+	Events []string `yaml:"events"`
+}
+
+// WebhooksConfig is `webhooks`: the operator's policy for run webhooks.
+// Webhooks need a secrets key (their signing keys are sealed with it).
+type WebhooksConfig struct {
+	// AllowHTTP allows http:// URLs (https only by default).
+	AllowHTTP bool `yaml:"allow_http"`
+	// AllowPrivateNetworks allows private ranges (RFC 1918, RFC 6598,
+	// IPv6 ULA); loopback, link-local (metadata) and the like still need
+	// Allow.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
+	// Allow are CIDRs, addresses or host names allowed whatever they
+	// resolve to (127.0.0.0/8 for a receiver on the same host).
+	Allow []string `yaml:"allow"`
+	// RetryFor is how long a delivery is retried (default 24h).
+	RetryFor time.Duration `yaml:"retry_for"`
+	// Timeout bounds one attempt (default 10s).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxAttempts bounds the attempts of a delivery (default 30).
+	MaxAttempts int `yaml:"max_attempts"`
+	// Concurrency bounds the attempts in flight per replica (default 8).
+	Concurrency int `yaml:"concurrency"`
+	// KeyGrace is how long a rotated-out signing key keeps signing
+	// (default 24h).
+	KeyGrace time.Duration `yaml:"key_grace"`
 }
 
 // InterruptOn is `true` or `{allowed: [...], description: ...}`; `false`

@@ -16,6 +16,7 @@ import (
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/internal/webhooks"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/deep"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/filesystem"
@@ -66,6 +67,10 @@ type Agentd struct {
 	// Egress decides the boxes' connections that wait for a human
 	// (sandbox.template.egress_approval); nil when that is off.
 	Egress *egressapproval.Service
+
+	// webhooks are the checked webhook settings (webhookService).
+	webhooks webhooks.Config
+	lg       *zap.Logger
 
 	cleanup []func()
 	// warnings are logged only once Build has accepted the config.
@@ -123,6 +128,14 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
+	}
+	// Webhooks: runs record their deliveries as they end (OnRunEnd);
+	// cmd/agentd runs the service's delivery loop.
+	if w := a.webhookService(replicaID); w != nil {
+		c.Webhooks = w
+		if w.Enabled() {
+			c.OnRunEnd = w.OnRunEnd
+		}
 	}
 	return c
 }
@@ -187,6 +200,15 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if a.Secrets, err = buildVault(cfg, st, o.Env); err != nil {
 		return nil, err
 	}
+	if a.webhooks, err = webhookConfig(cfg); err != nil {
+		return nil, err
+	}
+	for name, ts := range a.webhooks.Agents {
+		if len(ts) > 0 && !a.Secrets.Sealer().Enabled() {
+			return nil, fmt.Errorf("agents.%s.webhooks: webhooks need a secrets key (secrets.key or PLUMB_SECRETS_KEY) to seal their signing keys", name)
+		}
+	}
+	a.lg = o.Logger
 
 	models, err := buildModels(cfg, o.Env, o.Logger)
 	if err != nil {

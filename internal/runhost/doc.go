@@ -52,6 +52,12 @@
 //     honours a request left on an expired lease. Statuses reports a
 //     thread RUNNING while any replica holds its lease.
 //
+// Run ends: Config.OnRunEnd (agentd records webhook deliveries there) is
+// told when a segment ends or pauses, after its events are flushed and
+// before its lease is released; a takeover that finds a dead replica's
+// run already ended tells it again from the store (runend.go), so the hook
+// must be idempotent.
+//
 // With Config.Events (the shared run event log) as well:
 //
 //   - Persist before send. A run's events are appended to the log under

@@ -46,6 +46,16 @@ type Config struct {
 	// error fails the deletion and keeps the thread. agentd deletes the
 	// thread's sandbox here.
 	OnDeleteThread func(ctx context.Context, td *agent.ThreadData) error
+	// OnRunEnd, if set, is told when a run segment this replica holds
+	// reaches its end (run_finished, or a run error) or pauses on an
+	// interrupt, after that event and before the thread's lease is
+	// released; and, when a takeover finds the lease of a run that had
+	// already ended (its replica died before releasing it), the end as
+	// stored. So a run's end may be reported twice: OnRunEnd must be
+	// idempotent. It runs on the run's goroutine: it must be quick (agentd
+	// records webhook deliveries here, a store insert, and never calls a
+	// receiver). An error is logged.
+	OnRunEnd func(ctx context.Context, end RunEnd) error
 	// MaxConcurrentRuns is server.max_concurrent_runs (0 = 64).
 	MaxConcurrentRuns int
 	// DetachOnDisconnect is server.detach_on_disconnect: runs keep going

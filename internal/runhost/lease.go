@@ -47,7 +47,10 @@ type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
 func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
 	ls := h.cfg.Leases
 	if ls == nil {
-		return f(ctx, underLease{}, sink)
+		sink, ended := h.watchEnd(sink)
+		err := f(ctx, underLease{}, sink)
+		h.reportEnd(ctx, threadID, ended(), err)
+		return err
 	}
 	l, err := ls.AcquireLease(ctx, threadID, h.cfg.ReplicaID, h.clock.Now(), h.leaseTTL())
 	if err != nil {
@@ -78,7 +81,8 @@ func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f l
 func (h *Host) hold(ctx context.Context, l store.Lease, sink agent.Sink, f leasedFunc) error {
 	ls := h.cfg.Leases
 	ttl := h.leaseTTL()
-	lg := h.lg.With(zap.String("thread-id", l.ThreadID), zap.Int64("lease-epoch", l.Epoch))
+	threadID := l.ThreadID // l itself is the renewals' (under mu)
+	lg := h.lg.With(zap.String("thread-id", threadID), zap.Int64("lease-epoch", l.Epoch))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// Past the shutdown grace the run stops at once, to be continued
@@ -122,10 +126,12 @@ func (h *Host) hold(ctx context.Context, l store.Lease, sink agent.Sink, f lease
 		w = h.startEvents(ctx, l, lg, sink, cancel)
 		sink, u.flush = w.add, w.flush
 	}
+	sink, ended := h.watchEnd(sink)
 	err := f(ctx, u, sink)
 	if w != nil {
 		w.close()
 	}
+	h.reportEnd(ctx, threadID, ended(), err)
 	cause := context.Cause(ctx)
 	cancel(nil)
 	<-renewed

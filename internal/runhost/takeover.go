@@ -109,7 +109,10 @@ func (h *Host) takeOverThread(ctx context.Context, dead store.Lease) {
 		return // the lease expires again (see below)
 	}
 	if td.LastRun == nil || td.LastRun.Status != agent.StatusRunning || td.Interrupt != nil {
-		release() // its run ended; only the lease was left behind
+		// Its run ended; only the lease was left behind, and maybe the
+		// report of the end.
+		h.settleEnded(cctx, td)
+		release()
 		return
 	}
 	runID := td.LastRun.RunID

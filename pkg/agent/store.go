@@ -271,6 +271,10 @@ type RunSpec struct {
 	MaxIterations int `json:"max_iterations,omitempty"`
 	// Timeout lowers limits.run_timeout when positive.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// WebhookURL, if set, is told when the run ends or pauses
+	// (RunRequest.webhook_url; agentd's internal/webhooks reads it from
+	// the run record, so a replica that takes the run over knows it).
+	WebhookURL string `json:"webhook_url,omitempty"`
 }
 
 // ClientToolDef is a client-declared tool.

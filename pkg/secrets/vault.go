@@ -86,3 +86,12 @@ func (v *Vault) Resolve(ctx context.Context, tenant, name string) ([]byte, error
 	}
 	return val, nil
 }
+
+// Sealer is the vault's sealer (nil for a nil vault): other records
+// sealed with the secrets key (webhook signing keys) use it too.
+func (v *Vault) Sealer() *Sealer {
+	if v == nil {
+		return nil
+	}
+	return v.sealer
+}

@@ -7,6 +7,7 @@ package replicas
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -221,6 +222,9 @@ func startFleet(t *testing.T, cfg config) *fleet {
 	}
 	model.Script("main", turns...)
 	t.Setenv("FLEET_MODEL_KEY", "test-key")
+	// The same secrets key on both replicas: it seals the webhook signing
+	// keys in the shared store.
+	t.Setenv("PLUMB_SECRETS_KEY", base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32))))
 
 	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
 	t.Cleanup(cancel)
@@ -248,6 +252,7 @@ sandbox:
   template: {memory: 256Mi, ttl: 30m}
 backends: {default: sandbox}
 server: {schedule_poll: 200ms}
+webhooks: {allow_http: true, allow: [127.0.0.0/8]}
 `, filepath.Join(dir, name+".db"), dsn, cfg.leaseTTL, model.URL(), replicaHeader, name, sd.GRPCAddr)
 		path := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {

@@ -11,6 +11,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/scheduler"
+	"github.com/plumbhq/plumb/internal/webhooks"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/agent/profile"
 	"github.com/plumbhq/plumb/pkg/secrets"
@@ -82,6 +83,11 @@ type Config struct {
 	// RevokeEgressGrant and Thread.pending_egress; nil: the RPCs are
 	// FAILED_PRECONDITION (EGRESS_APPROVAL_OFF).
 	Egress Egress
+	// Webhooks, when enabled (a secrets key is set), serves
+	// RunRequest.webhook_url, RotateWebhookKey and ListWebhookDeliveries;
+	// otherwise they are FAILED_PRECONDITION (NO_SECRETS_KEY). Wire its
+	// OnRunEnd into Config.OnRunEnd.
+	Webhooks *webhooks.Service
 }
 
 // Option adjusts a Service (test seams).

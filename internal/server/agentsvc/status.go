@@ -14,6 +14,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
+	"github.com/plumbhq/plumb/pkg/webhook"
 	"google.golang.org/grpc/codes"
 )
 
@@ -82,6 +83,9 @@ const (
 	ReasonEgressDecided     = "EGRESS_REQUEST_DECIDED"
 	ReasonEgressGone        = "EGRESS_REQUEST_GONE"
 	ReasonEgressApprovalOff = "EGRESS_APPROVAL_OFF"
+	// ReasonNoWebhookKey: the caller's tenant has no webhook signing key
+	// (RotateWebhookKey makes one).
+	ReasonNoWebhookKey = "NO_WEBHOOK_KEY"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -190,6 +194,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.ResourceExhausted, err.Error(), ReasonPreviewLimit, nil), true
 	case errors.Is(err, preview.ErrNoSandbox):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandbox, nil), true
+	case errors.Is(err, store.ErrNoWebhookKey):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoWebhookKey, nil), true
+	case errors.Is(err, webhook.ErrRefused):
+		return server.WithInfo(codes.InvalidArgument, err.Error(), ReasonInvalidArgument, nil), true
 	case errors.Is(err, preview.ErrOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonPreviewsOff, nil), true
 	case errors.Is(err, store.ErrScheduleNotFound):

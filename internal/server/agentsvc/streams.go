@@ -36,6 +36,12 @@ func (s *Service) Run(req *plumbv1.RunRequest, stream grpc.ServerStreamingServer
 			return s.status("run", err)
 		}
 	}
+	if u := req.GetWebhookUrl(); u != "" {
+		if err := s.webhookURL(ctx, u); err != nil {
+			return s.status("run webhook", err)
+		}
+		in.Spec.WebhookURL = u
+	}
 	o := runhost.RunOptions{Detach: req.GetDetach(), OnBusy: s.onBusy(req)}
 	err = s.host.RunWith(ctx, in, o, func(e *plumbv1.Event) error {
 		return stream.Send(&plumbv1.RunResponse{Event: e})

@@ -170,6 +170,37 @@ var migrations = []string{
 	);
 	CREATE INDEX egress_requests_pending ON egress_requests (thread_id, status, created_at);
 	CREATE INDEX egress_requests_agent ON egress_requests (tenant, agent, status, decided_at);`,
+	// Webhooks (store.Webhooks): tenants' signing keys (sealed by
+	// pkg/secrets; expires_at 0 = current) and the delivery log.
+	`CREATE TABLE webhook_keys (
+		tenant     TEXT COLLATE "C" NOT NULL,
+		id         TEXT COLLATE "C" NOT NULL,
+		sealed     BYTEA NOT NULL,
+		created_at BIGINT NOT NULL,
+		expires_at BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (tenant, id)
+	);
+	CREATE TABLE webhook_deliveries (
+		id               TEXT COLLATE "C" PRIMARY KEY,
+		tenant           TEXT COLLATE "C" NOT NULL,
+		thread_id        TEXT NOT NULL,
+		run_id           TEXT NOT NULL,
+		event            TEXT NOT NULL,
+		url              TEXT NOT NULL,
+		payload          BYTEA NOT NULL,
+		status           TEXT NOT NULL,
+		attempts         INTEGER NOT NULL DEFAULT 0,
+		last_status_code INTEGER NOT NULL DEFAULT 0,
+		last_error       TEXT NOT NULL DEFAULT '',
+		next_attempt     BIGINT NOT NULL,
+		claim_holder     TEXT NOT NULL DEFAULT '',
+		claim_expires    BIGINT NOT NULL DEFAULT 0,
+		give_up          BIGINT NOT NULL,
+		created_at       BIGINT NOT NULL,
+		finished_at      BIGINT NOT NULL DEFAULT 0
+	);
+	CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt) WHERE status IN ('pending', 'delivering');
+	CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries (tenant, created_at DESC, id DESC);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -477,3 +477,9 @@ func TestRunsConformance(t *testing.T) {
 func TestEgressConformance(t *testing.T) {
 	storetest.RunEgress(t, func(t *testing.T) store.EgressRecords { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestWebhooksConformance runs the webhook suite against a real PostgreSQL
+// server.
+func TestWebhooksConformance(t *testing.T) {
+	storetest.RunWebhooks(t, func(t *testing.T) store.Webhooks { return open(t, pgtest.New(t), Options{}) })
+}

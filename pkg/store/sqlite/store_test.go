@@ -272,3 +272,11 @@ func TestEgressConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestWebhooksConformance runs the webhook suite against a real SQLite
+// file.
+func TestWebhooksConformance(t *testing.T) {
+	storetest.RunWebhooks(t, func(t *testing.T) store.Webhooks {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

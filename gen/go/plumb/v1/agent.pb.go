@@ -311,6 +311,67 @@ func (EgressGrantScope) EnumDescriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
+// WebhookDeliveryStatus is where a delivery is.
+type WebhookDeliveryStatus int32
+
+const (
+	// WEBHOOK_DELIVERY_STATUS_UNSPECIFIED: any (in a filter).
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_UNSPECIFIED WebhookDeliveryStatus = 0
+	// WEBHOOK_DELIVERY_STATUS_PENDING waits for its next attempt.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_PENDING WebhookDeliveryStatus = 1
+	// WEBHOOK_DELIVERY_STATUS_DELIVERING is being sent by a replica.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DELIVERING WebhookDeliveryStatus = 2
+	// WEBHOOK_DELIVERY_STATUS_SUCCEEDED: the receiver answered 2xx.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED WebhookDeliveryStatus = 3
+	// WEBHOOK_DELIVERY_STATUS_FAILED: retries gave up, or the URL is refused.
+	WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_FAILED WebhookDeliveryStatus = 4
+)
+
+// Enum value maps for WebhookDeliveryStatus.
+var (
+	WebhookDeliveryStatus_name = map[int32]string{
+		0: "WEBHOOK_DELIVERY_STATUS_UNSPECIFIED",
+		1: "WEBHOOK_DELIVERY_STATUS_PENDING",
+		2: "WEBHOOK_DELIVERY_STATUS_DELIVERING",
+		3: "WEBHOOK_DELIVERY_STATUS_SUCCEEDED",
+		4: "WEBHOOK_DELIVERY_STATUS_FAILED",
+	}
+	WebhookDeliveryStatus_value = map[string]int32{
+		"WEBHOOK_DELIVERY_STATUS_UNSPECIFIED": 0,
+		"WEBHOOK_DELIVERY_STATUS_PENDING":     1,
+		"WEBHOOK_DELIVERY_STATUS_DELIVERING":  2,
+		"WEBHOOK_DELIVERY_STATUS_SUCCEEDED":   3,
+		"WEBHOOK_DELIVERY_STATUS_FAILED":      4,
+	}
+)
+
+func (x WebhookDeliveryStatus) Enum() *WebhookDeliveryStatus {
+	p := new(WebhookDeliveryStatus)
+	*p = x
+	return p
+}
+
+func (x WebhookDeliveryStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WebhookDeliveryStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+}
+
+func (WebhookDeliveryStatus) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[5]
+}
+
+func (x WebhookDeliveryStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WebhookDeliveryStatus.Descriptor instead.
+func (WebhookDeliveryStatus) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -356,11 +417,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[5].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[5]
+	return &file_plumb_v1_agent_proto_enumTypes[6]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -369,7 +430,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -409,11 +470,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -422,7 +483,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ThreadStatus is a thread's state.
@@ -466,11 +527,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -479,7 +540,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -519,11 +580,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -532,7 +593,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -598,11 +659,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -611,7 +672,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // TodoStatus is a todo item's state.
@@ -655,11 +716,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -668,7 +729,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -720,11 +781,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[11]
+	return &file_plumb_v1_agent_proto_enumTypes[12]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -733,7 +794,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -785,11 +846,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[12]
+	return &file_plumb_v1_agent_proto_enumTypes[13]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -798,7 +859,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -850,11 +911,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[14].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[13]
+	return &file_plumb_v1_agent_proto_enumTypes[14]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -863,7 +924,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -903,11 +964,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[14].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[15].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[14]
+	return &file_plumb_v1_agent_proto_enumTypes[15]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -916,7 +977,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // UsagePurpose says what a model call was for.
@@ -956,11 +1017,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[15].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[16].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[15]
+	return &file_plumb_v1_agent_proto_enumTypes[16]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -969,7 +1030,7 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 // Schedule is a tenant's schedule.
@@ -4289,6 +4350,418 @@ func (*RevokePreviewResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
+// RotateWebhookKeyRequest asks for a new webhook signing key.
+type RotateWebhookKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the keys it replaces keep signing: unset = agentd's
+	// webhooks.key_grace (24h by default), zero = they stop at once.
+	Grace         *durationpb.Duration `protobuf:"bytes,1,opt,name=grace,proto3" json:"grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookKeyRequest) Reset() {
+	*x = RotateWebhookKeyRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookKeyRequest) ProtoMessage() {}
+
+func (x *RotateWebhookKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateWebhookKeyRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *RotateWebhookKeyRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+// RotateWebhookKeyResponse carries the new key, shown only here.
+type RotateWebhookKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key id (not secret).
+	KeyId string `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// The key: "whsec_" and 43 base64url characters. The HMAC-SHA256 key
+	// is this whole string's bytes.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// When it was made (it signs from then on).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the keys it replaced stop signing.
+	PreviousExpireTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=previous_expire_time,json=previousExpireTime,proto3" json:"previous_expire_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RotateWebhookKeyResponse) Reset() {
+	*x = RotateWebhookKeyResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookKeyResponse) ProtoMessage() {}
+
+func (x *RotateWebhookKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateWebhookKeyResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RotateWebhookKeyResponse) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RotateWebhookKeyResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RotateWebhookKeyResponse) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *RotateWebhookKeyResponse) GetPreviousExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreviousExpireTime
+	}
+	return nil
+}
+
+// WebhookDelivery is one event sent to one URL, and its log.
+type WebhookDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Delivery id (the Plumb-Delivery header and the payload's id).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Run id.
+	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Event type: run.succeeded, run.failed, run.interrupted, run.cancelled.
+	Event string `protobuf:"bytes,4,opt,name=event,proto3" json:"event,omitempty"`
+	// The receiver's URL.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// Status.
+	Status WebhookDeliveryStatus `protobuf:"varint,6,opt,name=status,proto3,enum=plumb.v1.WebhookDeliveryStatus" json:"status,omitempty"`
+	// Attempts started.
+	Attempts int32 `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// HTTP status of the last answer (0: none).
+	LastStatusCode int32 `protobuf:"varint,8,opt,name=last_status_code,json=lastStatusCode,proto3" json:"last_status_code,omitempty"`
+	// Why the last attempt failed (empty when it did not).
+	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When it is next due (pending).
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// When it was recorded.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it succeeded or gave up.
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// The JSON body every attempt sends.
+	PayloadJson   string `protobuf:"bytes,13,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookDelivery) Reset() {
+	*x = WebhookDelivery{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookDelivery) ProtoMessage() {}
+
+func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
+func (*WebhookDelivery) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *WebhookDelivery) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetStatus() WebhookDeliveryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_UNSPECIFIED
+}
+
+func (x *WebhookDelivery) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastStatusCode() int32 {
+	if x != nil {
+		return x.LastStatusCode
+	}
+	return 0
+}
+
+func (x *WebhookDelivery) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WebhookDelivery) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+func (x *WebhookDelivery) GetPayloadJson() string {
+	if x != nil {
+		return x.PayloadJson
+	}
+	return ""
+}
+
+// ListWebhookDeliveriesRequest selects a page of deliveries.
+type ListWebhookDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this thread's (empty: any).
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Only this run's (empty: any).
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Only deliveries in this status (unspecified: any).
+	Status WebhookDeliveryStatus `protobuf:"varint,3,opt,name=status,proto3,enum=plumb.v1.WebhookDeliveryStatus" json:"status,omitempty"`
+	// Page size, 1..500 (0 = 50).
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Continues a previous listing.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesRequest) Reset() {
+	*x = ListWebhookDeliveriesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ListWebhookDeliveriesRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListWebhookDeliveriesRequest) GetStatus() WebhookDeliveryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_UNSPECIFIED
+}
+
+func (x *ListWebhookDeliveriesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListWebhookDeliveriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListWebhookDeliveriesResponse is one page, newest first.
+type ListWebhookDeliveriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The deliveries.
+	Deliveries []*WebhookDelivery `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookDeliveriesResponse) Reset() {
+	*x = ListWebhookDeliveriesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+func (x *ListWebhookDeliveriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4300,7 +4773,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4785,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[55]
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4798,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -4351,7 +4824,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4836,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[56]
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4849,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ClientTool) GetName() string {
@@ -4427,14 +4900,20 @@ type RunRequest struct {
 	AbandonInterrupt bool `protobuf:"varint,11,opt,name=abandon_interrupt,json=abandonInterrupt,proto3" json:"abandon_interrupt,omitempty"`
 	// What to do when the thread is busy (double-texting); unspecified =
 	// the agent's default.
-	OnBusy        OnBusy `protobuf:"varint,12,opt,name=on_busy,json=onBusy,proto3,enum=plumb.v1.OnBusy" json:"on_busy,omitempty"`
+	OnBusy OnBusy `protobuf:"varint,12,opt,name=on_busy,json=onBusy,proto3,enum=plumb.v1.OnBusy" json:"on_busy,omitempty"`
+	// URL told when the run ends or pauses on an interrupt (a signed POST,
+	// docs/webhooks.md), besides the agent's configured webhooks. Checked
+	// against agentd's webhook policy (https; no loopback, link-local,
+	// private or metadata addresses unless allowed); the caller's tenant
+	// needs a signing key (RotateWebhookKey).
+	WebhookUrl    string `protobuf:"bytes,13,opt,name=webhook_url,json=webhookUrl,proto3" json:"webhook_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4925,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[57]
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4938,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -4546,6 +5025,13 @@ func (x *RunRequest) GetOnBusy() OnBusy {
 	return OnBusy_ON_BUSY_UNSPECIFIED
 }
 
+func (x *RunRequest) GetWebhookUrl() string {
+	if x != nil {
+		return x.WebhookUrl
+	}
+	return ""
+}
+
 // RunResponse carries one event of a Run stream.
 type RunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4557,7 +5043,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4569,7 +5055,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[58]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4582,7 +5068,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -4613,7 +5099,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4625,7 +5111,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[59]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4638,7 +5124,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -4700,7 +5186,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +5198,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +5211,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -4767,7 +5253,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4779,7 +5265,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4792,7 +5278,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -4816,7 +5302,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +5314,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +5327,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -4869,7 +5355,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4881,7 +5367,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4894,7 +5380,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -4915,7 +5401,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5413,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5426,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -4963,7 +5449,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5461,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5474,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -5016,7 +5502,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5514,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5527,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -5062,7 +5548,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5560,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5573,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -5110,7 +5596,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5122,7 +5608,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5135,7 +5621,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -5163,7 +5649,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5175,7 +5661,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5188,7 +5674,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -5215,7 +5701,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5713,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5726,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -5277,7 +5763,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5289,7 +5775,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5302,7 +5788,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -5335,7 +5821,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5347,7 +5833,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5360,7 +5846,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -5397,7 +5883,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5409,7 +5895,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5422,7 +5908,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -5456,7 +5942,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5468,7 +5954,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5481,7 +5967,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -5518,7 +6004,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5530,7 +6016,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5543,7 +6029,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -5578,7 +6064,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5590,7 +6076,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5603,7 +6089,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -5647,7 +6133,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5659,7 +6145,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5672,7 +6158,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -5702,7 +6188,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +6200,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +6213,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -5753,7 +6239,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5765,7 +6251,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5778,7 +6264,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 // ListAgentsRequest has no fields.
@@ -5790,7 +6276,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5802,7 +6288,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5815,7 +6301,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -5829,7 +6315,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5841,7 +6327,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5854,7 +6340,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -5890,7 +6376,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5902,7 +6388,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5915,7 +6401,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -5982,7 +6468,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5994,7 +6480,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6007,7 +6493,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -6083,7 +6569,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6095,7 +6581,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6108,7 +6594,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *Thread) GetId() string {
@@ -6273,7 +6759,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6285,7 +6771,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6298,7 +6784,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -6405,7 +6891,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6417,7 +6903,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6430,7 +6916,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Todo) GetContent() string {
@@ -6462,7 +6948,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6474,7 +6960,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6487,7 +6973,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ToolCall) GetId() string {
@@ -6546,7 +7032,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6558,7 +7044,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6571,7 +7057,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -6666,7 +7152,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6678,7 +7164,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6691,7 +7177,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *StateFile) GetPath() string {
@@ -6736,7 +7222,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6748,7 +7234,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6761,7 +7247,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -6825,7 +7311,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6837,7 +7323,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6850,7 +7336,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -6936,7 +7422,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6948,7 +7434,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6961,7 +7447,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -7354,7 +7840,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7366,7 +7852,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7379,7 +7865,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -7419,7 +7905,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7431,7 +7917,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7444,7 +7930,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -7517,7 +8003,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7529,7 +8015,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7542,7 +8028,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -7588,7 +8074,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7600,7 +8086,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7613,7 +8099,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -7648,7 +8134,7 @@ type EgressRequested struct {
 
 func (x *EgressRequested) Reset() {
 	*x = EgressRequested{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7660,7 +8146,7 @@ func (x *EgressRequested) String() string {
 func (*EgressRequested) ProtoMessage() {}
 
 func (x *EgressRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7673,7 +8159,7 @@ func (x *EgressRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
 func (*EgressRequested) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *EgressRequested) GetRequest() *EgressAsk {
@@ -7708,7 +8194,7 @@ type EgressDecided struct {
 
 func (x *EgressDecided) Reset() {
 	*x = EgressDecided{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7720,7 +8206,7 @@ func (x *EgressDecided) String() string {
 func (*EgressDecided) ProtoMessage() {}
 
 func (x *EgressDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7733,7 +8219,7 @@ func (x *EgressDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
 func (*EgressDecided) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *EgressDecided) GetRequestId() string {
@@ -7811,7 +8297,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7823,7 +8309,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7836,7 +8322,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -7889,7 +8375,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7901,7 +8387,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7914,7 +8400,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -7953,7 +8439,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7965,7 +8451,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7978,7 +8464,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -8021,7 +8507,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8033,7 +8519,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8046,7 +8532,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -8099,7 +8585,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8111,7 +8597,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8124,7 +8610,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -8173,7 +8659,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8185,7 +8671,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8198,7 +8684,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ToolResult) GetId() string {
@@ -8268,7 +8754,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8280,7 +8766,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8293,7 +8779,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -8320,7 +8806,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8332,7 +8818,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8345,7 +8831,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -8389,7 +8875,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8401,7 +8887,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8414,7 +8900,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -8458,7 +8944,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8470,7 +8956,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8483,7 +8969,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -8562,7 +9048,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8574,7 +9060,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8587,7 +9073,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -8623,7 +9109,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8635,7 +9121,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8648,7 +9134,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -8709,7 +9195,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8721,7 +9207,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8734,7 +9220,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -8804,7 +9290,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8816,7 +9302,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8829,7 +9315,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *RunError) GetCode() string {
@@ -8868,7 +9354,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8880,7 +9366,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8893,7 +9379,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -9162,14 +9648,52 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x14RevokePreviewRequest\x12\x1d\n" +
 	"\n" +
 	"preview_id\x18\x01 \x01(\tR\tpreviewId\"\x17\n" +
-	"\x15RevokePreviewResponse\"(\n" +
+	"\x15RevokePreviewResponse\"J\n" +
+	"\x17RotateWebhookKeyRequest\x12/\n" +
+	"\x05grace\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"\xce\x01\n" +
+	"\x18RotateWebhookKeyResponse\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12L\n" +
+	"\x14previous_expire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x12previousExpireTime\"\x80\x04\n" +
+	"\x0fWebhookDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05event\x18\x04 \x01(\tR\x05event\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x127\n" +
+	"\x06status\x18\x06 \x01(\x0e2\x1f.plumb.v1.WebhookDeliveryStatusR\x06status\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12(\n" +
+	"\x10last_status_code\x18\b \x01(\x05R\x0elastStatusCode\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12F\n" +
+	"\x11next_attempt_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vfinish_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\x12!\n" +
+	"\fpayload_json\x18\r \x01(\tR\vpayloadJson\"\xc7\x01\n" +
+	"\x1cListWebhookDeliveriesRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x127\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x1f.plumb.v1.WebhookDeliveryStatusR\x06status\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\x82\x01\n" +
+	"\x1dListWebhookDeliveriesResponse\x129\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x19.plumb.v1.WebhookDeliveryR\n" +
+	"deliveries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
 	"ClientTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xf6\x04\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\x97\x05\n" +
 	"\n" +
 	"RunRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12>\n" +
@@ -9184,7 +9708,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06detach\x18\n" +
 	" \x01(\bR\x06detach\x12+\n" +
 	"\x11abandon_interrupt\x18\v \x01(\bR\x10abandonInterrupt\x12)\n" +
-	"\aon_busy\x18\f \x01(\x0e2\x10.plumb.v1.OnBusyR\x06onBusy\x1a;\n" +
+	"\aon_busy\x18\f \x01(\x0e2\x10.plumb.v1.OnBusyR\x06onBusy\x12\x1f\n" +
+	"\vwebhook_url\x18\r \x01(\tR\n" +
+	"webhookUrl\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a8\n" +
@@ -9559,7 +10085,13 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1eEGRESS_GRANT_SCOPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16EGRESS_GRANT_SCOPE_RUN\x10\x01\x12\x1d\n" +
 	"\x19EGRESS_GRANT_SCOPE_THREAD\x10\x02\x12\x1c\n" +
-	"\x18EGRESS_GRANT_SCOPE_AGENT\x10\x03*\x95\x01\n" +
+	"\x18EGRESS_GRANT_SCOPE_AGENT\x10\x03*\xd8\x01\n" +
+	"\x15WebhookDeliveryStatus\x12'\n" +
+	"#WEBHOOK_DELIVERY_STATUS_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fWEBHOOK_DELIVERY_STATUS_PENDING\x10\x01\x12&\n" +
+	"\"WEBHOOK_DELIVERY_STATUS_DELIVERING\x10\x02\x12%\n" +
+	"!WEBHOOK_DELIVERY_STATUS_SUCCEEDED\x10\x03\x12\"\n" +
+	"\x1eWEBHOOK_DELIVERY_STATUS_FAILED\x10\x04*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -9624,7 +10156,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xdf\x15\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xa4\x17\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -9663,7 +10195,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\aWaitRun\x12\x18.plumb.v1.WaitRunRequest\x1a\x19.plumb.v1.WaitRunResponse\x12_\n" +
 	"\x12DecideThreadEgress\x12#.plumb.v1.DecideThreadEgressRequest\x1a$.plumb.v1.DecideThreadEgressResponse\x12Y\n" +
 	"\x10ListEgressGrants\x12!.plumb.v1.ListEgressGrantsRequest\x1a\".plumb.v1.ListEgressGrantsResponse\x12\\\n" +
-	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponse\x12Y\n" +
+	"\x10RotateWebhookKey\x12!.plumb.v1.RotateWebhookKeyRequest\x1a\".plumb.v1.RotateWebhookKeyResponse\x12h\n" +
+	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -9677,366 +10211,385 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 17)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 126)
 var file_plumb_v1_agent_proto_goTypes = []any{
-	(ScheduleCatchUp)(0),               // 0: plumb.v1.ScheduleCatchUp
-	(ScheduleFireStatus)(0),            // 1: plumb.v1.ScheduleFireStatus
-	(OnBusy)(0),                        // 2: plumb.v1.OnBusy
-	(EgressDecisionType)(0),            // 3: plumb.v1.EgressDecisionType
-	(EgressGrantScope)(0),              // 4: plumb.v1.EgressGrantScope
-	(DecisionType)(0),                  // 5: plumb.v1.DecisionType
-	(ThreadView)(0),                    // 6: plumb.v1.ThreadView
-	(ThreadStatus)(0),                  // 7: plumb.v1.ThreadStatus
-	(AgentKind)(0),                     // 8: plumb.v1.AgentKind
-	(RunStatus)(0),                     // 9: plumb.v1.RunStatus
-	(TodoStatus)(0),                    // 10: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),               // 11: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),              // 12: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),                // 13: plumb.v1.SubagentStatus
-	(InterruptKind)(0),                 // 14: plumb.v1.InterruptKind
-	(UsagePurpose)(0),                  // 15: plumb.v1.UsagePurpose
-	(*Schedule)(nil),                   // 16: plumb.v1.Schedule
-	(*CreateScheduleRequest)(nil),      // 17: plumb.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),     // 18: plumb.v1.CreateScheduleResponse
-	(*GetScheduleRequest)(nil),         // 19: plumb.v1.GetScheduleRequest
-	(*GetScheduleResponse)(nil),        // 20: plumb.v1.GetScheduleResponse
-	(*ListSchedulesRequest)(nil),       // 21: plumb.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 22: plumb.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),      // 23: plumb.v1.UpdateScheduleRequest
-	(*UpdateScheduleResponse)(nil),     // 24: plumb.v1.UpdateScheduleResponse
-	(*DeleteScheduleRequest)(nil),      // 25: plumb.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),     // 26: plumb.v1.DeleteScheduleResponse
-	(*PauseScheduleRequest)(nil),       // 27: plumb.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),      // 28: plumb.v1.PauseScheduleResponse
-	(*ResumeScheduleRequest)(nil),      // 29: plumb.v1.ResumeScheduleRequest
-	(*ResumeScheduleResponse)(nil),     // 30: plumb.v1.ResumeScheduleResponse
-	(*ScheduleFire)(nil),               // 31: plumb.v1.ScheduleFire
-	(*ListScheduleFiresRequest)(nil),   // 32: plumb.v1.ListScheduleFiresRequest
-	(*ListScheduleFiresResponse)(nil),  // 33: plumb.v1.ListScheduleFiresResponse
-	(*GetRunRequest)(nil),              // 34: plumb.v1.GetRunRequest
-	(*GetRunResponse)(nil),             // 35: plumb.v1.GetRunResponse
-	(*ListRunsRequest)(nil),            // 36: plumb.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),           // 37: plumb.v1.ListRunsResponse
-	(*WaitRunRequest)(nil),             // 38: plumb.v1.WaitRunRequest
-	(*WaitRunResponse)(nil),            // 39: plumb.v1.WaitRunResponse
-	(*EgressAsk)(nil),                  // 40: plumb.v1.EgressAsk
-	(*EgressGrant)(nil),                // 41: plumb.v1.EgressGrant
-	(*DecideThreadEgressRequest)(nil),  // 42: plumb.v1.DecideThreadEgressRequest
-	(*DecideThreadEgressResponse)(nil), // 43: plumb.v1.DecideThreadEgressResponse
-	(*ListEgressGrantsRequest)(nil),    // 44: plumb.v1.ListEgressGrantsRequest
-	(*ListEgressGrantsResponse)(nil),   // 45: plumb.v1.ListEgressGrantsResponse
-	(*RevokeEgressGrantRequest)(nil),   // 46: plumb.v1.RevokeEgressGrantRequest
-	(*RevokeEgressGrantResponse)(nil),  // 47: plumb.v1.RevokeEgressGrantResponse
-	(*SecretInfo)(nil),                 // 48: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),           // 49: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),          // 50: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),         // 51: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),        // 52: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),        // 53: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),       // 54: plumb.v1.DeleteSecretResponse
-	(*SkillInfo)(nil),                  // 55: plumb.v1.SkillInfo
-	(*PutSkillRequest)(nil),            // 56: plumb.v1.PutSkillRequest
-	(*PutSkillResponse)(nil),           // 57: plumb.v1.PutSkillResponse
-	(*ListSkillsRequest)(nil),          // 58: plumb.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),         // 59: plumb.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),            // 60: plumb.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),           // 61: plumb.v1.GetSkillResponse
-	(*DeleteSkillRequest)(nil),         // 62: plumb.v1.DeleteSkillRequest
-	(*DeleteSkillResponse)(nil),        // 63: plumb.v1.DeleteSkillResponse
-	(*CreatePreviewRequest)(nil),       // 64: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),      // 65: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                    // 66: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),        // 67: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),       // 68: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),       // 69: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),      // 70: plumb.v1.RevokePreviewResponse
-	(*InputMessage)(nil),               // 71: plumb.v1.InputMessage
-	(*ClientTool)(nil),                 // 72: plumb.v1.ClientTool
-	(*RunRequest)(nil),                 // 73: plumb.v1.RunRequest
-	(*RunResponse)(nil),                // 74: plumb.v1.RunResponse
-	(*Decision)(nil),                   // 75: plumb.v1.Decision
-	(*ResumeRequest)(nil),              // 76: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),             // 77: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),              // 78: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),             // 79: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),              // 80: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),             // 81: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),        // 82: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),       // 83: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),           // 84: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),          // 85: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),        // 86: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),       // 87: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),      // 88: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),     // 89: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),     // 90: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 91: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),         // 92: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),        // 93: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),        // 94: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),       // 95: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),          // 96: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),         // 97: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                  // 98: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),              // 99: plumb.v1.InterruptRule
-	(*Thread)(nil),                     // 100: plumb.v1.Thread
-	(*RunRecord)(nil),                  // 101: plumb.v1.RunRecord
-	(*Todo)(nil),                       // 102: plumb.v1.Todo
-	(*ToolCall)(nil),                   // 103: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),              // 104: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                  // 105: plumb.v1.StateFile
-	(*Checkpoint)(nil),                 // 106: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                 // 107: plumb.v1.TokenUsage
-	(*Event)(nil),                      // 108: plumb.v1.Event
-	(*RunQueued)(nil),                  // 109: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),              // 110: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                 // 111: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),                // 112: plumb.v1.SandboxLost
-	(*EgressRequested)(nil),            // 113: plumb.v1.EgressRequested
-	(*EgressDecided)(nil),              // 114: plumb.v1.EgressDecided
-	(*RunStarted)(nil),                 // 115: plumb.v1.RunStarted
-	(*MessageDelta)(nil),               // 116: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),             // 117: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),           // 118: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),            // 119: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                 // 120: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),               // 121: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),            // 122: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),           // 123: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),           // 124: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),                // 125: plumb.v1.Interrupted
-	(*UsageReport)(nil),                // 126: plumb.v1.UsageReport
-	(*Summarized)(nil),                 // 127: plumb.v1.Summarized
-	(*RunError)(nil),                   // 128: plumb.v1.RunError
-	(*RunFinished)(nil),                // 129: plumb.v1.RunFinished
-	nil,                                // 130: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                // 131: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                // 132: plumb.v1.RunRequest.MetadataEntry
-	nil,                                // 133: plumb.v1.RunRequest.FilesEntry
-	nil,                                // 134: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                // 135: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                // 136: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),        // 137: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 138: google.protobuf.Timestamp
+	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
+	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
+	(OnBusy)(0),                           // 2: plumb.v1.OnBusy
+	(EgressDecisionType)(0),               // 3: plumb.v1.EgressDecisionType
+	(EgressGrantScope)(0),                 // 4: plumb.v1.EgressGrantScope
+	(WebhookDeliveryStatus)(0),            // 5: plumb.v1.WebhookDeliveryStatus
+	(DecisionType)(0),                     // 6: plumb.v1.DecisionType
+	(ThreadView)(0),                       // 7: plumb.v1.ThreadView
+	(ThreadStatus)(0),                     // 8: plumb.v1.ThreadStatus
+	(AgentKind)(0),                        // 9: plumb.v1.AgentKind
+	(RunStatus)(0),                        // 10: plumb.v1.RunStatus
+	(TodoStatus)(0),                       // 11: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),                  // 12: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),                 // 13: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),                   // 14: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                    // 15: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                     // 16: plumb.v1.UsagePurpose
+	(*Schedule)(nil),                      // 17: plumb.v1.Schedule
+	(*CreateScheduleRequest)(nil),         // 18: plumb.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),        // 19: plumb.v1.CreateScheduleResponse
+	(*GetScheduleRequest)(nil),            // 20: plumb.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),           // 21: plumb.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),          // 22: plumb.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),         // 23: plumb.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),         // 24: plumb.v1.UpdateScheduleRequest
+	(*UpdateScheduleResponse)(nil),        // 25: plumb.v1.UpdateScheduleResponse
+	(*DeleteScheduleRequest)(nil),         // 26: plumb.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),        // 27: plumb.v1.DeleteScheduleResponse
+	(*PauseScheduleRequest)(nil),          // 28: plumb.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),         // 29: plumb.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),         // 30: plumb.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),        // 31: plumb.v1.ResumeScheduleResponse
+	(*ScheduleFire)(nil),                  // 32: plumb.v1.ScheduleFire
+	(*ListScheduleFiresRequest)(nil),      // 33: plumb.v1.ListScheduleFiresRequest
+	(*ListScheduleFiresResponse)(nil),     // 34: plumb.v1.ListScheduleFiresResponse
+	(*GetRunRequest)(nil),                 // 35: plumb.v1.GetRunRequest
+	(*GetRunResponse)(nil),                // 36: plumb.v1.GetRunResponse
+	(*ListRunsRequest)(nil),               // 37: plumb.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),              // 38: plumb.v1.ListRunsResponse
+	(*WaitRunRequest)(nil),                // 39: plumb.v1.WaitRunRequest
+	(*WaitRunResponse)(nil),               // 40: plumb.v1.WaitRunResponse
+	(*EgressAsk)(nil),                     // 41: plumb.v1.EgressAsk
+	(*EgressGrant)(nil),                   // 42: plumb.v1.EgressGrant
+	(*DecideThreadEgressRequest)(nil),     // 43: plumb.v1.DecideThreadEgressRequest
+	(*DecideThreadEgressResponse)(nil),    // 44: plumb.v1.DecideThreadEgressResponse
+	(*ListEgressGrantsRequest)(nil),       // 45: plumb.v1.ListEgressGrantsRequest
+	(*ListEgressGrantsResponse)(nil),      // 46: plumb.v1.ListEgressGrantsResponse
+	(*RevokeEgressGrantRequest)(nil),      // 47: plumb.v1.RevokeEgressGrantRequest
+	(*RevokeEgressGrantResponse)(nil),     // 48: plumb.v1.RevokeEgressGrantResponse
+	(*SecretInfo)(nil),                    // 49: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),              // 50: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),             // 51: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),            // 52: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 53: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 54: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 55: plumb.v1.DeleteSecretResponse
+	(*SkillInfo)(nil),                     // 56: plumb.v1.SkillInfo
+	(*PutSkillRequest)(nil),               // 57: plumb.v1.PutSkillRequest
+	(*PutSkillResponse)(nil),              // 58: plumb.v1.PutSkillResponse
+	(*ListSkillsRequest)(nil),             // 59: plumb.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),            // 60: plumb.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),               // 61: plumb.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),              // 62: plumb.v1.GetSkillResponse
+	(*DeleteSkillRequest)(nil),            // 63: plumb.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),           // 64: plumb.v1.DeleteSkillResponse
+	(*CreatePreviewRequest)(nil),          // 65: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),         // 66: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                       // 67: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),           // 68: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),          // 69: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),          // 70: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),         // 71: plumb.v1.RevokePreviewResponse
+	(*RotateWebhookKeyRequest)(nil),       // 72: plumb.v1.RotateWebhookKeyRequest
+	(*RotateWebhookKeyResponse)(nil),      // 73: plumb.v1.RotateWebhookKeyResponse
+	(*WebhookDelivery)(nil),               // 74: plumb.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),  // 75: plumb.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 76: plumb.v1.ListWebhookDeliveriesResponse
+	(*InputMessage)(nil),                  // 77: plumb.v1.InputMessage
+	(*ClientTool)(nil),                    // 78: plumb.v1.ClientTool
+	(*RunRequest)(nil),                    // 79: plumb.v1.RunRequest
+	(*RunResponse)(nil),                   // 80: plumb.v1.RunResponse
+	(*Decision)(nil),                      // 81: plumb.v1.Decision
+	(*ResumeRequest)(nil),                 // 82: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),                // 83: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),                 // 84: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),                // 85: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),                 // 86: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),                // 87: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),           // 88: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 89: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 90: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 91: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 92: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 93: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 94: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 95: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 96: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 97: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 98: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 99: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 100: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 101: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 102: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 103: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 104: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 105: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 106: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 107: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 108: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 109: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 110: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 111: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 112: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 113: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 114: plumb.v1.Event
+	(*RunQueued)(nil),                     // 115: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),                 // 116: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 117: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 118: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),               // 119: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),                 // 120: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                    // 121: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 122: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 123: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 124: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 125: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 126: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 127: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 128: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 129: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 130: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 131: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 132: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 133: plumb.v1.Summarized
+	(*RunError)(nil),                      // 134: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 135: plumb.v1.RunFinished
+	nil,                                   // 136: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 137: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 138: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 139: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 140: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 141: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 142: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 143: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 144: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	137, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	143, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	73,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	138, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	138, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	138, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	138, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	137, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	79,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	144, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	144, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	144, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	144, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	143, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	73,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	16,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	16,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	16,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	137, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	79,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	17,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	17,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	17,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
+	143, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	73,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	16,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	16,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	16,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	138, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	138, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	79,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	17,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	17,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	17,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	144, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	144, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
-	31,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	101, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
-	9,   // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	101, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	137, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	101, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	138, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	32,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
+	107, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	10,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
+	107, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	143, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	107, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	144, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	138, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	138, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	144, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	144, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
-	41,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
-	41,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	138, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	138, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	48,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	48,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	138, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	138, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	130, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
-	55,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	55,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
-	55,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	131, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	137, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	66,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	138, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	138, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	66,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	132, // 52: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	71,  // 53: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	72,  // 54: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	133, // 55: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	137, // 56: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 57: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	108, // 58: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	5,   // 59: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	75,  // 60: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	108, // 61: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	108, // 62: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	134, // 63: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	100, // 64: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	6,   // 65: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	100, // 66: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	104, // 67: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	105, // 68: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	106, // 69: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	135, // 70: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	7,   // 71: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	100, // 72: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	98,  // 73: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	8,   // 74: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	99,  // 75: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	5,   // 76: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	138, // 77: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	138, // 78: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	136, // 79: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	7,   // 80: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	102, // 81: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	125, // 82: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	101, // 83: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	107, // 84: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	104, // 85: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	105, // 86: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	106, // 87: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	40,  // 88: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
-	9,   // 89: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	107, // 90: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	138, // 91: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	138, // 92: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	128, // 93: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	138, // 94: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	10,  // 95: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	103, // 96: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	138, // 97: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	12,  // 98: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	138, // 99: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	11,  // 100: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	138, // 101: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	138, // 102: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	115, // 103: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	116, // 104: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	117, // 105: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	118, // 106: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	119, // 107: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	120, // 108: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	121, // 109: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	122, // 110: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	123, // 111: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	125, // 112: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	126, // 113: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	127, // 114: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	128, // 115: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	129, // 116: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	112, // 117: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	110, // 118: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	111, // 119: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	109, // 120: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	113, // 121: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
-	114, // 122: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
-	101, // 123: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	40,  // 124: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
-	4,   // 125: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
-	103, // 126: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	12,  // 127: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	102, // 128: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	13,  // 129: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	107, // 130: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	14,  // 131: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	5,   // 132: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	124, // 133: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	107, // 134: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	15,  // 135: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	107, // 136: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	9,   // 137: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	107, // 138: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	73,  // 139: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	76,  // 140: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	78,  // 141: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	80,  // 142: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	82,  // 143: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	84,  // 144: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	86,  // 145: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	88,  // 146: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	90,  // 147: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	92,  // 148: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	94,  // 149: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	96,  // 150: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	49,  // 151: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	51,  // 152: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	53,  // 153: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	64,  // 154: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	67,  // 155: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	69,  // 156: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	17,  // 157: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	19,  // 158: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	21,  // 159: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	23,  // 160: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	25,  // 161: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	27,  // 162: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	29,  // 163: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	32,  // 164: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	56,  // 165: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	58,  // 166: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	60,  // 167: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	62,  // 168: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	34,  // 169: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	36,  // 170: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	38,  // 171: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	42,  // 172: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	44,  // 173: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	46,  // 174: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	74,  // 175: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	77,  // 176: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	79,  // 177: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	81,  // 178: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	83,  // 179: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	85,  // 180: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	87,  // 181: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	89,  // 182: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	91,  // 183: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	93,  // 184: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	95,  // 185: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	97,  // 186: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	50,  // 187: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	52,  // 188: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	54,  // 189: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	65,  // 190: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	68,  // 191: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	70,  // 192: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	18,  // 193: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	20,  // 194: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	22,  // 195: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	24,  // 196: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	26,  // 197: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	28,  // 198: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	30,  // 199: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	33,  // 200: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	57,  // 201: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	59,  // 202: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	61,  // 203: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	63,  // 204: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	35,  // 205: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	37,  // 206: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	39,  // 207: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	43,  // 208: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	45,  // 209: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	47,  // 210: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	175, // [175:211] is the sub-list for method output_type
-	139, // [139:175] is the sub-list for method input_type
-	139, // [139:139] is the sub-list for extension type_name
-	139, // [139:139] is the sub-list for extension extendee
-	0,   // [0:139] is the sub-list for field type_name
+	42,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
+	42,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
+	144, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	144, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	49,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	49,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	144, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	144, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	136, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	56,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	56,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
+	56,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	137, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	143, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	67,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	144, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	144, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	67,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	143, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	144, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	144, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
+	144, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	144, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	144, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
+	74,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
+	138, // 61: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	77,  // 62: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	78,  // 63: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	139, // 64: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	143, // 65: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 66: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	114, // 67: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	6,   // 68: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	81,  // 69: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	114, // 70: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	114, // 71: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	140, // 72: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	106, // 73: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	7,   // 74: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	106, // 75: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	110, // 76: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	111, // 77: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	112, // 78: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	141, // 79: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	8,   // 80: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	106, // 81: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	104, // 82: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	9,   // 83: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	105, // 84: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	6,   // 85: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	144, // 86: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	144, // 87: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	142, // 88: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	8,   // 89: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	108, // 90: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	131, // 91: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	107, // 92: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	113, // 93: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	110, // 94: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	111, // 95: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	112, // 96: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	41,  // 97: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	10,  // 98: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	113, // 99: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	144, // 100: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	144, // 101: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	134, // 102: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	144, // 103: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	11,  // 104: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	109, // 105: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	144, // 106: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	13,  // 107: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	144, // 108: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	12,  // 109: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	144, // 110: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	144, // 111: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	121, // 112: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	122, // 113: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	123, // 114: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	124, // 115: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	125, // 116: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	126, // 117: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	127, // 118: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	128, // 119: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	129, // 120: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	131, // 121: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	132, // 122: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	133, // 123: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	134, // 124: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	135, // 125: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	118, // 126: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	116, // 127: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	117, // 128: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	115, // 129: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	119, // 130: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	120, // 131: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	107, // 132: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	41,  // 133: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 134: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	109, // 135: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	13,  // 136: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	108, // 137: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	14,  // 138: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	113, // 139: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	15,  // 140: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	6,   // 141: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	130, // 142: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	113, // 143: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	16,  // 144: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	113, // 145: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	10,  // 146: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	113, // 147: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	79,  // 148: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	82,  // 149: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	84,  // 150: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	86,  // 151: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	88,  // 152: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	90,  // 153: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	92,  // 154: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	94,  // 155: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	96,  // 156: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	98,  // 157: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	100, // 158: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	102, // 159: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	50,  // 160: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	52,  // 161: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	54,  // 162: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	65,  // 163: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	68,  // 164: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	70,  // 165: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	18,  // 166: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	20,  // 167: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	22,  // 168: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	24,  // 169: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	26,  // 170: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	28,  // 171: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	30,  // 172: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	33,  // 173: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	57,  // 174: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	59,  // 175: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	61,  // 176: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	63,  // 177: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	35,  // 178: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	37,  // 179: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	39,  // 180: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	43,  // 181: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	45,  // 182: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	47,  // 183: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	72,  // 184: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	75,  // 185: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	80,  // 186: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	83,  // 187: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	85,  // 188: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	87,  // 189: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	89,  // 190: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	91,  // 191: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	93,  // 192: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	95,  // 193: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	97,  // 194: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	99,  // 195: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	101, // 196: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	103, // 197: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	51,  // 198: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	53,  // 199: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	55,  // 200: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	66,  // 201: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	69,  // 202: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	71,  // 203: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	19,  // 204: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	21,  // 205: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	23,  // 206: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	25,  // 207: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	27,  // 208: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	29,  // 209: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	31,  // 210: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	34,  // 211: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	58,  // 212: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	60,  // 213: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	62,  // 214: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	64,  // 215: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	36,  // 216: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	38,  // 217: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	40,  // 218: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	44,  // 219: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	46,  // 220: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	48,  // 221: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	73,  // 222: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	76,  // 223: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	186, // [186:224] is the sub-list for method output_type
+	148, // [148:186] is the sub-list for method input_type
+	148, // [148:148] is the sub-list for extension type_name
+	148, // [148:148] is the sub-list for extension extendee
+	0,   // [0:148] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -10044,7 +10597,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[92].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[97].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -10066,14 +10619,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_EgressRequest)(nil),
 		(*Event_EgressDecided)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[104].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[109].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      16,
-			NumMessages:   121,
+			NumEnums:      17,
+			NumMessages:   126,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,42 +19,44 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Run_FullMethodName                = "/plumb.v1.AgentService/Run"
-	AgentService_Resume_FullMethodName             = "/plumb.v1.AgentService/Resume"
-	AgentService_Attach_FullMethodName             = "/plumb.v1.AgentService/Attach"
-	AgentService_Cancel_FullMethodName             = "/plumb.v1.AgentService/Cancel"
-	AgentService_CreateThread_FullMethodName       = "/plumb.v1.AgentService/CreateThread"
-	AgentService_GetThread_FullMethodName          = "/plumb.v1.AgentService/GetThread"
-	AgentService_ListMessages_FullMethodName       = "/plumb.v1.AgentService/ListMessages"
-	AgentService_ListStateFiles_FullMethodName     = "/plumb.v1.AgentService/ListStateFiles"
-	AgentService_ListCheckpoints_FullMethodName    = "/plumb.v1.AgentService/ListCheckpoints"
-	AgentService_ListThreads_FullMethodName        = "/plumb.v1.AgentService/ListThreads"
-	AgentService_DeleteThread_FullMethodName       = "/plumb.v1.AgentService/DeleteThread"
-	AgentService_ListAgents_FullMethodName         = "/plumb.v1.AgentService/ListAgents"
-	AgentService_PutSecret_FullMethodName          = "/plumb.v1.AgentService/PutSecret"
-	AgentService_ListSecrets_FullMethodName        = "/plumb.v1.AgentService/ListSecrets"
-	AgentService_DeleteSecret_FullMethodName       = "/plumb.v1.AgentService/DeleteSecret"
-	AgentService_CreatePreview_FullMethodName      = "/plumb.v1.AgentService/CreatePreview"
-	AgentService_ListPreviews_FullMethodName       = "/plumb.v1.AgentService/ListPreviews"
-	AgentService_RevokePreview_FullMethodName      = "/plumb.v1.AgentService/RevokePreview"
-	AgentService_CreateSchedule_FullMethodName     = "/plumb.v1.AgentService/CreateSchedule"
-	AgentService_GetSchedule_FullMethodName        = "/plumb.v1.AgentService/GetSchedule"
-	AgentService_ListSchedules_FullMethodName      = "/plumb.v1.AgentService/ListSchedules"
-	AgentService_UpdateSchedule_FullMethodName     = "/plumb.v1.AgentService/UpdateSchedule"
-	AgentService_DeleteSchedule_FullMethodName     = "/plumb.v1.AgentService/DeleteSchedule"
-	AgentService_PauseSchedule_FullMethodName      = "/plumb.v1.AgentService/PauseSchedule"
-	AgentService_ResumeSchedule_FullMethodName     = "/plumb.v1.AgentService/ResumeSchedule"
-	AgentService_ListScheduleFires_FullMethodName  = "/plumb.v1.AgentService/ListScheduleFires"
-	AgentService_PutSkill_FullMethodName           = "/plumb.v1.AgentService/PutSkill"
-	AgentService_ListSkills_FullMethodName         = "/plumb.v1.AgentService/ListSkills"
-	AgentService_GetSkill_FullMethodName           = "/plumb.v1.AgentService/GetSkill"
-	AgentService_DeleteSkill_FullMethodName        = "/plumb.v1.AgentService/DeleteSkill"
-	AgentService_GetRun_FullMethodName             = "/plumb.v1.AgentService/GetRun"
-	AgentService_ListRuns_FullMethodName           = "/plumb.v1.AgentService/ListRuns"
-	AgentService_WaitRun_FullMethodName            = "/plumb.v1.AgentService/WaitRun"
-	AgentService_DecideThreadEgress_FullMethodName = "/plumb.v1.AgentService/DecideThreadEgress"
-	AgentService_ListEgressGrants_FullMethodName   = "/plumb.v1.AgentService/ListEgressGrants"
-	AgentService_RevokeEgressGrant_FullMethodName  = "/plumb.v1.AgentService/RevokeEgressGrant"
+	AgentService_Run_FullMethodName                   = "/plumb.v1.AgentService/Run"
+	AgentService_Resume_FullMethodName                = "/plumb.v1.AgentService/Resume"
+	AgentService_Attach_FullMethodName                = "/plumb.v1.AgentService/Attach"
+	AgentService_Cancel_FullMethodName                = "/plumb.v1.AgentService/Cancel"
+	AgentService_CreateThread_FullMethodName          = "/plumb.v1.AgentService/CreateThread"
+	AgentService_GetThread_FullMethodName             = "/plumb.v1.AgentService/GetThread"
+	AgentService_ListMessages_FullMethodName          = "/plumb.v1.AgentService/ListMessages"
+	AgentService_ListStateFiles_FullMethodName        = "/plumb.v1.AgentService/ListStateFiles"
+	AgentService_ListCheckpoints_FullMethodName       = "/plumb.v1.AgentService/ListCheckpoints"
+	AgentService_ListThreads_FullMethodName           = "/plumb.v1.AgentService/ListThreads"
+	AgentService_DeleteThread_FullMethodName          = "/plumb.v1.AgentService/DeleteThread"
+	AgentService_ListAgents_FullMethodName            = "/plumb.v1.AgentService/ListAgents"
+	AgentService_PutSecret_FullMethodName             = "/plumb.v1.AgentService/PutSecret"
+	AgentService_ListSecrets_FullMethodName           = "/plumb.v1.AgentService/ListSecrets"
+	AgentService_DeleteSecret_FullMethodName          = "/plumb.v1.AgentService/DeleteSecret"
+	AgentService_CreatePreview_FullMethodName         = "/plumb.v1.AgentService/CreatePreview"
+	AgentService_ListPreviews_FullMethodName          = "/plumb.v1.AgentService/ListPreviews"
+	AgentService_RevokePreview_FullMethodName         = "/plumb.v1.AgentService/RevokePreview"
+	AgentService_CreateSchedule_FullMethodName        = "/plumb.v1.AgentService/CreateSchedule"
+	AgentService_GetSchedule_FullMethodName           = "/plumb.v1.AgentService/GetSchedule"
+	AgentService_ListSchedules_FullMethodName         = "/plumb.v1.AgentService/ListSchedules"
+	AgentService_UpdateSchedule_FullMethodName        = "/plumb.v1.AgentService/UpdateSchedule"
+	AgentService_DeleteSchedule_FullMethodName        = "/plumb.v1.AgentService/DeleteSchedule"
+	AgentService_PauseSchedule_FullMethodName         = "/plumb.v1.AgentService/PauseSchedule"
+	AgentService_ResumeSchedule_FullMethodName        = "/plumb.v1.AgentService/ResumeSchedule"
+	AgentService_ListScheduleFires_FullMethodName     = "/plumb.v1.AgentService/ListScheduleFires"
+	AgentService_PutSkill_FullMethodName              = "/plumb.v1.AgentService/PutSkill"
+	AgentService_ListSkills_FullMethodName            = "/plumb.v1.AgentService/ListSkills"
+	AgentService_GetSkill_FullMethodName              = "/plumb.v1.AgentService/GetSkill"
+	AgentService_DeleteSkill_FullMethodName           = "/plumb.v1.AgentService/DeleteSkill"
+	AgentService_GetRun_FullMethodName                = "/plumb.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName              = "/plumb.v1.AgentService/ListRuns"
+	AgentService_WaitRun_FullMethodName               = "/plumb.v1.AgentService/WaitRun"
+	AgentService_DecideThreadEgress_FullMethodName    = "/plumb.v1.AgentService/DecideThreadEgress"
+	AgentService_ListEgressGrants_FullMethodName      = "/plumb.v1.AgentService/ListEgressGrants"
+	AgentService_RevokeEgressGrant_FullMethodName     = "/plumb.v1.AgentService/RevokeEgressGrant"
+	AgentService_RotateWebhookKey_FullMethodName      = "/plumb.v1.AgentService/RotateWebhookKey"
+	AgentService_ListWebhookDeliveries_FullMethodName = "/plumb.v1.AgentService/ListWebhookDeliveries"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -198,6 +200,16 @@ type AgentServiceClient interface {
 	// delete its sandbox to take it away). The record stays in the audit,
 	// marked revoked.
 	RevokeEgressGrant(ctx context.Context, in *RevokeEgressGrantRequest, opts ...grpc.CallOption) (*RevokeEgressGrantResponse, error)
+	// RotateWebhookKey makes a new signing key for the caller's tenant's
+	// webhooks (docs/webhooks.md) and returns it, the only time it is shown.
+	// The keys it replaces keep signing for the grace period (deliveries
+	// carry one v1 signature per live key). The first call makes the
+	// tenant's first key: webhooks need one. FAILED_PRECONDITION without a
+	// secrets key (the keys are sealed with it).
+	RotateWebhookKey(ctx context.Context, in *RotateWebhookKeyRequest, opts ...grpc.CallOption) (*RotateWebhookKeyResponse, error)
+	// ListWebhookDeliveries lists the caller's tenant's webhook deliveries,
+	// newest first, with their attempts and last answer.
+	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
 }
 
 type agentServiceClient struct {
@@ -595,6 +607,26 @@ func (c *agentServiceClient) RevokeEgressGrant(ctx context.Context, in *RevokeEg
 	return out, nil
 }
 
+func (c *agentServiceClient) RotateWebhookKey(ctx context.Context, in *RotateWebhookKeyRequest, opts ...grpc.CallOption) (*RotateWebhookKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateWebhookKeyResponse)
+	err := c.cc.Invoke(ctx, AgentService_RotateWebhookKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhookDeliveriesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListWebhookDeliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -736,6 +768,16 @@ type AgentServiceServer interface {
 	// delete its sandbox to take it away). The record stays in the audit,
 	// marked revoked.
 	RevokeEgressGrant(context.Context, *RevokeEgressGrantRequest) (*RevokeEgressGrantResponse, error)
+	// RotateWebhookKey makes a new signing key for the caller's tenant's
+	// webhooks (docs/webhooks.md) and returns it, the only time it is shown.
+	// The keys it replaces keep signing for the grace period (deliveries
+	// carry one v1 signature per live key). The first call makes the
+	// tenant's first key: webhooks need one. FAILED_PRECONDITION without a
+	// secrets key (the keys are sealed with it).
+	RotateWebhookKey(context.Context, *RotateWebhookKeyRequest) (*RotateWebhookKeyResponse, error)
+	// ListWebhookDeliveries lists the caller's tenant's webhook deliveries,
+	// newest first, with their attempts and last answer.
+	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -853,6 +895,12 @@ func (UnimplementedAgentServiceServer) ListEgressGrants(context.Context, *ListEg
 }
 func (UnimplementedAgentServiceServer) RevokeEgressGrant(context.Context, *RevokeEgressGrantRequest) (*RevokeEgressGrantResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeEgressGrant not implemented")
+}
+func (UnimplementedAgentServiceServer) RotateWebhookKey(context.Context, *RotateWebhookKeyRequest) (*RotateWebhookKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateWebhookKey not implemented")
+}
+func (UnimplementedAgentServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1502,6 +1550,42 @@ func _AgentService_RevokeEgressGrant_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_RotateWebhookKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateWebhookKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RotateWebhookKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RotateWebhookKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RotateWebhookKey(ctx, req.(*RotateWebhookKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhookDeliveriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListWebhookDeliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListWebhookDeliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListWebhookDeliveries(ctx, req.(*ListWebhookDeliveriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1640,6 +1724,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeEgressGrant",
 			Handler:    _AgentService_RevokeEgressGrant_Handler,
+		},
+		{
+			MethodName: "RotateWebhookKey",
+			Handler:    _AgentService_RotateWebhookKey_Handler,
+		},
+		{
+			MethodName: "ListWebhookDeliveries",
+			Handler:    _AgentService_ListWebhookDeliveries_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
