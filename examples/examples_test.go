@@ -8,6 +8,7 @@ package examples
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 
 // build compiles agentd and the Go example into dir.
 func build(dir string) error {
-	for _, pkg := range []string{"cmd/agentd", "examples/go/runagent"} {
+	for _, pkg := range []string{"cmd/agentd", "examples/go/runagent", "examples/go/approvalhook"} {
 		p, err := daemontest.Build(dir, "github.com/plumbhq/plumb/"+pkg)
 		if err != nil {
 			return fmt.Errorf("build %s: %w", pkg, err)
@@ -57,10 +58,10 @@ func build(dir string) error {
 
 const token = "examples-token"
 
-// agentd starts agentd with write_file gated behind an approval, and
-// returns its address, its scripted model and a client for checking the
-// thread afterwards.
-func agentd(t *testing.T) (string, *modeltest.Server, plumbv1.AgentServiceClient) {
+// agentd starts agentd with write_file gated behind an approval (and
+// extra config appended), and returns its address, its scripted model and
+// a client for checking the thread afterwards.
+func agentd(t *testing.T, extra ...string) (string, *modeltest.Server, plumbv1.AgentServiceClient) {
 	t.Helper()
 	model := modeltest.New(t)
 	dir := t.TempDir()
@@ -74,7 +75,7 @@ agents:
   main:
     interrupt_on:
       write_file: {description: "Writes a file"}
-`, filepath.Join(dir, "agentd.db"), model.URL())
+`, filepath.Join(dir, "agentd.db"), model.URL()) + strings.Join(extra, "")
 	for name, content := range map[string]string{"agentd.yaml": cfg, "token": token + "\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
@@ -233,5 +234,47 @@ func TestExamplesWrongToken(t *testing.T) {
 				t.Fatalf("err = %v, stderr %q, stdout %q; want a failure naming UNAUTHENTICATED", err, errOut, out)
 			}
 		})
+	}
+}
+
+// TestApprovalHookExample runs the product-style example: a detached run
+// whose signed run.interrupted webhook the example verifies and approves,
+// then WaitRun and the run's final webhook. The file the approved call
+// writes shows the approval reached agentd.
+func TestApprovalHookExample(t *testing.T) {
+	t.Setenv("PLUMB_SECRETS_KEY", base64.StdEncoding.EncodeToString([]byte(strings.Repeat("e", 32))))
+	addr, model, client := agentd(t, "webhooks: {allow_http: true, allow: [127.0.0.0/8]}\n")
+	const args = `{"file_path":"/hello.txt","content":"hi\n"}`
+	model.Script("main",
+		modeltest.Turn{Text: []string{"Writing the file."}, Calls: []modeltest.Call{{ID: "c1", Name: "write_file", Args: args}}},
+		modeltest.Text("Saved /hello.txt."))
+
+	ex := example{argv: []string{bins["approvalhook"]}}
+	out, errOut, err := ex.run(t, "", "--addr", addr, "--token", token, "--listen", "127.0.0.1:0", "write hello")
+	if err != nil {
+		t.Fatalf("example: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	for _, w := range []string{
+		"webhook run.interrupted for run ", "signature verified",
+		"approving write_file " + args,
+		": RUN_STATUS_COMPLETED\n",
+		"final webhook run.succeeded: status COMPLETED\n",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	threads, err := client.ListThreads(ctx, &plumbv1.ListThreadsRequest{})
+	if err != nil || len(threads.GetThreads()) != 1 {
+		t.Fatalf("ListThreads = %v, %v; want one thread", threads, err)
+	}
+	th, err := client.GetThread(ctx, &plumbv1.GetThreadRequest{ThreadId: threads.GetThreads()[0].GetId(), View: plumbv1.ThreadView_THREAD_VIEW_FULL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := th.GetThread().GetFiles(); len(files) != 1 || files[0].GetPath() != "/hello.txt" {
+		t.Fatalf("thread files %v; want /hello.txt written by the approved call", files)
 	}
 }
