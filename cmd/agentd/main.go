@@ -183,9 +183,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }
 	o.BulkMethods = agentsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
-	o.BeforeStop = svc.Shutdown
+	stopped := false
+	o.BeforeStop = func(ctx context.Context) error { stopped = true; return svc.Shutdown(ctx) }
 	o.Servers = servers
-	return daemon.Serve(ctx, o)
+	err = daemon.Serve(ctx, o)
+	if !stopped {
+		// Serve failed before serving (a busy port): the service's loops
+		// (scheduler, takeover, queue) stop before the store closes.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownGrace)
+		_ = svc.Shutdown(sctx)
+		cancel()
+	}
+	return err
 }
 
 // replicaID names this agentd as a lease holder: the host name (the pod
