@@ -160,6 +160,12 @@ func Nanos(t time.Time) int64 { return t.UnixNano() }
 // FromNanos is the UTC time of n (see Nanos).
 func FromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
+// Scanner is one row of a query as both drivers return it (*sql.Row,
+// *sql.Rows, pgx.Row, pgx.Rows): what the shared row decoders read.
+type Scanner interface {
+	Scan(dest ...any) error
+}
+
 // JSON encodes v as the text the stores keep JSON columns in.
 func JSON(v any) (string, error) {
 	b, err := json.Marshal(v)
