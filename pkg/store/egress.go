@@ -146,9 +146,5 @@ func ScanEgress(sc Scanner) (EgressRecord, error) {
 // EgressGrantPage cuts a grant listing of one more than size (newest
 // decision first) into a page and the next page's token.
 func EgressGrantPage(list []EgressRecord, size int) ([]EgressRecord, string) {
-	if len(list) <= size {
-		return list, ""
-	}
-	last := list[size-1]
-	return list[:size], EncodePageToken(Nanos(last.Decided), last.RequestID)
+	return cutPage(list, size, func(r EgressRecord) (int64, string) { return Nanos(r.Decided), r.RequestID })
 }

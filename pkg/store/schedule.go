@@ -209,3 +209,15 @@ func ScanScheduleFire(r Scanner) (ScheduleFire, error) {
 	f.Tick, f.FiredAt, f.Status = FromNanos(tick), FromNanos(fired), FireStatus(status)
 	return f, nil
 }
+
+// SchedulePage cuts a schedule listing of one more than size (newest
+// first) into a page and the next page's token.
+func SchedulePage(list []Schedule, size int) ([]Schedule, string) {
+	return cutPage(list, size, func(s Schedule) (int64, string) { return Nanos(s.Created), s.ID })
+}
+
+// ScheduleFirePage cuts a listing of one more than size of scheduleID's
+// fires (newest tick first) into a page and the next page's token.
+func ScheduleFirePage(list []ScheduleFire, size int, scheduleID string) ([]ScheduleFire, string) {
+	return cutPage(list, size, func(f ScheduleFire) (int64, string) { return Nanos(f.Tick), scheduleID })
+}

@@ -88,6 +88,17 @@ func TenantOf(t agent.Thread) string {
 	return t.Tenant
 }
 
+// cutPage cuts a listing of up to one more than size (read to learn
+// whether a next page exists) into a page and the next page's token, made
+// of key of the page's last item ("" when there is no next page).
+func cutPage[T any](list []T, size int, key func(T) (int64, string)) ([]T, string) {
+	if len(list) <= size {
+		return list, ""
+	}
+	list = list[:size]
+	return list, EncodePageToken(key(list[size-1]))
+}
+
 // EncodePageToken is the token of the page after the thread with this
 // UpdatedAt (Unix nanoseconds) and id.
 func EncodePageToken(updated int64, id string) string {

@@ -184,3 +184,9 @@ func ScanDelivery(r Scanner) (Delivery, error) {
 	d.Created, d.Finished = FromNanos(created), FromOptNanos(finished)
 	return d, nil
 }
+
+// DeliveryPage cuts a delivery listing of one more than size (newest
+// first) into a page and the next page's token.
+func DeliveryPage(list []Delivery, size int) ([]Delivery, string) {
+	return cutPage(list, size, func(d Delivery) (int64, string) { return Nanos(d.Created), d.ID })
+}

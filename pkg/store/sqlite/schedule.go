@@ -63,13 +63,8 @@ func (s *Store) ListSchedules(ctx context.Context, q store.ScheduleQuery) ([]sto
 	if err := rows.Err(); err != nil {
 		return nil, "", classify(err)
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		last := out[size-1]
-		next = store.EncodePageToken(store.Nanos(last.Created), last.ID)
-	}
-	return out, next, nil
+	page, next := store.SchedulePage(out, size)
+	return page, next, nil
 }
 
 // UpdateSchedule implements store.Schedules.
@@ -214,10 +209,6 @@ func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSi
 	if err := rows.Err(); err != nil {
 		return nil, "", classify(err)
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		next = store.EncodePageToken(store.Nanos(out[size-1].Tick), scheduleID)
-	}
-	return out, next, nil
+	page, next := store.ScheduleFirePage(out, size, scheduleID)
+	return page, next, nil
 }

@@ -141,11 +141,6 @@ func (s *Store) ListDeliveries(ctx context.Context, q store.DeliveryQuery) ([]st
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		last := out[size-1]
-		next = store.EncodePageToken(store.Nanos(last.Created), last.ID)
-	}
-	return out, next, nil
+	page, next := store.DeliveryPage(out, size)
+	return page, next, nil
 }
