@@ -11,7 +11,6 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // runStatuses are the --status values of `runs ls`.
@@ -115,7 +114,7 @@ func (a *agentCmd) runs(ctx context.Context, args []string) error {
 		fmt.Fprintln(tw, "RUN\tTHREAD\tSTATUS\tCREATED\tHOLDER\tTOKENS")
 		for _, r := range all {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.GetRunId(), r.GetThreadId(), runStatusName(r.GetStatus()),
-				when(r.GetCreatedAt()), r.GetHolder(), r.GetUsage().GetTotalTokens())
+				localTime(r.GetCreatedAt()), r.GetHolder(), r.GetUsage().GetTotalTokens())
 		}
 		return tw.Flush()
 	}
@@ -125,7 +124,7 @@ func (a *agentCmd) runs(ctx context.Context, args []string) error {
 // printRun prints one run record.
 func printRun(w io.Writer, r *plumbv1.RunRecord) {
 	fmt.Fprintf(w, "run      %s\nthread   %s\nstatus   %s\ncreated  %s\nstarted  %s\nfinished %s\n",
-		r.GetRunId(), r.GetThreadId(), runStatusName(r.GetStatus()), when(r.GetCreatedAt()), when(r.GetStartedAt()), when(r.GetFinishedAt()))
+		r.GetRunId(), r.GetThreadId(), runStatusName(r.GetStatus()), localTime(r.GetCreatedAt()), localTime(r.GetStartedAt()), localTime(r.GetFinishedAt()))
 	if r.GetHolder() != "" {
 		fmt.Fprintf(w, "holder   %s\n", r.GetHolder())
 	}
@@ -140,11 +139,4 @@ func printRun(w io.Writer, r *plumbv1.RunRecord) {
 
 func runStatusName(s plumbv1.RunStatus) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "RUN_STATUS_"))
-}
-
-func when(t *timestamppb.Timestamp) string {
-	if t == nil {
-		return "-"
-	}
-	return t.AsTime().Format(time.RFC3339)
 }

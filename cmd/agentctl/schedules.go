@@ -258,6 +258,8 @@ func nextFire(sc *plumbv1.Schedule) string {
 	return localTime(sc.GetNextFireTime())
 }
 
+// localTime is how agentctl tables show a time: local, to the second, "-"
+// when not set.
 func localTime(t *timestamppb.Timestamp) string {
 	if t == nil {
 		return "-"

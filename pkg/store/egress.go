@@ -121,3 +121,30 @@ type EgressRecords interface {
 	// ErrEgressNotFound unless the record is an approval.
 	RevokeEgressGrant(ctx context.Context, threadID, requestID string) error
 }
+
+// EgressColumns are the egress_requests columns ScanEgress reads, in
+// order.
+const EgressColumns = `tenant, thread_id, request_id, agent, run_id, sandbox_id, host, port, tool_call_id, agent_path,
+	created_at, status, scope, decided_by, decided_at, reason, revoked`
+
+// ScanEgress reads one row of EgressColumns.
+func ScanEgress(sc Scanner) (EgressRecord, error) {
+	var (
+		r                EgressRecord
+		created, decided int64
+		status, scope    string
+	)
+	if err := sc.Scan(&r.Tenant, &r.ThreadID, &r.RequestID, &r.Agent, &r.RunID, &r.SandboxID, &r.Host, &r.Port, &r.ToolCallID, &r.AgentPath,
+		&created, &status, &scope, &r.DecidedBy, &decided, &r.Reason, &r.Revoked); err != nil {
+		return EgressRecord{}, err
+	}
+	r.Status, r.Scope = EgressStatus(status), EgressScope(scope)
+	r.Created, r.Decided = FromNanos(created), FromOptNanos(decided)
+	return r, nil
+}
+
+// EgressGrantPage cuts a grant listing of one more than size (newest
+// decision first) into a page and the next page's token.
+func EgressGrantPage(list []EgressRecord, size int) ([]EgressRecord, string) {
+	return cutPage(list, size, func(r EgressRecord) (int64, string) { return Nanos(r.Decided), r.RequestID })
+}

@@ -147,7 +147,7 @@ type Event struct {
 // (*sql.Rows, pgx.Rows).
 type EventRows interface {
 	Next() bool
-	Scan(dest ...any) error
+	Scanner
 	Err() error
 }
 

@@ -123,3 +123,24 @@ func EndQueued(record string, status agent.RunStatus, rerr *agent.RunError, fini
 	r.Status, r.Error, r.FinishedAt = status, rerr, finishedAt
 	return JSON(r)
 }
+
+// RunColumns are the columns ScanRun reads, from runs r joined with
+// threads t.
+const RunColumns = `r.ord, r.thread_id, t.tenant, r.record`
+
+// ScanRun reads one row of RunColumns: the run and its order (what run
+// page tokens hold).
+func ScanRun(r Scanner) (RunInfo, int64, error) {
+	var (
+		ri  RunInfo
+		ord int64
+		rec string
+	)
+	if err := r.Scan(&ord, &ri.ThreadID, &ri.Tenant, &rec); err != nil {
+		return ri, 0, err
+	}
+	if err := json.Unmarshal([]byte(rec), &ri.Record); err != nil {
+		return ri, 0, fmt.Errorf("run record: %w", err)
+	}
+	return ri, ord, nil
+}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -164,4 +166,58 @@ func FromOptNanos(n int64) time.Time {
 		return time.Time{}
 	}
 	return FromNanos(n)
+}
+
+// ScheduleColumns are the schedules columns ScanSchedule reads, in order.
+const ScheduleColumns = `id, tenant, cron, time_zone, interval_ns, catch_up, paused, run, next_fire, last_fire,
+	last_run_id, last_thread_id, last_error, created_at, updated_at`
+
+// ScanSchedule reads one row of ScheduleColumns.
+func ScanSchedule(r Scanner) (Schedule, error) {
+	var (
+		s                                  Schedule
+		interval, next, last, created, upd int64
+		run                                string
+	)
+	if err := r.Scan(&s.ID, &s.Tenant, &s.Cron, &s.TimeZone, &interval, &s.CatchUp, &s.Paused, &run, &next, &last,
+		&s.LastRunID, &s.LastThreadID, &s.LastError, &created, &upd); err != nil {
+		return Schedule{}, err
+	}
+	if err := json.Unmarshal([]byte(run), &s.Run); err != nil {
+		return Schedule{}, fmt.Errorf("schedule %s: run: %w", s.ID, err)
+	}
+	s.Interval = time.Duration(interval)
+	s.NextFire, s.LastFire = FromOptNanos(next), FromOptNanos(last)
+	s.Created, s.Updated = FromNanos(created), FromNanos(upd)
+	return s, nil
+}
+
+// ScheduleFireColumns are the schedule_fires columns ScanScheduleFire
+// reads, in order.
+const ScheduleFireColumns = `schedule_id, tick, fired_at, replica, status, missed, run_id, thread_id, reason`
+
+// ScanScheduleFire reads one row of ScheduleFireColumns.
+func ScanScheduleFire(r Scanner) (ScheduleFire, error) {
+	var (
+		f           ScheduleFire
+		tick, fired int64
+		status      string
+	)
+	if err := r.Scan(&f.ScheduleID, &tick, &fired, &f.Replica, &status, &f.Missed, &f.RunID, &f.ThreadID, &f.Reason); err != nil {
+		return ScheduleFire{}, err
+	}
+	f.Tick, f.FiredAt, f.Status = FromNanos(tick), FromNanos(fired), FireStatus(status)
+	return f, nil
+}
+
+// SchedulePage cuts a schedule listing of one more than size (newest
+// first) into a page and the next page's token.
+func SchedulePage(list []Schedule, size int) ([]Schedule, string) {
+	return cutPage(list, size, func(s Schedule) (int64, string) { return Nanos(s.Created), s.ID })
+}
+
+// ScheduleFirePage cuts a listing of one more than size of scheduleID's
+// fires (newest tick first) into a page and the next page's token.
+func ScheduleFirePage(list []ScheduleFire, size int, scheduleID string) ([]ScheduleFire, string) {
+	return cutPage(list, size, func(f ScheduleFire) (int64, string) { return Nanos(f.Tick), scheduleID })
 }

@@ -39,3 +39,19 @@ type Skills interface {
 	// DeleteSkill removes a skill, or returns ErrSkillNotFound.
 	DeleteSkill(ctx context.Context, tenant, name string) error
 }
+
+// SkillSummaryColumns are the skills columns ScanSkillSummary reads, in
+// order: all but the archive, for listings.
+const SkillSummaryColumns = `name, description, size, files, sha256, created_at, updated_at`
+
+// ScanSkillSummary reads one row of SkillSummaryColumns as a skill of
+// tenant (without its Archive).
+func ScanSkillSummary(r Scanner, tenant string) (Skill, error) {
+	sk := Skill{Tenant: tenant}
+	var c, u int64
+	if err := r.Scan(&sk.Name, &sk.Description, &sk.Size, &sk.Files, &sk.SHA256, &c, &u); err != nil {
+		return Skill{}, err
+	}
+	sk.CreatedAt, sk.UpdatedAt = FromNanos(c), FromNanos(u)
+	return sk, nil
+}

@@ -88,6 +88,17 @@ func TenantOf(t agent.Thread) string {
 	return t.Tenant
 }
 
+// cutPage cuts a listing of up to one more than size (read to learn
+// whether a next page exists) into a page and the next page's token, made
+// of key of the page's last item ("" when there is no next page).
+func cutPage[T any](list []T, size int, key func(T) (int64, string)) ([]T, string) {
+	if len(list) <= size {
+		return list, ""
+	}
+	list = list[:size]
+	return list, EncodePageToken(key(list[size-1]))
+}
+
 // EncodePageToken is the token of the page after the thread with this
 // UpdatedAt (Unix nanoseconds) and id.
 func EncodePageToken(updated int64, id string) string {
@@ -159,6 +170,12 @@ func Nanos(t time.Time) int64 { return t.UnixNano() }
 
 // FromNanos is the UTC time of n (see Nanos).
 func FromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// Scanner is one row of a query as both drivers return it (*sql.Row,
+// *sql.Rows, pgx.Row, pgx.Rows): what the shared row decoders read.
+type Scanner interface {
+	Scan(dest ...any) error
+}
 
 // JSON encodes v as the text the stores keep JSON columns in.
 func JSON(v any) (string, error) {

@@ -147,3 +147,46 @@ type Webhooks interface {
 	// ErrBadPageToken.
 	ListDeliveries(ctx context.Context, q DeliveryQuery) ([]Delivery, string, error)
 }
+
+// WebhookKeyColumns are the webhook_keys columns ScanWebhookKey reads, in
+// order.
+const WebhookKeyColumns = `id, sealed, created_at, expires_at`
+
+// ScanWebhookKey reads one row of WebhookKeyColumns as a key of tenant.
+func ScanWebhookKey(r Scanner, tenant string) (WebhookKey, error) {
+	k := WebhookKey{Tenant: tenant}
+	var c, e int64
+	if err := r.Scan(&k.ID, &k.Sealed, &c, &e); err != nil {
+		return WebhookKey{}, err
+	}
+	k.Created, k.Expires = FromNanos(c), FromOptNanos(e)
+	return k, nil
+}
+
+// DeliveryColumns are the webhook_deliveries columns ScanDelivery reads,
+// in order.
+const DeliveryColumns = `id, tenant, thread_id, run_id, event, url, payload, status, attempts, last_status_code, last_error,
+	next_attempt, claim_holder, claim_expires, give_up, created_at, finished_at`
+
+// ScanDelivery reads one row of DeliveryColumns.
+func ScanDelivery(r Scanner) (Delivery, error) {
+	var (
+		d                                         Delivery
+		status                                    string
+		next, claimExp, giveUp, created, finished int64
+	)
+	if err := r.Scan(&d.ID, &d.Tenant, &d.ThreadID, &d.RunID, &d.Event, &d.URL, &d.Payload, &status, &d.Attempts, &d.LastStatusCode, &d.LastError,
+		&next, &d.ClaimHolder, &claimExp, &giveUp, &created, &finished); err != nil {
+		return Delivery{}, err
+	}
+	d.Status = DeliveryStatus(status)
+	d.NextAttempt, d.ClaimExpires, d.GiveUp = FromNanos(next), FromOptNanos(claimExp), FromNanos(giveUp)
+	d.Created, d.Finished = FromNanos(created), FromOptNanos(finished)
+	return d, nil
+}
+
+// DeliveryPage cuts a delivery listing of one more than size (newest
+// first) into a page and the next page's token.
+func DeliveryPage(list []Delivery, size int) ([]Delivery, string) {
+	return cutPage(list, size, func(d Delivery) (int64, string) { return Nanos(d.Created), d.ID })
+}

@@ -12,27 +12,6 @@ import (
 
 var _ store.EgressRecords = (*Store)(nil)
 
-const egressColumns = `tenant, thread_id, request_id, agent, run_id, sandbox_id, host, port, tool_call_id, agent_path,
-	created_at, status, scope, decided_by, decided_at, reason, revoked`
-
-func scanEgress(sc interface{ Scan(...any) error }) (store.EgressRecord, error) {
-	var (
-		r                store.EgressRecord
-		created, decided int64
-		status, scope    string
-	)
-	if err := sc.Scan(&r.Tenant, &r.ThreadID, &r.RequestID, &r.Agent, &r.RunID, &r.SandboxID, &r.Host, &r.Port, &r.ToolCallID, &r.AgentPath,
-		&created, &status, &scope, &r.DecidedBy, &decided, &r.Reason, &r.Revoked); err != nil {
-		return store.EgressRecord{}, err
-	}
-	r.Status, r.Scope = store.EgressStatus(status), store.EgressScope(scope)
-	r.Created = store.FromNanos(created)
-	if decided != 0 {
-		r.Decided = store.FromNanos(decided)
-	}
-	return r, nil
-}
-
 func collectEgress(rows pgx.Rows, err error) ([]store.EgressRecord, error) {
 	if err != nil {
 		return nil, classify(err)
@@ -40,7 +19,7 @@ func collectEgress(rows pgx.Rows, err error) ([]store.EgressRecord, error) {
 	defer rows.Close()
 	var out []store.EgressRecord
 	for rows.Next() {
-		r, err := scanEgress(rows)
+		r, err := store.ScanEgress(rows)
 		if err != nil {
 			return nil, classify(err)
 		}
@@ -60,7 +39,7 @@ func (s *Store) AddEgressRequest(ctx context.Context, r store.EgressRecord) erro
 
 // EgressRequest implements store.EgressRecords.
 func (s *Store) EgressRequest(ctx context.Context, threadID, requestID string) (store.EgressRecord, error) {
-	r, err := scanEgress(s.pool.QueryRow(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE thread_id = $1 AND request_id = $2`, threadID, requestID))
+	r, err := store.ScanEgress(s.pool.QueryRow(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE thread_id = $1 AND request_id = $2`, threadID, requestID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.EgressRecord{}, fmt.Errorf("egress request %s of thread %s: %w", requestID, threadID, store.ErrEgressNotFound)
 	}
@@ -72,7 +51,7 @@ func (s *Store) EgressRequest(ctx context.Context, threadID, requestID string) (
 func (s *Store) DecideEgressRequest(ctx context.Context, threadID, requestID string, d store.EgressDecision) (store.EgressRecord, error) {
 	var out store.EgressRecord
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		r, err := scanEgress(tx.QueryRow(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE thread_id = $1 AND request_id = $2 FOR UPDATE`, threadID, requestID))
+		r, err := store.ScanEgress(tx.QueryRow(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE thread_id = $1 AND request_id = $2 FOR UPDATE`, threadID, requestID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("egress request %s of thread %s: %w", requestID, threadID, store.ErrEgressNotFound)
 		}
@@ -95,7 +74,7 @@ func (s *Store) DecideEgressRequest(ctx context.Context, threadID, requestID str
 
 // PendingEgress implements store.EgressRecords.
 func (s *Store) PendingEgress(ctx context.Context, threadID string) ([]store.EgressRecord, error) {
-	return collectEgress(s.pool.Query(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE thread_id = $1 AND status = $2
+	return collectEgress(s.pool.Query(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE thread_id = $1 AND status = $2
 		ORDER BY created_at, request_id`, threadID, string(store.EgressPending)))
 }
 
@@ -117,21 +96,18 @@ func (s *Store) ListEgressGrants(ctx context.Context, q store.EgressQuery) ([]st
 		a := arg(at)
 		where += ` AND (decided_at < ` + a + ` OR (decided_at = ` + a + ` AND request_id < ` + arg(id) + `))`
 	}
-	list, err := collectEgress(s.pool.Query(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE `+where+`
+	list, err := collectEgress(s.pool.Query(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE `+where+`
 		ORDER BY decided_at DESC, request_id DESC LIMIT `+arg(q.PageSize+1), args...))
 	if err != nil {
 		return nil, "", err
 	}
-	if len(list) <= q.PageSize {
-		return list, "", nil
-	}
-	last := list[q.PageSize-1]
-	return list[:q.PageSize], store.EncodePageToken(store.Nanos(last.Decided), last.RequestID), nil
+	page, next := store.EgressGrantPage(list, q.PageSize)
+	return page, next, nil
 }
 
 // EgressGrants implements store.EgressRecords.
 func (s *Store) EgressGrants(ctx context.Context, tenant, agent, threadID string) ([]store.EgressRecord, error) {
-	return collectEgress(s.pool.Query(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE tenant = $1 AND status = $2 AND NOT revoked
+	return collectEgress(s.pool.Query(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE tenant = $1 AND status = $2 AND NOT revoked
 		AND ((scope = $3 AND thread_id = $4) OR (scope = $5 AND agent = $6)) ORDER BY decided_at, request_id`,
 		tenant, string(store.EgressApproved), string(store.EgressScopeThread), threadID, string(store.EgressScopeAgent), agent))
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -17,29 +16,9 @@ import (
 
 var _ store.Runs = (*Store)(nil)
 
-// runColumns are the columns scanRun reads, from runs r joined with
-// threads t.
-const runColumns = `r.ord, r.thread_id, t.tenant, r.record`
-
-// scanRun reads one row of runColumns.
-func scanRun(row pgx.Row) (store.RunInfo, int64, error) {
-	var (
-		ri  store.RunInfo
-		ord int64
-		rec string
-	)
-	if err := row.Scan(&ord, &ri.ThreadID, &ri.Tenant, &rec); err != nil {
-		return ri, 0, err
-	}
-	if err := json.Unmarshal([]byte(rec), &ri.Record); err != nil {
-		return ri, 0, fmt.Errorf("run record: %w", err)
-	}
-	return ri, ord, nil
-}
-
 // GetRun implements store.Runs.
 func (s *Store) GetRun(ctx context.Context, runID string) (store.RunInfo, error) {
-	ri, _, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id WHERE r.run_id = $1`, runID))
+	ri, _, err := store.ScanRun(s.pool.QueryRow(ctx, `SELECT `+store.RunColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id WHERE r.run_id = $1`, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ri, fmt.Errorf("run %s: %w", runID, store.ErrRunNotFound)
 	}
@@ -72,7 +51,7 @@ func (s *Store) ListRuns(ctx context.Context, q store.RunQuery) ([]store.RunInfo
 	if q.Status != "" {
 		where = append(where, `r.status = `+arg(string(q.Status)))
 	}
-	query := `SELECT ` + runColumns + ` FROM runs r JOIN threads t ON t.id = r.thread_id`
+	query := `SELECT ` + store.RunColumns + ` FROM runs r JOIN threads t ON t.id = r.thread_id`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -88,7 +67,7 @@ func (s *Store) ListRuns(ctx context.Context, q store.RunQuery) ([]store.RunInfo
 		last int64
 	)
 	for rows.Next() {
-		ri, ord, err := scanRun(rows)
+		ri, ord, err := store.ScanRun(rows)
 		if err != nil {
 			return nil, "", err
 		}
@@ -130,7 +109,7 @@ func (s *Store) EnqueueRun(ctx context.Context, threadID string, rec agent.RunRe
 
 // NextQueuedRun implements store.Runs.
 func (s *Store) NextQueuedRun(ctx context.Context, threadID string) (*store.RunInfo, error) {
-	ri, _, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id
+	ri, _, err := store.ScanRun(s.pool.QueryRow(ctx, `SELECT `+store.RunColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id
 		WHERE r.thread_id = $1 AND r.status = $2 ORDER BY r.ord LIMIT 1`, threadID, string(agent.StatusQueued)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,28 +11,6 @@ import (
 )
 
 var _ store.Schedules = (*Store)(nil)
-
-const scheduleColumns = `id, tenant, cron, time_zone, interval_ns, catch_up, paused, run, next_fire, last_fire,
-	last_run_id, last_thread_id, last_error, created_at, updated_at`
-
-func scanSchedule(sc interface{ Scan(...any) error }) (store.Schedule, error) {
-	var (
-		s                                  store.Schedule
-		interval, next, last, created, upd int64
-		run                                string
-	)
-	if err := sc.Scan(&s.ID, &s.Tenant, &s.Cron, &s.TimeZone, &interval, &s.CatchUp, &s.Paused, &run, &next, &last,
-		&s.LastRunID, &s.LastThreadID, &s.LastError, &created, &upd); err != nil {
-		return store.Schedule{}, err
-	}
-	if err := json.Unmarshal([]byte(run), &s.Run); err != nil {
-		return store.Schedule{}, fmt.Errorf("schedule %s: run: %w", s.ID, err)
-	}
-	s.Interval = time.Duration(interval)
-	s.NextFire, s.LastFire = store.FromOptNanos(next), store.FromOptNanos(last)
-	s.Created, s.Updated = store.FromNanos(created), store.FromNanos(upd)
-	return s, nil
-}
 
 // CreateSchedule implements store.Schedules.
 func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) error {
@@ -50,7 +27,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) error {
 
 // Schedule implements store.Schedules.
 func (s *Store) Schedule(ctx context.Context, id string) (store.Schedule, error) {
-	sc, err := scanSchedule(s.pool.QueryRow(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE id = $1`, id))
+	sc, err := store.ScanSchedule(s.pool.QueryRow(ctx, `SELECT `+store.ScheduleColumns+` FROM schedules WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Schedule{}, fmt.Errorf("schedule %s: %w", id, store.ErrScheduleNotFound)
 	}
@@ -61,7 +38,7 @@ func collectSchedules(rows pgx.Rows) ([]store.Schedule, error) {
 	defer rows.Close()
 	var out []store.Schedule
 	for rows.Next() {
-		sc, err := scanSchedule(rows)
+		sc, err := store.ScanSchedule(rows)
 		if err != nil {
 			return nil, classify(err)
 		}
@@ -82,7 +59,7 @@ func (s *Store) ListSchedules(ctx context.Context, q store.ScheduleQuery) ([]sto
 		where += ` AND (created_at, id) < ($2, $3)`
 		args = append(args, created, id)
 	}
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT `+scheduleColumns+` FROM schedules WHERE %s ORDER BY created_at DESC, id DESC LIMIT $%d`, where, len(args)+1),
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT `+store.ScheduleColumns+` FROM schedules WHERE %s ORDER BY created_at DESC, id DESC LIMIT $%d`, where, len(args)+1),
 		append(args, size+1)...)
 	if err != nil {
 		return nil, "", classify(err)
@@ -91,13 +68,8 @@ func (s *Store) ListSchedules(ctx context.Context, q store.ScheduleQuery) ([]sto
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		last := out[size-1]
-		next = store.EncodePageToken(store.Nanos(last.Created), last.ID)
-	}
-	return out, next, nil
+	page, next := store.SchedulePage(out, size)
+	return page, next, nil
 }
 
 // UpdateSchedule implements store.Schedules.
@@ -132,7 +104,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 
 // DueSchedules implements store.Schedules.
 func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]store.Schedule, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE NOT paused AND next_fire > 0 AND next_fire <= $1
+	rows, err := s.pool.Query(ctx, `SELECT `+store.ScheduleColumns+` FROM schedules WHERE NOT paused AND next_fire > 0 AND next_fire <= $1
 		ORDER BY next_fire, id LIMIT $2`, store.Nanos(now), limit)
 	if err != nil {
 		return nil, classify(err)
@@ -154,8 +126,8 @@ func (s *Store) ClaimFire(ctx context.Context, f store.ScheduleFire, due, next t
 	)
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var err error
-		sc, err = scanSchedule(tx.QueryRow(ctx, `UPDATE schedules SET next_fire = $1, last_fire = $2 WHERE id = $3 AND next_fire = $4 AND NOT paused
-			RETURNING `+scheduleColumns, store.Nanos(next), store.Nanos(f.Tick), f.ScheduleID, store.Nanos(due)))
+		sc, err = store.ScanSchedule(tx.QueryRow(ctx, `UPDATE schedules SET next_fire = $1, last_fire = $2 WHERE id = $3 AND next_fire = $4 AND NOT paused
+			RETURNING `+store.ScheduleColumns, store.Nanos(next), store.Nanos(f.Tick), f.ScheduleID, store.Nanos(due)))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("schedule %s tick %s: %w", f.ScheduleID, due.Format(time.RFC3339Nano), store.ErrFireLost)
 		}
@@ -217,7 +189,7 @@ func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSi
 		where += ` AND tick < $2`
 		args = append(args, tick)
 	}
-	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT schedule_id, tick, fired_at, replica, status, missed, run_id, thread_id, reason
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT `+store.ScheduleFireColumns+`
 		FROM schedule_fires WHERE %s ORDER BY tick DESC LIMIT $%d`, where, len(args)+1), append(args, size+1)...)
 	if err != nil {
 		return nil, "", classify(err)
@@ -225,24 +197,15 @@ func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSi
 	defer rows.Close()
 	var out []store.ScheduleFire
 	for rows.Next() {
-		var (
-			f           store.ScheduleFire
-			tick, fired int64
-			status      string
-		)
-		if err := rows.Scan(&f.ScheduleID, &tick, &fired, &f.Replica, &status, &f.Missed, &f.RunID, &f.ThreadID, &f.Reason); err != nil {
+		f, err := store.ScanScheduleFire(rows)
+		if err != nil {
 			return nil, "", classify(err)
 		}
-		f.Tick, f.FiredAt, f.Status = store.FromNanos(tick), store.FromNanos(fired), store.FireStatus(status)
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", classify(err)
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		next = store.EncodePageToken(store.Nanos(out[size-1].Tick), scheduleID)
-	}
-	return out, next, nil
+	page, next := store.ScheduleFirePage(out, size, scheduleID)
+	return page, next, nil
 }

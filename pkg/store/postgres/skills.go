@@ -46,19 +46,17 @@ func (s *Store) GetSkill(ctx context.Context, tenant, name string) (store.Skill,
 
 // ListSkills implements store.Skills.
 func (s *Store) ListSkills(ctx context.Context, tenant string) ([]store.Skill, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, description, size, files, sha256, created_at, updated_at FROM skills WHERE tenant = $1 ORDER BY name`, tenant)
+	rows, err := s.pool.Query(ctx, `SELECT `+store.SkillSummaryColumns+` FROM skills WHERE tenant = $1 ORDER BY name`, tenant)
 	if err != nil {
 		return nil, classify(fmt.Errorf("list skills: %w", err))
 	}
 	defer rows.Close()
 	var out []store.Skill
 	for rows.Next() {
-		sk := store.Skill{Tenant: tenant}
-		var c, u int64
-		if err := rows.Scan(&sk.Name, &sk.Description, &sk.Size, &sk.Files, &sk.SHA256, &c, &u); err != nil {
+		sk, err := store.ScanSkillSummary(rows, tenant)
+		if err != nil {
 			return nil, classify(fmt.Errorf("list skills: %w", err))
 		}
-		sk.CreatedAt, sk.UpdatedAt = time.Unix(0, c).UTC(), time.Unix(0, u).UTC()
 		out = append(out, sk)
 	}
 	return out, classify(rows.Err())

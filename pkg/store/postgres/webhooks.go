@@ -13,21 +13,6 @@ import (
 
 var _ store.Webhooks = (*Store)(nil)
 
-// nanosOrZero keeps a zero time as 0 (the columns' "none").
-func nanosOrZero(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return store.Nanos(t)
-}
-
-func timeOrZero(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return store.FromNanos(n)
-}
-
 // RotateWebhookKey implements store.Webhooks. Two rotations at once both
 // insert their key; the later one's expiry update then covers the
 // earlier's key, so one current key remains once both commit.
@@ -51,7 +36,7 @@ func (s *Store) RotateWebhookKey(ctx context.Context, k store.WebhookKey, oldExp
 
 // WebhookKeys implements store.Webhooks.
 func (s *Store) WebhookKeys(ctx context.Context, tenant string, now time.Time) ([]store.WebhookKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, sealed, created_at, expires_at FROM webhook_keys
+	rows, err := s.pool.Query(ctx, `SELECT `+store.WebhookKeyColumns+` FROM webhook_keys
 		WHERE tenant = $1 AND (expires_at = 0 OR expires_at > $2) ORDER BY created_at DESC, id DESC`, tenant, store.Nanos(now))
 	if err != nil {
 		return nil, classify(err)
@@ -59,12 +44,10 @@ func (s *Store) WebhookKeys(ctx context.Context, tenant string, now time.Time) (
 	defer rows.Close()
 	var out []store.WebhookKey
 	for rows.Next() {
-		k := store.WebhookKey{Tenant: tenant}
-		var c, e int64
-		if err := rows.Scan(&k.ID, &k.Sealed, &c, &e); err != nil {
+		k, err := store.ScanWebhookKey(rows, tenant)
+		if err != nil {
 			return nil, classify(err)
 		}
-		k.Created, k.Expires = store.FromNanos(c), timeOrZero(e)
 		out = append(out, k)
 	}
 	return out, classify(rows.Err())
@@ -83,30 +66,11 @@ func (s *Store) EnqueueDelivery(ctx context.Context, d store.Delivery) (bool, er
 	return tag.RowsAffected() > 0, nil
 }
 
-const deliveryColumns = `id, tenant, thread_id, run_id, event, url, payload, status, attempts, last_status_code, last_error,
-	next_attempt, claim_holder, claim_expires, give_up, created_at, finished_at`
-
-func scanDelivery(sc interface{ Scan(...any) error }) (store.Delivery, error) {
-	var (
-		d                                         store.Delivery
-		status                                    string
-		next, claimExp, giveUp, created, finished int64
-	)
-	if err := sc.Scan(&d.ID, &d.Tenant, &d.ThreadID, &d.RunID, &d.Event, &d.URL, &d.Payload, &status, &d.Attempts, &d.LastStatusCode, &d.LastError,
-		&next, &d.ClaimHolder, &claimExp, &giveUp, &created, &finished); err != nil {
-		return store.Delivery{}, err
-	}
-	d.Status = store.DeliveryStatus(status)
-	d.NextAttempt, d.ClaimExpires, d.GiveUp = store.FromNanos(next), timeOrZero(claimExp), store.FromNanos(giveUp)
-	d.Created, d.Finished = store.FromNanos(created), timeOrZero(finished)
-	return d, nil
-}
-
 func scanDeliveries(rows pgx.Rows) ([]store.Delivery, error) {
 	defer rows.Close()
 	var out []store.Delivery
 	for rows.Next() {
-		d, err := scanDelivery(rows)
+		d, err := store.ScanDelivery(rows)
 		if err != nil {
 			return nil, classify(err)
 		}
@@ -125,7 +89,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, holder string, now time.Tim
 		WHERE id IN (SELECT id FROM webhook_deliveries
 			WHERE status IN ('pending', 'delivering') AND next_attempt <= $3 AND claim_expires <= $3
 			ORDER BY next_attempt, id LIMIT $4 FOR UPDATE SKIP LOCKED)
-		RETURNING `+deliveryColumns, holder, store.Nanos(now.Add(claimFor)), n, limit)
+		RETURNING `+store.DeliveryColumns, holder, store.Nanos(now.Add(claimFor)), n, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: %w", classify(err))
 	}
@@ -141,7 +105,7 @@ func (s *Store) FinishAttempt(ctx context.Context, r store.AttemptResult) error 
 	tag, err := s.pool.Exec(ctx, `UPDATE webhook_deliveries
 		SET status = $1, last_status_code = $2, last_error = $3, next_attempt = $4, finished_at = $5, claim_holder = '', claim_expires = 0
 		WHERE id = $6 AND claim_holder = $7 AND status = 'delivering'`,
-		string(r.Status), r.StatusCode, r.Error, nanosOrZero(r.NextAttempt), nanosOrZero(r.Finished), r.ID, r.Holder)
+		string(r.Status), r.StatusCode, r.Error, store.OptNanos(r.NextAttempt), store.OptNanos(r.Finished), r.ID, r.Holder)
 	if err != nil {
 		return fmt.Errorf("finish webhook attempt: %w", classify(err))
 	}
@@ -173,7 +137,7 @@ func (s *Store) ListDeliveries(ctx context.Context, q store.DeliveryQuery) ([]st
 		where = append(where, "(created_at < "+cp+" OR (created_at = "+cp+" AND id < "+arg(id)+"))")
 	}
 	size := q.Size()
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE `+strings.Join(where, " AND ")+
+	rows, err := s.pool.Query(ctx, `SELECT `+store.DeliveryColumns+` FROM webhook_deliveries WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY created_at DESC, id DESC LIMIT `+arg(size+1), args...)
 	if err != nil {
 		return nil, "", classify(err)
@@ -182,11 +146,6 @@ func (s *Store) ListDeliveries(ctx context.Context, q store.DeliveryQuery) ([]st
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		last := out[size-1]
-		next = store.EncodePageToken(store.Nanos(last.Created), last.ID)
-	}
-	return out, next, nil
+	page, next := store.DeliveryPage(out, size)
+	return page, next, nil
 }

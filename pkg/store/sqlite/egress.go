@@ -11,27 +11,6 @@ import (
 
 var _ store.EgressRecords = (*Store)(nil)
 
-const egressColumns = `tenant, thread_id, request_id, agent, run_id, sandbox_id, host, port, tool_call_id, agent_path,
-	created_at, status, scope, decided_by, decided_at, reason, revoked`
-
-func scanEgress(sc interface{ Scan(...any) error }) (store.EgressRecord, error) {
-	var (
-		r                store.EgressRecord
-		created, decided int64
-		status, scope    string
-	)
-	if err := sc.Scan(&r.Tenant, &r.ThreadID, &r.RequestID, &r.Agent, &r.RunID, &r.SandboxID, &r.Host, &r.Port, &r.ToolCallID, &r.AgentPath,
-		&created, &status, &scope, &r.DecidedBy, &decided, &r.Reason, &r.Revoked); err != nil {
-		return store.EgressRecord{}, err
-	}
-	r.Status, r.Scope = store.EgressStatus(status), store.EgressScope(scope)
-	r.Created = store.FromNanos(created)
-	if decided != 0 {
-		r.Decided = store.FromNanos(decided)
-	}
-	return r, nil
-}
-
 func collectEgress(rows *sql.Rows, err error) ([]store.EgressRecord, error) {
 	if err != nil {
 		return nil, classify(err)
@@ -39,7 +18,7 @@ func collectEgress(rows *sql.Rows, err error) ([]store.EgressRecord, error) {
 	defer rows.Close()
 	var out []store.EgressRecord
 	for rows.Next() {
-		r, err := scanEgress(rows)
+		r, err := store.ScanEgress(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -59,7 +38,7 @@ func (s *Store) AddEgressRequest(ctx context.Context, r store.EgressRecord) erro
 
 // EgressRequest implements store.EgressRecords.
 func (s *Store) EgressRequest(ctx context.Context, threadID, requestID string) (store.EgressRecord, error) {
-	r, err := scanEgress(s.db.QueryRowContext(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE thread_id = ? AND request_id = ?`, threadID, requestID))
+	r, err := store.ScanEgress(s.db.QueryRowContext(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE thread_id = ? AND request_id = ?`, threadID, requestID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.EgressRecord{}, fmt.Errorf("egress request %s of thread %s: %w", requestID, threadID, store.ErrEgressNotFound)
 	}
@@ -70,7 +49,7 @@ func (s *Store) EgressRequest(ctx context.Context, threadID, requestID string) (
 func (s *Store) DecideEgressRequest(ctx context.Context, threadID, requestID string, d store.EgressDecision) (store.EgressRecord, error) {
 	var out store.EgressRecord
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		r, err := scanEgress(tx.QueryRowContext(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE thread_id = ? AND request_id = ?`, threadID, requestID))
+		r, err := store.ScanEgress(tx.QueryRowContext(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE thread_id = ? AND request_id = ?`, threadID, requestID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("egress request %s of thread %s: %w", requestID, threadID, store.ErrEgressNotFound)
 		}
@@ -93,7 +72,7 @@ func (s *Store) DecideEgressRequest(ctx context.Context, threadID, requestID str
 
 // PendingEgress implements store.EgressRecords.
 func (s *Store) PendingEgress(ctx context.Context, threadID string) ([]store.EgressRecord, error) {
-	return collectEgress(s.db.QueryContext(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE thread_id = ? AND status = ?
+	return collectEgress(s.db.QueryContext(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE thread_id = ? AND status = ?
 		ORDER BY created_at, request_id`, threadID, string(store.EgressPending)))
 }
 
@@ -112,27 +91,18 @@ func (s *Store) ListEgressGrants(ctx context.Context, q store.EgressQuery) ([]st
 		}
 		where, args = where+` AND (decided_at < ? OR (decided_at = ? AND request_id < ?))`, append(args, at, at, id)
 	}
-	list, err := collectEgress(s.db.QueryContext(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE `+where+`
+	list, err := collectEgress(s.db.QueryContext(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE `+where+`
 		ORDER BY decided_at DESC, request_id DESC LIMIT ?`, append(args, q.PageSize+1)...))
 	if err != nil {
 		return nil, "", err
 	}
-	return egressPage(list, q.PageSize)
-}
-
-// egressPage cuts a listing of one more than size into a page and the
-// next page's token.
-func egressPage(list []store.EgressRecord, size int) ([]store.EgressRecord, string, error) {
-	if len(list) <= size {
-		return list, "", nil
-	}
-	last := list[size-1]
-	return list[:size], store.EncodePageToken(store.Nanos(last.Decided), last.RequestID), nil
+	page, next := store.EgressGrantPage(list, q.PageSize)
+	return page, next, nil
 }
 
 // EgressGrants implements store.EgressRecords.
 func (s *Store) EgressGrants(ctx context.Context, tenant, agent, threadID string) ([]store.EgressRecord, error) {
-	return collectEgress(s.db.QueryContext(ctx, `SELECT `+egressColumns+` FROM egress_requests WHERE tenant = ? AND status = ? AND NOT revoked
+	return collectEgress(s.db.QueryContext(ctx, `SELECT `+store.EgressColumns+` FROM egress_requests WHERE tenant = ? AND status = ? AND NOT revoked
 		AND ((scope = ? AND thread_id = ?) OR (scope = ? AND agent = ?)) ORDER BY decided_at, request_id`,
 		tenant, string(store.EgressApproved), string(store.EgressScopeThread), threadID, string(store.EgressScopeAgent), agent))
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,31 +14,9 @@ import (
 
 var _ store.Runs = (*Store)(nil)
 
-// runColumns are the columns scanRun reads, from runs r joined with
-// threads t.
-const runColumns = `r.ord, r.thread_id, t.tenant, r.record`
-
-type rowScanner interface{ Scan(dest ...any) error }
-
-// scanRun reads one row of runColumns.
-func scanRun(row rowScanner) (store.RunInfo, int64, error) {
-	var (
-		ri  store.RunInfo
-		ord int64
-		rec string
-	)
-	if err := row.Scan(&ord, &ri.ThreadID, &ri.Tenant, &rec); err != nil {
-		return ri, 0, err
-	}
-	if err := json.Unmarshal([]byte(rec), &ri.Record); err != nil {
-		return ri, 0, fmt.Errorf("run record: %w", err)
-	}
-	return ri, ord, nil
-}
-
 // GetRun implements store.Runs.
 func (s *Store) GetRun(ctx context.Context, runID string) (store.RunInfo, error) {
-	ri, _, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id WHERE r.run_id = ?`, runID))
+	ri, _, err := store.ScanRun(s.db.QueryRowContext(ctx, `SELECT `+store.RunColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id WHERE r.run_id = ?`, runID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ri, fmt.Errorf("run %s: %w", runID, store.ErrRunNotFound)
 	}
@@ -72,7 +49,7 @@ func (s *Store) ListRuns(ctx context.Context, q store.RunQuery) ([]store.RunInfo
 		where = append(where, `r.status = ?`)
 		args = append(args, string(q.Status))
 	}
-	query := `SELECT ` + runColumns + ` FROM runs r JOIN threads t ON t.id = r.thread_id`
+	query := `SELECT ` + store.RunColumns + ` FROM runs r JOIN threads t ON t.id = r.thread_id`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -89,7 +66,7 @@ func (s *Store) ListRuns(ctx context.Context, q store.RunQuery) ([]store.RunInfo
 		last int64
 	)
 	for rows.Next() {
-		ri, ord, err := scanRun(rows)
+		ri, ord, err := store.ScanRun(rows)
 		if err != nil {
 			return nil, "", err
 		}
@@ -130,7 +107,7 @@ func (s *Store) EnqueueRun(ctx context.Context, threadID string, rec agent.RunRe
 
 // NextQueuedRun implements store.Runs.
 func (s *Store) NextQueuedRun(ctx context.Context, threadID string) (*store.RunInfo, error) {
-	ri, _, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id
+	ri, _, err := store.ScanRun(s.db.QueryRowContext(ctx, `SELECT `+store.RunColumns+` FROM runs r JOIN threads t ON t.id = r.thread_id
 		WHERE r.thread_id = ? AND r.status = ? ORDER BY r.ord LIMIT 1`, threadID, string(agent.StatusQueued)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil

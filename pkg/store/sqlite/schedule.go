@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,28 +11,6 @@ import (
 )
 
 var _ store.Schedules = (*Store)(nil)
-
-const scheduleColumns = `id, tenant, cron, time_zone, interval_ns, catch_up, paused, run, next_fire, last_fire,
-	last_run_id, last_thread_id, last_error, created_at, updated_at`
-
-func scanSchedule(sc interface{ Scan(...any) error }) (store.Schedule, error) {
-	var (
-		s                                  store.Schedule
-		interval, next, last, created, upd int64
-		run                                string
-	)
-	if err := sc.Scan(&s.ID, &s.Tenant, &s.Cron, &s.TimeZone, &interval, &s.CatchUp, &s.Paused, &run, &next, &last,
-		&s.LastRunID, &s.LastThreadID, &s.LastError, &created, &upd); err != nil {
-		return store.Schedule{}, err
-	}
-	if err := json.Unmarshal([]byte(run), &s.Run); err != nil {
-		return store.Schedule{}, fmt.Errorf("schedule %s: run: %w", s.ID, err)
-	}
-	s.Interval = time.Duration(interval)
-	s.NextFire, s.LastFire = store.FromOptNanos(next), store.FromOptNanos(last)
-	s.Created, s.Updated = store.FromNanos(created), store.FromNanos(upd)
-	return s, nil
-}
 
 // CreateSchedule implements store.Schedules.
 func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) error {
@@ -50,7 +27,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sc store.Schedule) error {
 
 // Schedule implements store.Schedules.
 func (s *Store) Schedule(ctx context.Context, id string) (store.Schedule, error) {
-	sc, err := scanSchedule(s.db.QueryRowContext(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE id = ?`, id))
+	sc, err := store.ScanSchedule(s.db.QueryRowContext(ctx, `SELECT `+store.ScheduleColumns+` FROM schedules WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Schedule{}, fmt.Errorf("schedule %s: %w", id, store.ErrScheduleNotFound)
 	}
@@ -69,7 +46,7 @@ func (s *Store) ListSchedules(ctx context.Context, q store.ScheduleQuery) ([]sto
 		where += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
 		args = append(args, created, created, id)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE `+where+` ORDER BY created_at DESC, id DESC LIMIT ?`,
+	rows, err := s.db.QueryContext(ctx, `SELECT `+store.ScheduleColumns+` FROM schedules WHERE `+where+` ORDER BY created_at DESC, id DESC LIMIT ?`,
 		append(args, size+1)...)
 	if err != nil {
 		return nil, "", classify(err)
@@ -77,7 +54,7 @@ func (s *Store) ListSchedules(ctx context.Context, q store.ScheduleQuery) ([]sto
 	defer rows.Close()
 	var out []store.Schedule
 	for rows.Next() {
-		sc, err := scanSchedule(rows)
+		sc, err := store.ScanSchedule(rows)
 		if err != nil {
 			return nil, "", classify(err)
 		}
@@ -86,13 +63,8 @@ func (s *Store) ListSchedules(ctx context.Context, q store.ScheduleQuery) ([]sto
 	if err := rows.Err(); err != nil {
 		return nil, "", classify(err)
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		last := out[size-1]
-		next = store.EncodePageToken(store.Nanos(last.Created), last.ID)
-	}
-	return out, next, nil
+	page, next := store.SchedulePage(out, size)
+	return page, next, nil
 }
 
 // UpdateSchedule implements store.Schedules.
@@ -127,7 +99,7 @@ func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
 
 // DueSchedules implements store.Schedules.
 func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]store.Schedule, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE NOT paused AND next_fire > 0 AND next_fire <= ?
+	rows, err := s.db.QueryContext(ctx, `SELECT `+store.ScheduleColumns+` FROM schedules WHERE NOT paused AND next_fire > 0 AND next_fire <= ?
 		ORDER BY next_fire, id LIMIT ?`, store.Nanos(now), limit)
 	if err != nil {
 		return nil, classify(err)
@@ -135,7 +107,7 @@ func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]s
 	defer rows.Close()
 	var out []store.Schedule
 	for rows.Next() {
-		sc, err := scanSchedule(rows)
+		sc, err := store.ScanSchedule(rows)
 		if err != nil {
 			return nil, classify(err)
 		}
@@ -175,7 +147,7 @@ func (s *Store) ClaimFire(ctx context.Context, f store.ScheduleFire, due, next t
 			dup = true
 			return nil
 		}
-		sc, err = scanSchedule(tx.QueryRowContext(ctx, `SELECT `+scheduleColumns+` FROM schedules WHERE id = ?`, f.ScheduleID))
+		sc, err = store.ScanSchedule(tx.QueryRowContext(ctx, `SELECT `+store.ScheduleColumns+` FROM schedules WHERE id = ?`, f.ScheduleID))
 		return err
 	})
 	if err == nil && dup {
@@ -220,7 +192,7 @@ func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSi
 		where += ` AND tick < ?`
 		args = append(args, tick)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT schedule_id, tick, fired_at, replica, status, missed, run_id, thread_id, reason
+	rows, err := s.db.QueryContext(ctx, `SELECT `+store.ScheduleFireColumns+`
 		FROM schedule_fires WHERE `+where+` ORDER BY tick DESC LIMIT ?`, append(args, size+1)...)
 	if err != nil {
 		return nil, "", classify(err)
@@ -228,24 +200,15 @@ func (s *Store) ListScheduleFires(ctx context.Context, scheduleID string, pageSi
 	defer rows.Close()
 	var out []store.ScheduleFire
 	for rows.Next() {
-		var (
-			f           store.ScheduleFire
-			tick, fired int64
-			status      string
-		)
-		if err := rows.Scan(&f.ScheduleID, &tick, &fired, &f.Replica, &status, &f.Missed, &f.RunID, &f.ThreadID, &f.Reason); err != nil {
+		f, err := store.ScanScheduleFire(rows)
+		if err != nil {
 			return nil, "", classify(err)
 		}
-		f.Tick, f.FiredAt, f.Status = store.FromNanos(tick), store.FromNanos(fired), store.FireStatus(status)
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", classify(err)
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		next = store.EncodePageToken(store.Nanos(out[size-1].Tick), scheduleID)
-	}
-	return out, next, nil
+	page, next := store.ScheduleFirePage(out, size, scheduleID)
+	return page, next, nil
 }

@@ -12,21 +12,6 @@ import (
 
 var _ store.Webhooks = (*Store)(nil)
 
-// nanosOrZero keeps a zero time as 0 (the columns' "none").
-func nanosOrZero(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return store.Nanos(t)
-}
-
-func timeOrZero(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return store.FromNanos(n)
-}
-
 // RotateWebhookKey implements store.Webhooks.
 func (s *Store) RotateWebhookKey(ctx context.Context, k store.WebhookKey, oldExpires time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -48,7 +33,7 @@ func (s *Store) RotateWebhookKey(ctx context.Context, k store.WebhookKey, oldExp
 
 // WebhookKeys implements store.Webhooks.
 func (s *Store) WebhookKeys(ctx context.Context, tenant string, now time.Time) ([]store.WebhookKey, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, sealed, created_at, expires_at FROM webhook_keys
+	rows, err := s.db.QueryContext(ctx, `SELECT `+store.WebhookKeyColumns+` FROM webhook_keys
 		WHERE tenant = ? AND (expires_at = 0 OR expires_at > ?) ORDER BY created_at DESC, id DESC`, tenant, store.Nanos(now))
 	if err != nil {
 		return nil, classify(err)
@@ -56,12 +41,10 @@ func (s *Store) WebhookKeys(ctx context.Context, tenant string, now time.Time) (
 	defer rows.Close()
 	var out []store.WebhookKey
 	for rows.Next() {
-		k := store.WebhookKey{Tenant: tenant}
-		var c, e int64
-		if err := rows.Scan(&k.ID, &k.Sealed, &c, &e); err != nil {
+		k, err := store.ScanWebhookKey(rows, tenant)
+		if err != nil {
 			return nil, err
 		}
-		k.Created, k.Expires = store.FromNanos(c), timeOrZero(e)
 		out = append(out, k)
 	}
 	return out, classify(rows.Err())
@@ -81,30 +64,11 @@ func (s *Store) EnqueueDelivery(ctx context.Context, d store.Delivery) (bool, er
 	return n > 0, nil
 }
 
-const deliveryColumns = `id, tenant, thread_id, run_id, event, url, payload, status, attempts, last_status_code, last_error,
-	next_attempt, claim_holder, claim_expires, give_up, created_at, finished_at`
-
-func scanDelivery(sc interface{ Scan(...any) error }) (store.Delivery, error) {
-	var (
-		d                                         store.Delivery
-		status                                    string
-		next, claimExp, giveUp, created, finished int64
-	)
-	if err := sc.Scan(&d.ID, &d.Tenant, &d.ThreadID, &d.RunID, &d.Event, &d.URL, &d.Payload, &status, &d.Attempts, &d.LastStatusCode, &d.LastError,
-		&next, &d.ClaimHolder, &claimExp, &giveUp, &created, &finished); err != nil {
-		return store.Delivery{}, err
-	}
-	d.Status = store.DeliveryStatus(status)
-	d.NextAttempt, d.ClaimExpires, d.GiveUp = store.FromNanos(next), timeOrZero(claimExp), store.FromNanos(giveUp)
-	d.Created, d.Finished = store.FromNanos(created), timeOrZero(finished)
-	return d, nil
-}
-
 func scanDeliveries(rows *sql.Rows) ([]store.Delivery, error) {
 	defer rows.Close()
 	var out []store.Delivery
 	for rows.Next() {
-		d, err := scanDelivery(rows)
+		d, err := store.ScanDelivery(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +88,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, holder string, now time.Tim
 			WHERE id IN (SELECT id FROM webhook_deliveries
 				WHERE status IN ('pending', 'delivering') AND next_attempt <= ? AND claim_expires <= ?
 				ORDER BY next_attempt, id LIMIT ?)
-			RETURNING `+deliveryColumns, holder, store.Nanos(now.Add(claimFor)), n, n, limit)
+			RETURNING `+store.DeliveryColumns, holder, store.Nanos(now.Add(claimFor)), n, n, limit)
 		if err != nil {
 			return err
 		}
@@ -142,7 +106,7 @@ func (s *Store) FinishAttempt(ctx context.Context, r store.AttemptResult) error 
 	res, err := s.db.ExecContext(ctx, `UPDATE webhook_deliveries
 		SET status = ?, last_status_code = ?, last_error = ?, next_attempt = ?, finished_at = ?, claim_holder = '', claim_expires = 0
 		WHERE id = ? AND claim_holder = ? AND status = 'delivering'`,
-		string(r.Status), r.StatusCode, r.Error, nanosOrZero(r.NextAttempt), nanosOrZero(r.Finished), r.ID, r.Holder)
+		string(r.Status), r.StatusCode, r.Error, store.OptNanos(r.NextAttempt), store.OptNanos(r.Finished), r.ID, r.Holder)
 	if err != nil {
 		return fmt.Errorf("finish webhook attempt: %w", classify(err))
 	}
@@ -168,7 +132,7 @@ func (s *Store) ListDeliveries(ctx context.Context, q store.DeliveryQuery) ([]st
 		where, args = append(where, "(created_at < ? OR (created_at = ? AND id < ?))"), append(args, c, c, id)
 	}
 	size := q.Size()
-	rows, err := s.db.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE `+strings.Join(where, " AND ")+
+	rows, err := s.db.QueryContext(ctx, `SELECT `+store.DeliveryColumns+` FROM webhook_deliveries WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, size+1)...)
 	if err != nil {
 		return nil, "", classify(err)
@@ -177,11 +141,6 @@ func (s *Store) ListDeliveries(ctx context.Context, q store.DeliveryQuery) ([]st
 	if err != nil {
 		return nil, "", err
 	}
-	next := ""
-	if len(out) > size {
-		out = out[:size]
-		last := out[size-1]
-		next = store.EncodePageToken(store.Nanos(last.Created), last.ID)
-	}
-	return out, next, nil
+	page, next := store.DeliveryPage(out, size)
+	return page, next, nil
 }
