@@ -660,8 +660,10 @@ func validateRetention(cfg *Config) error {
 		r := rc.Tenants[name]
 		errs = append(errs, neg("retention.tenants."+name+".threads_idle", r.ThreadsIdle), neg("retention.tenants."+name+".webhook_deliveries", r.WebhookDeliveries))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	switch st := cfg.Storage.CheckpointRetention; {
 	case rc.CheckpointsKeep < 0:
