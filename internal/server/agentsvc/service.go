@@ -213,6 +213,16 @@ func (s *Service) deleteIdleThread(ctx context.Context, id string, idleBefore ti
 	return err
 }
 
+// SweepRetention runs one retention pass now, besides the sweeper's
+// own (tests; an operator's tooling). Without Config.Retention it does
+// nothing.
+func (s *Service) SweepRetention(ctx context.Context) (retention.Counts, error) {
+	if s.sweeper == nil {
+		return retention.Counts{}, nil
+	}
+	return s.sweeper.Pass(ctx)
+}
+
 // now is the service's clock.
 func (s *Service) now() time.Time {
 	if s.clock != nil {
