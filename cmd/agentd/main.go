@@ -22,6 +22,8 @@ import (
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/yamlconf"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -146,6 +148,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// other replicas, ending its streams with REPLICA_STOPPING; only then
 	// does the gRPC server stop.
 	scfg := core.ServiceConfig(replicaID())
+	// The retention sweeper's counters are served with the server's.
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if scfg.Retention != nil {
+		scfg.Retention.Metrics = metrics
+	}
 	var servers []daemon.HTTPServer
 	if previewAddr != "" || previewKey != "" {
 		srv, ps, err := previews(core, previewAddr, previewURL, previewKey, lg)
@@ -185,6 +193,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o.ServerOptions = tr.ServerOptions()
 	stopped := false
 	o.BeforeStop = func(ctx context.Context) error { stopped = true; return svc.Shutdown(ctx) }
+	o.Registry = metrics
 	o.Servers = servers
 	err = daemon.Serve(ctx, o)
 	if !stopped {

@@ -42,6 +42,10 @@ type Config struct {
 	// Webhooks is where run webhooks may go, and how they are retried
 	// (docs/webhooks.md).
 	Webhooks WebhooksConfig `yaml:"webhooks"`
+	// Retention is how long threads and webhook deliveries are kept
+	// (docs/agentd.md, "Retention"): nothing is kept forever unless a TTL
+	// is written as 0.
+	Retention RetentionConfig `yaml:"retention"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -108,6 +112,38 @@ type StorageConfig struct {
 	LeaseTTL            time.Duration `yaml:"lease_ttl"`
 	BusyTimeout         time.Duration `yaml:"busy_timeout"`
 	CheckpointRetention int           `yaml:"checkpoint_retention"`
+}
+
+// Retention defaults: what a config that does not say is kept for.
+const (
+	DefaultThreadsIdle       = 90 * 24 * time.Hour
+	DefaultWebhookDeliveries = 30 * 24 * time.Hour
+)
+
+// RetentionConfig is `retention`. A TTL left out takes its default; 0,
+// written, keeps forever.
+type RetentionConfig struct {
+	// Interval is the time between this replica's sweeps (0 = 10m;
+	// negative = this replica sweeps nothing, another one must).
+	Interval time.Duration `yaml:"interval"`
+	// RetentionRules are the default TTLs.
+	RetentionRules `yaml:",inline"`
+	// CheckpointsKeep is how many checkpoint records each thread keeps,
+	// the latest ones (0 = storage.checkpoint_retention, whose default
+	// is 100); never unbounded.
+	CheckpointsKeep int `yaml:"checkpoints_keep"`
+	// Tenants override the TTLs per tenant; a TTL a tenant leaves out is
+	// the default one.
+	Tenants map[string]RetentionRules `yaml:"tenants"`
+}
+
+// RetentionRules are TTLs; nil = inherited (or the default).
+type RetentionRules struct {
+	// ThreadsIdle deletes a thread (its sandbox, snapshots, checkpoints,
+	// event log) not updated for this long.
+	ThreadsIdle *time.Duration `yaml:"threads_idle"`
+	// WebhookDeliveries deletes a delivery finished this long ago.
+	WebhookDeliveries *time.Duration `yaml:"webhook_deliveries"`
 }
 
 // ModelConfig is one `models.<key>` entry.

@@ -3,11 +3,15 @@ package agentd
 import (
 	"context"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/plumbhq/plumb/internal/retention"
 )
 
 // TestSpecExampleLoadsAndBuilds proves the complete example of docs/agent-core.md
@@ -76,6 +80,10 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"unknown busy strategy", "server: {on_busy: later}\n", "server.on_busy"},
 		{"unknown agent busy strategy", "agents:\n  main: {on_busy: later}\n", "agents.main.on_busy"},
 		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
+		{"negative thread ttl", "retention: {threads_idle: -1h}\n", "retention.threads_idle: must not be negative"},
+		{"negative tenant delivery ttl", "retention:\n  tenants:\n    acme: {webhook_deliveries: -1h}\n", "retention.tenants.acme.webhook_deliveries"},
+		{"unknown retention key", "retention: {run_events: 1h}\n", "retention.run_events: unknown key"},
+		{"checkpoints disagree", "storage: {checkpoint_retention: 10}\nretention: {checkpoints_keep: 20}\n", "retention.checkpoints_keep: 20 disagrees"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
 		// Nested entries are as strict as the top level, and the error
 		// names the key by its full YAML path.
@@ -113,6 +121,36 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+// TestRetentionPolicy: TTLs left out are the finite defaults, a written 0
+// keeps forever, and a tenant's TTLs fall back on the default ones.
+func TestRetentionPolicy(t *testing.T) {
+	day := 24 * time.Hour
+	tests := []struct {
+		name string
+		yaml string
+		want retention.Policy
+	}{
+		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day}}},
+		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s}\n", retention.Policy{}},
+		{"tenant over default", "retention:\n  threads_idle: 240h\n  tenants:\n    acme: {threads_idle: 1h}\n    beta: {webhook_deliveries: 0s}\n",
+			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day}, Tenants: map[string]retention.Rules{
+				"acme": {ThreadsIdle: time.Hour, WebhookDeliveries: 30 * day},
+				"beta": {ThreadsIdle: 10 * day},
+			}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := RetentionPolicy(cfg.Retention); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("policy = %+v, want %+v", got, tt.want)
 			}
 		})
 	}

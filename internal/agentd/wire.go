@@ -14,6 +14,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/fleet"
+	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/webhooks"
@@ -128,6 +129,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
+	}
+	if rs, ok := a.Store.(store.Retention); ok && a.Config.Retention.Interval >= 0 {
+		c.Retention = &retention.Config{Store: rs, Policy: RetentionPolicy(a.Config.Retention), Interval: a.Config.Retention.Interval}
 	}
 	// Webhooks: runs record their deliveries as they end (OnRunEnd);
 	// cmd/agentd runs the service's delivery loop.
@@ -596,6 +600,9 @@ func applyBuiltins(cfg *Config, o Options) {
 	if cfg.Backends.Default == "" {
 		cfg.Backends.Default = "state"
 	}
+	if cfg.Storage.CheckpointRetention == 0 {
+		cfg.Storage.CheckpointRetention = cfg.Retention.CheckpointsKeep
+	}
 	if cfg.Backends.ArtifactsRoot == "" {
 		cfg.Backends.ArtifactsRoot = "/"
 	}
@@ -610,9 +617,69 @@ func applyBuiltins(cfg *Config, o Options) {
 	}
 }
 
+// RetentionPolicy is the sweeper's policy of rc: the defaults where rc
+// says nothing, each tenant's TTLs over the default ones.
+func RetentionPolicy(rc RetentionConfig) retention.Policy {
+	or := func(d *time.Duration, def time.Duration) time.Duration {
+		if d == nil {
+			return def
+		}
+		return *d
+	}
+	p := retention.Policy{Default: retention.Rules{
+		ThreadsIdle:       or(rc.ThreadsIdle, DefaultThreadsIdle),
+		WebhookDeliveries: or(rc.WebhookDeliveries, DefaultWebhookDeliveries),
+	}}
+	for name, r := range rc.Tenants {
+		if p.Tenants == nil {
+			p.Tenants = map[string]retention.Rules{}
+		}
+		p.Tenants[name] = retention.Rules{
+			ThreadsIdle:       or(r.ThreadsIdle, p.Default.ThreadsIdle),
+			WebhookDeliveries: or(r.WebhookDeliveries, p.Default.WebhookDeliveries),
+		}
+	}
+	return p
+}
+
+// validateRetention checks `retention`: no negative TTL or count, and
+// checkpoints_keep agreeing with storage.checkpoint_retention.
+func validateRetention(cfg *Config) error {
+	rc := cfg.Retention
+	neg := func(path string, d *time.Duration) error {
+		if d != nil && *d < 0 {
+			return fmt.Errorf("%s: must not be negative (0 keeps forever)", path)
+		}
+		return nil
+	}
+	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries)}
+	for _, name := range sortedKeys(rc.Tenants) {
+		if name == "" {
+			return errors.New("retention.tenants: a tenant name must not be empty")
+		}
+		r := rc.Tenants[name]
+		errs = append(errs, neg("retention.tenants."+name+".threads_idle", r.ThreadsIdle), neg("retention.tenants."+name+".webhook_deliveries", r.WebhookDeliveries))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	switch st := cfg.Storage.CheckpointRetention; {
+	case rc.CheckpointsKeep < 0:
+		return errors.New("retention.checkpoints_keep: must not be negative")
+	case rc.CheckpointsKeep > 0 && st > 0 && st != rc.CheckpointsKeep:
+		return fmt.Errorf("retention.checkpoints_keep: %d disagrees with storage.checkpoint_retention %d (set one)", rc.CheckpointsKeep, st)
+	}
+	return nil
+}
+
 // validate checks what deep.New does not: references into the models
 // table, backend types, routes and fractions.
 func validate(cfg *Config) error {
+	if err := validateRetention(cfg); err != nil {
+		return err
+	}
 	if err := validateEgressSecrets(cfg.Sandbox.Template); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -176,6 +177,32 @@ func (h *Host) Statuses(ctx context.Context, tds ...*agent.ThreadData) ([]agent.
 // cancels the run wherever it runs and waits for it to end first. The
 // caller has checked that ctx's tenant owns the thread.
 func (h *Host) DeleteThread(ctx context.Context, id string, force bool) error {
+	return h.deleteThread(ctx, id, force, nil)
+}
+
+// ErrNotIdle: DeleteIdleThread found the thread used since the time it
+// was given, or with a run, and kept it.
+var ErrNotIdle = errors.New("thread is not idle")
+
+// DeleteIdleThread is the retention sweeper's DeleteThread: the same
+// deletion (the lease under this replica's deletion holder, so that of
+// two replicas deleting the thread one wins and the other finds it held
+// or gone; the sandbox through OnDeleteThread), never forced — a running
+// thread is runs.ErrRunning or agent.ErrThreadBusy — and, once the thread
+// is held, only if it was last updated before idleBefore and has no
+// run in progress (else ErrNotIdle).
+func (h *Host) DeleteIdleThread(ctx context.Context, id string, idleBefore time.Time) error {
+	return h.deleteThread(ctx, id, false, func(td *agent.ThreadData) error {
+		if !td.Thread.UpdatedAt.Before(idleBefore) || td.Status() == agent.ThreadRunning {
+			return fmt.Errorf("delete idle thread %s (updated %s): %w", id, td.Thread.UpdatedAt.Format(time.RFC3339), ErrNotIdle)
+		}
+		return nil
+	})
+}
+
+// deleteThread is DeleteThread; check, if set, may refuse the loaded
+// thread while it is held.
+func (h *Host) deleteThread(ctx context.Context, id string, force bool, check func(*agent.ThreadData) error) error {
 	lg := h.lg.With(zap.String("thread-id", id))
 	for {
 		release, err := h.reg.Reserve(id)
@@ -212,6 +239,11 @@ func (h *Host) DeleteThread(ctx context.Context, id string, force bool) error {
 	td, err = h.threads.LoadThread(ctx, id)
 	if err != nil {
 		return err
+	}
+	if check != nil {
+		if err := check(td); err != nil {
+			return err
+		}
 	}
 	if h.cfg.OnDeleteThread != nil {
 		if err := h.cfg.OnDeleteThread(ctx, td); err != nil {

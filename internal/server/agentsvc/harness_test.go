@@ -22,6 +22,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -67,7 +68,14 @@ type setup struct {
 	svcOpts []agentsvc.Option
 	// schedules serves schedules from the SQLite store.
 	schedules bool
+	// retention, if set, runs the retention sweeper over the env's store
+	// with this policy (passes on demand: SweepRetention).
+	retention *retention.Policy
 }
+
+// withRetention runs the retention sweeper with policy p; its own passes
+// are an hour apart, so the test's SweepRetention calls decide.
+func withRetention(p retention.Policy) option { return func(s *setup) { s.retention = &p } }
 
 // sharedStore is a thread store with leases and an event log.
 type sharedStore interface {
@@ -157,6 +165,13 @@ func newEnv(t *testing.T, opts ...option) *env {
 		s.svc.Runs = rs
 	}
 	s.deep.Store = e.store
+	if s.retention != nil {
+		rs, ok := e.store.(store.Retention)
+		if !ok {
+			t.Fatalf("store %T keeps no retention", e.store)
+		}
+		s.svc.Retention = &retention.Config{Store: rs, Policy: *s.retention, Interval: time.Hour}
+	}
 	m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: "gpt-test",
 		Retry: openai.RetryConfig{MaxAttempts: 1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}},
 		openai.WithHTTPClient(e.srv.Client()))

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/internal/runhost"
+	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/scheduler"
 	"github.com/plumbhq/plumb/internal/webhooks"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -88,6 +91,10 @@ type Config struct {
 	// otherwise they are FAILED_PRECONDITION (NO_SECRETS_KEY). Wire its
 	// OnRunEnd into Config.OnRunEnd.
 	Webhooks *webhooks.Service
+	// Retention, when set (with its Store), runs this replica's retention
+	// sweeper (internal/retention); the service sets its Delete to the
+	// run host's DeleteIdleThread.
+	Retention *retention.Config
 }
 
 // Option adjusts a Service (test seams).
@@ -126,6 +133,8 @@ type Service struct {
 	// sched fires due schedules (nil without Config.Schedules or with a
 	// negative SchedulePoll).
 	sched *scheduler.Scheduler
+	// sweeper deletes what is past its TTL (nil without Config.Retention).
+	sweeper *retention.Sweeper
 }
 
 var _ plumbv1.AgentServiceServer = (*Service)(nil)
@@ -175,7 +184,43 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 		}
 		s.sched.Start()
 	}
+	if rc := cfg.Retention; rc != nil && rc.Store != nil {
+		c := *rc
+		c.Delete = s.deleteIdleThread
+		opts := []retention.Option{retention.WithLogger(s.lg.Named("retention"))}
+		if s.clock != nil {
+			opts = append(opts, retention.WithClock(s.clock))
+		}
+		if s.sweeper, err = retention.New(c, opts...); err != nil {
+			if s.sched != nil {
+				s.sched.Stop()
+			}
+			_ = host.Shutdown(context.Background())
+			return nil, err
+		}
+		s.sweeper.Start()
+	}
 	return s, nil
+}
+
+// deleteIdleThread is the retention sweeper's Deleter: the run host's
+// deletion; a thread running, held or used again is retention.ErrKept.
+func (s *Service) deleteIdleThread(ctx context.Context, id string, idleBefore time.Time) error {
+	err := s.host.DeleteIdleThread(ctx, id, idleBefore)
+	if errors.Is(err, runs.ErrRunning) || errors.Is(err, agent.ErrThreadBusy) || errors.Is(err, runhost.ErrNotIdle) {
+		return fmt.Errorf("%w: %w", retention.ErrKept, err)
+	}
+	return err
+}
+
+// SweepRetention runs one retention pass now, besides the sweeper's
+// own (tests; an operator's tooling). Without Config.Retention it does
+// nothing.
+func (s *Service) SweepRetention(ctx context.Context) (retention.Counts, error) {
+	if s.sweeper == nil {
+		return retention.Counts{}, nil
+	}
+	return s.sweeper.Pass(ctx)
 }
 
 // now is the service's clock.
@@ -195,6 +240,9 @@ func (s *Service) now() time.Time {
 func (s *Service) Shutdown(ctx context.Context) error {
 	if s.sched != nil {
 		s.sched.Stop()
+	}
+	if s.sweeper != nil {
+		s.sweeper.Stop()
 	}
 	return s.host.Shutdown(ctx)
 }

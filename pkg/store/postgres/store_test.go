@@ -483,3 +483,9 @@ func TestEgressConformance(t *testing.T) {
 func TestWebhooksConformance(t *testing.T) {
 	storetest.RunWebhooks(t, func(t *testing.T) store.Webhooks { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestRetentionConformance runs the retention suite against a real
+// PostgreSQL database.
+func TestRetentionConformance(t *testing.T) {
+	storetest.RunRetention(t, func(t *testing.T) storetest.RetentionStore { return open(t, pgtest.New(t), Options{}) })
+}

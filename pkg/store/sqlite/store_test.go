@@ -280,3 +280,11 @@ func TestWebhooksConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestRetentionConformance runs the retention suite against a real SQLite
+// file.
+func TestRetentionConformance(t *testing.T) {
+	storetest.RunRetention(t, func(t *testing.T) storetest.RetentionStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

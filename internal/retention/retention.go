@@ -1,0 +1,257 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval = 10 * time.Minute
+	DefaultBatch    = 100
+	// maxBatches bounds the batches of one kind per pass, so that a pass
+	// ends and the next one starts from a fresh listing.
+	maxBatches = 100
+)
+
+// ErrKept is what a Deleter's error matches when it left a thread alone
+// on purpose (it runs, another replica deletes it, it was used again):
+// the sweeper counts it as skipped, not as a failure.
+var ErrKept = errors.New("thread kept")
+
+// Deleter deletes thread id, its sandbox and its snapshots, unless it was
+// updated at or after idleBefore or is running (then an error matching
+// ErrKept). A thread already gone is agent.ErrThreadNotFound.
+type Deleter func(ctx context.Context, id string, idleBefore time.Time) error
+
+// Rules are the TTLs of one scope; 0 keeps forever.
+type Rules struct {
+	// ThreadsIdle deletes threads not updated for this long.
+	ThreadsIdle time.Duration
+	// WebhookDeliveries deletes deliveries finished this long ago.
+	WebhookDeliveries time.Duration
+}
+
+// Policy is the default Rules and the tenants' own (which replace the
+// default entirely for that tenant).
+type Policy struct {
+	Default Rules
+	Tenants map[string]Rules
+}
+
+// Config configures a Sweeper.
+type Config struct {
+	// Store lists and deletes. Required.
+	Store store.Retention
+	// Delete deletes one thread. Required.
+	Delete Deleter
+	// Policy is the TTLs.
+	Policy Policy
+	// Interval is the time between passes (DefaultInterval).
+	Interval time.Duration
+	// Batch bounds each store call (DefaultBatch).
+	Batch int
+	// Metrics, if set, registers the sweeper's counters.
+	Metrics prometheus.Registerer
+}
+
+// Counts is what a pass deleted and skipped.
+type Counts struct {
+	Threads    int
+	Skipped    int
+	Failed     int
+	Deliveries int
+}
+
+// Option adjusts a Sweeper (test seams).
+type Option func(*Sweeper)
+
+// WithLogger sets the logger (nil = nop).
+func WithLogger(lg *zap.Logger) Option { return func(s *Sweeper) { s.lg = lg } }
+
+// WithClock sets the clock the TTLs count from.
+func WithClock(c agent.Clock) Option { return func(s *Sweeper) { s.clock = c } }
+
+// Sweeper deletes what is past its TTL (see the package doc).
+type Sweeper struct {
+	cfg     Config
+	lg      *zap.Logger
+	clock   agent.Clock
+	deleted *prometheus.CounterVec
+
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// New returns a sweeper; Start begins its loop.
+func New(cfg Config, opts ...Option) (*Sweeper, error) {
+	if cfg.Store == nil || cfg.Delete == nil {
+		return nil, errors.New("retention: a store and a deleter are required")
+	}
+	if cfg.Interval < 0 || cfg.Batch < 0 {
+		return nil, errors.New("retention: interval and batch must not be negative")
+	}
+	for _, r := range append([]Rules{cfg.Policy.Default}, slices.Collect(maps.Values(cfg.Policy.Tenants))...) {
+		if r.ThreadsIdle < 0 || r.WebhookDeliveries < 0 {
+			return nil, errors.New("retention: TTLs must not be negative")
+		}
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
+	}
+	s := &Sweeper{cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "plumb_retention_deleted_total",
+		Help: "What the retention sweeper deleted (threads, webhook_deliveries) or left (threads_skipped, threads_failed).",
+	}, []string{"kind"})}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.lg == nil {
+		s.lg = zap.NewNop()
+	}
+	if s.clock == nil {
+		s.clock = realClock{}
+	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(s.deleted); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Start begins the passes in a goroutine of its own; Stop ends it.
+func (s *Sweeper) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		for {
+			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+				s.lg.Warn("retention pass failed", zap.Error(err))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the loop and waits for a pass in flight. Stop without Start
+// is fine.
+func (s *Sweeper) Stop() {
+	s.stopOnce.Do(func() {
+		if s.cancel != nil {
+			s.cancel()
+			<-s.done
+		}
+	})
+}
+
+// scopes are the (tenant, rules) pairs of a pass: each tenant with rules
+// of its own, then the default for every other tenant.
+func (s *Sweeper) scopes() (tenants []string, rules []Rules) {
+	own := slices.Sorted(maps.Keys(s.cfg.Policy.Tenants))
+	for _, t := range own {
+		tenants, rules = append(tenants, t), append(rules, s.cfg.Policy.Tenants[t])
+	}
+	return append(tenants, ""), append(rules, s.cfg.Policy.Default)
+}
+
+// Pass deletes one round of what is past its TTL and returns the counts.
+func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
+	var c Counts
+	now := s.clock.Now()
+	tenants, rules := s.scopes()
+	except := tenants[:len(tenants)-1]
+	var errs []error
+	for i, tenant := range tenants {
+		r := rules[i]
+		if r.ThreadsIdle > 0 {
+			errs = append(errs, s.threads(ctx, store.IdleQuery{Before: now.Add(-r.ThreadsIdle), Tenant: tenant, Except: except, Limit: s.cfg.Batch}, &c))
+		}
+		if r.WebhookDeliveries > 0 {
+			q := store.ExpiredDeliveries{Before: now.Add(-r.WebhookDeliveries), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
+			for range maxBatches {
+				n, err := s.cfg.Store.DeleteFinishedDeliveries(ctx, q)
+				c.Deliveries += n
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if err != nil || n < q.Limit {
+					break
+				}
+			}
+		}
+	}
+	s.deleted.WithLabelValues("threads").Add(float64(c.Threads))
+	s.deleted.WithLabelValues("threads_skipped").Add(float64(c.Skipped))
+	s.deleted.WithLabelValues("threads_failed").Add(float64(c.Failed))
+	s.deleted.WithLabelValues("webhook_deliveries").Add(float64(c.Deliveries))
+	if c != (Counts{}) {
+		s.lg.Info("retention pass", zap.Int("threads-deleted", c.Threads), zap.Int("threads-skipped", c.Skipped),
+			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries))
+	}
+	return c, errors.Join(errs...)
+}
+
+// threads deletes the idle threads q selects, batch after batch; a
+// thread it could not delete is not asked for again in this pass.
+func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, c *Counts) error {
+	seen := map[string]bool{}
+	for range maxBatches {
+		limit := q.Limit + len(seen) // the kept ones are listed again
+		ids, err := s.cfg.Store.IdleThreads(ctx, store.IdleQuery{Before: q.Before, Tenant: q.Tenant, Except: q.Except, Limit: limit})
+		if err != nil {
+			return err
+		}
+		fresh := 0
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			fresh++
+			err := s.cfg.Delete(ctx, id, q.Before)
+			switch {
+			case err == nil:
+				c.Threads++
+			case errors.Is(err, agent.ErrThreadNotFound):
+				// another replica deleted it
+			case errors.Is(err, ErrKept):
+				c.Skipped++
+			case ctx.Err() != nil:
+				return ctx.Err()
+			default:
+				c.Failed++
+				s.lg.Warn("retention: thread not deleted", zap.String("thread-id", id), zap.Error(err))
+			}
+		}
+		if fresh == 0 || len(ids) < limit {
+			return nil
+		}
+	}
+	return nil
+}

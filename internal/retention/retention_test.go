@@ -1,0 +1,137 @@
+package retention_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/plumbhq/plumb/internal/retention"
+	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/store/sqlite"
+)
+
+var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time { return c.t }
+
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agentd.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestPassInBatches: a pass goes through every idle thread in batches,
+// per tenant scope, counts the ones the deleter keeps without asking for
+// them twice, and leaves fresh threads and keep-forever tenants alone.
+func TestPassInBatches(t *testing.T) {
+	st := openStore(t)
+	mk := func(id, tenant string, age time.Duration) {
+		at := t0.Add(-age)
+		if err := st.CreateThread(context.Background(), agent.Thread{ID: id, Tenant: tenant, CreatedAt: at, UpdatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 7 {
+		mk(fmt.Sprintf("old-%d", i), "default", 48*time.Hour+time.Duration(i)*time.Minute)
+	}
+	mk("fresh", "default", time.Minute)
+	mk("forever", "keeper", 1000*time.Hour)
+	mk("short", "short", 2*time.Hour)
+
+	var mu sync.Mutex
+	calls := map[string]int{}
+	del := func(ctx context.Context, id string, before time.Time) error {
+		mu.Lock()
+		calls[id]++
+		mu.Unlock()
+		if id == "old-3" {
+			return fmt.Errorf("it runs: %w", retention.ErrKept)
+		}
+		return st.DeleteThread(ctx, id)
+	}
+	sw, err := retention.New(retention.Config{Store: st, Delete: del, Batch: 2, Policy: retention.Policy{
+		Default: retention.Rules{ThreadsIdle: 24 * time.Hour},
+		Tenants: map[string]retention.Rules{"keeper": {}, "short": {ThreadsIdle: time.Hour}},
+	}}, retention.WithClock(fixedClock{t0}), retention.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sw.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Threads != 7 || c.Skipped != 1 || c.Failed != 0 {
+		t.Fatalf("counts %+v; want 7 deleted (6 old, short), 1 skipped", c)
+	}
+	for id, n := range calls {
+		if n != 1 {
+			t.Errorf("thread %s handed to the deleter %d times in one pass", id, n)
+		}
+	}
+	for _, tc := range []struct {
+		id   string
+		kept bool
+	}{{"fresh", true}, {"forever", true}, {"old-3", true}, {"short", false}, {"old-0", false}, {"old-6", false}} {
+		_, err := st.Thread(context.Background(), tc.id)
+		if (err == nil) != tc.kept {
+			t.Errorf("thread %s: %v; want kept=%v", tc.id, err, tc.kept)
+		}
+	}
+}
+
+// TestStartStop: the loop runs a pass at once and stops cleanly.
+func TestStartStop(t *testing.T) {
+	st := openStore(t)
+	at := t0.Add(-48 * time.Hour)
+	if err := st.CreateThread(context.Background(), agent.Thread{ID: "old", CreatedAt: at, UpdatedAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan string, 1)
+	sw, err := retention.New(retention.Config{Store: st, Policy: retention.Policy{Default: retention.Rules{ThreadsIdle: time.Hour}},
+		Delete: func(ctx context.Context, id string, _ time.Time) error {
+			deleted <- id
+			return st.DeleteThread(ctx, id)
+		},
+	}, retention.WithClock(fixedClock{t0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw.Start()
+	if id := <-deleted; id != "old" {
+		t.Fatalf("deleted %s", id)
+	}
+	sw.Stop()
+	sw.Stop()
+}
+
+// TestBadConfig: negative TTLs and a missing store or deleter are
+// refused.
+func TestBadConfig(t *testing.T) {
+	st := openStore(t)
+	del := func(context.Context, string, time.Time) error { return nil }
+	for _, tc := range []struct {
+		name string
+		cfg  retention.Config
+	}{
+		{"no store", retention.Config{Delete: del}},
+		{"no deleter", retention.Config{Store: st}},
+		{"negative ttl", retention.Config{Store: st, Delete: del, Policy: retention.Policy{Tenants: map[string]retention.Rules{"a": {ThreadsIdle: -1}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := retention.New(tc.cfg); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}

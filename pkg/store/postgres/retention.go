@@ -1,0 +1,54 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+var _ store.Retention = (*Store)(nil)
+
+// tenantFilter is the WHERE clause (and its arguments, numbered from
+// next) keeping tenant, or every tenant but except.
+func tenantFilter(next int, tenant string, except []string) (string, []any) {
+	if tenant != "" {
+		return ` AND tenant = $` + strconv.Itoa(next), []any{tenant}
+	}
+	if len(except) == 0 {
+		return "", nil
+	}
+	return ` AND NOT (tenant = ANY($` + strconv.Itoa(next) + `))`, []any{except}
+}
+
+// IdleThreads implements store.Retention.
+func (s *Store) IdleThreads(ctx context.Context, q store.IdleQuery) ([]string, error) {
+	where, targs := tenantFilter(3, q.Tenant, q.Except)
+	args := append([]any{store.Nanos(q.Before), store.BatchSize(q.Limit, 100)}, targs...)
+	rows, err := s.pool.Query(ctx, `SELECT id FROM threads WHERE updated_at < $1`+where+` ORDER BY updated_at, id LIMIT $2`, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, classify(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, classify(rows.Err())
+}
+
+// DeleteFinishedDeliveries implements store.Retention.
+func (s *Store) DeleteFinishedDeliveries(ctx context.Context, q store.ExpiredDeliveries) (int, error) {
+	where, targs := tenantFilter(5, q.Tenant, q.Except)
+	args := append([]any{string(store.DeliverySucceeded), string(store.DeliveryFailed), store.Nanos(q.Before), store.BatchSize(q.Limit, 500)}, targs...)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
+		WHERE status IN ($1, $2) AND finished_at <> 0 AND finished_at < $3`+where+` ORDER BY finished_at LIMIT $4)`, args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Retention is what the retention sweeper (internal/retention) asks of a
+// durable store: the threads idle past a TTL, and the finished webhook
+// deliveries past theirs. Checkpoints are pruned at every SaveCheckpoint
+// (Options.CheckpointRetention); a thread's run event log holds its
+// latest run only and goes with the thread. Every implementation must
+// pass storetest.RunRetention.
+type Retention interface {
+	// IdleThreads returns up to q.Limit ids of threads not updated since
+	// q.Before, least recently updated first.
+	IdleThreads(ctx context.Context, q IdleQuery) ([]string, error)
+	// DeleteFinishedDeliveries deletes up to limit webhook deliveries
+	// that finished (succeeded or failed) before before, of tenant
+	// ("" = every tenant but those in except), and returns how many.
+	DeleteFinishedDeliveries(ctx context.Context, q ExpiredDeliveries) (int, error)
+}
+
+// IdleQuery selects threads idle past a TTL.
+type IdleQuery struct {
+	// Before: threads whose UpdatedAt is before it.
+	Before time.Time
+	// Tenant, if set, keeps only that tenant's threads.
+	Tenant string
+	// Except leaves these tenants' threads out (tenants with TTLs of
+	// their own) when Tenant is "".
+	Except []string
+	// Limit bounds the batch (default 100).
+	Limit int
+}
+
+// ExpiredDeliveries selects finished webhook deliveries past a TTL.
+type ExpiredDeliveries struct {
+	// Before: deliveries finished before it.
+	Before time.Time
+	// Tenant, if set, keeps only that tenant's deliveries.
+	Tenant string
+	// Except leaves these tenants out when Tenant is "".
+	Except []string
+	// Limit bounds the batch (default 500).
+	Limit int
+}
+
+// BatchSize is limit, or def when limit is not positive.
+func BatchSize(limit, def int) int {
+	if limit <= 0 {
+		return def
+	}
+	return limit
+}

@@ -1,0 +1,61 @@
+package sqlite
+
+import (
+	"context"
+	"strings"
+
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+var _ store.Retention = (*Store)(nil)
+
+// tenantFilter is the WHERE clause (and its arguments) keeping tenant, or
+// every tenant but except.
+func tenantFilter(tenant string, except []string) (string, []any) {
+	if tenant != "" {
+		return ` AND tenant = ?`, []any{tenant}
+	}
+	if len(except) == 0 {
+		return "", nil
+	}
+	args := make([]any, len(except))
+	for i, t := range except {
+		args[i] = t
+	}
+	return ` AND tenant NOT IN (?` + strings.Repeat(`, ?`, len(except)-1) + `)`, args
+}
+
+// IdleThreads implements store.Retention.
+func (s *Store) IdleThreads(ctx context.Context, q store.IdleQuery) ([]string, error) {
+	where, targs := tenantFilter(q.Tenant, q.Except)
+	args := append([]any{store.Nanos(q.Before)}, targs...)
+	args = append(args, store.BatchSize(q.Limit, 100))
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM threads WHERE updated_at < ?`+where+` ORDER BY updated_at, id LIMIT ?`, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, classify(rows.Err())
+}
+
+// DeleteFinishedDeliveries implements store.Retention.
+func (s *Store) DeleteFinishedDeliveries(ctx context.Context, q store.ExpiredDeliveries) (int, error) {
+	where, targs := tenantFilter(q.Tenant, q.Except)
+	args := append([]any{string(store.DeliverySucceeded), string(store.DeliveryFailed), store.Nanos(q.Before)}, targs...)
+	args = append(args, store.BatchSize(q.Limit, 500))
+	res, err := s.db.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
+		WHERE status IN (?, ?) AND finished_at <> 0 AND finished_at < ?`+where+` ORDER BY finished_at LIMIT ?)`, args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
