@@ -421,7 +421,7 @@ type ProfileConfig struct {
 	// caller's tools and permissions; false lets it exceed them.
 	CapByParent *bool `yaml:"cap_by_parent"`
 	// OnBusy (agents only) is the agent's default double-texting
-	// strategy, "reject" or "enqueue" ("" = server.on_busy).
+	// strategy, "reject", "enqueue" or "interrupt" ("" = server.on_busy).
 	OnBusy string `yaml:"on_busy"`
 	// Webhooks (primary agents only) are told when the agent's runs end
 	// or pause (docs/webhooks.md).

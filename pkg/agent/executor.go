@@ -159,7 +159,7 @@ const (
 	endInterrupted
 	endStopped // the context ended: cancellation or deadline
 	endFailed
-	endHandedOff // stopped at a checkpoint to be continued elsewhere
+	endHandedOff  // stopped at a checkpoint to be continued elsewhere
 	endSuperseded // stopped at a checkpoint for a newer run (RunInput.Stop)
 )
 
