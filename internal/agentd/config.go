@@ -89,7 +89,7 @@ type ServerConfig struct {
 	// 1 s): a tick fires up to this late.
 	SchedulePoll time.Duration `yaml:"schedule_poll"`
 	// OnBusy is what a Run on a busy thread does when the request does
-	// not say: "reject" (default) or "enqueue" (docs/runs.md). An agent's
+	// not say: "reject" (default), "enqueue" or "interrupt" (docs/runs.md). An agent's
 	// own on_busy overrides it.
 	OnBusy string `yaml:"on_busy"`
 }
