@@ -107,7 +107,12 @@ func TestParseRun(t *testing.T) {
 			args: []string{"--thread", "th-9", "--on-busy", "enqueue", "then this"},
 			want: &plumbv1.RunRequest{ThreadId: "th-9", OnBusy: plumbv1.OnBusy_ON_BUSY_ENQUEUE, Input: []*plumbv1.InputMessage{{Content: "then this"}}},
 		},
-		{name: "unknown busy strategy", args: []string{"--on-busy", "later", "x"}, err: "want reject or enqueue"},
+		{
+			name: "interrupt the thread's run",
+			args: []string{"--thread", "th-9", "--on-busy", "interrupt", "instead"},
+			want: &plumbv1.RunRequest{ThreadId: "th-9", OnBusy: plumbv1.OnBusy_ON_BUSY_INTERRUPT, Input: []*plumbv1.InputMessage{{Content: "instead"}}},
+		},
+		{name: "unknown busy strategy", args: []string{"--on-busy", "later", "x"}, err: "want reject, enqueue or interrupt"},
 		{name: "missing prompt", args: []string{"--json"}, err: "missing prompt"},
 		{name: "empty stdin prompt", args: []string{"-"}, stdin: " \n", err: "prompt is empty"},
 		{name: "bad label", args: []string{"--label", "nokey", "x"}, err: "want key=value"},

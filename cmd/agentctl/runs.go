@@ -21,7 +21,7 @@ var runStatuses = map[string]plumbv1.RunStatus{
 	"max_iterations": plumbv1.RunStatus_RUN_STATUS_MAX_ITERATIONS, "deadline_exceeded": plumbv1.RunStatus_RUN_STATUS_DEADLINE_EXCEEDED,
 }
 
-// onBusyFlag parses --on-busy reject|enqueue.
+// onBusyFlag parses --on-busy reject|enqueue|interrupt.
 func onBusyFlag(s string) (plumbv1.OnBusy, error) {
 	switch s {
 	case "":
@@ -30,8 +30,10 @@ func onBusyFlag(s string) (plumbv1.OnBusy, error) {
 		return plumbv1.OnBusy_ON_BUSY_REJECT, nil
 	case "enqueue":
 		return plumbv1.OnBusy_ON_BUSY_ENQUEUE, nil
+	case "interrupt":
+		return plumbv1.OnBusy_ON_BUSY_INTERRUPT, nil
 	}
-	return 0, fmt.Errorf("--on-busy %q: want reject or enqueue", s)
+	return 0, fmt.Errorf("--on-busy %q: want reject, enqueue or interrupt", s)
 }
 
 // runs runs `agentctl runs get|ls|wait`.

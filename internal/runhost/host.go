@@ -132,6 +132,7 @@ type Host struct {
 	clock   agent.Clock
 	newID   func() string
 	wg      sync.WaitGroup // run goroutines
+	stops   stops          // the stop signals of the segments going on here
 	// stopTakeover ends the takeover loop and the cancel poll (a no-op
 	// without them).
 	stopTakeover func()

@@ -29,18 +29,28 @@ const (
 	// OnBusyEnqueue queues the run (store.Runs.EnqueueRun): it starts,
 	// detached, once the runs before it on the thread have ended.
 	OnBusyEnqueue
+	// OnBusyInterrupt queues the run as OnBusyEnqueue does and stops the
+	// thread's current run at its next checkpoint (interruptCurrent): it
+	// ends CANCELLED (agent.CodeSuperseded), keeping its committed work,
+	// and the queue starts the new run.
+	OnBusyInterrupt
 )
 
-// ParseOnBusy parses a configured strategy: "reject", "enqueue" ("" =
-// reject).
+// queues reports whether the strategy queues a run on a busy thread.
+func (o OnBusy) queues() bool { return o == OnBusyEnqueue || o == OnBusyInterrupt }
+
+// ParseOnBusy parses a configured strategy: "reject", "enqueue",
+// "interrupt" ("" = reject).
 func ParseOnBusy(s string) (OnBusy, error) {
 	switch s {
 	case "", "reject":
 		return OnBusyReject, nil
 	case "enqueue":
 		return OnBusyEnqueue, nil
+	case "interrupt":
+		return OnBusyInterrupt, nil
 	}
-	return OnBusyReject, fmt.Errorf("unknown strategy %q (reject or enqueue)", s)
+	return OnBusyReject, fmt.Errorf("unknown strategy %q (reject, enqueue or interrupt)", s)
 }
 
 // RunOptions are how RunWith runs.
@@ -71,7 +81,10 @@ var errQueueWaits = errors.New("the thread's queued runs wait")
 // nil. The queued run starts detached once the runs before it on the
 // thread have ended (startQueued), in order and once. With
 // OnBusyReject (and for a new thread), RunWith is Run, except that a
-// thread with queued runs is busy too (the queue keeps its order).
+// thread with queued runs is busy too (the queue keeps its order). With
+// OnBusyInterrupt the run is queued as with OnBusyEnqueue, then the
+// thread's current run is asked to stop (interruptCurrent); the runs
+// queued before it still go first.
 func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, send Send) error {
 	if in.ThreadID != "" && h.cfg.Runs != nil {
 		next, err := h.cfg.Runs.NextQueuedRun(ctx, in.ThreadID)
@@ -79,13 +92,13 @@ func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, sen
 			return err
 		}
 		if next != nil {
-			if o.OnBusy != OnBusyEnqueue {
+			if !o.OnBusy.queues() {
 				return fmt.Errorf("thread %s has queued runs: %w", in.ThreadID, agent.ErrThreadBusy)
 			}
-			return h.enqueue(ctx, in, send)
+			return h.enqueueBusy(ctx, in, o, send)
 		}
 	}
-	if o.OnBusy != OnBusyEnqueue || in.ThreadID == "" {
+	if !o.OnBusy.queues() || in.ThreadID == "" {
 		return h.Run(ctx, in, o.Detach, send)
 	}
 	if h.cfg.Runs == nil {
@@ -97,9 +110,26 @@ func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, sen
 		return send(e)
 	})
 	if errors.Is(err, agent.ErrThreadBusy) && !sent.Load() {
-		return h.enqueue(ctx, in, send)
+		return h.enqueueBusy(ctx, in, o, send)
 	}
 	return err
+}
+
+// enqueueBusy queues in on its busy thread and, with OnBusyInterrupt,
+// stops the thread's current run.
+func (h *Host) enqueueBusy(ctx context.Context, in agent.RunInput, o RunOptions, send Send) error {
+	if err := h.enqueue(ctx, in, send); err != nil {
+		return err
+	}
+	if o.OnBusy != OnBusyInterrupt {
+		return nil
+	}
+	if err := h.interruptCurrent(ctx, in.ThreadID); err != nil {
+		// The new run is queued: it starts when the current run ends,
+		// as if enqueued.
+		h.lg.Warn("interrupt the thread's current run; the new run waits for it", zap.String("thread-id", in.ThreadID), zap.Error(err))
+	}
+	return nil
 }
 
 // enqueue stores in as a QUEUED run of its thread, tells send, and starts
@@ -178,7 +208,7 @@ func (h *Host) startQueued(threadID string) {
 			lg.Info("starting a queued run", zap.String("run-id", runID))
 			in := agent.RunInput{
 				ThreadID: threadID, RunID: runID, Spec: next.Record.Spec, Input: next.Record.Input, CreatedAt: next.Record.CreatedAt, Metadata: next.Record.Metadata,
-				Fence: u.fence, HandOff: u.handOff, Flush: u.flush,
+				Fence: u.fence, HandOff: u.handOff, Stop: u.stop, Flush: u.flush,
 			}
 			_, err = h.rt.Run(ctx, in, func(e agent.Event) {
 				started.Store(true)

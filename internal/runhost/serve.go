@@ -44,7 +44,7 @@ func (h *Host) Run(ctx context.Context, in agent.RunInput, detach bool, send Sen
 			return h.runSeeded(ctx, in, sink)
 		}
 		return h.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			in.Fence, in.HandOff, in.Flush = u.fence, u.handOff, u.flush
+			in.Fence, in.HandOff, in.Stop, in.Flush = u.fence, u.handOff, u.stop, u.flush
 			_, err := h.rt.Run(ctx, in, sink)
 			return err
 		})
@@ -64,7 +64,7 @@ func (h *Host) runSeeded(ctx context.Context, in agent.RunInput, sink agent.Sink
 	in.ThreadID = t.ID
 	var started atomic.Bool
 	err := h.leased(ctx, t.ID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
-		in.Fence, in.HandOff, in.Flush = u.fence, u.handOff, u.flush
+		in.Fence, in.HandOff, in.Stop, in.Flush = u.fence, u.handOff, u.stop, u.flush
 		_, err := h.rt.Run(ctx, in, func(e agent.Event) {
 			started.Store(true)
 			sink(e)
@@ -99,7 +99,7 @@ func (h *Host) runSeeded(ctx context.Context, in agent.RunInput, sink agent.Sink
 func (h *Host) Resume(ctx context.Context, in agent.ResumeInput, detach bool, send Send) error {
 	return h.serve(ctx, in.ThreadID, detach, "resume", func(ctx context.Context, sink agent.Sink) error {
 		return h.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			in.Fence, in.HandOff, in.Flush = u.fence, u.handOff, u.flush
+			in.Fence, in.HandOff, in.Stop, in.Flush = u.fence, u.handOff, u.stop, u.flush
 			_, err := h.rt.Resume(ctx, in, sink)
 			return err
 		})

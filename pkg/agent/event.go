@@ -82,6 +82,9 @@ const (
 	// thread's lease: another replica took the thread over and goes on
 	// with the run (Attach follows it there).
 	CodeLeaseLost = "LEASE_LOST"
+	// CodeSuperseded is the error of a CANCELLED run record that a newer
+	// run interrupted (RunInput.Stop; OnBusy interrupt, docs/runs.md).
+	CodeSuperseded = "SUPERSEDED"
 )
 
 // RunStarted opens every stream.

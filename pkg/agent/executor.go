@@ -41,6 +41,9 @@ type execution struct {
 	// handOff, closed, stops the loop before its next step (root only;
 	// see RunInput.HandOff).
 	handOff <-chan struct{}
+	// stop, closed, ends the run CANCELLED before its next step (root
+	// only; see RunInput.Stop).
+	stop <-chan struct{}
 }
 
 func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
@@ -156,7 +159,8 @@ const (
 	endInterrupted
 	endStopped // the context ended: cancellation or deadline
 	endFailed
-	endHandedOff // stopped at a checkpoint to be continued elsewhere
+	endHandedOff  // stopped at a checkpoint to be continued elsewhere
+	endSuperseded // stopped at a checkpoint for a newer run (RunInput.Stop)
 )
 
 type loopEnd struct {
@@ -235,6 +239,9 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 		case <-x.handOff:
 			// The previous step is committed: stop here.
 			return loopEnd{kind: endHandedOff}
+		case <-x.stop:
+			// The previous step is committed: end here, keeping it.
+			return loopEnd{kind: endSuperseded}
 		default:
 		}
 		if end, done := x.step(ctx); done {

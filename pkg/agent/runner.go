@@ -129,6 +129,12 @@ type RunInput struct {
 	// and leave its record RUNNING for another process to continue (see
 	// ErrHandedOff). Nil: never.
 	HandOff <-chan struct{}
+	// Stop, when closed, asks the run to end at its next checkpoint: the
+	// step in flight (its model call and tool calls) completes and is
+	// committed, then the run ends CANCELLED with the error
+	// CodeSuperseded (a newer run interrupted it, docs/runs.md). Nil:
+	// never.
+	Stop <-chan struct{}
 	// Flush, when set, is called before each checkpoint commit and
 	// returns once every event the run emitted so far is stored where a
 	// process continuing the run reads them (agentd's shared event log):
@@ -142,9 +148,10 @@ type ResumeInput struct {
 	ThreadID    string
 	InterruptID string
 	Decisions   []Decision
-	// Fence, HandOff and Flush are as in RunInput.
+	// Fence, HandOff, Stop and Flush are as in RunInput.
 	Fence   *Fence
 	HandOff <-chan struct{}
+	Stop    <-chan struct{}
 	Flush   func(ctx context.Context) error
 }
 
@@ -188,7 +195,8 @@ type RunResult struct {
 	Usage     model.Usage
 	// Interrupt is set when Status is INTERRUPTED.
 	Interrupt *Interrupted
-	// Error is set when Status is FAILED.
+	// Error is set when Status is FAILED, and for a CANCELLED run that a
+	// newer run interrupted (CodeSuperseded).
 	Error *RunError
 }
 
@@ -306,6 +314,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	rr.x = x
 	x.checkpoint = rr.save
 	x.handOff = in.HandOff
+	x.stop = in.Stop
 	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
 
 	var inputs []Message
@@ -412,6 +421,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	rr.x = x
 	x.checkpoint = rr.save
 	x.handOff = in.HandOff
+	x.stop = in.Stop
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
@@ -635,6 +645,8 @@ func (rr *rootRun) finish(ctx context.Context, end loopEnd) *RunResult {
 		if errors.Is(context.Cause(ctx), ErrHandedOff) {
 			end.kind = endHandedOff
 		}
+	case endSuperseded:
+		rr.rec.Error = &RunError{Code: CodeSuperseded, Message: "interrupted by a newer run"}
 	}
 	if end.kind == endHandedOff {
 		// Nothing more is saved: the record stays RUNNING at the last

@@ -181,6 +181,8 @@ func endStep(span trace.Span, end loopEnd, done bool) {
 			how = "interrupted"
 		case endStopped:
 			how = "stopped"
+		case endSuperseded:
+			how = "superseded"
 		case endFailed:
 			how = "failed"
 		}

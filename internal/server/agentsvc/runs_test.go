@@ -105,6 +105,12 @@ func TestRunRequestValidation(t *testing.T) {
 			_, err := e.run(req)
 			return err
 		}, "files"},
+		{"Run INTERRUPT abandoning an interrupt", func() error {
+			req := runReq("", "x")
+			req.OnBusy, req.AbandonInterrupt = plumbv1.OnBusy_ON_BUSY_INTERRUPT, true
+			_, err := e.run(req)
+			return err
+		}, "abandon_interrupt"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()

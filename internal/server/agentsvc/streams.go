@@ -17,6 +17,8 @@ func (s *Service) onBusy(req *plumbv1.RunRequest) runhost.OnBusy {
 		return runhost.OnBusyReject
 	case plumbv1.OnBusy_ON_BUSY_ENQUEUE:
 		return runhost.OnBusyEnqueue
+	case plumbv1.OnBusy_ON_BUSY_INTERRUPT:
+		return runhost.OnBusyInterrupt
 	}
 	if ob, ok := s.cfg.AgentOnBusy[req.GetAgent()]; ok {
 		return ob

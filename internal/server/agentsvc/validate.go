@@ -77,12 +77,13 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 	vs.checkMetadata("metadata", req.GetMetadata())
 	switch ob := req.GetOnBusy(); ob {
 	case plumbv1.OnBusy_ON_BUSY_UNSPECIFIED, plumbv1.OnBusy_ON_BUSY_REJECT:
-	case plumbv1.OnBusy_ON_BUSY_ENQUEUE:
+	case plumbv1.OnBusy_ON_BUSY_ENQUEUE, plumbv1.OnBusy_ON_BUSY_INTERRUPT:
+		name := strings.TrimPrefix(ob.String(), "ON_BUSY_")
 		if len(req.GetFiles()) > 0 {
-			vs.add("files", "files cannot be sent with on_busy ENQUEUE: a queued run does not keep them")
+			vs.add("files", "files cannot be sent with on_busy %s: a queued run does not keep them", name)
 		}
 		if req.GetAbandonInterrupt() {
-			vs.add("abandon_interrupt", "abandon_interrupt cannot be sent with on_busy ENQUEUE")
+			vs.add("abandon_interrupt", "abandon_interrupt cannot be sent with on_busy %s", name)
 		}
 	default:
 		vs.add("on_busy", "on_busy %d is not a strategy", ob)

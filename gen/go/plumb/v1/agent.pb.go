@@ -155,6 +155,13 @@ const (
 	// before it, in order, detached (follow it with WaitRun or Attach). The
 	// stream carries one run_queued event and ends.
 	OnBusy_ON_BUSY_ENQUEUE OnBusy = 2
+	// ON_BUSY_INTERRUPT queues the run as ENQUEUE does and stops the
+	// thread's current run at its next checkpoint (a tool call in flight
+	// completes and is kept): it ends CANCELLED with the error SUPERSEDED
+	// ("interrupted by a newer run"), keeping its committed work, and the
+	// queued run starts after it. The stream carries one run_queued event
+	// and ends.
+	OnBusy_ON_BUSY_INTERRUPT OnBusy = 3
 )
 
 // Enum value maps for OnBusy.
@@ -163,11 +170,13 @@ var (
 		0: "ON_BUSY_UNSPECIFIED",
 		1: "ON_BUSY_REJECT",
 		2: "ON_BUSY_ENQUEUE",
+		3: "ON_BUSY_INTERRUPT",
 	}
 	OnBusy_value = map[string]int32{
 		"ON_BUSY_UNSPECIFIED": 0,
 		"ON_BUSY_REJECT":      1,
 		"ON_BUSY_ENQUEUE":     2,
+		"ON_BUSY_INTERRUPT":   3,
 	}
 )
 
@@ -10072,11 +10081,12 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1cSCHEDULE_FIRE_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_STARTED\x10\x02\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_SKIPPED\x10\x03\x12\x1f\n" +
-	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*J\n" +
+	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*a\n" +
 	"\x06OnBusy\x12\x17\n" +
 	"\x13ON_BUSY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eON_BUSY_REJECT\x10\x01\x12\x13\n" +
-	"\x0fON_BUSY_ENQUEUE\x10\x02*}\n" +
+	"\x0fON_BUSY_ENQUEUE\x10\x02\x12\x15\n" +
+	"\x11ON_BUSY_INTERRUPT\x10\x03*}\n" +
 	"\x12EgressDecisionType\x12$\n" +
 	" EGRESS_DECISION_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEGRESS_DECISION_TYPE_APPROVE\x10\x01\x12\x1f\n" +

@@ -1,0 +1,103 @@
+package runhost
+
+import (
+	"context"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/plumbhq/plumb/pkg/agent"
+)
+
+// stops holds the stop signal of each run segment going on here, by
+// thread (agent.RunInput.Stop): OnBusyInterrupt closes it so that the
+// run ends at its next checkpoint, CANCELLED with agent.CodeSuperseded,
+// and the queued run behind it starts.
+type stops struct {
+	mu sync.Mutex
+	by map[string]*stopSignal
+}
+
+type stopSignal struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (s *stopSignal) close() { s.once.Do(func() { close(s.ch) }) }
+
+// add registers the stop signal of a segment of thread id.
+func (s *stops) add(id string) *stopSignal {
+	sig := &stopSignal{ch: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[string]*stopSignal{}
+	}
+	s.by[id] = sig
+	return sig
+}
+
+// remove forgets sig, the segment of thread id having returned.
+func (s *stops) remove(id string, sig *stopSignal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by[id] == sig {
+		delete(s.by, id)
+	}
+}
+
+// stop closes the signal of thread id's segment, reporting whether one
+// is going on here.
+func (s *stops) stop(id string) bool {
+	s.mu.Lock()
+	sig := s.by[id]
+	s.mu.Unlock()
+	if sig == nil {
+		return false
+	}
+	sig.close()
+	return true
+}
+
+// withStop wraps f so that its runtime input carries a stop signal of
+// the thread's segment for as long as f runs.
+func (h *Host) withStop(threadID string, f leasedFunc) leasedFunc {
+	return func(ctx context.Context, u underLease, sink agent.Sink) error {
+		sig := h.stops.add(threadID)
+		defer h.stops.remove(threadID, sig)
+		u.stop = sig.ch
+		return f(ctx, u, sink)
+	}
+}
+
+// interruptCurrent asks the run going on thread id to end at its next
+// checkpoint for a newer run (OnBusyInterrupt), after that run was
+// queued: the run's end starts the queue. A run of this replica stops
+// at its next checkpoint (its step in flight, tool calls included,
+// completes and is kept). A run on another replica, or a segment here
+// without a stop signal (a takeover's), is cancelled instead
+// (store.Leases.RequestCancel, polled by its holder): it stops at once,
+// keeping what its last checkpoint committed. No run going on (it ended
+// meanwhile) is no error: the queue moves by itself.
+func (h *Host) interruptCurrent(ctx context.Context, threadID string) error {
+	lg := h.lg.With(zap.String("thread-id", threadID))
+	if h.stops.stop(threadID) {
+		lg.Info("run interrupted by a newer run; it stops at its next checkpoint")
+		return nil
+	}
+	if r := h.reg.Cancel(threadID); r != nil {
+		lg.Info("run interrupted by a newer run; cancelled", zap.String("run-id", r.RunID()))
+		return nil
+	}
+	if h.cfg.Leases == nil {
+		return nil
+	}
+	l, err := h.cfg.Leases.RequestCancel(ctx, threadID)
+	if err != nil {
+		return err
+	}
+	if l != nil {
+		lg.Info("run on another replica interrupted by a newer run; cancel requested", zap.String("holder", l.Holder), zap.Int64("lease-epoch", l.Epoch))
+	}
+	return nil
+}
