@@ -483,3 +483,9 @@ func TestEgressConformance(t *testing.T) {
 func TestWebhooksConformance(t *testing.T) {
 	storetest.RunWebhooks(t, func(t *testing.T) store.Webhooks { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestLedgerConformance runs the usage ledger suite against a real
+// PostgreSQL server.
+func TestLedgerConformance(t *testing.T) {
+	storetest.RunLedger(t, func(t *testing.T) store.Ledger { return open(t, pgtest.New(t), Options{}) })
+}

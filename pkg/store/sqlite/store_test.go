@@ -280,3 +280,9 @@ func TestWebhooksConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+func TestLedgerConformance(t *testing.T) {
+	storetest.RunLedger(t, func(t *testing.T) store.Ledger {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
