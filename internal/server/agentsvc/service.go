@@ -88,6 +88,10 @@ type Config struct {
 	// otherwise they are FAILED_PRECONDITION (NO_SECRETS_KEY). Wire its
 	// OnRunEnd into Config.OnRunEnd.
 	Webhooks *webhooks.Service
+	// Ledger, when set, serves GetUsage from the usage ledger (wire the
+	// run host's OnUsage to append to it); nil: GetUsage is
+	// FAILED_PRECONDITION (USAGE_OFF).
+	Ledger store.Ledger
 }
 
 // Option adjusts a Service (test seams).
