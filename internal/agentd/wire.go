@@ -113,7 +113,7 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	}
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
-		c.OnUsage = a.recordUsage(l)
+		c.OnUsage = runhost.RecordUsage(a.Store, l)
 	}
 	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
 	for name, p := range a.Config.Agents {

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // UsageCall is one model call of a run: what Config.OnUsage is told.
@@ -42,5 +43,26 @@ func (h *Host) watchUsage(ctx context.Context, sink agent.Sink) agent.Sink {
 		if err := h.cfg.OnUsage(c, UsageCall{ThreadID: e.ThreadID, RunID: e.RunID, AgentPath: e.AgentPath, Report: r, Time: e.Time}); err != nil {
 			h.lg.Warn("record a model call's usage", zap.String("thread-id", e.ThreadID), zap.String("run-id", e.RunID), zap.Error(err))
 		}
+	}
+}
+
+// ThreadTenants finds a stored thread's record (its tenant).
+type ThreadTenants interface {
+	Thread(ctx context.Context, id string) (agent.Thread, error)
+}
+
+// RecordUsage is an OnUsage that appends each model call to the usage
+// ledger l, under the thread's tenant as stored (a taken-over run has no
+// caller to name it).
+func RecordUsage(threads ThreadTenants, l store.Ledger) func(ctx context.Context, u UsageCall) error {
+	return func(ctx context.Context, u UsageCall) error {
+		t, err := threads.Thread(ctx, u.ThreadID)
+		if err != nil {
+			return err
+		}
+		return l.RecordUsage(ctx, store.UsageEntry{
+			Tenant: store.TenantOf(t), ThreadID: u.ThreadID, RunID: u.RunID,
+			Model: u.Report.Model, At: u.Time, Usage: u.Report.Call,
+		})
 	}
 }

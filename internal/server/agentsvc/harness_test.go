@@ -156,6 +156,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if rs, ok := e.store.(store.Runs); ok {
 		s.svc.Runs = rs
 	}
+	if l, ok := e.store.(store.Ledger); ok {
+		s.svc.Ledger, s.svc.OnUsage = l, runhost.RecordUsage(e.store.(runhost.ThreadTenants), l)
+	}
 	s.deep.Store = e.store
 	m, err := openai.New(openai.Config{BaseURL: e.srv.URL(), Model: "gpt-test",
 		Retry: openai.RetryConfig{MaxAttempts: 1, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}},

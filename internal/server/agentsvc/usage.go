@@ -26,7 +26,7 @@ func (s *Service) GetUsage(ctx context.Context, req *plumbv1.GetUsageRequest) (*
 	if !ok {
 		return nil, Status(InvalidField("group_by", "unknown group_by %d", req.GetGroupBy()))
 	}
-	q := store.UsageQuery{Tenant: store.TenantOrDefault(tenant.From(ctx)), To: s.clock.Now()}
+	q := store.UsageQuery{Tenant: store.TenantOrDefault(tenant.From(ctx)), To: s.now()}
 	if f := req.GetFrom(); f != nil {
 		if err := f.CheckValid(); err != nil {
 			return nil, Status(InvalidField("from", "from: %v", err))
