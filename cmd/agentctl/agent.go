@@ -114,6 +114,8 @@ func (a *agentCmd) dispatch(ctx context.Context, cmd string, args []string) erro
 		return a.egress(ctx, args)
 	case "webhooks":
 		return a.webhooks(ctx, args)
+	case "usage":
+		return a.usage(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

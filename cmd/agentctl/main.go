@@ -46,6 +46,7 @@ Commands:
   schedules  runs on a cron schedule or an interval: create, update, list, pause, resume, remove, fires
   egress     decide a thread's connections waiting for approval; list and revoke grants
   webhooks   rotate the tenant's webhook signing key; list webhook deliveries
+  usage      the tenant's token usage over a time range, by thread, run or day
   health     check that agentd and sandboxd answer SERVING
   sandbox    create, list, exec in, copy to/from and remove sandboxes (sandboxd)
   version    print the version
@@ -129,7 +130,7 @@ func run(ctx context.Context, args []string, sio stdio) error {
 		return nil
 	case "sandbox":
 		return runSandbox(ctx, endpoint{*sandboxd, *token, tc}, fs.Args()[1:], sio)
-	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "skills", "preview", "schedules", "runs", "egress", "webhooks":
+	case "run", "resume", "attach", "cancel", "threads", "agents", "secrets", "skills", "preview", "schedules", "runs", "egress", "webhooks", "usage":
 		return runAgent(ctx, endpoint{*agentd, *token, tc}, *timeout, cmd, fs.Args()[1:], sio)
 	case "":
 		fmt.Fprint(stdout, usage)

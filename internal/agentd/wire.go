@@ -112,6 +112,10 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if rs, ok := a.Store.(store.Runs); ok {
 		c.Runs = rs
 	}
+	if l, ok := a.Store.(store.Ledger); ok {
+		c.Ledger = l
+		c.OnUsage = runhost.RecordUsage(a.Store, l)
+	}
 	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
 	for name, p := range a.Config.Agents {
 		if ob, _ := runhost.ParseOnBusy(p.OnBusy); p.OnBusy != "" {

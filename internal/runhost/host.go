@@ -56,6 +56,11 @@ type Config struct {
 	// records webhook deliveries here, a store insert, and never calls a
 	// receiver). An error is logged.
 	OnRunEnd func(ctx context.Context, end RunEnd) error
+	// OnUsage, if set, is told of every model call of a run segment this
+	// replica holds (each usage event, subagents' included), on the run's
+	// goroutine after the event: agentd appends it to the usage ledger
+	// there. It must be quick; an error is logged.
+	OnUsage func(ctx context.Context, u UsageCall) error
 	// MaxConcurrentRuns is server.max_concurrent_runs (0 = 64).
 	MaxConcurrentRuns int
 	// DetachOnDisconnect is server.detach_on_disconnect: runs keep going

@@ -51,7 +51,7 @@ func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f l
 	f = h.withStop(threadID, f)
 	ls := h.cfg.Leases
 	if ls == nil {
-		sink, ended := h.watchEnd(sink)
+		sink, ended := h.watchEnd(h.watchUsage(ctx, sink))
 		err := f(ctx, underLease{}, sink)
 		h.reportEnd(ctx, threadID, ended(), err)
 		return err
@@ -130,7 +130,7 @@ func (h *Host) hold(ctx context.Context, l store.Lease, sink agent.Sink, f lease
 		w = h.startEvents(ctx, l, lg, sink, cancel)
 		sink, u.flush = w.add, w.flush
 	}
-	sink, ended := h.watchEnd(sink)
+	sink, ended := h.watchEnd(h.watchUsage(ctx, sink))
 	err := f(ctx, u, sink)
 	if w != nil {
 		w.close()

@@ -95,6 +95,10 @@ type Config struct {
 	// sweeper (internal/retention); the service sets its Delete to the
 	// run host's DeleteIdleThread.
 	Retention *retention.Config
+	// Ledger, when set, serves GetUsage from the usage ledger (wire the
+	// run host's OnUsage to append to it); nil: GetUsage is
+	// FAILED_PRECONDITION (USAGE_OFF).
+	Ledger store.Ledger
 }
 
 // Option adjusts a Service (test seams).

@@ -77,6 +77,8 @@ const (
 	// ReasonRunsOff: the thread store keeps no run records (GetRun,
 	// ListRuns, WaitRun and on_busy ENQUEUE need agentd's durable store).
 	ReasonRunsOff = "RUNS_OFF"
+	// ReasonUsageOff: the thread store keeps no usage ledger (GetUsage).
+	ReasonUsageOff = "USAGE_OFF"
 	// Egress approval: no such request (or another tenant's), already
 	// decided, no longer waiting (the decision is recorded), approval off.
 	ReasonEgressNotFound    = "EGRESS_REQUEST_NOT_FOUND"
@@ -204,6 +206,8 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonScheduleNotFound, nil), true
 	case errors.Is(err, ErrSchedulesOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonSchedulesOff, nil), true
+	case errors.Is(err, ErrUsageOff):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonUsageOff, nil), true
 	case errors.Is(err, store.ErrEgressNotFound):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonEgressNotFound, nil), true
 	case errors.Is(err, store.ErrEgressDecided):

@@ -201,6 +201,22 @@ var migrations = []string{
 	);
 	CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt) WHERE status IN ('pending', 'delivering');
 	CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries (tenant, created_at DESC, id DESC);`,
+	// The usage ledger (store.Ledger): one row per model call, summed by
+	// GetUsage and counted by the per-tenant token quotas.
+	`CREATE TABLE usage_ledger (
+		tenant     TEXT NOT NULL,
+		thread_id  TEXT NOT NULL,
+		run_id     TEXT NOT NULL,
+		model      TEXT NOT NULL DEFAULT '',
+		at         BIGINT NOT NULL,
+		prompt     BIGINT NOT NULL DEFAULT 0,
+		completion BIGINT NOT NULL DEFAULT 0,
+		total      BIGINT NOT NULL DEFAULT 0,
+		cached     BIGINT NOT NULL DEFAULT 0,
+		reasoning  BIGINT NOT NULL DEFAULT 0,
+		estimated  INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX usage_ledger_tenant_at ON usage_ledger (tenant, at);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -489,3 +489,9 @@ func TestWebhooksConformance(t *testing.T) {
 func TestRetentionConformance(t *testing.T) {
 	storetest.RunRetention(t, func(t *testing.T) storetest.RetentionStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestLedgerConformance runs the usage ledger suite against a real
+// PostgreSQL server.
+func TestLedgerConformance(t *testing.T) {
+	storetest.RunLedger(t, func(t *testing.T) store.Ledger { return open(t, pgtest.New(t), Options{}) })
+}

@@ -198,4 +198,20 @@ var migrations = []string{
 	) WITHOUT ROWID;
 	CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt) WHERE status IN ('pending', 'delivering');
 	CREATE INDEX webhook_deliveries_tenant ON webhook_deliveries (tenant, created_at DESC, id DESC);`,
+	// The usage ledger (store.Ledger): one row per model call, summed by
+	// GetUsage and counted by the per-tenant token quotas.
+	`CREATE TABLE usage_ledger (
+		tenant     TEXT NOT NULL,
+		thread_id  TEXT NOT NULL,
+		run_id     TEXT NOT NULL,
+		model      TEXT NOT NULL DEFAULT '',
+		at         INTEGER NOT NULL,
+		prompt     INTEGER NOT NULL DEFAULT 0,
+		completion INTEGER NOT NULL DEFAULT 0,
+		total      INTEGER NOT NULL DEFAULT 0,
+		cached     INTEGER NOT NULL DEFAULT 0,
+		reasoning  INTEGER NOT NULL DEFAULT 0,
+		estimated  INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX usage_ledger_tenant_at ON usage_ledger (tenant, at);`,
 }

@@ -288,3 +288,11 @@ func TestRetentionConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestLedgerConformance runs the usage ledger suite against a real SQLite
+// file.
+func TestLedgerConformance(t *testing.T) {
+	storetest.RunLedger(t, func(t *testing.T) store.Ledger {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

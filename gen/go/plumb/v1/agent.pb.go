@@ -381,6 +381,63 @@ func (WebhookDeliveryStatus) EnumDescriptor() ([]byte, []int) {
 	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
+// UsageGroupBy is how GetUsage groups its rows.
+type UsageGroupBy int32
+
+const (
+	// One row for the whole range.
+	UsageGroupBy_USAGE_GROUP_BY_UNSPECIFIED UsageGroupBy = 0
+	// One row per thread (key: the thread id).
+	UsageGroupBy_USAGE_GROUP_BY_THREAD UsageGroupBy = 1
+	// One row per run (key: the run id).
+	UsageGroupBy_USAGE_GROUP_BY_RUN UsageGroupBy = 2
+	// One row per UTC day (key: YYYY-MM-DD).
+	UsageGroupBy_USAGE_GROUP_BY_DAY UsageGroupBy = 3
+)
+
+// Enum value maps for UsageGroupBy.
+var (
+	UsageGroupBy_name = map[int32]string{
+		0: "USAGE_GROUP_BY_UNSPECIFIED",
+		1: "USAGE_GROUP_BY_THREAD",
+		2: "USAGE_GROUP_BY_RUN",
+		3: "USAGE_GROUP_BY_DAY",
+	}
+	UsageGroupBy_value = map[string]int32{
+		"USAGE_GROUP_BY_UNSPECIFIED": 0,
+		"USAGE_GROUP_BY_THREAD":      1,
+		"USAGE_GROUP_BY_RUN":         2,
+		"USAGE_GROUP_BY_DAY":         3,
+	}
+)
+
+func (x UsageGroupBy) Enum() *UsageGroupBy {
+	p := new(UsageGroupBy)
+	*p = x
+	return p
+}
+
+func (x UsageGroupBy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UsageGroupBy) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+}
+
+func (UsageGroupBy) Type() protoreflect.EnumType {
+	return &file_plumb_v1_agent_proto_enumTypes[6]
+}
+
+func (x UsageGroupBy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UsageGroupBy.Descriptor instead.
+func (UsageGroupBy) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
 // DecisionType is a human's answer to an interrupt request.
 type DecisionType int32
 
@@ -426,11 +483,11 @@ func (x DecisionType) String() string {
 }
 
 func (DecisionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[6].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
 }
 
 func (DecisionType) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[6]
+	return &file_plumb_v1_agent_proto_enumTypes[7]
 }
 
 func (x DecisionType) Number() protoreflect.EnumNumber {
@@ -439,7 +496,7 @@ func (x DecisionType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionType.Descriptor instead.
 func (DecisionType) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ThreadView selects how much of a thread GetThread returns.
@@ -479,11 +536,11 @@ func (x ThreadView) String() string {
 }
 
 func (ThreadView) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[7].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
 }
 
 func (ThreadView) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[7]
+	return &file_plumb_v1_agent_proto_enumTypes[8]
 }
 
 func (x ThreadView) Number() protoreflect.EnumNumber {
@@ -492,7 +549,7 @@ func (x ThreadView) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadView.Descriptor instead.
 func (ThreadView) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // ThreadStatus is a thread's state.
@@ -536,11 +593,11 @@ func (x ThreadStatus) String() string {
 }
 
 func (ThreadStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[8].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
 }
 
 func (ThreadStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[8]
+	return &file_plumb_v1_agent_proto_enumTypes[9]
 }
 
 func (x ThreadStatus) Number() protoreflect.EnumNumber {
@@ -549,7 +606,7 @@ func (x ThreadStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ThreadStatus.Descriptor instead.
 func (ThreadStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // AgentKind says whether a profile can be run directly.
@@ -589,11 +646,11 @@ func (x AgentKind) String() string {
 }
 
 func (AgentKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[9].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
 }
 
 func (AgentKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[9]
+	return &file_plumb_v1_agent_proto_enumTypes[10]
 }
 
 func (x AgentKind) Number() protoreflect.EnumNumber {
@@ -602,7 +659,7 @@ func (x AgentKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AgentKind.Descriptor instead.
 func (AgentKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // RunStatus is how a run ended, or that it is still going.
@@ -668,11 +725,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[10].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[10]
+	return &file_plumb_v1_agent_proto_enumTypes[11]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -681,7 +738,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // TodoStatus is a todo item's state.
@@ -725,11 +782,11 @@ func (x TodoStatus) String() string {
 }
 
 func (TodoStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[11].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
 }
 
 func (TodoStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[11]
+	return &file_plumb_v1_agent_proto_enumTypes[12]
 }
 
 func (x TodoStatus) Number() protoreflect.EnumNumber {
@@ -738,7 +795,7 @@ func (x TodoStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TodoStatus.Descriptor instead.
 func (TodoStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // CheckpointPhase is the point in a step a checkpoint was written.
@@ -790,11 +847,11 @@ func (x CheckpointPhase) String() string {
 }
 
 func (CheckpointPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[12].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
 }
 
 func (CheckpointPhase) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[12]
+	return &file_plumb_v1_agent_proto_enumTypes[13]
 }
 
 func (x CheckpointPhase) Number() protoreflect.EnumNumber {
@@ -803,7 +860,7 @@ func (x CheckpointPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointPhase.Descriptor instead.
 func (CheckpointPhase) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 // ToolResultOrigin says how a tool result was produced.
@@ -855,11 +912,11 @@ func (x ToolResultOrigin) String() string {
 }
 
 func (ToolResultOrigin) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[13].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[14].Descriptor()
 }
 
 func (ToolResultOrigin) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[13]
+	return &file_plumb_v1_agent_proto_enumTypes[14]
 }
 
 func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
@@ -868,7 +925,7 @@ func (x ToolResultOrigin) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolResultOrigin.Descriptor instead.
 func (ToolResultOrigin) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 // SubagentStatus is how a subagent invocation ended.
@@ -920,11 +977,11 @@ func (x SubagentStatus) String() string {
 }
 
 func (SubagentStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[14].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[15].Descriptor()
 }
 
 func (SubagentStatus) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[14]
+	return &file_plumb_v1_agent_proto_enumTypes[15]
 }
 
 func (x SubagentStatus) Number() protoreflect.EnumNumber {
@@ -933,7 +990,7 @@ func (x SubagentStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SubagentStatus.Descriptor instead.
 func (SubagentStatus) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // InterruptKind is why a call waits for a decision.
@@ -973,11 +1030,11 @@ func (x InterruptKind) String() string {
 }
 
 func (InterruptKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[15].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[16].Descriptor()
 }
 
 func (InterruptKind) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[15]
+	return &file_plumb_v1_agent_proto_enumTypes[16]
 }
 
 func (x InterruptKind) Number() protoreflect.EnumNumber {
@@ -986,7 +1043,7 @@ func (x InterruptKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InterruptKind.Descriptor instead.
 func (InterruptKind) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 // UsagePurpose says what a model call was for.
@@ -1026,11 +1083,11 @@ func (x UsagePurpose) String() string {
 }
 
 func (UsagePurpose) Descriptor() protoreflect.EnumDescriptor {
-	return file_plumb_v1_agent_proto_enumTypes[16].Descriptor()
+	return file_plumb_v1_agent_proto_enumTypes[17].Descriptor()
 }
 
 func (UsagePurpose) Type() protoreflect.EnumType {
-	return &file_plumb_v1_agent_proto_enumTypes[16]
+	return &file_plumb_v1_agent_proto_enumTypes[17]
 }
 
 func (x UsagePurpose) Number() protoreflect.EnumNumber {
@@ -1039,7 +1096,7 @@ func (x UsagePurpose) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UsagePurpose.Descriptor instead.
 func (UsagePurpose) EnumDescriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 // Schedule is a tenant's schedule.
@@ -4771,6 +4828,189 @@ func (x *ListWebhookDeliveriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// GetUsageRequest selects a time range of the caller's tenant's usage.
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Start of the range, inclusive (unset: the beginning).
+	From *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// End of the range, exclusive (unset: now); after from.
+	To *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// How the rows are grouped.
+	GroupBy       UsageGroupBy `protobuf:"varint,3,opt,name=group_by,json=groupBy,proto3,enum=plumb.v1.UsageGroupBy" json:"group_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *GetUsageRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetGroupBy() UsageGroupBy {
+	if x != nil {
+		return x.GroupBy
+	}
+	return UsageGroupBy_USAGE_GROUP_BY_UNSPECIFIED
+}
+
+// UsageRow is one group of a usage report.
+type UsageRow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group: a thread id, a run id, a day (YYYY-MM-DD), or empty.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The group's thread (grouped by thread or run).
+	ThreadId string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Summed tokens (estimated when any call's were).
+	Usage *TokenUsage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Number of model calls summed.
+	ModelCalls    int64 `protobuf:"varint,4,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRow) Reset() {
+	*x = UsageRow{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRow) ProtoMessage() {}
+
+func (x *UsageRow) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRow.ProtoReflect.Descriptor instead.
+func (*UsageRow) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *UsageRow) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *UsageRow) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *UsageRow) GetUsage() *TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *UsageRow) GetModelCalls() int64 {
+	if x != nil {
+		return x.ModelCalls
+	}
+	return 0
+}
+
+// GetUsageResponse is the report, ordered by key.
+type GetUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The groups; empty when the range holds no usage.
+	Rows          []*UsageRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *GetUsageResponse) GetRows() []*UsageRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4782,7 +5022,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +5034,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[60]
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +5047,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -4833,7 +5073,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4845,7 +5085,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[61]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4858,7 +5098,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{61}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ClientTool) GetName() string {
@@ -4922,7 +5162,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4934,7 +5174,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[62]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4947,7 +5187,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{62}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -5052,7 +5292,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5064,7 +5304,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5077,7 +5317,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -5108,7 +5348,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5120,7 +5360,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5133,7 +5373,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -5195,7 +5435,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5207,7 +5447,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5220,7 +5460,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -5262,7 +5502,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5274,7 +5514,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5287,7 +5527,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -5311,7 +5551,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5563,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5576,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -5364,7 +5604,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5616,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5629,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -5410,7 +5650,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5422,7 +5662,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5435,7 +5675,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -5458,7 +5698,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5470,7 +5710,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5483,7 +5723,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -5511,7 +5751,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5523,7 +5763,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5536,7 +5776,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -5557,7 +5797,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5569,7 +5809,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5582,7 +5822,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -5605,7 +5845,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5617,7 +5857,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5630,7 +5870,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -5658,7 +5898,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5670,7 +5910,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5683,7 +5923,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -5710,7 +5950,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5722,7 +5962,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5735,7 +5975,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -5772,7 +6012,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5784,7 +6024,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5797,7 +6037,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -5830,7 +6070,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5842,7 +6082,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5855,7 +6095,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -5892,7 +6132,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +6144,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +6157,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -5951,7 +6191,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5963,7 +6203,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5976,7 +6216,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -6013,7 +6253,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6025,7 +6265,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6038,7 +6278,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -6073,7 +6313,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6085,7 +6325,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6098,7 +6338,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -6142,7 +6382,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6394,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6407,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -6197,7 +6437,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6209,7 +6449,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6222,7 +6462,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -6248,7 +6488,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6260,7 +6500,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6273,7 +6513,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 // ListAgentsRequest has no fields.
@@ -6285,7 +6525,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6297,7 +6537,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6310,7 +6550,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -6324,7 +6564,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6336,7 +6576,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6349,7 +6589,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -6385,7 +6625,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6397,7 +6637,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6410,7 +6650,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -6477,7 +6717,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6489,7 +6729,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6502,7 +6742,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -6578,7 +6818,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6590,7 +6830,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6603,7 +6843,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *Thread) GetId() string {
@@ -6768,7 +7008,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6780,7 +7020,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6793,7 +7033,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -6900,7 +7140,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6912,7 +7152,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6925,7 +7165,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *Todo) GetContent() string {
@@ -6957,7 +7197,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6969,7 +7209,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6982,7 +7222,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ToolCall) GetId() string {
@@ -7041,7 +7281,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7053,7 +7293,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7066,7 +7306,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -7161,7 +7401,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7173,7 +7413,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7186,7 +7426,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *StateFile) GetPath() string {
@@ -7231,7 +7471,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7243,7 +7483,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7256,7 +7496,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -7320,7 +7560,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7332,7 +7572,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7345,7 +7585,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -7431,7 +7671,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7443,7 +7683,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7456,7 +7696,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -7849,7 +8089,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7861,7 +8101,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7874,7 +8114,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -7914,7 +8154,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7926,7 +8166,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7939,7 +8179,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -8012,7 +8252,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8024,7 +8264,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8037,7 +8277,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -8083,7 +8323,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8095,7 +8335,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8108,7 +8348,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -8143,7 +8383,7 @@ type EgressRequested struct {
 
 func (x *EgressRequested) Reset() {
 	*x = EgressRequested{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8155,7 +8395,7 @@ func (x *EgressRequested) String() string {
 func (*EgressRequested) ProtoMessage() {}
 
 func (x *EgressRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8168,7 +8408,7 @@ func (x *EgressRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
 func (*EgressRequested) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *EgressRequested) GetRequest() *EgressAsk {
@@ -8203,7 +8443,7 @@ type EgressDecided struct {
 
 func (x *EgressDecided) Reset() {
 	*x = EgressDecided{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8215,7 +8455,7 @@ func (x *EgressDecided) String() string {
 func (*EgressDecided) ProtoMessage() {}
 
 func (x *EgressDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8228,7 +8468,7 @@ func (x *EgressDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
 func (*EgressDecided) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *EgressDecided) GetRequestId() string {
@@ -8306,7 +8546,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8318,7 +8558,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8331,7 +8571,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -8384,7 +8624,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8396,7 +8636,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8409,7 +8649,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -8448,7 +8688,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8460,7 +8700,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8473,7 +8713,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -8516,7 +8756,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8528,7 +8768,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8541,7 +8781,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -8594,7 +8834,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8606,7 +8846,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8619,7 +8859,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -8668,7 +8908,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8680,7 +8920,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8693,7 +8933,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ToolResult) GetId() string {
@@ -8763,7 +9003,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8775,7 +9015,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8788,7 +9028,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -8815,7 +9055,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8827,7 +9067,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8840,7 +9080,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -8884,7 +9124,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8896,7 +9136,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8909,7 +9149,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -8953,7 +9193,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8965,7 +9205,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8978,7 +9218,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -9057,7 +9297,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9069,7 +9309,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9082,7 +9322,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -9118,7 +9358,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9130,7 +9370,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9143,7 +9383,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -9204,7 +9444,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9216,7 +9456,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9229,7 +9469,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -9299,7 +9539,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9311,7 +9551,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9324,7 +9564,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *RunError) GetCode() string {
@@ -9363,7 +9603,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9375,7 +9615,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9388,7 +9628,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -9695,7 +9935,19 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x19.plumb.v1.WebhookDeliveryR\n" +
 	"deliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa0\x01\n" +
+	"\x0fGetUsageRequest\x12.\n" +
+	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x121\n" +
+	"\bgroup_by\x18\x03 \x01(\x0e2\x16.plumb.v1.UsageGroupByR\agroupBy\"\x86\x01\n" +
+	"\bUsageRow\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12*\n" +
+	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage\x12\x1f\n" +
+	"\vmodel_calls\x18\x04 \x01(\x03R\n" +
+	"modelCalls\":\n" +
+	"\x10GetUsageResponse\x12&\n" +
+	"\x04rows\x18\x01 \x03(\v2\x12.plumb.v1.UsageRowR\x04rows\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
@@ -10101,7 +10353,12 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1fWEBHOOK_DELIVERY_STATUS_PENDING\x10\x01\x12&\n" +
 	"\"WEBHOOK_DELIVERY_STATUS_DELIVERING\x10\x02\x12%\n" +
 	"!WEBHOOK_DELIVERY_STATUS_SUCCEEDED\x10\x03\x12\"\n" +
-	"\x1eWEBHOOK_DELIVERY_STATUS_FAILED\x10\x04*\x95\x01\n" +
+	"\x1eWEBHOOK_DELIVERY_STATUS_FAILED\x10\x04*y\n" +
+	"\fUsageGroupBy\x12\x1e\n" +
+	"\x1aUSAGE_GROUP_BY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15USAGE_GROUP_BY_THREAD\x10\x01\x12\x16\n" +
+	"\x12USAGE_GROUP_BY_RUN\x10\x02\x12\x16\n" +
+	"\x12USAGE_GROUP_BY_DAY\x10\x03*\x95\x01\n" +
 	"\fDecisionType\x12\x1d\n" +
 	"\x19DECISION_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_TYPE_APPROVE\x10\x01\x12\x16\n" +
@@ -10166,7 +10423,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xa4\x17\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe7\x17\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -10207,7 +10464,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x10ListEgressGrants\x12!.plumb.v1.ListEgressGrantsRequest\x1a\".plumb.v1.ListEgressGrantsResponse\x12\\\n" +
 	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponse\x12Y\n" +
 	"\x10RotateWebhookKey\x12!.plumb.v1.RotateWebhookKeyRequest\x1a\".plumb.v1.RotateWebhookKeyResponse\x12h\n" +
-	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponse\x12A\n" +
+	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -10221,8 +10479,8 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_agent_proto_rawDescData
 }
 
-var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 17)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 126)
+var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -10230,376 +10488,387 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(EgressDecisionType)(0),               // 3: plumb.v1.EgressDecisionType
 	(EgressGrantScope)(0),                 // 4: plumb.v1.EgressGrantScope
 	(WebhookDeliveryStatus)(0),            // 5: plumb.v1.WebhookDeliveryStatus
-	(DecisionType)(0),                     // 6: plumb.v1.DecisionType
-	(ThreadView)(0),                       // 7: plumb.v1.ThreadView
-	(ThreadStatus)(0),                     // 8: plumb.v1.ThreadStatus
-	(AgentKind)(0),                        // 9: plumb.v1.AgentKind
-	(RunStatus)(0),                        // 10: plumb.v1.RunStatus
-	(TodoStatus)(0),                       // 11: plumb.v1.TodoStatus
-	(CheckpointPhase)(0),                  // 12: plumb.v1.CheckpointPhase
-	(ToolResultOrigin)(0),                 // 13: plumb.v1.ToolResultOrigin
-	(SubagentStatus)(0),                   // 14: plumb.v1.SubagentStatus
-	(InterruptKind)(0),                    // 15: plumb.v1.InterruptKind
-	(UsagePurpose)(0),                     // 16: plumb.v1.UsagePurpose
-	(*Schedule)(nil),                      // 17: plumb.v1.Schedule
-	(*CreateScheduleRequest)(nil),         // 18: plumb.v1.CreateScheduleRequest
-	(*CreateScheduleResponse)(nil),        // 19: plumb.v1.CreateScheduleResponse
-	(*GetScheduleRequest)(nil),            // 20: plumb.v1.GetScheduleRequest
-	(*GetScheduleResponse)(nil),           // 21: plumb.v1.GetScheduleResponse
-	(*ListSchedulesRequest)(nil),          // 22: plumb.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),         // 23: plumb.v1.ListSchedulesResponse
-	(*UpdateScheduleRequest)(nil),         // 24: plumb.v1.UpdateScheduleRequest
-	(*UpdateScheduleResponse)(nil),        // 25: plumb.v1.UpdateScheduleResponse
-	(*DeleteScheduleRequest)(nil),         // 26: plumb.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),        // 27: plumb.v1.DeleteScheduleResponse
-	(*PauseScheduleRequest)(nil),          // 28: plumb.v1.PauseScheduleRequest
-	(*PauseScheduleResponse)(nil),         // 29: plumb.v1.PauseScheduleResponse
-	(*ResumeScheduleRequest)(nil),         // 30: plumb.v1.ResumeScheduleRequest
-	(*ResumeScheduleResponse)(nil),        // 31: plumb.v1.ResumeScheduleResponse
-	(*ScheduleFire)(nil),                  // 32: plumb.v1.ScheduleFire
-	(*ListScheduleFiresRequest)(nil),      // 33: plumb.v1.ListScheduleFiresRequest
-	(*ListScheduleFiresResponse)(nil),     // 34: plumb.v1.ListScheduleFiresResponse
-	(*GetRunRequest)(nil),                 // 35: plumb.v1.GetRunRequest
-	(*GetRunResponse)(nil),                // 36: plumb.v1.GetRunResponse
-	(*ListRunsRequest)(nil),               // 37: plumb.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),              // 38: plumb.v1.ListRunsResponse
-	(*WaitRunRequest)(nil),                // 39: plumb.v1.WaitRunRequest
-	(*WaitRunResponse)(nil),               // 40: plumb.v1.WaitRunResponse
-	(*EgressAsk)(nil),                     // 41: plumb.v1.EgressAsk
-	(*EgressGrant)(nil),                   // 42: plumb.v1.EgressGrant
-	(*DecideThreadEgressRequest)(nil),     // 43: plumb.v1.DecideThreadEgressRequest
-	(*DecideThreadEgressResponse)(nil),    // 44: plumb.v1.DecideThreadEgressResponse
-	(*ListEgressGrantsRequest)(nil),       // 45: plumb.v1.ListEgressGrantsRequest
-	(*ListEgressGrantsResponse)(nil),      // 46: plumb.v1.ListEgressGrantsResponse
-	(*RevokeEgressGrantRequest)(nil),      // 47: plumb.v1.RevokeEgressGrantRequest
-	(*RevokeEgressGrantResponse)(nil),     // 48: plumb.v1.RevokeEgressGrantResponse
-	(*SecretInfo)(nil),                    // 49: plumb.v1.SecretInfo
-	(*PutSecretRequest)(nil),              // 50: plumb.v1.PutSecretRequest
-	(*PutSecretResponse)(nil),             // 51: plumb.v1.PutSecretResponse
-	(*ListSecretsRequest)(nil),            // 52: plumb.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),           // 53: plumb.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),           // 54: plumb.v1.DeleteSecretRequest
-	(*DeleteSecretResponse)(nil),          // 55: plumb.v1.DeleteSecretResponse
-	(*SkillInfo)(nil),                     // 56: plumb.v1.SkillInfo
-	(*PutSkillRequest)(nil),               // 57: plumb.v1.PutSkillRequest
-	(*PutSkillResponse)(nil),              // 58: plumb.v1.PutSkillResponse
-	(*ListSkillsRequest)(nil),             // 59: plumb.v1.ListSkillsRequest
-	(*ListSkillsResponse)(nil),            // 60: plumb.v1.ListSkillsResponse
-	(*GetSkillRequest)(nil),               // 61: plumb.v1.GetSkillRequest
-	(*GetSkillResponse)(nil),              // 62: plumb.v1.GetSkillResponse
-	(*DeleteSkillRequest)(nil),            // 63: plumb.v1.DeleteSkillRequest
-	(*DeleteSkillResponse)(nil),           // 64: plumb.v1.DeleteSkillResponse
-	(*CreatePreviewRequest)(nil),          // 65: plumb.v1.CreatePreviewRequest
-	(*CreatePreviewResponse)(nil),         // 66: plumb.v1.CreatePreviewResponse
-	(*Preview)(nil),                       // 67: plumb.v1.Preview
-	(*ListPreviewsRequest)(nil),           // 68: plumb.v1.ListPreviewsRequest
-	(*ListPreviewsResponse)(nil),          // 69: plumb.v1.ListPreviewsResponse
-	(*RevokePreviewRequest)(nil),          // 70: plumb.v1.RevokePreviewRequest
-	(*RevokePreviewResponse)(nil),         // 71: plumb.v1.RevokePreviewResponse
-	(*RotateWebhookKeyRequest)(nil),       // 72: plumb.v1.RotateWebhookKeyRequest
-	(*RotateWebhookKeyResponse)(nil),      // 73: plumb.v1.RotateWebhookKeyResponse
-	(*WebhookDelivery)(nil),               // 74: plumb.v1.WebhookDelivery
-	(*ListWebhookDeliveriesRequest)(nil),  // 75: plumb.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil), // 76: plumb.v1.ListWebhookDeliveriesResponse
-	(*InputMessage)(nil),                  // 77: plumb.v1.InputMessage
-	(*ClientTool)(nil),                    // 78: plumb.v1.ClientTool
-	(*RunRequest)(nil),                    // 79: plumb.v1.RunRequest
-	(*RunResponse)(nil),                   // 80: plumb.v1.RunResponse
-	(*Decision)(nil),                      // 81: plumb.v1.Decision
-	(*ResumeRequest)(nil),                 // 82: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),                // 83: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),                 // 84: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),                // 85: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),                 // 86: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),                // 87: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),           // 88: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),          // 89: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),              // 90: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),             // 91: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),           // 92: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),          // 93: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),         // 94: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),        // 95: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),        // 96: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),       // 97: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),            // 98: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),           // 99: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),           // 100: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),          // 101: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),             // 102: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),            // 103: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                     // 104: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),                 // 105: plumb.v1.InterruptRule
-	(*Thread)(nil),                        // 106: plumb.v1.Thread
-	(*RunRecord)(nil),                     // 107: plumb.v1.RunRecord
-	(*Todo)(nil),                          // 108: plumb.v1.Todo
-	(*ToolCall)(nil),                      // 109: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),                 // 110: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                     // 111: plumb.v1.StateFile
-	(*Checkpoint)(nil),                    // 112: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                    // 113: plumb.v1.TokenUsage
-	(*Event)(nil),                         // 114: plumb.v1.Event
-	(*RunQueued)(nil),                     // 115: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),                 // 116: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                    // 117: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),                   // 118: plumb.v1.SandboxLost
-	(*EgressRequested)(nil),               // 119: plumb.v1.EgressRequested
-	(*EgressDecided)(nil),                 // 120: plumb.v1.EgressDecided
-	(*RunStarted)(nil),                    // 121: plumb.v1.RunStarted
-	(*MessageDelta)(nil),                  // 122: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),                // 123: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),              // 124: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),               // 125: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                    // 126: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),                  // 127: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),               // 128: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),              // 129: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),              // 130: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),                   // 131: plumb.v1.Interrupted
-	(*UsageReport)(nil),                   // 132: plumb.v1.UsageReport
-	(*Summarized)(nil),                    // 133: plumb.v1.Summarized
-	(*RunError)(nil),                      // 134: plumb.v1.RunError
-	(*RunFinished)(nil),                   // 135: plumb.v1.RunFinished
-	nil,                                   // 136: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 137: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 138: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 139: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 140: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 141: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 142: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 143: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 144: google.protobuf.Timestamp
+	(UsageGroupBy)(0),                     // 6: plumb.v1.UsageGroupBy
+	(DecisionType)(0),                     // 7: plumb.v1.DecisionType
+	(ThreadView)(0),                       // 8: plumb.v1.ThreadView
+	(ThreadStatus)(0),                     // 9: plumb.v1.ThreadStatus
+	(AgentKind)(0),                        // 10: plumb.v1.AgentKind
+	(RunStatus)(0),                        // 11: plumb.v1.RunStatus
+	(TodoStatus)(0),                       // 12: plumb.v1.TodoStatus
+	(CheckpointPhase)(0),                  // 13: plumb.v1.CheckpointPhase
+	(ToolResultOrigin)(0),                 // 14: plumb.v1.ToolResultOrigin
+	(SubagentStatus)(0),                   // 15: plumb.v1.SubagentStatus
+	(InterruptKind)(0),                    // 16: plumb.v1.InterruptKind
+	(UsagePurpose)(0),                     // 17: plumb.v1.UsagePurpose
+	(*Schedule)(nil),                      // 18: plumb.v1.Schedule
+	(*CreateScheduleRequest)(nil),         // 19: plumb.v1.CreateScheduleRequest
+	(*CreateScheduleResponse)(nil),        // 20: plumb.v1.CreateScheduleResponse
+	(*GetScheduleRequest)(nil),            // 21: plumb.v1.GetScheduleRequest
+	(*GetScheduleResponse)(nil),           // 22: plumb.v1.GetScheduleResponse
+	(*ListSchedulesRequest)(nil),          // 23: plumb.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),         // 24: plumb.v1.ListSchedulesResponse
+	(*UpdateScheduleRequest)(nil),         // 25: plumb.v1.UpdateScheduleRequest
+	(*UpdateScheduleResponse)(nil),        // 26: plumb.v1.UpdateScheduleResponse
+	(*DeleteScheduleRequest)(nil),         // 27: plumb.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),        // 28: plumb.v1.DeleteScheduleResponse
+	(*PauseScheduleRequest)(nil),          // 29: plumb.v1.PauseScheduleRequest
+	(*PauseScheduleResponse)(nil),         // 30: plumb.v1.PauseScheduleResponse
+	(*ResumeScheduleRequest)(nil),         // 31: plumb.v1.ResumeScheduleRequest
+	(*ResumeScheduleResponse)(nil),        // 32: plumb.v1.ResumeScheduleResponse
+	(*ScheduleFire)(nil),                  // 33: plumb.v1.ScheduleFire
+	(*ListScheduleFiresRequest)(nil),      // 34: plumb.v1.ListScheduleFiresRequest
+	(*ListScheduleFiresResponse)(nil),     // 35: plumb.v1.ListScheduleFiresResponse
+	(*GetRunRequest)(nil),                 // 36: plumb.v1.GetRunRequest
+	(*GetRunResponse)(nil),                // 37: plumb.v1.GetRunResponse
+	(*ListRunsRequest)(nil),               // 38: plumb.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),              // 39: plumb.v1.ListRunsResponse
+	(*WaitRunRequest)(nil),                // 40: plumb.v1.WaitRunRequest
+	(*WaitRunResponse)(nil),               // 41: plumb.v1.WaitRunResponse
+	(*EgressAsk)(nil),                     // 42: plumb.v1.EgressAsk
+	(*EgressGrant)(nil),                   // 43: plumb.v1.EgressGrant
+	(*DecideThreadEgressRequest)(nil),     // 44: plumb.v1.DecideThreadEgressRequest
+	(*DecideThreadEgressResponse)(nil),    // 45: plumb.v1.DecideThreadEgressResponse
+	(*ListEgressGrantsRequest)(nil),       // 46: plumb.v1.ListEgressGrantsRequest
+	(*ListEgressGrantsResponse)(nil),      // 47: plumb.v1.ListEgressGrantsResponse
+	(*RevokeEgressGrantRequest)(nil),      // 48: plumb.v1.RevokeEgressGrantRequest
+	(*RevokeEgressGrantResponse)(nil),     // 49: plumb.v1.RevokeEgressGrantResponse
+	(*SecretInfo)(nil),                    // 50: plumb.v1.SecretInfo
+	(*PutSecretRequest)(nil),              // 51: plumb.v1.PutSecretRequest
+	(*PutSecretResponse)(nil),             // 52: plumb.v1.PutSecretResponse
+	(*ListSecretsRequest)(nil),            // 53: plumb.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),           // 54: plumb.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),           // 55: plumb.v1.DeleteSecretRequest
+	(*DeleteSecretResponse)(nil),          // 56: plumb.v1.DeleteSecretResponse
+	(*SkillInfo)(nil),                     // 57: plumb.v1.SkillInfo
+	(*PutSkillRequest)(nil),               // 58: plumb.v1.PutSkillRequest
+	(*PutSkillResponse)(nil),              // 59: plumb.v1.PutSkillResponse
+	(*ListSkillsRequest)(nil),             // 60: plumb.v1.ListSkillsRequest
+	(*ListSkillsResponse)(nil),            // 61: plumb.v1.ListSkillsResponse
+	(*GetSkillRequest)(nil),               // 62: plumb.v1.GetSkillRequest
+	(*GetSkillResponse)(nil),              // 63: plumb.v1.GetSkillResponse
+	(*DeleteSkillRequest)(nil),            // 64: plumb.v1.DeleteSkillRequest
+	(*DeleteSkillResponse)(nil),           // 65: plumb.v1.DeleteSkillResponse
+	(*CreatePreviewRequest)(nil),          // 66: plumb.v1.CreatePreviewRequest
+	(*CreatePreviewResponse)(nil),         // 67: plumb.v1.CreatePreviewResponse
+	(*Preview)(nil),                       // 68: plumb.v1.Preview
+	(*ListPreviewsRequest)(nil),           // 69: plumb.v1.ListPreviewsRequest
+	(*ListPreviewsResponse)(nil),          // 70: plumb.v1.ListPreviewsResponse
+	(*RevokePreviewRequest)(nil),          // 71: plumb.v1.RevokePreviewRequest
+	(*RevokePreviewResponse)(nil),         // 72: plumb.v1.RevokePreviewResponse
+	(*RotateWebhookKeyRequest)(nil),       // 73: plumb.v1.RotateWebhookKeyRequest
+	(*RotateWebhookKeyResponse)(nil),      // 74: plumb.v1.RotateWebhookKeyResponse
+	(*WebhookDelivery)(nil),               // 75: plumb.v1.WebhookDelivery
+	(*ListWebhookDeliveriesRequest)(nil),  // 76: plumb.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil), // 77: plumb.v1.ListWebhookDeliveriesResponse
+	(*GetUsageRequest)(nil),               // 78: plumb.v1.GetUsageRequest
+	(*UsageRow)(nil),                      // 79: plumb.v1.UsageRow
+	(*GetUsageResponse)(nil),              // 80: plumb.v1.GetUsageResponse
+	(*InputMessage)(nil),                  // 81: plumb.v1.InputMessage
+	(*ClientTool)(nil),                    // 82: plumb.v1.ClientTool
+	(*RunRequest)(nil),                    // 83: plumb.v1.RunRequest
+	(*RunResponse)(nil),                   // 84: plumb.v1.RunResponse
+	(*Decision)(nil),                      // 85: plumb.v1.Decision
+	(*ResumeRequest)(nil),                 // 86: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),                // 87: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),                 // 88: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),                // 89: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),                 // 90: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),                // 91: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),           // 92: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 93: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 94: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 95: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 96: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 97: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 98: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 99: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 100: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 101: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 102: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 103: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 104: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 105: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 106: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 107: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 108: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 109: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 110: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 111: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 112: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 113: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 114: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 115: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 116: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 117: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 118: plumb.v1.Event
+	(*RunQueued)(nil),                     // 119: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),                 // 120: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 121: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 122: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),               // 123: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),                 // 124: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                    // 125: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 126: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 127: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 128: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 129: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 130: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 131: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 132: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 133: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 134: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 135: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 136: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 137: plumb.v1.Summarized
+	(*RunError)(nil),                      // 138: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 139: plumb.v1.RunFinished
+	nil,                                   // 140: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 141: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 142: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 143: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 144: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 145: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 146: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 147: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 148: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	143, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	147, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	79,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	144, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	144, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	144, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	144, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	143, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	83,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	148, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	148, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	148, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	148, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	147, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	79,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	17,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	17,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	17,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	143, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	83,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
+	147, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	79,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
-	17,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	17,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	17,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	144, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	144, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	83,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
+	148, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	148, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
-	32,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	107, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
-	10,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	107, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	143, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	107, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	144, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
+	111, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
+	111, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	147, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	111, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	148, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	144, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	144, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	148, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	148, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
-	42,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
-	42,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	144, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	144, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
-	49,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
-	49,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	144, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	144, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	136, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
-	56,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	56,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
-	56,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	137, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	143, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
-	67,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	144, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	144, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
-	67,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	143, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	144, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	144, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
+	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
+	148, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	148, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
+	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
+	148, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	148, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	140, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
+	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
+	141, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	147, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
+	148, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	148, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
+	147, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	148, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	148, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	144, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	144, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	144, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	148, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	148, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	148, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	74,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	138, // 61: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	77,  // 62: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	78,  // 63: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	139, // 64: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	143, // 65: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 66: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	114, // 67: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	6,   // 68: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	81,  // 69: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	114, // 70: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	114, // 71: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	140, // 72: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	106, // 73: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	7,   // 74: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	106, // 75: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	110, // 76: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	111, // 77: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	112, // 78: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	141, // 79: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	8,   // 80: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	106, // 81: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	104, // 82: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	9,   // 83: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	105, // 84: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	6,   // 85: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	144, // 86: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	144, // 87: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	142, // 88: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	8,   // 89: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	108, // 90: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	131, // 91: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	107, // 92: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	113, // 93: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	110, // 94: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	111, // 95: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	112, // 96: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	41,  // 97: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
-	10,  // 98: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	113, // 99: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	144, // 100: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	144, // 101: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	134, // 102: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	144, // 103: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	11,  // 104: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	109, // 105: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	144, // 106: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	13,  // 107: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	144, // 108: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	12,  // 109: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	144, // 110: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	144, // 111: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	121, // 112: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	122, // 113: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	123, // 114: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	124, // 115: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	125, // 116: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	126, // 117: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	127, // 118: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	128, // 119: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	129, // 120: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	131, // 121: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	132, // 122: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	133, // 123: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	134, // 124: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	135, // 125: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	118, // 126: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	116, // 127: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	117, // 128: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	115, // 129: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	119, // 130: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
-	120, // 131: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
-	107, // 132: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	41,  // 133: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
-	4,   // 134: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
-	109, // 135: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	13,  // 136: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	108, // 137: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	14,  // 138: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	113, // 139: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	15,  // 140: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	6,   // 141: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	130, // 142: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	113, // 143: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	16,  // 144: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	113, // 145: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	10,  // 146: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	113, // 147: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	79,  // 148: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	82,  // 149: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	84,  // 150: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	86,  // 151: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	88,  // 152: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	90,  // 153: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	92,  // 154: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	94,  // 155: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	96,  // 156: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	98,  // 157: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	100, // 158: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	102, // 159: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	50,  // 160: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	52,  // 161: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	54,  // 162: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	65,  // 163: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	68,  // 164: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	70,  // 165: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	18,  // 166: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	20,  // 167: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	22,  // 168: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	24,  // 169: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	26,  // 170: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	28,  // 171: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	30,  // 172: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	33,  // 173: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	57,  // 174: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	59,  // 175: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	61,  // 176: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	63,  // 177: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	35,  // 178: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	37,  // 179: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	39,  // 180: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	43,  // 181: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	45,  // 182: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	47,  // 183: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	72,  // 184: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	75,  // 185: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	80,  // 186: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	83,  // 187: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	85,  // 188: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	87,  // 189: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	89,  // 190: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	91,  // 191: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	93,  // 192: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	95,  // 193: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	97,  // 194: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	99,  // 195: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	101, // 196: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	103, // 197: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	51,  // 198: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	53,  // 199: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	55,  // 200: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	66,  // 201: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	69,  // 202: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	71,  // 203: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	19,  // 204: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	21,  // 205: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	23,  // 206: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	25,  // 207: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	27,  // 208: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	29,  // 209: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	31,  // 210: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	34,  // 211: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	58,  // 212: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	60,  // 213: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	62,  // 214: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	64,  // 215: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	36,  // 216: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	38,  // 217: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	40,  // 218: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	44,  // 219: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	46,  // 220: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	48,  // 221: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	73,  // 222: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	76,  // 223: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	186, // [186:224] is the sub-list for method output_type
-	148, // [148:186] is the sub-list for method input_type
-	148, // [148:148] is the sub-list for extension type_name
-	148, // [148:148] is the sub-list for extension extendee
-	0,   // [0:148] is the sub-list for field type_name
+	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
+	148, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	148, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
+	117, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
+	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
+	142, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	81,  // 67: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	82,  // 68: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	143, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	147, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 71: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	118, // 72: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	7,   // 73: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	85,  // 74: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	118, // 75: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	118, // 76: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	144, // 77: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	110, // 78: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	8,   // 79: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	110, // 80: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	114, // 81: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	115, // 82: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	116, // 83: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	145, // 84: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	9,   // 85: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	110, // 86: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	108, // 87: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	10,  // 88: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	109, // 89: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	7,   // 90: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	148, // 91: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	148, // 92: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	146, // 93: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	9,   // 94: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	112, // 95: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	135, // 96: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	111, // 97: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	117, // 98: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	114, // 99: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	115, // 100: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	116, // 101: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	42,  // 102: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	11,  // 103: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	117, // 104: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	148, // 105: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	148, // 106: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	138, // 107: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	148, // 108: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 109: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	113, // 110: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	148, // 111: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	14,  // 112: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	148, // 113: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	13,  // 114: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	148, // 115: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	148, // 116: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	125, // 117: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	126, // 118: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	127, // 119: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	128, // 120: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	129, // 121: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	130, // 122: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	131, // 123: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	132, // 124: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	133, // 125: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	135, // 126: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	136, // 127: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	137, // 128: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	138, // 129: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	139, // 130: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	122, // 131: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	120, // 132: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	121, // 133: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	119, // 134: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	123, // 135: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	124, // 136: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	111, // 137: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	42,  // 138: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 139: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	113, // 140: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	14,  // 141: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	112, // 142: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	15,  // 143: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	117, // 144: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	16,  // 145: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	7,   // 146: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	134, // 147: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	117, // 148: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	17,  // 149: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	117, // 150: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	11,  // 151: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	117, // 152: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	83,  // 153: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	86,  // 154: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	88,  // 155: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	90,  // 156: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	92,  // 157: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	94,  // 158: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	96,  // 159: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	98,  // 160: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	100, // 161: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	102, // 162: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	104, // 163: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	106, // 164: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 165: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 166: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 167: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 168: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 169: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 170: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 171: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 172: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 173: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 174: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 175: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 176: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 177: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 178: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 179: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 180: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 181: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 182: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 183: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 184: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 185: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 186: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 187: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 188: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 189: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 190: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 191: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	84,  // 192: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	87,  // 193: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	89,  // 194: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	91,  // 195: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	93,  // 196: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	95,  // 197: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	97,  // 198: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	99,  // 199: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	101, // 200: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	103, // 201: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	105, // 202: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	107, // 203: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 204: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 205: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 206: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 207: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 208: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 209: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 210: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 211: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 212: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 213: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 214: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 215: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 216: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 217: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 218: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 219: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 220: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 221: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 222: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 223: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 224: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 225: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 226: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 227: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 228: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 229: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 230: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	192, // [192:231] is the sub-list for method output_type
+	153, // [153:192] is the sub-list for method input_type
+	153, // [153:153] is the sub-list for extension type_name
+	153, // [153:153] is the sub-list for extension extendee
+	0,   // [0:153] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -10607,7 +10876,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[97].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[100].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -10629,14 +10898,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_EgressRequest)(nil),
 		(*Event_EgressDecided)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[109].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[112].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
-			NumEnums:      17,
-			NumMessages:   126,
+			NumEnums:      18,
+			NumMessages:   129,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

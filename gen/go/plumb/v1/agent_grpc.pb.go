@@ -57,6 +57,7 @@ const (
 	AgentService_RevokeEgressGrant_FullMethodName     = "/plumb.v1.AgentService/RevokeEgressGrant"
 	AgentService_RotateWebhookKey_FullMethodName      = "/plumb.v1.AgentService/RotateWebhookKey"
 	AgentService_ListWebhookDeliveries_FullMethodName = "/plumb.v1.AgentService/ListWebhookDeliveries"
+	AgentService_GetUsage_FullMethodName              = "/plumb.v1.AgentService/GetUsage"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -210,6 +211,10 @@ type AgentServiceClient interface {
 	// ListWebhookDeliveries lists the caller's tenant's webhook deliveries,
 	// newest first, with their attempts and last answer.
 	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
+	// GetUsage sums the caller's tenant's token usage (the usage ledger: one
+	// row per model call) over a time range, grouped by thread, run or UTC
+	// day. FAILED_PRECONDITION (USAGE_OFF) when the store keeps no ledger.
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 }
 
 type agentServiceClient struct {
@@ -627,6 +632,16 @@ func (c *agentServiceClient) ListWebhookDeliveries(ctx context.Context, in *List
 	return out, nil
 }
 
+func (c *agentServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -778,6 +793,10 @@ type AgentServiceServer interface {
 	// ListWebhookDeliveries lists the caller's tenant's webhook deliveries,
 	// newest first, with their attempts and last answer.
 	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
+	// GetUsage sums the caller's tenant's token usage (the usage ledger: one
+	// row per model call) over a time range, grouped by thread, run or UTC
+	// day. FAILED_PRECONDITION (USAGE_OFF) when the store keeps no ledger.
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -901,6 +920,9 @@ func (UnimplementedAgentServiceServer) RotateWebhookKey(context.Context, *Rotate
 }
 func (UnimplementedAgentServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
+}
+func (UnimplementedAgentServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1586,6 +1608,24 @@ func _AgentService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1732,6 +1772,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWebhookDeliveries",
 			Handler:    _AgentService_ListWebhookDeliveries_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _AgentService_GetUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
