@@ -76,7 +76,7 @@ mkdir -p "$WORK/pg" && chown postgres "$WORK" "$WORK/pg" && chmod 700 "$WORK/pg"
 PG_PASSWORD=$(openssl rand -hex 16)
 echo "$PG_PASSWORD" >"$WORK/pgpass" && chown postgres "$WORK/pgpass"
 runuser -u postgres -- "$PG_BIN/initdb" -D "$WORK/pg" -U agentd --pwfile "$WORK/pgpass" -A scram-sha-256 >/dev/null
-echo "host plumb agentd 10.227.0.0/24 scram-sha-256" >>"$WORK/pg/pg_hba.conf"
+echo "host all agentd 10.227.0.0/24 scram-sha-256" >>"$WORK/pg/pg_hba.conf"
 runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w \
 	-o "-c listen_addresses=$GATEWAY -p $PG_PORT -k $WORK/pg" start >/dev/null
 PGPASSWORD=$PG_PASSWORD "$PG_BIN/psql" -h "$GATEWAY" -p "$PG_PORT" -U agentd -d postgres -qc 'CREATE DATABASE plumb' >/dev/null
