@@ -5,12 +5,12 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/plumbhq/plumb/internal/loop"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/store"
 )
@@ -89,9 +89,7 @@ type Sweeper struct {
 	clock   agent.Clock
 	deleted *prometheus.CounterVec
 
-	stopOnce sync.Once
-	cancel   context.CancelFunc
-	done     chan struct{}
+	loop *loop.Loop
 }
 
 type realClock struct{}
@@ -140,35 +138,16 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 
 // Start begins the passes in a goroutine of its own; Stop ends it.
 func (s *Sweeper) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(s.cfg.Interval)
-		defer t.Stop()
-		for {
-			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
-				s.lg.Warn("retention pass failed", zap.Error(err))
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	s.loop = loop.Start(s.cfg.Interval, func(ctx context.Context) {
+		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+			s.lg.Warn("retention pass failed", zap.Error(err))
 		}
-	}()
+	})
 }
 
 // Stop ends the loop and waits for a pass in flight. Stop without Start
 // is fine.
-func (s *Sweeper) Stop() {
-	s.stopOnce.Do(func() {
-		if s.cancel != nil {
-			s.cancel()
-			<-s.done
-		}
-	})
-}
+func (s *Sweeper) Stop() { s.loop.Stop() }
 
 // scopes are the (tenant, rules) pairs of a pass: each tenant with rules
 // of its own, then the default for every other tenant.

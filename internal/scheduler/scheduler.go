@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/plumbhq/plumb/internal/loop"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/schedule"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -79,9 +80,7 @@ type Scheduler struct {
 	lg    *zap.Logger
 	clock agent.Clock
 
-	stopOnce sync.Once
-	cancel   context.CancelFunc
-	done     chan struct{}
+	loop *loop.Loop
 
 	mu        sync.Mutex
 	lastSweep time.Time
@@ -123,35 +122,16 @@ func New(cfg Config, opts ...Option) (*Scheduler, error) {
 
 // Start begins polling in a goroutine of its own; Stop ends it.
 func (s *Scheduler) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(s.cfg.Poll)
-		defer t.Stop()
-		for {
-			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
-				s.lg.Warn("schedule pass failed", zap.Error(err))
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+	s.loop = loop.Start(s.cfg.Poll, func(ctx context.Context) {
+		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+			s.lg.Warn("schedule pass failed", zap.Error(err))
 		}
-	}()
+	})
 }
 
 // Stop ends the loop and waits for a pass in flight (the start of a run
 // in flight completes; the run goes on). Stop without Start is fine.
-func (s *Scheduler) Stop() {
-	s.stopOnce.Do(func() {
-		if s.cancel != nil {
-			s.cancel()
-			<-s.done
-		}
-	})
-}
+func (s *Scheduler) Stop() { s.loop.Stop() }
 
 // Pass fires the schedules due now, once: it returns how many fires this
 // replica claimed. Start calls it every Poll; tests call it with an
