@@ -75,6 +75,7 @@ func newEnvB(t testing.TB) *env {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	e := &env{cli: cli, image: sandboxtest.Image(t, cli), worker: "t" + hex.EncodeToString(b)}
+	sandboxtest.ReleaseImagesOnCleanup(t, cli, e.worker)
 	e.cfg = sandbox.Config{
 		Worker:      e.worker,
 		Agent:       sandboxtest.Agent(t),
