@@ -819,6 +819,15 @@ func productTenancy(t *testing.T, p *product) {
 			}},
 			{"ListRuns of the thread", func() error { _, err := o.ListRuns(p.ctx, &plumbv1.ListRunsRequest{ThreadId: thread}); return err }},
 			{"GetSchedule", func() error { _, err := o.GetSchedule(p.ctx, &plumbv1.GetScheduleRequest{ScheduleId: sid}); return err }},
+			{"PauseSchedule", func() error {
+				_, err := o.PauseSchedule(p.ctx, &plumbv1.PauseScheduleRequest{ScheduleId: sid})
+				return err
+			}},
+			{"UpdateSchedule", func() error {
+				_, err := o.UpdateSchedule(p.ctx, &plumbv1.UpdateScheduleRequest{ScheduleId: sid, Interval: durationpb.New(time.Minute),
+					Run: &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "taken over"}}}})
+				return err
+			}},
 			{"ResumeSchedule", func() error {
 				_, err := o.ResumeSchedule(p.ctx, &plumbv1.ResumeScheduleRequest{ScheduleId: sid})
 				return err
@@ -866,8 +875,9 @@ func productTenancy(t *testing.T, p *product) {
 	if _, err := p.at(1).c.GetSkill(p.ctx, &plumbv1.GetSkillRequest{Name: skill}); err != nil {
 		t.Errorf("GetSkill of tenant default's skill: %v", err)
 	}
-	if got, err := p.at(0).c.GetSchedule(p.ctx, &plumbv1.GetScheduleRequest{ScheduleId: sid}); err != nil || !got.GetSchedule().GetPaused() {
-		t.Errorf("GetSchedule of tenant default's schedule = %v, %v; want it, paused", got, err)
+	if got, err := p.at(0).c.GetSchedule(p.ctx, &plumbv1.GetScheduleRequest{ScheduleId: sid}); err != nil || !got.GetSchedule().GetPaused() ||
+		got.GetSchedule().GetInterval().AsDuration() != time.Hour {
+		t.Errorf("GetSchedule of tenant default's schedule = %v, %v; want it unchanged, paused", got, err)
 	}
 
 	c := p.at(1).c
