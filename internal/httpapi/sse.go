@@ -110,6 +110,17 @@ func writeData(b *bytes.Buffer, data []byte) {
 	b.WriteString("\n")
 }
 
+// eventData is the data of one SSE event, its lines joined.
+func eventData(ev []byte) []byte {
+	var out [][]byte
+	for line := range bytes.Lines(ev) {
+		if d, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: ")); ok {
+			out = append(out, d)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
 // errorEvent is the SSE "error" event of st.
 func errorEvent(st *status.Status) []byte {
 	data, _ := json.Marshal(bodyOf(st))
@@ -133,6 +144,10 @@ type sseWriter struct {
 	mu        sync.Mutex
 	committed bool
 	last      time.Time
+	// failed is the HTTP status the gateway set for a stream that failed
+	// before its first message (0 = none): its error event is then
+	// answered as an ordinary error response.
+	failed int
 
 	stop chan struct{}
 	done chan struct{}
@@ -209,12 +224,29 @@ func (s *sseWriter) commitLocked(code int) {
 func (s *sseWriter) WriteHeader(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.committed && code != http.StatusOK {
+		s.failed = code // the error event comes next
+		return
+	}
 	s.commitLocked(code)
 }
 
 func (s *sseWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.committed && s.failed != 0 {
+		// The stream failed before it started: its error event becomes
+		// the JSON error body, with the status the gateway chose.
+		s.committed = true
+		h := s.rw.Header()
+		h.Set("Content-Type", "application/json")
+		h.Del("Cache-Control")
+		h.Set("Cache-Control", "no-store")
+		h.Del("X-Accel-Buffering")
+		s.rw.WriteHeader(s.failed)
+		_, err := s.rw.Write(append(eventData(p), '\n'))
+		return len(p), err
+	}
 	s.commitLocked(http.StatusOK)
 	if len(p) > 0 {
 		s.last = time.Now()
