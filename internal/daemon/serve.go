@@ -438,6 +438,7 @@ func newInprocAPI(ctx context.Context, o Options, sopts []grpc.ServerOption, cre
 	case creds == nil && !IsLoopback(o.HTTPAddr) && !o.Insecure:
 		cfg.Refuse = "no credentials are configured and the HTTP address is beyond loopback: give --token-file or --credentials-file (or pass --insecure) to use the HTTP API"
 	}
+	cfg.LoopbackHosts = creds == nil && cfg.Refuse == "" && IsLoopback(o.HTTPAddr)
 	if cfg.Refuse != "" {
 		lg.Warn("HTTP API refuses every call", zap.String("reason", cfg.Refuse))
 	}

@@ -228,13 +228,21 @@ func TestServeHTTPAPI(t *testing.T) {
 		name     string
 		o        Options
 		token    string
-		wantCode int // HTTP status of GetSandbox (UNIMPLEMENTED in panicky)
+		hdr      map[string]string // request headers (Content-Type: application/json when unset)
+		host     string            // the Host header ("" = the address)
+		wantCode int               // HTTP status of GetSandbox (UNIMPLEMENTED in panicky)
 		reason   string
 	}{
 		{name: "token", o: Options{Token: "tok"}, token: "tok", wantCode: http.StatusNotImplemented},
 		{name: "wrong token", o: Options{Token: "tok"}, token: "nope", wantCode: http.StatusUnauthorized},
 		{name: "no token", o: Options{Token: "tok"}, wantCode: http.StatusUnauthorized},
 		{name: "no credentials, loopback", wantCode: http.StatusNotImplemented},
+		{name: "no credentials, localhost", host: "localhost:1234", wantCode: http.StatusNotImplemented},
+		// A cross-site form, or a page that rebound its name to 127.0.0.1.
+		{name: "no credentials, form post", hdr: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, wantCode: http.StatusForbidden, reason: httpapi.ReasonCSRF},
+		{name: "no credentials, text/plain", hdr: map[string]string{"Content-Type": "text/plain"}, wantCode: http.StatusForbidden, reason: httpapi.ReasonCSRF},
+		{name: "no credentials, rebound name", host: "evil.example:9071", wantCode: http.StatusForbidden, reason: httpapi.ReasonHost},
+		{name: "token, form post", o: Options{Token: "tok"}, token: "tok", hdr: map[string]string{"Content-Type": "text/plain"}, wantCode: http.StatusNotImplemented},
 		{name: "no credentials, HTTP beyond loopback", o: Options{HTTPAddr: "0.0.0.0:0"}, wantCode: http.StatusUnauthorized, reason: httpapi.ReasonHTTPAPIRefuse},
 		{name: "client certificates only", o: Options{ClientCertRequired: true}, token: "tok", wantCode: http.StatusUnauthorized, reason: httpapi.ReasonHTTPAPIRefuse},
 	} {
@@ -271,6 +279,13 @@ func TestServeHTTPAPI(t *testing.T) {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/plumb.v1.SandboxService/"+method, strings.NewReader(`{}`))
 				if tc.token != "" {
 					req.Header.Set("Authorization", "Bearer "+tc.token)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				for k, v := range tc.hdr {
+					req.Header.Set(k, v)
+				}
+				if tc.host != "" {
+					req.Host = tc.host
 				}
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
