@@ -246,7 +246,7 @@ func Serve(ctx context.Context, o Options) error {
 	hsrv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
 	var psrv *http.Server
 
-	errc := make(chan error, 3+len(o.Servers))
+	errc := make(chan error, 4+len(o.Servers)) // gRPC, in-process gRPC, HTTP, pprof, the others
 	go func() { errc <- srv.Serve(glis) }()
 	if api != nil {
 		go func() { errc <- api.srv.Serve(api.lis) }()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -526,4 +527,57 @@ func TestHTTPSession(t *testing.T) {
 	b, _ = io.ReadAll(sresp.Body)
 	sresp.Body.Close()
 	apiError(t, sresp, b, http.StatusUnauthorized, 16, httpapi.ReasonSession)
+}
+
+// TestHTTPResumeLive: an SSE Attach on a live run, dropped while the model
+// is still thinking, resumed with Last-Event-ID after the run went on: the
+// rest of the run arrives, each event once, up to run_finished.
+func TestHTTPResumeLive(t *testing.T) {
+	s := start(t)
+	agentd := "http://" + s.proc.HTTPAddr
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the model server closes, even on failure
+	s.model.Script("main",
+		modeltest.Calls(modeltest.Call{ID: "c1", Name: "write_todos", Args: `{"todos":[{"content":"wait","status":"in_progress"}]}`}),
+		modeltest.Dynamic(func(modeltest.Request) modeltest.Turn { <-release; return modeltest.Text("Finished after the drop") }),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := &http.Client{}
+	auth := bearer(agentdToken)
+
+	// A detached run: its response may close while it goes on.
+	rctx, closeRun := context.WithCancel(ctx)
+	resp := openSSE(t, rctx, c, http.MethodPost, agentd+"/plumb.v1.AgentService/Run", auth, `{"input":[{"content":"hi"}],"detach":true}`)
+	started := sseEvents(t, readSSE(t, resp.Body, func(sseEvent) bool { return true }))
+	closeRun()
+	resp.Body.Close()
+	thread := started[0].GetThreadId()
+
+	// Attach until the todo call's result: the model now waits.
+	actx, drop := context.WithCancel(ctx)
+	resp = openSSE(t, actx, c, http.MethodPost, agentd+"/plumb.v1.AgentService/Attach", auth, `{"threadId":"`+thread+`"}`)
+	before := sseEvents(t, readSSE(t, resp.Body, func(e sseEvent) bool { return strings.Contains(e.data, `"toolResult"`) }))
+	drop()
+	resp.Body.Close()
+	last := before[len(before)-1]
+	if last.GetToolResult() == nil || before[0].GetSequence() != 1 {
+		t.Fatalf("before the drop: %v", sequences(before))
+	}
+
+	free() // the run goes on while nobody listens
+	resp = openSSE(t, ctx, c, http.MethodPost, agentd+"/plumb.v1.AgentService/Attach",
+		map[string]string{"Authorization": "Bearer " + agentdToken, "Last-Event-ID": strconv.FormatUint(last.GetSequence(), 10)}, `{"threadId":"`+thread+`"}`)
+	after := sseEvents(t, readSSE(t, resp.Body, nil))
+	resp.Body.Close()
+	if len(after) == 0 || after[len(after)-1].GetRunFinished().GetFinalText() != "Finished after the drop" {
+		t.Fatalf("after the drop: %v", sequences(after))
+	}
+	for i, ev := range after {
+		if ev.GetSequence() != last.GetSequence()+uint64(i)+1 {
+			t.Fatalf("after the drop, sequences %v do not continue %d once each", sequences(after), last.GetSequence())
+		}
+	}
 }
