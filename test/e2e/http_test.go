@@ -141,6 +141,22 @@ func TestHTTPUnary(t *testing.T) {
 	big := `{"metadata":{"k":"` + strings.Repeat("x", 8<<20) + `"}}`
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/CreateThread", bearer(agentdToken), big)
 	apiError(t, resp, body, http.StatusRequestEntityTooLarge, 8, httpapi.ReasonBodyTooLarge)
+	// No CORS: a preflight from another origin gets no Access-Control-*
+	// header, so a cross-site page cannot send JSON or a token.
+	preq, _ := http.NewRequest(http.MethodOptions, agentd+"/plumb.v1.AgentService/ListAgents", nil)
+	preq.Header.Set("Origin", "https://evil.example")
+	preq.Header.Set("Access-Control-Request-Method", "POST")
+	preq.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+	presp, err := c.Do(preq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presp.Body.Close()
+	for k := range presp.Header {
+		if strings.HasPrefix(k, "Access-Control-") {
+			t.Fatalf("a preflight got %s: %v", k, presp.Header)
+		}
+	}
 	// An unknown method.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/Nope", bearer(agentdToken), `{}`)
 	apiError(t, resp, body, http.StatusNotFound, 5, "")
