@@ -454,6 +454,12 @@ func TestHTTPSession(t *testing.T) {
 		t.Fatalf("Set-Cookie %q holds the token, or Secure over plain HTTP", set)
 	}
 
+	// Behind a TLS-terminating proxy the cookie is Secure.
+	resp, _ = call(t, &http.Client{}, agentd, "/v1/session", map[string]string{"Content-Type": "application/json", "X-Forwarded-Proto": "https"}, `{"token":"`+agentdToken+`"}`)
+	if set := resp.Header.Get("Set-Cookie"); resp.StatusCode != http.StatusNoContent || !strings.Contains(set, "; Secure") {
+		t.Fatalf("behind TLS: HTTP %d, Set-Cookie %q", resp.StatusCode, set)
+	}
+
 	// A run, started with the cookie and JSON.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/Run", js, `{"input":[{"content":"hi"}]}`)
 	if resp.StatusCode != http.StatusOK {
