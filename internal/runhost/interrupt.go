@@ -7,12 +7,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // stops holds the stop signal of each run segment going on here, by
-// thread (agent.RunInput.Stop): OnBusyInterrupt closes it so that the
-// run ends at its next checkpoint, CANCELLED with agent.CodeSuperseded,
-// and the queued run behind it starts.
+// thread (agent.RunInput.Stop): a newer run (OnBusyInterrupt, on this
+// replica or, through the thread's lease, on another) closes it so that
+// the run ends at its next checkpoint, CANCELLED with
+// agent.CodeSuperseded, and the queued run behind it starts.
 type stops struct {
 	mu sync.Mutex
 	by map[string]*stopSignal
@@ -60,11 +62,16 @@ func (s *stops) stop(id string) bool {
 }
 
 // withStop wraps f so that its runtime input carries a stop signal of
-// the thread's segment for as long as f runs.
-func (h *Host) withStop(threadID string, f leasedFunc) leasedFunc {
+// the thread's segment for as long as f runs. With stopNow (a takeover
+// of a run whose stop was requested) the signal is closed from the
+// start.
+func (h *Host) withStop(threadID string, stopNow bool, f leasedFunc) leasedFunc {
 	return func(ctx context.Context, u underLease, sink agent.Sink) error {
 		sig := h.stops.add(threadID)
 		defer h.stops.remove(threadID, sig)
+		if stopNow {
+			sig.close()
+		}
 		u.stop = sig.ch
 		return f(ctx, u, sink)
 	}
@@ -72,12 +79,11 @@ func (h *Host) withStop(threadID string, f leasedFunc) leasedFunc {
 
 // interruptCurrent asks the run going on thread id to end at its next
 // checkpoint for a newer run (OnBusyInterrupt), after that run was
-// queued: the run's end starts the queue. A run of this replica stops
-// at its next checkpoint (its step in flight, tool calls included,
-// completes and is kept). A run on another replica, or a segment here
-// without a stop signal (a takeover's), is cancelled instead
-// (store.Leases.RequestCancel, polled by its holder): it stops at once,
-// keeping what its last checkpoint committed. No run going on (it ended
+// queued: the run's end starts the queue. The step in flight, tool
+// calls included, completes and is kept. A run of this replica is told
+// through its stop signal; a run of another replica through the
+// thread's lease (store.Leases.RequestStop), which its holder polls and
+// a replica taking the run over honours. No run going on (it ended
 // meanwhile) is no error: the queue moves by itself.
 func (h *Host) interruptCurrent(ctx context.Context, threadID string) error {
 	lg := h.lg.With(zap.String("thread-id", threadID))
@@ -85,19 +91,20 @@ func (h *Host) interruptCurrent(ctx context.Context, threadID string) error {
 		lg.Info("run interrupted by a newer run; it stops at its next checkpoint")
 		return nil
 	}
+	if h.cfg.Leases != nil {
+		l, err := h.cfg.Leases.RequestStop(ctx, threadID, store.StopInterrupt)
+		if err != nil {
+			return err
+		}
+		if l != nil {
+			lg.Info("run interrupted by a newer run; stop requested of the lease holder", zap.String("holder", l.Holder), zap.Int64("lease-epoch", l.Epoch))
+			return nil
+		}
+	}
+	// A segment here that did not register its stop signal yet, without
+	// a lease: cancelled.
 	if r := h.reg.Cancel(threadID); r != nil {
 		lg.Info("run interrupted by a newer run; cancelled", zap.String("run-id", r.RunID()))
-		return nil
-	}
-	if h.cfg.Leases == nil {
-		return nil
-	}
-	l, err := h.cfg.Leases.RequestCancel(ctx, threadID)
-	if err != nil {
-		return err
-	}
-	if l != nil {
-		lg.Info("run on another replica interrupted by a newer run; cancel requested", zap.String("holder", l.Holder), zap.Int64("lease-epoch", l.Epoch))
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
 // fails with a *store.HeldError, which is agent.ErrThreadBusy), then held
 // as hold describes.
 func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
-	f = h.withStop(threadID, f)
+	f = h.withStop(threadID, false, f)
 	ls := h.cfg.Leases
 	if ls == nil {
 		sink, ended := h.watchEnd(h.watchUsage(ctx, sink))

@@ -166,9 +166,13 @@ type ContinueInput struct {
 	// after the run record's LastSequence): events the previous process
 	// emitted after its last checkpoint keep their numbers.
 	AfterSequence uint64
-	// Fence, HandOff and Flush are as in RunInput.
+	// Fence, HandOff, Stop and Flush are as in RunInput. A Stop closed
+	// from the start ends the run at its first checkpoint boundary: a
+	// redone step (tool calls whose results were not committed) completes
+	// first.
 	Fence   *Fence
 	HandOff <-chan struct{}
+	Stop    <-chan struct{}
 	Flush   func(ctx context.Context) error
 }
 
@@ -476,6 +480,7 @@ func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res
 	x.checkpoint = rr.save
 	x.redo = td.Pending
 	x.handOff = in.HandOff
+	x.stop = in.Stop
 	rr.rc.Logger.Info("taking over a run from its last checkpoint", zap.Int("steps", rec.Steps),
 		zap.Int("messages", len(td.Messages)), zap.Bool("redo-tool-calls", td.Pending != nil))
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})

@@ -214,4 +214,8 @@ var migrations = []string{
 		estimated  INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX usage_ledger_tenant_at ON usage_ledger (tenant, at);`,
+	// A newer run's request that the thread's run stop at its next
+	// checkpoint (store.Leases.RequestStop): '', 'interrupt' or
+	// 'rollback'.
+	`ALTER TABLE thread_leases ADD COLUMN stop_requested TEXT NOT NULL DEFAULT '';`,
 }

@@ -1,0 +1,110 @@
+package replicas
+
+import (
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+)
+
+// sendBusy sends a Run with strategy onBusy on thread through r and
+// returns the queued record its stream's only event carries.
+func (f *fleet) sendBusy(t *testing.T, r *replica, thread, scenario string, onBusy plumbv1.OnBusy) *plumbv1.RunRecord {
+	t.Helper()
+	rs, err := r.c.Run(f.ctx, &plumbv1.RunRequest{
+		ThreadId: thread, Input: []*plumbv1.InputMessage{{Content: scenario}}, OnBusy: onBusy,
+	})
+	if err != nil {
+		t.Fatalf("run %s (%v) on replica %s: %v", scenario, onBusy, r.name, err)
+	}
+	evs, err := follow("run "+scenario, 0, rs.Recv).end(t)
+	if err != nil || len(evs) != 1 || evs[0].GetRunQueued() == nil {
+		t.Fatalf("run %s (%v): the stream delivered %v and ended with %v; want one run_queued event", scenario, onBusy, evs, err)
+	}
+	return evs[0].GetRunQueued().GetRun()
+}
+
+// wantNoStep fails t if step k of scenario ran on the thread.
+func (f *fleet) wantNoStep(t *testing.T, thread, scenario string, k int) {
+	t.Helper()
+	if lines := f.stepLog(t, thread); slices.Contains(lines, stepLine(scenario, k)) {
+		t.Errorf("%s ran; want it never run (workspace log %q)", stepLine(scenario, k), lines)
+	}
+}
+
+// wantEnded fails t unless rec ended with status and error code.
+func wantEnded(t *testing.T, rec *plumbv1.RunRecord, st plumbv1.RunStatus, code string) {
+	t.Helper()
+	if rec.GetStatus() != st || rec.GetError().GetCode() != code {
+		t.Errorf("run %s (%v) ended %v with error %v; want %v with code %q", rec.GetRunId(), rec.GetInput(), rec.GetStatus(), rec.GetError(), st, code)
+	}
+}
+
+// TestInterruptSentToOtherReplica: while replica a runs a thread, a Run
+// with on_busy INTERRUPT is sent to replica b. It is queued there, and
+// the run on a, asked through the thread's lease, stops at its next step
+// boundary: the step in flight (step 2) completes and is kept, step 3
+// never runs, and the run ends CANCELLED with SUPERSEDED. The new run
+// then runs on the thread.
+func TestInterruptSentToOtherReplica(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 30 * time.Second, graceA: 10 * time.Second})
+	const sc = "interrupted"
+	gate := f.policy.gate(sc, "a", 1)
+	ra := f.run(t, f.a, sc)
+	gate.wait(t, "step 2's model call on replica a")
+	thread := ra.thread(t)
+
+	q := f.sendBusy(t, f.b, thread, "newer", plumbv1.OnBusy_ON_BUSY_INTERRUPT)
+	logged(t, f.a, "run asked by a newer run on another replica to stop at its next checkpoint")
+	gate.open()
+	ra.finished(t, plumbv1.RunStatus_RUN_STATUS_CANCELLED)
+
+	newer := f.waitRun(t, f.b, q.GetRunId())
+	wantEnded(t, newer, plumbv1.RunStatus_RUN_STATUS_COMPLETED, "")
+	list, err := f.b.c.ListRuns(f.ctx, &plumbv1.ListRunsRequest{ThreadId: thread})
+	if err != nil || len(list.GetRuns()) != 2 {
+		t.Fatalf("the thread's runs = %v, %v; want 2", list, err)
+	}
+	first := list.GetRuns()[1]
+	wantEnded(t, first, plumbv1.RunStatus_RUN_STATUS_CANCELLED, "SUPERSEDED")
+	if !newer.GetStartedAt().AsTime().After(first.GetFinishedAt().AsTime()) {
+		t.Errorf("the newer run started before the interrupted one ended: %v, %v", first, newer)
+	}
+	f.wantSteps(t, thread, sc, 1, 2)
+	f.wantNoStep(t, thread, sc, 3)
+	f.wantSteps(t, thread, "newer", 1, 2, 3)
+}
+
+// TestInterruptHonouredByTakeover: a Run with on_busy INTERRUPT is sent
+// to replica b while the run on replica a waits for its model; a is
+// SIGKILLed. Replica b takes the run over and, as its lease carries the
+// interrupt request, ends it at once CANCELLED with SUPERSEDED instead
+// of continuing it; then the queued run runs.
+func TestInterruptHonouredByTakeover(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 2 * time.Second, graceA: 10 * time.Second})
+	const sc = "dead-interrupted"
+	hung := f.policy.hang(sc, "a", 1)
+	ra := f.run(t, f.a, sc)
+	hung.wait(t, "step 2's model call on replica a")
+	thread := ra.thread(t)
+
+	q := f.sendBusy(t, f.b, thread, "after-takeover", plumbv1.OnBusy_ON_BUSY_INTERRUPT)
+	if err := f.a.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	f.a.proc.Wait(hangGuard)
+	ra.end(t)
+
+	newer := f.waitRun(t, f.b, q.GetRunId())
+	wantEnded(t, newer, plumbv1.RunStatus_RUN_STATUS_COMPLETED, "")
+	list, err := f.b.c.ListRuns(f.ctx, &plumbv1.ListRunsRequest{ThreadId: thread})
+	if err != nil || len(list.GetRuns()) != 2 {
+		t.Fatalf("the thread's runs = %v, %v; want 2", list, err)
+	}
+	wantEnded(t, list.GetRuns()[1], plumbv1.RunStatus_RUN_STATUS_CANCELLED, "SUPERSEDED")
+	f.wantSteps(t, thread, sc, 1)
+	f.wantNoStep(t, thread, sc, 2)
+	f.wantSteps(t, thread, "after-takeover", 1, 2, 3)
+}
