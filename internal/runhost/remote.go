@@ -88,7 +88,7 @@ func (h *Host) pollCancels(ctx context.Context, done map[string]store.Lease) map
 		}
 		lg := h.lg.With(zap.String("thread-id", l.ThreadID), zap.String("run-id", r.RunID()), zap.Int64("lease-epoch", l.Epoch))
 		if !l.CancelRequested {
-			if h.stops.stop(l.ThreadID) {
+			if h.stops.stop(l.ThreadID, l.StopRequested) {
 				lg.Info("run asked by a newer run on another replica to stop at its next checkpoint", zap.String("stop", string(l.StopRequested)))
 				acted[l.ThreadID] = l
 			}

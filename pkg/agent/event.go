@@ -85,6 +85,13 @@ const (
 	// CodeSuperseded is the error of a CANCELLED run record that a newer
 	// run interrupted (RunInput.Stop; OnBusy interrupt, docs/runs.md).
 	CodeSuperseded = "SUPERSEDED"
+	// CodeRolledBack is the error of a CANCELLED run record that a newer
+	// run rolled back (RunInput.Rollback; OnBusy rollback, docs/runs.md):
+	// the thread went back to where it was before the run.
+	CodeRolledBack = "ROLLED_BACK"
+	// CodeCancelled is the error of a QUEUED run record that was
+	// cancelled before it started (Cancel, CancelRun).
+	CodeCancelled = "CANCELLED"
 )
 
 // RunStarted opens every stream.

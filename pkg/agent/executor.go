@@ -44,6 +44,9 @@ type execution struct {
 	// stop, closed, ends the run CANCELLED before its next step (root
 	// only; see RunInput.Stop).
 	stop <-chan struct{}
+	// rollback, closed, ends the run CANCELLED before its next step and
+	// discards what it did (root only; see RunInput.Rollback).
+	rollback <-chan struct{}
 }
 
 func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
@@ -161,6 +164,7 @@ const (
 	endFailed
 	endHandedOff  // stopped at a checkpoint to be continued elsewhere
 	endSuperseded // stopped at a checkpoint for a newer run (RunInput.Stop)
+	endRolledBack // stopped and discarded for a newer run (RunInput.Rollback)
 )
 
 type loopEnd struct {
@@ -234,6 +238,12 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 		}
 		if ctx.Err() != nil {
 			return loopEnd{kind: endStopped}
+		}
+		select {
+		case <-x.rollback:
+			// Checked first: a rollback discards the run anyway.
+			return loopEnd{kind: endRolledBack}
+		default:
 		}
 		select {
 		case <-x.handOff:

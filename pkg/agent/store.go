@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/model"
@@ -158,6 +160,10 @@ type Checkpoint struct {
 	Base int `json:"base"`
 	// Append are new messages, stored at Base, Base+1, ...
 	Append []Message `json:"append,omitempty"`
+	// Truncate cuts the stored log back to Base messages first (Base
+	// must not exceed the stored count): a run rolled back for a newer
+	// one (RunInput.Rollback) discards the messages it added.
+	Truncate bool `json:"truncate,omitempty"`
 	// EditCalls replace arguments of stored assistant calls (applied
 	// before Append).
 	EditCalls []CallEdit `json:"edit_calls,omitempty"`
@@ -256,6 +262,43 @@ type RunRecord struct {
 	// Metadata are a queued run's labels, merged into the thread's when
 	// it starts (RunInput.Metadata).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Baseline is the thread's state when the run started, what a
+	// rollback (RunInput.Rollback) restores. Set by Run.
+	Baseline *RunBaseline `json:"baseline,omitempty"`
+}
+
+// MaxBaselineFiles bounds the State-backend files a run's baseline copies
+// (their encoded size): a thread with more has its files left as they are
+// by a rollback (RunBaseline.FilesOmitted).
+const MaxBaselineFiles = 256 << 10
+
+// RunBaseline is the thread's state when a run started (RunRecord.Baseline):
+// its todos, summary and middleware state and, when they are small
+// (MaxBaselineFiles), its State-backend files. The log's length then is
+// RunRecord.FirstMessage.
+type RunBaseline struct {
+	Todos   []Todo                     `json:"todos,omitempty"`
+	Summary *Summary                   `json:"summary,omitempty"`
+	Private map[string]json.RawMessage `json:"private,omitempty"`
+	Files   map[string]json.RawMessage `json:"files,omitempty"`
+	// FilesOmitted: the files were over MaxBaselineFiles and are not in
+	// Files; a rollback leaves them as they are.
+	FilesOmitted bool `json:"files_omitted,omitempty"`
+}
+
+// NewBaseline returns td's state as a run's baseline.
+func NewBaseline(td *ThreadData) *RunBaseline {
+	b := &RunBaseline{Todos: slices.Clone(td.Todos), Summary: td.Summary, Private: maps.Clone(td.Private)}
+	size := 0
+	for p, f := range td.Files {
+		size += len(p) + len(f)
+	}
+	if size > MaxBaselineFiles {
+		b.FilesOmitted = true
+		return b
+	}
+	b.Files = maps.Clone(td.Files)
+	return b
 }
 
 // RunSpec is the persisted configuration of a run: what a Resume needs to
