@@ -108,3 +108,99 @@ func TestInterruptHonouredByTakeover(t *testing.T) {
 	f.wantNoStep(t, thread, sc, 2)
 	f.wantSteps(t, thread, "after-takeover", 1, 2, 3)
 }
+
+// messages returns the contents of the thread's stored messages (and
+// the tool call ids of their calls and results), read through r.
+func (f *fleet) messages(t *testing.T, r *replica, thread string) []string {
+	t.Helper()
+	var out []string
+	req := &plumbv1.ListMessagesRequest{ThreadId: thread, PageSize: 500}
+	for {
+		page, err := r.c.ListMessages(f.ctx, req)
+		if err != nil {
+			t.Fatalf("list the messages of %s on replica %s: %v", thread, r.name, err)
+		}
+		for _, m := range page.GetMessages() {
+			out = append(out, m.GetContent())
+			for _, c := range m.GetToolCalls() {
+				out = append(out, "call "+c.GetId())
+			}
+		}
+		if page.GetNextPageToken() == "" {
+			return out
+		}
+		req.PageToken = page.GetNextPageToken()
+	}
+}
+
+// TestRollbackSentToOtherReplica: while replica a runs a thread, a Run
+// with on_busy ROLLBACK is sent to replica b. The run on a stops at its
+// next step boundary and is discarded: it ends CANCELLED with
+// ROLLED_BACK, the thread's messages hold none of its input or steps,
+// and the new run runs on the thread as it was before. The commands the
+// discarded steps ran in the sandbox are not undone (docs/runs.md).
+func TestRollbackSentToOtherReplica(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 30 * time.Second, graceA: 10 * time.Second})
+	const sc = "rolled-back"
+	gate := f.policy.gate(sc, "a", 1)
+	ra := f.run(t, f.a, sc)
+	gate.wait(t, "step 2's model call on replica a")
+	thread := ra.thread(t)
+
+	q := f.sendBusy(t, f.b, thread, "instead", plumbv1.OnBusy_ON_BUSY_ROLLBACK)
+	logged(t, f.a, "run asked by a newer run on another replica to stop at its next checkpoint")
+	gate.open()
+	ra.finished(t, plumbv1.RunStatus_RUN_STATUS_CANCELLED)
+
+	newer := f.waitRun(t, f.b, q.GetRunId())
+	wantEnded(t, newer, plumbv1.RunStatus_RUN_STATUS_COMPLETED, "")
+	list, err := f.b.c.ListRuns(f.ctx, &plumbv1.ListRunsRequest{ThreadId: thread})
+	if err != nil || len(list.GetRuns()) != 2 {
+		t.Fatalf("the thread's runs = %v, %v; want 2", list, err)
+	}
+	wantEnded(t, list.GetRuns()[1], plumbv1.RunStatus_RUN_STATUS_CANCELLED, "ROLLED_BACK")
+	msgs := f.messages(t, f.a, thread)
+	// The new run's: its input, three steps (a call and its result
+	// each) and its answer; nothing of the rolled-back run.
+	if len(msgs) == 0 || msgs[0] != "instead" || msgs[len(msgs)-1] != "done instead" || slices.Contains(msgs, sc) ||
+		countLines(msgs, "call call-1") != 1 || countLines(msgs, "call call-2") != 1 {
+		t.Errorf("the thread's messages = %q; want the new run's only", msgs)
+	}
+	f.wantSteps(t, thread, sc, 1, 2) // the box is not rolled back
+	f.wantNoStep(t, thread, sc, 3)
+	f.wantSteps(t, thread, "instead", 1, 2, 3)
+}
+
+// TestCancelWithQueueOnOtherReplica: while replica a runs a thread, two
+// runs are queued on it; Cancel sent to replica b cancels the running run
+// on a and both queued runs, which end CANCELLED without starting.
+func TestCancelWithQueueOnOtherReplica(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 30 * time.Second, graceA: 10 * time.Second})
+	const sc = "cancelled-with-queue"
+	hung := f.policy.hang(sc, "a", 1)
+	ra := f.run(t, f.a, sc)
+	hung.wait(t, "step 2's model call on replica a")
+	thread := ra.thread(t)
+	q1 := f.sendBusy(t, f.b, thread, "never-one", plumbv1.OnBusy_ON_BUSY_ENQUEUE)
+	q2 := f.sendBusy(t, f.a, thread, "never-two", plumbv1.OnBusy_ON_BUSY_ENQUEUE)
+
+	c, err := f.b.c.Cancel(f.ctx, &plumbv1.CancelRequest{ThreadId: thread})
+	if err != nil || !c.GetWasRunning() || !slices.Equal(c.GetCancelledQueuedRunIds(), []string{q1.GetRunId(), q2.GetRunId()}) {
+		t.Fatalf("Cancel on replica b = %v, %v; want the run and both queued runs cancelled", c, err)
+	}
+	ra.finished(t, plumbv1.RunStatus_RUN_STATUS_CANCELLED)
+	for _, q := range []*plumbv1.RunRecord{q1, q2} {
+		r := f.waitRun(t, f.a, q.GetRunId())
+		wantEnded(t, r, plumbv1.RunStatus_RUN_STATUS_CANCELLED, "CANCELLED")
+		if r.GetStartedAt() != nil {
+			t.Errorf("queued run %s started: %v", q.GetRunId(), r)
+		}
+	}
+	list, err := f.a.c.ListRuns(f.ctx, &plumbv1.ListRunsRequest{ThreadId: thread, Status: plumbv1.RunStatus_RUN_STATUS_QUEUED})
+	if err != nil || len(list.GetRuns()) != 0 {
+		t.Fatalf("the thread's queue after Cancel = %v, %v; want empty", list, err)
+	}
+	f.wantSteps(t, thread, sc, 1)
+	f.wantNoStep(t, thread, "never-one", 1)
+	f.wantNoStep(t, thread, "never-two", 1)
+}
