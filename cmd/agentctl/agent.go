@@ -24,7 +24,7 @@ import (
 const agentUsage = `Usage:
   agentctl run [--agent NAME] [--thread ID] [--model KEY] [--label k=v]... [--file PATH=LOCALFILE]...
                [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--webhook-url URL] [--json]
-               [--on-busy reject|enqueue|interrupt|rollback]
+               [--on-busy reject|enqueue|interrupt|rollback|steer]
                [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
                [--client-tool NAME=COMMAND [--client-tool-spec NAME=FILE]]... [--client-tool-timeout D] PROMPT|-
   agentctl resume --thread ID [--interrupt ID] [--detach] [--json]
@@ -266,7 +266,7 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	fs.BoolVar(&o.req.AbandonInterrupt, "abandon-interrupt", false, "drop the thread's pending interrupt")
 	fs.StringVar(&o.req.WebhookUrl, "webhook-url", "", "URL told when the run ends or pauses (docs/webhooks.md)")
 	fs.BoolVar(&o.json, "json", false, "print each event as one protojson line")
-	onBusy := fs.String("on-busy", "", "when the thread is busy: reject, enqueue, interrupt or rollback (default: the agent's)")
+	onBusy := fs.String("on-busy", "", "when the thread is busy: reject, enqueue, interrupt, rollback or steer (default: the agent's)")
 	o.decisions.register(fs)
 	o.tools.register(fs)
 	pos, err := parseArgs(fs, args)

@@ -21,7 +21,7 @@ var runStatuses = map[string]plumbv1.RunStatus{
 	"max_iterations": plumbv1.RunStatus_RUN_STATUS_MAX_ITERATIONS, "deadline_exceeded": plumbv1.RunStatus_RUN_STATUS_DEADLINE_EXCEEDED,
 }
 
-// onBusyFlag parses --on-busy reject|enqueue|interrupt|rollback.
+// onBusyFlag parses --on-busy reject|enqueue|interrupt|rollback|steer.
 func onBusyFlag(s string) (plumbv1.OnBusy, error) {
 	switch s {
 	case "":
@@ -34,8 +34,10 @@ func onBusyFlag(s string) (plumbv1.OnBusy, error) {
 		return plumbv1.OnBusy_ON_BUSY_INTERRUPT, nil
 	case "rollback":
 		return plumbv1.OnBusy_ON_BUSY_ROLLBACK, nil
+	case "steer":
+		return plumbv1.OnBusy_ON_BUSY_STEER, nil
 	}
-	return 0, fmt.Errorf("--on-busy %q: want reject, enqueue, interrupt or rollback", s)
+	return 0, fmt.Errorf("--on-busy %q: want reject, enqueue, interrupt, rollback or steer", s)
 }
 
 // runs runs `agentctl runs get|ls|wait|cancel`.

@@ -41,11 +41,15 @@ const (
 	// with the thread back where it was before it, and the queue starts
 	// the new run.
 	OnBusyRollback
+	// OnBusySteer delivers the input to the thread's running run at its
+	// next model call (steer) and follows that run as Attach does; on a
+	// thread without a running run it is OnBusyEnqueue.
+	OnBusySteer
 )
 
 // queues reports whether the strategy queues a run on a busy thread.
 func (o OnBusy) queues() bool {
-	return o == OnBusyEnqueue || o == OnBusyInterrupt || o == OnBusyRollback
+	return o == OnBusyEnqueue || o == OnBusyInterrupt || o == OnBusyRollback || o == OnBusySteer
 }
 
 // stopMode is how the strategy stops the thread's current run ("": it
@@ -61,7 +65,7 @@ func (o OnBusy) stopMode() store.StopMode {
 }
 
 // ParseOnBusy parses a configured strategy: "reject", "enqueue",
-// "interrupt", "rollback" ("" = reject).
+// "interrupt", "rollback", "steer" ("" = reject).
 func ParseOnBusy(s string) (OnBusy, error) {
 	switch s {
 	case "", "reject":
@@ -72,8 +76,10 @@ func ParseOnBusy(s string) (OnBusy, error) {
 		return OnBusyInterrupt, nil
 	case "rollback":
 		return OnBusyRollback, nil
+	case "steer":
+		return OnBusySteer, nil
 	}
-	return OnBusyReject, fmt.Errorf("unknown strategy %q (reject, enqueue, interrupt or rollback)", s)
+	return OnBusyReject, fmt.Errorf("unknown strategy %q (reject, enqueue, interrupt, rollback or steer)", s)
 }
 
 // RunOptions are how RunWith runs.
@@ -109,6 +115,15 @@ var errQueueWaits = errors.New("the thread's queued runs wait")
 // thread's current run is asked to stop (interruptCurrent); the runs
 // queued before it still go first.
 func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, send Send) error {
+	if o.OnBusy == OnBusySteer && in.ThreadID != "" {
+		steered, err := h.steer(ctx, in)
+		if err != nil || steered {
+			if err != nil {
+				return err
+			}
+			return h.Attach(ctx, in.ThreadID, 0, send)
+		}
+	}
 	if in.ThreadID != "" && h.cfg.Runs != nil {
 		next, err := h.cfg.Runs.NextQueuedRun(ctx, in.ThreadID)
 		if err != nil {

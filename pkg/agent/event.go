@@ -94,6 +94,12 @@ const (
 	CodeCancelled = "CANCELLED"
 )
 
+// Steered reports user input sent to the running run (on_busy STEER)
+// that the run added to its conversation before its next model call.
+type Steered struct {
+	Input []string
+}
+
 // RunStarted opens every stream.
 type RunStarted struct {
 	ThreadID, RunID string
@@ -267,6 +273,9 @@ type RunFinished struct {
 // Kind returns "run_started".
 func (RunStarted) Kind() string { return "run_started" }
 
+// Kind returns "steered".
+func (Steered) Kind() string { return "steered" }
+
 // Kind returns "message_delta".
 func (MessageDelta) Kind() string { return "message_delta" }
 
@@ -322,6 +331,7 @@ func (EgressDecided) Kind() string { return "egress_decided" }
 func (RunFinished) Kind() string { return "run_finished" }
 
 func (RunStarted) isPayload()       {}
+func (Steered) isPayload()          {}
 func (MessageDelta) isPayload()     {}
 func (ReasoningDelta) isPayload()   {}
 func (AssistantMessage) isPayload() {}

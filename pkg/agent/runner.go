@@ -329,6 +329,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	x.handOff = in.HandOff
 	x.stop = in.Stop
 	x.rollback = in.Rollback
+	rr.steerable(x)
 	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
 
 	var inputs []Message
@@ -437,6 +438,7 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	x.handOff = in.HandOff
 	x.stop = in.Stop
 	x.rollback = in.Rollback
+	rr.steerable(x)
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
@@ -493,6 +495,7 @@ func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res
 	x.handOff = in.HandOff
 	x.stop = in.Stop
 	x.rollback = in.Rollback
+	rr.steerable(x)
 	rr.rc.Logger.Info("taking over a run from its last checkpoint", zap.Int("steps", rec.Steps),
 		zap.Int("messages", len(td.Messages)), zap.Bool("redo-tool-calls", td.Pending != nil))
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
@@ -532,6 +535,20 @@ type rootRun struct {
 	segStart  time.Time
 	fence     *Fence
 	flush     func(ctx context.Context) error
+	// consume are the steers the next checkpoint delivers.
+	consume []int64
+}
+
+// steerable lets x take the run's steers when the store keeps them.
+func (rr *rootRun) steerable(x *execution) {
+	ss, ok := rr.r.store.(SteerStore)
+	if !ok {
+		return
+	}
+	x.steers = func(ctx context.Context) ([]Steer, error) {
+		return ss.PendingSteers(ctx, rr.td.Thread.ID, rr.rec.RunID)
+	}
+	x.consume = func(ids []int64) { rr.consume = append(rr.consume, ids...) }
 }
 
 var errRunTimeout = errors.New("run timeout")
@@ -618,7 +635,7 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		ThreadID: rr.td.Thread.ID, Phase: phase, Step: rec.Steps,
 		Base: rr.persisted, Append: rr.st.MessagesFrom(rr.persisted), EditCalls: rr.edits, Metadata: rr.metadata,
 		Todos: todos, Summary: sum, Private: private, Pending: pending, Interrupt: rr.interrupt,
-		Files: rr.files, Run: rec, Fence: rr.fence, CreatedAt: rr.r.clock.Now(),
+		Files: rr.files, Run: rec, Fence: rr.fence, CreatedAt: rr.r.clock.Now(), ConsumeSteers: rr.consume,
 	}
 	if rr.flush != nil {
 		if err := rr.flush(ctx); err != nil {
@@ -631,7 +648,7 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		return err
 	}
 	rr.persisted += len(cp.Append)
-	rr.edits, rr.metadata, rr.files = nil, nil, nil
+	rr.edits, rr.metadata, rr.files, rr.consume = nil, nil, nil, nil
 	return nil
 }
 

@@ -164,6 +164,11 @@ type Checkpoint struct {
 	// must not exceed the stored count): a run rolled back for a newer
 	// one (RunInput.Rollback) discards the messages it added.
 	Truncate bool `json:"truncate,omitempty"`
+	// ConsumeSteers are the ids of the steers (SteerStore) whose input
+	// Append delivers: the commit deletes them, and fails with
+	// ErrConflict when one is gone (delivered already), so a steer is
+	// delivered once.
+	ConsumeSteers []int64 `json:"consume_steers,omitempty"`
 	// EditCalls replace arguments of stored assistant calls (applied
 	// before Append).
 	EditCalls []CallEdit `json:"edit_calls,omitempty"`
@@ -325,4 +330,25 @@ type ClientToolDef struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// Steer is user input sent to a running run (RunRequest on_busy STEER,
+// docs/runs.md), waiting for the run's next model call.
+type Steer struct {
+	// ID orders the steers of a run and names one to consume.
+	ID int64
+	// Input are its user messages.
+	Input []string
+	// CreatedAt is when it was sent.
+	CreatedAt time.Time
+}
+
+// SteerStore is what a Store implements to deliver steers: the run reads
+// its pending steers before each model call of its root agent, appends
+// their input and commits a checkpoint consuming them
+// (Checkpoint.ConsumeSteers).
+type SteerStore interface {
+	// PendingSteers returns the steers of run runID of thread threadID
+	// not consumed yet, oldest first.
+	PendingSteers(ctx context.Context, threadID, runID string) ([]Steer, error)
 }

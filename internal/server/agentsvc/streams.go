@@ -21,6 +21,8 @@ func (s *Service) onBusy(req *plumbv1.RunRequest) runhost.OnBusy {
 		return runhost.OnBusyInterrupt
 	case plumbv1.OnBusy_ON_BUSY_ROLLBACK:
 		return runhost.OnBusyRollback
+	case plumbv1.OnBusy_ON_BUSY_STEER:
+		return runhost.OnBusySteer
 	}
 	if ob, ok := s.cfg.AgentOnBusy[req.GetAgent()]; ok {
 		return ob

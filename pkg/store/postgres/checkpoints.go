@@ -41,6 +41,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
 		}
+		if err := consumeSteers(ctx, tx, cp.ThreadID, cp.ConsumeSteers); err != nil {
+			return err
+		}
 		// Edits run one by one: two may touch the same message.
 		for _, e := range cp.EditCalls {
 			var body string

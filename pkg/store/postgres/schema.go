@@ -221,6 +221,16 @@ var migrations = []string{
 	// checkpoint (store.Leases.RequestStop): '', 'interrupt' or
 	// 'rollback'.
 	`ALTER TABLE thread_leases ADD COLUMN stop_requested TEXT NOT NULL DEFAULT '';`,
+	// Steers (store.Steers): user input sent to a thread's running run,
+	// delivered at its next model call by the checkpoint that deletes it.
+	`CREATE TABLE run_steers (
+		id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		thread_id  TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id     TEXT NOT NULL,
+		input      TEXT NOT NULL,
+		created_at BIGINT NOT NULL
+	);
+	CREATE INDEX run_steers_run ON run_steers (thread_id, run_id, id);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

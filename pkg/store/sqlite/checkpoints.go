@@ -42,6 +42,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
 		}
+		if err := consumeSteers(ctx, tx, cp.ThreadID, cp.ConsumeSteers); err != nil {
+			return err
+		}
 		for _, e := range cp.EditCalls {
 			if err := editCall(ctx, tx, cp.ThreadID, e); err != nil {
 				return err
