@@ -204,3 +204,53 @@ func TestCancelWithQueueOnOtherReplica(t *testing.T) {
 	f.wantNoStep(t, thread, "never-one", 1)
 	f.wantNoStep(t, thread, "never-two", 1)
 }
+
+// TestSteerSentToOtherReplica: while replica a runs a thread, a Run with
+// on_busy STEER is sent to replica b. b stores the steer and its stream
+// follows the run on a (through the shared event log, from the run's
+// first event). a delivers the steer before its next model call: the
+// model sees it once (the fleet's model then works on the steer's
+// scenario instead: its steps run once each, the first scenario's last
+// step never runs), b's stream carries one steered event, and the run
+// completes with the steer's answer.
+func TestSteerSentToOtherReplica(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 30 * time.Second, graceA: 10 * time.Second})
+	const sc, steer = "steered", "steer-instead"
+	gate := f.policy.gate(sc, "a", 1)
+	ra := f.run(t, f.a, sc)
+	gate.wait(t, "step 2's model call on replica a")
+	thread := ra.thread(t)
+
+	rs, err := f.b.c.Run(f.ctx, &plumbv1.RunRequest{ThreadId: thread, Input: []*plumbv1.InputMessage{{Content: steer}}, OnBusy: plumbv1.OnBusy_ON_BUSY_STEER})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := follow("steer on b", 0, rs.Recv)
+	logged(t, f.b, "steer stored for the thread's running run")
+	gate.open()
+	ra.finished(t, plumbv1.RunStatus_RUN_STATUS_COMPLETED)
+	evs := rb.finished(t, plumbv1.RunStatus_RUN_STATUS_COMPLETED)
+	var steered int
+	for _, e := range evs {
+		if st := e.GetSteered(); st != nil {
+			steered++
+			if !slices.Equal(st.GetInput(), []string{steer}) {
+				t.Errorf("steered event %v", st)
+			}
+		}
+	}
+	if steered != 1 || evs[0].GetRunId() != ra.events[0].GetRunId() {
+		t.Errorf("b's stream carried %d steered events for run %s; want one, of a's run %s", steered, evs[0].GetRunId(), ra.events[0].GetRunId())
+	}
+	checkSequences(t, ra, rb)
+	if n := countLines(f.messages(t, f.b, thread), steer); n != 1 {
+		t.Errorf("the steer is %d times in the thread's messages; want once", n)
+	}
+	list, err := f.b.c.ListRuns(f.ctx, &plumbv1.ListRunsRequest{ThreadId: thread})
+	if err != nil || len(list.GetRuns()) != 1 || list.GetRuns()[0].GetFinalText() != "done "+steer {
+		t.Fatalf("the thread's runs = %v, %v; want one, answering the steer", list, err)
+	}
+	f.wantSteps(t, thread, sc, 1, 2)
+	f.wantNoStep(t, thread, sc, 3)
+	f.wantSteps(t, thread, steer, 1, 2, 3)
+}
