@@ -254,3 +254,40 @@ func TestSteerSentToOtherReplica(t *testing.T) {
 	f.wantNoStep(t, thread, sc, 3)
 	f.wantSteps(t, thread, steer, 1, 2, 3)
 }
+
+// TestSteerDeliveredByTakeover: a steer is stored (through replica b)
+// while the run on replica a waits for its model; a is SIGKILLed before
+// it could deliver it. Replica b takes the run over and delivers the
+// steer once, before the continued run's first model call.
+func TestSteerDeliveredByTakeover(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 2 * time.Second, graceA: 10 * time.Second})
+	const sc, steer = "steered-dead", "steer-after-takeover"
+	hung := f.policy.hang(sc, "a", 1)
+	ra := f.run(t, f.a, sc)
+	hung.wait(t, "step 2's model call on replica a")
+	thread := ra.thread(t)
+
+	rs, err := f.b.c.Run(f.ctx, &plumbv1.RunRequest{ThreadId: thread, Input: []*plumbv1.InputMessage{{Content: steer}}, OnBusy: plumbv1.OnBusy_ON_BUSY_STEER})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := follow("steer on b", 0, rs.Recv)
+	logged(t, f.b, "steer stored for the thread's running run")
+	if err := f.a.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	f.a.proc.Wait(hangGuard)
+	ra.end(t)
+	rb.end(t) // the shared log's follow may be cut when the run moves; the record tells the end
+	runID := ra.events[0].GetRunId()
+	rec := f.waitRun(t, f.b, runID)
+	if rec.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || rec.GetFinalText() != "done "+steer {
+		t.Fatalf("the run after the takeover = %v; want COMPLETED answering the steer", rec)
+	}
+	if n := countLines(f.messages(t, f.b, thread), steer); n != 1 {
+		t.Errorf("the steer is %d times in the thread's messages; want once", n)
+	}
+	f.wantSteps(t, thread, sc, 1)
+	f.wantNoStep(t, thread, sc, 2)
+	f.wantSteps(t, thread, steer, 1, 2, 3)
+}
