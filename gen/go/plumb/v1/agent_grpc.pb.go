@@ -219,7 +219,8 @@ type AgentServiceClient interface {
 	// CancelRun cancels one run by id: a QUEUED run ends CANCELLED without
 	// starting (the rest of the queue goes on); the thread's running run is
 	// cancelled as Cancel does, on any replica, without touching the queue.
-	// A run that has ended is FAILED_PRECONDITION (RUN_ENDED).
+	// A run that is neither queued nor running (it ended, or waits for
+	// decisions) is FAILED_PRECONDITION (RUN_NOT_ACTIVE).
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 }
 
@@ -816,7 +817,8 @@ type AgentServiceServer interface {
 	// CancelRun cancels one run by id: a QUEUED run ends CANCELLED without
 	// starting (the rest of the queue goes on); the thread's running run is
 	// cancelled as Cancel does, on any replica, without touching the queue.
-	// A run that has ended is FAILED_PRECONDITION (RUN_ENDED).
+	// A run that is neither queued nor running (it ended, or waits for
+	// decisions) is FAILED_PRECONDITION (RUN_NOT_ACTIVE).
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
