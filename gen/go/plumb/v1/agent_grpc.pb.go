@@ -82,7 +82,8 @@ type AgentServiceClient interface {
 	// interrupt and Resume), then follows it live. Events no longer retained
 	// are OUT_OF_RANGE.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AttachResponse], error)
-	// Cancel stops the thread's active run.
+	// Cancel stops the thread's active run and cancels its queued runs
+	// (they end CANCELLED without starting; docs/runs.md).
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// CreateThread creates an empty thread.
 	CreateThread(ctx context.Context, in *CreateThreadRequest, opts ...grpc.CallOption) (*CreateThreadResponse, error)
@@ -680,7 +681,8 @@ type AgentServiceServer interface {
 	// interrupt and Resume), then follows it live. Events no longer retained
 	// are OUT_OF_RANGE.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[AttachResponse]) error
-	// Cancel stops the thread's active run.
+	// Cancel stops the thread's active run and cancels its queued runs
+	// (they end CANCELLED without starting; docs/runs.md).
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// CreateThread creates an empty thread.
 	CreateThread(context.Context, *CreateThreadRequest) (*CreateThreadResponse, error)
