@@ -14,10 +14,10 @@ import (
 
 var _ store.Steers = (*Store)(nil)
 
-// AddSteer implements store.Steers. The run's row is locked (FOR SHARE)
-// while the steer is stored: a final checkpoint, which updates that row,
-// commits before (the status read is not RUNNING) or after (its
-// SteersToQueue sees the steer).
+// AddSteer implements store.Steers. The thread's row is locked first, as
+// SaveCheckpoint locks it (the same order, so the two never deadlock):
+// a final checkpoint commits before (the status read is not RUNNING) or
+// after (its SteersToQueue sees the steer).
 func (s *Store) AddSteer(ctx context.Context, threadID, runID string, input []string, at time.Time) (int64, error) {
 	in, err := store.SteerInput(input)
 	if err != nil {
@@ -25,8 +25,14 @@ func (s *Store) AddSteer(ctx context.Context, threadID, runID string, input []st
 	}
 	var id int64
 	err = s.tx(ctx, func(tx pgx.Tx) error {
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM threads WHERE id = $1 FOR UPDATE`, threadID).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("steer run %s: %w", runID, store.ErrRunNotRunning)
+		} else if err != nil {
+			return err
+		}
 		var status string
-		err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1 AND thread_id = $2 FOR SHARE`, runID, threadID).Scan(&status)
+		err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1 AND thread_id = $2`, runID, threadID).Scan(&status)
 		if errors.Is(err, pgx.ErrNoRows) || err == nil && status != string(agent.StatusRunning) {
 			return fmt.Errorf("steer run %s: %w", runID, store.ErrRunNotRunning)
 		}
@@ -85,7 +91,14 @@ func consumeSteers(ctx context.Context, tx pgx.Tx, threadID string, ids []int64)
 func (s *Store) SteersToQueue(ctx context.Context, threadID, runID string, rec agent.RunRecord) (bool, error) {
 	var queued bool
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		steers, err := pendingSteers(ctx, tx, threadID, runID, " FOR UPDATE")
+		// The thread's row first, as AddSteer and SaveCheckpoint lock it.
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM threads WHERE id = $1 FOR UPDATE`, threadID).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+			return nil // deleted: its steers went with it
+		} else if err != nil {
+			return err
+		}
+		steers, err := pendingSteers(ctx, tx, threadID, runID, "")
 		if err != nil || len(steers) == 0 {
 			return err
 		}
