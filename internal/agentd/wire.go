@@ -112,6 +112,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if rs, ok := a.Store.(store.Runs); ok {
 		c.Runs = rs
 	}
+	if st, ok := a.Store.(store.Steers); ok {
+		c.Steers = st
+	}
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
 		c.OnUsage = runhost.RecordUsage(a.Store, l)

@@ -162,6 +162,19 @@ const (
 	// queued run starts after it. The stream carries one run_queued event
 	// and ends.
 	OnBusy_ON_BUSY_INTERRUPT OnBusy = 3
+	// ON_BUSY_ROLLBACK queues the run as INTERRUPT does and stops the
+	// thread's current run at its next checkpoint, discarding what it did:
+	// the thread's messages and state go back to where they were before
+	// that run started, and it ends CANCELLED with the error ROLLED_BACK.
+	// Files the run changed in the sandbox are not rolled back. The stream
+	// carries one run_queued event and ends.
+	OnBusy_ON_BUSY_ROLLBACK OnBusy = 4
+	// ON_BUSY_STEER delivers the input to the thread's running run at its
+	// next model call (exactly once, on whichever replica runs it) instead
+	// of starting a run: the stream carries a steered event and then
+	// follows the running run as Attach does. A thread that is not busy
+	// runs the input as a new run.
+	OnBusy_ON_BUSY_STEER OnBusy = 5
 )
 
 // Enum value maps for OnBusy.
@@ -171,12 +184,16 @@ var (
 		1: "ON_BUSY_REJECT",
 		2: "ON_BUSY_ENQUEUE",
 		3: "ON_BUSY_INTERRUPT",
+		4: "ON_BUSY_ROLLBACK",
+		5: "ON_BUSY_STEER",
 	}
 	OnBusy_value = map[string]int32{
 		"ON_BUSY_UNSPECIFIED": 0,
 		"ON_BUSY_REJECT":      1,
 		"ON_BUSY_ENQUEUE":     2,
 		"ON_BUSY_INTERRUPT":   3,
+		"ON_BUSY_ROLLBACK":    4,
+		"ON_BUSY_STEER":       5,
 	}
 )
 
@@ -5691,9 +5708,11 @@ type CancelResponse struct {
 	// The cancelled run, if one was active.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// A run was active.
-	WasRunning    bool `protobuf:"varint,2,opt,name=was_running,json=wasRunning,proto3" json:"was_running,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WasRunning bool `protobuf:"varint,2,opt,name=was_running,json=wasRunning,proto3" json:"was_running,omitempty"`
+	// The thread's queued runs, cancelled without starting.
+	CancelledQueuedRunIds []string `protobuf:"bytes,3,rep,name=cancelled_queued_run_ids,json=cancelledQueuedRunIds,proto3" json:"cancelled_queued_run_ids,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CancelResponse) Reset() {
@@ -5740,6 +5759,106 @@ func (x *CancelResponse) GetWasRunning() bool {
 	return false
 }
 
+func (x *CancelResponse) GetCancelledQueuedRunIds() []string {
+	if x != nil {
+		return x.CancelledQueuedRunIds
+	}
+	return nil
+}
+
+// CancelRunRequest names the run to cancel.
+type CancelRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunRequest) Reset() {
+	*x = CancelRunRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunRequest) ProtoMessage() {}
+
+func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
+func (*CancelRunRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *CancelRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// CancelRunResponse carries the cancelled run's record.
+type CancelRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run (CANCELLED when it was queued; as it ended when it was
+	// running).
+	Run           *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunResponse) Reset() {
+	*x = CancelRunResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunResponse) ProtoMessage() {}
+
+func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
+func (*CancelRunResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *CancelRunResponse) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 // CreateThreadRequest creates a thread.
 type CreateThreadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5751,7 +5870,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +5882,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +5895,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -5797,7 +5916,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5809,7 +5928,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5822,7 +5941,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -5845,7 +5964,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +5976,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +5989,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -5898,7 +6017,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5910,7 +6029,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5923,7 +6042,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -5950,7 +6069,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5962,7 +6081,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5975,7 +6094,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -6012,7 +6131,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6024,7 +6143,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6037,7 +6156,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -6070,7 +6189,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6082,7 +6201,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6095,7 +6214,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -6132,7 +6251,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6144,7 +6263,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6157,7 +6276,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -6191,7 +6310,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6203,7 +6322,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6216,7 +6335,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -6253,7 +6372,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6265,7 +6384,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6278,7 +6397,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -6313,7 +6432,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6325,7 +6444,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6338,7 +6457,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -6382,7 +6501,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6394,7 +6513,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6407,7 +6526,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -6437,7 +6556,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6449,7 +6568,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6462,7 +6581,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -6488,7 +6607,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6500,7 +6619,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6513,7 +6632,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 // ListAgentsRequest has no fields.
@@ -6525,7 +6644,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6537,7 +6656,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6550,7 +6669,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -6564,7 +6683,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6576,7 +6695,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6589,7 +6708,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -6625,7 +6744,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6637,7 +6756,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6650,7 +6769,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -6717,7 +6836,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6729,7 +6848,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6742,7 +6861,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -6818,7 +6937,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6830,7 +6949,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6843,7 +6962,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *Thread) GetId() string {
@@ -7008,7 +7127,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7020,7 +7139,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7033,7 +7152,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -7140,7 +7259,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7152,7 +7271,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7165,7 +7284,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Todo) GetContent() string {
@@ -7197,7 +7316,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7209,7 +7328,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7222,7 +7341,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ToolCall) GetId() string {
@@ -7281,7 +7400,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7293,7 +7412,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7306,7 +7425,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -7401,7 +7520,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7413,7 +7532,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7426,7 +7545,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *StateFile) GetPath() string {
@@ -7471,7 +7590,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7483,7 +7602,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7496,7 +7615,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -7560,7 +7679,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7572,7 +7691,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7585,7 +7704,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -7664,6 +7783,7 @@ type Event struct {
 	//	*Event_RunQueued
 	//	*Event_EgressRequest
 	//	*Event_EgressDecided
+	//	*Event_Steered
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -7671,7 +7791,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7683,7 +7803,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7696,7 +7816,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -7928,6 +8048,15 @@ func (x *Event) GetEgressDecided() *EgressDecided {
 	return nil
 }
 
+func (x *Event) GetSteered() *Steered {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_Steered); ok {
+			return x.Steered
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -8038,6 +8167,12 @@ type Event_EgressDecided struct {
 	EgressDecided *EgressDecided `protobuf:"bytes,29,opt,name=egress_decided,json=egressDecided,proto3,oneof"`
 }
 
+type Event_Steered struct {
+	// User input sent with ON_BUSY_STEER was added to the running run's
+	// conversation, before its next model call.
+	Steered *Steered `protobuf:"bytes,30,opt,name=steered,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -8078,6 +8213,54 @@ func (*Event_EgressRequest) isEvent_Payload() {}
 
 func (*Event_EgressDecided) isEvent_Payload() {}
 
+func (*Event_Steered) isEvent_Payload() {}
+
+// Steered is user input delivered to a running run (ON_BUSY_STEER).
+type Steered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user messages, in order.
+	Input         []string `protobuf:"bytes,1,rep,name=input,proto3" json:"input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Steered) Reset() {
+	*x = Steered{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Steered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Steered) ProtoMessage() {}
+
+func (x *Steered) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Steered.ProtoReflect.Descriptor instead.
+func (*Steered) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *Steered) GetInput() []string {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
 // RunQueued says that a Run was queued instead of started.
 type RunQueued struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -8089,7 +8272,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8101,7 +8284,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8114,7 +8297,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -8154,7 +8337,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8166,7 +8349,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8179,7 +8362,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -8252,7 +8435,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8264,7 +8447,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8277,7 +8460,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -8323,7 +8506,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8335,7 +8518,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8348,7 +8531,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -8383,7 +8566,7 @@ type EgressRequested struct {
 
 func (x *EgressRequested) Reset() {
 	*x = EgressRequested{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8395,7 +8578,7 @@ func (x *EgressRequested) String() string {
 func (*EgressRequested) ProtoMessage() {}
 
 func (x *EgressRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8408,7 +8591,7 @@ func (x *EgressRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
 func (*EgressRequested) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *EgressRequested) GetRequest() *EgressAsk {
@@ -8443,7 +8626,7 @@ type EgressDecided struct {
 
 func (x *EgressDecided) Reset() {
 	*x = EgressDecided{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8455,7 +8638,7 @@ func (x *EgressDecided) String() string {
 func (*EgressDecided) ProtoMessage() {}
 
 func (x *EgressDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8468,7 +8651,7 @@ func (x *EgressDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
 func (*EgressDecided) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *EgressDecided) GetRequestId() string {
@@ -8546,7 +8729,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8558,7 +8741,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8571,7 +8754,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -8624,7 +8807,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8636,7 +8819,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8649,7 +8832,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -8688,7 +8871,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8700,7 +8883,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8713,7 +8896,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -8756,7 +8939,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8768,7 +8951,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8781,7 +8964,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -8834,7 +9017,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8846,7 +9029,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8859,7 +9042,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -8908,7 +9091,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8920,7 +9103,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8933,7 +9116,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ToolResult) GetId() string {
@@ -9003,7 +9186,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9015,7 +9198,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9028,7 +9211,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -9055,7 +9238,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9067,7 +9250,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9080,7 +9263,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -9124,7 +9307,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9136,7 +9319,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9149,7 +9332,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -9193,7 +9376,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9205,7 +9388,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9218,7 +9401,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -9297,7 +9480,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9309,7 +9492,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9322,7 +9505,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -9358,7 +9541,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9370,7 +9553,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9383,7 +9566,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -9444,7 +9627,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9456,7 +9639,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9469,7 +9652,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -9539,7 +9722,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9551,7 +9734,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9564,7 +9747,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *RunError) GetCode() string {
@@ -9603,7 +9786,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9615,7 +9798,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9628,7 +9811,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -10003,11 +10186,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x0eAttachResponse\x12%\n" +
 	"\x05event\x18\x01 \x01(\v2\x0f.plumb.v1.EventR\x05event\",\n" +
 	"\rCancelRequest\x12\x1b\n" +
-	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"H\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"\x81\x01\n" +
 	"\x0eCancelResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1f\n" +
 	"\vwas_running\x18\x02 \x01(\bR\n" +
-	"wasRunning\"\x9b\x01\n" +
+	"wasRunning\x127\n" +
+	"\x18cancelled_queued_run_ids\x18\x03 \x03(\tR\x15cancelledQueuedRunIds\")\n" +
+	"\x10CancelRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\":\n" +
+	"\x11CancelRunResponse\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\x9b\x01\n" +
 	"\x13CreateThreadRequest\x12G\n" +
 	"\bmetadata\x18\x01 \x03(\v2+.plumb.v1.CreateThreadRequest.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
@@ -10163,7 +10351,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xb1\v\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xe0\v\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -10198,8 +10386,11 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"run_queued\x18\x1b \x01(\v2\x13.plumb.v1.RunQueuedH\x00R\trunQueued\x12B\n" +
 	"\x0eegress_request\x18\x1c \x01(\v2\x19.plumb.v1.EgressRequestedH\x00R\regressRequest\x12@\n" +
-	"\x0eegress_decided\x18\x1d \x01(\v2\x17.plumb.v1.EgressDecidedH\x00R\regressDecidedB\t\n" +
-	"\apayload\"2\n" +
+	"\x0eegress_decided\x18\x1d \x01(\v2\x17.plumb.v1.EgressDecidedH\x00R\regressDecided\x12-\n" +
+	"\asteered\x18\x1e \x01(\v2\x11.plumb.v1.SteeredH\x00R\asteeredB\t\n" +
+	"\apayload\"\x1f\n" +
+	"\aSteered\x12\x14\n" +
+	"\x05input\x18\x01 \x03(\tR\x05input\"2\n" +
 	"\tRunQueued\x12%\n" +
 	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\xa9\x01\n" +
 	"\rToolCallDelta\x12\x14\n" +
@@ -10333,12 +10524,14 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1cSCHEDULE_FIRE_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_STARTED\x10\x02\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_SKIPPED\x10\x03\x12\x1f\n" +
-	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*a\n" +
+	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*\x8a\x01\n" +
 	"\x06OnBusy\x12\x17\n" +
 	"\x13ON_BUSY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eON_BUSY_REJECT\x10\x01\x12\x13\n" +
 	"\x0fON_BUSY_ENQUEUE\x10\x02\x12\x15\n" +
-	"\x11ON_BUSY_INTERRUPT\x10\x03*}\n" +
+	"\x11ON_BUSY_INTERRUPT\x10\x03\x12\x14\n" +
+	"\x10ON_BUSY_ROLLBACK\x10\x04\x12\x11\n" +
+	"\rON_BUSY_STEER\x10\x05*}\n" +
 	"\x12EgressDecisionType\x12$\n" +
 	" EGRESS_DECISION_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEGRESS_DECISION_TYPE_APPROVE\x10\x01\x12\x1f\n" +
@@ -10423,7 +10616,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe7\x17\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xad\x18\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -10465,7 +10658,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponse\x12Y\n" +
 	"\x10RotateWebhookKey\x12!.plumb.v1.RotateWebhookKeyRequest\x1a\".plumb.v1.RotateWebhookKeyResponse\x12h\n" +
 	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponse\x12A\n" +
-	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponse\x12D\n" +
+	"\tCancelRun\x12\x1a.plumb.v1.CancelRunRequest\x1a\x1b.plumb.v1.CancelRunResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -10480,7 +10674,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 132)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -10574,301 +10768,308 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*AttachResponse)(nil),                // 89: plumb.v1.AttachResponse
 	(*CancelRequest)(nil),                 // 90: plumb.v1.CancelRequest
 	(*CancelResponse)(nil),                // 91: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),           // 92: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),          // 93: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),              // 94: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),             // 95: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),           // 96: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),          // 97: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),         // 98: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),        // 99: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),        // 100: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),       // 101: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),            // 102: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),           // 103: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),           // 104: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),          // 105: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),             // 106: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),            // 107: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                     // 108: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),                 // 109: plumb.v1.InterruptRule
-	(*Thread)(nil),                        // 110: plumb.v1.Thread
-	(*RunRecord)(nil),                     // 111: plumb.v1.RunRecord
-	(*Todo)(nil),                          // 112: plumb.v1.Todo
-	(*ToolCall)(nil),                      // 113: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),                 // 114: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                     // 115: plumb.v1.StateFile
-	(*Checkpoint)(nil),                    // 116: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                    // 117: plumb.v1.TokenUsage
-	(*Event)(nil),                         // 118: plumb.v1.Event
-	(*RunQueued)(nil),                     // 119: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),                 // 120: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                    // 121: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),                   // 122: plumb.v1.SandboxLost
-	(*EgressRequested)(nil),               // 123: plumb.v1.EgressRequested
-	(*EgressDecided)(nil),                 // 124: plumb.v1.EgressDecided
-	(*RunStarted)(nil),                    // 125: plumb.v1.RunStarted
-	(*MessageDelta)(nil),                  // 126: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),                // 127: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),              // 128: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),               // 129: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                    // 130: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),                  // 131: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),               // 132: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),              // 133: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),              // 134: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),                   // 135: plumb.v1.Interrupted
-	(*UsageReport)(nil),                   // 136: plumb.v1.UsageReport
-	(*Summarized)(nil),                    // 137: plumb.v1.Summarized
-	(*RunError)(nil),                      // 138: plumb.v1.RunError
-	(*RunFinished)(nil),                   // 139: plumb.v1.RunFinished
-	nil,                                   // 140: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 141: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 142: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 143: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 144: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 145: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 146: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 147: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 148: google.protobuf.Timestamp
+	(*CancelRunRequest)(nil),              // 92: plumb.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),             // 93: plumb.v1.CancelRunResponse
+	(*CreateThreadRequest)(nil),           // 94: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 95: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 96: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 97: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 98: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 99: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 100: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 101: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 102: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 103: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 104: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 105: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 106: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 107: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 108: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 109: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 110: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 111: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 112: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 113: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 114: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 115: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 116: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 117: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 118: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 119: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 120: plumb.v1.Event
+	(*Steered)(nil),                       // 121: plumb.v1.Steered
+	(*RunQueued)(nil),                     // 122: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),                 // 123: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 124: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 125: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),               // 126: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),                 // 127: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                    // 128: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 129: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 130: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 131: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 132: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 133: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 134: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 135: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 136: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 137: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 138: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 139: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 140: plumb.v1.Summarized
+	(*RunError)(nil),                      // 141: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 142: plumb.v1.RunFinished
+	nil,                                   // 143: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 144: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 145: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 146: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 147: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 148: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 149: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 150: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 151: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	147, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	150, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	83,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	148, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	148, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	148, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	148, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	147, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	151, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	151, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	151, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	151, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	150, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	83,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	147, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	150, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	83,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	148, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	148, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	151, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	151, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	111, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	113, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
 	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	111, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	147, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	111, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	148, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	113, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	150, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	113, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	151, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	148, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	148, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	151, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	151, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
 	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
 	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	148, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	148, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	151, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	151, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	148, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	148, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	140, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	151, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	151, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	143, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
 	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
 	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
 	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	141, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	147, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	144, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	150, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
 	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	148, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	148, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	151, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	151, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	147, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	148, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	148, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	150, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	151, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	151, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	148, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	148, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	148, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	151, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	151, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	151, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
 	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	148, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	148, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	151, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	151, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
 	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
-	117, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
+	119, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
 	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
-	142, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	145, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	81,  // 67: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	82,  // 68: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	143, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	147, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	146, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	150, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 71: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	118, // 72: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	120, // 72: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	7,   // 73: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
 	85,  // 74: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	118, // 75: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	118, // 76: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	144, // 77: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	110, // 78: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	8,   // 79: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	110, // 80: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	114, // 81: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	115, // 82: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	116, // 83: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	145, // 84: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	9,   // 85: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	110, // 86: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	108, // 87: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	10,  // 88: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	109, // 89: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	7,   // 90: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	148, // 91: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	148, // 92: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	146, // 93: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	9,   // 94: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	112, // 95: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	135, // 96: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	111, // 97: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	117, // 98: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	114, // 99: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	115, // 100: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	116, // 101: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	42,  // 102: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
-	11,  // 103: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	117, // 104: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	148, // 105: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	148, // 106: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	138, // 107: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	148, // 108: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	12,  // 109: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	113, // 110: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	148, // 111: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	14,  // 112: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	148, // 113: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	13,  // 114: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	148, // 115: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	148, // 116: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	125, // 117: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	126, // 118: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	127, // 119: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	128, // 120: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	129, // 121: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	130, // 122: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	131, // 123: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	132, // 124: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	133, // 125: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	135, // 126: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	136, // 127: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	137, // 128: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	138, // 129: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	139, // 130: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	122, // 131: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	120, // 132: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	121, // 133: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	119, // 134: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	123, // 135: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
-	124, // 136: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
-	111, // 137: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	42,  // 138: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
-	4,   // 139: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
-	113, // 140: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	14,  // 141: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	112, // 142: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	15,  // 143: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	117, // 144: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	16,  // 145: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	7,   // 146: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	134, // 147: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	117, // 148: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	17,  // 149: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	117, // 150: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	11,  // 151: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	117, // 152: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	83,  // 153: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	86,  // 154: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	88,  // 155: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	90,  // 156: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	92,  // 157: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	94,  // 158: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	96,  // 159: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	98,  // 160: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	100, // 161: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	102, // 162: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	104, // 163: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	106, // 164: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	51,  // 165: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	53,  // 166: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	55,  // 167: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	66,  // 168: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	69,  // 169: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	71,  // 170: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	19,  // 171: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	21,  // 172: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	23,  // 173: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	25,  // 174: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	27,  // 175: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	29,  // 176: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	31,  // 177: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	34,  // 178: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	58,  // 179: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	60,  // 180: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	62,  // 181: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	64,  // 182: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	36,  // 183: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	38,  // 184: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	40,  // 185: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	44,  // 186: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	46,  // 187: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	48,  // 188: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	73,  // 189: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	76,  // 190: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	78,  // 191: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
-	84,  // 192: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	87,  // 193: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	89,  // 194: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	91,  // 195: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	93,  // 196: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	95,  // 197: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	97,  // 198: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	99,  // 199: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	101, // 200: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	103, // 201: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	105, // 202: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	107, // 203: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	52,  // 204: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	54,  // 205: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	56,  // 206: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	67,  // 207: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	70,  // 208: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	72,  // 209: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	20,  // 210: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	22,  // 211: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	24,  // 212: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	26,  // 213: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	28,  // 214: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	30,  // 215: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	32,  // 216: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	35,  // 217: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	59,  // 218: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	61,  // 219: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	63,  // 220: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	65,  // 221: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	37,  // 222: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	39,  // 223: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	41,  // 224: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	45,  // 225: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	47,  // 226: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	49,  // 227: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	74,  // 228: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	77,  // 229: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	80,  // 230: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
-	192, // [192:231] is the sub-list for method output_type
-	153, // [153:192] is the sub-list for method input_type
-	153, // [153:153] is the sub-list for extension type_name
-	153, // [153:153] is the sub-list for extension extendee
-	0,   // [0:153] is the sub-list for field type_name
+	120, // 75: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	120, // 76: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	113, // 77: plumb.v1.CancelRunResponse.run:type_name -> plumb.v1.RunRecord
+	147, // 78: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	112, // 79: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	8,   // 80: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	112, // 81: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	116, // 82: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	117, // 83: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	118, // 84: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	148, // 85: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	9,   // 86: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	112, // 87: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	110, // 88: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	10,  // 89: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	111, // 90: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	7,   // 91: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	151, // 92: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	151, // 93: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	149, // 94: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	9,   // 95: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	114, // 96: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	138, // 97: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	113, // 98: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	119, // 99: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	116, // 100: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	117, // 101: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	118, // 102: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	42,  // 103: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	11,  // 104: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	119, // 105: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	151, // 106: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	151, // 107: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	141, // 108: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	151, // 109: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 110: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	115, // 111: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	151, // 112: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	14,  // 113: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	151, // 114: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	13,  // 115: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	151, // 116: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	151, // 117: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	128, // 118: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	129, // 119: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	130, // 120: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	131, // 121: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	132, // 122: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	133, // 123: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	134, // 124: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	135, // 125: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	136, // 126: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	138, // 127: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	139, // 128: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	140, // 129: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	141, // 130: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	142, // 131: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	125, // 132: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	123, // 133: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	124, // 134: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	122, // 135: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	126, // 136: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	127, // 137: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	121, // 138: plumb.v1.Event.steered:type_name -> plumb.v1.Steered
+	113, // 139: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	42,  // 140: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 141: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	115, // 142: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	14,  // 143: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	114, // 144: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	15,  // 145: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	119, // 146: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	16,  // 147: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	7,   // 148: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	137, // 149: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	119, // 150: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	17,  // 151: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	119, // 152: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	11,  // 153: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	119, // 154: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	83,  // 155: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	86,  // 156: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	88,  // 157: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	90,  // 158: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	94,  // 159: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	96,  // 160: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	98,  // 161: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	100, // 162: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	102, // 163: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	104, // 164: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	106, // 165: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	108, // 166: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 167: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 168: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 169: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 170: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 171: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 172: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 173: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 174: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 175: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 176: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 177: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 178: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 179: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 180: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 181: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 182: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 183: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 184: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 185: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 186: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 187: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 188: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 189: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 190: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 191: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 192: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 193: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	92,  // 194: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
+	84,  // 195: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	87,  // 196: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	89,  // 197: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	91,  // 198: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	95,  // 199: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	97,  // 200: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	99,  // 201: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	101, // 202: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	103, // 203: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	105, // 204: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	107, // 205: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	109, // 206: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 207: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 208: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 209: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 210: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 211: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 212: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 213: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 214: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 215: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 216: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 217: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 218: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 219: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 220: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 221: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 222: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 223: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 224: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 225: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 226: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 227: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 228: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 229: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 230: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 231: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 232: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 233: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	93,  // 234: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
+	195, // [195:235] is the sub-list for method output_type
+	155, // [155:195] is the sub-list for method input_type
+	155, // [155:155] is the sub-list for extension type_name
+	155, // [155:155] is the sub-list for extension extendee
+	0,   // [0:155] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -10876,7 +11077,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[100].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[102].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -10897,15 +11098,16 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_RunQueued)(nil),
 		(*Event_EgressRequest)(nil),
 		(*Event_EgressDecided)(nil),
+		(*Event_Steered)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[112].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[115].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      18,
-			NumMessages:   129,
+			NumMessages:   132,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
