@@ -255,13 +255,15 @@ c = d["spec"]["template"]["spec"]["containers"][0]
 c["args"] = [a + "-b" if a.startswith("--worker=") else a for a in c["args"]]
 json.dump(d, sys.stdout)' | kubectl apply -f - >/dev/null
 kubectl -n plumb rollout status daemonset/sandboxd-b --timeout=600s
-joined() { # joined POD: POD logged both workers joining
+read -r _ ip_a < <(worker_pod "$WORKER")
+read -r _ ip_b < <(worker_pod "$WORKER-b")
+joined() { # joined POD: POD dials both workers' pods (the headless Service's two addresses)
 	local logs
-	logs=$(kubectl -n plumb logs "$1" 2>/dev/null | grep 'sandboxd worker joined') || return 1
-	grep -q "\"$WORKER\"" <<<"$logs" && grep -q "\"$WORKER-b\"" <<<"$logs"
+	logs=$(kubectl -n plumb logs "$1" 2>/dev/null | grep 'sandboxd worker address added') || return 1
+	grep -q "\"$ip_a:7071\"" <<<"$logs" && grep -q "\"$ip_b:7071\"" <<<"$logs"
 }
 for p in $(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o name); do
-	wait_until "$p to discover workers $WORKER and $WORKER-b" 180 joined "$p"
+	wait_until "$p to discover workers $WORKER ($ip_a) and $WORKER-b ($ip_b)" 180 joined "$p"
 done
 
 log "checks: an agent run through the agentd Service executes in a sandbox"
