@@ -335,3 +335,15 @@ type tenantStream struct {
 }
 
 func (s *tenantStream) Context() context.Context { return s.ctx }
+
+// tokenAuth authenticates an HTTP caller's bearer token as authorize does
+// a gRPC call's authorization header.
+func tokenAuth(creds *Credentials) TokenAuth {
+	return func(ctx context.Context, token string) (context.Context, error) {
+		md := metadata.MD{}
+		if token != "" {
+			md.Set("authorization", "Bearer "+token)
+		}
+		return authorize(metadata.NewIncomingContext(ctx, md), creds, "")
+	}
+}

@@ -107,7 +107,17 @@ type Options struct {
 	// the address first). Serve serves them, shuts them down with the
 	// others and closes their listeners, also when it fails to start.
 	Servers []HTTPServer
+	// HTTPHandlers, if set, returns handlers served on the HTTP listener
+	// beside /metrics and /healthz (agentd's web console under /ui/), by
+	// ServeMux pattern. auth authenticates a bearer token exactly as a
+	// gRPC call's (the same credentials, reloaded with them).
+	HTTPHandlers func(auth TokenAuth) map[string]http.Handler
 }
+
+// TokenAuth authenticates a bearer token ("" when the caller sent none)
+// and returns ctx carrying the caller's tenant, or an Unauthenticated
+// status error.
+type TokenAuth func(ctx context.Context, token string) (context.Context, error)
 
 // HTTPServer is an HTTP handler on a listener of its own.
 type HTTPServer struct {
@@ -210,7 +220,17 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	hsrv := &http.Server{Handler: httpMux(reg), ReadHeaderTimeout: 10 * time.Second}
+	mux := httpMux(reg)
+	if o.HTTPHandlers != nil {
+		for pattern, h := range o.HTTPHandlers(tokenAuth(creds)) {
+			mux.Handle(pattern, h)
+		}
+	}
+	// Requests on the HTTP listener (hijacked WebSockets too) see their
+	// context end when shutdown reaches it.
+	hctx, endHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer endHTTP()
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return hctx }}
 	var psrv *http.Server
 
 	errc := make(chan error, 3+len(o.Servers))
@@ -275,20 +295,21 @@ func Serve(ctx context.Context, o Options) error {
 		srv.Stop()
 		<-stopped
 	}
-	hctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	endHTTP()
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := hsrv.Shutdown(hctx); err != nil {
+	if err := hsrv.Shutdown(sctx); err != nil {
 		hsrv.Close()
 	}
 	if psrv != nil {
-		if err := psrv.Shutdown(hctx); err != nil {
+		if err := psrv.Shutdown(sctx); err != nil {
 			psrv.Close()
 		}
 	}
 	for _, xs := range extra {
 		// Hijacked connections (WebSockets) are not Shutdown's: Close
 		// does not end them either, their handlers' contexts do.
-		if err := xs.Shutdown(hctx); err != nil {
+		if err := xs.Shutdown(sctx); err != nil {
 			xs.Close()
 		}
 	}
