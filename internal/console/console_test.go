@@ -210,4 +210,3 @@ func TestTerminalRefusals(t *testing.T) {
 		})
 	}
 }
-
