@@ -110,7 +110,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	st.do("signed in",
 		chromedp.SendKeys(chromedp.CSS("#token"), acmeToken),
-		chromedp.Submit(chromedp.CSS("#signin-form")),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#app")),
 		chromedp.WaitVisible(chromedp.CSS("#message")),
 	)

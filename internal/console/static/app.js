@@ -11,9 +11,9 @@ const PAGE_SIZE = 25;
 
 let token = sessionStorage.getItem(TOKEN_KEY);
 
-function headers(extra) {
+function headers(extra, tok = token) {
   const h = { 'Content-Type': 'application/json', ...extra };
-  if (token) h.Authorization = 'Bearer ' + token;
+  if (tok) h.Authorization = 'Bearer ' + tok;
   return h;
 }
 
@@ -34,9 +34,9 @@ async function apiError(r) {
   return new APIError(body, r.status);
 }
 
-async function call(method, body) {
+async function call(method, body, tok = token) {
   const r = await fetch('/plumb.v1.AgentService/' + method, {
-    method: 'POST', headers: headers(), body: JSON.stringify(body || {}),
+    method: 'POST', headers: headers({}, tok), body: JSON.stringify(body || {}),
     credentials: 'omit', cache: 'no-store',
   });
   if (!r.ok) throw await apiError(r);
@@ -121,18 +121,13 @@ function showError(id, err) {
 
 // ---------- sign in ----------
 
+// signIn checks the token t ("" = none) with a call; only a token that
+// works is kept.
 async function signIn(t) {
+  const r = await call('ListAgents', {}, t || null);
   token = t || null;
-  try {
-    const r = await call('ListAgents', {});
-    if (token) sessionStorage.setItem(TOKEN_KEY, token); else sessionStorage.removeItem(TOKEN_KEY);
-    agents = (r.agents || []).filter((a) => a.kind !== 'AGENT_KIND_SUBAGENT');
-    return true;
-  } catch (err) {
-    token = null;
-    sessionStorage.removeItem(TOKEN_KEY);
-    throw err;
-  }
+  if (token) sessionStorage.setItem(TOKEN_KEY, token); else sessionStorage.removeItem(TOKEN_KEY);
+  agents = (r.agents || []).filter((a) => a.kind !== 'AGENT_KIND_SUBAGENT');
 }
 
 let agents = [];
@@ -721,7 +716,8 @@ async function start() {
     await signIn(token);
     showApp();
   } catch {
-    showSignIn();
+    sessionStorage.removeItem(TOKEN_KEY);
+    if ($('app').hidden) showSignIn();
   }
 }
 
