@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,9 +35,10 @@ func chromium(t *testing.T) string {
 // stopped, and waited for, when the test ends, also when it fails.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	profile := t.TempDir()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.NoSandbox, // root in CI containers; the page is our own
 		chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-dev-shm-usage", true),
@@ -48,11 +50,40 @@ func browser(t *testing.T) context.Context {
 		_ = chromedp.Cancel(ctx)
 		stopTab()
 		stopAlloc()
+		// No process of this browser is left (its profile dir is in
+		// every one's command line); one that is, is killed and fails
+		// the test.
+		if left := processesWith(profile); len(left) > 0 {
+			for _, p := range left {
+				_ = p.Kill()
+			}
+			t.Errorf("chromium left %d processes behind", len(left))
+		}
 	})
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return ctx
+}
+
+// processesWith returns the processes whose command line contains s.
+func processesWith(s string) []*os.Process {
+	var out []*os.Process
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), s) {
+			continue
+		}
+		if p, err := os.FindProcess(pid); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // steps runs named browser steps, each with a generous deadline (a hang

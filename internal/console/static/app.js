@@ -206,6 +206,7 @@ function resetView(title) {
   view.tools.clear();
   view.streams.clear();
   view.subs.clear();
+  pending.length = 0;
   $('log').replaceChildren();
   $('todos').replaceChildren();
   $('interrupts').replaceChildren();
@@ -308,11 +309,14 @@ function containerFor(ev) {
 function toolBox(container, id, name, argsJSON) {
   let t = view.tools.get(id);
   if (t) return t;
+  // Closed by default (the log stays readable); a subagent's call stays
+  // open, its work nests inside.
   const box = el('details', 'tool ev');
-  box.open = true;
+  box.open = name === 'task';
   box.dataset.toolCallId = id;
   const sum = el('summary');
-  sum.append(el('span', 'name', name), el('span', 'muted', ' ' + id));
+  const state = el('span', 'state', ' …');
+  sum.append(el('span', 'name', name), el('span', 'muted preview', ' ' + preview(argsJSON)), state);
   const args = el('pre', 'args', pretty(argsJSON));
   const out = el('pre', 'output');
   out.hidden = true;
@@ -320,9 +324,20 @@ function toolBox(container, id, name, argsJSON) {
   result.hidden = true;
   box.append(sum, args, out, result);
   container.append(box);
-  t = { box, args, out, result };
+  t = { box, args, out, result, state };
   view.tools.set(id, t);
   return t;
+}
+
+// preview is a one-line glimpse of a call's arguments.
+function preview(json) {
+  let s = json || '';
+  try {
+    const v = JSON.parse(json);
+    s = Object.values(v).filter((x) => typeof x === 'string').join(' ') || JSON.stringify(v);
+  } catch { /* not JSON: as is */ }
+  s = s.replace(/\s+/g, ' ');
+  return s.length > 80 ? s.slice(0, 79) + '…' : s;
 }
 
 function setResult(t, content, isError, exitCode) {
@@ -330,6 +345,7 @@ function setResult(t, content, isError, exitCode) {
   t.result.textContent = content;
   if (exitCode !== undefined && exitCode !== null) t.result.dataset.exit = String(exitCode);
   t.box.classList.toggle('error', !!isError);
+  t.state.textContent = isError ? ' ✗ failed' : (exitCode !== undefined && exitCode !== null ? ' ✓ exit ' + exitCode : ' ✓');
 }
 
 // renderMessage renders one stored message of the history.
@@ -353,10 +369,31 @@ function renderMessage(m) {
   }
 }
 
+// Events are rendered in batches, one per frame: a replay of thousands
+// of events costs one layout per frame, not one per event.
+const pending = [];
+let scheduled = false;
+
+function enqueue(ev) {
+  pending.push(ev);
+  if (scheduled) return;
+  scheduled = true;
+  let done = false;
+  const flush = () => {
+    if (done) return;
+    done = true;
+    scheduled = false;
+    const stick = nearBottom();
+    for (const e of pending.splice(0)) renderEvent(e);
+    if (stick) scrollLog(true);
+  };
+  requestAnimationFrame(flush);
+  setTimeout(flush, 100); // hidden tabs get no frames
+}
+
 // renderEvent appends one live event: each adds or changes a few nodes,
 // never re-renders what is there.
 function renderEvent(ev) {
-  const stick = nearBottom();
   const where = containerFor(ev);
   const path = ev.agentPath || '';
   if (ev.runStarted) {
@@ -428,7 +465,6 @@ function renderEvent(ev) {
   } else if (ev.egressDecided) {
     where.append(el('div', 'status ev', 'egress decided: ' + JSON.stringify(ev.egressDecided)));
   }
-  if (stick) scrollLog(true);
 }
 
 async function runStream(method, body) {
@@ -438,7 +474,7 @@ async function runStream(method, body) {
   showError('run-error', null);
   $('send').disabled = true;
   try {
-    await follow(method, body, renderEvent, ctl.signal);
+    await follow(method, body, enqueue, ctl.signal);
   } catch (err) {
     if (!ctl.signal.aborted) showError('run-error', err);
   } finally {
