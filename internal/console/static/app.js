@@ -301,7 +301,7 @@ function containerFor(ev) {
   if (sub) return sub;
   const tool = view.tools.get(parent);
   sub = el('div', 'sub');
-  (tool ? tool.box : $('log')).append(sub);
+  if (tool) tool.box.insertBefore(sub, tool.result); else $('log').append(sub);
   view.subs.set(parent, sub);
   return sub;
 }
