@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -105,4 +106,26 @@ func TestServerSpeaksOpenAI(t *testing.T) {
 	if !strings.Contains(text.String(), "DEMO") || !strings.Contains(args.String(), `"todos"`) || finish != goopenai.FinishReasonToolCalls {
 		t.Fatalf("streamed text %q, args %q, finish %q", text.String(), args.String(), finish)
 	}
+}
+
+// FuzzNext: any conversation gets an answer, never a panic, and every
+// call it makes has arguments that marshal.
+func FuzzNext(f *testing.F) {
+	f.Add("user,tool,tool,user,tool", "hi", false)
+	f.Add("tool,assistant,tool", "", true)
+	f.Fuzz(func(t *testing.T, roles, text string, sub bool) {
+		var msgs []Msg
+		for _, r := range strings.Split(roles, ",") {
+			msgs = append(msgs, Msg{Role: r, Text: text})
+		}
+		turn := Next(msgs, sub)
+		if turn.Text == "" && len(turn.Calls) == 0 {
+			t.Fatalf("empty turn for %q", roles)
+		}
+		for _, c := range turn.Calls {
+			if _, err := json.Marshal(c.Args); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
