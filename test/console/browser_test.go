@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -207,6 +208,30 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	if !ok {
 		t.Fatal("a hostile file name or its contents did not render as text")
+	}
+	var users int
+	st.do("a thread's history",
+		chromedp.Click(chromedp.CSS(`#thread-rows a`)),
+		chromedp.WaitVisible(chromedp.CSS(`#log .msg.user`)),
+		waitText("#log", "hello from the plumb demo"),
+		waitText("#log", "Done: the script is in"),
+		eval(`document.querySelectorAll('#log .msg.user').length`, &users),
+	)
+	if users != 1 {
+		t.Errorf("the history shows %d user messages, want 1", users)
+	}
+	var bg string
+	st.do("dark mode",
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+			})
+			return err
+		}),
+		eval(`getComputedStyle(document.body).backgroundColor`, &bg),
+	)
+	if bg != "rgb(17, 19, 23)" {
+		t.Errorf("dark mode background is %s", bg)
 	}
 	var term string
 	st.do("no token in the page's URL or storage beyond the session",

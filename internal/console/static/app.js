@@ -177,7 +177,7 @@ async function loadThreads() {
     const a = el('a', '', t.id.slice(-10));
     a.href = '#';
     a.title = t.id;
-    a.addEventListener('click', (e) => { e.preventDefault(); openThread(t.id); });
+    a.addEventListener('click', (e) => { e.preventDefault(); e.stopPropagation(); openThread(t.id); });
     idCell.append(a);
     tr.append(idCell, el('td', '', enumName(t.status, 'THREAD_STATUS_')), el('td', '', agent || '—'),
       el('td', 'muted', t.updatedAt ? new Date(t.updatedAt).toLocaleString() : ''));
@@ -194,6 +194,7 @@ async function loadThreads() {
 
 const view = {
   threadId: '',
+  gen: 0, // counts thread opens and new runs
   abort: null,
   tools: new Map(), // tool call id -> {box, args, out, result, sub}
   streams: new Map(), // agent path -> element receiving message deltas
@@ -216,9 +217,16 @@ function resetView(title) {
   showError('run-error', null);
   $('term-out').replaceChildren();
   closeTerminal();
+  $('file-list').replaceChildren();
+  $('file-view').hidden = true;
+  $('file-content').textContent = '';
+  $('cwd').textContent = '';
+  files.current = '';
+  files.thread = '';
 }
 
 function newRun() {
+  view.gen++;
   view.threadId = '';
   resetView('New run');
   $('agent').hidden = false;
@@ -242,9 +250,14 @@ function setStatus(s) {
 async function openThread(id) {
   resetView('Thread ' + id);
   setThread(id);
+  selectTab('run');
+  // A later open (another click) supersedes this one.
+  const gen = ++view.gen;
+  const current = () => view.gen === gen;
   for (const tr of $('thread-rows').children) tr.classList.toggle('selected', tr.dataset.id === id);
   let t;
   try { t = (await call('GetThread', { threadId: id, view: 'THREAD_VIEW_BASIC' })).thread; } catch (err) { showError('run-error', err); return; }
+  if (!current()) return;
   renderTodos(t.todos || []);
   if (t.usage) renderUsage(t.usage);
   setStatus(enumName(t.status, 'THREAD_STATUS_'));
@@ -253,7 +266,7 @@ async function openThread(id) {
   do {
     let r;
     try { r = await call('ListMessages', { threadId: id, pageSize: 500, pageToken }); } catch (err) { showError('run-error', err); return; }
-    if (view.threadId !== id) return;
+    if (!current()) return;
     for (const m of r.messages || []) renderMessage(m);
     pageToken = r.nextPageToken || '';
   } while (pageToken);
@@ -555,7 +568,7 @@ function renderInterrupt(intr) {
 
 // ---------- files ----------
 
-const files = { cwd: '', current: '' };
+const files = { cwd: '', current: '', thread: '' };
 
 async function listFiles(path) {
   showError('files-error', null);
