@@ -220,6 +220,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	if users != 1 {
 		t.Errorf("the history shows %d user messages, want 1", users)
 	}
+	edit := `.interrupt button[data-decision="DECISION_TYPE_EDIT"]`
+	st.do("a second run, to its approval",
+		chromedp.SendKeys(chromedp.CSS("#message"), "once more"),
+		chromedp.Click(chromedp.CSS("#send")),
+		chromedp.WaitVisible(chromedp.CSS(edit)),
+	)
+	st.do("edited arguments are checked against the schema",
+		chromedp.Click(chromedp.CSS(edit)),
+		chromedp.SetValue(chromedp.CSS(".interrupt textarea"), `{"command": 5}`),
+		chromedp.Click(chromedp.CSS(edit)),
+		waitText(".interrupt .error", "want string"),
+	)
+	st.do("edited call runs",
+		chromedp.SetValue(chromedp.CSS(".interrupt textarea"), `{"command": "echo edited-$((1+1))"}`),
+		chromedp.Click(chromedp.CSS(edit)),
+		waitText("#log", "edited-2"),
+		chromedp.WaitVisible(chromedp.CSS(`#log .run-finished`)),
+	)
 	var bg string
 	st.do("dark mode",
 		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
