@@ -178,8 +178,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	st.do("file browser shows the script",
 		chromedp.Click(chromedp.CSS("#tab-files")),
-		chromedp.WaitVisible(chromedp.CSS(`#file-list button[data-path="/workspace/hello.sh"]`)),
-		chromedp.Click(chromedp.CSS(`#file-list button[data-path="/workspace/hello.sh"]`)),
+		clickWhenThere(`#file-list button[data-path="/workspace/hello.sh"]`),
 		chromedp.WaitVisible(chromedp.CSS("#file-content")),
 		waitText("#file-content", "hello from the plumb demo"),
 	)
@@ -197,9 +196,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	st.do("hostile file name and contents are text",
 		chromedp.Click(chromedp.CSS("#tab-files")),
-		chromedp.Click(chromedp.CSS("#files-refresh")),
-		chromedp.WaitVisible(chromedp.CSS(`#file-list button[data-path="/workspace/`+cssString(xssName)+`"]`)),
-		chromedp.Click(chromedp.CSS(`#file-list button[data-path="/workspace/`+cssString(xssName)+`"]`)),
+		clickWhenThere(`#file-list button[data-path="/workspace/`+cssString(xssName)+`"]`),
 		waitText("#file-content", "bold?"),
 		eval(`window.__xss === undefined &&
 			document.querySelectorAll('#app img, #app script, #app b').length === 0 &&
@@ -211,7 +208,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	var users int
 	st.do("a thread's history",
-		chromedp.Click(chromedp.CSS(`#thread-rows a`)),
+		clickWhenThere(`#thread-rows a`),
 		chromedp.WaitVisible(chromedp.CSS(`#log .msg.user`)),
 		waitText("#log", "hello from the plumb demo"),
 		waitText("#log", "Done: the script is in"),
@@ -263,6 +260,17 @@ func TestConsoleInBrowser(t *testing.T) {
 // waitText waits until the element's text contains want.
 func waitText(sel, want string) chromedp.Action[chromedp.Void] {
 	poll := chromedp.Poll[bool](fmt.Sprintf(`(document.querySelector(%s)?.textContent || '').includes(%s)`, jsString(sel), jsString(want)),
+		chromedp.WithPollingInterval(100*time.Millisecond))
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := poll(ctx, t)
+		return err
+	})
+}
+
+// clickWhenThere waits for an element and clicks it in one page-side
+// step, so a list re-rendered in between cannot leave a stale node.
+func clickWhenThere(sel string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return false; e.click(); return true; })()`, jsString(sel)),
 		chromedp.WithPollingInterval(100*time.Millisecond))
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		_, err := poll(ctx, t)
