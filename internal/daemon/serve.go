@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -258,6 +259,11 @@ func Serve(ctx context.Context, o Options) error {
 	mux := httpMux(reg, apiHandler)
 	if o.HTTPHandlers != nil {
 		for pattern, h := range o.HTTPHandlers(tokenAuth(creds, httpRefusal(o, creds))) {
+			if creds == nil {
+				// Without credentials every caller is trusted: only by a
+				// loopback name (DNS rebinding, as the API's LoopbackHosts).
+				h = loopbackHostOnly(h)
+			}
 			mux.Handle(pattern, h)
 		}
 	}
@@ -268,7 +274,7 @@ func Serve(ctx context.Context, o Options) error {
 	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return hctx }}
 	var psrv *http.Server
 
-	errc := make(chan error, 3+len(o.Servers))
+	errc := make(chan error, 4+len(o.Servers)) // gRPC, in-process gRPC, HTTP, pprof, the others
 	go func() { errc <- srv.Serve(glis) }()
 	if api != nil {
 		go func() { errc <- api.srv.Serve(api.lis) }()
@@ -403,6 +409,25 @@ func httpMux(reg *prometheus.Registry, api http.Handler) *http.ServeMux {
 	return mux
 }
 
+// loopbackHostOnly refuses a request whose Host is not a loopback name
+// or address: a page of another site whose name was made to resolve to
+// 127.0.0.1 (DNS rebinding) is same-origin with a loopback port, and
+// would otherwise be trusted as every caller is without credentials.
+func loopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "without credentials this daemon answers only loopback names (localhost, 127.0.0.1, [::1])", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // httpRefusal says why callers on the HTTP port are all refused ("" when
 // they are not): the port cannot check client certificates, and without
 // credentials only a loopback address (or --insecure) trusts everyone.
@@ -469,6 +494,7 @@ func newInprocAPI(ctx context.Context, o Options, sopts []grpc.ServerOption, cre
 		Logger: lg,
 	}
 	cfg.Refuse = httpRefusal(o, creds)
+	cfg.LoopbackHosts = creds == nil && cfg.Refuse == "" && IsLoopback(o.HTTPAddr)
 	if cfg.Refuse != "" {
 		lg.Warn("HTTP API refuses every call", zap.String("reason", cfg.Refuse))
 	}

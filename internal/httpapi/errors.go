@@ -48,6 +48,7 @@ const (
 	ReasonNotJSON       = "CONTENT_TYPE_NOT_JSON"
 	ReasonBadLastEvent  = "INVALID_LAST_EVENT_ID"
 	ReasonHTTPAPIRefuse = "HTTP_API_DISABLED"
+	ReasonHost          = "HOST_NOT_LOOPBACK"
 )
 
 // bodyOf turns a status into its JSON body.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,6 +56,11 @@ type Config struct {
 	// SessionTTL is how long a browser session lasts (0 =
 	// DefaultSessionTTL).
 	SessionTTL time.Duration
+	// LoopbackHosts, set when the daemon trusts every caller (no
+	// credentials) on a loopback HTTP address, refuses a request without
+	// a token whose Host is not a loopback name or address: a page that
+	// rebinds its DNS name to 127.0.0.1 reaches the port as same-origin.
+	LoopbackHosts bool
 	// Logger receives the layer's own logs (nil = none); never a token.
 	Logger *zap.Logger
 }
@@ -199,11 +205,31 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (caller, 
 		writeError(w, st, code)
 		return caller{}, false
 	}
-	if c.cookie && r.Method != http.MethodGet && r.Method != http.MethodHead && !isJSON(r) {
-		writeError(w, apiError(codes.PermissionDenied, ReasonCSRF, "a request authenticated by the session cookie must have Content-Type: application/json"), http.StatusForbidden)
+	// Anything a browser sends by itself (a cookie, or nothing where no
+	// credentials are needed) must prove it is no cross-site form.
+	ambient := c.cookie || c.token == ""
+	if ambient && r.Method != http.MethodGet && r.Method != http.MethodHead && !isJSON(r) {
+		writeError(w, apiError(codes.PermissionDenied, ReasonCSRF, "a request without an Authorization header must have Content-Type: application/json"), http.StatusForbidden)
+		return caller{}, false
+	}
+	if c.token == "" && h.cfg.LoopbackHosts && !loopbackHost(r.Host) {
+		writeError(w, apiError(codes.PermissionDenied, ReasonHost, "without credentials the HTTP API answers only requests for a loopback host (localhost, 127.0.0.1, [::1])"), http.StatusForbidden)
 		return caller{}, false
 	}
 	return c, true
+}
+
+// loopbackHost reports whether a Host header names loopback.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func isJSON(r *http.Request) bool {

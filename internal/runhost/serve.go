@@ -37,6 +37,7 @@ type Send func(*plumbv1.Event) error
 // behind (runs.ErrLagging) leaves the run going, detached, so that the
 // client can Attach again. When ctx ends, Run returns ctx's error.
 func (h *Host) Run(ctx context.Context, in agent.RunInput, detach bool, send Send) error {
+	send = h.startedWhenRecorded(send)
 	return h.serve(ctx, in.ThreadID, detach, "run", func(ctx context.Context, sink agent.Sink) error {
 		if in.ThreadID == "" {
 			// The host creates new threads itself, owned by the

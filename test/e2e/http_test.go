@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +110,12 @@ func TestHTTPUnary(t *testing.T) {
 		t.Fatalf("DescribeWorker: HTTP %d %s", resp.StatusCode, body)
 	}
 
+	// A REST-style alias (proto/plumb/v1/http.yaml).
+	gresp, gbody := get(t, sandboxd+"/v1/worker", http.Header{"Authorization": {"Bearer " + sandboxdToken}})
+	if gresp.StatusCode != http.StatusOK || !strings.Contains(gbody, `"runtimes"`) {
+		t.Fatalf("GET /v1/worker: HTTP %d %s", gresp.StatusCode, gbody)
+	}
+
 	// A bad request: 400 with the field violations of the service.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/CreateThread", bearer(agentdToken), `{"metadata":{"BAD KEY":"x"}}`)
 	e := apiError(t, resp, body, http.StatusBadRequest, 3, "INVALID_ARGUMENT")
@@ -133,6 +141,22 @@ func TestHTTPUnary(t *testing.T) {
 	big := `{"metadata":{"k":"` + strings.Repeat("x", 8<<20) + `"}}`
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/CreateThread", bearer(agentdToken), big)
 	apiError(t, resp, body, http.StatusRequestEntityTooLarge, 8, httpapi.ReasonBodyTooLarge)
+	// No CORS: a preflight from another origin gets no Access-Control-*
+	// header, so a cross-site page cannot send JSON or a token.
+	preq, _ := http.NewRequest(http.MethodOptions, agentd+"/plumb.v1.AgentService/ListAgents", nil)
+	preq.Header.Set("Origin", "https://evil.example")
+	preq.Header.Set("Access-Control-Request-Method", "POST")
+	preq.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+	presp, err := c.Do(preq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presp.Body.Close()
+	for k := range presp.Header {
+		if strings.HasPrefix(k, "Access-Control-") {
+			t.Fatalf("a preflight got %s: %v", k, presp.Header)
+		}
+	}
 	// An unknown method.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/Nope", bearer(agentdToken), `{}`)
 	apiError(t, resp, body, http.StatusNotFound, 5, "")
@@ -164,8 +188,10 @@ func TestHTTPUnary(t *testing.T) {
 				t.Errorf("%s/openapi.json has no POST /%s/%s", d.base, d.service, m)
 			}
 		}
-		if len(doc.Paths) != len(d.methods) {
-			t.Errorf("%s/openapi.json has %d paths, the service %d methods", d.base, len(doc.Paths), len(d.methods))
+		for p := range doc.Paths {
+			if !strings.HasPrefix(p, "/"+d.service+"/") && !strings.HasPrefix(p, "/v1/") {
+				t.Errorf("%s/openapi.json has path %s", d.base, p)
+			}
 		}
 	}
 }
@@ -279,6 +305,13 @@ func openSSE(t *testing.T, ctx context.Context, c *http.Client, method, url stri
 // dropped after two events and resumed with Last-Event-ID (the rest, once),
 // and Attach as newline-delimited JSON.
 func TestHTTPStreams(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl not found under CI=true (make test-deps installs it)")
+		}
+		t.Skip("curl not installed")
+	}
 	s := start(t)
 	agentd := "http://" + s.proc.HTTPAddr
 	s.model.Script("main",
@@ -287,10 +320,6 @@ func TestHTTPStreams(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		t.Fatal("curl is not installed")
-	}
 	out, err := exec.CommandContext(ctx, curl, "-sS", "-N", "--fail-with-body", agentd+"/plumb.v1.AgentService/Run",
 		"-H", "Authorization: Bearer "+agentdToken, "-H", "Accept: text/event-stream",
 		"-d", `{"input":[{"content":"hi"}],"metadata":{"client":"curl"}}`).Output()
@@ -425,6 +454,12 @@ func TestHTTPSession(t *testing.T) {
 		t.Fatalf("Set-Cookie %q holds the token, or Secure over plain HTTP", set)
 	}
 
+	// Behind a TLS-terminating proxy the cookie is Secure.
+	resp, _ = call(t, &http.Client{}, agentd, "/v1/session", map[string]string{"Content-Type": "application/json", "X-Forwarded-Proto": "https"}, `{"token":"`+agentdToken+`"}`)
+	if set := resp.Header.Get("Set-Cookie"); resp.StatusCode != http.StatusNoContent || !strings.Contains(set, "; Secure") {
+		t.Fatalf("behind TLS: HTTP %d, Set-Cookie %q", resp.StatusCode, set)
+	}
+
 	// A run, started with the cookie and JSON.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/Run", js, `{"input":[{"content":"hi"}]}`)
 	if resp.StatusCode != http.StatusOK {
@@ -470,6 +505,26 @@ func TestHTTPSession(t *testing.T) {
 		t.Fatalf("GetThread with the cookie: HTTP %d %s", resp.StatusCode, body)
 	}
 
+	// The REST-style aliases, with the cookie.
+	gr, err := c.Get(agentd + "/v1/threads/" + thread + "?view=THREAD_VIEW_FULL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(gr.Body)
+	gr.Body.Close()
+	var th plumbv1.GetThreadResponse
+	if gr.StatusCode != http.StatusOK || protojson.Unmarshal(b, &th) != nil || th.GetThread().GetId() != thread || len(th.GetThread().GetMessages()) == 0 {
+		t.Fatalf("GET /v1/threads/{id}: HTTP %d %s", gr.StatusCode, b)
+	}
+	if gr, err = c.Get(agentd + "/v1/threads?page_size=5"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(gr.Body)
+	gr.Body.Close()
+	if gr.StatusCode != http.StatusOK || !strings.Contains(string(b), thread) {
+		t.Fatalf("GET /v1/threads: HTTP %d %s", gr.StatusCode, b)
+	}
+
 	// Signing out ends the session; the old cookie is refused.
 	old := jar.Cookies(r.Request.URL)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, agentd+"/v1/session", nil)
@@ -491,7 +546,60 @@ func TestHTTPSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(sresp.Body)
+	b, _ = io.ReadAll(sresp.Body)
 	sresp.Body.Close()
 	apiError(t, sresp, b, http.StatusUnauthorized, 16, httpapi.ReasonSession)
+}
+
+// TestHTTPResumeLive: an SSE Attach on a live run, dropped while the model
+// is still thinking, resumed with Last-Event-ID after the run went on: the
+// rest of the run arrives, each event once, up to run_finished.
+func TestHTTPResumeLive(t *testing.T) {
+	s := start(t)
+	agentd := "http://" + s.proc.HTTPAddr
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the model server closes, even on failure
+	s.model.Script("main",
+		modeltest.Calls(modeltest.Call{ID: "c1", Name: "write_todos", Args: `{"todos":[{"content":"wait","status":"in_progress"}]}`}),
+		modeltest.Dynamic(func(modeltest.Request) modeltest.Turn { <-release; return modeltest.Text("Finished after the drop") }),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := &http.Client{}
+	auth := bearer(agentdToken)
+
+	// A detached run: its response may close while it goes on.
+	rctx, closeRun := context.WithCancel(ctx)
+	resp := openSSE(t, rctx, c, http.MethodPost, agentd+"/plumb.v1.AgentService/Run", auth, `{"input":[{"content":"hi"}],"detach":true}`)
+	started := sseEvents(t, readSSE(t, resp.Body, func(sseEvent) bool { return true }))
+	closeRun()
+	resp.Body.Close()
+	thread := started[0].GetThreadId()
+
+	// Attach until the todo call's result: the model now waits.
+	actx, drop := context.WithCancel(ctx)
+	resp = openSSE(t, actx, c, http.MethodPost, agentd+"/plumb.v1.AgentService/Attach", auth, `{"threadId":"`+thread+`"}`)
+	before := sseEvents(t, readSSE(t, resp.Body, func(e sseEvent) bool { return strings.Contains(e.data, `"toolResult"`) }))
+	drop()
+	resp.Body.Close()
+	last := before[len(before)-1]
+	if last.GetToolResult() == nil || before[0].GetSequence() != 1 {
+		t.Fatalf("before the drop: %v", sequences(before))
+	}
+
+	free() // the run goes on while nobody listens
+	resp = openSSE(t, ctx, c, http.MethodPost, agentd+"/plumb.v1.AgentService/Attach",
+		map[string]string{"Authorization": "Bearer " + agentdToken, "Last-Event-ID": strconv.FormatUint(last.GetSequence(), 10)}, `{"threadId":"`+thread+`"}`)
+	after := sseEvents(t, readSSE(t, resp.Body, nil))
+	resp.Body.Close()
+	if len(after) == 0 || after[len(after)-1].GetRunFinished().GetFinalText() != "Finished after the drop" {
+		t.Fatalf("after the drop: %v", sequences(after))
+	}
+	for i, ev := range after {
+		if ev.GetSequence() != last.GetSequence()+uint64(i)+1 {
+			t.Fatalf("after the drop, sequences %v do not continue %d once each", sequences(after), last.GetSequence())
+		}
+	}
 }
