@@ -6,7 +6,7 @@
 # python3, protoc with the well-known types, and the gRPC Python plugin);
 # kubernetes-client, whose `kubectl kustomize` renders deploy/k8s;
 # curl, which the HTTP API's end-to-end test drives as a user would; and
-# chromium, the headless browser the web console's test (test/console)
+# chromium, the headless browser the web console's test (test/browser)
 # drives.
 # runsc (gVisor) is registered with the Docker engine as the runtime "runsc"
 # so the sandbox suites also run under it: a current gVisor built from the

@@ -1,4 +1,4 @@
-package console
+package browser
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 var bins map[string]string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "plumb-console")
+	dir, err := os.MkdirTemp("", "plumb-browser")
 	if err != nil {
 		panic(err)
 	}

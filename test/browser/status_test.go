@@ -1,4 +1,4 @@
-package console
+package browser
 
 import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
