@@ -46,10 +46,17 @@ if [ -n "$image" ]; then
 fi
 bin/sandboxd --log-format console ${image:+--default-image "$image"} --state-dir "$state_dir" "${pool[@]}" "$@" &
 pids+=($!)
-# Threads work in sandboxes by default under make run.
-bin/agentd --log-format console --default-backend sandbox &
+# Threads work in sandboxes by default under make run. Without any model
+# configured (OPENAI_BASE_URL, OPENAI_API_KEY), agentd answers with its
+# built-in scripted demo model (--demo-model), and says so loudly; a
+# configured model always wins.
+bin/agentd --log-format console --default-backend sandbox --demo-model &
 pids+=($!)
 
 echo "plumb: sandboxd on 127.0.0.1:7071, agentd on 127.0.0.1:7070 (Ctrl-C stops both)" >&2
+echo "plumb: web console at http://127.0.0.1:9070/ui/ (no token needed on loopback)" >&2
+if [ -z "${OPENAI_BASE_URL:-}${OPENAI_API_KEY:-}" ]; then
+	echo "plumb: no model configured (OPENAI_BASE_URL, OPENAI_API_KEY): using the built-in DEMO model" >&2
+fi
 # Stop both as soon as either exits.
 wait -n

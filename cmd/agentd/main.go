@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 
 	"github.com/plumbhq/plumb/gen"
 	plumbv1gw "github.com/plumbhq/plumb/gen/gateway/plumb/v1"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/agentd"
+	"github.com/plumbhq/plumb/internal/console"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/grpccreds"
@@ -47,6 +49,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		previewAddr    string
 		previewURL     string
 		previewKey     string
+		demoModel      bool
+		noConsole      bool
 	)
 	f := daemon.NewFlags("agentd")
 	c.Bind(f, "127.0.0.1:7070", "127.0.0.1:9070")
@@ -61,6 +65,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	f.String(&previewAddr, "preview-addr", "", "serve preview URLs (HTTP, WebSocket) on this address, a listener of their own; empty = no previews (docs/security.md, Preview URLs)")
 	f.String(&previewURL, "preview-url", "", "public base URL of --preview-addr as users reach it (https://preview.example.com); empty = http://ADDR")
 	f.String(&previewKey, "preview-key-file", "", "file holding the key that signs preview tokens (32+ bytes), and optionally the previous key on a second line; the same on every replica")
+	f.Bool(&demoModel, "demo-model", false, "when no model is configured at all (no models section, no OPENAI_BASE_URL or OPENAI_API_KEY), answer with the built-in scripted demo model (make run); a configured model always wins")
+	f.Bool(&noConsole, "no-console", false, "do not serve the web console at /ui/ on --http-addr")
 	if err := daemon.ParseArgs(f, args, stdout, "agentd serves plumb.v1.AgentService, the deep-agent executor.\nThe default model comes from OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL when --config has no models."); err != nil {
 		return err
 	}
@@ -135,6 +141,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Logger:     lg,
 		WorkerDial: workerOpts,
 		Tracing:    tr,
+		Demo:       demoModel,
 	})
 	if err != nil {
 		return &daemon.UsageError{Err: err}
@@ -204,6 +211,27 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o.BeforeStop = func(ctx context.Context) error { stopped = true; return svc.Shutdown(ctx) }
 	o.Registry = metrics
 	o.Servers = servers
+	if !noConsole {
+		o.HTTPHandlers = func(auth daemon.TokenAuth) map[string]http.Handler {
+			cc := console.Config{Auth: console.Authenticate(auth), Logger: lg}
+			if tb := core.ThreadBoxes(); tb != nil {
+				cc.Terminals = tb
+			}
+			con, err := console.New(cc)
+			if err != nil {
+				lg.Error("web console off", zap.Error(err))
+				return nil
+			}
+			return con.Handlers()
+		}
+		ready := o.Ready
+		o.Ready = func(g, h net.Addr) {
+			if ready != nil {
+				ready(g, h)
+			}
+			lg.Info("web console at http://"+h.String()+"/ui/", zap.String("console-url", "http://"+h.String()+"/ui/"))
+		}
+	}
 	err = daemon.Serve(ctx, o)
 	if !stopped {
 		// Serve failed before serving (a busy port): the service's loops

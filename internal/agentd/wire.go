@@ -34,6 +34,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/storefs"
 	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/model/demo"
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/secrets"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -134,6 +135,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if a.Egress != nil {
 		c.Egress = a.Egress
 	}
+	if tb := a.ThreadBoxes(); tb != nil {
+		c.Workspace = tb
+	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
 	}
@@ -173,6 +177,10 @@ type Options struct {
 	WorkerDial []grpc.DialOption
 	// RuntimeOptions are passed to deep.New (tests set clocks and ids).
 	RuntimeOptions []deep.Option
+	// Demo asks for the built-in demo model (pkg/model/demo) when no
+	// model is configured at all: no models section and neither
+	// OPENAI_BASE_URL nor OPENAI_API_KEY. A configured model always wins.
+	Demo bool
 	// Tracing, if enabled, records the runs' spans and traces the calls
 	// to sandboxd workers, passing the trace context on (nil = off).
 	Tracing *tracing.Tracing
@@ -190,8 +198,19 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	var demoSrv *demo.Server
+	if o.Demo && demoApplies(cfg, o.Env) {
+		var err error
+		if demoSrv, err = demo.Start(); err != nil {
+			return nil, err
+		}
+		useDemo(cfg, demoSrv.URL())
+	}
 	applyBuiltins(cfg, o)
 	if err := validate(cfg); err != nil {
+		if demoSrv != nil {
+			_ = demoSrv.Close()
+		}
 		return nil, err
 	}
 	a := &Agentd{Config: cfg}
@@ -201,6 +220,18 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 			a.Close()
 		}
 	}()
+	if demoSrv != nil {
+		a.cleanup = append(a.cleanup, func() { _ = demoSrv.Close() })
+		a.warnings = append(a.warnings, func() {
+			o.Logger.Warn("DEMO MODEL: no model is configured, so agentd answers with plumb's built-in scripted DEMO model ("+
+				"todos, a file written and run in the box after your approval, a subagent); set OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL, "+
+				"or a models section, for a real one", zap.String("model", DemoModelKey))
+		})
+	} else if o.Demo {
+		a.warnings = append(a.warnings, func() {
+			o.Logger.Info("a model is configured: the demo model stays off")
+		})
+	}
 
 	// The store first: when it cannot open, that is the one thing to say.
 	st, path, err := a.openStore(ctx, cfg, o)
@@ -587,6 +618,33 @@ func (a *Agentd) sqliteFile(path string, o Options, what string) (string, error)
 		o.Logger.Warn("storage.sqlite_path is not set: "+what+" are kept in a temporary file and lost at exit", zap.String("path", path))
 	})
 	return path, nil
+}
+
+// DemoModelKey is the model key of the demo model.
+const DemoModelKey = "demo"
+
+// demoApplies reports that no model is configured: no models section and
+// no OpenAI endpoint or key in the environment.
+func demoApplies(cfg *Config, env Env) bool {
+	return len(cfg.Models) == 0 && env("OPENAI_BASE_URL") == "" && env("OPENAI_API_KEY") == ""
+}
+
+// useDemo configures the demo model at baseURL as the only model, and
+// gates execute on the main agent (unless its config gates already) so
+// that the demo's command waits for a human's approval.
+func useDemo(cfg *Config, baseURL string) {
+	cfg.Models = map[string]ModelConfig{DemoModelKey: {BaseURL: baseURL, APIKeyEnv: "PLUMB_DEMO_MODEL_KEY", Model: demo.Model}}
+	cfg.Defaults.Model = DemoModelKey
+	if cfg.Agents == nil {
+		cfg.Agents = map[string]ProfileConfig{}
+	}
+	main := cfg.Agents[profile.Main]
+	if main.InterruptOn == nil {
+		main.InterruptOn = &map[string]InterruptOn{"execute": {
+			Allowed: []string{"approve", "edit", "reject"}, Description: "The demo runs its script in the box once you approve.",
+		}}
+	}
+	cfg.Agents[profile.Main] = main
 }
 
 // applyBuiltins fills what an absent config section means: one model from

@@ -335,3 +335,19 @@ type tenantStream struct {
 }
 
 func (s *tenantStream) Context() context.Context { return s.ctx }
+
+// tokenAuth authenticates an HTTP caller's bearer token as authorize does
+// a gRPC call's authorization header; every caller is refused when refuse
+// says why (httpRefusal).
+func tokenAuth(creds *Credentials, refuse string) TokenAuth {
+	return func(ctx context.Context, token string) (context.Context, error) {
+		if refuse != "" {
+			return nil, status.Error(codes.Unauthenticated, refuse)
+		}
+		md := metadata.MD{}
+		if token != "" {
+			md.Set("authorization", "Bearer "+token)
+		}
+		return authorize(metadata.NewIncomingContext(ctx, md), creds, "")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,7 +120,19 @@ type Options struct {
 	// with the same interceptors, credentials and message limits as the
 	// gRPC port.
 	API *httpapi.Service
+	// HTTPHandlers, if set, returns handlers served on the HTTP listener
+	// beside /metrics, /healthz and the API (agentd's web console under
+	// /ui/), by ServeMux pattern. auth authenticates a bearer token exactly
+	// as a gRPC call's (the same credentials, reloaded with them), and
+	// refuses every caller where the API does (no credentials beyond
+	// loopback, client certificates only).
+	HTTPHandlers func(auth TokenAuth) map[string]http.Handler
 }
+
+// TokenAuth authenticates a bearer token ("" when the caller sent none)
+// and returns ctx carrying the caller's tenant, or an Unauthenticated
+// status error.
+type TokenAuth func(ctx context.Context, token string) (context.Context, error)
 
 // HTTPServer is an HTTP handler on a listener of its own.
 type HTTPServer struct {
@@ -219,8 +232,8 @@ func Serve(ctx context.Context, o Options) error {
 		o.Register(srv)
 	}
 	var (
-		api  *inprocAPI
-		root http.Handler = httpMux(reg, nil)
+		api        *inprocAPI
+		apiHandler http.Handler
 	)
 	if o.API != nil {
 		api, err = newInprocAPI(ctx, o, isopts, creds, maxMsg, maxRecv, lg)
@@ -233,7 +246,7 @@ func Serve(ctx context.Context, o Options) error {
 			return err
 		}
 		defer api.conn.Close()
-		root = httpMux(reg, api.handler)
+		apiHandler = api.handler
 	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -243,7 +256,22 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	hsrv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
+	mux := httpMux(reg, apiHandler)
+	if o.HTTPHandlers != nil {
+		for pattern, h := range o.HTTPHandlers(tokenAuth(creds, httpRefusal(o, creds))) {
+			if creds == nil {
+				// Without credentials every caller is trusted: only by a
+				// loopback name (DNS rebinding, as the API's LoopbackHosts).
+				h = loopbackHostOnly(h)
+			}
+			mux.Handle(pattern, h)
+		}
+	}
+	// Requests on the HTTP listener (hijacked WebSockets too) see their
+	// context end when shutdown reaches it.
+	hctx, endHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	defer endHTTP()
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return hctx }}
 	var psrv *http.Server
 
 	errc := make(chan error, 4+len(o.Servers)) // gRPC, in-process gRPC, HTTP, pprof, the others
@@ -321,20 +349,21 @@ func Serve(ctx context.Context, o Options) error {
 		}
 		<-stopped
 	}
-	hctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	endHTTP()
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := hsrv.Shutdown(hctx); err != nil {
+	if err := hsrv.Shutdown(sctx); err != nil {
 		hsrv.Close()
 	}
 	if psrv != nil {
-		if err := psrv.Shutdown(hctx); err != nil {
+		if err := psrv.Shutdown(sctx); err != nil {
 			psrv.Close()
 		}
 	}
 	for _, xs := range extra {
 		// Hijacked connections (WebSockets) are not Shutdown's: Close
 		// does not end them either, their handlers' contexts do.
-		if err := xs.Shutdown(hctx); err != nil {
+		if err := xs.Shutdown(sctx); err != nil {
 			xs.Close()
 		}
 	}
@@ -378,6 +407,38 @@ func httpMux(reg *prometheus.Registry, api http.Handler) *http.ServeMux {
 		mux.Handle("/", api)
 	}
 	return mux
+}
+
+// loopbackHostOnly refuses a request whose Host is not a loopback name
+// or address: a page of another site whose name was made to resolve to
+// 127.0.0.1 (DNS rebinding) is same-origin with a loopback port, and
+// would otherwise be trusted as every caller is without credentials.
+func loopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "without credentials this daemon answers only loopback names (localhost, 127.0.0.1, [::1])", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// httpRefusal says why callers on the HTTP port are all refused ("" when
+// they are not): the port cannot check client certificates, and without
+// credentials only a loopback address (or --insecure) trusts everyone.
+func httpRefusal(o Options, creds *Credentials) string {
+	switch {
+	case creds == nil && o.ClientCertRequired:
+		return "this daemon authenticates gRPC callers by client certificate, which the HTTP port cannot check: give it bearer tokens (--token-file or --credentials-file) to use the HTTP API"
+	case creds == nil && !IsLoopback(o.HTTPAddr) && !o.Insecure:
+		return "no credentials are configured and the HTTP address is beyond loopback: give --token-file or --credentials-file (or pass --insecure) to use the HTTP API"
+	}
+	return ""
 }
 
 // inprocAPI is the HTTP API of a daemon: its handler, and the in-process
@@ -432,12 +493,7 @@ func newInprocAPI(ctx context.Context, o Options, sopts []grpc.ServerOption, cre
 		},
 		Logger: lg,
 	}
-	switch {
-	case creds == nil && o.ClientCertRequired:
-		cfg.Refuse = "this daemon authenticates gRPC callers by client certificate, which the HTTP port cannot check: give it bearer tokens (--token-file or --credentials-file) to use the HTTP API"
-	case creds == nil && !IsLoopback(o.HTTPAddr) && !o.Insecure:
-		cfg.Refuse = "no credentials are configured and the HTTP address is beyond loopback: give --token-file or --credentials-file (or pass --insecure) to use the HTTP API"
-	}
+	cfg.Refuse = httpRefusal(o, creds)
 	cfg.LoopbackHosts = creds == nil && cfg.Refuse == "" && IsLoopback(o.HTTPAddr)
 	if cfg.Refuse != "" {
 		lg.Warn("HTTP API refuses every call", zap.String("reason", cfg.Refuse))

@@ -99,6 +99,10 @@ type Config struct {
 	// run host's OnUsage to append to it); nil: GetUsage is
 	// FAILED_PRECONDITION (USAGE_OFF).
 	Ledger store.Ledger
+	// Workspace, when set, serves ListThreadFiles and ReadThreadFile (a
+	// thread's sandbox workspace); nil: they are FAILED_PRECONDITION
+	// (NO_SANDBOX).
+	Workspace Workspace
 }
 
 // Option adjusts a Service (test seams).

@@ -9835,11 +9835,258 @@ func (x *RunFinished) GetUsage() *TokenUsage {
 	return nil
 }
 
+// ListThreadFilesRequest lists a directory of a thread's sandbox.
+type ListThreadFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Absolute virtual directory; empty = the workspace.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListThreadFilesRequest) Reset() {
+	*x = ListThreadFilesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[125]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListThreadFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListThreadFilesRequest) ProtoMessage() {}
+
+func (x *ListThreadFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[125]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListThreadFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListThreadFilesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{125}
+}
+
+func (x *ListThreadFilesRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ListThreadFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// ListThreadFilesResponse is the directory's entries.
+type ListThreadFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directory listed (absolute, virtual).
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Entries in name order; directories end with "/".
+	Entries       []*FileInfo `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListThreadFilesResponse) Reset() {
+	*x = ListThreadFilesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[126]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListThreadFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListThreadFilesResponse) ProtoMessage() {}
+
+func (x *ListThreadFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[126]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListThreadFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListThreadFilesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{126}
+}
+
+func (x *ListThreadFilesResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListThreadFilesResponse) GetEntries() []*FileInfo {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// ReadThreadFileRequest reads part of a file in a thread's sandbox.
+type ReadThreadFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Absolute virtual path of the file.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// First byte to return (0 = the start).
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Most bytes to return (0 = 1 MiB, at most 1 MiB).
+	Limit         int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadThreadFileRequest) Reset() {
+	*x = ReadThreadFileRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[127]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadThreadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadThreadFileRequest) ProtoMessage() {}
+
+func (x *ReadThreadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[127]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadThreadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadThreadFileRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{127}
+}
+
+func (x *ReadThreadFileRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ReadThreadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReadThreadFileRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadThreadFileRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ReadThreadFileResponse is part of a file.
+type ReadThreadFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bytes from offset (fewer than limit at the end of the file).
+	Content []byte `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Size of the whole file in bytes.
+	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// More bytes follow: read again from offset + len(content).
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadThreadFileResponse) Reset() {
+	*x = ReadThreadFileResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[128]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadThreadFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadThreadFileResponse) ProtoMessage() {}
+
+func (x *ReadThreadFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[128]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadThreadFileResponse.ProtoReflect.Descriptor instead.
+func (*ReadThreadFileResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{128}
+}
+
+func (x *ReadThreadFileResponse) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ReadThreadFileResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReadThreadFileResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 var File_plumb_v1_agent_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x04\n" +
+	"\x14plumb/v1/agent.proto\x12\bplumb.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16plumb/v1/sandbox.proto\"\xdb\x04\n" +
 	"\bSchedule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04cron\x18\x02 \x01(\tR\x04cron\x12\x1b\n" +
@@ -10514,7 +10761,22 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x13.plumb.v1.RunStatusR\x06status\x12\x1d\n" +
 	"\n" +
 	"final_text\x18\x02 \x01(\tR\tfinalText\x12*\n" +
-	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage*q\n" +
+	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage\"I\n" +
+	"\x16ListThreadFilesRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"[\n" +
+	"\x17ListThreadFilesResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12,\n" +
+	"\aentries\x18\x02 \x03(\v2\x12.plumb.v1.FileInfoR\aentries\"v\n" +
+	"\x15ReadThreadFileRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\"Z\n" +
+	"\x16ReadThreadFileResponse\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more*q\n" +
 	"\x0fScheduleCatchUp\x12!\n" +
 	"\x1dSCHEDULE_CATCH_UP_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bSCHEDULE_CATCH_UP_FIRE_ONCE\x10\x01\x12\x1a\n" +
@@ -10616,7 +10878,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xad\x18\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xda\x19\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -10659,7 +10921,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x10RotateWebhookKey\x12!.plumb.v1.RotateWebhookKeyRequest\x1a\".plumb.v1.RotateWebhookKeyResponse\x12h\n" +
 	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponse\x12A\n" +
 	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponse\x12D\n" +
-	"\tCancelRun\x12\x1a.plumb.v1.CancelRunRequest\x1a\x1b.plumb.v1.CancelRunResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\tCancelRun\x12\x1a.plumb.v1.CancelRunRequest\x1a\x1b.plumb.v1.CancelRunResponse\x12V\n" +
+	"\x0fListThreadFiles\x12 .plumb.v1.ListThreadFilesRequest\x1a!.plumb.v1.ListThreadFilesResponse\x12S\n" +
+	"\x0eReadThreadFile\x12\x1f.plumb.v1.ReadThreadFileRequest\x1a .plumb.v1.ReadThreadFileResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -10674,7 +10938,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 132)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 136)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -10819,88 +11083,93 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*Summarized)(nil),                    // 140: plumb.v1.Summarized
 	(*RunError)(nil),                      // 141: plumb.v1.RunError
 	(*RunFinished)(nil),                   // 142: plumb.v1.RunFinished
-	nil,                                   // 143: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 144: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 145: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 146: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 147: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 148: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 149: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 150: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 151: google.protobuf.Timestamp
+	(*ListThreadFilesRequest)(nil),        // 143: plumb.v1.ListThreadFilesRequest
+	(*ListThreadFilesResponse)(nil),       // 144: plumb.v1.ListThreadFilesResponse
+	(*ReadThreadFileRequest)(nil),         // 145: plumb.v1.ReadThreadFileRequest
+	(*ReadThreadFileResponse)(nil),        // 146: plumb.v1.ReadThreadFileResponse
+	nil,                                   // 147: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 148: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 149: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 150: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 151: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 152: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 153: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 154: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 155: google.protobuf.Timestamp
+	(*FileInfo)(nil),                      // 156: plumb.v1.FileInfo
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	150, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	154, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	83,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	151, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	151, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	151, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	151, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	150, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	155, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	155, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	155, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	155, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	154, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	83,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	150, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	154, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	83,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	151, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	151, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	155, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	155, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
 	113, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
 	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
 	113, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	150, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	154, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
 	113, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	151, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	155, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	151, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	151, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	155, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	155, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
 	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
 	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	151, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	151, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	155, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	155, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	151, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	151, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	143, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	155, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	155, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	147, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
 	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
 	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
 	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	144, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	150, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	148, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	154, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
 	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	151, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	151, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	155, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	155, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	150, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	151, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	151, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	154, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	155, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	155, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	151, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	151, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	151, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	155, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	155, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	155, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
 	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	151, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	151, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	155, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	155, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
 	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
 	119, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
 	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
-	145, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	149, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	81,  // 67: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	82,  // 68: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	146, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	150, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	150, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	154, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 71: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
 	120, // 72: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	7,   // 73: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
@@ -10908,23 +11177,23 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	120, // 75: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
 	120, // 76: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
 	113, // 77: plumb.v1.CancelRunResponse.run:type_name -> plumb.v1.RunRecord
-	147, // 78: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	151, // 78: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
 	112, // 79: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
 	8,   // 80: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
 	112, // 81: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
 	116, // 82: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
 	117, // 83: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
 	118, // 84: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	148, // 85: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	152, // 85: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
 	9,   // 86: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
 	112, // 87: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
 	110, // 88: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
 	10,  // 89: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
 	111, // 90: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
 	7,   // 91: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	151, // 92: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	151, // 93: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	149, // 94: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	155, // 92: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	155, // 93: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	153, // 94: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
 	9,   // 95: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
 	114, // 96: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
 	138, // 97: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
@@ -10936,18 +11205,18 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	42,  // 103: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
 	11,  // 104: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
 	119, // 105: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	151, // 106: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	151, // 107: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	155, // 106: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	155, // 107: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
 	141, // 108: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	151, // 109: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	155, // 109: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
 	12,  // 110: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
 	115, // 111: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	151, // 112: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	155, // 112: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
 	14,  // 113: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	151, // 114: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	155, // 114: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
 	13,  // 115: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	151, // 116: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	151, // 117: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	155, // 116: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	155, // 117: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
 	128, // 118: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
 	129, // 119: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
 	130, // 120: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
@@ -10985,91 +11254,96 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	119, // 152: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
 	11,  // 153: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
 	119, // 154: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	83,  // 155: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	86,  // 156: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	88,  // 157: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	90,  // 158: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	94,  // 159: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	96,  // 160: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	98,  // 161: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	100, // 162: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	102, // 163: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	104, // 164: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	106, // 165: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	108, // 166: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	51,  // 167: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	53,  // 168: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	55,  // 169: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	66,  // 170: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	69,  // 171: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	71,  // 172: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	19,  // 173: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	21,  // 174: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	23,  // 175: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	25,  // 176: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	27,  // 177: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	29,  // 178: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	31,  // 179: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	34,  // 180: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	58,  // 181: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	60,  // 182: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	62,  // 183: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	64,  // 184: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	36,  // 185: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	38,  // 186: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	40,  // 187: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	44,  // 188: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	46,  // 189: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	48,  // 190: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	73,  // 191: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	76,  // 192: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	78,  // 193: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
-	92,  // 194: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
-	84,  // 195: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	87,  // 196: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	89,  // 197: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	91,  // 198: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	95,  // 199: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	97,  // 200: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	99,  // 201: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	101, // 202: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	103, // 203: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	105, // 204: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	107, // 205: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	109, // 206: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	52,  // 207: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	54,  // 208: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	56,  // 209: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	67,  // 210: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	70,  // 211: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	72,  // 212: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	20,  // 213: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	22,  // 214: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	24,  // 215: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	26,  // 216: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	28,  // 217: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	30,  // 218: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	32,  // 219: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	35,  // 220: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	59,  // 221: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	61,  // 222: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	63,  // 223: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	65,  // 224: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	37,  // 225: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	39,  // 226: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	41,  // 227: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	45,  // 228: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	47,  // 229: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	49,  // 230: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	74,  // 231: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	77,  // 232: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	80,  // 233: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
-	93,  // 234: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
-	195, // [195:235] is the sub-list for method output_type
-	155, // [155:195] is the sub-list for method input_type
-	155, // [155:155] is the sub-list for extension type_name
-	155, // [155:155] is the sub-list for extension extendee
-	0,   // [0:155] is the sub-list for field type_name
+	156, // 155: plumb.v1.ListThreadFilesResponse.entries:type_name -> plumb.v1.FileInfo
+	83,  // 156: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	86,  // 157: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	88,  // 158: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	90,  // 159: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	94,  // 160: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	96,  // 161: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	98,  // 162: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	100, // 163: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	102, // 164: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	104, // 165: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	106, // 166: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	108, // 167: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 168: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 169: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 170: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 171: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 172: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 173: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 174: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 175: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 176: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 177: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 178: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 179: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 180: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 181: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 182: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 183: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 184: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 185: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 186: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 187: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 188: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 189: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 190: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 191: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 192: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 193: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 194: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	92,  // 195: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
+	143, // 196: plumb.v1.AgentService.ListThreadFiles:input_type -> plumb.v1.ListThreadFilesRequest
+	145, // 197: plumb.v1.AgentService.ReadThreadFile:input_type -> plumb.v1.ReadThreadFileRequest
+	84,  // 198: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	87,  // 199: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	89,  // 200: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	91,  // 201: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	95,  // 202: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	97,  // 203: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	99,  // 204: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	101, // 205: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	103, // 206: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	105, // 207: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	107, // 208: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	109, // 209: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 210: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 211: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 212: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 213: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 214: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 215: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 216: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 217: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 218: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 219: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 220: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 221: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 222: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 223: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 224: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 225: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 226: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 227: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 228: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 229: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 230: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 231: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 232: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 233: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 234: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 235: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 236: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	93,  // 237: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
+	144, // 238: plumb.v1.AgentService.ListThreadFiles:output_type -> plumb.v1.ListThreadFilesResponse
+	146, // 239: plumb.v1.AgentService.ReadThreadFile:output_type -> plumb.v1.ReadThreadFileResponse
+	198, // [198:240] is the sub-list for method output_type
+	156, // [156:198] is the sub-list for method input_type
+	156, // [156:156] is the sub-list for extension type_name
+	156, // [156:156] is the sub-list for extension extendee
+	0,   // [0:156] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -11077,6 +11351,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
+	file_plumb_v1_sandbox_proto_init()
 	file_plumb_v1_agent_proto_msgTypes[102].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
@@ -11107,7 +11382,7 @@ func file_plumb_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      18,
-			NumMessages:   132,
+			NumMessages:   136,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -59,6 +59,8 @@ const (
 	AgentService_ListWebhookDeliveries_FullMethodName = "/plumb.v1.AgentService/ListWebhookDeliveries"
 	AgentService_GetUsage_FullMethodName              = "/plumb.v1.AgentService/GetUsage"
 	AgentService_CancelRun_FullMethodName             = "/plumb.v1.AgentService/CancelRun"
+	AgentService_ListThreadFiles_FullMethodName       = "/plumb.v1.AgentService/ListThreadFiles"
+	AgentService_ReadThreadFile_FullMethodName        = "/plumb.v1.AgentService/ReadThreadFile"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -223,6 +225,14 @@ type AgentServiceClient interface {
 	// A run that is neither queued nor running (it ended, or waits for
 	// decisions) is FAILED_PRECONDITION (RUN_NOT_ACTIVE).
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
+	// ListThreadFiles lists one directory of the thread's sandbox workspace
+	// (the web console's file browser), through the sandbox's worker.
+	// NOT_FOUND for another tenant's thread; FAILED_PRECONDITION
+	// (NO_SANDBOX) when the thread has no sandbox. It never starts one.
+	ListThreadFiles(ctx context.Context, in *ListThreadFilesRequest, opts ...grpc.CallOption) (*ListThreadFilesResponse, error)
+	// ReadThreadFile reads up to limit bytes (at most 1 MiB) of a file in
+	// the thread's sandbox from offset, as ListThreadFiles reaches it.
+	ReadThreadFile(ctx context.Context, in *ReadThreadFileRequest, opts ...grpc.CallOption) (*ReadThreadFileResponse, error)
 }
 
 type agentServiceClient struct {
@@ -660,6 +670,26 @@ func (c *agentServiceClient) CancelRun(ctx context.Context, in *CancelRunRequest
 	return out, nil
 }
 
+func (c *agentServiceClient) ListThreadFiles(ctx context.Context, in *ListThreadFilesRequest, opts ...grpc.CallOption) (*ListThreadFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListThreadFilesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListThreadFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ReadThreadFile(ctx context.Context, in *ReadThreadFileRequest, opts ...grpc.CallOption) (*ReadThreadFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadThreadFileResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReadThreadFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -822,6 +852,14 @@ type AgentServiceServer interface {
 	// A run that is neither queued nor running (it ended, or waits for
 	// decisions) is FAILED_PRECONDITION (RUN_NOT_ACTIVE).
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
+	// ListThreadFiles lists one directory of the thread's sandbox workspace
+	// (the web console's file browser), through the sandbox's worker.
+	// NOT_FOUND for another tenant's thread; FAILED_PRECONDITION
+	// (NO_SANDBOX) when the thread has no sandbox. It never starts one.
+	ListThreadFiles(context.Context, *ListThreadFilesRequest) (*ListThreadFilesResponse, error)
+	// ReadThreadFile reads up to limit bytes (at most 1 MiB) of a file in
+	// the thread's sandbox from offset, as ListThreadFiles reaches it.
+	ReadThreadFile(context.Context, *ReadThreadFileRequest) (*ReadThreadFileResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -951,6 +989,12 @@ func (UnimplementedAgentServiceServer) GetUsage(context.Context, *GetUsageReques
 }
 func (UnimplementedAgentServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
+}
+func (UnimplementedAgentServiceServer) ListThreadFiles(context.Context, *ListThreadFilesRequest) (*ListThreadFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListThreadFiles not implemented")
+}
+func (UnimplementedAgentServiceServer) ReadThreadFile(context.Context, *ReadThreadFileRequest) (*ReadThreadFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadThreadFile not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1672,6 +1716,42 @@ func _AgentService_CancelRun_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ListThreadFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListThreadFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListThreadFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListThreadFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListThreadFiles(ctx, req.(*ListThreadFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ReadThreadFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadThreadFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReadThreadFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReadThreadFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReadThreadFile(ctx, req.(*ReadThreadFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1826,6 +1906,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelRun",
 			Handler:    _AgentService_CancelRun_Handler,
+		},
+		{
+			MethodName: "ListThreadFiles",
+			Handler:    _AgentService_ListThreadFiles_Handler,
+		},
+		{
+			MethodName: "ReadThreadFile",
+			Handler:    _AgentService_ReadThreadFile_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
