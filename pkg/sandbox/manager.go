@@ -253,6 +253,16 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, &ConfigError{Err: err}
 	}
+	if cfg.Snapshots == nil {
+		for name, t := range cfg.Templates {
+			if t.HibernateAfter > 0 {
+				return nil, &ConfigError{Err: fmt.Errorf("template %q: hibernate_after needs a snapshot store (snapshots)", name)}
+			}
+		}
+		if cfg.Defaults.HibernateAfter > 0 {
+			return nil, &ConfigError{Err: errors.New("defaults: hibernate_after needs a snapshot store (snapshots)")}
+		}
+	}
 	if cfg.Unhardened && len(cfg.Pools) > 0 {
 		return nil, &ConfigError{Err: errors.New("unhardened sandboxes (benchmarks only) cannot have warm pools")}
 	}
