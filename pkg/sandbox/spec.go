@@ -117,12 +117,12 @@ type Template struct {
 	// IdleSuspendAfter pauses the box after this long without an
 	// operation (0 = never): no CPU, memory kept; the next call unpauses
 	// it (docs/workspaces.md).
-	IdleSuspendAfter time.Duration `yaml:"idle_suspend_after"`
+	IdleSuspendAfter time.Duration `yaml:"idle_suspend_after" json:",omitempty"`
 	// HibernateAfter hibernates the box after this long without an
 	// operation (0 = never): its workspace is snapshotted and its
 	// container removed; the next call recreates it from the snapshot.
 	// It needs a snapshot store.
-	HibernateAfter time.Duration `yaml:"hibernate_after"`
+	HibernateAfter time.Duration `yaml:"hibernate_after" json:",omitempty"`
 }
 
 // DefaultTemplate holds the worker's defaults for unset template fields.

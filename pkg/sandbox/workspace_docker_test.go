@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"github.com/plumbhq/plumb/pkg/snapshot"
+	"go.uber.org/zap/zaptest"
 )
 
 // withSnapshots gives e's managers a snapshot store in a temporary
@@ -260,5 +261,33 @@ func TestIdleBoxesSuspendThemselves(t *testing.T) {
 	}
 	if r := exec(t, m, p.ID, "echo awake", 30); r.Output != "awake\n" {
 		t.Errorf("the unpaused box: %q", r.Output)
+	}
+}
+
+// A paused box survives a worker restart: re-adopted as paused (not
+// removed as a stopped container), with its template's idle settings, and
+// woken by the next call.
+func TestRestartReadoptsPausedBox(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Templates = map[string]sandbox.Template{"idle": {IdleSuspendAfter: time.Hour}}
+	ctx := ctxMinute(t)
+	m1, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := e.create(t, m1, sandbox.CreateSpec{Template: "idle"})
+	exec(t, m1, info.ID, "echo kept > /workspace/note", 30)
+	if _, err := m1.Suspend(ctx, info.ID, sandbox.SuspendPause); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+
+	m2 := e.manager(t)
+	got, err := m2.Get(ctx, info.ID)
+	if err != nil || got.State != sandbox.StatePaused || got.Settings.IdleSuspendAfter != time.Hour {
+		t.Fatalf("re-adopted paused box: %+v %v", got, err)
+	}
+	if r := exec(t, m2, info.ID, "cat /workspace/note", 30); r.Output != "kept\n" {
+		t.Fatalf("after restart: %q", r.Output)
 	}
 }
