@@ -256,12 +256,32 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 		if info.Settings.Network == NetworkEgress {
 			return SuspendResult{}, errorf(CodeInvalid, "sandbox %s has network egress: hibernating egress sandboxes is not supported yet (pause it)", info.ID)
 		}
+		// The box stays paused from its snapshot to its removal: a call
+		// arriving meanwhile waits in wake (sb.life) and then finds it
+		// hibernated, so nothing it writes is lost with the container.
+		if info.State == StateRunning {
+			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
+			}
+			m.setState(sb, StatePaused, "")
+		}
+		undo := func() {
+			if info.State == StateRunning {
+				if _, err := m.api.ContainerUnpause(ectx, info.ContainerID, client.ContainerUnpauseOptions{}); err != nil {
+					m.lg.Warn("unpause after a failed hibernation", zap.String("sandbox-id", info.ID), zap.Error(err))
+					return
+				}
+				m.setState(sb, StateRunning, "")
+			}
+		}
 		man, err := m.capture(ctx, repo, sb)
 		if err != nil {
+			undo()
 			return SuspendResult{}, err
 		}
 		// The snapshot verifies before the only copy of the workspace goes.
 		if err := repo.Verify(ctx, info.Tenant, man.ID); err != nil {
+			undo()
 			return SuspendResult{}, snapErr(err)
 		}
 		sb.mu.Lock()

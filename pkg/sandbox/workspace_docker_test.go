@@ -187,6 +187,16 @@ func TestPauseThenExecuteWakes(t *testing.T) {
 	if info, _ := m.Get(ctx, a.ID); info.State != sandbox.StateRunning {
 		t.Errorf("after the wake the box is %s", info.State)
 	}
+	// A paused box is deleted as it is.
+	if _, err := m.Suspend(ctx, a.ID, sandbox.SuspendPause); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, a.ID); err != nil {
+		t.Fatalf("delete a paused box: %v", err)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, a.ContainerID, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("the deleted paused box's container: %v", err)
+	}
 }
 
 func TestHibernateThenExecuteRecreates(t *testing.T) {
