@@ -472,6 +472,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if cid == "" { // hibernated: its container is gone
 		cid = id
 	}
+	if before.State == StatePaused {
+		m.unfreeze(ctx, cid) // see Suspend: a paused gVisor box may outlive a forced removal
+	}
 	if err := m.removeContainer(ctx, cid, volumeName(id)); err != nil {
 		m.mu.Lock()
 		m.sandboxes[id] = sb

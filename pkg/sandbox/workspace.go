@@ -291,8 +291,12 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 			sb.ch = nil
 		}
 		sb.mu.Unlock()
+		// Unfrozen first: the engine's forced removal of a paused gVisor
+		// box can report success and leave it (its snapshot is taken: what
+		// box code does in these milliseconds is lost with the container).
+		m.unfreeze(ectx, info.ContainerID)
 		if err := m.removeContainer(ectx, info.ContainerID, volumeName(info.ID)); err != nil {
-			m.lg.Warn("hibernated sandbox: its container is not removed yet", zap.String("sandbox-id", info.ID), zap.Error(err))
+			m.lg.Warn("hibernated sandbox: its container is not removed yet (removed on wake or delete)", zap.String("sandbox-id", info.ID), zap.Error(err))
 		}
 		m.lg.Info("sandbox hibernated", zap.String("sandbox-id", info.ID), zap.String("snapshot", man.ID), zap.Bool("idle", idle))
 		return SuspendResult{Info: m.snapshot(sb), Snapshot: man.ID}, nil
@@ -420,5 +424,14 @@ func (m *Manager) dropHibernation(ctx context.Context, info Info) {
 	}
 	if err := m.cfg.Snapshots.Delete(context.WithoutCancel(ctx), info.Tenant, info.Snapshot); err != nil && snapshot.CodeOf(err) != snapshot.CodeNotFound {
 		m.lg.Warn("remove a deleted sandbox's hibernation snapshot", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Error(err))
+	}
+}
+
+// unfreeze unpauses a paused container before its removal.
+func (m *Manager) unfreeze(ctx context.Context, cid string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.api.ContainerUnpause(ctx, cid, client.ContainerUnpauseOptions{}); err != nil && !cerrdefs.IsConflict(err) && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("unpause a box for its removal", zap.String("container-id", cid), zap.Error(err))
 	}
 }
