@@ -312,3 +312,40 @@ func TestRestartReadoptsPausedBox(t *testing.T) {
 		t.Fatalf("after restart: %q", r.Output)
 	}
 }
+
+// A workspace with a file system of its own (a disk limit) snapshots
+// without the file system's lost+found, restores into a new one, and a
+// snapshot over the new box's disk limit is refused before anything is
+// made.
+func TestSnapshotWithDiskLimit(t *testing.T) {
+	e := newEnv(t)
+	e.withSnapshots(t, 0)
+	m := e.manager(t)
+	ctx := ctxMinute(t)
+	a := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{DiskBytes: 64 << 20}})
+	exec(t, m, a.ID, "dd if=/dev/urandom of=/workspace/x bs=1024 count=3072 2>/dev/null; echo hi > /workspace/y", 30)
+	snap, err := m.Snapshot(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range snap.Entries {
+		if en.Path == "lost+found" {
+			t.Error("the snapshot holds the file system's lost+found")
+		}
+	}
+	b, err := m.Create(ctx, sandbox.CreateSpec{Snapshot: snap.ID, Overrides: sandbox.Template{DiskBytes: 64 << 20}})
+	if err != nil {
+		t.Fatalf("restore into a workspace file system: %v", err)
+	}
+	if r := exec(t, m, b.ID, "cat /workspace/y; wc -c < /workspace/x", 30); r.Output != "hi\n3145728\n" {
+		t.Errorf("restored: %q", r.Output)
+	}
+	n := len(m.List(nil))
+	_, err = m.Create(ctx, sandbox.CreateSpec{Snapshot: snap.ID, Overrides: sandbox.Template{DiskBytes: sandbox.MinDiskBytes}})
+	if sandbox.CodeOf(err) != sandbox.CodeInvalid || !strings.Contains(err.Error(), "disk limit") {
+		t.Errorf("a snapshot over the disk limit: %v", err)
+	}
+	if len(m.List(nil)) != n {
+		t.Error("a refused restore left a sandbox")
+	}
+}
