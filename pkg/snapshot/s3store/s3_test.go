@@ -14,11 +14,13 @@ import (
 
 func TestS3Conformance(t *testing.T) {
 	srv := weedtest.Start(t)
+	// One bucket (each is a SeaweedFS collection with volumes of its own),
+	// a fresh prefix per case.
 	snapshottest.Run(t, func(t *testing.T) snapshot.Store {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		s, err := s3store.New(context.Background(), s3store.Config{
-			Endpoint: srv.Endpoint, Bucket: "plumb-" + hex.EncodeToString(b), CreateBucket: true, Prefix: "snaps/",
+			Endpoint: srv.Endpoint, Bucket: "plumb-conformance", CreateBucket: true, Prefix: "case-" + hex.EncodeToString(b) + "/",
 			AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
 		})
 		if err != nil {

@@ -99,8 +99,8 @@ func Start(t testing.TB) *Server {
 	}
 	p := freePorts(t, 8)
 	s.Endpoint = "127.0.0.1:" + strconv.Itoa(p[3])
-	args := []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + data, "-volume.max=4",
-		"-master.volumeSizeLimitMB=64", "-master.telemetry=false",
+	args := []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + data, "-volume.max=32",
+		"-master.volumeSizeLimitMB=32", "-master.telemetry=false",
 		fmt.Sprintf("-master.port=%d", p[0]), fmt.Sprintf("-master.port.grpc=%d", p[4]),
 		fmt.Sprintf("-volume.port=%d", p[1]), fmt.Sprintf("-volume.port.grpc=%d", p[5]),
 		"-filer", fmt.Sprintf("-filer.port=%d", p[2]), fmt.Sprintf("-filer.port.grpc=%d", p[6]),
