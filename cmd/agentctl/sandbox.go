@@ -21,6 +21,7 @@ import (
 const sandboxUsage = `Usage:
   agentctl sandbox create [--image I | --template T] [--memory BYTES] [--cpus N] [--pids N]
                           [--ttl D] [--network none|egress] [--label k=v]... [--env K=V]...
+                          [--snapshot SNAPSHOT]   (the workspace restored from a snapshot)
   agentctl sandbox ls [--label k=v]...
   agentctl sandbox exec ID [--timeout D] [--cwd DIR] [--env K=V]... -- COMMAND [ARG...]
   agentctl sandbox exec -i ID [--cwd DIR] [--env K=V]... -- COMMAND [ARG...]
@@ -30,6 +31,12 @@ const sandboxUsage = `Usage:
   agentctl sandbox cp LOCAL ID:/path    (upload)
   agentctl sandbox cp ID:/path LOCAL    (download; - for stdout)
   agentctl sandbox rm ID...
+  agentctl sandbox snapshot ID          (capture the workspace; prints the snapshot id)
+  agentctl sandbox snapshots [rm SNAPSHOT...]
+  agentctl sandbox suspend ID [--hibernate]
+                          (pause: memory kept; --hibernate: snapshot, container removed,
+                          processes end); any later call wakes it
+  agentctl sandbox resume ID
   agentctl sandbox egress-watch ID [--timeout D]
                           (hold and list an egress box's connections to destinations off the
                           allow-list while watching: REQUEST_ID HOST:PORT pending|allowed|refused)
@@ -92,6 +99,7 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 		pids := fs.Int64("pids", 0, "process limit")
 		ttl := fs.Duration("ttl", 0, "time to live")
 		network := fs.String("network", "none", "none or egress")
+		snap := fs.String("snapshot", "", "restore the workspace from this snapshot")
 		labels, env := multi{}, multi{}
 		fs.Var(labels, "label", "label k=v (repeatable)")
 		fs.Var(env, "env", "environment K=V (repeatable)")
@@ -99,7 +107,7 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 			return err
 		}
 		req := &plumbv1.CreateSandboxRequest{
-			Image: *image, Template: *template, Labels: labels, Env: env,
+			Image: *image, Template: *template, Labels: labels, Env: env, SnapshotId: *snap,
 			Resources: &plumbv1.Resources{MemoryBytes: *memory, Cpus: *cpus, Pids: *pids},
 		}
 		switch *network {
@@ -212,6 +220,8 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 			fmt.Fprintln(stdout, id)
 		}
 		return nil
+	case "snapshot", "snapshots", "suspend", "resume":
+		return workspaceCommand(ctx, c, cmd, fs, args, stdout)
 	case "egress-watch":
 		return egressWatch(ctx, c, fs, args, stdout)
 	case "egress-decide":

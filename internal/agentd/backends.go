@@ -286,7 +286,9 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		}
 		resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
 		switch {
-		case gerr == nil && resp.GetSandbox().GetState() == plumbv1.SandboxState_SANDBOX_STATE_RUNNING:
+		case gerr == nil && serves(resp.GetSandbox().GetState()):
+			// A paused or hibernated box wakes on its next call
+			// (docs/workspaces.md): it is the thread's, files and all.
 			return tb.pool.Backend(ctx, old, sandboxclient.HomeOf(resp.GetSandbox()))
 		case gerr == nil:
 			// Failed or stopping: it will never serve again.
@@ -688,4 +690,14 @@ func (tb *ThreadBackends) egressSecrets(ctx context.Context, tenantName string) 
 			Value: strings.Replace(format, SecretValue, string(v), 1), Secret: string(v)})
 	}
 	return out, nil
+}
+
+// serves reports whether a sandbox in state st still serves its thread:
+// running, or suspended (the next call wakes it).
+func serves(st plumbv1.SandboxState) bool {
+	switch st {
+	case plumbv1.SandboxState_SANDBOX_STATE_RUNNING, plumbv1.SandboxState_SANDBOX_STATE_PAUSED, plumbv1.SandboxState_SANDBOX_STATE_HIBERNATED:
+		return true
+	}
+	return false
 }

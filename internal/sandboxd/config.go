@@ -63,6 +63,8 @@ type Config struct {
 	// an operator's own inventory, or a test run's sweep). plumb's own
 	// label keys are refused.
 	Labels map[string]string `yaml:"labels"`
+	// Snapshots is where workspace snapshots are kept (docs/workspaces.md).
+	Snapshots SnapshotsConfig `yaml:"snapshots"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -95,6 +97,38 @@ type Template struct {
 	// FilesRoot is the directory file operations see as "/": "/" (the
 	// default) or the working directory.
 	FilesRoot string `yaml:"files_root"`
+	// IdleSuspendAfter pauses a box idle this long (0 = never).
+	IdleSuspendAfter time.Duration `yaml:"idle_suspend_after"`
+	// HibernateAfter hibernates a box idle this long (0 = never); it needs
+	// a snapshot store.
+	HibernateAfter time.Duration `yaml:"hibernate_after"`
+}
+
+// SnapshotsConfig is the snapshot store: a local directory (dir, or
+// <state_dir>/snapshots when neither dir nor s3 is set and there is a
+// state_dir), or an S3-compatible bucket.
+type SnapshotsConfig struct {
+	// Dir is a local directory only sandboxd writes.
+	Dir string `yaml:"dir"`
+	// S3 is an S3-compatible bucket (endpoint and bucket set).
+	S3 S3Config `yaml:"s3"`
+	// PerTenant caps the bytes one tenant's snapshots hold in the store
+	// (0 = unlimited).
+	PerTenant yamlconf.Quantity `yaml:"per_tenant_bytes"`
+}
+
+// S3Config says where a bucket is. Credentials: access_key and
+// secret_key, or (both unset) the AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+// and AWS_SESSION_TOKEN environment variables. Never logged.
+type S3Config struct {
+	Endpoint     string `yaml:"endpoint"`
+	Bucket       string `yaml:"bucket"`
+	Prefix       string `yaml:"prefix"`
+	Region       string `yaml:"region"`
+	Insecure     bool   `yaml:"insecure"` // plain HTTP (a loopback test server)
+	CreateBucket bool   `yaml:"create_bucket"`
+	AccessKey    string `yaml:"access_key"`
+	SecretKey    string `yaml:"secret_key"`
 }
 
 // TemplateConfig is a named template and its warm pool.
@@ -173,6 +207,9 @@ func (t Template) spec() sandbox.Template {
 		TTL:         t.TTL,
 		Env:         t.Env,
 		FilesRoot:   t.FilesRoot,
+
+		IdleSuspendAfter: t.IdleSuspendAfter,
+		HibernateAfter:   t.HibernateAfter,
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/snapshot"
+	"github.com/plumbhq/plumb/pkg/snapshot/s3store"
 )
 
 // Worker is a wired sandbox worker: its service, ready to register, and
@@ -101,7 +103,13 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 		return nil, fmt.Errorf("cannot reach the Docker Engine: %w", err)
 	}
 	templates, pools := cfg.templates()
+	snaps, err := openSnapshots(ctx, cfg)
+	if err != nil {
+		docker.Close()
+		return nil, err
+	}
 	mgr, err := sandbox.NewManager(ctx, docker, sandbox.Config{
+		Snapshots:      snaps,
 		Worker:         cfg.Worker,
 		Agent:          o.Binaries.Agent,
 		Templates:      templates,
@@ -189,4 +197,38 @@ func readEgressProxy(path string) ([]byte, error) {
 		return nil, fmt.Errorf("plumb-egress binary: %w (build it with make build, or set --egress-proxy-binary)", err)
 	}
 	return b, nil
+}
+
+// openSnapshots opens the snapshot store of cfg.Snapshots (nil when none is
+// configured and there is no state dir).
+func openSnapshots(ctx context.Context, cfg *Config) (*snapshot.Repo, error) {
+	sc := cfg.Snapshots
+	var store snapshot.Store
+	switch {
+	case sc.S3.Endpoint != "" || sc.S3.Bucket != "":
+		if sc.Dir != "" {
+			return nil, &daemon.UsageError{Err: errors.New("snapshots: set dir or s3, not both")}
+		}
+		s, err := s3store.New(ctx, s3store.Config{
+			Endpoint: sc.S3.Endpoint, Bucket: sc.S3.Bucket, Prefix: sc.S3.Prefix, Region: sc.S3.Region,
+			Secure: !sc.S3.Insecure, CreateBucket: sc.S3.CreateBucket, AccessKey: sc.S3.AccessKey, SecretKey: sc.S3.SecretKey,
+		})
+		if err != nil {
+			return nil, err
+		}
+		store = s
+	case sc.Dir != "" || cfg.StateDir != "":
+		dir := sc.Dir
+		if dir == "" {
+			dir = filepath.Join(cfg.StateDir, "snapshots")
+		}
+		d, err := snapshot.NewDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		store = d
+	default:
+		return nil, nil
+	}
+	return snapshot.NewRepo(store, int64(sc.PerTenant))
 }

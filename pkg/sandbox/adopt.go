@@ -70,7 +70,8 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 		id := c.Labels[LabelSandbox]
 		volume := volumeName(id)
 		t, created, user, perr := templateFromLabels(c.Labels)
-		if id == "" || perr != nil || c.State != container.StateRunning {
+		paused := c.State == container.StatePaused && c.Labels[LabelPool] == "" // suspended by PAUSE
+		if id == "" || perr != nil || (c.State != container.StateRunning && !paused) {
 			m.lg.Info("removing orphan container", zap.String("container-id", c.ID), zap.String("sandbox-id", id), zap.String("state", string(c.State)))
 			_ = m.removeContainer(ctx, c.ID, volume)
 			continue
@@ -87,6 +88,12 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 			ID: id, Worker: m.cfg.Worker, ContainerID: c.ID, State: StateRunning, Template: c.Labels[LabelTemplate], Tenant: tenantOf(c.Labels[LabelTenant]),
 			Settings: t, Labels: user, CreatedAt: created, LastUsedAt: created, ExpiresAt: expires,
 		}}
+		if paused {
+			sb.info.State = StatePaused
+		}
+		// Labels do not record the idle settings: the template's current
+		// ones apply.
+		sb.info.Settings.IdleSuspendAfter, sb.info.Settings.HibernateAfter = m.idleSettings(c.Labels[LabelTemplate])
 		if t.Network == NetworkEgress {
 			if err := m.ensureProxy(ctx, id, c.Labels[LabelEgressInject] == "true"); err != nil {
 				m.lg.Warn("removing egress sandbox without its network", zap.String("sandbox-id", id), zap.Error(err))
@@ -145,4 +152,17 @@ func (m *Manager) inUse(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
+}
+
+// idleSettings are the idle_suspend_after and hibernate_after of template
+// name ("" or unknown: the defaults').
+func (m *Manager) idleSettings(name string) (time.Duration, time.Duration) {
+	t := m.cfg.Defaults
+	if tt, ok := m.cfg.Templates[name]; ok {
+		t = tt.Merge(m.cfg.Defaults)
+	}
+	if m.cfg.Snapshots == nil {
+		t.HibernateAfter = 0
+	}
+	return t.IdleSuspendAfter, t.HibernateAfter
 }

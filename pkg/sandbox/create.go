@@ -26,8 +26,16 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	if err := m.checkInject(t, spec.Inject); err != nil {
 		return Info{}, err
 	}
+	if spec.Snapshot != "" {
+		// Verified completely before anything is created: a corrupt
+		// snapshot leaves nothing behind.
+		if spec.restore, err = m.prepareRestore(ctx, spec.Tenant, spec.Snapshot, t); err != nil {
+			return Info{}, err
+		}
+		defer spec.restore.Close()
+	}
 	var claimed *sandbox
-	if len(spec.Inject) == 0 { // a pooled box has a proxy without them
+	if len(spec.Inject) == 0 && spec.Snapshot == "" { // a pooled box has a proxy without them, and a workspace of its own
 		if claimed, err = m.claim(spec, t); err != nil {
 			return Info{}, err
 		}
@@ -196,6 +204,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	sb := &sandbox{member: spec.pool != "", image: image, info: Info{
 		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template, Tenant: tenantOf(spec.Tenant),
 		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
+		Snapshot: spec.Snapshot,
 	}}
 	defer func() {
 		if err != nil {
@@ -253,6 +262,12 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	sb.info.ContainerID = c.ID
 	if err := stopped(); err != nil {
 		return nil, err
+	}
+	if spec.restore != nil {
+		// Before the box starts: no box code runs while it is filled.
+		if err := m.fill(ectx, c.ID, t, spec.restore); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)

@@ -21,6 +21,9 @@ const (
 	CodeSlowConsumer  = sandboxapi.CodeSlowConsumer
 	CodeShuttingDown  = sandboxapi.CodeShuttingDown
 	CodePolicy        = sandboxapi.CodePolicy
+	// CodeSnapshotNotFound and CodeDataLoss are the snapshot codes.
+	CodeSnapshotNotFound = sandboxapi.CodeSnapshotNotFound
+	CodeDataLoss         = sandboxapi.CodeDataLoss
 )
 
 // Error is a lifecycle error with a stable code (sandboxapi.Error).

@@ -148,6 +148,15 @@ func recheck(op agentproto.Op, args, out any) error {
 // already checked the box's container when it failed, so a herd of
 // callers sharing one failed dial does not inspect it once each.
 func (f *Files) channel(ctx context.Context, op string) (*channel, error) {
+	if err := f.m.wake(ctx, f.sb); err != nil {
+		if ctx.Err() != nil {
+			return nil, backend.FromOS(op, "", ctx.Err())
+		}
+		if CodeOf(err) == CodeDataLoss {
+			return nil, err
+		}
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot wake sandbox %s: %v", f.m.snapshot(f.sb).ID, err)
+	}
 	ch, err := f.m.channel(ctx, f.sb)
 	switch {
 	case err == nil:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
+	"github.com/plumbhq/plumb/pkg/snapshot"
 	"go.uber.org/zap"
 )
 
@@ -23,6 +25,13 @@ const (
 	StateRunning  State = "running"
 	StateFailed   State = "failed"
 	StateDeleting State = "deleting"
+	// StatePaused: suspended by PAUSE (docker pause): no CPU, memory and
+	// processes kept; the next operation unpauses it.
+	StatePaused State = "paused"
+	// StateHibernated: suspended by HIBERNATE: its workspace is in a
+	// snapshot and its container is gone; the next operation recreates it
+	// from the snapshot under the same id (processes do not survive).
+	StateHibernated State = "hibernated"
 )
 
 // Info describes a sandbox.
@@ -41,6 +50,9 @@ type Info struct {
 
 	// Tenant owns the sandbox (DefaultTenant when created without one).
 	Tenant string
+	// Snapshot is the snapshot a hibernated sandbox wakes from, or the one
+	// it was created from.
+	Snapshot string
 }
 
 // CreateSpec is a create request: a template name, or a bare image, with
@@ -58,7 +70,12 @@ type CreateSpec struct {
 	// them in Info. A create with rules never takes a pooled box.
 	Inject []egress.InjectRule
 
-	pool string // the pool key of a box made for a warm pool
+	// Snapshot restores the workspace from this snapshot of the tenant
+	// before the box starts (never a pooled box).
+	Snapshot string
+
+	pool    string   // the pool key of a box made for a warm pool
+	restore *os.File // the verified tar of Snapshot
 }
 
 // Config configures a Manager.
@@ -130,6 +147,9 @@ type Config struct {
 	// field for it, so no config file and no request can set it.
 	// NewManager refuses it with Pools.
 	Unhardened bool
+	// Snapshots keeps workspace snapshots (docs/workspaces.md): nil
+	// refuses SnapshotSandbox, hibernation and creates from a snapshot.
+	Snapshots *snapshot.Repo
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -197,6 +217,11 @@ type sandbox struct {
 
 	// dialing is the dial of a new ch in flight, or nil.
 	dialing *dialing
+
+	// life serialises snapshot, suspend and wake (workspace.go).
+	life sync.Mutex
+	// last is the box's latest snapshot (the parent of its next one).
+	last string
 }
 
 // Option customizes a Manager.
@@ -227,6 +252,16 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 	}
 	if err := cfg.Policy.Validate(); err != nil {
 		return nil, &ConfigError{Err: err}
+	}
+	if cfg.Snapshots == nil {
+		for name, t := range cfg.Templates {
+			if t.HibernateAfter > 0 {
+				return nil, &ConfigError{Err: fmt.Errorf("template %q: hibernate_after needs a snapshot store (snapshots)", name)}
+			}
+		}
+		if cfg.Defaults.HibernateAfter > 0 {
+			return nil, &ConfigError{Err: errors.New("defaults: hibernate_after needs a snapshot store (snapshots)")}
+		}
 	}
 	if cfg.Unhardened && len(cfg.Pools) > 0 {
 		return nil, &ConfigError{Err: errors.New("unhardened sandboxes (benchmarks only) cannot have warm pools")}
@@ -432,7 +467,14 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		delete(m.pending, id)
 		m.mu.Unlock()
 	}()
+	before := m.snapshot(sb)
 	cid := m.retire(sb)
+	if cid == "" { // hibernated: its container is gone
+		cid = id
+	}
+	if before.State == StatePaused {
+		m.unfreeze(ctx, cid) // see Suspend: a paused gVisor box may outlive a forced removal
+	}
 	if err := m.removeContainer(ctx, cid, volumeName(id)); err != nil {
 		m.mu.Lock()
 		m.sandboxes[id] = sb
@@ -442,6 +484,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("sandbox %s is not deleted yet: the engine did not remove its container (it stays deleting and the worker retries; the delete may be retried)", id), Err: err}
 	}
 	m.forgetClaim(id)
+	m.dropHibernation(ctx, before)
 	m.kickPools() // the quota it held may let a pool refill
 	if sb.info.Settings.Network == NetworkEgress {
 		m.removeEgress(ctx, id)

@@ -165,6 +165,8 @@ func (m *Manager) newPools() (*pools, error) {
 		h := sha256.New()
 		key := t
 		key.TTL = 0
+		// Applied after a claim, as the TTL: a change drains no pool.
+		key.IdleSuspendAfter, key.HibernateAfter = 0, 0
 		_ = json.NewEncoder(h).Encode(struct {
 			Name, User, Agent string
 			T                 Template

@@ -103,6 +103,10 @@ func (m *Manager) Reap(ctx context.Context) []string {
 		m.lg.Info("sandbox expired, or its delete is retried", zap.String("sandbox-id", id))
 		_ = m.Delete(ctx, id)
 	}
+	m.mu.Lock()
+	sbs = slicesOf(m.sandboxes)
+	m.mu.Unlock()
+	m.idleSuspend(ctx, sbs)
 	m.saveExpiry()
 	return expired
 }

@@ -114,6 +114,15 @@ type Template struct {
 	// default: file paths and shell paths are the same strings) or
 	// WorkingDir (file operations confined to the workspace).
 	FilesRoot string `yaml:"files_root"`
+	// IdleSuspendAfter pauses the box after this long without an
+	// operation (0 = never): no CPU, memory kept; the next call unpauses
+	// it (docs/workspaces.md).
+	IdleSuspendAfter time.Duration `yaml:"idle_suspend_after" json:",omitempty"`
+	// HibernateAfter hibernates the box after this long without an
+	// operation (0 = never): its workspace is snapshotted and its
+	// container removed; the next call recreates it from the snapshot.
+	// It needs a snapshot store.
+	HibernateAfter time.Duration `yaml:"hibernate_after" json:",omitempty"`
 }
 
 // DefaultTemplate holds the worker's defaults for unset template fields.
@@ -158,6 +167,12 @@ func (t Template) Merge(base Template) Template {
 	}
 	if t.FilesRoot == "" {
 		t.FilesRoot = base.FilesRoot
+	}
+	if t.IdleSuspendAfter == 0 {
+		t.IdleSuspendAfter = base.IdleSuspendAfter
+	}
+	if t.HibernateAfter == 0 {
+		t.HibernateAfter = base.HibernateAfter
 	}
 	env := maps.Clone(base.Env)
 	if env == nil {

@@ -7,6 +7,7 @@ package sandboxsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/egress"
 	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/snapshot"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,6 +41,11 @@ type Manager interface {
 	Pools() []sandbox.PoolState
 	WatchEgress(ctx context.Context, id string, timeout time.Duration, ready func(), send func(sandbox.EgressRequest) error) error
 	DecideEgress(ctx context.Context, id string, d sandbox.EgressDecision) error
+	Snapshot(ctx context.Context, id string) (*snapshot.Manifest, error)
+	ListSnapshots(ctx context.Context, tenant string) ([]snapshot.Summary, error)
+	DeleteSnapshot(ctx context.Context, tenant, id string) error
+	Suspend(ctx context.Context, id string, mode sandbox.SuspendMode) (sandbox.SuspendResult, error)
+	Resume(ctx context.Context, id string) (sandbox.Info, error)
 }
 
 // Service implements plumbv1.SandboxServiceServer.
@@ -110,6 +117,10 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 		st = plumbv1.SandboxState_SANDBOX_STATE_FAILED
 	case sandbox.StateDeleting:
 		st = plumbv1.SandboxState_SANDBOX_STATE_DELETING
+	case sandbox.StatePaused:
+		st = plumbv1.SandboxState_SANDBOX_STATE_PAUSED
+	case sandbox.StateHibernated:
+		st = plumbv1.SandboxState_SANDBOX_STATE_HIBERNATED
 	}
 	nw := plumbv1.NetworkMode_NETWORK_MODE_NONE
 	if i.Settings.Network == sandbox.NetworkEgress {
@@ -119,7 +130,8 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 		Id: i.ID, Worker: i.Worker, State: st, Image: i.Settings.Image, Template: i.Template,
 		CreatedAt: timestamppb.New(i.CreatedAt), ExpiresAt: timestamppb.New(i.ExpiresAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
 		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason, FilesRoot: i.Settings.FilesRoot,
-		Resources: &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
+		SnapshotId: i.Snapshot,
+		Resources:  &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
 	}
 }
 
@@ -148,7 +160,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 	for _, es := range req.GetEgressSecrets() {
 		inject = append(inject, egress.InjectRule{Name: es.GetName(), Hosts: es.GetHosts(), Header: es.GetHeader(), Value: es.GetValue(), Secret: es.GetSecret()})
 	}
-	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx), Inject: inject})
+	if id := req.GetSnapshotId(); id != "" && !snapshot.ValidID(id) {
+		return nil, s.fail("CreateSandbox", &sandbox.Error{Code: sandbox.CodeInvalid, Field: "snapshot_id", Message: fmt.Sprintf("snapshot_id %q is not a snapshot id (snap-<24 hex digits>)", id)})
+	}
+	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx), Inject: inject, Snapshot: req.GetSnapshotId()})
 	if err != nil {
 		var se *sandbox.Error
 		if errors.As(err, &se) && requestFields[se.Field] != "" {

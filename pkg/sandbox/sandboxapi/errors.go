@@ -31,6 +31,12 @@ const (
 	// the template it names) does not allow it; Error.Limit names the
 	// limit it broke.
 	CodePolicy Code = "policy_violation"
+	// CodeSnapshotNotFound: no snapshot with that id for the caller's
+	// tenant (another tenant's snapshot is not found either).
+	CodeSnapshotNotFound Code = "snapshot_not_found"
+	// CodeDataLoss: a snapshot's chunk or manifest in the store is
+	// corrupt, truncated or missing; nothing was restored.
+	CodeDataLoss Code = "data_loss"
 )
 
 // Error is a lifecycle error with a stable code.

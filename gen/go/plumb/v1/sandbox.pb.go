@@ -91,6 +91,13 @@ const (
 	SandboxState_SANDBOX_STATE_FAILED SandboxState = 3
 	// SANDBOX_STATE_DELETING means removal is in progress.
 	SandboxState_SANDBOX_STATE_DELETING SandboxState = 4
+	// SANDBOX_STATE_PAUSED means the container is frozen (no CPU, memory and
+	// processes kept); the next call unpauses it.
+	SandboxState_SANDBOX_STATE_PAUSED SandboxState = 5
+	// SANDBOX_STATE_HIBERNATED means the workspace is in a snapshot and the
+	// container is gone; the next call recreates it (processes do not
+	// survive under runc).
+	SandboxState_SANDBOX_STATE_HIBERNATED SandboxState = 6
 )
 
 // Enum value maps for SandboxState.
@@ -101,6 +108,8 @@ var (
 		2: "SANDBOX_STATE_RUNNING",
 		3: "SANDBOX_STATE_FAILED",
 		4: "SANDBOX_STATE_DELETING",
+		5: "SANDBOX_STATE_PAUSED",
+		6: "SANDBOX_STATE_HIBERNATED",
 	}
 	SandboxState_value = map[string]int32{
 		"SANDBOX_STATE_UNSPECIFIED": 0,
@@ -108,6 +117,8 @@ var (
 		"SANDBOX_STATE_RUNNING":     2,
 		"SANDBOX_STATE_FAILED":      3,
 		"SANDBOX_STATE_DELETING":    4,
+		"SANDBOX_STATE_PAUSED":      5,
+		"SANDBOX_STATE_HIBERNATED":  6,
 	}
 )
 
@@ -426,6 +437,61 @@ func (x TruncationReason) Number() protoreflect.EnumNumber {
 // Deprecated: Use TruncationReason.Descriptor instead.
 func (TruncationReason) EnumDescriptor() ([]byte, []int) {
 	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{6}
+}
+
+// SuspendMode is how SuspendSandbox suspends a box.
+type SuspendMode int32
+
+const (
+	// SUSPEND_MODE_UNSPECIFIED is PAUSE.
+	SuspendMode_SUSPEND_MODE_UNSPECIFIED SuspendMode = 0
+	// SUSPEND_MODE_PAUSE freezes the container: no CPU, memory and processes
+	// kept, wakes in milliseconds.
+	SuspendMode_SUSPEND_MODE_PAUSE SuspendMode = 1
+	// SUSPEND_MODE_HIBERNATE snapshots the workspace and removes the
+	// container: only storage is kept.
+	SuspendMode_SUSPEND_MODE_HIBERNATE SuspendMode = 2
+)
+
+// Enum value maps for SuspendMode.
+var (
+	SuspendMode_name = map[int32]string{
+		0: "SUSPEND_MODE_UNSPECIFIED",
+		1: "SUSPEND_MODE_PAUSE",
+		2: "SUSPEND_MODE_HIBERNATE",
+	}
+	SuspendMode_value = map[string]int32{
+		"SUSPEND_MODE_UNSPECIFIED": 0,
+		"SUSPEND_MODE_PAUSE":       1,
+		"SUSPEND_MODE_HIBERNATE":   2,
+	}
+)
+
+func (x SuspendMode) Enum() *SuspendMode {
+	p := new(SuspendMode)
+	*p = x
+	return p
+}
+
+func (x SuspendMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SuspendMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_plumb_v1_sandbox_proto_enumTypes[7].Descriptor()
+}
+
+func (SuspendMode) Type() protoreflect.EnumType {
+	return &file_plumb_v1_sandbox_proto_enumTypes[7]
+}
+
+func (x SuspendMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SuspendMode.Descriptor instead.
+func (SuspendMode) EnumDescriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 // WatchEgressRequestsRequest names the sandbox to watch.
@@ -864,7 +930,10 @@ type Sandbox struct {
 	// Why the sandbox failed, when state is FAILED.
 	FailureReason string `protobuf:"bytes,14,opt,name=failure_reason,json=failureReason,proto3" json:"failure_reason,omitempty"`
 	// Root of the file operations' virtual paths ("/" or working_dir).
-	FilesRoot     string `protobuf:"bytes,15,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
+	FilesRoot string `protobuf:"bytes,15,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
+	// The snapshot a HIBERNATED sandbox wakes from, or the one it was
+	// created from.
+	SnapshotId    string `protobuf:"bytes,16,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1004,6 +1073,13 @@ func (x *Sandbox) GetFilesRoot() string {
 	return ""
 }
 
+func (x *Sandbox) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
 // CreateSandboxRequest asks for a new sandbox. Either template or image must
 // be set; fields set here override the template's.
 type CreateSandboxRequest struct {
@@ -1036,6 +1112,10 @@ type CreateSandboxRequest struct {
 	// secret values: sandboxd never logs them, labels them or returns them,
 	// and the box never sees them (docs/security.md, "Egress secrets").
 	EgressSecrets []*EgressSecret `protobuf:"bytes,11,rep,name=egress_secrets,json=egressSecrets,proto3" json:"egress_secrets,omitempty"`
+	// Restore the workspace from this snapshot of the caller's tenant
+	// before the box starts; every checksum is verified first (a corrupt or
+	// truncated snapshot is DATA_LOSS and nothing is created).
+	SnapshotId    string `protobuf:"bytes,12,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1145,6 +1225,13 @@ func (x *CreateSandboxRequest) GetEgressSecrets() []*EgressSecret {
 		return x.EgressSecrets
 	}
 	return nil
+}
+
+func (x *CreateSandboxRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
 }
 
 // EgressSecret makes a box's egress proxy set one header, holding a
@@ -4493,6 +4580,586 @@ func (x *ProcessExit) GetOomKilled() bool {
 	return false
 }
 
+// SnapshotSandboxRequest names the sandbox to snapshot.
+type SnapshotSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSandboxRequest) Reset() {
+	*x = SnapshotSandboxRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSandboxRequest) ProtoMessage() {}
+
+func (x *SnapshotSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSandboxRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *SnapshotSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// Snapshot describes one workspace snapshot.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Snapshot id, `snap-<24 hex digits>`.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The sandbox it was taken of.
+	SandboxId string `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// That sandbox's template.
+	Template string `protobuf:"bytes,3,opt,name=template,proto3" json:"template,omitempty"`
+	// Bytes of the workspace's files.
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Compressed bytes it added to the tenant's store when taken (an
+	// unchanged workspace's next snapshot adds almost none).
+	StoredBytes int64 `protobuf:"varint,5,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// The previous snapshot of the same sandbox, if any.
+	ParentId string `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// When it was taken.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The store holds a manifest that does not verify: delete it.
+	Corrupt       bool `protobuf:"varint,8,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *Snapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Snapshot) GetCorrupt() bool {
+	if x != nil {
+		return x.Corrupt
+	}
+	return false
+}
+
+// SnapshotSandboxResponse is the new snapshot.
+type SnapshotSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot.
+	Snapshot      *Snapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotSandboxResponse) Reset() {
+	*x = SnapshotSandboxResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSandboxResponse) ProtoMessage() {}
+
+func (x *SnapshotSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSandboxResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *SnapshotSandboxResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+// ListSnapshotsRequest lists the caller's snapshots.
+type ListSnapshotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{58}
+}
+
+// ListSnapshotsResponse holds the caller's snapshots.
+type ListSnapshotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Snapshots, oldest first.
+	Snapshots     []*Snapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+// DeleteSnapshotRequest names a snapshot.
+type DeleteSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Snapshot id.
+	SnapshotId    string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *DeleteSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+// DeleteSnapshotResponse is empty.
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{61}
+}
+
+// SuspendSandboxRequest names the sandbox and the mode.
+type SuspendSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// How to suspend it.
+	Mode          SuspendMode `protobuf:"varint,2,opt,name=mode,proto3,enum=plumb.v1.SuspendMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendSandboxRequest) Reset() {
+	*x = SuspendSandboxRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendSandboxRequest) ProtoMessage() {}
+
+func (x *SuspendSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendSandboxRequest.ProtoReflect.Descriptor instead.
+func (*SuspendSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *SuspendSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SuspendSandboxRequest) GetMode() SuspendMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SuspendMode_SUSPEND_MODE_UNSPECIFIED
+}
+
+// SuspendSandboxResponse says what the suspension kept.
+type SuspendSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox, PAUSED or HIBERNATED.
+	Sandbox *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Whether the box's processes survive (true for PAUSE; false for a
+	// hibernation, which keeps the workspace only).
+	ProcessesKept bool `protobuf:"varint,2,opt,name=processes_kept,json=processesKept,proto3" json:"processes_kept,omitempty"`
+	// The hibernation's snapshot.
+	SnapshotId    string `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendSandboxResponse) Reset() {
+	*x = SuspendSandboxResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendSandboxResponse) ProtoMessage() {}
+
+func (x *SuspendSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendSandboxResponse.ProtoReflect.Descriptor instead.
+func (*SuspendSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *SuspendSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *SuspendSandboxResponse) GetProcessesKept() bool {
+	if x != nil {
+		return x.ProcessesKept
+	}
+	return false
+}
+
+func (x *SuspendSandboxResponse) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+// ResumeSandboxRequest names the sandbox.
+type ResumeSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxRequest) Reset() {
+	*x = ResumeSandboxRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxRequest) ProtoMessage() {}
+
+func (x *ResumeSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ResumeSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// ResumeSandboxResponse is the running sandbox.
+type ResumeSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox, RUNNING.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxResponse) Reset() {
+	*x = ResumeSandboxResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxResponse) ProtoMessage() {}
+
+func (x *ResumeSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ResumeSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_sandbox_proto_rawDesc = "" +
@@ -4527,7 +5194,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\tResources\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\x9c\x05\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xbd\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12,\n" +
@@ -4549,10 +5216,12 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"workingDir\x12%\n" +
 	"\x0efailure_reason\x18\x0e \x01(\tR\rfailureReason\x12\x1d\n" +
 	"\n" +
-	"files_root\x18\x0f \x01(\tR\tfilesRoot\x1a9\n" +
+	"files_root\x18\x0f \x01(\tR\tfilesRoot\x12\x1f\n" +
+	"\vsnapshot_id\x18\x10 \x01(\tR\n" +
+	"snapshotId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x05\n" +
 	"\x14CreateSandboxRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x129\n" +
@@ -4567,7 +5236,9 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"files_root\x18\n" +
 	" \x01(\tR\tfilesRoot\x12=\n" +
-	"\x0eegress_secrets\x18\v \x03(\v2\x16.plumb.v1.EgressSecretR\regressSecrets\x1a6\n" +
+	"\x0eegress_secrets\x18\v \x03(\v2\x16.plumb.v1.EgressSecretR\regressSecrets\x12\x1f\n" +
+	"\vsnapshot_id\x18\f \x01(\tR\n" +
+	"snapshotId\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -4832,17 +5503,57 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"oom_killed\x18\x03 \x01(\bR\toomKilled*\\\n" +
+	"oom_killed\x18\x03 \x01(\bR\toomKilled\"7\n" +
+	"\x16SnapshotSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x89\x02\n" +
+	"\bSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x1a\n" +
+	"\btemplate\x18\x03 \x01(\tR\btemplate\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12!\n" +
+	"\fstored_bytes\x18\x05 \x01(\x03R\vstoredBytes\x12\x1b\n" +
+	"\tparent_id\x18\x06 \x01(\tR\bparentId\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x18\n" +
+	"\acorrupt\x18\b \x01(\bR\acorrupt\"I\n" +
+	"\x17SnapshotSandboxResponse\x12.\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x12.plumb.v1.SnapshotR\bsnapshot\"\x16\n" +
+	"\x14ListSnapshotsRequest\"I\n" +
+	"\x15ListSnapshotsResponse\x120\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x12.plumb.v1.SnapshotR\tsnapshots\"8\n" +
+	"\x15DeleteSnapshotRequest\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"a\n" +
+	"\x15SuspendSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12)\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x15.plumb.v1.SuspendModeR\x04mode\"\x8d\x01\n" +
+	"\x16SuspendSandboxResponse\x12+\n" +
+	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\x12%\n" +
+	"\x0eprocesses_kept\x18\x02 \x01(\bR\rprocessesKept\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\"5\n" +
+	"\x14ResumeSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"D\n" +
+	"\x15ResumeSandboxResponse\x12+\n" +
+	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox*\\\n" +
 	"\vEgressScope\x12\x1c\n" +
 	"\x18EGRESS_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EGRESS_SCOPE_ONCE\x10\x01\x12\x18\n" +
-	"\x14EGRESS_SCOPE_SANDBOX\x10\x02*\x9a\x01\n" +
+	"\x14EGRESS_SCOPE_SANDBOX\x10\x02*\xd2\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x02\x12\x18\n" +
 	"\x14SANDBOX_STATE_FAILED\x10\x03\x12\x1a\n" +
-	"\x16SANDBOX_STATE_DELETING\x10\x04*[\n" +
+	"\x16SANDBOX_STATE_DELETING\x10\x04\x12\x18\n" +
+	"\x14SANDBOX_STATE_PAUSED\x10\x05\x12\x1c\n" +
+	"\x18SANDBOX_STATE_HIBERNATED\x10\x06*[\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x17\n" +
@@ -4869,7 +5580,11 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x1bTRUNCATION_REASON_MAX_COUNT\x10\x01\x12!\n" +
 	"\x1dTRUNCATION_REASON_MAX_MATCHES\x10\x02\x12!\n" +
 	"\x1dTRUNCATION_REASON_TIME_BUDGET\x10\x03\x12!\n" +
-	"\x1dTRUNCATION_REASON_WALK_ERRORS\x10\x042\x9d\v\n" +
+	"\x1dTRUNCATION_REASON_WALK_ERRORS\x10\x04*_\n" +
+	"\vSuspendMode\x12\x1c\n" +
+	"\x18SUSPEND_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12SUSPEND_MODE_PAUSE\x10\x01\x12\x1a\n" +
+	"\x16SUSPEND_MODE_HIBERNATE\x10\x022\xc3\x0e\n" +
 	"\x0eSandboxService\x12P\n" +
 	"\rCreateSandbox\x12\x1e.plumb.v1.CreateSandboxRequest\x1a\x1f.plumb.v1.CreateSandboxResponse\x12G\n" +
 	"\n" +
@@ -4891,7 +5606,12 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\rDownloadFiles\x12\x1e.plumb.v1.DownloadFilesRequest\x1a\x1f.plumb.v1.DownloadFilesResponse0\x01\x12B\n" +
 	"\aProcess\x12\x18.plumb.v1.ProcessRequest\x1a\x19.plumb.v1.ProcessResponse(\x010\x01\x12d\n" +
 	"\x13WatchEgressRequests\x12$.plumb.v1.WatchEgressRequestsRequest\x1a%.plumb.v1.WatchEgressRequestsResponse0\x01\x12M\n" +
-	"\fDecideEgress\x12\x1d.plumb.v1.DecideEgressRequest\x1a\x1e.plumb.v1.DecideEgressResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\fDecideEgress\x12\x1d.plumb.v1.DecideEgressRequest\x1a\x1e.plumb.v1.DecideEgressResponse\x12V\n" +
+	"\x0fSnapshotSandbox\x12 .plumb.v1.SnapshotSandboxRequest\x1a!.plumb.v1.SnapshotSandboxResponse\x12P\n" +
+	"\rListSnapshots\x12\x1e.plumb.v1.ListSnapshotsRequest\x1a\x1f.plumb.v1.ListSnapshotsResponse\x12S\n" +
+	"\x0eDeleteSnapshot\x12\x1f.plumb.v1.DeleteSnapshotRequest\x1a .plumb.v1.DeleteSnapshotResponse\x12S\n" +
+	"\x0eSuspendSandbox\x12\x1f.plumb.v1.SuspendSandboxRequest\x1a .plumb.v1.SuspendSandboxResponse\x12P\n" +
+	"\rResumeSandbox\x12\x1e.plumb.v1.ResumeSandboxRequest\x1a\x1f.plumb.v1.ResumeSandboxResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4905,8 +5625,8 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_plumb_v1_sandbox_proto_rawDescData
 }
 
-var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(EgressScope)(0),                    // 0: plumb.v1.EgressScope
 	(SandboxState)(0),                   // 1: plumb.v1.SandboxState
@@ -4915,167 +5635,195 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(FileKind)(0),                       // 4: plumb.v1.FileKind
 	(LineEnding)(0),                     // 5: plumb.v1.LineEnding
 	(TruncationReason)(0),               // 6: plumb.v1.TruncationReason
-	(*WatchEgressRequestsRequest)(nil),  // 7: plumb.v1.WatchEgressRequestsRequest
-	(*WatchEgressRequestsResponse)(nil), // 8: plumb.v1.WatchEgressRequestsResponse
-	(*EgressRequest)(nil),               // 9: plumb.v1.EgressRequest
-	(*DecideEgressRequest)(nil),         // 10: plumb.v1.DecideEgressRequest
-	(*DecideEgressResponse)(nil),        // 11: plumb.v1.DecideEgressResponse
-	(*Resources)(nil),                   // 12: plumb.v1.Resources
-	(*Sandbox)(nil),                     // 13: plumb.v1.Sandbox
-	(*CreateSandboxRequest)(nil),        // 14: plumb.v1.CreateSandboxRequest
-	(*EgressSecret)(nil),                // 15: plumb.v1.EgressSecret
-	(*CreateSandboxResponse)(nil),       // 16: plumb.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),           // 17: plumb.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),          // 18: plumb.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),        // 19: plumb.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 20: plumb.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),        // 21: plumb.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 22: plumb.v1.DeleteSandboxResponse
-	(*KeepAliveRequest)(nil),            // 23: plumb.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),           // 24: plumb.v1.KeepAliveResponse
-	(*DescribeWorkerRequest)(nil),       // 25: plumb.v1.DescribeWorkerRequest
-	(*DescribeWorkerResponse)(nil),      // 26: plumb.v1.DescribeWorkerResponse
-	(*WarmPool)(nil),                    // 27: plumb.v1.WarmPool
-	(*Command)(nil),                     // 28: plumb.v1.Command
-	(*ExecuteRequest)(nil),              // 29: plumb.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),             // 30: plumb.v1.ExecuteResponse
-	(*ExecuteResult)(nil),               // 31: plumb.v1.ExecuteResult
-	(*ExecuteStreamRequest)(nil),        // 32: plumb.v1.ExecuteStreamRequest
-	(*ExecuteStreamResponse)(nil),       // 33: plumb.v1.ExecuteStreamResponse
-	(*OutputChunk)(nil),                 // 34: plumb.v1.OutputChunk
-	(*FileError)(nil),                   // 35: plumb.v1.FileError
-	(*FileInfo)(nil),                    // 36: plumb.v1.FileInfo
-	(*LsRequest)(nil),                   // 37: plumb.v1.LsRequest
-	(*LsResponse)(nil),                  // 38: plumb.v1.LsResponse
-	(*ReadRequest)(nil),                 // 39: plumb.v1.ReadRequest
-	(*ReadResponse)(nil),                // 40: plumb.v1.ReadResponse
-	(*WriteRequest)(nil),                // 41: plumb.v1.WriteRequest
-	(*WriteResponse)(nil),               // 42: plumb.v1.WriteResponse
-	(*EditRequest)(nil),                 // 43: plumb.v1.EditRequest
-	(*EditResponse)(nil),                // 44: plumb.v1.EditResponse
-	(*DeleteRequest)(nil),               // 45: plumb.v1.DeleteRequest
-	(*DeleteResponse)(nil),              // 46: plumb.v1.DeleteResponse
-	(*GrepRequest)(nil),                 // 47: plumb.v1.GrepRequest
-	(*GrepMatch)(nil),                   // 48: plumb.v1.GrepMatch
-	(*GrepResponse)(nil),                // 49: plumb.v1.GrepResponse
-	(*GlobRequest)(nil),                 // 50: plumb.v1.GlobRequest
-	(*GlobResponse)(nil),                // 51: plumb.v1.GlobResponse
-	(*UploadFilesRequest)(nil),          // 52: plumb.v1.UploadFilesRequest
-	(*UploadResult)(nil),                // 53: plumb.v1.UploadResult
-	(*UploadFilesResponse)(nil),         // 54: plumb.v1.UploadFilesResponse
-	(*DownloadFilesRequest)(nil),        // 55: plumb.v1.DownloadFilesRequest
-	(*DownloadFilesResponse)(nil),       // 56: plumb.v1.DownloadFilesResponse
-	(*ProcessRequest)(nil),              // 57: plumb.v1.ProcessRequest
-	(*ProcessStart)(nil),                // 58: plumb.v1.ProcessStart
-	(*ProcessResponse)(nil),             // 59: plumb.v1.ProcessResponse
-	(*ProcessStarted)(nil),              // 60: plumb.v1.ProcessStarted
-	(*ProcessExit)(nil),                 // 61: plumb.v1.ProcessExit
-	nil,                                 // 62: plumb.v1.Sandbox.LabelsEntry
-	nil,                                 // 63: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                                 // 64: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                                 // 65: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                                 // 66: plumb.v1.Command.EnvEntry
-	nil,                                 // 67: plumb.v1.FileError.DetailsEntry
-	nil,                                 // 68: plumb.v1.ProcessStart.EnvEntry
-	(*durationpb.Duration)(nil),         // 69: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 70: google.protobuf.Timestamp
+	(SuspendMode)(0),                    // 7: plumb.v1.SuspendMode
+	(*WatchEgressRequestsRequest)(nil),  // 8: plumb.v1.WatchEgressRequestsRequest
+	(*WatchEgressRequestsResponse)(nil), // 9: plumb.v1.WatchEgressRequestsResponse
+	(*EgressRequest)(nil),               // 10: plumb.v1.EgressRequest
+	(*DecideEgressRequest)(nil),         // 11: plumb.v1.DecideEgressRequest
+	(*DecideEgressResponse)(nil),        // 12: plumb.v1.DecideEgressResponse
+	(*Resources)(nil),                   // 13: plumb.v1.Resources
+	(*Sandbox)(nil),                     // 14: plumb.v1.Sandbox
+	(*CreateSandboxRequest)(nil),        // 15: plumb.v1.CreateSandboxRequest
+	(*EgressSecret)(nil),                // 16: plumb.v1.EgressSecret
+	(*CreateSandboxResponse)(nil),       // 17: plumb.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),           // 18: plumb.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),          // 19: plumb.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),        // 20: plumb.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 21: plumb.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),        // 22: plumb.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 23: plumb.v1.DeleteSandboxResponse
+	(*KeepAliveRequest)(nil),            // 24: plumb.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),           // 25: plumb.v1.KeepAliveResponse
+	(*DescribeWorkerRequest)(nil),       // 26: plumb.v1.DescribeWorkerRequest
+	(*DescribeWorkerResponse)(nil),      // 27: plumb.v1.DescribeWorkerResponse
+	(*WarmPool)(nil),                    // 28: plumb.v1.WarmPool
+	(*Command)(nil),                     // 29: plumb.v1.Command
+	(*ExecuteRequest)(nil),              // 30: plumb.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),             // 31: plumb.v1.ExecuteResponse
+	(*ExecuteResult)(nil),               // 32: plumb.v1.ExecuteResult
+	(*ExecuteStreamRequest)(nil),        // 33: plumb.v1.ExecuteStreamRequest
+	(*ExecuteStreamResponse)(nil),       // 34: plumb.v1.ExecuteStreamResponse
+	(*OutputChunk)(nil),                 // 35: plumb.v1.OutputChunk
+	(*FileError)(nil),                   // 36: plumb.v1.FileError
+	(*FileInfo)(nil),                    // 37: plumb.v1.FileInfo
+	(*LsRequest)(nil),                   // 38: plumb.v1.LsRequest
+	(*LsResponse)(nil),                  // 39: plumb.v1.LsResponse
+	(*ReadRequest)(nil),                 // 40: plumb.v1.ReadRequest
+	(*ReadResponse)(nil),                // 41: plumb.v1.ReadResponse
+	(*WriteRequest)(nil),                // 42: plumb.v1.WriteRequest
+	(*WriteResponse)(nil),               // 43: plumb.v1.WriteResponse
+	(*EditRequest)(nil),                 // 44: plumb.v1.EditRequest
+	(*EditResponse)(nil),                // 45: plumb.v1.EditResponse
+	(*DeleteRequest)(nil),               // 46: plumb.v1.DeleteRequest
+	(*DeleteResponse)(nil),              // 47: plumb.v1.DeleteResponse
+	(*GrepRequest)(nil),                 // 48: plumb.v1.GrepRequest
+	(*GrepMatch)(nil),                   // 49: plumb.v1.GrepMatch
+	(*GrepResponse)(nil),                // 50: plumb.v1.GrepResponse
+	(*GlobRequest)(nil),                 // 51: plumb.v1.GlobRequest
+	(*GlobResponse)(nil),                // 52: plumb.v1.GlobResponse
+	(*UploadFilesRequest)(nil),          // 53: plumb.v1.UploadFilesRequest
+	(*UploadResult)(nil),                // 54: plumb.v1.UploadResult
+	(*UploadFilesResponse)(nil),         // 55: plumb.v1.UploadFilesResponse
+	(*DownloadFilesRequest)(nil),        // 56: plumb.v1.DownloadFilesRequest
+	(*DownloadFilesResponse)(nil),       // 57: plumb.v1.DownloadFilesResponse
+	(*ProcessRequest)(nil),              // 58: plumb.v1.ProcessRequest
+	(*ProcessStart)(nil),                // 59: plumb.v1.ProcessStart
+	(*ProcessResponse)(nil),             // 60: plumb.v1.ProcessResponse
+	(*ProcessStarted)(nil),              // 61: plumb.v1.ProcessStarted
+	(*ProcessExit)(nil),                 // 62: plumb.v1.ProcessExit
+	(*SnapshotSandboxRequest)(nil),      // 63: plumb.v1.SnapshotSandboxRequest
+	(*Snapshot)(nil),                    // 64: plumb.v1.Snapshot
+	(*SnapshotSandboxResponse)(nil),     // 65: plumb.v1.SnapshotSandboxResponse
+	(*ListSnapshotsRequest)(nil),        // 66: plumb.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 67: plumb.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),       // 68: plumb.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),      // 69: plumb.v1.DeleteSnapshotResponse
+	(*SuspendSandboxRequest)(nil),       // 70: plumb.v1.SuspendSandboxRequest
+	(*SuspendSandboxResponse)(nil),      // 71: plumb.v1.SuspendSandboxResponse
+	(*ResumeSandboxRequest)(nil),        // 72: plumb.v1.ResumeSandboxRequest
+	(*ResumeSandboxResponse)(nil),       // 73: plumb.v1.ResumeSandboxResponse
+	nil,                                 // 74: plumb.v1.Sandbox.LabelsEntry
+	nil,                                 // 75: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                                 // 76: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                                 // 77: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                                 // 78: plumb.v1.Command.EnvEntry
+	nil,                                 // 79: plumb.v1.FileError.DetailsEntry
+	nil,                                 // 80: plumb.v1.ProcessStart.EnvEntry
+	(*durationpb.Duration)(nil),         // 81: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 82: google.protobuf.Timestamp
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
-	69, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
-	9,  // 1: plumb.v1.WatchEgressRequestsResponse.request:type_name -> plumb.v1.EgressRequest
-	70, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
+	81, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
+	10, // 1: plumb.v1.WatchEgressRequestsResponse.request:type_name -> plumb.v1.EgressRequest
+	82, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: plumb.v1.DecideEgressRequest.scope:type_name -> plumb.v1.EgressScope
 	1,  // 4: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	70, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	70, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	70, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	62, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
-	12, // 9: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
+	82, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	82, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	82, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	74, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	13, // 9: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	2,  // 10: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	63, // 11: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
-	12, // 12: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	69, // 13: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	64, // 14: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	75, // 11: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	13, // 12: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
+	81, // 13: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	76, // 14: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
 	2,  // 15: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
-	15, // 16: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
-	13, // 17: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	13, // 18: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	65, // 19: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
-	13, // 20: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	69, // 21: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	13, // 22: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	27, // 23: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
-	69, // 24: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
-	66, // 25: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	69, // 26: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
-	28, // 27: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
-	31, // 28: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
-	28, // 29: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
-	34, // 30: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
-	31, // 31: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
+	16, // 16: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
+	14, // 17: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	14, // 18: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	77, // 19: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	14, // 20: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	81, // 21: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	14, // 22: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
+	28, // 23: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
+	81, // 24: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	78, // 25: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	81, // 26: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	29, // 27: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
+	32, // 28: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
+	29, // 29: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
+	35, // 30: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
+	32, // 31: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
 	3,  // 32: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	67, // 33: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	79, // 33: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
 	4,  // 34: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	70, // 35: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	36, // 36: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	82, // 35: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	37, // 36: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
 	5,  // 37: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	48, // 38: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	49, // 38: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
 	6,  // 39: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	35, // 40: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	36, // 41: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	36, // 40: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	37, // 41: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
 	6,  // 42: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	35, // 43: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	53, // 44: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	35, // 45: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	58, // 46: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	68, // 47: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	60, // 48: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	61, // 49: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	14, // 50: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	17, // 51: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	19, // 52: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	21, // 53: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	23, // 54: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	25, // 55: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	29, // 56: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	32, // 57: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	37, // 58: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	39, // 59: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	41, // 60: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	43, // 61: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	45, // 62: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	47, // 63: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	50, // 64: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	52, // 65: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	55, // 66: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	57, // 67: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	7,  // 68: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
-	10, // 69: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
-	16, // 70: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	18, // 71: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	20, // 72: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	22, // 73: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	24, // 74: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	26, // 75: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	30, // 76: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	33, // 77: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	38, // 78: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	40, // 79: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	42, // 80: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	44, // 81: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	46, // 82: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	49, // 83: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	51, // 84: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	54, // 85: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	56, // 86: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	59, // 87: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	8,  // 88: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
-	11, // 89: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
-	70, // [70:90] is the sub-list for method output_type
-	50, // [50:70] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	36, // 43: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	54, // 44: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	36, // 45: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	59, // 46: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	80, // 47: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	61, // 48: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	62, // 49: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	82, // 50: plumb.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	64, // 51: plumb.v1.SnapshotSandboxResponse.snapshot:type_name -> plumb.v1.Snapshot
+	64, // 52: plumb.v1.ListSnapshotsResponse.snapshots:type_name -> plumb.v1.Snapshot
+	7,  // 53: plumb.v1.SuspendSandboxRequest.mode:type_name -> plumb.v1.SuspendMode
+	14, // 54: plumb.v1.SuspendSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	14, // 55: plumb.v1.ResumeSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	15, // 56: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	18, // 57: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	20, // 58: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	22, // 59: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	24, // 60: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	26, // 61: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	30, // 62: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	33, // 63: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	38, // 64: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	40, // 65: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	42, // 66: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	44, // 67: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	46, // 68: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	48, // 69: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	51, // 70: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	53, // 71: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	56, // 72: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	58, // 73: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	8,  // 74: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
+	11, // 75: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
+	63, // 76: plumb.v1.SandboxService.SnapshotSandbox:input_type -> plumb.v1.SnapshotSandboxRequest
+	66, // 77: plumb.v1.SandboxService.ListSnapshots:input_type -> plumb.v1.ListSnapshotsRequest
+	68, // 78: plumb.v1.SandboxService.DeleteSnapshot:input_type -> plumb.v1.DeleteSnapshotRequest
+	70, // 79: plumb.v1.SandboxService.SuspendSandbox:input_type -> plumb.v1.SuspendSandboxRequest
+	72, // 80: plumb.v1.SandboxService.ResumeSandbox:input_type -> plumb.v1.ResumeSandboxRequest
+	17, // 81: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	19, // 82: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	21, // 83: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	23, // 84: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	25, // 85: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	27, // 86: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	31, // 87: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	34, // 88: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	39, // 89: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	41, // 90: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	43, // 91: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	45, // 92: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	47, // 93: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	50, // 94: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	52, // 95: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	55, // 96: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	57, // 97: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	60, // 98: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	9,  // 99: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
+	12, // 100: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
+	65, // 101: plumb.v1.SandboxService.SnapshotSandbox:output_type -> plumb.v1.SnapshotSandboxResponse
+	67, // 102: plumb.v1.SandboxService.ListSnapshots:output_type -> plumb.v1.ListSnapshotsResponse
+	69, // 103: plumb.v1.SandboxService.DeleteSnapshot:output_type -> plumb.v1.DeleteSnapshotResponse
+	71, // 104: plumb.v1.SandboxService.SuspendSandbox:output_type -> plumb.v1.SuspendSandboxResponse
+	73, // 105: plumb.v1.SandboxService.ResumeSandbox:output_type -> plumb.v1.ResumeSandboxResponse
+	81, // [81:106] is the sub-list for method output_type
+	56, // [56:81] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -5108,8 +5856,8 @@ func file_plumb_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   62,
+			NumEnums:      8,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,437 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"go.uber.org/zap"
+
+	"github.com/plumbhq/plumb/pkg/snapshot"
+)
+
+// Durable workspaces (docs/workspaces.md; threat analysis in
+// docs/security.md, "Workspace snapshots and restore"): snapshots of a
+// box's workspace, creates from one, and suspend (PAUSE, HIBERNATE) with a
+// transparent wake on the next operation.
+
+// SuspendMode is how SuspendSandbox suspends a box.
+type SuspendMode string
+
+// Suspend modes.
+const (
+	// SuspendPause freezes the container in place (docker pause): memory
+	// and processes kept, no CPU.
+	SuspendPause SuspendMode = "pause"
+	// SuspendHibernate snapshots the workspace and removes the container:
+	// only storage is kept. Under runc processes end; gVisor's checkpoint
+	// of memory (runsc checkpoint) is a later step (checkpointer).
+	SuspendHibernate SuspendMode = "hibernate"
+)
+
+// SuspendResult says what a suspend kept.
+type SuspendResult struct {
+	Info Info
+	// ProcessesKept: the box's processes survive (PAUSE); false for a
+	// workspace-only hibernation.
+	ProcessesKept bool
+	// Snapshot is the hibernation's snapshot.
+	Snapshot string
+}
+
+// checkpointer is the seam for memory checkpoints (issue 19 item 4):
+// under gVisor, `runsc checkpoint` would save the box's processes with its
+// workspace and `runsc restore` bring them back on wake. No implementation
+// exists yet: hibernation is workspace-only under every runtime.
+type checkpointer interface {
+	Checkpoint(ctx context.Context, containerID string) (image string, err error)
+	Restore(ctx context.Context, containerID, image string) error
+}
+
+var _ checkpointer = nil // see SuspendHibernate
+
+func (m *Manager) repo() (*snapshot.Repo, error) {
+	if m.cfg.Snapshots == nil {
+		return nil, errorf(CodeInvalid, "worker %s has no snapshot store (sandboxd's snapshots section)", m.cfg.Worker)
+	}
+	return m.cfg.Snapshots, nil
+}
+
+// snapErr converts a snapshot error into a lifecycle error.
+func snapErr(err error) error {
+	var se *snapshot.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	code := map[snapshot.Code]Code{
+		snapshot.CodeNotFound: CodeSnapshotNotFound, snapshot.CodeDataLoss: CodeDataLoss,
+		snapshot.CodeQuota: CodeQuota, snapshot.CodeInvalid: CodeInvalid,
+	}[se.Code]
+	if code == "" {
+		return err
+	}
+	return &Error{Code: code, Message: se.Error(), Limit: se.Limit, Err: err}
+}
+
+// Snapshot captures sandbox id's workspace into a new snapshot of its
+// tenant. The box is paused while the engine archives its workspace from
+// the host side (its own agent is not asked), and unpaused after; a paused
+// box stays paused; a hibernated box's snapshot is its hibernation's.
+func (m *Manager) Snapshot(ctx context.Context, id string) (*snapshot.Manifest, error) {
+	repo, err := m.repo()
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	sb.life.Lock()
+	defer sb.life.Unlock()
+	if info := m.snapshot(sb); info.State == StateHibernated {
+		man, err := repo.Get(ctx, info.Tenant, info.Snapshot)
+		return man, snapErr(err)
+	}
+	end := m.begin(sb)
+	defer end()
+	return m.capture(ctx, repo, sb)
+}
+
+// capture snapshots sb's workspace; sb.life is held.
+func (m *Manager) capture(ctx context.Context, repo *snapshot.Repo, sb *sandbox) (*snapshot.Manifest, error) {
+	info := m.snapshot(sb)
+	switch info.State {
+	case StateRunning, StatePaused:
+	case StateFailed:
+		return nil, errorf(CodeFailed, "sandbox %s failed: %s", info.ID, info.FailureReason)
+	default:
+		return nil, errorf(CodeNotFound, "sandbox %s is %s", info.ID, info.State)
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+	defer cancel()
+	if info.State == StateRunning {
+		if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+			return nil, fmt.Errorf("pause sandbox %s for its snapshot: %w", info.ID, err)
+		}
+		defer func() {
+			if _, err := m.api.ContainerUnpause(ectx, info.ContainerID, client.ContainerUnpauseOptions{}); err != nil {
+				m.lg.Warn("unpause after snapshot", zap.String("sandbox-id", info.ID), zap.Error(err))
+			}
+		}()
+	}
+	res, err := m.api.CopyFromContainer(ctx, info.ContainerID, client.CopyFromContainerOptions{SourcePath: info.Settings.WorkingDir})
+	if err != nil {
+		return nil, fmt.Errorf("archive the workspace of %s: %w", info.ID, err)
+	}
+	defer res.Content.Close()
+	sb.mu.Lock()
+	parent := sb.last
+	sb.mu.Unlock()
+	man, err := repo.Capture(ctx, snapshot.Meta{Tenant: info.Tenant, Sandbox: info.ID, Template: info.Template, Parent: parent},
+		res.Content, path.Base(info.Settings.WorkingDir), info.Settings.DiskBytes)
+	if err != nil {
+		return nil, snapErr(err)
+	}
+	sb.mu.Lock()
+	sb.last = man.ID
+	sb.mu.Unlock()
+	m.lg.Info("sandbox snapshot taken", zap.String("sandbox-id", info.ID), zap.String("snapshot", man.ID), zap.Int64("size", man.Size), zap.Int64("stored-bytes", man.StoredBytes))
+	return man, nil
+}
+
+// ListSnapshots lists a tenant's snapshots.
+func (m *Manager) ListSnapshots(ctx context.Context, tenant string) ([]snapshot.Summary, error) {
+	repo, err := m.repo()
+	if err != nil {
+		return nil, err
+	}
+	l, err := repo.List(ctx, tenantOf(tenant))
+	return l, snapErr(err)
+}
+
+// DeleteSnapshot removes a tenant's snapshot; chunks no other snapshot of
+// the tenant names are collected.
+func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
+	repo, err := m.repo()
+	if err != nil {
+		return err
+	}
+	return snapErr(repo.Delete(ctx, tenantOf(tenant), id))
+}
+
+// prepareRestore verifies a tenant's snapshot completely and writes the
+// tar a restore copies into a new workspace to a temporary file (nothing
+// is created before it verifies; the caller removes the file).
+func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Template) (*os.File, error) {
+	repo, err := m.repo()
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, _ := parseUser(m.cfg.User)
+	f, err := os.CreateTemp("", "plumb-restore-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(f.Name()) // the open file is all that is needed
+	man, err := repo.Restore(ctx, tenantOf(tenant), id, f, uid, gid)
+	if err == nil && t.DiskBytes > 0 && man.Size > t.DiskBytes {
+		err = invalidField("disk_bytes", "snapshot %s holds %d bytes, over the box's disk limit of %d", id, man.Size, t.DiskBytes)
+	}
+	if err == nil {
+		_, err = f.Seek(0, 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, snapErr(err)
+	}
+	return f, nil
+}
+
+// fill copies the verified restore tar into a created, not yet started
+// container's workspace (the engine extracts it inside the container's
+// root, owning each entry as its header says: the sandbox user).
+func (m *Manager) fill(ctx context.Context, cid string, t Template, tar *os.File) error {
+	if _, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: tar}); err != nil {
+		return fmt.Errorf("restore the workspace: %w", err)
+	}
+	return nil
+}
+
+// Suspend pauses or hibernates sandbox id. A box with operations or
+// processes in flight is not suspended (CodeUnavailable: retry later).
+func (m *Manager) Suspend(ctx context.Context, id string, mode SuspendMode) (SuspendResult, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return SuspendResult{}, err
+	}
+	sb.life.Lock()
+	defer sb.life.Unlock()
+	return m.suspend(ctx, sb, mode, false)
+}
+
+// suspend does Suspend; sb.life is held. idle: the reaper's, which skips
+// a box that became busy.
+func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, idle bool) (SuspendResult, error) {
+	sb.mu.Lock()
+	info, busy := sb.info, sb.busy+sb.procs+sb.conns
+	sb.mu.Unlock()
+	switch info.State {
+	case StateRunning, StatePaused, StateHibernated:
+	case StateFailed:
+		return SuspendResult{}, errorf(CodeFailed, "sandbox %s failed: %s", info.ID, info.FailureReason)
+	default:
+		return SuspendResult{}, errorf(CodeNotFound, "sandbox %s is %s", info.ID, info.State)
+	}
+	if busy > 0 && info.State == StateRunning {
+		return SuspendResult{}, errorf(CodeUnavailable, "sandbox %s has operations or processes in flight; suspend it when they end", info.ID)
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+	defer cancel()
+	switch mode {
+	case SuspendPause:
+		switch info.State {
+		case StateHibernated:
+			return SuspendResult{Info: info, Snapshot: info.Snapshot}, nil
+		case StateRunning:
+			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
+			}
+			m.setState(sb, StatePaused, "")
+			m.lg.Info("sandbox paused", zap.String("sandbox-id", info.ID), zap.Bool("idle", idle))
+		}
+		return SuspendResult{Info: m.snapshot(sb), ProcessesKept: true}, nil
+	case SuspendHibernate:
+		if info.State == StateHibernated {
+			return SuspendResult{Info: info, Snapshot: info.Snapshot}, nil
+		}
+		repo, err := m.repo()
+		if err != nil {
+			return SuspendResult{}, err
+		}
+		if info.Settings.Network == NetworkEgress {
+			return SuspendResult{}, errorf(CodeInvalid, "sandbox %s has network egress: hibernating egress sandboxes is not supported yet (pause it)", info.ID)
+		}
+		// The box stays paused from its snapshot to its removal: a call
+		// arriving meanwhile waits in wake (sb.life) and then finds it
+		// hibernated, so nothing it writes is lost with the container.
+		if info.State == StateRunning {
+			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
+			}
+			m.setState(sb, StatePaused, "")
+		}
+		undo := func() {
+			if info.State == StateRunning {
+				if _, err := m.api.ContainerUnpause(ectx, info.ContainerID, client.ContainerUnpauseOptions{}); err != nil {
+					m.lg.Warn("unpause after a failed hibernation", zap.String("sandbox-id", info.ID), zap.Error(err))
+					return
+				}
+				m.setState(sb, StateRunning, "")
+			}
+		}
+		man, err := m.capture(ctx, repo, sb)
+		if err != nil {
+			undo()
+			return SuspendResult{}, err
+		}
+		// The snapshot verifies before the only copy of the workspace goes.
+		if err := repo.Verify(ctx, info.Tenant, man.ID); err != nil {
+			undo()
+			return SuspendResult{}, snapErr(err)
+		}
+		sb.mu.Lock()
+		sb.info.State, sb.info.Snapshot = StateHibernated, man.ID
+		if sb.ch != nil {
+			sb.ch.close()
+			sb.ch = nil
+		}
+		sb.mu.Unlock()
+		// Unfrozen first: the engine's forced removal of a paused gVisor
+		// box can report success and leave it (its snapshot is taken: what
+		// box code does in these milliseconds is lost with the container).
+		m.unfreeze(ectx, info.ContainerID)
+		if err := m.removeContainer(ectx, info.ContainerID, volumeName(info.ID)); err != nil {
+			m.lg.Warn("hibernated sandbox: its container is not removed yet (removed on wake or delete)", zap.String("sandbox-id", info.ID), zap.Error(err))
+		}
+		m.lg.Info("sandbox hibernated", zap.String("sandbox-id", info.ID), zap.String("snapshot", man.ID), zap.Bool("idle", idle))
+		return SuspendResult{Info: m.snapshot(sb), Snapshot: man.ID}, nil
+	}
+	return SuspendResult{}, invalidField("mode", "suspend mode %q is neither %q nor %q", mode, SuspendPause, SuspendHibernate)
+}
+
+func (m *Manager) setState(sb *sandbox, st State, snap string) {
+	sb.mu.Lock()
+	sb.info.State = st
+	if snap != "" {
+		sb.info.Snapshot = snap
+	}
+	sb.mu.Unlock()
+}
+
+// Resume wakes a suspended sandbox (a running one is left as it is).
+func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.wake(ctx, sb); err != nil {
+		return Info{}, err
+	}
+	m.touch(sb)
+	return m.snapshot(sb), nil
+}
+
+// wake unpauses a paused box or recreates a hibernated one from its
+// snapshot under the same id; every operation calls it first, so a caller
+// sees one slower call.
+func (m *Manager) wake(ctx context.Context, sb *sandbox) error {
+	sb.mu.Lock()
+	st := sb.info.State
+	sb.mu.Unlock()
+	if st != StatePaused && st != StateHibernated {
+		return nil
+	}
+	sb.life.Lock()
+	defer sb.life.Unlock()
+	info := m.snapshot(sb)
+	switch info.State {
+	case StatePaused:
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
+		defer cancel()
+		if _, err := m.api.ContainerUnpause(ectx, info.ContainerID, client.ContainerUnpauseOptions{}); err != nil && !cerrdefs.IsConflict(err) {
+			return fmt.Errorf("unpause sandbox %s: %w", info.ID, err)
+		}
+		m.setState(sb, StateRunning, "")
+		m.lg.Info("sandbox woken (unpaused)", zap.String("sandbox-id", info.ID))
+	case StateHibernated:
+		start := time.Now()
+		tar, err := m.prepareRestore(ctx, info.Tenant, info.Snapshot, info.Settings)
+		if err != nil {
+			return err
+		}
+		defer tar.Close()
+		// A container or volume its hibernation failed to remove would
+		// hold the name.
+		_ = m.removeContainer(ctx, info.ID, volumeName(info.ID))
+		spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, restore: tar}
+		m.mu.Lock()
+		m.pending[info.ID] = true
+		m.mu.Unlock()
+		fresh, err := m.start(ctx, info.ID, spec, info.Settings)
+		m.mu.Lock()
+		delete(m.pending, info.ID)
+		m.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		// The record stays the caller's; it takes the new container, and
+		// its next operation dials its own channel.
+		fresh.mu.Lock()
+		if fresh.ch != nil {
+			fresh.ch.close()
+		}
+		cid, image := fresh.info.ContainerID, fresh.image
+		fresh.mu.Unlock()
+		sb.mu.Lock()
+		sb.info.ContainerID, sb.image, sb.info.State = cid, image, StateRunning
+		sb.mu.Unlock()
+		m.lg.Info("sandbox woken (recreated from its hibernation snapshot)", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Duration("took", time.Since(start)))
+	}
+	return nil
+}
+
+// idleSuspend pauses or hibernates the idle boxes whose template asks for
+// it (the reaper's round): hibernate_after first, then idle_suspend_after.
+func (m *Manager) idleSuspend(ctx context.Context, sbs []*sandbox) {
+	now := m.now()
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		st, t, idle := sb.info.State, sb.info.Settings, now.Sub(sb.info.LastUsedAt)
+		busy := sb.busy + sb.procs + sb.conns
+		sb.mu.Unlock()
+		if busy > 0 || (st != StateRunning && st != StatePaused) || sb.member {
+			continue
+		}
+		var mode SuspendMode
+		switch {
+		case t.HibernateAfter > 0 && idle >= t.HibernateAfter && m.cfg.Snapshots != nil && t.Network != NetworkEgress:
+			mode = SuspendHibernate
+		case t.IdleSuspendAfter > 0 && idle >= t.IdleSuspendAfter && st == StateRunning:
+			mode = SuspendPause
+		default:
+			continue
+		}
+		if !sb.life.TryLock() {
+			continue // a snapshot or wake in flight
+		}
+		if _, err := m.suspend(ctx, sb, mode, true); err != nil {
+			m.lg.Warn("idle sandbox not suspended", zap.String("sandbox-id", m.snapshot(sb).ID), zap.String("mode", string(mode)), zap.Error(err))
+		}
+		sb.life.Unlock()
+	}
+}
+
+// dropHibernation removes the snapshot a deleted hibernated box woke from
+// (the TTL bounds how long it is kept).
+func (m *Manager) dropHibernation(ctx context.Context, info Info) {
+	if info.State != StateHibernated || info.Snapshot == "" || m.cfg.Snapshots == nil {
+		return
+	}
+	if err := m.cfg.Snapshots.Delete(context.WithoutCancel(ctx), info.Tenant, info.Snapshot); err != nil && snapshot.CodeOf(err) != snapshot.CodeNotFound {
+		m.lg.Warn("remove a deleted sandbox's hibernation snapshot", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Error(err))
+	}
+}
+
+// unfreeze unpauses a paused container before its removal.
+func (m *Manager) unfreeze(ctx context.Context, cid string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := m.api.ContainerUnpause(ctx, cid, client.ContainerUnpauseOptions{}); err != nil && !cerrdefs.IsConflict(err) && !cerrdefs.IsNotFound(err) {
+		m.lg.Warn("unpause a box for its removal", zap.String("container-id", cid), zap.Error(err))
+	}
+}
