@@ -217,6 +217,10 @@ var migrations = []string{
 		estimated  INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX usage_ledger_tenant_at ON usage_ledger (tenant, at);`,
+	// Per-tenant quotas (store.QuotaCounts): when each run was asked for,
+	// so that runs_per_minute counts from the shared store.
+	`ALTER TABLE runs ADD COLUMN created_at BIGINT NOT NULL DEFAULT 0;
+	CREATE INDEX runs_created ON runs (created_at);`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

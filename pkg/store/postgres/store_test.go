@@ -495,3 +495,9 @@ func TestRetentionConformance(t *testing.T) {
 func TestLedgerConformance(t *testing.T) {
 	storetest.RunLedger(t, func(t *testing.T) store.Ledger { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestQuotaCountsConformance runs the quota counts suite against a real
+// PostgreSQL server.
+func TestQuotaCountsConformance(t *testing.T) {
+	storetest.RunQuotaCounts(t, func(t *testing.T) storetest.QuotaStore { return open(t, pgtest.New(t), Options{}) })
+}

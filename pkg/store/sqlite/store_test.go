@@ -296,3 +296,11 @@ func TestLedgerConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestQuotaCountsConformance runs the quota counts suite against a real
+// SQLite file.
+func TestQuotaCountsConformance(t *testing.T) {
+	storetest.RunQuotaCounts(t, func(t *testing.T) storetest.QuotaStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
