@@ -46,6 +46,9 @@ type Config struct {
 	// (docs/agentd.md, "Retention"): nothing is kept forever unless a TTL
 	// is written as 0.
 	Retention RetentionConfig `yaml:"retention"`
+	// Quotas are the tenants' quotas (docs/agentd.md, "Quotas"): none
+	// unless written.
+	Quotas QuotasConfig `yaml:"quotas"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -144,6 +147,28 @@ type RetentionRules struct {
 	ThreadsIdle *time.Duration `yaml:"threads_idle"`
 	// WebhookDeliveries deletes a delivery finished this long ago.
 	WebhookDeliveries *time.Duration `yaml:"webhook_deliveries"`
+}
+
+// QuotasConfig is `quotas`: the default quotas of every tenant, and
+// tenants' own. A quota left out (or 0) is unlimited; a tenant's quota
+// left out is the default one.
+type QuotasConfig struct {
+	QuotaLimits `yaml:",inline"`
+	// Tenants override the quotas per tenant.
+	Tenants map[string]QuotaLimits `yaml:"tenants"`
+}
+
+// QuotaLimits are quotas; nil = inherited (or unlimited), 0 = unlimited.
+type QuotaLimits struct {
+	// ConcurrentRuns bounds the tenant's runs running at once.
+	ConcurrentRuns *int `yaml:"concurrent_runs"`
+	// RunsPerMinute bounds the runs asked for in the last minute.
+	RunsPerMinute *int `yaml:"runs_per_minute"`
+	// TokensPerDay bounds the prompt and completion tokens of the last
+	// 24 hours.
+	TokensPerDay *int `yaml:"tokens_per_day"`
+	// LiveSandboxes bounds the tenant's threads holding a sandbox.
+	LiveSandboxes *int `yaml:"live_sandboxes"`
 }
 
 // ModelConfig is one `models.<key>` entry.

@@ -15,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/retention"
+	"github.com/plumbhq/plumb/internal/quota"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/webhooks"
@@ -69,6 +70,10 @@ type Agentd struct {
 	// (sandbox.template.egress_approval); nil when that is off.
 	Egress *egressapproval.Service
 
+	// Quotas checks the tenants' quotas (`quotas`); nil when none is
+	// set.
+	Quotas *quota.Checker
+
 	// webhooks are the checked webhook settings (webhookService).
 	webhooks webhooks.Config
 	lg       *zap.Logger
@@ -115,6 +120,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
 		c.OnUsage = runhost.RecordUsage(a.Store, l)
+	}
+	if a.Quotas != nil {
+		c.Admit = a.Quotas.Admit
 	}
 	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
 	for name, p := range a.Config.Agents {
@@ -307,6 +315,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 			},
 		},
 	}
+	if err := a.quotas(cfg, st, tb, &dc); err != nil {
+		return nil, err
+	}
 	for _, h := range cfg.Hooks {
 		hk := hooks.Hook{Name: h.Name, Phase: h.Phase, Tools: h.Tools, Action: h.Action, Message: h.Message, Replacement: h.Replacement}
 		if h.Match != nil {
@@ -484,6 +495,35 @@ func (a *Agentd) mcpServers(cfg *Config, o Options, dc *deep.Config) error {
 	return nil
 }
 
+// quotas builds the quota checker when a quota is set, and its
+// middleware (tokens_per_day before every model call).
+func (a *Agentd) quotas(cfg *Config, st store.Threads, tb *ThreadBackends, dc *deep.Config) error {
+	p := QuotaPolicy(cfg.Quotas)
+	if !p.Enabled() {
+		return nil
+	}
+	counts, ok := st.(quota.Counts)
+	if !ok {
+		return errors.New("quotas: this thread store cannot count for quotas")
+	}
+	q, err := quota.New(quota.Config{Policy: p, Counts: counts, Sandboxes: tb.pool != nil})
+	if err != nil {
+		return fmt.Errorf("quotas: %w", err)
+	}
+	a.Quotas = q
+	if q.TokensMetered() {
+		tenantOf := func(ctx context.Context, threadID string) (string, error) {
+			t, err := st.Thread(ctx, threadID)
+			if err != nil {
+				return "", err
+			}
+			return store.TenantOf(t), nil
+		}
+		dc.UserMiddleware = append(dc.UserMiddleware, func(deep.ContextInfo) agent.Middleware { return q.Middleware(tenantOf) })
+	}
+	return nil
+}
+
 // python registers the python tool unless tools.python.enabled is false,
 // with the middleware that offers it only to runs whose sandbox has
 // python3. Close closes its interpreters.
@@ -646,6 +686,59 @@ func RetentionPolicy(rc RetentionConfig) retention.Policy {
 	return p
 }
 
+// QuotaPolicy is the quota policy of qc: each tenant's quotas over the
+// default ones.
+func QuotaPolicy(qc QuotasConfig) quota.Policy {
+	or := func(n *int, def int) int {
+		if n == nil {
+			return def
+		}
+		return *n
+	}
+	p := quota.Policy{Default: quota.Limits{
+		ConcurrentRuns: or(qc.ConcurrentRuns, 0), RunsPerMinute: or(qc.RunsPerMinute, 0),
+		TokensPerDay: or(qc.TokensPerDay, 0), LiveSandboxes: or(qc.LiveSandboxes, 0),
+	}}
+	for name, l := range qc.Tenants {
+		if p.Tenants == nil {
+			p.Tenants = map[string]quota.Limits{}
+		}
+		d := p.Default
+		p.Tenants[name] = quota.Limits{
+			ConcurrentRuns: or(l.ConcurrentRuns, d.ConcurrentRuns), RunsPerMinute: or(l.RunsPerMinute, d.RunsPerMinute),
+			TokensPerDay: or(l.TokensPerDay, d.TokensPerDay), LiveSandboxes: or(l.LiveSandboxes, d.LiveSandboxes),
+		}
+	}
+	return p
+}
+
+// validateQuotas checks `quotas`: no negative quota, no empty tenant.
+func validateQuotas(qc QuotasConfig) error {
+	check := func(prefix string, l QuotaLimits) error {
+		for _, f := range []struct {
+			name string
+			n    *int
+		}{{"concurrent_runs", l.ConcurrentRuns}, {"runs_per_minute", l.RunsPerMinute}, {"tokens_per_day", l.TokensPerDay}, {"live_sandboxes", l.LiveSandboxes}} {
+			if f.n != nil && *f.n < 0 {
+				return fmt.Errorf("%s%s: must not be negative (0 is unlimited)", prefix, f.name)
+			}
+		}
+		return nil
+	}
+	if err := check("quotas.", qc.QuotaLimits); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(qc.Tenants) {
+		if name == "" {
+			return errors.New("quotas.tenants: a tenant name must not be empty")
+		}
+		if err := check("quotas.tenants."+name+".", qc.Tenants[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // validateRetention checks `retention`: no negative TTL or count, and
 // checkpoints_keep agreeing with storage.checkpoint_retention.
 func validateRetention(cfg *Config) error {
@@ -682,6 +775,9 @@ func validateRetention(cfg *Config) error {
 // table, backend types, routes and fractions.
 func validate(cfg *Config) error {
 	if err := validateRetention(cfg); err != nil {
+		return err
+	}
+	if err := validateQuotas(cfg.Quotas); err != nil {
 		return err
 	}
 	if err := validateEgressSecrets(cfg.Sandbox.Template); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/preview"
+	"github.com/plumbhq/plumb/internal/quota"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
@@ -88,6 +89,11 @@ const (
 	// ReasonNoWebhookKey: the caller's tenant has no webhook signing key
 	// (RotateWebhookKey makes one).
 	ReasonNoWebhookKey = "NO_WEBHOOK_KEY"
+	// ReasonQuotaExceeded: a Run or Resume over one of the tenant's
+	// quotas (RESOURCE_EXHAUSTED), with metadata quota, limit and
+	// current; a run that crosses tokens_per_day mid-run ends FAILED
+	// with this error code.
+	ReasonQuotaExceeded = quota.Code
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -126,8 +132,11 @@ func agentStatus(err error) (_ error, ok bool) {
 		oor *runs.OutOfRangeError
 		lag *runs.LagError
 		cut *runs.CutError
+		qe  *quota.ExceededError
 	)
 	switch {
+	case errors.As(err, &qe):
+		return server.WithInfo(codes.ResourceExhausted, qe.Error(), ReasonQuotaExceeded, qe.Metadata()), true
 	case errors.As(err, &re):
 		return badRequest(ReasonInvalidArgument, err.Error(), re.Violations), true
 	case errors.As(err, &de):
