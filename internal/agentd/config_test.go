@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/plumbhq/plumb/internal/quota"
 	"github.com/plumbhq/plumb/internal/retention"
 )
 
@@ -82,6 +83,9 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
 		{"negative thread ttl", "retention: {threads_idle: -1h}\n", "retention.threads_idle: must not be negative"},
 		{"negative tenant delivery ttl", "retention:\n  tenants:\n    acme: {webhook_deliveries: -1h}\n", "retention.tenants.acme.webhook_deliveries"},
+		{"negative quota", "quotas: {concurrent_runs: -1}\n", "quotas.concurrent_runs: must not be negative"},
+		{"negative tenant quota", "quotas:\n  tenants:\n    acme: {tokens_per_day: -5}\n", "quotas.tenants.acme.tokens_per_day: must not be negative"},
+		{"unknown quota key", "quotas: {runs_per_hour: 5}\n", "quotas.runs_per_hour: unknown key"},
 		{"unknown retention key", "retention: {run_events: 1h}\n", "retention.run_events: unknown key"},
 		{"checkpoints disagree", "storage: {checkpoint_retention: 10}\nretention: {checkpoints_keep: 20}\n", "retention.checkpoints_keep: 20 disagrees"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
@@ -151,6 +155,38 @@ func TestRetentionPolicy(t *testing.T) {
 			}
 			if got := RetentionPolicy(cfg.Retention); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("policy = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestQuotaPolicy: quotas left out are unlimited, and a tenant's quotas
+// fall back on the default ones (a written 0 is unlimited for it).
+func TestQuotaPolicy(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want quota.Policy
+	}{
+		{"none", "", quota.Policy{}},
+		{"tenant over default", "quotas:\n  concurrent_runs: 5\n  tokens_per_day: 1000\n  tenants:\n    acme: {concurrent_runs: 1, live_sandboxes: 2}\n    beta: {tokens_per_day: 0}\n",
+			quota.Policy{Default: quota.Limits{ConcurrentRuns: 5, TokensPerDay: 1000}, Tenants: map[string]quota.Limits{
+				"acme": {ConcurrentRuns: 1, TokensPerDay: 1000, LiveSandboxes: 2},
+				"beta": {ConcurrentRuns: 5},
+			}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := QuotaPolicy(cfg.Quotas)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("policy = %+v, want %+v", got, tt.want)
+			}
+			if got.Enabled() != (tt.name != "none") {
+				t.Fatalf("Enabled = %v", got.Enabled())
 			}
 		})
 	}
