@@ -953,7 +953,7 @@ func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, e
 		if err != nil {
 			return nil, fmt.Errorf("models.%s: %w", key, err)
 		}
-		out[key] = deep.Model{Chat: c, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
+		out[key] = deep.Model{Chat: c, Name: name, Provider: "openai", ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
 	}
 	return out, nil
 }
