@@ -38,10 +38,10 @@ const (
 	AttrProviderName  = "gen_ai.provider.name"
 	// AttrSystem is the provider under its older name (before
 	// gen_ai.provider.name), kept for backends that still read it.
-	AttrSystem = "gen_ai.system"
-	AttrToolName      = "gen_ai.tool.name"
-	AttrToolCallID    = "gen_ai.tool.call.id"
-	AttrErrorType     = "error.type"
+	AttrSystem     = "gen_ai.system"
+	AttrToolName   = "gen_ai.tool.name"
+	AttrToolCallID = "gen_ai.tool.call.id"
+	AttrErrorType  = "error.type"
 
 	AttrThreadID         = "plumb.thread.id"
 	AttrRunID            = "plumb.run.id"
