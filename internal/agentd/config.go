@@ -121,6 +121,7 @@ type StorageConfig struct {
 const (
 	DefaultThreadsIdle       = 90 * 24 * time.Hour
 	DefaultWebhookDeliveries = 30 * 24 * time.Hour
+	DefaultRunEvents         = 30 * 24 * time.Hour
 )
 
 // RetentionConfig is `retention`. A TTL left out takes its default; 0,
@@ -147,6 +148,10 @@ type RetentionRules struct {
 	ThreadsIdle *time.Duration `yaml:"threads_idle"`
 	// WebhookDeliveries deletes a delivery finished this long ago.
 	WebhookDeliveries *time.Duration `yaml:"webhook_deliveries"`
+	// RunEvents deletes the shared event log of a thread's last run
+	// (PostgreSQL) once it ended and the thread was not updated for this
+	// long.
+	RunEvents *time.Duration `yaml:"run_events"`
 }
 
 // QuotasConfig is `quotas`: the default quotas of every tenant, and

@@ -86,7 +86,8 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative quota", "quotas: {concurrent_runs: -1}\n", "quotas.concurrent_runs: must not be negative"},
 		{"negative tenant quota", "quotas:\n  tenants:\n    acme: {tokens_per_day: -5}\n", "quotas.tenants.acme.tokens_per_day: must not be negative"},
 		{"unknown quota key", "quotas: {runs_per_hour: 5}\n", "quotas.runs_per_hour: unknown key"},
-		{"unknown retention key", "retention: {run_events: 1h}\n", "retention.run_events: unknown key"},
+		{"unknown retention key", "retention: {store_items: 1h}\n", "retention.store_items: unknown key"},
+		{"negative run events ttl", "retention:\n  tenants:\n    acme: {run_events: -1h}\n", "retention.tenants.acme.run_events: must not be negative"},
 		{"checkpoints disagree", "storage: {checkpoint_retention: 10}\nretention: {checkpoints_keep: 20}\n", "retention.checkpoints_keep: 20 disagrees"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
 		// Nested entries are as strict as the top level, and the error
@@ -139,12 +140,12 @@ func TestRetentionPolicy(t *testing.T) {
 		yaml string
 		want retention.Policy
 	}{
-		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day}}},
-		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s}\n", retention.Policy{}},
-		{"tenant over default", "retention:\n  threads_idle: 240h\n  tenants:\n    acme: {threads_idle: 1h}\n    beta: {webhook_deliveries: 0s}\n",
-			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day}, Tenants: map[string]retention.Rules{
-				"acme": {ThreadsIdle: time.Hour, WebhookDeliveries: 30 * day},
-				"beta": {ThreadsIdle: 10 * day},
+		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}}},
+		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s, run_events: 0s}\n", retention.Policy{}},
+		{"tenant over default", "retention:\n  threads_idle: 240h\n  tenants:\n    acme: {threads_idle: 1h}\n    beta: {webhook_deliveries: 0s, run_events: 2h}\n",
+			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}, Tenants: map[string]retention.Rules{
+				"acme": {ThreadsIdle: time.Hour, WebhookDeliveries: 30 * day, RunEvents: 30 * day},
+				"beta": {ThreadsIdle: 10 * day, RunEvents: 2 * time.Hour},
 			}}},
 	}
 	for _, tt := range tests {

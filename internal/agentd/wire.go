@@ -673,6 +673,7 @@ func RetentionPolicy(rc RetentionConfig) retention.Policy {
 	p := retention.Policy{Default: retention.Rules{
 		ThreadsIdle:       or(rc.ThreadsIdle, DefaultThreadsIdle),
 		WebhookDeliveries: or(rc.WebhookDeliveries, DefaultWebhookDeliveries),
+		RunEvents:         or(rc.RunEvents, DefaultRunEvents),
 	}}
 	for name, r := range rc.Tenants {
 		if p.Tenants == nil {
@@ -681,6 +682,7 @@ func RetentionPolicy(rc RetentionConfig) retention.Policy {
 		p.Tenants[name] = retention.Rules{
 			ThreadsIdle:       or(r.ThreadsIdle, p.Default.ThreadsIdle),
 			WebhookDeliveries: or(r.WebhookDeliveries, p.Default.WebhookDeliveries),
+			RunEvents:         or(r.RunEvents, p.Default.RunEvents),
 		}
 	}
 	return p
@@ -749,13 +751,14 @@ func validateRetention(cfg *Config) error {
 		}
 		return nil
 	}
-	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries)}
+	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries), neg("retention.run_events", rc.RunEvents)}
 	for _, name := range sortedKeys(rc.Tenants) {
 		if name == "" {
 			return errors.New("retention.tenants: a tenant name must not be empty")
 		}
 		r := rc.Tenants[name]
-		errs = append(errs, neg("retention.tenants."+name+".threads_idle", r.ThreadsIdle), neg("retention.tenants."+name+".webhook_deliveries", r.WebhookDeliveries))
+		errs = append(errs, neg("retention.tenants."+name+".threads_idle", r.ThreadsIdle), neg("retention.tenants."+name+".webhook_deliveries", r.WebhookDeliveries),
+			neg("retention.tenants."+name+".run_events", r.RunEvents))
 	}
 	for _, err := range errs {
 		if err != nil {

@@ -40,6 +40,9 @@ type Rules struct {
 	ThreadsIdle time.Duration
 	// WebhookDeliveries deletes deliveries finished this long ago.
 	WebhookDeliveries time.Duration
+	// RunEvents deletes the shared event log of a thread's last run once
+	// it ended and the thread was not updated for this long.
+	RunEvents time.Duration
 }
 
 // Policy is the default Rules and the tenants' own (which replace the
@@ -71,6 +74,8 @@ type Counts struct {
 	Skipped    int
 	Failed     int
 	Deliveries int
+	// RunEvents is how many run events were deleted.
+	RunEvents int
 }
 
 // Option adjusts a Sweeper (test seams).
@@ -105,7 +110,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 		return nil, errors.New("retention: interval and batch must not be negative")
 	}
 	for _, r := range append([]Rules{cfg.Policy.Default}, slices.Collect(maps.Values(cfg.Policy.Tenants))...) {
-		if r.ThreadsIdle < 0 || r.WebhookDeliveries < 0 {
+		if r.ThreadsIdle < 0 || r.WebhookDeliveries < 0 || r.RunEvents < 0 {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
 	}
@@ -117,7 +122,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 	}
 	s := &Sweeper{cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "plumb_retention_deleted_total",
-		Help: "What the retention sweeper deleted (threads, webhook_deliveries) or left (threads_skipped, threads_failed).",
+		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events) or left (threads_skipped, threads_failed).",
 	}, []string{"kind"})}
 	for _, o := range opts {
 		o(s)
@@ -184,14 +189,28 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 				}
 			}
 		}
+		if r.RunEvents > 0 {
+			q := store.ExpiredDeliveries{Before: now.Add(-r.RunEvents), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
+			for range maxBatches {
+				n, err := s.cfg.Store.DeleteExpiredRunEvents(ctx, q)
+				c.RunEvents += n
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if err != nil || n == 0 {
+					break
+				}
+			}
+		}
 	}
 	s.deleted.WithLabelValues("threads").Add(float64(c.Threads))
 	s.deleted.WithLabelValues("threads_skipped").Add(float64(c.Skipped))
 	s.deleted.WithLabelValues("threads_failed").Add(float64(c.Failed))
 	s.deleted.WithLabelValues("webhook_deliveries").Add(float64(c.Deliveries))
+	s.deleted.WithLabelValues("run_events").Add(float64(c.RunEvents))
 	if c != (Counts{}) {
 		s.lg.Info("retention pass", zap.Int("threads-deleted", c.Threads), zap.Int("threads-skipped", c.Skipped),
-			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries))
+			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents))
 	}
 	return c, errors.Join(errs...)
 }

@@ -40,10 +40,13 @@ const (
 	ReasonThreadBusy         = "THREAD_BUSY"
 	ReasonConflict           = "CONFLICT"
 	ReasonReplayOutOfRange   = "REPLAY_OUT_OF_RANGE"
-	ReasonStreamLagging      = "STREAM_LAGGING"
-	ReasonNoRunSlot          = "NO_RUN_SLOT"
-	ReasonShuttingDown       = "SHUTTING_DOWN"
-	ReasonStorageBusy        = "STORAGE_BUSY"
+	// ReasonEventsExpired: Attach to a run whose events retention
+	// deleted (retention.run_events); its record and messages remain.
+	ReasonEventsExpired = "EVENTS_EXPIRED"
+	ReasonStreamLagging = "STREAM_LAGGING"
+	ReasonNoRunSlot     = "NO_RUN_SLOT"
+	ReasonShuttingDown  = "SHUTTING_DOWN"
+	ReasonStorageBusy   = "STORAGE_BUSY"
 	// ReasonReplicaStopping: this agentd replica is stopping; its runs go
 	// on on another replica (with metadata after_sequence on a stream
 	// that was cut: re-Attach after it).
@@ -133,8 +136,12 @@ func agentStatus(err error) (_ error, ok bool) {
 		lag *runs.LagError
 		cut *runs.CutError
 		qe  *quota.ExceededError
+		ee  *runhost.EventsExpiredError
 	)
 	switch {
+	case errors.As(err, &ee):
+		return server.WithInfo(codes.OutOfRange, ee.Error(), ReasonEventsExpired,
+			map[string]string{"thread_id": ee.ThreadID, "run_id": ee.RunID, "last_sequence": fmt.Sprint(ee.Last)}), true
 	case errors.As(err, &qe):
 		return server.WithInfo(codes.ResourceExhausted, qe.Error(), ReasonQuotaExceeded, qe.Metadata()), true
 	case errors.As(err, &re):

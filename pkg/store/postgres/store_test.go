@@ -501,3 +501,9 @@ func TestLedgerConformance(t *testing.T) {
 func TestQuotaCountsConformance(t *testing.T) {
 	storetest.RunQuotaCounts(t, func(t *testing.T) storetest.QuotaStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestRunEventRetentionConformance runs the run event retention suite
+// against a real PostgreSQL server.
+func TestRunEventRetentionConformance(t *testing.T) {
+	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore { return open(t, pgtest.New(t), Options{}) })
+}

@@ -304,3 +304,11 @@ func TestQuotaCountsConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestRunEventRetentionConformance runs the run event retention suite
+// against a real SQLite file.
+func TestRunEventRetentionConformance(t *testing.T) {
+	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
