@@ -9527,7 +9527,8 @@ type RunError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable code: MODEL_RATE_LIMITED, MODEL_UNAVAILABLE, STORAGE, MODEL_AUTH,
 	// MODEL_BAD_REQUEST, MODEL_CONTENT_FILTERED, CONTEXT_OVERFLOW, INTERNAL,
-	// or MODEL_NOT_CONFIGURED.
+	// MODEL_NOT_CONFIGURED, or QUOTA_EXCEEDED (the tenant's tokens_per_day
+	// was reached before a model call).
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// What went wrong.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
