@@ -117,6 +117,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if rs, ok := a.Store.(store.Runs); ok {
 		c.Runs = rs
 	}
+	if m, ok := a.Store.(store.StorageMeter); ok {
+		c.Storage = m
+	}
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
 		c.OnUsage = runhost.RecordUsage(a.Store, l)

@@ -167,3 +167,25 @@ func ToNanos(to time.Time) int64 {
 	}
 	return to.UnixNano()
 }
+
+// StorageMeter tells what a tenant stores: GetUsage reports it. Every
+// implementation must pass storetest.RunStoredBytes.
+type StorageMeter interface {
+	// StoredBytes sums the stored encodings of tenant's threads.
+	StoredBytes(ctx context.Context, tenant string) (StoredBytes, error)
+}
+
+// StoredBytes is what a tenant's threads hold in the store, in bytes of
+// the stored encodings (indexes and the database's overhead not counted).
+type StoredBytes struct {
+	// Threads is how many threads the tenant has.
+	Threads int64
+	// Messages are the threads' messages.
+	Messages int64
+	// State is the threads' State and labels.
+	State int64
+	// Files are the files of the threads' State backends.
+	Files int64
+	// Runs are the run records and checkpoint records.
+	Runs int64
+}

@@ -99,6 +99,9 @@ type Config struct {
 	// run host's OnUsage to append to it); nil: GetUsage is
 	// FAILED_PRECONDITION (USAGE_OFF).
 	Ledger store.Ledger
+	// Storage, when set, tells GetUsage what the tenant stores
+	// (GetUsageResponse.stored).
+	Storage store.StorageMeter
 }
 
 // Option adjusts a Service (test seams).

@@ -53,5 +53,12 @@ func (s *Service) GetUsage(ctx context.Context, req *plumbv1.GetUsageRequest) (*
 	for _, r := range rows {
 		resp.Rows = append(resp.Rows, &plumbv1.UsageRow{Key: r.Key, ThreadId: r.ThreadID, Usage: agentconv.UsageToPB(r.Usage), ModelCalls: int64(r.Calls)})
 	}
+	if s.cfg.Storage != nil {
+		b, err := s.cfg.Storage.StoredBytes(ctx, q.Tenant)
+		if err != nil {
+			return nil, s.status("get stored bytes", err)
+		}
+		resp.Stored = &plumbv1.StoredBytes{Threads: b.Threads, Messages: b.Messages, State: b.State, Files: b.Files, Runs: b.Runs}
+	}
 	return resp, nil
 }

@@ -58,8 +58,13 @@ func TestGetUsage(t *testing.T) {
 			}
 		})
 	}
+	// What acme stores: its one thread, with its messages and run.
+	got, err := e.c.GetUsage(acme, &plumbv1.GetUsageRequest{})
+	if b := got.GetStored(); err != nil || b.GetThreads() != 1 || b.GetMessages() <= 0 || b.GetRuns() <= 0 || b.GetState() <= 0 {
+		t.Fatalf("acme's stored bytes = %v, %v", b, err)
+	}
 	// Another tenant sees none of it; a range before the run holds none.
-	if got, err := e.c.GetUsage(as(e.ctx(), "beta"), &plumbv1.GetUsageRequest{}); err != nil || len(got.GetRows()) != 0 {
+	if got, err := e.c.GetUsage(as(e.ctx(), "beta"), &plumbv1.GetUsageRequest{}); err != nil || len(got.GetRows()) != 0 || got.GetStored().GetThreads() != 0 {
 		t.Fatalf("beta's usage = %v, %v", got, err)
 	}
 	past := &plumbv1.GetUsageRequest{From: timestamppb.New(time.Unix(0, 0)), To: timestamppb.New(time.Unix(3600, 0))}

@@ -507,3 +507,9 @@ func TestQuotaCountsConformance(t *testing.T) {
 func TestRunEventRetentionConformance(t *testing.T) {
 	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestStoredBytesConformance runs the stored bytes suite against a real
+// PostgreSQL server.
+func TestStoredBytesConformance(t *testing.T) {
+	storetest.RunStoredBytes(t, func(t *testing.T) storetest.StoredStore { return open(t, pgtest.New(t), Options{}) })
+}

@@ -312,3 +312,11 @@ func TestRunEventRetentionConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestStoredBytesConformance runs the stored bytes suite against a real
+// SQLite file.
+func TestStoredBytesConformance(t *testing.T) {
+	storetest.RunStoredBytes(t, func(t *testing.T) storetest.StoredStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

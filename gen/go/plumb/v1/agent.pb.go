@@ -4969,7 +4969,10 @@ func (x *UsageRow) GetModelCalls() int64 {
 type GetUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The groups; empty when the range holds no usage.
-	Rows          []*UsageRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	Rows []*UsageRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// What the caller's tenant stores in agentd's thread store now (not
+	// over the range); unset when the store cannot tell.
+	Stored        *StoredBytes `protobuf:"bytes,2,opt,name=stored,proto3" json:"stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5011,6 +5014,97 @@ func (x *GetUsageResponse) GetRows() []*UsageRow {
 	return nil
 }
 
+func (x *GetUsageResponse) GetStored() *StoredBytes {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
+// StoredBytes is what a tenant's threads hold in agentd's thread store,
+// in bytes of the stored encodings (indexes and the database's own
+// overhead not counted; sandbox workspaces and snapshots are sandboxd's).
+type StoredBytes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Number of threads.
+	Threads int64 `protobuf:"varint,1,opt,name=threads,proto3" json:"threads,omitempty"`
+	// The threads' messages.
+	Messages int64 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	// The threads' State (todos, private middleware state) and labels.
+	State int64 `protobuf:"varint,3,opt,name=state,proto3" json:"state,omitempty"`
+	// The files of the threads' State backends.
+	Files int64 `protobuf:"varint,4,opt,name=files,proto3" json:"files,omitempty"`
+	// The run records (input, usage, errors) and checkpoint records.
+	Runs          int64 `protobuf:"varint,5,opt,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredBytes) Reset() {
+	*x = StoredBytes{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredBytes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredBytes) ProtoMessage() {}
+
+func (x *StoredBytes) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredBytes.ProtoReflect.Descriptor instead.
+func (*StoredBytes) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *StoredBytes) GetThreads() int64 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetMessages() int64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetState() int64 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5022,7 +5116,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5034,7 +5128,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5047,7 +5141,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -5073,7 +5167,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5085,7 +5179,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5098,7 +5192,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ClientTool) GetName() string {
@@ -5162,7 +5256,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5174,7 +5268,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5187,7 +5281,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -5292,7 +5386,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5304,7 +5398,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5317,7 +5411,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -5348,7 +5442,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5454,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5467,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -5435,7 +5529,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5447,7 +5541,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5460,7 +5554,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -5502,7 +5596,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5514,7 +5608,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5527,7 +5621,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -5551,7 +5645,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5563,7 +5657,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5576,7 +5670,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -5604,7 +5698,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5616,7 +5710,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5629,7 +5723,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -5650,7 +5744,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5662,7 +5756,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5675,7 +5769,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -5698,7 +5792,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5710,7 +5804,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5723,7 +5817,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -5751,7 +5845,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +5857,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +5870,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -5797,7 +5891,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5809,7 +5903,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5822,7 +5916,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -5845,7 +5939,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +5951,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +5964,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -5898,7 +5992,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5910,7 +6004,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5923,7 +6017,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -5950,7 +6044,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5962,7 +6056,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5975,7 +6069,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -6012,7 +6106,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6024,7 +6118,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6037,7 +6131,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -6070,7 +6164,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6082,7 +6176,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6095,7 +6189,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -6132,7 +6226,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6144,7 +6238,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6157,7 +6251,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -6191,7 +6285,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6203,7 +6297,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6216,7 +6310,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -6253,7 +6347,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6265,7 +6359,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6278,7 +6372,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -6313,7 +6407,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6325,7 +6419,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6338,7 +6432,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -6382,7 +6476,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6394,7 +6488,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6407,7 +6501,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -6437,7 +6531,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6449,7 +6543,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6462,7 +6556,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -6488,7 +6582,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6500,7 +6594,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6513,7 +6607,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 // ListAgentsRequest has no fields.
@@ -6525,7 +6619,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6537,7 +6631,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6550,7 +6644,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -6564,7 +6658,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6576,7 +6670,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6589,7 +6683,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -6625,7 +6719,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6637,7 +6731,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6650,7 +6744,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -6717,7 +6811,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6729,7 +6823,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6742,7 +6836,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -6818,7 +6912,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6830,7 +6924,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6843,7 +6937,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Thread) GetId() string {
@@ -7008,7 +7102,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7020,7 +7114,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7033,7 +7127,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -7140,7 +7234,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7152,7 +7246,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7165,7 +7259,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Todo) GetContent() string {
@@ -7197,7 +7291,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7209,7 +7303,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7222,7 +7316,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ToolCall) GetId() string {
@@ -7281,7 +7375,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7293,7 +7387,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7306,7 +7400,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -7401,7 +7495,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7413,7 +7507,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7426,7 +7520,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *StateFile) GetPath() string {
@@ -7471,7 +7565,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7483,7 +7577,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7496,7 +7590,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -7560,7 +7654,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7572,7 +7666,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7585,7 +7679,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -7671,7 +7765,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7683,7 +7777,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7696,7 +7790,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -8089,7 +8183,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8101,7 +8195,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8114,7 +8208,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -8154,7 +8248,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8166,7 +8260,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8179,7 +8273,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -8252,7 +8346,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8264,7 +8358,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8277,7 +8371,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -8323,7 +8417,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8335,7 +8429,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8348,7 +8442,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -8383,7 +8477,7 @@ type EgressRequested struct {
 
 func (x *EgressRequested) Reset() {
 	*x = EgressRequested{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8395,7 +8489,7 @@ func (x *EgressRequested) String() string {
 func (*EgressRequested) ProtoMessage() {}
 
 func (x *EgressRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8408,7 +8502,7 @@ func (x *EgressRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
 func (*EgressRequested) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *EgressRequested) GetRequest() *EgressAsk {
@@ -8443,7 +8537,7 @@ type EgressDecided struct {
 
 func (x *EgressDecided) Reset() {
 	*x = EgressDecided{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8455,7 +8549,7 @@ func (x *EgressDecided) String() string {
 func (*EgressDecided) ProtoMessage() {}
 
 func (x *EgressDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8468,7 +8562,7 @@ func (x *EgressDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
 func (*EgressDecided) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *EgressDecided) GetRequestId() string {
@@ -8546,7 +8640,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8558,7 +8652,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8571,7 +8665,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -8624,7 +8718,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8636,7 +8730,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8649,7 +8743,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -8688,7 +8782,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8700,7 +8794,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8713,7 +8807,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -8756,7 +8850,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8768,7 +8862,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8781,7 +8875,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -8834,7 +8928,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8846,7 +8940,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8859,7 +8953,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -8908,7 +9002,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8920,7 +9014,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8933,7 +9027,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ToolResult) GetId() string {
@@ -9003,7 +9097,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9015,7 +9109,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9028,7 +9122,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -9055,7 +9149,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9067,7 +9161,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9080,7 +9174,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -9124,7 +9218,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9136,7 +9230,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9149,7 +9243,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -9193,7 +9287,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9205,7 +9299,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9218,7 +9312,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -9297,7 +9391,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9309,7 +9403,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9322,7 +9416,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -9358,7 +9452,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9370,7 +9464,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9383,7 +9477,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -9444,7 +9538,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9456,7 +9550,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9469,7 +9563,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -9540,7 +9634,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9552,7 +9646,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9565,7 +9659,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *RunError) GetCode() string {
@@ -9604,7 +9698,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9616,7 +9710,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9629,7 +9723,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -9946,9 +10040,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12*\n" +
 	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage\x12\x1f\n" +
 	"\vmodel_calls\x18\x04 \x01(\x03R\n" +
-	"modelCalls\":\n" +
+	"modelCalls\"i\n" +
 	"\x10GetUsageResponse\x12&\n" +
-	"\x04rows\x18\x01 \x03(\v2\x12.plumb.v1.UsageRowR\x04rows\"(\n" +
+	"\x04rows\x18\x01 \x03(\v2\x12.plumb.v1.UsageRowR\x04rows\x12-\n" +
+	"\x06stored\x18\x02 \x01(\v2\x15.plumb.v1.StoredBytesR\x06stored\"\x83\x01\n" +
+	"\vStoredBytes\x12\x18\n" +
+	"\athreads\x18\x01 \x01(\x03R\athreads\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x03R\bmessages\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\x03R\x05state\x12\x14\n" +
+	"\x05files\x18\x04 \x01(\x03R\x05files\x12\x12\n" +
+	"\x04runs\x18\x05 \x01(\x03R\x04runs\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
@@ -10481,7 +10582,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -10564,312 +10665,314 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*GetUsageRequest)(nil),               // 78: plumb.v1.GetUsageRequest
 	(*UsageRow)(nil),                      // 79: plumb.v1.UsageRow
 	(*GetUsageResponse)(nil),              // 80: plumb.v1.GetUsageResponse
-	(*InputMessage)(nil),                  // 81: plumb.v1.InputMessage
-	(*ClientTool)(nil),                    // 82: plumb.v1.ClientTool
-	(*RunRequest)(nil),                    // 83: plumb.v1.RunRequest
-	(*RunResponse)(nil),                   // 84: plumb.v1.RunResponse
-	(*Decision)(nil),                      // 85: plumb.v1.Decision
-	(*ResumeRequest)(nil),                 // 86: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),                // 87: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),                 // 88: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),                // 89: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),                 // 90: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),                // 91: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),           // 92: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),          // 93: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),              // 94: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),             // 95: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),           // 96: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),          // 97: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),         // 98: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),        // 99: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),        // 100: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),       // 101: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),            // 102: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),           // 103: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),           // 104: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),          // 105: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),             // 106: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),            // 107: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                     // 108: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),                 // 109: plumb.v1.InterruptRule
-	(*Thread)(nil),                        // 110: plumb.v1.Thread
-	(*RunRecord)(nil),                     // 111: plumb.v1.RunRecord
-	(*Todo)(nil),                          // 112: plumb.v1.Todo
-	(*ToolCall)(nil),                      // 113: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),                 // 114: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                     // 115: plumb.v1.StateFile
-	(*Checkpoint)(nil),                    // 116: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                    // 117: plumb.v1.TokenUsage
-	(*Event)(nil),                         // 118: plumb.v1.Event
-	(*RunQueued)(nil),                     // 119: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),                 // 120: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                    // 121: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),                   // 122: plumb.v1.SandboxLost
-	(*EgressRequested)(nil),               // 123: plumb.v1.EgressRequested
-	(*EgressDecided)(nil),                 // 124: plumb.v1.EgressDecided
-	(*RunStarted)(nil),                    // 125: plumb.v1.RunStarted
-	(*MessageDelta)(nil),                  // 126: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),                // 127: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),              // 128: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),               // 129: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                    // 130: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),                  // 131: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),               // 132: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),              // 133: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),              // 134: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),                   // 135: plumb.v1.Interrupted
-	(*UsageReport)(nil),                   // 136: plumb.v1.UsageReport
-	(*Summarized)(nil),                    // 137: plumb.v1.Summarized
-	(*RunError)(nil),                      // 138: plumb.v1.RunError
-	(*RunFinished)(nil),                   // 139: plumb.v1.RunFinished
-	nil,                                   // 140: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 141: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 142: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 143: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 144: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 145: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 146: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 147: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 148: google.protobuf.Timestamp
+	(*StoredBytes)(nil),                   // 81: plumb.v1.StoredBytes
+	(*InputMessage)(nil),                  // 82: plumb.v1.InputMessage
+	(*ClientTool)(nil),                    // 83: plumb.v1.ClientTool
+	(*RunRequest)(nil),                    // 84: plumb.v1.RunRequest
+	(*RunResponse)(nil),                   // 85: plumb.v1.RunResponse
+	(*Decision)(nil),                      // 86: plumb.v1.Decision
+	(*ResumeRequest)(nil),                 // 87: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),                // 88: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),                 // 89: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),                // 90: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),                 // 91: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),                // 92: plumb.v1.CancelResponse
+	(*CreateThreadRequest)(nil),           // 93: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 94: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 95: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 96: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 97: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 98: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 99: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 100: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 101: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 102: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 103: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 104: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 105: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 106: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 107: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 108: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 109: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 110: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 111: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 112: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 113: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 114: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 115: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 116: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 117: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 118: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 119: plumb.v1.Event
+	(*RunQueued)(nil),                     // 120: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),                 // 121: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 122: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 123: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),               // 124: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),                 // 125: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                    // 126: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 127: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 128: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 129: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 130: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 131: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 132: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 133: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 134: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 135: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 136: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 137: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 138: plumb.v1.Summarized
+	(*RunError)(nil),                      // 139: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 140: plumb.v1.RunFinished
+	nil,                                   // 141: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 142: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 143: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 144: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 145: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 146: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 147: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 148: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 149: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	147, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	148, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	83,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	148, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	148, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	148, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	148, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	147, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	84,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	149, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	149, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	149, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	149, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	148, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	83,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	84,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	147, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	148, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	83,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	84,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	148, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	148, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	149, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	149, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	111, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	112, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
 	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	111, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	147, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	111, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	148, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	112, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	148, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	112, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	149, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	148, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	148, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	149, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	149, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
 	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
 	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	148, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	148, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	149, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	149, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	148, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	148, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	140, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	149, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	149, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	141, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
 	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
 	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
 	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	141, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	147, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	142, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	148, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
 	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	148, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	148, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	149, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	149, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	147, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	148, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	148, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	148, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	149, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	149, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	148, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	148, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	148, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	149, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	149, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	149, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
 	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	148, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	148, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	149, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	149, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
 	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
-	117, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
+	118, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
 	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
-	142, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	81,  // 67: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	82,  // 68: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	143, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	147, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 71: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	118, // 72: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	7,   // 73: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	85,  // 74: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	118, // 75: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	118, // 76: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	144, // 77: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	110, // 78: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	8,   // 79: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	110, // 80: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	114, // 81: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	115, // 82: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	116, // 83: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	145, // 84: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	9,   // 85: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	110, // 86: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	108, // 87: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	10,  // 88: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	109, // 89: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	7,   // 90: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	148, // 91: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	148, // 92: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	146, // 93: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	9,   // 94: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	112, // 95: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	135, // 96: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	111, // 97: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	117, // 98: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	114, // 99: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	115, // 100: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	116, // 101: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	42,  // 102: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
-	11,  // 103: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	117, // 104: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	148, // 105: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	148, // 106: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	138, // 107: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	148, // 108: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	12,  // 109: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	113, // 110: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	148, // 111: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	14,  // 112: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	148, // 113: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	13,  // 114: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	148, // 115: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	148, // 116: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	125, // 117: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	126, // 118: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	127, // 119: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	128, // 120: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	129, // 121: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	130, // 122: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	131, // 123: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	132, // 124: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	133, // 125: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	135, // 126: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	136, // 127: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	137, // 128: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	138, // 129: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	139, // 130: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	122, // 131: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	120, // 132: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	121, // 133: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	119, // 134: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	123, // 135: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
-	124, // 136: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
-	111, // 137: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	42,  // 138: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
-	4,   // 139: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
-	113, // 140: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	14,  // 141: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	112, // 142: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	15,  // 143: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	117, // 144: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	16,  // 145: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	7,   // 146: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	134, // 147: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	117, // 148: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	17,  // 149: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	117, // 150: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	11,  // 151: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	117, // 152: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	83,  // 153: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	86,  // 154: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	88,  // 155: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	90,  // 156: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	92,  // 157: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	94,  // 158: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	96,  // 159: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	98,  // 160: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	100, // 161: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	102, // 162: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	104, // 163: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	106, // 164: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	51,  // 165: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	53,  // 166: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	55,  // 167: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	66,  // 168: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	69,  // 169: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	71,  // 170: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	19,  // 171: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	21,  // 172: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	23,  // 173: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	25,  // 174: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	27,  // 175: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	29,  // 176: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	31,  // 177: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	34,  // 178: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	58,  // 179: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	60,  // 180: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	62,  // 181: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	64,  // 182: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	36,  // 183: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	38,  // 184: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	40,  // 185: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	44,  // 186: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	46,  // 187: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	48,  // 188: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	73,  // 189: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	76,  // 190: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	78,  // 191: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
-	84,  // 192: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	87,  // 193: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	89,  // 194: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	91,  // 195: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	93,  // 196: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	95,  // 197: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	97,  // 198: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	99,  // 199: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	101, // 200: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	103, // 201: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	105, // 202: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	107, // 203: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	52,  // 204: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	54,  // 205: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	56,  // 206: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	67,  // 207: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	70,  // 208: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	72,  // 209: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	20,  // 210: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	22,  // 211: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	24,  // 212: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	26,  // 213: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	28,  // 214: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	30,  // 215: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	32,  // 216: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	35,  // 217: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	59,  // 218: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	61,  // 219: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	63,  // 220: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	65,  // 221: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	37,  // 222: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	39,  // 223: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	41,  // 224: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	45,  // 225: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	47,  // 226: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	49,  // 227: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	74,  // 228: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	77,  // 229: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	80,  // 230: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
-	192, // [192:231] is the sub-list for method output_type
-	153, // [153:192] is the sub-list for method input_type
-	153, // [153:153] is the sub-list for extension type_name
-	153, // [153:153] is the sub-list for extension extendee
-	0,   // [0:153] is the sub-list for field type_name
+	81,  // 66: plumb.v1.GetUsageResponse.stored:type_name -> plumb.v1.StoredBytes
+	143, // 67: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	82,  // 68: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	83,  // 69: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	144, // 70: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	148, // 71: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 72: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	119, // 73: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	7,   // 74: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	86,  // 75: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	119, // 76: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	119, // 77: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	145, // 78: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	111, // 79: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	8,   // 80: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	111, // 81: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	115, // 82: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	116, // 83: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	117, // 84: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	146, // 85: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	9,   // 86: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	111, // 87: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	109, // 88: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	10,  // 89: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	110, // 90: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	7,   // 91: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	149, // 92: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	149, // 93: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	147, // 94: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	9,   // 95: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	113, // 96: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	136, // 97: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	112, // 98: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	118, // 99: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	115, // 100: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	116, // 101: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	117, // 102: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	42,  // 103: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	11,  // 104: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	118, // 105: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	149, // 106: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	149, // 107: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	139, // 108: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	149, // 109: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 110: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	114, // 111: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	149, // 112: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	14,  // 113: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	149, // 114: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	13,  // 115: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	149, // 116: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	149, // 117: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	126, // 118: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	127, // 119: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	128, // 120: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	129, // 121: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	130, // 122: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	131, // 123: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	132, // 124: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	133, // 125: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	134, // 126: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	136, // 127: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	137, // 128: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	138, // 129: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	139, // 130: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	140, // 131: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	123, // 132: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	121, // 133: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	122, // 134: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	120, // 135: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	124, // 136: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	125, // 137: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	112, // 138: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	42,  // 139: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 140: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	114, // 141: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	14,  // 142: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	113, // 143: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	15,  // 144: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	118, // 145: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	16,  // 146: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	7,   // 147: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	135, // 148: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	118, // 149: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	17,  // 150: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	118, // 151: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	11,  // 152: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	118, // 153: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	84,  // 154: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	87,  // 155: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	89,  // 156: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	91,  // 157: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	93,  // 158: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	95,  // 159: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	97,  // 160: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	99,  // 161: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	101, // 162: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	103, // 163: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	105, // 164: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	107, // 165: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 166: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 167: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 168: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 169: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 170: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 171: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 172: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 173: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 174: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 175: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 176: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 177: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 178: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 179: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 180: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 181: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 182: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 183: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 184: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 185: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 186: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 187: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 188: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 189: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 190: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 191: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 192: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	85,  // 193: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	88,  // 194: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	90,  // 195: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	92,  // 196: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	94,  // 197: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	96,  // 198: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	98,  // 199: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	100, // 200: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	102, // 201: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	104, // 202: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	106, // 203: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	108, // 204: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 205: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 206: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 207: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 208: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 209: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 210: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 211: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 212: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 213: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 214: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 215: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 216: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 217: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 218: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 219: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 220: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 221: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 222: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 223: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 224: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 225: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 226: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 227: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 228: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 229: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 230: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 231: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	193, // [193:232] is the sub-list for method output_type
+	154, // [154:193] is the sub-list for method input_type
+	154, // [154:154] is the sub-list for extension type_name
+	154, // [154:154] is the sub-list for extension extendee
+	0,   // [0:154] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -10877,7 +10980,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[100].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[101].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -10899,14 +11002,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_EgressRequest)(nil),
 		(*Event_EgressDecided)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[112].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[113].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      18,
-			NumMessages:   129,
+			NumMessages:   130,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
