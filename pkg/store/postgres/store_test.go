@@ -513,3 +513,9 @@ func TestRunEventRetentionConformance(t *testing.T) {
 func TestStoredBytesConformance(t *testing.T) {
 	storetest.RunStoredBytes(t, func(t *testing.T) storetest.StoredStore { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestSandboxLedgerConformance runs the sandbox ledger suite against a
+// real PostgreSQL server.
+func TestSandboxLedgerConformance(t *testing.T) {
+	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger { return open(t, pgtest.New(t), Options{}) })
+}

@@ -320,3 +320,11 @@ func TestStoredBytesConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestSandboxLedgerConformance runs the sandbox ledger suite against a
+// real SQLite file.
+func TestSandboxLedgerConformance(t *testing.T) {
+	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
