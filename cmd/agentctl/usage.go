@@ -74,6 +74,9 @@ func (a *agentCmd) usage(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if secs := resp.GetSandboxSeconds(); secs > 0 {
+		fmt.Fprintf(a.sio.out, "sandbox seconds: %.0f\n", secs)
+	}
 	if b := resp.GetStored(); b != nil {
 		fmt.Fprintf(a.sio.out, "stored now: %d threads, %d bytes (messages %d, state %d, files %d, runs %d)\n", b.GetThreads(),
 			b.GetMessages()+b.GetState()+b.GetFiles()+b.GetRuns(), b.GetMessages(), b.GetState(), b.GetFiles(), b.GetRuns())

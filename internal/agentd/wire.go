@@ -120,6 +120,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if m, ok := a.Store.(store.StorageMeter); ok {
 		c.Storage = m
 	}
+	if sl, ok := a.Store.(store.SandboxLedger); ok {
+		c.Sandboxes = sl
+	}
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
 		c.OnUsage = runhost.RecordUsage(a.Store, l)
@@ -242,6 +245,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	tb.secrets = a.Secrets
 	if sk, ok := st.(store.Skills); ok {
 		tb.skillStore = sk
+	}
+	if sl, ok := st.(store.SandboxLedger); ok {
+		tb.lifetimes = sl
 	}
 	cfgSkills, profileSkills, err := loadConfigSkills(cfg.Agents, cfg.Subagents)
 	if err != nil {

@@ -102,6 +102,8 @@ type Config struct {
 	// Storage, when set, tells GetUsage what the tenant stores
 	// (GetUsageResponse.stored).
 	Storage store.StorageMeter
+	// Sandboxes, when set, tells GetUsage the sandbox seconds.
+	Sandboxes store.SandboxLedger
 }
 
 // Option adjusts a Service (test seams).

@@ -10,6 +10,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Each model call of a run lands in the usage ledger; GetUsage sums the
@@ -32,6 +33,19 @@ func TestGetUsage(t *testing.T) {
 	runID, thread := evs[0].GetRunId(), evs[0].GetThreadId()
 	if st := last(t, evs).GetRunFinished().GetStatus(); st != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Fatalf("run ended %v", st)
+	}
+	// The thread had a sandbox for half an hour (as agentd records it).
+	sl := e.store.(store.SandboxLedger)
+	now := time.Now()
+	if err := sl.SandboxStarted(e.ctx(), store.SandboxSpan{ID: "sbx-w-1", Tenant: "acme", ThreadID: thread, Started: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.SandboxEnded(e.ctx(), "sbx-w-1", now.Add(-30*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	byThread, err := e.c.GetUsage(acme, &plumbv1.GetUsageRequest{GroupBy: plumbv1.UsageGroupBy_USAGE_GROUP_BY_THREAD})
+	if err != nil || byThread.GetSandboxSeconds() != 1800 || len(byThread.GetRows()) != 1 || byThread.GetRows()[0].GetSandboxSeconds() != 1800 {
+		t.Fatalf("sandbox seconds by thread = %v, %v; want 1800 in total and for the thread", byThread, err)
 	}
 	cases := []struct {
 		name  string

@@ -4902,9 +4902,12 @@ type UsageRow struct {
 	// Summed tokens (estimated when any call's were).
 	Usage *TokenUsage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Number of model calls summed.
-	ModelCalls    int64 `protobuf:"varint,4,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ModelCalls int64 `protobuf:"varint,4,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	// Seconds the group's thread had a sandbox within the range (grouped
+	// by thread only; see GetUsageResponse.sandbox_seconds).
+	SandboxSeconds float64 `protobuf:"fixed64,5,opt,name=sandbox_seconds,json=sandboxSeconds,proto3" json:"sandbox_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UsageRow) Reset() {
@@ -4965,6 +4968,13 @@ func (x *UsageRow) GetModelCalls() int64 {
 	return 0
 }
 
+func (x *UsageRow) GetSandboxSeconds() float64 {
+	if x != nil {
+		return x.SandboxSeconds
+	}
+	return 0
+}
+
 // GetUsageResponse is the report, ordered by key.
 type GetUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4972,9 +4982,13 @@ type GetUsageResponse struct {
 	Rows []*UsageRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
 	// What the caller's tenant stores in agentd's thread store now (not
 	// over the range); unset when the store cannot tell.
-	Stored        *StoredBytes `protobuf:"bytes,2,opt,name=stored,proto3" json:"stored,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stored *StoredBytes `protobuf:"bytes,2,opt,name=stored,proto3" json:"stored,omitempty"`
+	// Seconds the tenant's thread sandboxes lived within the range: from
+	// agentd's creation of each box to its deletion or to when agentd found
+	// it gone (a box that expired unnoticed counts until agentd notices).
+	SandboxSeconds float64 `protobuf:"fixed64,3,opt,name=sandbox_seconds,json=sandboxSeconds,proto3" json:"sandbox_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetUsageResponse) Reset() {
@@ -5019,6 +5033,13 @@ func (x *GetUsageResponse) GetStored() *StoredBytes {
 		return x.Stored
 	}
 	return nil
+}
+
+func (x *GetUsageResponse) GetSandboxSeconds() float64 {
+	if x != nil {
+		return x.SandboxSeconds
+	}
+	return 0
 }
 
 // StoredBytes is what a tenant's threads hold in agentd's thread store,
@@ -10034,16 +10055,18 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x0fGetUsageRequest\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x121\n" +
-	"\bgroup_by\x18\x03 \x01(\x0e2\x16.plumb.v1.UsageGroupByR\agroupBy\"\x86\x01\n" +
+	"\bgroup_by\x18\x03 \x01(\x0e2\x16.plumb.v1.UsageGroupByR\agroupBy\"\xaf\x01\n" +
 	"\bUsageRow\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12*\n" +
 	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage\x12\x1f\n" +
 	"\vmodel_calls\x18\x04 \x01(\x03R\n" +
-	"modelCalls\"i\n" +
+	"modelCalls\x12'\n" +
+	"\x0fsandbox_seconds\x18\x05 \x01(\x01R\x0esandboxSeconds\"\x92\x01\n" +
 	"\x10GetUsageResponse\x12&\n" +
 	"\x04rows\x18\x01 \x03(\v2\x12.plumb.v1.UsageRowR\x04rows\x12-\n" +
-	"\x06stored\x18\x02 \x01(\v2\x15.plumb.v1.StoredBytesR\x06stored\"\x83\x01\n" +
+	"\x06stored\x18\x02 \x01(\v2\x15.plumb.v1.StoredBytesR\x06stored\x12'\n" +
+	"\x0fsandbox_seconds\x18\x03 \x01(\x01R\x0esandboxSeconds\"\x83\x01\n" +
 	"\vStoredBytes\x12\x18\n" +
 	"\athreads\x18\x01 \x01(\x03R\athreads\x12\x1a\n" +
 	"\bmessages\x18\x02 \x01(\x03R\bmessages\x12\x14\n" +
