@@ -492,6 +492,15 @@ type ProfileConfig struct {
 	// Webhooks (primary agents only) are told when the agent's runs end
 	// or pause (docs/webhooks.md).
 	Webhooks []WebhookTargetConfig `yaml:"webhooks"`
+	// Retention (primary agents only) overrides the tenant's and the
+	// default threads_idle for threads whose last run was this agent's.
+	Retention *AgentRetention `yaml:"retention"`
+}
+
+// AgentRetention is `agents.<name>.retention`.
+type AgentRetention struct {
+	// ThreadsIdle: 0 keeps the agent's threads forever; nil inherits.
+	ThreadsIdle *time.Duration `yaml:"threads_idle"`
 }
 
 // WebhookTargetConfig is one `agents.<name>.webhooks` entry.

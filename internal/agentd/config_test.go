@@ -83,6 +83,8 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
 		{"negative thread ttl", "retention: {threads_idle: -1h}\n", "retention.threads_idle: must not be negative"},
 		{"negative tenant delivery ttl", "retention:\n  tenants:\n    acme: {webhook_deliveries: -1h}\n", "retention.tenants.acme.webhook_deliveries"},
+		{"negative agent ttl", "agents:\n  main: {retention: {threads_idle: -1h}}\n", "agents.main.retention.threads_idle: must not be negative"},
+		{"subagent retention", "subagents:\n  explore: {retention: {threads_idle: 1h}}\n", "subagents.explore.retention"},
 		{"negative quota", "quotas: {concurrent_runs: -1}\n", "quotas.concurrent_runs: must not be negative"},
 		{"negative tenant quota", "quotas:\n  tenants:\n    acme: {tokens_per_day: -5}\n", "quotas.tenants.acme.tokens_per_day: must not be negative"},
 		{"unknown quota key", "quotas: {runs_per_hour: 5}\n", "quotas.runs_per_hour: unknown key"},
@@ -158,6 +160,20 @@ func TestRetentionPolicy(t *testing.T) {
 				t.Fatalf("policy = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAgentRetentionTTLs: agents' own threads_idle, the default agent's
+// also under "".
+func TestAgentRetentionTTLs(t *testing.T) {
+	cfg, err := Parse([]byte("defaults: {agent: main}\nagents:\n  main: {retention: {threads_idle: 2h}}\n  scratch: {retention: {threads_idle: 0s}}\n  other: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := AgentRetentionTTLs(cfg)
+	want := map[string]time.Duration{"main": 2 * time.Hour, "": 2 * time.Hour, "scratch": 0}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("TTLs = %v, want %v", got, want)
 	}
 }
 

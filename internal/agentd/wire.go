@@ -150,6 +150,10 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	}
 	if rs, ok := a.Store.(store.Retention); ok && a.Config.Retention.Interval >= 0 {
 		c.Retention = &retention.Config{Store: rs, Policy: RetentionPolicy(a.Config.Retention), Interval: a.Config.Retention.Interval}
+		c.Retention.Policy.Agents = AgentRetentionTTLs(a.Config)
+		if runs, ok := a.Store.(store.Runs); ok && len(c.Retention.Policy.Agents) > 0 {
+			c.Retention.ThreadInfo = threadInfo(a.Store, runs)
+		}
 	}
 	// Webhooks: runs record their deliveries as they end (OnRunEnd);
 	// cmd/agentd runs the service's delivery loop.
@@ -723,6 +727,42 @@ func QuotaPolicy(qc QuotasConfig) quota.Policy {
 	return p
 }
 
+// AgentRetentionTTLs are the agents' own threads_idle
+// (agents.<name>.retention), the default agent's also under "" (a run
+// that named no agent).
+func AgentRetentionTTLs(cfg *Config) map[string]time.Duration {
+	var out map[string]time.Duration
+	for name, p := range cfg.Agents {
+		if p.Retention == nil || p.Retention.ThreadsIdle == nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]time.Duration{}
+		}
+		out[name] = *p.Retention.ThreadsIdle
+		if name == cfg.Defaults.Agent {
+			out[""] = *p.Retention.ThreadsIdle
+		}
+	}
+	return out
+}
+
+// threadInfo tells the retention sweeper a thread's agent (its newest
+// run's) and its last update.
+func threadInfo(threads store.Threads, runs store.Runs) retention.ThreadInfo {
+	return func(ctx context.Context, id string) (string, time.Time, error) {
+		t, err := threads.Thread(ctx, id)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		page, _, err := runs.ListRuns(ctx, store.RunQuery{ThreadID: id, PageSize: 1})
+		if err != nil || len(page) == 0 {
+			return "", t.UpdatedAt, err
+		}
+		return page[0].Record.Spec.Agent, t.UpdatedAt, nil
+	}
+}
+
 // validateQuotas checks `quotas`: no negative quota, no empty tenant.
 func validateQuotas(qc QuotasConfig) error {
 	check := func(prefix string, l QuotaLimits) error {
@@ -823,6 +863,14 @@ func validate(cfg *Config) error {
 	for name, p := range cfg.Agents {
 		if _, err := runhost.ParseOnBusy(p.OnBusy); err != nil {
 			return fmt.Errorf("agents.%s.on_busy: %w", name, err)
+		}
+		if r := p.Retention; r != nil && r.ThreadsIdle != nil && *r.ThreadsIdle < 0 {
+			return fmt.Errorf("agents.%s.retention.threads_idle: must not be negative (0 keeps forever)", name)
+		}
+	}
+	for name, p := range cfg.Subagents {
+		if p.Retention != nil {
+			return fmt.Errorf("subagents.%s.retention: only primary agents have retention (a thread's agent is its last run's)", name)
 		}
 	}
 	switch cfg.Backends.Default {

@@ -46,11 +46,18 @@ type Rules struct {
 }
 
 // Policy is the default Rules and the tenants' own (which replace the
-// default entirely for that tenant).
+// default entirely for that tenant), and the agents' idle-thread TTLs,
+// which override both for a thread whose last run was the agent's ("" =
+// the default agent; 0 keeps forever).
 type Policy struct {
 	Default Rules
 	Tenants map[string]Rules
+	Agents  map[string]time.Duration
 }
+
+// ThreadInfo tells a thread's agent (its last run's) and when it was last
+// updated.
+type ThreadInfo func(ctx context.Context, id string) (agent string, updated time.Time, err error)
 
 // Config configures a Sweeper.
 type Config struct {
@@ -66,6 +73,8 @@ type Config struct {
 	Batch int
 	// Metrics, if set, registers the sweeper's counters.
 	Metrics prometheus.Registerer
+	// ThreadInfo is required with Policy.Agents.
+	ThreadInfo ThreadInfo
 }
 
 // Counts is what a pass deleted and skipped.
@@ -113,6 +122,14 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 		if r.ThreadsIdle < 0 || r.WebhookDeliveries < 0 || r.RunEvents < 0 {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
+	}
+	for _, d := range cfg.Policy.Agents {
+		if d < 0 {
+			return nil, errors.New("retention: TTLs must not be negative")
+		}
+	}
+	if len(cfg.Policy.Agents) > 0 && cfg.ThreadInfo == nil {
+		return nil, errors.New("retention: agents' TTLs need ThreadInfo")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -173,8 +190,8 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 	var errs []error
 	for i, tenant := range tenants {
 		r := rules[i]
-		if r.ThreadsIdle > 0 {
-			errs = append(errs, s.threads(ctx, store.IdleQuery{Before: now.Add(-r.ThreadsIdle), Tenant: tenant, Except: except, Limit: s.cfg.Batch}, &c))
+		if list := s.listTTL(r.ThreadsIdle); list > 0 {
+			errs = append(errs, s.threads(ctx, store.IdleQuery{Before: now.Add(-list), Tenant: tenant, Except: except, Limit: s.cfg.Batch}, now, r.ThreadsIdle, &c))
 		}
 		if r.WebhookDeliveries > 0 {
 			q := store.ExpiredDeliveries{Before: now.Add(-r.WebhookDeliveries), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
@@ -215,9 +232,43 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 	return c, errors.Join(errs...)
 }
 
-// threads deletes the idle threads q selects, batch after batch; a
-// thread it could not delete is not asked for again in this pass.
-func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, c *Counts) error {
+// listTTL is the idle time threads of a scope whose TTL is ttl are
+// listed after: the shortest positive one of ttl and the agents' (0:
+// nothing to list).
+func (s *Sweeper) listTTL(ttl time.Duration) time.Duration {
+	out := ttl
+	for _, d := range s.cfg.Policy.Agents {
+		if d > 0 && (out == 0 || d < out) {
+			out = d
+		}
+	}
+	return out
+}
+
+// cutoff is the time thread id must be idle since, under ttl or its
+// agent's TTL; ok is false for a thread to keep (TTL 0, or used since).
+func (s *Sweeper) cutoff(ctx context.Context, id string, now time.Time, ttl time.Duration, listed time.Time) (before time.Time, ok bool, err error) {
+	if len(s.cfg.Policy.Agents) == 0 {
+		return listed, true, nil
+	}
+	agentName, updated, err := s.cfg.ThreadInfo(ctx, id)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if d, own := s.cfg.Policy.Agents[agentName]; own {
+		ttl = d
+	}
+	if ttl <= 0 {
+		return time.Time{}, false, nil
+	}
+	before = now.Add(-ttl)
+	return before, updated.Before(before), nil
+}
+
+// threads deletes the idle threads q selects, batch after batch, each
+// under its TTL (ttl, or its agent's); a thread it could not delete is
+// not asked for again in this pass.
+func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, now time.Time, ttl time.Duration, c *Counts) error {
 	seen := map[string]bool{}
 	for range maxBatches {
 		limit := q.Limit + len(seen) // the kept ones are listed again
@@ -232,7 +283,19 @@ func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, c *Counts) err
 			}
 			seen[id] = true
 			fresh++
-			err := s.cfg.Delete(ctx, id, q.Before)
+			before, ok, err := s.cutoff(ctx, id, now, ttl, q.Before)
+			if errors.Is(err, agent.ErrThreadNotFound) {
+				continue
+			}
+			if err != nil {
+				c.Failed++
+				s.lg.Warn("retention: thread's agent unknown", zap.String("thread-id", id), zap.Error(err))
+				continue
+			}
+			if !ok {
+				continue // its agent keeps it longer
+			}
+			err = s.cfg.Delete(ctx, id, before)
 			switch {
 			case err == nil:
 				c.Threads++
