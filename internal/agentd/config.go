@@ -122,6 +122,7 @@ const (
 	DefaultThreadsIdle       = 90 * 24 * time.Hour
 	DefaultWebhookDeliveries = 30 * 24 * time.Hour
 	DefaultRunEvents         = 30 * 24 * time.Hour
+	DefaultStoreItems        = 365 * 24 * time.Hour
 )
 
 // RetentionConfig is `retention`. A TTL left out takes its default; 0,
@@ -136,6 +137,10 @@ type RetentionConfig struct {
 	// the latest ones (0 = storage.checkpoint_retention, whose default
 	// is 100); never unbounded.
 	CheckpointsKeep int `yaml:"checkpoints_keep"`
+	// StoreItems deletes the files of store routes (the cross-thread
+	// store, every namespace) not modified for this long (nil = 1 year;
+	// 0 keeps them).
+	StoreItems *time.Duration `yaml:"store_items"`
 	// Tenants override the TTLs per tenant; a TTL a tenant leaves out is
 	// the default one.
 	Tenants map[string]RetentionRules `yaml:"tenants"`

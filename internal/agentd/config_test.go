@@ -88,7 +88,8 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative quota", "quotas: {concurrent_runs: -1}\n", "quotas.concurrent_runs: must not be negative"},
 		{"negative tenant quota", "quotas:\n  tenants:\n    acme: {tokens_per_day: -5}\n", "quotas.tenants.acme.tokens_per_day: must not be negative"},
 		{"unknown quota key", "quotas: {runs_per_hour: 5}\n", "quotas.runs_per_hour: unknown key"},
-		{"unknown retention key", "retention: {store_items: 1h}\n", "retention.store_items: unknown key"},
+		{"unknown retention key", "retention: {messages: 1h}\n", "retention.messages: unknown key"},
+		{"negative store items ttl", "retention: {store_items: -1h}\n", "retention.store_items: must not be negative"},
 		{"negative run events ttl", "retention:\n  tenants:\n    acme: {run_events: -1h}\n", "retention.tenants.acme.run_events: must not be negative"},
 		{"checkpoints disagree", "storage: {checkpoint_retention: 10}\nretention: {checkpoints_keep: 20}\n", "retention.checkpoints_keep: 20 disagrees"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
@@ -142,10 +143,10 @@ func TestRetentionPolicy(t *testing.T) {
 		yaml string
 		want retention.Policy
 	}{
-		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}}},
-		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s, run_events: 0s}\n", retention.Policy{}},
+		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}, StoreItems: 365 * day}},
+		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s, run_events: 0s, store_items: 0s}\n", retention.Policy{}},
 		{"tenant over default", "retention:\n  threads_idle: 240h\n  tenants:\n    acme: {threads_idle: 1h}\n    beta: {webhook_deliveries: 0s, run_events: 2h}\n",
-			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}, Tenants: map[string]retention.Rules{
+			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}, StoreItems: 365 * day, Tenants: map[string]retention.Rules{
 				"acme": {ThreadsIdle: time.Hour, WebhookDeliveries: 30 * day, RunEvents: 30 * day},
 				"beta": {ThreadsIdle: 10 * day, RunEvents: 2 * time.Hour},
 			}}},

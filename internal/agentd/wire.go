@@ -151,6 +151,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if rs, ok := a.Store.(store.Retention); ok && a.Config.Retention.Interval >= 0 {
 		c.Retention = &retention.Config{Store: rs, Policy: RetentionPolicy(a.Config.Retention), Interval: a.Config.Retention.Interval}
 		c.Retention.Policy.Agents = AgentRetentionTTLs(a.Config)
+		if a.Backends.files != nil {
+			c.Retention.Items = a.Backends.files
+		}
 		if runs, ok := a.Store.(store.Runs); ok && len(c.Retention.Policy.Agents) > 0 {
 			c.Retention.ThreadInfo = threadInfo(a.Store, runs)
 		}
@@ -687,7 +690,7 @@ func RetentionPolicy(rc RetentionConfig) retention.Policy {
 		ThreadsIdle:       or(rc.ThreadsIdle, DefaultThreadsIdle),
 		WebhookDeliveries: or(rc.WebhookDeliveries, DefaultWebhookDeliveries),
 		RunEvents:         or(rc.RunEvents, DefaultRunEvents),
-	}}
+	}, StoreItems: or(rc.StoreItems, DefaultStoreItems)}
 	for name, r := range rc.Tenants {
 		if p.Tenants == nil {
 			p.Tenants = map[string]retention.Rules{}
@@ -800,7 +803,8 @@ func validateRetention(cfg *Config) error {
 		}
 		return nil
 	}
-	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries), neg("retention.run_events", rc.RunEvents)}
+	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries), neg("retention.run_events", rc.RunEvents),
+		neg("retention.store_items", rc.StoreItems)}
 	for _, name := range sortedKeys(rc.Tenants) {
 		if name == "" {
 			return errors.New("retention.tenants: a tenant name must not be empty")

@@ -10,7 +10,8 @@
 // threads whose last run was the agent's (ThreadInfo tells). It then
 // deletes webhook deliveries finished longer ago than their TTL, and the
 // shared run event logs of threads whose last run ended longer ago than
-// theirs (run records stay), in batches. Checkpoints beyond the latest N
+// theirs (run records stay), and the store routes' files not modified
+// for store_items (Items: each replica's own store), in batches. Checkpoints beyond the latest N
 // are pruned by the stores at every checkpoint.
 //
 // A TTL of 0 keeps forever; agentd's config gives every TTL a finite

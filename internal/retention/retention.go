@@ -53,6 +53,14 @@ type Policy struct {
 	Default Rules
 	Tenants map[string]Rules
 	Agents  map[string]time.Duration
+	// StoreItems deletes the files of store routes (every namespace) not
+	// modified for this long; 0 keeps them.
+	StoreItems time.Duration
+}
+
+// Items is the store routes' file store (storefs.DB).
+type Items interface {
+	DeleteModifiedBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // ThreadInfo tells a thread's agent (its last run's) and when it was last
@@ -75,6 +83,8 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// ThreadInfo is required with Policy.Agents.
 	ThreadInfo ThreadInfo
+	// Items, if set, is swept by Policy.StoreItems.
+	Items Items
 }
 
 // Counts is what a pass deleted and skipped.
@@ -85,6 +95,8 @@ type Counts struct {
 	Deliveries int
 	// RunEvents is how many run events were deleted.
 	RunEvents int
+	// StoreItems is how many store-route files were deleted.
+	StoreItems int
 }
 
 // Option adjusts a Sweeper (test seams).
@@ -123,7 +135,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
 	}
-	for _, d := range cfg.Policy.Agents {
+	for _, d := range append(slices.Collect(maps.Values(cfg.Policy.Agents)), cfg.Policy.StoreItems) {
 		if d < 0 {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
@@ -139,7 +151,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 	}
 	s := &Sweeper{cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "plumb_retention_deleted_total",
-		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events) or left (threads_skipped, threads_failed).",
+		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events, store_items) or left (threads_skipped, threads_failed).",
 	}, []string{"kind"})}
 	for _, o := range opts {
 		o(s)
@@ -224,10 +236,23 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 	s.deleted.WithLabelValues("threads_skipped").Add(float64(c.Skipped))
 	s.deleted.WithLabelValues("threads_failed").Add(float64(c.Failed))
 	s.deleted.WithLabelValues("webhook_deliveries").Add(float64(c.Deliveries))
+	if s.cfg.Items != nil && s.cfg.Policy.StoreItems > 0 {
+		for range maxBatches {
+			n, err := s.cfg.Items.DeleteModifiedBefore(ctx, now.Add(-s.cfg.Policy.StoreItems), s.cfg.Batch)
+			c.StoreItems += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if err != nil || n < s.cfg.Batch {
+				break
+			}
+		}
+	}
 	s.deleted.WithLabelValues("run_events").Add(float64(c.RunEvents))
+	s.deleted.WithLabelValues("store_items").Add(float64(c.StoreItems))
 	if c != (Counts{}) {
 		s.lg.Info("retention pass", zap.Int("threads-deleted", c.Threads), zap.Int("threads-skipped", c.Skipped),
-			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents))
+			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems))
 	}
 	return c, errors.Join(errs...)
 }

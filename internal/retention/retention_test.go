@@ -12,6 +12,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/backend/storefs"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -186,6 +187,42 @@ func TestAgentTTLs(t *testing.T) {
 	for id, before := range want {
 		if !cutoffs[id].Equal(before) {
 			t.Errorf("thread %s deleted with cutoff %v; want %v", id, cutoffs[id], before)
+		}
+	}
+}
+
+// TestStoreItems: a pass deletes the store-route files not modified for
+// store_items, in batches, and keeps the newer ones.
+func TestStoreItems(t *testing.T) {
+	st := openStore(t)
+	db, err := storefs.Open(filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b, err := storefs.NewBackend(db, []string{"memories"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := b.Write(context.Background(), fmt.Sprintf("/m%d.md", i), []byte("remember")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(context.Context, string, time.Time) error { return nil }
+	// A day from now, the files are a day old.
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want int
+	}{{48 * time.Hour, 0}, {time.Hour, 5}} {
+		sw, err := retention.New(retention.Config{Store: st, Delete: del, Items: db, Batch: 2, Policy: retention.Policy{StoreItems: tc.ttl}},
+			retention.WithClock(fixedClock{time.Now().Add(24 * time.Hour)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := sw.Pass(context.Background())
+		if err != nil || c.StoreItems != tc.want {
+			t.Fatalf("store_items %v: %+v, %v; want %d deleted", tc.ttl, c, err, tc.want)
 		}
 	}
 }
