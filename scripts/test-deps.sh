@@ -4,7 +4,8 @@
 # whose binaries the PostgreSQL thread-store tests run throwaway servers
 # with; and what the Python client example needs (grpcio and protobuf for
 # python3, protoc with the well-known types, and the gRPC Python plugin);
-# and kubernetes-client, whose `kubectl kustomize` renders deploy/k8s.
+# and kubernetes-client, whose `kubectl kustomize` renders deploy/k8s;
+# curl, which the HTTP API's end-to-end test drives as a user would.
 # runsc (gVisor) is registered with the Docker engine as the runtime "runsc"
 # so the sandbox suites also run under it: a current gVisor built from the
 # Go module proxy once and cached (see runsc_binary below), Debian's runsc
@@ -106,7 +107,7 @@ runsc_registered() {
 	python3 -c 'import json, sys; sys.exit(json.loads(sys.argv[1]).get("runsc") != json.loads(sys.argv[2]))' "$have" "$1"
 }
 
-pkgs=(busybox-static postgresql kubernetes-client python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
+pkgs=(busybox-static postgresql kubernetes-client python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl)
 missing=()
 for p in "${pkgs[@]}"; do
 	# Any kubectl with kustomize will do, however it was installed.
@@ -121,7 +122,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 	echo "make test needs Debian's ${missing[*]}: sudo apt-get install ${missing[*]}" >&2
 	exit 1
 fi
-echo "installing ${missing[*]} (the test sandbox image, the PostgreSQL store tests, the Kubernetes manifest test and the Python client example need them)" >&2
+echo "installing ${missing[*]} (the test sandbox image, the PostgreSQL store tests, the Kubernetes manifest test, the Python client example and the HTTP API test need them)" >&2
 # The tests create their own PostgreSQL clusters: the package need not
 # create (and start) a system one.
 mkdir -p /etc/postgresql-common/createcluster.d

@@ -13,11 +13,14 @@ import (
 	"net"
 	"os"
 
+	"github.com/plumbhq/plumb/gen"
+	plumbv1gw "github.com/plumbhq/plumb/gen/gateway/plumb/v1"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/agentd"
 	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/fleet"
 	"github.com/plumbhq/plumb/internal/grpccreds"
+	"github.com/plumbhq/plumb/internal/httpapi"
 	"github.com/plumbhq/plumb/internal/preview"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/internal/tenant"
@@ -27,6 +30,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 func main() { os.Exit(daemon.Main("agentd", run)) }
@@ -191,6 +195,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger = "agentd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterAgentServiceServer(s, svc) }
+	o.API = &httpapi.Service{
+		Services: []protoreflect.ServiceDescriptor{plumbv1.File_plumb_v1_agent_proto.Services().ByName("AgentService")},
+		Register: plumbv1gw.RegisterAgentServiceHandler,
+		OpenAPI:  gen.AgentOpenAPI,
+	}
 	o.BulkMethods = agentsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	stopped := false

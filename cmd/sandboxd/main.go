@@ -8,13 +8,17 @@ import (
 	"io"
 	"os"
 
+	"github.com/plumbhq/plumb/gen"
+	plumbv1gw "github.com/plumbhq/plumb/gen/gateway/plumb/v1"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon"
+	"github.com/plumbhq/plumb/internal/httpapi"
 	"github.com/plumbhq/plumb/internal/sandboxd"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/internal/yamlconf"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 func main() { os.Exit(daemon.Main("sandboxd", run)) }
@@ -84,6 +88,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	o := sec
 	o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace, o.Logger, o.Registry = "sandboxd", c.GRPCAddr, c.HTTPAddr, c.ShutdownGrace, lg, w.Registry
 	o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, w.Service) }
+	o.API = &httpapi.Service{
+		Services: []protoreflect.ServiceDescriptor{plumbv1.File_plumb_v1_sandbox_proto.Services().ByName("SandboxService")},
+		Register: plumbv1gw.RegisterSandboxServiceHandler,
+		OpenAPI:  gen.SandboxOpenAPI,
+	}
 	o.BulkMethods = sandboxsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	return daemon.Serve(ctx, o)

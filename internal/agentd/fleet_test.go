@@ -254,6 +254,7 @@ func startRestartableWorker(t *testing.T) *restartableWorker {
 	_, _ = rand.Read(b)
 	run := hex.EncodeToString(b)
 	sandboxtest.SweepOnCleanup(t, cli, sandboxtest.LabelTest, run)
+	sandboxtest.ReleaseImagesOnCleanup(t, cli, "w"+run)
 	cfg := sandbox.Config{Worker: "w" + run, Agent: sandboxtest.Agent(t), ExtraLabels: sandboxtest.Labels(run)}
 	cfg.Defaults.Image = sandboxtest.Image(t, cli)
 	cfg.Defaults.MemoryBytes = 256 << 20

@@ -211,6 +211,26 @@ func TestWebhookOneAgentd(t *testing.T) {
 	if list, err := s.c.ListWebhookDeliveries(beta, &plumbv1.ListWebhookDeliveriesRequest{}); err != nil || len(list.GetDeliveries()) != 0 {
 		t.Fatalf("another tenant lists %v, %v", list, err)
 	}
+	// Naming acme's run or thread, beta finds nothing there: NOT_FOUND,
+	// as for a run or thread that does not exist.
+	for _, q := range []*plumbv1.ListWebhookDeliveriesRequest{
+		{RunId: runID}, {ThreadId: evs[0].GetThreadId()}, {RunId: "01NOSUCHRUN"}, {ThreadId: "01NOSUCHTHREAD"},
+	} {
+		if _, err := s.c.ListWebhookDeliveries(beta, q); status.Code(err) != codes.NotFound {
+			t.Errorf("tenant beta lists the deliveries of %v: %v; want NOT_FOUND", q, err)
+		}
+	}
+	// acme's own thread still lists them, and the deliveries of a
+	// deleted thread stay listable by run id.
+	if list, err := s.c.ListWebhookDeliveries(acme, &plumbv1.ListWebhookDeliveriesRequest{ThreadId: evs[0].GetThreadId()}); err != nil || len(list.GetDeliveries()) != 2 {
+		t.Fatalf("acme lists its thread's deliveries: %v, %v; want 2", list, err)
+	}
+	if _, err := s.c.DeleteThread(acme, &plumbv1.DeleteThreadRequest{ThreadId: evs[0].GetThreadId()}); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := s.c.ListWebhookDeliveries(acme, &plumbv1.ListWebhookDeliveriesRequest{RunId: runID}); err != nil || len(list.GetDeliveries()) != 2 {
+		t.Fatalf("acme lists a deleted thread's run's deliveries: %v, %v; want 2", list, err)
+	}
 	if _, err := s.c.ListWebhookDeliveries(acme, &plumbv1.ListWebhookDeliveriesRequest{PageToken: "nope!"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a bad page token: %v", err)
 	}

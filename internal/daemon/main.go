@@ -54,7 +54,7 @@ func Main(binary string, run func(ctx context.Context, args []string, stdout io.
 type Common struct {
 	// GRPCAddr is where the gRPC services listen.
 	GRPCAddr string
-	// HTTPAddr is where /metrics and /debug/pprof listen.
+	// HTTPAddr is where /metrics, /healthz and the HTTP/JSON API listen.
 	HTTPAddr string
 	// ConfigPath is an optional YAML config file.
 	ConfigPath string
@@ -89,7 +89,7 @@ type Common struct {
 // Bind defines the common flags on f with the daemon's default addresses.
 func (c *Common) Bind(f *Flags, grpcAddr, httpAddr string) {
 	f.Addr(&c.GRPCAddr, "grpc-addr", grpcAddr, "gRPC listen address")
-	f.Addr(&c.HTTPAddr, "http-addr", httpAddr, "HTTP listen address for /metrics and /healthz")
+	f.Addr(&c.HTTPAddr, "http-addr", httpAddr, "HTTP listen address for /metrics, /healthz and the HTTP/JSON API (docs/http.md)")
 	f.String(&c.ConfigPath, "config", "", "YAML config file")
 	f.Enum(&c.LogFormat, "log-format", "json", LogFormats, "log format")
 	f.Enum(&c.LogLevel, "log-level", "info", LogLevels, "log level")

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,10 +22,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/plumbhq/plumb/internal/httpapi"
 )
 
 // DefaultMaxMessageBytes bounds gRPC messages in both directions. The file
@@ -107,6 +114,11 @@ type Options struct {
 	// the address first). Serve serves them, shuts them down with the
 	// others and closes their listeners, also when it fails to start.
 	Servers []HTTPServer
+	// API, if set, serves the daemon's services as HTTP/JSON on HTTPAddr
+	// (internal/httpapi, docs/http.md), through an in-process gRPC server
+	// with the same interceptors, credentials and message limits as the
+	// gRPC port.
+	API *httpapi.Service
 }
 
 // HTTPServer is an HTTP handler on a listener of its own.
@@ -194,13 +206,34 @@ func Serve(ctx context.Context, o Options) error {
 		grpc.ChainStreamInterceptor(stream...),
 	}
 	sopts = append(sopts, MessageLimits(maxMsg, maxRecv, o.BulkMethods)...)
+	sopts = append(sopts, o.ServerOptions...)
+	// The HTTP API's in-process server: the same options but transport
+	// security (the connection never leaves the process).
+	isopts := append(slices.Clone(sopts),
+		grpc.MaxConcurrentStreams(uint32(cmp.Or(o.MaxConns, DefaultMaxConns)*cmp.Or(o.MaxStreamsPerConn, DefaultMaxStreamsPerConn))))
 	if o.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
-	sopts = append(sopts, o.ServerOptions...)
 	srv := grpc.NewServer(sopts...)
 	if o.Register != nil {
 		o.Register(srv)
+	}
+	var (
+		api  *inprocAPI
+		root http.Handler = httpMux(reg, nil)
+	)
+	if o.API != nil {
+		api, err = newInprocAPI(ctx, o, isopts, creds, maxMsg, maxRecv, lg)
+		if err != nil {
+			glis.Close()
+			hlis.Close()
+			if plis != nil {
+				plis.Close()
+			}
+			return err
+		}
+		defer api.conn.Close()
+		root = httpMux(reg, api.handler)
 	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -210,11 +243,14 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	hsrv := &http.Server{Handler: httpMux(reg), ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second}
 	var psrv *http.Server
 
-	errc := make(chan error, 3+len(o.Servers))
+	errc := make(chan error, 4+len(o.Servers)) // gRPC, in-process gRPC, HTTP, pprof, the others
 	go func() { errc <- srv.Serve(glis) }()
+	if api != nil {
+		go func() { errc <- api.srv.Serve(api.lis) }()
+	}
 	go func() { errc <- hsrv.Serve(hlis) }()
 	if plis != nil {
 		psrv = &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 10 * time.Second}
@@ -260,9 +296,17 @@ func Serve(ctx context.Context, o Options) error {
 		}
 		cancel()
 	}
+	servers := []*grpc.Server{srv}
+	if api != nil {
+		servers = append(servers, api.srv)
+	}
 	stopped := make(chan struct{})
 	go func() {
-		srv.GracefulStop()
+		var wg sync.WaitGroup
+		for _, s := range servers {
+			wg.Go(s.GracefulStop)
+		}
+		wg.Wait()
 		close(stopped)
 	}()
 	// Streams the drain ended still need a moment to close.
@@ -272,7 +316,9 @@ func Serve(ctx context.Context, o Options) error {
 		timer.Stop()
 	case <-timer.C:
 		lg.Warn("grace period over, cancelling in-flight calls")
-		srv.Stop()
+		for _, s := range servers {
+			s.Stop()
+		}
 		<-stopped
 	}
 	hctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -322,11 +368,86 @@ func listen(what, addr string) (net.Listener, error) {
 	return nil, fmt.Errorf("%s address %s: %w", what, addr, err)
 }
 
-func httpMux(reg *prometheus.Registry) *http.ServeMux {
+// httpMux serves /metrics and /healthz, and api (if set) at every other
+// path.
+func httpMux(reg *prometheus.Registry, api http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if api != nil {
+		mux.Handle("/", api)
+	}
 	return mux
+}
+
+// inprocAPI is the HTTP API of a daemon: its handler, and the in-process
+// gRPC server and connection it calls the services through.
+type inprocAPI struct {
+	handler *httpapi.Handler
+	srv     *grpc.Server
+	lis     *bufconn.Listener
+	conn    *grpc.ClientConn
+}
+
+// newInprocAPI builds the HTTP API: a gRPC server with the options of the
+// gRPC port (interceptors, tap handle, message limits) on an in-process
+// listener, a connection to it, and the handler over that connection. The
+// handler checks a token with the same credential check as a gRPC call.
+func newInprocAPI(ctx context.Context, o Options, sopts []grpc.ServerOption, creds *Credentials, maxMsg, maxRecv int, lg *zap.Logger) (*inprocAPI, error) {
+	srv := grpc.NewServer(sopts...)
+	if o.Register != nil {
+		o.Register(srv)
+	}
+	lis := bufconn.Listen(1 << 20)
+	conn, err := grpc.NewClient("passthrough:///"+cmp.Or(o.Name, "daemon"),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
+	if err != nil {
+		return nil, fmt.Errorf("HTTP API: %w", err)
+	}
+	bulk := map[string]bool{}
+	for _, m := range o.BulkMethods {
+		bulk[m] = true
+	}
+	cfg := httpapi.Config{
+		Service: *o.API,
+		Conn:    conn,
+		Check: func(tok string) error {
+			md := metadata.MD{}
+			if tok != "" {
+				md.Set("authorization", "Bearer "+tok)
+			}
+			_, _, err := callerTenant(md, creds)
+			return err
+		},
+		// A body carries the message in JSON: bytes fields in base64
+		// (4/3), plus room for JSON's own syntax.
+		BodyLimit: func(full string) int64 {
+			n := maxRecv
+			if bulk[full] {
+				n = maxMsg
+			}
+			return int64(n)*4/3 + 64<<10
+		},
+		Logger: lg,
+	}
+	switch {
+	case creds == nil && o.ClientCertRequired:
+		cfg.Refuse = "this daemon authenticates gRPC callers by client certificate, which the HTTP port cannot check: give it bearer tokens (--token-file or --credentials-file) to use the HTTP API"
+	case creds == nil && !IsLoopback(o.HTTPAddr) && !o.Insecure:
+		cfg.Refuse = "no credentials are configured and the HTTP address is beyond loopback: give --token-file or --credentials-file (or pass --insecure) to use the HTTP API"
+	}
+	cfg.LoopbackHosts = creds == nil && cfg.Refuse == "" && IsLoopback(o.HTTPAddr)
+	if cfg.Refuse != "" {
+		lg.Warn("HTTP API refuses every call", zap.String("reason", cfg.Refuse))
+	}
+	h, err := httpapi.New(ctx, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &inprocAPI{handler: h, srv: srv, lis: lis, conn: conn}, nil
 }
 
 // pprofMux serves the profiles, on the pprof listener only.

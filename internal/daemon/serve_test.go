@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -11,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	plumbv1gw "github.com/plumbhq/plumb/gen/gateway/plumb/v1"
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/grpccreds"
+	"github.com/plumbhq/plumb/internal/httpapi"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -213,5 +217,103 @@ func TestReadToken(t *testing.T) {
 		if _, err := ReadToken(p); err == nil {
 			t.Errorf("ReadToken(%s) accepted", p)
 		}
+	}
+}
+
+// TestServeHTTPAPI: the HTTP API goes through the gRPC server's
+// interceptors (the token check, panics), and refuses every call when the
+// daemon cannot authenticate HTTP callers.
+func TestServeHTTPAPI(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		o        Options
+		token    string
+		hdr      map[string]string // request headers (Content-Type: application/json when unset)
+		host     string            // the Host header ("" = the address)
+		wantCode int               // HTTP status of GetSandbox (UNIMPLEMENTED in panicky)
+		reason   string
+	}{
+		{name: "token", o: Options{Token: "tok"}, token: "tok", wantCode: http.StatusNotImplemented},
+		{name: "wrong token", o: Options{Token: "tok"}, token: "nope", wantCode: http.StatusUnauthorized},
+		{name: "no token", o: Options{Token: "tok"}, wantCode: http.StatusUnauthorized},
+		{name: "no credentials, loopback", wantCode: http.StatusNotImplemented},
+		{name: "no credentials, localhost", host: "localhost:1234", wantCode: http.StatusNotImplemented},
+		// A cross-site form, or a page that rebound its name to 127.0.0.1.
+		{name: "no credentials, form post", hdr: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, wantCode: http.StatusForbidden, reason: httpapi.ReasonCSRF},
+		{name: "no credentials, text/plain", hdr: map[string]string{"Content-Type": "text/plain"}, wantCode: http.StatusForbidden, reason: httpapi.ReasonCSRF},
+		{name: "no credentials, rebound name", host: "evil.example:9071", wantCode: http.StatusForbidden, reason: httpapi.ReasonHost},
+		{name: "token, form post", o: Options{Token: "tok"}, token: "tok", hdr: map[string]string{"Content-Type": "text/plain"}, wantCode: http.StatusNotImplemented},
+		{name: "no credentials, HTTP beyond loopback", o: Options{HTTPAddr: "0.0.0.0:0"}, wantCode: http.StatusUnauthorized, reason: httpapi.ReasonHTTPAPIRefuse},
+		{name: "client certificates only", o: Options{ClientCertRequired: true}, token: "tok", wantCode: http.StatusUnauthorized, reason: httpapi.ReasonHTTPAPIRefuse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			ready := make(chan string, 1)
+			done := make(chan error, 1)
+			o := tc.o
+			o.Name, o.GRPCAddr, o.HTTPAddr, o.ShutdownGrace = "test", "127.0.0.1:0", cmp.Or(o.HTTPAddr, "127.0.0.1:0"), time.Second
+			o.Logger = zaptest.NewLogger(t)
+			o.Register = func(s *grpc.Server) { plumbv1.RegisterSandboxServiceServer(s, panicky{}) }
+			o.Ready = func(_, h net.Addr) { ready <- h.String() }
+			o.API = &httpapi.Service{
+				Services: []protoreflect.ServiceDescriptor{plumbv1.File_plumb_v1_sandbox_proto.Services().ByName("SandboxService")},
+				Register: plumbv1gw.RegisterSandboxServiceHandler,
+			}
+			go func() { done <- Serve(ctx, o) }()
+			var haddr string
+			select {
+			case haddr = <-ready:
+			case err := <-done:
+				cancel()
+				t.Fatalf("Serve: %v", err)
+			}
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			}()
+			_, port, _ := net.SplitHostPort(haddr)
+			base := "http://127.0.0.1:" + port
+			post := func(method string) (int, string) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/plumb.v1.SandboxService/"+method, strings.NewReader(`{}`))
+				if tc.token != "" {
+					req.Header.Set("Authorization", "Bearer "+tc.token)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				for k, v := range tc.hdr {
+					req.Header.Set(k, v)
+				}
+				if tc.host != "" {
+					req.Host = tc.host
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			code, body := post("GetSandbox")
+			if code != tc.wantCode || !strings.Contains(body, `"reason":"`+tc.reason) {
+				t.Fatalf("GetSandbox: HTTP %d %s, want %d with reason %q", code, body, tc.wantCode, tc.reason)
+			}
+			if tc.wantCode == http.StatusNotImplemented {
+				// A panic in the handler is INTERNAL, as over gRPC.
+				if code, body := post("DescribeWorker"); code != http.StatusInternalServerError || !strings.Contains(body, `"code":13`) {
+					t.Fatalf("DescribeWorker: HTTP %d %s", code, body)
+				}
+			}
+			// /healthz and /metrics stay where they were.
+			resp, err := http.Get(base + "/healthz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/healthz: HTTP %d", resp.StatusCode)
+			}
+		})
 	}
 }

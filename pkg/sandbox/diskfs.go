@@ -149,13 +149,18 @@ type helperImage struct {
 // from Config.Agent when the engine lacks it.
 func (m *Manager) diskHelperImage(ctx context.Context) (string, error) {
 	sum := sha256.Sum256(m.cfg.Agent)
-	return m.importBinary(ctx, &m.diskImg, diskHelperRepo+":"+hex.EncodeToString(sum[:8]), AgentPath[1:], m.cfg.Agent, nil, "plumb disk helper")
+	return m.importBinary(ctx, &m.diskImg, diskHelperRepo, hex.EncodeToString(sum[:8]), "", AgentPath[1:], m.cfg.Agent, nil, "plumb disk helper")
 }
 
-// importBinary returns the ID of image tag, which holds bin at path and
-// nothing else, importing it when the engine does not have it (cached in
-// h).
-func (m *Manager) importBinary(ctx context.Context, h *helperImage, tag, path string, bin []byte, changes []string, message string) (string, error) {
+// importBinary returns the ID of image repo:key (repo:key-owner with an
+// owner, see ownTag), which holds bin at path and nothing else: the
+// engine's, another worker's of the same key tagged for owner, or
+// imported (cached in h).
+func (m *Manager) importBinary(ctx context.Context, h *helperImage, repo, key, owner, path string, bin []byte, changes []string, message string) (string, error) {
+	tag := repo + ":" + key
+	if owner != "" {
+		tag = ownTag(repo, key, owner)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ref != "" {
@@ -169,6 +174,12 @@ func (m *Manager) importBinary(ctx context.Context, h *helperImage, tag, path st
 		return res.ID, nil
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("inspect image %s: %w", tag, err)
+	}
+	if owner != "" {
+		if id, err := tagShared(ctx, m.api, repo, key, tag); err != nil || id != "" {
+			h.ref = id
+			return id, err
+		}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

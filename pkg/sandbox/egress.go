@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,14 +94,18 @@ func (m *Manager) egressImage(ctx context.Context) (string, error) {
 	if len(m.cfg.EgressProxy) == 0 {
 		return "", errorf(CodeInvalid, "network egress is not available on worker %s: it has no plumb-egress proxy binary (--egress-proxy-binary)", m.cfg.Worker)
 	}
-	return m.importBinary(ctx, &m.egressImg, m.egressTag(), "plumb-egress", m.cfg.EgressProxy,
+	return m.importBinary(ctx, &m.egressImg, egressImageRepo, m.egressKey(), m.cfg.Worker, "plumb-egress", m.cfg.EgressProxy,
 		[]string{`ENTRYPOINT ["/plumb-egress"]`, "USER " + egressUser}, "plumb egress proxy")
 }
 
-// egressTag is the tag of the proxy image of this worker's binary.
-func (m *Manager) egressTag() string {
+// egressTag is this worker's tag of the proxy image of its binary (see
+// ownTag: only its own tags are collected).
+func (m *Manager) egressTag() string { return ownTag(egressImageRepo, m.egressKey(), m.cfg.Worker) }
+
+// egressKey is the content key of the proxy image: its binary's sum.
+func (m *Manager) egressKey() string {
 	sum := sha256.Sum256(m.cfg.EgressProxy)
-	return egressImageRepo + ":" + hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:8])
 }
 
 // setupEgress creates sandbox id's network and starts its proxy; the box
@@ -350,8 +353,9 @@ func (m *Manager) sweepEgress(ctx context.Context) error {
 			}
 		}
 	}
-	// Proxy images of other binaries, once old enough that no create of
-	// another worker sharing the engine is about to use them; the engine
+	// This worker's tags of proxy images of other binaries (an earlier
+	// version of it), once old enough that no create is about to use
+	// them; other workers' tags keep an image they share, and the engine
 	// refuses to remove one a container still uses.
 	il, err := m.api.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("reference", egressImageRepo)})
 	if err != nil {
@@ -359,11 +363,16 @@ func (m *Manager) sweepEgress(ctx context.Context) error {
 	}
 	current := m.egressTag()
 	for _, img := range il.Items {
-		if slices.Contains(img.RepoTags, current) || m.now().Sub(time.Unix(img.Created, 0)) < deriveGrace {
+		if m.now().Sub(time.Unix(img.Created, 0)) < deriveGrace {
 			continue
 		}
-		if _, err := m.api.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{}); err == nil {
-			m.lg.Info("removed superseded egress proxy image", zap.Strings("tags", img.RepoTags))
+		for _, t := range img.RepoTags {
+			if _, mine := ownedKey(t, egressImageRepo, m.cfg.Worker); !mine || t == current {
+				continue
+			}
+			if _, err := m.api.ImageRemove(ctx, t, client.ImageRemoveOptions{}); err == nil {
+				m.lg.Info("removed superseded egress proxy image", zap.String("tag", t))
+			}
 		}
 	}
 	return nil

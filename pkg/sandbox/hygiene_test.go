@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -226,5 +227,70 @@ func TestContainerPinnedByImageID(t *testing.T) {
 	}
 	if c.Container.Config.Image != c.Container.Image || !strings.HasPrefix(c.Container.Image, "sha256:") {
 		t.Fatalf("container created from %q (image %s), want the image ID", c.Container.Config.Image, c.Container.Image)
+	}
+}
+
+// TestCollectorOnSharedEngine: workers of different versions share one
+// engine. A worker of the same agent shares another's derived image by
+// tagging it for itself; a worker of another agent binary collects
+// nothing of theirs, though to it their image is superseded; and a worker
+// that comes back with a new agent collects only its own tag, leaving the
+// image to the worker that still tags it.
+func TestCollectorOnSharedEngine(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	clock := &fakeClock{now: time.Now()}
+	worker := func(name string, agent []byte) *sandbox.Manager {
+		w := *e
+		w.worker, w.cfg.Worker, w.cfg.Agent = name, name, agent
+		sandboxtest.ReleaseImagesOnCleanup(t, e.cli, name)
+		return w.manager(t, sandbox.WithClock(clock.Now))
+	}
+	newAgent := append(append([]byte{}, e.cfg.Agent...), 0) // another build: another sum
+	a, c := e.worker+"a", e.worker+"c"
+	ma, mc := worker(a, e.cfg.Agent), worker(c, e.cfg.Agent)
+	image := func(m *sandbox.Manager) string {
+		info := e.create(t, m, sandbox.CreateSpec{})
+		ci, err := e.cli.ContainerInspect(ctx, info.ContainerID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Delete(ctx, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		return ci.Container.Image
+	}
+	id := image(ma)
+	if other := image(mc); other != id {
+		t.Fatalf("worker %s derived image %s, want %s's %s shared", c, other, a, id)
+	}
+	tags := func() (mine map[string]bool) {
+		ii, err := e.cli.ImageInspect(ctx, id)
+		if err != nil {
+			t.Fatalf("the shared image is gone: %v", err)
+		}
+		mine = map[string]bool{}
+		for _, r := range ii.RepoTags {
+			for _, w := range []string{a, c} {
+				if strings.HasSuffix(r, "-"+w) {
+					mine[w] = true
+				}
+			}
+		}
+		return mine
+	}
+	if got := tags(); !got[a] || !got[c] {
+		t.Fatalf("tags of the shared image: %v, want one of %s and one of %s", got, a, c)
+	}
+
+	clock.Set(clock.Now().Add(11 * time.Minute)) // past the derive grace
+	worker(e.worker+"b", newAgent).Collect(ctx)
+	if got := tags(); !got[a] || !got[c] {
+		t.Fatalf("after another version's collect: tags %v, want %s's and %s's kept", got, a, c)
+	}
+	worker(a, newAgent).Collect(ctx) // a comes back as the new version
+	if got := tags(); got[a] || !got[c] {
+		t.Fatalf("after %s's new version collected: tags %v, want only %s's own tag gone", a, got, a)
 	}
 }

@@ -33,6 +33,57 @@ const (
 	LabelDerivedAgent  = "plumb.derived-agent"
 )
 
+// Ownership on a shared engine: several workers (of different versions,
+// during a rolling update, or node-local workers sharing a host's engine)
+// may use one Docker Engine. The images a worker makes for itself are
+// tagged <repository>:<content key>-<worker>, one tag per worker even when
+// two workers share the content (the second one tags the first one's
+// image), and a worker's collector only ever removes its own tags. The
+// engine deletes an image with its last tag, so an image another worker
+// still uses keeps that worker's tag and stays. Tags without a worker
+// suffix (made before this scheme) are left alone: an operator removes
+// them (docs/sandboxd.md).
+
+// ownTag is the tag of content key made or adopted by worker owner.
+func ownTag(repo, key, owner string) string { return repo + ":" + key + "-" + owner }
+
+// ownedKey returns the content key of ref when ref is repo's tag of
+// worker owner (see ownTag).
+func ownedKey(ref, repo, owner string) (string, bool) {
+	tag, ok := strings.CutPrefix(ref, repo+":")
+	if !ok {
+		return "", false
+	}
+	key, who, ok := strings.Cut(tag, "-")
+	return key, ok && who == owner && key != ""
+}
+
+// tagShared tags with ref an image of repo whose content key is key,
+// made (and tagged) by another worker, so that this worker shares it
+// instead of building it again. It returns the image ID, or "" when no
+// such image exists.
+func tagShared(ctx context.Context, api DockerAPI, repo, key, ref string) (string, error) {
+	list, err := api.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("reference", repo+":"+key+"*")})
+	if err != nil {
+		return "", fmt.Errorf("list images %s:%s: %w", repo, key, err)
+	}
+	for _, img := range list.Items {
+		for _, t := range img.RepoTags {
+			if t != repo+":"+key && !strings.HasPrefix(t, repo+":"+key+"-") {
+				continue
+			}
+			if _, err := api.ImageTag(ctx, client.ImageTagOptions{Source: img.ID, Target: ref}); err != nil {
+				if cerrdefs.IsNotFound(err) {
+					break // removed meanwhile: try the next one
+				}
+				return "", fmt.Errorf("tag image %s as %s: %w", img.ID, ref, err)
+			}
+			return img.ID, nil
+		}
+	}
+	return "", nil
+}
+
 // images derives, once per (base image, agent binary, user, working dir),
 // an image that holds the sandbox agent under /.plumb and a working dir
 // owned by the sandbox user. Baking the agent in (instead of copying it into
@@ -44,14 +95,15 @@ type images struct {
 	api      DockerAPI
 	agent    []byte
 	agentSum string
+	owner    string // the worker: its tags are the only ones it collects
 
 	mu       sync.Mutex
 	inflight map[string]*sync.Mutex
 }
 
-func newImages(api DockerAPI, agent []byte) *images {
+func newImages(api DockerAPI, agent []byte, owner string) *images {
 	sum := sha256.Sum256(agent)
-	return &images{api: api, agent: agent, agentSum: hex.EncodeToString(sum[:]), inflight: map[string]*sync.Mutex{}}
+	return &images{api: api, agent: agent, agentSum: hex.EncodeToString(sum[:]), owner: owner, inflight: map[string]*sync.Mutex{}}
 }
 
 // derive returns the ID of the derived image for base, building it if
@@ -72,7 +124,8 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 		return "", errorf(CodeInvalid, "image %q declares VOLUME %s; sandboxd refuses images with volumes (a volume would be an unbounded writable disk): rebuild the image without VOLUME", base, strings.Join(vols, ", "))
 	}
 	h := sha256.Sum256([]byte(strings.Join([]string{info.ID, im.agentSum, user, workingDir}, "\n")))
-	ref := DerivedRepository + ":" + hex.EncodeToString(h[:8])
+	key := hex.EncodeToString(h[:8])
+	ref := ownTag(DerivedRepository, key, im.owner)
 
 	im.mu.Lock()
 	l, ok := im.inflight[ref]
@@ -88,6 +141,9 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (st
 		return di.ID, nil
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+	if id, err := tagShared(ctx, im.api, DerivedRepository, key, ref); err != nil || id != "" {
+		return id, err
 	}
 
 	layer, err := im.layer(user, workingDir)
@@ -191,11 +247,13 @@ func parseUser(user string) (int, int, error) {
 	return uid, gid, nil
 }
 
-// collect removes derived images that are superseded: built for another
-// agent binary, or from a base reference that now names another image.
-// Images a container still uses are kept (the engine refuses to remove
-// them), and so are images younger than grace, which a create may be
-// about to use. It returns the references it removed.
+// collect removes this worker's tags of derived images that are
+// superseded: built for another agent binary, or from a base reference
+// that now names another image. Other workers' tags are never touched
+// (the image stays while any tag does); images a container still uses
+// are kept (the engine refuses to remove them), and so are images
+// younger than grace, which a create may be about to use. It returns the
+// references it removed.
 func (im *images) collect(ctx context.Context, now time.Time, grace time.Duration) ([]string, error) {
 	list, err := im.api.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("label", LabelDerivedFrom)})
 	if err != nil {
@@ -203,17 +261,25 @@ func (im *images) collect(ctx context.Context, now time.Time, grace time.Duratio
 	}
 	var removed []string
 	for _, img := range list.Items {
-		if now.Sub(time.Unix(img.Created, 0)) < grace || !im.superseded(ctx, img.Labels) {
+		var mine []string
+		for _, t := range img.RepoTags {
+			if _, ok := ownedKey(t, DerivedRepository, im.owner); ok {
+				mine = append(mine, t)
+			}
+		}
+		if len(mine) == 0 || now.Sub(time.Unix(img.Created, 0)) < grace || !im.superseded(ctx, img.Labels) {
 			continue
 		}
-		_, err := im.api.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{})
-		switch {
-		case err == nil:
-			removed = append(removed, img.RepoTags...)
-		case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
-			// Gone already, or a container uses it.
-		default:
-			return removed, fmt.Errorf("remove derived image %s: %w", img.ID, err)
+		for _, t := range mine {
+			_, err := im.api.ImageRemove(ctx, t, client.ImageRemoveOptions{})
+			switch {
+			case err == nil:
+				removed = append(removed, t)
+			case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+				// Gone already, or a container uses it.
+			default:
+				return removed, fmt.Errorf("remove derived image %s: %w", t, err)
+			}
 		}
 	}
 	return removed, nil

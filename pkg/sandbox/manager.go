@@ -259,7 +259,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		api:       api,
 		cfg:       cfg,
 		lg:        zap.NewNop(),
-		images:    newImages(api, cfg.Agent),
+		images:    newImages(api, cfg.Agent, cfg.Worker),
 		now:       time.Now,
 		sandboxes: map[string]*sandbox{},
 		budget:    newMemBudget(cfg.ChannelMemoryBytes),

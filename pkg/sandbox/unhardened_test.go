@@ -59,3 +59,23 @@ func TestUnhardenedRefusesPools(t *testing.T) {
 		t.Fatalf("NewManager: %v, want a ConfigError", err)
 	}
 }
+
+func TestOwnedKey(t *testing.T) {
+	for _, tt := range []struct {
+		ref, owner, key string
+		ok              bool
+	}{
+		{ownTag(DerivedRepository, "0123abcd", "w1"), "w1", "0123abcd", true},
+		{ownTag(DerivedRepository, "0123abcd", "node-a.b"), "node-a.b", "0123abcd", true},
+		{ownTag(DerivedRepository, "0123abcd", "b-a"), "a", "", false}, // another worker whose name ends like ours
+		{ownTag(DerivedRepository, "0123abcd", "a"), "b-a", "", false}, // and the other way round
+		{DerivedRepository + ":0123abcd", "w1", "", false},             // a tag of before ownership: nobody's
+		{ownTag(egressImageRepo, "0123abcd", "w1"), "w1", "", false},   // another repository
+		{DerivedRepository + ":-w1", "w1", "", false},                  // no key
+	} {
+		key, ok := ownedKey(tt.ref, DerivedRepository, tt.owner)
+		if ok != tt.ok || ok && key != tt.key {
+			t.Errorf("ownedKey(%q, %q) = %q, %v; want %q, %v", tt.ref, tt.owner, key, ok, tt.key, tt.ok)
+		}
+	}
+}

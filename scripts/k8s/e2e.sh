@@ -5,8 +5,15 @@
 # deploy/k8s/overlays/example through a test overlay, waits for agentd and
 # sandboxd to be Ready, and checks them like a user from outside the
 # cluster: agentctl health through agentd's Service and a sandboxd pod,
-# /metrics, and a command that runs in a sandbox on the worker. The trap
-# tears everything down (cluster, PostgreSQL, temporary files), also on
+# /metrics, and a command that runs in a sandbox on the worker; then, with
+# a scripted model on the host (internal/tools/scriptmodel): a second
+# node-local worker that every agentd replica discovers, an agent run
+# through the Service that executes in a sandbox, a sandboxd pod deleted
+# mid-command (the run's tool result names the worker, the new pod
+# re-adopts the box with its files), `kubectl rollout restart` of agentd
+# mid-run (the run completes, every step once), the PDB refusing an
+# eviction, and the HPA as the API server stored it. The trap tears
+# everything down (cluster, PostgreSQL, the model, temporary files), also on
 # failure. `make k8s-e2e` runs it; K8S_KEEP=1 leaves the cluster up.
 #
 # The test overlay differs from overlays/example in what a node without a
@@ -22,6 +29,10 @@ K8S=$ROOT/scripts/k8s
 RUN=${K8S_RUN:-/tmp/plumb-k8s}
 GATEWAY=10.227.0.1
 PG_PORT=27915
+# The workers' names: unique to this suite, so its cleanup removes exactly
+# their boxes and volumes from the host's engine.
+WORKER=k8se2e-$(hostname)
+MODEL_PORT=27916
 TAG=${VERSION:-k8s-e2e-$(git rev-parse --short HEAD)}
 WORK=$(mktemp -d /tmp/plumb-k8s-e2e.XXXXXX)
 export KUBECONFIG=$RUN/kubeconfig
@@ -44,8 +55,15 @@ cleanup() {
 	# gone with the cluster; its boxes would stay).
 	local ids
 	ids=$(docker ps -aq --filter "label=plumb.label.plumb-k8s-e2e=$TAG" 2>/dev/null || true)
-	[ -z "$ids" ] || docker rm -f -v $ids >/dev/null 2>&1 || true
+	for w in "$WORKER" "$WORKER-b"; do
+		ids="$ids $(docker ps -aq --filter "label=plumb.worker=$w" 2>/dev/null || true)"
+	done
+	[ -z "${ids// /}" ] || docker rm -f -v $ids >/dev/null 2>&1 || true
+	for w in "$WORKER" "$WORKER-b"; do
+		docker volume ls -q --filter "label=plumb.worker=$w" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
+	done
 	"$K8S/cluster.sh" down || true
+	[ ! -f "$WORK/model.pid" ] || kill "$(cat "$WORK/model.pid")" 2>/dev/null || true
 	if [ -f "$WORK/pg/postmaster.pid" ]; then
 		runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1 || true
 	fi
@@ -55,6 +73,17 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# What the cluster needs from Debian, installed when missing (as root).
+need=()
+for p in containerd containernetworking-plugins iptables iproute2 etcd-server postgresql openssl; do
+	dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+command -v kubectl >/dev/null || need+=(kubernetes-client)
+if [ ${#need[@]} -gt 0 ]; then
+	log "installing ${need[*]}"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
 
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -x "$PG_BIN/initdb" ] || { echo "PostgreSQL missing: apt-get install postgresql" >&2; exit 1; }
@@ -80,6 +109,11 @@ echo "host all agentd 10.227.0.0/24 scram-sha-256" >>"$WORK/pg/pg_hba.conf"
 runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w \
 	-o "-c listen_addresses=$GATEWAY -p $PG_PORT -k $WORK/pg" start >/dev/null
 PGPASSWORD=$PG_PASSWORD "$PG_BIN/psql" -h "$GATEWAY" -p "$PG_PORT" -U agentd -d postgres -qc 'CREATE DATABASE plumb' >/dev/null
+
+log "scripted model on $GATEWAY:$MODEL_PORT"
+go build -o "$WORK/scriptmodel" ./internal/tools/scriptmodel
+"$WORK/scriptmodel" --addr "$GATEWAY:$MODEL_PORT" >"$WORK/model.log" 2>&1 &
+echo $! >"$WORK/model.pid"
 
 log "apply overlays/example (test overlay in $WORK/overlay)"
 AGENTD_TOKEN=$(openssl rand -hex 32)
@@ -110,10 +144,26 @@ patches:
       - op: replace
         path: /spec/template/spec/securityContext/supplementalGroups
         value: [$DOCKER_GID]
+      - op: replace
+        path: /spec/template/spec/containers/0/args/0
+        value: --worker=k8se2e-\$(NODE_NAME)
   - target: {kind: Deployment, name: agentd}
     patch: |
       - op: remove
         path: /spec/template/spec/initContainers
+  - target: {kind: ConfigMap, name: agentd-config}
+    patch: |
+      - op: replace
+        path: /data/agentd.yaml
+        value: |
+          version: 1
+          server: {grpc_addr: 0.0.0.0:7070, http_addr: 0.0.0.0:9070, shutdown_grace: 30s}
+          models:
+            scripted: {base_url: "http://$GATEWAY:$MODEL_PORT/v1", model: scripted}
+          defaults: {model: scripted}
+          sandbox:
+            template: {image: "$SANDBOX_IMAGE", memory: 256Mi}
+          backends: {default: sandbox}
   - target: {kind: StatefulSet, name: postgres}
     patch: |
       \$patch: delete
@@ -151,5 +201,132 @@ ID=$("$ACTL" --sandboxd "$SANDBOXD:7071" --timeout 120s sandbox create --image "
 out=$("$ACTL" --sandboxd "$SANDBOXD:7071" sandbox exec "$ID" -- echo hello-from-k8s)
 "$ACTL" --sandboxd "$SANDBOXD:7071" --timeout 120s sandbox rm "$ID" >/dev/null
 [ "$out" = hello-from-k8s ] || { echo "sandbox exec printed \"$out\"" >&2; exit 1; }
+
+A=("$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN")
+S=("$ACTL" --token "$SANDBOXD_TOKEN")
+
+# wait_until WHAT SECONDS CMD...: polls CMD every 2 s (a hang guard, not a
+# performance bound).
+wait_until() {
+	local what=$1 tries=$(($2 / 2)); shift 2
+	for _ in $(seq "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 2; done
+	echo "timed out waiting for: $what" >&2
+	return 1
+}
+# detach PROMPT [ARGS...]: starts a detached run; prints "RUN THREAD".
+detach() {
+	"${A[@]}" run --detach --json "${@:2}" "$1" | head -n 1 |
+		python3 -c 'import json, sys; e = json.load(sys.stdin); print(e["runId"], e["threadId"])'
+}
+# run_field RUN KEY: a field of the run record (GetRun).
+run_field() {
+	"${A[@]}" runs get "$1" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["run"].get(sys.argv[1], ""))' "$2"
+}
+# wait_run RUN: waits for RUN to end; prints its status, a tab, and its
+# final text and error on one line.
+wait_run() {
+	"${A[@]}" --timeout 330s runs wait "$1" --wait 300s --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["run"]
+print(r["status"] + "\t" + " ".join((r.get("finalText", "") + " " + json.dumps(r.get("error", ""))).split()))'
+}
+# worker_pod WORKER: the running pod of sandboxd worker WORKER and its IP.
+worker_pod() {
+	kubectl -n plumb get pods -l app.kubernetes.io/name=sandboxd -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if p["metadata"].get("deletionTimestamp") or not p["status"].get("podIP"): continue
+    args = p["spec"]["containers"][0]["args"]
+    w = [a.split("=", 1)[1] for a in args if a.startswith("--worker=")][0].replace("$(NODE_NAME)", p["spec"]["nodeName"])
+    if w == sys.argv[1]: print(p["metadata"]["name"], p["status"]["podIP"])' "$1"
+}
+
+log "checks: a second node-local worker (sandboxd-b), discovered by every agentd replica"
+kubectl -n plumb get daemonset sandboxd -o json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+md = d["metadata"]
+d["metadata"] = {"name": "sandboxd-b", "namespace": md["namespace"], "labels": md.get("labels", {})}
+d.pop("status", None)
+sel = {"app.kubernetes.io/name": "sandboxd", "plumb.dev/worker-set": "b"}
+d["spec"]["selector"] = {"matchLabels": sel}
+d["spec"]["template"]["metadata"]["labels"].update(sel)
+c = d["spec"]["template"]["spec"]["containers"][0]
+c["args"] = [a + "-b" if a.startswith("--worker=") else a for a in c["args"]]
+json.dump(d, sys.stdout)' | kubectl apply -f - >/dev/null
+kubectl -n plumb rollout status daemonset/sandboxd-b --timeout=600s
+joined() { # joined POD: POD logged both workers joining
+	local logs
+	logs=$(kubectl -n plumb logs "$1" 2>/dev/null | grep 'sandboxd worker joined') || return 1
+	grep -q "\"$WORKER\"" <<<"$logs" && grep -q "\"$WORKER-b\"" <<<"$logs"
+}
+for p in $(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o name); do
+	wait_until "$p to discover workers $WORKER and $WORKER-b" 180 joined "$p"
+done
+
+log "checks: an agent run through the agentd Service executes in a sandbox"
+read -r RUN THREAD < <(detach 'run: echo run-in-k8s-$((6*7))')
+IFS=$'\t' read -r st text < <(wait_run "$RUN")
+[ "$st" = RUN_STATUS_COMPLETED ] && grep -q 'run-in-k8s-42' <<<"$text" ||
+	{ echo "run $RUN ended $st: $text" >&2; exit 1; }
+
+log "checks: a sandboxd pod deleted mid-command"
+read -r RUN THREAD < <(detach 'run: echo kept > kept.txt; sleep 300; echo never')
+box=""
+find_box() {
+	box=$("${A[@]}" threads show "$THREAD" --json | python3 -c 'import json, sys; print(json.load(sys.stdin).get("sandboxId", ""))')
+	[ -n "$box" ]
+}
+wait_until "thread $THREAD's sandbox" 120 find_box
+worker=${box#sbx-}
+worker=${worker%-*}
+pod="" ip=""
+pod_of() { # pod_of WORKER [NOT]: sets pod and ip to WORKER's pod, other than NOT
+	read -r pod ip < <(worker_pod "$1") && [ "$pod" != "${2:-}" ]
+}
+wait_until "worker $worker's pod" 60 pod_of "$worker"
+running() { "${S[@]}" --sandboxd "$ip:7071" sandbox exec "$box" -- 'test -f kept.txt && pgrep -f "sleep 300"'; }
+wait_until "the command running in $box" 120 running
+old=$pod
+kubectl -n plumb delete pod "$old" --wait=false >/dev/null
+IFS=$'\t' read -r st text < <(wait_run "$RUN")
+grep -q "$worker" <<<"$text" || { echo "run $RUN ($st) after its worker's pod was deleted does not name worker $worker: $text" >&2; exit 1; }
+log "the run ended $st: $text"
+wait_until "a new pod of worker $worker" 300 pod_of "$worker" "$old"
+readopted() { "${S[@]}" --sandboxd "$ip:7071" sandbox exec "$box" -- test -f kept.txt; }
+wait_until "the new $worker pod to re-adopt $box" 180 readopted
+read -r RUN _ < <(detach 'run: cat kept.txt' --thread "$THREAD")
+IFS=$'\t' read -r st text < <(wait_run "$RUN")
+[ "$st" = RUN_STATUS_COMPLETED ] && grep -q kept <<<"$text" || { echo "the thread's next run ($st) did not find its file: $text" >&2; exit 1; }
+
+log "checks: kubectl rollout restart of agentd mid-run"
+read -r RUN THREAD < <(detach 'loop: 10: echo s >> steps.log; sleep 6; wc -l < steps.log')
+stepped() { [ "$(run_field "$RUN" steps)" -ge 1 ]; }
+wait_until "run $RUN's first step" 120 stepped
+holder=$(run_field "$RUN" holder)
+kubectl -n plumb rollout restart deployment/agentd >/dev/null
+kubectl -n plumb rollout status deployment/agentd --timeout=600s
+IFS=$'\t' read -r st text < <(wait_run "$RUN")
+[ "$st" = RUN_STATUS_COMPLETED ] && grep -Eq '^result: 10([^0-9]|$)' <<<"$text" ||
+	{ echo "run $RUN across the restart ended $st with \"$text\" (want each of 10 steps once: result: 10)" >&2; exit 1; }
+log "the run (held by ${holder:-?} before the restart, by $(run_field "$RUN" holder) at the end) completed with each step once"
+
+log "checks: the PodDisruptionBudget refuses the second eviction"
+allowed() { [ "$(kubectl -n plumb get pdb agentd -o jsonpath='{.status.disruptionsAllowed}')" = 1 ]; }
+wait_until "the PDB to allow one disruption" 120 allowed
+evict() {
+	kubectl create --raw "/api/v1/namespaces/plumb/pods/$1/eviction" -f - <<JSON
+{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "$1", "namespace": "plumb"}}
+JSON
+}
+read -r p1 p2 < <(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o jsonpath='{.items[*].metadata.name}')
+evict "$p1" >/dev/null
+if out=$(evict "$p2" 2>&1); then echo "the PDB let both agentd pods be evicted" >&2; exit 1; fi
+grep -qi 'disruption budget' <<<"$out" || { echo "the second eviction was refused for another reason: $out" >&2; exit 1; }
+kubectl -n plumb rollout status deployment/agentd --timeout=600s
+
+log "checks: the HPA as stored by the API server"
+[ "$(kubectl -n plumb get hpa agentd -o jsonpath='{.spec.scaleTargetRef.name}/{.spec.minReplicas}/{.spec.maxReplicas}')" = agentd/2/10 ] ||
+	{ kubectl -n plumb get hpa agentd -o yaml >&2; exit 1; }
 
 log "PASS"

@@ -50,10 +50,12 @@ type stack struct {
 	model    *modeltest.Server
 	agentd   string
 	sandboxd string
-	conn     *grpc.ClientConn
-	cfgPath  string
-	dir      string
-	proc     *daemontest.Proc
+	// sandboxdHTTP is sandboxd's HTTP address (agentd's is proc.HTTPAddr).
+	sandboxdHTTP string
+	conn         *grpc.ClientConn
+	cfgPath      string
+	dir          string
+	proc         *daemontest.Proc
 }
 
 // Tokens of the e2e daemons.
@@ -101,7 +103,7 @@ backends:
 		t.Fatal(err)
 	}
 	t.Setenv("E2E_MODEL_KEY", "test-key")
-	s := &stack{model: model, sandboxd: sd.GRPCAddr, cfgPath: cfgPath, dir: dir}
+	s := &stack{model: model, sandboxd: sd.GRPCAddr, sandboxdHTTP: sd.HTTPAddr, cfgPath: cfgPath, dir: dir}
 	s.startAgentd(t)
 	return s
 }

@@ -29,7 +29,7 @@ var binaryRules = []struct {
 	{"./cmd/agentctl", "agentctl is a client: no Docker, no server metrics or trace exporters", []string{
 		"github.com/moby/moby/client/...", "github.com/containerd/...", module + "pkg/sandbox",
 		"go.opentelemetry.io/otel/sdk/...", "go.opentelemetry.io/otel/exporters/...", "github.com/prometheus/...",
-		module + "internal/daemon",
+		module + "internal/daemon", module + "internal/httpapi", module + "gen/gateway/...", "github.com/grpc-ecosystem/grpc-gateway/...",
 	}},
 }
 

@@ -78,6 +78,7 @@ func StartSandboxd(t testing.TB, bin, dir, tokenFile string) *Proc {
 		t.Fatal(err)
 	}
 	sandboxtest.SweepOnCleanup(t, cli, sandboxtest.LabelTest, worker)
+	sandboxtest.ReleaseImagesOnCleanup(t, cli, worker)
 	return Start(t, bin, "--config", cfg, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
 		"--worker", worker, "--default-image", image, "--delete-sandboxes-on-exit", "--shutdown-grace", "2s",
 		"--token-file", tokenFile)

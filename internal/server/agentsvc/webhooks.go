@@ -65,7 +65,9 @@ var deliveryStatuses = map[store.DeliveryStatus]plumbv1.WebhookDeliveryStatus{
 	store.DeliveryFailed:     plumbv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_FAILED,
 }
 
-// ListWebhookDeliveries lists the caller's tenant's deliveries.
+// ListWebhookDeliveries lists the caller's tenant's deliveries. A
+// thread_id or run_id filter the caller's tenant does not own is
+// NOT_FOUND, as in ListRuns.
 func (s *Service) ListWebhookDeliveries(ctx context.Context, req *plumbv1.ListWebhookDeliveriesRequest) (*plumbv1.ListWebhookDeliveriesResponse, error) {
 	q := store.DeliveryQuery{ThreadID: req.GetThreadId(), RunID: req.GetRunId(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken()}
 	if n := req.GetPageSize(); n < 0 || n > runhost.MaxPageSize {
@@ -88,6 +90,9 @@ func (s *Service) ListWebhookDeliveries(ctx context.Context, req *plumbv1.ListWe
 	if errors.Is(err, store.ErrBadPageToken) {
 		return nil, Status(InvalidField("page_token", "invalid page token"))
 	}
+	if err == nil && len(list) == 0 && req.GetPageToken() == "" {
+		err = s.ownedFilter(ctx, req.GetThreadId(), req.GetRunId())
+	}
 	if err != nil {
 		return nil, s.status("list webhook deliveries", err)
 	}
@@ -104,4 +109,25 @@ func (s *Service) ListWebhookDeliveries(ctx context.Context, req *plumbv1.ListWe
 		resp.Deliveries = append(resp.Deliveries, pd)
 	}
 	return resp, nil
+}
+
+// ownedFilter returns NOT_FOUND unless the caller's tenant owns the
+// thread and the run a delivery listing names (either may be empty). It
+// is asked only when the listing is empty: deliveries are rows of the
+// caller's tenant, so a non-empty page proves ownership, and the
+// deliveries of a deleted thread's runs stay listable by id.
+func (s *Service) ownedFilter(ctx context.Context, threadID, runID string) error {
+	if runID != "" {
+		ri, err := s.host.GetRun(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if err := ownedRun(ctx, ri, threadID); err != nil {
+			return err
+		}
+	}
+	if threadID != "" {
+		return s.checkOwner(ctx, threadID)
+	}
+	return nil
 }

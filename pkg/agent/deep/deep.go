@@ -18,7 +18,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent/middleware/hooks"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/memory"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/patchcalls"
-	skillsmw "github.com/plumbhq/plumb/pkg/agent/middleware/skills"
+	"github.com/plumbhq/plumb/pkg/agent/middleware/skillprompt"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/subagents"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/summarization"
 	"github.com/plumbhq/plumb/pkg/agent/middleware/todos"
@@ -495,7 +495,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, skl []skills.In
 			}
 		}
 		if len(visible) > 0 || sc.Workspace {
-			stack = append(stack, skillsmw.New(skillsmw.Config{Skills: visible, Workspace: sc.Workspace, Backend: b}))
+			stack = append(stack, skillprompt.New(skillprompt.Config{Skills: visible, Workspace: sc.Workspace, Backend: b}))
 		}
 	}
 	rules := make(map[string]hitl.Rule, len(pc.InterruptOn))

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -307,6 +308,45 @@ func SweepOnCleanup(t testing.TB, cli *client.Client, key, value string) {
 		}
 		if err = errors.Join(err, nerr); err != nil {
 			t.Errorf("sweep %s=%s: %v", key, value, err)
+		}
+	})
+}
+
+// KeeperOwner is the owner suffix under which tests keep the images their
+// workers made (see ReleaseImagesOnCleanup).
+const KeeperOwner = "plumbtest"
+
+// ReleaseImagesOnCleanup registers a cleanup that drops the image tags
+// worker made for itself (<plumb repository>:<key>-<worker>, the worker's
+// own tags that its collector owns) when the test ends, so the random
+// worker names of tests do not pile up tags on the engine. Each image
+// keeps a tag <key>-plumbtest, which the next test's worker shares
+// instead of building the image again.
+func ReleaseImagesOnCleanup(t testing.TB, cli *client.Client, worker string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		list, err := cli.ImageList(ctx, client.ImageListOptions{})
+		if err != nil {
+			t.Errorf("list images: %v", err)
+			return
+		}
+		for _, img := range list.Items {
+			for _, ref := range img.RepoTags {
+				repo, tag, _ := strings.Cut(ref, ":")
+				key, ok := strings.CutSuffix(tag, "-"+worker)
+				if !ok || !strings.HasPrefix(repo, "plumb-") || key == "" || strings.Contains(key, "-") {
+					continue
+				}
+				if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: img.ID, Target: repo + ":" + key + "-" + KeeperOwner}); err != nil {
+					t.Errorf("keep image %s: %v", ref, err)
+					continue
+				}
+				if _, err := cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+					t.Errorf("untag %s: %v", ref, err)
+				}
+			}
 		}
 	})
 }

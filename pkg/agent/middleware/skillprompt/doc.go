@@ -1,4 +1,4 @@
-// Package skills is the Agent Skills middleware: it adds to the system
+// Package skillprompt is the Agent Skills middleware: it adds to the system
 // prompt the names and descriptions of the skills a run may use, and
 // where each skill's SKILL.md can be read, never the bodies. The agent
 // reads a body on demand with read_file, through the thread's backend
@@ -8,4 +8,4 @@
 // It discovers the skills of the thread's workspace through the backend
 // too; it must not read host files or stores (agentd resolves the config
 // and tenant skills, docs/skills.md).
-package skills
+package skillprompt
