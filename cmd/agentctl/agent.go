@@ -24,7 +24,7 @@ import (
 const agentUsage = `Usage:
   agentctl run [--agent NAME] [--thread ID] [--model KEY] [--label k=v]... [--file PATH=LOCALFILE]...
                [--max-iterations N] [--run-timeout D] [--detach] [--abandon-interrupt] [--webhook-url URL] [--json]
-               [--on-busy reject|enqueue|interrupt]
+               [--on-busy reject|enqueue|interrupt|rollback|steer]
                [--approve-all | --reject-all[=MESSAGE] | --decisions FILE]
                [--client-tool NAME=COMMAND [--client-tool-spec NAME=FILE]]... [--client-tool-timeout D] PROMPT|-
   agentctl resume --thread ID [--interrupt ID] [--detach] [--json]
@@ -39,6 +39,7 @@ const agentUsage = `Usage:
   agentctl runs ls [--thread ID] [--status queued|running|interrupted|completed|failed|...] [--limit N] [--json]
   agentctl runs get RUN_ID [--thread ID] [--json]
   agentctl runs wait RUN_ID [--wait D] [--json]
+  agentctl runs cancel RUN_ID [--json]
   agentctl preview create --thread ID --port N [--ttl D] [--json]
   agentctl preview ls --thread ID [--json]
   agentctl preview rm PREVIEW_ID...
@@ -265,7 +266,7 @@ func parseRun(args []string, stdin io.Reader) (*runOptions, error) {
 	fs.BoolVar(&o.req.AbandonInterrupt, "abandon-interrupt", false, "drop the thread's pending interrupt")
 	fs.StringVar(&o.req.WebhookUrl, "webhook-url", "", "URL told when the run ends or pauses (docs/webhooks.md)")
 	fs.BoolVar(&o.json, "json", false, "print each event as one protojson line")
-	onBusy := fs.String("on-busy", "", "when the thread is busy: reject, enqueue or interrupt (default: the agent's)")
+	onBusy := fs.String("on-busy", "", "when the thread is busy: reject, enqueue, interrupt, rollback or steer (default: the agent's)")
 	o.decisions.register(fs)
 	o.tools.register(fs)
 	pos, err := parseArgs(fs, args)
@@ -430,12 +431,20 @@ func (a *agentCmd) cancel(ctx context.Context, args []string) error {
 	if err != nil {
 		return rpcError(err)
 	}
+	a.cancelledQueue(resp)
 	if !resp.GetWasRunning() {
 		fmt.Fprintf(a.sio.out, "thread %s has no active run\n", args[0])
 		return nil
 	}
 	fmt.Fprintf(a.sio.out, "cancelled run %s\n", resp.GetRunId())
 	return nil
+}
+
+// cancelledQueue prints the queued runs a Cancel ended.
+func (a *agentCmd) cancelledQueue(resp *plumbv1.CancelResponse) {
+	for _, id := range resp.GetCancelledQueuedRunIds() {
+		fmt.Fprintf(a.sio.out, "cancelled queued run %s\n", id)
+	}
 }
 
 func (a *agentCmd) threads(ctx context.Context, args []string) error {

@@ -112,7 +112,17 @@ func TestParseRun(t *testing.T) {
 			args: []string{"--thread", "th-9", "--on-busy", "interrupt", "instead"},
 			want: &plumbv1.RunRequest{ThreadId: "th-9", OnBusy: plumbv1.OnBusy_ON_BUSY_INTERRUPT, Input: []*plumbv1.InputMessage{{Content: "instead"}}},
 		},
-		{name: "unknown busy strategy", args: []string{"--on-busy", "later", "x"}, err: "want reject, enqueue or interrupt"},
+		{
+			name: "roll the thread's run back",
+			args: []string{"--thread", "th-9", "--on-busy", "rollback", "forget that"},
+			want: &plumbv1.RunRequest{ThreadId: "th-9", OnBusy: plumbv1.OnBusy_ON_BUSY_ROLLBACK, Input: []*plumbv1.InputMessage{{Content: "forget that"}}},
+		},
+		{
+			name: "steer the thread's run",
+			args: []string{"--thread", "th-9", "--on-busy", "steer", "also this"},
+			want: &plumbv1.RunRequest{ThreadId: "th-9", OnBusy: plumbv1.OnBusy_ON_BUSY_STEER, Input: []*plumbv1.InputMessage{{Content: "also this"}}},
+		},
+		{name: "unknown busy strategy", args: []string{"--on-busy", "later", "x"}, err: "want reject, enqueue, interrupt, rollback or steer"},
 		{name: "missing prompt", args: []string{"--json"}, err: "missing prompt"},
 		{name: "empty stdin prompt", args: []string{"-"}, stdin: " \n", err: "prompt is empty"},
 		{name: "bad label", args: []string{"--label", "nokey", "x"}, err: "want key=value"},

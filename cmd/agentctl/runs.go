@@ -21,7 +21,7 @@ var runStatuses = map[string]plumbv1.RunStatus{
 	"max_iterations": plumbv1.RunStatus_RUN_STATUS_MAX_ITERATIONS, "deadline_exceeded": plumbv1.RunStatus_RUN_STATUS_DEADLINE_EXCEEDED,
 }
 
-// onBusyFlag parses --on-busy reject|enqueue|interrupt.
+// onBusyFlag parses --on-busy reject|enqueue|interrupt|rollback|steer.
 func onBusyFlag(s string) (plumbv1.OnBusy, error) {
 	switch s {
 	case "":
@@ -32,11 +32,15 @@ func onBusyFlag(s string) (plumbv1.OnBusy, error) {
 		return plumbv1.OnBusy_ON_BUSY_ENQUEUE, nil
 	case "interrupt":
 		return plumbv1.OnBusy_ON_BUSY_INTERRUPT, nil
+	case "rollback":
+		return plumbv1.OnBusy_ON_BUSY_ROLLBACK, nil
+	case "steer":
+		return plumbv1.OnBusy_ON_BUSY_STEER, nil
 	}
-	return 0, fmt.Errorf("--on-busy %q: want reject, enqueue or interrupt", s)
+	return 0, fmt.Errorf("--on-busy %q: want reject, enqueue, interrupt, rollback or steer", s)
 }
 
-// runs runs `agentctl runs get|ls|wait`.
+// runs runs `agentctl runs get|ls|wait|cancel`.
 func (a *agentCmd) runs(ctx context.Context, args []string) error {
 	fs := newFlags("runs")
 	jsonOut := fs.Bool("json", false, "print protojson")
@@ -49,13 +53,25 @@ func (a *agentCmd) runs(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) == 0 {
-		return errors.New("runs: want get RUN_ID, ls, or wait RUN_ID")
+		return errors.New("runs: want get RUN_ID, ls, wait RUN_ID or cancel RUN_ID")
 	}
 	switch verb := pos[0]; {
 	case verb == "get" && len(pos) == 2:
 		uctx, cancel := a.unary(ctx)
 		defer cancel()
 		resp, err := a.c.GetRun(uctx, &plumbv1.GetRunRequest{RunId: pos[1], ThreadId: *thread})
+		if err != nil {
+			return rpcError(err)
+		}
+		if *jsonOut {
+			return printJSON(a.sio.out, resp)
+		}
+		printRun(a.sio.out, resp.GetRun())
+		return nil
+	case verb == "cancel" && len(pos) == 2:
+		uctx, cancel := a.unary(ctx)
+		defer cancel()
+		resp, err := a.c.CancelRun(uctx, &plumbv1.CancelRunRequest{RunId: pos[1]})
 		if err != nil {
 			return rpcError(err)
 		}

@@ -96,7 +96,8 @@ type ServerConfig struct {
 	// 1 s): a tick fires up to this late.
 	SchedulePoll time.Duration `yaml:"schedule_poll"`
 	// OnBusy is what a Run on a busy thread does when the request does
-	// not say: "reject" (default), "enqueue" or "interrupt" (docs/runs.md). An agent's
+	// not say: "reject" (default), "enqueue", "interrupt", "rollback" or
+	// "steer" (docs/runs.md). An agent's
 	// own on_busy overrides it.
 	OnBusy string `yaml:"on_busy"`
 }
@@ -492,7 +493,8 @@ type ProfileConfig struct {
 	// caller's tools and permissions; false lets it exceed them.
 	CapByParent *bool `yaml:"cap_by_parent"`
 	// OnBusy (agents only) is the agent's default double-texting
-	// strategy, "reject", "enqueue" or "interrupt" ("" = server.on_busy).
+	// strategy, "reject", "enqueue", "interrupt", "rollback" or "steer"
+	// ("" = server.on_busy).
 	OnBusy string `yaml:"on_busy"`
 	// Webhooks (primary agents only) are told when the agent's runs end
 	// or pause (docs/webhooks.md).

@@ -123,6 +123,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if sl, ok := a.Store.(store.SandboxLedger); ok {
 		c.Sandboxes = sl
 	}
+	if st, ok := a.Store.(store.Steers); ok {
+		c.Steers = st
+	}
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
 		c.OnUsage = runhost.RecordUsage(a.Store, l)

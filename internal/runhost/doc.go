@@ -21,6 +21,13 @@
 //     does not start; DeleteThread waits for (or, with force, cancels)
 //     the thread's run wherever it runs before OnDeleteThread and the
 //     deletion.
+//   - Double-texting (docs/runs.md): with Config.Runs, a Run on a busy
+//     thread is rejected, queued (queue.go), queued with the current run
+//     stopped at its next checkpoint keeping or discarding its work
+//     (interrupt.go: agent.RunInput.Stop and Rollback), or, with
+//     Config.Steers, handed to the running run at its next model call
+//     (steer.go); Cancel also ends the thread's queued runs and CancelRun
+//     one run (cancel.go).
 //
 // With Config.Leases (replicas sharing a store) it also guarantees:
 //
@@ -49,7 +56,11 @@
 //   - Remote control. Cancel and DeleteThread of a run on another replica
 //     record a cancel request on its lease (remote.go); the holder polls
 //     for requests on its leases and cancels the run, and a takeover
-//     honours a request left on an expired lease. Statuses reports a
+//     honours a request left on an expired lease. A newer run's stop
+//     request (interrupt or rollback) travels the same way
+//     (store.Leases.RequestStop) and becomes the run's local stop signal;
+//     a takeover ends such a run at its first step boundary. Statuses
+//     reports a
 //     thread RUNNING while any replica holds its lease.
 //
 // Run ends: Config.OnRunEnd (agentd records webhook deliveries there) is

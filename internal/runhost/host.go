@@ -109,6 +109,11 @@ type Config struct {
 	// WaitRun) and the threads' run queues (RunWith with OnBusyEnqueue).
 	// agentd sets it to its durable store.
 	Runs store.Runs
+	// Steers, when set, keeps the steers of running runs (RunWith with
+	// OnBusySteer): the runtime delivers them at the run's next model call
+	// (agent.SteerStore) on whichever replica runs it. agentd sets it to
+	// its durable store.
+	Steers store.Steers
 	// QueueInterval is how often the host looks for queued runs that
 	// nobody starts (0 = DefaultQueueInterval; negative = never).
 	QueueInterval time.Duration

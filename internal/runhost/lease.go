@@ -34,8 +34,12 @@ type underLease struct {
 	handOff <-chan struct{}
 	// stop, closed, ends the run at its next checkpoint for a newer run
 	// (OnBusyInterrupt; agent.RunInput.Stop). Set by leased.
-	stop  <-chan struct{}
-	flush func(context.Context) error
+	stop <-chan struct{}
+	// rollback, closed, ends the run at its next checkpoint discarding
+	// what it did (OnBusyRollback; agent.RunInput.Rollback). Set by
+	// leased.
+	rollback <-chan struct{}
+	flush    func(context.Context) error
 }
 
 // leasedFunc is a runtime call made under a thread's lease; sink is where
@@ -48,7 +52,7 @@ type leasedFunc func(ctx context.Context, u underLease, sink agent.Sink) error
 // fails with a *store.HeldError, which is agent.ErrThreadBusy), then held
 // as hold describes.
 func (h *Host) leased(ctx context.Context, threadID string, sink agent.Sink, f leasedFunc) error {
-	f = h.withStop(threadID, f)
+	f = h.withStop(threadID, "", f)
 	ls := h.cfg.Leases
 	if ls == nil {
 		sink, ended := h.watchEnd(h.watchUsage(ctx, sink))

@@ -15,6 +15,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // OnBusy is what a Run does when its thread is busy: a run is going on it
@@ -34,13 +35,37 @@ const (
 	// ends CANCELLED (agent.CodeSuperseded), keeping its committed work,
 	// and the queue starts the new run.
 	OnBusyInterrupt
+	// OnBusyRollback queues the run as OnBusyEnqueue does and stops the
+	// thread's current run at its next checkpoint discarding what it did
+	// (agent.RunInput.Rollback): it ends CANCELLED (agent.CodeRolledBack)
+	// with the thread back where it was before it, and the queue starts
+	// the new run.
+	OnBusyRollback
+	// OnBusySteer delivers the input to the thread's running run at its
+	// next model call (steer) and follows that run as Attach does; on a
+	// thread without a running run it is OnBusyEnqueue.
+	OnBusySteer
 )
 
 // queues reports whether the strategy queues a run on a busy thread.
-func (o OnBusy) queues() bool { return o == OnBusyEnqueue || o == OnBusyInterrupt }
+func (o OnBusy) queues() bool {
+	return o == OnBusyEnqueue || o == OnBusyInterrupt || o == OnBusyRollback || o == OnBusySteer
+}
+
+// stopMode is how the strategy stops the thread's current run ("": it
+// does not).
+func (o OnBusy) stopMode() store.StopMode {
+	switch o {
+	case OnBusyInterrupt:
+		return store.StopInterrupt
+	case OnBusyRollback:
+		return store.StopRollback
+	}
+	return ""
+}
 
 // ParseOnBusy parses a configured strategy: "reject", "enqueue",
-// "interrupt" ("" = reject).
+// "interrupt", "rollback", "steer" ("" = reject).
 func ParseOnBusy(s string) (OnBusy, error) {
 	switch s {
 	case "", "reject":
@@ -49,8 +74,12 @@ func ParseOnBusy(s string) (OnBusy, error) {
 		return OnBusyEnqueue, nil
 	case "interrupt":
 		return OnBusyInterrupt, nil
+	case "rollback":
+		return OnBusyRollback, nil
+	case "steer":
+		return OnBusySteer, nil
 	}
-	return OnBusyReject, fmt.Errorf("unknown strategy %q (reject, enqueue or interrupt)", s)
+	return OnBusyReject, fmt.Errorf("unknown strategy %q (reject, enqueue, interrupt, rollback or steer)", s)
 }
 
 // RunOptions are how RunWith runs.
@@ -86,6 +115,15 @@ var errQueueWaits = errors.New("the thread's queued runs wait")
 // thread's current run is asked to stop (interruptCurrent); the runs
 // queued before it still go first.
 func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, send Send) error {
+	if o.OnBusy == OnBusySteer && in.ThreadID != "" {
+		steered, err := h.steer(ctx, in)
+		if err != nil || steered {
+			if err != nil {
+				return err
+			}
+			return h.Attach(ctx, in.ThreadID, 0, send)
+		}
+	}
 	if in.ThreadID != "" && h.cfg.Runs != nil {
 		next, err := h.cfg.Runs.NextQueuedRun(ctx, in.ThreadID)
 		if err != nil {
@@ -115,8 +153,8 @@ func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, sen
 	return err
 }
 
-// enqueueBusy queues in on its busy thread and, with OnBusyInterrupt,
-// stops the thread's current run.
+// enqueueBusy queues in on its busy thread and, with OnBusyInterrupt or
+// OnBusyRollback, stops the thread's current run.
 func (h *Host) enqueueBusy(ctx context.Context, in agent.RunInput, o RunOptions, send Send) error {
 	if err := h.admit(ctx, in.ThreadID); err != nil {
 		return err
@@ -124,10 +162,11 @@ func (h *Host) enqueueBusy(ctx context.Context, in agent.RunInput, o RunOptions,
 	if err := h.enqueue(ctx, in, send); err != nil {
 		return err
 	}
-	if o.OnBusy != OnBusyInterrupt {
+	mode := o.OnBusy.stopMode()
+	if mode == "" {
 		return nil
 	}
-	if err := h.interruptCurrent(ctx, in.ThreadID); err != nil {
+	if err := h.interruptCurrent(ctx, in.ThreadID, mode); err != nil {
 		// The new run is queued: it starts when the current run ends,
 		// as if enqueued.
 		h.lg.Warn("interrupt the thread's current run; the new run waits for it", zap.String("thread-id", in.ThreadID), zap.Error(err))
@@ -211,7 +250,7 @@ func (h *Host) startQueued(threadID string) {
 			lg.Info("starting a queued run", zap.String("run-id", runID))
 			in := agent.RunInput{
 				ThreadID: threadID, RunID: runID, Spec: next.Record.Spec, Input: next.Record.Input, CreatedAt: next.Record.CreatedAt, Metadata: next.Record.Metadata,
-				Fence: u.fence, HandOff: u.handOff, Stop: u.stop, Flush: u.flush,
+				Fence: u.fence, HandOff: u.handOff, Stop: u.stop, Rollback: u.rollback, Flush: u.flush,
 			}
 			_, err = h.rt.Run(ctx, in, func(e agent.Event) {
 				started.Store(true)

@@ -20,9 +20,11 @@ import (
 // consult them when the registry has no run of the thread.
 
 // startCancelPoll starts the loop that cancels this replica's runs whose
-// cancel was requested on another replica (store.Leases.RequestCancel):
-// every event interval, one query lists the requests on the leases this
-// replica holds. It stops with the takeover loop.
+// cancel was requested on another replica (store.Leases.RequestCancel),
+// and stops at their next checkpoint those a newer run asked to stop
+// (store.Leases.RequestStop): every event interval, one query lists the
+// requests on the leases this replica holds. It stops with the takeover
+// loop.
 func (h *Host) startCancelPoll() {
 	if h.cfg.Leases == nil {
 		return
@@ -39,7 +41,7 @@ func (h *Host) startCancelPoll() {
 		defer close(done)
 		tick := time.NewTicker(h.eventInterval())
 		defer tick.Stop()
-		cancelled := map[string]int64{} // thread → the lease epoch whose run was cancelled
+		cancelled := map[string]store.Lease{} // thread → the request acted on
 		for {
 			select {
 			case <-ctx.Done():
@@ -56,11 +58,12 @@ func (h *Host) startCancelPoll() {
 }
 
 // pollCancels cancels the runs of the cancel requests on this replica's
-// leases. done are the requests already acted on (a run takes up to the
-// cancel grace to end); it returns those of them still pending and the
-// ones it acted on now. A request whose run is not in the registry yet,
-// or has not started, is tried again at the next poll.
-func (h *Host) pollCancels(ctx context.Context, done map[string]int64) map[string]int64 {
+// leases, and signals the stop requests (a cancel request wins). done
+// are the requests already acted on (a run takes up to the cancel grace
+// to end); it returns those of them still pending and the ones it acted
+// on now. A request whose run is not in the registry yet, or has not
+// started, is tried again at the next poll.
+func (h *Host) pollCancels(ctx context.Context, done map[string]store.Lease) map[string]store.Lease {
 	qctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	ls, err := h.cfg.Leases.CancelRequests(qctx, h.cfg.ReplicaID)
 	cancel()
@@ -70,24 +73,39 @@ func (h *Host) pollCancels(ctx context.Context, done map[string]int64) map[strin
 		}
 		return done
 	}
-	acted := make(map[string]int64, len(ls))
+	acted := make(map[string]store.Lease, len(ls))
 	for _, l := range ls {
-		if epoch, ok := done[l.ThreadID]; ok && epoch == l.Epoch {
-			acted[l.ThreadID] = l.Epoch
+		if d, ok := done[l.ThreadID]; ok && sameRequest(d, l) {
+			acted[l.ThreadID] = l
 			continue
 		}
-		if r := h.reg.Active(l.ThreadID); r == nil || r.RunID() == "" {
+		r := h.reg.Active(l.ThreadID)
+		if r == nil || r.RunID() == "" {
 			// Not started yet: cancelled now, a takeover's Continue
 			// would fail before it could end the run CANCELLED (it
 			// honours the request itself); the next poll acts.
 			continue
 		}
+		lg := h.lg.With(zap.String("thread-id", l.ThreadID), zap.String("run-id", r.RunID()), zap.Int64("lease-epoch", l.Epoch))
+		if !l.CancelRequested {
+			if h.stops.stop(l.ThreadID, l.StopRequested) {
+				lg.Info("run asked by a newer run on another replica to stop at its next checkpoint", zap.String("stop", string(l.StopRequested)))
+				acted[l.ThreadID] = l
+			}
+			continue
+		}
 		if r := h.reg.Cancel(l.ThreadID); r != nil {
-			h.lg.Info("run cancelled at another replica's request", zap.String("thread-id", l.ThreadID), zap.String("run-id", r.RunID()), zap.Int64("lease-epoch", l.Epoch))
-			acted[l.ThreadID] = l.Epoch
+			lg.Info("run cancelled at another replica's request")
+			acted[l.ThreadID] = l
 		}
 	}
 	return acted
+}
+
+// sameRequest reports whether a and b carry the same requests on the
+// same lease.
+func sameRequest(a, b store.Lease) bool {
+	return a.Epoch == b.Epoch && a.CancelRequested == b.CancelRequested && a.StopRequested == b.StopRequested
 }
 
 // cancelElsewhere is Cancel for a thread this replica does not run: when

@@ -33,7 +33,7 @@ const runEndTimeout = 30 * time.Second
 // reportEnd tells Config.OnRunEnd about. ended returns it (nil when the
 // segment did not end or pause: handed off, or lost its lease).
 func (h *Host) watchEnd(sink agent.Sink) (_ agent.Sink, ended func() *RunEnd) {
-	if h.cfg.OnRunEnd == nil {
+	if h.cfg.OnRunEnd == nil && h.cfg.Steers == nil {
 		return sink, func() *RunEnd { return nil }
 	}
 	var (
@@ -58,7 +58,9 @@ func (h *Host) watchEnd(sink agent.Sink) (_ agent.Sink, ended func() *RunEnd) {
 		}
 }
 
-// reportEnd tells Config.OnRunEnd about end (from watchEnd), unless the
+// reportEnd queues the steers the ended run did not take
+// (queueLeftSteers) and tells Config.OnRunEnd about end (from watchEnd),
+// unless the
 // runtime call's error or the context's cause says the lease was lost
 // (the run goes on elsewhere). The caller still holds the thread's lease
 // and has flushed the segment's events: a replica that dies after the
@@ -72,7 +74,10 @@ func (h *Host) reportEnd(ctx context.Context, threadID string, end *RunEnd, err 
 	if end.ThreadID == "" {
 		end.ThreadID = threadID
 	}
-	h.runEnded(context.WithoutCancel(ctx), *end)
+	h.queueLeftSteers(ctx, threadID, end)
+	if h.cfg.OnRunEnd != nil {
+		h.runEnded(context.WithoutCancel(ctx), *end)
+	}
 }
 
 // runEnded calls Config.OnRunEnd, logging a failure (the run has ended

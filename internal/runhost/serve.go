@@ -48,7 +48,7 @@ func (h *Host) Run(ctx context.Context, in agent.RunInput, detach bool, send Sen
 			return h.runSeeded(ctx, in, sink)
 		}
 		return h.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			in.Fence, in.HandOff, in.Stop, in.Flush = u.fence, u.handOff, u.stop, u.flush
+			in.Fence, in.HandOff, in.Stop, in.Rollback, in.Flush = u.fence, u.handOff, u.stop, u.rollback, u.flush
 			_, err := h.rt.Run(ctx, in, sink)
 			return err
 		})
@@ -68,7 +68,7 @@ func (h *Host) runSeeded(ctx context.Context, in agent.RunInput, sink agent.Sink
 	in.ThreadID = t.ID
 	var started atomic.Bool
 	err := h.leased(ctx, t.ID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
-		in.Fence, in.HandOff, in.Stop, in.Flush = u.fence, u.handOff, u.stop, u.flush
+		in.Fence, in.HandOff, in.Stop, in.Rollback, in.Flush = u.fence, u.handOff, u.stop, u.rollback, u.flush
 		_, err := h.rt.Run(ctx, in, func(e agent.Event) {
 			started.Store(true)
 			sink(e)
@@ -106,7 +106,7 @@ func (h *Host) Resume(ctx context.Context, in agent.ResumeInput, detach bool, se
 	}
 	return h.serve(ctx, in.ThreadID, detach, "resume", func(ctx context.Context, sink agent.Sink) error {
 		return h.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			in.Fence, in.HandOff, in.Stop, in.Flush = u.fence, u.handOff, u.stop, u.flush
+			in.Fence, in.HandOff, in.Stop, in.Rollback, in.Flush = u.fence, u.handOff, u.stop, u.rollback, u.flush
 			_, err := h.rt.Resume(ctx, in, sink)
 			return err
 		})
@@ -241,15 +241,30 @@ type Cancelled struct {
 	RunID string
 	// WasRunning reports whether a run was active.
 	WasRunning bool
+	// Queued are the thread's QUEUED runs, cancelled without starting.
+	Queued []string
 }
 
-// Cancel cancels the thread's active run and waits (as long as ctx
-// allows) until it has ended, so that the thread is free when Cancel
-// returns. Attached streams receive run_finished{CANCELLED}. With
+// Cancel cancels the thread's queued runs (they end CANCELLED without
+// starting, cancelQueued) and its active run, and waits (as long as ctx
+// allows) until that run has ended, so that the thread is free when
+// Cancel returns. Attached streams receive run_finished{CANCELLED}. With
 // Config.Leases, a run of another replica is cancelled through the shared
 // store (cancelElsewhere). The caller has checked that ctx's tenant owns
 // the thread.
 func (h *Host) Cancel(ctx context.Context, threadID string) (Cancelled, error) {
+	// The queue first: the running run's end would start it.
+	queued, err := h.cancelQueued(ctx, threadID)
+	if err != nil {
+		return Cancelled{}, err
+	}
+	c, err := h.cancelRunning(ctx, threadID)
+	c.Queued = queued
+	return c, err
+}
+
+// cancelRunning cancels the thread's active run (see Cancel).
+func (h *Host) cancelRunning(ctx context.Context, threadID string) (Cancelled, error) {
 	r := h.reg.Cancel(threadID)
 	if r == nil {
 		td, err := h.threads.LoadThread(ctx, threadID)

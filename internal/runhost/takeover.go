@@ -135,17 +135,24 @@ func (h *Host) takeOverThread(ctx context.Context, dead store.Lease) {
 		return
 	}
 	lg.Info("taking over a run whose replica stopped", zap.String("run-id", runID), zap.Uint64("after-sequence", after))
-	if l.CancelRequested {
+	var stopNow store.StopMode
+	if !l.CancelRequested {
+		stopNow = l.StopRequested
+	}
+	switch {
+	case l.CancelRequested:
 		lg.Info("the run's cancel was requested; ending it cancelled", zap.String("run-id", runID))
+	case stopNow != "":
+		lg.Info("a newer run asked the run to stop; ending it at its first checkpoint", zap.String("run-id", runID), zap.String("stop", string(l.StopRequested)))
 	}
 	h.wg.Add(2)
 	go func() {
 		defer h.wg.Done()
 		defer cancelRun()
-		err := h.hold(runCtx, l, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			_, err := h.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: u.fence, HandOff: u.handOff, Flush: u.flush}, cancelAtStart(l, cancelRun, sink))
+		err := h.hold(runCtx, l, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }, h.withStop(dead.ThreadID, stopNow, func(ctx context.Context, u underLease, sink agent.Sink) error {
+			_, err := h.rt.Continue(ctx, agent.ContinueInput{ThreadID: dead.ThreadID, RunID: runID, AfterSequence: after, Fence: u.fence, HandOff: u.handOff, Stop: u.stop, Rollback: u.rollback, Flush: u.flush}, cancelAtStart(l, cancelRun, sink))
 			return err
-		})
+		}))
 		if err != nil && r.RunID() == "" {
 			lg.Warn("the run could not be taken over", zap.Error(err))
 		}

@@ -85,7 +85,20 @@ const (
 	// CodeSuperseded is the error of a CANCELLED run record that a newer
 	// run interrupted (RunInput.Stop; OnBusy interrupt, docs/runs.md).
 	CodeSuperseded = "SUPERSEDED"
+	// CodeRolledBack is the error of a CANCELLED run record that a newer
+	// run rolled back (RunInput.Rollback; OnBusy rollback, docs/runs.md):
+	// the thread went back to where it was before the run.
+	CodeRolledBack = "ROLLED_BACK"
+	// CodeCancelled is the error of a QUEUED run record that was
+	// cancelled before it started (Cancel, CancelRun).
+	CodeCancelled = "CANCELLED"
 )
+
+// Steered reports user input sent to the running run (on_busy STEER)
+// that the run added to its conversation before its next model call.
+type Steered struct {
+	Input []string
+}
 
 // RunStarted opens every stream.
 type RunStarted struct {
@@ -260,6 +273,9 @@ type RunFinished struct {
 // Kind returns "run_started".
 func (RunStarted) Kind() string { return "run_started" }
 
+// Kind returns "steered".
+func (Steered) Kind() string { return "steered" }
+
 // Kind returns "message_delta".
 func (MessageDelta) Kind() string { return "message_delta" }
 
@@ -315,6 +331,7 @@ func (EgressDecided) Kind() string { return "egress_decided" }
 func (RunFinished) Kind() string { return "run_finished" }
 
 func (RunStarted) isPayload()       {}
+func (Steered) isPayload()          {}
 func (MessageDelta) isPayload()     {}
 func (ReasoningDelta) isPayload()   {}
 func (AssistantMessage) isPayload() {}

@@ -44,6 +44,14 @@ type execution struct {
 	// stop, closed, ends the run CANCELLED before its next step (root
 	// only; see RunInput.Stop).
 	stop <-chan struct{}
+	// rollback, closed, ends the run CANCELLED before its next step and
+	// discards what it did (root only; see RunInput.Rollback).
+	rollback <-chan struct{}
+	// steers, when set, reads the run's pending steers before each model
+	// call (root only; SteerStore); consume hands the ids of those taken
+	// to the next checkpoint.
+	steers  func(ctx context.Context) ([]Steer, error)
+	consume func(ids []int64)
 }
 
 func newExecution(cfg *Config, rc *RunContext, st *State) (*execution, error) {
@@ -161,6 +169,7 @@ const (
 	endFailed
 	endHandedOff  // stopped at a checkpoint to be continued elsewhere
 	endSuperseded // stopped at a checkpoint for a newer run (RunInput.Stop)
+	endRolledBack // stopped and discarded for a newer run (RunInput.Rollback)
 )
 
 type loopEnd struct {
@@ -236,6 +245,12 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 			return loopEnd{kind: endStopped}
 		}
 		select {
+		case <-x.rollback:
+			// Checked first: a rollback discards the run anyway.
+			return loopEnd{kind: endRolledBack}
+		default:
+		}
+		select {
 		case <-x.handOff:
 			// The previous step is committed: stop here.
 			return loopEnd{kind: endHandedOff}
@@ -244,10 +259,49 @@ func (x *execution) loop(ctx context.Context, plan *resumePlan) loopEnd {
 			return loopEnd{kind: endSuperseded}
 		default:
 		}
+		if end, done := x.takeSteers(ctx); done {
+			return end
+		}
 		if end, done := x.step(ctx); done {
 			return end
 		}
 	}
+}
+
+// takeSteers appends the run's pending steers (user input sent to it
+// while it runs) before its next model call, commits them in a
+// checkpoint that consumes them (once), and emits steered for each.
+func (x *execution) takeSteers(ctx context.Context) (loopEnd, bool) {
+	if x.steers == nil {
+		return loopEnd{}, false
+	}
+	pending, err := x.steers(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return loopEnd{kind: endStopped}, true
+		}
+		return loopEnd{kind: endFailed, err: &storageError{fmt.Errorf("read the run's steers: %w", err)}}, true
+	}
+	if len(pending) == 0 {
+		return loopEnd{}, false
+	}
+	now := x.rc.Now()
+	ids := make([]int64, 0, len(pending))
+	for _, st := range pending {
+		ids = append(ids, st.ID)
+		for _, text := range st.Input {
+			x.st.Append(Message{Message: model.Message{Role: model.RoleUser, Content: text}, Source: SourceSteer, CreatedAt: now})
+		}
+	}
+	x.consume(ids)
+	if err := x.save(ctx, PhaseInput); err != nil {
+		return loopEnd{kind: endFailed, err: err}, true
+	}
+	for _, st := range pending {
+		x.rc.Emit(Steered{Input: slices.Clone(st.Input)})
+	}
+	x.lg.Info("steered: user input delivered to the running run", zap.Int("steers", len(pending)))
+	return loopEnd{}, false
 }
 
 // startStep starts the agent.step span of step n.

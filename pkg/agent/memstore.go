@@ -97,7 +97,11 @@ func (s *MemoryStore) SaveCheckpoint(_ context.Context, cp *Checkpoint) error {
 		return fmt.Errorf("checkpoint %s: %w", c.ThreadID, ErrThreadNotFound)
 	}
 	d := &mt.data
-	if c.Base != len(d.Messages) {
+	stored := len(d.Messages)
+	if c.Truncate && c.Base <= stored {
+		stored = c.Base
+	}
+	if c.Base != stored {
 		return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", c.ThreadID, c.Base, len(d.Messages), ErrConflict)
 	}
 	// Validate everything before changing anything.
@@ -114,7 +118,7 @@ func (s *MemoryStore) SaveCheckpoint(_ context.Context, cp *Checkpoint) error {
 			}
 		}
 	}
-	d.Messages = append(d.Messages, c.Append...)
+	d.Messages = append(d.Messages[:stored], c.Append...)
 	if c.Metadata != nil {
 		if d.Thread.Metadata == nil {
 			d.Thread.Metadata = make(map[string]string)

@@ -10,6 +10,9 @@ import (
 const (
 	// SourceInput marks a user message from a RunRequest.
 	SourceInput = "input"
+	// SourceSteer marks a user message sent to the running run
+	// (on_busy STEER) and added before one of its model calls.
+	SourceSteer = "steer"
 	// SourcePatch marks a synthetic tool message written by the
 	// patch_tool_calls middleware for a call that never got a result.
 	SourcePatch = "patch"

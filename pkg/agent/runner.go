@@ -135,6 +135,13 @@ type RunInput struct {
 	// CodeSuperseded (a newer run interrupted it, docs/runs.md). Nil:
 	// never.
 	Stop <-chan struct{}
+	// Rollback, when closed, asks the run to end at its next checkpoint
+	// and discard what it did: the thread's log is cut back to where it
+	// was when the run started and its state (todos, summary, middleware
+	// state, State-backend files) restored from RunRecord.Baseline; the
+	// run ends CANCELLED with the error CodeRolledBack. Files in a
+	// sandbox are not rolled back. Nil: never.
+	Rollback <-chan struct{}
 	// Flush, when set, is called before each checkpoint commit and
 	// returns once every event the run emitted so far is stored where a
 	// process continuing the run reads them (agentd's shared event log):
@@ -148,11 +155,12 @@ type ResumeInput struct {
 	ThreadID    string
 	InterruptID string
 	Decisions   []Decision
-	// Fence, HandOff, Stop and Flush are as in RunInput.
-	Fence   *Fence
-	HandOff <-chan struct{}
-	Stop    <-chan struct{}
-	Flush   func(ctx context.Context) error
+	// Fence, HandOff, Stop, Rollback and Flush are as in RunInput.
+	Fence    *Fence
+	HandOff  <-chan struct{}
+	Stop     <-chan struct{}
+	Rollback <-chan struct{}
+	Flush    func(ctx context.Context) error
 }
 
 // ContinueInput names a run to take over: a run whose record is still
@@ -166,10 +174,15 @@ type ContinueInput struct {
 	// after the run record's LastSequence): events the previous process
 	// emitted after its last checkpoint keep their numbers.
 	AfterSequence uint64
-	// Fence, HandOff and Flush are as in RunInput.
-	Fence   *Fence
-	HandOff <-chan struct{}
-	Flush   func(ctx context.Context) error
+	// Fence, HandOff, Stop and Flush are as in RunInput. A Stop closed
+	// from the start ends the run at its first checkpoint boundary: a
+	// redone step (tool calls whose results were not committed) completes
+	// first.
+	Fence    *Fence
+	HandOff  <-chan struct{}
+	Stop     <-chan struct{}
+	Rollback <-chan struct{}
+	Flush    func(ctx context.Context) error
 }
 
 // ErrNotRunning: Continue found no RUNNING run to take over (it ended,
@@ -301,7 +314,7 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	}
 	rr := r.newRootRun(sink, cfg, td, st, RunRecord{
 		RunID: runID, Spec: in.Spec, Status: StatusRunning, StartedAt: now, FirstMessage: len(td.Messages),
-		Input: slices.Clone(in.Input), CreatedAt: created,
+		Input: slices.Clone(in.Input), CreatedAt: created, Baseline: NewBaseline(td),
 	})
 	rr.fence, rr.flush = in.Fence, in.Flush
 	if in.Metadata != nil && !isNew {
@@ -315,6 +328,8 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	x.checkpoint = rr.save
 	x.handOff = in.HandOff
 	x.stop = in.Stop
+	x.rollback = in.Rollback
+	rr.steerable(x)
 	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
 
 	var inputs []Message
@@ -422,6 +437,8 @@ func (r *Runner) Resume(ctx context.Context, in ResumeInput, sink Sink) (res *Ru
 	x.checkpoint = rr.save
 	x.handOff = in.HandOff
 	x.stop = in.Stop
+	x.rollback = in.Rollback
+	rr.steerable(x)
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
@@ -476,6 +493,9 @@ func (r *Runner) Continue(ctx context.Context, in ContinueInput, sink Sink) (res
 	x.checkpoint = rr.save
 	x.redo = td.Pending
 	x.handOff = in.HandOff
+	x.stop = in.Stop
+	x.rollback = in.Rollback
+	rr.steerable(x)
 	rr.rc.Logger.Info("taking over a run from its last checkpoint", zap.Int("steps", rec.Steps),
 		zap.Int("messages", len(td.Messages)), zap.Bool("redo-tool-calls", td.Pending != nil))
 	rr.rc.Emit(RunStarted{ThreadID: td.Thread.ID, RunID: rec.RunID, Agent: cfg.Agent, Model: cfg.ModelKey, Resumed: true})
@@ -515,6 +535,20 @@ type rootRun struct {
 	segStart  time.Time
 	fence     *Fence
 	flush     func(ctx context.Context) error
+	// consume are the steers the next checkpoint delivers.
+	consume []int64
+}
+
+// steerable lets x take the run's steers when the store keeps them.
+func (rr *rootRun) steerable(x *execution) {
+	ss, ok := rr.r.store.(SteerStore)
+	if !ok {
+		return
+	}
+	x.steers = func(ctx context.Context) ([]Steer, error) {
+		return ss.PendingSteers(ctx, rr.td.Thread.ID, rr.rec.RunID)
+	}
+	x.consume = func(ids []int64) { rr.consume = append(rr.consume, ids...) }
 }
 
 var errRunTimeout = errors.New("run timeout")
@@ -601,7 +635,7 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		ThreadID: rr.td.Thread.ID, Phase: phase, Step: rec.Steps,
 		Base: rr.persisted, Append: rr.st.MessagesFrom(rr.persisted), EditCalls: rr.edits, Metadata: rr.metadata,
 		Todos: todos, Summary: sum, Private: private, Pending: pending, Interrupt: rr.interrupt,
-		Files: rr.files, Run: rec, Fence: rr.fence, CreatedAt: rr.r.clock.Now(),
+		Files: rr.files, Run: rec, Fence: rr.fence, CreatedAt: rr.r.clock.Now(), ConsumeSteers: rr.consume,
 	}
 	if rr.flush != nil {
 		if err := rr.flush(ctx); err != nil {
@@ -614,7 +648,7 @@ func (rr *rootRun) save(ctx context.Context, phase Phase) error {
 		return err
 	}
 	rr.persisted += len(cp.Append)
-	rr.edits, rr.metadata, rr.files = nil, nil, nil
+	rr.edits, rr.metadata, rr.files, rr.consume = nil, nil, nil, nil
 	return nil
 }
 
@@ -647,6 +681,8 @@ func (rr *rootRun) finish(ctx context.Context, end loopEnd) *RunResult {
 		}
 	case endSuperseded:
 		rr.rec.Error = &RunError{Code: CodeSuperseded, Message: "interrupted by a newer run"}
+	case endRolledBack:
+		return rr.rollBack(ctx, res)
 	}
 	if end.kind == endHandedOff {
 		// Nothing more is saved: the record stays RUNNING at the last
@@ -692,5 +728,62 @@ func (rr *rootRun) fail(ctx context.Context, res *RunResult, err error) *RunResu
 	}
 	rr.rc.Emit(info)
 	res.Status, res.Error, res.Usage = StatusFailed, &info, rr.rc.RunUsage()
+	return res
+}
+
+// rollBack ends a run that a newer run rolled back (RunInput.Rollback):
+// one final checkpoint cuts the log back to the run's first message and
+// restores the state of its baseline, the run's record ends CANCELLED
+// with CodeRolledBack, and run_finished{CANCELLED} is emitted.
+func (rr *rootRun) rollBack(ctx context.Context, res *RunResult) *RunResult {
+	now := rr.r.clock.Now()
+	rr.rec.Status, rr.rec.FinishedAt, rr.rec.FinalText = StatusCancelled, now, ""
+	rr.rec.Error = &RunError{Code: CodeRolledBack, Message: "rolled back by a newer run"}
+	rr.rec.Steps = rr.rc.Step()
+	rr.rec.Usage = rr.rc.RunUsage()
+	rr.rec.Elapsed += time.Since(rr.segStart)
+	rr.rec.LastSequence = rr.shared.nextSequence()
+	if rr.fence != nil {
+		rr.rec.Holder = rr.fence.Holder
+	}
+	b := rr.rec.Baseline
+	if b == nil {
+		b = &RunBaseline{FilesOmitted: true} // a record from before baselines: the log only
+	}
+	cp := &Checkpoint{
+		ThreadID: rr.td.Thread.ID, Phase: PhaseFinal, Step: rr.rec.Steps, Base: rr.rec.FirstMessage, Truncate: true,
+		Todos: b.Todos, Summary: b.Summary, Private: b.Private, Run: rr.rec, Fence: rr.fence, CreatedAt: now,
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
+	defer cancel()
+	if !b.FilesOmitted {
+		cur, err := rr.r.store.LoadThread(wctx, rr.td.Thread.ID)
+		if err != nil {
+			return rr.fail(ctx, res, &storageError{err})
+		}
+		cp.Files = maps.Clone(b.Files)
+		for p := range cur.Files {
+			if _, ok := b.Files[p]; !ok {
+				if cp.Files == nil {
+					cp.Files = map[string]json.RawMessage{}
+				}
+				cp.Files[p] = nil // created by the run
+			}
+		}
+	}
+	if rr.flush != nil {
+		if err := rr.flush(wctx); err != nil {
+			return rr.fail(ctx, res, &storageError{err})
+		}
+	}
+	if err := rr.r.store.SaveCheckpoint(wctx, cp); err != nil {
+		rr.rc.Logger.Error("rollback checkpoint failed", zap.Error(err))
+		return rr.fail(ctx, res, &storageError{err})
+	}
+	rr.persisted = rr.rec.FirstMessage
+	usage := rr.rc.RunUsage()
+	rr.rc.Emit(RunFinished{Status: StatusCancelled, Usage: usage})
+	rr.rc.Logger.Info("run rolled back by a newer run", zap.Int("steps", rr.rc.Step()), zap.Int("messages", rr.rec.FirstMessage))
+	res.Status, res.Usage, res.Error = StatusCancelled, usage, rr.rec.Error
 	return res
 }

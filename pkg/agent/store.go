@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/model"
@@ -158,6 +160,15 @@ type Checkpoint struct {
 	Base int `json:"base"`
 	// Append are new messages, stored at Base, Base+1, ...
 	Append []Message `json:"append,omitempty"`
+	// Truncate cuts the stored log back to Base messages first (Base
+	// must not exceed the stored count): a run rolled back for a newer
+	// one (RunInput.Rollback) discards the messages it added.
+	Truncate bool `json:"truncate,omitempty"`
+	// ConsumeSteers are the ids of the steers (SteerStore) whose input
+	// Append delivers: the commit deletes them, and fails with
+	// ErrConflict when one is gone (delivered already), so a steer is
+	// delivered once.
+	ConsumeSteers []int64 `json:"consume_steers,omitempty"`
 	// EditCalls replace arguments of stored assistant calls (applied
 	// before Append).
 	EditCalls []CallEdit `json:"edit_calls,omitempty"`
@@ -256,6 +267,43 @@ type RunRecord struct {
 	// Metadata are a queued run's labels, merged into the thread's when
 	// it starts (RunInput.Metadata).
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Baseline is the thread's state when the run started, what a
+	// rollback (RunInput.Rollback) restores. Set by Run.
+	Baseline *RunBaseline `json:"baseline,omitempty"`
+}
+
+// MaxBaselineFiles bounds the State-backend files a run's baseline copies
+// (their encoded size): a thread with more has its files left as they are
+// by a rollback (RunBaseline.FilesOmitted).
+const MaxBaselineFiles = 256 << 10
+
+// RunBaseline is the thread's state when a run started (RunRecord.Baseline):
+// its todos, summary and middleware state and, when they are small
+// (MaxBaselineFiles), its State-backend files. The log's length then is
+// RunRecord.FirstMessage.
+type RunBaseline struct {
+	Todos   []Todo                     `json:"todos,omitempty"`
+	Summary *Summary                   `json:"summary,omitempty"`
+	Private map[string]json.RawMessage `json:"private,omitempty"`
+	Files   map[string]json.RawMessage `json:"files,omitempty"`
+	// FilesOmitted: the files were over MaxBaselineFiles and are not in
+	// Files; a rollback leaves them as they are.
+	FilesOmitted bool `json:"files_omitted,omitempty"`
+}
+
+// NewBaseline returns td's state as a run's baseline.
+func NewBaseline(td *ThreadData) *RunBaseline {
+	b := &RunBaseline{Todos: slices.Clone(td.Todos), Summary: td.Summary, Private: maps.Clone(td.Private)}
+	size := 0
+	for p, f := range td.Files {
+		size += len(p) + len(f)
+	}
+	if size > MaxBaselineFiles {
+		b.FilesOmitted = true
+		return b
+	}
+	b.Files = maps.Clone(td.Files)
+	return b
 }
 
 // RunSpec is the persisted configuration of a run: what a Resume needs to
@@ -282,4 +330,25 @@ type ClientToolDef struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// Steer is user input sent to a running run (RunRequest on_busy STEER,
+// docs/runs.md), waiting for the run's next model call.
+type Steer struct {
+	// ID orders the steers of a run and names one to consume.
+	ID int64
+	// Input are its user messages.
+	Input []string
+	// CreatedAt is when it was sent.
+	CreatedAt time.Time
+}
+
+// SteerStore is what a Store implements to deliver steers: the run reads
+// its pending steers before each model call of its root agent, appends
+// their input and commits a checkpoint consuming them
+// (Checkpoint.ConsumeSteers).
+type SteerStore interface {
+	// PendingSteers returns the steers of run runID of thread threadID
+	// not consumed yet, oldest first.
+	PendingSteers(ctx context.Context, threadID, runID string) ([]Steer, error)
 }

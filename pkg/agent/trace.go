@@ -191,6 +191,8 @@ func endStep(span trace.Span, end loopEnd, done bool) {
 			how = "stopped"
 		case endSuperseded:
 			how = "superseded"
+		case endRolledBack:
+			how = "rolled_back"
 		case endFailed:
 			how = "failed"
 		}

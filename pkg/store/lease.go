@@ -25,6 +25,39 @@ type Lease struct {
 	// replica that takes the lease over ends the run CANCELLED instead
 	// of continuing it. Releasing the lease clears it.
 	CancelRequested bool
+	// StopRequested is a newer run's request that the thread's run stop
+	// at its next checkpoint (Leases.RequestStop; double-texting,
+	// docs/runs.md): StopInterrupt keeps what the run did, StopRollback
+	// discards it. "" is none. Like CancelRequested it stays with the
+	// lease through a takeover and goes with its release.
+	StopRequested StopMode
+}
+
+// StopMode is how a newer run asks the thread's current run to stop
+// (Lease.StopRequested).
+type StopMode string
+
+// Stop modes.
+const (
+	// StopInterrupt: the run ends at its next checkpoint, CANCELLED with
+	// agent.CodeSuperseded, keeping what it committed.
+	StopInterrupt StopMode = "interrupt"
+	// StopRollback: the run ends at its next checkpoint, CANCELLED with
+	// agent.CodeRolledBack, and the thread goes back to where it was
+	// before the run started.
+	StopRollback StopMode = "rollback"
+)
+
+// Valid reports whether m is a stop mode a request may carry.
+func (m StopMode) Valid() bool { return m == StopInterrupt || m == StopRollback }
+
+// MergeStop is the stop mode of a lease asked to stop with m while it
+// carries cur: a rollback is never weakened into an interrupt.
+func MergeStop(cur, m StopMode) StopMode {
+	if cur == StopRollback {
+		return cur
+	}
+	return m
 }
 
 // Live reports whether l still excludes other holders at now.
@@ -64,8 +97,15 @@ type Leases interface {
 	// release.
 	RequestCancel(ctx context.Context, id string) (*Lease, error)
 	// CancelRequests lists holder's unreleased leases that carry a
-	// cancel request: one query for all the runs of a replica.
+	// cancel request or a stop request (RequestStop): one query for all
+	// the runs of a replica.
 	CancelRequests(ctx context.Context, holder string) ([]Lease, error)
+	// RequestStop asks for the run of thread id to stop at its next
+	// checkpoint for a newer run (mode StopInterrupt or StopRollback),
+	// on whichever replica runs it: as RequestCancel, it marks the
+	// thread's unreleased lease and returns it (nil when none is held).
+	// A lease marked StopRollback stays so (MergeStop).
+	RequestStop(ctx context.Context, id string, mode StopMode) (*Lease, error)
 	// ThreadLeases returns the lease rows of the threads ids (released
 	// and expired ones included); threads without one are left out.
 	ThreadLeases(ctx context.Context, ids []string) ([]Lease, error)
@@ -129,6 +169,9 @@ func NextLease(cur *Lease, id, holder string, now time.Time, ttl time.Duration) 
 	// A cancel request outlives a takeover (the new holder ends the run
 	// CANCELLED), not a release (the run it was meant for is over).
 	next.CancelRequested = cur != nil && !cur.Released && cur.CancelRequested
+	if cur != nil && !cur.Released {
+		next.StopRequested = cur.StopRequested
+	}
 	return next, nil
 }
 

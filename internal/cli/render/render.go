@@ -190,6 +190,10 @@ func (r *Renderer) Event(ev *plumbv1.Event) error {
 		}
 	case *plumbv1.Event_Summarized:
 		r.line(ck, summarized(p.Summarized))
+	case *plumbv1.Event_Steered:
+		for _, in := range p.Steered.GetInput() {
+			r.line(ck, "» steered: "+FirstLine(in))
+		}
 	case *plumbv1.Event_SandboxLost:
 		r.line(ck, "⚠ sandbox worker "+p.SandboxLost.GetWorker()+" lost: "+FirstLine(p.SandboxLost.GetMessage()))
 	case *plumbv1.Event_EgressRequest:

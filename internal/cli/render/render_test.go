@@ -76,6 +76,8 @@ func (a at) ev(p any) *plumbv1.Event {
 		e.Payload = &plumbv1.Event_Error{Error: p}
 	case *plumbv1.RunFinished:
 		e.Payload = &plumbv1.Event_RunFinished{RunFinished: p}
+	case *plumbv1.Steered:
+		e.Payload = &plumbv1.Event_Steered{Steered: p}
 	default:
 		panic("unknown payload")
 	}
@@ -389,6 +391,17 @@ func TestOutcomeResetByRunStarted(t *testing.T) {
 	_ = r.Event(started(true))
 	if o := r.Outcome(); o.Ending != EndNone || o.Interrupt != nil {
 		t.Fatalf("outcome after run_started = %+v", o)
+	}
+}
+
+// A steered event shows each steered message's first line.
+func TestSteered(t *testing.T) {
+	var out bytes.Buffer
+	r := New(&out, Options{})
+	_ = r.Event(started(false))
+	_ = r.Event(root.ev(&plumbv1.Steered{Input: []string{"use Python 3.12\nplease", "and tests"}}))
+	if got := out.String(); !strings.Contains(got, "» steered: use Python 3.12\n") || strings.Contains(got, "please") || !strings.Contains(got, "» steered: and tests\n") {
+		t.Fatalf("rendered %q", got)
 	}
 }
 

@@ -161,6 +161,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 			s.svc.Leases, s.svc.ReplicaID = st, s.replica
 		}
 	}
+	if st, ok := e.store.(store.Steers); ok {
+		s.svc.Steers = st
+	}
 	if rs, ok := e.store.(store.Runs); ok {
 		s.svc.Runs = rs
 	}

@@ -51,6 +51,27 @@ func (s *Service) GetRun(ctx context.Context, req *plumbv1.GetRunRequest) (*plum
 	return &plumbv1.GetRunResponse{Run: runToPB(ri)}, nil
 }
 
+// CancelRun cancels one run: a queued one ends CANCELLED without
+// starting, the thread's running one is cancelled as Cancel does (the
+// queue goes on); another tenant's run is NOT_FOUND, a run that is
+// neither FAILED_PRECONDITION (RUN_NOT_ACTIVE).
+func (s *Service) CancelRun(ctx context.Context, req *plumbv1.CancelRunRequest) (*plumbv1.CancelRunResponse, error) {
+	if req.GetRunId() == "" {
+		return nil, Status(InvalidField("run_id", "run_id is required"))
+	}
+	ri, err := s.host.GetRun(ctx, req.GetRunId())
+	if err == nil {
+		err = ownedRun(ctx, ri, "")
+	}
+	if err == nil {
+		ri, err = s.host.CancelRun(ctx, ri)
+	}
+	if err != nil {
+		return nil, s.status("cancel run", err)
+	}
+	return &plumbv1.CancelRunResponse{Run: runToPB(ri)}, nil
+}
+
 // ListRuns lists run records newest first: a thread's, or all of the
 // caller's tenant.
 func (s *Service) ListRuns(ctx context.Context, req *plumbv1.ListRunsRequest) (*plumbv1.ListRunsResponse, error) {

@@ -81,6 +81,11 @@ const (
 	// ReasonRunsOff: the thread store keeps no run records (GetRun,
 	// ListRuns, WaitRun and on_busy ENQUEUE need agentd's durable store).
 	ReasonRunsOff = "RUNS_OFF"
+	// ReasonRunNotActive: CancelRun named a run that is neither queued
+	// nor running.
+	ReasonRunNotActive = "RUN_NOT_ACTIVE"
+	// ReasonSteersOff: the thread store keeps no steers (on_busy STEER).
+	ReasonSteersOff = "STEERS_OFF"
 	// ReasonUsageOff: the thread store keeps no usage ledger (GetUsage).
 	ReasonUsageOff = "USAGE_OFF"
 	// Egress approval: no such request (or another tenant's), already
@@ -180,6 +185,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonConflict, nil), true
 	case errors.Is(err, store.ErrRunNotFound):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonRunNotFound, nil), true
+	case errors.Is(err, runhost.ErrNoSteers):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonSteersOff, nil), true
+	case errors.Is(err, runhost.ErrRunNotActive):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonRunNotActive, nil), true
 	case errors.Is(err, runhost.ErrNoRunRecords):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonRunsOff, nil), true
 	case errors.Is(err, runs.ErrNoRun):

@@ -19,6 +19,10 @@ func (s *Service) onBusy(req *plumbv1.RunRequest) runhost.OnBusy {
 		return runhost.OnBusyEnqueue
 	case plumbv1.OnBusy_ON_BUSY_INTERRUPT:
 		return runhost.OnBusyInterrupt
+	case plumbv1.OnBusy_ON_BUSY_ROLLBACK:
+		return runhost.OnBusyRollback
+	case plumbv1.OnBusy_ON_BUSY_STEER:
+		return runhost.OnBusySteer
 	}
 	if ob, ok := s.cfg.AgentOnBusy[req.GetAgent()]; ok {
 		return ob
@@ -85,8 +89,8 @@ func (s *Service) Attach(req *plumbv1.AttachRequest, stream grpc.ServerStreaming
 	}))
 }
 
-// Cancel cancels the thread's active run, on this replica or (with
-// leases) on another, and waits (as long as the call's context allows)
+// Cancel cancels the thread's queued runs and its active run, on this
+// replica or (with leases) on another, and waits (as long as the call's context allows)
 // until it has ended, so that the thread is free when Cancel returns.
 // Attached streams receive run_finished{CANCELLED}.
 func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plumbv1.CancelResponse, error) {
@@ -101,5 +105,5 @@ func (s *Service) Cancel(ctx context.Context, req *plumbv1.CancelRequest) (*plum
 	if err != nil {
 		return nil, s.status("cancel", err)
 	}
-	return &plumbv1.CancelResponse{RunId: c.RunID, WasRunning: c.WasRunning}, nil
+	return &plumbv1.CancelResponse{RunId: c.RunID, WasRunning: c.WasRunning, CancelledQueuedRunIds: c.Queued}, nil
 }

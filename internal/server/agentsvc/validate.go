@@ -77,7 +77,7 @@ func (s *Service) runInput(req *plumbv1.RunRequest) (agent.RunInput, error) {
 	vs.checkMetadata("metadata", req.GetMetadata())
 	switch ob := req.GetOnBusy(); ob {
 	case plumbv1.OnBusy_ON_BUSY_UNSPECIFIED, plumbv1.OnBusy_ON_BUSY_REJECT:
-	case plumbv1.OnBusy_ON_BUSY_ENQUEUE, plumbv1.OnBusy_ON_BUSY_INTERRUPT:
+	case plumbv1.OnBusy_ON_BUSY_ENQUEUE, plumbv1.OnBusy_ON_BUSY_INTERRUPT, plumbv1.OnBusy_ON_BUSY_ROLLBACK, plumbv1.OnBusy_ON_BUSY_STEER:
 		name := strings.TrimPrefix(ob.String(), "ON_BUSY_")
 		if len(req.GetFiles()) > 0 {
 			vs.add("files", "files cannot be sent with on_busy %s: a queued run does not keep them", name)

@@ -1,6 +1,7 @@
 package agentconv
 
 import (
+	"slices"
 	"strings"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
@@ -102,6 +103,8 @@ func EventToPB(e agent.Event) *plumbv1.Event {
 		out.Payload = &plumbv1.Event_ToolCallDelta{ToolCallDelta: &plumbv1.ToolCallDelta{
 			Index: int32(p.Index), Id: p.ID, Name: p.Name, Args: p.Args, Step: int32(p.Step), Attempt: int32(p.Attempt), Truncated: p.Truncated,
 		}}
+	case agent.Steered:
+		out.Payload = &plumbv1.Event_Steered{Steered: &plumbv1.Steered{Input: slices.Clone(p.Input)}}
 	case agent.ToolOutput:
 		out.Payload = &plumbv1.Event_ToolOutput{ToolOutput: &plumbv1.ToolOutput{Id: p.ID, Name: p.Name, Text: p.Text, Truncated: p.Truncated}}
 	case agent.ToolCallStarted:

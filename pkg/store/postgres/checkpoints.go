@@ -32,8 +32,17 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		if err := checkFence(ctx, tx, cp); err != nil {
 			return err
 		}
+		if cp.Truncate && cp.Base <= count {
+			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE thread_id = $1 AND idx >= $2`, cp.ThreadID, cp.Base); err != nil {
+				return fmt.Errorf("checkpoint %s: truncate the log: %w", cp.ThreadID, err)
+			}
+			count = cp.Base
+		}
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
+		}
+		if err := consumeSteers(ctx, tx, cp.ThreadID, cp.ConsumeSteers); err != nil {
+			return err
 		}
 		// Edits run one by one: two may touch the same message.
 		for _, e := range cp.EditCalls {

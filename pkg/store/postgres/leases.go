@@ -15,8 +15,8 @@ import (
 func leaseRow(ctx context.Context, q querier, id string) (*store.Lease, error) {
 	l := store.Lease{ThreadID: id}
 	var exp int64
-	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released FROM thread_leases WHERE thread_id = $1`, id).
-		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested)
+	err := q.QueryRow(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released, CASE WHEN released THEN '' ELSE stop_requested END FROM thread_leases WHERE thread_id = $1`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested, &l.StopRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -47,10 +47,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released, cancel_requested) VALUES ($1, $2, $3, $4, false, $5)
+		_, err = tx.Exec(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released, cancel_requested, stop_requested) VALUES ($1, $2, $3, $4, false, $5, $6)
 			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = false,
-				cancel_requested = excluded.cancel_requested`,
-			id, next.Holder, next.Epoch, store.Nanos(next.Expires), next.CancelRequested)
+				cancel_requested = excluded.cancel_requested, stop_requested = excluded.stop_requested`,
+			id, next.Holder, next.Epoch, store.Nanos(next.Expires), next.CancelRequested, string(next.StopRequested))
 		return err
 	})
 	return next, err
@@ -91,7 +91,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease
 // leaseColumns are the columns scanLeases reads, in order. A released
 // lease carries no cancel request (the next acquisition resets the
 // column).
-const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released`
+const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released, CASE WHEN released THEN '' ELSE stop_requested END`
 
 // scanLeases reads rows of leaseColumns.
 func scanLeases(rows pgx.Rows, err error) ([]store.Lease, error) {
@@ -103,7 +103,7 @@ func scanLeases(rows pgx.Rows, err error) ([]store.Lease, error) {
 	for rows.Next() {
 		var l store.Lease
 		var exp int64
-		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested); err != nil {
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested, &l.StopRequested); err != nil {
 			return nil, classify(err)
 		}
 		l.Expires = time.Unix(0, exp)
@@ -121,9 +121,22 @@ func (s *Store) RequestCancel(ctx context.Context, id string) (*store.Lease, err
 	return &ls[0], nil
 }
 
+// RequestStop implements store.Leases.
+func (s *Store) RequestStop(ctx context.Context, id string, mode store.StopMode) (*store.Lease, error) {
+	if !mode.Valid() {
+		return nil, fmt.Errorf("stop mode %q", mode)
+	}
+	ls, err := scanLeases(s.pool.Query(ctx, `UPDATE thread_leases SET stop_requested = CASE WHEN stop_requested = $1 THEN stop_requested ELSE $2 END
+		WHERE thread_id = $3 AND NOT released RETURNING `+leaseColumns, string(store.StopRollback), string(mode), id))
+	if err != nil || len(ls) == 0 {
+		return nil, err
+	}
+	return &ls[0], nil
+}
+
 // CancelRequests implements store.Leases.
 func (s *Store) CancelRequests(ctx context.Context, holder string) ([]store.Lease, error) {
-	return scanLeases(s.pool.Query(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE holder = $1 AND cancel_requested AND NOT released ORDER BY thread_id`, holder))
+	return scanLeases(s.pool.Query(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE holder = $1 AND (cancel_requested OR stop_requested <> '') AND NOT released ORDER BY thread_id`, holder))
 }
 
 // ThreadLeases implements store.Leases.

@@ -217,6 +217,20 @@ var migrations = []string{
 		estimated  INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX usage_ledger_tenant_at ON usage_ledger (tenant, at);`,
+	// A newer run's request that the thread's run stop at its next
+	// checkpoint (store.Leases.RequestStop): '', 'interrupt' or
+	// 'rollback'.
+	`ALTER TABLE thread_leases ADD COLUMN stop_requested TEXT NOT NULL DEFAULT '';`,
+	// Steers (store.Steers): user input sent to a thread's running run,
+	// delivered at its next model call by the checkpoint that deletes it.
+	`CREATE TABLE run_steers (
+		id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		thread_id  TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		run_id     TEXT NOT NULL,
+		input      TEXT NOT NULL,
+		created_at BIGINT NOT NULL
+	);
+	CREATE INDEX run_steers_run ON run_steers (thread_id, run_id, id);`,
 	// Per-tenant quotas (store.QuotaCounts): when each run was asked for,
 	// so that runs_per_minute counts from the shared store.
 	`ALTER TABLE runs ADD COLUMN created_at BIGINT NOT NULL DEFAULT 0;

@@ -466,6 +466,12 @@ func TestSchedulesConformance(t *testing.T) {
 	storetest.RunSchedules(t, func(t *testing.T) storetest.ScheduleStore { return open(t, pgtest.New(t), Options{}) })
 }
 
+// TestSteersConformance runs the steer suite against a real PostgreSQL
+// server.
+func TestSteersConformance(t *testing.T) {
+	storetest.RunSteers(t, func(t *testing.T) storetest.SteerStore { return open(t, pgtest.New(t), Options{}) })
+}
+
 // TestRunsConformance runs the run-record suite against a real PostgreSQL
 // server.
 func TestRunsConformance(t *testing.T) {

@@ -33,8 +33,17 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 				return err
 			}
 		}
+		if cp.Truncate && cp.Base <= count {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE thread_id = ? AND idx >= ?`, cp.ThreadID, cp.Base); err != nil {
+				return fmt.Errorf("checkpoint %s: truncate the log: %w", cp.ThreadID, err)
+			}
+			count = cp.Base
+		}
 		if cp.Base != count {
 			return fmt.Errorf("checkpoint %s: base %d, stored %d messages: %w", cp.ThreadID, cp.Base, count, agent.ErrConflict)
+		}
+		if err := consumeSteers(ctx, tx, cp.ThreadID, cp.ConsumeSteers); err != nil {
+			return err
 		}
 		for _, e := range cp.EditCalls {
 			if err := editCall(ctx, tx, cp.ThreadID, e); err != nil {

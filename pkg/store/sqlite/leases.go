@@ -32,10 +32,10 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 		if next, err = store.NextLease(cur, id, holder, now, ttl); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released, cancel_requested) VALUES (?, ?, ?, ?, 0, ?)
+		_, err = tx.ExecContext(ctx, `INSERT INTO thread_leases (thread_id, holder, epoch, expires_at, released, cancel_requested, stop_requested) VALUES (?, ?, ?, ?, 0, ?, ?)
 			ON CONFLICT (thread_id) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at, released = 0,
-				cancel_requested = excluded.cancel_requested`,
-			id, next.Holder, next.Epoch, store.Nanos(next.Expires), next.CancelRequested)
+				cancel_requested = excluded.cancel_requested, stop_requested = excluded.stop_requested`,
+			id, next.Holder, next.Epoch, store.Nanos(next.Expires), next.CancelRequested, string(next.StopRequested))
 		return err
 	})
 	return next, err
@@ -45,8 +45,8 @@ func (s *Store) AcquireLease(ctx context.Context, id, holder string, now time.Ti
 func leaseRow(ctx context.Context, tx *sql.Tx, id string) (*store.Lease, error) {
 	l := store.Lease{ThreadID: id}
 	var exp int64
-	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released FROM thread_leases WHERE thread_id = ?`, id).
-		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested)
+	err := tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at, released, cancel_requested AND NOT released, CASE WHEN released THEN '' ELSE stop_requested END FROM thread_leases WHERE thread_id = ?`, id).
+		Scan(&l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested, &l.StopRequested)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -92,7 +92,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time) ([]store.Lease
 // leaseColumns are the columns scanLeases reads, in order. A released
 // lease carries no cancel request (the next acquisition resets the
 // column).
-const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released`
+const leaseColumns = `thread_id, holder, epoch, expires_at, released, cancel_requested AND NOT released, CASE WHEN released THEN '' ELSE stop_requested END`
 
 // scanLeases reads rows of leaseColumns.
 func scanLeases(rows *sql.Rows, err error) ([]store.Lease, error) {
@@ -104,7 +104,7 @@ func scanLeases(rows *sql.Rows, err error) ([]store.Lease, error) {
 	for rows.Next() {
 		var l store.Lease
 		var exp int64
-		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested); err != nil {
+		if err := rows.Scan(&l.ThreadID, &l.Holder, &l.Epoch, &exp, &l.Released, &l.CancelRequested, &l.StopRequested); err != nil {
 			return nil, err
 		}
 		l.Expires = time.Unix(0, exp)
@@ -122,9 +122,22 @@ func (s *Store) RequestCancel(ctx context.Context, id string) (*store.Lease, err
 	return &ls[0], nil
 }
 
+// RequestStop implements store.Leases.
+func (s *Store) RequestStop(ctx context.Context, id string, mode store.StopMode) (*store.Lease, error) {
+	if !mode.Valid() {
+		return nil, fmt.Errorf("stop mode %q", mode)
+	}
+	ls, err := scanLeases(s.db.QueryContext(ctx, `UPDATE thread_leases SET stop_requested = CASE WHEN stop_requested = ? THEN stop_requested ELSE ? END
+		WHERE thread_id = ? AND released = 0 RETURNING `+leaseColumns, string(store.StopRollback), string(mode), id))
+	if err != nil || len(ls) == 0 {
+		return nil, err
+	}
+	return &ls[0], nil
+}
+
 // CancelRequests implements store.Leases.
 func (s *Store) CancelRequests(ctx context.Context, holder string) ([]store.Lease, error) {
-	return scanLeases(s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE holder = ? AND cancel_requested AND released = 0 ORDER BY thread_id`, holder))
+	return scanLeases(s.db.QueryContext(ctx, `SELECT `+leaseColumns+` FROM thread_leases WHERE holder = ? AND (cancel_requested OR stop_requested != '') AND released = 0 ORDER BY thread_id`, holder))
 }
 
 // ThreadLeases implements store.Leases.

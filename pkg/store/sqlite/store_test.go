@@ -257,6 +257,13 @@ func TestSchedulesConformance(t *testing.T) {
 	})
 }
 
+// TestSteersConformance runs the steer suite against a real SQLite file.
+func TestSteersConformance(t *testing.T) {
+	storetest.RunSteers(t, func(t *testing.T) storetest.SteerStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
 // TestRunsConformance runs the run-record suite against a real SQLite
 // file.
 func TestRunsConformance(t *testing.T) {

@@ -489,6 +489,63 @@ func RunLeases(t *testing.T, newStore func(t *testing.T) LeaseStore) {
 		}
 	})
 
+	t.Run("StopRequests", func(t *testing.T) {
+		s := newStore(t)
+		thread(t, s, "th")
+		thread(t, s, "free")
+		if l, err := s.RequestStop(ctx(), "free", store.StopInterrupt); err != nil || l != nil {
+			t.Fatalf("stop request on a thread without a lease: %+v, %v; want none", l, err)
+		}
+		if _, err := s.RequestStop(ctx(), "th", "later"); err == nil {
+			t.Fatal("stop request with an unknown mode: no error")
+		}
+		a, err := s.AcquireLease(ctx(), "th", "replica-a", t0, ttl)
+		if err != nil || a.StopRequested != "" {
+			t.Fatalf("acquire: %+v, %v", a, err)
+		}
+		l, err := s.RequestStop(ctx(), "th", store.StopInterrupt)
+		if err != nil || l == nil || l.StopRequested != store.StopInterrupt || l.CancelRequested || l.Holder != "replica-a" || l.Epoch != a.Epoch {
+			t.Fatalf("interrupt request on a held lease: %+v, %v; want replica-a's lease, marked interrupt", l, err)
+		}
+		ls, err := s.CancelRequests(ctx(), "replica-a")
+		if err != nil || len(ls) != 1 || ls[0].ThreadID != "th" || ls[0].StopRequested != store.StopInterrupt || ls[0].CancelRequested {
+			t.Fatalf("replica-a's requests: %+v, %v; want th's interrupt request", ls, err)
+		}
+		// A rollback is stronger than an interrupt, and stays.
+		if l, err := s.RequestStop(ctx(), "th", store.StopRollback); err != nil || l == nil || l.StopRequested != store.StopRollback {
+			t.Fatalf("rollback request: %+v, %v", l, err)
+		}
+		if l, err := s.RequestStop(ctx(), "th", store.StopInterrupt); err != nil || l == nil || l.StopRequested != store.StopRollback {
+			t.Fatalf("interrupt request after a rollback request: %+v, %v; want rollback kept", l, err)
+		}
+		// The owner dies: the request outlives the takeover.
+		at := t0.Add(ttl + time.Second)
+		b, err := s.AcquireLease(ctx(), "th", "replica-b", at, ttl)
+		if err != nil || b.StopRequested != store.StopRollback || b.Epoch != a.Epoch+1 {
+			t.Fatalf("takeover of a lease with a stop request: %+v, %v; want it marked", b, err)
+		}
+		if ls, err := s.CancelRequests(ctx(), "replica-b"); err != nil || len(ls) != 1 || ls[0].StopRequested != store.StopRollback {
+			t.Fatalf("replica-b's requests after the takeover: %+v, %v", ls, err)
+		}
+		// Its release ends the request.
+		if err := s.ReleaseLease(ctx(), b); err != nil {
+			t.Fatal(err)
+		}
+		if ls, err := s.ThreadLeases(ctx(), []string{"th"}); err != nil || len(ls) != 1 || ls[0].StopRequested != "" {
+			t.Fatalf("lease after the release: %+v, %v; want no stop request", ls, err)
+		}
+		if l, err := s.RequestStop(ctx(), "th", store.StopInterrupt); err != nil || l != nil {
+			t.Fatalf("stop request on a released lease: %+v, %v; want none", l, err)
+		}
+		c, err := s.AcquireLease(ctx(), "th", "replica-a", at, ttl)
+		if err != nil || c.StopRequested != "" {
+			t.Fatalf("acquire after the release: %+v, %v; want no stop request", c, err)
+		}
+		if ls, err := s.CancelRequests(ctx(), "replica-a"); err != nil || len(ls) != 0 {
+			t.Fatalf("requests after a new acquisition: %+v, %v; want none", ls, err)
+		}
+	})
+
 	t.Run("ConcurrentAcquire", func(t *testing.T) {
 		s := newStore(t)
 		thread(t, s, "th")

@@ -25,6 +25,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"NotFound", testNotFound},
 		{"DuplicateThread", testDuplicateThread},
 		{"AppendAndBase", testAppendAndBase},
+		{"Truncate", testTruncate},
 		{"EditCalls", testEditCalls},
 		{"StateRoundTrip", testStateRoundTrip},
 		{"RunRecords", testRunRecords},
@@ -94,6 +95,43 @@ func testDuplicateThread(t *testing.T, s agent.Store) {
 	mustCreate(t, s, "t1")
 	if err := s.CreateThread(ctx(), agent.Thread{ID: "t1", CreatedAt: t0}); !errors.Is(err, agent.ErrConflict) {
 		t.Errorf("duplicate: %v, want ErrConflict", err)
+	}
+}
+
+// testTruncate: a checkpoint with Truncate cuts the log back to its Base
+// (a rolled-back run) and appends after it; a Base past the stored log
+// is a conflict that changes nothing.
+func testTruncate(t *testing.T, s agent.Store) {
+	mustCreate(t, s, "t1")
+	three := []agent.Message{msg(model.RoleUser, "one"), msg(model.RoleUser, "two"), msg(model.RoleAssistant, "three")}
+	if err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseInput, Append: three, Run: run("r1", agent.StatusRunning), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	past := &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseFinal, Base: 4, Truncate: true, Run: run("r1", agent.StatusCancelled), CreatedAt: t0.Add(time.Second)}
+	if err := s.SaveCheckpoint(ctx(), past); !errors.Is(err, agent.ErrConflict) {
+		t.Fatalf("truncate past the log: %v, want ErrConflict", err)
+	}
+	if d := mustLoad(t, s, "t1"); len(d.Messages) != 3 {
+		t.Fatalf("a refused truncation changed the log: %+v", d.Messages)
+	}
+	back := &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseFinal, Base: 1, Truncate: true, Append: []agent.Message{msg(model.RoleUser, "again")},
+		Todos: []agent.Todo{{Content: "kept", Status: agent.TodoPending}}, Run: run("r1", agent.StatusCancelled), CreatedAt: t0.Add(2 * time.Second)}
+	if err := s.SaveCheckpoint(ctx(), back); err != nil {
+		t.Fatal(err)
+	}
+	d := mustLoad(t, s, "t1")
+	if want := []agent.Message{msg(model.RoleUser, "one"), msg(model.RoleUser, "again")}; !reflect.DeepEqual(d.Messages, want) {
+		t.Errorf("messages after the truncation = %+v\nwant %+v", d.Messages, want)
+	}
+	if len(d.Todos) != 1 || d.LastRun.Status != agent.StatusCancelled {
+		t.Errorf("state after the truncation: todos %v, run %v", d.Todos, d.LastRun.Status)
+	}
+	// The log goes on from there.
+	if err := s.SaveCheckpoint(ctx(), &agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseInput, Base: 2, Append: []agent.Message{msg(model.RoleUser, "next")}, Run: run("r2", agent.StatusRunning), CreatedAt: t0.Add(3 * time.Second)}); err != nil {
+		t.Fatalf("append after a truncation: %v", err)
+	}
+	if d := mustLoad(t, s, "t1"); len(d.Messages) != 3 || d.Messages[2].Content != "next" {
+		t.Errorf("messages = %+v", d.Messages)
 	}
 }
 

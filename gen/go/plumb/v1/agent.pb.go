@@ -162,6 +162,19 @@ const (
 	// queued run starts after it. The stream carries one run_queued event
 	// and ends.
 	OnBusy_ON_BUSY_INTERRUPT OnBusy = 3
+	// ON_BUSY_ROLLBACK queues the run as INTERRUPT does and stops the
+	// thread's current run at its next checkpoint, discarding what it did:
+	// the thread's messages and state go back to where they were before
+	// that run started, and it ends CANCELLED with the error ROLLED_BACK.
+	// Files the run changed in the sandbox are not rolled back. The stream
+	// carries one run_queued event and ends.
+	OnBusy_ON_BUSY_ROLLBACK OnBusy = 4
+	// ON_BUSY_STEER delivers the input to the thread's running run at its
+	// next model call (exactly once, on whichever replica runs it) instead
+	// of starting a run: the stream carries a steered event and then
+	// follows the running run as Attach does. A thread that is not busy
+	// runs the input as a new run.
+	OnBusy_ON_BUSY_STEER OnBusy = 5
 )
 
 // Enum value maps for OnBusy.
@@ -171,12 +184,16 @@ var (
 		1: "ON_BUSY_REJECT",
 		2: "ON_BUSY_ENQUEUE",
 		3: "ON_BUSY_INTERRUPT",
+		4: "ON_BUSY_ROLLBACK",
+		5: "ON_BUSY_STEER",
 	}
 	OnBusy_value = map[string]int32{
 		"ON_BUSY_UNSPECIFIED": 0,
 		"ON_BUSY_REJECT":      1,
 		"ON_BUSY_ENQUEUE":     2,
 		"ON_BUSY_INTERRUPT":   3,
+		"ON_BUSY_ROLLBACK":    4,
+		"ON_BUSY_STEER":       5,
 	}
 )
 
@@ -5806,9 +5823,11 @@ type CancelResponse struct {
 	// The cancelled run, if one was active.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// A run was active.
-	WasRunning    bool `protobuf:"varint,2,opt,name=was_running,json=wasRunning,proto3" json:"was_running,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WasRunning bool `protobuf:"varint,2,opt,name=was_running,json=wasRunning,proto3" json:"was_running,omitempty"`
+	// The thread's queued runs, cancelled without starting.
+	CancelledQueuedRunIds []string `protobuf:"bytes,3,rep,name=cancelled_queued_run_ids,json=cancelledQueuedRunIds,proto3" json:"cancelled_queued_run_ids,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CancelResponse) Reset() {
@@ -5855,6 +5874,106 @@ func (x *CancelResponse) GetWasRunning() bool {
 	return false
 }
 
+func (x *CancelResponse) GetCancelledQueuedRunIds() []string {
+	if x != nil {
+		return x.CancelledQueuedRunIds
+	}
+	return nil
+}
+
+// CancelRunRequest names the run to cancel.
+type CancelRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunRequest) Reset() {
+	*x = CancelRunRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunRequest) ProtoMessage() {}
+
+func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
+func (*CancelRunRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *CancelRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+// CancelRunResponse carries the cancelled run's record.
+type CancelRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run (CANCELLED when it was queued; as it ended when it was
+	// running).
+	Run           *RunRecord `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunResponse) Reset() {
+	*x = CancelRunResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunResponse) ProtoMessage() {}
+
+func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
+func (*CancelRunResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CancelRunResponse) GetRun() *RunRecord {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 // CreateThreadRequest creates a thread.
 type CreateThreadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5866,7 +5985,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5878,7 +5997,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5891,7 +6010,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -5912,7 +6031,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5924,7 +6043,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5937,7 +6056,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -5960,7 +6079,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5972,7 +6091,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5985,7 +6104,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -6013,7 +6132,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6025,7 +6144,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6038,7 +6157,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -6065,7 +6184,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6077,7 +6196,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6090,7 +6209,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -6127,7 +6246,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6139,7 +6258,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6152,7 +6271,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -6185,7 +6304,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6197,7 +6316,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6210,7 +6329,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -6247,7 +6366,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6259,7 +6378,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6272,7 +6391,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -6306,7 +6425,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6318,7 +6437,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6331,7 +6450,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -6368,7 +6487,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6380,7 +6499,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6393,7 +6512,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -6428,7 +6547,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6440,7 +6559,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6453,7 +6572,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -6497,7 +6616,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6509,7 +6628,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6522,7 +6641,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -6552,7 +6671,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6564,7 +6683,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6577,7 +6696,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -6603,7 +6722,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6615,7 +6734,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6628,7 +6747,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 // ListAgentsRequest has no fields.
@@ -6640,7 +6759,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6652,7 +6771,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6665,7 +6784,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -6679,7 +6798,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6691,7 +6810,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6704,7 +6823,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -6740,7 +6859,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6752,7 +6871,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6765,7 +6884,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -6832,7 +6951,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6844,7 +6963,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6857,7 +6976,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -6933,7 +7052,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6945,7 +7064,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6958,7 +7077,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Thread) GetId() string {
@@ -7123,7 +7242,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7135,7 +7254,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7148,7 +7267,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -7255,7 +7374,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7267,7 +7386,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7280,7 +7399,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Todo) GetContent() string {
@@ -7312,7 +7431,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7324,7 +7443,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7337,7 +7456,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ToolCall) GetId() string {
@@ -7396,7 +7515,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7408,7 +7527,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7421,7 +7540,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -7516,7 +7635,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7528,7 +7647,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7541,7 +7660,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *StateFile) GetPath() string {
@@ -7586,7 +7705,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7598,7 +7717,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7611,7 +7730,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -7675,7 +7794,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7687,7 +7806,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7700,7 +7819,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -7779,6 +7898,7 @@ type Event struct {
 	//	*Event_RunQueued
 	//	*Event_EgressRequest
 	//	*Event_EgressDecided
+	//	*Event_Steered
 	Payload       isEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -7786,7 +7906,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7798,7 +7918,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7811,7 +7931,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -8043,6 +8163,15 @@ func (x *Event) GetEgressDecided() *EgressDecided {
 	return nil
 }
 
+func (x *Event) GetSteered() *Steered {
+	if x != nil {
+		if x, ok := x.Payload.(*Event_Steered); ok {
+			return x.Steered
+		}
+	}
+	return nil
+}
+
 type isEvent_Payload interface {
 	isEvent_Payload()
 }
@@ -8153,6 +8282,12 @@ type Event_EgressDecided struct {
 	EgressDecided *EgressDecided `protobuf:"bytes,29,opt,name=egress_decided,json=egressDecided,proto3,oneof"`
 }
 
+type Event_Steered struct {
+	// User input sent with ON_BUSY_STEER was added to the running run's
+	// conversation, before its next model call.
+	Steered *Steered `protobuf:"bytes,30,opt,name=steered,proto3,oneof"`
+}
+
 func (*Event_RunStarted) isEvent_Payload() {}
 
 func (*Event_MessageDelta) isEvent_Payload() {}
@@ -8193,6 +8328,54 @@ func (*Event_EgressRequest) isEvent_Payload() {}
 
 func (*Event_EgressDecided) isEvent_Payload() {}
 
+func (*Event_Steered) isEvent_Payload() {}
+
+// Steered is user input delivered to a running run (ON_BUSY_STEER).
+type Steered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user messages, in order.
+	Input         []string `protobuf:"bytes,1,rep,name=input,proto3" json:"input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Steered) Reset() {
+	*x = Steered{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Steered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Steered) ProtoMessage() {}
+
+func (x *Steered) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Steered.ProtoReflect.Descriptor instead.
+func (*Steered) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *Steered) GetInput() []string {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
 // RunQueued says that a Run was queued instead of started.
 type RunQueued struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -8204,7 +8387,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8216,7 +8399,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8229,7 +8412,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -8269,7 +8452,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8281,7 +8464,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8294,7 +8477,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -8367,7 +8550,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8379,7 +8562,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8392,7 +8575,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -8438,7 +8621,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8450,7 +8633,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8463,7 +8646,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -8498,7 +8681,7 @@ type EgressRequested struct {
 
 func (x *EgressRequested) Reset() {
 	*x = EgressRequested{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8510,7 +8693,7 @@ func (x *EgressRequested) String() string {
 func (*EgressRequested) ProtoMessage() {}
 
 func (x *EgressRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8523,7 +8706,7 @@ func (x *EgressRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
 func (*EgressRequested) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *EgressRequested) GetRequest() *EgressAsk {
@@ -8558,7 +8741,7 @@ type EgressDecided struct {
 
 func (x *EgressDecided) Reset() {
 	*x = EgressDecided{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8570,7 +8753,7 @@ func (x *EgressDecided) String() string {
 func (*EgressDecided) ProtoMessage() {}
 
 func (x *EgressDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8583,7 +8766,7 @@ func (x *EgressDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
 func (*EgressDecided) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *EgressDecided) GetRequestId() string {
@@ -8661,7 +8844,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8673,7 +8856,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8686,7 +8869,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -8739,7 +8922,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8751,7 +8934,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8764,7 +8947,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -8803,7 +8986,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8815,7 +8998,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8828,7 +9011,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -8871,7 +9054,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8883,7 +9066,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8896,7 +9079,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -8949,7 +9132,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8961,7 +9144,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8974,7 +9157,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -9023,7 +9206,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9035,7 +9218,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9048,7 +9231,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *ToolResult) GetId() string {
@@ -9118,7 +9301,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9130,7 +9313,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9143,7 +9326,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -9170,7 +9353,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9182,7 +9365,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9195,7 +9378,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -9239,7 +9422,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9251,7 +9434,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9264,7 +9447,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -9308,7 +9491,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9320,7 +9503,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9333,7 +9516,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -9412,7 +9595,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9424,7 +9607,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9437,7 +9620,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -9473,7 +9656,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9485,7 +9668,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9498,7 +9681,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -9559,7 +9742,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9571,7 +9754,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9584,7 +9767,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -9655,7 +9838,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9667,7 +9850,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9680,7 +9863,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *RunError) GetCode() string {
@@ -9719,7 +9902,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[122]
+	mi := &file_plumb_v1_agent_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9731,7 +9914,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[122]
+	mi := &file_plumb_v1_agent_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9744,7 +9927,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{122}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -10128,11 +10311,16 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x0eAttachResponse\x12%\n" +
 	"\x05event\x18\x01 \x01(\v2\x0f.plumb.v1.EventR\x05event\",\n" +
 	"\rCancelRequest\x12\x1b\n" +
-	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"H\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"\x81\x01\n" +
 	"\x0eCancelResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1f\n" +
 	"\vwas_running\x18\x02 \x01(\bR\n" +
-	"wasRunning\"\x9b\x01\n" +
+	"wasRunning\x127\n" +
+	"\x18cancelled_queued_run_ids\x18\x03 \x03(\tR\x15cancelledQueuedRunIds\")\n" +
+	"\x10CancelRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\":\n" +
+	"\x11CancelRunResponse\x12%\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\x9b\x01\n" +
 	"\x13CreateThreadRequest\x12G\n" +
 	"\bmetadata\x18\x01 \x03(\v2+.plumb.v1.CreateThreadRequest.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
@@ -10288,7 +10476,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x03R\fcachedTokens\x12)\n" +
-	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xb1\v\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"\xe0\v\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x15\n" +
@@ -10323,8 +10511,11 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"run_queued\x18\x1b \x01(\v2\x13.plumb.v1.RunQueuedH\x00R\trunQueued\x12B\n" +
 	"\x0eegress_request\x18\x1c \x01(\v2\x19.plumb.v1.EgressRequestedH\x00R\regressRequest\x12@\n" +
-	"\x0eegress_decided\x18\x1d \x01(\v2\x17.plumb.v1.EgressDecidedH\x00R\regressDecidedB\t\n" +
-	"\apayload\"2\n" +
+	"\x0eegress_decided\x18\x1d \x01(\v2\x17.plumb.v1.EgressDecidedH\x00R\regressDecided\x12-\n" +
+	"\asteered\x18\x1e \x01(\v2\x11.plumb.v1.SteeredH\x00R\asteeredB\t\n" +
+	"\apayload\"\x1f\n" +
+	"\aSteered\x12\x14\n" +
+	"\x05input\x18\x01 \x03(\tR\x05input\"2\n" +
 	"\tRunQueued\x12%\n" +
 	"\x03run\x18\x01 \x01(\v2\x13.plumb.v1.RunRecordR\x03run\"\xa9\x01\n" +
 	"\rToolCallDelta\x12\x14\n" +
@@ -10458,12 +10649,14 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x1cSCHEDULE_FIRE_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_STARTED\x10\x02\x12 \n" +
 	"\x1cSCHEDULE_FIRE_STATUS_SKIPPED\x10\x03\x12\x1f\n" +
-	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*a\n" +
+	"\x1bSCHEDULE_FIRE_STATUS_FAILED\x10\x04*\x8a\x01\n" +
 	"\x06OnBusy\x12\x17\n" +
 	"\x13ON_BUSY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eON_BUSY_REJECT\x10\x01\x12\x13\n" +
 	"\x0fON_BUSY_ENQUEUE\x10\x02\x12\x15\n" +
-	"\x11ON_BUSY_INTERRUPT\x10\x03*}\n" +
+	"\x11ON_BUSY_INTERRUPT\x10\x03\x12\x14\n" +
+	"\x10ON_BUSY_ROLLBACK\x10\x04\x12\x11\n" +
+	"\rON_BUSY_STEER\x10\x05*}\n" +
 	"\x12EgressDecisionType\x12$\n" +
 	" EGRESS_DECISION_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEGRESS_DECISION_TYPE_APPROVE\x10\x01\x12\x1f\n" +
@@ -10548,7 +10741,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe7\x17\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xad\x18\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -10590,7 +10783,8 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x11RevokeEgressGrant\x12\".plumb.v1.RevokeEgressGrantRequest\x1a#.plumb.v1.RevokeEgressGrantResponse\x12Y\n" +
 	"\x10RotateWebhookKey\x12!.plumb.v1.RotateWebhookKeyRequest\x1a\".plumb.v1.RotateWebhookKeyResponse\x12h\n" +
 	"\x15ListWebhookDeliveries\x12&.plumb.v1.ListWebhookDeliveriesRequest\x1a'.plumb.v1.ListWebhookDeliveriesResponse\x12A\n" +
-	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponse\x12D\n" +
+	"\tCancelRun\x12\x1a.plumb.v1.CancelRunRequest\x1a\x1b.plumb.v1.CancelRunResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -10605,7 +10799,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 133)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -10700,302 +10894,309 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*AttachResponse)(nil),                // 90: plumb.v1.AttachResponse
 	(*CancelRequest)(nil),                 // 91: plumb.v1.CancelRequest
 	(*CancelResponse)(nil),                // 92: plumb.v1.CancelResponse
-	(*CreateThreadRequest)(nil),           // 93: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),          // 94: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),              // 95: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),             // 96: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),           // 97: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),          // 98: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),         // 99: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),        // 100: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),        // 101: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),       // 102: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),            // 103: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),           // 104: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),           // 105: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),          // 106: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),             // 107: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),            // 108: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                     // 109: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),                 // 110: plumb.v1.InterruptRule
-	(*Thread)(nil),                        // 111: plumb.v1.Thread
-	(*RunRecord)(nil),                     // 112: plumb.v1.RunRecord
-	(*Todo)(nil),                          // 113: plumb.v1.Todo
-	(*ToolCall)(nil),                      // 114: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),                 // 115: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                     // 116: plumb.v1.StateFile
-	(*Checkpoint)(nil),                    // 117: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                    // 118: plumb.v1.TokenUsage
-	(*Event)(nil),                         // 119: plumb.v1.Event
-	(*RunQueued)(nil),                     // 120: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),                 // 121: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                    // 122: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),                   // 123: plumb.v1.SandboxLost
-	(*EgressRequested)(nil),               // 124: plumb.v1.EgressRequested
-	(*EgressDecided)(nil),                 // 125: plumb.v1.EgressDecided
-	(*RunStarted)(nil),                    // 126: plumb.v1.RunStarted
-	(*MessageDelta)(nil),                  // 127: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),                // 128: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),              // 129: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),               // 130: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                    // 131: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),                  // 132: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),               // 133: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),              // 134: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),              // 135: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),                   // 136: plumb.v1.Interrupted
-	(*UsageReport)(nil),                   // 137: plumb.v1.UsageReport
-	(*Summarized)(nil),                    // 138: plumb.v1.Summarized
-	(*RunError)(nil),                      // 139: plumb.v1.RunError
-	(*RunFinished)(nil),                   // 140: plumb.v1.RunFinished
-	nil,                                   // 141: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 142: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 143: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 144: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 145: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 146: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 147: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 148: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 149: google.protobuf.Timestamp
+	(*CancelRunRequest)(nil),              // 93: plumb.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),             // 94: plumb.v1.CancelRunResponse
+	(*CreateThreadRequest)(nil),           // 95: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 96: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 97: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 98: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 99: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 100: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 101: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 102: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 103: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 104: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 105: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 106: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 107: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 108: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 109: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 110: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 111: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 112: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 113: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 114: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 115: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 116: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 117: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 118: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 119: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 120: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 121: plumb.v1.Event
+	(*Steered)(nil),                       // 122: plumb.v1.Steered
+	(*RunQueued)(nil),                     // 123: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),                 // 124: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 125: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 126: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),               // 127: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),                 // 128: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                    // 129: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 130: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 131: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 132: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 133: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 134: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 135: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 136: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 137: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 138: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 139: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 140: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 141: plumb.v1.Summarized
+	(*RunError)(nil),                      // 142: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 143: plumb.v1.RunFinished
+	nil,                                   // 144: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 145: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 146: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 147: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 148: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 149: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 150: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 151: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 152: google.protobuf.Timestamp
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	148, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	151, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	84,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	149, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	149, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	149, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	149, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	148, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	152, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	152, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	152, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	152, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	151, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	84,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	148, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	151, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	84,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	149, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	149, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	152, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	152, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	112, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	114, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
 	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	112, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	148, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	112, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	149, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	114, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	151, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	114, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	152, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	149, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	149, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	152, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	152, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
 	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
 	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	149, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	149, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	152, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	152, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	149, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	149, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	141, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	152, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	152, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	144, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
 	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
 	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
 	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	142, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	148, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	145, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	151, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
 	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	149, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	149, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	152, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	152, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	148, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	149, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	149, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	151, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	152, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	152, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	149, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	149, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	149, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	152, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	152, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	152, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
 	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	149, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	149, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	152, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	152, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
 	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
-	118, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
+	120, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
 	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
 	81,  // 66: plumb.v1.GetUsageResponse.stored:type_name -> plumb.v1.StoredBytes
-	143, // 67: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	146, // 67: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	82,  // 68: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	83,  // 69: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	144, // 70: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	148, // 71: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	147, // 70: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	151, // 71: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 72: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	119, // 73: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	121, // 73: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	7,   // 74: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
 	86,  // 75: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	119, // 76: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	119, // 77: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	145, // 78: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	111, // 79: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	8,   // 80: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	111, // 81: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	115, // 82: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	116, // 83: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	117, // 84: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	146, // 85: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	9,   // 86: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	111, // 87: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	109, // 88: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	10,  // 89: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	110, // 90: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	7,   // 91: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	149, // 92: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	149, // 93: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	147, // 94: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	9,   // 95: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	113, // 96: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	136, // 97: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	112, // 98: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	118, // 99: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	115, // 100: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	116, // 101: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	117, // 102: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	42,  // 103: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
-	11,  // 104: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	118, // 105: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	149, // 106: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	149, // 107: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	139, // 108: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	149, // 109: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	12,  // 110: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	114, // 111: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	149, // 112: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	14,  // 113: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	149, // 114: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	13,  // 115: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	149, // 116: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	149, // 117: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	126, // 118: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	127, // 119: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	128, // 120: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	129, // 121: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	130, // 122: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	131, // 123: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	132, // 124: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	133, // 125: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	134, // 126: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	136, // 127: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	137, // 128: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	138, // 129: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	139, // 130: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	140, // 131: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	123, // 132: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	121, // 133: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	122, // 134: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	120, // 135: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	124, // 136: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
-	125, // 137: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
-	112, // 138: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	42,  // 139: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
-	4,   // 140: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
-	114, // 141: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	14,  // 142: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	113, // 143: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	15,  // 144: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	118, // 145: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	16,  // 146: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	7,   // 147: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	135, // 148: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	118, // 149: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	17,  // 150: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	118, // 151: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	11,  // 152: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	118, // 153: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	84,  // 154: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	87,  // 155: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	89,  // 156: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	91,  // 157: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	93,  // 158: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	95,  // 159: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	97,  // 160: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	99,  // 161: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	101, // 162: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	103, // 163: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	105, // 164: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	107, // 165: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	51,  // 166: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	53,  // 167: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	55,  // 168: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	66,  // 169: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	69,  // 170: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	71,  // 171: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	19,  // 172: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	21,  // 173: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	23,  // 174: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	25,  // 175: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	27,  // 176: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	29,  // 177: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	31,  // 178: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	34,  // 179: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	58,  // 180: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	60,  // 181: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	62,  // 182: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	64,  // 183: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	36,  // 184: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	38,  // 185: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	40,  // 186: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	44,  // 187: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	46,  // 188: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	48,  // 189: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	73,  // 190: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	76,  // 191: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	78,  // 192: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
-	85,  // 193: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	88,  // 194: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	90,  // 195: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	92,  // 196: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	94,  // 197: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	96,  // 198: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	98,  // 199: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	100, // 200: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	102, // 201: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	104, // 202: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	106, // 203: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	108, // 204: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	52,  // 205: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	54,  // 206: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	56,  // 207: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	67,  // 208: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	70,  // 209: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	72,  // 210: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	20,  // 211: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	22,  // 212: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	24,  // 213: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	26,  // 214: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	28,  // 215: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	30,  // 216: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	32,  // 217: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	35,  // 218: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	59,  // 219: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	61,  // 220: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	63,  // 221: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	65,  // 222: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	37,  // 223: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	39,  // 224: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	41,  // 225: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	45,  // 226: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	47,  // 227: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	49,  // 228: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	74,  // 229: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	77,  // 230: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	80,  // 231: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
-	193, // [193:232] is the sub-list for method output_type
-	154, // [154:193] is the sub-list for method input_type
-	154, // [154:154] is the sub-list for extension type_name
-	154, // [154:154] is the sub-list for extension extendee
-	0,   // [0:154] is the sub-list for field type_name
+	121, // 76: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	121, // 77: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	114, // 78: plumb.v1.CancelRunResponse.run:type_name -> plumb.v1.RunRecord
+	148, // 79: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	113, // 80: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	8,   // 81: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	113, // 82: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	117, // 83: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	118, // 84: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	119, // 85: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	149, // 86: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	9,   // 87: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	113, // 88: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	111, // 89: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	10,  // 90: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	112, // 91: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	7,   // 92: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	152, // 93: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	152, // 94: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	150, // 95: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	9,   // 96: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	115, // 97: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	139, // 98: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	114, // 99: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	120, // 100: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	117, // 101: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	118, // 102: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	119, // 103: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	42,  // 104: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	11,  // 105: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	120, // 106: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	152, // 107: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	152, // 108: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	142, // 109: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	152, // 110: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 111: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	116, // 112: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	152, // 113: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	14,  // 114: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	152, // 115: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	13,  // 116: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	152, // 117: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	152, // 118: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	129, // 119: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	130, // 120: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	131, // 121: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	132, // 122: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	133, // 123: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	134, // 124: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	135, // 125: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	136, // 126: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	137, // 127: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	139, // 128: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	140, // 129: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	141, // 130: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	142, // 131: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	143, // 132: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	126, // 133: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	124, // 134: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	125, // 135: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	123, // 136: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	127, // 137: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	128, // 138: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	122, // 139: plumb.v1.Event.steered:type_name -> plumb.v1.Steered
+	114, // 140: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	42,  // 141: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 142: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	116, // 143: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	14,  // 144: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	115, // 145: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	15,  // 146: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	120, // 147: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	16,  // 148: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	7,   // 149: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	138, // 150: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	120, // 151: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	17,  // 152: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	120, // 153: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	11,  // 154: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	120, // 155: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	84,  // 156: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	87,  // 157: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	89,  // 158: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	91,  // 159: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	95,  // 160: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	97,  // 161: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	99,  // 162: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	101, // 163: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	103, // 164: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	105, // 165: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	107, // 166: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	109, // 167: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 168: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 169: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 170: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 171: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 172: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 173: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 174: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 175: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 176: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 177: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 178: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 179: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 180: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 181: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 182: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 183: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 184: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 185: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 186: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 187: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 188: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 189: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 190: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 191: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 192: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 193: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 194: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	93,  // 195: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
+	85,  // 196: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	88,  // 197: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	90,  // 198: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	92,  // 199: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	96,  // 200: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	98,  // 201: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	100, // 202: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	102, // 203: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	104, // 204: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	106, // 205: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	108, // 206: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	110, // 207: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 208: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 209: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 210: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 211: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 212: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 213: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 214: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 215: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 216: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 217: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 218: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 219: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 220: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 221: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 222: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 223: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 224: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 225: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 226: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 227: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 228: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 229: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 230: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 231: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 232: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 233: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 234: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	94,  // 235: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
+	196, // [196:236] is the sub-list for method output_type
+	156, // [156:196] is the sub-list for method input_type
+	156, // [156:156] is the sub-list for extension type_name
+	156, // [156:156] is the sub-list for extension extendee
+	0,   // [0:156] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -11003,7 +11204,7 @@ func file_plumb_v1_agent_proto_init() {
 	if File_plumb_v1_agent_proto != nil {
 		return
 	}
-	file_plumb_v1_agent_proto_msgTypes[101].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[103].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -11024,15 +11225,16 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_RunQueued)(nil),
 		(*Event_EgressRequest)(nil),
 		(*Event_EgressDecided)(nil),
+		(*Event_Steered)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[113].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[116].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      18,
-			NumMessages:   130,
+			NumMessages:   133,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,7 @@ const (
 	AgentService_RotateWebhookKey_FullMethodName      = "/plumb.v1.AgentService/RotateWebhookKey"
 	AgentService_ListWebhookDeliveries_FullMethodName = "/plumb.v1.AgentService/ListWebhookDeliveries"
 	AgentService_GetUsage_FullMethodName              = "/plumb.v1.AgentService/GetUsage"
+	AgentService_CancelRun_FullMethodName             = "/plumb.v1.AgentService/CancelRun"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -81,7 +82,8 @@ type AgentServiceClient interface {
 	// interrupt and Resume), then follows it live. Events no longer retained
 	// are OUT_OF_RANGE.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AttachResponse], error)
-	// Cancel stops the thread's active run.
+	// Cancel stops the thread's active run and cancels its queued runs
+	// (they end CANCELLED without starting; docs/runs.md).
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
 	// CreateThread creates an empty thread.
 	CreateThread(ctx context.Context, in *CreateThreadRequest, opts ...grpc.CallOption) (*CreateThreadResponse, error)
@@ -215,6 +217,12 @@ type AgentServiceClient interface {
 	// row per model call) over a time range, grouped by thread, run or UTC
 	// day. FAILED_PRECONDITION (USAGE_OFF) when the store keeps no ledger.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
+	// CancelRun cancels one run by id: a QUEUED run ends CANCELLED without
+	// starting (the rest of the queue goes on); the thread's running run is
+	// cancelled as Cancel does, on any replica, without touching the queue.
+	// A run that is neither queued nor running (it ended, or waits for
+	// decisions) is FAILED_PRECONDITION (RUN_NOT_ACTIVE).
+	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 }
 
 type agentServiceClient struct {
@@ -642,6 +650,16 @@ func (c *agentServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, 
 	return out, nil
 }
 
+func (c *agentServiceClient) CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelRunResponse)
+	err := c.cc.Invoke(ctx, AgentService_CancelRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -663,7 +681,8 @@ type AgentServiceServer interface {
 	// interrupt and Resume), then follows it live. Events no longer retained
 	// are OUT_OF_RANGE.
 	Attach(*AttachRequest, grpc.ServerStreamingServer[AttachResponse]) error
-	// Cancel stops the thread's active run.
+	// Cancel stops the thread's active run and cancels its queued runs
+	// (they end CANCELLED without starting; docs/runs.md).
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
 	// CreateThread creates an empty thread.
 	CreateThread(context.Context, *CreateThreadRequest) (*CreateThreadResponse, error)
@@ -797,6 +816,12 @@ type AgentServiceServer interface {
 	// row per model call) over a time range, grouped by thread, run or UTC
 	// day. FAILED_PRECONDITION (USAGE_OFF) when the store keeps no ledger.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
+	// CancelRun cancels one run by id: a QUEUED run ends CANCELLED without
+	// starting (the rest of the queue goes on); the thread's running run is
+	// cancelled as Cancel does, on any replica, without touching the queue.
+	// A run that is neither queued nor running (it ended, or waits for
+	// decisions) is FAILED_PRECONDITION (RUN_NOT_ACTIVE).
+	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -923,6 +948,9 @@ func (UnimplementedAgentServiceServer) ListWebhookDeliveries(context.Context, *L
 }
 func (UnimplementedAgentServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedAgentServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1626,6 +1654,24 @@ func _AgentService_GetUsage_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_CancelRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CancelRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CancelRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CancelRun(ctx, req.(*CancelRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1776,6 +1822,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetUsage",
 			Handler:    _AgentService_GetUsage_Handler,
+		},
+		{
+			MethodName: "CancelRun",
+			Handler:    _AgentService_CancelRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
