@@ -71,5 +71,15 @@ func (a *agentCmd) usage(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", key, r.GetModelCalls(), u.GetPromptTokens(), u.GetCompletionTokens(),
 			u.GetCachedTokens(), u.GetReasoningTokens(), u.GetTotalTokens())
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if secs := resp.GetSandboxSeconds(); secs > 0 {
+		fmt.Fprintf(a.sio.out, "sandbox seconds: %.0f\n", secs)
+	}
+	if b := resp.GetStored(); b != nil {
+		fmt.Fprintf(a.sio.out, "stored now: %d threads, %d bytes (messages %d, state %d, files %d, runs %d)\n", b.GetThreads(),
+			b.GetMessages()+b.GetState()+b.GetFiles()+b.GetRuns(), b.GetMessages(), b.GetState(), b.GetFiles(), b.GetRuns())
+	}
+	return nil
 }

@@ -21,7 +21,8 @@ func (f *fakeUsage) GetUsage(_ context.Context, r *plumbv1.GetUsageRequest) (*pl
 	defer f.mu.Unlock()
 	f.req = r
 	return &plumbv1.GetUsageResponse{Rows: []*plumbv1.UsageRow{{Key: "2026-12-01", ModelCalls: 3,
-		Usage: &plumbv1.TokenUsage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, CachedTokens: 40, ReasoningTokens: 5}}}}, nil
+		Usage: &plumbv1.TokenUsage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, CachedTokens: 40, ReasoningTokens: 5}}},
+		SandboxSeconds: 1800.4, Stored: &plumbv1.StoredBytes{Threads: 2, Messages: 1000, State: 20, Files: 300, Runs: 80}}, nil
 }
 
 func TestUsageCommand(t *testing.T) {
@@ -35,7 +36,7 @@ func TestUsageCommand(t *testing.T) {
 		check func(t *testing.T)
 	}{
 		{name: "by day", args: []string{"usage", "--by", "day", "--from", "2026-12-01T00:00:00Z", "--to", "2026-12-02T00:00:00Z"},
-			out: "2026-12-01  3      100     20          40      5          120", check: func(t *testing.T) {
+			out: "2026-12-01  3      100     20          40      5          120\nsandbox seconds: 1800\nstored now: 2 threads, 1400 bytes (messages 1000, state 20, files 300, runs 80)\n", check: func(t *testing.T) {
 				if f.req.GetGroupBy() != plumbv1.UsageGroupBy_USAGE_GROUP_BY_DAY || f.req.GetFrom().AsTime().Day() != 1 || f.req.GetTo().AsTime().Day() != 2 {
 					t.Fatalf("request %v", f.req)
 				}

@@ -165,6 +165,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if scfg.Retention != nil {
 		scfg.Retention.Metrics = metrics
 	}
+	// Per-tenant token and run counters.
+	core.MeterUsage(&scfg, metrics)
 	var servers []daemon.HTTPServer
 	if previewAddr != "" || previewKey != "" {
 		srv, ps, err := previews(core, previewAddr, previewURL, previewKey, lg)

@@ -16,6 +16,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/daemon/daemontest"
 	"github.com/plumbhq/plumb/internal/daemon/tracing/tracingtest"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -444,8 +445,12 @@ func TestTracesExportedAtExit(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "")
 	t.Setenv("OTEL_SDK_DISABLED", "")
 	t.Setenv("OTEL_TRACES_EXPORTER", "")
-	t.Setenv("OPENAI_BASE_URL", "")
-	t.Setenv("OPENAI_API_KEY", "")
+	// The model is a scripted OpenAI-compatible server: its calls are
+	// traced with the GenAI attributes.
+	model := modeltest.New(t)
+	model.Script("main", modeltest.Text("hello"))
+	t.Setenv("OPENAI_BASE_URL", model.URL())
+	t.Setenv("OPENAI_API_KEY", "test-key")
 	p := daemontest.Start(t, agentdBin, append(append([]string{}, freeArgs...), "--default-backend", "state")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -484,5 +489,24 @@ func TestTracesExportedAtExit(t *testing.T) {
 	}
 	if !bytes.Equal(runs[0].GetTraceId(), servers[0].GetTraceId()) || !bytes.Equal(runs[0].GetParentSpanId(), servers[0].GetSpanId()) {
 		t.Errorf("run span %v is not the Run span's child %v", runs[0], servers[0])
+	}
+	// The model call carries the GenAI semantic conventions' attributes.
+	calls := tracingtest.Named(spans, "agent.model_call")
+	if len(calls) != 1 {
+		t.Fatalf("%d model call spans, want 1: %v", len(calls), spans)
+	}
+	attrs := map[string]string{}
+	ints := map[string]int64{}
+	for _, kv := range calls[0].GetAttributes() {
+		attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+		ints[kv.GetKey()] = kv.GetValue().GetIntValue()
+	}
+	for k, want := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.system": "openai"} {
+		if attrs[k] != want {
+			t.Errorf("model call span %s = %q, want %q (attributes %v)", k, attrs[k], want, calls[0].GetAttributes())
+		}
+	}
+	if attrs["gen_ai.request.model"] == "" || ints["gen_ai.usage.input_tokens"] <= 0 || ints["gen_ai.usage.output_tokens"] <= 0 {
+		t.Errorf("model call span attributes %v: want the request model and input and output tokens", calls[0].GetAttributes())
 	}
 }

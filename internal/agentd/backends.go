@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/egressapproval"
@@ -53,6 +54,9 @@ type ThreadBackends struct {
 	// egress watches boxes during tool calls and hands grants to new
 	// ones (nil: egress approval is off).
 	egress *egressapproval.Service
+	// lifetimes records when each thread sandbox starts and ends (nil:
+	// the store keeps none): GetUsage's sandbox seconds.
+	lifetimes store.SandboxLedger
 
 	mu   sync.Mutex
 	fsys map[string]*hostfs.Backend // by host dir, shared
@@ -257,7 +261,29 @@ func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) err
 	if err := tb.pool.Delete(ctx, th.SandboxID); err != nil {
 		return fmt.Errorf("delete sandbox %s of thread %s: %w", th.SandboxID, threadID, err)
 	}
+	tb.sandboxEnded(ctx, threadID, th.SandboxID)
 	return nil
+}
+
+// sandboxStarted records that the thread's sandbox id started now.
+func (tb *ThreadBackends) sandboxStarted(ctx context.Context, th agent.Thread, id string) {
+	if tb.lifetimes == nil {
+		return
+	}
+	if err := tb.lifetimes.SandboxStarted(ctx, store.SandboxSpan{ID: id, Tenant: th.Tenant, ThreadID: th.ID, Started: time.Now()}); err != nil {
+		tb.lg.Warn("record a sandbox's start", zap.String("thread-id", th.ID), zap.String("sandbox-id", id), zap.Error(err))
+	}
+}
+
+// sandboxEnded records that the thread's sandbox id ended now (deleted,
+// or found gone).
+func (tb *ThreadBackends) sandboxEnded(ctx context.Context, threadID, id string) {
+	if tb.lifetimes == nil {
+		return
+	}
+	if err := tb.lifetimes.SandboxEnded(ctx, id, time.Now()); err != nil {
+		tb.lg.Warn("record a sandbox's end", zap.String("thread-id", threadID), zap.String("sandbox-id", id), zap.Error(err))
+	}
 }
 
 // sandbox returns the thread's sandbox backend, creating the sandbox when
@@ -300,6 +326,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		}
 		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
 			zap.String("worker", sandboxapi.WorkerOf(old)))
+		tb.sandboxEnded(ctx, threadID, old)
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
@@ -328,6 +355,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
 	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
+	tb.sandboxStarted(ctx, th, sb.GetId())
 	if tb.egress != nil && sb.GetNetwork() == plumbv1.NetworkMode_NETWORK_MODE_EGRESS {
 		tb.egress.GrantNewBox(ctx, th.Tenant, agentName, threadID, sb.GetId())
 	}

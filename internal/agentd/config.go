@@ -46,6 +46,9 @@ type Config struct {
 	// (docs/agentd.md, "Retention"): nothing is kept forever unless a TTL
 	// is written as 0.
 	Retention RetentionConfig `yaml:"retention"`
+	// Quotas are the tenants' quotas (docs/agentd.md, "Quotas"): none
+	// unless written.
+	Quotas QuotasConfig `yaml:"quotas"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -119,6 +122,8 @@ type StorageConfig struct {
 const (
 	DefaultThreadsIdle       = 90 * 24 * time.Hour
 	DefaultWebhookDeliveries = 30 * 24 * time.Hour
+	DefaultRunEvents         = 30 * 24 * time.Hour
+	DefaultStoreItems        = 365 * 24 * time.Hour
 )
 
 // RetentionConfig is `retention`. A TTL left out takes its default; 0,
@@ -133,6 +138,10 @@ type RetentionConfig struct {
 	// the latest ones (0 = storage.checkpoint_retention, whose default
 	// is 100); never unbounded.
 	CheckpointsKeep int `yaml:"checkpoints_keep"`
+	// StoreItems deletes the files of store routes (the cross-thread
+	// store, every namespace) not modified for this long (nil = 1 year;
+	// 0 keeps them).
+	StoreItems *time.Duration `yaml:"store_items"`
 	// Tenants override the TTLs per tenant; a TTL a tenant leaves out is
 	// the default one.
 	Tenants map[string]RetentionRules `yaml:"tenants"`
@@ -145,6 +154,32 @@ type RetentionRules struct {
 	ThreadsIdle *time.Duration `yaml:"threads_idle"`
 	// WebhookDeliveries deletes a delivery finished this long ago.
 	WebhookDeliveries *time.Duration `yaml:"webhook_deliveries"`
+	// RunEvents deletes the shared event log of a thread's last run
+	// (PostgreSQL) once it ended and the thread was not updated for this
+	// long.
+	RunEvents *time.Duration `yaml:"run_events"`
+}
+
+// QuotasConfig is `quotas`: the default quotas of every tenant, and
+// tenants' own. A quota left out (or 0) is unlimited; a tenant's quota
+// left out is the default one.
+type QuotasConfig struct {
+	QuotaLimits `yaml:",inline"`
+	// Tenants override the quotas per tenant.
+	Tenants map[string]QuotaLimits `yaml:"tenants"`
+}
+
+// QuotaLimits are quotas; nil = inherited (or unlimited), 0 = unlimited.
+type QuotaLimits struct {
+	// ConcurrentRuns bounds the tenant's runs running at once.
+	ConcurrentRuns *int `yaml:"concurrent_runs"`
+	// RunsPerMinute bounds the runs asked for in the last minute.
+	RunsPerMinute *int `yaml:"runs_per_minute"`
+	// TokensPerDay bounds the prompt and completion tokens of the last
+	// 24 hours.
+	TokensPerDay *int `yaml:"tokens_per_day"`
+	// LiveSandboxes bounds the tenant's threads holding a sandbox.
+	LiveSandboxes *int `yaml:"live_sandboxes"`
 }
 
 // ModelConfig is one `models.<key>` entry.
@@ -464,6 +499,15 @@ type ProfileConfig struct {
 	// Webhooks (primary agents only) are told when the agent's runs end
 	// or pause (docs/webhooks.md).
 	Webhooks []WebhookTargetConfig `yaml:"webhooks"`
+	// Retention (primary agents only) overrides the tenant's and the
+	// default threads_idle for threads whose last run was this agent's.
+	Retention *AgentRetention `yaml:"retention"`
+}
+
+// AgentRetention is `agents.<name>.retention`.
+type AgentRetention struct {
+	// ThreadsIdle: 0 keeps the agent's threads forever; nil inherits.
+	ThreadsIdle *time.Duration `yaml:"threads_idle"`
 }
 
 // WebhookTargetConfig is one `agents.<name>.webhooks` entry.

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/plumbhq/plumb/internal/quota"
 	"github.com/plumbhq/plumb/internal/retention"
 )
 
@@ -82,7 +83,14 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative iteration cap", "limits: {max_iterations: -5}\n", "limits.max_iterations: -5 must not be negative"},
 		{"negative thread ttl", "retention: {threads_idle: -1h}\n", "retention.threads_idle: must not be negative"},
 		{"negative tenant delivery ttl", "retention:\n  tenants:\n    acme: {webhook_deliveries: -1h}\n", "retention.tenants.acme.webhook_deliveries"},
-		{"unknown retention key", "retention: {run_events: 1h}\n", "retention.run_events: unknown key"},
+		{"negative agent ttl", "agents:\n  main: {retention: {threads_idle: -1h}}\n", "agents.main.retention.threads_idle: must not be negative"},
+		{"subagent retention", "subagents:\n  explore: {retention: {threads_idle: 1h}}\n", "subagents.explore.retention"},
+		{"negative quota", "quotas: {concurrent_runs: -1}\n", "quotas.concurrent_runs: must not be negative"},
+		{"negative tenant quota", "quotas:\n  tenants:\n    acme: {tokens_per_day: -5}\n", "quotas.tenants.acme.tokens_per_day: must not be negative"},
+		{"unknown quota key", "quotas: {runs_per_hour: 5}\n", "quotas.runs_per_hour: unknown key"},
+		{"unknown retention key", "retention: {messages: 1h}\n", "retention.messages: unknown key"},
+		{"negative store items ttl", "retention: {store_items: -1h}\n", "retention.store_items: must not be negative"},
+		{"negative run events ttl", "retention:\n  tenants:\n    acme: {run_events: -1h}\n", "retention.tenants.acme.run_events: must not be negative"},
 		{"checkpoints disagree", "storage: {checkpoint_retention: 10}\nretention: {checkpoints_keep: 20}\n", "retention.checkpoints_keep: 20 disagrees"},
 		{"unknown prompt section", "prompt:\n  sections: {preamble: false}\n", "preamble"},
 		// Nested entries are as strict as the top level, and the error
@@ -135,12 +143,12 @@ func TestRetentionPolicy(t *testing.T) {
 		yaml string
 		want retention.Policy
 	}{
-		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day}}},
-		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s}\n", retention.Policy{}},
-		{"tenant over default", "retention:\n  threads_idle: 240h\n  tenants:\n    acme: {threads_idle: 1h}\n    beta: {webhook_deliveries: 0s}\n",
-			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day}, Tenants: map[string]retention.Rules{
-				"acme": {ThreadsIdle: time.Hour, WebhookDeliveries: 30 * day},
-				"beta": {ThreadsIdle: 10 * day},
+		{"defaults", "", retention.Policy{Default: retention.Rules{ThreadsIdle: 90 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}, StoreItems: 365 * day}},
+		{"zero keeps forever", "retention: {threads_idle: 0s, webhook_deliveries: 0s, run_events: 0s, store_items: 0s}\n", retention.Policy{}},
+		{"tenant over default", "retention:\n  threads_idle: 240h\n  tenants:\n    acme: {threads_idle: 1h}\n    beta: {webhook_deliveries: 0s, run_events: 2h}\n",
+			retention.Policy{Default: retention.Rules{ThreadsIdle: 10 * day, WebhookDeliveries: 30 * day, RunEvents: 30 * day}, StoreItems: 365 * day, Tenants: map[string]retention.Rules{
+				"acme": {ThreadsIdle: time.Hour, WebhookDeliveries: 30 * day, RunEvents: 30 * day},
+				"beta": {ThreadsIdle: 10 * day, RunEvents: 2 * time.Hour},
 			}}},
 	}
 	for _, tt := range tests {
@@ -151,6 +159,52 @@ func TestRetentionPolicy(t *testing.T) {
 			}
 			if got := RetentionPolicy(cfg.Retention); !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("policy = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAgentRetentionTTLs: agents' own threads_idle, the default agent's
+// also under "".
+func TestAgentRetentionTTLs(t *testing.T) {
+	cfg, err := Parse([]byte("defaults: {agent: main}\nagents:\n  main: {retention: {threads_idle: 2h}}\n  scratch: {retention: {threads_idle: 0s}}\n  other: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := AgentRetentionTTLs(cfg)
+	want := map[string]time.Duration{"main": 2 * time.Hour, "": 2 * time.Hour, "scratch": 0}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("TTLs = %v, want %v", got, want)
+	}
+}
+
+// TestQuotaPolicy: quotas left out are unlimited, and a tenant's quotas
+// fall back on the default ones (a written 0 is unlimited for it).
+func TestQuotaPolicy(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want quota.Policy
+	}{
+		{"none", "", quota.Policy{}},
+		{"tenant over default", "quotas:\n  concurrent_runs: 5\n  tokens_per_day: 1000\n  tenants:\n    acme: {concurrent_runs: 1, live_sandboxes: 2}\n    beta: {tokens_per_day: 0}\n",
+			quota.Policy{Default: quota.Limits{ConcurrentRuns: 5, TokensPerDay: 1000}, Tenants: map[string]quota.Limits{
+				"acme": {ConcurrentRuns: 1, TokensPerDay: 1000, LiveSandboxes: 2},
+				"beta": {ConcurrentRuns: 5},
+			}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := QuotaPolicy(cfg.Quotas)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("policy = %+v, want %+v", got, tt.want)
+			}
+			if got.Enabled() != (tt.name != "none") {
+				t.Fatalf("Enabled = %v", got.Enabled())
 			}
 		})
 	}

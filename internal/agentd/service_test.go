@@ -22,6 +22,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/sandbox"
+	"github.com/plumbhq/plumb/pkg/store"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -366,6 +367,22 @@ func TestSandboxReplacedToolResultSaysSo(t *testing.T) {
 	)
 	_, results = s.mustRun(input(thread, "What is there?"))
 	wantResult(t, results, "g1", false, "No files match", resetMarker)
+
+	// The sandbox ledger has the four boxes of the thread: the three
+	// found gone ended when agentd found them gone, the last one is open.
+	spans, err := s.core.Store.(store.SandboxLedger).SandboxSpans(s.ctx(), store.UsageQuery{Tenant: "default", To: time.Now().Add(time.Hour)})
+	open := 0
+	for _, sp := range spans {
+		if sp.ThreadID != thread {
+			t.Errorf("span %+v is not of thread %s", sp, thread)
+		}
+		if sp.Ended.IsZero() {
+			open++
+		}
+	}
+	if err != nil || len(spans) != 4 || open != 1 {
+		t.Fatalf("sandbox spans %+v, %v; want 4, the last one open", spans, err)
+	}
 }
 
 // TestExecuteFullOutputReadable (B7): the middle of a command's output

@@ -14,6 +14,7 @@ import (
 	"github.com/plumbhq/plumb/internal/daemon/tracing"
 	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/fleet"
+	"github.com/plumbhq/plumb/internal/quota"
 	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
@@ -70,6 +71,10 @@ type Agentd struct {
 	// (sandbox.template.egress_approval); nil when that is off.
 	Egress *egressapproval.Service
 
+	// Quotas checks the tenants' quotas (`quotas`); nil when none is
+	// set.
+	Quotas *quota.Checker
+
 	// webhooks are the checked webhook settings (webhookService).
 	webhooks webhooks.Config
 	lg       *zap.Logger
@@ -113,12 +118,21 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if rs, ok := a.Store.(store.Runs); ok {
 		c.Runs = rs
 	}
+	if m, ok := a.Store.(store.StorageMeter); ok {
+		c.Storage = m
+	}
+	if sl, ok := a.Store.(store.SandboxLedger); ok {
+		c.Sandboxes = sl
+	}
 	if st, ok := a.Store.(store.Steers); ok {
 		c.Steers = st
 	}
 	if l, ok := a.Store.(store.Ledger); ok {
 		c.Ledger = l
 		c.OnUsage = runhost.RecordUsage(a.Store, l)
+	}
+	if a.Quotas != nil {
+		c.Admit = a.Quotas.Admit
 	}
 	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
 	for name, p := range a.Config.Agents {
@@ -143,6 +157,13 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	}
 	if rs, ok := a.Store.(store.Retention); ok && a.Config.Retention.Interval >= 0 {
 		c.Retention = &retention.Config{Store: rs, Policy: RetentionPolicy(a.Config.Retention), Interval: a.Config.Retention.Interval}
+		c.Retention.Policy.Agents = AgentRetentionTTLs(a.Config)
+		if a.Backends.files != nil {
+			c.Retention.Items = a.Backends.files
+		}
+		if runs, ok := a.Store.(store.Runs); ok && len(c.Retention.Policy.Agents) > 0 {
+			c.Retention.ThreadInfo = threadInfo(a.Store, runs)
+		}
 	}
 	// Webhooks: runs record their deliveries as they end (OnRunEnd);
 	// cmd/agentd runs the service's delivery loop.
@@ -266,6 +287,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	if sk, ok := st.(store.Skills); ok {
 		tb.skillStore = sk
 	}
+	if sl, ok := st.(store.SandboxLedger); ok {
+		tb.lifetimes = sl
+	}
 	cfgSkills, profileSkills, err := loadConfigSkills(cfg.Agents, cfg.Subagents)
 	if err != nil {
 		return nil, err
@@ -340,6 +364,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 				ReminderFraction: mw.Summarization.ReminderFraction, ArtifactsRoot: cfg.Backends.ArtifactsRoot,
 			},
 		},
+	}
+	if err := a.quotas(cfg, st, tb, &dc); err != nil {
+		return nil, err
 	}
 	for _, h := range cfg.Hooks {
 		hk := hooks.Hook{Name: h.Name, Phase: h.Phase, Tools: h.Tools, Action: h.Action, Message: h.Message, Replacement: h.Replacement}
@@ -515,6 +542,35 @@ func (a *Agentd) mcpServers(cfg *Config, o Options, dc *deep.Config) error {
 	dc.UserMiddleware = append(dc.UserMiddleware, func(ci deep.ContextInfo) agent.Middleware {
 		return mgr.Middleware(ci.AllowsAny).CheckGates(ci.Agent, ci.InterruptOn)
 	})
+	return nil
+}
+
+// quotas builds the quota checker when a quota is set, and its
+// middleware (tokens_per_day before every model call).
+func (a *Agentd) quotas(cfg *Config, st store.Threads, tb *ThreadBackends, dc *deep.Config) error {
+	p := QuotaPolicy(cfg.Quotas)
+	if !p.Enabled() {
+		return nil
+	}
+	counts, ok := st.(quota.Counts)
+	if !ok {
+		return errors.New("quotas: this thread store cannot count for quotas")
+	}
+	q, err := quota.New(quota.Config{Policy: p, Counts: counts, Sandboxes: tb.pool != nil})
+	if err != nil {
+		return fmt.Errorf("quotas: %w", err)
+	}
+	a.Quotas = q
+	if q.TokensMetered() {
+		tenantOf := func(ctx context.Context, threadID string) (string, error) {
+			t, err := st.Thread(ctx, threadID)
+			if err != nil {
+				return "", err
+			}
+			return store.TenantOf(t), nil
+		}
+		dc.UserMiddleware = append(dc.UserMiddleware, func(deep.ContextInfo) agent.Middleware { return q.Middleware(tenantOf) })
+	}
 	return nil
 }
 
@@ -694,7 +750,8 @@ func RetentionPolicy(rc RetentionConfig) retention.Policy {
 	p := retention.Policy{Default: retention.Rules{
 		ThreadsIdle:       or(rc.ThreadsIdle, DefaultThreadsIdle),
 		WebhookDeliveries: or(rc.WebhookDeliveries, DefaultWebhookDeliveries),
-	}}
+		RunEvents:         or(rc.RunEvents, DefaultRunEvents),
+	}, StoreItems: or(rc.StoreItems, DefaultStoreItems)}
 	for name, r := range rc.Tenants {
 		if p.Tenants == nil {
 			p.Tenants = map[string]retention.Rules{}
@@ -702,9 +759,99 @@ func RetentionPolicy(rc RetentionConfig) retention.Policy {
 		p.Tenants[name] = retention.Rules{
 			ThreadsIdle:       or(r.ThreadsIdle, p.Default.ThreadsIdle),
 			WebhookDeliveries: or(r.WebhookDeliveries, p.Default.WebhookDeliveries),
+			RunEvents:         or(r.RunEvents, p.Default.RunEvents),
 		}
 	}
 	return p
+}
+
+// QuotaPolicy is the quota policy of qc: each tenant's quotas over the
+// default ones.
+func QuotaPolicy(qc QuotasConfig) quota.Policy {
+	or := func(n *int, def int) int {
+		if n == nil {
+			return def
+		}
+		return *n
+	}
+	p := quota.Policy{Default: quota.Limits{
+		ConcurrentRuns: or(qc.ConcurrentRuns, 0), RunsPerMinute: or(qc.RunsPerMinute, 0),
+		TokensPerDay: or(qc.TokensPerDay, 0), LiveSandboxes: or(qc.LiveSandboxes, 0),
+	}}
+	for name, l := range qc.Tenants {
+		if p.Tenants == nil {
+			p.Tenants = map[string]quota.Limits{}
+		}
+		d := p.Default
+		p.Tenants[name] = quota.Limits{
+			ConcurrentRuns: or(l.ConcurrentRuns, d.ConcurrentRuns), RunsPerMinute: or(l.RunsPerMinute, d.RunsPerMinute),
+			TokensPerDay: or(l.TokensPerDay, d.TokensPerDay), LiveSandboxes: or(l.LiveSandboxes, d.LiveSandboxes),
+		}
+	}
+	return p
+}
+
+// AgentRetentionTTLs are the agents' own threads_idle
+// (agents.<name>.retention), the default agent's also under "" (a run
+// that named no agent).
+func AgentRetentionTTLs(cfg *Config) map[string]time.Duration {
+	var out map[string]time.Duration
+	for name, p := range cfg.Agents {
+		if p.Retention == nil || p.Retention.ThreadsIdle == nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]time.Duration{}
+		}
+		out[name] = *p.Retention.ThreadsIdle
+		if name == cfg.Defaults.Agent {
+			out[""] = *p.Retention.ThreadsIdle
+		}
+	}
+	return out
+}
+
+// threadInfo tells the retention sweeper a thread's agent (its newest
+// run's) and its last update.
+func threadInfo(threads store.Threads, runs store.Runs) retention.ThreadInfo {
+	return func(ctx context.Context, id string) (string, time.Time, error) {
+		t, err := threads.Thread(ctx, id)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		page, _, err := runs.ListRuns(ctx, store.RunQuery{ThreadID: id, PageSize: 1})
+		if err != nil || len(page) == 0 {
+			return "", t.UpdatedAt, err
+		}
+		return page[0].Record.Spec.Agent, t.UpdatedAt, nil
+	}
+}
+
+// validateQuotas checks `quotas`: no negative quota, no empty tenant.
+func validateQuotas(qc QuotasConfig) error {
+	check := func(prefix string, l QuotaLimits) error {
+		for _, f := range []struct {
+			name string
+			n    *int
+		}{{"concurrent_runs", l.ConcurrentRuns}, {"runs_per_minute", l.RunsPerMinute}, {"tokens_per_day", l.TokensPerDay}, {"live_sandboxes", l.LiveSandboxes}} {
+			if f.n != nil && *f.n < 0 {
+				return fmt.Errorf("%s%s: must not be negative (0 is unlimited)", prefix, f.name)
+			}
+		}
+		return nil
+	}
+	if err := check("quotas.", qc.QuotaLimits); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(qc.Tenants) {
+		if name == "" {
+			return errors.New("quotas.tenants: a tenant name must not be empty")
+		}
+		if err := check("quotas.tenants."+name+".", qc.Tenants[name]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // validateRetention checks `retention`: no negative TTL or count, and
@@ -717,13 +864,15 @@ func validateRetention(cfg *Config) error {
 		}
 		return nil
 	}
-	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries)}
+	errs := []error{neg("retention.threads_idle", rc.ThreadsIdle), neg("retention.webhook_deliveries", rc.WebhookDeliveries), neg("retention.run_events", rc.RunEvents),
+		neg("retention.store_items", rc.StoreItems)}
 	for _, name := range sortedKeys(rc.Tenants) {
 		if name == "" {
 			return errors.New("retention.tenants: a tenant name must not be empty")
 		}
 		r := rc.Tenants[name]
-		errs = append(errs, neg("retention.tenants."+name+".threads_idle", r.ThreadsIdle), neg("retention.tenants."+name+".webhook_deliveries", r.WebhookDeliveries))
+		errs = append(errs, neg("retention.tenants."+name+".threads_idle", r.ThreadsIdle), neg("retention.tenants."+name+".webhook_deliveries", r.WebhookDeliveries),
+			neg("retention.tenants."+name+".run_events", r.RunEvents))
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -743,6 +892,9 @@ func validateRetention(cfg *Config) error {
 // table, backend types, routes and fractions.
 func validate(cfg *Config) error {
 	if err := validateRetention(cfg); err != nil {
+		return err
+	}
+	if err := validateQuotas(cfg.Quotas); err != nil {
 		return err
 	}
 	if err := validateEgressSecrets(cfg.Sandbox.Template); err != nil {
@@ -776,6 +928,14 @@ func validate(cfg *Config) error {
 	for name, p := range cfg.Agents {
 		if _, err := runhost.ParseOnBusy(p.OnBusy); err != nil {
 			return fmt.Errorf("agents.%s.on_busy: %w", name, err)
+		}
+		if r := p.Retention; r != nil && r.ThreadsIdle != nil && *r.ThreadsIdle < 0 {
+			return fmt.Errorf("agents.%s.retention.threads_idle: must not be negative (0 keeps forever)", name)
+		}
+	}
+	for name, p := range cfg.Subagents {
+		if p.Retention != nil {
+			return fmt.Errorf("subagents.%s.retention: only primary agents have retention (a thread's agent is its last run's)", name)
 		}
 	}
 	switch cfg.Backends.Default {
@@ -918,7 +1078,7 @@ func buildModels(cfg *Config, env Env, lg *zap.Logger) (map[string]deep.Model, e
 		if err != nil {
 			return nil, fmt.Errorf("models.%s: %w", key, err)
 		}
-		out[key] = deep.Model{Chat: c, Name: name, ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
+		out[key] = deep.Model{Chat: c, Name: name, Provider: "openai", ContextWindow: m.ContextWindow, MaxOutputTokens: m.MaxOutputTokens, Vision: m.Vision}
 	}
 	return out, nil
 }

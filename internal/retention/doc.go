@@ -5,11 +5,14 @@
 // the thread's lease under a deletion holder (of two replicas deleting
 // the same thread, one wins and the other finds it gone or held), skips a
 // thread that is running or was used again since it was listed, and
-// deletes the thread's sandbox and snapshots before the thread. It then
-// deletes webhook deliveries finished longer ago than their TTL, in
-// batches. Checkpoints beyond the latest N are pruned by the stores at
-// every checkpoint; a thread's run event log holds its latest run only
-// and goes with the thread.
+// deletes the thread's sandbox and snapshots before the thread. An
+// agent's own threads_idle (Policy.Agents) overrides its scope's for the
+// threads whose last run was the agent's (ThreadInfo tells). It then
+// deletes webhook deliveries finished longer ago than their TTL, and the
+// shared run event logs of threads whose last run ended longer ago than
+// theirs (run records stay), and the store routes' files not modified
+// for store_items (Items: each replica's own store), in batches. Checkpoints beyond the latest N
+// are pruned by the stores at every checkpoint.
 //
 // A TTL of 0 keeps forever; agentd's config gives every TTL a finite
 // default, so that only an operator who writes 0 keeps anything forever.

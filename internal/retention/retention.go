@@ -40,14 +40,32 @@ type Rules struct {
 	ThreadsIdle time.Duration
 	// WebhookDeliveries deletes deliveries finished this long ago.
 	WebhookDeliveries time.Duration
+	// RunEvents deletes the shared event log of a thread's last run once
+	// it ended and the thread was not updated for this long.
+	RunEvents time.Duration
 }
 
 // Policy is the default Rules and the tenants' own (which replace the
-// default entirely for that tenant).
+// default entirely for that tenant), and the agents' idle-thread TTLs,
+// which override both for a thread whose last run was the agent's ("" =
+// the default agent; 0 keeps forever).
 type Policy struct {
 	Default Rules
 	Tenants map[string]Rules
+	Agents  map[string]time.Duration
+	// StoreItems deletes the files of store routes (every namespace) not
+	// modified for this long; 0 keeps them.
+	StoreItems time.Duration
 }
+
+// Items is the store routes' file store (storefs.DB).
+type Items interface {
+	DeleteModifiedBefore(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// ThreadInfo tells a thread's agent (its last run's) and when it was last
+// updated.
+type ThreadInfo func(ctx context.Context, id string) (agent string, updated time.Time, err error)
 
 // Config configures a Sweeper.
 type Config struct {
@@ -63,6 +81,10 @@ type Config struct {
 	Batch int
 	// Metrics, if set, registers the sweeper's counters.
 	Metrics prometheus.Registerer
+	// ThreadInfo is required with Policy.Agents.
+	ThreadInfo ThreadInfo
+	// Items, if set, is swept by Policy.StoreItems.
+	Items Items
 }
 
 // Counts is what a pass deleted and skipped.
@@ -71,6 +93,10 @@ type Counts struct {
 	Skipped    int
 	Failed     int
 	Deliveries int
+	// RunEvents is how many run events were deleted.
+	RunEvents int
+	// StoreItems is how many store-route files were deleted.
+	StoreItems int
 }
 
 // Option adjusts a Sweeper (test seams).
@@ -105,9 +131,17 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 		return nil, errors.New("retention: interval and batch must not be negative")
 	}
 	for _, r := range append([]Rules{cfg.Policy.Default}, slices.Collect(maps.Values(cfg.Policy.Tenants))...) {
-		if r.ThreadsIdle < 0 || r.WebhookDeliveries < 0 {
+		if r.ThreadsIdle < 0 || r.WebhookDeliveries < 0 || r.RunEvents < 0 {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
+	}
+	for _, d := range append(slices.Collect(maps.Values(cfg.Policy.Agents)), cfg.Policy.StoreItems) {
+		if d < 0 {
+			return nil, errors.New("retention: TTLs must not be negative")
+		}
+	}
+	if len(cfg.Policy.Agents) > 0 && cfg.ThreadInfo == nil {
+		return nil, errors.New("retention: agents' TTLs need ThreadInfo")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -117,7 +151,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 	}
 	s := &Sweeper{cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "plumb_retention_deleted_total",
-		Help: "What the retention sweeper deleted (threads, webhook_deliveries) or left (threads_skipped, threads_failed).",
+		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events, store_items) or left (threads_skipped, threads_failed).",
 	}, []string{"kind"})}
 	for _, o := range opts {
 		o(s)
@@ -168,8 +202,8 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 	var errs []error
 	for i, tenant := range tenants {
 		r := rules[i]
-		if r.ThreadsIdle > 0 {
-			errs = append(errs, s.threads(ctx, store.IdleQuery{Before: now.Add(-r.ThreadsIdle), Tenant: tenant, Except: except, Limit: s.cfg.Batch}, &c))
+		if list := s.listTTL(r.ThreadsIdle); list > 0 {
+			errs = append(errs, s.threads(ctx, store.IdleQuery{Before: now.Add(-list), Tenant: tenant, Except: except, Limit: s.cfg.Batch}, now, r.ThreadsIdle, &c))
 		}
 		if r.WebhookDeliveries > 0 {
 			q := store.ExpiredDeliveries{Before: now.Add(-r.WebhookDeliveries), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
@@ -184,21 +218,82 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 				}
 			}
 		}
+		if r.RunEvents > 0 {
+			q := store.ExpiredDeliveries{Before: now.Add(-r.RunEvents), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
+			for range maxBatches {
+				n, err := s.cfg.Store.DeleteExpiredRunEvents(ctx, q)
+				c.RunEvents += n
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if err != nil || n == 0 {
+					break
+				}
+			}
+		}
 	}
 	s.deleted.WithLabelValues("threads").Add(float64(c.Threads))
 	s.deleted.WithLabelValues("threads_skipped").Add(float64(c.Skipped))
 	s.deleted.WithLabelValues("threads_failed").Add(float64(c.Failed))
 	s.deleted.WithLabelValues("webhook_deliveries").Add(float64(c.Deliveries))
+	if s.cfg.Items != nil && s.cfg.Policy.StoreItems > 0 {
+		for range maxBatches {
+			n, err := s.cfg.Items.DeleteModifiedBefore(ctx, now.Add(-s.cfg.Policy.StoreItems), s.cfg.Batch)
+			c.StoreItems += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if err != nil || n < s.cfg.Batch {
+				break
+			}
+		}
+	}
+	s.deleted.WithLabelValues("run_events").Add(float64(c.RunEvents))
+	s.deleted.WithLabelValues("store_items").Add(float64(c.StoreItems))
 	if c != (Counts{}) {
 		s.lg.Info("retention pass", zap.Int("threads-deleted", c.Threads), zap.Int("threads-skipped", c.Skipped),
-			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries))
+			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems))
 	}
 	return c, errors.Join(errs...)
 }
 
-// threads deletes the idle threads q selects, batch after batch; a
-// thread it could not delete is not asked for again in this pass.
-func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, c *Counts) error {
+// listTTL is the idle time threads of a scope whose TTL is ttl are
+// listed after: the shortest positive one of ttl and the agents' (0:
+// nothing to list).
+func (s *Sweeper) listTTL(ttl time.Duration) time.Duration {
+	out := ttl
+	for _, d := range s.cfg.Policy.Agents {
+		if d > 0 && (out == 0 || d < out) {
+			out = d
+		}
+	}
+	return out
+}
+
+// cutoff is the time thread id must be idle since, under ttl or its
+// agent's TTL; ok is false for a thread to keep (TTL 0, or used since).
+func (s *Sweeper) cutoff(ctx context.Context, id string, now time.Time, ttl time.Duration, listed time.Time) (before time.Time, ok bool, err error) {
+	if len(s.cfg.Policy.Agents) == 0 {
+		return listed, true, nil
+	}
+	agentName, updated, err := s.cfg.ThreadInfo(ctx, id)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if d, own := s.cfg.Policy.Agents[agentName]; own {
+		ttl = d
+	}
+	if ttl <= 0 {
+		return time.Time{}, false, nil
+	}
+	before = now.Add(-ttl)
+	return before, updated.Before(before), nil
+}
+
+// threads deletes the idle threads q selects, batch after batch, each
+// under its TTL (ttl, or its agent's); a thread it could not delete is
+// not asked for again in this pass.
+func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, now time.Time, ttl time.Duration, c *Counts) error {
 	seen := map[string]bool{}
 	for range maxBatches {
 		limit := q.Limit + len(seen) // the kept ones are listed again
@@ -213,7 +308,19 @@ func (s *Sweeper) threads(ctx context.Context, q store.IdleQuery, c *Counts) err
 			}
 			seen[id] = true
 			fresh++
-			err := s.cfg.Delete(ctx, id, q.Before)
+			before, ok, err := s.cutoff(ctx, id, now, ttl, q.Before)
+			if errors.Is(err, agent.ErrThreadNotFound) {
+				continue
+			}
+			if err != nil {
+				c.Failed++
+				s.lg.Warn("retention: thread's agent unknown", zap.String("thread-id", id), zap.Error(err))
+				continue
+			}
+			if !ok {
+				continue // its agent keeps it longer
+			}
+			err = s.cfg.Delete(ctx, id, before)
 			switch {
 			case err == nil:
 				c.Threads++

@@ -12,6 +12,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/pkg/agent"
+	"github.com/plumbhq/plumb/pkg/backend/storefs"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -127,11 +128,101 @@ func TestBadConfig(t *testing.T) {
 		{"no store", retention.Config{Delete: del}},
 		{"no deleter", retention.Config{Store: st}},
 		{"negative ttl", retention.Config{Store: st, Delete: del, Policy: retention.Policy{Tenants: map[string]retention.Rules{"a": {ThreadsIdle: -1}}}}},
+		{"negative agent ttl", retention.Config{Store: st, Delete: del, ThreadInfo: func(context.Context, string) (string, time.Time, error) { return "", time.Time{}, nil },
+			Policy: retention.Policy{Agents: map[string]time.Duration{"a": -1}}}},
+		{"agent ttls without thread info", retention.Config{Store: st, Delete: del, Policy: retention.Policy{Agents: map[string]time.Duration{"a": time.Hour}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := retention.New(tc.cfg); err == nil {
 				t.Fatal("accepted")
 			}
 		})
+	}
+}
+
+// TestAgentTTLs: an agent's threads_idle overrides its tenant's and the
+// default for the threads whose last run was the agent's, shorter (they
+// go sooner) or 0 (kept forever); the deleter is told the agent's cutoff.
+func TestAgentTTLs(t *testing.T) {
+	st := openStore(t)
+	agents := map[string]string{}
+	mk := func(id, tenant, agentName string, age time.Duration) {
+		at := t0.Add(-age)
+		if err := st.CreateThread(context.Background(), agent.Thread{ID: id, Tenant: tenant, CreatedAt: at, UpdatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+		agents[id] = agentName
+	}
+	mk("quick-old", "default", "quick", 2*time.Hour)    // quick: 1h; default 24h
+	mk("quick-fresh", "default", "quick", time.Minute)  // under quick's hour
+	mk("main-2h", "default", "main", 2*time.Hour)       // default 24h: kept
+	mk("main-48h", "default", "main", 48*time.Hour)     // default: deleted
+	mk("keep-48h", "default", "keeper", 48*time.Hour)   // keeper: forever
+	mk("quick-keeper", "forever", "quick", 2*time.Hour) // tenant keeps forever, the agent does not
+	info := func(ctx context.Context, id string) (string, time.Time, error) {
+		th, err := st.Thread(ctx, id)
+		return agents[id], th.UpdatedAt, err
+	}
+	cutoffs := map[string]time.Time{}
+	del := func(ctx context.Context, id string, before time.Time) error {
+		cutoffs[id] = before
+		return st.DeleteThread(ctx, id)
+	}
+	sw, err := retention.New(retention.Config{Store: st, Delete: del, ThreadInfo: info, Policy: retention.Policy{
+		Default: retention.Rules{ThreadsIdle: 24 * time.Hour},
+		Tenants: map[string]retention.Rules{"forever": {}},
+		Agents:  map[string]time.Duration{"quick": time.Hour, "keeper": 0},
+	}}, retention.WithClock(fixedClock{t0}), retention.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sw.Pass(context.Background())
+	if err != nil || c.Threads != 3 || c.Skipped != 0 || c.Failed != 0 {
+		t.Fatalf("pass: %+v, %v; want 3 deleted", c, err)
+	}
+	want := map[string]time.Time{"quick-old": t0.Add(-time.Hour), "main-48h": t0.Add(-24 * time.Hour), "quick-keeper": t0.Add(-time.Hour)}
+	if len(cutoffs) != len(want) {
+		t.Fatalf("deleted %v; want %v", cutoffs, want)
+	}
+	for id, before := range want {
+		if !cutoffs[id].Equal(before) {
+			t.Errorf("thread %s deleted with cutoff %v; want %v", id, cutoffs[id], before)
+		}
+	}
+}
+
+// TestStoreItems: a pass deletes the store-route files not modified for
+// store_items, in batches, and keeps the newer ones.
+func TestStoreItems(t *testing.T) {
+	st := openStore(t)
+	db, err := storefs.Open(filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b, err := storefs.NewBackend(db, []string{"memories"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := b.Write(context.Background(), fmt.Sprintf("/m%d.md", i), []byte("remember")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(context.Context, string, time.Time) error { return nil }
+	// A day from now, the files are a day old.
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want int
+	}{{48 * time.Hour, 0}, {time.Hour, 5}} {
+		sw, err := retention.New(retention.Config{Store: st, Delete: del, Items: db, Batch: 2, Policy: retention.Policy{StoreItems: tc.ttl}},
+			retention.WithClock(fixedClock{time.Now().Add(24 * time.Hour)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := sw.Pass(context.Background())
+		if err != nil || c.StoreItems != tc.want {
+			t.Fatalf("store_items %v: %+v, %v; want %d deleted", tc.ttl, c, err, tc.want)
+		}
 	}
 }

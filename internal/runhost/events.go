@@ -227,6 +227,44 @@ func terminal(e *plumbv1.Event) bool {
 	return false
 }
 
+// EventsExpiredError: the events of the thread's last run were deleted
+// by retention (retention.run_events) after it ended; its record
+// remains (GetRun, and the thread's messages in GetThread).
+type EventsExpiredError struct {
+	ThreadID, RunID string
+	// Last is the run's last sequence.
+	Last uint64
+}
+
+// Error implements error.
+func (e *EventsExpiredError) Error() string {
+	return fmt.Sprintf("the events of run %s of thread %s have expired (retention.run_events); GetRun has its record and GetThread its messages", e.RunID, e.ThreadID)
+}
+
+// expired returns an *EventsExpiredError when the finished run runID had
+// events after sequence after that the log no longer holds (retention
+// deleted them), nil otherwise.
+func (h *Host) expired(ctx context.Context, threadID, runID string, after uint64) error {
+	if h.cfg.Runs == nil {
+		return nil
+	}
+	stored, err := h.cfg.Events.LastSequence(ctx, runID)
+	if err != nil || stored != 0 {
+		return err
+	}
+	ri, err := h.cfg.Runs.GetRun(ctx, runID)
+	if err != nil {
+		if errors.Is(err, store.ErrRunNotFound) {
+			return nil
+		}
+		return err
+	}
+	if ri.Record.LastSequence > after {
+		return &EventsExpiredError{ThreadID: threadID, RunID: runID, Last: ri.Record.LastSequence}
+	}
+	return nil
+}
+
 // errNoStoredRun: the event log has no run of the thread to follow.
 var errNoStoredRun = errors.New("no run in the event log")
 
@@ -256,8 +294,13 @@ func (h *Host) followStored(ctx context.Context, threadID string, after uint64, 
 			return fmt.Errorf("thread %s: %w", threadID, errNoStoredRun)
 		case runID == "":
 			runID = page.RunID
-			if len(page.Events) == 0 && after == 0 && page.Status != "" && page.Status != agent.StatusRunning {
-				return fmt.Errorf("thread %s: %w", threadID, errNoStoredRun)
+			if len(page.Events) == 0 && page.Status != "" && page.Status != agent.StatusRunning {
+				if err := h.expired(ctx, threadID, runID, after); err != nil {
+					return err
+				}
+				if after == 0 {
+					return fmt.Errorf("thread %s: %w", threadID, errNoStoredRun)
+				}
 			}
 		case page.RunID != runID:
 			return nil

@@ -61,6 +61,12 @@ type Config struct {
 	// goroutine after the event: agentd appends it to the usage ledger
 	// there. It must be quick; an error is logged.
 	OnUsage func(ctx context.Context, u UsageCall) error
+	// Admit, if set, is asked before a Run, a Resume or a queued run is
+	// accepted, with the caller's tenant and the thread ("" = a new
+	// one): an error refuses the request before anything starts (agentd
+	// checks the tenant's quotas here, internal/quota). Takeovers and
+	// queued runs that start later are not asked again.
+	Admit func(ctx context.Context, tenant, threadID string) error
 	// MaxConcurrentRuns is server.max_concurrent_runs (0 = 64).
 	MaxConcurrentRuns int
 	// DetachOnDisconnect is server.detach_on_disconnect: runs keep going

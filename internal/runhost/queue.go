@@ -156,6 +156,9 @@ func (h *Host) RunWith(ctx context.Context, in agent.RunInput, o RunOptions, sen
 // enqueueBusy queues in on its busy thread and, with OnBusyInterrupt or
 // OnBusyRollback, stops the thread's current run.
 func (h *Host) enqueueBusy(ctx context.Context, in agent.RunInput, o RunOptions, send Send) error {
+	if err := h.admit(ctx, in.ThreadID); err != nil {
+		return err
+	}
 	if err := h.enqueue(ctx, in, send); err != nil {
 		return err
 	}

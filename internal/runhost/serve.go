@@ -37,6 +37,9 @@ type Send func(*plumbv1.Event) error
 // behind (runs.ErrLagging) leaves the run going, detached, so that the
 // client can Attach again. When ctx ends, Run returns ctx's error.
 func (h *Host) Run(ctx context.Context, in agent.RunInput, detach bool, send Send) error {
+	if err := h.admit(ctx, in.ThreadID); err != nil {
+		return err
+	}
 	send = h.startedWhenRecorded(send)
 	return h.serve(ctx, in.ThreadID, detach, "run", func(ctx context.Context, sink agent.Sink) error {
 		if in.ThreadID == "" {
@@ -98,6 +101,9 @@ func (h *Host) runSeeded(ctx context.Context, in agent.RunInput, sink agent.Sink
 // send, as Run does. The caller has checked that ctx's tenant owns
 // in.ThreadID.
 func (h *Host) Resume(ctx context.Context, in agent.ResumeInput, detach bool, send Send) error {
+	if err := h.admit(ctx, in.ThreadID); err != nil {
+		return err
+	}
 	return h.serve(ctx, in.ThreadID, detach, "resume", func(ctx context.Context, sink agent.Sink) error {
 		return h.leased(ctx, in.ThreadID, sink, func(ctx context.Context, u underLease, sink agent.Sink) error {
 			in.Fence, in.HandOff, in.Stop, in.Rollback, in.Flush = u.fence, u.handOff, u.stop, u.rollback, u.flush
@@ -105,6 +111,14 @@ func (h *Host) Resume(ctx context.Context, in agent.ResumeInput, detach bool, se
 			return err
 		})
 	}, send)
+}
+
+// admit asks Config.Admit about a request of ctx's tenant on threadID.
+func (h *Host) admit(ctx context.Context, threadID string) error {
+	if h.cfg.Admit == nil {
+		return nil
+	}
+	return h.cfg.Admit(ctx, tenant.From(ctx), threadID)
 }
 
 // serve runs one segment: it takes the thread and a run slot in the

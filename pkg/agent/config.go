@@ -72,6 +72,10 @@ type Config struct {
 	ModelKey string
 	// ProviderModel is the provider's model name (shown in usage events).
 	ProviderModel string
+	// Provider names the model's provider API in model-call spans
+	// (gen_ai.provider.name, and gen_ai.system for older backends:
+	// "openai" for the OpenAI-compatible client); "" leaves them out.
+	Provider string
 	// Model is the chat model. Required.
 	Model model.ChatModel
 	// MaxTokens and Temperature are the model settings of each call.

@@ -25,6 +25,14 @@ var (
 	ErrStaleInterrupt = errors.New("interrupt is not pending")
 )
 
+// CodedError is an error that says how it ends a run: a hook or model
+// wrapper that returns one (a quota crossed mid-run) ends the run FAILED
+// with an error event of its code, instead of INTERNAL.
+type CodedError interface {
+	error
+	RunError() RunError
+}
+
 // PendingInterruptError is returned by Run on an interrupted thread.
 type PendingInterruptError struct {
 	ThreadID, InterruptID string

@@ -552,9 +552,14 @@ func (x *execution) callModel(ctx context.Context, req *ModelRequest) (model.Res
 	if name == "" {
 		name = x.cfg.ProviderModel
 	}
-	ctx, span := x.rc.tracer().Start(ctx, SpanModelCall, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	attrs := []attribute.KeyValue{
 		attribute.String(AttrOperation, "chat"), attribute.String(AttrRequestModel, name), attribute.String(AttrModelKey, x.rc.ModelKey),
-		attribute.String(AttrAgentPath, x.rc.AgentPath), attribute.Int(AttrStep, step)))
+		attribute.String(AttrAgentPath, x.rc.AgentPath), attribute.Int(AttrStep, step),
+	}
+	if p := x.cfg.Provider; p != "" {
+		attrs = append(attrs, attribute.String(AttrProviderName, p), attribute.String(AttrSystem, p))
+	}
+	ctx, span := x.rc.tracer().Start(ctx, SpanModelCall, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	args := newArgStream(x.rc, step)
 	resp, err := x.cfg.Model.Generate(ctx, mreq, func(d model.Delta) {
 		attempt := max(d.Attempt, 1)

@@ -14,7 +14,7 @@ import (
 // Order: Before* hooks run outer→inner (stack order), AfterAgent
 // inner→outer; for Wrap* the first middleware of the stack is the
 // outermost wrapper. An error from a Before* or AfterAgent hook ends the
-// run with error{INTERNAL}.
+// run with error{INTERNAL}, or with its own code for a CodedError.
 type Middleware interface {
 	// Name is unique within a stack; used in config and logs.
 	Name() string

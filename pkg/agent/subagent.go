@@ -175,12 +175,17 @@ func runSubagent(ctx context.Context, parent *ToolRequest, sr SubagentRequest) S
 // clone deep-copies a snapshot.
 func (s Snapshot) clone() Snapshot { return RestoreState(s).Snapshot() }
 
-// ErrorInfo classifies err as an error event: a model error keeps its code
-// and retryability, a failed checkpoint is STORAGE (retryable), anything
-// else is INTERNAL.
+// ErrorInfo classifies err as an error event: a CodedError (a hook's,
+// such as a quota's) keeps its own code, a model error keeps its code and
+// retryability, a failed checkpoint is STORAGE (retryable), anything else
+// is INTERNAL.
 func ErrorInfo(err error) RunError {
 	if err == nil {
 		return RunError{Code: CodeInternal, Message: "unknown failure"}
+	}
+	var ce CodedError
+	if errors.As(err, &ce) {
+		return ce.RunError()
 	}
 	var me *model.Error
 	if errors.As(err, &me) {

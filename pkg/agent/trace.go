@@ -35,9 +35,13 @@ const (
 	AttrInputTokens   = "gen_ai.usage.input_tokens"
 	AttrOutputTokens  = "gen_ai.usage.output_tokens"
 	AttrFinishReasons = "gen_ai.response.finish_reasons"
-	AttrToolName      = "gen_ai.tool.name"
-	AttrToolCallID    = "gen_ai.tool.call.id"
-	AttrErrorType     = "error.type"
+	AttrProviderName  = "gen_ai.provider.name"
+	// AttrSystem is the provider under its older name (before
+	// gen_ai.provider.name), kept for backends that still read it.
+	AttrSystem     = "gen_ai.system"
+	AttrToolName   = "gen_ai.tool.name"
+	AttrToolCallID = "gen_ai.tool.call.id"
+	AttrErrorType  = "error.type"
 
 	AttrThreadID         = "plumb.thread.id"
 	AttrRunID            = "plumb.run.id"
@@ -49,6 +53,8 @@ const (
 	AttrStep             = "plumb.step"
 	AttrStepEnd          = "plumb.step.end"
 	AttrTokensEstimated  = "plumb.usage.estimated"
+	AttrCachedTokens     = "plumb.usage.cached_tokens"
+	AttrReasoningTokens  = "plumb.usage.reasoning_tokens"
 	AttrToolCalls        = "plumb.tool_calls"
 	AttrToolIsError      = "plumb.tool.is_error"
 	AttrToolOrigin       = "plumb.tool.origin"
@@ -136,6 +142,8 @@ func usageAttrs(u model.Usage) []attribute.KeyValue {
 		attribute.Int(AttrInputTokens, u.Prompt),
 		attribute.Int(AttrOutputTokens, u.Completion),
 		attribute.Bool(AttrTokensEstimated, u.Estimated),
+		attribute.Int(AttrCachedTokens, u.Cached),
+		attribute.Int(AttrReasoningTokens, u.Reasoning),
 	}
 }
 

@@ -6,11 +6,12 @@ import (
 )
 
 // Retention is what the retention sweeper (internal/retention) asks of a
-// durable store: the threads idle past a TTL, and the finished webhook
-// deliveries past theirs. Checkpoints are pruned at every SaveCheckpoint
+// durable store: the threads idle past a TTL, the finished webhook
+// deliveries past theirs, and the run event logs of runs that ended
+// longer ago than theirs. Checkpoints are pruned at every SaveCheckpoint
 // (Options.CheckpointRetention); a thread's run event log holds its
-// latest run only and goes with the thread. Every implementation must
-// pass storetest.RunRetention.
+// latest run only and goes with the thread if it is still there. Every
+// implementation must pass storetest.RunRetention.
 type Retention interface {
 	// IdleThreads returns up to q.Limit ids of threads not updated since
 	// q.Before, least recently updated first.
@@ -19,6 +20,14 @@ type Retention interface {
 	// that finished (succeeded or failed) before before, of tenant
 	// ("" = every tenant but those in except), and returns how many.
 	DeleteFinishedDeliveries(ctx context.Context, q ExpiredDeliveries) (int, error)
+	// DeleteExpiredRunEvents deletes the run event log (RunEvents) of up
+	// to q.Limit threads whose last run ended — the thread has no run
+	// RUNNING, INTERRUPTED or QUEUED and no unreleased lease — and that
+	// were not updated since q.Before (a thread's updated_at is at or
+	// after its last run's end), of q.Tenant ("" = every tenant but
+	// those in q.Except). It returns how many events it deleted. The run
+	// records stay (GetRun still answers).
+	DeleteExpiredRunEvents(ctx context.Context, q ExpiredDeliveries) (int, error)
 }
 
 // IdleQuery selects threads idle past a TTL.
@@ -34,7 +43,8 @@ type IdleQuery struct {
 	Limit int
 }
 
-// ExpiredDeliveries selects finished webhook deliveries past a TTL.
+// ExpiredDeliveries selects finished webhook deliveries past a TTL (and,
+// for DeleteExpiredRunEvents, threads whose run event log is past its).
 type ExpiredDeliveries struct {
 	// Before: deliveries finished before it.
 	Before time.Time

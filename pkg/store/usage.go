@@ -167,3 +167,85 @@ func ToNanos(to time.Time) int64 {
 	}
 	return to.UnixNano()
 }
+
+// StorageMeter tells what a tenant stores: GetUsage reports it. Every
+// implementation must pass storetest.RunStoredBytes.
+type StorageMeter interface {
+	// StoredBytes sums the stored encodings of tenant's threads.
+	StoredBytes(ctx context.Context, tenant string) (StoredBytes, error)
+}
+
+// StoredBytes is what a tenant's threads hold in the store, in bytes of
+// the stored encodings (indexes and the database's overhead not counted).
+type StoredBytes struct {
+	// Threads is how many threads the tenant has.
+	Threads int64
+	// Messages are the threads' messages.
+	Messages int64
+	// State is the threads' State and labels.
+	State int64
+	// Files are the files of the threads' State backends.
+	Files int64
+	// Runs are the run records and checkpoint records.
+	Runs int64
+}
+
+// SandboxLedger records each thread sandbox's lifetime, so that GetUsage
+// can report sandbox seconds: agentd marks a box started when it creates
+// it for a thread and ended when it deletes it or finds it gone. Every
+// implementation must pass storetest.RunSandboxLedger.
+type SandboxLedger interface {
+	// SandboxStarted records that sandbox id of tenant's thread started
+	// at at (again: no change).
+	SandboxStarted(ctx context.Context, s SandboxSpan) error
+	// SandboxEnded records that sandbox id ended at at, unless its end
+	// is already recorded; an unknown id is not an error.
+	SandboxEnded(ctx context.Context, id string, at time.Time) error
+	// SandboxSpans returns q.Tenant's sandboxes that lived during
+	// [q.From, q.To) (started before To, not ended before From).
+	SandboxSpans(ctx context.Context, q UsageQuery) ([]SandboxSpan, error)
+}
+
+// SandboxSpan is one sandbox's lifetime.
+type SandboxSpan struct {
+	ID, Tenant, ThreadID string
+	// Started and Ended bound it; a zero Ended is still open.
+	Started, Ended time.Time
+}
+
+// SandboxSeconds sums the spans' seconds within [from, to), an open span
+// counting up to to (which must be set), per thread ("" key: the total).
+func SandboxSeconds(spans []SandboxSpan, from, to time.Time) map[string]float64 {
+	out := map[string]float64{"": 0}
+	for _, s := range spans {
+		start, end := s.Started, s.Ended
+		if end.IsZero() || end.After(to) {
+			end = to
+		}
+		if start.Before(from) {
+			start = from
+		}
+		if d := end.Sub(start).Seconds(); d > 0 {
+			out[s.ThreadID] += d
+			out[""] += d
+		}
+	}
+	return out
+}
+
+// ScanSandboxSpan reads one row of sandbox_id, tenant, thread_id,
+// started_at, ended_at.
+func ScanSandboxSpan(r Scanner) (SandboxSpan, error) {
+	var (
+		sp         SandboxSpan
+		start, end int64
+	)
+	if err := r.Scan(&sp.ID, &sp.Tenant, &sp.ThreadID, &start, &end); err != nil {
+		return sp, err
+	}
+	sp.Started = FromNanos(start)
+	if end != 0 {
+		sp.Ended = FromNanos(end)
+	}
+	return sp, nil
+}

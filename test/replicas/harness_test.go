@@ -204,6 +204,9 @@ type config struct {
 	leaseTTL time.Duration
 	// graceA is replica a's server.shutdown_grace (b's is short).
 	graceA time.Duration
+	// extra is more YAML for both replicas' config (top-level sections
+	// the base config does not have).
+	extra string
 }
 
 func startFleet(t *testing.T, cfg config) *fleet {
@@ -253,7 +256,7 @@ sandbox:
 backends: {default: sandbox}
 server: {schedule_poll: 200ms}
 webhooks: {allow_http: true, allow: [127.0.0.0/8]}
-`, filepath.Join(dir, name+".db"), dsn, cfg.leaseTTL, model.URL(), replicaHeader, name, sd.GRPCAddr)
+`, filepath.Join(dir, name+".db"), dsn, cfg.leaseTTL, model.URL(), replicaHeader, name, sd.GRPCAddr) + cfg.extra
 		path := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)

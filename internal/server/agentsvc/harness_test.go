@@ -167,6 +167,12 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if rs, ok := e.store.(store.Runs); ok {
 		s.svc.Runs = rs
 	}
+	if m, ok := e.store.(store.StorageMeter); ok {
+		s.svc.Storage = m
+	}
+	if sl, ok := e.store.(store.SandboxLedger); ok {
+		s.svc.Sandboxes = sl
+	}
 	if l, ok := e.store.(store.Ledger); ok {
 		s.svc.Ledger, s.svc.OnUsage = l, runhost.RecordUsage(e.store.(runhost.ThreadTenants), l)
 	}

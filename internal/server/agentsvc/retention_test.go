@@ -12,6 +12,9 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/retention"
+	"github.com/plumbhq/plumb/internal/server/agentsvc"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/store/postgres"
 	"github.com/plumbhq/plumb/pkg/store/postgres/pgtest"
 )
@@ -159,5 +162,63 @@ func TestRetentionTwoReplicasDeleteOnce(t *testing.T) {
 	}
 	if _, err := a.c.GetThread(a.ctx(), &plumbv1.GetThreadRequest{ThreadId: ids[0]}); status.Code(err) != codes.NotFound {
 		t.Fatalf("GetThread of a swept thread: %v", err)
+	}
+}
+
+// TestRetentionExpiresRunEvents: on two replicas sharing PostgreSQL, once
+// a run ended longer ago than run_events, a sweep deletes its shared
+// event log: GetRun still answers on the other replica, and Attach there
+// with an old cursor is OUT_OF_RANGE, reason EVENTS_EXPIRED.
+func TestRetentionExpiresRunEvents(t *testing.T) {
+	dsn := pgtest.New(t)
+	c := &shiftClock{}
+	policy := withRetention(retention.Policy{Default: retention.Rules{RunEvents: time.Hour}})
+	replica := func(name string) *env {
+		st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return newEnv(t, withShared(st, name), withClock(c), policy)
+	}
+	a, b := replica("replica-a"), replica("replica-b")
+	a.srv.Script("main", modeltest.Text("done"))
+	s, err := a.c.Run(a.ctx(), runReq("", "go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := recvAll(s)
+	if err != nil || len(evs) == 0 || evs[len(evs)-1].GetRunFinished() == nil {
+		t.Fatalf("run: %v, %v", evs, err)
+	}
+	thread, runID := evs[0].GetThreadId(), evs[0].GetRunStarted().GetRunId()
+
+	// Before the TTL the log is kept and b replays the run from it.
+	if cs, err := b.svc.SweepRetention(b.ctx()); err != nil || cs.RunEvents != 0 {
+		t.Fatalf("sweep before the TTL: %+v, %v", cs, err)
+	}
+	as, err := b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := recvAll(as); err != nil || len(got) != len(evs)-1 {
+		t.Fatalf("attach before the TTL: %d events, %v; want %d", len(got), err, len(evs)-1)
+	}
+
+	c.Add(2 * time.Hour)
+	if cs, err := b.svc.SweepRetention(b.ctx()); err != nil || cs.RunEvents != len(evs) {
+		t.Fatalf("sweep after the TTL: %+v, %v; want %d run events deleted", cs, err, len(evs))
+	}
+	run, err := b.c.GetRun(b.ctx(), &plumbv1.GetRunRequest{RunId: runID})
+	if err != nil || run.GetRun().GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
+		t.Fatalf("GetRun after the events expired: %v, %v", run, err)
+	}
+	as, err = b.c.Attach(b.ctx(), &plumbv1.AttachRequest{ThreadId: thread, AfterSequence: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := recvAll(as)
+	if st := status.Convert(err); len(got) != 0 || st.Code() != codes.OutOfRange || pbconv.Reason(err) != agentsvc.ReasonEventsExpired {
+		t.Fatalf("attach after the TTL: %d events, %v; want OUT_OF_RANGE %s", len(got), err, agentsvc.ReasonEventsExpired)
 	}
 }

@@ -103,6 +103,11 @@ type Config struct {
 	// thread's sandbox workspace); nil: they are FAILED_PRECONDITION
 	// (NO_SANDBOX).
 	Workspace Workspace
+	// Storage, when set, tells GetUsage what the tenant stores
+	// (GetUsageResponse.stored).
+	Storage store.StorageMeter
+	// Sandboxes, when set, tells GetUsage the sandbox seconds.
+	Sandboxes store.SandboxLedger
 }
 
 // Option adjusts a Service (test seams).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/egressapproval"
 	"github.com/plumbhq/plumb/internal/preview"
+	"github.com/plumbhq/plumb/internal/quota"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
@@ -39,10 +40,13 @@ const (
 	ReasonThreadBusy         = "THREAD_BUSY"
 	ReasonConflict           = "CONFLICT"
 	ReasonReplayOutOfRange   = "REPLAY_OUT_OF_RANGE"
-	ReasonStreamLagging      = "STREAM_LAGGING"
-	ReasonNoRunSlot          = "NO_RUN_SLOT"
-	ReasonShuttingDown       = "SHUTTING_DOWN"
-	ReasonStorageBusy        = "STORAGE_BUSY"
+	// ReasonEventsExpired: Attach to a run whose events retention
+	// deleted (retention.run_events); its record and messages remain.
+	ReasonEventsExpired = "EVENTS_EXPIRED"
+	ReasonStreamLagging = "STREAM_LAGGING"
+	ReasonNoRunSlot     = "NO_RUN_SLOT"
+	ReasonShuttingDown  = "SHUTTING_DOWN"
+	ReasonStorageBusy   = "STORAGE_BUSY"
 	// ReasonReplicaStopping: this agentd replica is stopping; its runs go
 	// on on another replica (with metadata after_sequence on a stream
 	// that was cut: re-Attach after it).
@@ -93,6 +97,11 @@ const (
 	// ReasonNoWebhookKey: the caller's tenant has no webhook signing key
 	// (RotateWebhookKey makes one).
 	ReasonNoWebhookKey = "NO_WEBHOOK_KEY"
+	// ReasonQuotaExceeded: a Run or Resume over one of the tenant's
+	// quotas (RESOURCE_EXHAUSTED), with metadata quota, limit and
+	// current; a run that crosses tokens_per_day mid-run ends FAILED
+	// with this error code.
+	ReasonQuotaExceeded = quota.Code
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -131,8 +140,15 @@ func agentStatus(err error) (_ error, ok bool) {
 		oor *runs.OutOfRangeError
 		lag *runs.LagError
 		cut *runs.CutError
+		qe  *quota.ExceededError
+		ee  *runhost.EventsExpiredError
 	)
 	switch {
+	case errors.As(err, &ee):
+		return server.WithInfo(codes.OutOfRange, ee.Error(), ReasonEventsExpired,
+			map[string]string{"thread_id": ee.ThreadID, "run_id": ee.RunID, "last_sequence": fmt.Sprint(ee.Last)}), true
+	case errors.As(err, &qe):
+		return server.WithInfo(codes.ResourceExhausted, qe.Error(), ReasonQuotaExceeded, qe.Metadata()), true
 	case errors.As(err, &re):
 		return badRequest(ReasonInvalidArgument, err.Error(), re.Violations), true
 	case errors.As(err, &de):

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plumbhq/plumb/internal/quota"
+	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/runhost/runs"
 	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
@@ -51,6 +53,10 @@ func TestStatus(t *testing.T) {
 		{"lagging", &runs.LagError{ThreadID: "t1", Last: 7, Oldest: 9},
 			want{Code: codes.ResourceExhausted, Reason: agentsvc.ReasonStreamLagging, Metadata: map[string]string{"thread_id": "t1", "last_sequence": "7", "oldest_sequence": "9"}}},
 		{"running", fmt.Errorf("delete: %w", runs.ErrRunning), want{Code: codes.FailedPrecondition, Reason: agentsvc.ReasonThreadRunning}},
+		{"quota", fmt.Errorf("admit: %w", &quota.ExceededError{Quota: quota.ConcurrentRuns, Limit: 1, Current: 1}),
+			want{Code: codes.ResourceExhausted, Reason: agentsvc.ReasonQuotaExceeded, Metadata: map[string]string{"quota": "concurrent_runs", "limit": "1", "current": "1"}}},
+		{"events expired", fmt.Errorf("attach: %w", &runhost.EventsExpiredError{ThreadID: "t1", RunID: "r1", Last: 9}),
+			want{Code: codes.OutOfRange, Reason: agentsvc.ReasonEventsExpired, Metadata: map[string]string{"thread_id": "t1", "run_id": "r1", "last_sequence": "9"}}},
 		{"no slot", runs.ErrNoSlot, want{Code: codes.ResourceExhausted, Reason: agentsvc.ReasonNoRunSlot}},
 		{"shutting down", runs.ErrShuttingDown, want{Code: codes.Unavailable, Reason: agentsvc.ReasonShuttingDown}},
 		{"replica stopping", runs.ErrReplicaStopping, want{Code: codes.Unavailable, Reason: agentsvc.ReasonReplicaStopping}},

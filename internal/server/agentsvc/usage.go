@@ -53,5 +53,25 @@ func (s *Service) GetUsage(ctx context.Context, req *plumbv1.GetUsageRequest) (*
 	for _, r := range rows {
 		resp.Rows = append(resp.Rows, &plumbv1.UsageRow{Key: r.Key, ThreadId: r.ThreadID, Usage: agentconv.UsageToPB(r.Usage), ModelCalls: int64(r.Calls)})
 	}
+	if s.cfg.Sandboxes != nil {
+		spans, err := s.cfg.Sandboxes.SandboxSpans(ctx, q)
+		if err != nil {
+			return nil, s.status("get sandbox seconds", err)
+		}
+		secs := store.SandboxSeconds(spans, q.From, q.To)
+		resp.SandboxSeconds = secs[""]
+		if g == store.GroupThread {
+			for _, r := range resp.Rows {
+				r.SandboxSeconds = secs[r.GetThreadId()]
+			}
+		}
+	}
+	if s.cfg.Storage != nil {
+		b, err := s.cfg.Storage.StoredBytes(ctx, q.Tenant)
+		if err != nil {
+			return nil, s.status("get stored bytes", err)
+		}
+		resp.Stored = &plumbv1.StoredBytes{Threads: b.Threads, Messages: b.Messages, State: b.State, Files: b.Files, Runs: b.Runs}
+	}
 	return resp, nil
 }

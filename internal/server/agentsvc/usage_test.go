@@ -10,6 +10,7 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
+	"github.com/plumbhq/plumb/pkg/store"
 )
 
 // Each model call of a run lands in the usage ledger; GetUsage sums the
@@ -32,6 +33,19 @@ func TestGetUsage(t *testing.T) {
 	runID, thread := evs[0].GetRunId(), evs[0].GetThreadId()
 	if st := last(t, evs).GetRunFinished().GetStatus(); st != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Fatalf("run ended %v", st)
+	}
+	// The thread had a sandbox for half an hour (as agentd records it).
+	sl := e.store.(store.SandboxLedger)
+	now := time.Now()
+	if err := sl.SandboxStarted(e.ctx(), store.SandboxSpan{ID: "sbx-w-1", Tenant: "acme", ThreadID: thread, Started: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.SandboxEnded(e.ctx(), "sbx-w-1", now.Add(-30*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	byThread, err := e.c.GetUsage(acme, &plumbv1.GetUsageRequest{GroupBy: plumbv1.UsageGroupBy_USAGE_GROUP_BY_THREAD})
+	if err != nil || byThread.GetSandboxSeconds() != 1800 || len(byThread.GetRows()) != 1 || byThread.GetRows()[0].GetSandboxSeconds() != 1800 {
+		t.Fatalf("sandbox seconds by thread = %v, %v; want 1800 in total and for the thread", byThread, err)
 	}
 	cases := []struct {
 		name  string
@@ -58,8 +72,13 @@ func TestGetUsage(t *testing.T) {
 			}
 		})
 	}
+	// What acme stores: its one thread, with its messages and run.
+	got, err := e.c.GetUsage(acme, &plumbv1.GetUsageRequest{})
+	if b := got.GetStored(); err != nil || b.GetThreads() != 1 || b.GetMessages() <= 0 || b.GetRuns() <= 0 || b.GetState() <= 0 {
+		t.Fatalf("acme's stored bytes = %v, %v", b, err)
+	}
 	// Another tenant sees none of it; a range before the run holds none.
-	if got, err := e.c.GetUsage(as(e.ctx(), "beta"), &plumbv1.GetUsageRequest{}); err != nil || len(got.GetRows()) != 0 {
+	if got, err := e.c.GetUsage(as(e.ctx(), "beta"), &plumbv1.GetUsageRequest{}); err != nil || len(got.GetRows()) != 0 || got.GetStored().GetThreads() != 0 {
 		t.Fatalf("beta's usage = %v, %v", got, err)
 	}
 	past := &plumbv1.GetUsageRequest{From: timestamppb.New(time.Unix(0, 0)), To: timestamppb.New(time.Unix(3600, 0))}

@@ -36,6 +36,8 @@ type Model struct {
 	Chat model.ChatModel
 	// Name is the provider's model name (e.g. "gpt-4.1").
 	Name string
+	// Provider names the provider API ("openai"), for model-call spans.
+	Provider string
 	// ContextWindow is the window in tokens; 0 = unknown.
 	ContextWindow int
 	// MaxOutputTokens caps each call's output; 0 = the client default.
@@ -509,7 +511,7 @@ func (rt *Runtime) build(pc *profile.Context, b backend.Backend, skl []skills.In
 	_, sandbox := b.(backend.Executor)
 	subagent := pc.Kind == profile.Subagent
 	return &agent.Config{
-		Agent: pc.Name, ModelKey: pc.Model, ProviderModel: m.Name, Model: m.Chat,
+		Agent: pc.Name, ModelKey: pc.Model, ProviderModel: m.Name, Provider: m.Provider, Model: m.Chat,
 		MaxTokens: m.MaxOutputTokens, Middleware: stack, Tools: regTools, Allow: pc.Allow,
 		Backend: b, Limits: limits,
 		SystemPrompt: func(rc *agent.RunContext, defs []model.ToolDef) string {

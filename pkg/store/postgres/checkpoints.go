@@ -112,9 +112,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			if err != nil {
 				return err
 			}
-			b.Queue(`INSERT INTO runs (run_id, thread_id, status, record) VALUES ($1, $2, $3, $4)
+			b.Queue(`INSERT INTO runs (run_id, thread_id, status, record, created_at) VALUES ($1, $2, $3, $4, $5)
 				ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, record = excluded.record`,
-				cp.Run.RunID, cp.ThreadID, string(cp.Run.Status), rec)
+				cp.Run.RunID, cp.ThreadID, string(cp.Run.Status), rec, store.RunCreatedNanos(cp.Run))
 		}
 		b.Queue(`INSERT INTO checkpoints (thread_id, run_id, phase, step, message_count, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, store.Nanos(cp.CreatedAt))

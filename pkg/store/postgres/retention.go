@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -47,6 +48,24 @@ func (s *Store) DeleteFinishedDeliveries(ctx context.Context, q store.ExpiredDel
 	args := append([]any{string(store.DeliverySucceeded), string(store.DeliveryFailed), store.Nanos(q.Before), store.BatchSize(q.Limit, 500)}, targs...)
 	tag, err := s.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
 		WHERE status IN ($1, $2) AND finished_at <> 0 AND finished_at < $3`+where+` ORDER BY finished_at LIMIT $4)`, args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// DeleteExpiredRunEvents implements store.Retention.
+func (s *Store) DeleteExpiredRunEvents(ctx context.Context, q store.ExpiredDeliveries) (int, error) {
+	where, targs := tenantFilter(3, q.Tenant, q.Except)
+	args := append([]any{store.Nanos(q.Before), store.BatchSize(q.Limit, 100)}, targs...)
+	n := len(args)
+	args = append(args, []string{string(agent.StatusRunning), string(agent.StatusInterrupted), string(agent.StatusQueued)})
+	tag, err := s.pool.Exec(ctx, `DELETE FROM run_events WHERE thread_id IN (SELECT t.id FROM threads t
+		WHERE t.updated_at < $1`+where+`
+		AND EXISTS (SELECT 1 FROM run_events e WHERE e.thread_id = t.id)
+		AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.id AND r.status = ANY($`+strconv.Itoa(n+1)+`))
+		AND NOT EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = t.id AND NOT l.released)
+		ORDER BY t.updated_at LIMIT $2)`, args...)
 	if err != nil {
 		return 0, classify(err)
 	}

@@ -95,8 +95,8 @@ func (s *Store) EnqueueRun(ctx context.Context, threadID string, rec agent.RunRe
 		if err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO runs (run_id, thread_id, status, record) VALUES ($1, $2, $3, $4) ON CONFLICT (run_id) DO NOTHING`,
-			rec.RunID, threadID, string(agent.StatusQueued), b)
+		tag, err := tx.Exec(ctx, `INSERT INTO runs (run_id, thread_id, status, record, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id) DO NOTHING`,
+			rec.RunID, threadID, string(agent.StatusQueued), b, store.RunCreatedNanos(rec))
 		if err != nil {
 			return err
 		}

@@ -501,3 +501,27 @@ func TestRetentionConformance(t *testing.T) {
 func TestLedgerConformance(t *testing.T) {
 	storetest.RunLedger(t, func(t *testing.T) store.Ledger { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestQuotaCountsConformance runs the quota counts suite against a real
+// PostgreSQL server.
+func TestQuotaCountsConformance(t *testing.T) {
+	storetest.RunQuotaCounts(t, func(t *testing.T) storetest.QuotaStore { return open(t, pgtest.New(t), Options{}) })
+}
+
+// TestRunEventRetentionConformance runs the run event retention suite
+// against a real PostgreSQL server.
+func TestRunEventRetentionConformance(t *testing.T) {
+	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore { return open(t, pgtest.New(t), Options{}) })
+}
+
+// TestStoredBytesConformance runs the stored bytes suite against a real
+// PostgreSQL server.
+func TestStoredBytesConformance(t *testing.T) {
+	storetest.RunStoredBytes(t, func(t *testing.T) storetest.StoredStore { return open(t, pgtest.New(t), Options{}) })
+}
+
+// TestSandboxLedgerConformance runs the sandbox ledger suite against a
+// real PostgreSQL server.
+func TestSandboxLedgerConformance(t *testing.T) {
+	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger { return open(t, pgtest.New(t), Options{}) })
+}

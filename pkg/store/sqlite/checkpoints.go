@@ -105,9 +105,9 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO runs (run_id, thread_id, status, record) VALUES (?, ?, ?, ?)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO runs (run_id, thread_id, status, record, created_at) VALUES (?, ?, ?, ?, ?)
 				ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, record = excluded.record`,
-				cp.Run.RunID, cp.ThreadID, string(cp.Run.Status), rec); err != nil {
+				cp.Run.RunID, cp.ThreadID, string(cp.Run.Status), rec, store.RunCreatedNanos(cp.Run)); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/store"
 )
 
@@ -53,6 +54,24 @@ func (s *Store) DeleteFinishedDeliveries(ctx context.Context, q store.ExpiredDel
 	args = append(args, store.BatchSize(q.Limit, 500))
 	res, err := s.db.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries
 		WHERE status IN (?, ?) AND finished_at <> 0 AND finished_at < ?`+where+` ORDER BY finished_at LIMIT ?)`, args...)
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// DeleteExpiredRunEvents implements store.Retention.
+func (s *Store) DeleteExpiredRunEvents(ctx context.Context, q store.ExpiredDeliveries) (int, error) {
+	where, targs := tenantFilter(q.Tenant, q.Except)
+	args := append([]any{store.Nanos(q.Before)}, targs...)
+	args = append(args, string(agent.StatusRunning), string(agent.StatusInterrupted), string(agent.StatusQueued), store.BatchSize(q.Limit, 100))
+	res, err := s.db.ExecContext(ctx, `DELETE FROM run_events WHERE thread_id IN (SELECT t.id FROM threads t
+		WHERE t.updated_at < ?`+where+`
+		AND EXISTS (SELECT 1 FROM run_events e WHERE e.thread_id = t.id)
+		AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.id AND r.status IN (?, ?, ?))
+		AND NOT EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = t.id AND NOT l.released)
+		ORDER BY t.updated_at LIMIT ?)`, args...)
 	if err != nil {
 		return 0, classify(err)
 	}

@@ -99,8 +99,8 @@ func (s *Store) EnqueueRun(ctx context.Context, threadID string, rec agent.RunRe
 		if n > 0 {
 			return fmt.Errorf("enqueue run %s: %w", rec.RunID, agent.ErrConflict)
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO runs (run_id, thread_id, status, record) VALUES (?, ?, ?, ?)`,
-			rec.RunID, threadID, string(agent.StatusQueued), b)
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (run_id, thread_id, status, record, created_at) VALUES (?, ?, ?, ?, ?)`,
+			rec.RunID, threadID, string(agent.StatusQueued), b, store.RunCreatedNanos(rec))
 		return err
 	})
 }

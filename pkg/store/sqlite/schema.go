@@ -228,4 +228,17 @@ var migrations = []string{
 		created_at INTEGER NOT NULL
 	);
 	CREATE INDEX run_steers_run ON run_steers (thread_id, run_id, id);`,
+	// Per-tenant quotas (store.QuotaCounts): when each run was asked for,
+	// so that runs_per_minute counts from the shared store.
+	`ALTER TABLE runs ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX runs_created ON runs (created_at);`,
+	// Sandbox lifetimes (store.SandboxLedger): GetUsage's sandbox seconds.
+	`CREATE TABLE sandbox_usage (
+		sandbox_id TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		thread_id  TEXT NOT NULL,
+		started_at INTEGER NOT NULL,
+		ended_at   INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX sandbox_usage_tenant ON sandbox_usage (tenant, started_at);`,
 }

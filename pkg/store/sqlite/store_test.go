@@ -303,3 +303,35 @@ func TestLedgerConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestQuotaCountsConformance runs the quota counts suite against a real
+// SQLite file.
+func TestQuotaCountsConformance(t *testing.T) {
+	storetest.RunQuotaCounts(t, func(t *testing.T) storetest.QuotaStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
+// TestRunEventRetentionConformance runs the run event retention suite
+// against a real SQLite file.
+func TestRunEventRetentionConformance(t *testing.T) {
+	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
+// TestStoredBytesConformance runs the stored bytes suite against a real
+// SQLite file.
+func TestStoredBytesConformance(t *testing.T) {
+	storetest.RunStoredBytes(t, func(t *testing.T) storetest.StoredStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
+// TestSandboxLedgerConformance runs the sandbox ledger suite against a
+// real SQLite file.
+func TestSandboxLedgerConformance(t *testing.T) {
+	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}

@@ -4919,9 +4919,12 @@ type UsageRow struct {
 	// Summed tokens (estimated when any call's were).
 	Usage *TokenUsage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Number of model calls summed.
-	ModelCalls    int64 `protobuf:"varint,4,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ModelCalls int64 `protobuf:"varint,4,opt,name=model_calls,json=modelCalls,proto3" json:"model_calls,omitempty"`
+	// Seconds the group's thread had a sandbox within the range (grouped
+	// by thread only; see GetUsageResponse.sandbox_seconds).
+	SandboxSeconds float64 `protobuf:"fixed64,5,opt,name=sandbox_seconds,json=sandboxSeconds,proto3" json:"sandbox_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UsageRow) Reset() {
@@ -4982,13 +4985,27 @@ func (x *UsageRow) GetModelCalls() int64 {
 	return 0
 }
 
+func (x *UsageRow) GetSandboxSeconds() float64 {
+	if x != nil {
+		return x.SandboxSeconds
+	}
+	return 0
+}
+
 // GetUsageResponse is the report, ordered by key.
 type GetUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The groups; empty when the range holds no usage.
-	Rows          []*UsageRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rows []*UsageRow `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// What the caller's tenant stores in agentd's thread store now (not
+	// over the range); unset when the store cannot tell.
+	Stored *StoredBytes `protobuf:"bytes,2,opt,name=stored,proto3" json:"stored,omitempty"`
+	// Seconds the tenant's thread sandboxes lived within the range: from
+	// agentd's creation of each box to its deletion or to when agentd found
+	// it gone (a box that expired unnoticed counts until agentd notices).
+	SandboxSeconds float64 `protobuf:"fixed64,3,opt,name=sandbox_seconds,json=sandboxSeconds,proto3" json:"sandbox_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetUsageResponse) Reset() {
@@ -5028,6 +5045,104 @@ func (x *GetUsageResponse) GetRows() []*UsageRow {
 	return nil
 }
 
+func (x *GetUsageResponse) GetStored() *StoredBytes {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetSandboxSeconds() float64 {
+	if x != nil {
+		return x.SandboxSeconds
+	}
+	return 0
+}
+
+// StoredBytes is what a tenant's threads hold in agentd's thread store,
+// in bytes of the stored encodings (indexes and the database's own
+// overhead not counted; sandbox workspaces and snapshots are sandboxd's).
+type StoredBytes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Number of threads.
+	Threads int64 `protobuf:"varint,1,opt,name=threads,proto3" json:"threads,omitempty"`
+	// The threads' messages.
+	Messages int64 `protobuf:"varint,2,opt,name=messages,proto3" json:"messages,omitempty"`
+	// The threads' State (todos, private middleware state) and labels.
+	State int64 `protobuf:"varint,3,opt,name=state,proto3" json:"state,omitempty"`
+	// The files of the threads' State backends.
+	Files int64 `protobuf:"varint,4,opt,name=files,proto3" json:"files,omitempty"`
+	// The run records (input, usage, errors) and checkpoint records.
+	Runs          int64 `protobuf:"varint,5,opt,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredBytes) Reset() {
+	*x = StoredBytes{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredBytes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredBytes) ProtoMessage() {}
+
+func (x *StoredBytes) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredBytes.ProtoReflect.Descriptor instead.
+func (*StoredBytes) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *StoredBytes) GetThreads() int64 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetMessages() int64 {
+	if x != nil {
+		return x.Messages
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetState() int64 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *StoredBytes) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
 // InputMessage is one user message.
 type InputMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5039,7 +5154,7 @@ type InputMessage struct {
 
 func (x *InputMessage) Reset() {
 	*x = InputMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5166,7 @@ func (x *InputMessage) String() string {
 func (*InputMessage) ProtoMessage() {}
 
 func (x *InputMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[63]
+	mi := &file_plumb_v1_agent_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5179,7 @@ func (x *InputMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputMessage.ProtoReflect.Descriptor instead.
 func (*InputMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{63}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *InputMessage) GetContent() string {
@@ -5090,7 +5205,7 @@ type ClientTool struct {
 
 func (x *ClientTool) Reset() {
 	*x = ClientTool{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5217,7 @@ func (x *ClientTool) String() string {
 func (*ClientTool) ProtoMessage() {}
 
 func (x *ClientTool) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[64]
+	mi := &file_plumb_v1_agent_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5230,7 @@ func (x *ClientTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientTool.ProtoReflect.Descriptor instead.
 func (*ClientTool) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{64}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ClientTool) GetName() string {
@@ -5179,7 +5294,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5191,7 +5306,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[65]
+	mi := &file_plumb_v1_agent_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5204,7 +5319,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{65}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RunRequest) GetThreadId() string {
@@ -5309,7 +5424,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5321,7 +5436,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[66]
+	mi := &file_plumb_v1_agent_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5334,7 +5449,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{66}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RunResponse) GetEvent() *Event {
@@ -5365,7 +5480,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5377,7 +5492,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[67]
+	mi := &file_plumb_v1_agent_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5390,7 +5505,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{67}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Decision) GetToolCallId() string {
@@ -5452,7 +5567,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5464,7 +5579,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[68]
+	mi := &file_plumb_v1_agent_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5477,7 +5592,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{68}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ResumeRequest) GetThreadId() string {
@@ -5519,7 +5634,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5531,7 +5646,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[69]
+	mi := &file_plumb_v1_agent_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5544,7 +5659,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{69}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ResumeResponse) GetEvent() *Event {
@@ -5568,7 +5683,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5580,7 +5695,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[70]
+	mi := &file_plumb_v1_agent_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5593,7 +5708,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{70}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AttachRequest) GetThreadId() string {
@@ -5621,7 +5736,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5633,7 +5748,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[71]
+	mi := &file_plumb_v1_agent_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5646,7 +5761,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{71}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AttachResponse) GetEvent() *Event {
@@ -5667,7 +5782,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5679,7 +5794,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[72]
+	mi := &file_plumb_v1_agent_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5692,7 +5807,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{72}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CancelRequest) GetThreadId() string {
@@ -5717,7 +5832,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5729,7 +5844,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[73]
+	mi := &file_plumb_v1_agent_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5742,7 +5857,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{73}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CancelResponse) GetRunId() string {
@@ -5777,7 +5892,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5789,7 +5904,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[74]
+	mi := &file_plumb_v1_agent_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5802,7 +5917,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{74}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -5824,7 +5939,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +5951,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[75]
+	mi := &file_plumb_v1_agent_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +5964,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{75}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CancelRunResponse) GetRun() *RunRecord {
@@ -5870,7 +5985,7 @@ type CreateThreadRequest struct {
 
 func (x *CreateThreadRequest) Reset() {
 	*x = CreateThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5882,7 +5997,7 @@ func (x *CreateThreadRequest) String() string {
 func (*CreateThreadRequest) ProtoMessage() {}
 
 func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[76]
+	mi := &file_plumb_v1_agent_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5895,7 +6010,7 @@ func (x *CreateThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadRequest.ProtoReflect.Descriptor instead.
 func (*CreateThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{76}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateThreadRequest) GetMetadata() map[string]string {
@@ -5916,7 +6031,7 @@ type CreateThreadResponse struct {
 
 func (x *CreateThreadResponse) Reset() {
 	*x = CreateThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5928,7 +6043,7 @@ func (x *CreateThreadResponse) String() string {
 func (*CreateThreadResponse) ProtoMessage() {}
 
 func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[77]
+	mi := &file_plumb_v1_agent_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5941,7 +6056,7 @@ func (x *CreateThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateThreadResponse.ProtoReflect.Descriptor instead.
 func (*CreateThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{77}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateThreadResponse) GetThread() *Thread {
@@ -5964,7 +6079,7 @@ type GetThreadRequest struct {
 
 func (x *GetThreadRequest) Reset() {
 	*x = GetThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5976,7 +6091,7 @@ func (x *GetThreadRequest) String() string {
 func (*GetThreadRequest) ProtoMessage() {}
 
 func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[78]
+	mi := &file_plumb_v1_agent_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5989,7 +6104,7 @@ func (x *GetThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadRequest.ProtoReflect.Descriptor instead.
 func (*GetThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{78}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetThreadRequest) GetThreadId() string {
@@ -6017,7 +6132,7 @@ type GetThreadResponse struct {
 
 func (x *GetThreadResponse) Reset() {
 	*x = GetThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6029,7 +6144,7 @@ func (x *GetThreadResponse) String() string {
 func (*GetThreadResponse) ProtoMessage() {}
 
 func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[79]
+	mi := &file_plumb_v1_agent_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6042,7 +6157,7 @@ func (x *GetThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetThreadResponse.ProtoReflect.Descriptor instead.
 func (*GetThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{79}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetThreadResponse) GetThread() *Thread {
@@ -6069,7 +6184,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6081,7 +6196,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[80]
+	mi := &file_plumb_v1_agent_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6094,7 +6209,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{80}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListMessagesRequest) GetThreadId() string {
@@ -6131,7 +6246,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6143,7 +6258,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[81]
+	mi := &file_plumb_v1_agent_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6156,7 +6271,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{81}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*ThreadMessage {
@@ -6189,7 +6304,7 @@ type ListStateFilesRequest struct {
 
 func (x *ListStateFilesRequest) Reset() {
 	*x = ListStateFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6201,7 +6316,7 @@ func (x *ListStateFilesRequest) String() string {
 func (*ListStateFilesRequest) ProtoMessage() {}
 
 func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[82]
+	mi := &file_plumb_v1_agent_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6214,7 +6329,7 @@ func (x *ListStateFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListStateFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{82}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListStateFilesRequest) GetThreadId() string {
@@ -6251,7 +6366,7 @@ type ListStateFilesResponse struct {
 
 func (x *ListStateFilesResponse) Reset() {
 	*x = ListStateFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6263,7 +6378,7 @@ func (x *ListStateFilesResponse) String() string {
 func (*ListStateFilesResponse) ProtoMessage() {}
 
 func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[83]
+	mi := &file_plumb_v1_agent_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6276,7 +6391,7 @@ func (x *ListStateFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListStateFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{83}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListStateFilesResponse) GetFiles() []*StateFile {
@@ -6310,7 +6425,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6322,7 +6437,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[84]
+	mi := &file_plumb_v1_agent_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6335,7 +6450,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{84}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListCheckpointsRequest) GetThreadId() string {
@@ -6372,7 +6487,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6384,7 +6499,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[85]
+	mi := &file_plumb_v1_agent_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6397,7 +6512,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{85}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -6432,7 +6547,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6444,7 +6559,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[86]
+	mi := &file_plumb_v1_agent_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6457,7 +6572,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{86}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListThreadsRequest) GetPageSize() int32 {
@@ -6501,7 +6616,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6513,7 +6628,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[87]
+	mi := &file_plumb_v1_agent_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6526,7 +6641,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{87}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -6556,7 +6671,7 @@ type DeleteThreadRequest struct {
 
 func (x *DeleteThreadRequest) Reset() {
 	*x = DeleteThreadRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6568,7 +6683,7 @@ func (x *DeleteThreadRequest) String() string {
 func (*DeleteThreadRequest) ProtoMessage() {}
 
 func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[88]
+	mi := &file_plumb_v1_agent_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6581,7 +6696,7 @@ func (x *DeleteThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadRequest.ProtoReflect.Descriptor instead.
 func (*DeleteThreadRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{88}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeleteThreadRequest) GetThreadId() string {
@@ -6607,7 +6722,7 @@ type DeleteThreadResponse struct {
 
 func (x *DeleteThreadResponse) Reset() {
 	*x = DeleteThreadResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6619,7 +6734,7 @@ func (x *DeleteThreadResponse) String() string {
 func (*DeleteThreadResponse) ProtoMessage() {}
 
 func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[89]
+	mi := &file_plumb_v1_agent_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6632,7 +6747,7 @@ func (x *DeleteThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteThreadResponse.ProtoReflect.Descriptor instead.
 func (*DeleteThreadResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{89}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
 }
 
 // ListAgentsRequest has no fields.
@@ -6644,7 +6759,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6656,7 +6771,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[90]
+	mi := &file_plumb_v1_agent_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6669,7 +6784,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{90}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
 }
 
 // ListAgentsResponse lists configured and built-in agents.
@@ -6683,7 +6798,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6695,7 +6810,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[91]
+	mi := &file_plumb_v1_agent_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6708,7 +6823,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{91}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentInfo {
@@ -6744,7 +6859,7 @@ type AgentInfo struct {
 
 func (x *AgentInfo) Reset() {
 	*x = AgentInfo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6756,7 +6871,7 @@ func (x *AgentInfo) String() string {
 func (*AgentInfo) ProtoMessage() {}
 
 func (x *AgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[92]
+	mi := &file_plumb_v1_agent_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6769,7 +6884,7 @@ func (x *AgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentInfo.ProtoReflect.Descriptor instead.
 func (*AgentInfo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{92}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *AgentInfo) GetName() string {
@@ -6836,7 +6951,7 @@ type InterruptRule struct {
 
 func (x *InterruptRule) Reset() {
 	*x = InterruptRule{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6848,7 +6963,7 @@ func (x *InterruptRule) String() string {
 func (*InterruptRule) ProtoMessage() {}
 
 func (x *InterruptRule) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[93]
+	mi := &file_plumb_v1_agent_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6861,7 +6976,7 @@ func (x *InterruptRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRule.ProtoReflect.Descriptor instead.
 func (*InterruptRule) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{93}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *InterruptRule) GetTool() string {
@@ -6937,7 +7052,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6949,7 +7064,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[94]
+	mi := &file_plumb_v1_agent_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6962,7 +7077,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{94}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Thread) GetId() string {
@@ -7127,7 +7242,7 @@ type RunRecord struct {
 
 func (x *RunRecord) Reset() {
 	*x = RunRecord{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7139,7 +7254,7 @@ func (x *RunRecord) String() string {
 func (*RunRecord) ProtoMessage() {}
 
 func (x *RunRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[95]
+	mi := &file_plumb_v1_agent_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7152,7 +7267,7 @@ func (x *RunRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRecord.ProtoReflect.Descriptor instead.
 func (*RunRecord) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{95}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RunRecord) GetRunId() string {
@@ -7259,7 +7374,7 @@ type Todo struct {
 
 func (x *Todo) Reset() {
 	*x = Todo{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7271,7 +7386,7 @@ func (x *Todo) String() string {
 func (*Todo) ProtoMessage() {}
 
 func (x *Todo) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[96]
+	mi := &file_plumb_v1_agent_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7284,7 +7399,7 @@ func (x *Todo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Todo.ProtoReflect.Descriptor instead.
 func (*Todo) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{96}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Todo) GetContent() string {
@@ -7316,7 +7431,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7328,7 +7443,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[97]
+	mi := &file_plumb_v1_agent_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7341,7 +7456,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{97}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ToolCall) GetId() string {
@@ -7400,7 +7515,7 @@ type ThreadMessage struct {
 
 func (x *ThreadMessage) Reset() {
 	*x = ThreadMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7412,7 +7527,7 @@ func (x *ThreadMessage) String() string {
 func (*ThreadMessage) ProtoMessage() {}
 
 func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[98]
+	mi := &file_plumb_v1_agent_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7425,7 +7540,7 @@ func (x *ThreadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadMessage.ProtoReflect.Descriptor instead.
 func (*ThreadMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{98}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ThreadMessage) GetIndex() int64 {
@@ -7520,7 +7635,7 @@ type StateFile struct {
 
 func (x *StateFile) Reset() {
 	*x = StateFile{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7532,7 +7647,7 @@ func (x *StateFile) String() string {
 func (*StateFile) ProtoMessage() {}
 
 func (x *StateFile) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[99]
+	mi := &file_plumb_v1_agent_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7545,7 +7660,7 @@ func (x *StateFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateFile.ProtoReflect.Descriptor instead.
 func (*StateFile) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{99}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *StateFile) GetPath() string {
@@ -7590,7 +7705,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7602,7 +7717,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[100]
+	mi := &file_plumb_v1_agent_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7615,7 +7730,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{100}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Checkpoint) GetId() int64 {
@@ -7679,7 +7794,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7691,7 +7806,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[101]
+	mi := &file_plumb_v1_agent_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7704,7 +7819,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{101}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -7791,7 +7906,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7803,7 +7918,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[102]
+	mi := &file_plumb_v1_agent_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7816,7 +7931,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{102}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *Event) GetSequence() uint64 {
@@ -8226,7 +8341,7 @@ type Steered struct {
 
 func (x *Steered) Reset() {
 	*x = Steered{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8238,7 +8353,7 @@ func (x *Steered) String() string {
 func (*Steered) ProtoMessage() {}
 
 func (x *Steered) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[103]
+	mi := &file_plumb_v1_agent_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8251,7 +8366,7 @@ func (x *Steered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Steered.ProtoReflect.Descriptor instead.
 func (*Steered) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{103}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *Steered) GetInput() []string {
@@ -8272,7 +8387,7 @@ type RunQueued struct {
 
 func (x *RunQueued) Reset() {
 	*x = RunQueued{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8284,7 +8399,7 @@ func (x *RunQueued) String() string {
 func (*RunQueued) ProtoMessage() {}
 
 func (x *RunQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[104]
+	mi := &file_plumb_v1_agent_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8297,7 +8412,7 @@ func (x *RunQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueued.ProtoReflect.Descriptor instead.
 func (*RunQueued) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{104}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RunQueued) GetRun() *RunRecord {
@@ -8337,7 +8452,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8349,7 +8464,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[105]
+	mi := &file_plumb_v1_agent_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8362,7 +8477,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{105}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -8435,7 +8550,7 @@ type ToolOutput struct {
 
 func (x *ToolOutput) Reset() {
 	*x = ToolOutput{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8447,7 +8562,7 @@ func (x *ToolOutput) String() string {
 func (*ToolOutput) ProtoMessage() {}
 
 func (x *ToolOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[106]
+	mi := &file_plumb_v1_agent_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8460,7 +8575,7 @@ func (x *ToolOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolOutput.ProtoReflect.Descriptor instead.
 func (*ToolOutput) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{106}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ToolOutput) GetId() string {
@@ -8506,7 +8621,7 @@ type SandboxLost struct {
 
 func (x *SandboxLost) Reset() {
 	*x = SandboxLost{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8518,7 +8633,7 @@ func (x *SandboxLost) String() string {
 func (*SandboxLost) ProtoMessage() {}
 
 func (x *SandboxLost) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[107]
+	mi := &file_plumb_v1_agent_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8531,7 +8646,7 @@ func (x *SandboxLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLost.ProtoReflect.Descriptor instead.
 func (*SandboxLost) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{107}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *SandboxLost) GetWorker() string {
@@ -8566,7 +8681,7 @@ type EgressRequested struct {
 
 func (x *EgressRequested) Reset() {
 	*x = EgressRequested{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8578,7 +8693,7 @@ func (x *EgressRequested) String() string {
 func (*EgressRequested) ProtoMessage() {}
 
 func (x *EgressRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[108]
+	mi := &file_plumb_v1_agent_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8591,7 +8706,7 @@ func (x *EgressRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRequested.ProtoReflect.Descriptor instead.
 func (*EgressRequested) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{108}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *EgressRequested) GetRequest() *EgressAsk {
@@ -8626,7 +8741,7 @@ type EgressDecided struct {
 
 func (x *EgressDecided) Reset() {
 	*x = EgressDecided{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8638,7 +8753,7 @@ func (x *EgressDecided) String() string {
 func (*EgressDecided) ProtoMessage() {}
 
 func (x *EgressDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[109]
+	mi := &file_plumb_v1_agent_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8651,7 +8766,7 @@ func (x *EgressDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDecided.ProtoReflect.Descriptor instead.
 func (*EgressDecided) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{109}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *EgressDecided) GetRequestId() string {
@@ -8729,7 +8844,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8741,7 +8856,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[110]
+	mi := &file_plumb_v1_agent_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8754,7 +8869,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{110}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RunStarted) GetThreadId() string {
@@ -8807,7 +8922,7 @@ type MessageDelta struct {
 
 func (x *MessageDelta) Reset() {
 	*x = MessageDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8819,7 +8934,7 @@ func (x *MessageDelta) String() string {
 func (*MessageDelta) ProtoMessage() {}
 
 func (x *MessageDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[111]
+	mi := &file_plumb_v1_agent_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8832,7 +8947,7 @@ func (x *MessageDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
 func (*MessageDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{111}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *MessageDelta) GetText() string {
@@ -8871,7 +8986,7 @@ type ReasoningDelta struct {
 
 func (x *ReasoningDelta) Reset() {
 	*x = ReasoningDelta{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8883,7 +8998,7 @@ func (x *ReasoningDelta) String() string {
 func (*ReasoningDelta) ProtoMessage() {}
 
 func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[112]
+	mi := &file_plumb_v1_agent_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8896,7 +9011,7 @@ func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
 func (*ReasoningDelta) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{112}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ReasoningDelta) GetText() string {
@@ -8939,7 +9054,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8951,7 +9066,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[113]
+	mi := &file_plumb_v1_agent_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8964,7 +9079,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{113}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *AssistantMessage) GetText() string {
@@ -9017,7 +9132,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9029,7 +9144,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[114]
+	mi := &file_plumb_v1_agent_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9042,7 +9157,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{114}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ToolCallStarted) GetId() string {
@@ -9091,7 +9206,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9103,7 +9218,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[115]
+	mi := &file_plumb_v1_agent_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9116,7 +9231,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{115}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *ToolResult) GetId() string {
@@ -9186,7 +9301,7 @@ type TodosUpdated struct {
 
 func (x *TodosUpdated) Reset() {
 	*x = TodosUpdated{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9198,7 +9313,7 @@ func (x *TodosUpdated) String() string {
 func (*TodosUpdated) ProtoMessage() {}
 
 func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[116]
+	mi := &file_plumb_v1_agent_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9211,7 +9326,7 @@ func (x *TodosUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TodosUpdated.ProtoReflect.Descriptor instead.
 func (*TodosUpdated) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{116}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *TodosUpdated) GetTodos() []*Todo {
@@ -9238,7 +9353,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9250,7 +9365,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[117]
+	mi := &file_plumb_v1_agent_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9263,7 +9378,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{117}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *SubagentStarted) GetSubagent() string {
@@ -9307,7 +9422,7 @@ type SubagentFinished struct {
 
 func (x *SubagentFinished) Reset() {
 	*x = SubagentFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9319,7 +9434,7 @@ func (x *SubagentFinished) String() string {
 func (*SubagentFinished) ProtoMessage() {}
 
 func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[118]
+	mi := &file_plumb_v1_agent_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9332,7 +9447,7 @@ func (x *SubagentFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentFinished.ProtoReflect.Descriptor instead.
 func (*SubagentFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{118}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *SubagentFinished) GetStatus() SubagentStatus {
@@ -9376,7 +9491,7 @@ type InterruptRequest struct {
 
 func (x *InterruptRequest) Reset() {
 	*x = InterruptRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9388,7 +9503,7 @@ func (x *InterruptRequest) String() string {
 func (*InterruptRequest) ProtoMessage() {}
 
 func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[119]
+	mi := &file_plumb_v1_agent_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9401,7 +9516,7 @@ func (x *InterruptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptRequest.ProtoReflect.Descriptor instead.
 func (*InterruptRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{119}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *InterruptRequest) GetToolCallId() string {
@@ -9480,7 +9595,7 @@ type Interrupted struct {
 
 func (x *Interrupted) Reset() {
 	*x = Interrupted{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9492,7 +9607,7 @@ func (x *Interrupted) String() string {
 func (*Interrupted) ProtoMessage() {}
 
 func (x *Interrupted) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[120]
+	mi := &file_plumb_v1_agent_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9505,7 +9620,7 @@ func (x *Interrupted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interrupted.ProtoReflect.Descriptor instead.
 func (*Interrupted) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{120}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Interrupted) GetInterruptId() string {
@@ -9541,7 +9656,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9553,7 +9668,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[121]
+	mi := &file_plumb_v1_agent_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9566,7 +9681,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{121}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *UsageReport) GetCall() *TokenUsage {
@@ -9627,7 +9742,7 @@ type Summarized struct {
 
 func (x *Summarized) Reset() {
 	*x = Summarized{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[122]
+	mi := &file_plumb_v1_agent_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9639,7 +9754,7 @@ func (x *Summarized) String() string {
 func (*Summarized) ProtoMessage() {}
 
 func (x *Summarized) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[122]
+	mi := &file_plumb_v1_agent_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9652,7 +9767,7 @@ func (x *Summarized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Summarized.ProtoReflect.Descriptor instead.
 func (*Summarized) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{122}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *Summarized) GetCutoffIndex() int64 {
@@ -9710,7 +9825,8 @@ type RunError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable code: MODEL_RATE_LIMITED, MODEL_UNAVAILABLE, STORAGE, MODEL_AUTH,
 	// MODEL_BAD_REQUEST, MODEL_CONTENT_FILTERED, CONTEXT_OVERFLOW, INTERNAL,
-	// or MODEL_NOT_CONFIGURED.
+	// MODEL_NOT_CONFIGURED, or QUOTA_EXCEEDED (the tenant's tokens_per_day
+	// was reached before a model call).
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// What went wrong.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
@@ -9722,7 +9838,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[123]
+	mi := &file_plumb_v1_agent_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9734,7 +9850,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[123]
+	mi := &file_plumb_v1_agent_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9747,7 +9863,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{123}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *RunError) GetCode() string {
@@ -9786,7 +9902,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[124]
+	mi := &file_plumb_v1_agent_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9798,7 +9914,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[124]
+	mi := &file_plumb_v1_agent_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9811,7 +9927,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{124}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *RunFinished) GetStatus() RunStatus {
@@ -9848,7 +9964,7 @@ type ListThreadFilesRequest struct {
 
 func (x *ListThreadFilesRequest) Reset() {
 	*x = ListThreadFilesRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[125]
+	mi := &file_plumb_v1_agent_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9860,7 +9976,7 @@ func (x *ListThreadFilesRequest) String() string {
 func (*ListThreadFilesRequest) ProtoMessage() {}
 
 func (x *ListThreadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[125]
+	mi := &file_plumb_v1_agent_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9873,7 +9989,7 @@ func (x *ListThreadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{125}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ListThreadFilesRequest) GetThreadId() string {
@@ -9903,7 +10019,7 @@ type ListThreadFilesResponse struct {
 
 func (x *ListThreadFilesResponse) Reset() {
 	*x = ListThreadFilesResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[126]
+	mi := &file_plumb_v1_agent_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9915,7 +10031,7 @@ func (x *ListThreadFilesResponse) String() string {
 func (*ListThreadFilesResponse) ProtoMessage() {}
 
 func (x *ListThreadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[126]
+	mi := &file_plumb_v1_agent_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9928,7 +10044,7 @@ func (x *ListThreadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{126}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ListThreadFilesResponse) GetPath() string {
@@ -9962,7 +10078,7 @@ type ReadThreadFileRequest struct {
 
 func (x *ReadThreadFileRequest) Reset() {
 	*x = ReadThreadFileRequest{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[127]
+	mi := &file_plumb_v1_agent_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9974,7 +10090,7 @@ func (x *ReadThreadFileRequest) String() string {
 func (*ReadThreadFileRequest) ProtoMessage() {}
 
 func (x *ReadThreadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[127]
+	mi := &file_plumb_v1_agent_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9987,7 +10103,7 @@ func (x *ReadThreadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadThreadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadThreadFileRequest) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{127}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *ReadThreadFileRequest) GetThreadId() string {
@@ -10033,7 +10149,7 @@ type ReadThreadFileResponse struct {
 
 func (x *ReadThreadFileResponse) Reset() {
 	*x = ReadThreadFileResponse{}
-	mi := &file_plumb_v1_agent_proto_msgTypes[128]
+	mi := &file_plumb_v1_agent_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10045,7 +10161,7 @@ func (x *ReadThreadFileResponse) String() string {
 func (*ReadThreadFileResponse) ProtoMessage() {}
 
 func (x *ReadThreadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plumb_v1_agent_proto_msgTypes[128]
+	mi := &file_plumb_v1_agent_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10058,7 +10174,7 @@ func (x *ReadThreadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadThreadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadThreadFileResponse) Descriptor() ([]byte, []int) {
-	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{128}
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *ReadThreadFileResponse) GetContent() []byte {
@@ -10369,15 +10485,24 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x0fGetUsageRequest\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x121\n" +
-	"\bgroup_by\x18\x03 \x01(\x0e2\x16.plumb.v1.UsageGroupByR\agroupBy\"\x86\x01\n" +
+	"\bgroup_by\x18\x03 \x01(\x0e2\x16.plumb.v1.UsageGroupByR\agroupBy\"\xaf\x01\n" +
 	"\bUsageRow\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12*\n" +
 	"\x05usage\x18\x03 \x01(\v2\x14.plumb.v1.TokenUsageR\x05usage\x12\x1f\n" +
 	"\vmodel_calls\x18\x04 \x01(\x03R\n" +
-	"modelCalls\":\n" +
+	"modelCalls\x12'\n" +
+	"\x0fsandbox_seconds\x18\x05 \x01(\x01R\x0esandboxSeconds\"\x92\x01\n" +
 	"\x10GetUsageResponse\x12&\n" +
-	"\x04rows\x18\x01 \x03(\v2\x12.plumb.v1.UsageRowR\x04rows\"(\n" +
+	"\x04rows\x18\x01 \x03(\v2\x12.plumb.v1.UsageRowR\x04rows\x12-\n" +
+	"\x06stored\x18\x02 \x01(\v2\x15.plumb.v1.StoredBytesR\x06stored\x12'\n" +
+	"\x0fsandbox_seconds\x18\x03 \x01(\x01R\x0esandboxSeconds\"\x83\x01\n" +
+	"\vStoredBytes\x12\x18\n" +
+	"\athreads\x18\x01 \x01(\x03R\athreads\x12\x1a\n" +
+	"\bmessages\x18\x02 \x01(\x03R\bmessages\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\x03R\x05state\x12\x14\n" +
+	"\x05files\x18\x04 \x01(\x03R\x05files\x12\x12\n" +
+	"\x04runs\x18\x05 \x01(\x03R\x04runs\"(\n" +
 	"\fInputMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\"k\n" +
 	"\n" +
@@ -10938,7 +11063,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 136)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 137)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -11021,329 +11146,331 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*GetUsageRequest)(nil),               // 78: plumb.v1.GetUsageRequest
 	(*UsageRow)(nil),                      // 79: plumb.v1.UsageRow
 	(*GetUsageResponse)(nil),              // 80: plumb.v1.GetUsageResponse
-	(*InputMessage)(nil),                  // 81: plumb.v1.InputMessage
-	(*ClientTool)(nil),                    // 82: plumb.v1.ClientTool
-	(*RunRequest)(nil),                    // 83: plumb.v1.RunRequest
-	(*RunResponse)(nil),                   // 84: plumb.v1.RunResponse
-	(*Decision)(nil),                      // 85: plumb.v1.Decision
-	(*ResumeRequest)(nil),                 // 86: plumb.v1.ResumeRequest
-	(*ResumeResponse)(nil),                // 87: plumb.v1.ResumeResponse
-	(*AttachRequest)(nil),                 // 88: plumb.v1.AttachRequest
-	(*AttachResponse)(nil),                // 89: plumb.v1.AttachResponse
-	(*CancelRequest)(nil),                 // 90: plumb.v1.CancelRequest
-	(*CancelResponse)(nil),                // 91: plumb.v1.CancelResponse
-	(*CancelRunRequest)(nil),              // 92: plumb.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),             // 93: plumb.v1.CancelRunResponse
-	(*CreateThreadRequest)(nil),           // 94: plumb.v1.CreateThreadRequest
-	(*CreateThreadResponse)(nil),          // 95: plumb.v1.CreateThreadResponse
-	(*GetThreadRequest)(nil),              // 96: plumb.v1.GetThreadRequest
-	(*GetThreadResponse)(nil),             // 97: plumb.v1.GetThreadResponse
-	(*ListMessagesRequest)(nil),           // 98: plumb.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),          // 99: plumb.v1.ListMessagesResponse
-	(*ListStateFilesRequest)(nil),         // 100: plumb.v1.ListStateFilesRequest
-	(*ListStateFilesResponse)(nil),        // 101: plumb.v1.ListStateFilesResponse
-	(*ListCheckpointsRequest)(nil),        // 102: plumb.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),       // 103: plumb.v1.ListCheckpointsResponse
-	(*ListThreadsRequest)(nil),            // 104: plumb.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),           // 105: plumb.v1.ListThreadsResponse
-	(*DeleteThreadRequest)(nil),           // 106: plumb.v1.DeleteThreadRequest
-	(*DeleteThreadResponse)(nil),          // 107: plumb.v1.DeleteThreadResponse
-	(*ListAgentsRequest)(nil),             // 108: plumb.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),            // 109: plumb.v1.ListAgentsResponse
-	(*AgentInfo)(nil),                     // 110: plumb.v1.AgentInfo
-	(*InterruptRule)(nil),                 // 111: plumb.v1.InterruptRule
-	(*Thread)(nil),                        // 112: plumb.v1.Thread
-	(*RunRecord)(nil),                     // 113: plumb.v1.RunRecord
-	(*Todo)(nil),                          // 114: plumb.v1.Todo
-	(*ToolCall)(nil),                      // 115: plumb.v1.ToolCall
-	(*ThreadMessage)(nil),                 // 116: plumb.v1.ThreadMessage
-	(*StateFile)(nil),                     // 117: plumb.v1.StateFile
-	(*Checkpoint)(nil),                    // 118: plumb.v1.Checkpoint
-	(*TokenUsage)(nil),                    // 119: plumb.v1.TokenUsage
-	(*Event)(nil),                         // 120: plumb.v1.Event
-	(*Steered)(nil),                       // 121: plumb.v1.Steered
-	(*RunQueued)(nil),                     // 122: plumb.v1.RunQueued
-	(*ToolCallDelta)(nil),                 // 123: plumb.v1.ToolCallDelta
-	(*ToolOutput)(nil),                    // 124: plumb.v1.ToolOutput
-	(*SandboxLost)(nil),                   // 125: plumb.v1.SandboxLost
-	(*EgressRequested)(nil),               // 126: plumb.v1.EgressRequested
-	(*EgressDecided)(nil),                 // 127: plumb.v1.EgressDecided
-	(*RunStarted)(nil),                    // 128: plumb.v1.RunStarted
-	(*MessageDelta)(nil),                  // 129: plumb.v1.MessageDelta
-	(*ReasoningDelta)(nil),                // 130: plumb.v1.ReasoningDelta
-	(*AssistantMessage)(nil),              // 131: plumb.v1.AssistantMessage
-	(*ToolCallStarted)(nil),               // 132: plumb.v1.ToolCallStarted
-	(*ToolResult)(nil),                    // 133: plumb.v1.ToolResult
-	(*TodosUpdated)(nil),                  // 134: plumb.v1.TodosUpdated
-	(*SubagentStarted)(nil),               // 135: plumb.v1.SubagentStarted
-	(*SubagentFinished)(nil),              // 136: plumb.v1.SubagentFinished
-	(*InterruptRequest)(nil),              // 137: plumb.v1.InterruptRequest
-	(*Interrupted)(nil),                   // 138: plumb.v1.Interrupted
-	(*UsageReport)(nil),                   // 139: plumb.v1.UsageReport
-	(*Summarized)(nil),                    // 140: plumb.v1.Summarized
-	(*RunError)(nil),                      // 141: plumb.v1.RunError
-	(*RunFinished)(nil),                   // 142: plumb.v1.RunFinished
-	(*ListThreadFilesRequest)(nil),        // 143: plumb.v1.ListThreadFilesRequest
-	(*ListThreadFilesResponse)(nil),       // 144: plumb.v1.ListThreadFilesResponse
-	(*ReadThreadFileRequest)(nil),         // 145: plumb.v1.ReadThreadFileRequest
-	(*ReadThreadFileResponse)(nil),        // 146: plumb.v1.ReadThreadFileResponse
-	nil,                                   // 147: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 148: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 149: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 150: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 151: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 152: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 153: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 154: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 155: google.protobuf.Timestamp
-	(*FileInfo)(nil),                      // 156: plumb.v1.FileInfo
+	(*StoredBytes)(nil),                   // 81: plumb.v1.StoredBytes
+	(*InputMessage)(nil),                  // 82: plumb.v1.InputMessage
+	(*ClientTool)(nil),                    // 83: plumb.v1.ClientTool
+	(*RunRequest)(nil),                    // 84: plumb.v1.RunRequest
+	(*RunResponse)(nil),                   // 85: plumb.v1.RunResponse
+	(*Decision)(nil),                      // 86: plumb.v1.Decision
+	(*ResumeRequest)(nil),                 // 87: plumb.v1.ResumeRequest
+	(*ResumeResponse)(nil),                // 88: plumb.v1.ResumeResponse
+	(*AttachRequest)(nil),                 // 89: plumb.v1.AttachRequest
+	(*AttachResponse)(nil),                // 90: plumb.v1.AttachResponse
+	(*CancelRequest)(nil),                 // 91: plumb.v1.CancelRequest
+	(*CancelResponse)(nil),                // 92: plumb.v1.CancelResponse
+	(*CancelRunRequest)(nil),              // 93: plumb.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),             // 94: plumb.v1.CancelRunResponse
+	(*CreateThreadRequest)(nil),           // 95: plumb.v1.CreateThreadRequest
+	(*CreateThreadResponse)(nil),          // 96: plumb.v1.CreateThreadResponse
+	(*GetThreadRequest)(nil),              // 97: plumb.v1.GetThreadRequest
+	(*GetThreadResponse)(nil),             // 98: plumb.v1.GetThreadResponse
+	(*ListMessagesRequest)(nil),           // 99: plumb.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),          // 100: plumb.v1.ListMessagesResponse
+	(*ListStateFilesRequest)(nil),         // 101: plumb.v1.ListStateFilesRequest
+	(*ListStateFilesResponse)(nil),        // 102: plumb.v1.ListStateFilesResponse
+	(*ListCheckpointsRequest)(nil),        // 103: plumb.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),       // 104: plumb.v1.ListCheckpointsResponse
+	(*ListThreadsRequest)(nil),            // 105: plumb.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),           // 106: plumb.v1.ListThreadsResponse
+	(*DeleteThreadRequest)(nil),           // 107: plumb.v1.DeleteThreadRequest
+	(*DeleteThreadResponse)(nil),          // 108: plumb.v1.DeleteThreadResponse
+	(*ListAgentsRequest)(nil),             // 109: plumb.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 110: plumb.v1.ListAgentsResponse
+	(*AgentInfo)(nil),                     // 111: plumb.v1.AgentInfo
+	(*InterruptRule)(nil),                 // 112: plumb.v1.InterruptRule
+	(*Thread)(nil),                        // 113: plumb.v1.Thread
+	(*RunRecord)(nil),                     // 114: plumb.v1.RunRecord
+	(*Todo)(nil),                          // 115: plumb.v1.Todo
+	(*ToolCall)(nil),                      // 116: plumb.v1.ToolCall
+	(*ThreadMessage)(nil),                 // 117: plumb.v1.ThreadMessage
+	(*StateFile)(nil),                     // 118: plumb.v1.StateFile
+	(*Checkpoint)(nil),                    // 119: plumb.v1.Checkpoint
+	(*TokenUsage)(nil),                    // 120: plumb.v1.TokenUsage
+	(*Event)(nil),                         // 121: plumb.v1.Event
+	(*Steered)(nil),                       // 122: plumb.v1.Steered
+	(*RunQueued)(nil),                     // 123: plumb.v1.RunQueued
+	(*ToolCallDelta)(nil),                 // 124: plumb.v1.ToolCallDelta
+	(*ToolOutput)(nil),                    // 125: plumb.v1.ToolOutput
+	(*SandboxLost)(nil),                   // 126: plumb.v1.SandboxLost
+	(*EgressRequested)(nil),               // 127: plumb.v1.EgressRequested
+	(*EgressDecided)(nil),                 // 128: plumb.v1.EgressDecided
+	(*RunStarted)(nil),                    // 129: plumb.v1.RunStarted
+	(*MessageDelta)(nil),                  // 130: plumb.v1.MessageDelta
+	(*ReasoningDelta)(nil),                // 131: plumb.v1.ReasoningDelta
+	(*AssistantMessage)(nil),              // 132: plumb.v1.AssistantMessage
+	(*ToolCallStarted)(nil),               // 133: plumb.v1.ToolCallStarted
+	(*ToolResult)(nil),                    // 134: plumb.v1.ToolResult
+	(*TodosUpdated)(nil),                  // 135: plumb.v1.TodosUpdated
+	(*SubagentStarted)(nil),               // 136: plumb.v1.SubagentStarted
+	(*SubagentFinished)(nil),              // 137: plumb.v1.SubagentFinished
+	(*InterruptRequest)(nil),              // 138: plumb.v1.InterruptRequest
+	(*Interrupted)(nil),                   // 139: plumb.v1.Interrupted
+	(*UsageReport)(nil),                   // 140: plumb.v1.UsageReport
+	(*Summarized)(nil),                    // 141: plumb.v1.Summarized
+	(*RunError)(nil),                      // 142: plumb.v1.RunError
+	(*RunFinished)(nil),                   // 143: plumb.v1.RunFinished
+	(*ListThreadFilesRequest)(nil),        // 144: plumb.v1.ListThreadFilesRequest
+	(*ListThreadFilesResponse)(nil),       // 145: plumb.v1.ListThreadFilesResponse
+	(*ReadThreadFileRequest)(nil),         // 146: plumb.v1.ReadThreadFileRequest
+	(*ReadThreadFileResponse)(nil),        // 147: plumb.v1.ReadThreadFileResponse
+	nil,                                   // 148: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 149: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 150: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 151: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 152: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 153: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 154: plumb.v1.Thread.MetadataEntry
+	(*durationpb.Duration)(nil),           // 155: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 156: google.protobuf.Timestamp
+	(*FileInfo)(nil),                      // 157: plumb.v1.FileInfo
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	154, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	155, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	83,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	155, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	155, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	155, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	155, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	154, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	84,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
+	156, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	156, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	156, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	156, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	155, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	83,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	84,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	154, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	155, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
-	83,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
+	84,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	155, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	155, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	156, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	156, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
-	113, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
+	114, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
 	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
-	113, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	154, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
-	113, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	155, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	114, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
+	155, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	114, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
+	156, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	155, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	155, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	156, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	156, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
 	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
 	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	155, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	155, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	156, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	156, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	155, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	155, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	147, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	156, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	156, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	148, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
 	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
 	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
 	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	148, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	154, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	149, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	155, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
 	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	155, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	155, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	156, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	156, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	154, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	155, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	155, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	155, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	156, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	156, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	155, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	155, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	155, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	156, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	156, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	156, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
 	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	155, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	155, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	156, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	156, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
 	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
-	119, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
+	120, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
 	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
-	149, // 66: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
-	81,  // 67: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
-	82,  // 68: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	150, // 69: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	154, // 70: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
-	2,   // 71: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
-	120, // 72: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
-	7,   // 73: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
-	85,  // 74: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
-	120, // 75: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
-	120, // 76: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
-	113, // 77: plumb.v1.CancelRunResponse.run:type_name -> plumb.v1.RunRecord
-	151, // 78: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
-	112, // 79: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
-	8,   // 80: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
-	112, // 81: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
-	116, // 82: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
-	117, // 83: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
-	118, // 84: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	152, // 85: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
-	9,   // 86: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
-	112, // 87: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
-	110, // 88: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
-	10,  // 89: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
-	111, // 90: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
-	7,   // 91: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	155, // 92: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	155, // 93: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	153, // 94: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
-	9,   // 95: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
-	114, // 96: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
-	138, // 97: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
-	113, // 98: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
-	119, // 99: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
-	116, // 100: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
-	117, // 101: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
-	118, // 102: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
-	42,  // 103: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
-	11,  // 104: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
-	119, // 105: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	155, // 106: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	155, // 107: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
-	141, // 108: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	155, // 109: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
-	12,  // 110: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
-	115, // 111: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	155, // 112: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
-	14,  // 113: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	155, // 114: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
-	13,  // 115: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	155, // 116: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	155, // 117: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	128, // 118: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
-	129, // 119: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
-	130, // 120: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
-	131, // 121: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
-	132, // 122: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
-	133, // 123: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
-	134, // 124: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
-	135, // 125: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
-	136, // 126: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
-	138, // 127: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
-	139, // 128: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
-	140, // 129: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
-	141, // 130: plumb.v1.Event.error:type_name -> plumb.v1.RunError
-	142, // 131: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
-	125, // 132: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
-	123, // 133: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
-	124, // 134: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
-	122, // 135: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
-	126, // 136: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
-	127, // 137: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
-	121, // 138: plumb.v1.Event.steered:type_name -> plumb.v1.Steered
-	113, // 139: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
-	42,  // 140: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
-	4,   // 141: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
-	115, // 142: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	14,  // 143: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
-	114, // 144: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
-	15,  // 145: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
-	119, // 146: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
-	16,  // 147: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
-	7,   // 148: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
-	137, // 149: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
-	119, // 150: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
-	17,  // 151: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
-	119, // 152: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
-	11,  // 153: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
-	119, // 154: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	156, // 155: plumb.v1.ListThreadFilesResponse.entries:type_name -> plumb.v1.FileInfo
-	83,  // 156: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	86,  // 157: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	88,  // 158: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	90,  // 159: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	94,  // 160: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	96,  // 161: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	98,  // 162: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	100, // 163: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	102, // 164: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	104, // 165: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	106, // 166: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	108, // 167: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	51,  // 168: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	53,  // 169: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	55,  // 170: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	66,  // 171: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	69,  // 172: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	71,  // 173: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	19,  // 174: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	21,  // 175: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	23,  // 176: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	25,  // 177: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	27,  // 178: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	29,  // 179: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	31,  // 180: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	34,  // 181: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	58,  // 182: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	60,  // 183: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	62,  // 184: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	64,  // 185: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	36,  // 186: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	38,  // 187: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	40,  // 188: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	44,  // 189: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	46,  // 190: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	48,  // 191: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	73,  // 192: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	76,  // 193: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	78,  // 194: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
-	92,  // 195: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
-	143, // 196: plumb.v1.AgentService.ListThreadFiles:input_type -> plumb.v1.ListThreadFilesRequest
-	145, // 197: plumb.v1.AgentService.ReadThreadFile:input_type -> plumb.v1.ReadThreadFileRequest
-	84,  // 198: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	87,  // 199: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	89,  // 200: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	91,  // 201: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	95,  // 202: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	97,  // 203: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	99,  // 204: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	101, // 205: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	103, // 206: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	105, // 207: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	107, // 208: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	109, // 209: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	52,  // 210: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	54,  // 211: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	56,  // 212: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	67,  // 213: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	70,  // 214: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	72,  // 215: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	20,  // 216: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	22,  // 217: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	24,  // 218: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	26,  // 219: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	28,  // 220: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	30,  // 221: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	32,  // 222: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	35,  // 223: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	59,  // 224: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	61,  // 225: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	63,  // 226: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	65,  // 227: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	37,  // 228: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	39,  // 229: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	41,  // 230: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	45,  // 231: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	47,  // 232: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	49,  // 233: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	74,  // 234: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	77,  // 235: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	80,  // 236: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
-	93,  // 237: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
-	144, // 238: plumb.v1.AgentService.ListThreadFiles:output_type -> plumb.v1.ListThreadFilesResponse
-	146, // 239: plumb.v1.AgentService.ReadThreadFile:output_type -> plumb.v1.ReadThreadFileResponse
-	198, // [198:240] is the sub-list for method output_type
-	156, // [156:198] is the sub-list for method input_type
-	156, // [156:156] is the sub-list for extension type_name
-	156, // [156:156] is the sub-list for extension extendee
-	0,   // [0:156] is the sub-list for field type_name
+	81,  // 66: plumb.v1.GetUsageResponse.stored:type_name -> plumb.v1.StoredBytes
+	150, // 67: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	82,  // 68: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
+	83,  // 69: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
+	151, // 70: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	155, // 71: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	2,   // 72: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
+	121, // 73: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
+	7,   // 74: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
+	86,  // 75: plumb.v1.ResumeRequest.decisions:type_name -> plumb.v1.Decision
+	121, // 76: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
+	121, // 77: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
+	114, // 78: plumb.v1.CancelRunResponse.run:type_name -> plumb.v1.RunRecord
+	152, // 79: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	113, // 80: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
+	8,   // 81: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
+	113, // 82: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
+	117, // 83: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
+	118, // 84: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
+	119, // 85: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
+	153, // 86: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	9,   // 87: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
+	113, // 88: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
+	111, // 89: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
+	10,  // 90: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
+	112, // 91: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
+	7,   // 92: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
+	156, // 93: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	156, // 94: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	154, // 95: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	9,   // 96: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
+	115, // 97: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
+	139, // 98: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
+	114, // 99: plumb.v1.Thread.last_run:type_name -> plumb.v1.RunRecord
+	120, // 100: plumb.v1.Thread.usage:type_name -> plumb.v1.TokenUsage
+	117, // 101: plumb.v1.Thread.messages:type_name -> plumb.v1.ThreadMessage
+	118, // 102: plumb.v1.Thread.files:type_name -> plumb.v1.StateFile
+	119, // 103: plumb.v1.Thread.checkpoints:type_name -> plumb.v1.Checkpoint
+	42,  // 104: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
+	11,  // 105: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
+	120, // 106: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
+	156, // 107: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	156, // 108: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	142, // 109: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
+	156, // 110: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	12,  // 111: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
+	116, // 112: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	156, // 113: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	14,  // 114: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
+	156, // 115: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	13,  // 116: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
+	156, // 117: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	156, // 118: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	129, // 119: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
+	130, // 120: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
+	131, // 121: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
+	132, // 122: plumb.v1.Event.message:type_name -> plumb.v1.AssistantMessage
+	133, // 123: plumb.v1.Event.tool_call_started:type_name -> plumb.v1.ToolCallStarted
+	134, // 124: plumb.v1.Event.tool_result:type_name -> plumb.v1.ToolResult
+	135, // 125: plumb.v1.Event.todos_updated:type_name -> plumb.v1.TodosUpdated
+	136, // 126: plumb.v1.Event.subagent_started:type_name -> plumb.v1.SubagentStarted
+	137, // 127: plumb.v1.Event.subagent_finished:type_name -> plumb.v1.SubagentFinished
+	139, // 128: plumb.v1.Event.interrupted:type_name -> plumb.v1.Interrupted
+	140, // 129: plumb.v1.Event.usage:type_name -> plumb.v1.UsageReport
+	141, // 130: plumb.v1.Event.summarized:type_name -> plumb.v1.Summarized
+	142, // 131: plumb.v1.Event.error:type_name -> plumb.v1.RunError
+	143, // 132: plumb.v1.Event.run_finished:type_name -> plumb.v1.RunFinished
+	126, // 133: plumb.v1.Event.sandbox_lost:type_name -> plumb.v1.SandboxLost
+	124, // 134: plumb.v1.Event.tool_call_delta:type_name -> plumb.v1.ToolCallDelta
+	125, // 135: plumb.v1.Event.tool_output:type_name -> plumb.v1.ToolOutput
+	123, // 136: plumb.v1.Event.run_queued:type_name -> plumb.v1.RunQueued
+	127, // 137: plumb.v1.Event.egress_request:type_name -> plumb.v1.EgressRequested
+	128, // 138: plumb.v1.Event.egress_decided:type_name -> plumb.v1.EgressDecided
+	122, // 139: plumb.v1.Event.steered:type_name -> plumb.v1.Steered
+	114, // 140: plumb.v1.RunQueued.run:type_name -> plumb.v1.RunRecord
+	42,  // 141: plumb.v1.EgressRequested.request:type_name -> plumb.v1.EgressAsk
+	4,   // 142: plumb.v1.EgressDecided.scope:type_name -> plumb.v1.EgressGrantScope
+	116, // 143: plumb.v1.AssistantMessage.tool_calls:type_name -> plumb.v1.ToolCall
+	14,  // 144: plumb.v1.ToolResult.origin:type_name -> plumb.v1.ToolResultOrigin
+	115, // 145: plumb.v1.TodosUpdated.todos:type_name -> plumb.v1.Todo
+	15,  // 146: plumb.v1.SubagentFinished.status:type_name -> plumb.v1.SubagentStatus
+	120, // 147: plumb.v1.SubagentFinished.usage:type_name -> plumb.v1.TokenUsage
+	16,  // 148: plumb.v1.InterruptRequest.kind:type_name -> plumb.v1.InterruptKind
+	7,   // 149: plumb.v1.InterruptRequest.allowed_decisions:type_name -> plumb.v1.DecisionType
+	138, // 150: plumb.v1.Interrupted.requests:type_name -> plumb.v1.InterruptRequest
+	120, // 151: plumb.v1.UsageReport.call:type_name -> plumb.v1.TokenUsage
+	17,  // 152: plumb.v1.UsageReport.purpose:type_name -> plumb.v1.UsagePurpose
+	120, // 153: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
+	11,  // 154: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
+	120, // 155: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
+	157, // 156: plumb.v1.ListThreadFilesResponse.entries:type_name -> plumb.v1.FileInfo
+	84,  // 157: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	87,  // 158: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	89,  // 159: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	91,  // 160: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	95,  // 161: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	97,  // 162: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	99,  // 163: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	101, // 164: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	103, // 165: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	105, // 166: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	107, // 167: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	109, // 168: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 169: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 170: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 171: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 172: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 173: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 174: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 175: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 176: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 177: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 178: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 179: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 180: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 181: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 182: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 183: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 184: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 185: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 186: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 187: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 188: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 189: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 190: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 191: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 192: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 193: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 194: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 195: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	93,  // 196: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
+	144, // 197: plumb.v1.AgentService.ListThreadFiles:input_type -> plumb.v1.ListThreadFilesRequest
+	146, // 198: plumb.v1.AgentService.ReadThreadFile:input_type -> plumb.v1.ReadThreadFileRequest
+	85,  // 199: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	88,  // 200: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	90,  // 201: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	92,  // 202: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	96,  // 203: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	98,  // 204: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	100, // 205: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	102, // 206: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	104, // 207: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	106, // 208: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	108, // 209: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	110, // 210: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 211: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 212: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 213: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 214: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 215: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 216: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 217: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 218: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 219: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 220: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 221: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 222: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 223: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 224: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 225: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 226: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 227: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 228: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 229: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 230: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 231: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 232: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 233: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 234: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 235: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 236: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 237: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	94,  // 238: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
+	145, // 239: plumb.v1.AgentService.ListThreadFiles:output_type -> plumb.v1.ListThreadFilesResponse
+	147, // 240: plumb.v1.AgentService.ReadThreadFile:output_type -> plumb.v1.ReadThreadFileResponse
+	199, // [199:241] is the sub-list for method output_type
+	157, // [157:199] is the sub-list for method input_type
+	157, // [157:157] is the sub-list for extension type_name
+	157, // [157:157] is the sub-list for extension extendee
+	0,   // [0:157] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -11352,7 +11479,7 @@ func file_plumb_v1_agent_proto_init() {
 		return
 	}
 	file_plumb_v1_sandbox_proto_init()
-	file_plumb_v1_agent_proto_msgTypes[102].OneofWrappers = []any{
+	file_plumb_v1_agent_proto_msgTypes[103].OneofWrappers = []any{
 		(*Event_RunStarted)(nil),
 		(*Event_MessageDelta)(nil),
 		(*Event_ReasoningDelta)(nil),
@@ -11375,14 +11502,14 @@ func file_plumb_v1_agent_proto_init() {
 		(*Event_EgressDecided)(nil),
 		(*Event_Steered)(nil),
 	}
-	file_plumb_v1_agent_proto_msgTypes[115].OneofWrappers = []any{}
+	file_plumb_v1_agent_proto_msgTypes[116].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      18,
-			NumMessages:   136,
+			NumMessages:   137,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
