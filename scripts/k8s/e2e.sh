@@ -40,6 +40,15 @@ t0=$SECONDS
 
 log() { echo "== k8s e2e [$((SECONDS - t0))s]: $*" >&2; }
 
+# wait_until WHAT SECONDS CMD...: polls CMD every 2 s (a hang guard, not a
+# performance bound).
+wait_until() {
+	local what=$1 tries=$(($2 / 2)); shift 2
+	for _ in $(seq "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 2; done
+	echo "timed out waiting for: $what" >&2
+	return 1
+}
+
 cleanup() {
 	local rc=$?
 	if [ "$rc" -ne 0 ] && [ -f "$KUBECONFIG" ]; then
@@ -188,12 +197,16 @@ SANDBOXD=$(kubectl -n plumb get pods -l app.kubernetes.io/name=sandboxd -o jsonp
 ACTL=$ROOT/bin/agentctl
 
 log "checks: health through the agentd Service ($AGENTD:7070) and the sandboxd pod ($SANDBOXD:7071)"
-"$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$AGENTD_TOKEN" health 2>&1 | awk '$1 == "agentd" && $3 == "SERVING" {ok = 1} END {exit !ok}' ||
-	{ "$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN" health >&2 || true; echo "agentd not SERVING through its Service" >&2; exit 1; }
-"$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$SANDBOXD_TOKEN" health 2>&1 | awk '$1 == "sandboxd" && $3 == "SERVING" {ok = 1} END {exit !ok}' ||
-	{ echo "sandboxd not SERVING on its pod" >&2; exit 1; }
-curl -sf "http://$AGENTD:9070/metrics" | grep -q '^# HELP' || { echo "agentd /metrics through the Service failed" >&2; exit 1; }
-curl -sf "http://$SANDBOXD:9071/metrics" | grep -q '^# HELP' || { echo "sandboxd /metrics failed" >&2; exit 1; }
+# The Service's endpoints and kube-proxy's rules follow readiness by a
+# moment: the first calls may find no endpoint yet.
+agentd_serving() { "$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN" health 2>&1 | awk '$1 == "agentd" && $3 == "SERVING" {ok = 1} END {exit !ok}'; }
+sandboxd_serving() { "$ACTL" --sandboxd "$SANDBOXD:7071" --token "$SANDBOXD_TOKEN" health 2>&1 | awk '$1 == "sandboxd" && $3 == "SERVING" {ok = 1} END {exit !ok}'; }
+wait_until "agentd SERVING through its Service" 120 agentd_serving ||
+	{ "$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN" health >&2 || true; exit 1; }
+wait_until "sandboxd SERVING on its pod" 120 sandboxd_serving || exit 1
+metrics() { curl -sf "http://$1/metrics" | grep -q '^# HELP'; }
+wait_until "agentd /metrics through the Service" 60 metrics "$AGENTD:9070" || exit 1
+metrics "$SANDBOXD:9071" || { echo "sandboxd /metrics failed" >&2; exit 1; }
 
 log "checks: a command runs in a sandbox on the worker"
 export AGENTCTL_TOKEN=$SANDBOXD_TOKEN
@@ -205,14 +218,6 @@ out=$("$ACTL" --sandboxd "$SANDBOXD:7071" sandbox exec "$ID" -- echo hello-from-
 A=("$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN")
 S=("$ACTL" --token "$SANDBOXD_TOKEN")
 
-# wait_until WHAT SECONDS CMD...: polls CMD every 2 s (a hang guard, not a
-# performance bound).
-wait_until() {
-	local what=$1 tries=$(($2 / 2)); shift 2
-	for _ in $(seq "$tries"); do "$@" >/dev/null 2>&1 && return 0; sleep 2; done
-	echo "timed out waiting for: $what" >&2
-	return 1
-}
 # detach PROMPT [ARGS...]: starts a detached run; prints "RUN THREAD".
 detach() {
 	"${A[@]}" run --detach --json "${@:2}" "$1" | head -n 1 |
