@@ -199,8 +199,15 @@ ACTL=$ROOT/bin/agentctl
 log "checks: health through the agentd Service ($AGENTD:7070) and the sandboxd pod ($SANDBOXD:7071)"
 # The Service's endpoints and kube-proxy's rules follow readiness by a
 # moment: the first calls may find no endpoint yet.
-agentd_serving() { "$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN" health 2>&1 | awk '$1 == "agentd" && $3 == "SERVING" {ok = 1} END {exit !ok}'; }
-sandboxd_serving() { "$ACTL" --sandboxd "$SANDBOXD:7071" --token "$SANDBOXD_TOKEN" health 2>&1 | awk '$1 == "sandboxd" && $3 == "SERVING" {ok = 1} END {exit !ok}'; }
+# serving NAME TOKEN: agentctl health (which asks both daemons and exits 1
+# unless both answer) says NAME is SERVING.
+serving() {
+	local out
+	out=$("$ACTL" --agentd "$AGENTD:7070" --sandboxd "$SANDBOXD:7071" --token "$2" health 2>&1 || true)
+	awk -v d="$1" '$1 == d && $3 == "SERVING" {ok = 1} END {exit !ok}' <<<"$out"
+}
+agentd_serving() { serving agentd "$AGENTD_TOKEN"; }
+sandboxd_serving() { serving sandboxd "$SANDBOXD_TOKEN"; }
 wait_until "agentd SERVING through its Service" 120 agentd_serving ||
 	{ "$ACTL" --agentd "$AGENTD:7070" --token "$AGENTD_TOKEN" health >&2 || true; exit 1; }
 wait_until "sandboxd SERVING on its pod" 120 sandboxd_serving || exit 1

@@ -21,6 +21,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/model/chatwire"
 )
 
 type message struct {
@@ -98,40 +101,41 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	n := calls.Add(1)
 	rep := answer(req.Messages)
 	log.Printf("call %d: %d messages -> text %q command %q", n, len(req.Messages), rep.text, rep.command)
-	id := fmt.Sprintf("chatcmpl-%d", n)
 	finish := "stop"
-	delta := map[string]any{"role": "assistant", "content": rep.text}
+	delta := chatwire.Delta{Role: "assistant", Content: rep.text}
 	if rep.command != "" {
 		args, _ := json.Marshal(map[string]string{"command": rep.command})
+		zero := 0
 		finish = "tool_calls"
-		delta = map[string]any{"role": "assistant", "tool_calls": []map[string]any{{
-			"index": 0, "id": fmt.Sprintf("call_%d", n), "type": "function",
-			"function": map[string]any{"name": "execute", "arguments": string(args)},
+		delta = chatwire.Delta{Role: "assistant", ToolCalls: []chatwire.ToolCall{{
+			Index: &zero, ID: fmt.Sprintf("call_%d", n), Type: "function",
+			Function: chatwire.Function{Name: "execute", Arguments: string(args)},
 		}}}
 	}
-	usage := map[string]int{"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+	usage := &chatwire.Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15}
+	base := chatwire.Chunk{ID: fmt.Sprintf("chatcmpl-%d", n), Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: req.Model}
 	if !req.Stream {
-		msg := map[string]any{"role": "assistant", "content": rep.text}
-		if tc, ok := delta["tool_calls"]; ok {
-			msg = map[string]any{"role": "assistant", "content": nil, "tool_calls": tc}
-		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": id, "object": "chat.completion", "model": req.Model,
-			"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": finish}},
-			"usage":   usage,
+			"id": base.ID, "object": "chat.completion", "created": base.Created, "model": req.Model,
+			"choices": []map[string]any{{"index": 0, "message": map[string]any{
+				"role": "assistant", "content": delta.Content, "tool_calls": delta.ToolCalls}, "finish_reason": finish}},
+			"usage": usage,
 		})
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	chunk := func(v map[string]any) {
-		v["id"], v["object"], v["model"] = id, "chat.completion.chunk", req.Model
-		b, _ := json.Marshal(v)
+	send := func(c chatwire.Chunk) {
+		b, _ := json.Marshal(c)
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
-	chunk(map[string]any{"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": nil}}})
-	chunk(map[string]any{"choices": []map[string]any{{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}})
-	chunk(map[string]any{"choices": []map[string]any{}, "usage": usage})
+	c := base
+	c.Choices = []chatwire.Choice{{Delta: delta}}
+	send(c)
+	c.Choices = []chatwire.Choice{{FinishReason: &finish}}
+	send(c)
+	c.Choices, c.Usage = []chatwire.Choice{}, usage
+	send(c)
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 

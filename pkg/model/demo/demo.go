@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/plumbhq/plumb/pkg/model/chatwire"
 )
 
 // Model is the model name the server reports.
@@ -189,18 +191,18 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	}
 	turn := Next(msgs, r.Header.Get(HeaderParentToolCallID) != "")
 	id := fmt.Sprintf("chatcmpl-demo-%d", time.Now().UnixNano())
-	calls := make([]wireToolCall, len(turn.Calls))
+	calls := make([]chatwire.ToolCall, len(turn.Calls))
 	for i, c := range turn.Calls {
 		args, _ := json.Marshal(c.Args)
 		idx := i
-		calls[i] = wireToolCall{Index: &idx, ID: fmt.Sprintf("call_demo_%d_%d", time.Now().UnixNano(), i), Type: "function",
-			Function: wireFunction{Name: c.Name, Arguments: string(args)}}
+		calls[i] = chatwire.ToolCall{Index: &idx, ID: fmt.Sprintf("call_demo_%d_%d", time.Now().UnixNano(), i), Type: "function",
+			Function: chatwire.Function{Name: c.Name, Arguments: string(args)}}
 	}
 	finish := "stop"
 	if len(calls) > 0 {
 		finish = "tool_calls"
 	}
-	usage := &wireUsage{PromptTokens: 100 * len(msgs), CompletionTokens: 20 + len(turn.Text)/4}
+	usage := &chatwire.Usage{PromptTokens: 100 * len(msgs), CompletionTokens: 20 + len(turn.Text)/4}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
@@ -216,7 +218,7 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl, _ := w.(http.Flusher)
-	send := func(c wireChunk) error {
+	send := func(c chatwire.Chunk) error {
 		c.ID, c.Object, c.Created, c.Model = id, "chat.completion.chunk", time.Now().Unix(), Model
 		b, _ := json.Marshal(c)
 		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
@@ -230,27 +232,27 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	first := true
 	// The text in a few pieces, as a model streams it.
 	for _, piece := range pieces(turn.Text, 24) {
-		d := wireDelta{Content: piece}
+		d := chatwire.Delta{Content: piece}
 		if first {
 			d.Role, first = "assistant", false
 		}
-		if send(wireChunk{Choices: []wireChoice{{Delta: d}}}) != nil {
+		if send(chatwire.Chunk{Choices: []chatwire.Choice{{Delta: d}}}) != nil {
 			return
 		}
 	}
 	if len(calls) > 0 {
-		d := wireDelta{ToolCalls: calls}
+		d := chatwire.Delta{ToolCalls: calls}
 		if first {
 			d.Role = "assistant"
 		}
-		if send(wireChunk{Choices: []wireChoice{{Delta: d}}}) != nil {
+		if send(chatwire.Chunk{Choices: []chatwire.Choice{{Delta: d}}}) != nil {
 			return
 		}
 	}
-	if send(wireChunk{Choices: []wireChoice{{FinishReason: &finish}}}) != nil {
+	if send(chatwire.Chunk{Choices: []chatwire.Choice{{FinishReason: &finish}}}) != nil {
 		return
 	}
-	if send(wireChunk{Choices: []wireChoice{}, Usage: usage}) != nil {
+	if send(chatwire.Chunk{Choices: []chatwire.Choice{}, Usage: usage}) != nil {
 		return
 	}
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
@@ -259,7 +261,7 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func nilIfEmpty(c []wireToolCall) any {
+func nilIfEmpty(c []chatwire.ToolCall) any {
 	if len(c) == 0 {
 		return nil
 	}
@@ -284,39 +286,3 @@ func pieces(s string, n int) []string {
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
-
-type (
-	wireChunk struct {
-		ID      string       `json:"id"`
-		Object  string       `json:"object"`
-		Created int64        `json:"created"`
-		Model   string       `json:"model"`
-		Choices []wireChoice `json:"choices"`
-		Usage   *wireUsage   `json:"usage,omitempty"`
-	}
-	wireChoice struct {
-		Index        int       `json:"index"`
-		Delta        wireDelta `json:"delta"`
-		FinishReason *string   `json:"finish_reason"`
-	}
-	wireDelta struct {
-		Role      string         `json:"role,omitempty"`
-		Content   string         `json:"content,omitempty"`
-		ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
-	}
-	wireToolCall struct {
-		Index    *int         `json:"index,omitempty"`
-		ID       string       `json:"id,omitempty"`
-		Type     string       `json:"type,omitempty"`
-		Function wireFunction `json:"function"`
-	}
-	wireFunction struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments,omitempty"`
-	}
-	wireUsage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
-	}
-)

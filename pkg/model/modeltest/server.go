@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plumbhq/plumb/pkg/model/chatwire"
 	goopenai "github.com/sashabaranov/go-openai"
 )
 
@@ -463,54 +464,8 @@ func (t Turn) usage(req Request) *Usage {
 	return &u
 }
 
-// Wire shapes of a chat.completion.chunk, written by hand so that the
-// stream carries only what OpenAI sends (go-openai's types add empty
-// content-filter results and "type" on every fragment).
-type (
-	wireChunk struct {
-		ID      string       `json:"id"`
-		Object  string       `json:"object"`
-		Created int64        `json:"created"`
-		Model   string       `json:"model"`
-		Choices []wireChoice `json:"choices"`
-		Usage   *wireUsage   `json:"usage,omitempty"`
-	}
-	wireChoice struct {
-		Index        int       `json:"index"`
-		Delta        wireDelta `json:"delta"`
-		FinishReason *string   `json:"finish_reason"`
-	}
-	wireDelta struct {
-		Role             string         `json:"role,omitempty"`
-		Content          string         `json:"content,omitempty"`
-		ReasoningContent string         `json:"reasoning_content,omitempty"`
-		ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
-	}
-	wireToolCall struct {
-		Index    *int         `json:"index,omitempty"`
-		ID       string       `json:"id,omitempty"`
-		Type     string       `json:"type,omitempty"`
-		Function wireFunction `json:"function"`
-	}
-	wireFunction struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments,omitempty"`
-	}
-	wireUsage struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		TotalTokens         int `json:"total_tokens"`
-		PromptTokensDetails struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-		CompletionTokensDetails struct {
-			ReasoningTokens int `json:"reasoning_tokens"`
-		} `json:"completion_tokens_details"`
-	}
-)
-
-func (u *Usage) wire() *wireUsage {
-	w := &wireUsage{PromptTokens: u.Prompt, CompletionTokens: u.Completion, TotalTokens: u.Prompt + u.Completion}
+func (u *Usage) wire() *chatwire.Usage {
+	w := &chatwire.Usage{PromptTokens: u.Prompt, CompletionTokens: u.Completion, TotalTokens: u.Prompt + u.Completion}
 	w.PromptTokensDetails.CachedTokens = u.Cached
 	w.CompletionTokensDetails.ReasoningTokens = u.Reasoning
 	return w
@@ -519,12 +474,12 @@ func (u *Usage) wire() *wireUsage {
 // marshal renders c as a chat.completion.chunk; the first chunk of a stream
 // carries the assistant role, as OpenAI's do.
 func (c Chunk) marshal(id, model string, first bool) string {
-	out := wireChunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: model, Choices: []wireChoice{}}
+	out := chatwire.Chunk{ID: id, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: model, Choices: []chatwire.Choice{}}
 	if c.Usage != nil {
 		out.Usage = c.Usage.wire()
 	}
 	if c.Text != "" || c.Reasoning != "" || len(c.ToolCalls) > 0 || c.FinishReason != "" || c.Usage == nil {
-		ch := wireChoice{Delta: wireDelta{Content: c.Text, ReasoningContent: c.Reasoning}}
+		ch := chatwire.Choice{Delta: chatwire.Delta{Content: c.Text, ReasoningContent: c.Reasoning}}
 		if first {
 			ch.Delta.Role = "assistant"
 		}
@@ -532,7 +487,7 @@ func (c Chunk) marshal(id, model string, first bool) string {
 			ch.FinishReason = &c.FinishReason
 		}
 		for _, f := range c.ToolCalls {
-			tc := wireToolCall{ID: f.ID, Function: wireFunction{Name: f.Name, Arguments: f.Args}}
+			tc := chatwire.ToolCall{ID: f.ID, Function: chatwire.Function{Name: f.Name, Arguments: f.Args}}
 			if !f.NoIndex {
 				tc.Index = &f.Index
 			}
