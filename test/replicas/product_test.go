@@ -29,12 +29,14 @@ import (
 
 // The tenants of a product deployment (--credentials-file): default runs
 // most scenarios; other checks tenancy; ttl has a retention TTL of a few
-// seconds (so only its threads are swept); meter is counted alone.
+// seconds (so only its threads are swept); meter is counted alone; quota
+// may run one run at a time.
 const (
 	tenantDefault = "default"
 	tenantOther   = "other"
 	tenantTTL     = "ttl"
 	tenantMeter   = "meter"
+	tenantQuota   = "quota"
 )
 
 // ttlIdle is tenant ttl's retention.threads_idle.
@@ -118,7 +120,7 @@ func startProduct(t *testing.T, mode string) *product {
 	creds := filepath.Join(dir, "credentials")
 	var lines []string
 	tokens := map[string]string{}
-	for _, tn := range []string{tenantDefault, tenantOther, tenantTTL, tenantMeter} {
+	for _, tn := range []string{tenantDefault, tenantOther, tenantTTL, tenantMeter, tenantQuota} {
 		tokens[tn] = "product-" + tn + "-token"
 		lines = append(lines, tn+" "+tokens[tn])
 	}
@@ -172,7 +174,9 @@ webhooks: {allow_http: true, allow: [127.0.0.1]}
 retention:
   interval: 1s
   tenants: {%s: {threads_idle: %s}}
-`, storage, model.URL(), replicaHeader, name, sd.GRPCAddr, tenantTTL, ttlIdle)
+quotas:
+  tenants: {%s: {concurrent_runs: 1}}
+`, storage, model.URL(), replicaHeader, name, sd.GRPCAddr, tenantTTL, ttlIdle, tenantQuota)
 		path := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
@@ -219,6 +223,9 @@ func TestProduct(t *testing.T) {
 		{"webhook", productWebhook},
 		{"schedule", productSchedule},
 		{"busy", productBusy},
+		{"rollback", productRollback},
+		{"steer", productSteer},
+		{"quota", productQuota},
 		{"retention", productRetention},
 		{"usage", productUsage},
 		{"skills", productSkills},
@@ -929,5 +936,85 @@ func productTenancy(t *testing.T, p *product) {
 	}
 	if _, err := p.at(0).c.DeleteSchedule(p.ctx, &plumbv1.DeleteScheduleRequest{ScheduleId: sid}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// productRollback is item 4's rollback: a Run with on_busy ROLLBACK on a
+// busy thread is queued, stops the current run at its next checkpoint,
+// discards its messages (CANCELLED, ROLLED_BACK), and runs after it.
+func productRollback(t *testing.T, p *product) {
+	sc, next := p.mode+"-rolled-back", p.mode+"-instead"
+	gate := p.policy.gate(sc, p.at(0).name, 1)
+	runID, thread := p.detached(t, p.at(0).c, "", sc, "")
+	gate.wait(t, "step 2's model call")
+	q := p.sendBusy(t, p.at(1), thread, next, plumbv1.OnBusy_ON_BUSY_ROLLBACK)
+	if len(p.replicas) > 1 {
+		logged(t, p.at(0), "run asked by a newer run on another replica to stop at its next checkpoint")
+	}
+	gate.open()
+	wantEnded(t, p.waitRunOn(t, p.at(1).c, runID), plumbv1.RunStatus_RUN_STATUS_CANCELLED, "ROLLED_BACK")
+	wantEnded(t, p.waitRunOn(t, p.at(0).c, q.GetRunId()), plumbv1.RunStatus_RUN_STATUS_COMPLETED, "")
+	msgs := p.messages(t, p.at(1), thread)
+	if len(msgs) == 0 || msgs[0] != next || msgs[len(msgs)-1] != "done "+next || slices.Contains(msgs, sc) {
+		t.Errorf("the thread's messages after the rollback = %q; want the new run's only", msgs)
+	}
+	p.wantSteps(t, thread, sc, 1, 2) // the box is not rolled back
+	p.wantNoStep(t, thread, sc, 3)
+	p.wantSteps(t, thread, next, 1, 2, 3)
+}
+
+// productSteer is item 4's steering: a Run with on_busy STEER on a busy
+// thread follows the running run, which gets the message at its next
+// model call, once, and answers it.
+func productSteer(t *testing.T, p *product) {
+	sc, steer := p.mode+"-steered", p.mode+"-steer-instead"
+	gate := p.policy.gate(sc, p.at(0).name, 1)
+	runID, thread := p.detached(t, p.at(0).c, "", sc, "")
+	gate.wait(t, "step 2's model call")
+	follower := p.start(t, p.at(1).c, "steering run", &plumbv1.RunRequest{ThreadId: thread, Input: []*plumbv1.InputMessage{{Content: steer}}, OnBusy: plumbv1.OnBusy_ON_BUSY_STEER})
+	logged(t, p.at(1), "steer stored for the thread's running run")
+	gate.open()
+	evs := follower.finished(t, plumbv1.RunStatus_RUN_STATUS_COMPLETED)
+	steered := 0
+	for _, e := range evs {
+		if st := e.GetSteered(); st != nil {
+			steered++
+			if !slices.Equal(st.GetInput(), []string{steer}) {
+				t.Errorf("steered event %v; want the input %q", st, steer)
+			}
+		}
+		if e.GetRunId() != runID {
+			t.Fatalf("the steering stream carried run %s's event; want the running run %s's", e.GetRunId(), runID)
+		}
+	}
+	if steered != 1 {
+		t.Errorf("the steering stream carried %d steered events; want 1", steered)
+	}
+	rec := p.waitRunOn(t, p.at(0).c, runID)
+	if rec.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || rec.GetFinalText() != "done "+steer {
+		t.Errorf("the steered run = %v; want COMPLETED answering the steer", rec)
+	}
+	if n := countLines(p.messages(t, p.at(0), thread), steer); n != 1 {
+		t.Errorf("the steer is %d times in the thread's messages; want once", n)
+	}
+}
+
+// productQuota is item 6's quotas: tenant quota may run one run at a
+// time, counted across replicas. While its run is held on one replica,
+// its Run for another thread on the other is refused before it starts
+// (RESOURCE_EXHAUSTED naming concurrent_runs); once the first ends, a run
+// is admitted again.
+func productQuota(t *testing.T, p *product) {
+	sc := p.mode + "-quota"
+	gate := p.policy.gate(sc, p.at(0).name, 1)
+	runID, _ := p.detached(t, p.as(tenantQuota, 0), "", sc, "")
+	gate.wait(t, "step 2's model call")
+	second := &replica{name: p.at(1).name, c: p.as(tenantQuota, 1)}
+	p.refusedForQuota(t, second, p.mode+"-quota-second", "concurrent_runs")
+	gate.open()
+	wantEnded(t, p.waitRunOn(t, p.as(tenantQuota, 1), runID), plumbv1.RunStatus_RUN_STATUS_COMPLETED, "")
+	if _, err := p.start(t, second.c, "a run after the first ended", &plumbv1.RunRequest{
+		Input: []*plumbv1.InputMessage{{Content: textOnly + p.mode + "-quota-after"}}}).end(t); err != nil {
+		t.Errorf("a run of tenant quota after its first ended: %v; want admitted", err)
 	}
 }
