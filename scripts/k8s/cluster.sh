@@ -9,7 +9,8 @@
 # scripts/k8s/build.sh (cached per version). Everything lives under $K8S_RUN
 # and is listed in $K8S_RUN/made so `down` removes exactly what `up` made:
 # processes, pods and their mounts, network namespaces, the bridge, iptables
-# chains, cgroups and host directories.
+# chains and the FORWARD rule that lets pods reach each other, cgroups and
+# host directories.
 #
 #   scripts/k8s/cluster.sh up      # prints `export KUBECONFIG=...`
 #   scripts/k8s/cluster.sh import IMAGE...   # docker save | ctr import
@@ -208,6 +209,11 @@ DOCKERFILE
 	daemon kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$KUBECONFIG" --bind-address 127.0.0.1 \
 		--secure-port 27909 --leader-elect=false
 	made "cgroups"
+	# Docker sets the FORWARD policy to DROP, and with its br_netfilter
+	# bridged frames pass FORWARD too: pod to pod on the bridge (a Service
+	# included, after kube-proxy's DNAT) needs accepting.
+	made "forward"
+	iptables -I FORWARD 1 -i "$BRIDGE" -o "$BRIDGE" -m comment --comment plumb-k8s -j ACCEPT
 	daemon kubelet "$BIN/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$KUBECONFIG" \
 		--root-dir "$RUN/kubelet/root" --cert-dir "$RUN/pki/kubelet"
 	wait_for kubelet 300 sh -c "kubectl get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
@@ -267,6 +273,9 @@ down() {
 	# The containerd-shims of pods (their own process group, -namespace k8s.io).
 	for p in $(pgrep -f -- "-address $RUN/containerd/containerd.sock" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
 	if grep -qx iptables "$RUN/made"; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1; fi
+	if grep -qx forward "$RUN/made"; then
+		while iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment plumb-k8s -j ACCEPT 2>/dev/null; do :; done
+	fi
 	# Network namespaces CNI made for pods (named cni-<uuid>, listed in the
 	# IPAM results of this cluster's network).
 	local ns
