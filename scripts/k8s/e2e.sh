@@ -299,7 +299,8 @@ pod_of() { # pod_of WORKER [NOT]: sets pod and ip to WORKER's pod, other than NO
 	read -r pod ip < <(worker_pod "$1") && [ "$pod" != "${2:-}" ]
 }
 wait_until "worker $worker's pod" 60 pod_of "$worker"
-running() { "${S[@]}" --sandboxd "$ip:7071" sandbox exec "$box" -- 'test -f kept.txt && pgrep -f "sleep 300"'; }
+# kept.txt is written just before the 300 s sleep begins.
+running() { "${S[@]}" --sandboxd "$ip:7071" sandbox exec "$box" -- test -f kept.txt; }
 wait_until "the command running in $box" 120 running
 old=$pod
 kubectl -n plumb delete pod "$old" --wait=false >/dev/null
@@ -309,6 +310,10 @@ log "the run ended $st: $text"
 wait_until "a new pod of worker $worker" 300 pod_of "$worker" "$old"
 readopted() { "${S[@]}" --sandboxd "$ip:7071" sandbox exec "$box" -- test -f kept.txt; }
 wait_until "the new $worker pod to re-adopt $box" 180 readopted
+dials() { kubectl -n plumb logs "$1" 2>/dev/null | grep 'sandboxd worker address added' | grep -q "\"$ip:7071\""; }
+for p in $(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o name); do
+	wait_until "$p to dial the new $worker pod ($ip)" 180 dials "$p"
+done
 read -r RUN _ < <(detach 'run: cat kept.txt' --thread "$THREAD")
 IFS=$'\t' read -r st text < <(wait_run "$RUN")
 [ "$st" = RUN_STATUS_COMPLETED ] && grep -q kept <<<"$text" || { echo "the thread's next run ($st) did not find its file: $text" >&2; exit 1; }
