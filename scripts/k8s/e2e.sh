@@ -213,7 +213,7 @@ wait_until "agentd SERVING through its Service" 120 agentd_serving ||
 wait_until "sandboxd SERVING on its pod" 120 sandboxd_serving || exit 1
 metrics() { curl -sf "http://$1/metrics" | grep -q '^# HELP'; }
 wait_until "agentd /metrics through the Service" 60 metrics "$AGENTD:9070" || exit 1
-metrics "$SANDBOXD:9071" || { echo "sandboxd /metrics failed" >&2; exit 1; }
+wait_until "sandboxd /metrics on its pod" 60 metrics "$SANDBOXD:9071" || exit 1
 
 log "checks: a command runs in a sandbox on the worker"
 export AGENTCTL_TOKEN=$SANDBOXD_TOKEN
