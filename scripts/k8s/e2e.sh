@@ -231,16 +231,36 @@ detach() {
 		python3 -c 'import json, sys; e = json.load(sys.stdin); print(e["runId"], e["threadId"])'
 }
 # run_field RUN KEY: a field of the run record (GetRun).
+# (Asked again when it lands on a stopping replica, as wait_run is.)
 run_field() {
-	"${A[@]}" runs get "$1" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["run"].get(sys.argv[1], ""))' "$2"
+	local out
+	for _ in $(seq 20); do
+		if out=$("${A[@]}" runs get "$1" --json 2>/dev/null); then
+			python3 -c 'import json, sys; print(json.load(sys.stdin)["run"].get(sys.argv[1], ""))' "$2" <<<"$out"
+			return
+		fi
+		sleep 2
+	done
+	return 1
 }
 # wait_run RUN: waits for RUN to end; prints its status, a tab, and its
-# final text and error on one line.
+# final text and error on one line. A call that lands on a replica that is
+# stopping (a rollout, an eviction) ends UNAVAILABLE: it is asked again, as
+# a client would.
 wait_run() {
-	"${A[@]}" --timeout 330s runs wait "$1" --wait 300s --json | python3 -c '
+	local out
+	for _ in $(seq 20); do
+		if out=$("${A[@]}" --timeout 330s runs wait "$1" --wait 300s --json 2>/dev/null); then
+			python3 -c '
 import json, sys
 r = json.load(sys.stdin)["run"]
-print(r["status"] + "\t" + " ".join((r.get("finalText", "") + " " + json.dumps(r.get("error", ""))).split()))'
+print(r["status"] + "\t" + " ".join((r.get("finalText", "") + " " + json.dumps(r.get("error", ""))).split()))' <<<"$out"
+			return
+		fi
+		sleep 2
+	done
+	echo "WaitRun $1 failed 20 times" >&2
+	return 1
 }
 # worker_pod WORKER: the running pod of sandboxd worker WORKER and its IP.
 worker_pod() {
