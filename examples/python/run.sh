@@ -16,5 +16,5 @@ trap 'rm -rf "$stubs"' EXIT
 trap 'exit 130' INT TERM
 protoc -I "$proto" --python_out="$stubs" --grpc_python_out="$stubs" \
 	--plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
-	"$proto/plumb/v1/agent.proto"
+	"$proto/plumb/v1/agent.proto" "$proto/plumb/v1/sandbox.proto" # agent.proto imports sandbox.proto
 PYTHONPATH=$stubs "${PYTHON:-python3}" "$here/run_agent.py" "$@"

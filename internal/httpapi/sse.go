@@ -148,6 +148,9 @@ type sseWriter struct {
 	// before its first message (0 = none): its error event is then
 	// answered as an ordinary error response.
 	failed int
+	// ended is set once the stream's error was written: nothing follows
+	// it, not even a keep-alive.
+	ended bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -178,7 +181,7 @@ func (s *sseWriter) keepAlive(every time.Duration) {
 		case <-t.C:
 		}
 		s.mu.Lock()
-		if time.Since(s.last) >= every/2 {
+		if !s.ended && time.Since(s.last) >= every/2 {
 			if !s.committed {
 				// The stream's own headers, set before the goroutine
 				// started; the shadow is the gateway's.
@@ -270,6 +273,7 @@ func (s *sseWriter) Flush() { _ = s.FlushError() }
 func (s *sseWriter) writeError(st *status.Status, httpStatus int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ended = true
 	if s.committed {
 		_, _ = s.rw.Write(errorEvent(st))
 		_ = s.rc.Flush()
