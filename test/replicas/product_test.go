@@ -557,6 +557,7 @@ func productBusy(t *testing.T, p *product) {
 	wantCode(t, "a rejecting Run on the busy thread", err, codes.Aborted)
 
 	next := textOnly + p.mode + "-after-interrupt"
+	asked := logCount(p.at(0), stopAsked)
 	evs, err := p.start(t, p.at(1).c, "interrupting run", &plumbv1.RunRequest{ThreadId: thread, Input: []*plumbv1.InputMessage{{Content: next}}, OnBusy: plumbv1.OnBusy_ON_BUSY_INTERRUPT}).end(t)
 	if err != nil || len(evs) != 1 || evs[0].GetRunQueued() == nil {
 		t.Fatalf("the interrupting Run delivered %v and ended with %v; want one run_queued event", evs, err)
@@ -566,7 +567,7 @@ func productBusy(t *testing.T, p *product) {
 	// another (the stop request on its lease, once its holder has read
 	// it): after the step whose model call the gate holds.
 	if len(p.replicas) > 1 {
-		logged(t, p.at(0), "run asked by a newer run on another replica to stop at its next checkpoint")
+		loggedAgain(t, p.at(0), stopAsked, asked)
 	}
 	gate.open()
 	stopped := p.waitRunOn(t, p.at(1).c, runID)
@@ -947,9 +948,10 @@ func productRollback(t *testing.T, p *product) {
 	gate := p.policy.gate(sc, p.at(0).name, 1)
 	runID, thread := p.detached(t, p.at(0).c, "", sc, "")
 	gate.wait(t, "step 2's model call")
+	asked := logCount(p.at(0), stopAsked)
 	q := p.sendBusy(t, p.at(1), thread, next, plumbv1.OnBusy_ON_BUSY_ROLLBACK)
 	if len(p.replicas) > 1 {
-		logged(t, p.at(0), "run asked by a newer run on another replica to stop at its next checkpoint")
+		loggedAgain(t, p.at(0), stopAsked, asked)
 	}
 	gate.open()
 	wantEnded(t, p.waitRunOn(t, p.at(1).c, runID), plumbv1.RunStatus_RUN_STATUS_CANCELLED, "ROLLED_BACK")
@@ -971,8 +973,9 @@ func productSteer(t *testing.T, p *product) {
 	gate := p.policy.gate(sc, p.at(0).name, 1)
 	runID, thread := p.detached(t, p.at(0).c, "", sc, "")
 	gate.wait(t, "step 2's model call")
+	stored := logCount(p.at(1), steerStored)
 	follower := p.start(t, p.at(1).c, "steering run", &plumbv1.RunRequest{ThreadId: thread, Input: []*plumbv1.InputMessage{{Content: steer}}, OnBusy: plumbv1.OnBusy_ON_BUSY_STEER})
-	logged(t, p.at(1), "steer stored for the thread's running run")
+	loggedAgain(t, p.at(1), steerStored, stored)
 	gate.open()
 	evs := follower.finished(t, plumbv1.RunStatus_RUN_STATUS_COMPLETED)
 	steered := 0
@@ -1017,4 +1020,24 @@ func productQuota(t *testing.T, p *product) {
 		Input: []*plumbv1.InputMessage{{Content: textOnly + p.mode + "-quota-after"}}}).end(t); err != nil {
 		t.Errorf("a run of tenant quota after its first ended: %v; want admitted", err)
 	}
+}
+
+// What a replica logs when another asks its run to stop at the next
+// checkpoint, and when it stores a steer for the running run.
+const (
+	stopAsked   = "run asked by a newer run on another replica to stop at its next checkpoint"
+	steerStored = "steer stored for the thread's running run"
+)
+
+// logCount is how many times r logged msg so far.
+func logCount(r *replica, msg string) int {
+	return strings.Count(r.proc.Stderr(), fmt.Sprintf(`"msg":%q`, msg))
+}
+
+// loggedAgain waits until r logged msg more than before times: the
+// product's items share their replicas, so an earlier item's line must
+// not count.
+func loggedAgain(t *testing.T, r *replica, msg string, before int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("replica %s to log %q again", r.name, msg), func() bool { return logCount(r, msg) > before })
 }
