@@ -57,6 +57,9 @@ func TestOnBusySteer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Its stream replays A: the steer is stored by then (the
+			// call returning says nothing yet).
+			head = recvUntil(t, steered, "run_started")
 			openGate()
 			waitFor(t, "A's second model call", func() bool { return len(e.srv.Requests("main")) == 2 })
 			if got := userTexts(e.srv.Requests("main")[1]); !slices.Equal(got, []string{"A: count", "also this"}) {
@@ -73,10 +76,11 @@ func TestOnBusySteer(t *testing.T) {
 			recvUntil(t, ls, "run_started")
 			openLate()
 
-			evs, err := recvAll(steered)
+			rest, err := recvAll(steered)
 			if err != nil {
 				t.Fatalf("the steering stream: %v", err)
 			}
+			evs := append(head, rest...)
 			if evs[0].GetRunId() != runA || evs[0].GetRunStarted() == nil || last(t, evs).GetRunFinished().GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
 				t.Fatalf("the steering stream = %v; want run A from its start to COMPLETED", kinds(evs, true))
 			}
