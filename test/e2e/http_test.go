@@ -68,7 +68,7 @@ func apiError(t *testing.T, resp *http.Response, body []byte, httpStatus int, co
 func bearer(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 
 // TestHTTPUnary: unary calls over HTTP/JSON on both daemons, with and
-// without a token, a bad request, an unknown field, a client stream, a
+// without a token, a bad request, an unknown field, client streams, a
 // body over the limit, and the OpenAPI documents.
 func TestHTTPUnary(t *testing.T) {
 	s := start(t)
@@ -131,11 +131,15 @@ func TestHTTPUnary(t *testing.T) {
 	// An unknown field is refused, not dropped.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/CreateThread", bearer(agentdToken), `{"metadta":{}}`)
 	apiError(t, resp, body, http.StatusBadRequest, 3, "")
-	// A client stream cannot be one HTTP request.
-	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/UploadFiles", bearer(sandboxdToken), `{}`)
-	apiError(t, resp, body, http.StatusNotImplemented, 12, httpapi.ReasonClientStream)
-	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/Process", bearer(sandboxdToken), `{}`)
-	apiError(t, resp, body, http.StatusNotImplemented, 12, httpapi.ReasonClientStream)
+	// Client streams reach their handler (newline-delimited frames):
+	// Process's first frame must be a start, and UploadFiles names a
+	// sandbox.
+	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/Process", bearer(sandboxdToken), "{}\n")
+	apiError(t, resp, body, http.StatusBadRequest, 3, "")
+	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/UploadFiles", bearer(sandboxdToken), `{"path":"/a","eof":true}`)
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented || resp.StatusCode < 400 {
+		t.Fatalf("UploadFiles without a sandbox: HTTP %d %s", resp.StatusCode, body)
+	}
 	// A body over the method's limit (the default --max-recv-bytes, 4/3
 	// for base64, 64 KiB of JSON) is refused before it is read.
 	big := `{"metadata":{"k":"` + strings.Repeat("x", 8<<20) + `"}}`
