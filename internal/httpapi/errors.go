@@ -50,6 +50,7 @@ const (
 	ReasonHost          = "HOST_NOT_LOOPBACK"
 	ReasonBadFrame      = "INVALID_STREAM_FRAME"
 	ReasonNotResumable  = "STREAM_NOT_RESUMABLE"
+	ReasonSessionStore  = "SESSION_STORE_UNAVAILABLE"
 )
 
 // bodyOf turns a status into its JSON body.

@@ -33,6 +33,10 @@ type Service struct {
 	Register func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
 	// OpenAPI is the document served at GET /openapi.json.
 	OpenAPI []byte
+	// Sessions, if set, keeps browser sessions where every replica
+	// sharing it finds them (agentd's thread store); nil keeps them in
+	// this process's memory.
+	Sessions SessionStore
 }
 
 // Config configures New.
@@ -78,7 +82,7 @@ type Handler struct {
 	mux      *http.ServeMux
 	methods  map[string]protoreflect.MethodDescriptor
 	attach   string // the full method of Attach ("" = none)
-	sessions *sessions
+	sessions sessionKeeper
 	lg       *zap.Logger
 	// unmarshal reads request messages (unknown fields are errors).
 	unmarshal protojson.UnmarshalOptions
@@ -97,9 +101,13 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
 	}
-	h := &Handler{cfg: cfg, methods: map[string]protoreflect.MethodDescriptor{}, sessions: newSessions(cfg.SessionTTL, maxSessions), lg: cfg.Logger}
+	h := &Handler{cfg: cfg, methods: map[string]protoreflect.MethodDescriptor{}, lg: cfg.Logger}
 	if h.lg == nil {
 		h.lg = zap.NewNop()
+	}
+	h.sessions = newSessions(cfg.SessionTTL, maxSessions)
+	if cfg.Sessions != nil {
+		h.sessions = &storedSessions{st: cfg.Sessions, ttl: cfg.SessionTTL, now: time.Now}
 	}
 	for _, sd := range cfg.Services {
 		ms := sd.Methods()
@@ -203,7 +211,12 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (caller, 
 		}
 		c.token = tok
 	} else if ck, err := r.Cookie(SessionCookie); err == nil {
-		tok, ok := h.sessions.get(ck.Value)
+		tok, ok, err := h.sessions.get(r.Context(), ck.Value)
+		if err != nil {
+			h.lg.Error("browser session not read", zap.Error(err))
+			writeError(w, apiError(codes.Unavailable, ReasonSessionStore, "the session could not be read: try again"), http.StatusServiceUnavailable)
+			return caller{}, false
+		}
 		if !ok {
 			writeError(w, apiError(codes.Unauthenticated, ReasonSession, "the session is unknown or expired: sign in again (POST /v1/session)"), http.StatusUnauthorized)
 			return caller{}, false
