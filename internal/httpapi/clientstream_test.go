@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -491,6 +492,78 @@ func TestUploadFilesOverHTTP(t *testing.T) {
 			var e ErrorBody
 			if json.Unmarshal(b, &e) != nil || resp.StatusCode != tc.status || e.Code != int32(tc.code) || e.Reason != tc.reason {
 				t.Fatalf("HTTP %d %s, want HTTP %d code %v reason %q", resp.StatusCode, b, tc.status, tc.code, tc.reason)
+			}
+		})
+	}
+}
+
+// FuzzFrameBody: whatever the body, the frames read are its non-blank
+// lines in order, each within the limit; a longer line stops the reading
+// with errFrameTooLarge, never a cut or merged frame.
+func FuzzFrameBody(f *testing.F) {
+	for _, s := range []string{"{}\n{}\n", "\n\n{\"a\":1}\r\n  \n{}", "", "x", strings.Repeat("y", 100) + "\nz\n"} {
+		f.Add([]byte(s), uint8(16))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, limit uint8) {
+		lim := int64(limit) + 1
+		b := newFrameBody(io.NopCloser(bytes.NewReader(data)), lim, nil, protojson.UnmarshalOptions{}, nil)
+		var want [][]byte
+		tooLong := false
+		for line := range bytes.Lines(data) {
+			if int64(len(line)) > lim {
+				tooLong = true
+				break
+			}
+			if len(bytes.TrimSpace(line)) > 0 {
+				want = append(want, line)
+			}
+		}
+		for i := 0; ; i++ {
+			got, err := b.next()
+			if errors.Is(err, io.EOF) {
+				if tooLong || i != len(want) {
+					t.Fatalf("EOF after %d frames, want %d (too long: %v)", i, len(want), tooLong)
+				}
+				return
+			}
+			if errors.Is(err, errFrameTooLarge) {
+				if !tooLong || i != len(want) {
+					t.Fatalf("too large after %d frames, want %d (too long: %v)", i, len(want), tooLong)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i >= len(want) || !bytes.Equal(got, want[i]) {
+				t.Fatalf("frame %d = %q, want %q", i, got, want)
+			}
+		}
+	})
+}
+
+// TestFrameBodyLongLines: lines longer than the reader's buffer come whole,
+// up to the limit and not past it.
+func TestFrameBodyLongLines(t *testing.T) {
+	long := strings.Repeat("x", 200<<10)
+	for _, tc := range []struct {
+		name  string
+		limit int64
+		want  error
+	}{{"within", 1 << 20, nil}, {"exactly", int64(len(long)) + 1, nil}, {"over", int64(len(long)), errFrameTooLarge}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newFrameBody(io.NopCloser(strings.NewReader(long+"\n{}\n")), tc.limit, nil, protojson.UnmarshalOptions{}, nil)
+			got, err := b.next()
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			if err == nil {
+				if string(got) != long+"\n" {
+					t.Fatalf("frame of %d bytes", len(got))
+				}
+				if next, err := b.next(); err != nil || string(next) != "{}\n" {
+					t.Fatalf("next frame %q %v", next, err)
+				}
 			}
 		})
 	}
