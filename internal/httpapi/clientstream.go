@@ -136,7 +136,7 @@ func (b *frameBody) read() ([]byte, error) {
 func (b *frameBody) unmarshal(line []byte, m proto.Message) error {
 	if err := b.opts.Unmarshal(line, m); err != nil {
 		return b.fail(apiError(codes.InvalidArgument, ReasonBadFrame,
-			fmt.Sprintf("request frame %d: not a %s in JSON on one line: %v", b.n, b.input.FullName(), err)), http.StatusBadRequest)
+			fmt.Sprintf("request frame %d: not a %s in JSON on one line (one message per line; curl's -d strips newlines, --data-binary keeps them): %v", b.n, b.input.FullName(), err)), http.StatusBadRequest)
 	}
 	return nil
 }
