@@ -19,6 +19,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon/daemontest"
 	"github.com/plumbhq/plumb/internal/httpapi"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"google.golang.org/grpc"
@@ -653,8 +654,14 @@ func processFrames(t *testing.T, msgs []sseEvent) []*plumbv1.ProcessResponse {
 // output as SSE; a process whose connection drops is killed.
 func TestHTTPClientStreams(t *testing.T) {
 	curl := curlPath(t)
-	s := start(t)
-	sandboxd := "http://" + s.sandboxdHTTP
+	// sandboxd alone, with a second tenant ("other") beside the token's.
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "credentials")
+	if err := os.WriteFile(creds, []byte("other "+otherToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sd := daemontest.StartSandboxd(t, bins["sandboxd"], dir, daemontest.WriteToken(t, dir, "sandboxd.token", sandboxdToken), "--credentials-file", creds)
+	sandboxd := "http://" + sd.HTTPAddr
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	auth := "Authorization: Bearer " + sandboxdToken
@@ -697,11 +704,31 @@ func TestHTTPClientStreams(t *testing.T) {
 	if err := protojson.Unmarshal(run(sandboxd+"/plumb.v1.SandboxService/Read", "--json", `{"sandboxId":"`+id+`","path":"/workspace/up/a.txt"}`), &rd); err != nil || !strings.Contains(rd.GetContent(), "hello over HTTP") {
 		t.Fatalf("Read of the upload: %q %v", rd.GetContent(), err)
 	}
-	// Another tenant's token, or none, gets nothing through.
-	bad, err := exec.CommandContext(ctx, curl, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Authorization: Bearer "+agentdToken,
-		"--data-binary", "@"+frames, sandboxd+"/plumb.v1.SandboxService/UploadFiles").Output()
-	if err != nil || string(bad) != "401" {
-		t.Fatalf("UploadFiles with agentd's token: %s %v", bad, err)
+	// A token this sandboxd does not know gets nothing through, and
+	// another tenant's finds no such sandbox, for either stream.
+	refused := func(token, path, body string) (int, httpapi.ErrorBody) {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, curl, "-sS", "-w", "\n%{http_code}", "-H", "Authorization: Bearer "+token,
+			"-H", "Accept: text/event-stream", "--data-binary", body, sandboxd+path).Output()
+		if err != nil {
+			t.Fatalf("curl: %v %s", err, out)
+		}
+		resp, code, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		var e httpapi.ErrorBody
+		if err := json.Unmarshal([]byte(resp), &e); err != nil {
+			t.Fatalf("not an error body: %s", out)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(code))
+		return n, e
+	}
+	if code, e := refused(agentdToken, "/plumb.v1.SandboxService/UploadFiles", "@"+frames); code != http.StatusUnauthorized || e.Code != 16 {
+		t.Fatalf("UploadFiles with agentd's token: HTTP %d %+v", code, e)
+	}
+	if code, e := refused(otherToken, "/plumb.v1.SandboxService/UploadFiles", "@"+frames); code != http.StatusNotFound || e.Code != 5 {
+		t.Fatalf("UploadFiles into another tenant's sandbox: HTTP %d %+v", code, e)
+	}
+	if code, e := refused(otherToken, "/plumb.v1.SandboxService/Process", `{"start":{"sandboxId":"`+id+`","command":"id"}}`); code != http.StatusNotFound || e.Code != 5 {
+		t.Fatalf("Process in another tenant's sandbox: HTTP %d %+v", code, e)
 	}
 
 	// Process, the whole body at once: the box reads stdin to its end.
