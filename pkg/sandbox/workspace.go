@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -102,6 +103,35 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*snapshot.Manifest, 
 	return m.capture(ctx, repo, sb)
 }
 
+// freezeTries bounds how often pause asks the runtime to freeze a box.
+// Under cgroup v1 runc gives up ("unable to freeze") when a task of the box
+// stays between states for its short poll, which a busy machine makes
+// common; a later try succeeds.
+const freezeTries = 8
+
+// pause freezes the box's container, retrying a freeze the runtime could
+// not finish with a doubling delay. One that never finishes is UNAVAILABLE
+// (the box keeps running and the caller may retry), not an internal error.
+func (m *Manager) pause(ctx context.Context, sandboxID, containerID string) error {
+	delay := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		_, err := m.api.ContainerPause(ctx, containerID, client.ContainerPauseOptions{})
+		if err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			return err
+		}
+		if try == freezeTries {
+			return errorf(CodeUnavailable, "sandbox %s could not be frozen after %d tries (%v); it keeps running: retry", sandboxID, try, err)
+		}
+		m.lg.Info("the runtime did not finish freezing the box; retrying", zap.String("sandbox-id", sandboxID), zap.Int("try", try), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+}
+
 // capture snapshots sb's workspace; sb.life is held.
 func (m *Manager) capture(ctx context.Context, repo *snapshot.Repo, sb *sandbox) (*snapshot.Manifest, error) {
 	info := m.snapshot(sb)
@@ -115,7 +145,7 @@ func (m *Manager) capture(ctx context.Context, repo *snapshot.Repo, sb *sandbox)
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
 	defer cancel()
 	if info.State == StateRunning {
-		if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+		if err := m.pause(ectx, info.ID, info.ContainerID); err != nil {
 			return nil, fmt.Errorf("pause sandbox %s for its snapshot: %w", info.ID, err)
 		}
 		defer func() {
@@ -238,7 +268,7 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 		case StateHibernated:
 			return SuspendResult{Info: info, Snapshot: info.Snapshot}, nil
 		case StateRunning:
-			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+			if err := m.pause(ectx, info.ID, info.ContainerID); err != nil {
 				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
 			}
 			m.setState(sb, StatePaused, "")
@@ -260,7 +290,7 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 		// arriving meanwhile waits in wake (sb.life) and then finds it
 		// hibernated, so nothing it writes is lost with the container.
 		if info.State == StateRunning {
-			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+			if err := m.pause(ectx, info.ID, info.ContainerID); err != nil {
 				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
 			}
 			m.setState(sb, StatePaused, "")
