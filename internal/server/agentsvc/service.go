@@ -108,6 +108,10 @@ type Config struct {
 	Storage store.StorageMeter
 	// Sandboxes, when set, tells GetUsage the sandbox seconds.
 	Sandboxes store.SandboxLedger
+	// Fleet, when set, serves the operator RPCs (ListFleetSandboxes,
+	// DeleteFleetSandbox); nil: they are FAILED_PRECONDITION (NO_SANDBOXD)
+	// for an operator.
+	Fleet Fleet
 }
 
 // Option adjusts a Service (test seams).
