@@ -132,7 +132,7 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 		CreatedAt: timestamppb.New(i.CreatedAt), ExpiresAt: timestamppb.New(i.ExpiresAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
 		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason, FilesRoot: i.Settings.FilesRoot,
 		SnapshotId: i.Snapshot, Tenant: tenant.Norm(i.Tenant),
-		Resources:  &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
+		Resources: &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
 	}
 }
 
