@@ -10,6 +10,7 @@ import (
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxapi"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/status"
 )
 
 // Fleet is the operator's view of agentd's sandboxd workers
@@ -51,7 +52,7 @@ func (s *Service) ListFleetSandboxes(ctx context.Context, _ *plumbv1.ListFleetSa
 			Describe: w.Describe, Sandboxes: w.Sandboxes,
 		}
 		if w.Err != nil {
-			fw.Error = w.Err.Error()
+			fw.Error = status.Convert(w.Err).Message()
 		}
 		out.Workers = append(out.Workers, fw)
 	}
