@@ -155,6 +155,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if a.Backends.pool != nil {
 		c.Fleet = a.Backends.pool
 	}
+	if mr, ok := a.Store.(store.MessageRanger); ok {
+		c.Messages = mr
+	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
 	}

@@ -322,6 +322,8 @@ async function openThread(id) {
     pageToken = r.nextPageToken || '';
   } while (pageToken);
   performance.mark('plumb:history-rendered');
+  // After the next frame's style, layout and paint: the history is on screen.
+  requestAnimationFrame(() => setTimeout(() => performance.mark('plumb:history-painted'), 0));
   if (t.pendingInterrupt) renderInterrupt(t.pendingInterrupt);
   if (t.status === 'THREAD_STATUS_RUNNING') {
     $('log').append(el('div', 'status', '— live: the current run —'));
