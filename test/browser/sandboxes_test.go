@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"google.golang.org/grpc/codes"
@@ -146,6 +147,19 @@ func TestSandboxesInBrowser(t *testing.T) {
 	)
 	if boxOf(t, gctx, ops, threadB) != nil {
 		t.Error("the deleted box is still listed by the RPC")
+	}
+	var bg string
+	st.do("dark mode",
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+			})
+			return err
+		}),
+		eval(`getComputedStyle(document.querySelector('#sandboxes')).backgroundColor`, &bg),
+	)
+	if bg != "rgb(26, 29, 35)" {
+		t.Errorf("dark mode: the Sandboxes card's background is %s", bg)
 	}
 
 	// A tenant's session: no Sandboxes view, and the HTTP route answers 403

@@ -936,7 +936,7 @@ type Sandbox struct {
 	SnapshotId string `protobuf:"bytes,16,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	// Tenant that owns the sandbox (the caller's own, except in a trusted
 	// forwarder's ListSandboxes with all_tenants).
-	Tenant        string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant        string `protobuf:"bytes,18,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5240,7 +5240,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"files_root\x18\x0f \x01(\tR\tfilesRoot\x12\x1f\n" +
 	"\vsnapshot_id\x18\x10 \x01(\tR\n" +
 	"snapshotId\x12\x16\n" +
-	"\x06tenant\x18\x11 \x01(\tR\x06tenant\x1a9\n" +
+	"\x06tenant\x18\x12 \x01(\tR\x06tenant\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x05\n" +
