@@ -49,6 +49,10 @@ function bytes(n) {
   return (Number.isInteger(n) ? n : n.toFixed(1)) + ' ' + units[i];
 }
 
+function plural(n, one, many) {
+  return n + ' ' + (Number(n) === 1 ? one : many);
+}
+
 function ago(ts, now) {
   const t = ms(ts);
   return t ? span(now - t) + ' ago' : '—';
@@ -133,7 +137,7 @@ function renderWorkers() {
     if (d) {
       const max = d.maxSandboxes ? ' of ' + d.maxSandboxes : '';
       const mem = bytes(d.memoryReservedBytes) + (Number(d.maxMemoryBytes || 0) ? ' of ' + bytes(d.maxMemoryBytes) : '');
-      card.append(el('div', 'muted', (d.sandboxes || 0) + max + ' sandboxes · ' + mem + ' reserved · ' + (d.version || '')));
+      card.append(el('div', 'muted', (d.sandboxes || 0) + max + (Number(d.sandboxes || 0) === 1 && !max ? ' sandbox · ' : ' sandboxes · ') + mem + ' reserved · ' + (d.version || '')));
       card.append(el('div', 'muted', 'runtimes: ' + ((d.runtimes || []).join(', ') || '—') + ' · templates: ' + ((d.templates || []).join(', ') || '—')));
       const pools = d.pools || [];
       if (pools.length) {
@@ -213,7 +217,8 @@ function renderRows() {
     body.append(tr);
   }
   const total = state.rows.length;
-  $('sbx-count').textContent = (rows.length === total ? total : rows.length + ' of ' + total) + ' sandboxes on ' + state.workers.length + ' workers';
+  $('sbx-count').textContent = (rows.length === total ? plural(total, 'sandbox', 'sandboxes') : rows.length + ' of ' + total + ' sandboxes') +
+    ' on ' + plural(state.workers.length, 'worker', 'workers');
   for (const th of document.querySelectorAll('#sbx-table th')) {
     const b = th.querySelector('button.sort');
     if (!b) continue;
