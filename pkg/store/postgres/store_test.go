@@ -454,6 +454,12 @@ func TestLeasesConformance(t *testing.T) {
 	storetest.RunLeases(t, func(t *testing.T) storetest.LeaseStore { return open(t, pgtest.New(t), Options{}) })
 }
 
+// TestSessionsConformance runs the browser session suite against a real
+// PostgreSQL server.
+func TestSessionsConformance(t *testing.T) {
+	storetest.RunSessions(t, func(t *testing.T) store.Sessions { return open(t, pgtest.New(t), Options{}) })
+}
+
 // TestPreviewsConformance runs the preview suite against a real PostgreSQL
 // server.
 func TestPreviewsConformance(t *testing.T) {

@@ -241,4 +241,13 @@ var migrations = []string{
 		ended_at   INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX sandbox_usage_tenant ON sandbox_usage (tenant, started_at);`,
+	// Browser sessions of the HTTP API (store.Sessions): a hash of the
+	// session id and the token sealed with a key only the id yields.
+	`CREATE TABLE http_sessions (
+		id_hash    TEXT PRIMARY KEY,
+		sealed     BLOB NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL
+	);
+	CREATE INDEX http_sessions_expires ON http_sessions (expires_at);`,
 }

@@ -249,6 +249,14 @@ func TestPreviewsConformance(t *testing.T) {
 	})
 }
 
+// TestSessionsConformance runs the browser session suite against a real
+// SQLite file.
+func TestSessionsConformance(t *testing.T) {
+	storetest.RunSessions(t, func(t *testing.T) store.Sessions {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
 // TestSchedulesConformance runs the schedule suite against a real SQLite
 // file.
 func TestSchedulesConformance(t *testing.T) {
