@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
+	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -139,4 +141,58 @@ func waitJS(expr string) chromedp.Action[chromedp.Void] {
 		_, err := poll(ctx, t)
 		return err
 	})
+}
+
+// TestLargeRunInBrowser runs, from the console, a run whose model streams
+// its answer in 5,000 pieces: 5,000 message_delta events, live. It checks
+// that every event arrived (the count shown) and the streamed text is
+// whole, and logs the time from Send to the first event on screen and to
+// the run's end on screen, and the page's heap. No time is asserted.
+func TestLargeRunInBrowser(t *testing.T) {
+	srv := modeltest.New(t)
+	var want strings.Builder
+	for i := range bigThread {
+		fmt.Fprintf(&want, "w%d ", i)
+	}
+	srv.Script("main", modeltest.Turn{Text: modeltest.Split(want.String(), bigThread)})
+	ctx := browser(t)
+	s := start(t, withModel(srv.URL()))
+	base := "http://" + s.agentd.HTTPAddr
+	st := &steps{t: t, ctx: ctx, dir: t.ArtifactDir()}
+
+	st.do("signed in",
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), acmeToken),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#message")),
+	)
+	var events int
+	var whole bool
+	var firstMs, endMs float64
+	st.do("a run of 5,000 events, live",
+		chromedp.SendKeys(chromedp.CSS("#message"), "stream a long answer"),
+		chromedp.Click(chromedp.CSS("#send")),
+		chromedp.WaitVisible(chromedp.CSS(`#log .run-finished`)),
+		waitJS(`performance.getEntriesByName('plumb:run-finished-painted').length > 0`),
+		eval(`parseInt(document.querySelector('#event-count').textContent, 10)`, &events),
+		eval(`[...document.querySelectorAll('#log .msg.assistant')].some(e => e.textContent === `+jsString(want.String())+`)`, &whole),
+		eval(`performance.measure('first', 'plumb:run-sent', 'plumb:first-event').duration`, &firstMs),
+		eval(`performance.measure('end', 'plumb:run-sent', 'plumb:run-finished-painted').duration`, &endMs),
+	)
+	if events < bigThread {
+		t.Errorf("the page shows %d events, want at least %d (one per streamed piece)", events, bigThread)
+	}
+	if !whole {
+		t.Error("the streamed answer is not shown whole")
+	}
+	if _, err := chromedp.Call(ctx, heapprofiler.CollectGarbage, cdp.Empty{}); err != nil {
+		t.Logf("collect garbage: %v", err)
+	}
+	heap, err := chromedp.Call(ctx, runtime.GetHeapUsage, cdp.Empty{})
+	if err != nil {
+		t.Fatalf("heap usage: %v", err)
+	}
+	t.Logf("run of %d events: first event on screen %.0f ms after Send, the run's end %.0f ms after; JS heap %.1f MiB used, DOM (Blink) heap %.1f MiB",
+		events, firstMs, endMs, heap.UsedSize/(1<<20), heap.EmbedderHeapUsedSize/(1<<20))
 }

@@ -52,7 +52,12 @@ type stackConfig struct {
 	extraWorkers []string
 	// seed writes into agentd's SQLite thread store before agentd starts.
 	seed func(dbPath string)
+	// modelURL, when set, is an OpenAI-compatible model (modeltest) that
+	// agentd uses instead of the demo.
+	modelURL string
 }
+
+func withModel(url string) option { return func(c *stackConfig) { c.modelURL = url } }
 
 func withWorkers(addrs ...string) option {
 	return func(c *stackConfig) { c.extraWorkers = append(c.extraWorkers, addrs...) }
@@ -84,6 +89,13 @@ backends:
     /large_tool_results/: {type: state}
     /conversation_history/: {type: state}
 `, filepath.Join(dir, "agentd.db"), strings.Join(append([]string{sd.GRPCAddr}, sc.extraWorkers...), ","))
+	if sc.modelURL != "" {
+		t.Setenv("BROWSER_MODEL_KEY", "scripted")
+		cfg += fmt.Sprintf(`models:
+  scripted: {base_url: %s, api_key_env: BROWSER_MODEL_KEY, model: scripted-model, retry: {max_attempts: 1}}
+defaults: {model: scripted}
+`, sc.modelURL)
+	}
 	cfgPath := filepath.Join(dir, "agentd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -233,6 +233,7 @@ const view = {
   threadId: '',
   gen: 0, // counts thread opens and new runs
   abort: null,
+  events: 0, // live events rendered since the thread was opened
   tools: new Map(), // tool call id -> {box, args, out, result, sub}
   streams: new Map(), // agent path -> element receiving message deltas
   subs: new Map(), // parent tool call id -> subagent container
@@ -250,6 +251,8 @@ function resetView(title) {
   $('interrupts').replaceChildren();
   $('usage').textContent = '';
   $('log-count').textContent = '';
+  $('event-count').textContent = '';
+  view.events = 0;
   $('thread-status').textContent = '';
   $('thread-title').textContent = title;
   showError('run-error', null);
@@ -451,7 +454,11 @@ function enqueue(ev) {
     done = true;
     scheduled = false;
     const stick = nearBottom();
-    for (const e of pending.splice(0)) renderEvent(e);
+    const batch = pending.splice(0);
+    for (const e of batch) renderEvent(e);
+    if (!view.events && batch.length) performance.mark('plumb:first-event');
+    view.events += batch.length;
+    $('event-count').textContent = view.events + ' events';
     if (stick) scrollLog(true);
   };
   requestAnimationFrame(flush);
@@ -519,6 +526,8 @@ function renderEvent(ev) {
   } else if (ev.runFinished) {
     setStatus('idle');
     where.append(el('div', 'status ev run-finished', 'run ' + enumName(ev.runFinished.status, 'RUN_STATUS_')));
+    performance.mark('plumb:run-finished');
+    requestAnimationFrame(() => setTimeout(() => performance.mark('plumb:run-finished-painted'), 0));
     if (ev.runFinished.usage) renderUsage(ev.runFinished.usage);
     loadThreads();
   } else if (ev.summarized) {
@@ -788,6 +797,8 @@ function wire() {
     if (!text.trim()) return;
     $('message').value = '';
     $('log').append(el('div', 'msg user ev', text));
+    performance.clearMarks();
+    performance.mark('plumb:run-sent');
     const req = { input: [{ content: text }] };
     if (view.threadId) req.threadId = view.threadId; else if ($('agent').value) req.agent = $('agent').value;
     runStream('Run', req);
