@@ -152,6 +152,12 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if tb := a.ThreadBoxes(); tb != nil {
 		c.Workspace = tb
 	}
+	if a.Backends.pool != nil {
+		c.Fleet = a.Backends.pool
+	}
+	if mr, ok := a.Store.(store.MessageRanger); ok {
+		c.Messages = mr
+	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
 	}

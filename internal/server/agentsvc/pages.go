@@ -3,6 +3,7 @@ package agentsvc
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/runhost"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -171,12 +173,38 @@ func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesReq
 	if err != nil {
 		return nil, Status(err)
 	}
+	if s.cfg.Messages != nil {
+		return s.listMessagesRange(ctx, req.GetThreadId(), int(first), lim)
+	}
 	td, err := s.loadOwned(ctx, "list messages", req.GetThreadId())
 	if err != nil {
 		return nil, err
 	}
 	msgs, next := messagesPage(td, int(first), lim)
 	return &plumbv1.ListMessagesResponse{Messages: msgs, NextPageToken: next}, nil
+}
+
+// listMessagesRange serves a page of ListMessages from the store's range
+// read: the page's messages only, not the whole log (a thread of thousands
+// of messages read page by page would otherwise load all of them for every
+// page).
+func (s *Service) listMessagesRange(ctx context.Context, id string, first int, lim agentconv.Limit) (*plumbv1.ListMessagesResponse, error) {
+	if err := requireThreadID(id); err != nil {
+		return nil, Status(err)
+	}
+	r, err := s.cfg.Messages.MessageRange(ctx, id, first, lim.Count)
+	if err == nil && tenant.Norm(r.Tenant) != tenant.From(ctx) {
+		err = fmt.Errorf("thread %s: %w", id, agent.ErrThreadNotFound)
+	}
+	if err != nil {
+		return nil, s.status("list messages", err)
+	}
+	msgs, n := agentconv.MessagesToPBAt(r.Messages, first, lim)
+	out := &plumbv1.ListMessagesResponse{Messages: msgs}
+	if next := first + n; next < r.Total {
+		out.NextPageToken = pageToken(messagesToken, strconv.Itoa(next))
+	}
+	return out, nil
 }
 
 // ListStateFiles returns one page of a thread's State files, by path.

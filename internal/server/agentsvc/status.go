@@ -102,6 +102,13 @@ const (
 	// current; a run that crosses tokens_per_day mid-run ends FAILED
 	// with this error code.
 	ReasonQuotaExceeded = quota.Code
+	// ReasonOperatorOnly: an operator RPC (ListFleetSandboxes,
+	// DeleteFleetSandbox) called with a credential that is not an
+	// operator's (PERMISSION_DENIED).
+	ReasonOperatorOnly = "OPERATOR_ONLY"
+	// ReasonNoSandboxd: an operator RPC on an agentd without sandboxd
+	// workers (FAILED_PRECONDITION).
+	ReasonNoSandboxd = "NO_SANDBOXD"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -239,6 +246,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressDecided, nil), true
 	case errors.Is(err, egressapproval.ErrGone):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressGone, nil), true
+	case errors.Is(err, ErrNotOperator):
+		return server.WithInfo(codes.PermissionDenied, err.Error(), ReasonOperatorOnly, nil), true
+	case errors.Is(err, ErrNoFleet):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandboxd, nil), true
 	case errors.Is(err, egressapproval.ErrOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressApprovalOff, nil), true
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -130,8 +131,8 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 		Id: i.ID, Worker: i.Worker, State: st, Image: i.Settings.Image, Template: i.Template,
 		CreatedAt: timestamppb.New(i.CreatedAt), ExpiresAt: timestamppb.New(i.ExpiresAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
 		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason, FilesRoot: i.Settings.FilesRoot,
-		SnapshotId: i.Snapshot,
-		Resources:  &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
+		SnapshotId: i.Snapshot, Tenant: tenant.Norm(i.Tenant),
+		Resources: &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
 	}
 }
 
@@ -186,12 +187,22 @@ func (s *Service) GetSandbox(ctx context.Context, req *plumbv1.GetSandboxRequest
 	return &plumbv1.GetSandboxResponse{Sandbox: sandboxToPB(info)}, nil
 }
 
-// ListSandboxes lists the caller's tenant's sandboxes by label.
+// ReasonAllTenantsForbidden: ListSandboxes with all_tenants from a caller
+// that is not a trusted forwarder.
+const ReasonAllTenantsForbidden = "ALL_TENANTS_FORBIDDEN"
+
+// ListSandboxes lists the caller's tenant's sandboxes by label; with
+// all_tenants, a trusted forwarder's call (agentd's operator view) lists
+// every tenant's.
 func (s *Service) ListSandboxes(ctx context.Context, req *plumbv1.ListSandboxesRequest) (*plumbv1.ListSandboxesResponse, error) {
+	all := req.GetAllTenants()
+	if all && tenant.OwnScope(ctx) {
+		return nil, server.WithInfo(codes.PermissionDenied, "all_tenants: only a trusted forwarder may list every tenant's sandboxes", ReasonAllTenantsForbidden, nil)
+	}
 	out := &plumbv1.ListSandboxesResponse{}
 	me := tenant.From(ctx)
 	for _, info := range s.m.List(req.GetLabels()) {
-		if info.Tenant != me {
+		if !all && info.Tenant != me {
 			continue
 		}
 		out.Sandboxes = append(out.Sandboxes, sandboxToPB(info))

@@ -933,7 +933,10 @@ type Sandbox struct {
 	FilesRoot string `protobuf:"bytes,15,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
 	// The snapshot a HIBERNATED sandbox wakes from, or the one it was
 	// created from.
-	SnapshotId    string `protobuf:"bytes,16,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,16,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Tenant that owns the sandbox (the caller's own, except in a trusted
+	// forwarder's ListSandboxes with all_tenants).
+	Tenant        string `protobuf:"bytes,18,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,6 +1079,13 @@ func (x *Sandbox) GetFilesRoot() string {
 func (x *Sandbox) GetSnapshotId() string {
 	if x != nil {
 		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *Sandbox) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -1460,7 +1470,11 @@ func (x *GetSandboxResponse) GetSandbox() *Sandbox {
 type ListSandboxesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only sandboxes carrying every one of these labels (equality).
-	Labels        map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Every tenant's sandboxes, not only the caller's: for a trusted
+	// forwarder (agentd's operator view); a caller with its own tenant
+	// credential gets PERMISSION_DENIED (ALL_TENANTS_FORBIDDEN).
+	AllTenants    bool `protobuf:"varint,2,opt,name=all_tenants,json=allTenants,proto3" json:"all_tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1514,13 @@ func (x *ListSandboxesRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *ListSandboxesRequest) GetAllTenants() bool {
+	if x != nil {
+		return x.AllTenants
+	}
+	return false
 }
 
 // ListSandboxesResponse lists the matching sandboxes, oldest first.
@@ -5194,7 +5215,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\tResources\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xbd\x05\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xd5\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12,\n" +
@@ -5218,7 +5239,8 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"files_root\x18\x0f \x01(\tR\tfilesRoot\x12\x1f\n" +
 	"\vsnapshot_id\x18\x10 \x01(\tR\n" +
-	"snapshotId\x1a9\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06tenant\x18\x12 \x01(\tR\x06tenant\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x05\n" +
@@ -5257,9 +5279,11 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"A\n" +
 	"\x12GetSandboxResponse\x12+\n" +
-	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"\x95\x01\n" +
+	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"\xb6\x01\n" +
 	"\x14ListSandboxesRequest\x12B\n" +
-	"\x06labels\x18\x01 \x03(\v2*.plumb.v1.ListSandboxesRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x01 \x03(\v2*.plumb.v1.ListSandboxesRequest.LabelsEntryR\x06labels\x12\x1f\n" +
+	"\vall_tenants\x18\x02 \x01(\bR\n" +
+	"allTenants\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
