@@ -79,7 +79,7 @@ type CreateSpec struct {
 	// (never a pooled box).
 	Volumes []VolumeMount
 
-	pool    string   // the pool key of a box made for a warm pool
+	pool    string      // the pool key of a box made for a warm pool
 	restore *restoreTar // the verified tar of Snapshot
 }
 
