@@ -78,7 +78,7 @@ func testNamedVolume(t *testing.T, e *env, runtime string) {
 	}
 	// By id, read-only, in a second box at another path.
 	b := e.create(t, m, sandbox.CreateSpec{Tenant: "acme", Overrides: rt, Volumes: []sandbox.VolumeMount{{Name: v.ID, MountPath: "/mnt/in", ReadOnly: true}}})
-	if r := exec(t, m, b.ID, "cat /mnt/in/f; echo x > /mnt/in/g 2>/dev/null || echo refused", 30); r.Output != "kept\nrefused\n" {
+	if r := exec(t, m, b.ID, "cat /mnt/in/f; (echo x > /mnt/in/g) 2>/dev/null || echo refused", 30); r.Output != "kept\nrefused\n" {
 		t.Errorf("a read-only mount: %q", r.Output)
 	}
 	if l := m.ListVolumes("acme"); len(l) != 1 || strings.Join(l[0].Sandboxes, ",") != strings.Join(sortedIDs(a.ID, b.ID), ",") {
