@@ -91,10 +91,12 @@ type Volume struct {
 type volumeRec struct {
 	info Volume
 	// busy counts creates in flight that mount it (and the volume's own
-	// create or delete, with -1 for a delete): it cannot be deleted then.
+	// create): it cannot be deleted then.
 	busy int
 	// ready: its engine volume exists (false while it is being created).
 	ready bool
+	// deleting: a delete is under way; nothing may mount it.
+	deleting bool
 }
 
 // VolumeEngineName is the engine volume of named volume id.
@@ -185,14 +187,15 @@ func checkMounts(mounts []VolumeMount, t Template) error {
 // findVolume returns tenant's ready volume named by name or id; m.mu is
 // held. Another tenant's volume is not found.
 func (m *Manager) findVolume(tenant, ref string) *volumeRec {
+	usable := func(v *volumeRec) bool { return v.ready && !v.deleting && v.info.Tenant == tenant }
 	if v := m.vols[ref]; v != nil {
-		if v.ready && v.info.Tenant == tenant {
+		if usable(v) {
 			return v
 		}
 		return nil
 	}
 	for _, v := range m.vols {
-		if v.ready && v.info.Tenant == tenant && v.info.Name == ref {
+		if v.info.Name == ref && usable(v) {
 			return v
 		}
 	}
@@ -426,18 +429,18 @@ func (m *Manager) DeleteVolume(ctx context.Context, tenant, ref string) error {
 	if len(users) > 0 || v.busy != 0 {
 		m.mu.Unlock()
 		if len(users) == 0 {
-			return errorf(CodeVolumeInUse, "volume %s is being mounted or deleted; retry", ref)
+			return errorf(CodeVolumeInUse, "volume %s is being mounted; retry", ref)
 		}
 		return errorf(CodeVolumeInUse, "volume %s is mounted by sandbox %s; delete the sandbox first", ref, strings.Join(users, ", "))
 	}
-	v.busy = -1 // no create mounts it while it goes
+	v.deleting = true // no create mounts it while it goes
 	info := v.info
 	m.mu.Unlock()
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
 	defer cancel()
 	if _, err := m.api.VolumeRemove(ectx, VolumeEngineName(info.ID), client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 		m.mu.Lock()
-		v.busy = 0
+		v.deleting = false
 		m.mu.Unlock()
 		if cerrdefs.IsConflict(err) { // a container the worker does not know of uses it
 			return &Error{Code: CodeVolumeInUse, Message: fmt.Sprintf("volume %s is in use by a container", ref), Err: err}

@@ -72,6 +72,11 @@ func testNamedVolume(t *testing.T, e *env, runtime string) {
 	if r := exec(t, m, a.ID, "stat -c '%u %a' /data && echo kept > /data/f && mkdir /data/d && echo ok", 30); r.Output != "1000 755\nok\n" {
 		t.Fatalf("write the volume: %q", r.Output)
 	}
+	if runtime == "runc" { // gVisor shows its own mount table
+		if r := exec(t, m, a.ID, "grep ' /data ' /proc/mounts", 30); !strings.Contains(r.Output, "nosuid") || !strings.Contains(r.Output, "nodev") {
+			t.Errorf("the volume's mount: %q, want nosuid and nodev", r.Output)
+		}
+	}
 	// Bounded like a workspace file system.
 	if r := exec(t, m, a.ID, "dd if=/dev/zero of=/data/big bs=1048576 count=32 2>&1; rm -f /data/big", 60); !strings.Contains(r.Output, "No space left") {
 		t.Errorf("writing past the volume's size: %q", r.Output)
@@ -255,6 +260,18 @@ func TestSnapshotLeavesVolumesOut(t *testing.T) {
 	b := e.create(t, m, sandbox.CreateSpec{Tenant: "acme", Snapshot: snap.ID, Volumes: mounts})
 	if r := exec(t, m, b.ID, "cat /workspace/w /data/v", 30); r.Output != "ws\nlater\n" {
 		t.Errorf("restored box reads %q", r.Output)
+	}
+	// A hibernated box keeps its volume in use and mounts it again when
+	// it wakes.
+	if _, err := m.Suspend(ctx, a.ID, sandbox.SuspendHibernate); err != nil {
+		t.Fatalf("hibernate: %v", err)
+	}
+	if err := m.DeleteVolume(ctx, "acme", "data"); sandbox.CodeOf(err) != sandbox.CodeVolumeInUse {
+		t.Errorf("delete a volume a hibernated box mounts: %v", err)
+	}
+	exec(t, m, b.ID, "echo while-asleep > /data/v", 30)
+	if r := exec(t, m, a.ID, "cat /workspace/w /data/v", 30); r.Output != "ws\nwhile-asleep\n" {
+		t.Errorf("the woken box reads %q", r.Output)
 	}
 }
 
