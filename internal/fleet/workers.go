@@ -390,23 +390,10 @@ func (p *Pool) placements() []load {
 
 // Create places a sandbox on the healthy worker with the most free
 // capacity, trying the next one when a worker is full or fails to answer.
-// With no healthy worker it re-resolves the fleet once first. A sandbox
-// that mounts named volumes by id goes to the worker that holds them (a
-// volume lives on one worker; volumes named by name are looked up on the
-// worker placement picks).
+// With no healthy worker it re-resolves the fleet once first.
 func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.Sandbox, error) {
-	if name, what, err := volumesWorker(req); err != nil {
-		return nil, err
-	} else if name != "" {
-		m, err := p.worker(ctx, name, what)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := plumbv1.NewSandboxServiceClient(m.conn).CreateSandbox(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return resp.GetSandbox(), nil
+	if sb, routed, err := p.createWithVolumes(ctx, req); routed {
+		return sb, err
 	}
 	p.refreshMu.Lock()
 	p.describe(ctx) // loads change with every placement
@@ -431,6 +418,26 @@ func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*
 		}
 	}
 	return nil, last
+}
+
+// createWithVolumes creates a sandbox that mounts named volumes by id on
+// the worker that holds them (a volume lives on one worker; volumes named
+// by name are looked up on the worker placement picks). routed is false
+// when req names no volume by id: placement decides.
+func (p *Pool) createWithVolumes(ctx context.Context, req *plumbv1.CreateSandboxRequest) (_ *plumbv1.Sandbox, routed bool, _ error) {
+	name, what, err := volumesWorker(req)
+	if err != nil || name == "" {
+		return nil, err != nil, err
+	}
+	m, err := p.worker(ctx, name, what)
+	if err != nil {
+		return nil, true, err
+	}
+	resp, err := plumbv1.NewSandboxServiceClient(m.conn).CreateSandbox(ctx, req)
+	if err != nil {
+		return nil, true, err
+	}
+	return resp.GetSandbox(), true, nil
 }
 
 // volumesWorker returns the worker of the volumes req mounts by id ("" if
