@@ -12,7 +12,7 @@ import (
 const MaxForkCount = 32
 
 // forkParallel is how many boxes of a fork are created at once.
-const forkParallel = 4
+const forkParallel = 16
 
 // Fork creates count boxes whose workspaces hold spec.Snapshot
 // (docs/workspaces.md, "Forks"): the snapshot is read and verified once,
