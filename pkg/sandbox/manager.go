@@ -390,6 +390,8 @@ func (m *Manager) Close() {
 // DeleteAll removes every sandbox of this worker (used at shutdown when the
 // worker is told not to leave sandboxes behind). It stops the warm pools
 // for good and removes their boxes: later creates start cold.
+// Named volumes stay: they are the tenants' data, deleted only by
+// DeleteVolume.
 func (m *Manager) DeleteAll(ctx context.Context) error {
 	m.stopPools()
 	m.removeMembers(ctx)
