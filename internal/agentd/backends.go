@@ -333,6 +333,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		Template: t.Template, Image: t.Image, WorkingDir: t.WorkingDir, Env: t.Env, Runtime: t.Runtime,
 		Resources: &plumbv1.Resources{Cpus: t.CPUs, MemoryBytes: int64(t.Memory), Pids: t.Pids},
 		Labels:    map[string]string{"thread-id": threadID},
+		Volumes:   t.volumeMounts(),
 	}
 	switch t.Network {
 	case "egress":

@@ -255,6 +255,9 @@ type SandboxTemplate struct {
 	// to a destination off the worker's egress allow-list (network egress
 	// only; docs/security.md, "Egress approved by a human").
 	EgressApproval EgressApprovalConfig `yaml:"egress_approval"`
+	// Volumes are named volumes of the thread's tenant mounted into its
+	// box (docs/workspaces.md, "Named volumes"; volumes.go).
+	Volumes []VolumeMountConfig `yaml:"volumes"`
 }
 
 // EgressApprovalConfig is `sandbox.template.egress_approval`.

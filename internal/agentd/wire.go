@@ -909,6 +909,9 @@ func validate(cfg *Config) error {
 	if err := validateEgressApproval(cfg.Sandbox); err != nil {
 		return err
 	}
+	if err := validateVolumes(cfg.Sandbox.Template); err != nil {
+		return err
+	}
 	known := strings.Join(sortedKeys(cfg.Models), ", ")
 	if _, ok := cfg.Models[cfg.Defaults.Model]; !ok {
 		return fmt.Errorf("defaults.model: %q is not a key of models (known: %s)", cfg.Defaults.Model, known)

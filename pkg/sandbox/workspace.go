@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"strings"
@@ -194,10 +195,24 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 	return snapErr(repo.Delete(ctx, tenantOf(tenant), id))
 }
 
+// restoreTar is a verified snapshot's tar in an unlinked temporary file;
+// each box filled from it reads its own section, so a fork fills its boxes
+// from one verification concurrently.
+type restoreTar struct {
+	f    *os.File
+	size int64
+}
+
+// reader returns a reader of the whole tar, independent of any other.
+func (r *restoreTar) reader() io.Reader { return io.NewSectionReader(r.f, 0, r.size) }
+
+// Close releases the file.
+func (r *restoreTar) Close() error { return r.f.Close() }
+
 // prepareRestore verifies a tenant's snapshot completely and writes the
 // tar a restore copies into a new workspace to a temporary file (nothing
-// is created before it verifies; the caller removes the file).
-func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Template) (*os.File, error) {
+// is created before it verifies; the caller closes it).
+func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Template) (*restoreTar, error) {
 	repo, err := m.repo()
 	if err != nil {
 		return nil, err
@@ -212,21 +227,22 @@ func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Templ
 	if err == nil && t.DiskBytes > 0 && man.Size > t.DiskBytes {
 		err = invalidField("disk_bytes", "snapshot %s holds %d bytes, over the box's disk limit of %d", id, man.Size, t.DiskBytes)
 	}
+	var size int64
 	if err == nil {
-		_, err = f.Seek(0, 0)
+		size, err = f.Seek(0, io.SeekCurrent)
 	}
 	if err != nil {
 		f.Close()
 		return nil, snapErr(err)
 	}
-	return f, nil
+	return &restoreTar{f: f, size: size}, nil
 }
 
 // fill copies the verified restore tar into a created, not yet started
 // container's workspace (the engine extracts it inside the container's
 // root, owning each entry as its header says: the sandbox user).
-func (m *Manager) fill(ctx context.Context, cid string, t Template, tar *os.File) error {
-	if _, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: tar}); err != nil {
+func (m *Manager) fill(ctx context.Context, cid string, t Template, tar *restoreTar) error {
+	if _, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: tar.reader()}); err != nil {
 		return fmt.Errorf("restore the workspace: %w", err)
 	}
 	return nil
@@ -388,7 +404,7 @@ func (m *Manager) wake(ctx context.Context, sb *sandbox) error {
 		// A container or volume its hibernation failed to remove would
 		// hold the name.
 		_ = m.removeContainer(ctx, info.ID, volumeName(info.ID))
-		spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, restore: tar}
+		spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, Volumes: info.Volumes, restore: tar}
 		m.mu.Lock()
 		m.pending[info.ID] = true
 		m.mu.Unlock()
