@@ -102,6 +102,9 @@ const (
 	// current; a run that crosses tokens_per_day mid-run ends FAILED
 	// with this error code.
 	ReasonQuotaExceeded = quota.Code
+	// ReasonCheckpointNotFound: ForkThread named a checkpoint the thread
+	// does not retain.
+	ReasonCheckpointNotFound = "CHECKPOINT_NOT_FOUND"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -181,6 +184,8 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonThreadBusy, nil), true
 	case errors.Is(err, agent.ErrThreadNotFound):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonThreadNotFound, nil), true
+	case errors.Is(err, store.ErrNoSuchCheckpoint):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonCheckpointNotFound, nil), true
 	case errors.Is(err, agent.ErrConflict):
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonConflict, nil), true
 	case errors.Is(err, store.ErrRunNotFound):

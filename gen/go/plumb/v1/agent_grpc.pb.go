@@ -61,6 +61,7 @@ const (
 	AgentService_CancelRun_FullMethodName             = "/plumb.v1.AgentService/CancelRun"
 	AgentService_ListThreadFiles_FullMethodName       = "/plumb.v1.AgentService/ListThreadFiles"
 	AgentService_ReadThreadFile_FullMethodName        = "/plumb.v1.AgentService/ReadThreadFile"
+	AgentService_ForkThread_FullMethodName            = "/plumb.v1.AgentService/ForkThread"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -233,6 +234,13 @@ type AgentServiceClient interface {
 	// ReadThreadFile reads up to limit bytes (at most 1 MiB) of a file in
 	// the thread's sandbox from offset, as ListThreadFiles reaches it.
 	ReadThreadFile(ctx context.Context, in *ReadThreadFileRequest, opts ...grpc.CallOption) (*ReadThreadFileResponse, error)
+	// ForkThread makes a new thread of the caller's tenant whose message log
+	// is the thread's up to a checkpoint and whose sandbox, created on its
+	// first use, is restored from the workspace snapshot taken at (or
+	// latest before) that checkpoint; without one the fork's sandbox starts
+	// empty, and the response says so. NOT_FOUND for another tenant's
+	// thread or a checkpoint the thread does not retain.
+	ForkThread(ctx context.Context, in *ForkThreadRequest, opts ...grpc.CallOption) (*ForkThreadResponse, error)
 }
 
 type agentServiceClient struct {
@@ -690,6 +698,16 @@ func (c *agentServiceClient) ReadThreadFile(ctx context.Context, in *ReadThreadF
 	return out, nil
 }
 
+func (c *agentServiceClient) ForkThread(ctx context.Context, in *ForkThreadRequest, opts ...grpc.CallOption) (*ForkThreadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkThreadResponse)
+	err := c.cc.Invoke(ctx, AgentService_ForkThread_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -860,6 +878,13 @@ type AgentServiceServer interface {
 	// ReadThreadFile reads up to limit bytes (at most 1 MiB) of a file in
 	// the thread's sandbox from offset, as ListThreadFiles reaches it.
 	ReadThreadFile(context.Context, *ReadThreadFileRequest) (*ReadThreadFileResponse, error)
+	// ForkThread makes a new thread of the caller's tenant whose message log
+	// is the thread's up to a checkpoint and whose sandbox, created on its
+	// first use, is restored from the workspace snapshot taken at (or
+	// latest before) that checkpoint; without one the fork's sandbox starts
+	// empty, and the response says so. NOT_FOUND for another tenant's
+	// thread or a checkpoint the thread does not retain.
+	ForkThread(context.Context, *ForkThreadRequest) (*ForkThreadResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -995,6 +1020,9 @@ func (UnimplementedAgentServiceServer) ListThreadFiles(context.Context, *ListThr
 }
 func (UnimplementedAgentServiceServer) ReadThreadFile(context.Context, *ReadThreadFileRequest) (*ReadThreadFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadThreadFile not implemented")
+}
+func (UnimplementedAgentServiceServer) ForkThread(context.Context, *ForkThreadRequest) (*ForkThreadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkThread not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1752,6 +1780,24 @@ func _AgentService_ReadThreadFile_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ForkThread_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkThreadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ForkThread(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ForkThread_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ForkThread(ctx, req.(*ForkThreadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1914,6 +1960,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadThreadFile",
 			Handler:    _AgentService_ReadThreadFile_Handler,
+		},
+		{
+			MethodName: "ForkThread",
+			Handler:    _AgentService_ForkThread_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
