@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -181,5 +182,68 @@ func TestForkThreadRestoresTheCheckpointsWorkspace(t *testing.T) {
 	}
 	if left := workerSnapshots(t, s); slices.Contains(left, snap1) {
 		t.Errorf("after deleting the fork: worker holds %v; want no %s", left, snap1)
+	}
+}
+
+// TestInterruptedThreadsBoxIsSuspended (issue 19 item 6): while a run
+// waits for approval, agentd pauses its box after
+// sandbox.suspend_on_interrupt_after; the Resume's first call wakes it,
+// with its files.
+func TestInterruptedThreadsBoxIsSuspended(t *testing.T) {
+	w := sandboxsvctest.StartWorker(t, sandbox.Config{})
+	s := startStack(t, w, "backends: {default: sandbox}\nagents:\n  main:\n    interrupt_on: {execute: true}\n")
+	s.core.Backends.cfg.Sandbox.SuspendOnInterruptAfter = time.Millisecond // before any run reads it
+	s.model.Script("main",
+		modeltest.Calls(mcall("w1", "write_file", `{"file_path":"/workspace/a.txt","content":"kept"}`)),
+		modeltest.Calls(mcall("x1", "execute", `{"command":"cat /workspace/a.txt"}`)),
+		modeltest.Text("done"),
+	)
+	evs, _, err := s.run(input("", "Write, then show."))
+	if err != nil || len(evs) == 0 || evs[len(evs)-1].GetInterrupted() == nil {
+		t.Fatalf("run: %v, %v; want an interrupt", evs, err)
+	}
+	in := evs[len(evs)-1].GetInterrupted()
+	thread := evs[0].GetThreadId()
+	th, err := s.c.GetThread(s.ctx(), &plumbv1.GetThreadRequest{ThreadId: thread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := th.GetThread().GetSandboxId()
+	state := func() plumbv1.SandboxState {
+		t.Helper()
+		ctx := metadata.AppendToOutgoingContext(s.ctx(), tenant.MetadataKey, "default")
+		sb, err := w.Client.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: box})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.GetSandbox().GetState()
+	}
+	for st := state(); st != plumbv1.SandboxState_SANDBOX_STATE_PAUSED; st = state() {
+		if s.ctx().Err() != nil {
+			t.Fatalf("box %s is %s, never paused", box, st)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the worker, not a synchronization
+	}
+
+	stream, err := s.c.Resume(s.ctx(), &plumbv1.ResumeRequest{ThreadId: thread, InterruptId: in.GetInterruptId(),
+		Decisions: []*plumbv1.Decision{{ToolCallId: "x1", Type: plumbv1.DecisionType_DECISION_TYPE_APPROVE}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown *plumbv1.ToolResult
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		if r := m.GetEvent().GetToolResult(); r != nil && r.GetId() == "x1" {
+			shown = r
+		}
+	}
+	if shown == nil || shown.GetIsError() || !strings.Contains(shown.GetContent(), "kept") {
+		t.Fatalf("the approved call after the pause: %v", shown)
+	}
+	if st := state(); st != plumbv1.SandboxState_SANDBOX_STATE_RUNNING {
+		t.Errorf("box %s is %s after the Resume, want RUNNING", box, st)
 	}
 }
