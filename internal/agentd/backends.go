@@ -327,6 +327,9 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		// snapshot of the thread's workspace the box is restored from it
 		// (on any worker: a shared store), without one the call fails.
 		c, err := tb.pool.Client(ctx, old)
+		if errors.Is(err, fleet.ErrUnknownWorker) {
+			snaps = tb.withHibernation(ctx, threadID, old, snaps)
+		}
 		switch {
 		case errors.Is(err, fleet.ErrUnknownWorker) && len(snaps) > 0:
 			why = fmt.Sprintf("was lost with its sandboxd worker %s, which is no longer part of the fleet", sandboxapi.WorkerOf(old))
@@ -379,6 +382,13 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
 	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()), zap.String("snapshot-id", from.SnapshotID))
+	if from.SnapshotID != "" && from.CheckpointID == 0 && tb.snaps != nil {
+		// A lost box's own hibernation snapshot: the thread's now, so
+		// that its deletion cascades.
+		if _, err := tb.snaps.AddThreadSnapshot(ctx, from); err != nil {
+			tb.lg.Warn("record the hibernation snapshot a box was restored from", zap.String("snapshot-id", from.SnapshotID), zap.Error(err))
+		}
+	}
 	tb.sandboxStarted(ctx, th, sb.GetId())
 	if tb.egress != nil && sb.GetNetwork() == plumbv1.NetworkMode_NETWORK_MODE_EGRESS {
 		tb.egress.GrantNewBox(ctx, th.Tenant, agentName, threadID, sb.GetId())

@@ -356,3 +356,30 @@ func forkNotice(home string, sn store.ThreadSnapshot) string {
 		"the files of its workspace (%s) are as they were then; background processes of that time are not running.",
 		sn.SnapshotID, sn.CreatedAt.UTC().Format(time.RFC3339), home)
 }
+
+// withHibernation puts the newest snapshot the workers' store lists for
+// the lost box id first in snaps (newest first) when it is newer than
+// the thread's own: a box hibernated after the thread's last snapshot was
+// taken. The list comes from the first healthy worker that answers (a
+// shared store lists the same everywhere); without one, snaps is
+// returned as it is.
+func (tb *ThreadBackends) withHibernation(ctx context.Context, threadID, id string, snaps []store.ThreadSnapshot) []store.ThreadSnapshot {
+	for _, c := range tb.pool.Healthy() {
+		resp, err := c.ListSnapshots(ctx, &plumbv1.ListSnapshotsRequest{})
+		if err != nil {
+			continue
+		}
+		var best *plumbv1.Snapshot
+		for _, sn := range resp.GetSnapshots() {
+			if sn.GetSandboxId() == id && !sn.GetCorrupt() && (best == nil || sn.GetCreatedAt().AsTime().After(best.GetCreatedAt().AsTime())) {
+				best = sn
+			}
+		}
+		if best == nil || len(snaps) > 0 && (snaps[0].SnapshotID == best.GetId() || !best.GetCreatedAt().AsTime().After(snaps[0].CreatedAt)) {
+			return snaps
+		}
+		own := store.ThreadSnapshot{ThreadID: threadID, SnapshotID: best.GetId(), SandboxID: id, CreatedAt: best.GetCreatedAt().AsTime()}
+		return append([]store.ThreadSnapshot{own}, snaps...)
+	}
+	return snaps
+}
