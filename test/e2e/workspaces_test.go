@@ -184,6 +184,9 @@ agents:
 	// The worker restarts: it adopts the box, which keeps waiting.
 	b.stop(t, syscall.SIGTERM)
 	b.start(t)
+	if !strings.Contains(b.proc.Stderr(), box) || !strings.Contains(b.proc.Stderr(), "adopted sandbox") {
+		t.Fatalf("the restarted worker did not adopt box %s:\n%s", box, b.proc.Stderr())
+	}
 	bc := plumbv1.NewSandboxServiceClient(daemontest.Dial(t, b.addr, sandboxdToken))
 	// Then the box's TTL ends: the worker deletes it.
 	for {
@@ -225,7 +228,7 @@ agents:
 	if shown == nil || shown.GetIsError() || finished.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Fatalf("after the worker's loss: result %v, finished %v", shown, finished)
 	}
-	for _, want := range []string{"alpha", "beta", snap, "background processes"} {
+	for _, want := range []string{"alpha", "beta", snap, "background processes", "worker " + b.name + ", which is no longer part of the fleet"} {
 		if !strings.Contains(shown.GetContent(), want) {
 			t.Errorf("the approved call's result lacks %q:\n%s", want, shown.GetContent())
 		}
