@@ -135,8 +135,8 @@ func (tb *ThreadBackends) suspendLater(threadID, interruptID string) {
 	if s.timers == nil {
 		s.timers = map[string]*time.Timer{}
 	}
-	if old := s.timers[threadID]; old != nil {
-		old.Stop()
+	if old := s.timers[threadID]; old != nil && old.Stop() {
+		s.wg.Done() // its func will not run
 	}
 	s.wg.Add(1)
 	var tm *time.Timer
