@@ -317,7 +317,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 	// the plumb-tenant header (tenant.DialOptions).
 	ctx = tenant.With(ctx, tenant.Norm(th.Tenant))
 	old := th.SandboxID
-	snaps := tb.restorable(ctx, threadID)
+	var snaps []store.ThreadSnapshot // read only when a box is to be made
 	why := "had expired or was deleted"
 	if old != "" {
 		// Only the live owner may say the sandbox is gone: an
@@ -328,7 +328,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		// (on any worker: a shared store), without one the call fails.
 		c, err := tb.pool.Client(ctx, old)
 		if errors.Is(err, fleet.ErrUnknownWorker) {
-			snaps = tb.withHibernation(ctx, threadID, old, snaps)
+			snaps = tb.withHibernation(ctx, threadID, old, tb.restorable(ctx, threadID))
 		}
 		switch {
 		case errors.Is(err, fleet.ErrUnknownWorker) && len(snaps) > 0:
@@ -351,9 +351,14 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 				return nil, tb.lost(ctx, threadID, old, gerr)
 			}
 		}
+		if snaps == nil {
+			snaps = tb.restorable(ctx, threadID)
+		}
 		tb.lg.Info("thread's sandbox is gone; creating a new one", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
 			zap.String("worker", sandboxapi.WorkerOf(old)), zap.Int("snapshots", len(snaps)))
 		tb.sandboxEnded(ctx, threadID, old)
+	} else {
+		snaps = tb.restorable(ctx, threadID) // a fork's first box
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
