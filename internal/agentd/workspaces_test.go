@@ -247,3 +247,44 @@ func TestInterruptedThreadsBoxIsSuspended(t *testing.T) {
 		t.Errorf("box %s is %s after the Resume, want RUNNING", box, st)
 	}
 }
+
+// TestSnapshotsFollowTheirConfig: with sandbox.snapshots.at_run_end off, a
+// run's end takes no snapshot; a worker without a snapshot store takes
+// none either, and the run completes all the same.
+func TestSnapshotsFollowTheirConfig(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		worker func(t *testing.T) *sandboxsvctest.Worker
+		off    bool
+	}{
+		{"at_run_end off", snapshotWorker, true},
+		{"no snapshot store", func(t *testing.T) *sandboxsvctest.Worker { return sandboxsvctest.StartWorker(t, sandbox.Config{}) }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startStack(t, c.worker(t), "backends: {default: sandbox}\n")
+			if c.off {
+				off := false
+				s.core.Backends.cfg.Sandbox.Snapshots.AtRunEnd = &off // before any run reads it
+			}
+			s.model.Script("main",
+				modeltest.Calls(mcall("e1", "execute", `{"command":"echo x > /workspace/a.txt"}`)),
+				modeltest.Text("done"),
+			)
+			thread, _ := s.mustRun(input("", "Write."))
+			resp, err := s.c.ListCheckpoints(s.ctx(), &plumbv1.ListCheckpointsRequest{ThreadId: thread})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cp := range resp.GetCheckpoints() {
+				if cp.GetSnapshotId() != "" {
+					t.Errorf("checkpoint %d has snapshot %s", cp.GetId(), cp.GetSnapshotId())
+				}
+			}
+			if c.off {
+				if left := workerSnapshots(t, s); len(left) != 0 {
+					t.Errorf("the worker holds snapshots %v", left)
+				}
+			}
+		})
+	}
+}
