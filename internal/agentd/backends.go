@@ -43,9 +43,6 @@ import (
 type ThreadBackends struct {
 	cfg     *Config
 	threads threadRecords
-	loader  interface {
-		LoadThread(ctx context.Context, id string) (*agent.ThreadData, error)
-	}
 	pool    *fleet.Pool
 	files   *storefs.DB
 	lg      *zap.Logger
@@ -80,7 +77,7 @@ type threadRecords interface {
 // newThreadBackends keeps the files of store routes in the SQLite file at
 // dbPath.
 func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *zap.Logger, dial ...grpc.DialOption) (*ThreadBackends, error) {
-	tb := &ThreadBackends{cfg: cfg, threads: threads, loader: threads, lg: lg.Named("backends"), fsys: map[string]*hostfs.Backend{}}
+	tb := &ThreadBackends{cfg: cfg, threads: threads, lg: lg.Named("backends"), fsys: map[string]*hostfs.Backend{}}
 	if cfg.Sandbox.Address != "" {
 		targets, err := fleet.ParseTargets(cfg.Sandbox.Address)
 		if err != nil {

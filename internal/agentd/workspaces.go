@@ -174,7 +174,7 @@ func (tb *ThreadBackends) stopSuspends() {
 // suspendWaiting suspends the thread's box if the thread still waits on
 // interruptID.
 func (tb *ThreadBackends) suspendWaiting(ctx context.Context, threadID, interruptID string) error {
-	td, err := tb.loader.LoadThread(ctx, threadID)
+	td, err := tb.threads.LoadThread(ctx, threadID)
 	if errors.Is(err, agent.ErrThreadNotFound) {
 		return nil
 	}
