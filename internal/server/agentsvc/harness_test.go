@@ -173,6 +173,9 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if sl, ok := e.store.(store.SandboxLedger); ok {
 		s.svc.Sandboxes = sl
 	}
+	if ss, ok := e.store.(store.ThreadSnapshots); ok {
+		s.svc.Snapshots = ss
+	}
 	if l, ok := e.store.(store.Ledger); ok {
 		s.svc.Ledger, s.svc.OnUsage = l, runhost.RecordUsage(e.store.(runhost.ThreadTenants), l)
 	}
