@@ -176,17 +176,20 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 			c.OnRunEnd = w.OnRunEnd
 		}
 	}
-	// The thread's workspace snapshot at the checkpoint a run ended or
-	// paused at, taken before the thread's lease is released (nothing
-	// else writes into the box meanwhile), then the webhooks.
+	// Then the thread's workspace snapshot at the checkpoint a run ended
+	// or paused at, taken before the thread's lease is released (nothing
+	// else writes into the box meanwhile). The webhooks' quick insert
+	// goes first: the snapshot may outlast the hook's own deadline (it
+	// has its own, sandbox.snapshots.timeout).
 	if a.Backends.pool != nil {
 		next := c.OnRunEnd
 		c.OnRunEnd = func(ctx context.Context, end runhost.RunEnd) error {
-			_ = a.Backends.OnRunEnd(ctx, end)
+			var err error
 			if next != nil {
-				return next(ctx, end)
+				err = next(ctx, end)
 			}
-			return nil
+			_ = a.Backends.OnRunEnd(ctx, end)
+			return err
 		}
 	}
 	if a.Backends.snaps != nil {
