@@ -392,6 +392,13 @@ func (p *Pool) placements() []load {
 // capacity, trying the next one when a worker is full or fails to answer.
 // With no healthy worker it re-resolves the fleet once first.
 func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.Sandbox, error) {
+	return p.CreatePreferring(ctx, req, "")
+}
+
+// CreatePreferring is Create trying worker first when it is healthy (a
+// restore from a snapshot that worker's local store holds); "" prefers
+// none.
+func (p *Pool) CreatePreferring(ctx context.Context, req *plumbv1.CreateSandboxRequest, worker string) (*plumbv1.Sandbox, error) {
 	if sb, routed, err := p.createWithVolumes(ctx, req); routed {
 		return sb, err
 	}
@@ -405,6 +412,9 @@ func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*
 	}
 	if len(loads) == 0 {
 		return nil, status.Errorf(codes.Unavailable, "no healthy sandboxd worker is reachable (%s)", p.targetList())
+	}
+	if i := slices.IndexFunc(loads, func(l load) bool { return l.m.name == worker }); i > 0 {
+		loads = append(append([]load{loads[i]}, loads[:i]...), loads[i+1:]...)
 	}
 	var last error
 	for _, l := range loads {
@@ -474,6 +484,15 @@ func (p *Pool) Workers() []string {
 		out = append(out, m.name)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Healthy returns a client of each healthy, reachable worker by name.
+func (p *Pool) Healthy() map[string]plumbv1.SandboxServiceClient {
+	out := map[string]plumbv1.SandboxServiceClient{}
+	for _, l := range p.placements() {
+		out[l.m.name] = plumbv1.NewSandboxServiceClient(l.m.conn)
+	}
 	return out
 }
 

@@ -241,5 +241,28 @@ func (s *Service) ListCheckpoints(ctx context.Context, req *plumbv1.ListCheckpoi
 		return nil, err
 	}
 	cps, next := checkpointsPage(td, after, lim)
+	if err := s.checkpointSnapshots(ctx, td.Thread.ID, cps); err != nil {
+		return nil, s.status("list checkpoints", err)
+	}
 	return &plumbv1.ListCheckpointsResponse{Checkpoints: cps, NextPageToken: next}, nil
+}
+
+// checkpointSnapshots sets the snapshot id of each checkpoint of cps a
+// workspace snapshot of the thread was taken at (Config.Snapshots).
+func (s *Service) checkpointSnapshots(ctx context.Context, threadID string, cps []*plumbv1.Checkpoint) error {
+	if s.cfg.Snapshots == nil || len(cps) == 0 {
+		return nil
+	}
+	list, err := s.cfg.Snapshots.ThreadSnapshots(ctx, threadID)
+	if err != nil {
+		return err
+	}
+	at := map[int64]string{}
+	for _, sn := range list {
+		at[sn.CheckpointID] = sn.SnapshotID // the newest of a checkpoint wins
+	}
+	for _, c := range cps {
+		c.SnapshotId = at[c.GetId()]
+	}
+	return nil
 }

@@ -109,6 +109,9 @@ const (
 	// ReasonNoSandboxd: an operator RPC on an agentd without sandboxd
 	// workers (FAILED_PRECONDITION).
 	ReasonNoSandboxd = "NO_SANDBOXD"
+	// ReasonCheckpointNotFound: ForkThread named a checkpoint the thread
+	// does not retain.
+	ReasonCheckpointNotFound = "CHECKPOINT_NOT_FOUND"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -188,6 +191,8 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonThreadBusy, nil), true
 	case errors.Is(err, agent.ErrThreadNotFound):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonThreadNotFound, nil), true
+	case errors.Is(err, store.ErrNoSuchCheckpoint):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonCheckpointNotFound, nil), true
 	case errors.Is(err, agent.ErrConflict):
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonConflict, nil), true
 	case errors.Is(err, store.ErrRunNotFound):

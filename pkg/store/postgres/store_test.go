@@ -531,3 +531,11 @@ func TestStoredBytesConformance(t *testing.T) {
 func TestSandboxLedgerConformance(t *testing.T) {
 	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger { return open(t, pgtest.New(t), Options{}) })
 }
+
+// TestThreadSnapshotsConformance runs the thread snapshot suite against a
+// real PostgreSQL server.
+func TestThreadSnapshotsConformance(t *testing.T) {
+	storetest.RunThreadSnapshots(t, func(t *testing.T, retention int) storetest.SnapshotStore {
+		return open(t, pgtest.New(t), Options{CheckpointRetention: retention})
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -259,14 +260,21 @@ func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) erro
 
 // DeleteThread implements store.Threads.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM threads WHERE id = $1`, id)
-	if err != nil {
-		return classify(fmt.Errorf("delete thread %s: %w", id, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete thread %s: %w", id, agent.ErrThreadNotFound)
-	}
-	return nil
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		// Its workspace snapshots no other thread names go to the
+		// deletion queue (store.ThreadSnapshots) with the thread.
+		if err := queueUnshared(ctx, tx, id, time.Now(), "true"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM threads WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("delete thread %s: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("delete thread %s: %w", id, agent.ErrThreadNotFound)
+		}
+		return nil
+	})
 }
 
 // ListThreads implements store.Threads.

@@ -250,4 +250,24 @@ var migrations = []string{
 		expires_at INTEGER NOT NULL
 	);
 	CREATE INDEX http_sessions_expires ON http_sessions (expires_at);`,
+	// Workspace snapshots of threads' sandboxes taken at checkpoints
+	// (store.ThreadSnapshots), and the snapshots to delete from the
+	// workers once no thread names them.
+	`CREATE TABLE thread_snapshots (
+		thread_id     TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		snapshot_id   TEXT NOT NULL,
+		tenant        TEXT NOT NULL,
+		checkpoint_id INTEGER NOT NULL,
+		sandbox_id    TEXT NOT NULL,
+		created_at    INTEGER NOT NULL,
+		PRIMARY KEY (thread_id, snapshot_id)
+	);
+	CREATE INDEX thread_snapshots_snapshot ON thread_snapshots (snapshot_id);
+	CREATE TABLE snapshot_deletions (
+		snapshot_id TEXT PRIMARY KEY,
+		tenant      TEXT NOT NULL,
+		sandbox_id  TEXT NOT NULL,
+		queued_at   INTEGER NOT NULL
+	);
+	CREATE INDEX snapshot_deletions_queued ON snapshot_deletions (queued_at);`,
 }

@@ -343,3 +343,11 @@ func TestSandboxLedgerConformance(t *testing.T) {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
 	})
 }
+
+// TestThreadSnapshotsConformance runs the thread snapshot suite against a
+// real SQLite file.
+func TestThreadSnapshotsConformance(t *testing.T) {
+	storetest.RunThreadSnapshots(t, func(t *testing.T, retention int) storetest.SnapshotStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{CheckpointRetention: retention})
+	})
+}

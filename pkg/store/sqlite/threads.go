@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
@@ -219,6 +220,11 @@ func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) erro
 // DeleteThread implements store.Threads.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		// Its workspace snapshots no other thread names go to the
+		// deletion queue (store.ThreadSnapshots) with the thread.
+		if err := queueUnshared(ctx, tx, id, time.Now(), "true"); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, id)
 		if err != nil {
 			return err

@@ -63,6 +63,7 @@ const (
 	AgentService_ReadThreadFile_FullMethodName        = "/plumb.v1.AgentService/ReadThreadFile"
 	AgentService_ListFleetSandboxes_FullMethodName    = "/plumb.v1.AgentService/ListFleetSandboxes"
 	AgentService_DeleteFleetSandbox_FullMethodName    = "/plumb.v1.AgentService/DeleteFleetSandbox"
+	AgentService_ForkThread_FullMethodName            = "/plumb.v1.AgentService/ForkThread"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -247,6 +248,13 @@ type AgentServiceClient interface {
 	// worker has no such sandbox; a thread whose box it was gets a new, empty
 	// one on its next sandbox call.
 	DeleteFleetSandbox(ctx context.Context, in *DeleteFleetSandboxRequest, opts ...grpc.CallOption) (*DeleteFleetSandboxResponse, error)
+	// ForkThread makes a new thread of the caller's tenant whose message log
+	// is the thread's up to a checkpoint and whose sandbox, created on its
+	// first use, is restored from the workspace snapshot taken at (or
+	// latest before) that checkpoint; without one the fork's sandbox starts
+	// empty, and the response says so. NOT_FOUND for another tenant's
+	// thread or a checkpoint the thread does not retain.
+	ForkThread(ctx context.Context, in *ForkThreadRequest, opts ...grpc.CallOption) (*ForkThreadResponse, error)
 }
 
 type agentServiceClient struct {
@@ -724,6 +732,16 @@ func (c *agentServiceClient) DeleteFleetSandbox(ctx context.Context, in *DeleteF
 	return out, nil
 }
 
+func (c *agentServiceClient) ForkThread(ctx context.Context, in *ForkThreadRequest, opts ...grpc.CallOption) (*ForkThreadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkThreadResponse)
+	err := c.cc.Invoke(ctx, AgentService_ForkThread_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -906,6 +924,13 @@ type AgentServiceServer interface {
 	// worker has no such sandbox; a thread whose box it was gets a new, empty
 	// one on its next sandbox call.
 	DeleteFleetSandbox(context.Context, *DeleteFleetSandboxRequest) (*DeleteFleetSandboxResponse, error)
+	// ForkThread makes a new thread of the caller's tenant whose message log
+	// is the thread's up to a checkpoint and whose sandbox, created on its
+	// first use, is restored from the workspace snapshot taken at (or
+	// latest before) that checkpoint; without one the fork's sandbox starts
+	// empty, and the response says so. NOT_FOUND for another tenant's
+	// thread or a checkpoint the thread does not retain.
+	ForkThread(context.Context, *ForkThreadRequest) (*ForkThreadResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -1047,6 +1072,9 @@ func (UnimplementedAgentServiceServer) ListFleetSandboxes(context.Context, *List
 }
 func (UnimplementedAgentServiceServer) DeleteFleetSandbox(context.Context, *DeleteFleetSandboxRequest) (*DeleteFleetSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteFleetSandbox not implemented")
+}
+func (UnimplementedAgentServiceServer) ForkThread(context.Context, *ForkThreadRequest) (*ForkThreadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkThread not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1840,6 +1868,24 @@ func _AgentService_DeleteFleetSandbox_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ForkThread_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkThreadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ForkThread(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ForkThread_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ForkThread(ctx, req.(*ForkThreadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2010,6 +2056,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteFleetSandbox",
 			Handler:    _AgentService_DeleteFleetSandbox_Handler,
+		},
+		{
+			MethodName: "ForkThread",
+			Handler:    _AgentService_ForkThread_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
