@@ -362,6 +362,15 @@ func AssertHardened(t testing.TB, cli *client.Client, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	AssertInspectHardened(t, res)
+}
+
+// AssertInspectHardened is AssertHardened on a container already
+// inspected (for a caller that must tell a container removed meanwhile
+// from one that is not hardened).
+func AssertInspectHardened(t testing.TB, res client.ContainerInspectResult) {
+	t.Helper()
+	id := res.Container.ID
 	c, hc := res.Container.Config, res.Container.HostConfig
 	check := func(ok bool, what string, got any) {
 		if !ok {
