@@ -73,6 +73,11 @@ patches:
                   - {name: PLUMB_DIND_PULL, value: "false"}
                 resources:
                   requests: {cpu: 100m, memory: 256Mi}
+              # Every box gets a workspace file system of its own (a loop
+              # device of the node, attached through the pod's engine).
+              - name: sandboxd
+                env:
+                  - {name: SANDBOXD_POLICY_MAX_DISK_BYTES, value: "67108864"}
 YAML
 kubectl kustomize "$WORK/dind" >"$WORK/dind/rendered.yaml"
 kubectl apply -f "$WORK/dind/rendered.yaml" >/dev/null
@@ -110,10 +115,10 @@ gone_from_engine() {
 }
 
 log "checks: an agent run through the agentd Service executes in a box of a worker's own engine"
-read -r RUN THREAD < <(detach 'run: echo run-in-dind-$((6*7))')
+read -r RUN THREAD < <(detach 'run: echo run-in-dind-$((6*7)); df -P . | tail -n 1')
 IFS=$'\t' read -r st text < <(wait_run "$RUN")
-[ "$st" = RUN_STATUS_COMPLETED ] && grep -q 'run-in-dind-42' <<<"$text" ||
-	{ echo "run $RUN ended $st: $text" >&2; exit 1; }
+[ "$st" = RUN_STATUS_COMPLETED ] && grep -q 'run-in-dind-42' <<<"$text" && grep -q '/dev/loop' <<<"$text" ||
+	{ echo "run $RUN ended $st (want run-in-dind-42 and a workspace on a loop device): $text" >&2; exit 1; }
 box=""
 wait_until "thread $THREAD's sandbox" 60 find_box
 worker=$(box_worker "$box")
@@ -130,6 +135,7 @@ pod="" ip=""
 wait_until "worker $worker's pod" 60 pod_of "$worker"
 running() { "${S[@]}" --sandboxd "$ip:7071" sandbox exec "$box" -- test -f kept.txt; }
 wait_until "the command running in $box" 120 running
+losetup -l -n -O BACK-FILE | grep -q "$box\.img" || { echo "no loop device holds $box's workspace" >&2; exit 1; }
 uid=$(kubectl -n plumb get pod "$worker" -o jsonpath='{.metadata.uid}')
 kubectl -n plumb delete pod "$worker" --wait=false >/dev/null
 IFS=$'\t' read -r st text < <(wait_run "$RUN")
@@ -146,6 +152,10 @@ back() {
 wait_until "a new, Ready pod $worker" 300 back
 read -r pod ip < <(worker_pod "$worker")
 wait_until "the new $worker pod to remove the dead box $box" 120 gone_from_engine "$worker" "$box"
+# ... and to detach its workspace's loop device, which the dead engine
+# left attached on the node (found by the image file's inode).
+detached() { ! losetup -l -n -O BACK-FILE | grep -q "$box\.img"; }
+wait_until "the loop device of $box's workspace to be detached" 60 detached
 for p in $(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o name); do
 	wait_until "$p to dial the new $worker pod ($ip)" 180 dials "$p"
 done

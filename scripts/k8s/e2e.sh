@@ -238,7 +238,7 @@ worker_pod() {
 import json, sys
 for p in json.load(sys.stdin)["items"]:
     if p["metadata"].get("deletionTimestamp") or not p["status"].get("podIP"): continue
-    args = p["spec"]["containers"][0]["args"]
+    args = [a for c in p["spec"]["containers"] if c["name"] == "sandboxd" for a in c.get("args", [])]
     w = [a.split("=", 1)[1] for a in args if a.startswith("--worker=")][0]
     w = w.replace("$(NODE_NAME)", p["spec"]["nodeName"]).replace("$(POD_NAME)", p["metadata"]["name"])
     if w == sys.argv[1]: print(p["metadata"]["name"], p["status"]["podIP"])' "$1"
