@@ -168,4 +168,5 @@ wait_until "thread $THREAD's new sandbox" 60 find_box
 [ "$box" != "$old" ] || { echo "thread $THREAD still names sandbox $old" >&2; exit 1; }
 log "the thread's next run got a fresh box $box with the reset notice"
 
-remove_dind_boxes
+# Remove the boxes through their workers now (their loop devices with them).
+remove_boxes
