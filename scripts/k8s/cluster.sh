@@ -273,6 +273,9 @@ down() {
 		# The kubelet stops each pod sandbox through CRI, so CNI releases
 		# its address, iptables rules and netns.
 		if [ -f "$RUN/pids/kubelet" ] && kubectl get --raw /readyz >/dev/null 2>&1; then
+			# No controller may replace a deleted pod meanwhile.
+			stop_pid kube-controller-manager
+			stop_pid kube-scheduler
 			kubectl delete pods --all -A --force --grace-period=0 --wait=false >/dev/null 2>&1
 			for _ in $(seq 90); do
 				[ -z "$("${CTR[@]}" tasks ls -q 2>/dev/null)" ] && break
