@@ -2,7 +2,7 @@
 # sidecar) on the cluster of scripts/k8s/e2e.sh, which sources this file
 # with its variables and helpers; see there for what it checks.
 
-log "dind: PersistentVolumes for the workers' docker-data claims (hostPath under $RUN/pv)"
+log "dind: PersistentVolumes for the workers' docker-data claims (hostPath under $CLUSTER_DIR/pv)"
 # The cluster has no StorageClass: each claim of the StatefulSet is bound
 # in advance to a volume on the node's disk (a real file system, as
 # overlay2 needs).
@@ -16,7 +16,7 @@ spec:
   accessModes: [ReadWriteOnce]
   persistentVolumeReclaimPolicy: Retain
   claimRef: {namespace: plumb, name: docker-data-sandboxd-$i}
-  hostPath: {path: $RUN/pv/docker-data-$i, type: DirectoryOrCreate}
+  hostPath: {path: $CLUSTER_DIR/pv/docker-data-$i, type: DirectoryOrCreate}
 ---
 YAML
 done | kubectl apply -f - >/dev/null

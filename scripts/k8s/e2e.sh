@@ -46,7 +46,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 K8S=$ROOT/scripts/k8s
-RUN=${K8S_RUN:-/tmp/plumb-k8s}
+# The cluster's run directory (cluster.sh's K8S_RUN). Not RUN: the checks use that for run ids.
+CLUSTER_DIR=${K8S_RUN:-/tmp/plumb-k8s}
 GATEWAY=10.227.0.1
 PG_PORT=27915
 # The workers' names: unique to this suite, so its cleanup removes exactly
@@ -57,7 +58,7 @@ TAG=${VERSION:-k8s-e2e-$(git rev-parse --short HEAD)}
 WORK=$(mktemp -d /tmp/plumb-k8s-e2e.XXXXXX)
 # Overlays to run, in this order (e2e-<overlay>.sh each).
 OVERLAYS=${K8S_OVERLAYS:-example dind}
-export KUBECONFIG=$RUN/kubeconfig
+export KUBECONFIG=$CLUSTER_DIR/kubeconfig
 ACTL=$ROOT/bin/agentctl
 AGENTD_TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(32))")
 SANDBOXD_TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(32))")
