@@ -25,7 +25,7 @@ TEST_TIMEOUT ?= 30m
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(TOOLS)/buf:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -117,7 +117,7 @@ bench-micro: ## Run the Go micro-benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: k8s-e2e
-k8s-e2e: ## Run overlays/example on a real single-node Kubernetes v1.31 built from the Go module proxy (scripts/k8s; root, Docker; first run builds for tens of CPU-minutes, cached under ~/.cache/plumb)
+k8s-e2e: ## Run overlays/example (host-docker) and overlays/dind on a real single-node Kubernetes v1.31 built from the Go module proxy (scripts/k8s; K8S_OVERLAYS picks; root, Docker; first run builds for tens of CPU-minutes, cached under ~/.cache/plumb)
 	scripts/k8s/e2e.sh
 
 .PHONY: sandbox-image
@@ -132,6 +132,10 @@ sandbox-image-busybox: ## Import the small offline busybox sandbox image the tes
 images: build ## Build the agentd and sandboxd container images (FROM scratch)
 	docker build -f deploy/images/Dockerfile.agentd -t plumb-agentd:$(VERSION) .
 	docker build -f deploy/images/Dockerfile.sandboxd -t plumb-sandboxd:$(VERSION) .
+
+.PHONY: dind-image
+dind-image: ## Build the Docker-in-Docker image of deploy/k8s/overlays/dind from Debian packages (root; cached by recipe under ~/.cache/plumb; prints its reference)
+	@scripts/dind-image.sh
 
 .PHONY: run
 run: build ## Start sandboxd and agentd locally with the Python sandbox image (built the first time; SANDBOX_IMAGE=busybox for the small one; Ctrl-C stops both)

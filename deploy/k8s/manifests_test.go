@@ -237,6 +237,7 @@ func checkPod(t *testing.T, overlay string, p pod) {
 			if overlay != "dind" {
 				t.Errorf("%s: dind sidecar outside the dind overlay", where)
 			}
+			checkDind(t, where, ps, c)
 			continue
 		}
 		if !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--token-file=") }) {
@@ -565,4 +566,65 @@ func ptrOr[T any](p *T, def T) T {
 		return def
 	}
 	return *p
+}
+
+// checkDind: the Docker-in-Docker sidecar keeps the engine's data on a
+// volume (overlay2 on the container's own overlay fails), shares its
+// socket with sandboxd through an emptyDir (never a host path), is Ready
+// only when its engine is, and outlives sandboxd's drain.
+func checkDind(t *testing.T, where string, ps *corev1.PodSpec, c corev1.Container) {
+	t.Helper()
+	vols := map[string]corev1.Volume{}
+	for _, v := range ps.Volumes {
+		vols[v.Name] = v
+	}
+	mounts := map[string]string{} // mount path -> volume
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	if _, ok := mounts["/var/lib/docker"]; !ok {
+		t.Errorf("%s: /var/lib/docker must be a volume (a claim or an emptyDir), not the container's overlay", where)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	sock := env["PLUMB_DIND_SOCKET"]
+	vol, ok := mounts[filepath.Dir(sock)]
+	if sock == "" || !ok || vols[vol].EmptyDir == nil {
+		t.Errorf("%s: PLUMB_DIND_SOCKET %q must be in an emptyDir the sidecar mounts", where, sock)
+	}
+	for _, name := range []string{"PLUMB_SANDBOX_IMAGES", "PLUMB_DIND_PULL"} {
+		if _, ok := env[name]; !ok {
+			t.Errorf("%s: %s unset (a parameter of the overlay: sandbox-images.yaml)", where, name)
+		}
+	}
+	sandboxdSees := false
+	for _, other := range ps.Containers {
+		if other.Name != "sandboxd" {
+			continue
+		}
+		for _, e := range other.Env {
+			if e.Name == "DOCKER_HOST" && e.Value == "unix://"+sock {
+				sandboxdSees = true
+			}
+		}
+		for _, m := range other.VolumeMounts {
+			if m.Name == vol && m.MountPath != filepath.Dir(sock) {
+				sandboxdSees = false
+			}
+		}
+	}
+	if !sandboxdSees {
+		t.Errorf("%s: sandboxd's DOCKER_HOST must be unix://%s, in the same emptyDir at the same path", where, sock)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.Exec == nil {
+		t.Errorf("%s: wants an exec readiness probe (the engine answers and holds the sandbox images)", where)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
+		t.Errorf("%s: wants a preStop that waits for sandboxd to exit (its drain needs the engine)", where)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("%s: an engine needs a privileged container", where)
+	}
 }

@@ -9,7 +9,8 @@
 # scripts/k8s/build.sh (cached per version). Everything lives under $K8S_RUN
 # and is listed in $K8S_RUN/made so `down` removes exactly what `up` made:
 # processes, pods and their mounts, network namespaces, the bridge, iptables
-# chains and the FORWARD rule that lets pods reach each other, cgroups and
+# chains and the FORWARD rule that lets pods reach each other, cgroups, loop
+# devices backed by files under $K8S_RUN (dind workers' workspaces) and
 # host directories.
 #
 #   scripts/k8s/cluster.sh up      # prints `export KUBECONFIG=...`
@@ -244,6 +245,24 @@ stop_pid() {
 	rm -f "$f"
 }
 
+# detach_loops: detaches the loop devices backed by a workspace image under
+# the run directory. A dind worker's boxes have their workspaces on loop
+# devices (the node's, shared by every engine) backed by files on the
+# worker's docker-data volume; an engine that dies with its pod leaves them
+# attached, and only a sandboxd started on the same volume would detach
+# them. Matched by device and inode, so no other loop device is touched.
+detach_loops() {
+	local f dev majmin ino
+	local -A ours=()
+	while IFS= read -r f; do
+		ours["$(stat -c '%Hd:%Ld %i' "$f")"]=1
+	done < <(find "$RUN" -xdev -type f -name '*.img' 2>/dev/null)
+	[ ${#ours[@]} -gt 0 ] || return 0
+	while read -r dev majmin ino; do
+		[ -z "${ours["$majmin $ino"]:-}" ] || losetup -d "$dev" 2>/dev/null
+	done < <(losetup -ln -O NAME,BACK-MAJ:MIN,BACK-INO 2>/dev/null)
+}
+
 down() {
 	[ -e "$RUN/made" ] || { rm -rf "$RUN"; return 0; }
 	set +e
@@ -254,6 +273,9 @@ down() {
 		# The kubelet stops each pod sandbox through CRI, so CNI releases
 		# its address, iptables rules and netns.
 		if [ -f "$RUN/pids/kubelet" ] && kubectl get --raw /readyz >/dev/null 2>&1; then
+			# No controller may replace a deleted pod meanwhile.
+			stop_pid kube-controller-manager
+			stop_pid kube-scheduler
 			kubectl delete pods --all -A --force --grace-period=0 --wait=false >/dev/null 2>&1
 			for _ in $(seq 90); do
 				[ -z "$("${CTR[@]}" tasks ls -q 2>/dev/null)" ] && break
@@ -285,6 +307,7 @@ down() {
 	rm -f /var/lib/cni/results/plumb-k8s-* 2>/dev/null
 	# Every mount under the run directory (pod volumes, rootfs overlays), deepest first.
 	for p in $(awk -v r="$RUN/" 'index($2, r) == 1 {print $2}' /proc/self/mounts | sort -r); do umount -l "$p" 2>/dev/null; done
+	detach_loops
 	if grep -qx "bridge $BRIDGE" "$RUN/made"; then ip link del "$BRIDGE" 2>/dev/null; fi
 	iptables -t nat -S POSTROUTING 2>/dev/null | grep -- "-s ${POD_CIDR%.0/24}\." | sed 's/^-A/-D/' | while read -r rule; do eval "iptables -t nat $rule" 2>/dev/null; done
 	for p in $(iptables -t nat -S 2>/dev/null | sed -n 's/^-N \(CNI-[0-9a-f]*\)$/\1/p'); do
