@@ -244,6 +244,12 @@ var migrations = []string{
 		ended_at   BIGINT NOT NULL DEFAULT 0
 	);
 	CREATE INDEX sandbox_usage_tenant ON sandbox_usage (tenant, started_at);`,
+	// Per-agent retention (agents.<name>.retention.webhook_deliveries):
+	// a delivery's agent, the one of its run (from its record, for the
+	// deliveries recorded before).
+	`ALTER TABLE webhook_deliveries ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+	UPDATE webhook_deliveries d SET agent = COALESCE((SELECT r.record::jsonb -> 'spec' ->> 'agent' FROM runs r
+		WHERE r.run_id = d.run_id), '');`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -514,6 +514,14 @@ func TestRunEventRetentionConformance(t *testing.T) {
 	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore { return open(t, pgtest.New(t), Options{}) })
 }
 
+// TestAgentRetentionConformance runs the per-agent retention suite
+// against a real PostgreSQL server.
+func TestAgentRetentionConformance(t *testing.T) {
+	storetest.RunAgentRetention(t, func(t *testing.T, keep int, agents map[string]int) storetest.AgentRetentionStore {
+		return open(t, pgtest.New(t), Options{CheckpointRetention: keep, AgentCheckpointRetention: agents})
+	})
+}
+
 // TestStoredBytesConformance runs the stored bytes suite against a real
 // PostgreSQL server.
 func TestStoredBytesConformance(t *testing.T) {

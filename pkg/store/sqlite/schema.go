@@ -241,4 +241,10 @@ var migrations = []string{
 		ended_at   INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX sandbox_usage_tenant ON sandbox_usage (tenant, started_at);`,
+	// Per-agent retention (agents.<name>.retention.webhook_deliveries):
+	// a delivery's agent, the one of its run (from its record, for the
+	// deliveries recorded before).
+	`ALTER TABLE webhook_deliveries ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+	UPDATE webhook_deliveries SET agent = COALESCE((SELECT json_extract(r.record, '$.spec.agent') FROM runs r
+		WHERE r.run_id = webhook_deliveries.run_id), '');`,
 }

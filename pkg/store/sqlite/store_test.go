@@ -320,6 +320,14 @@ func TestRunEventRetentionConformance(t *testing.T) {
 	})
 }
 
+// TestAgentRetentionConformance runs the per-agent retention suite
+// against a real SQLite file.
+func TestAgentRetentionConformance(t *testing.T) {
+	storetest.RunAgentRetention(t, func(t *testing.T, keep int, agents map[string]int) storetest.AgentRetentionStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{CheckpointRetention: keep, AgentCheckpointRetention: agents})
+	})
+}
+
 // TestStoredBytesConformance runs the stored bytes suite against a real
 // SQLite file.
 func TestStoredBytesConformance(t *testing.T) {
