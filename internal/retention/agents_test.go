@@ -102,7 +102,10 @@ func TestAgentRunEventsAndDeliveries(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			del := func(context.Context, string, time.Time) error { t.Error("a thread was deleted; no threads_idle TTL applies"); return nil }
+			del := func(context.Context, string, time.Time) error {
+				t.Error("a thread was deleted; no threads_idle TTL applies")
+				return nil
+			}
 			day := 24 * time.Hour
 			sw, err := retention.New(retention.Config{Store: st, Delete: del, Batch: 1, Policy: retention.Policy{
 				Default:                retention.Rules{WebhookDeliveries: day, RunEvents: day},
