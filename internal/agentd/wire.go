@@ -132,7 +132,7 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 		c.OnUsage = runhost.RecordUsage(a.Store, l)
 	}
 	if a.Quotas != nil {
-		c.Admit = a.Quotas.Admit
+		c.Admit, c.AdmitQueued = a.Quotas.Admit, a.Quotas.AdmitQueued
 	}
 	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
 	for name, p := range a.Config.Agents {
