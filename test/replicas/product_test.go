@@ -538,6 +538,24 @@ func productSchedule(t *testing.T, p *product) {
 	if after := fires(); len(after) != len(list) {
 		t.Fatalf("the paused schedule fired: %d fires, %d when paused", len(after), len(list))
 	}
+	// Once per tick with every replica up and polling: the model saw
+	// exactly the fires' runs, one call each — no run without a fire, no
+	// second run for a tick (a fire record is unique per tick; this also
+	// catches a replica that would start a run without winning the tick).
+	calls := map[string]int{}
+	for _, r := range p.model.Requests("main") {
+		if lastUser(r.Body.Messages) == sc {
+			calls[r.RunID]++
+		}
+	}
+	if len(calls) != len(list) {
+		t.Fatalf("the model saw %d scheduled runs (%v); %d fires were recorded", len(calls), calls, len(list))
+	}
+	for _, fr := range list {
+		if calls[fr.GetRunId()] != 1 {
+			t.Fatalf("run %s of tick %s called the model %d times; want once", fr.GetRunId(), fr.GetTick().AsTime(), calls[fr.GetRunId()])
+		}
+	}
 	if _, err := p.at(0).c.DeleteSchedule(p.ctx, &plumbv1.DeleteScheduleRequest{ScheduleId: id}); err != nil {
 		t.Fatal(err)
 	}
