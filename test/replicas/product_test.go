@@ -47,7 +47,6 @@ const ttlIdle = 3 * time.Second
 // event logs kept a second.
 const briefAgent = "brief"
 
-
 // The scenarios productTurn answers itself (the others go to policy.turn).
 const (
 	// skillScenario + name: read_file /skills/<name>/SKILL.md, then
