@@ -48,6 +48,7 @@ var scenarios = []scenario{
 	{ids: []string{"B8"}, budget: 75 * time.Second, quickBudget: 30 * time.Second, run: runB8},
 	{ids: []string{"B10"}, budget: 40 * time.Second, quickBudget: 20 * time.Second, run: runB10},
 	{ids: []string{"B11"}, budget: 60 * time.Second, quickBudget: 40 * time.Second, run: runB11},
+	{ids: []string{"B12"}, budget: 90 * time.Second, quickBudget: 45 * time.Second, run: runB12},
 	{ids: []string{"B5", "B6"}, budget: 90 * time.Second, quickBudget: 30 * time.Second, run: runB5B6},
 	{ids: []string{"B9"}, budget: 110 * time.Second, quickBudget: 20 * time.Second, run: runB9},
 }

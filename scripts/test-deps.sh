@@ -136,6 +136,18 @@ weed_binary() {
 	rm -rf "$tmp"
 }
 
+# `--builds` only builds (or finds cached) the binaries above, weed and runsc
+# side by side, and installs and registers nothing: .ci/run starts it in the
+# background first, so the cold builds overlap the tool installs; the
+# `make test` that follows waits for them under their locks.
+if [ "${1:-}" = --builds ]; then
+	weed_binary &
+	weed=$!
+	runsc_binary >/dev/null || true
+	wait "$weed"
+	exit 0
+fi
+
 pkgs=(busybox-static postgresql kubernetes-client python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl chromium)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -35,6 +35,8 @@ const agentUsage = `Usage:
   agentctl threads ls [--label k=v]... [--status idle|running|interrupted] [--limit N] [--json]
   agentctl threads show ID [--full] [--json]
   agentctl threads rm ID [--force]
+  agentctl threads checkpoints ID [--json]
+  agentctl threads fork ID [--checkpoint N] [--label k=v]... [--json]
   agentctl agents [--json]
   agentctl runs ls [--thread ID] [--status queued|running|interrupted|completed|failed|...] [--limit N] [--json]
   agentctl runs get RUN_ID [--thread ID] [--json]
@@ -525,6 +527,63 @@ func (a *agentCmd) threads(ctx context.Context, args []string) error {
 				return fmt.Errorf("rm %s: %w", id, rpcError(err))
 			}
 			fmt.Fprintln(a.sio.out, id)
+		}
+		return nil
+	case "checkpoints":
+		pos, err := parseArgs(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return errors.New("threads checkpoints: want one thread id")
+		}
+		cps, err := pageRest(ctx, a, nil, "-", func(ctx context.Context, tok string) ([]*plumbv1.Checkpoint, string, error) {
+			if tok == "-" {
+				tok = ""
+			}
+			resp, err := a.c.ListCheckpoints(ctx, &plumbv1.ListCheckpointsRequest{ThreadId: pos[0], PageSize: 500, PageToken: tok})
+			return resp.GetCheckpoints(), resp.GetNextPageToken(), err
+		})
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return printJSON(a.sio.out, &plumbv1.ListCheckpointsResponse{Checkpoints: cps})
+		}
+		for _, c := range cps {
+			fmt.Fprintln(a.sio.out, render.CheckpointLine(c, time.Local))
+		}
+		return nil
+	case "fork":
+		checkpoint := fs.Int64("checkpoint", 0, "checkpoint id to fork at (0 = the latest)")
+		labels := multi{}
+		fs.Var(labels, "label", "label of the fork k=v, added to the thread's (repeatable)")
+		pos, err := parseArgs(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return errors.New("threads fork: want one thread id")
+		}
+		uctx, cancel := a.unary(ctx)
+		defer cancel()
+		req := &plumbv1.ForkThreadRequest{ThreadId: pos[0], CheckpointId: *checkpoint}
+		if len(labels) > 0 {
+			req.Metadata = labels
+		}
+		resp, err := a.c.ForkThread(uctx, req)
+		if err != nil {
+			return rpcError(err)
+		}
+		if *jsonOut {
+			return printJSON(a.sio.out, resp)
+		}
+		fmt.Fprintln(a.sio.out, resp.GetThread().GetId())
+		if resp.GetSnapshotId() != "" {
+			fmt.Fprintf(a.sio.err, "forked at checkpoint %d; its sandbox starts from snapshot %s (checkpoint %d)\n",
+				resp.GetCheckpointId(), resp.GetSnapshotId(), resp.GetSnapshotCheckpointId())
+		} else {
+			fmt.Fprintf(a.sio.err, "forked at checkpoint %d; no workspace snapshot was taken by then: its sandbox starts empty\n", resp.GetCheckpointId())
 		}
 		return nil
 	default:

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/runhost"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -17,6 +19,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/model/openai"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // agentd serves the real AgentService on loopback: the deep runtime with
@@ -154,5 +157,69 @@ func TestEndToEndPendingThenResume(t *testing.T) {
 	wantLines(t, c.out.String(), "status    idle")
 	if strings.Contains(c.out.String(), "interrupt ") {
 		t.Fatalf("still pending:\n%s", c.out.String())
+	}
+}
+
+// threads checkpoints lists a thread's checkpoints; threads fork makes a
+// thread ending at one of them, says that no workspace snapshot was taken
+// (no sandbox here), and an unknown checkpoint is an error naming it.
+func TestEndToEndCheckpointsAndFork(t *testing.T) {
+	addr, model := agentd(t)
+	model.Script("main", modeltest.Text("first"))
+	ctx := testCtx(t)
+	c := &cli{}
+	if err := c.run(ctx, addr, "run", "--label", "team=core", "one"); err != nil {
+		t.Fatalf("run: %v\n%s", err, c.err.String())
+	}
+	thread := threadOf(t, c.out.String())
+	model.Script("main", modeltest.Text("second"))
+	c = &cli{}
+	if err := c.run(ctx, addr, "run", "--thread", thread, "two"); err != nil {
+		t.Fatalf("run: %v\n%s", err, c.err.String())
+	}
+
+	c = &cli{}
+	if err := c.run(ctx, addr, "threads", "checkpoints", thread, "--json"); err != nil {
+		t.Fatal(err)
+	}
+	var cps plumbv1.ListCheckpointsResponse
+	if err := protojson.Unmarshal(c.out.Bytes(), &cps); err != nil {
+		t.Fatalf("%v:\n%s", err, c.out.String())
+	}
+	var first *plumbv1.Checkpoint
+	for _, cp := range cps.GetCheckpoints() {
+		if cp.GetPhase() == plumbv1.CheckpointPhase_CHECKPOINT_PHASE_FINAL {
+			first = cp
+			break
+		}
+	}
+	if first == nil || first.GetMessageCount() != 2 {
+		t.Fatalf("no FINAL checkpoint after the first run: %v", cps.GetCheckpoints())
+	}
+	c = &cli{}
+	if err := c.run(ctx, addr, "threads", "checkpoints", thread); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, c.out.String(), fmt.Sprintf("  %d  run %s", first.GetId(), first.GetRunId()))
+
+	c = &cli{}
+	if err := c.run(ctx, addr, "threads", "fork", thread, "--checkpoint", fmt.Sprint(first.GetId()), "--label", "branch=b"); err != nil {
+		t.Fatalf("fork: %v\n%s", err, c.err.String())
+	}
+	fork := strings.TrimSpace(c.out.String())
+	wantLines(t, c.err.String(), fmt.Sprintf("forked at checkpoint %d", first.GetId()), "its sandbox starts empty")
+	c = &cli{}
+	if err := c.run(ctx, addr, "threads", "show", fork, "--full"); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, c.out.String(), "team=core", "branch=b", "first")
+	if strings.Contains(c.out.String(), "second") {
+		t.Errorf("the fork holds the later run:\n%s", c.out.String())
+	}
+
+	c = &cli{}
+	err := c.run(ctx, addr, "threads", "fork", thread, "--checkpoint", "99999")
+	if err == nil || !strings.Contains(err.Error(), "99999") {
+		t.Errorf("fork at an unknown checkpoint: %v", err)
 	}
 }

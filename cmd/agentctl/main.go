@@ -38,7 +38,7 @@ Commands:
   resume     answer a thread's pending interrupt and follow the run
   attach     follow a thread's current or recent run
   cancel     cancel a thread's active run
-  threads    list, show and remove threads
+  threads    list, show, remove and fork threads, and list their checkpoints
   agents     list the agents a run may name
   secrets    put (value on stdin), list and delete the tenant's secrets
   skills     put (a folder with a SKILL.md), list, get and delete the tenant's skills

@@ -22,6 +22,7 @@ const sandboxUsage = `Usage:
   agentctl sandbox create [--image I | --template T] [--memory BYTES] [--cpus N] [--pids N]
                           [--ttl D] [--network none|egress] [--label k=v]... [--env K=V]...
                           [--snapshot SNAPSHOT]   (the workspace restored from a snapshot)
+                          [--volume NAME:/PATH[:ro]]...   (mount a named volume)
   agentctl sandbox ls [--label k=v]...
   agentctl sandbox exec ID [--timeout D] [--cwd DIR] [--env K=V]... -- COMMAND [ARG...]
   agentctl sandbox exec -i ID [--cwd DIR] [--env K=V]... -- COMMAND [ARG...]
@@ -37,6 +38,10 @@ const sandboxUsage = `Usage:
                           (pause: memory kept; --hibernate: snapshot, container removed,
                           processes end); any later call wakes it
   agentctl sandbox resume ID
+  agentctl sandbox fork SNAPSHOT [--count N] [create flags]
+                          (N boxes from one snapshot, all or none; prints their ids)
+  agentctl sandbox volumes [create NAME [--size BYTES] | rm NAME...]
+                          (named volumes: list, create, delete; NAME or its vol-… id)
   agentctl sandbox egress-watch ID [--timeout D]
                           (hold and list an egress box's connections to destinations off the
                           allow-list while watching: REQUEST_ID HOST:PORT pending|allowed|refused)
@@ -75,6 +80,62 @@ func (m multi) Set(s string) error {
 	return nil
 }
 
+// createFlags defines create's flags on fs (fork takes them too) and
+// returns what builds the request once fs is parsed.
+func createFlags(fs *flag.FlagSet) func() (*plumbv1.CreateSandboxRequest, error) {
+	image := fs.String("image", "", "image (must exist on the worker)")
+	template := fs.String("template", "", "worker template")
+	memory := fs.Int64("memory", 0, "memory limit in bytes")
+	cpus := fs.Float64("cpus", 0, "CPU quota in cores")
+	pids := fs.Int64("pids", 0, "process limit")
+	ttl := fs.Duration("ttl", 0, "time to live")
+	network := fs.String("network", "none", "none or egress")
+	snap := fs.String("snapshot", "", "restore the workspace from this snapshot")
+	labels, env := multi{}, multi{}
+	fs.Var(labels, "label", "label k=v (repeatable)")
+	fs.Var(env, "env", "environment K=V (repeatable)")
+	var volumes volumeFlags
+	fs.Var(&volumes, "volume", "NAME:/PATH[:ro] (repeatable)")
+	return func() (*plumbv1.CreateSandboxRequest, error) {
+		req := &plumbv1.CreateSandboxRequest{
+			Image: *image, Template: *template, Labels: labels, Env: env, SnapshotId: *snap, Volumes: volumes,
+			Resources: &plumbv1.Resources{MemoryBytes: *memory, Cpus: *cpus, Pids: *pids},
+		}
+		switch *network {
+		case "none":
+			req.Network = plumbv1.NetworkMode_NETWORK_MODE_NONE
+		case "egress":
+			req.Network = plumbv1.NetworkMode_NETWORK_MODE_EGRESS
+		default:
+			return nil, fmt.Errorf("--network %q: want none or egress", *network)
+		}
+		if *ttl > 0 {
+			req.Ttl = durationpb.New(*ttl)
+		}
+		return req, nil
+	}
+}
+
+// volumeFlags is the repeatable --volume NAME:/PATH[:ro].
+type volumeFlags []*plumbv1.VolumeMount
+
+func (v *volumeFlags) String() string { return "" }
+
+func (v *volumeFlags) Set(s string) error {
+	name, rest, ok := strings.Cut(s, ":")
+	if !ok || name == "" || rest == "" {
+		return fmt.Errorf("want NAME:/PATH[:ro], got %q", s)
+	}
+	m := &plumbv1.VolumeMount{Name: name, MountPath: rest}
+	if p, ok := strings.CutSuffix(rest, ":ro"); ok {
+		m.MountPath, m.ReadOnly = p, true
+	} else if p, ok := strings.CutSuffix(rest, ":rw"); ok {
+		m.MountPath = p
+	}
+	*v = append(*v, m)
+	return nil
+}
+
 func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) error {
 	stdout := sio.out
 	if len(args) == 0 {
@@ -92,34 +153,13 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 	fs.SetOutput(io.Discard)
 	switch cmd {
 	case "create":
-		image := fs.String("image", "", "image (must exist on the worker)")
-		template := fs.String("template", "", "worker template")
-		memory := fs.Int64("memory", 0, "memory limit in bytes")
-		cpus := fs.Float64("cpus", 0, "CPU quota in cores")
-		pids := fs.Int64("pids", 0, "process limit")
-		ttl := fs.Duration("ttl", 0, "time to live")
-		network := fs.String("network", "none", "none or egress")
-		snap := fs.String("snapshot", "", "restore the workspace from this snapshot")
-		labels, env := multi{}, multi{}
-		fs.Var(labels, "label", "label k=v (repeatable)")
-		fs.Var(env, "env", "environment K=V (repeatable)")
+		build := createFlags(fs)
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		req := &plumbv1.CreateSandboxRequest{
-			Image: *image, Template: *template, Labels: labels, Env: env, SnapshotId: *snap,
-			Resources: &plumbv1.Resources{MemoryBytes: *memory, Cpus: *cpus, Pids: *pids},
-		}
-		switch *network {
-		case "none":
-			req.Network = plumbv1.NetworkMode_NETWORK_MODE_NONE
-		case "egress":
-			req.Network = plumbv1.NetworkMode_NETWORK_MODE_EGRESS
-		default:
-			return fmt.Errorf("--network %q: want none or egress", *network)
-		}
-		if *ttl > 0 {
-			req.Ttl = durationpb.New(*ttl)
+		req, err := build()
+		if err != nil {
+			return err
 		}
 		resp, err := c.CreateSandbox(ctx, req)
 		if err != nil {
@@ -220,7 +260,7 @@ func runSandbox(ctx context.Context, ep endpoint, args []string, sio stdio) erro
 			fmt.Fprintln(stdout, id)
 		}
 		return nil
-	case "snapshot", "snapshots", "suspend", "resume":
+	case "snapshot", "snapshots", "suspend", "resume", "fork", "volumes":
 		return workspaceCommand(ctx, c, cmd, fs, args, stdout)
 	case "egress-watch":
 		return egressWatch(ctx, c, fs, args, stdout)

@@ -13,8 +13,8 @@ import (
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 )
 
-// workspaceCommand runs `agentctl sandbox snapshot|snapshots|suspend|resume`
-// (docs/workspaces.md).
+// workspaceCommand runs `agentctl sandbox snapshot|snapshots|suspend|resume|
+// fork|volumes` (docs/workspaces.md).
 func workspaceCommand(ctx context.Context, c plumbv1.SandboxServiceClient, cmd string, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	switch cmd {
 	case "snapshot":
@@ -98,6 +98,86 @@ func workspaceCommand(ctx context.Context, c plumbv1.SandboxServiceClient, cmd s
 		}
 		fmt.Fprintf(stdout, "%s %s\n", args[0], strings.TrimPrefix(resp.GetSandbox().GetState().String(), "SANDBOX_STATE_"))
 		return nil
+	case "fork":
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			return errors.New("fork: want the snapshot id first")
+		}
+		snap := args[0]
+		count := fs.Int("count", 1, "how many boxes")
+		build := createFlags(fs)
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("fork: unexpected %q", fs.Arg(0))
+		}
+		req, err := build()
+		if err != nil {
+			return err
+		}
+		resp, err := c.ForkSandbox(ctx, &plumbv1.ForkSandboxRequest{SnapshotId: snap, Count: int32(*count), Sandbox: req})
+		if err != nil {
+			return err
+		}
+		for _, sb := range resp.GetSandboxes() {
+			fmt.Fprintln(stdout, sb.GetId())
+		}
+		return nil
+	case "volumes":
+		return volumesCommand(ctx, c, fs, args, stdout)
 	}
 	return fmt.Errorf("unknown sandbox command %q", cmd)
+}
+
+// volumesCommand runs `agentctl sandbox volumes [create NAME [--size
+// BYTES] | rm NAME...]`.
+func volumesCommand(ctx context.Context, c plumbv1.SandboxServiceClient, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	switch {
+	case len(args) == 0:
+		resp, err := c.ListVolumes(ctx, &plumbv1.ListVolumesRequest{})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tID\tSIZE\tCREATED\tSANDBOXES")
+		for _, v := range resp.GetVolumes() {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", v.GetName(), v.GetId(), v.GetSizeBytes(),
+				v.GetCreatedAt().AsTime().Local().Format(time.DateTime), strings.Join(v.GetSandboxIds(), ","))
+		}
+		return tw.Flush()
+	case args[0] == "create":
+		size := fs.Int64("size", 0, "size in bytes (0 = the worker's default)")
+		var names []string
+		rest := args[1:]
+		for len(rest) > 0 { // the name may come before or after the flag
+			if err := fs.Parse(rest); err != nil {
+				return err
+			}
+			rest = fs.Args()
+			if len(rest) > 0 {
+				names, rest = append(names, rest[0]), rest[1:]
+			}
+		}
+		if len(names) != 1 {
+			return errors.New("volumes create: want one volume name")
+		}
+		resp, err := c.CreateVolume(ctx, &plumbv1.CreateVolumeRequest{Name: names[0], SizeBytes: *size})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, resp.GetVolume().GetId())
+		return nil
+	case args[0] == "rm":
+		if len(args) == 1 {
+			return errors.New("volumes rm: missing volume name")
+		}
+		for _, name := range args[1:] {
+			if _, err := c.DeleteVolume(ctx, &plumbv1.DeleteVolumeRequest{Name: name}); err != nil {
+				return fmt.Errorf("volumes rm %s: %w", name, err)
+			}
+			fmt.Fprintln(stdout, name)
+		}
+		return nil
+	}
+	return fmt.Errorf("volumes: unexpected %q (want nothing, create NAME or rm NAME...)", args[0])
 }

@@ -207,6 +207,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Register: plumbv1gw.RegisterAgentServiceHandler,
 		OpenAPI:  gen.AgentOpenAPI,
 	}
+	// Browser sessions in the thread store: a cookie made on one replica
+	// works on every replica sharing it (docs/http.md).
+	o.API.Sessions = core.HTTPSessions()
 	o.BulkMethods = agentsvc.BulkMethods
 	o.ServerOptions = tr.ServerOptions()
 	stopped := false

@@ -23,12 +23,13 @@ const loopMajor = 7
 // diskName is what a workspace image may be called: a sandbox id.
 var diskName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
-// runDisk runs `disk attach DIR NAME BYTES INODES` and `disk detach DIR
-// NAME`. The worker runs them in its disk helper container
+// runDisk runs `disk attach DIR NAME BYTES INODES [UID:GID]` and `disk
+// detach DIR NAME`. The worker runs them in its disk helper container
 // (docs/security.md, "Workspace disk limit"): attach makes DIR/NAME.img,
 // a sparse ext2 image of BYTES bytes with at most INODES inodes, unless
 // it exists, attaches it to a loop device unless one already has it, and
-// prints the device's number; detach detaches every loop device of
+// prints the device's number (UID:GID own a new image's root directory:
+// a named volume's belongs to the sandbox user); detach detaches every loop device of
 // DIR/NAME.img and deletes it. A failed attach of a new image deletes it.
 func runDisk(args []string, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
@@ -41,14 +42,25 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 	}
 	img := filepath.Join(args[1], args[2]+".img")
 	switch {
-	case args[0] == "attach" && len(args) == 5:
+	case args[0] == "attach" && (len(args) == 5 || len(args) == 6):
 		size, err1 := strconv.ParseInt(args[3], 10, 64)
 		inodes, err2 := strconv.ParseInt(args[4], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
+		var uid, gid uint64
+		var err3, err4 error
+		if len(args) == 6 {
+			u, g, ok := strings.Cut(args[5], ":")
+			if !ok {
+				err3 = errors.New("owner: want UID:GID")
+			} else {
+				uid, err3 = strconv.ParseUint(u, 10, 16)
+				gid, err4 = strconv.ParseUint(g, 10, 16)
+			}
+		}
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			fmt.Fprintf(stderr, "sandbox-agent: disk: bad number in %q\n", args)
 			return 2
 		}
-		n, err := attach(img, size, inodes)
+		n, err := attach(img, size, inodes, uint16(uid), uint16(gid))
 		if err != nil {
 			return fail(err)
 		}
@@ -64,12 +76,12 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-const diskUsage = "usage: sandbox-agent disk attach DIR NAME BYTES INODES | detach DIR NAME\n"
+const diskUsage = "usage: sandbox-agent disk attach DIR NAME BYTES INODES [UID:GID] | detach DIR NAME\n"
 
 // attach makes img when it does not exist and returns the number of the
 // loop device it is attached to.
-func attach(img string, size, inodes int64) (n int, err error) {
-	made, err := makeImage(img, size, inodes)
+func attach(img string, size, inodes int64, uid, gid uint16) (n int, err error) {
+	made, err := makeImage(img, size, inodes, uid, gid)
 	if err != nil {
 		return -1, err
 	}
@@ -112,11 +124,12 @@ func attach(img string, size, inodes int64) (n int, err error) {
 
 // makeImage creates img as a sparse ext2 image unless it exists; made
 // says it was created.
-func makeImage(img string, size, inodes int64) (made bool, err error) {
+func makeImage(img string, size, inodes int64, uid, gid uint16) (made bool, err error) {
 	l, err := ext2fs.Plan(size, inodes)
 	if err != nil {
 		return false, err
 	}
+	l.RootUID, l.RootGID = uid, gid
 	f, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return false, nil

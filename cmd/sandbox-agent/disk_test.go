@@ -21,6 +21,10 @@ func TestDiskRefusesBadArguments(t *testing.T) {
 		{"attach", dir, ".hidden", "1048576", "256"},
 		{"attach", dir, "sbx-a", "1MiB", "256"},
 		{"attach", dir, "sbx-a", "1048576"},
+		{"attach", dir, "vol-a", "1048576", "256", "1000"},
+		{"attach", dir, "vol-a", "1048576", "256", "a:b"},
+		{"attach", dir, "vol-a", "1048576", "256", "70000:1000"},
+		{"attach", dir, "vol-a", "1048576", "256", "1000:1000", "extra"},
 		{"detach", dir, "sbx-a", "extra"},
 		{"format", dir, "sbx-a"},
 	} {

@@ -57,6 +57,11 @@ type ThreadBackends struct {
 	// lifetimes records when each thread sandbox starts and ends (nil:
 	// the store keeps none): GetUsage's sandbox seconds.
 	lifetimes store.SandboxLedger
+	// snaps records the threads' workspace snapshots (nil: the store
+	// keeps none, and agentd takes none; workspaces.go).
+	snaps store.ThreadSnapshots
+	// suspend holds the timers that suspend interrupted threads' boxes.
+	suspend suspender
 
 	mu   sync.Mutex
 	fsys map[string]*hostfs.Backend // by host dir, shared
@@ -65,6 +70,7 @@ type ThreadBackends struct {
 // threadRecords is what thread backends read and write of the thread store.
 type threadRecords interface {
 	Thread(ctx context.Context, id string) (agent.Thread, error)
+	LoadThread(ctx context.Context, id string) (*agent.ThreadData, error)
 	SetSandbox(ctx context.Context, threadID, sandboxID string) error
 }
 
@@ -100,6 +106,7 @@ func newThreadBackends(cfg *Config, dbPath string, threads threadRecords, lg *za
 
 // Close releases connections and databases.
 func (tb *ThreadBackends) Close() {
+	tb.stopSuspends()
 	if tb.pool != nil {
 		tb.pool.Close()
 	}
@@ -254,7 +261,11 @@ func namespaceLabel(c string) (string, bool) {
 // DeleteThread RPC calls it before deleting the thread).
 func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) error {
 	th, err := tb.threads.Thread(ctx, threadID)
-	if err != nil || th.SandboxID == "" || tb.pool == nil {
+	if err != nil || tb.pool == nil {
+		return nil
+	}
+	if th.SandboxID == "" {
+		tb.deleteThreadSnapshots(tenant.With(ctx, tenant.Norm(th.Tenant)), threadID)
 		return nil
 	}
 	ctx = tenant.With(ctx, tenant.Norm(th.Tenant)) // sandboxd checks it
@@ -262,6 +273,7 @@ func (tb *ThreadBackends) DeleteThread(ctx context.Context, threadID string) err
 		return fmt.Errorf("delete sandbox %s of thread %s: %w", th.SandboxID, threadID, err)
 	}
 	tb.sandboxEnded(ctx, threadID, th.SandboxID)
+	tb.deleteThreadSnapshots(ctx, threadID)
 	return nil
 }
 
@@ -302,37 +314,55 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 	// the plumb-tenant header (tenant.DialOptions).
 	ctx = tenant.With(ctx, tenant.Norm(th.Tenant))
 	old := th.SandboxID
+	var snaps []store.ThreadSnapshot // read only when a box is to be made
+	why := "had expired or was deleted"
 	if old != "" {
-		// Only the live owner may say the sandbox is gone: an unknown or
+		// Only the live owner may say the sandbox is gone: an
 		// unreachable worker fails the call (naming the worker) and
-		// never leads to a fresh sandbox behind the model's back.
+		// never leads to a fresh sandbox behind the model's back. A
+		// worker no longer part of the fleet is gone for good: with a
+		// snapshot of the thread's workspace the box is restored from it
+		// (on any worker: a shared store), without one the call fails.
 		c, err := tb.pool.Client(ctx, old)
-		if err != nil {
-			return nil, tb.lost(ctx, threadID, old, err)
+		if errors.Is(err, fleet.ErrUnknownWorker) {
+			snaps = tb.withHibernation(ctx, threadID, old, tb.restorable(ctx, threadID))
 		}
-		resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
 		switch {
-		case gerr == nil && serves(resp.GetSandbox().GetState()):
-			// A paused or hibernated box wakes on its next call
-			// (docs/workspaces.md): it is the thread's, files and all.
-			return tb.pool.Backend(ctx, old, sandboxclient.HomeOf(resp.GetSandbox()))
-		case gerr == nil:
-			// Failed or stopping: it will never serve again.
-			if err := tb.pool.Delete(ctx, old); err != nil {
-				tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
+		case errors.Is(err, fleet.ErrUnknownWorker) && len(snaps) > 0:
+			why = fmt.Sprintf("was lost with its sandboxd worker %s, which is no longer part of the fleet", sandboxapi.WorkerOf(old))
+		case err != nil:
+			return nil, tb.lost(ctx, threadID, old, err)
+		default:
+			resp, gerr := c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: old})
+			switch {
+			case gerr == nil && serves(resp.GetSandbox().GetState()):
+				// A paused or hibernated box wakes on its next call
+				// (docs/workspaces.md): it is the thread's, files and all.
+				return tb.pool.Backend(ctx, old, sandboxclient.HomeOf(resp.GetSandbox()))
+			case gerr == nil:
+				// Failed or stopping: it will never serve again.
+				if err := tb.pool.Delete(ctx, old); err != nil {
+					tb.lg.Warn("delete the thread's dead sandbox", zap.String("thread-id", threadID), zap.String("sandbox-id", old), zap.Error(err))
+				}
+			case status.Code(gerr) != codes.NotFound:
+				return nil, tb.lost(ctx, threadID, old, gerr)
 			}
-		case status.Code(gerr) != codes.NotFound:
-			return nil, tb.lost(ctx, threadID, old, gerr)
 		}
-		tb.lg.Info("thread's sandbox is gone; creating a new one (its workspace was reset)", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
-			zap.String("worker", sandboxapi.WorkerOf(old)))
+		if snaps == nil {
+			snaps = tb.restorable(ctx, threadID)
+		}
+		tb.lg.Info("thread's sandbox is gone; creating a new one", zap.String("thread-id", threadID), zap.String("sandbox-id", old),
+			zap.String("worker", sandboxapi.WorkerOf(old)), zap.Int("snapshots", len(snaps)))
 		tb.sandboxEnded(ctx, threadID, old)
+	} else {
+		snaps = tb.restorable(ctx, threadID) // a fork's first box
 	}
 	t := tb.cfg.Sandbox.Template
 	req := &plumbv1.CreateSandboxRequest{
 		Template: t.Template, Image: t.Image, WorkingDir: t.WorkingDir, Env: t.Env, Runtime: t.Runtime,
 		Resources: &plumbv1.Resources{Cpus: t.CPUs, MemoryBytes: int64(t.Memory), Pids: t.Pids},
 		Labels:    map[string]string{"thread-id": threadID},
+		Volumes:   t.volumeMounts(),
 	}
 	switch t.Network {
 	case "egress":
@@ -346,7 +376,7 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 	if req.EgressSecrets, err = tb.egressSecrets(ctx, th.Tenant); err != nil {
 		return nil, err
 	}
-	sb, err := tb.pool.Create(ctx, req)
+	sb, from, failed, err := tb.createFrom(ctx, req, snaps)
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "create a sandbox for this thread: %s", status.Convert(err).Message())
 	}
@@ -354,14 +384,26 @@ func (tb *ThreadBackends) sandbox(ctx context.Context, threadID, agentName strin
 		_ = tb.pool.Delete(context.WithoutCancel(ctx), sb.GetId())
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "record sandbox of thread %s: %v", threadID, err)
 	}
-	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()))
+	tb.lg.Info("created sandbox for thread", zap.String("thread-id", threadID), zap.String("sandbox-id", sb.GetId()), zap.String("snapshot-id", from.SnapshotID))
+	if from.SnapshotID != "" && from.CheckpointID == 0 && tb.snaps != nil {
+		// A lost box's own hibernation snapshot: the thread's now, so
+		// that its deletion cascades.
+		if _, err := tb.snaps.AddThreadSnapshot(ctx, from); err != nil {
+			tb.lg.Warn("record the hibernation snapshot a box was restored from", zap.String("snapshot-id", from.SnapshotID), zap.Error(err))
+		}
+	}
 	tb.sandboxStarted(ctx, th, sb.GetId())
 	if tb.egress != nil && sb.GetNetwork() == plumbv1.NetworkMode_NETWORK_MODE_EGRESS {
 		tb.egress.GrantNewBox(ctx, th.Tenant, agentName, threadID, sb.GetId())
 	}
 	home := sandboxclient.HomeOf(sb)
-	if old != "" {
-		backend.Notify(ctx, resetNotice(home))
+	switch {
+	case from.SnapshotID != "" && old == "":
+		backend.Notify(ctx, forkNotice(home, from))
+	case from.SnapshotID != "":
+		backend.Notify(ctx, restoredNotice(home, from, why))
+	case old != "" || len(failed) > 0:
+		backend.Notify(ctx, resetNotice(home, failed))
 	}
 	return tb.pool.Backend(ctx, sb.GetId(), home)
 }
@@ -384,10 +426,15 @@ func (tb *ThreadBackends) lost(ctx context.Context, threadID, id string, err err
 }
 
 // resetNotice tells the model that the thread's sandbox was replaced.
-func resetNotice(home string) string {
-	return fmt.Sprintf("Notice: this thread's sandbox had expired or was deleted, so a new sandbox was created for this call. "+
+// failed lists the thread's snapshots that did not restore (id: reason).
+func resetNotice(home string, failed []string) string {
+	n := fmt.Sprintf("Notice: this thread's sandbox had expired or was deleted, so a new sandbox was created for this call. "+
 		"Its workspace (%s) was reset and is empty: files, installed packages and background processes from earlier calls are gone. "+
 		"Recreate what you still need before relying on it.", home)
+	if len(failed) > 0 {
+		n += " The thread's workspace snapshots could not be restored (" + strings.Join(failed, "; ") + ")."
+	}
+	return n
 }
 
 // stateSet holds a thread's State backends: the default's (prefix "") and

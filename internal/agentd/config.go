@@ -230,7 +230,37 @@ type SandboxConfig struct {
 	// Scope is "thread": one sandbox per thread, created on first use.
 	Scope    string          `yaml:"scope"`
 	Template SandboxTemplate `yaml:"template"`
+	// Snapshots are the workspace snapshots agentd takes of a thread's box
+	// at its checkpoints (docs/workspaces.md, "Threads").
+	Snapshots SnapshotsConfig `yaml:"snapshots"`
+	// SuspendOnInterruptAfter suspends the box of a thread whose run
+	// waits on an interrupt (approval, client tool) this long (0 =
+	// never); any call, the Resume's first, wakes it.
+	SuspendOnInterruptAfter time.Duration `yaml:"suspend_on_interrupt_after"`
+	// SuspendOnInterruptMode is "pause" (default: memory and processes
+	// kept) or "hibernate" (workspace only; needs the worker's snapshot
+	// store).
+	SuspendOnInterruptMode string `yaml:"suspend_on_interrupt_mode"`
 }
+
+// SnapshotsConfig is `sandbox.snapshots`: when agentd snapshots a
+// thread's box. A worker without a snapshot store takes none (the call is
+// refused and agentd moves on); a thread without a box takes none.
+type SnapshotsConfig struct {
+	// AtRunEnd snapshots the box when a run ends (default true).
+	AtRunEnd *bool `yaml:"at_run_end"`
+	// AtInterrupt snapshots the box when a run pauses on an interrupt
+	// (default true).
+	AtInterrupt *bool `yaml:"at_interrupt"`
+	// Timeout bounds one snapshot (default 5m).
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// RunEnd reports whether boxes are snapshotted when a run ends.
+func (c SnapshotsConfig) RunEnd() bool { return c.AtRunEnd == nil || *c.AtRunEnd }
+
+// Interrupt reports whether boxes are snapshotted when a run pauses.
+func (c SnapshotsConfig) Interrupt() bool { return c.AtInterrupt == nil || *c.AtInterrupt }
 
 // SandboxTemplate is the sandbox each thread gets.
 type SandboxTemplate struct {
@@ -255,6 +285,9 @@ type SandboxTemplate struct {
 	// to a destination off the worker's egress allow-list (network egress
 	// only; docs/security.md, "Egress approved by a human").
 	EgressApproval EgressApprovalConfig `yaml:"egress_approval"`
+	// Volumes are named volumes of the thread's tenant mounted into its
+	// box (docs/workspaces.md, "Named volumes"; volumes.go).
+	Volumes []VolumeMountConfig `yaml:"volumes"`
 }
 
 // EgressApprovalConfig is `sandbox.template.egress_approval`.

@@ -110,6 +110,10 @@ defaults: {model: scripted}
 			OnDeleteThread: func(ctx context.Context, td *agent.ThreadData) error {
 				return core.Backends.DeleteThread(ctx, td.Thread.ID)
 			},
+			// Workspace snapshots at run ends and interrupts, as
+			// ServiceConfig wires them.
+			OnRunEnd:  core.Backends.OnRunEnd,
+			Snapshots: core.Backends.snaps,
 		},
 		Models: core.ModelKeys(),
 	}

@@ -68,17 +68,29 @@ func TestOneTracePerRunAcrossDaemons(t *testing.T) {
 
 	// The client sees the stream end a moment before the run span and the
 	// RPC's server span end.
-	var as []sdktrace.ReadOnlySpan
+	// So does sandboxd's span of the last call (the workspace snapshot
+	// at the run's end) just after agentd's.
+	var as, ss []sdktrace.ReadOnlySpan
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		as = agentdSpans.spans()
+		as, ss = agentdSpans.spans(), sandboxdSpans.spans()
 		runs, rpcs := countNamed(as, agent.SpanRun), countNamed(as, "plumb.v1.AgentService/Run")
-		if runs == 1 && rpcs == 1 {
+		calls, served := 0, 0
+		for _, sp := range as {
+			if strings.HasPrefix(sp.Name(), "plumb.v1.SandboxService/") && sp.SpanKind() == trace.SpanKindClient {
+				calls++
+			}
+		}
+		for _, sp := range ss {
+			if sp.SpanKind() == trace.SpanKindServer {
+				served++
+			}
+		}
+		if runs == 1 && rpcs == 1 && served >= calls {
 			break
 		} else if time.Now().After(deadline) {
-			t.Fatalf("%d run spans and %d Run RPC spans ended, want 1 each", runs, rpcs)
+			t.Fatalf("%d run spans, %d Run RPC spans, %d of %d sandboxd calls served ended, want 1, 1 and all", runs, rpcs, served, calls)
 		}
 	}
-	ss := sandboxdSpans.spans()
 	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	for _, sp := range as {
 		byID[sp.SpanContext().SpanID()] = sp
@@ -190,7 +202,14 @@ func TestOneTracePerRunAcrossDaemons(t *testing.T) {
 	}
 	var sawWrite, sawExecute bool
 	for _, c := range clients {
-		if !below(c, run) {
+		switch {
+		case c.Name() == "plumb.v1.SandboxService/SnapshotSandbox":
+			// The workspace snapshot at the run's end is taken after
+			// the run span ended (runhost's OnRunEnd), in its trace.
+			if c.SpanContext().TraceID() != run.SpanContext().TraceID() {
+				t.Errorf("agentd call %s is not in the run's trace", c.Name())
+			}
+		case !below(c, run):
 			t.Errorf("agentd call %s is not below the run span", c.Name())
 		}
 		sp := served[c.SpanContext().SpanID()]

@@ -152,6 +152,12 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	if tb := a.ThreadBoxes(); tb != nil {
 		c.Workspace = tb
 	}
+	if a.Backends.pool != nil {
+		c.Fleet = a.Backends.pool
+	}
+	if mr, ok := a.Store.(store.MessageRanger); ok {
+		c.Messages = mr
+	}
 	if ls, ok := a.Store.(store.LeaseStore); ok && a.Config.Storage.PostgresDSN != "" {
 		c.Leases, c.Events, c.ReplicaID, c.LeaseTTL = ls, ls, replicaID, a.Config.Storage.LeaseTTL
 	}
@@ -160,6 +166,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 		AgentRetentionPolicy(a.Config, &c.Retention.Policy)
 		if a.Backends.files != nil {
 			c.Retention.Items = a.Backends.files
+		}
+		if a.Backends.snaps != nil {
+			c.Retention.Snapshots = a.Backends
 		}
 		if runs, ok := a.Store.(store.Runs); ok && len(c.Retention.Policy.Agents) > 0 {
 			c.Retention.ThreadInfo = threadInfo(a.Store, runs)
@@ -172,6 +181,25 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 		if w.Enabled() {
 			c.OnRunEnd = w.OnRunEnd
 		}
+	}
+	// Then the thread's workspace snapshot at the checkpoint a run ended
+	// or paused at, taken before the thread's lease is released (nothing
+	// else writes into the box meanwhile). The webhooks' quick insert
+	// goes first: the snapshot may outlast the hook's own deadline (it
+	// has its own, sandbox.snapshots.timeout).
+	if a.Backends.pool != nil {
+		next := c.OnRunEnd
+		c.OnRunEnd = func(ctx context.Context, end runhost.RunEnd) error {
+			var err error
+			if next != nil {
+				err = next(ctx, end)
+			}
+			_ = a.Backends.OnRunEnd(ctx, end)
+			return err
+		}
+	}
+	if a.Backends.snaps != nil {
+		c.Snapshots = a.Backends.snaps
 	}
 	return c
 }
@@ -289,6 +317,9 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Agentd, error) {
 	}
 	if sl, ok := st.(store.SandboxLedger); ok {
 		tb.lifetimes = sl
+	}
+	if ss, ok := st.(store.ThreadSnapshots); ok {
+		tb.snaps = ss
 	}
 	cfgSkills, profileSkills, err := loadConfigSkills(cfg.Agents, cfg.Subagents)
 	if err != nil {
@@ -961,6 +992,9 @@ func validate(cfg *Config) error {
 	if err := validateEgressApproval(cfg.Sandbox); err != nil {
 		return err
 	}
+	if err := validateVolumes(cfg.Sandbox.Template); err != nil {
+		return err
+	}
 	known := strings.Join(sortedKeys(cfg.Models), ", ")
 	if _, ok := cfg.Models[cfg.Defaults.Model]; !ok {
 		return fmt.Errorf("defaults.model: %q is not a key of models (known: %s)", cfg.Defaults.Model, known)
@@ -1063,11 +1097,17 @@ func validate(cfg *Config) error {
 		"limits.run_timeout":   int64(cfg.Limits.RunTimeout), "limits.tool_timeout": int64(cfg.Limits.ToolTimeout),
 		"limits.cancel_grace": int64(cfg.Limits.CancelGrace), "sandbox.template.ttl": int64(cfg.Sandbox.Template.TTL),
 		"sandbox.refresh_interval": int64(cfg.Sandbox.RefreshInterval), "sandbox.worker_deadline": int64(cfg.Sandbox.WorkerDeadline),
-		"storage.lease_ttl": int64(cfg.Storage.LeaseTTL),
+		"storage.lease_ttl": int64(cfg.Storage.LeaseTTL), "sandbox.snapshots.timeout": int64(cfg.Sandbox.Snapshots.Timeout),
+		"sandbox.suspend_on_interrupt_after": int64(cfg.Sandbox.SuspendOnInterruptAfter),
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s: durations must be positive", name)
 		}
+	}
+	switch cfg.Sandbox.SuspendOnInterruptMode {
+	case "", "pause", "hibernate":
+	default:
+		return fmt.Errorf("sandbox.suspend_on_interrupt_mode: %q is not pause or hibernate", cfg.Sandbox.SuspendOnInterruptMode)
 	}
 	for name, n := range map[string]int{
 		"limits.max_iterations": cfg.Limits.MaxIterations, "limits.max_parallel_tools": cfg.Limits.MaxParallelTools,

@@ -63,6 +63,7 @@ func TestPageShell(t *testing.T) {
 		{"GET", "/ui/", 200, "text/html", ""},
 		{"GET", "/ui/app.js", 200, "text/javascript", ""},
 		{"GET", "/ui/schema.js", 200, "text/javascript", ""},
+		{"GET", "/ui/sandboxes.js", 200, "text/javascript", ""},
 		{"GET", "/ui/style.css", 200, "text/css", ""},
 		{"HEAD", "/ui/", 200, "text/html", ""},
 		{"GET", "/ui", 301, "", "/ui/"},
@@ -152,6 +153,17 @@ func TestAssetsAreSafe(t *testing.T) {
 		}
 		if regexp.MustCompile(`https?://`).Match(src) {
 			t.Errorf("%s names an absolute URL", path)
+		}
+		// Every module a script imports is embedded beside it.
+		for _, m := range regexp.MustCompile(`(?m)^import .* from '([^']+)';`).FindAllSubmatch(src, -1) {
+			name := strings.TrimPrefix(string(m[1]), "./")
+			if strings.Contains(name, "/") {
+				t.Errorf("%s imports %s from elsewhere", path, m[1])
+				continue
+			}
+			if _, err := fs.Stat(static, "static/"+name); err != nil {
+				t.Errorf("%s imports %s, not embedded: %v", path, m[1], err)
+			}
 		}
 		return nil
 	})

@@ -51,10 +51,15 @@ type Credential struct {
 	// Forwarder marks a trusted forwarder (agentd calling sandboxd): its
 	// calls may name another tenant in the plumb-tenant header.
 	Forwarder bool
+	// Operator marks an operator of agentd: besides acting for its own
+	// tenant, it may call the operator RPCs (every tenant's sandboxes,
+	// docs/security.md "Operators").
+	Operator bool
 }
 
 // ParseCredentials parses a credentials file: one credential per line,
-// "TENANT TOKEN" or "TENANT TOKEN forwarder", fields separated by blanks;
+// "TENANT TOKEN" followed by the flags it has, if any ("forwarder",
+// "operator", each at most once), fields separated by blanks;
 // blank lines and lines starting with '#' are skipped. Tenants are
 // tenant.Valid names; a token may appear once only. Errors name the line.
 func ParseCredentials(data []byte) ([]Credential, error) {
@@ -68,18 +73,24 @@ func ParseCredentials(data []byte) ([]Credential, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 2 || len(f) > 3 {
-			return nil, fmt.Errorf("line %d: want \"TENANT TOKEN\" or \"TENANT TOKEN forwarder\"", n)
+		if len(f) < 2 || len(f) > 4 {
+			return nil, fmt.Errorf("line %d: want \"TENANT TOKEN [forwarder] [operator]\"", n)
 		}
 		if !tenant.Valid(f[0]) {
 			return nil, fmt.Errorf("line %d: tenant %q: use 1 to 63 of a-z, 0-9, '.', '_', '-'", n, f[0])
 		}
 		c := Credential{Tenant: f[0], Token: f[1]}
-		if len(f) == 3 {
-			if f[2] != "forwarder" {
-				return nil, fmt.Errorf("line %d: unknown flag %q (want forwarder)", n, f[2])
+		for _, flag := range f[2:] {
+			switch {
+			case flag == "forwarder" && !c.Forwarder:
+				c.Forwarder = true
+			case flag == "operator" && !c.Operator:
+				c.Operator = true
+			case flag == "forwarder" || flag == "operator":
+				return nil, fmt.Errorf("line %d: flag %s twice", n, flag)
+			default:
+				return nil, fmt.Errorf("line %d: unknown flag %q (want forwarder or operator)", n, flag)
 			}
-			c.Forwarder = true
 		}
 		if prev, dup := seen[c.Token]; dup {
 			return nil, fmt.Errorf("line %d: the token of line %d again", n, prev)
@@ -238,23 +249,27 @@ func authorize(ctx context.Context, creds *Credentials, method string) (context.
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	name, forwarder, err := callerTenant(md, creds)
+	name, cred, err := callerTenant(md, creds)
 	if err != nil {
 		return nil, err
 	}
 	ctx = tenant.With(ctx, name)
-	if !forwarder {
+	if !cred.Forwarder {
 		ctx = tenant.WithOwnScope(ctx)
+	}
+	if cred.Operator {
+		ctx = tenant.WithOperator(ctx)
 	}
 	return ctx, nil
 }
 
 // callerTenant is the one credential check: both the tap handle (before
 // the server reads a message) and the interceptors call it. It returns the
-// tenant the call acts for, given its request headers md, and whether
-// the caller is a trusted forwarder (every caller is, without credentials).
-func callerTenant(md metadata.MD, creds *Credentials) (string, bool, error) {
-	cred := Credential{Tenant: tenant.Default, Forwarder: true}
+// tenant the call acts for, given its request headers md, and the
+// caller's credential (without credentials every caller is trusted: a
+// forwarder and an operator).
+func callerTenant(md metadata.MD, creds *Credentials) (string, Credential, error) {
+	cred := Credential{Tenant: tenant.Default, Forwarder: true, Operator: true}
 	if creds != nil {
 		ok := false
 		for _, v := range md.Get("authorization") {
@@ -267,17 +282,18 @@ func callerTenant(md metadata.MD, creds *Credentials) (string, bool, error) {
 			}
 		}
 		if !ok {
-			return "", false, status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
+			return "", Credential{}, status.Error(codes.Unauthenticated, "missing or wrong bearer token (send \"authorization: Bearer <token>\")")
 		}
 	}
 	name := cred.Tenant
 	if fwd := md.Get(tenant.MetadataKey); cred.Forwarder && len(fwd) > 0 {
 		if len(fwd) > 1 || !tenant.Valid(fwd[0]) {
-			return "", false, status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
+			return "", Credential{}, status.Errorf(codes.InvalidArgument, "%s header: want one tenant name of 1 to 63 of a-z, 0-9, '.', '_', '-'", tenant.MetadataKey)
 		}
 		name = fwd[0]
 	}
-	return name, cred.Forwarder, nil
+	cred.Token = ""
+	return name, cred, nil
 }
 
 // authTap refuses a call that authorize would refuse from its headers

@@ -28,7 +28,10 @@ func TestParseCredentials(t *testing.T) {
 		want     []Credential
 		err      string
 	}{
-		{"two", "# comment\nacme tok1\n\n  beta tok2 forwarder \n", []Credential{{"acme", "tok1", false}, {"beta", "tok2", true}}, ""},
+		{"two", "# comment\nacme tok1\n\n  beta tok2 forwarder \n", []Credential{{Tenant: "acme", Token: "tok1"}, {Tenant: "beta", Token: "tok2", Forwarder: true}}, ""},
+		{"operator", "ops tok3 operator\nfwd tok4 operator forwarder\n", []Credential{{Tenant: "ops", Token: "tok3", Operator: true}, {Tenant: "fwd", Token: "tok4", Forwarder: true, Operator: true}}, ""},
+		{"flag twice", "a t operator operator\n", nil, "line 1: flag operator twice"},
+		{"five fields", "a t forwarder operator x\n", nil, "line 1: want"},
 		{"one field", "acme\n", nil, "line 1: want"},
 		{"bad tenant", "Acme tok\n", nil, "line 1: tenant \"Acme\""},
 		{"bad flag", "a t admin\n", nil, "line 1: unknown flag"},
@@ -57,7 +60,7 @@ func TestParseCredentials(t *testing.T) {
 }
 
 func FuzzParseCredentials(f *testing.F) {
-	for _, s := range []string{"acme tok\n", "a b forwarder\n# x\n", "", "a\n", "a b c d\n", "a t\na t\n"} {
+	for _, s := range []string{"acme tok\n", "a b forwarder\n# x\n", "a b operator forwarder\n", "", "a\n", "a b c d\n", "a t\na t\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

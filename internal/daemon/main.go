@@ -69,7 +69,7 @@ type Common struct {
 	// TokenFile holds the bearer token clients must send (empty = none);
 	// it acts for tenant "default".
 	TokenFile string
-	// CredentialsFile lists "TENANT TOKEN [forwarder]" lines (empty =
+	// CredentialsFile lists "TENANT TOKEN [forwarder] [operator]" lines (empty =
 	// none); reloaded when it changes and on SIGHUP.
 	CredentialsFile string
 	// TLS is the server's certificate, key and client CA (mTLS).
@@ -96,7 +96,7 @@ func (c *Common) Bind(f *Flags, grpcAddr, httpAddr string) {
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight calls get to finish at shutdown")
 	f.Bool(&c.Version, "version", false, "print the version and exit")
 	f.String(&c.TokenFile, "token-file", "", "file holding a bearer token clients may send, for tenant \"default\" (health checks need none)")
-	f.String(&c.CredentialsFile, "credentials-file", "", "file of accepted client credentials, one \"TENANT TOKEN [forwarder]\" per line; reloaded when it changes or on SIGHUP")
+	f.String(&c.CredentialsFile, "credentials-file", "", "file of accepted client credentials, one \"TENANT TOKEN [forwarder] [operator]\" per line (operator: agentd's operator RPCs); reloaded when it changes or on SIGHUP")
 	f.String(&c.TLS.Cert, "tls-cert", "", "PEM server certificate chain: serve gRPC over TLS (re-read when it changes)")
 	f.String(&c.TLS.Key, "tls-key", "", "PEM private key of --tls-cert")
 	f.String(&c.TLS.ClientCA, "tls-client-ca", "", "PEM CA bundle client certificates must chain to: require and verify client certificates (mTLS)")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
@@ -152,7 +153,9 @@ func (w *fleetWorker) start() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	// No credentials: every caller is trusted and names its tenant in
+	// plumb-tenant, as agentd does.
+	srv := grpc.NewServer(daemon.ServerAuth(nil)...)
 	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(w.m, []string{"runc"}, zaptest.NewLogger(w.t)))
 	go func() { _ = srv.Serve(lis) }()
 	w.mu.Lock()

@@ -392,6 +392,16 @@ func (p *Pool) placements() []load {
 // capacity, trying the next one when a worker is full or fails to answer.
 // With no healthy worker it re-resolves the fleet once first.
 func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.Sandbox, error) {
+	return p.CreatePreferring(ctx, req, "")
+}
+
+// CreatePreferring is Create trying worker first when it is healthy (a
+// restore from a snapshot that worker's local store holds); "" prefers
+// none.
+func (p *Pool) CreatePreferring(ctx context.Context, req *plumbv1.CreateSandboxRequest, worker string) (*plumbv1.Sandbox, error) {
+	if sb, routed, err := p.createWithVolumes(ctx, req); routed {
+		return sb, err
+	}
 	p.refreshMu.Lock()
 	p.describe(ctx) // loads change with every placement
 	p.refreshMu.Unlock()
@@ -402,6 +412,9 @@ func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*
 	}
 	if len(loads) == 0 {
 		return nil, status.Errorf(codes.Unavailable, "no healthy sandboxd worker is reachable (%s)", p.targetList())
+	}
+	if i := slices.IndexFunc(loads, func(l load) bool { return l.m.name == worker }); i > 0 {
+		loads = append(append([]load{loads[i]}, loads[:i]...), loads[i+1:]...)
 	}
 	var last error
 	for _, l := range loads {
@@ -415,6 +428,42 @@ func (p *Pool) Create(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*
 		}
 	}
 	return nil, last
+}
+
+// createWithVolumes creates a sandbox that mounts named volumes by id on
+// the worker that holds them (a volume lives on one worker; volumes named
+// by name are looked up on the worker placement picks). routed is false
+// when req names no volume by id: placement decides.
+func (p *Pool) createWithVolumes(ctx context.Context, req *plumbv1.CreateSandboxRequest) (_ *plumbv1.Sandbox, routed bool, _ error) {
+	name, what, err := volumesWorker(req)
+	if err != nil || name == "" {
+		return nil, err != nil, err
+	}
+	m, err := p.worker(ctx, name, what)
+	if err != nil {
+		return nil, true, err
+	}
+	resp, err := plumbv1.NewSandboxServiceClient(m.conn).CreateSandbox(ctx, req)
+	if err != nil {
+		return nil, true, err
+	}
+	return resp.GetSandbox(), true, nil
+}
+
+// volumesWorker returns the worker of the volumes req mounts by id ("" if
+// none), and refuses volumes of two workers.
+func volumesWorker(req *plumbv1.CreateSandboxRequest) (name, what string, err error) {
+	for i, vm := range req.GetVolumes() {
+		w := sandboxapi.VolumeWorkerOf(vm.GetName())
+		switch {
+		case w == "":
+		case name == "":
+			name, what = w, "volume "+vm.GetName()
+		case w != name:
+			return "", "", status.Errorf(codes.InvalidArgument, "volumes[%d].name: volume %s is on worker %s, %s on worker %s: a sandbox mounts volumes of one worker", i, vm.GetName(), w, what, name)
+		}
+	}
+	return name, what, nil
 }
 
 func (p *Pool) targetList() string {
@@ -438,6 +487,15 @@ func (p *Pool) Workers() []string {
 	return out
 }
 
+// Healthy returns a client of each healthy, reachable worker by name.
+func (p *Pool) Healthy() map[string]plumbv1.SandboxServiceClient {
+	out := map[string]plumbv1.SandboxServiceClient{}
+	for _, l := range p.placements() {
+		out[l.m.name] = plumbv1.NewSandboxServiceClient(l.m.conn)
+	}
+	return out
+}
+
 // ErrUnknownWorker matches the error of a sandbox id whose worker no
 // member of the fleet claims (every member answered). Its gRPC code is
 // NOT_FOUND.
@@ -456,6 +514,12 @@ func (p *Pool) owner(ctx context.Context, id string) (*member, error) {
 	if name == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "%q is not a sandbox id", id)
 	}
+	return p.worker(ctx, name, "sandbox "+id)
+}
+
+// worker returns the member of worker name, which holds what (for
+// errors: "sandbox sbx-…", "volume vol-…").
+func (p *Pool) worker(ctx context.Context, name, what string) (*member, error) {
 	p.mu.RLock()
 	m, ok := p.byName[name]
 	known := p.known[name]
@@ -473,7 +537,7 @@ func (p *Pool) owner(ctx context.Context, id string) (*member, error) {
 		if ok {
 			return m, nil
 		}
-		return nil, status.Errorf(codes.Unavailable, "sandboxd worker %s of sandbox %s is unreachable (no longer resolved)", name, id)
+		return nil, status.Errorf(codes.Unavailable, "sandboxd worker %s of %s is unreachable (no longer resolved)", name, what)
 	}
 	all := p.Refresh(ctx)
 	p.mu.RLock()
@@ -483,9 +547,9 @@ func (p *Pool) owner(ctx context.Context, id string) (*member, error) {
 	case ok:
 		return m, nil
 	case all:
-		return nil, unknownWorker{status.Newf(codes.NotFound, "sandbox %s: worker %s is not part of the fleet", id, name)}
+		return nil, unknownWorker{status.Newf(codes.NotFound, "%s: worker %s is not part of the fleet", what, name)}
 	}
-	return nil, status.Errorf(codes.Unavailable, "sandboxd worker %s of sandbox %s is unknown while some workers are unreachable", name, id)
+	return nil, status.Errorf(codes.Unavailable, "sandboxd worker %s of %s is unknown while some workers are unreachable", name, what)
 }
 
 // Conn returns the connection of the worker that owns sandbox id.

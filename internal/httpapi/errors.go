@@ -42,13 +42,15 @@ type FieldViolation struct {
 const (
 	ReasonCSRF          = "CSRF_CONTENT_TYPE"
 	ReasonBodyTooLarge  = "BODY_TOO_LARGE"
-	ReasonClientStream  = "CLIENT_STREAM_OVER_HTTP"
 	ReasonSession       = "SESSION_UNKNOWN"
 	ReasonUnauthorized  = "UNAUTHENTICATED"
 	ReasonNotJSON       = "CONTENT_TYPE_NOT_JSON"
 	ReasonBadLastEvent  = "INVALID_LAST_EVENT_ID"
 	ReasonHTTPAPIRefuse = "HTTP_API_DISABLED"
 	ReasonHost          = "HOST_NOT_LOOPBACK"
+	ReasonBadFrame      = "INVALID_STREAM_FRAME"
+	ReasonNotResumable  = "STREAM_NOT_RESUMABLE"
+	ReasonSessionStore  = "SESSION_STORE_UNAVAILABLE"
 )
 
 // bodyOf turns a status into its JSON body.

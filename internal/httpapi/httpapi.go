@@ -33,6 +33,10 @@ type Service struct {
 	Register func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
 	// OpenAPI is the document served at GET /openapi.json.
 	OpenAPI []byte
+	// Sessions, if set, keeps browser sessions where every replica
+	// sharing it finds them (agentd's thread store); nil keeps them in
+	// this process's memory.
+	Sessions SessionStore
 }
 
 // Config configures New.
@@ -78,8 +82,10 @@ type Handler struct {
 	mux      *http.ServeMux
 	methods  map[string]protoreflect.MethodDescriptor
 	attach   string // the full method of Attach ("" = none)
-	sessions *sessions
+	sessions sessionKeeper
 	lg       *zap.Logger
+	// unmarshal reads request messages (unknown fields are errors).
+	unmarshal protojson.UnmarshalOptions
 }
 
 // New builds the handler: the gateway over cfg.Conn, the session routes,
@@ -95,9 +101,13 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
 	}
-	h := &Handler{cfg: cfg, methods: map[string]protoreflect.MethodDescriptor{}, sessions: newSessions(cfg.SessionTTL, maxSessions), lg: cfg.Logger}
+	h := &Handler{cfg: cfg, methods: map[string]protoreflect.MethodDescriptor{}, lg: cfg.Logger}
 	if h.lg == nil {
 		h.lg = zap.NewNop()
+	}
+	h.sessions = newSessions(cfg.SessionTTL, maxSessions)
+	if cfg.Sessions != nil {
+		h.sessions = &storedSessions{st: cfg.Sessions, ttl: cfg.SessionTTL, now: time.Now}
 	}
 	for _, sd := range cfg.Services {
 		ms := sd.Methods()
@@ -110,11 +120,12 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 			}
 		}
 	}
+	h.unmarshal = protojson.UnmarshalOptions{DiscardUnknown: false}
 	js := jsonMarshaler{&runtime.JSONPb{
 		// grpc-gateway's defaults (lowerCamelCase, enums by name, every
 		// field), except that an unknown request field is an error.
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		UnmarshalOptions: h.unmarshal,
 	}}
 	none := func(string) (string, bool) { return "", false }
 	h.gw = runtime.NewServeMux(
@@ -127,6 +138,14 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 		runtime.WithOutgoingTrailerMatcher(none),
 		runtime.WithErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 			h.fail(w, r, err)
+		}),
+		// A stream that fails because of its request body (a bad frame)
+		// says so, not that it was cancelled.
+		runtime.WithStreamErrorHandler(func(ctx context.Context, err error) *status.Status {
+			if st, _, ok := bodyFailure(ctx); ok {
+				return st
+			}
+			return status.Convert(err)
 		}),
 	)
 	if err := cfg.Register(ctx, h.gw, cfg.Conn); err != nil {
@@ -162,9 +181,8 @@ func (h *Handler) openAPI(w http.ResponseWriter, _ *http.Request) {
 
 // fail answers err, the gateway's or the layer's own.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if b, ok := r.Context().Value(bodyKey{}).(*limitedBody); ok && b.over {
-		st := apiError(codes.ResourceExhausted, ReasonBodyTooLarge, fmt.Sprintf("request body over %d bytes", b.limit))
-		writeError(w, st, http.StatusRequestEntityTooLarge)
+	if st, code, ok := bodyFailure(r.Context()); ok {
+		writeError(w, st, code)
 		return
 	}
 	st, code := statusOf(err)
@@ -193,7 +211,12 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (caller, 
 		}
 		c.token = tok
 	} else if ck, err := r.Cookie(SessionCookie); err == nil {
-		tok, ok := h.sessions.get(ck.Value)
+		tok, ok, err := h.sessions.get(r.Context(), ck.Value)
+		if err != nil {
+			h.lg.Error("browser session not read", zap.Error(err))
+			writeError(w, apiError(codes.Unavailable, ReasonSessionStore, "the session could not be read: try again"), http.StatusServiceUnavailable)
+			return caller{}, false
+		}
 		if !ok {
 			writeError(w, apiError(codes.Unauthenticated, ReasonSession, "the session is unknown or expired: sign in again (POST /v1/session)"), http.StatusUnauthorized)
 			return caller{}, false
@@ -208,8 +231,8 @@ func (h *Handler) authenticate(w http.ResponseWriter, r *http.Request) (caller, 
 	// Anything a browser sends by itself (a cookie, or nothing where no
 	// credentials are needed) must prove it is no cross-site form.
 	ambient := c.cookie || c.token == ""
-	if ambient && r.Method != http.MethodGet && r.Method != http.MethodHead && !isJSON(r) {
-		writeError(w, apiError(codes.PermissionDenied, ReasonCSRF, "a request without an Authorization header must have Content-Type: application/json"), http.StatusForbidden)
+	if ambient && r.Method != http.MethodGet && r.Method != http.MethodHead && !isJSON(r) && !isNDJSON(r) {
+		writeError(w, apiError(codes.PermissionDenied, ReasonCSRF, "a request without an Authorization header must have Content-Type: application/json (or application/x-ndjson)"), http.StatusForbidden)
 		return caller{}, false
 	}
 	if c.token == "" && h.cfg.LoopbackHosts && !loopbackHost(r.Host) {
@@ -237,6 +260,14 @@ func isJSON(r *http.Request) bool {
 	return err == nil && mt == "application/json"
 }
 
+// isNDJSON reports a newline-delimited JSON body (a client stream's). No
+// more than application/json can a cross-site form send it without a
+// CORS preflight.
+func isNDJSON(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/x-ndjson"
+}
+
 // api serves an RPC through the gateway.
 func (h *Handler) api(w http.ResponseWriter, r *http.Request) {
 	c, ok := h.authenticate(w, r)
@@ -250,24 +281,51 @@ func (h *Handler) api(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) call(w http.ResponseWriter, r *http.Request, c caller) {
 	full := r.URL.Path
 	m, known := h.methods[full]
-	if known && m.IsStreamingClient() {
-		writeError(w, apiError(codes.Unimplemented, ReasonClientStream,
-			fmt.Sprintf("%s streams from the client: call it over gRPC (docs/http.md)", full)), http.StatusNotImplemented)
-		return
-	}
 	limit := int64(1 << 20)
 	if h.cfg.BodyLimit != nil {
 		if n := h.cfg.BodyLimit(full); n > 0 {
 			limit = n
 		}
 	}
-	if r.ContentLength > limit {
-		writeError(w, apiError(codes.ResourceExhausted, ReasonBodyTooLarge, fmt.Sprintf("request body over %d bytes", limit)), http.StatusRequestEntityTooLarge)
+	clientStream := known && m.IsStreamingClient()
+	bidi := clientStream && m.IsStreamingServer()
+	if bidi && r.Header.Get("Last-Event-ID") != "" {
+		writeError(w, apiError(codes.FailedPrecondition, ReasonNotResumable,
+			fmt.Sprintf("%s cannot resume: its process ended when its connection did (as a cancelled gRPC call's); start a new one, without Last-Event-ID", full)), http.StatusBadRequest)
 		return
 	}
-	body := &limitedBody{r: r.Body, limit: limit}
-	r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
-	r.Body = body
+	if clientStream {
+		// Newline-delimited frames, each bounded, the body not (as a
+		// gRPC stream); a bad frame cancels the call (clientstream.go).
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		fb := newFrameBody(r.Body, limit, m.Input(), h.unmarshal, cancel)
+		r = r.WithContext(context.WithValue(ctx, bodyKey{}, fb))
+		r.Body = fb
+		if bidi {
+			// Frames are read while events are written: an HTTP/1.1
+			// handler must say so, or the server drains the body when
+			// the response starts (HTTP/2 is full duplex anyway).
+			if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				h.fail(w, r, status.Error(codes.Internal, "internal error"))
+				return
+			}
+		}
+		// The first frame is checked before the call starts, so that a
+		// bad one is an ordinary error response.
+		if _, err := fb.first(); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	} else {
+		if r.ContentLength > limit {
+			writeError(w, apiError(codes.ResourceExhausted, ReasonBodyTooLarge, fmt.Sprintf("request body over %d bytes", limit)), http.StatusRequestEntityTooLarge)
+			return
+		}
+		body := &limitedBody{r: r.Body, limit: limit}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
+		r.Body = body
+	}
 
 	// Only what the gateway needs reaches it: no cookie, no metadata.
 	hdr := http.Header{}
@@ -295,6 +353,10 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, c caller) {
 	if sse {
 		sw := newSSEWriter(w, h.cfg.KeepAlive)
 		defer sw.close()
+		// A bidirectional stream's messages carry no sequence of their
+		// own: id numbers them, so that a client's reconnect says it is
+		// one (and is refused above).
+		sw.number = bidi
 		w = sw
 	}
 	h.gw.ServeHTTP(w, r)
@@ -423,3 +485,10 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitedBody) Close() error { return b.r.Close() }
+
+func (b *limitedBody) failure() (*status.Status, int, bool) {
+	if !b.over {
+		return nil, 0, false
+	}
+	return apiError(codes.ResourceExhausted, ReasonBodyTooLarge, fmt.Sprintf("request body over %d bytes", b.limit)), http.StatusRequestEntityTooLarge, true
+}

@@ -151,6 +151,10 @@ type sseWriter struct {
 	// ended is set once the stream's error was written: nothing follows
 	// it, not even a keep-alive.
 	ended bool
+	// number, if set, gives each message an id: its place in the stream
+	// (1, 2, ...), for messages without a sequence of their own.
+	number bool
+	seq    uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -253,6 +257,14 @@ func (s *sseWriter) Write(p []byte) (int, error) {
 	s.commitLocked(http.StatusOK)
 	if len(p) > 0 {
 		s.last = time.Now()
+	}
+	if s.number && bytes.HasPrefix(p, []byte("data: ")) {
+		s.seq++
+		id := "id: " + strconv.FormatUint(s.seq, 10) + "\n"
+		if _, err := s.rw.Write(append([]byte(id), p...)); err != nil {
+			return 0, err
+		}
+		return len(p), nil
 	}
 	return s.rw.Write(p)
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -127,26 +128,27 @@ func TestSSEWriter(t *testing.T) {
 }
 
 func TestSessions(t *testing.T) {
+	ctx := context.Background()
 	s := newSessions(time.Hour, 2)
-	a, _ := s.create("tok-a")
-	b, _ := s.create("tok-b")
+	a, _, _ := s.create(ctx, "tok-a")
+	b, _, _ := s.create(ctx, "tok-b")
 	if a == b || len(a) < 40 || strings.Contains(a, "tok") {
 		t.Fatalf("session ids %q %q", a, b)
 	}
-	if tok, ok := s.get(a); !ok || tok != "tok-a" {
+	if tok, ok, _ := s.get(ctx, a); !ok || tok != "tok-a" {
 		t.Fatalf("get(a) = %q %v", tok, ok)
 	}
-	c, _ := s.create("tok-c") // over the bound: the oldest goes
-	if _, ok := s.get(a); ok {
+	c, _, _ := s.create(ctx, "tok-c") // over the bound: the oldest goes
+	if _, ok, _ := s.get(ctx, a); ok {
 		t.Fatal("the oldest session survived the bound")
 	}
-	s.delete(c)
-	if _, ok := s.get(c); ok {
+	_ = s.delete(ctx, c)
+	if _, ok, _ := s.get(ctx, c); ok {
 		t.Fatal("a deleted session")
 	}
 	expired := newSessions(-time.Second, 10)
-	d, _ := expired.create("x")
-	if _, ok := expired.get(d); ok {
+	d, _, _ := expired.create(ctx, "x")
+	if _, ok, _ := expired.get(ctx, d); ok {
 		t.Fatal("an expired session")
 	}
 }

@@ -72,6 +72,14 @@ type Items interface {
 	DeleteModifiedBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
+// Snapshots deletes the workspace snapshots queued for deletion (threads
+// deleted, snapshots pruned with their checkpoints) from the sandboxd
+// workers: up to limit, returning how many it deleted. One that fails
+// stays queued for the next pass. agentd's ThreadBackends implements it.
+type Snapshots interface {
+	DeleteQueuedSnapshots(ctx context.Context, limit int) (int, error)
+}
+
 // ThreadInfo tells a thread's agent (its last run's) and when it was last
 // updated.
 type ThreadInfo func(ctx context.Context, id string) (agent string, updated time.Time, err error)
@@ -94,6 +102,9 @@ type Config struct {
 	ThreadInfo ThreadInfo
 	// Items, if set, is swept by Policy.StoreItems.
 	Items Items
+	// Snapshots, if set, has its queued snapshot deletions retried every
+	// pass, after the threads (whose deletion queues theirs).
+	Snapshots Snapshots
 }
 
 // Counts is what a pass deleted and skipped.
@@ -106,6 +117,8 @@ type Counts struct {
 	RunEvents int
 	// StoreItems is how many store-route files were deleted.
 	StoreItems int
+	// Snapshots is how many queued workspace snapshots were deleted.
+	Snapshots int
 }
 
 // Option adjusts a Sweeper (test seams).
@@ -162,7 +175,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 	}
 	s := &Sweeper{cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "plumb_retention_deleted_total",
-		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events, store_items) or left (threads_skipped, threads_failed).",
+		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events, store_items, snapshots) or left (threads_skipped, threads_failed).",
 	}, []string{"kind"})}
 	for _, o := range opts {
 		o(s)
@@ -255,11 +268,26 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 			}
 		}
 	}
+	if s.cfg.Snapshots != nil {
+		for range maxBatches {
+			n, err := s.cfg.Snapshots.DeleteQueuedSnapshots(ctx, s.cfg.Batch)
+			c.Snapshots += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+			// A batch with a failure is retried by the next pass, not
+			// in a loop now.
+			if err != nil || n < s.cfg.Batch {
+				break
+			}
+		}
+	}
+	s.deleted.WithLabelValues("snapshots").Add(float64(c.Snapshots))
 	s.deleted.WithLabelValues("run_events").Add(float64(c.RunEvents))
 	s.deleted.WithLabelValues("store_items").Add(float64(c.StoreItems))
 	if c != (Counts{}) {
 		s.lg.Info("retention pass", zap.Int("threads-deleted", c.Threads), zap.Int("threads-skipped", c.Skipped),
-			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems))
+			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems), zap.Int("snapshots-deleted", c.Snapshots))
 	}
 	return c, errors.Join(errs...)
 }

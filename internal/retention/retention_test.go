@@ -2,6 +2,7 @@ package retention_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/plumbhq/plumb/internal/retention"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/backend/storefs"
+	"github.com/plumbhq/plumb/pkg/store"
 	"github.com/plumbhq/plumb/pkg/store/sqlite"
 )
 
@@ -226,5 +228,73 @@ func TestStoreItems(t *testing.T) {
 		if err != nil || c.StoreItems != tc.want {
 			t.Fatalf("store_items %v: %+v, %v; want %d deleted", tc.ttl, c, err, tc.want)
 		}
+	}
+}
+
+// queueWorkers deletes queued snapshots as agentd's ThreadBackends does,
+// against a worker that refuses the snapshots of fail once.
+type queueWorkers struct {
+	st      *sqlite.Store
+	fail    map[string]bool
+	deleted []string
+}
+
+func (q *queueWorkers) DeleteQueuedSnapshots(ctx context.Context, limit int) (int, error) {
+	list, err := q.st.QueuedSnapshotDeletions(ctx, limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, d := range list {
+		if q.fail[d.SnapshotID] {
+			delete(q.fail, d.SnapshotID)
+			errs = append(errs, fmt.Errorf("worker unreachable deleting %s", d.SnapshotID))
+			continue
+		}
+		if err := q.st.SnapshotDeleted(ctx, d.SnapshotID); err != nil {
+			return n, err
+		}
+		q.deleted = append(q.deleted, d.SnapshotID)
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// TestQueuedSnapshotsRetried (issue 19 item 5): a deleted thread's
+// snapshots are deleted by the next pass; one whose delete fails stays
+// queued and is deleted by the pass after.
+func TestQueuedSnapshotsRetried(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	if err := st.CreateThread(ctx, agent.Thread{ID: "t1", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"snap-1", "snap-2"} {
+		if _, err := st.AddThreadSnapshot(ctx, store.ThreadSnapshot{ThreadID: "t1", SnapshotID: id, SandboxID: "sbx-w1-x", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.DeleteThread(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	q := &queueWorkers{st: st, fail: map[string]bool{"snap-1": true}}
+	sw, err := retention.New(retention.Config{Store: st, Delete: func(context.Context, string, time.Time) error { return nil }, Snapshots: q},
+		retention.WithClock(fixedClock{t0}), retention.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sw.Pass(ctx)
+	if err == nil || c.Snapshots != 1 {
+		t.Fatalf("first pass: %+v, %v; want snap-2 deleted and snap-1's failure", c, err)
+	}
+	if c, err = sw.Pass(ctx); err != nil || c.Snapshots != 1 {
+		t.Fatalf("second pass: %+v, %v; want snap-1 deleted", c, err)
+	}
+	if left, err := st.QueuedSnapshotDeletions(ctx, 0); err != nil || len(left) != 0 {
+		t.Errorf("queue after two passes: %v, %v", left, err)
+	}
+	if len(q.deleted) != 2 || q.deleted[0] != "snap-2" || q.deleted[1] != "snap-1" {
+		t.Errorf("deleted %v, want [snap-2 snap-1]", q.deleted)
 	}
 }

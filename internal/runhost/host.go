@@ -128,6 +128,10 @@ type Config struct {
 	// WaitInterval is how often WaitRun reads a run's record (0 =
 	// DefaultWaitInterval).
 	WaitInterval time.Duration
+	// Snapshots, when set, are the threads' workspace snapshots:
+	// ForkThread gives a fork the snapshot of its checkpoint. agentd
+	// sets it to its durable store.
+	Snapshots store.ThreadSnapshots
 }
 
 // Option adjusts a Host (test seams).

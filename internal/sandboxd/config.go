@@ -65,6 +65,8 @@ type Config struct {
 	Labels map[string]string `yaml:"labels"`
 	// Snapshots is where workspace snapshots are kept (docs/workspaces.md).
 	Snapshots SnapshotsConfig `yaml:"snapshots"`
+	// Volumes configures named volumes (docs/workspaces.md).
+	Volumes VolumesConfig `yaml:"volumes"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -114,6 +116,13 @@ type SnapshotsConfig struct {
 	S3 S3Config `yaml:"s3"`
 	// PerTenant caps the bytes one tenant's snapshots hold in the store
 	// (0 = unlimited).
+	PerTenant yamlconf.Quantity `yaml:"per_tenant_bytes"`
+}
+
+// VolumesConfig bounds named volumes.
+type VolumesConfig struct {
+	// PerTenant caps the sum of the sizes of one tenant's volumes on this
+	// worker (0 = unlimited).
 	PerTenant yamlconf.Quantity `yaml:"per_tenant_bytes"`
 }
 

@@ -249,3 +249,21 @@ func fill(t *testing.T, v reflect.Value) {
 		}
 	}
 }
+
+// TestVolumesConfig: volumes.per_tenant_bytes takes a size; a bad one
+// names its key.
+func TestVolumesConfig(t *testing.T) {
+	c, err := settle(t, "version: 1\nvolumes: {per_tenant_bytes: 20Gi}\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Volumes.PerTenant != 20<<30 {
+		t.Errorf("volumes.per_tenant_bytes = %d", c.Volumes.PerTenant)
+	}
+	if _, err := settle(t, "version: 1\nvolumes: {per_tenant_bytes: 20GB}\n", nil); err == nil || !strings.Contains(err.Error(), "volumes.per_tenant_bytes") {
+		t.Errorf("a bad size: %v", err)
+	}
+	if _, err := settle(t, "version: 1\nvolumes: {max: 1}\n", nil); err == nil || !strings.Contains(err.Error(), "volumes") {
+		t.Errorf("an unknown key: %v", err)
+	}
+}

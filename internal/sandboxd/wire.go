@@ -110,6 +110,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 	}
 	mgr, err := sandbox.NewManager(ctx, docker, sandbox.Config{
 		Snapshots:      snaps,
+		Volumes:        sandbox.VolumeConfig{PerTenantBytes: int64(cfg.Volumes.PerTenant)},
 		Worker:         cfg.Worker,
 		Agent:          o.Binaries.Agent,
 		Templates:      templates,

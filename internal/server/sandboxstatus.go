@@ -10,17 +10,21 @@ import (
 
 // sandboxCodes maps sandbox lifecycle codes to gRPC codes.
 var sandboxCodes = map[sandboxapi.Code]codes.Code{
-	sandboxapi.CodeNotFound:         codes.NotFound,
-	sandboxapi.CodeQuota:            codes.ResourceExhausted,
-	sandboxapi.CodeImageNotFound:    codes.FailedPrecondition,
-	sandboxapi.CodeInvalid:          codes.InvalidArgument,
-	sandboxapi.CodeFailed:           codes.FailedPrecondition,
-	sandboxapi.CodeUnavailable:      codes.Unavailable,
-	sandboxapi.CodeShuttingDown:     codes.Unavailable,
-	sandboxapi.CodeSlowConsumer:     codes.ResourceExhausted,
-	sandboxapi.CodePolicy:           codes.PermissionDenied,
-	sandboxapi.CodeSnapshotNotFound: codes.NotFound,
-	sandboxapi.CodeDataLoss:         codes.DataLoss,
+	sandboxapi.CodeNotFound:           codes.NotFound,
+	sandboxapi.CodeQuota:              codes.ResourceExhausted,
+	sandboxapi.CodeImageNotFound:      codes.FailedPrecondition,
+	sandboxapi.CodeInvalid:            codes.InvalidArgument,
+	sandboxapi.CodeFailed:             codes.FailedPrecondition,
+	sandboxapi.CodeUnavailable:        codes.Unavailable,
+	sandboxapi.CodeShuttingDown:       codes.Unavailable,
+	sandboxapi.CodeSlowConsumer:       codes.ResourceExhausted,
+	sandboxapi.CodePolicy:             codes.PermissionDenied,
+	sandboxapi.CodeSnapshotNotFound:   codes.NotFound,
+	sandboxapi.CodeDataLoss:           codes.DataLoss,
+	sandboxapi.CodeVolumeNotFound:     codes.NotFound,
+	sandboxapi.CodeVolumeExists:       codes.AlreadyExists,
+	sandboxapi.CodeVolumeInUse:        codes.FailedPrecondition,
+	sandboxapi.CodeVolumesUnsupported: codes.FailedPrecondition,
 }
 
 // SandboxStatus maps a sandbox lifecycle *sandboxapi.Error: its code is

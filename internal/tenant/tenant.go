@@ -56,6 +56,22 @@ func OwnScope(ctx context.Context) bool {
 	return b
 }
 
+type operatorKey struct{}
+
+// WithOperator marks ctx as a call of an operator: a credential flagged
+// "operator" (or any caller when no credentials are configured), which may
+// see and delete every tenant's sandboxes through agentd's operator RPCs.
+// The tenant it acts for in every other RPC is unchanged.
+func WithOperator(ctx context.Context) context.Context {
+	return context.WithValue(ctx, operatorKey{}, true)
+}
+
+// Operator reports whether ctx is marked by WithOperator.
+func Operator(ctx context.Context) bool {
+	b, _ := ctx.Value(operatorKey{}).(bool)
+	return b
+}
+
 // Norm maps the empty tenant of records written before tenancy to
 // Default.
 func Norm(s string) string {

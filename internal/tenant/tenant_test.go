@@ -22,3 +22,14 @@ func TestValidAndFrom(t *testing.T) {
 		t.Fatal("Norm")
 	}
 }
+
+func TestOperator(t *testing.T) {
+	ctx := context.Background()
+	if Operator(ctx) || Operator(WithOwnScope(ctx)) {
+		t.Fatal("an unmarked context is an operator's")
+	}
+	op := WithOperator(With(ctx, "ops"))
+	if !Operator(op) || From(op) != "ops" {
+		t.Fatalf("operator context: operator=%v tenant=%q", Operator(op), From(op))
+	}
+}

@@ -34,8 +34,11 @@ type Layout struct {
 	Groups         uint32
 	InodesPerGroup uint32
 	Inodes         uint32 // Groups × InodesPerGroup
-	gdtBlocks      uint32
-	itBlocks       uint32 // inode table blocks per group
+	// RootUID and RootGID own the root directory (0: root). A named
+	// volume's root belongs to the sandbox user, who has no CAP_CHOWN.
+	RootUID, RootGID uint16
+	gdtBlocks        uint32
+	itBlocks         uint32 // inode table blocks per group
 }
 
 // Plan computes the layout of a file system that fits in size bytes and
@@ -127,8 +130,8 @@ func (l Layout) bitmaps(g uint32) (bb, ib, it uint32) {
 
 // Format writes an empty ext2 file system of layout l to w, which must
 // read as zeros where Format does not write (a new file truncated to
-// l.Blocks × BlockSize bytes or more). The root directory is owned by
-// root with mode 0755.
+// l.Blocks × BlockSize bytes or more). The root directory has mode 0755
+// and is owned by l.RootUID:l.RootGID (root unless set).
 func Format(w io.WriterAt, l Layout, now time.Time) error {
 	if l.Groups == 0 || l.InodesPerGroup == 0 {
 		return errors.New("ext2fs: empty layout")
@@ -234,11 +237,13 @@ func Format(w io.WriterAt, l Layout, now time.Time) error {
 	// The root directory: its inode and its one block ("." and "..").
 	ino := make([]byte, InodeSize)
 	le.PutUint16(ino[0:], 0o40755)
+	le.PutUint16(ino[2:], l.RootUID)
 	le.PutUint32(ino[4:], BlockSize) // size
 	le.PutUint32(ino[8:], ts)        // atime
 	le.PutUint32(ino[12:], ts)       // ctime
 	le.PutUint32(ino[16:], ts)       // mtime
-	le.PutUint16(ino[26:], 2)        // links: "." and its parent's ".."
+	le.PutUint16(ino[24:], l.RootGID)
+	le.PutUint16(ino[26:], 2) // links: "." and its parent's ".."
 	le.PutUint32(ino[28:], BlockSize/512)
 	le.PutUint32(ino[40:], rootBlock)
 	_, _, it := l.bitmaps(0)

@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +123,50 @@ func FuzzPlan(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRootOwner: a layout's RootUID and RootGID own the root directory
+// (a named volume's root belongs to the sandbox user), and the image
+// still checks clean.
+func TestRootOwner(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		uid, gid uint16
+	}{{"root", 0, 0}, {"sandbox user", 1000, 1000}, {"apart", 1000, 2000}} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := Plan(4<<20, 1024)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.RootUID, l.RootGID = tt.uid, tt.gid
+			p := filepath.Join(t.TempDir(), "img")
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(4 << 20); err != nil {
+				t.Fatal(err)
+			}
+			if err := Format(f, l, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			_, _, it := l.bitmaps(0)
+			ino := make([]byte, InodeSize)
+			if _, err := f.ReadAt(ino, int64(it)*BlockSize+(rootIno-1)*InodeSize); err != nil {
+				t.Fatal(err)
+			}
+			uid, gid := uint16(ino[2])|uint16(ino[3])<<8, uint16(ino[24])|uint16(ino[25])<<8
+			if uid != tt.uid || gid != tt.gid {
+				t.Errorf("root directory owned by %d:%d, want %d:%d", uid, gid, tt.uid, tt.gid)
+			}
+			if debugfs, err := exec.LookPath("debugfs"); err == nil {
+				out, _ := exec.Command(debugfs, "-R", "stat /", p).CombinedOutput()
+				want := regexp.MustCompile(`User: +` + strconv.Itoa(int(tt.uid)) + ` +Group: +` + strconv.Itoa(int(tt.gid)) + `\b`)
+				if !want.Match(out) {
+					t.Errorf("debugfs stat /: %s (want %s)", out, want)
+				}
+			}
+		})
+	}
 }

@@ -91,6 +91,11 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 		if paused {
 			sb.info.State = StatePaused
 		}
+		mounts, merr := mountsFromLabel(c.Labels[LabelMounts])
+		if merr != nil {
+			m.lg.Warn("adopted sandbox with unreadable volume mounts (the engine still refuses to remove a volume in use)", zap.String("sandbox-id", id), zap.Error(merr))
+		}
+		sb.info.Volumes = mounts
 		// Labels do not record the idle settings: the template's current
 		// ones apply.
 		sb.info.Settings.IdleSuspendAfter, sb.info.Settings.HibernateAfter = m.idleSettings(c.Labels[LabelTemplate])
@@ -126,6 +131,9 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 			return fmt.Errorf("list this worker's volumes: %w", err)
 		}
 		for _, v := range list.Items {
+			if v.Labels[LabelVolume] != "" {
+				continue // a named volume: adoptVolumes and DeleteVolume own it
+			}
 			if id, ok := strings.CutPrefix(v.Name, diskVolumePrefix); ok && v.Labels[LabelWorker] == m.cfg.Worker {
 				if !seen[v.Name] && !m.inUse(id) {
 					seen[v.Name] = true
@@ -151,7 +159,7 @@ func (m *Manager) sweepVolumes(ctx context.Context) error {
 func (m *Manager) inUse(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.sandboxes[id] != nil || m.pending[id] || m.isMember(id)
+	return m.sandboxes[id] != nil || m.pending[id] || m.isMember(id) || m.isVolume(id)
 }
 
 // idleSettings are the idle_suspend_after and hibernate_after of template

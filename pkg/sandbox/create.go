@@ -26,6 +26,15 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	if err := m.checkInject(t, spec.Inject); err != nil {
 		return Info{}, err
 	}
+	if err := checkMounts(spec.Volumes, t); err != nil {
+		return Info{}, err
+	}
+	mounts, unpin, err := m.pinMounts(tenantOf(spec.Tenant), spec.Volumes)
+	if err != nil {
+		return Info{}, err
+	}
+	defer unpin()
+	spec.Volumes = mounts
 	if spec.Snapshot != "" {
 		// Verified completely before anything is created: a corrupt
 		// snapshot leaves nothing behind.
@@ -35,7 +44,7 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 		defer spec.restore.Close()
 	}
 	var claimed *sandbox
-	if len(spec.Inject) == 0 && spec.Snapshot == "" { // a pooled box has a proxy without them, and a workspace of its own
+	if len(spec.Inject) == 0 && spec.Snapshot == "" && len(spec.Volumes) == 0 { // a pooled box has a proxy without them, a workspace of its own, and no volumes
 		if claimed, err = m.claim(spec, t); err != nil {
 			return Info{}, err
 		}
@@ -197,6 +206,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	maps.Copy(labels, m.cfg.ExtraLabels)
 	if spec.pool == "" {
 		labels[LabelTenant] = tenantOf(spec.Tenant)
+		if len(spec.Volumes) > 0 {
+			labels[LabelMounts] = mountsLabel(spec.Volumes)
+		}
 	} else {
 		labels[LabelPool] = spec.pool // its owner is recorded when claimed
 	}
@@ -204,7 +216,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	sb := &sandbox{member: spec.pool != "", image: image, info: Info{
 		ID: id, Worker: m.cfg.Worker, State: StateRunning, Template: spec.Template, Tenant: tenantOf(spec.Tenant),
 		Settings: t, Labels: maps.Clone(spec.Labels), CreatedAt: created, LastUsedAt: created, ExpiresAt: created.Add(t.TTL),
-		Snapshot: spec.Snapshot,
+		Snapshot: spec.Snapshot, Volumes: spec.Volumes,
 	}}
 	defer func() {
 		if err != nil {
@@ -213,7 +225,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	}()
 	vopts := client.VolumeCreateOptions{Name: volume, Labels: labels}
 	if m.kernelDisk(t) {
-		if vopts.DriverOpts, err = m.attachDisk(ectx, id, t.DiskBytes); err != nil {
+		if vopts.DriverOpts, err = m.attachDisk(ectx, id, t.DiskBytes, ""); err != nil {
 			return nil, err
 		}
 		vopts.Driver, vopts.Labels = "local", maps.Clone(labels)
@@ -254,6 +266,12 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	}
 	if m.cfg.Unhardened {
 		unharden(hc)
+	}
+	if len(spec.Volumes) > 0 {
+		if err := m.checkVolumesExist(ectx, spec.Volumes); err != nil {
+			return nil, err
+		}
+		hc.Mounts = append(hc.Mounts, volumeMounts(spec.Volumes)...)
 	}
 	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
 	if err != nil {

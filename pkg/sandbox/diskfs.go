@@ -73,10 +73,12 @@ func (m *Manager) kernelDisk(t Template) bool {
 	return t.DiskBytes > 0 && m.cfg.DiskEnforcement != DiskWatchdog
 }
 
-// attachDisk makes sandbox id's workspace image and attaches it to a loop
-// device, returning the driver options of its workspace volume. On error
+// attachDisk makes sandbox id's workspace image (or named volume id's
+// image) and attaches it to a loop device, returning the driver options of
+// its workspace volume; owner ("uid:gid", "" = root) owns a new image's
+// root directory. An image that exists is attached as it is. On error
 // nothing is left attached.
-func (m *Manager) attachDisk(ctx context.Context, id string, diskBytes int64) (_ map[string]string, err error) {
+func (m *Manager) attachDisk(ctx context.Context, id string, diskBytes int64, owner string) (_ map[string]string, err error) {
 	labels := m.workerLabels()
 	labels[LabelDisk] = id
 	if _, err := m.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: DiskVolume(id), Labels: labels}); err != nil {
@@ -87,7 +89,19 @@ func (m *Manager) attachDisk(ctx context.Context, id string, diskBytes int64) (_
 			m.removeDisk(ctx, id)
 		}
 	}()
-	out, err := m.diskHelper(ctx, id, "attach", disksDir, id, strconv.FormatInt(diskBytes, 10), strconv.FormatInt(InodeCeiling(diskBytes), 10))
+	return m.attachImage(ctx, id, diskBytes, owner)
+}
+
+// attachImage attaches id's image (made first when it does not exist) to a
+// loop device and returns the driver options of the volume mounting it.
+// Unlike attachDisk it never removes the image: a named volume's image is
+// re-attached this way (its data must survive a failed attach).
+func (m *Manager) attachImage(ctx context.Context, id string, diskBytes int64, owner string) (map[string]string, error) {
+	args := []string{"attach", disksDir, id, strconv.FormatInt(diskBytes, 10), strconv.FormatInt(InodeCeiling(diskBytes), 10)}
+	if owner != "" {
+		args = append(args, owner)
+	}
+	out, err := m.diskHelper(ctx, id, args...)
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("worker %s cannot make a workspace file system of %d bytes (disk_bytes)", m.cfg.Worker, diskBytes), Err: err}
 	}

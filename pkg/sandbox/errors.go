@@ -24,6 +24,11 @@ const (
 	// CodeSnapshotNotFound and CodeDataLoss are the snapshot codes.
 	CodeSnapshotNotFound = sandboxapi.CodeSnapshotNotFound
 	CodeDataLoss         = sandboxapi.CodeDataLoss
+	// Named volume codes.
+	CodeVolumeNotFound     = sandboxapi.CodeVolumeNotFound
+	CodeVolumeExists       = sandboxapi.CodeVolumeExists
+	CodeVolumeInUse        = sandboxapi.CodeVolumeInUse
+	CodeVolumesUnsupported = sandboxapi.CodeVolumesUnsupported
 )
 
 // Error is a lifecycle error with a stable code (sandboxapi.Error).

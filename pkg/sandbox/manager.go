@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,6 +53,8 @@ type Info struct {
 	// Snapshot is the snapshot a hibernated sandbox wakes from, or the one
 	// it was created from.
 	Snapshot string
+	// Volumes are the named volumes it mounts (volume.go).
+	Volumes []VolumeMount
 }
 
 // CreateSpec is a create request: a template name, or a bare image, with
@@ -73,9 +75,12 @@ type CreateSpec struct {
 	// Snapshot restores the workspace from this snapshot of the tenant
 	// before the box starts (never a pooled box).
 	Snapshot string
+	// Volumes are named volumes of the tenant to mount, by name or id
+	// (never a pooled box).
+	Volumes []VolumeMount
 
-	pool    string   // the pool key of a box made for a warm pool
-	restore *os.File // the verified tar of Snapshot
+	pool    string      // the pool key of a box made for a warm pool
+	restore *restoreTar // the verified tar of Snapshot
 }
 
 // Config configures a Manager.
@@ -150,6 +155,8 @@ type Config struct {
 	// Snapshots keeps workspace snapshots (docs/workspaces.md): nil
 	// refuses SnapshotSandbox, hibernation and creates from a snapshot.
 	Snapshots *snapshot.Repo
+	// Volumes configures named volumes (volume.go).
+	Volumes VolumeConfig
 }
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
@@ -177,7 +184,8 @@ type Manager struct {
 	collected time.Time            // last collector round
 	closed    bool
 	expiry    *expiryStore
-	pools     *pools // warm pools, guarded by mu
+	pools     *pools                // warm pools, guarded by mu
+	vols      map[string]*volumeRec // named volumes by id
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
@@ -300,6 +308,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		budget:    newMemBudget(cfg.ChannelMemoryBytes),
 		pending:   map[string]bool{},
 		tenantNew: map[string]tenantUse{},
+		vols:      map[string]*volumeRec{},
 		closing:   make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -325,6 +334,9 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		if m.pools.claims, err = openClaims(cfg.StateDir); err != nil {
 			return nil, err
 		}
+	}
+	if err := m.adoptVolumes(ctx); err != nil {
+		return nil, err
 	}
 	if err := m.adopt(ctx, recorded); err != nil {
 		return nil, err
@@ -378,6 +390,8 @@ func (m *Manager) Close() {
 // DeleteAll removes every sandbox of this worker (used at shutdown when the
 // worker is told not to leave sandboxes behind). It stops the warm pools
 // for good and removes their boxes: later creates start cold.
+// Named volumes stay: they are the tenants' data, deleted only by
+// DeleteVolume.
 func (m *Manager) DeleteAll(ctx context.Context) error {
 	m.stopPools()
 	m.removeMembers(ctx)
@@ -549,6 +563,7 @@ func (m *Manager) snapshot(sb *sandbox) Info {
 	defer sb.mu.Unlock()
 	info := sb.info
 	info.Labels = maps.Clone(sb.info.Labels)
+	info.Volumes = slices.Clone(sb.info.Volumes)
 	return info
 }
 

@@ -78,7 +78,8 @@ const (
 func IsOwnLabel(key string) bool {
 	switch key {
 	case LabelSandbox, LabelWorker, LabelImage, LabelTemplate, LabelTTL, LabelMemory, LabelCPUs,
-		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant, LabelPool, LabelEgressInject:
+		LabelPids, LabelNetwork, LabelWorkingDir, LabelCreated, LabelFilesRoot, LabelDerivedFrom, LabelTenant, LabelPool, LabelEgressInject,
+		LabelMounts, LabelVolume, LabelVolumeName, LabelVolumeBytes:
 		return true
 	}
 	return strings.HasPrefix(key, LabelUserPrefix)

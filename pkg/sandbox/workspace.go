@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -102,6 +104,35 @@ func (m *Manager) Snapshot(ctx context.Context, id string) (*snapshot.Manifest, 
 	return m.capture(ctx, repo, sb)
 }
 
+// freezeTries bounds how often pause asks the runtime to freeze a box.
+// Under cgroup v1 runc gives up ("unable to freeze") when a task of the box
+// stays between states for its short poll, which a busy machine makes
+// common; a later try succeeds.
+const freezeTries = 8
+
+// pause freezes the box's container, retrying a freeze the runtime could
+// not finish with a doubling delay. One that never finishes is UNAVAILABLE
+// (the box keeps running and the caller may retry), not an internal error.
+func (m *Manager) pause(ctx context.Context, sandboxID, containerID string) error {
+	delay := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		_, err := m.api.ContainerPause(ctx, containerID, client.ContainerPauseOptions{})
+		if err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			return err
+		}
+		if try == freezeTries {
+			return errorf(CodeUnavailable, "sandbox %s could not be frozen after %d tries (%v); it keeps running: retry", sandboxID, try, err)
+		}
+		m.lg.Info("the runtime did not finish freezing the box; retrying", zap.String("sandbox-id", sandboxID), zap.Int("try", try), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+}
+
 // capture snapshots sb's workspace; sb.life is held.
 func (m *Manager) capture(ctx context.Context, repo *snapshot.Repo, sb *sandbox) (*snapshot.Manifest, error) {
 	info := m.snapshot(sb)
@@ -115,7 +146,7 @@ func (m *Manager) capture(ctx context.Context, repo *snapshot.Repo, sb *sandbox)
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
 	defer cancel()
 	if info.State == StateRunning {
-		if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+		if err := m.pause(ectx, info.ID, info.ContainerID); err != nil {
 			return nil, fmt.Errorf("pause sandbox %s for its snapshot: %w", info.ID, err)
 		}
 		defer func() {
@@ -164,10 +195,24 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 	return snapErr(repo.Delete(ctx, tenantOf(tenant), id))
 }
 
+// restoreTar is a verified snapshot's tar in an unlinked temporary file;
+// each box filled from it reads its own section, so a fork fills its boxes
+// from one verification concurrently.
+type restoreTar struct {
+	f    *os.File
+	size int64
+}
+
+// reader returns a reader of the whole tar, independent of any other.
+func (r *restoreTar) reader() io.Reader { return io.NewSectionReader(r.f, 0, r.size) }
+
+// Close releases the file.
+func (r *restoreTar) Close() error { return r.f.Close() }
+
 // prepareRestore verifies a tenant's snapshot completely and writes the
 // tar a restore copies into a new workspace to a temporary file (nothing
-// is created before it verifies; the caller removes the file).
-func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Template) (*os.File, error) {
+// is created before it verifies; the caller closes it).
+func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Template) (*restoreTar, error) {
 	repo, err := m.repo()
 	if err != nil {
 		return nil, err
@@ -182,21 +227,22 @@ func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Templ
 	if err == nil && t.DiskBytes > 0 && man.Size > t.DiskBytes {
 		err = invalidField("disk_bytes", "snapshot %s holds %d bytes, over the box's disk limit of %d", id, man.Size, t.DiskBytes)
 	}
+	var size int64
 	if err == nil {
-		_, err = f.Seek(0, 0)
+		size, err = f.Seek(0, io.SeekCurrent)
 	}
 	if err != nil {
 		f.Close()
 		return nil, snapErr(err)
 	}
-	return f, nil
+	return &restoreTar{f: f, size: size}, nil
 }
 
 // fill copies the verified restore tar into a created, not yet started
 // container's workspace (the engine extracts it inside the container's
 // root, owning each entry as its header says: the sandbox user).
-func (m *Manager) fill(ctx context.Context, cid string, t Template, tar *os.File) error {
-	if _, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: tar}); err != nil {
+func (m *Manager) fill(ctx context.Context, cid string, t Template, tar *restoreTar) error {
+	if _, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: tar.reader()}); err != nil {
 		return fmt.Errorf("restore the workspace: %w", err)
 	}
 	return nil
@@ -238,7 +284,7 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 		case StateHibernated:
 			return SuspendResult{Info: info, Snapshot: info.Snapshot}, nil
 		case StateRunning:
-			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+			if err := m.pause(ectx, info.ID, info.ContainerID); err != nil {
 				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
 			}
 			m.setState(sb, StatePaused, "")
@@ -260,7 +306,7 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 		// arriving meanwhile waits in wake (sb.life) and then finds it
 		// hibernated, so nothing it writes is lost with the container.
 		if info.State == StateRunning {
-			if _, err := m.api.ContainerPause(ectx, info.ContainerID, client.ContainerPauseOptions{}); err != nil {
+			if err := m.pause(ectx, info.ID, info.ContainerID); err != nil {
 				return SuspendResult{}, fmt.Errorf("pause sandbox %s: %w", info.ID, err)
 			}
 			m.setState(sb, StatePaused, "")
@@ -358,7 +404,7 @@ func (m *Manager) wake(ctx context.Context, sb *sandbox) error {
 		// A container or volume its hibernation failed to remove would
 		// hold the name.
 		_ = m.removeContainer(ctx, info.ID, volumeName(info.ID))
-		spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, restore: tar}
+		spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, Volumes: info.Volumes, restore: tar}
 		m.mu.Lock()
 		m.pending[info.ID] = true
 		m.mu.Unlock()

@@ -2,10 +2,12 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,5 +349,55 @@ func TestSnapshotWithDiskLimit(t *testing.T) {
 	}
 	if len(m.List(nil)) != n {
 		t.Error("a refused restore left a sandbox")
+	}
+}
+
+// unfinishedFreeze fails the first fails pauses the way runc does under
+// cgroup v1 when a task of the box stays between states, then lets the
+// engine pause.
+type unfinishedFreeze struct {
+	*client.Client
+	fails atomic.Int32
+}
+
+func (u *unfinishedFreeze) ContainerPause(ctx context.Context, id string, opts client.ContainerPauseOptions) (client.ContainerPauseResult, error) {
+	if u.fails.Add(-1) >= 0 {
+		return client.ContainerPauseResult{}, fmt.Errorf("Error response from daemon: Cannot pause container %s: OCI runtime pause failed: unable to freeze: unknown", id)
+	}
+	return u.Client.ContainerPause(ctx, id, opts)
+}
+
+// TestPauseRetriesAnUnfinishedFreeze: a freeze the runtime gives up on is
+// tried again; one that never finishes is UNAVAILABLE and leaves the box
+// running and serving, never an internal error.
+func TestPauseRetriesAnUnfinishedFreeze(t *testing.T) {
+	e := newEnv(t)
+	api := &unfinishedFreeze{Client: e.cli}
+	m := e.managerOn(t, api)
+	ctx := ctxMinute(t)
+	a := e.create(t, m, sandbox.CreateSpec{})
+
+	api.fails.Store(2)
+	if _, err := m.Suspend(ctx, a.ID, sandbox.SuspendPause); err != nil {
+		t.Fatalf("pause after two unfinished freezes: %v", err)
+	}
+	ci, err := e.cli.ContainerInspect(ctx, a.ContainerID, client.ContainerInspectOptions{})
+	if err != nil || !ci.Container.State.Paused {
+		t.Fatalf("the container is not paused: %v", err)
+	}
+	if _, err := m.Resume(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	api.fails.Store(1 << 20)
+	_, err = m.Suspend(ctx, a.ID, sandbox.SuspendPause)
+	if sandbox.CodeOf(err) != sandbox.CodeUnavailable {
+		t.Fatalf("pause that never freezes: %v (code %v), want UNAVAILABLE", err, sandbox.CodeOf(err))
+	}
+	if info, _ := m.Get(ctx, a.ID); info.State != sandbox.StateRunning {
+		t.Errorf("after the failed pause the box is %s, want running", info.State)
+	}
+	if r := exec(t, m, a.ID, "echo up", 30); r.Output != "up\n" {
+		t.Errorf("execute after the failed pause: %q", r.Output)
 	}
 }

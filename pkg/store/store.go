@@ -35,6 +35,27 @@ type Threads interface {
 	Close() error
 }
 
+// MessageRanger reads part of a thread's message log without loading the
+// rest of the thread: a page of ListMessages costs its own messages, not
+// the whole log (a console opening a thread of thousands of messages reads
+// it page by page). Both durable stores implement it.
+type MessageRanger interface {
+	// MessageRange returns the thread's tenant, the length of its log and
+	// up to limit messages from index first (none when first is at or past
+	// the end), or agent.ErrThreadNotFound.
+	MessageRange(ctx context.Context, threadID string, first, limit int) (MessageRange, error)
+}
+
+// MessageRange is part of a thread's message log.
+type MessageRange struct {
+	// Tenant owns the thread (as stored: callers map "" to "default").
+	Tenant string
+	// Total is the length of the whole log.
+	Total int
+	// Messages are the log's messages from the index asked for.
+	Messages []agent.Message
+}
+
 // Errors of the durable stores.
 var (
 	// ErrBusy: the database stayed locked past the busy timeout (another

@@ -3,12 +3,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/daemon/daemontest"
 	"github.com/plumbhq/plumb/internal/httpapi"
 	"github.com/plumbhq/plumb/pkg/model/modeltest"
 	"google.golang.org/grpc"
@@ -68,7 +71,7 @@ func apiError(t *testing.T, resp *http.Response, body []byte, httpStatus int, co
 func bearer(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 
 // TestHTTPUnary: unary calls over HTTP/JSON on both daemons, with and
-// without a token, a bad request, an unknown field, a client stream, a
+// without a token, a bad request, an unknown field, client streams, a
 // body over the limit, and the OpenAPI documents.
 func TestHTTPUnary(t *testing.T) {
 	s := start(t)
@@ -131,11 +134,15 @@ func TestHTTPUnary(t *testing.T) {
 	// An unknown field is refused, not dropped.
 	resp, body = call(t, c, agentd, "/plumb.v1.AgentService/CreateThread", bearer(agentdToken), `{"metadta":{}}`)
 	apiError(t, resp, body, http.StatusBadRequest, 3, "")
-	// A client stream cannot be one HTTP request.
-	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/UploadFiles", bearer(sandboxdToken), `{}`)
-	apiError(t, resp, body, http.StatusNotImplemented, 12, httpapi.ReasonClientStream)
-	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/Process", bearer(sandboxdToken), `{}`)
-	apiError(t, resp, body, http.StatusNotImplemented, 12, httpapi.ReasonClientStream)
+	// Client streams reach their handler (newline-delimited frames):
+	// Process's first frame must be a start, and UploadFiles names a
+	// sandbox.
+	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/Process", map[string]string{"Authorization": "Bearer " + sandboxdToken, "Accept": "text/event-stream"}, "{}\n")
+	if e := apiError(t, resp, body, http.StatusBadRequest, 3, ""); !strings.Contains(e.Message, "start") {
+		t.Fatalf("Process without a start: %s", body)
+	}
+	resp, body = call(t, c, sandboxd, "/plumb.v1.SandboxService/UploadFiles", bearer(sandboxdToken), `{"path":"/a","eof":true}`)
+	apiError(t, resp, body, http.StatusNotFound, 5, "sandbox_not_found")
 	// A body over the method's limit (the default --max-recv-bytes, 4/3
 	// for base64, 64 KiB of JSON) is refused before it is read.
 	big := `{"metadata":{"k":"` + strings.Repeat("x", 8<<20) + `"}}`
@@ -602,4 +609,268 @@ func TestHTTPResumeLive(t *testing.T) {
 			t.Fatalf("after the drop, sequences %v do not continue %d once each", sequences(after), last.GetSequence())
 		}
 	}
+}
+
+// curlPath is the curl the HTTP tests run (under CI=true it must exist).
+func curlPath(t *testing.T) string {
+	t.Helper()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("curl not found under CI=true (make test-deps installs it)")
+		}
+		t.Skip("curl not installed")
+	}
+	return curl
+}
+
+// processFrames decodes a Process stream's SSE events, checking that
+// their ids number them 1, 2, ...
+func processFrames(t *testing.T, msgs []sseEvent) []*plumbv1.ProcessResponse {
+	t.Helper()
+	var out []*plumbv1.ProcessResponse
+	for i, m := range msgs {
+		if m.event != "" {
+			t.Fatalf("an %q event: %s", m.event, m.data)
+		}
+		if m.id != strconv.Itoa(i+1) {
+			t.Fatalf("event %d has id %q", i+1, m.id)
+		}
+		var r plumbv1.ProcessResponse
+		if err := protojson.Unmarshal([]byte(m.data), &r); err != nil {
+			t.Fatalf("not a ProcessResponse: %v: %s", err, m.data)
+		}
+		out = append(out, &r)
+	}
+	return out
+}
+
+// TestHTTPClientStreams: the client-streaming RPCs with a real curl on a
+// real sandbox. UploadFiles from a newline-delimited file
+// (--data-binary @frames.ndjson); Process with the whole body at once
+// (start, stdin, close) and interactively over one HTTP/1.1 request
+// (curl -N -T . reading stdin while it prints events: each stdin line is
+// written only after the output of the one before arrived), with its
+// output as SSE; a process whose connection drops is killed.
+func TestHTTPClientStreams(t *testing.T) {
+	curl := curlPath(t)
+	// sandboxd alone, with a second tenant ("other") beside the token's.
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "credentials")
+	if err := os.WriteFile(creds, []byte("other "+otherToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sd := daemontest.StartSandboxd(t, bins["sandboxd"], dir, daemontest.WriteToken(t, dir, "sandboxd.token", sandboxdToken), "--credentials-file", creds)
+	sandboxd := "http://" + sd.HTTPAddr
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	auth := "Authorization: Bearer " + sandboxdToken
+	run := func(args ...string) []byte {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, curl, append([]string{"-sS", "--fail-with-body", "-H", auth}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("curl %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+
+	var created plumbv1.CreateSandboxResponse
+	if err := protojson.Unmarshal(run(sandboxd+"/plumb.v1.SandboxService/CreateSandbox", "--json", `{}`), &created); err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSandbox().GetId()
+	if id == "" {
+		t.Fatalf("CreateSandbox: %v", &created)
+	}
+
+	// UploadFiles: two items, the first in two chunks.
+	frames := filepath.Join(t.TempDir(), "frames.ndjson")
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	ndjson := `{"sandboxId":"` + id + `","path":"/workspace/up/a.txt","data":"` + b64("hello ") + `"}` + "\n" +
+		`{"data":"` + b64("over HTTP\n") + `","eof":true}` + "\n" +
+		`{"path":"/workspace/up/b.sh","data":"` + b64("echo from b\n") + `","eof":true}` + "\n"
+	if err := os.WriteFile(frames, []byte(ndjson), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var up plumbv1.UploadFilesResponse
+	out := run(sandboxd+"/plumb.v1.SandboxService/UploadFiles", "-H", "Content-Type: application/x-ndjson", "--data-binary", "@"+frames)
+	if err := protojson.Unmarshal(out, &up); err != nil {
+		t.Fatalf("UploadFiles: %v: %s", err, out)
+	}
+	if len(up.GetResults()) != 2 || up.GetResults()[0].GetBytesWritten() != 16 || up.GetResults()[0].GetError() != nil || up.GetResults()[1].GetError() != nil {
+		t.Fatalf("UploadFiles results: %s", out)
+	}
+	var rd plumbv1.ReadResponse
+	if err := protojson.Unmarshal(run(sandboxd+"/plumb.v1.SandboxService/Read", "--json", `{"sandboxId":"`+id+`","path":"/workspace/up/a.txt"}`), &rd); err != nil || !strings.Contains(rd.GetContent(), "hello over HTTP") {
+		t.Fatalf("Read of the upload: %q %v", rd.GetContent(), err)
+	}
+	// A token this sandboxd does not know gets nothing through, and
+	// another tenant's finds no such sandbox, for either stream.
+	refused := func(token, path, body string) (int, httpapi.ErrorBody) {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, curl, "-sS", "-w", "\n%{http_code}", "-H", "Authorization: Bearer "+token,
+			"-H", "Accept: text/event-stream", "--data-binary", body, sandboxd+path).Output()
+		if err != nil {
+			t.Fatalf("curl: %v %s", err, out)
+		}
+		resp, code, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		var e httpapi.ErrorBody
+		if err := json.Unmarshal([]byte(resp), &e); err != nil {
+			t.Fatalf("not an error body: %s", out)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(code))
+		return n, e
+	}
+	if code, e := refused(agentdToken, "/plumb.v1.SandboxService/UploadFiles", "@"+frames); code != http.StatusUnauthorized || e.Code != 16 {
+		t.Fatalf("UploadFiles with agentd's token: HTTP %d %+v", code, e)
+	}
+	if code, e := refused(otherToken, "/plumb.v1.SandboxService/UploadFiles", "@"+frames); code != http.StatusNotFound || e.Code != 5 {
+		t.Fatalf("UploadFiles into another tenant's sandbox: HTTP %d %+v", code, e)
+	}
+	if code, e := refused(otherToken, "/plumb.v1.SandboxService/Process", `{"start":{"sandboxId":"`+id+`","command":"id"}}`); code != http.StatusNotFound || e.Code != 5 {
+		t.Fatalf("Process in another tenant's sandbox: HTTP %d %+v", code, e)
+	}
+
+	// Process, the whole body at once: the box reads stdin to its end.
+	procURL := sandboxd + "/plumb.v1.SandboxService/Process"
+	start := func(cmd string) string {
+		return `{"start":{"sandboxId":"` + id + `","command":` + strconv.Quote(cmd) + `}}` + "\n"
+	}
+	stdin := func(s string) string { return `{"stdin":"` + b64(s) + `"}` + "\n" }
+	const closeStdin = `{"closeStdin":true}` + "\n"
+	body := filepath.Join(t.TempDir(), "proc.ndjson")
+	if err := os.WriteFile(body, []byte(start("tr a-z A-Z; sh /workspace/up/b.sh; exit 3")+stdin("shout\n")+stdin("louder\n")+closeStdin), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = run("-N", procURL, "-H", "Accept: text/event-stream", "--data-binary", "@"+body)
+	msgs := processFrames(t, readSSE(t, strings.NewReader(string(out)), nil))
+	var stdout strings.Builder
+	for _, m := range msgs[1 : len(msgs)-1] {
+		stdout.Write(m.GetStdout())
+	}
+	if msgs[0].GetStarted() == nil || msgs[len(msgs)-1].GetExit().GetExitCode() != 3 || stdout.String() != "SHOUT\nLOUDER\nfrom b\n" {
+		t.Fatalf("Process, whole body: stdout %q, events %s", stdout.String(), out)
+	}
+
+	// Process, interactive: curl streams its stdin as the request body
+	// while it prints the events. "-T ." is curl's upload from stdin in
+	// non-blocking mode; "-T -" reads stdin to its end (or a full buffer)
+	// before it services the response.
+	interactive := func(t *testing.T, cmd string) (io.WriteCloser, *bufio.Reader, *exec.Cmd) {
+		t.Helper()
+		c := exec.CommandContext(ctx, curl, "-sS", "-N", "-X", "POST", "-T", ".", "-H", auth, "-H", "Accept: text/event-stream",
+			"-H", "Content-Type: application/x-ndjson", procURL)
+		in, err := c.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		outp, err := c.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder // curl's progress meter shows with -T . even with -s
+		c.Stderr = &stderr
+		t.Cleanup(func() {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+			if t.Failed() {
+				t.Logf("curl's stderr: %s", stderr.String())
+			}
+		})
+		if _, err := io.WriteString(in, start(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		return in, bufio.NewReader(outp), c
+	}
+	// next reads the stream's next message. (Line by line: a Scanner
+	// would read ahead past the event, and the next call lose it.)
+	next := func(t *testing.T, br *bufio.Reader) *plumbv1.ProcessResponse {
+		t.Helper()
+		var data string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("the stream ended: %v", err)
+			}
+			line = strings.TrimSuffix(line, "\n")
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				data += d
+			}
+			if strings.HasPrefix(line, "event: ") {
+				t.Fatalf("an event: %q", line)
+			}
+			if line == "" && data != "" {
+				break
+			}
+		}
+		var r plumbv1.ProcessResponse
+		if err := protojson.Unmarshal([]byte(data), &r); err != nil {
+			t.Fatalf("data %q: %v", data, err)
+		}
+		return &r
+	}
+	t.Run("interactive", func(t *testing.T) {
+		in, br, c := interactive(t, "while read l; do echo \"got $l\"; done; echo bye")
+		if next(t, br).GetStarted() == nil {
+			t.Fatal("no started first")
+		}
+		for _, line := range []string{"one", "two"} {
+			if _, err := io.WriteString(in, stdin(line+"\n")); err != nil {
+				t.Fatal(err)
+			}
+			if got := string(next(t, br).GetStdout()); got != "got "+line+"\n" {
+				t.Fatalf("after %q: stdout %q", line, got)
+			}
+		}
+		if _, err := io.WriteString(in, closeStdin); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+		var rest strings.Builder
+		for {
+			m := next(t, br)
+			if x := m.GetExit(); x != nil {
+				if x.GetExitCode() != 0 || rest.String() != "bye\n" {
+					t.Fatalf("exit %v after %q", x, rest.String())
+				}
+				break
+			}
+			rest.Write(m.GetStdout())
+		}
+		if err := c.Wait(); err != nil {
+			t.Fatalf("curl: %v", err)
+		}
+	})
+	// sleeping polls until a "sleep 1234" runs in the box, or none does.
+	sleeping := func(t *testing.T, want bool) {
+		t.Helper()
+		for {
+			var ex plumbv1.ExecuteResponse
+			if err := protojson.Unmarshal(run(sandboxd+"/plumb.v1.SandboxService/Execute", "--json", `{"sandboxId":"`+id+`","command":{"command":"grep -ls '123[4]' /proc/[0-9]*/cmdline; true"}}`), &ex); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(ex.GetResult().GetOutput(), "/cmdline") == want {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("want sleep 1234 running = %v: %s", want, ex.GetResult().GetOutput())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Run("dropped", func(t *testing.T) {
+		_, br, c := interactive(t, "sleep 1234")
+		if next(t, br).GetStarted() == nil {
+			t.Fatal("no started first")
+		}
+		sleeping(t, true)
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		// The process ends with its connection (polled: the kill travels
+		// through sandboxd and the box's agent).
+		sleeping(t, false)
+	})
 }

@@ -135,8 +135,7 @@ func Thread(w io.Writer, t *plumbv1.Thread, loc *time.Location, width int) error
 	if cps := t.GetCheckpoints(); len(cps) > 0 {
 		out = append(out, "checkpoints:")
 		for _, c := range cps {
-			out = append(out, fmt.Sprintf("  %d  run %s  %s  step %d  %d messages  %s", c.GetId(), c.GetRunId(),
-				enumWord(c.GetPhase().String(), "CHECKPOINT_PHASE_"), c.GetStep(), c.GetMessageCount(), stamp(c.GetCreatedAt(), loc)))
+			out = append(out, CheckpointLine(c, loc))
 		}
 	}
 	for _, l := range out {
@@ -250,4 +249,15 @@ func Decision(req *plumbv1.InterruptRequest, d *plumbv1.Decision, width int) str
 		s += ": " + Cut(detail, width)
 	}
 	return s
+}
+
+// CheckpointLine is one checkpoint as `threads show --full` and `threads
+// checkpoints` print it, with the workspace snapshot taken there, if any.
+func CheckpointLine(c *plumbv1.Checkpoint, loc *time.Location) string {
+	l := fmt.Sprintf("  %d  run %s  %s  step %d  %d messages  %s", c.GetId(), c.GetRunId(),
+		enumWord(c.GetPhase().String(), "CHECKPOINT_PHASE_"), c.GetStep(), c.GetMessageCount(), stamp(c.GetCreatedAt(), loc))
+	if c.GetSnapshotId() != "" {
+		l += "  snapshot " + c.GetSnapshotId()
+	}
+	return l
 }

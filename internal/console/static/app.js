@@ -2,6 +2,7 @@
 // put into the page with textContent or text nodes, never as HTML
 // (docs/security.md, "The web console and its terminal").
 import { validate } from './schema.js';
+import * as fleet from './sandboxes.js';
 
 const $ = (id) => document.getElementById(id);
 const TOKEN_KEY = 'plumb.token';
@@ -131,9 +132,13 @@ async function signIn(t) {
 }
 
 let agents = [];
+let operator = false;
 
 function showSignIn() {
   $('app').hidden = true;
+  $('sandboxes').hidden = true;
+  $('views').hidden = true;
+  operator = false;
   $('signout').hidden = true;
   $('signin').hidden = false;
   $('who').textContent = '';
@@ -145,6 +150,8 @@ function showApp() {
   $('app').hidden = false;
   $('signout').hidden = false;
   $('who').textContent = token ? 'signed in' : 'no credentials';
+  showView('threads');
+  probeOperator();
   const sel = $('agent');
   sel.replaceChildren();
   for (const a of agents) {
@@ -154,6 +161,36 @@ function showApp() {
   }
   loadThreads();
   newRun();
+}
+
+// ---------- views: threads, and the operators' sandboxes ----------
+
+// probeOperator asks for the fleet once: only an operator's credential
+// gets an answer (others get PERMISSION_DENIED), and only then is the
+// Sandboxes view offered. The answer fills the view.
+async function probeOperator() {
+  const tok = token;
+  let r = null;
+  let err = null;
+  try { r = await call('ListFleetSandboxes', {}); } catch (e) { err = e; }
+  if (tok !== token || ($('app').hidden && $('sandboxes').hidden)) return; // signed out meanwhile
+  operator = !err || err.status !== 'PERMISSION_DENIED';
+  $('views').hidden = !operator;
+  if (!operator) return;
+  $('who').textContent = (token ? 'signed in' : 'no credentials') + ' · operator';
+  if (r) fleet.show(r); else showError('sbx-error', err);
+}
+
+function showView(name) {
+  const sbx = name === 'sandboxes' && operator;
+  $('app').hidden = sbx;
+  $('sandboxes').hidden = !sbx;
+  $('view-threads').setAttribute('aria-pressed', String(!sbx));
+  $('view-sandboxes').setAttribute('aria-pressed', String(sbx));
+  if (sbx) {
+    fleet.load();
+    $('sbx-filter').focus();
+  }
 }
 
 // ---------- thread list ----------
@@ -196,6 +233,7 @@ const view = {
   threadId: '',
   gen: 0, // counts thread opens and new runs
   abort: null,
+  events: 0, // live events rendered since the thread was opened
   tools: new Map(), // tool call id -> {box, args, out, result, sub}
   streams: new Map(), // agent path -> element receiving message deltas
   subs: new Map(), // parent tool call id -> subagent container
@@ -212,6 +250,9 @@ function resetView(title) {
   $('todos').replaceChildren();
   $('interrupts').replaceChildren();
   $('usage').textContent = '';
+  $('log-count').textContent = '';
+  $('event-count').textContent = '';
+  view.events = 0;
   $('thread-status').textContent = '';
   $('thread-title').textContent = title;
   showError('run-error', null);
@@ -248,6 +289,10 @@ function setStatus(s) {
 }
 
 async function openThread(id) {
+  // Marks for measuring large threads (docs/console.md, "Large threads").
+  performance.clearMarks();
+  performance.clearMeasures();
+  performance.mark('plumb:open');
   resetView('Thread ' + id);
   setThread(id);
   selectTab('run');
@@ -263,13 +308,25 @@ async function openThread(id) {
   setStatus(enumName(t.status, 'THREAD_STATUS_'));
   // History, page by page, appended as it comes.
   let pageToken = '';
+  let count = 0;
   do {
     let r;
+    const asked = performance.now();
     try { r = await call('ListMessages', { threadId: id, pageSize: 500, pageToken }); } catch (err) { showError('run-error', err); return; }
     if (!current()) return;
-    for (const m of r.messages || []) renderMessage(m);
+    const got = performance.now();
+    const page = r.messages || [];
+    for (const m of page) renderMessage(m);
+    performance.measure('plumb:fetch', { start: asked, end: got });
+    performance.measure('plumb:render', { start: got, end: performance.now() });
+    count += page.length;
+    $('log-count').textContent = count + ' messages';
+    if (count === page.length) performance.mark('plumb:first-render');
     pageToken = r.nextPageToken || '';
   } while (pageToken);
+  performance.mark('plumb:history-rendered');
+  // After the next frame's style, layout and paint: the history is on screen.
+  requestAnimationFrame(() => setTimeout(() => performance.mark('plumb:history-painted'), 0));
   if (t.pendingInterrupt) renderInterrupt(t.pendingInterrupt);
   if (t.status === 'THREAD_STATUS_RUNNING') {
     $('log').append(el('div', 'status', '— live: the current run —'));
@@ -397,7 +454,11 @@ function enqueue(ev) {
     done = true;
     scheduled = false;
     const stick = nearBottom();
-    for (const e of pending.splice(0)) renderEvent(e);
+    const batch = pending.splice(0);
+    for (const e of batch) renderEvent(e);
+    if (!view.events && batch.length) performance.mark('plumb:first-event');
+    view.events += batch.length;
+    $('event-count').textContent = view.events + ' events';
     if (stick) scrollLog(true);
   };
   requestAnimationFrame(flush);
@@ -465,6 +526,8 @@ function renderEvent(ev) {
   } else if (ev.runFinished) {
     setStatus('idle');
     where.append(el('div', 'status ev run-finished', 'run ' + enumName(ev.runFinished.status, 'RUN_STATUS_')));
+    performance.mark('plumb:run-finished');
+    requestAnimationFrame(() => setTimeout(() => performance.mark('plumb:run-finished-painted'), 0));
     if (ev.runFinished.usage) renderUsage(ev.runFinished.usage);
     loadThreads();
   } else if (ev.summarized) {
@@ -702,6 +765,9 @@ function selectTab(name) {
 }
 
 function wire() {
+  fleet.init({ call, el, showError });
+  $('view-threads').addEventListener('click', () => showView('threads'));
+  $('view-sandboxes').addEventListener('click', () => showView('sandboxes'));
   $('signin-form').addEventListener('submit', async (e) => {
     e.preventDefault();
     showError('signin-error', null);
@@ -731,6 +797,8 @@ function wire() {
     if (!text.trim()) return;
     $('message').value = '';
     $('log').append(el('div', 'msg user ev', text));
+    performance.clearMarks();
+    performance.mark('plumb:run-sent');
     const req = { input: [{ content: text }] };
     if (view.threadId) req.threadId = view.threadId; else if ($('agent').value) req.agent = $('agent').value;
     runStream('Run', req);

@@ -22,11 +22,17 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 )
 
-// Build compiles the main package pkg (an import path) into dir and returns
-// the binary's path.
+// Build compiles the main package pkg (an import path) into dir, with the
+// race detector unless PLUMB_DAEMON_RACE=off (for measuring what a
+// release build does, as docs/console.md's large-thread figures), and
+// returns the binary's path.
 func Build(dir, pkg string) (string, error) {
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-race", "-o", bin, pkg)
+	args := []string{"build", "-race", "-o", bin, pkg}
+	if os.Getenv("PLUMB_DAEMON_RACE") == "off" {
+		args = append(args[:1], args[2:]...)
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Stderr = os.Stderr
 	return bin, cmd.Run()
 }

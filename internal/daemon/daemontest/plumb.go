@@ -62,7 +62,8 @@ func WriteToken(t testing.TB, dir, name, token string) string {
 // test's labels, and whatever is left of them when the test ends (a failed
 // test, a shutdown past its grace) is removed then: the sweep is
 // registered before the process starts, so it runs after it has stopped.
-func StartSandboxd(t testing.TB, bin, dir, tokenFile string) *Proc {
+// extra are more flags (--credentials-file).
+func StartSandboxd(t testing.TB, bin, dir, tokenFile string, extra ...string) *Proc {
 	t.Helper()
 	cli := sandboxtest.Docker(t)
 	image := sandboxtest.Image(t, cli)
@@ -79,7 +80,7 @@ func StartSandboxd(t testing.TB, bin, dir, tokenFile string) *Proc {
 	}
 	sandboxtest.SweepOnCleanup(t, cli, sandboxtest.LabelTest, worker)
 	sandboxtest.ReleaseImagesOnCleanup(t, cli, worker)
-	return Start(t, bin, "--config", cfg, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
+	return Start(t, bin, append([]string{"--config", cfg, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json",
 		"--worker", worker, "--default-image", image, "--delete-sandboxes-on-exit", "--shutdown-grace", "2s",
-		"--token-file", tokenFile)
+		"--token-file", tokenFile}, extra...)...)
 }

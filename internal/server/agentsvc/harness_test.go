@@ -173,6 +173,12 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if sl, ok := e.store.(store.SandboxLedger); ok {
 		s.svc.Sandboxes = sl
 	}
+	if mr, ok := e.store.(store.MessageRanger); ok {
+		s.svc.Messages = mr
+	}
+	if ss, ok := e.store.(store.ThreadSnapshots); ok {
+		s.svc.Snapshots = ss
+	}
 	if l, ok := e.store.(store.Ledger); ok {
 		s.svc.Ledger, s.svc.OnUsage = l, runhost.RecordUsage(e.store.(runhost.ThreadTenants), l)
 	}

@@ -3,6 +3,7 @@ package agentsvc
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/runhost"
+	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/pbconv/agentconv"
 	"github.com/plumbhq/plumb/pkg/store"
@@ -171,12 +173,38 @@ func (s *Service) ListMessages(ctx context.Context, req *plumbv1.ListMessagesReq
 	if err != nil {
 		return nil, Status(err)
 	}
+	if s.cfg.Messages != nil {
+		return s.listMessagesRange(ctx, req.GetThreadId(), int(first), lim)
+	}
 	td, err := s.loadOwned(ctx, "list messages", req.GetThreadId())
 	if err != nil {
 		return nil, err
 	}
 	msgs, next := messagesPage(td, int(first), lim)
 	return &plumbv1.ListMessagesResponse{Messages: msgs, NextPageToken: next}, nil
+}
+
+// listMessagesRange serves a page of ListMessages from the store's range
+// read: the page's messages only, not the whole log (a thread of thousands
+// of messages read page by page would otherwise load all of them for every
+// page).
+func (s *Service) listMessagesRange(ctx context.Context, id string, first int, lim agentconv.Limit) (*plumbv1.ListMessagesResponse, error) {
+	if err := requireThreadID(id); err != nil {
+		return nil, Status(err)
+	}
+	r, err := s.cfg.Messages.MessageRange(ctx, id, first, lim.Count)
+	if err == nil && tenant.Norm(r.Tenant) != tenant.From(ctx) {
+		err = fmt.Errorf("thread %s: %w", id, agent.ErrThreadNotFound)
+	}
+	if err != nil {
+		return nil, s.status("list messages", err)
+	}
+	msgs, n := agentconv.MessagesToPBAt(r.Messages, first, lim)
+	out := &plumbv1.ListMessagesResponse{Messages: msgs}
+	if next := first + n; next < r.Total {
+		out.NextPageToken = pageToken(messagesToken, strconv.Itoa(next))
+	}
+	return out, nil
 }
 
 // ListStateFiles returns one page of a thread's State files, by path.
@@ -213,5 +241,28 @@ func (s *Service) ListCheckpoints(ctx context.Context, req *plumbv1.ListCheckpoi
 		return nil, err
 	}
 	cps, next := checkpointsPage(td, after, lim)
+	if err := s.checkpointSnapshots(ctx, td.Thread.ID, cps); err != nil {
+		return nil, s.status("list checkpoints", err)
+	}
 	return &plumbv1.ListCheckpointsResponse{Checkpoints: cps, NextPageToken: next}, nil
+}
+
+// checkpointSnapshots sets the snapshot id of each checkpoint of cps a
+// workspace snapshot of the thread was taken at (Config.Snapshots).
+func (s *Service) checkpointSnapshots(ctx context.Context, threadID string, cps []*plumbv1.Checkpoint) error {
+	if s.cfg.Snapshots == nil || len(cps) == 0 {
+		return nil
+	}
+	list, err := s.cfg.Snapshots.ThreadSnapshots(ctx, threadID)
+	if err != nil {
+		return err
+	}
+	at := map[int64]string{}
+	for _, sn := range list {
+		at[sn.CheckpointID] = sn.SnapshotID // the newest of a checkpoint wins
+	}
+	for _, c := range cps {
+		c.SnapshotId = at[c.GetId()]
+	}
+	return nil
 }

@@ -108,6 +108,13 @@ type Config struct {
 	Storage store.StorageMeter
 	// Sandboxes, when set, tells GetUsage the sandbox seconds.
 	Sandboxes store.SandboxLedger
+	// Messages, when set, serves ListMessages page by page from the store
+	// (store.MessageRanger); nil: every page loads the whole thread.
+	Messages store.MessageRanger
+	// Fleet, when set, serves the operator RPCs (ListFleetSandboxes,
+	// DeleteFleetSandbox); nil: they are FAILED_PRECONDITION (NO_SANDBOXD)
+	// for an operator.
+	Fleet Fleet
 }
 
 // Option adjusts a Service (test seams).

@@ -102,6 +102,16 @@ const (
 	// current; a run that crosses tokens_per_day mid-run ends FAILED
 	// with this error code.
 	ReasonQuotaExceeded = quota.Code
+	// ReasonOperatorOnly: an operator RPC (ListFleetSandboxes,
+	// DeleteFleetSandbox) called with a credential that is not an
+	// operator's (PERMISSION_DENIED).
+	ReasonOperatorOnly = "OPERATOR_ONLY"
+	// ReasonNoSandboxd: an operator RPC on an agentd without sandboxd
+	// workers (FAILED_PRECONDITION).
+	ReasonNoSandboxd = "NO_SANDBOXD"
+	// ReasonCheckpointNotFound: ForkThread named a checkpoint the thread
+	// does not retain.
+	ReasonCheckpointNotFound = "CHECKPOINT_NOT_FOUND"
 )
 
 // RequestError is a request an adapter rejected in its own validation
@@ -181,6 +191,8 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonThreadBusy, nil), true
 	case errors.Is(err, agent.ErrThreadNotFound):
 		return server.WithInfo(codes.NotFound, err.Error(), ReasonThreadNotFound, nil), true
+	case errors.Is(err, store.ErrNoSuchCheckpoint):
+		return server.WithInfo(codes.NotFound, err.Error(), ReasonCheckpointNotFound, nil), true
 	case errors.Is(err, agent.ErrConflict):
 		return server.WithInfo(codes.Aborted, err.Error(), ReasonConflict, nil), true
 	case errors.Is(err, store.ErrRunNotFound):
@@ -239,6 +251,10 @@ func agentStatus(err error) (_ error, ok bool) {
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressDecided, nil), true
 	case errors.Is(err, egressapproval.ErrGone):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressGone, nil), true
+	case errors.Is(err, ErrNotOperator):
+		return server.WithInfo(codes.PermissionDenied, err.Error(), ReasonOperatorOnly, nil), true
+	case errors.Is(err, ErrNoFleet):
+		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonNoSandboxd, nil), true
 	case errors.Is(err, egressapproval.ErrOff):
 		return server.WithInfo(codes.FailedPrecondition, err.Error(), ReasonEgressApprovalOff, nil), true
 	}

@@ -49,6 +49,8 @@ func TestTenantIsolation(t *testing.T) {
 			}
 			_, err = e.c.GetThread(other, &plumbv1.GetThreadRequest{ThreadId: id})
 			notFound("GetThread", err)
+			_, err = e.c.ListMessages(other, &plumbv1.ListMessagesRequest{ThreadId: id})
+			notFound("ListMessages", err)
 			_, err = e.c.Cancel(other, &plumbv1.CancelRequest{ThreadId: id})
 			notFound("Cancel", err)
 			_, err = e.c.DeleteThread(other, &plumbv1.DeleteThreadRequest{ThreadId: id, Force: true})

@@ -44,6 +44,9 @@ func (s *Service) GetThread(ctx context.Context, req *plumbv1.GetThreadRequest) 
 	th := agentconv.ThreadToPB(td, st[0], len(td.Messages))
 	if req.GetView() == plumbv1.ThreadView_THREAD_VIEW_FULL {
 		th = fullThread(td, st[0])
+		if err := s.checkpointSnapshots(ctx, td.Thread.ID, th.GetCheckpoints()); err != nil {
+			return nil, s.status("get thread", err)
+		}
 	}
 	if err := s.pendingEgress(ctx, th); err != nil {
 		return nil, s.status("get thread", err)
@@ -144,4 +147,30 @@ func (s *Service) status(op string, err error) error {
 		s.lg.Error(op, zap.Error(err))
 	}
 	return st
+}
+
+// ForkThread makes a new thread whose log ends at a checkpoint of the
+// thread and whose sandbox is restored, on first use, from the workspace
+// snapshot taken at (or latest before) it (runhost.Host.ForkThread).
+func (s *Service) ForkThread(ctx context.Context, req *plumbv1.ForkThreadRequest) (*plumbv1.ForkThreadResponse, error) {
+	var vs violations
+	if req.GetThreadId() == "" {
+		vs.add("thread_id", "thread_id is required")
+	}
+	if req.GetCheckpointId() < 0 {
+		vs.add("checkpoint_id", "checkpoint_id must not be negative (0 = the latest)")
+	}
+	vs.checkMetadata("metadata", req.GetMetadata())
+	if err := vs.err(); err != nil {
+		return nil, Status(err)
+	}
+	res, err := s.host.ForkThread(ctx, runhost.ForkInput{ThreadID: req.GetThreadId(), CheckpointID: req.GetCheckpointId(), Metadata: req.GetMetadata()})
+	if err != nil {
+		return nil, s.status("fork thread", err)
+	}
+	td := res.Thread
+	return &plumbv1.ForkThreadResponse{
+		Thread:     agentconv.ThreadToPB(td, td.Status(), len(td.Messages)),
+		SnapshotId: res.Snapshot.SnapshotID, SnapshotCheckpointId: res.Snapshot.CheckpointID, CheckpointId: res.CheckpointID,
+	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
+	"github.com/plumbhq/plumb/internal/server"
 	"github.com/plumbhq/plumb/internal/tenant"
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -46,6 +47,10 @@ type Manager interface {
 	DeleteSnapshot(ctx context.Context, tenant, id string) error
 	Suspend(ctx context.Context, id string, mode sandbox.SuspendMode) (sandbox.SuspendResult, error)
 	Resume(ctx context.Context, id string) (sandbox.Info, error)
+	Fork(ctx context.Context, spec sandbox.CreateSpec, count int) ([]sandbox.Info, error)
+	CreateVolume(ctx context.Context, tenant, name string, sizeBytes int64) (sandbox.Volume, error)
+	ListVolumes(tenant string) []sandbox.Volume
+	DeleteVolume(ctx context.Context, tenant, ref string) error
 }
 
 // Service implements plumbv1.SandboxServiceServer.
@@ -130,8 +135,8 @@ func sandboxToPB(i sandbox.Info) *plumbv1.Sandbox {
 		Id: i.ID, Worker: i.Worker, State: st, Image: i.Settings.Image, Template: i.Template,
 		CreatedAt: timestamppb.New(i.CreatedAt), ExpiresAt: timestamppb.New(i.ExpiresAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
 		Labels: i.Labels, Network: nw, Runtime: i.Settings.Runtime, WorkingDir: i.Settings.WorkingDir, FailureReason: i.FailureReason, FilesRoot: i.Settings.FilesRoot,
-		SnapshotId: i.Snapshot,
-		Resources:  &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
+		SnapshotId: i.Snapshot, Tenant: tenant.Norm(i.Tenant), Volumes: mountsToPB(i.Volumes),
+		Resources: &plumbv1.Resources{Cpus: i.Settings.CPUs, MemoryBytes: i.Settings.MemoryBytes, Pids: i.Settings.Pids},
 	}
 }
 
@@ -145,6 +150,32 @@ var requestFields = map[string]string{
 
 // CreateSandbox starts a sandbox.
 func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxRequest) (*plumbv1.CreateSandboxResponse, error) {
+	spec, err := createSpec(ctx, req)
+	if err != nil {
+		return nil, s.fail("CreateSandbox", err)
+	}
+	info, err := s.m.Create(ctx, spec)
+	if err != nil {
+		return nil, s.fail("CreateSandbox", requestField(err, ""))
+	}
+	return &plumbv1.CreateSandboxResponse{Sandbox: sandboxToPB(info)}, nil
+}
+
+// requestField renames a CodeInvalid error's template field to the
+// request's field path (under prefix, for a nested request).
+func requestField(err error, prefix string) error {
+	var se *sandbox.Error
+	if errors.As(err, &se) && se.Field != "" {
+		if f := requestFields[se.Field]; f != "" {
+			se.Field = f
+		}
+		se.Field = prefix + se.Field
+	}
+	return err
+}
+
+// createSpec converts a create request (the tenant from ctx).
+func createSpec(ctx context.Context, req *plumbv1.CreateSandboxRequest) (sandbox.CreateSpec, error) {
 	t := sandbox.Template{
 		Image: req.GetImage(), WorkingDir: req.GetWorkingDir(), Runtime: req.GetRuntime(), Env: req.GetEnv(),
 		CPUs: req.GetResources().GetCpus(), MemoryBytes: req.GetResources().GetMemoryBytes(), Pids: req.GetResources().GetPids(),
@@ -153,7 +184,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 	if req.GetTtl() != nil {
 		t.TTL = req.GetTtl().AsDuration()
 		if t.TTL <= 0 {
-			return nil, status.Error(codes.InvalidArgument, "ttl must be positive")
+			return sandbox.CreateSpec{}, &sandbox.Error{Code: sandbox.CodeInvalid, Field: "ttl", Message: "ttl must be positive"}
 		}
 	}
 	var inject []egress.InjectRule
@@ -161,17 +192,13 @@ func (s *Service) CreateSandbox(ctx context.Context, req *plumbv1.CreateSandboxR
 		inject = append(inject, egress.InjectRule{Name: es.GetName(), Hosts: es.GetHosts(), Header: es.GetHeader(), Value: es.GetValue(), Secret: es.GetSecret()})
 	}
 	if id := req.GetSnapshotId(); id != "" && !snapshot.ValidID(id) {
-		return nil, s.fail("CreateSandbox", &sandbox.Error{Code: sandbox.CodeInvalid, Field: "snapshot_id", Message: fmt.Sprintf("snapshot_id %q is not a snapshot id (snap-<24 hex digits>)", id)})
+		return sandbox.CreateSpec{}, &sandbox.Error{Code: sandbox.CodeInvalid, Field: "snapshot_id", Message: fmt.Sprintf("snapshot_id %q is not a snapshot id (snap-<24 hex digits>)", id)}
 	}
-	info, err := s.m.Create(ctx, sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx), Inject: inject, Snapshot: req.GetSnapshotId()})
-	if err != nil {
-		var se *sandbox.Error
-		if errors.As(err, &se) && requestFields[se.Field] != "" {
-			se.Field = requestFields[se.Field]
-		}
-		return nil, s.fail("CreateSandbox", err)
+	var mounts []sandbox.VolumeMount
+	for _, vm := range req.GetVolumes() {
+		mounts = append(mounts, sandbox.VolumeMount{Name: vm.GetName(), MountPath: vm.GetMountPath(), ReadOnly: vm.GetReadOnly()})
 	}
-	return &plumbv1.CreateSandboxResponse{Sandbox: sandboxToPB(info)}, nil
+	return sandbox.CreateSpec{Template: req.GetTemplate(), Overrides: t, Labels: req.GetLabels(), Tenant: tenant.From(ctx), Inject: inject, Snapshot: req.GetSnapshotId(), Volumes: mounts}, nil
 }
 
 // GetSandbox returns a sandbox.
@@ -186,12 +213,22 @@ func (s *Service) GetSandbox(ctx context.Context, req *plumbv1.GetSandboxRequest
 	return &plumbv1.GetSandboxResponse{Sandbox: sandboxToPB(info)}, nil
 }
 
-// ListSandboxes lists the caller's tenant's sandboxes by label.
+// ReasonAllTenantsForbidden: ListSandboxes with all_tenants from a caller
+// that is not a trusted forwarder.
+const ReasonAllTenantsForbidden = "ALL_TENANTS_FORBIDDEN"
+
+// ListSandboxes lists the caller's tenant's sandboxes by label; with
+// all_tenants, a trusted forwarder's call (agentd's operator view) lists
+// every tenant's.
 func (s *Service) ListSandboxes(ctx context.Context, req *plumbv1.ListSandboxesRequest) (*plumbv1.ListSandboxesResponse, error) {
+	all := req.GetAllTenants()
+	if all && tenant.OwnScope(ctx) {
+		return nil, server.WithInfo(codes.PermissionDenied, "all_tenants: only a trusted forwarder may list every tenant's sandboxes", ReasonAllTenantsForbidden, nil)
+	}
 	out := &plumbv1.ListSandboxesResponse{}
 	me := tenant.From(ctx)
 	for _, info := range s.m.List(req.GetLabels()) {
-		if info.Tenant != me {
+		if !all && info.Tenant != me {
 			continue
 		}
 		out.Sandboxes = append(out.Sandboxes, sandboxToPB(info))

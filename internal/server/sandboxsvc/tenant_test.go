@@ -21,6 +21,7 @@ import (
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc"
 	"github.com/plumbhq/plumb/internal/server/sandboxsvc/sandboxsvctest"
 	"github.com/plumbhq/plumb/internal/tenant"
+	"github.com/plumbhq/plumb/pkg/pbconv"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 )
 
@@ -219,6 +220,43 @@ func TestDescribeWorkerShowsATenantItsOwnCounts(t *testing.T) {
 			}
 			if used := p.GetHits()+p.GetMisses() > 0; used != tc.pool {
 				t.Errorf("pool %v: use shown %v, want %v", p, used, tc.pool)
+			}
+		})
+	}
+
+	// Every tenant's sandboxes, each naming its tenant: for a forwarder
+	// only (agentd's operator view).
+	lists := []struct {
+		name  string
+		token string
+		all   bool
+		n     int
+		code  codes.Code
+	}{
+		{"a tenant asks for all", "a-tok", true, 0, codes.PermissionDenied},
+		{"a tenant lists its own", "a-tok", false, 2, codes.OK},
+		{"a forwarder lists all", "f-tok", true, 2, codes.OK},
+		{"a forwarder lists its own tenant's", "f-tok", false, 0, codes.OK},
+	}
+	for _, tc := range lists {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := c.ListSandboxes(with(tc.token), &plumbv1.ListSandboxesRequest{AllTenants: tc.all})
+			if status.Code(err) != tc.code {
+				t.Fatalf("ListSandboxes: %v, want %v", err, tc.code)
+			}
+			if err != nil {
+				if r := pbconv.Reason(err); r != sandboxsvc.ReasonAllTenantsForbidden {
+					t.Errorf("reason %q", r)
+				}
+				return
+			}
+			if len(l.GetSandboxes()) != tc.n {
+				t.Fatalf("listed %d sandboxes, want %d", len(l.GetSandboxes()), tc.n)
+			}
+			for _, sb := range l.GetSandboxes() {
+				if sb.GetTenant() != "acme" {
+					t.Errorf("sandbox %s names tenant %q, want acme", sb.GetId(), sb.GetTenant())
+				}
 			}
 		})
 	}

@@ -87,14 +87,22 @@ func (l Limit) fits(count, bytes, n int) bool {
 // (len(msgs) when the page reaches the end of the log). Indexes are log
 // positions.
 func MessagesToPB(msgs []agent.Message, first int, lim Limit) (out []*plumbv1.ThreadMessage, next int) {
+	first = min(first, len(msgs))
+	out, n := MessagesToPBAt(msgs[first:], first, lim)
+	return out, first + n
+}
+
+// MessagesToPBAt converts msgs, a part of a log that starts at index base,
+// as many as lim allows; n is how many it converted.
+func MessagesToPBAt(msgs []agent.Message, base int, lim Limit) (out []*plumbv1.ThreadMessage, n int) {
 	bytes := 0
-	for i := first; i < len(msgs); i++ {
-		m := MessageToPB(msgs[i], i)
-		n := proto.Size(m)
-		if !lim.fits(len(out), bytes, n) {
+	for i, msg := range msgs {
+		m := MessageToPB(msg, base+i)
+		size := proto.Size(m)
+		if !lim.fits(len(out), bytes, size) {
 			return out, i
 		}
-		out, bytes = append(out, m), bytes+n
+		out, bytes = append(out, m), bytes+size
 	}
 	return out, len(msgs)
 }

@@ -37,6 +37,18 @@ const (
 	// CodeDataLoss: a snapshot's chunk or manifest in the store is
 	// corrupt, truncated or missing; nothing was restored.
 	CodeDataLoss Code = "data_loss"
+	// CodeVolumeNotFound: no named volume with that name or id for the
+	// caller's tenant on this worker (another tenant's is not found either).
+	CodeVolumeNotFound Code = "volume_not_found"
+	// CodeVolumeExists: the tenant already has a volume of that name on
+	// this worker.
+	CodeVolumeExists Code = "volume_exists"
+	// CodeVolumeInUse: the volume is mounted by a sandbox; delete the
+	// sandbox first.
+	CodeVolumeInUse Code = "volume_in_use"
+	// CodeVolumesUnsupported: this worker cannot bound a volume's size
+	// (its disk enforcement is the watchdog), so it makes none.
+	CodeVolumesUnsupported Code = "volumes_unsupported"
 )
 
 // Error is a lifecycle error with a stable code.

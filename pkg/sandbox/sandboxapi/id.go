@@ -40,3 +40,22 @@ func ValidWorker(s string) bool {
 	}
 	return true
 }
+
+// NewVolumeID returns vol-<worker>-<random>, a named volume's id; like a
+// sandbox id, its worker part routes calls.
+func NewVolumeID(worker string) string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return "vol-" + worker + "-" + idEncoding.EncodeToString(b)
+}
+
+// VolumeWorkerOf returns the worker part of a volume id, or "" if id is
+// not a volume id.
+func VolumeWorkerOf(id string) string {
+	rest, ok := strings.CutPrefix(id, "vol-")
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i <= 0 || i == len(rest)-1 {
+		return ""
+	}
+	return rest[:i]
+}

@@ -75,3 +75,24 @@ func TestCodeOf(t *testing.T) {
 		t.Errorf("Error() = %q, Unwrap lost the cause", e.Error())
 	}
 }
+
+func TestVolumeWorkerOf(t *testing.T) {
+	for _, tt := range []struct{ id, worker string }{
+		{"vol-w1-abc", "w1"},
+		{"vol-eu-west.1-abc", "eu-west.1"},
+		{"vol-w1-", ""},
+		{"vol--abc", ""},
+		{"vol-abc", ""},
+		{"sbx-w1-abc", ""},
+		{"data", ""},
+		{"", ""},
+	} {
+		if got := sandboxapi.VolumeWorkerOf(tt.id); got != tt.worker {
+			t.Errorf("VolumeWorkerOf(%q) = %q, want %q", tt.id, got, tt.worker)
+		}
+	}
+	id := sandboxapi.NewVolumeID("w-7")
+	if sandboxapi.VolumeWorkerOf(id) != "w-7" || sandboxapi.WorkerOf(id) != "" || sandboxapi.NewVolumeID("w-7") == id {
+		t.Errorf("NewVolumeID = %q", id)
+	}
+}

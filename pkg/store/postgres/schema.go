@@ -244,6 +244,35 @@ var migrations = []string{
 		ended_at   BIGINT NOT NULL DEFAULT 0
 	);
 	CREATE INDEX sandbox_usage_tenant ON sandbox_usage (tenant, started_at);`,
+	// Browser sessions of the HTTP API (store.Sessions): a hash of the
+	// session id and the token sealed with a key only the id yields.
+	`CREATE TABLE http_sessions (
+		id_hash    TEXT PRIMARY KEY,
+		sealed     BYTEA NOT NULL,
+		created_at BIGINT NOT NULL,
+		expires_at BIGINT NOT NULL
+	);
+	CREATE INDEX http_sessions_expires ON http_sessions (expires_at);`,
+	// Workspace snapshots of threads' sandboxes taken at checkpoints
+	// (store.ThreadSnapshots), and the snapshots to delete from the
+	// workers once no thread names them.
+	`CREATE TABLE thread_snapshots (
+		thread_id     TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+		snapshot_id   TEXT NOT NULL,
+		tenant        TEXT NOT NULL,
+		checkpoint_id BIGINT NOT NULL,
+		sandbox_id    TEXT NOT NULL,
+		created_at    BIGINT NOT NULL,
+		PRIMARY KEY (thread_id, snapshot_id)
+	);
+	CREATE INDEX thread_snapshots_snapshot ON thread_snapshots (snapshot_id);
+	CREATE TABLE snapshot_deletions (
+		snapshot_id TEXT PRIMARY KEY,
+		tenant      TEXT NOT NULL,
+		sandbox_id  TEXT NOT NULL,
+		queued_at   BIGINT NOT NULL
+	);
+	CREATE INDEX snapshot_deletions_queued ON snapshot_deletions (queued_at);`,
 	// Per-agent retention (agents.<name>.retention.webhook_deliveries):
 	// a delivery's agent, the one of its run (from its record, for the
 	// deliveries recorded before).

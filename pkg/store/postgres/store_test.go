@@ -454,6 +454,12 @@ func TestLeasesConformance(t *testing.T) {
 	storetest.RunLeases(t, func(t *testing.T) storetest.LeaseStore { return open(t, pgtest.New(t), Options{}) })
 }
 
+// TestSessionsConformance runs the browser session suite against a real
+// PostgreSQL server.
+func TestSessionsConformance(t *testing.T) {
+	storetest.RunSessions(t, func(t *testing.T) store.Sessions { return open(t, pgtest.New(t), Options{}) })
+}
+
 // TestPreviewsConformance runs the preview suite against a real PostgreSQL
 // server.
 func TestPreviewsConformance(t *testing.T) {
@@ -532,6 +538,14 @@ func TestStoredBytesConformance(t *testing.T) {
 // real PostgreSQL server.
 func TestSandboxLedgerConformance(t *testing.T) {
 	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger { return open(t, pgtest.New(t), Options{}) })
+}
+
+// TestThreadSnapshotsConformance runs the thread snapshot suite against a
+// real PostgreSQL server.
+func TestThreadSnapshotsConformance(t *testing.T) {
+	storetest.RunThreadSnapshots(t, func(t *testing.T, retention int) storetest.SnapshotStore {
+		return open(t, pgtest.New(t), Options{CheckpointRetention: retention})
+	})
 }
 
 // TestDeliveryAgentMigration: the migration that gives webhook deliveries

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/plumbhq/plumb/pkg/agent"
@@ -259,14 +260,21 @@ func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) erro
 
 // DeleteThread implements store.Threads.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM threads WHERE id = $1`, id)
-	if err != nil {
-		return classify(fmt.Errorf("delete thread %s: %w", id, err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete thread %s: %w", id, agent.ErrThreadNotFound)
-	}
-	return nil
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		// Its workspace snapshots no other thread names go to the
+		// deletion queue (store.ThreadSnapshots) with the thread.
+		if err := queueUnshared(ctx, tx, id, time.Now(), "true"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM threads WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("delete thread %s: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("delete thread %s: %w", id, agent.ErrThreadNotFound)
+		}
+		return nil
+	})
 }
 
 // ListThreads implements store.Threads.
@@ -355,4 +363,46 @@ func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 		return agent.Thread{}, classify(err)
 	}
 	return d.Thread, nil
+}
+
+// MessageRange implements store.MessageRanger.
+func (s *Store) MessageRange(ctx context.Context, id string, first, limit int) (store.MessageRange, error) {
+	var out store.MessageRange
+	err := s.read(ctx, func(tx pgx.Tx) error {
+		out = store.MessageRange{}
+		err := tx.QueryRow(ctx, `SELECT message_count, tenant FROM threads WHERE id = $1`, id).Scan(&out.Total, &out.Tenant)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("load thread %s: %w", id, agent.ErrThreadNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("load thread %s: %w", id, err)
+		}
+		if first >= out.Total || limit <= 0 {
+			return nil
+		}
+		rows, err := tx.Query(ctx, `SELECT idx, body FROM messages WHERE thread_id = $1 AND idx >= $2 ORDER BY idx LIMIT $3`, id, first, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				idx  int
+				body string
+				m    agent.Message
+			)
+			if err := rows.Scan(&idx, &body); err != nil {
+				return err
+			}
+			if idx != first+len(out.Messages) {
+				return fmt.Errorf("thread %s: message log has a gap at %d", id, first+len(out.Messages))
+			}
+			if err := json.Unmarshal([]byte(body), &m); err != nil {
+				return fmt.Errorf("thread %s: message %d: %w", id, idx, err)
+			}
+			out.Messages = append(out.Messages, m)
+		}
+		return rows.Err()
+	})
+	return out, err
 }

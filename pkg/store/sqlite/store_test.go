@@ -250,6 +250,14 @@ func TestPreviewsConformance(t *testing.T) {
 	})
 }
 
+// TestSessionsConformance runs the browser session suite against a real
+// SQLite file.
+func TestSessionsConformance(t *testing.T) {
+	storetest.RunSessions(t, func(t *testing.T) store.Sessions {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
 // TestSchedulesConformance runs the schedule suite against a real SQLite
 // file.
 func TestSchedulesConformance(t *testing.T) {
@@ -342,6 +350,14 @@ func TestStoredBytesConformance(t *testing.T) {
 func TestSandboxLedgerConformance(t *testing.T) {
 	storetest.RunSandboxLedger(t, func(t *testing.T) store.SandboxLedger {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{})
+	})
+}
+
+// TestThreadSnapshotsConformance runs the thread snapshot suite against a
+// real SQLite file.
+func TestThreadSnapshotsConformance(t *testing.T) {
+	storetest.RunThreadSnapshots(t, func(t *testing.T, retention int) storetest.SnapshotStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{CheckpointRetention: retention})
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/model"
@@ -219,6 +220,11 @@ func (s *Store) SetSandbox(ctx context.Context, threadID, sandboxID string) erro
 // DeleteThread implements store.Threads.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		// Its workspace snapshots no other thread names go to the
+		// deletion queue (store.ThreadSnapshots) with the thread.
+		if err := queueUnshared(ctx, tx, id, time.Now(), "true"); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM threads WHERE id = ?`, id)
 		if err != nil {
 			return err
@@ -331,4 +337,45 @@ func (s *Store) Thread(ctx context.Context, id string) (agent.Thread, error) {
 		return t, fmt.Errorf("thread %s: metadata: %w", id, err)
 	}
 	return t, nil
+}
+
+// MessageRange implements store.MessageRanger.
+func (s *Store) MessageRange(ctx context.Context, id string, first, limit int) (store.MessageRange, error) {
+	var out store.MessageRange
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT message_count, tenant FROM threads WHERE id = ?`, id).Scan(&out.Total, &out.Tenant)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("load thread %s: %w", id, agent.ErrThreadNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("load thread %s: %w", id, err)
+		}
+		if first >= out.Total || limit <= 0 {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT idx, body FROM messages WHERE thread_id = ? AND idx >= ? ORDER BY idx LIMIT ?`, id, first, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				idx  int
+				body string
+				m    agent.Message
+			)
+			if err := rows.Scan(&idx, &body); err != nil {
+				return err
+			}
+			if idx != first+len(out.Messages) {
+				return fmt.Errorf("thread %s: message log has a gap at %d", id, first+len(out.Messages))
+			}
+			if err := json.Unmarshal([]byte(body), &m); err != nil {
+				return fmt.Errorf("thread %s: message %d: %w", id, idx, err)
+			}
+			out.Messages = append(out.Messages, m)
+		}
+		return rows.Err()
+	})
+	return out, err
 }

@@ -28,6 +28,7 @@ func RunThreads(t *testing.T, newStore func(t *testing.T, retention int) store.T
 		{"Sandbox", testSandbox},
 		{"Retention", testRetention},
 		{"Tenant", testTenant},
+		{"MessageRange", testMessageRange},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore) })
@@ -255,5 +256,51 @@ func testTenant(t *testing.T, newStore func(*testing.T, int) store.Threads) {
 	page, next, err = s.ListThreads(ctx(), store.ListQuery{Tenant: "acme", PageSize: 1, PageToken: next})
 	if err != nil || ids(page) != "[t3]" {
 		t.Fatalf("second page: %s %q %v", ids(page), next, err)
+	}
+}
+
+// testMessageRange reads parts of a log of seven messages: pages, the
+// end, past the end, and an unknown thread.
+func testMessageRange(t *testing.T, newStore func(*testing.T, int) store.Threads) {
+	s := newStore(t, 0)
+	r, ok := s.(store.MessageRanger)
+	if !ok {
+		t.Fatalf("%T does not implement store.MessageRanger", s)
+	}
+	if err := s.CreateThread(ctx(), agent.Thread{ID: "t1", CreatedAt: t0, Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	var log []agent.Message
+	for i := range 7 {
+		log = append(log, msg(model.RoleUser, fmt.Sprint("m", i)))
+	}
+	save(t, s, agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseInput, Append: log[:4], Run: run("r1", agent.StatusRunning), CreatedAt: t0})
+	save(t, s, agent.Checkpoint{ThreadID: "t1", Phase: agent.PhaseFinal, Base: 4, Append: log[4:], Run: run("r1", agent.StatusCompleted), CreatedAt: t0})
+	tests := []struct {
+		first, limit int
+		want         string
+	}{
+		{0, 3, "[m0 m1 m2]"},
+		{3, 3, "[m3 m4 m5]"},
+		{5, 10, "[m5 m6]"},
+		{7, 3, "[]"},
+		{100, 3, "[]"},
+		{2, 0, "[]"},
+	}
+	for _, tt := range tests {
+		got, err := r.MessageRange(ctx(), "t1", tt.first, tt.limit)
+		if err != nil {
+			t.Fatalf("MessageRange(%d, %d): %v", tt.first, tt.limit, err)
+		}
+		texts := []string{}
+		for _, m := range got.Messages {
+			texts = append(texts, m.Content)
+		}
+		if fmt.Sprint(texts) != tt.want || got.Total != 7 || got.Tenant != "acme" {
+			t.Errorf("MessageRange(%d, %d) = %v (total %d, tenant %q), want %s of 7, acme", tt.first, tt.limit, texts, got.Total, got.Tenant, tt.want)
+		}
+	}
+	if _, err := r.MessageRange(ctx(), "nope", 0, 3); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Errorf("unknown thread: %v, want ErrThreadNotFound", err)
 	}
 }

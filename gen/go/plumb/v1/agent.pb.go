@@ -7698,7 +7698,11 @@ type Checkpoint struct {
 	// Messages in the log at this point.
 	MessageCount int64 `protobuf:"varint,5,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
 	// When it was written.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The workspace snapshot of the thread's sandbox taken at this
+	// checkpoint (a run's end or interrupt), if any: ForkThread at this
+	// checkpoint restores it.
+	SnapshotId    string `protobuf:"bytes,7,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7773,6 +7777,13 @@ func (x *Checkpoint) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Checkpoint) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
 }
 
 // TokenUsage counts tokens.
@@ -10198,6 +10209,424 @@ func (x *ReadThreadFileResponse) GetMore() bool {
 	return false
 }
 
+// ListFleetSandboxesRequest has no fields: it lists the whole fleet.
+type ListFleetSandboxesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFleetSandboxesRequest) Reset() {
+	*x = ListFleetSandboxesRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFleetSandboxesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFleetSandboxesRequest) ProtoMessage() {}
+
+func (x *ListFleetSandboxesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFleetSandboxesRequest.ProtoReflect.Descriptor instead.
+func (*ListFleetSandboxesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{130}
+}
+
+// ListFleetSandboxesResponse lists the fleet, one entry per worker address.
+type ListFleetSandboxesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Workers sorted by name (unnamed, never-reached addresses last).
+	Workers       []*FleetWorker `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFleetSandboxesResponse) Reset() {
+	*x = ListFleetSandboxesResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[131]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFleetSandboxesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFleetSandboxesResponse) ProtoMessage() {}
+
+func (x *ListFleetSandboxesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[131]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFleetSandboxesResponse.ProtoReflect.Descriptor instead.
+func (*ListFleetSandboxesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{131}
+}
+
+func (x *ListFleetSandboxesResponse) GetWorkers() []*FleetWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// FleetWorker is one sandboxd worker as agentd sees it now.
+type FleetWorker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Worker name (the middle part of its sandbox ids); empty when the
+	// worker never answered.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Address agentd dials (host:port).
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The worker answered DescribeWorker and ListSandboxes just now.
+	Reachable bool `protobuf:"varint,3,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// Its gRPC health is SERVING (a draining worker is reachable but not
+	// healthy: it gets no new sandboxes).
+	Healthy bool `protobuf:"varint,4,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Why the worker could not be listed, when it is not reachable.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// The worker's identity, load and warm pools (DescribeWorker, with the
+	// worker-wide figures); unset when it is not reachable.
+	Describe *DescribeWorkerResponse `protobuf:"bytes,6,opt,name=describe,proto3" json:"describe,omitempty"`
+	// Every tenant's sandboxes on it, oldest first; each carries its tenant
+	// and, for a thread's box, the label thread-id.
+	Sandboxes     []*Sandbox `protobuf:"bytes,7,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetWorker) Reset() {
+	*x = FleetWorker{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[132]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetWorker) ProtoMessage() {}
+
+func (x *FleetWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[132]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetWorker.ProtoReflect.Descriptor instead.
+func (*FleetWorker) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{132}
+}
+
+func (x *FleetWorker) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FleetWorker) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *FleetWorker) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *FleetWorker) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *FleetWorker) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *FleetWorker) GetDescribe() *DescribeWorkerResponse {
+	if x != nil {
+		return x.Describe
+	}
+	return nil
+}
+
+func (x *FleetWorker) GetSandboxes() []*Sandbox {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+// DeleteFleetSandboxRequest names the sandbox to remove.
+type DeleteFleetSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandbox id (sbx-<worker>-<random>); its worker is the one asked.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFleetSandboxRequest) Reset() {
+	*x = DeleteFleetSandboxRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[133]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFleetSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFleetSandboxRequest) ProtoMessage() {}
+
+func (x *DeleteFleetSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[133]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFleetSandboxRequest.ProtoReflect.Descriptor instead.
+func (*DeleteFleetSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{133}
+}
+
+func (x *DeleteFleetSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// DeleteFleetSandboxResponse names what was removed.
+type DeleteFleetSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant whose sandbox it was.
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFleetSandboxResponse) Reset() {
+	*x = DeleteFleetSandboxResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[134]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFleetSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFleetSandboxResponse) ProtoMessage() {}
+
+func (x *DeleteFleetSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[134]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFleetSandboxResponse.ProtoReflect.Descriptor instead.
+func (*DeleteFleetSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{134}
+}
+
+func (x *DeleteFleetSandboxResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ForkThreadRequest names the thread and checkpoint to fork at.
+type ForkThreadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Thread id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// A retained checkpoint of the thread (ListCheckpoints); 0 = its latest.
+	CheckpointId int64 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// Labels of the fork: the thread's, with these added or replaced.
+	Metadata      map[string]string `protobuf:"bytes,3,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkThreadRequest) Reset() {
+	*x = ForkThreadRequest{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[135]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkThreadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkThreadRequest) ProtoMessage() {}
+
+func (x *ForkThreadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[135]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkThreadRequest.ProtoReflect.Descriptor instead.
+func (*ForkThreadRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{135}
+}
+
+func (x *ForkThreadRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ForkThreadRequest) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *ForkThreadRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// ForkThreadResponse is the new thread.
+type ForkThreadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fork: its log ends at the checkpoint.
+	Thread *Thread `protobuf:"bytes,1,opt,name=thread,proto3" json:"thread,omitempty"`
+	// The workspace snapshot its sandbox will be restored from on first use;
+	// empty when no snapshot was taken at or before the checkpoint (the
+	// fork's sandbox starts empty).
+	SnapshotId string `protobuf:"bytes,2,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The checkpoint that snapshot was taken at (0 without one).
+	SnapshotCheckpointId int64 `protobuf:"varint,3,opt,name=snapshot_checkpoint_id,json=snapshotCheckpointId,proto3" json:"snapshot_checkpoint_id,omitempty"`
+	// The checkpoint forked at (the latest when the request said 0).
+	CheckpointId  int64 `protobuf:"varint,4,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkThreadResponse) Reset() {
+	*x = ForkThreadResponse{}
+	mi := &file_plumb_v1_agent_proto_msgTypes[136]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkThreadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkThreadResponse) ProtoMessage() {}
+
+func (x *ForkThreadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_agent_proto_msgTypes[136]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkThreadResponse.ProtoReflect.Descriptor instead.
+func (*ForkThreadResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_agent_proto_rawDescGZIP(), []int{136}
+}
+
+func (x *ForkThreadResponse) GetThread() *Thread {
+	if x != nil {
+		return x.Thread
+	}
+	return nil
+}
+
+func (x *ForkThreadResponse) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *ForkThreadResponse) GetSnapshotCheckpointId() int64 {
+	if x != nil {
+		return x.SnapshotCheckpointId
+	}
+	return 0
+}
+
+func (x *ForkThreadResponse) GetCheckpointId() int64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
 var File_plumb_v1_agent_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_agent_proto_rawDesc = "" +
@@ -10707,7 +11136,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12;\n" +
 	"\vmodified_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"modifiedAt\"\xd8\x01\n" +
+	"modifiedAt\"\xf9\x01\n" +
 	"\n" +
 	"Checkpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x15\n" +
@@ -10716,7 +11145,9 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x04step\x18\x04 \x01(\x05R\x04step\x12#\n" +
 	"\rmessage_count\x18\x05 \x01(\x03R\fmessageCount\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xd1\x01\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1f\n" +
+	"\vsnapshot_id\x18\a \x01(\tR\n" +
+	"snapshotId\"\xd1\x01\n" +
 	"\n" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -10901,7 +11332,36 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\x16ReadThreadFileResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more*q\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\x1b\n" +
+	"\x19ListFleetSandboxesRequest\"M\n" +
+	"\x1aListFleetSandboxesResponse\x12/\n" +
+	"\aworkers\x18\x01 \x03(\v2\x15.plumb.v1.FleetWorkerR\aworkers\"\xf8\x01\n" +
+	"\vFleetWorker\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
+	"\treachable\x18\x03 \x01(\bR\treachable\x12\x18\n" +
+	"\ahealthy\x18\x04 \x01(\bR\ahealthy\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12<\n" +
+	"\bdescribe\x18\x06 \x01(\v2 .plumb.v1.DescribeWorkerResponseR\bdescribe\x12/\n" +
+	"\tsandboxes\x18\a \x03(\v2\x11.plumb.v1.SandboxR\tsandboxes\":\n" +
+	"\x19DeleteFleetSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"4\n" +
+	"\x1aDeleteFleetSandboxResponse\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\xd9\x01\n" +
+	"\x11ForkThreadRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x03R\fcheckpointId\x12E\n" +
+	"\bmetadata\x18\x03 \x03(\v2).plumb.v1.ForkThreadRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\x01\n" +
+	"\x12ForkThreadResponse\x12(\n" +
+	"\x06thread\x18\x01 \x01(\v2\x10.plumb.v1.ThreadR\x06thread\x12\x1f\n" +
+	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
+	"snapshotId\x124\n" +
+	"\x16snapshot_checkpoint_id\x18\x03 \x01(\x03R\x14snapshotCheckpointId\x12#\n" +
+	"\rcheckpoint_id\x18\x04 \x01(\x03R\fcheckpointId*q\n" +
 	"\x0fScheduleCatchUp\x12!\n" +
 	"\x1dSCHEDULE_CATCH_UP_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bSCHEDULE_CATCH_UP_FIRE_ONCE\x10\x01\x12\x1a\n" +
@@ -11003,7 +11463,7 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\fUsagePurpose\x12\x1d\n" +
 	"\x19USAGE_PURPOSE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13USAGE_PURPOSE_AGENT\x10\x01\x12\x19\n" +
-	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xda\x19\n" +
+	"\x15USAGE_PURPOSE_SUMMARY\x10\x022\xe5\x1b\n" +
 	"\fAgentService\x124\n" +
 	"\x03Run\x12\x14.plumb.v1.RunRequest\x1a\x15.plumb.v1.RunResponse0\x01\x12=\n" +
 	"\x06Resume\x12\x17.plumb.v1.ResumeRequest\x1a\x18.plumb.v1.ResumeResponse0\x01\x12=\n" +
@@ -11048,7 +11508,11 @@ const file_plumb_v1_agent_proto_rawDesc = "" +
 	"\bGetUsage\x12\x19.plumb.v1.GetUsageRequest\x1a\x1a.plumb.v1.GetUsageResponse\x12D\n" +
 	"\tCancelRun\x12\x1a.plumb.v1.CancelRunRequest\x1a\x1b.plumb.v1.CancelRunResponse\x12V\n" +
 	"\x0fListThreadFiles\x12 .plumb.v1.ListThreadFilesRequest\x1a!.plumb.v1.ListThreadFilesResponse\x12S\n" +
-	"\x0eReadThreadFile\x12\x1f.plumb.v1.ReadThreadFileRequest\x1a .plumb.v1.ReadThreadFileResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\x0eReadThreadFile\x12\x1f.plumb.v1.ReadThreadFileRequest\x1a .plumb.v1.ReadThreadFileResponse\x12_\n" +
+	"\x12ListFleetSandboxes\x12#.plumb.v1.ListFleetSandboxesRequest\x1a$.plumb.v1.ListFleetSandboxesResponse\x12_\n" +
+	"\x12DeleteFleetSandbox\x12#.plumb.v1.DeleteFleetSandboxRequest\x1a$.plumb.v1.DeleteFleetSandboxResponse\x12G\n" +
+	"\n" +
+	"ForkThread\x12\x1b.plumb.v1.ForkThreadRequest\x1a\x1c.plumb.v1.ForkThreadResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_agent_proto_rawDescOnce sync.Once
@@ -11063,7 +11527,7 @@ func file_plumb_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 18)
-var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 137)
+var file_plumb_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 145)
 var file_plumb_v1_agent_proto_goTypes = []any{
 	(ScheduleCatchUp)(0),                  // 0: plumb.v1.ScheduleCatchUp
 	(ScheduleFireStatus)(0),               // 1: plumb.v1.ScheduleFireStatus
@@ -11213,90 +11677,100 @@ var file_plumb_v1_agent_proto_goTypes = []any{
 	(*ListThreadFilesResponse)(nil),       // 145: plumb.v1.ListThreadFilesResponse
 	(*ReadThreadFileRequest)(nil),         // 146: plumb.v1.ReadThreadFileRequest
 	(*ReadThreadFileResponse)(nil),        // 147: plumb.v1.ReadThreadFileResponse
-	nil,                                   // 148: plumb.v1.PutSkillRequest.FilesEntry
-	nil,                                   // 149: plumb.v1.GetSkillResponse.FilesEntry
-	nil,                                   // 150: plumb.v1.RunRequest.MetadataEntry
-	nil,                                   // 151: plumb.v1.RunRequest.FilesEntry
-	nil,                                   // 152: plumb.v1.CreateThreadRequest.MetadataEntry
-	nil,                                   // 153: plumb.v1.ListThreadsRequest.LabelsEntry
-	nil,                                   // 154: plumb.v1.Thread.MetadataEntry
-	(*durationpb.Duration)(nil),           // 155: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 156: google.protobuf.Timestamp
-	(*FileInfo)(nil),                      // 157: plumb.v1.FileInfo
+	(*ListFleetSandboxesRequest)(nil),     // 148: plumb.v1.ListFleetSandboxesRequest
+	(*ListFleetSandboxesResponse)(nil),    // 149: plumb.v1.ListFleetSandboxesResponse
+	(*FleetWorker)(nil),                   // 150: plumb.v1.FleetWorker
+	(*DeleteFleetSandboxRequest)(nil),     // 151: plumb.v1.DeleteFleetSandboxRequest
+	(*DeleteFleetSandboxResponse)(nil),    // 152: plumb.v1.DeleteFleetSandboxResponse
+	(*ForkThreadRequest)(nil),             // 153: plumb.v1.ForkThreadRequest
+	(*ForkThreadResponse)(nil),            // 154: plumb.v1.ForkThreadResponse
+	nil,                                   // 155: plumb.v1.PutSkillRequest.FilesEntry
+	nil,                                   // 156: plumb.v1.GetSkillResponse.FilesEntry
+	nil,                                   // 157: plumb.v1.RunRequest.MetadataEntry
+	nil,                                   // 158: plumb.v1.RunRequest.FilesEntry
+	nil,                                   // 159: plumb.v1.CreateThreadRequest.MetadataEntry
+	nil,                                   // 160: plumb.v1.ListThreadsRequest.LabelsEntry
+	nil,                                   // 161: plumb.v1.Thread.MetadataEntry
+	nil,                                   // 162: plumb.v1.ForkThreadRequest.MetadataEntry
+	(*durationpb.Duration)(nil),           // 163: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 164: google.protobuf.Timestamp
+	(*FileInfo)(nil),                      // 165: plumb.v1.FileInfo
+	(*DescribeWorkerResponse)(nil),        // 166: plumb.v1.DescribeWorkerResponse
+	(*Sandbox)(nil),                       // 167: plumb.v1.Sandbox
 }
 var file_plumb_v1_agent_proto_depIdxs = []int32{
-	155, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
+	163, // 0: plumb.v1.Schedule.interval:type_name -> google.protobuf.Duration
 	0,   // 1: plumb.v1.Schedule.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	84,  // 2: plumb.v1.Schedule.run:type_name -> plumb.v1.RunRequest
-	156, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
-	156, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
-	156, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
-	156, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
-	155, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	164, // 3: plumb.v1.Schedule.next_fire_time:type_name -> google.protobuf.Timestamp
+	164, // 4: plumb.v1.Schedule.last_fire_time:type_name -> google.protobuf.Timestamp
+	164, // 5: plumb.v1.Schedule.create_time:type_name -> google.protobuf.Timestamp
+	164, // 6: plumb.v1.Schedule.update_time:type_name -> google.protobuf.Timestamp
+	163, // 7: plumb.v1.CreateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 8: plumb.v1.CreateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	84,  // 9: plumb.v1.CreateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 10: plumb.v1.CreateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 11: plumb.v1.GetScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 12: plumb.v1.ListSchedulesResponse.schedules:type_name -> plumb.v1.Schedule
-	155, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
+	163, // 13: plumb.v1.UpdateScheduleRequest.interval:type_name -> google.protobuf.Duration
 	0,   // 14: plumb.v1.UpdateScheduleRequest.catch_up:type_name -> plumb.v1.ScheduleCatchUp
 	84,  // 15: plumb.v1.UpdateScheduleRequest.run:type_name -> plumb.v1.RunRequest
 	18,  // 16: plumb.v1.UpdateScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 17: plumb.v1.PauseScheduleResponse.schedule:type_name -> plumb.v1.Schedule
 	18,  // 18: plumb.v1.ResumeScheduleResponse.schedule:type_name -> plumb.v1.Schedule
-	156, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
-	156, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
+	164, // 19: plumb.v1.ScheduleFire.tick:type_name -> google.protobuf.Timestamp
+	164, // 20: plumb.v1.ScheduleFire.fire_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: plumb.v1.ScheduleFire.status:type_name -> plumb.v1.ScheduleFireStatus
 	33,  // 22: plumb.v1.ListScheduleFiresResponse.fires:type_name -> plumb.v1.ScheduleFire
 	114, // 23: plumb.v1.GetRunResponse.run:type_name -> plumb.v1.RunRecord
 	11,  // 24: plumb.v1.ListRunsRequest.status:type_name -> plumb.v1.RunStatus
 	114, // 25: plumb.v1.ListRunsResponse.runs:type_name -> plumb.v1.RunRecord
-	155, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
+	163, // 26: plumb.v1.WaitRunRequest.timeout:type_name -> google.protobuf.Duration
 	114, // 27: plumb.v1.WaitRunResponse.run:type_name -> plumb.v1.RunRecord
-	156, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
+	164, // 28: plumb.v1.EgressAsk.create_time:type_name -> google.protobuf.Timestamp
 	4,   // 29: plumb.v1.EgressGrant.scope:type_name -> plumb.v1.EgressGrantScope
-	156, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
-	156, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
+	164, // 30: plumb.v1.EgressGrant.create_time:type_name -> google.protobuf.Timestamp
+	164, // 31: plumb.v1.EgressGrant.approve_time:type_name -> google.protobuf.Timestamp
 	3,   // 32: plumb.v1.DecideThreadEgressRequest.decision:type_name -> plumb.v1.EgressDecisionType
 	4,   // 33: plumb.v1.DecideThreadEgressRequest.scope:type_name -> plumb.v1.EgressGrantScope
 	43,  // 34: plumb.v1.DecideThreadEgressResponse.grant:type_name -> plumb.v1.EgressGrant
 	43,  // 35: plumb.v1.ListEgressGrantsResponse.grants:type_name -> plumb.v1.EgressGrant
-	156, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
-	156, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
+	164, // 36: plumb.v1.SecretInfo.create_time:type_name -> google.protobuf.Timestamp
+	164, // 37: plumb.v1.SecretInfo.update_time:type_name -> google.protobuf.Timestamp
 	50,  // 38: plumb.v1.PutSecretResponse.secret:type_name -> plumb.v1.SecretInfo
 	50,  // 39: plumb.v1.ListSecretsResponse.secrets:type_name -> plumb.v1.SecretInfo
-	156, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
-	156, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
-	148, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
+	164, // 40: plumb.v1.SkillInfo.create_time:type_name -> google.protobuf.Timestamp
+	164, // 41: plumb.v1.SkillInfo.update_time:type_name -> google.protobuf.Timestamp
+	155, // 42: plumb.v1.PutSkillRequest.files:type_name -> plumb.v1.PutSkillRequest.FilesEntry
 	57,  // 43: plumb.v1.PutSkillResponse.skill:type_name -> plumb.v1.SkillInfo
 	57,  // 44: plumb.v1.ListSkillsResponse.skills:type_name -> plumb.v1.SkillInfo
 	57,  // 45: plumb.v1.GetSkillResponse.skill:type_name -> plumb.v1.SkillInfo
-	149, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
-	155, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
+	156, // 46: plumb.v1.GetSkillResponse.files:type_name -> plumb.v1.GetSkillResponse.FilesEntry
+	163, // 47: plumb.v1.CreatePreviewRequest.ttl:type_name -> google.protobuf.Duration
 	68,  // 48: plumb.v1.CreatePreviewResponse.preview:type_name -> plumb.v1.Preview
-	156, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
-	156, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	164, // 49: plumb.v1.Preview.create_time:type_name -> google.protobuf.Timestamp
+	164, // 50: plumb.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	68,  // 51: plumb.v1.ListPreviewsResponse.previews:type_name -> plumb.v1.Preview
-	155, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
-	156, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
-	156, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
+	163, // 52: plumb.v1.RotateWebhookKeyRequest.grace:type_name -> google.protobuf.Duration
+	164, // 53: plumb.v1.RotateWebhookKeyResponse.create_time:type_name -> google.protobuf.Timestamp
+	164, // 54: plumb.v1.RotateWebhookKeyResponse.previous_expire_time:type_name -> google.protobuf.Timestamp
 	5,   // 55: plumb.v1.WebhookDelivery.status:type_name -> plumb.v1.WebhookDeliveryStatus
-	156, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	156, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	156, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
+	164, // 56: plumb.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	164, // 57: plumb.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	164, // 58: plumb.v1.WebhookDelivery.finish_time:type_name -> google.protobuf.Timestamp
 	5,   // 59: plumb.v1.ListWebhookDeliveriesRequest.status:type_name -> plumb.v1.WebhookDeliveryStatus
 	75,  // 60: plumb.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> plumb.v1.WebhookDelivery
-	156, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	156, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	164, // 61: plumb.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	164, // 62: plumb.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
 	6,   // 63: plumb.v1.GetUsageRequest.group_by:type_name -> plumb.v1.UsageGroupBy
 	120, // 64: plumb.v1.UsageRow.usage:type_name -> plumb.v1.TokenUsage
 	79,  // 65: plumb.v1.GetUsageResponse.rows:type_name -> plumb.v1.UsageRow
 	81,  // 66: plumb.v1.GetUsageResponse.stored:type_name -> plumb.v1.StoredBytes
-	150, // 67: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
+	157, // 67: plumb.v1.RunRequest.metadata:type_name -> plumb.v1.RunRequest.MetadataEntry
 	82,  // 68: plumb.v1.RunRequest.input:type_name -> plumb.v1.InputMessage
 	83,  // 69: plumb.v1.RunRequest.client_tools:type_name -> plumb.v1.ClientTool
-	151, // 70: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
-	155, // 71: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
+	158, // 70: plumb.v1.RunRequest.files:type_name -> plumb.v1.RunRequest.FilesEntry
+	163, // 71: plumb.v1.RunRequest.timeout:type_name -> google.protobuf.Duration
 	2,   // 72: plumb.v1.RunRequest.on_busy:type_name -> plumb.v1.OnBusy
 	121, // 73: plumb.v1.RunResponse.event:type_name -> plumb.v1.Event
 	7,   // 74: plumb.v1.Decision.type:type_name -> plumb.v1.DecisionType
@@ -11304,23 +11778,23 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	121, // 76: plumb.v1.ResumeResponse.event:type_name -> plumb.v1.Event
 	121, // 77: plumb.v1.AttachResponse.event:type_name -> plumb.v1.Event
 	114, // 78: plumb.v1.CancelRunResponse.run:type_name -> plumb.v1.RunRecord
-	152, // 79: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
+	159, // 79: plumb.v1.CreateThreadRequest.metadata:type_name -> plumb.v1.CreateThreadRequest.MetadataEntry
 	113, // 80: plumb.v1.CreateThreadResponse.thread:type_name -> plumb.v1.Thread
 	8,   // 81: plumb.v1.GetThreadRequest.view:type_name -> plumb.v1.ThreadView
 	113, // 82: plumb.v1.GetThreadResponse.thread:type_name -> plumb.v1.Thread
 	117, // 83: plumb.v1.ListMessagesResponse.messages:type_name -> plumb.v1.ThreadMessage
 	118, // 84: plumb.v1.ListStateFilesResponse.files:type_name -> plumb.v1.StateFile
 	119, // 85: plumb.v1.ListCheckpointsResponse.checkpoints:type_name -> plumb.v1.Checkpoint
-	153, // 86: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
+	160, // 86: plumb.v1.ListThreadsRequest.labels:type_name -> plumb.v1.ListThreadsRequest.LabelsEntry
 	9,   // 87: plumb.v1.ListThreadsRequest.status:type_name -> plumb.v1.ThreadStatus
 	113, // 88: plumb.v1.ListThreadsResponse.threads:type_name -> plumb.v1.Thread
 	111, // 89: plumb.v1.ListAgentsResponse.agents:type_name -> plumb.v1.AgentInfo
 	10,  // 90: plumb.v1.AgentInfo.kind:type_name -> plumb.v1.AgentKind
 	112, // 91: plumb.v1.AgentInfo.interrupt_on:type_name -> plumb.v1.InterruptRule
 	7,   // 92: plumb.v1.InterruptRule.allowed_decisions:type_name -> plumb.v1.DecisionType
-	156, // 93: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
-	156, // 94: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	154, // 95: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
+	164, // 93: plumb.v1.Thread.created_at:type_name -> google.protobuf.Timestamp
+	164, // 94: plumb.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	161, // 95: plumb.v1.Thread.metadata:type_name -> plumb.v1.Thread.MetadataEntry
 	9,   // 96: plumb.v1.Thread.status:type_name -> plumb.v1.ThreadStatus
 	115, // 97: plumb.v1.Thread.todos:type_name -> plumb.v1.Todo
 	139, // 98: plumb.v1.Thread.pending_interrupt:type_name -> plumb.v1.Interrupted
@@ -11332,18 +11806,18 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	42,  // 104: plumb.v1.Thread.pending_egress:type_name -> plumb.v1.EgressAsk
 	11,  // 105: plumb.v1.RunRecord.status:type_name -> plumb.v1.RunStatus
 	120, // 106: plumb.v1.RunRecord.usage:type_name -> plumb.v1.TokenUsage
-	156, // 107: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
-	156, // 108: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
+	164, // 107: plumb.v1.RunRecord.started_at:type_name -> google.protobuf.Timestamp
+	164, // 108: plumb.v1.RunRecord.finished_at:type_name -> google.protobuf.Timestamp
 	142, // 109: plumb.v1.RunRecord.error:type_name -> plumb.v1.RunError
-	156, // 110: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
+	164, // 110: plumb.v1.RunRecord.created_at:type_name -> google.protobuf.Timestamp
 	12,  // 111: plumb.v1.Todo.status:type_name -> plumb.v1.TodoStatus
 	116, // 112: plumb.v1.ThreadMessage.tool_calls:type_name -> plumb.v1.ToolCall
-	156, // 113: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
+	164, // 113: plumb.v1.ThreadMessage.created_at:type_name -> google.protobuf.Timestamp
 	14,  // 114: plumb.v1.ThreadMessage.origin:type_name -> plumb.v1.ToolResultOrigin
-	156, // 115: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
+	164, // 115: plumb.v1.StateFile.modified_at:type_name -> google.protobuf.Timestamp
 	13,  // 116: plumb.v1.Checkpoint.phase:type_name -> plumb.v1.CheckpointPhase
-	156, // 117: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
-	156, // 118: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	164, // 117: plumb.v1.Checkpoint.created_at:type_name -> google.protobuf.Timestamp
+	164, // 118: plumb.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
 	129, // 119: plumb.v1.Event.run_started:type_name -> plumb.v1.RunStarted
 	130, // 120: plumb.v1.Event.message_delta:type_name -> plumb.v1.MessageDelta
 	131, // 121: plumb.v1.Event.reasoning_delta:type_name -> plumb.v1.ReasoningDelta
@@ -11381,96 +11855,107 @@ var file_plumb_v1_agent_proto_depIdxs = []int32{
 	120, // 153: plumb.v1.UsageReport.run_total:type_name -> plumb.v1.TokenUsage
 	11,  // 154: plumb.v1.RunFinished.status:type_name -> plumb.v1.RunStatus
 	120, // 155: plumb.v1.RunFinished.usage:type_name -> plumb.v1.TokenUsage
-	157, // 156: plumb.v1.ListThreadFilesResponse.entries:type_name -> plumb.v1.FileInfo
-	84,  // 157: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
-	87,  // 158: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
-	89,  // 159: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
-	91,  // 160: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
-	95,  // 161: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
-	97,  // 162: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
-	99,  // 163: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
-	101, // 164: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
-	103, // 165: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
-	105, // 166: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
-	107, // 167: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
-	109, // 168: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
-	51,  // 169: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
-	53,  // 170: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
-	55,  // 171: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
-	66,  // 172: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
-	69,  // 173: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
-	71,  // 174: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
-	19,  // 175: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
-	21,  // 176: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
-	23,  // 177: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
-	25,  // 178: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
-	27,  // 179: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
-	29,  // 180: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
-	31,  // 181: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
-	34,  // 182: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
-	58,  // 183: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
-	60,  // 184: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
-	62,  // 185: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
-	64,  // 186: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
-	36,  // 187: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
-	38,  // 188: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
-	40,  // 189: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
-	44,  // 190: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
-	46,  // 191: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
-	48,  // 192: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
-	73,  // 193: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
-	76,  // 194: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
-	78,  // 195: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
-	93,  // 196: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
-	144, // 197: plumb.v1.AgentService.ListThreadFiles:input_type -> plumb.v1.ListThreadFilesRequest
-	146, // 198: plumb.v1.AgentService.ReadThreadFile:input_type -> plumb.v1.ReadThreadFileRequest
-	85,  // 199: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
-	88,  // 200: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
-	90,  // 201: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
-	92,  // 202: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
-	96,  // 203: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
-	98,  // 204: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
-	100, // 205: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
-	102, // 206: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
-	104, // 207: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
-	106, // 208: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
-	108, // 209: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
-	110, // 210: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
-	52,  // 211: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
-	54,  // 212: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
-	56,  // 213: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
-	67,  // 214: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
-	70,  // 215: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
-	72,  // 216: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
-	20,  // 217: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
-	22,  // 218: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
-	24,  // 219: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
-	26,  // 220: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
-	28,  // 221: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
-	30,  // 222: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
-	32,  // 223: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
-	35,  // 224: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
-	59,  // 225: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
-	61,  // 226: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
-	63,  // 227: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
-	65,  // 228: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
-	37,  // 229: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
-	39,  // 230: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
-	41,  // 231: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
-	45,  // 232: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
-	47,  // 233: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
-	49,  // 234: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
-	74,  // 235: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
-	77,  // 236: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
-	80,  // 237: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
-	94,  // 238: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
-	145, // 239: plumb.v1.AgentService.ListThreadFiles:output_type -> plumb.v1.ListThreadFilesResponse
-	147, // 240: plumb.v1.AgentService.ReadThreadFile:output_type -> plumb.v1.ReadThreadFileResponse
-	199, // [199:241] is the sub-list for method output_type
-	157, // [157:199] is the sub-list for method input_type
-	157, // [157:157] is the sub-list for extension type_name
-	157, // [157:157] is the sub-list for extension extendee
-	0,   // [0:157] is the sub-list for field type_name
+	165, // 156: plumb.v1.ListThreadFilesResponse.entries:type_name -> plumb.v1.FileInfo
+	150, // 157: plumb.v1.ListFleetSandboxesResponse.workers:type_name -> plumb.v1.FleetWorker
+	166, // 158: plumb.v1.FleetWorker.describe:type_name -> plumb.v1.DescribeWorkerResponse
+	167, // 159: plumb.v1.FleetWorker.sandboxes:type_name -> plumb.v1.Sandbox
+	162, // 160: plumb.v1.ForkThreadRequest.metadata:type_name -> plumb.v1.ForkThreadRequest.MetadataEntry
+	113, // 161: plumb.v1.ForkThreadResponse.thread:type_name -> plumb.v1.Thread
+	84,  // 162: plumb.v1.AgentService.Run:input_type -> plumb.v1.RunRequest
+	87,  // 163: plumb.v1.AgentService.Resume:input_type -> plumb.v1.ResumeRequest
+	89,  // 164: plumb.v1.AgentService.Attach:input_type -> plumb.v1.AttachRequest
+	91,  // 165: plumb.v1.AgentService.Cancel:input_type -> plumb.v1.CancelRequest
+	95,  // 166: plumb.v1.AgentService.CreateThread:input_type -> plumb.v1.CreateThreadRequest
+	97,  // 167: plumb.v1.AgentService.GetThread:input_type -> plumb.v1.GetThreadRequest
+	99,  // 168: plumb.v1.AgentService.ListMessages:input_type -> plumb.v1.ListMessagesRequest
+	101, // 169: plumb.v1.AgentService.ListStateFiles:input_type -> plumb.v1.ListStateFilesRequest
+	103, // 170: plumb.v1.AgentService.ListCheckpoints:input_type -> plumb.v1.ListCheckpointsRequest
+	105, // 171: plumb.v1.AgentService.ListThreads:input_type -> plumb.v1.ListThreadsRequest
+	107, // 172: plumb.v1.AgentService.DeleteThread:input_type -> plumb.v1.DeleteThreadRequest
+	109, // 173: plumb.v1.AgentService.ListAgents:input_type -> plumb.v1.ListAgentsRequest
+	51,  // 174: plumb.v1.AgentService.PutSecret:input_type -> plumb.v1.PutSecretRequest
+	53,  // 175: plumb.v1.AgentService.ListSecrets:input_type -> plumb.v1.ListSecretsRequest
+	55,  // 176: plumb.v1.AgentService.DeleteSecret:input_type -> plumb.v1.DeleteSecretRequest
+	66,  // 177: plumb.v1.AgentService.CreatePreview:input_type -> plumb.v1.CreatePreviewRequest
+	69,  // 178: plumb.v1.AgentService.ListPreviews:input_type -> plumb.v1.ListPreviewsRequest
+	71,  // 179: plumb.v1.AgentService.RevokePreview:input_type -> plumb.v1.RevokePreviewRequest
+	19,  // 180: plumb.v1.AgentService.CreateSchedule:input_type -> plumb.v1.CreateScheduleRequest
+	21,  // 181: plumb.v1.AgentService.GetSchedule:input_type -> plumb.v1.GetScheduleRequest
+	23,  // 182: plumb.v1.AgentService.ListSchedules:input_type -> plumb.v1.ListSchedulesRequest
+	25,  // 183: plumb.v1.AgentService.UpdateSchedule:input_type -> plumb.v1.UpdateScheduleRequest
+	27,  // 184: plumb.v1.AgentService.DeleteSchedule:input_type -> plumb.v1.DeleteScheduleRequest
+	29,  // 185: plumb.v1.AgentService.PauseSchedule:input_type -> plumb.v1.PauseScheduleRequest
+	31,  // 186: plumb.v1.AgentService.ResumeSchedule:input_type -> plumb.v1.ResumeScheduleRequest
+	34,  // 187: plumb.v1.AgentService.ListScheduleFires:input_type -> plumb.v1.ListScheduleFiresRequest
+	58,  // 188: plumb.v1.AgentService.PutSkill:input_type -> plumb.v1.PutSkillRequest
+	60,  // 189: plumb.v1.AgentService.ListSkills:input_type -> plumb.v1.ListSkillsRequest
+	62,  // 190: plumb.v1.AgentService.GetSkill:input_type -> plumb.v1.GetSkillRequest
+	64,  // 191: plumb.v1.AgentService.DeleteSkill:input_type -> plumb.v1.DeleteSkillRequest
+	36,  // 192: plumb.v1.AgentService.GetRun:input_type -> plumb.v1.GetRunRequest
+	38,  // 193: plumb.v1.AgentService.ListRuns:input_type -> plumb.v1.ListRunsRequest
+	40,  // 194: plumb.v1.AgentService.WaitRun:input_type -> plumb.v1.WaitRunRequest
+	44,  // 195: plumb.v1.AgentService.DecideThreadEgress:input_type -> plumb.v1.DecideThreadEgressRequest
+	46,  // 196: plumb.v1.AgentService.ListEgressGrants:input_type -> plumb.v1.ListEgressGrantsRequest
+	48,  // 197: plumb.v1.AgentService.RevokeEgressGrant:input_type -> plumb.v1.RevokeEgressGrantRequest
+	73,  // 198: plumb.v1.AgentService.RotateWebhookKey:input_type -> plumb.v1.RotateWebhookKeyRequest
+	76,  // 199: plumb.v1.AgentService.ListWebhookDeliveries:input_type -> plumb.v1.ListWebhookDeliveriesRequest
+	78,  // 200: plumb.v1.AgentService.GetUsage:input_type -> plumb.v1.GetUsageRequest
+	93,  // 201: plumb.v1.AgentService.CancelRun:input_type -> plumb.v1.CancelRunRequest
+	144, // 202: plumb.v1.AgentService.ListThreadFiles:input_type -> plumb.v1.ListThreadFilesRequest
+	146, // 203: plumb.v1.AgentService.ReadThreadFile:input_type -> plumb.v1.ReadThreadFileRequest
+	148, // 204: plumb.v1.AgentService.ListFleetSandboxes:input_type -> plumb.v1.ListFleetSandboxesRequest
+	151, // 205: plumb.v1.AgentService.DeleteFleetSandbox:input_type -> plumb.v1.DeleteFleetSandboxRequest
+	153, // 206: plumb.v1.AgentService.ForkThread:input_type -> plumb.v1.ForkThreadRequest
+	85,  // 207: plumb.v1.AgentService.Run:output_type -> plumb.v1.RunResponse
+	88,  // 208: plumb.v1.AgentService.Resume:output_type -> plumb.v1.ResumeResponse
+	90,  // 209: plumb.v1.AgentService.Attach:output_type -> plumb.v1.AttachResponse
+	92,  // 210: plumb.v1.AgentService.Cancel:output_type -> plumb.v1.CancelResponse
+	96,  // 211: plumb.v1.AgentService.CreateThread:output_type -> plumb.v1.CreateThreadResponse
+	98,  // 212: plumb.v1.AgentService.GetThread:output_type -> plumb.v1.GetThreadResponse
+	100, // 213: plumb.v1.AgentService.ListMessages:output_type -> plumb.v1.ListMessagesResponse
+	102, // 214: plumb.v1.AgentService.ListStateFiles:output_type -> plumb.v1.ListStateFilesResponse
+	104, // 215: plumb.v1.AgentService.ListCheckpoints:output_type -> plumb.v1.ListCheckpointsResponse
+	106, // 216: plumb.v1.AgentService.ListThreads:output_type -> plumb.v1.ListThreadsResponse
+	108, // 217: plumb.v1.AgentService.DeleteThread:output_type -> plumb.v1.DeleteThreadResponse
+	110, // 218: plumb.v1.AgentService.ListAgents:output_type -> plumb.v1.ListAgentsResponse
+	52,  // 219: plumb.v1.AgentService.PutSecret:output_type -> plumb.v1.PutSecretResponse
+	54,  // 220: plumb.v1.AgentService.ListSecrets:output_type -> plumb.v1.ListSecretsResponse
+	56,  // 221: plumb.v1.AgentService.DeleteSecret:output_type -> plumb.v1.DeleteSecretResponse
+	67,  // 222: plumb.v1.AgentService.CreatePreview:output_type -> plumb.v1.CreatePreviewResponse
+	70,  // 223: plumb.v1.AgentService.ListPreviews:output_type -> plumb.v1.ListPreviewsResponse
+	72,  // 224: plumb.v1.AgentService.RevokePreview:output_type -> plumb.v1.RevokePreviewResponse
+	20,  // 225: plumb.v1.AgentService.CreateSchedule:output_type -> plumb.v1.CreateScheduleResponse
+	22,  // 226: plumb.v1.AgentService.GetSchedule:output_type -> plumb.v1.GetScheduleResponse
+	24,  // 227: plumb.v1.AgentService.ListSchedules:output_type -> plumb.v1.ListSchedulesResponse
+	26,  // 228: plumb.v1.AgentService.UpdateSchedule:output_type -> plumb.v1.UpdateScheduleResponse
+	28,  // 229: plumb.v1.AgentService.DeleteSchedule:output_type -> plumb.v1.DeleteScheduleResponse
+	30,  // 230: plumb.v1.AgentService.PauseSchedule:output_type -> plumb.v1.PauseScheduleResponse
+	32,  // 231: plumb.v1.AgentService.ResumeSchedule:output_type -> plumb.v1.ResumeScheduleResponse
+	35,  // 232: plumb.v1.AgentService.ListScheduleFires:output_type -> plumb.v1.ListScheduleFiresResponse
+	59,  // 233: plumb.v1.AgentService.PutSkill:output_type -> plumb.v1.PutSkillResponse
+	61,  // 234: plumb.v1.AgentService.ListSkills:output_type -> plumb.v1.ListSkillsResponse
+	63,  // 235: plumb.v1.AgentService.GetSkill:output_type -> plumb.v1.GetSkillResponse
+	65,  // 236: plumb.v1.AgentService.DeleteSkill:output_type -> plumb.v1.DeleteSkillResponse
+	37,  // 237: plumb.v1.AgentService.GetRun:output_type -> plumb.v1.GetRunResponse
+	39,  // 238: plumb.v1.AgentService.ListRuns:output_type -> plumb.v1.ListRunsResponse
+	41,  // 239: plumb.v1.AgentService.WaitRun:output_type -> plumb.v1.WaitRunResponse
+	45,  // 240: plumb.v1.AgentService.DecideThreadEgress:output_type -> plumb.v1.DecideThreadEgressResponse
+	47,  // 241: plumb.v1.AgentService.ListEgressGrants:output_type -> plumb.v1.ListEgressGrantsResponse
+	49,  // 242: plumb.v1.AgentService.RevokeEgressGrant:output_type -> plumb.v1.RevokeEgressGrantResponse
+	74,  // 243: plumb.v1.AgentService.RotateWebhookKey:output_type -> plumb.v1.RotateWebhookKeyResponse
+	77,  // 244: plumb.v1.AgentService.ListWebhookDeliveries:output_type -> plumb.v1.ListWebhookDeliveriesResponse
+	80,  // 245: plumb.v1.AgentService.GetUsage:output_type -> plumb.v1.GetUsageResponse
+	94,  // 246: plumb.v1.AgentService.CancelRun:output_type -> plumb.v1.CancelRunResponse
+	145, // 247: plumb.v1.AgentService.ListThreadFiles:output_type -> plumb.v1.ListThreadFilesResponse
+	147, // 248: plumb.v1.AgentService.ReadThreadFile:output_type -> plumb.v1.ReadThreadFileResponse
+	149, // 249: plumb.v1.AgentService.ListFleetSandboxes:output_type -> plumb.v1.ListFleetSandboxesResponse
+	152, // 250: plumb.v1.AgentService.DeleteFleetSandbox:output_type -> plumb.v1.DeleteFleetSandboxResponse
+	154, // 251: plumb.v1.AgentService.ForkThread:output_type -> plumb.v1.ForkThreadResponse
+	207, // [207:252] is the sub-list for method output_type
+	162, // [162:207] is the sub-list for method input_type
+	162, // [162:162] is the sub-list for extension type_name
+	162, // [162:162] is the sub-list for extension extendee
+	0,   // [0:162] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_agent_proto_init() }
@@ -11509,7 +11994,7 @@ func file_plumb_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_agent_proto_rawDesc), len(file_plumb_v1_agent_proto_rawDesc)),
 			NumEnums:      18,
-			NumMessages:   137,
+			NumMessages:   145,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

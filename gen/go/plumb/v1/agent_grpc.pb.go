@@ -61,6 +61,9 @@ const (
 	AgentService_CancelRun_FullMethodName             = "/plumb.v1.AgentService/CancelRun"
 	AgentService_ListThreadFiles_FullMethodName       = "/plumb.v1.AgentService/ListThreadFiles"
 	AgentService_ReadThreadFile_FullMethodName        = "/plumb.v1.AgentService/ReadThreadFile"
+	AgentService_ListFleetSandboxes_FullMethodName    = "/plumb.v1.AgentService/ListFleetSandboxes"
+	AgentService_DeleteFleetSandbox_FullMethodName    = "/plumb.v1.AgentService/DeleteFleetSandbox"
+	AgentService_ForkThread_FullMethodName            = "/plumb.v1.AgentService/ForkThread"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -233,6 +236,25 @@ type AgentServiceClient interface {
 	// ReadThreadFile reads up to limit bytes (at most 1 MiB) of a file in
 	// the thread's sandbox from offset, as ListThreadFiles reaches it.
 	ReadThreadFile(ctx context.Context, in *ReadThreadFileRequest, opts ...grpc.CallOption) (*ReadThreadFileResponse, error)
+	// ListFleetSandboxes lists every sandbox of every tenant on each of
+	// agentd's sandboxd workers, with the worker's health, load and warm
+	// pools (the web console's Sandboxes page). Operators only: any other
+	// credential gets PERMISSION_DENIED (OPERATOR_ONLY). A worker that does
+	// not answer is listed with its error; the others are listed as usual.
+	// FAILED_PRECONDITION (NO_SANDBOXD) when agentd has no sandboxd.
+	ListFleetSandboxes(ctx context.Context, in *ListFleetSandboxesRequest, opts ...grpc.CallOption) (*ListFleetSandboxesResponse, error)
+	// DeleteFleetSandbox removes one sandbox of any tenant from its worker.
+	// Operators only (PERMISSION_DENIED, OPERATOR_ONLY). NOT_FOUND when the
+	// worker has no such sandbox; a thread whose box it was gets a new, empty
+	// one on its next sandbox call.
+	DeleteFleetSandbox(ctx context.Context, in *DeleteFleetSandboxRequest, opts ...grpc.CallOption) (*DeleteFleetSandboxResponse, error)
+	// ForkThread makes a new thread of the caller's tenant whose message log
+	// is the thread's up to a checkpoint and whose sandbox, created on its
+	// first use, is restored from the workspace snapshot taken at (or
+	// latest before) that checkpoint; without one the fork's sandbox starts
+	// empty, and the response says so. NOT_FOUND for another tenant's
+	// thread or a checkpoint the thread does not retain.
+	ForkThread(ctx context.Context, in *ForkThreadRequest, opts ...grpc.CallOption) (*ForkThreadResponse, error)
 }
 
 type agentServiceClient struct {
@@ -690,6 +712,36 @@ func (c *agentServiceClient) ReadThreadFile(ctx context.Context, in *ReadThreadF
 	return out, nil
 }
 
+func (c *agentServiceClient) ListFleetSandboxes(ctx context.Context, in *ListFleetSandboxesRequest, opts ...grpc.CallOption) (*ListFleetSandboxesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFleetSandboxesResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListFleetSandboxes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteFleetSandbox(ctx context.Context, in *DeleteFleetSandboxRequest, opts ...grpc.CallOption) (*DeleteFleetSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteFleetSandboxResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteFleetSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ForkThread(ctx context.Context, in *ForkThreadRequest, opts ...grpc.CallOption) (*ForkThreadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkThreadResponse)
+	err := c.cc.Invoke(ctx, AgentService_ForkThread_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -860,6 +912,25 @@ type AgentServiceServer interface {
 	// ReadThreadFile reads up to limit bytes (at most 1 MiB) of a file in
 	// the thread's sandbox from offset, as ListThreadFiles reaches it.
 	ReadThreadFile(context.Context, *ReadThreadFileRequest) (*ReadThreadFileResponse, error)
+	// ListFleetSandboxes lists every sandbox of every tenant on each of
+	// agentd's sandboxd workers, with the worker's health, load and warm
+	// pools (the web console's Sandboxes page). Operators only: any other
+	// credential gets PERMISSION_DENIED (OPERATOR_ONLY). A worker that does
+	// not answer is listed with its error; the others are listed as usual.
+	// FAILED_PRECONDITION (NO_SANDBOXD) when agentd has no sandboxd.
+	ListFleetSandboxes(context.Context, *ListFleetSandboxesRequest) (*ListFleetSandboxesResponse, error)
+	// DeleteFleetSandbox removes one sandbox of any tenant from its worker.
+	// Operators only (PERMISSION_DENIED, OPERATOR_ONLY). NOT_FOUND when the
+	// worker has no such sandbox; a thread whose box it was gets a new, empty
+	// one on its next sandbox call.
+	DeleteFleetSandbox(context.Context, *DeleteFleetSandboxRequest) (*DeleteFleetSandboxResponse, error)
+	// ForkThread makes a new thread of the caller's tenant whose message log
+	// is the thread's up to a checkpoint and whose sandbox, created on its
+	// first use, is restored from the workspace snapshot taken at (or
+	// latest before) that checkpoint; without one the fork's sandbox starts
+	// empty, and the response says so. NOT_FOUND for another tenant's
+	// thread or a checkpoint the thread does not retain.
+	ForkThread(context.Context, *ForkThreadRequest) (*ForkThreadResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -995,6 +1066,15 @@ func (UnimplementedAgentServiceServer) ListThreadFiles(context.Context, *ListThr
 }
 func (UnimplementedAgentServiceServer) ReadThreadFile(context.Context, *ReadThreadFileRequest) (*ReadThreadFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadThreadFile not implemented")
+}
+func (UnimplementedAgentServiceServer) ListFleetSandboxes(context.Context, *ListFleetSandboxesRequest) (*ListFleetSandboxesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFleetSandboxes not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteFleetSandbox(context.Context, *DeleteFleetSandboxRequest) (*DeleteFleetSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteFleetSandbox not implemented")
+}
+func (UnimplementedAgentServiceServer) ForkThread(context.Context, *ForkThreadRequest) (*ForkThreadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkThread not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1752,6 +1832,60 @@ func _AgentService_ReadThreadFile_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ListFleetSandboxes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFleetSandboxesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListFleetSandboxes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListFleetSandboxes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListFleetSandboxes(ctx, req.(*ListFleetSandboxesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteFleetSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteFleetSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteFleetSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteFleetSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteFleetSandbox(ctx, req.(*DeleteFleetSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ForkThread_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkThreadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ForkThread(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ForkThread_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ForkThread(ctx, req.(*ForkThreadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1914,6 +2048,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadThreadFile",
 			Handler:    _AgentService_ReadThreadFile_Handler,
+		},
+		{
+			MethodName: "ListFleetSandboxes",
+			Handler:    _AgentService_ListFleetSandboxes_Handler,
+		},
+		{
+			MethodName: "DeleteFleetSandbox",
+			Handler:    _AgentService_DeleteFleetSandbox_Handler,
+		},
+		{
+			MethodName: "ForkThread",
+			Handler:    _AgentService_ForkThread_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -933,7 +933,12 @@ type Sandbox struct {
 	FilesRoot string `protobuf:"bytes,15,opt,name=files_root,json=filesRoot,proto3" json:"files_root,omitempty"`
 	// The snapshot a HIBERNATED sandbox wakes from, or the one it was
 	// created from.
-	SnapshotId    string `protobuf:"bytes,16,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,16,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Named volumes mounted into the sandbox.
+	Volumes []*VolumeMount `protobuf:"bytes,17,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// Tenant that owns the sandbox (the caller's own, except in a trusted
+	// forwarder's ListSandboxes with all_tenants).
+	Tenant        string `protobuf:"bytes,18,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1080,6 +1085,20 @@ func (x *Sandbox) GetSnapshotId() string {
 	return ""
 }
 
+func (x *Sandbox) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *Sandbox) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 // CreateSandboxRequest asks for a new sandbox. Either template or image must
 // be set; fields set here override the template's.
 type CreateSandboxRequest struct {
@@ -1115,7 +1134,11 @@ type CreateSandboxRequest struct {
 	// Restore the workspace from this snapshot of the caller's tenant
 	// before the box starts; every checksum is verified first (a corrupt or
 	// truncated snapshot is DATA_LOSS and nothing is created).
-	SnapshotId    string `protobuf:"bytes,12,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,12,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Named volumes of the caller's tenant to mount (at most 8, each once).
+	// A volume lives on one worker: in a fleet, name it by its id
+	// (`vol-<worker>-<random>`) so the create is routed to that worker.
+	Volumes       []*VolumeMount `protobuf:"bytes,13,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1232,6 +1255,13 @@ func (x *CreateSandboxRequest) GetSnapshotId() string {
 		return x.SnapshotId
 	}
 	return ""
+}
+
+func (x *CreateSandboxRequest) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
 }
 
 // EgressSecret makes a box's egress proxy set one header, holding a
@@ -1460,7 +1490,11 @@ func (x *GetSandboxResponse) GetSandbox() *Sandbox {
 type ListSandboxesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only sandboxes carrying every one of these labels (equality).
-	Labels        map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Every tenant's sandboxes, not only the caller's: for a trusted
+	// forwarder (agentd's operator view); a caller with its own tenant
+	// credential gets PERMISSION_DENIED (ALL_TENANTS_FORBIDDEN).
+	AllTenants    bool `protobuf:"varint,2,opt,name=all_tenants,json=allTenants,proto3" json:"all_tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1534,13 @@ func (x *ListSandboxesRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *ListSandboxesRequest) GetAllTenants() bool {
+	if x != nil {
+		return x.AllTenants
+	}
+	return false
 }
 
 // ListSandboxesResponse lists the matching sandboxes, oldest first.
@@ -4645,9 +4686,12 @@ type Snapshot struct {
 	// When it was taken.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// The store holds a manifest that does not verify: delete it.
-	Corrupt       bool `protobuf:"varint,8,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Corrupt bool `protobuf:"varint,8,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	// Whether the snapshot holds the sandbox's named volumes: always false
+	// (a snapshot holds the working directory only; volumes are not in it).
+	VolumesIncluded bool `protobuf:"varint,9,opt,name=volumes_included,json=volumesIncluded,proto3" json:"volumes_included,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -4732,6 +4776,13 @@ func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
 func (x *Snapshot) GetCorrupt() bool {
 	if x != nil {
 		return x.Corrupt
+	}
+	return false
+}
+
+func (x *Snapshot) GetVolumesIncluded() bool {
+	if x != nil {
+		return x.VolumesIncluded
 	}
 	return false
 }
@@ -5160,6 +5211,543 @@ func (x *ResumeSandboxResponse) GetSandbox() *Sandbox {
 	return nil
 }
 
+// ForkSandboxRequest names the snapshot, how many boxes, and their settings.
+type ForkSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Snapshot of the caller's tenant every new box's workspace holds.
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// How many boxes (1..32, and within the worker's capacity).
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// Settings of every box, as for CreateSandbox (template, resources,
+	// labels, volumes, ...). Its snapshot_id must be empty or equal to the
+	// fork's; egress_secrets are not allowed.
+	Sandbox       *CreateSandboxRequest `protobuf:"bytes,3,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxRequest) Reset() {
+	*x = ForkSandboxRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxRequest) ProtoMessage() {}
+
+func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ForkSandboxRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *ForkSandboxRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ForkSandboxRequest) GetSandbox() *CreateSandboxRequest {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+// ForkSandboxResponse holds the new sandboxes, all RUNNING.
+type ForkSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new sandboxes, count of them.
+	Sandboxes     []*Sandbox `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxResponse) Reset() {
+	*x = ForkSandboxResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxResponse) ProtoMessage() {}
+
+func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ForkSandboxResponse) GetSandboxes() []*Sandbox {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+// VolumeMount mounts a named volume into a sandbox.
+type VolumeMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume's name, or its id (`vol-<worker>-<random>`).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Where it appears in the box: an absolute, clean path outside the
+	// system directories and not on, under or above the working directory.
+	MountPath string `protobuf:"bytes,2,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	// Mount it read-only (box code cannot change it).
+	ReadOnly      bool `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *VolumeMount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+// Volume describes a named volume.
+type Volume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Volume id, `vol-<worker>-<random>`; the worker part routes calls.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Its name, unique among the tenant's volumes on its worker.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The worker that holds it.
+	Worker string `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Its size: the file system's bytes (files, directories and metadata).
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// When it was created.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The sandboxes that mount it now (a volume in use cannot be deleted).
+	SandboxIds    []string `protobuf:"bytes,6,rep,name=sandbox_ids,json=sandboxIds,proto3" json:"sandbox_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *Volume) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Volume) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Volume) GetSandboxIds() []string {
+	if x != nil {
+		return x.SandboxIds
+	}
+	return nil
+}
+
+// CreateVolumeRequest names the new volume and its size.
+type CreateVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 63 lower-case letters, digits, '.', '_' and '-', starting with a
+	// letter or digit, and not starting with "vol-".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Size in bytes (1 MiB up to the worker's max_disk); 0 = the worker's
+	// default (1 GiB, or max_disk when smaller).
+	SizeBytes     int64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeRequest) Reset() {
+	*x = CreateVolumeRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeRequest) ProtoMessage() {}
+
+func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *CreateVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+// CreateVolumeResponse is the new volume.
+type CreateVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume.
+	Volume        *Volume `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeResponse) Reset() {
+	*x = CreateVolumeResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeResponse) ProtoMessage() {}
+
+func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
+func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *CreateVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// ListVolumesRequest lists the caller's volumes.
+type ListVolumesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesRequest) Reset() {
+	*x = ListVolumesRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesRequest) ProtoMessage() {}
+
+func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{72}
+}
+
+// ListVolumesResponse holds the caller's volumes on this worker.
+type ListVolumesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Volumes, by name.
+	Volumes       []*Volume `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesResponse) Reset() {
+	*x = ListVolumesResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesResponse) ProtoMessage() {}
+
+func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ListVolumesResponse) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// DeleteVolumeRequest names a volume.
+type DeleteVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeRequest) Reset() {
+	*x = DeleteVolumeRequest{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *DeleteVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteVolumeResponse is empty.
+type DeleteVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeResponse) Reset() {
+	*x = DeleteVolumeResponse{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{75}
+}
+
 var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_sandbox_proto_rawDesc = "" +
@@ -5194,7 +5782,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\tResources\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\x01R\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x12\n" +
-	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\xbd\x05\n" +
+	"\x04pids\x18\x03 \x01(\x03R\x04pids\"\x86\x06\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12,\n" +
@@ -5218,10 +5806,12 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"files_root\x18\x0f \x01(\tR\tfilesRoot\x12\x1f\n" +
 	"\vsnapshot_id\x18\x10 \x01(\tR\n" +
-	"snapshotId\x1a9\n" +
+	"snapshotId\x12/\n" +
+	"\avolumes\x18\x11 \x03(\v2\x15.plumb.v1.VolumeMountR\avolumes\x12\x16\n" +
+	"\x06tenant\x18\x12 \x01(\tR\x06tenant\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x05\n" +
 	"\x14CreateSandboxRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x129\n" +
@@ -5238,7 +5828,8 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\tR\tfilesRoot\x12=\n" +
 	"\x0eegress_secrets\x18\v \x03(\v2\x16.plumb.v1.EgressSecretR\regressSecrets\x12\x1f\n" +
 	"\vsnapshot_id\x18\f \x01(\tR\n" +
-	"snapshotId\x1a6\n" +
+	"snapshotId\x12/\n" +
+	"\avolumes\x18\r \x03(\v2\x15.plumb.v1.VolumeMountR\avolumes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -5257,9 +5848,11 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"A\n" +
 	"\x12GetSandboxResponse\x12+\n" +
-	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"\x95\x01\n" +
+	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"\xb6\x01\n" +
 	"\x14ListSandboxesRequest\x12B\n" +
-	"\x06labels\x18\x01 \x03(\v2*.plumb.v1.ListSandboxesRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x01 \x03(\v2*.plumb.v1.ListSandboxesRequest.LabelsEntryR\x06labels\x12\x1f\n" +
+	"\vall_tenants\x18\x02 \x01(\bR\n" +
+	"allTenants\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
@@ -5506,7 +6099,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"oom_killed\x18\x03 \x01(\bR\toomKilled\"7\n" +
 	"\x16SnapshotSandboxRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x89\x02\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xb4\x02\n" +
 	"\bSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -5518,7 +6111,8 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\tparent_id\x18\x06 \x01(\tR\bparentId\x129\n" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x18\n" +
-	"\acorrupt\x18\b \x01(\bR\acorrupt\"I\n" +
+	"\acorrupt\x18\b \x01(\bR\acorrupt\x12)\n" +
+	"\x10volumes_included\x18\t \x01(\bR\x0fvolumesIncluded\"I\n" +
 	"\x17SnapshotSandboxResponse\x12.\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x12.plumb.v1.SnapshotR\bsnapshot\"\x16\n" +
 	"\x14ListSnapshotsRequest\"I\n" +
@@ -5541,7 +6135,41 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"D\n" +
 	"\x15ResumeSandboxResponse\x12+\n" +
-	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox*\\\n" +
+	"\asandbox\x18\x01 \x01(\v2\x11.plumb.v1.SandboxR\asandbox\"\x85\x01\n" +
+	"\x12ForkSandboxRequest\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x128\n" +
+	"\asandbox\x18\x03 \x01(\v2\x1e.plumb.v1.CreateSandboxRequestR\asandbox\"F\n" +
+	"\x13ForkSandboxResponse\x12/\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x11.plumb.v1.SandboxR\tsandboxes\"]\n" +
+	"\vVolumeMount\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x02 \x01(\tR\tmountPath\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"\xbf\x01\n" +
+	"\x06Volume\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1f\n" +
+	"\vsandbox_ids\x18\x06 \x03(\tR\n" +
+	"sandboxIds\"H\n" +
+	"\x13CreateVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"@\n" +
+	"\x14CreateVolumeResponse\x12(\n" +
+	"\x06volume\x18\x01 \x01(\v2\x10.plumb.v1.VolumeR\x06volume\"\x14\n" +
+	"\x12ListVolumesRequest\"A\n" +
+	"\x13ListVolumesResponse\x12*\n" +
+	"\avolumes\x18\x01 \x03(\v2\x10.plumb.v1.VolumeR\avolumes\")\n" +
+	"\x13DeleteVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteVolumeResponse*\\\n" +
 	"\vEgressScope\x12\x1c\n" +
 	"\x18EGRESS_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EGRESS_SCOPE_ONCE\x10\x01\x12\x18\n" +
@@ -5584,7 +6212,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\vSuspendMode\x12\x1c\n" +
 	"\x18SUSPEND_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SUSPEND_MODE_PAUSE\x10\x01\x12\x1a\n" +
-	"\x16SUSPEND_MODE_HIBERNATE\x10\x022\xc3\x0e\n" +
+	"\x16SUSPEND_MODE_HIBERNATE\x10\x022\xf9\x10\n" +
 	"\x0eSandboxService\x12P\n" +
 	"\rCreateSandbox\x12\x1e.plumb.v1.CreateSandboxRequest\x1a\x1f.plumb.v1.CreateSandboxResponse\x12G\n" +
 	"\n" +
@@ -5611,7 +6239,11 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\rListSnapshots\x12\x1e.plumb.v1.ListSnapshotsRequest\x1a\x1f.plumb.v1.ListSnapshotsResponse\x12S\n" +
 	"\x0eDeleteSnapshot\x12\x1f.plumb.v1.DeleteSnapshotRequest\x1a .plumb.v1.DeleteSnapshotResponse\x12S\n" +
 	"\x0eSuspendSandbox\x12\x1f.plumb.v1.SuspendSandboxRequest\x1a .plumb.v1.SuspendSandboxResponse\x12P\n" +
-	"\rResumeSandbox\x12\x1e.plumb.v1.ResumeSandboxRequest\x1a\x1f.plumb.v1.ResumeSandboxResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
+	"\rResumeSandbox\x12\x1e.plumb.v1.ResumeSandboxRequest\x1a\x1f.plumb.v1.ResumeSandboxResponse\x12J\n" +
+	"\vForkSandbox\x12\x1c.plumb.v1.ForkSandboxRequest\x1a\x1d.plumb.v1.ForkSandboxResponse\x12M\n" +
+	"\fCreateVolume\x12\x1d.plumb.v1.CreateVolumeRequest\x1a\x1e.plumb.v1.CreateVolumeResponse\x12J\n" +
+	"\vListVolumes\x12\x1c.plumb.v1.ListVolumesRequest\x1a\x1d.plumb.v1.ListVolumesResponse\x12M\n" +
+	"\fDeleteVolume\x12\x1d.plumb.v1.DeleteVolumeRequest\x1a\x1e.plumb.v1.DeleteVolumeResponseB2Z0github.com/plumbhq/plumb/gen/go/plumb/v1;plumbv1b\x06proto3"
 
 var (
 	file_plumb_v1_sandbox_proto_rawDescOnce sync.Once
@@ -5626,7 +6258,7 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(EgressScope)(0),                    // 0: plumb.v1.EgressScope
 	(SandboxState)(0),                   // 1: plumb.v1.SandboxState
@@ -5702,128 +6334,153 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(*SuspendSandboxResponse)(nil),      // 71: plumb.v1.SuspendSandboxResponse
 	(*ResumeSandboxRequest)(nil),        // 72: plumb.v1.ResumeSandboxRequest
 	(*ResumeSandboxResponse)(nil),       // 73: plumb.v1.ResumeSandboxResponse
-	nil,                                 // 74: plumb.v1.Sandbox.LabelsEntry
-	nil,                                 // 75: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                                 // 76: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                                 // 77: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                                 // 78: plumb.v1.Command.EnvEntry
-	nil,                                 // 79: plumb.v1.FileError.DetailsEntry
-	nil,                                 // 80: plumb.v1.ProcessStart.EnvEntry
-	(*durationpb.Duration)(nil),         // 81: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 82: google.protobuf.Timestamp
+	(*ForkSandboxRequest)(nil),          // 74: plumb.v1.ForkSandboxRequest
+	(*ForkSandboxResponse)(nil),         // 75: plumb.v1.ForkSandboxResponse
+	(*VolumeMount)(nil),                 // 76: plumb.v1.VolumeMount
+	(*Volume)(nil),                      // 77: plumb.v1.Volume
+	(*CreateVolumeRequest)(nil),         // 78: plumb.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),        // 79: plumb.v1.CreateVolumeResponse
+	(*ListVolumesRequest)(nil),          // 80: plumb.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),         // 81: plumb.v1.ListVolumesResponse
+	(*DeleteVolumeRequest)(nil),         // 82: plumb.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),        // 83: plumb.v1.DeleteVolumeResponse
+	nil,                                 // 84: plumb.v1.Sandbox.LabelsEntry
+	nil,                                 // 85: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                                 // 86: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                                 // 87: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                                 // 88: plumb.v1.Command.EnvEntry
+	nil,                                 // 89: plumb.v1.FileError.DetailsEntry
+	nil,                                 // 90: plumb.v1.ProcessStart.EnvEntry
+	(*durationpb.Duration)(nil),         // 91: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 92: google.protobuf.Timestamp
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
-	81, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
+	91, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 1: plumb.v1.WatchEgressRequestsResponse.request:type_name -> plumb.v1.EgressRequest
-	82, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
+	92, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: plumb.v1.DecideEgressRequest.scope:type_name -> plumb.v1.EgressScope
 	1,  // 4: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	82, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	82, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	82, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	74, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	92, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	92, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	92, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	84, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
 	13, // 9: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	2,  // 10: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
-	75, // 11: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
-	13, // 12: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	81, // 13: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	76, // 14: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
-	2,  // 15: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
-	16, // 16: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
-	14, // 17: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	14, // 18: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	77, // 19: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
-	14, // 20: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	81, // 21: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 22: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
-	28, // 23: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
-	81, // 24: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
-	78, // 25: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	81, // 26: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
-	29, // 27: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
-	32, // 28: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
-	29, // 29: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
-	35, // 30: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
-	32, // 31: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
-	3,  // 32: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	79, // 33: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
-	4,  // 34: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	82, // 35: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	37, // 36: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
-	5,  // 37: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	49, // 38: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
-	6,  // 39: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	36, // 40: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	37, // 41: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
-	6,  // 42: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	36, // 43: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	54, // 44: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	36, // 45: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	59, // 46: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	80, // 47: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	61, // 48: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	62, // 49: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	82, // 50: plumb.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	64, // 51: plumb.v1.SnapshotSandboxResponse.snapshot:type_name -> plumb.v1.Snapshot
-	64, // 52: plumb.v1.ListSnapshotsResponse.snapshots:type_name -> plumb.v1.Snapshot
-	7,  // 53: plumb.v1.SuspendSandboxRequest.mode:type_name -> plumb.v1.SuspendMode
-	14, // 54: plumb.v1.SuspendSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	14, // 55: plumb.v1.ResumeSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	15, // 56: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	18, // 57: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	20, // 58: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	22, // 59: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	24, // 60: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	26, // 61: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	30, // 62: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	33, // 63: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	38, // 64: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	40, // 65: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	42, // 66: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	44, // 67: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	46, // 68: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	48, // 69: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	51, // 70: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	53, // 71: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	56, // 72: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	58, // 73: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	8,  // 74: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
-	11, // 75: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
-	63, // 76: plumb.v1.SandboxService.SnapshotSandbox:input_type -> plumb.v1.SnapshotSandboxRequest
-	66, // 77: plumb.v1.SandboxService.ListSnapshots:input_type -> plumb.v1.ListSnapshotsRequest
-	68, // 78: plumb.v1.SandboxService.DeleteSnapshot:input_type -> plumb.v1.DeleteSnapshotRequest
-	70, // 79: plumb.v1.SandboxService.SuspendSandbox:input_type -> plumb.v1.SuspendSandboxRequest
-	72, // 80: plumb.v1.SandboxService.ResumeSandbox:input_type -> plumb.v1.ResumeSandboxRequest
-	17, // 81: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	19, // 82: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	21, // 83: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	23, // 84: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	25, // 85: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	27, // 86: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	31, // 87: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	34, // 88: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	39, // 89: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	41, // 90: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	43, // 91: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	45, // 92: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	47, // 93: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	50, // 94: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	52, // 95: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	55, // 96: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	57, // 97: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	60, // 98: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	9,  // 99: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
-	12, // 100: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
-	65, // 101: plumb.v1.SandboxService.SnapshotSandbox:output_type -> plumb.v1.SnapshotSandboxResponse
-	67, // 102: plumb.v1.SandboxService.ListSnapshots:output_type -> plumb.v1.ListSnapshotsResponse
-	69, // 103: plumb.v1.SandboxService.DeleteSnapshot:output_type -> plumb.v1.DeleteSnapshotResponse
-	71, // 104: plumb.v1.SandboxService.SuspendSandbox:output_type -> plumb.v1.SuspendSandboxResponse
-	73, // 105: plumb.v1.SandboxService.ResumeSandbox:output_type -> plumb.v1.ResumeSandboxResponse
-	81, // [81:106] is the sub-list for method output_type
-	56, // [56:81] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	76, // 11: plumb.v1.Sandbox.volumes:type_name -> plumb.v1.VolumeMount
+	85, // 12: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	13, // 13: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
+	91, // 14: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	86, // 15: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	2,  // 16: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
+	16, // 17: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
+	76, // 18: plumb.v1.CreateSandboxRequest.volumes:type_name -> plumb.v1.VolumeMount
+	14, // 19: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	14, // 20: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	87, // 21: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	14, // 22: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	91, // 23: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	14, // 24: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
+	28, // 25: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
+	91, // 26: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	88, // 27: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	91, // 28: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	29, // 29: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
+	32, // 30: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
+	29, // 31: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
+	35, // 32: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
+	32, // 33: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
+	3,  // 34: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
+	89, // 35: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	4,  // 36: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
+	92, // 37: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	37, // 38: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	5,  // 39: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
+	49, // 40: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	6,  // 41: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	36, // 42: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	37, // 43: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	6,  // 44: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	36, // 45: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	54, // 46: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	36, // 47: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	59, // 48: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	90, // 49: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	61, // 50: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	62, // 51: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	92, // 52: plumb.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	64, // 53: plumb.v1.SnapshotSandboxResponse.snapshot:type_name -> plumb.v1.Snapshot
+	64, // 54: plumb.v1.ListSnapshotsResponse.snapshots:type_name -> plumb.v1.Snapshot
+	7,  // 55: plumb.v1.SuspendSandboxRequest.mode:type_name -> plumb.v1.SuspendMode
+	14, // 56: plumb.v1.SuspendSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	14, // 57: plumb.v1.ResumeSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	15, // 58: plumb.v1.ForkSandboxRequest.sandbox:type_name -> plumb.v1.CreateSandboxRequest
+	14, // 59: plumb.v1.ForkSandboxResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	92, // 60: plumb.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	77, // 61: plumb.v1.CreateVolumeResponse.volume:type_name -> plumb.v1.Volume
+	77, // 62: plumb.v1.ListVolumesResponse.volumes:type_name -> plumb.v1.Volume
+	15, // 63: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	18, // 64: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	20, // 65: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	22, // 66: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	24, // 67: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	26, // 68: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	30, // 69: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	33, // 70: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	38, // 71: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	40, // 72: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	42, // 73: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	44, // 74: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	46, // 75: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	48, // 76: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	51, // 77: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	53, // 78: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	56, // 79: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	58, // 80: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	8,  // 81: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
+	11, // 82: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
+	63, // 83: plumb.v1.SandboxService.SnapshotSandbox:input_type -> plumb.v1.SnapshotSandboxRequest
+	66, // 84: plumb.v1.SandboxService.ListSnapshots:input_type -> plumb.v1.ListSnapshotsRequest
+	68, // 85: plumb.v1.SandboxService.DeleteSnapshot:input_type -> plumb.v1.DeleteSnapshotRequest
+	70, // 86: plumb.v1.SandboxService.SuspendSandbox:input_type -> plumb.v1.SuspendSandboxRequest
+	72, // 87: plumb.v1.SandboxService.ResumeSandbox:input_type -> plumb.v1.ResumeSandboxRequest
+	74, // 88: plumb.v1.SandboxService.ForkSandbox:input_type -> plumb.v1.ForkSandboxRequest
+	78, // 89: plumb.v1.SandboxService.CreateVolume:input_type -> plumb.v1.CreateVolumeRequest
+	80, // 90: plumb.v1.SandboxService.ListVolumes:input_type -> plumb.v1.ListVolumesRequest
+	82, // 91: plumb.v1.SandboxService.DeleteVolume:input_type -> plumb.v1.DeleteVolumeRequest
+	17, // 92: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	19, // 93: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	21, // 94: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	23, // 95: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	25, // 96: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	27, // 97: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	31, // 98: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	34, // 99: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	39, // 100: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	41, // 101: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	43, // 102: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	45, // 103: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	47, // 104: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	50, // 105: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	52, // 106: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	55, // 107: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	57, // 108: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	60, // 109: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	9,  // 110: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
+	12, // 111: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
+	65, // 112: plumb.v1.SandboxService.SnapshotSandbox:output_type -> plumb.v1.SnapshotSandboxResponse
+	67, // 113: plumb.v1.SandboxService.ListSnapshots:output_type -> plumb.v1.ListSnapshotsResponse
+	69, // 114: plumb.v1.SandboxService.DeleteSnapshot:output_type -> plumb.v1.DeleteSnapshotResponse
+	71, // 115: plumb.v1.SandboxService.SuspendSandbox:output_type -> plumb.v1.SuspendSandboxResponse
+	73, // 116: plumb.v1.SandboxService.ResumeSandbox:output_type -> plumb.v1.ResumeSandboxResponse
+	75, // 117: plumb.v1.SandboxService.ForkSandbox:output_type -> plumb.v1.ForkSandboxResponse
+	79, // 118: plumb.v1.SandboxService.CreateVolume:output_type -> plumb.v1.CreateVolumeResponse
+	81, // 119: plumb.v1.SandboxService.ListVolumes:output_type -> plumb.v1.ListVolumesResponse
+	83, // 120: plumb.v1.SandboxService.DeleteVolume:output_type -> plumb.v1.DeleteVolumeResponse
+	92, // [92:121] is the sub-list for method output_type
+	63, // [63:92] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -5857,7 +6514,7 @@ func file_plumb_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   73,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

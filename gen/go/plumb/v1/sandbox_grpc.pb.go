@@ -44,6 +44,10 @@ const (
 	SandboxService_DeleteSnapshot_FullMethodName      = "/plumb.v1.SandboxService/DeleteSnapshot"
 	SandboxService_SuspendSandbox_FullMethodName      = "/plumb.v1.SandboxService/SuspendSandbox"
 	SandboxService_ResumeSandbox_FullMethodName       = "/plumb.v1.SandboxService/ResumeSandbox"
+	SandboxService_ForkSandbox_FullMethodName         = "/plumb.v1.SandboxService/ForkSandbox"
+	SandboxService_CreateVolume_FullMethodName        = "/plumb.v1.SandboxService/CreateVolume"
+	SandboxService_ListVolumes_FullMethodName         = "/plumb.v1.SandboxService/ListVolumes"
+	SandboxService_DeleteVolume_FullMethodName        = "/plumb.v1.SandboxService/DeleteVolume"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -158,6 +162,24 @@ type SandboxServiceClient interface {
 	SuspendSandbox(ctx context.Context, in *SuspendSandboxRequest, opts ...grpc.CallOption) (*SuspendSandboxResponse, error)
 	// ResumeSandbox wakes a suspended sandbox now (any other call would too).
 	ResumeSandbox(ctx context.Context, in *ResumeSandboxRequest, opts ...grpc.CallOption) (*ResumeSandboxResponse, error)
+	// ForkSandbox creates count sandboxes whose workspaces hold one snapshot
+	// of the caller's tenant (docs/workspaces.md, "Forks"). The snapshot is
+	// read and verified once for all of them; all are created or none (a
+	// failure removes every box the fork made). Another tenant's snapshot is
+	// NOT_FOUND; a count over the limit is INVALID_ARGUMENT naming "count",
+	// one over the worker's or the tenant's capacity RESOURCE_EXHAUSTED.
+	ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error)
+	// CreateVolume creates a named volume of the caller's tenant on this
+	// worker: a file system of a fixed size that outlives the boxes that
+	// mount it (docs/workspaces.md, "Named volumes"). A name the tenant
+	// already uses is ALREADY_EXISTS; over the tenant's volume quota
+	// RESOURCE_EXHAUSTED (ErrorInfo limit "volumes.per_tenant_bytes").
+	CreateVolume(ctx context.Context, in *CreateVolumeRequest, opts ...grpc.CallOption) (*CreateVolumeResponse, error)
+	// ListVolumes lists the caller's tenant's volumes on this worker, by name.
+	ListVolumes(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error)
+	// DeleteVolume removes a volume and its data. A volume mounted by any
+	// sandbox is FAILED_PRECONDITION; another tenant's is NOT_FOUND.
+	DeleteVolume(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -451,6 +473,46 @@ func (c *sandboxServiceClient) ResumeSandbox(ctx context.Context, in *ResumeSand
 	return out, nil
 }
 
+func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ForkSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) CreateVolume(ctx context.Context, in *CreateVolumeRequest, opts ...grpc.CallOption) (*CreateVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateVolumeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CreateVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListVolumes(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVolumesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListVolumes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteVolume(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteVolumeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -563,6 +625,24 @@ type SandboxServiceServer interface {
 	SuspendSandbox(context.Context, *SuspendSandboxRequest) (*SuspendSandboxResponse, error)
 	// ResumeSandbox wakes a suspended sandbox now (any other call would too).
 	ResumeSandbox(context.Context, *ResumeSandboxRequest) (*ResumeSandboxResponse, error)
+	// ForkSandbox creates count sandboxes whose workspaces hold one snapshot
+	// of the caller's tenant (docs/workspaces.md, "Forks"). The snapshot is
+	// read and verified once for all of them; all are created or none (a
+	// failure removes every box the fork made). Another tenant's snapshot is
+	// NOT_FOUND; a count over the limit is INVALID_ARGUMENT naming "count",
+	// one over the worker's or the tenant's capacity RESOURCE_EXHAUSTED.
+	ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error)
+	// CreateVolume creates a named volume of the caller's tenant on this
+	// worker: a file system of a fixed size that outlives the boxes that
+	// mount it (docs/workspaces.md, "Named volumes"). A name the tenant
+	// already uses is ALREADY_EXISTS; over the tenant's volume quota
+	// RESOURCE_EXHAUSTED (ErrorInfo limit "volumes.per_tenant_bytes").
+	CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error)
+	// ListVolumes lists the caller's tenant's volumes on this worker, by name.
+	ListVolumes(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error)
+	// DeleteVolume removes a volume and its data. A volume mounted by any
+	// sandbox is FAILED_PRECONDITION; another tenant's is NOT_FOUND.
+	DeleteVolume(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -647,6 +727,18 @@ func (UnimplementedSandboxServiceServer) SuspendSandbox(context.Context, *Suspen
 }
 func (UnimplementedSandboxServiceServer) ResumeSandbox(context.Context, *ResumeSandboxRequest) (*ResumeSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateVolume not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListVolumes(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListVolumes not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteVolume(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteVolume not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -1076,6 +1168,78 @@ func _SandboxService_ResumeSandbox_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_ForkSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ForkSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ForkSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ForkSandbox(ctx, req.(*ForkSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_CreateVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreateVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreateVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreateVolume(ctx, req.(*CreateVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListVolumes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVolumesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListVolumes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListVolumes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListVolumes(ctx, req.(*ListVolumesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteVolume(ctx, req.(*DeleteVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1162,6 +1326,22 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeSandbox",
 			Handler:    _SandboxService_ResumeSandbox_Handler,
+		},
+		{
+			MethodName: "ForkSandbox",
+			Handler:    _SandboxService_ForkSandbox_Handler,
+		},
+		{
+			MethodName: "CreateVolume",
+			Handler:    _SandboxService_CreateVolume_Handler,
+		},
+		{
+			MethodName: "ListVolumes",
+			Handler:    _SandboxService_ListVolumes_Handler,
+		},
+		{
+			MethodName: "DeleteVolume",
+			Handler:    _SandboxService_DeleteVolume_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -98,6 +98,14 @@ func StartWorker(t testing.TB, cfg sandbox.Config, opts ...grpc.ServerOption) *W
 		if err := m.DeleteAll(ctx); err != nil {
 			t.Errorf("delete sandboxes: %v", err)
 		}
+		// Named volumes outlive sandboxes; the test's go with it.
+		if vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: client.Filters{}.Add("label", sandbox.LabelVolume).Add("label", sandbox.LabelWorker+"="+cfg.Worker)}); err == nil {
+			for _, v := range vl.Items {
+				if err := m.DeleteVolume(ctx, v.Labels[sandbox.LabelTenant], v.Labels[sandbox.LabelVolume]); err != nil {
+					t.Errorf("delete volume %s: %v", v.Name, err)
+				}
+			}
+		}
 		m.Close()
 		cs, vs, err := sandboxtest.Leftovers(ctx, cli, sandboxtest.Label(sandboxtest.LabelTest, run))
 		if err != nil || len(cs)+len(vs) > 0 {

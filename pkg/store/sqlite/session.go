@@ -1,0 +1,47 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/plumbhq/plumb/pkg/store"
+)
+
+var _ store.Sessions = (*Store)(nil)
+
+// AddSession implements store.Sessions.
+func (s *Store) AddSession(ctx context.Context, se store.Session, now time.Time) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM http_sessions WHERE expires_at <= ?`, store.Nanos(now)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO http_sessions (id_hash, sealed, created_at, expires_at) VALUES (?, ?, ?, ?)`,
+			se.IDHash, se.Sealed, store.Nanos(se.Created), store.Nanos(se.Expires))
+		return err
+	})
+}
+
+// Session implements store.Sessions.
+func (s *Store) Session(ctx context.Context, idHash string, now time.Time) (store.Session, error) {
+	se := store.Session{IDHash: idHash}
+	var created, expires int64
+	err := s.db.QueryRowContext(ctx, `SELECT sealed, created_at, expires_at FROM http_sessions WHERE id_hash = ? AND expires_at > ?`,
+		idHash, store.Nanos(now)).Scan(&se.Sealed, &created, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Session{}, fmt.Errorf("session: %w", store.ErrSessionNotFound)
+	}
+	if err != nil {
+		return store.Session{}, classify(err)
+	}
+	se.Created, se.Expires = store.FromNanos(created), store.FromNanos(expires)
+	return se, nil
+}
+
+// DeleteSession implements store.Sessions.
+func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM http_sessions WHERE id_hash = ?`, idHash)
+	return classify(err)
+}
