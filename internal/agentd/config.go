@@ -533,14 +533,26 @@ type ProfileConfig struct {
 	// or pause (docs/webhooks.md).
 	Webhooks []WebhookTargetConfig `yaml:"webhooks"`
 	// Retention (primary agents only) overrides the tenant's and the
-	// default threads_idle for threads whose last run was this agent's.
+	// default TTLs for what belongs to this agent (docs/agentd.md,
+	// "Retention").
 	Retention *AgentRetention `yaml:"retention"`
 }
 
-// AgentRetention is `agents.<name>.retention`.
+// AgentRetention is `agents.<name>.retention`: the agent's own TTLs, over
+// its tenant's and the default ones. A TTL left out (nil) inherits; 0
+// keeps forever.
 type AgentRetention struct {
-	// ThreadsIdle: 0 keeps the agent's threads forever; nil inherits.
+	// ThreadsIdle is for the threads whose last run was the agent's.
 	ThreadsIdle *time.Duration `yaml:"threads_idle"`
+	// CheckpointsKeep is how many checkpoint records a thread keeps when
+	// the agent's run writes a checkpoint (0 = retention.checkpoints_keep;
+	// never unbounded).
+	CheckpointsKeep int `yaml:"checkpoints_keep"`
+	// RunEvents is for the shared event log of a thread whose last run
+	// was the agent's.
+	RunEvents *time.Duration `yaml:"run_events"`
+	// WebhookDeliveries is for the deliveries of the agent's runs.
+	WebhookDeliveries *time.Duration `yaml:"webhook_deliveries"`
 }
 
 // WebhookTargetConfig is one `agents.<name>.webhooks` entry.

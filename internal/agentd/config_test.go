@@ -88,6 +88,10 @@ func TestBadConfigsNameTheirPath(t *testing.T) {
 		{"negative thread ttl", "retention: {threads_idle: -1h}\n", "retention.threads_idle: must not be negative"},
 		{"negative tenant delivery ttl", "retention:\n  tenants:\n    acme: {webhook_deliveries: -1h}\n", "retention.tenants.acme.webhook_deliveries"},
 		{"negative agent ttl", "agents:\n  main: {retention: {threads_idle: -1h}}\n", "agents.main.retention.threads_idle: must not be negative"},
+		{"negative agent checkpoints", "agents:\n  main: {retention: {checkpoints_keep: -1}}\n", "agents.main.retention.checkpoints_keep: must not be negative"},
+		{"negative agent run events ttl", "agents:\n  main: {retention: {run_events: -1h}}\n", "agents.main.retention.run_events: must not be negative"},
+		{"negative agent delivery ttl", "agents:\n  main: {retention: {webhook_deliveries: -1s}}\n", "agents.main.retention.webhook_deliveries: must not be negative"},
+		{"unknown agent retention key", "agents:\n  main: {retention: {messages: 1h}}\n", "agents.main.retention.messages: unknown key"},
 		{"subagent retention", "subagents:\n  explore: {retention: {threads_idle: 1h}}\n", "subagents.explore.retention"},
 		{"negative quota", "quotas: {concurrent_runs: -1}\n", "quotas.concurrent_runs: must not be negative"},
 		{"negative tenant quota", "quotas:\n  tenants:\n    acme: {tokens_per_day: -5}\n", "quotas.tenants.acme.tokens_per_day: must not be negative"},
@@ -179,6 +183,35 @@ func TestAgentRetentionTTLs(t *testing.T) {
 	want := map[string]time.Duration{"main": 2 * time.Hour, "": 2 * time.Hour, "scratch": 0}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("TTLs = %v, want %v", got, want)
+	}
+}
+
+// TestAgentRetentionPolicy: every per-agent key reaches the sweeper's
+// policy or the stores' checkpoint counts, the default agent's also under
+// "", a key left out inherits (absent from the map) and a written 0 keeps
+// forever.
+func TestAgentRetentionPolicy(t *testing.T) {
+	cfg, err := Parse([]byte(`defaults: {agent: main}
+agents:
+  main: {retention: {checkpoints_keep: 10, run_events: 2h, webhook_deliveries: 0s}}
+  scratch: {retention: {threads_idle: 1h, checkpoints_keep: 3, webhook_deliveries: 30m}}
+  other: {}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p retention.Policy
+	AgentRetentionPolicy(cfg, &p)
+	want := retention.Policy{
+		Agents:                 map[string]time.Duration{"scratch": time.Hour},
+		AgentRunEvents:         map[string]time.Duration{"main": 2 * time.Hour, "": 2 * time.Hour},
+		AgentWebhookDeliveries: map[string]time.Duration{"main": 0, "": 0, "scratch": 30 * time.Minute},
+	}
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("policy = %+v, want %+v", p, want)
+	}
+	if got, want := AgentCheckpointsKeep(cfg), map[string]int{"main": 10, "": 10, "scratch": 3}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("checkpoints kept = %v, want %v", got, want)
 	}
 }
 

@@ -33,6 +33,7 @@ type servedCore struct {
 	model *modeltest.Server
 	reg   *prometheus.Registry
 	c     plumbv1.AgentServiceClient
+	core  *Agentd
 }
 
 func serveCore(t *testing.T, extra string) *servedCore {
@@ -58,6 +59,7 @@ defaults: {model: scripted}
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.core = core
 	scfg := core.ServiceConfig("")
 	scfg.Retention = nil
 	core.MeterUsage(&scfg, s.reg)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -238,6 +239,67 @@ func TestWebhookOneAgentd(t *testing.T) {
 	nokey := startHookStack(t, "")
 	if _, err := nokey.c.RotateWebhookKey(tenantCtx(t, "acme"), &plumbv1.RotateWebhookKeyRequest{}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("rotate without a secrets key: %v; want FAILED_PRECONDITION", err)
+	}
+}
+
+// TestWebhookOfAnotherAgent: the end of a run of a primary agent other
+// than main is reported too (the root agent's events carry its own name
+// as their path): its agents.<name>.webhooks entry and the run's
+// webhook_url each get one delivery naming the agent.
+func TestWebhookOfAnotherAgent(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		paths []string
+		p     webhook.Payload
+	)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		paths = append(paths, r.URL.Path)
+		_ = json.Unmarshal(b, &p)
+	}))
+	t.Cleanup(rcv.Close)
+	s := startHookStack(t, "secrets: {key: "+secretsKey(t)+"}\nwebhooks: {allow_http: true, allow: [127.0.0.0/8]}\n"+
+		"agents: {support: {webhooks: [{url: '"+rcv.URL+"/agent'}]}}\n")
+	s.model.Script("support", modeltest.Text("done"))
+	acme := tenantCtx(t, "acme")
+	if _, err := s.c.RotateWebhookKey(acme, &plumbv1.RotateWebhookKeyRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := s.c.Run(acme, &plumbv1.RunRequest{Agent: "support", Input: []*plumbv1.InputMessage{{Content: "hi"}}, WebhookUrl: rcv.URL + "/hook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := m.GetEvent().GetRunFinished(); f != nil && f.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
+			t.Fatalf("run ended %v", f)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard
+	for {
+		mu.Lock()
+		n := len(paths)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver got %v; want the agent's and the run's deliveries", paths)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(paths) != 2 || !slices.Contains(paths, "/agent") || !slices.Contains(paths, "/hook") || p.Agent != "support" || p.Type != webhook.RunSucceeded {
+		t.Fatalf("the receiver got %v, the last payload %+v; want /agent and /hook once each, run.succeeded of agent support", paths, p)
 	}
 }
 

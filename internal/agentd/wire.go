@@ -132,7 +132,7 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 		c.OnUsage = runhost.RecordUsage(a.Store, l)
 	}
 	if a.Quotas != nil {
-		c.Admit = a.Quotas.Admit
+		c.Admit, c.AdmitQueued = a.Quotas.Admit, a.Quotas.AdmitQueued
 	}
 	c.OnBusy, _ = runhost.ParseOnBusy(sc.OnBusy)
 	for name, p := range a.Config.Agents {
@@ -163,7 +163,7 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 	}
 	if rs, ok := a.Store.(store.Retention); ok && a.Config.Retention.Interval >= 0 {
 		c.Retention = &retention.Config{Store: rs, Policy: RetentionPolicy(a.Config.Retention), Interval: a.Config.Retention.Interval}
-		c.Retention.Policy.Agents = AgentRetentionTTLs(a.Config)
+		AgentRetentionPolicy(a.Config, &c.Retention.Policy)
 		if a.Backends.files != nil {
 			c.Retention.Items = a.Backends.files
 		}
@@ -654,14 +654,16 @@ func (a *Agentd) openStore(ctx context.Context, cfg *Config, o Options) (store.T
 		if err != nil {
 			return nil, "", err
 		}
-		st, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: s.BusyTimeout, CheckpointRetention: s.CheckpointRetention})
+		st, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: s.BusyTimeout, CheckpointRetention: s.CheckpointRetention,
+			AgentCheckpointRetention: AgentCheckpointsKeep(cfg)})
 		if err != nil {
 			return nil, "", fmt.Errorf("storage.sqlite_path: %w", err)
 		}
 		a.cleanup = append(a.cleanup, func() { st.Close() })
 		return st, path, nil
 	}
-	st, err := postgres.Open(ctx, s.PostgresDSN, postgres.Options{BusyTimeout: s.BusyTimeout, CheckpointRetention: s.CheckpointRetention})
+	st, err := postgres.Open(ctx, s.PostgresDSN, postgres.Options{BusyTimeout: s.BusyTimeout, CheckpointRetention: s.CheckpointRetention,
+		AgentCheckpointRetention: AgentCheckpointsKeep(cfg)})
 	if err != nil {
 		return nil, "", fmt.Errorf("storage.postgres_dsn: %w", err)
 	}
@@ -826,17 +828,53 @@ func QuotaPolicy(qc QuotasConfig) quota.Policy {
 // (agents.<name>.retention), the default agent's also under "" (a run
 // that named no agent).
 func AgentRetentionTTLs(cfg *Config) map[string]time.Duration {
+	return agentTTLs(cfg, func(r *AgentRetention) *time.Duration { return r.ThreadsIdle })
+}
+
+// AgentRetentionPolicy sets p's per-agent TTLs from the agents' own
+// (agents.<name>.retention): threads_idle, run_events and
+// webhook_deliveries.
+func AgentRetentionPolicy(cfg *Config, p *retention.Policy) {
+	p.Agents = AgentRetentionTTLs(cfg)
+	p.AgentRunEvents = agentTTLs(cfg, func(r *AgentRetention) *time.Duration { return r.RunEvents })
+	p.AgentWebhookDeliveries = agentTTLs(cfg, func(r *AgentRetention) *time.Duration { return r.WebhookDeliveries })
+}
+
+// agentTTLs are the agents' own TTLs that pick reads, the default
+// agent's also under "" (a run that named no agent); nil when no agent
+// has one.
+func agentTTLs(cfg *Config, pick func(*AgentRetention) *time.Duration) map[string]time.Duration {
 	var out map[string]time.Duration
 	for name, p := range cfg.Agents {
-		if p.Retention == nil || p.Retention.ThreadsIdle == nil {
+		if p.Retention == nil || pick(p.Retention) == nil {
 			continue
 		}
 		if out == nil {
 			out = map[string]time.Duration{}
 		}
-		out[name] = *p.Retention.ThreadsIdle
+		d := *pick(p.Retention)
+		out[name] = d
 		if name == cfg.Defaults.Agent {
-			out[""] = *p.Retention.ThreadsIdle
+			out[""] = d
+		}
+	}
+	return out
+}
+
+// AgentCheckpointsKeep are the agents' own checkpoints_keep, the default
+// agent's also under "", for the stores' AgentCheckpointRetention.
+func AgentCheckpointsKeep(cfg *Config) map[string]int {
+	var out map[string]int
+	for name, p := range cfg.Agents {
+		if p.Retention == nil || p.Retention.CheckpointsKeep <= 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[name] = p.Retention.CheckpointsKeep
+		if name == cfg.Defaults.Agent {
+			out[""] = p.Retention.CheckpointsKeep
 		}
 	}
 	return out
@@ -919,6 +957,26 @@ func validateRetention(cfg *Config) error {
 	return nil
 }
 
+// validateAgentRetention checks an agent's `retention` at path: no
+// negative TTL or count.
+func validateAgentRetention(path string, r *AgentRetention) error {
+	if r == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		key string
+		d   *time.Duration
+	}{{"threads_idle", r.ThreadsIdle}, {"run_events", r.RunEvents}, {"webhook_deliveries", r.WebhookDeliveries}} {
+		if f.d != nil && *f.d < 0 {
+			return fmt.Errorf("%s.%s: must not be negative (0 keeps forever)", path, f.key)
+		}
+	}
+	if r.CheckpointsKeep < 0 {
+		return fmt.Errorf("%s.checkpoints_keep: must not be negative (0 is retention.checkpoints_keep)", path)
+	}
+	return nil
+}
+
 // validate checks what deep.New does not: references into the models
 // table, backend types, routes and fractions.
 func validate(cfg *Config) error {
@@ -963,8 +1021,8 @@ func validate(cfg *Config) error {
 		if _, err := runhost.ParseOnBusy(p.OnBusy); err != nil {
 			return fmt.Errorf("agents.%s.on_busy: %w", name, err)
 		}
-		if r := p.Retention; r != nil && r.ThreadsIdle != nil && *r.ThreadsIdle < 0 {
-			return fmt.Errorf("agents.%s.retention.threads_idle: must not be negative (0 keeps forever)", name)
+		if err := validateAgentRetention("agents."+name+".retention", p.Retention); err != nil {
+			return err
 		}
 	}
 	for name, p := range cfg.Subagents {

@@ -85,6 +85,14 @@ func (e *ExceededError) Error() string {
 // Is matches ErrExceeded.
 func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
 
+// QueueWaits reports whether a queued run over this quota waits in its
+// queue rather than ending (AdmitQueued): concurrent_runs and
+// live_sandboxes free up as the tenant's other runs end and sandboxes go;
+// tokens_per_day is a budget, and a run over it ends FAILED.
+func (e *ExceededError) QueueWaits() bool {
+	return e.Quota == ConcurrentRuns || e.Quota == LiveSandboxes
+}
+
 // RunError ends a run that crossed the quota (agent.CodedError).
 func (e *ExceededError) RunError() agent.RunError {
 	return agent.RunError{Code: Code, Message: e.Error()}
@@ -141,7 +149,11 @@ func New(cfg Config) (*Checker, error) {
 // request is over is an *ExceededError. Runs on threadID itself do not
 // count as concurrent, and its own sandbox does not count as another.
 func (c *Checker) Admit(ctx context.Context, tenant, threadID string) error {
-	l := c.policy.For(tenant)
+	return c.admit(ctx, tenant, threadID, c.policy.For(tenant))
+}
+
+// admit checks a run of tenant on threadID against l.
+func (c *Checker) admit(ctx context.Context, tenant, threadID string, l Limits) error {
 	if l.zero() {
 		return nil
 	}
@@ -177,6 +189,20 @@ func (c *Checker) Admit(ctx context.Context, tenant, threadID string) error {
 		}
 	}
 	return nil
+}
+
+// AdmitQueued checks a queued run of tenant on thread threadID as it is
+// about to start, in the order concurrent_runs, tokens_per_day,
+// live_sandboxes: the first one it is over is an *ExceededError, whose
+// QueueWaits says whether the run waits (it stays QUEUED and starts once
+// the quota allows) or ends FAILED. runs_per_minute is not checked again:
+// it limits how many runs are asked for, and the queued run was counted,
+// and admitted, when it was asked for (Admit); counting it again as it
+// starts would count it twice.
+func (c *Checker) AdmitQueued(ctx context.Context, tenant, threadID string) error {
+	l := c.policy.For(tenant)
+	l.RunsPerMinute = 0
+	return c.admit(ctx, tenant, threadID, l)
 }
 
 // checkTokens: tenant's tokens of the last 24 hours must be under

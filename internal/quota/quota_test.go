@@ -154,3 +154,43 @@ func TestMiddleware(t *testing.T) {
 		t.Fatal("TokensMetered = true without a tokens_per_day quota")
 	}
 }
+
+// TestAdmitQueued: a queued run about to start is checked again, except
+// for runs_per_minute (it was counted when asked for); over
+// concurrent_runs or live_sandboxes it waits (QueueWaits), over
+// tokens_per_day it is refused for good.
+func TestAdmitQueued(t *testing.T) {
+	s := fixture(t)
+	cases := []struct {
+		name      string
+		limits    quota.Limits
+		sandboxes bool
+		want      string // the quota it is over ("": admitted)
+		waits     bool
+	}{
+		{name: "no quotas"},
+		{name: "runs per minute not counted again", limits: quota.Limits{RunsPerMinute: 1}},
+		{name: "concurrent runs waits", limits: quota.Limits{ConcurrentRuns: 1}, want: quota.ConcurrentRuns, waits: true},
+		{name: "live sandboxes waits", limits: quota.Limits{LiveSandboxes: 1}, sandboxes: true, want: quota.LiveSandboxes, waits: true},
+		{name: "tokens per day fails", limits: quota.Limits{TokensPerDay: 150, RunsPerMinute: 1}, want: quota.TokensPerDay},
+		{name: "waiting goes first", limits: quota.Limits{ConcurrentRuns: 1, TokensPerDay: 1}, want: quota.ConcurrentRuns, waits: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q, err := quota.New(quota.Config{Policy: quota.Policy{Tenants: map[string]quota.Limits{"acme": c.limits}}, Counts: s, Sandboxes: c.sandboxes,
+				Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = q.AdmitQueued(context.Background(), "acme", "tb")
+			var qe *quota.ExceededError
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("AdmitQueued: %v; want admitted", err)
+			case c.want == "":
+			case !errors.As(err, &qe) || qe.Quota != c.want || qe.QueueWaits() != c.waits:
+				t.Fatalf("AdmitQueued: %v; want over %s, waits %v", err, c.want, c.waits)
+			}
+		})
+	}
+}

@@ -11,8 +11,14 @@
 // deletes webhook deliveries finished longer ago than their TTL, and the
 // shared run event logs of threads whose last run ended longer ago than
 // theirs (run records stay), and the store routes' files not modified
-// for store_items (Items: each replica's own store), in batches. Checkpoints beyond the latest N
-// are pruned by the stores at every checkpoint.
+// for store_items (Items: each replica's own store), in batches. An
+// agent's own run_events and webhook_deliveries (Policy.AgentRunEvents,
+// AgentWebhookDeliveries) override its scope's in the same way, for the
+// event logs of threads whose last run was the agent's and for the
+// deliveries of the agent's runs: the scopes' batches leave those agents
+// out, and each agent's batches take its items of every tenant.
+// Checkpoints beyond the latest N (the agent's own N, if it has one) are
+// pruned by the stores at every checkpoint.
 //
 // A TTL of 0 keeps forever; agentd's config gives every TTL a finite
 // default, so that only an operator who writes 0 keeps anything forever.

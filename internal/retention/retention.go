@@ -46,13 +46,22 @@ type Rules struct {
 }
 
 // Policy is the default Rules and the tenants' own (which replace the
-// default entirely for that tenant), and the agents' idle-thread TTLs,
-// which override both for a thread whose last run was the agent's ("" =
-// the default agent; 0 keeps forever).
+// default entirely for that tenant), and the agents' own TTLs, which
+// override both for what belongs to the agent ("" = a run that named no
+// agent, which agentd maps to the default agent; 0 keeps forever; an
+// agent not in a map inherits): Agents for the threads whose last run was
+// the agent's, AgentRunEvents for their run event logs, and
+// AgentWebhookDeliveries for the deliveries of the agent's runs. (An
+// agent's checkpoints_keep is the stores' AgentCheckpointRetention,
+// applied at every checkpoint.)
 type Policy struct {
 	Default Rules
 	Tenants map[string]Rules
 	Agents  map[string]time.Duration
+	// AgentRunEvents are the agents' run_events TTLs.
+	AgentRunEvents map[string]time.Duration
+	// AgentWebhookDeliveries are the agents' webhook_deliveries TTLs.
+	AgentWebhookDeliveries map[string]time.Duration
 	// StoreItems deletes the files of store routes (every namespace) not
 	// modified for this long; 0 keeps them.
 	StoreItems time.Duration
@@ -148,7 +157,9 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
 	}
-	for _, d := range append(slices.Collect(maps.Values(cfg.Policy.Agents)), cfg.Policy.StoreItems) {
+	agentTTLs := slices.Concat(slices.Collect(maps.Values(cfg.Policy.Agents)), slices.Collect(maps.Values(cfg.Policy.AgentRunEvents)),
+		slices.Collect(maps.Values(cfg.Policy.AgentWebhookDeliveries)))
+	for _, d := range append(agentTTLs, cfg.Policy.StoreItems) {
 		if d < 0 {
 			return nil, errors.New("retention: TTLs must not be negative")
 		}
@@ -212,37 +223,33 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 	now := s.clock.Now()
 	tenants, rules := s.scopes()
 	except := tenants[:len(tenants)-1]
+	ownDeliveries := slices.Sorted(maps.Keys(s.cfg.Policy.AgentWebhookDeliveries))
+	ownEvents := slices.Sorted(maps.Keys(s.cfg.Policy.AgentRunEvents))
 	var errs []error
 	for i, tenant := range tenants {
 		r := rules[i]
 		if list := s.listTTL(r.ThreadsIdle); list > 0 {
 			errs = append(errs, s.threads(ctx, store.IdleQuery{Before: now.Add(-list), Tenant: tenant, Except: except, Limit: s.cfg.Batch}, now, r.ThreadsIdle, &c))
 		}
+		// The scope's TTLs apply to the agents without TTLs of their own.
 		if r.WebhookDeliveries > 0 {
-			q := store.ExpiredDeliveries{Before: now.Add(-r.WebhookDeliveries), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
-			for range maxBatches {
-				n, err := s.cfg.Store.DeleteFinishedDeliveries(ctx, q)
-				c.Deliveries += n
-				if err != nil {
-					errs = append(errs, err)
-				}
-				if err != nil || n < q.Limit {
-					break
-				}
-			}
+			q := store.ExpiredDeliveries{Before: now.Add(-r.WebhookDeliveries), Tenant: tenant, Except: except, ExceptAgents: ownDeliveries, Limit: s.cfg.Batch}
+			errs = append(errs, s.deliveries(ctx, q, &c))
 		}
 		if r.RunEvents > 0 {
-			q := store.ExpiredDeliveries{Before: now.Add(-r.RunEvents), Tenant: tenant, Except: except, Limit: s.cfg.Batch}
-			for range maxBatches {
-				n, err := s.cfg.Store.DeleteExpiredRunEvents(ctx, q)
-				c.RunEvents += n
-				if err != nil {
-					errs = append(errs, err)
-				}
-				if err != nil || n == 0 {
-					break
-				}
-			}
+			q := store.ExpiredDeliveries{Before: now.Add(-r.RunEvents), Tenant: tenant, Except: except, ExceptAgents: ownEvents, Limit: s.cfg.Batch}
+			errs = append(errs, s.runEvents(ctx, q, &c))
+		}
+	}
+	// An agent's own TTLs apply to its items of every tenant.
+	for _, name := range ownDeliveries {
+		if d := s.cfg.Policy.AgentWebhookDeliveries[name]; d > 0 {
+			errs = append(errs, s.deliveries(ctx, store.ExpiredDeliveries{Before: now.Add(-d), Agents: []string{name}, Limit: s.cfg.Batch}, &c))
+		}
+	}
+	for _, name := range ownEvents {
+		if d := s.cfg.Policy.AgentRunEvents[name]; d > 0 {
+			errs = append(errs, s.runEvents(ctx, store.ExpiredDeliveries{Before: now.Add(-d), Agents: []string{name}, Limit: s.cfg.Batch}, &c))
 		}
 	}
 	s.deleted.WithLabelValues("threads").Add(float64(c.Threads))
@@ -283,6 +290,32 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems), zap.Int("snapshots-deleted", c.Snapshots))
 	}
 	return c, errors.Join(errs...)
+}
+
+// deliveries deletes the finished deliveries q selects, batch after
+// batch.
+func (s *Sweeper) deliveries(ctx context.Context, q store.ExpiredDeliveries, c *Counts) error {
+	for range maxBatches {
+		n, err := s.cfg.Store.DeleteFinishedDeliveries(ctx, q)
+		c.Deliveries += n
+		if err != nil || n < q.Limit {
+			return err
+		}
+	}
+	return nil
+}
+
+// runEvents deletes the run event logs q selects, batch after batch (n
+// counts events, not threads: a batch that deleted none is the last).
+func (s *Sweeper) runEvents(ctx context.Context, q store.ExpiredDeliveries, c *Counts) error {
+	for range maxBatches {
+		n, err := s.cfg.Store.DeleteExpiredRunEvents(ctx, q)
+		c.RunEvents += n
+		if err != nil || n == 0 {
+			return err
+		}
+	}
+	return nil
 }
 
 // listTTL is the idle time threads of a scope whose TTL is ttl are

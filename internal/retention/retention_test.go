@@ -132,6 +132,8 @@ func TestBadConfig(t *testing.T) {
 		{"negative ttl", retention.Config{Store: st, Delete: del, Policy: retention.Policy{Tenants: map[string]retention.Rules{"a": {ThreadsIdle: -1}}}}},
 		{"negative agent ttl", retention.Config{Store: st, Delete: del, ThreadInfo: func(context.Context, string) (string, time.Time, error) { return "", time.Time{}, nil },
 			Policy: retention.Policy{Agents: map[string]time.Duration{"a": -1}}}},
+		{"negative agent run_events", retention.Config{Store: st, Delete: del, Policy: retention.Policy{AgentRunEvents: map[string]time.Duration{"a": -1}}}},
+		{"negative agent webhook_deliveries", retention.Config{Store: st, Delete: del, Policy: retention.Policy{AgentWebhookDeliveries: map[string]time.Duration{"a": -time.Hour}}}},
 		{"agent ttls without thread info", retention.Config{Store: st, Delete: del, Policy: retention.Policy{Agents: map[string]time.Duration{"a": time.Hour}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,7 +27,8 @@
 //     (interrupt.go: agent.RunInput.Stop and Rollback), or, with
 //     Config.Steers, handed to the running run at its next model call
 //     (steer.go); Cancel also ends the thread's queued runs and CancelRun
-//     one run (cancel.go).
+//     one run (cancel.go). A queued run is admitted again just before it
+//     starts (Config.AdmitQueued: it waits in its queue, or ends FAILED).
 //
 // With Config.Leases (replicas sharing a store) it also guarantees:
 //

@@ -64,9 +64,17 @@ type Config struct {
 	// Admit, if set, is asked before a Run, a Resume or a queued run is
 	// accepted, with the caller's tenant and the thread ("" = a new
 	// one): an error refuses the request before anything starts (agentd
-	// checks the tenant's quotas here, internal/quota). Takeovers and
-	// queued runs that start later are not asked again.
+	// checks the tenant's quotas here, internal/quota). Takeovers are
+	// not asked again: they continue a run that started.
 	Admit func(ctx context.Context, tenant, threadID string) error
+	// AdmitQueued, if set, is asked before a queued run starts, with
+	// its thread's tenant and the thread. An error whose chain has a
+	// QueueWaits() bool method answering true keeps the run QUEUED: the
+	// queue scan (QueueInterval) tries again, in the thread's order. Any
+	// other error ends the run FAILED with agent.ErrorInfo of it before
+	// it starts, and the thread's next queued run is tried (agentd
+	// checks the tenant's quotas here, quota.Checker.AdmitQueued).
+	AdmitQueued func(ctx context.Context, tenant, threadID string) error
 	// MaxConcurrentRuns is server.max_concurrent_runs (0 = 64).
 	MaxConcurrentRuns int
 	// DetachOnDisconnect is server.detach_on_disconnect: runs keep going

@@ -209,7 +209,7 @@ func (h *Host) startQueued(threadID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
 	defer cancel()
 	lg := h.lg.With(zap.String("thread-id", threadID))
-	if ok, _, err := h.queueCanMove(ctx, threadID); !ok {
+	if ok, _, _, err := h.queueCanMove(ctx, threadID); !ok {
 		if err != nil {
 			lg.Warn("look at the thread's queued runs", zap.Error(err))
 		}
@@ -230,7 +230,7 @@ func (h *Host) startQueued(threadID string) {
 			started atomic.Bool
 		)
 		err := h.leased(runCtx, threadID, func(e agent.Event) { r.Emit(agentconv.EventToPB(e)) }, func(ctx context.Context, u underLease, sink agent.Sink) error {
-			ok, takeover, err := h.queueCanMove(ctx, threadID)
+			ok, takeover, tenantName, err := h.queueCanMove(ctx, threadID)
 			switch {
 			case err != nil:
 				return err
@@ -247,6 +247,9 @@ func (h *Host) startQueued(threadID string) {
 				return err
 			}
 			runID = next.Record.RunID
+			if err := h.admitQueued(ctx, tenantName, threadID, runID); err != nil {
+				return err
+			}
 			lg.Info("starting a queued run", zap.String("run-id", runID))
 			in := agent.RunInput{
 				ThreadID: threadID, RunID: runID, Spec: next.Record.Spec, Input: next.Record.Input, CreatedAt: next.Record.CreatedAt, Metadata: next.Record.Metadata,
@@ -271,7 +274,11 @@ func (h *Host) startQueued(threadID string) {
 			lg.Debug("the thread's queue did not move", zap.Error(err))
 		}
 		h.end(r, err)
-		h.afterSegment(r.ThreadID())
+		if !errors.Is(err, errQuotaWaits) {
+			// A queue waiting for its tenant's quota is tried again by
+			// the queue scan, not at once (it would wait again).
+			h.afterSegment(r.ThreadID())
+		}
 	}()
 	// Nobody streams a queued run: drain its owner's stream so that it
 	// behaves as a detached run (Attach and WaitRun follow it).
@@ -285,20 +292,57 @@ func (h *Host) startQueued(threadID string) {
 // now: the thread has a queued run and no pending interrupt, and its last
 // run is not RUNNING. takeover reports such a RUNNING run: its replica
 // died or handed it off, and it is taken over first (its end starts the
-// queue).
-func (h *Host) queueCanMove(ctx context.Context, threadID string) (ok, takeover bool, err error) {
+// queue). tenant is the thread's.
+func (h *Host) queueCanMove(ctx context.Context, threadID string) (ok, takeover bool, tenant string, err error) {
 	next, err := h.cfg.Runs.NextQueuedRun(ctx, threadID)
 	if err != nil || next == nil {
-		return false, false, err
+		return false, false, "", err
 	}
 	td, err := h.threads.LoadThread(ctx, threadID)
 	if err != nil {
-		return false, false, err
+		return false, false, "", err
 	}
 	if td.LastRun != nil && td.LastRun.Status == agent.StatusRunning && td.Interrupt == nil {
-		return false, true, nil
+		return false, true, td.Thread.Tenant, nil
 	}
-	return td.Interrupt == nil, false, nil
+	return td.Interrupt == nil, false, td.Thread.Tenant, nil
+}
+
+// errQuotaWaits: the thread's next queued run waits for its tenant's
+// quota (Config.AdmitQueued); the queue scan tries again.
+var errQuotaWaits = fmt.Errorf("%w for its tenant's quota", errQueueWaits)
+
+// queueWaiter is an AdmitQueued error that keeps the run QUEUED.
+type queueWaiter interface {
+	error
+	QueueWaits() bool
+}
+
+// admitQueued asks Config.AdmitQueued whether queued run runID of
+// tenant's thread may start now: nil, errQuotaWaits (it stays QUEUED), or
+// the refusal, after the run was ended FAILED with it.
+func (h *Host) admitQueued(ctx context.Context, tenant, threadID, runID string) error {
+	if h.cfg.AdmitQueued == nil {
+		return nil
+	}
+	err := h.cfg.AdmitQueued(ctx, tenant, threadID)
+	if err == nil {
+		return nil
+	}
+	lg := h.lg.With(zap.String("thread-id", threadID), zap.String("run-id", runID))
+	if w, ok := errors.AsType[queueWaiter](err); ok && w.QueueWaits() {
+		lg.Debug("a queued run waits for its tenant's quota", zap.Error(err))
+		return fmt.Errorf("%w: %w", errQuotaWaits, err)
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	lg.Info("a queued run is refused as it starts; it ends FAILED", zap.Error(err))
+	info := agent.ErrorInfo(err)
+	if eerr := h.cfg.Runs.EndQueuedRun(ctx, runID, agent.StatusFailed, &info, h.clock.Now()); eerr != nil {
+		lg.Warn("end a queued run refused as it starts", zap.Error(eerr))
+	}
+	return err
 }
 
 // afterSegment is called when a run segment of the thread ended here

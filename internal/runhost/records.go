@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/agent"
 	"github.com/plumbhq/plumb/pkg/store"
 )
@@ -100,53 +99,4 @@ func (h *Host) WaitRun(ctx context.Context, runID string, until time.Time, allow
 		}
 	}
 	return ri, false, nil
-}
-
-// recordWait bounds how long startedWhenRecorded holds run_started back;
-// recordPoll is how often it reads the record meanwhile.
-const (
-	recordWait = 10 * time.Second
-	recordPoll = 5 * time.Millisecond
-)
-
-// startedWhenRecorded holds a new run's run_started back from send until
-// the run's record is in the store: the runtime emits run_started just
-// before its first checkpoint writes the record, and a client that got
-// the run id (a detached Run, then WaitRun or GetRun at once, on any
-// replica) must find the run. The first checkpoint follows at once, so
-// the wait is short; it is bounded (recordWait) for a run whose first
-// checkpoint fails, which then ends with an error event.
-func (h *Host) startedWhenRecorded(send Send) Send {
-	if h.cfg.Runs == nil {
-		return send
-	}
-	return func(e *plumbv1.Event) error {
-		if rs := e.GetRunStarted(); rs != nil {
-			h.awaitRecord(e.GetRunId())
-		}
-		return send(e)
-	}
-}
-
-// awaitRecord polls run runID's record until it exists, or recordWait.
-func (h *Host) awaitRecord(runID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
-	defer cancel()
-	tick := time.NewTicker(recordPoll)
-	defer tick.Stop()
-	for {
-		_, err := h.cfg.Runs.GetRun(ctx, runID)
-		if !errors.Is(err, store.ErrRunNotFound) {
-			if err != nil && ctx.Err() == nil {
-				h.lg.Warn("read a new run's record", zap.String("run-id", runID), zap.Error(err))
-			}
-			return
-		}
-		select {
-		case <-ctx.Done():
-			h.lg.Warn("a new run's record was not written in time; run_started is sent without it", zap.String("run-id", runID))
-			return
-		case <-tick.C:
-		}
-	}
 }

@@ -42,7 +42,9 @@ func (h *Host) watchEnd(sink agent.Sink) (_ agent.Sink, ended func() *RunEnd) {
 	)
 	return func(e agent.Event) {
 			sink(e)
-			if !agent.IsTerminal(e.Payload) || e.AgentPath != "" && e.AgentPath != "main" {
+			// The root agent's path is its name (any primary agent, not
+			// only "main"); a subagent's events name its task call.
+			if !agent.IsTerminal(e.Payload) || e.ParentToolCallID != "" {
 				return
 			}
 			if re, ok := e.Payload.(agent.RunError); ok && re.Code == agent.CodeLeaseLost {

@@ -40,7 +40,6 @@ func (h *Host) Run(ctx context.Context, in agent.RunInput, detach bool, send Sen
 	if err := h.admit(ctx, in.ThreadID); err != nil {
 		return err
 	}
-	send = h.startedWhenRecorded(send)
 	return h.serve(ctx, in.ThreadID, detach, "run", func(ctx context.Context, sink agent.Sink) error {
 		if in.ThreadID == "" {
 			// The host creates new threads itself, owned by the

@@ -287,7 +287,7 @@ func (s *Service) OnRunEnd(ctx context.Context, end runhost.RunEnd) error {
 		}
 		now := s.now()
 		d := store.Delivery{
-			ID: p.ID, Tenant: tenant.Norm(td.Thread.Tenant), ThreadID: end.ThreadID, RunID: end.RunID, Event: string(p.Type), URL: t.URL,
+			ID: p.ID, Tenant: tenant.Norm(td.Thread.Tenant), ThreadID: end.ThreadID, RunID: end.RunID, Agent: agentName, Event: string(p.Type), URL: t.URL,
 			Payload: body, NextAttempt: now, GiveUp: now.Add(s.cfg.RetryFor), Created: now,
 		}
 		created, err := s.cfg.Store.EnqueueDelivery(ctx, d)

@@ -123,7 +123,7 @@ func end(runID, url string, p agent.Payload) runhost.RunEnd {
 	started := time.Now().Add(-time.Minute)
 	return runhost.RunEnd{ThreadID: "th-" + runID, RunID: runID, Payload: p, Time: time.Now(), Thread: &agent.ThreadData{
 		Thread:  agent.Thread{ID: "th-" + runID, Tenant: "acme"},
-		LastRun: &agent.RunRecord{RunID: runID, Spec: agent.RunSpec{WebhookURL: url}, StartedAt: started, Usage: model.Usage{Prompt: 10, Completion: 5, Total: 15}},
+		LastRun: &agent.RunRecord{RunID: runID, Spec: agent.RunSpec{Agent: "support", WebhookURL: url}, StartedAt: started, Usage: model.Usage{Prompt: 10, Completion: 5, Total: 15}},
 	}}
 }
 
@@ -204,6 +204,9 @@ func TestDeliveries(t *testing.T) {
 			var p webhook.Payload
 			if err := json.Unmarshal(reqs[0].body, &p); err != nil {
 				t.Fatal(err)
+			}
+			if p.Agent != "support" || d.Agent != p.Agent {
+				t.Fatalf("payload agent %q, recorded agent %q; want the run's, support (per-agent retention selects by it)", p.Agent, d.Agent)
 			}
 			if p.ID != d.ID || p.Type != webhook.RunSucceeded || p.RunID != runID || p.ThreadID != "th-"+runID || p.Status != "COMPLETED" ||
 				p.Usage == nil || p.Usage.TotalTokens != 15 || p.StartedAt == nil || p.FinishedAt == nil || reqs[0].header.Get(webhook.EventHeader) != "run.succeeded" {

@@ -145,6 +145,56 @@ func TestStorageFailureIsAnErrorEvent(t *testing.T) {
 	}
 }
 
+// TestRunStartedAfterRecord: a run's record and input are committed
+// before run_started reaches the sink, so that a client that got the run
+// id from run_started finds the run in the store at once; a run whose
+// first checkpoint fails has not started: Run returns the error and the
+// sink gets nothing.
+func TestRunStartedAfterRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail agent.Phase
+	}{
+		{"recorded first", ""},
+		{"input checkpoint fails", agent.PhaseInput},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.srv.Script("main", modeltest.Text("hi"))
+			st := failingStore{h.store, tc.fail}
+			runner := agent.NewRunner(st, func(ctx context.Context, req agent.ConfigureRequest) (*agent.Config, error) {
+				return &agent.Config{Model: modelOf(t, h), Agent: "main"}, nil
+			})
+			var rec recorder
+			checked := false
+			sink := func(e agent.Event) {
+				if rs, ok := e.Payload.(agent.RunStarted); ok {
+					checked = true
+					td, err := h.store.LoadThread(context.Background(), rs.ThreadID)
+					if err != nil || td.LastRun == nil || td.LastRun.RunID != rs.RunID || td.LastRun.Status != agent.StatusRunning ||
+						len(td.Messages) != 1 || td.Messages[0].Content != "go" {
+						t.Errorf("at run_started the store has %+v, %v; want the run RUNNING and its input", td, err)
+					}
+				}
+				rec.sink(e)
+			}
+			_, err := runner.Run(context.Background(), agent.RunInput{Input: []string{"go"}}, sink)
+			if tc.fail != "" {
+				if err == nil || !strings.Contains(err.Error(), "disk on fire") || len(rec.all()) != 0 {
+					t.Fatalf("Run = %v after %d events; want the checkpoint's error before any event", err, len(rec.all()))
+				}
+				return
+			}
+			if err != nil || !checked {
+				t.Fatalf("Run = %v, run_started seen: %v", err, checked)
+			}
+			if f, ok := lastPayload(&rec).(agent.RunFinished); !ok || f.Status != agent.StatusCompleted {
+				t.Fatalf("last %+v", lastPayload(&rec))
+			}
+		})
+	}
+}
+
 type failingHook struct{ agent.BaseMiddleware }
 
 func (failingHook) Name() string { return "broken" }

@@ -96,8 +96,11 @@ func TestFlushGatesEveryCheckpoint(t *testing.T) {
 	var rec recorder
 	var seen []uint64 // the last sequence in the sink at each flush
 	flush := func(context.Context) error {
-		evs := rec.all()
-		seen = append(seen, evs[len(evs)-1].Sequence)
+		var last uint64 // the input's checkpoint comes before run_started
+		if evs := rec.all(); len(evs) > 0 {
+			last = evs[len(evs)-1].Sequence
+		}
+		seen = append(seen, last)
 		return nil
 	}
 	res, err := h.runner.Run(t.Context(), agent.RunInput{Input: []string{"count"}, Flush: flush}, rec.sink)

@@ -330,7 +330,6 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	x.stop = in.Stop
 	x.rollback = in.Rollback
 	rr.steerable(x)
-	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
 
 	var inputs []Message
 	for _, text := range in.Input {
@@ -339,9 +338,14 @@ func (r *Runner) Run(ctx context.Context, in RunInput, sink Sink) (res *RunResul
 	st.Append(inputs...)
 	runCtx, cancel := rr.context(ctx)
 	defer cancel()
+	// The input and the run's record are committed before run_started:
+	// a client that got the run id from run_started finds the run
+	// (GetRun, WaitRun, on any replica sharing the store). A run whose
+	// first checkpoint fails has not started: its error is returned.
 	if err := x.save(runCtx, PhaseInput); err != nil {
-		return rr.finish(runCtx, loopEnd{kind: endFailed, err: err}), nil
+		return nil, fmt.Errorf("run %s: the input's checkpoint: %w", runID, err)
 	}
+	rr.rc.Emit(RunStarted{ThreadID: threadID, RunID: runID, Agent: cfg.Agent, Model: cfg.ModelKey})
 	return handedOff(rr.start(runCtx, nil))
 }
 

@@ -8,8 +8,10 @@ import (
 // Retention is what the retention sweeper (internal/retention) asks of a
 // durable store: the threads idle past a TTL, the finished webhook
 // deliveries past theirs, and the run event logs of runs that ended
-// longer ago than theirs. Checkpoints are pruned at every SaveCheckpoint
-// (Options.CheckpointRetention); a thread's run event log holds its
+// longer ago than theirs, each of them by tenant and by agent.
+// Checkpoints are pruned at every SaveCheckpoint (the stores'
+// Options.CheckpointRetention, and AgentCheckpointRetention for the
+// checkpoint's run's agent); a thread's run event log holds its
 // latest run only and goes with the thread if it is still there. Every
 // implementation must pass storetest.RunRetention.
 type Retention interface {
@@ -54,6 +56,13 @@ type ExpiredDeliveries struct {
 	Except []string
 	// Limit bounds the batch (default 500).
 	Limit int
+	// Agents, if set, keeps only the items of these agents: a
+	// delivery's (Delivery.Agent), a thread's last run's for its event
+	// log ("" = a run that named no agent). ExceptAgents leaves these
+	// agents' items out. They select the agents with TTLs of their own
+	// (agents.<name>.retention).
+	Agents       []string
+	ExceptAgents []string
 }
 
 // BatchSize is limit, or def when limit is not positive.
@@ -62,4 +71,14 @@ func BatchSize(limit, def int) int {
 		return def
 	}
 	return limit
+}
+
+// CheckpointsKept is how many checkpoint records a thread keeps after a
+// checkpoint of a run of agentName: the agent's own count in agents (the
+// stores' Options.AgentCheckpointRetention) when positive, else def.
+func CheckpointsKept(def int, agents map[string]int, agentName string) int {
+	if n := agents[agentName]; n > 0 {
+		return n
+	}
+	return def
 }

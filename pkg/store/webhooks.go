@@ -57,6 +57,10 @@ type Delivery struct {
 	Tenant   string
 	ThreadID string
 	RunID    string
+	// Agent is the run's agent profile ("" = unknown, or a delivery
+	// recorded before agents were); the retention sweeper's per-agent
+	// webhook_deliveries TTL selects by it.
+	Agent string
 	// Event is the event type (run.succeeded, ...).
 	Event string
 	URL   string
@@ -166,7 +170,7 @@ func ScanWebhookKey(r Scanner, tenant string) (WebhookKey, error) {
 // DeliveryColumns are the webhook_deliveries columns ScanDelivery reads,
 // in order.
 const DeliveryColumns = `id, tenant, thread_id, run_id, event, url, payload, status, attempts, last_status_code, last_error,
-	next_attempt, claim_holder, claim_expires, give_up, created_at, finished_at`
+	next_attempt, claim_holder, claim_expires, give_up, created_at, finished_at, agent`
 
 // ScanDelivery reads one row of DeliveryColumns.
 func ScanDelivery(r Scanner) (Delivery, error) {
@@ -176,7 +180,7 @@ func ScanDelivery(r Scanner) (Delivery, error) {
 		next, claimExp, giveUp, created, finished int64
 	)
 	if err := r.Scan(&d.ID, &d.Tenant, &d.ThreadID, &d.RunID, &d.Event, &d.URL, &d.Payload, &status, &d.Attempts, &d.LastStatusCode, &d.LastError,
-		&next, &d.ClaimHolder, &claimExp, &giveUp, &created, &finished); err != nil {
+		&next, &d.ClaimHolder, &claimExp, &giveUp, &created, &finished, &d.Agent); err != nil {
 		return Delivery{}, err
 	}
 	d.Status = DeliveryStatus(status)

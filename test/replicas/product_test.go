@@ -42,6 +42,11 @@ const (
 // ttlIdle is tenant ttl's retention.threads_idle.
 const ttlIdle = 3 * time.Second
 
+// briefAgent is an agent with retention TTLs of its own
+// (agents.<name>.retention): 2 checkpoints, webhook deliveries and run
+// event logs kept a second.
+const briefAgent = "brief"
+
 // The scenarios productTurn answers itself (the others go to policy.turn).
 const (
 	// skillScenario + name: read_file /skills/<name>/SKILL.md, then
@@ -137,6 +142,7 @@ func startProduct(t *testing.T, mode string) *product {
 		turns[i] = modeltest.Dynamic(productTurn(pol))
 	}
 	model.Script("main", turns...)
+	model.Script(briefAgent, turns[:100]...)
 	t.Setenv("FLEET_MODEL_KEY", "test-key")
 	t.Setenv("PLUMB_SECRETS_KEY", base64.StdEncoding.EncodeToString([]byte(strings.Repeat("p", 32))))
 
@@ -176,7 +182,9 @@ retention:
   tenants: {%s: {threads_idle: %s}}
 quotas:
   tenants: {%s: {concurrent_runs: 1}}
-`, storage, model.URL(), replicaHeader, name, sd.GRPCAddr, tenantTTL, ttlIdle, tenantQuota)
+agents:
+  %s: {retention: {checkpoints_keep: 2, webhook_deliveries: 1s, run_events: 1s}}
+`, storage, model.URL(), replicaHeader, name, sd.GRPCAddr, tenantTTL, ttlIdle, tenantQuota, briefAgent)
 		path := filepath.Join(dir, name+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
@@ -227,6 +235,7 @@ func TestProduct(t *testing.T) {
 		{"steer", productSteer},
 		{"quota", productQuota},
 		{"retention", productRetention},
+		{"agent-retention", productAgentRetention},
 		{"usage", productUsage},
 		{"skills", productSkills},
 		{"tenancy", productTenancy},
@@ -538,6 +547,24 @@ func productSchedule(t *testing.T, p *product) {
 	if after := fires(); len(after) != len(list) {
 		t.Fatalf("the paused schedule fired: %d fires, %d when paused", len(after), len(list))
 	}
+	// Once per tick with every replica up and polling: the model saw
+	// exactly the fires' runs, one call each — no run without a fire, no
+	// second run for a tick (a fire record is unique per tick; this also
+	// catches a replica that would start a run without winning the tick).
+	calls := map[string]int{}
+	for _, r := range p.model.Requests("main") {
+		if lastUser(r.Body.Messages) == sc {
+			calls[r.RunID]++
+		}
+	}
+	if len(calls) != len(list) {
+		t.Fatalf("the model saw %d scheduled runs (%v); %d fires were recorded", len(calls), calls, len(list))
+	}
+	for _, fr := range list {
+		if calls[fr.GetRunId()] != 1 {
+			t.Fatalf("run %s of tick %s called the model %d times; want once", fr.GetRunId(), fr.GetTick().AsTime(), calls[fr.GetRunId()])
+		}
+	}
 	if _, err := p.at(0).c.DeleteSchedule(p.ctx, &plumbv1.DeleteScheduleRequest{ScheduleId: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -645,6 +672,63 @@ func productRetention(t *testing.T, p *product) {
 	wantCode(t, "ListRuns of a deleted thread", err, codes.NotFound)
 	_, err = p.sandbox.GetSandbox(p.ctx, &plumbv1.GetSandboxRequest{SandboxId: box})
 	wantCode(t, "the deleted thread's sandbox", err, codes.NotFound)
+}
+
+// productAgentRetention is item 5 per agent: agent brief's own TTLs
+// override the default ones for what is its own. Its run's thread keeps 2
+// checkpoints (the default agent's keeps more), its run's webhook
+// delivery is swept a second after it finished while the default agent's
+// stays, and (PostgreSQL) its thread's shared event log goes while the
+// default agent's thread's stays.
+func productAgentRetention(t *testing.T, p *product) {
+	rcv := newHookReceiver(t)
+	start := func(i int, agentName, scenario string) (runID, thread string) {
+		t.Helper()
+		rs, err := p.at(i).c.Run(p.ctx, &plumbv1.RunRequest{Agent: agentName, Input: []*plumbv1.InputMessage{{Content: scenario}}, Detach: true, WebhookUrl: rcv.URL + "/hook"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := follow(scenario, 0, rs.Recv).finished(t, plumbv1.RunStatus_RUN_STATUS_COMPLETED)
+		return evs[0].GetRunId(), evs[0].GetThreadId()
+	}
+	mainRun, mainThread := start(0, "", textOnly+p.mode+"-agent-retention-main")
+	briefRun, briefThread := start(1, briefAgent, textOnly+p.mode+"-agent-retention-brief")
+	deliveries := func(i int, runID string) []*plumbv1.WebhookDelivery {
+		res, err := p.at(i).c.ListWebhookDeliveries(p.ctx, &plumbv1.ListWebhookDeliveriesRequest{RunId: runID})
+		if err != nil {
+			t.Fatalf("ListWebhookDeliveries: %v", err)
+		}
+		return res.GetDeliveries()
+	}
+	waitFor(t, "both runs' webhooks delivered", func() bool {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		return rcv.byRun[mainRun] == 1 && rcv.byRun[briefRun] == 1
+	})
+	i := 0
+	waitFor(t, "agent brief's delivery to be swept", func() bool { i++; return len(deliveries(i, briefRun)) == 0 })
+	if d := deliveries(0, mainRun); len(d) != 1 {
+		t.Fatalf("the default agent's run has %d deliveries after brief's was swept; want its one, kept (default TTL)", len(d))
+	}
+	checkpoints := func(thread string) int {
+		res, err := p.at(1).c.ListCheckpoints(p.ctx, &plumbv1.ListCheckpointsRequest{ThreadId: thread, PageSize: 500})
+		if err != nil {
+			t.Fatalf("ListCheckpoints: %v", err)
+		}
+		return len(res.GetCheckpoints())
+	}
+	if n, m := checkpoints(briefThread), checkpoints(mainThread); n != 2 || m <= 2 {
+		t.Fatalf("checkpoints kept: %d on brief's thread, %d on the default agent's; want 2 and every one (more than 2)", n, m)
+	}
+	if p.mode != "pg" {
+		return // one agentd on SQLite keeps no shared event log
+	}
+	waitFor(t, "agent brief's run event log to expire", func() bool {
+		i++
+		_, err := p.attach(t, p.at(i), briefThread, 0).end(t)
+		return status.Code(err) == codes.OutOfRange
+	})
+	p.attach(t, p.at(0), mainThread, 0).finished(t, plumbv1.RunStatus_RUN_STATUS_COMPLETED)
 }
 
 // productUsage is item 6: GetUsage reports the scripted model's token

@@ -1,6 +1,7 @@
 package replicas
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,4 +82,48 @@ func TestQuotasAcrossReplicas(t *testing.T) {
 
 	f.refusedForQuota(t, f.b, "quota-after-b", "tokens_per_day")
 	f.refusedForQuota(t, f.a, "quota-after-a", "tokens_per_day")
+}
+
+// TestTakeoverAndQuotas: a run taken over is not a new run, and the token
+// quota still applies to it. With concurrent_runs 1, runs_per_minute 1
+// and tokens_per_day 1 for the tenant, replica a starts a run (the
+// minute's one run) and is killed in its first model call, before any
+// token was counted. Replica b takes the run over — not refused as a
+// second run of the minute — and makes the model call again; that call
+// crosses tokens_per_day, its tool step runs once, and the run ends
+// FAILED with QUOTA_EXCEEDED at the next step, with no further call. A
+// new Run is then refused for a quota.
+func TestTakeoverAndQuotas(t *testing.T) {
+	f := startFleet(t, config{leaseTTL: 2 * time.Second, graceA: 10 * time.Second, extra: `quotas:
+  tenants:
+    default: {concurrent_runs: 1, runs_per_minute: 1, tokens_per_day: 1}
+`})
+	const sc = "quota-takeover"
+	hung := f.policy.hang(sc, "a", 0)
+	ra := f.run(t, f.a, sc)
+	hung.wait(t, "the run's first model call on replica a")
+	thread := ra.thread(t)
+	if err := f.a.proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	f.a.proc.Wait(hangGuard)
+	evs, _ := ra.end(t) // cut: the connection is gone
+	runID := evs[0].GetRunStarted().GetRunId()
+
+	rec := f.waitRun(t, f.b, runID)
+	if rec.GetStatus() != plumbv1.RunStatus_RUN_STATUS_FAILED || rec.GetError().GetCode() != "QUOTA_EXCEEDED" || rec.GetHolder() == "" {
+		t.Fatalf("the taken-over run = %v; want FAILED with QUOTA_EXCEEDED on replica b", rec)
+	}
+	f.wantSteps(t, thread, sc, 1)
+	if n := f.model.Count("main"); n != 2 {
+		t.Fatalf("the model was called %d times; want 2 (a's call cut by the kill, b's that crossed the quota, none after)", n)
+	}
+	rs, err := f.b.c.Run(f.ctx, &plumbv1.RunRequest{Input: []*plumbv1.InputMessage{{Content: "quota-after-takeover"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = follow("run after the takeover", 0, rs.Recv).end(t)
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted {
+		t.Fatalf("a new Run after the takeover: %v; want RESOURCE_EXHAUSTED for a quota", err)
+	}
 }

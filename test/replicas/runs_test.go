@@ -53,7 +53,8 @@ func (f *fleet) enqueue(t *testing.T, r *replica, thread, scenario string) *plum
 }
 
 // TestDetachedRunWaitedElsewhere: a detached run started on replica a,
-// whose client goes away at once, is a resource on replica b: WaitRun
+// whose client goes away at once, is a resource on replica b: GetRun
+// finds it right after run_started, WaitRun
 // with a short timeout returns it RUNNING (timed_out, not an error),
 // GetRun and ListRuns show it, and once it can go on WaitRun returns its
 // final record: input, COMPLETED, usage, times and the replica that ran
@@ -72,6 +73,11 @@ func TestDetachedRunWaitedElsewhere(t *testing.T) {
 		t.Fatalf("first event %v, %v", first, err)
 	}
 	runID, thread := first.GetEvent().GetRunId(), first.GetEvent().GetThreadId()
+	// At once, on the other replica: the record is committed before
+	// run_started is sent.
+	if got, err := f.b.c.GetRun(f.ctx, &plumbv1.GetRunRequest{RunId: runID}); err != nil || got.GetRun().GetStatus() != plumbv1.RunStatus_RUN_STATUS_RUNNING {
+		t.Fatalf("GetRun on replica b right after run_started on a = %v, %v; want the run RUNNING", got, err)
+	}
 	gate.wait(t, "step 2's model call on replica a")
 
 	resp, err := f.b.c.WaitRun(f.ctx, &plumbv1.WaitRunRequest{RunId: runID, Timeout: durationpb.New(time.Second)})

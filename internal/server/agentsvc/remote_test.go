@@ -3,11 +3,14 @@ package agentsvc_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/internal/server/agentsvc"
@@ -336,4 +339,60 @@ func attachAll(t *testing.T, e *env, thread, name string) []*plumbv1.Event {
 		t.Fatalf("attach on replica %s: %v (kinds %v)", name, err, kinds(evs, true))
 	}
 	return evs
+}
+
+// TestRunFoundAtOnceOnOtherReplica: a client that got a detached run's id
+// from run_started on replica A finds the run at once on replica B —
+// GetRun answers RUNNING with its input, without any wait or retry — and
+// WaitRun there follows it to its end: the run's record is committed
+// before run_started is sent (pkg/agent's Runner.Run), not polled for.
+func TestRunFoundAtOnceOnOtherReplica(t *testing.T) {
+	dsn := pgtest.New(t)
+	replica := func(name string) *env {
+		st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return newEnv(t, withShared(st, name)) // the store itself: its run records too, as agentd has them
+	}
+	a, b := replica("replica-a"), replica("replica-b")
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	const runs = 3
+	var turns []modeltest.Turn
+	for range runs {
+		turns = append(turns, modeltest.Turn{Dynamic: func(modeltest.Request) modeltest.Turn {
+			<-gate
+			return modeltest.Text("done")
+		}})
+	}
+	a.srv.Script("main", turns...)
+	var ids []string
+	for i := range runs {
+		input := fmt.Sprintf("go %d", i)
+		req := runReq("", input)
+		req.Detach = true
+		ctx, cancel := context.WithCancel(a.ctx())
+		s, err := a.c.Run(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runID := recvUntil(t, s, "run_started")[0].GetRunId()
+		cancel() // the client leaves; the detached run goes on
+		got, err := b.c.GetRun(b.ctx(), &plumbv1.GetRunRequest{RunId: runID})
+		if r := got.GetRun(); err != nil || r.GetStatus() != plumbv1.RunStatus_RUN_STATUS_RUNNING || !slices.Equal(r.GetInput(), []string{input}) {
+			t.Fatalf("run %d: GetRun on replica B right after run_started on A = %v, %v; want it RUNNING with its input", i, got, err)
+		}
+		ids = append(ids, runID)
+	}
+	release()
+	for _, id := range ids {
+		w, err := b.c.WaitRun(b.ctx(), &plumbv1.WaitRunRequest{RunId: id, Timeout: durationpb.New(25 * time.Second)})
+		if err != nil || w.GetTimedOut() || w.GetRun().GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED || w.GetRun().GetFinalText() != "done" {
+			t.Fatalf("WaitRun %s on replica B = %v, %v; want COMPLETED", id, w, err)
+		}
+	}
 }

@@ -119,7 +119,8 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 		b.Queue(`INSERT INTO checkpoints (thread_id, run_id, phase, step, message_count, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			cp.ThreadID, cp.Run.RunID, string(cp.Phase), cp.Step, count, store.Nanos(cp.CreatedAt))
 		b.Queue(`DELETE FROM checkpoints WHERE thread_id = $1 AND id NOT IN
-			(SELECT id FROM checkpoints WHERE thread_id = $1 ORDER BY id DESC LIMIT $2)`, cp.ThreadID, s.retention)
+			(SELECT id FROM checkpoints WHERE thread_id = $1 ORDER BY id DESC LIMIT $2)`, cp.ThreadID,
+			store.CheckpointsKept(s.retention, s.agentRetention, cp.Run.Spec.Agent))
 		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", cp.ThreadID, err)
 		}

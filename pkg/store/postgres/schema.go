@@ -273,6 +273,12 @@ var migrations = []string{
 		queued_at   BIGINT NOT NULL
 	);
 	CREATE INDEX snapshot_deletions_queued ON snapshot_deletions (queued_at);`,
+	// Per-agent retention (agents.<name>.retention.webhook_deliveries):
+	// a delivery's agent, the one of its run (from its record, for the
+	// deliveries recorded before).
+	`ALTER TABLE webhook_deliveries ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+	UPDATE webhook_deliveries d SET agent = COALESCE((SELECT r.record::jsonb -> 'spec' ->> 'agent' FROM runs r
+		WHERE r.run_id = d.run_id), '');`,
 }
 
 // migrateLock is the key of the advisory lock migrations run under.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"strconv"
@@ -28,12 +29,18 @@ type Options struct {
 	// CheckpointRetention is how many checkpoint records are kept per
 	// thread (default agent.DefaultCheckpointRetention).
 	CheckpointRetention int
+	// AgentCheckpointRetention overrides CheckpointRetention for the
+	// threads whose checkpoint is written by a run of the agent (the key;
+	// "" = a run that named no agent): agents.<name>.retention.checkpoints_keep.
+	AgentCheckpointRetention map[string]int
 }
 
 // Store is the PostgreSQL thread store.
 type Store struct {
 	pool      *pgxpool.Pool
 	retention int
+	// agentRetention is Options.AgentCheckpointRetention.
+	agentRetention map[string]int
 }
 
 var _ store.Threads = (*Store)(nil)
@@ -70,7 +77,7 @@ func Open(ctx context.Context, dsn string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open thread store %s: %w", name, oneLine(err))
 	}
-	s := &Store{pool: pool, retention: o.CheckpointRetention}
+	s := &Store{pool: pool, retention: o.CheckpointRetention, agentRetention: maps.Clone(o.AgentCheckpointRetention)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open thread store %s: %w", name, oneLine(err))

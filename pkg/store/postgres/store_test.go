@@ -520,6 +520,14 @@ func TestRunEventRetentionConformance(t *testing.T) {
 	storetest.RunEventRetention(t, func(t *testing.T) storetest.RunEventStore { return open(t, pgtest.New(t), Options{}) })
 }
 
+// TestAgentRetentionConformance runs the per-agent retention suite
+// against a real PostgreSQL server.
+func TestAgentRetentionConformance(t *testing.T) {
+	storetest.RunAgentRetention(t, func(t *testing.T, keep int, agents map[string]int) storetest.AgentRetentionStore {
+		return open(t, pgtest.New(t), Options{CheckpointRetention: keep, AgentCheckpointRetention: agents})
+	})
+}
+
 // TestStoredBytesConformance runs the stored bytes suite against a real
 // PostgreSQL server.
 func TestStoredBytesConformance(t *testing.T) {
@@ -538,4 +546,47 @@ func TestThreadSnapshotsConformance(t *testing.T) {
 	storetest.RunThreadSnapshots(t, func(t *testing.T, retention int) storetest.SnapshotStore {
 		return open(t, pgtest.New(t), Options{CheckpointRetention: retention})
 	})
+}
+
+// TestDeliveryAgentMigration: the migration that gives webhook deliveries
+// their agent fills it in for the deliveries recorded before, from their
+// run's record ("" for a run that named none, or whose record is gone).
+func TestDeliveryAgentMigration(t *testing.T) {
+	ctx := hangGuard(t)
+	dsn := pgtest.New(t)
+	s := open(t, dsn, Options{})
+	if err := s.CreateThread(ctx, agent.Thread{ID: "th", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ id, agent string }{{"r-brief", "brief"}, {"r-none", ""}} {
+		cp := agent.Checkpoint{ThreadID: "th", Run: agent.RunRecord{RunID: r.id, Status: agent.StatusCompleted, StartedAt: t0, Spec: agent.RunSpec{Agent: r.agent}}, CreatedAt: t0}
+		if err := s.SaveCheckpoint(ctx, &cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range []string{"r-brief", "r-none", "r-gone"} {
+		d := store.Delivery{ID: "d-" + run, Tenant: "acme", ThreadID: "th", RunID: run, Agent: "set", Event: "run.succeeded", URL: "https://h.example/",
+			Payload: []byte(`{}`), NextAttempt: t0, GiveUp: t0.Add(time.Hour), Created: t0}
+		if _, err := s.EnqueueDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Back to the schema before the migration, then open again.
+	c := conn(t, dsn)
+	if _, err := c.Exec(ctx, `ALTER TABLE webhook_deliveries DROP COLUMN agent; UPDATE schema_version SET version = version - 1`); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dsn, Options{})
+	list, _, err := s.ListDeliveries(ctx, store.DeliveryQuery{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range list {
+		got[d.RunID] = d.Agent
+	}
+	want := map[string]string{"r-brief": "brief", "r-none": "", "r-gone": ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("agents after the migration %v; want %v", got, want)
+	}
 }

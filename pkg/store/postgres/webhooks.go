@@ -56,10 +56,10 @@ func (s *Store) WebhookKeys(ctx context.Context, tenant string, now time.Time) (
 // EnqueueDelivery implements store.Webhooks.
 func (s *Store) EnqueueDelivery(ctx context.Context, d store.Delivery) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO webhook_deliveries
-		(id, tenant, thread_id, run_id, event, url, payload, status, next_attempt, give_up, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING`,
+		(id, tenant, thread_id, run_id, event, url, payload, status, next_attempt, give_up, created_at, agent)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING`,
 		d.ID, d.Tenant, d.ThreadID, d.RunID, d.Event, d.URL, d.Payload, string(store.DeliveryPending),
-		store.Nanos(d.NextAttempt), store.Nanos(d.GiveUp), store.Nanos(d.Created))
+		store.Nanos(d.NextAttempt), store.Nanos(d.GiveUp), store.Nanos(d.Created), d.Agent)
 	if err != nil {
 		return false, fmt.Errorf("enqueue webhook delivery: %w", classify(err))
 	}

@@ -116,7 +116,8 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *agent.Checkpoint) error 
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM checkpoints WHERE thread_id = ? AND id NOT IN
-			(SELECT id FROM checkpoints WHERE thread_id = ? ORDER BY id DESC LIMIT ?)`, cp.ThreadID, cp.ThreadID, s.retention)
+			(SELECT id FROM checkpoints WHERE thread_id = ? ORDER BY id DESC LIMIT ?)`, cp.ThreadID, cp.ThreadID,
+			store.CheckpointsKept(s.retention, s.agentRetention, cp.Run.Spec.Agent))
 		return err
 	})
 }

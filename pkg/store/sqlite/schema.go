@@ -270,4 +270,10 @@ var migrations = []string{
 		queued_at   INTEGER NOT NULL
 	);
 	CREATE INDEX snapshot_deletions_queued ON snapshot_deletions (queued_at);`,
+	// Per-agent retention (agents.<name>.retention.webhook_deliveries):
+	// a delivery's agent, the one of its run (from its record, for the
+	// deliveries recorded before).
+	`ALTER TABLE webhook_deliveries ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+	UPDATE webhook_deliveries SET agent = COALESCE((SELECT json_extract(r.record, '$.spec.agent') FROM runs r
+		WHERE r.run_id = webhook_deliveries.run_id), '');`,
 }

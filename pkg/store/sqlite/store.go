@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -22,12 +23,18 @@ type Options struct {
 	// CheckpointRetention is how many checkpoint records are kept per
 	// thread (default agent.DefaultCheckpointRetention).
 	CheckpointRetention int
+	// AgentCheckpointRetention overrides CheckpointRetention for the
+	// threads whose checkpoint is written by a run of the agent (the key;
+	// "" = a run that named no agent): agents.<name>.retention.checkpoints_keep.
+	AgentCheckpointRetention map[string]int
 }
 
 // Store is the SQLite thread store.
 type Store struct {
 	db        *sql.DB
 	retention int
+	// agentRetention is Options.AgentCheckpointRetention.
+	agentRetention map[string]int
 }
 
 var _ store.Threads = (*Store)(nil)
@@ -49,7 +56,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	// One writer at a time is what SQLite does anyway; a single connection
 	// also keeps transactions from waiting on each other's locks.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, retention: o.CheckpointRetention}
+	s := &Store{db: db, retention: o.CheckpointRetention, agentRetention: maps.Clone(o.AgentCheckpointRetention)}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open thread store %s: %w", path, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -328,6 +329,14 @@ func TestRunEventRetentionConformance(t *testing.T) {
 	})
 }
 
+// TestAgentRetentionConformance runs the per-agent retention suite
+// against a real SQLite file.
+func TestAgentRetentionConformance(t *testing.T) {
+	storetest.RunAgentRetention(t, func(t *testing.T, keep int, agents map[string]int) storetest.AgentRetentionStore {
+		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{CheckpointRetention: keep, AgentCheckpointRetention: agents})
+	})
+}
+
 // TestStoredBytesConformance runs the stored bytes suite against a real
 // SQLite file.
 func TestStoredBytesConformance(t *testing.T) {
@@ -350,4 +359,44 @@ func TestThreadSnapshotsConformance(t *testing.T) {
 	storetest.RunThreadSnapshots(t, func(t *testing.T, retention int) storetest.SnapshotStore {
 		return open(t, filepath.Join(t.TempDir(), "agentd.db"), Options{CheckpointRetention: retention})
 	})
+}
+
+// TestDeliveryAgentMigration: the migration that gives webhook deliveries
+// their agent fills it in for the deliveries recorded before, from their
+// run's record ("" for a run that named none, or whose record is gone).
+func TestDeliveryAgentMigration(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agentd.db")
+	s := open(t, path, Options{})
+	newThread(t, s, "th", nil, t0)
+	for _, r := range []struct{ id, agent string }{{"r-brief", "brief"}, {"r-none", ""}} {
+		cp := agent.Checkpoint{ThreadID: "th", Run: agent.RunRecord{RunID: r.id, Status: agent.StatusCompleted, StartedAt: t0, Spec: agent.RunSpec{Agent: r.agent}}, CreatedAt: t0}
+		if err := s.SaveCheckpoint(ctx, &cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range []string{"r-brief", "r-none", "r-gone"} {
+		d := store.Delivery{ID: "d-" + run, Tenant: "acme", ThreadID: "th", RunID: run, Agent: "set", Event: "run.succeeded", URL: "https://h.example/",
+			Payload: []byte(`{}`), NextAttempt: t0, GiveUp: t0.Add(time.Hour), Created: t0}
+		if _, err := s.EnqueueDelivery(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Back to the schema before the migration, then reopen.
+	if _, err := s.db.ExecContext(ctx, `ALTER TABLE webhook_deliveries DROP COLUMN agent; UPDATE schema_version SET version = version - 1`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = open(t, path, Options{})
+	list, _, err := s.ListDeliveries(ctx, store.DeliveryQuery{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range list {
+		got[d.RunID] = d.Agent
+	}
+	if want := map[string]string{"r-brief": "brief", "r-none": "", "r-gone": ""}; !maps.Equal(got, want) {
+		t.Fatalf("agents after the migration %v; want %v", got, want)
+	}
 }
