@@ -155,6 +155,23 @@ func events(t *testing.T, out string) []*plumbv1.Event {
 	return evs
 }
 
+// resultAndFinish returns, from agentctl --json's output, the result of
+// tool call id and the run's finish (nil when absent).
+func resultAndFinish(t *testing.T, out, id string) (*plumbv1.ToolResult, *plumbv1.RunFinished) {
+	t.Helper()
+	var res *plumbv1.ToolResult
+	var fin *plumbv1.RunFinished
+	for _, ev := range events(t, out) {
+		if r := ev.GetToolResult(); r != nil && r.GetId() == id {
+			res = r
+		}
+		if f := ev.GetRunFinished(); f != nil {
+			fin = f
+		}
+	}
+	return res, fin
+}
+
 // TestAgentWorksInASandbox: the model writes a script, runs it with sh in
 // the thread's sandbox, reads the output, delegates a subtask to a
 // subagent, and finishes; the event stream, the thread store and the
@@ -250,12 +267,7 @@ func TestAgentWorksInASandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var again *plumbv1.ToolResult
-	for _, ev := range events(t, out) {
-		if r := ev.GetToolResult(); r != nil && r.GetId() == "c9" {
-			again = r
-		}
-	}
+	again, _ := resultAndFinish(t, out, "c9")
 	if again == nil || !strings.Contains(again.GetContent(), "hello from 1000") {
 		t.Fatalf("second run's execute = %+v", again)
 	}
@@ -369,16 +381,7 @@ func TestInterruptSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wrote *plumbv1.ToolResult
-	var finished *plumbv1.RunFinished
-	for _, ev := range events(t, out) {
-		if r := ev.GetToolResult(); r != nil && r.GetId() == "c1" {
-			wrote = r
-		}
-		if f := ev.GetRunFinished(); f != nil {
-			finished = f
-		}
-	}
+	wrote, finished := resultAndFinish(t, out, "c1")
 	if wrote == nil || wrote.GetIsError() || finished.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Fatalf("after restart: write %v, finished %v", wrote, finished)
 	}

@@ -215,16 +215,7 @@ agents:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var shown *plumbv1.ToolResult
-	var finished *plumbv1.RunFinished
-	for _, ev := range events(t, out) {
-		if r := ev.GetToolResult(); r != nil && r.GetId() == "x1" {
-			shown = r
-		}
-		if f := ev.GetRunFinished(); f != nil {
-			finished = f
-		}
-	}
+	shown, finished := resultAndFinish(t, out, "x1")
 	if shown == nil || shown.GetIsError() || finished.GetStatus() != plumbv1.RunStatus_RUN_STATUS_COMPLETED {
 		t.Fatalf("after the worker's loss: result %v, finished %v", shown, finished)
 	}
