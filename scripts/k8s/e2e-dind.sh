@@ -168,5 +168,7 @@ wait_until "thread $THREAD's new sandbox" 60 find_box
 [ "$box" != "$old" ] || { echo "thread $THREAD still names sandbox $old" >&2; exit 1; }
 log "the thread's next run got a fresh box $box with the reset notice"
 
+check_agentd_disruptions
+
 # Remove the boxes through their workers now (their loop devices with them).
 remove_boxes

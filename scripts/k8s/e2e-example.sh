@@ -130,34 +130,5 @@ read -r RUN _ < <(detach 'run: cat kept.txt' --thread "$THREAD")
 IFS=$'\t' read -r st text < <(wait_run "$RUN")
 [ "$st" = RUN_STATUS_COMPLETED ] && grep -q kept <<<"$text" || { echo "the thread's next run ($st) did not find its file: $text" >&2; exit 1; }
 
-log "checks: kubectl rollout restart of agentd mid-run"
-read -r RUN THREAD < <(detach 'loop: 10: echo s >> steps.log; sleep 6; wc -l < steps.log')
-stepped() { [ "$(run_field "$RUN" steps)" -ge 1 ]; }
-wait_until "run $RUN's first step" 120 stepped
-holder=$(run_field "$RUN" holder)
-kubectl -n plumb rollout restart deployment/agentd >/dev/null
-kubectl -n plumb rollout status deployment/agentd --timeout=600s
-IFS=$'\t' read -r st text < <(wait_run "$RUN")
-[ "$st" = RUN_STATUS_COMPLETED ] && grep -Eq '^result: 10([^0-9]|$)' <<<"$text" ||
-	{ echo "run $RUN across the restart ended $st with \"$text\" (want each of 10 steps once: result: 10)" >&2; exit 1; }
-log "the run (held by ${holder:-?} before the restart, by $(run_field "$RUN" holder) at the end) completed with each step once"
-
-log "checks: the PodDisruptionBudget refuses the second eviction"
-allowed() { [ "$(kubectl -n plumb get pdb agentd -o jsonpath='{.status.disruptionsAllowed}')" = 1 ]; }
-wait_until "the PDB to allow one disruption" 120 allowed
-evict() {
-	kubectl create --raw "/api/v1/namespaces/plumb/pods/$1/eviction" -f - <<JSON
-{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "$1", "namespace": "plumb"}}
-JSON
-}
-read -r p1 p2 < <(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o json |
-	python3 -c 'import json, sys; print(" ".join(p["metadata"]["name"] for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))')
-evict "$p1" >/dev/null
-if out=$(evict "$p2" 2>&1); then echo "the PDB let both agentd pods be evicted" >&2; exit 1; fi
-grep -qi 'disruption budget' <<<"$out" || { echo "the second eviction was refused for another reason: $out" >&2; exit 1; }
-kubectl -n plumb rollout status deployment/agentd --timeout=600s
-
-log "checks: the HPA as stored by the API server"
-[ "$(kubectl -n plumb get hpa agentd -o jsonpath='{.spec.scaleTargetRef.name}/{.spec.minReplicas}/{.spec.maxReplicas}')" = agentd/2/10 ] ||
-	{ kubectl -n plumb get hpa agentd -o yaml >&2; exit 1; }
+check_agentd_disruptions
 

@@ -15,8 +15,7 @@
 # run through the Service that executes in a sandbox, a sandboxd pod
 # deleted mid-command (the run's tool result names the worker, the new pod
 # re-adopts the box with its files), `kubectl rollout restart` of agentd
-# mid-run (the run completes, every step once), the PDB refusing an
-# eviction, and the HPA as the API server stored it.
+# mid-run, the PDB and the HPA (check_agentd_disruptions, below).
 #
 # dind (e2e-dind.sh; overlays/dind: a StatefulSet of two workers, each with
 # its own Docker Engine in a privileged sidecar, docker-data on a
@@ -28,6 +27,9 @@
 # under its name on its volume, its sandboxd removes what is left of the box
 # (its engine died with the pod), and the thread's next run gets a fresh
 # workspace with the reset notice (docs/deploy.md, "The dind overlay").
+#
+# Both: check_agentd_disruptions (the rolling restart mid-run, the PDB, the
+# HPA; agentd's manifests are the base's in each overlay).
 #
 # The trap tears everything down (boxes, cluster, PostgreSQL, the model,
 # temporary files), also on failure. `make k8s-e2e` runs it; K8S_KEEP=1
@@ -262,6 +264,43 @@ find_box() {
 }
 # box_worker BOX: the worker named in sandbox id BOX (sbx-<worker>-<random>).
 box_worker() { local w=${1#sbx-}; echo "${w%-*}"; }
+
+# check_agentd_disruptions: a run survives `kubectl rollout restart` of
+# agentd (each of its 10 steps once), the PodDisruptionBudget refuses the
+# second of two evictions, and the HPA is stored as written. Both overlays
+# run it: agentd's manifests are the base's in each.
+check_agentd_disruptions() {
+	log "checks: kubectl rollout restart of agentd mid-run"
+	read -r RUN THREAD < <(detach 'loop: 10: echo s >> steps.log; sleep 6; wc -l < steps.log')
+	stepped() { [ "$(run_field "$RUN" steps)" -ge 1 ]; }
+	wait_until "run $RUN's first step" 120 stepped
+	holder=$(run_field "$RUN" holder)
+	kubectl -n plumb rollout restart deployment/agentd >/dev/null
+	kubectl -n plumb rollout status deployment/agentd --timeout=600s
+	IFS=$'\t' read -r st text < <(wait_run "$RUN")
+	[ "$st" = RUN_STATUS_COMPLETED ] && grep -Eq '^result: 10([^0-9]|$)' <<<"$text" ||
+		{ echo "run $RUN across the restart ended $st with \"$text\" (want each of 10 steps once: result: 10)" >&2; exit 1; }
+	log "the run (held by ${holder:-?} before the restart, by $(run_field "$RUN" holder) at the end) completed with each step once"
+
+	log "checks: the PodDisruptionBudget refuses the second eviction"
+	allowed() { [ "$(kubectl -n plumb get pdb agentd -o jsonpath='{.status.disruptionsAllowed}')" = 1 ]; }
+	wait_until "the PDB to allow one disruption" 120 allowed
+	evict() {
+		kubectl create --raw "/api/v1/namespaces/plumb/pods/$1/eviction" -f - <<-JSON
+	{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "$1", "namespace": "plumb"}}
+	JSON
+	}
+	read -r p1 p2 < <(kubectl -n plumb get pods -l app.kubernetes.io/name=agentd -o json |
+		python3 -c 'import json, sys; print(" ".join(p["metadata"]["name"] for p in json.load(sys.stdin)["items"] if not p["metadata"].get("deletionTimestamp")))')
+	evict "$p1" >/dev/null
+	if out=$(evict "$p2" 2>&1); then echo "the PDB let both agentd pods be evicted" >&2; exit 1; fi
+	grep -qi 'disruption budget' <<<"$out" || { echo "the second eviction was refused for another reason: $out" >&2; exit 1; }
+	kubectl -n plumb rollout status deployment/agentd --timeout=600s
+
+	log "checks: the HPA as stored by the API server"
+	[ "$(kubectl -n plumb get hpa agentd -o jsonpath='{.spec.scaleTargetRef.name}/{.spec.minReplicas}/{.spec.maxReplicas}')" = agentd/2/10 ] ||
+		{ kubectl -n plumb get hpa agentd -o yaml >&2; exit 1; }
+}
 
 # next_overlay: removes what the previous overlay applied (its namespace;
 # its boxes first, through their workers) before the next one starts.
