@@ -48,10 +48,11 @@ func TestPick(t *testing.T) {
 		want       []string // first id of each picked scenario
 		err        bool
 	}{
-		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B11", "B12", "B5", "B9"}},
+		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B11", "B12", "B13", "B14", "B15", "B16", "B17", "B5", "B9"}},
+		{name: "the durable-workspace rows", only: "B17,b13,B16,B14,B15", want: []string{"B13", "B14", "B15", "B16", "B17"}},
 		{name: "some, in report order", only: "b2, B1", want: []string{"B1", "B2"}},
 		{name: "either id of a shared scenario", only: "B6,B4", want: []string{"B3", "B5"}},
-		{name: "unknown", only: "B13", err: true},
+		{name: "unknown", only: "B18", err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := pick(tc.only)
