@@ -42,17 +42,37 @@ func TestQuickB8(t *testing.T) {
 	}
 }
 
+// TestQuickB18B19 runs the webhook and schedule rows (no Docker Engine
+// needed) in quick mode: every webhook reached the real receiver with a
+// signature that verifies, every schedule fired, none before its tick.
+func TestQuickB18B19(t *testing.T) {
+	rep, b, _ := runQuick(t, t.TempDir(), "b18,b19")
+	var got []string
+	for _, r := range rep.Rows {
+		got = append(got, r.Scenario)
+		if r.N == 0 || r.P50 <= 0 || r.Verdict != verdictInfo || len(r.Baselines) != 1 || r.Baselines[0].P50 <= 0 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	if !rep.OK || strings.Join(got, ",") != "B18,B18,B19" {
+		t.Fatalf("report ok=%v with rows %v: %s", rep.OK, got, b)
+	}
+	if n := rep.Rows[2].N; n != 6 {
+		t.Errorf("%d schedules fired, want 6", n)
+	}
+}
+
 func TestPick(t *testing.T) {
 	for _, tc := range []struct {
 		name, only string
 		want       []string // first id of each picked scenario
 		err        bool
 	}{
-		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B11", "B12", "B13", "B14", "B15", "B16", "B17", "B5", "B9"}},
+		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B11", "B12", "B13", "B14", "B15", "B16", "B17", "B18", "B19", "B5", "B9"}},
 		{name: "the durable-workspace rows", only: "B17,b13,B16,B14,B15", want: []string{"B13", "B14", "B15", "B16", "B17"}},
 		{name: "some, in report order", only: "b2, B1", want: []string{"B1", "B2"}},
 		{name: "either id of a shared scenario", only: "B6,B4", want: []string{"B3", "B5"}},
-		{name: "unknown", only: "B18", err: true},
+		{name: "unknown", only: "B20", err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := pick(tc.only)
