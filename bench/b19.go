@@ -100,7 +100,7 @@ func runB19(ctx context.Context, e *env) ([]Row, error) {
 	r.OpsPerSec = 0
 	r.vsLatency("the Go runtime's timer set for the same tick", base)
 	r.Target, r.Verdict = "— (info: issue 22 sets no target)", verdictInfo
-	r.note("%d schedules in a SQLite store, each with one tick %v apart from 1.5 s ahead (spread over the poll's phase); the scheduler polls every %v (scheduler.DefaultPoll), claims the due tick and calls the run's starter, where the time is taken "+
+	r.note("%d schedules in a SQLite store, each with one tick %v apart from 1.5 s ahead (spread over the poll's phase); the scheduler polls every %v (server.schedule_poll's default), claims the due tick and calls the run's starter, where the time is taken "+
 		"(agentd's starter then starts the run detached: a store write and the run host's start); ticks are late by the wait for the next poll, about half of it on average, never early",
 		n, step, scheduler.DefaultPoll)
 	for _, d := range got {
