@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
@@ -201,6 +202,19 @@ func warmProbe(e *env, w *worker, n int) *probe {
 // sleep under runtime ("" = the engine's default), and returns its id. It
 // carries the run's labels.
 func engineCreateStart(ctx context.Context, cli *client.Client, image, runtime string, labels map[string]string) (string, error) {
+	id, err := engineCreate(ctx, cli, image, runtime, labels, nil)
+	if err != nil {
+		return id, err
+	}
+	if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return id, fmt.Errorf("container start: %w", err)
+	}
+	return id, nil
+}
+
+// engineCreate creates (does not start) engineCreateStart's container,
+// with mounts added.
+func engineCreate(ctx context.Context, cli *client.Client, image, runtime string, labels map[string]string, mounts []mount.Mount) (string, error) {
 	pids := int64(256)
 	if runtime == "runsc" {
 		pids = 1024 // the sentry's threads count too
@@ -213,13 +227,11 @@ func engineCreateStart(ctx context.Context, cli *client.Client, image, runtime s
 			ReadonlyRootfs: true, IpcMode: container.IPCModePrivate, Runtime: runtime,
 			Tmpfs:     map[string]string{"/tmp": "rw,nosuid,nodev,size=67108864,mode=1777"},
 			Resources: container.Resources{Memory: mem, MemorySwap: mem, NanoCPUs: 1e9, PidsLimit: &pids},
+			Mounts:    mounts,
 		},
 	})
 	if err != nil {
 		return "", fmt.Errorf("container create: %w", err)
-	}
-	if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
-		return c.ID, fmt.Errorf("container start: %w", err)
 	}
 	return c.ID, nil
 }
