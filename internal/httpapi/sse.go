@@ -85,9 +85,14 @@ func (m sseMarshaler) Marshal(v any) ([]byte, error) {
 }
 
 // eventSequence is the sequence of the plumb.v1.Event a stream message
-// carries in its "event" field (Run, Resume and Attach responses).
+// carries in its "event" field (Run, Resume and Attach responses), or the
+// message's own non-zero "sequence" (a resumable ExecuteStream's).
 func eventSequence(m proto.Message) (uint64, bool) {
 	r := m.ProtoReflect()
+	if sd := r.Descriptor().Fields().ByName("sequence"); sd != nil && sd.Kind() == protoreflect.Uint64Kind {
+		seq := r.Get(sd).Uint()
+		return seq, seq > 0
+	}
 	fd := r.Descriptor().Fields().ByName("event")
 	if fd == nil || fd.Kind() != protoreflect.MessageKind || !r.Has(fd) {
 		return 0, false

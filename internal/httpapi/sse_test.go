@@ -41,6 +41,8 @@ func TestSSEMarshaler(t *testing.T) {
 			[]string{"id: 7", `data: {"event":{"sequence":"7"`}},
 		{"no event", map[string]any{"result": &plumbv1.ExecuteStreamResponse{}},
 			[]string{"data: {"}},
+		{"execute sequence", map[string]any{"result": &plumbv1.ExecuteStreamResponse{Sequence: 3}},
+			[]string{"id: 3", `data: {`}},
 		{"error", map[string]proto.Message{"error": st.Proto()},
 			[]string{"event: error", `data: {"code":3,"status":"INVALID_ARGUMENT","message":"bad\ninput","reason":"INVALID_ARGUMENT","metadata":{"k":"v"},"fieldViolations":[{"field":"input","description":"empty"}]}`}},
 	} {

@@ -59,15 +59,32 @@ type Service struct {
 	m        Manager
 	runtimes []string
 	lg       *zap.Logger
+	execs    *sandbox.Executions
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithResume sets the grace and buffer of resumable ExecuteStreams
+// (default: sandbox.DefaultResumeGrace and sandbox.DefaultResumeBuffer).
+func WithResume(cfg sandbox.ExecutionsConfig) Option {
+	return func(s *Service) { s.execs = sandbox.NewExecutions(cfg) }
 }
 
 // New returns the service over m; runtimes lists the engine's OCI runtimes
 // for DescribeWorker. lg may be nil.
-func New(m Manager, runtimes []string, lg *zap.Logger) *Service {
+func New(m Manager, runtimes []string, lg *zap.Logger, opts ...Option) *Service {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
-	return &Service{m: m, runtimes: runtimes, lg: lg.Named("sandboxsvc")}
+	s := &Service{m: m, runtimes: runtimes, lg: lg.Named("sandboxsvc")}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.execs == nil {
+		s.execs = sandbox.NewExecutions(sandbox.ExecutionsConfig{})
+	}
+	return s
 }
 
 // fail logs an internal error's detail (which Status hides) and converts it.
@@ -323,11 +340,30 @@ func (s *Service) Execute(ctx context.Context, req *plumbv1.ExecuteRequest) (*pl
 	return &plumbv1.ExecuteResponse{Result: pbconv.ExecuteResultToPB(r)}, nil
 }
 
-// ExecuteStream runs a command and streams its output.
+// ExecuteStream runs a command and streams its output; a resumable one
+// runs in s.execs, detached from the call, and a request with an
+// execution_id re-attaches to it.
 func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv1.SandboxService_ExecuteStreamServer) error {
-	f, err := s.files(stream.Context(), req.GetSandboxId())
+	ctx := stream.Context()
+	f, err := s.files(ctx, req.GetSandboxId())
 	if err != nil {
 		return s.fail("ExecuteStream", err)
+	}
+	if id := req.GetExecutionId(); id != "" {
+		if req.GetCommand() != nil {
+			return s.fail("ExecuteStream", invalidField("command", "a request with execution_id re-attaches to a running command: leave command unset"))
+		}
+		return s.attach(ctx, req.GetSandboxId(), id, req.GetAfterSequence(), stream)
+	}
+	if req.GetAfterSequence() != 0 {
+		return s.fail("ExecuteStream", invalidField("after_sequence", "after_sequence needs the execution_id it counts in"))
+	}
+	if req.GetResumable() {
+		id := s.execs.Start(ctx, tenant.From(ctx), req.GetSandboxId(), f, pbconv.CommandFromPB(req.GetCommand()))
+		if err := stream.Send(&plumbv1.ExecuteStreamResponse{Event: &plumbv1.ExecuteStreamResponse_Started{Started: &plumbv1.ExecuteStarted{ExecutionId: id}}}); err != nil {
+			return err
+		}
+		return s.attach(ctx, req.GetSandboxId(), id, 0, stream)
 	}
 	r, err := f.ExecuteStream(stream.Context(), pbconv.CommandFromPB(req.GetCommand()), func(b []byte) error {
 		return stream.Send(&plumbv1.ExecuteStreamResponse{Event: &plumbv1.ExecuteStreamResponse_Output{
@@ -338,6 +374,28 @@ func (s *Service) ExecuteStream(req *plumbv1.ExecuteStreamRequest, stream plumbv
 		return s.fail("ExecuteStream", err)
 	}
 	return stream.Send(&plumbv1.ExecuteStreamResponse{Event: &plumbv1.ExecuteStreamResponse_Result{Result: pbconv.ExecuteResultToPB(r)}})
+}
+
+// invalidField is an INVALID_ARGUMENT naming the request's field.
+func invalidField(field, msg string) error {
+	return &sandbox.Error{Code: sandbox.CodeInvalid, Field: field, Message: msg}
+}
+
+// attach streams resumable execution id after sequence after.
+func (s *Service) attach(ctx context.Context, sandboxID, id string, after uint64, stream plumbv1.SandboxService_ExecuteStreamServer) error {
+	err := s.execs.Attach(ctx, tenant.From(ctx), sandboxID, id, after, func(ev sandbox.ExecEvent) error {
+		m := &plumbv1.ExecuteStreamResponse{Sequence: ev.Sequence, LostMessages: ev.Lost}
+		if ev.Result != nil {
+			m.Event = &plumbv1.ExecuteStreamResponse_Result{Result: pbconv.ExecuteResultToPB(*ev.Result)}
+		} else {
+			m.Event = &plumbv1.ExecuteStreamResponse_Output{Output: &plumbv1.OutputChunk{Stream: plumbv1.OutputStream_OUTPUT_STREAM_COMBINED, Data: ev.Output}}
+		}
+		return stream.Send(m)
+	})
+	if err != nil {
+		return s.fail("ExecuteStream", err)
+	}
+	return nil
 }
 
 // Ls lists a directory.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -127,6 +128,68 @@ func TestStreamsAndChunkedTransfers(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := sb.GetSandbox().GetId()
+
+	t.Run("resumable execute stream", func(t *testing.T) {
+		// A call cancelled after the first line leaves the command running;
+		// re-attaching after sequence 1 gets the rest once, then the exit.
+		cctx, ccancel := context.WithCancel(ctx)
+		s, err := c.ExecuteStream(cctx, &plumbv1.ExecuteStreamRequest{SandboxId: id, Resumable: true, Command: &plumbv1.Command{
+			Command: "echo first; until [ -e /tmp/svc-gate ]; do sleep 0.05; done; echo second; exit 5"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started, err := s.Recv()
+		if err != nil || started.GetStarted().GetExecutionId() == "" || started.GetSequence() != 0 {
+			t.Fatalf("first message %v, %v: want started with an execution id", started, err)
+		}
+		xid := started.GetStarted().GetExecutionId()
+		first, err := s.Recv()
+		if err != nil || string(first.GetOutput().GetData()) != "first\n" || first.GetSequence() != 1 {
+			t.Fatalf("second message %v, %v", first, err)
+		}
+		ccancel()
+		if _, err := c.Execute(ctx, &plumbv1.ExecuteRequest{SandboxId: id, Command: &plumbv1.Command{Command: "touch /tmp/svc-gate"}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name  string
+			req   *plumbv1.ExecuteStreamRequest
+			code  codes.Code
+			field string
+		}{
+			{"after without id", &plumbv1.ExecuteStreamRequest{SandboxId: id, AfterSequence: 1, Command: &plumbv1.Command{Command: "true"}}, codes.InvalidArgument, "after_sequence"},
+			{"id with command", &plumbv1.ExecuteStreamRequest{SandboxId: id, ExecutionId: xid, Command: &plumbv1.Command{Command: "true"}}, codes.InvalidArgument, "command"},
+			{"unknown id", &plumbv1.ExecuteStreamRequest{SandboxId: id, ExecutionId: "x-nope"}, codes.NotFound, ""},
+		} {
+			s, err := c.ExecuteStream(ctx, tc.req)
+			if err == nil {
+				_, err = s.Recv()
+			}
+			if status.Code(err) != tc.code || (tc.field != "" && !strings.Contains(fmt.Sprint(pbconv.FieldViolations(err)), tc.field)) {
+				t.Errorf("%s: %v (violations %v), want %v on %q", tc.name, err, pbconv.FieldViolations(err), tc.code, tc.field)
+			}
+		}
+		s, err = c.ExecuteStream(ctx, &plumbv1.ExecuteStreamRequest{SandboxId: id, ExecutionId: xid, AfterSequence: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rest bytes.Buffer
+		var res *plumbv1.ExecuteResult
+		for seq := uint64(2); res == nil; seq++ {
+			m, err := s.Recv()
+			if err != nil {
+				t.Fatalf("re-attached: %v", err)
+			}
+			if m.GetSequence() != seq || m.GetLostMessages() != 0 {
+				t.Fatalf("message %v, want sequence %d", m, seq)
+			}
+			rest.Write(m.GetOutput().GetData())
+			res = m.GetResult()
+		}
+		if rest.String() != "second\n" || res.GetExitCode() != 5 {
+			t.Fatalf("re-attached: %q, result %v", rest.String(), res)
+		}
+	})
 
 	t.Run("execute stream order", func(t *testing.T) {
 		s, err := c.ExecuteStream(ctx, &plumbv1.ExecuteStreamRequest{SandboxId: id, Command: &plumbv1.Command{

@@ -2357,7 +2357,20 @@ type ExecuteStreamRequest struct {
 	// Sandbox id.
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// The command.
-	Command       *Command `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	Command *Command `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// Keep the command running when the call ends before it does: the first
+	// message is started (naming the execution), every later one carries a
+	// sequence, and a call with execution_id and after_sequence re-attaches
+	// within the resume grace (30 s by default; then the command is killed as
+	// a cancelled call's is). See docs/http.md "Resuming an ExecuteStream".
+	Resumable bool `protobuf:"varint,3,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	// Re-attach to this resumable execution instead of running command (which
+	// must then be unset). Only the tenant that started it, on the same
+	// sandbox_id, finds it (NOT_FOUND otherwise).
+	ExecutionId string `protobuf:"bytes,4,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// With execution_id: the sequence of the last message received; the
+	// stream continues after it. Over HTTP, Last-Event-ID sets it.
+	AfterSequence uint64 `protobuf:"varint,5,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2406,6 +2419,27 @@ func (x *ExecuteStreamRequest) GetCommand() *Command {
 	return nil
 }
 
+func (x *ExecuteStreamRequest) GetResumable() bool {
+	if x != nil {
+		return x.Resumable
+	}
+	return false
+}
+
+func (x *ExecuteStreamRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ExecuteStreamRequest) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
 // ExecuteStreamResponse is one message of an ExecuteStream: output chunks in
 // order, then exactly one result as the last message.
 type ExecuteStreamResponse struct {
@@ -2416,7 +2450,16 @@ type ExecuteStreamResponse struct {
 	//
 	//	*ExecuteStreamResponse_Output
 	//	*ExecuteStreamResponse_Result
-	Event         isExecuteStreamResponse_Event `protobuf_oneof:"event"`
+	//	*ExecuteStreamResponse_Started
+	Event isExecuteStreamResponse_Event `protobuf_oneof:"event"`
+	// A resumable execution's place of this message (1, 2, ...; the SSE id:).
+	// Unset on started and on streams that are not resumable.
+	Sequence uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Set on the first message after a gap: how many messages after the
+	// requested after_sequence were dropped from the execution's output
+	// buffer (the newest 1 MiB is kept) before this reader got them. Their
+	// output is lost; the stream goes on from here.
+	LostMessages  uint64 `protobuf:"varint,5,opt,name=lost_messages,json=lostMessages,proto3" json:"lost_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2476,6 +2519,29 @@ func (x *ExecuteStreamResponse) GetResult() *ExecuteResult {
 	return nil
 }
 
+func (x *ExecuteStreamResponse) GetStarted() *ExecuteStarted {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteStreamResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *ExecuteStreamResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ExecuteStreamResponse) GetLostMessages() uint64 {
+	if x != nil {
+		return x.LostMessages
+	}
+	return 0
+}
+
 type isExecuteStreamResponse_Event interface {
 	isExecuteStreamResponse_Event()
 }
@@ -2490,9 +2556,16 @@ type ExecuteStreamResponse_Result struct {
 	Result *ExecuteResult `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
 }
 
+type ExecuteStreamResponse_Started struct {
+	// The first message of a resumable execution: its id.
+	Started *ExecuteStarted `protobuf:"bytes,3,opt,name=started,proto3,oneof"`
+}
+
 func (*ExecuteStreamResponse_Output) isExecuteStreamResponse_Event() {}
 
 func (*ExecuteStreamResponse_Result) isExecuteStreamResponse_Event() {}
+
+func (*ExecuteStreamResponse_Started) isExecuteStreamResponse_Event() {}
 
 // OutputChunk is raw command output.
 type OutputChunk struct {
@@ -5748,6 +5821,52 @@ func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
+// ExecuteStarted names a resumable execution.
+type ExecuteStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pass it as ExecuteStreamRequest.execution_id to re-attach.
+	ExecutionId   string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecuteStarted) Reset() {
+	*x = ExecuteStarted{}
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecuteStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecuteStarted) ProtoMessage() {}
+
+func (x *ExecuteStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_plumb_v1_sandbox_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecuteStarted.ProtoReflect.Descriptor instead.
+func (*ExecuteStarted) Descriptor() ([]byte, []int) {
+	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ExecuteStarted) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
 var File_plumb_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_plumb_v1_sandbox_proto_rawDesc = "" +
@@ -5915,14 +6034,20 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\vduration_ms\x18\b \x01(\x03R\n" +
 	"durationMsB\f\n" +
 	"\n" +
-	"_exit_code\"b\n" +
+	"_exit_code\"\xca\x01\n" +
 	"\x14ExecuteStreamRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12+\n" +
-	"\acommand\x18\x02 \x01(\v2\x11.plumb.v1.CommandR\acommand\"\x84\x01\n" +
+	"\acommand\x18\x02 \x01(\v2\x11.plumb.v1.CommandR\acommand\x12\x1c\n" +
+	"\tresumable\x18\x03 \x01(\bR\tresumable\x12!\n" +
+	"\fexecution_id\x18\x04 \x01(\tR\vexecutionId\x12%\n" +
+	"\x0eafter_sequence\x18\x05 \x01(\x04R\rafterSequence\"\xfb\x01\n" +
 	"\x15ExecuteStreamResponse\x12/\n" +
 	"\x06output\x18\x01 \x01(\v2\x15.plumb.v1.OutputChunkH\x00R\x06output\x121\n" +
-	"\x06result\x18\x02 \x01(\v2\x17.plumb.v1.ExecuteResultH\x00R\x06resultB\a\n" +
+	"\x06result\x18\x02 \x01(\v2\x17.plumb.v1.ExecuteResultH\x00R\x06result\x124\n" +
+	"\astarted\x18\x03 \x01(\v2\x18.plumb.v1.ExecuteStartedH\x00R\astarted\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12#\n" +
+	"\rlost_messages\x18\x05 \x01(\x04R\flostMessagesB\a\n" +
 	"\x05event\"Q\n" +
 	"\vOutputChunk\x12.\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x16.plumb.v1.OutputStreamR\x06stream\x12\x12\n" +
@@ -6169,7 +6294,9 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\avolumes\x18\x01 \x03(\v2\x10.plumb.v1.VolumeR\avolumes\")\n" +
 	"\x13DeleteVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14DeleteVolumeResponse*\\\n" +
+	"\x14DeleteVolumeResponse\"3\n" +
+	"\x0eExecuteStarted\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId*\\\n" +
 	"\vEgressScope\x12\x1c\n" +
 	"\x18EGRESS_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EGRESS_SCOPE_ONCE\x10\x01\x12\x18\n" +
@@ -6258,7 +6385,7 @@ func file_plumb_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_plumb_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_plumb_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(EgressScope)(0),                    // 0: plumb.v1.EgressScope
 	(SandboxState)(0),                   // 1: plumb.v1.SandboxState
@@ -6344,143 +6471,145 @@ var file_plumb_v1_sandbox_proto_goTypes = []any{
 	(*ListVolumesResponse)(nil),         // 81: plumb.v1.ListVolumesResponse
 	(*DeleteVolumeRequest)(nil),         // 82: plumb.v1.DeleteVolumeRequest
 	(*DeleteVolumeResponse)(nil),        // 83: plumb.v1.DeleteVolumeResponse
-	nil,                                 // 84: plumb.v1.Sandbox.LabelsEntry
-	nil,                                 // 85: plumb.v1.CreateSandboxRequest.EnvEntry
-	nil,                                 // 86: plumb.v1.CreateSandboxRequest.LabelsEntry
-	nil,                                 // 87: plumb.v1.ListSandboxesRequest.LabelsEntry
-	nil,                                 // 88: plumb.v1.Command.EnvEntry
-	nil,                                 // 89: plumb.v1.FileError.DetailsEntry
-	nil,                                 // 90: plumb.v1.ProcessStart.EnvEntry
-	(*durationpb.Duration)(nil),         // 91: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 92: google.protobuf.Timestamp
+	(*ExecuteStarted)(nil),              // 84: plumb.v1.ExecuteStarted
+	nil,                                 // 85: plumb.v1.Sandbox.LabelsEntry
+	nil,                                 // 86: plumb.v1.CreateSandboxRequest.EnvEntry
+	nil,                                 // 87: plumb.v1.CreateSandboxRequest.LabelsEntry
+	nil,                                 // 88: plumb.v1.ListSandboxesRequest.LabelsEntry
+	nil,                                 // 89: plumb.v1.Command.EnvEntry
+	nil,                                 // 90: plumb.v1.FileError.DetailsEntry
+	nil,                                 // 91: plumb.v1.ProcessStart.EnvEntry
+	(*durationpb.Duration)(nil),         // 92: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 93: google.protobuf.Timestamp
 }
 var file_plumb_v1_sandbox_proto_depIdxs = []int32{
-	91, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
+	92, // 0: plumb.v1.WatchEgressRequestsRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 1: plumb.v1.WatchEgressRequestsResponse.request:type_name -> plumb.v1.EgressRequest
-	92, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
+	93, // 2: plumb.v1.EgressRequest.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: plumb.v1.DecideEgressRequest.scope:type_name -> plumb.v1.EgressScope
 	1,  // 4: plumb.v1.Sandbox.state:type_name -> plumb.v1.SandboxState
-	92, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	92, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	92, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
-	84, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
+	93, // 5: plumb.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	93, // 6: plumb.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	93, // 7: plumb.v1.Sandbox.last_used_at:type_name -> google.protobuf.Timestamp
+	85, // 8: plumb.v1.Sandbox.labels:type_name -> plumb.v1.Sandbox.LabelsEntry
 	13, // 9: plumb.v1.Sandbox.resources:type_name -> plumb.v1.Resources
 	2,  // 10: plumb.v1.Sandbox.network:type_name -> plumb.v1.NetworkMode
 	76, // 11: plumb.v1.Sandbox.volumes:type_name -> plumb.v1.VolumeMount
-	85, // 12: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
+	86, // 12: plumb.v1.CreateSandboxRequest.env:type_name -> plumb.v1.CreateSandboxRequest.EnvEntry
 	13, // 13: plumb.v1.CreateSandboxRequest.resources:type_name -> plumb.v1.Resources
-	91, // 14: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
-	86, // 15: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
+	92, // 14: plumb.v1.CreateSandboxRequest.ttl:type_name -> google.protobuf.Duration
+	87, // 15: plumb.v1.CreateSandboxRequest.labels:type_name -> plumb.v1.CreateSandboxRequest.LabelsEntry
 	2,  // 16: plumb.v1.CreateSandboxRequest.network:type_name -> plumb.v1.NetworkMode
 	16, // 17: plumb.v1.CreateSandboxRequest.egress_secrets:type_name -> plumb.v1.EgressSecret
 	76, // 18: plumb.v1.CreateSandboxRequest.volumes:type_name -> plumb.v1.VolumeMount
 	14, // 19: plumb.v1.CreateSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
 	14, // 20: plumb.v1.GetSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	87, // 21: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
+	88, // 21: plumb.v1.ListSandboxesRequest.labels:type_name -> plumb.v1.ListSandboxesRequest.LabelsEntry
 	14, // 22: plumb.v1.ListSandboxesResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	91, // 23: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	92, // 23: plumb.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	14, // 24: plumb.v1.KeepAliveResponse.sandbox:type_name -> plumb.v1.Sandbox
 	28, // 25: plumb.v1.DescribeWorkerResponse.pools:type_name -> plumb.v1.WarmPool
-	91, // 26: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
-	88, // 27: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
-	91, // 28: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
+	92, // 26: plumb.v1.WarmPool.idle_lifetime:type_name -> google.protobuf.Duration
+	89, // 27: plumb.v1.Command.env:type_name -> plumb.v1.Command.EnvEntry
+	92, // 28: plumb.v1.Command.timeout:type_name -> google.protobuf.Duration
 	29, // 29: plumb.v1.ExecuteRequest.command:type_name -> plumb.v1.Command
 	32, // 30: plumb.v1.ExecuteResponse.result:type_name -> plumb.v1.ExecuteResult
 	29, // 31: plumb.v1.ExecuteStreamRequest.command:type_name -> plumb.v1.Command
 	35, // 32: plumb.v1.ExecuteStreamResponse.output:type_name -> plumb.v1.OutputChunk
 	32, // 33: plumb.v1.ExecuteStreamResponse.result:type_name -> plumb.v1.ExecuteResult
-	3,  // 34: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
-	89, // 35: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
-	4,  // 36: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
-	92, // 37: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	37, // 38: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
-	5,  // 39: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
-	49, // 40: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
-	6,  // 41: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	36, // 42: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
-	37, // 43: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
-	6,  // 44: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
-	36, // 45: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
-	54, // 46: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
-	36, // 47: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
-	59, // 48: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
-	90, // 49: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
-	61, // 50: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
-	62, // 51: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
-	92, // 52: plumb.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	64, // 53: plumb.v1.SnapshotSandboxResponse.snapshot:type_name -> plumb.v1.Snapshot
-	64, // 54: plumb.v1.ListSnapshotsResponse.snapshots:type_name -> plumb.v1.Snapshot
-	7,  // 55: plumb.v1.SuspendSandboxRequest.mode:type_name -> plumb.v1.SuspendMode
-	14, // 56: plumb.v1.SuspendSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	14, // 57: plumb.v1.ResumeSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
-	15, // 58: plumb.v1.ForkSandboxRequest.sandbox:type_name -> plumb.v1.CreateSandboxRequest
-	14, // 59: plumb.v1.ForkSandboxResponse.sandboxes:type_name -> plumb.v1.Sandbox
-	92, // 60: plumb.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	77, // 61: plumb.v1.CreateVolumeResponse.volume:type_name -> plumb.v1.Volume
-	77, // 62: plumb.v1.ListVolumesResponse.volumes:type_name -> plumb.v1.Volume
-	15, // 63: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
-	18, // 64: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
-	20, // 65: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
-	22, // 66: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
-	24, // 67: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
-	26, // 68: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
-	30, // 69: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
-	33, // 70: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
-	38, // 71: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
-	40, // 72: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
-	42, // 73: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
-	44, // 74: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
-	46, // 75: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
-	48, // 76: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
-	51, // 77: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
-	53, // 78: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
-	56, // 79: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
-	58, // 80: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
-	8,  // 81: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
-	11, // 82: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
-	63, // 83: plumb.v1.SandboxService.SnapshotSandbox:input_type -> plumb.v1.SnapshotSandboxRequest
-	66, // 84: plumb.v1.SandboxService.ListSnapshots:input_type -> plumb.v1.ListSnapshotsRequest
-	68, // 85: plumb.v1.SandboxService.DeleteSnapshot:input_type -> plumb.v1.DeleteSnapshotRequest
-	70, // 86: plumb.v1.SandboxService.SuspendSandbox:input_type -> plumb.v1.SuspendSandboxRequest
-	72, // 87: plumb.v1.SandboxService.ResumeSandbox:input_type -> plumb.v1.ResumeSandboxRequest
-	74, // 88: plumb.v1.SandboxService.ForkSandbox:input_type -> plumb.v1.ForkSandboxRequest
-	78, // 89: plumb.v1.SandboxService.CreateVolume:input_type -> plumb.v1.CreateVolumeRequest
-	80, // 90: plumb.v1.SandboxService.ListVolumes:input_type -> plumb.v1.ListVolumesRequest
-	82, // 91: plumb.v1.SandboxService.DeleteVolume:input_type -> plumb.v1.DeleteVolumeRequest
-	17, // 92: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
-	19, // 93: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
-	21, // 94: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
-	23, // 95: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
-	25, // 96: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
-	27, // 97: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
-	31, // 98: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
-	34, // 99: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
-	39, // 100: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
-	41, // 101: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
-	43, // 102: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
-	45, // 103: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
-	47, // 104: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
-	50, // 105: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
-	52, // 106: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
-	55, // 107: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
-	57, // 108: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
-	60, // 109: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
-	9,  // 110: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
-	12, // 111: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
-	65, // 112: plumb.v1.SandboxService.SnapshotSandbox:output_type -> plumb.v1.SnapshotSandboxResponse
-	67, // 113: plumb.v1.SandboxService.ListSnapshots:output_type -> plumb.v1.ListSnapshotsResponse
-	69, // 114: plumb.v1.SandboxService.DeleteSnapshot:output_type -> plumb.v1.DeleteSnapshotResponse
-	71, // 115: plumb.v1.SandboxService.SuspendSandbox:output_type -> plumb.v1.SuspendSandboxResponse
-	73, // 116: plumb.v1.SandboxService.ResumeSandbox:output_type -> plumb.v1.ResumeSandboxResponse
-	75, // 117: plumb.v1.SandboxService.ForkSandbox:output_type -> plumb.v1.ForkSandboxResponse
-	79, // 118: plumb.v1.SandboxService.CreateVolume:output_type -> plumb.v1.CreateVolumeResponse
-	81, // 119: plumb.v1.SandboxService.ListVolumes:output_type -> plumb.v1.ListVolumesResponse
-	83, // 120: plumb.v1.SandboxService.DeleteVolume:output_type -> plumb.v1.DeleteVolumeResponse
-	92, // [92:121] is the sub-list for method output_type
-	63, // [63:92] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	84, // 34: plumb.v1.ExecuteStreamResponse.started:type_name -> plumb.v1.ExecuteStarted
+	3,  // 35: plumb.v1.OutputChunk.stream:type_name -> plumb.v1.OutputStream
+	90, // 36: plumb.v1.FileError.details:type_name -> plumb.v1.FileError.DetailsEntry
+	4,  // 37: plumb.v1.FileInfo.kind:type_name -> plumb.v1.FileKind
+	93, // 38: plumb.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	37, // 39: plumb.v1.LsResponse.entries:type_name -> plumb.v1.FileInfo
+	5,  // 40: plumb.v1.ReadResponse.line_ending:type_name -> plumb.v1.LineEnding
+	49, // 41: plumb.v1.GrepResponse.matches:type_name -> plumb.v1.GrepMatch
+	6,  // 42: plumb.v1.GrepResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	36, // 43: plumb.v1.GrepResponse.error:type_name -> plumb.v1.FileError
+	37, // 44: plumb.v1.GlobResponse.matches:type_name -> plumb.v1.FileInfo
+	6,  // 45: plumb.v1.GlobResponse.truncation_reason:type_name -> plumb.v1.TruncationReason
+	36, // 46: plumb.v1.UploadResult.error:type_name -> plumb.v1.FileError
+	54, // 47: plumb.v1.UploadFilesResponse.results:type_name -> plumb.v1.UploadResult
+	36, // 48: plumb.v1.DownloadFilesResponse.error:type_name -> plumb.v1.FileError
+	59, // 49: plumb.v1.ProcessRequest.start:type_name -> plumb.v1.ProcessStart
+	91, // 50: plumb.v1.ProcessStart.env:type_name -> plumb.v1.ProcessStart.EnvEntry
+	61, // 51: plumb.v1.ProcessResponse.started:type_name -> plumb.v1.ProcessStarted
+	62, // 52: plumb.v1.ProcessResponse.exit:type_name -> plumb.v1.ProcessExit
+	93, // 53: plumb.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	64, // 54: plumb.v1.SnapshotSandboxResponse.snapshot:type_name -> plumb.v1.Snapshot
+	64, // 55: plumb.v1.ListSnapshotsResponse.snapshots:type_name -> plumb.v1.Snapshot
+	7,  // 56: plumb.v1.SuspendSandboxRequest.mode:type_name -> plumb.v1.SuspendMode
+	14, // 57: plumb.v1.SuspendSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	14, // 58: plumb.v1.ResumeSandboxResponse.sandbox:type_name -> plumb.v1.Sandbox
+	15, // 59: plumb.v1.ForkSandboxRequest.sandbox:type_name -> plumb.v1.CreateSandboxRequest
+	14, // 60: plumb.v1.ForkSandboxResponse.sandboxes:type_name -> plumb.v1.Sandbox
+	93, // 61: plumb.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	77, // 62: plumb.v1.CreateVolumeResponse.volume:type_name -> plumb.v1.Volume
+	77, // 63: plumb.v1.ListVolumesResponse.volumes:type_name -> plumb.v1.Volume
+	15, // 64: plumb.v1.SandboxService.CreateSandbox:input_type -> plumb.v1.CreateSandboxRequest
+	18, // 65: plumb.v1.SandboxService.GetSandbox:input_type -> plumb.v1.GetSandboxRequest
+	20, // 66: plumb.v1.SandboxService.ListSandboxes:input_type -> plumb.v1.ListSandboxesRequest
+	22, // 67: plumb.v1.SandboxService.DeleteSandbox:input_type -> plumb.v1.DeleteSandboxRequest
+	24, // 68: plumb.v1.SandboxService.KeepAlive:input_type -> plumb.v1.KeepAliveRequest
+	26, // 69: plumb.v1.SandboxService.DescribeWorker:input_type -> plumb.v1.DescribeWorkerRequest
+	30, // 70: plumb.v1.SandboxService.Execute:input_type -> plumb.v1.ExecuteRequest
+	33, // 71: plumb.v1.SandboxService.ExecuteStream:input_type -> plumb.v1.ExecuteStreamRequest
+	38, // 72: plumb.v1.SandboxService.Ls:input_type -> plumb.v1.LsRequest
+	40, // 73: plumb.v1.SandboxService.Read:input_type -> plumb.v1.ReadRequest
+	42, // 74: plumb.v1.SandboxService.Write:input_type -> plumb.v1.WriteRequest
+	44, // 75: plumb.v1.SandboxService.Edit:input_type -> plumb.v1.EditRequest
+	46, // 76: plumb.v1.SandboxService.Delete:input_type -> plumb.v1.DeleteRequest
+	48, // 77: plumb.v1.SandboxService.Grep:input_type -> plumb.v1.GrepRequest
+	51, // 78: plumb.v1.SandboxService.Glob:input_type -> plumb.v1.GlobRequest
+	53, // 79: plumb.v1.SandboxService.UploadFiles:input_type -> plumb.v1.UploadFilesRequest
+	56, // 80: plumb.v1.SandboxService.DownloadFiles:input_type -> plumb.v1.DownloadFilesRequest
+	58, // 81: plumb.v1.SandboxService.Process:input_type -> plumb.v1.ProcessRequest
+	8,  // 82: plumb.v1.SandboxService.WatchEgressRequests:input_type -> plumb.v1.WatchEgressRequestsRequest
+	11, // 83: plumb.v1.SandboxService.DecideEgress:input_type -> plumb.v1.DecideEgressRequest
+	63, // 84: plumb.v1.SandboxService.SnapshotSandbox:input_type -> plumb.v1.SnapshotSandboxRequest
+	66, // 85: plumb.v1.SandboxService.ListSnapshots:input_type -> plumb.v1.ListSnapshotsRequest
+	68, // 86: plumb.v1.SandboxService.DeleteSnapshot:input_type -> plumb.v1.DeleteSnapshotRequest
+	70, // 87: plumb.v1.SandboxService.SuspendSandbox:input_type -> plumb.v1.SuspendSandboxRequest
+	72, // 88: plumb.v1.SandboxService.ResumeSandbox:input_type -> plumb.v1.ResumeSandboxRequest
+	74, // 89: plumb.v1.SandboxService.ForkSandbox:input_type -> plumb.v1.ForkSandboxRequest
+	78, // 90: plumb.v1.SandboxService.CreateVolume:input_type -> plumb.v1.CreateVolumeRequest
+	80, // 91: plumb.v1.SandboxService.ListVolumes:input_type -> plumb.v1.ListVolumesRequest
+	82, // 92: plumb.v1.SandboxService.DeleteVolume:input_type -> plumb.v1.DeleteVolumeRequest
+	17, // 93: plumb.v1.SandboxService.CreateSandbox:output_type -> plumb.v1.CreateSandboxResponse
+	19, // 94: plumb.v1.SandboxService.GetSandbox:output_type -> plumb.v1.GetSandboxResponse
+	21, // 95: plumb.v1.SandboxService.ListSandboxes:output_type -> plumb.v1.ListSandboxesResponse
+	23, // 96: plumb.v1.SandboxService.DeleteSandbox:output_type -> plumb.v1.DeleteSandboxResponse
+	25, // 97: plumb.v1.SandboxService.KeepAlive:output_type -> plumb.v1.KeepAliveResponse
+	27, // 98: plumb.v1.SandboxService.DescribeWorker:output_type -> plumb.v1.DescribeWorkerResponse
+	31, // 99: plumb.v1.SandboxService.Execute:output_type -> plumb.v1.ExecuteResponse
+	34, // 100: plumb.v1.SandboxService.ExecuteStream:output_type -> plumb.v1.ExecuteStreamResponse
+	39, // 101: plumb.v1.SandboxService.Ls:output_type -> plumb.v1.LsResponse
+	41, // 102: plumb.v1.SandboxService.Read:output_type -> plumb.v1.ReadResponse
+	43, // 103: plumb.v1.SandboxService.Write:output_type -> plumb.v1.WriteResponse
+	45, // 104: plumb.v1.SandboxService.Edit:output_type -> plumb.v1.EditResponse
+	47, // 105: plumb.v1.SandboxService.Delete:output_type -> plumb.v1.DeleteResponse
+	50, // 106: plumb.v1.SandboxService.Grep:output_type -> plumb.v1.GrepResponse
+	52, // 107: plumb.v1.SandboxService.Glob:output_type -> plumb.v1.GlobResponse
+	55, // 108: plumb.v1.SandboxService.UploadFiles:output_type -> plumb.v1.UploadFilesResponse
+	57, // 109: plumb.v1.SandboxService.DownloadFiles:output_type -> plumb.v1.DownloadFilesResponse
+	60, // 110: plumb.v1.SandboxService.Process:output_type -> plumb.v1.ProcessResponse
+	9,  // 111: plumb.v1.SandboxService.WatchEgressRequests:output_type -> plumb.v1.WatchEgressRequestsResponse
+	12, // 112: plumb.v1.SandboxService.DecideEgress:output_type -> plumb.v1.DecideEgressResponse
+	65, // 113: plumb.v1.SandboxService.SnapshotSandbox:output_type -> plumb.v1.SnapshotSandboxResponse
+	67, // 114: plumb.v1.SandboxService.ListSnapshots:output_type -> plumb.v1.ListSnapshotsResponse
+	69, // 115: plumb.v1.SandboxService.DeleteSnapshot:output_type -> plumb.v1.DeleteSnapshotResponse
+	71, // 116: plumb.v1.SandboxService.SuspendSandbox:output_type -> plumb.v1.SuspendSandboxResponse
+	73, // 117: plumb.v1.SandboxService.ResumeSandbox:output_type -> plumb.v1.ResumeSandboxResponse
+	75, // 118: plumb.v1.SandboxService.ForkSandbox:output_type -> plumb.v1.ForkSandboxResponse
+	79, // 119: plumb.v1.SandboxService.CreateVolume:output_type -> plumb.v1.CreateVolumeResponse
+	81, // 120: plumb.v1.SandboxService.ListVolumes:output_type -> plumb.v1.ListVolumesResponse
+	83, // 121: plumb.v1.SandboxService.DeleteVolume:output_type -> plumb.v1.DeleteVolumeResponse
+	93, // [93:122] is the sub-list for method output_type
+	64, // [64:93] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_plumb_v1_sandbox_proto_init() }
@@ -6492,6 +6621,7 @@ func file_plumb_v1_sandbox_proto_init() {
 	file_plumb_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{
 		(*ExecuteStreamResponse_Output)(nil),
 		(*ExecuteStreamResponse_Result)(nil),
+		(*ExecuteStreamResponse_Started)(nil),
 	}
 	file_plumb_v1_sandbox_proto_msgTypes[29].OneofWrappers = []any{}
 	file_plumb_v1_sandbox_proto_msgTypes[32].OneofWrappers = []any{}
@@ -6514,7 +6644,7 @@ func file_plumb_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plumb_v1_sandbox_proto_rawDesc), len(file_plumb_v1_sandbox_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
