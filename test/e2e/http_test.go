@@ -312,13 +312,7 @@ func openSSE(t *testing.T, ctx context.Context, c *http.Client, method, url stri
 // dropped after two events and resumed with Last-Event-ID (the rest, once),
 // and Attach as newline-delimited JSON.
 func TestHTTPStreams(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("curl not found under CI=true (make test-deps installs it)")
-		}
-		t.Skip("curl not installed")
-	}
+	curl := curlPath(t)
 	s := start(t)
 	agentd := "http://" + s.proc.HTTPAddr
 	s.model.Script("main",

@@ -49,10 +49,8 @@ func Binary() string {
 	return ""
 }
 
-// freePorts returns n loopback ports free now (each also free at +10000,
-// where weed puts a service's gRPC port unless told).
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+// freePorts returns n loopback ports free now.
+func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
 	defer func() {
@@ -63,12 +61,12 @@ func freePorts(t testing.TB, n int) []int {
 	for len(ports) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	return ports
+	return ports, nil
 }
 
 // Start runs a weed server with S3 for the rest of the test.
@@ -82,8 +80,23 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip(msg)
 	}
-	dir := t.TempDir()
-	s := &Server{AccessKey: "plumbtestaccess", SecretKey: "plumbtestsecret0123456789"}
+	// A generous deadline: a busy machine starts four services slowly.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, stop, err := Run(ctx, bin, t.TempDir(), "plumbtestaccess", "plumbtestsecret0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return s
+}
+
+// Run starts weed (binary bin) with S3 on loopback ports, its data and log
+// in dir, with one identity of the given keys, and returns once its S3
+// gateway answers (or ctx ends). stop ends the server's whole process
+// group; the caller removes dir.
+func Run(ctx context.Context, bin, dir, accessKey, secretKey string) (_ *Server, stop func(), _ error) {
+	s := &Server{AccessKey: accessKey, SecretKey: secretKey}
 	cfg := map[string]any{"identities": []any{map[string]any{
 		"name": "plumb", "credentials": []any{map[string]string{"accessKey": s.AccessKey, "secretKey": s.SecretKey}},
 		"actions": []string{"Admin", "Read", "List", "Tagging", "Write"},
@@ -91,13 +104,16 @@ func Start(t testing.TB) *Server {
 	b, _ := json.Marshal(cfg)
 	cfgPath := filepath.Join(dir, "s3.json")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o700); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	p := freePorts(t, 8)
+	p, err := freePorts(8)
+	if err != nil {
+		return nil, nil, err
+	}
 	s.Endpoint = "127.0.0.1:" + strconv.Itoa(p[3])
 	args := []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + data, "-volume.max=32",
 		"-master.volumeSizeLimitMB=32", "-master.telemetry=false",
@@ -108,17 +124,18 @@ func Start(t testing.TB) *Server {
 		"-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.config=" + cfgPath}
 	log, err := os.Create(filepath.Join(dir, "weed.log"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start weed: %v", err)
+		log.Close()
+		return nil, nil, fmt.Errorf("start weed: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	stop = func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-done:
@@ -127,32 +144,31 @@ func Start(t testing.TB) *Server {
 			<-done
 		}
 		log.Close()
-	})
+	}
 	cl, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), BucketLookup: minio.BucketLookupPath})
 	if err != nil {
-		t.Fatal(err)
+		stop()
+		return nil, nil, err
 	}
-	// Poll until the gateway answers (a generous deadline: a busy machine
-	// starts four services slowly).
-	deadline := time.Now().Add(3 * time.Minute)
+	// Poll until the gateway answers.
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := cl.ListBuckets(ctx)
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cl.ListBuckets(lctx)
 		cancel()
 		if err == nil {
-			return s
+			return s, stop, nil
 		}
 		select {
 		case <-done:
 			out, _ := os.ReadFile(log.Name())
-			t.Fatalf("weed exited before its S3 gateway answered: %s", tail(out))
-		default:
-		}
-		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, fmt.Errorf("weed exited before its S3 gateway answered: %s", tail(out))
+		case <-ctx.Done():
 			out, _ := os.ReadFile(log.Name())
-			t.Fatalf("weed's S3 gateway did not answer: %v\n%s", err, tail(out))
+			stop()
+			return nil, nil, fmt.Errorf("weed's S3 gateway did not answer: %v\n%s", err, tail(out))
+		case <-time.After(200 * time.Millisecond):
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
