@@ -42,6 +42,10 @@ const (
 // closeWait bounds how long closing waits for a process's output to end.
 const closeWait = 10 * time.Second
 
+// exitGrace bounds how long a server that closed its end of the
+// handshake may go on writing stderr before it is killed.
+const exitGrace = 2 * time.Second
+
 // implementation is how plumb introduces itself to servers.
 var implementation = &sdk.Implementation{Name: "plumb", Version: "1"}
 
@@ -203,6 +207,14 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 	}
 	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
+		if drained != nil && ctx.Err() == nil {
+			// The server closed its end: it is exiting, so let it finish
+			// writing the stderr that says why before it is killed.
+			select {
+			case <-drained:
+			case <-time.After(exitGrace):
+			}
+		}
 		l.kill()
 		l.drop()
 		if drained != nil {
