@@ -27,7 +27,9 @@ const finishTimeout = 30 * time.Second
 // Run delivers due deliveries until ctx ends, at most Config.Concurrency
 // at a time, then waits for the attempts in flight (cut short by ctx's
 // end; each is recorded as a failed attempt to retry). Every replica runs
-// it: claims in the shared store give each attempt to one of them.
+// it: claims in the shared store give each attempt to one of them. It
+// claims every PollInterval, and at once when OnRunEnd on this replica
+// records a delivery.
 func (s *Service) Run(ctx context.Context) {
 	if !s.Enabled() {
 		return
@@ -65,6 +67,7 @@ func (s *Service) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-s.wake:
 		}
 	}
 }

@@ -112,6 +112,9 @@ type Service struct {
 	resolver             *net.Resolver
 	client               *http.Client
 	firstRetry, maxRetry time.Duration
+	// wake tells Run that this replica recorded a delivery, so it claims
+	// at once instead of at its next poll.
+	wake chan struct{}
 }
 
 // New returns the service; Run delivers.
@@ -135,7 +138,7 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	cfg.Concurrency = cmpOr(cfg.Concurrency, DefaultConcurrency)
 	cfg.PollInterval = cmpOr(cfg.PollInterval, DefaultPollInterval)
 	cfg.KeyGrace = cmpOr(cfg.KeyGrace, DefaultKeyGrace)
-	s := &Service{cfg: cfg, now: time.Now, firstRetry: webhook.FirstRetry, maxRetry: webhook.MaxRetry}
+	s := &Service{cfg: cfg, now: time.Now, firstRetry: webhook.FirstRetry, maxRetry: webhook.MaxRetry, wake: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -296,6 +299,10 @@ func (s *Service) OnRunEnd(ctx context.Context, end runhost.RunEnd) error {
 		}
 		if created {
 			s.lg.Debug("webhook delivery recorded", zap.String("delivery-id", d.ID), zap.String("run-id", d.RunID), zap.String("event", d.Event))
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return nil

@@ -85,6 +85,12 @@ type env struct {
 // and runs its delivery loop until the test ends.
 func newEnv(t *testing.T, policy webhook.Policy, retryFor, timeout time.Duration) *env {
 	t.Helper()
+	return newEnvPolling(t, policy, retryFor, timeout, 20*time.Millisecond)
+}
+
+// newEnvPolling is newEnv with the delivery loop's poll interval.
+func newEnvPolling(t *testing.T, policy webhook.Policy, retryFor, timeout, poll time.Duration) *env {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agentd.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +104,7 @@ func newEnv(t *testing.T, policy webhook.Policy, retryFor, timeout time.Duration
 	}
 	svc, err := webhooks.New(webhooks.Config{
 		Store: st, Threads: runhost.DurableThreads(st), Sealer: secrets.NewSealer(key, nil), Policy: policy,
-		RetryFor: retryFor, Timeout: timeout, PollInterval: 20 * time.Millisecond, Holder: "replica-a",
+		RetryFor: retryFor, Timeout: timeout, PollInterval: poll, Holder: "replica-a",
 	}, webhooks.WithLogger(zaptest.NewLogger(t)), webhooks.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +157,25 @@ func (e *env) waitDelivery(t *testing.T, runID string, done func(store.Delivery)
 
 func finished(d store.Delivery) bool {
 	return d.Status == store.DeliverySucceeded || d.Status == store.DeliveryFailed
+}
+
+// TestRecordWakesTheLoop: a delivery recorded on this replica is sent at
+// once, not at the loop's next poll (here an hour away, after the first
+// poll at start).
+func TestRecordWakesTheLoop(t *testing.T) {
+	rcv := newReceiver(t, func(int) int { return 204 })
+	e := newEnvPolling(t, loopback, time.Hour, time.Second, time.Hour)
+	if _, err := e.svc.RotateKey(context.Background(), "acme", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, runID := range []string{"run-wake-1", "run-wake-2"} {
+		if err := e.svc.OnRunEnd(context.Background(), end(runID, rcv.URL+"/hook", agent.RunFinished{Status: agent.StatusCompleted})); err != nil {
+			t.Fatal(err)
+		}
+		if d := e.waitDelivery(t, runID, finished); d.Status != store.DeliverySucceeded {
+			t.Fatalf("delivery = %+v", d)
+		}
+	}
 }
 
 // TestDeliveries: real receivers that succeed, answer 500 and then 200,
