@@ -31,8 +31,8 @@ const (
 	// and processes kept, no CPU.
 	SuspendPause SuspendMode = "pause"
 	// SuspendHibernate snapshots the workspace and removes the container:
-	// only storage is kept. Under runc processes end; gVisor's checkpoint
-	// of memory (runsc checkpoint) is a later step (checkpointer).
+	// only storage is kept, and processes end, under every runtime (gVisor's
+	// checkpoint of memory: see checkpointer).
 	SuspendHibernate SuspendMode = "hibernate"
 )
 
@@ -48,8 +48,12 @@ type SuspendResult struct {
 
 // checkpointer is the seam for memory checkpoints (issue 19 item 4):
 // under gVisor, `runsc checkpoint` would save the box's processes with its
-// workspace and `runsc restore` bring them back on wake. No implementation
-// exists yet: hibernation is workspace-only under every runtime.
+// workspace and `runsc restore` bring them back on wake. Not implemented:
+// gVisor's restore kills every process descended from an exec, and every
+// command of a box descends from its agent, which dial starts with an
+// exec; only PID 1 would survive (docs/workspaces.md, "Not yet"; the
+// threat analysis is docs/security.md, "Memory checkpoints across
+// hibernation"). Hibernation is workspace-only under every runtime.
 type checkpointer interface {
 	Checkpoint(ctx context.Context, containerID string) (image string, err error)
 	Restore(ctx context.Context, containerID, image string) error
