@@ -3,7 +3,7 @@
 // local Docker Engine: a sandbox Manager served as SandboxService on a
 // loopback port, the in-container sandbox agent, and for the agent
 // scenarios a deep.Runtime behind AgentService with a scripted model. Each
-// scenario of docs/benchmarks.md (B1…B20) is measured side by side with
+// scenario of docs/benchmarks.md (B1…B19) is measured side by side with
 // its baseline in the same run, after a warm-up, and reported as a
 // markdown table on stdout and as JSON in bench/results/<timestamp>.json:
 // n, p50, p95, p99, max, ops/s, the baseline's p50, their ratio and the
