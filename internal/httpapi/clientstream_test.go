@@ -322,7 +322,8 @@ func TestProcessWholeBody(t *testing.T) {
 // TestProcessBadFrames: a bad first frame is an ordinary error response
 // before any call; a bad or oversized frame later ends the stream with an
 // error event that names it, and cancels the call (the process ends).
-// Last-Event-ID is refused: a process stream cannot resume.
+// Last-Event-ID is refused on a stream that names no execution to
+// re-attach to.
 func TestProcessBadFrames(t *testing.T) {
 	const limit = 1 << 10
 	base, echo := newEchoAPI(t, func(c *Config) { c.BodyLimit = func(string) int64 { return limit } })
