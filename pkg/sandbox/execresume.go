@@ -114,7 +114,11 @@ type execution struct {
 // runs.
 func (x *Executions) Start(ctx context.Context, tenant, sandboxID string, f *Files, req backend.ExecuteRequest) string {
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e := x.add("x-", tenant, sandboxID, nil, cancel)
+	e, ok := x.add("x-", tenant, sandboxID, nil, cancel)
+	if !ok {
+		cancel()
+		return e.id // never run: attaching finds nothing
+	}
 	go func() {
 		defer x.wg.Done()
 		defer cancel()
@@ -149,7 +153,11 @@ func (x *Executions) StartProcess(ctx context.Context, tenant, sandboxID string,
 	if err != nil {
 		return "", err
 	}
-	e := x.add("p-", tenant, sandboxID, p, func() { _ = p.Close() })
+	e, ok := x.add("p-", tenant, sandboxID, p, func() { _ = p.Close() })
+	if !ok {
+		_ = p.Close()
+		return "", errClosed
+	}
 	go func() {
 		defer x.wg.Done()
 		defer p.Close()
@@ -185,24 +193,22 @@ func (x *Executions) StartProcess(ctx context.Context, tenant, sandboxID string,
 
 // add registers a new execution whose id starts with prefix, its grace
 // running, and counts its goroutine in x.wg (the caller starts it). A
-// closed registry kills it at once.
-func (x *Executions) add(prefix, tenant, sandboxID string, p backend.Process, cancel func()) *execution {
+// closed registry takes none (false): the caller kills what it started.
+func (x *Executions) add(prefix, tenant, sandboxID string, p backend.Process, cancel func()) (*execution, bool) {
 	e := &execution{id: prefix + rand.Text(), tenant: tenant, sandboxID: sandboxID, proc: p, changed: make(chan struct{}), next: 1, cancel: cancel}
 	x.mu.Lock()
-	closed := x.closed
-	if !closed {
-		x.m[e.id] = e
+	defer x.mu.Unlock()
+	if x.closed {
+		return e, false
 	}
+	x.m[e.id] = e
+	// Under x.mu: Close sets closed under it before it waits, so no Add
+	// races with its Wait.
 	x.wg.Add(1)
-	x.mu.Unlock()
-	if closed {
-		cancel()
-		return e
-	}
 	e.mu.Lock()
 	x.detachLocked(e)
 	e.mu.Unlock()
-	return e
+	return e, true
 }
 
 // end records how execution e ended: its last event, or err.
@@ -395,8 +401,8 @@ func (x *Executions) attach(ctx context.Context, proc bool, tenant, sandboxID, i
 }
 
 // Close kills every command and process and waits for their goroutines
-// to end; later executions are killed at once (StartProcess refuses
-// them). Attached readers get the executions' ends (their errors).
+// to end; later ones are killed at once (StartProcess refuses them, a
+// command started later is never found). Attached readers get the executions' ends (their errors).
 func (x *Executions) Close() {
 	x.mu.Lock()
 	x.closed = true
