@@ -94,6 +94,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		OpenAPI:  gen.SandboxOpenAPI,
 	}
 	o.BulkMethods = sandboxsvc.BulkMethods
+	// Resumable commands and processes are killed when shutdown starts:
+	// their attached streams end with them instead of holding the
+	// graceful stop for its whole grace (w.Close closes again, a no-op).
+	o.BeforeStop = func(context.Context) error { w.Service.Close(); return nil }
 	o.ServerOptions = tr.ServerOptions()
 	return daemon.Serve(ctx, o)
 }

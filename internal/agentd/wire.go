@@ -170,6 +170,9 @@ func (a *Agentd) ServiceConfig(replicaID string) agentsvc.Config {
 		if a.Backends.snaps != nil {
 			c.Retention.Snapshots = a.Backends
 		}
+		if ss, ok := a.Store.(store.Sessions); ok {
+			c.Retention.Sessions = ss
+		}
 		if runs, ok := a.Store.(store.Runs); ok && len(c.Retention.Policy.Agents) > 0 {
 			c.Retention.ThreadInfo = threadInfo(a.Store, runs)
 		}

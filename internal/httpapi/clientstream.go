@@ -55,8 +55,9 @@ type frameBody struct {
 	opts   protojson.UnmarshalOptions
 	cancel context.CancelFunc
 
-	n      int    // frames read
-	unread []byte // a frame given back (the first, checked before the call)
+	n      int                // frames read
+	unread []byte             // a frame given back (the first, checked before the call)
+	head   *dynamicpb.Message // the first frame, decoded (nil for an empty body)
 
 	mu   sync.Mutex
 	st   *status.Status
@@ -161,11 +162,58 @@ func (b *frameBody) first() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := b.unmarshal(line, dynamicpb.NewMessage(b.input)); err != nil {
+	head := dynamicpb.NewMessage(b.input)
+	if err := b.unmarshal(line, head); err != nil {
 		return false, err
 	}
-	b.unread = line
+	b.unread, b.head = line, head
 	return true, nil
+}
+
+// replaceFirst gives back m instead of the first frame read.
+func (b *frameBody) replaceFirst(m *dynamicpb.Message) error {
+	line, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b.unread, b.head = append(line, '\n'), m
+	return nil
+}
+
+// resumeStart is the message in a bidirectional stream's first frame that
+// can re-attach (a Process start: a message field with execution_id and
+// after_sequence), or nil.
+func resumeStart(head *dynamicpb.Message) protoreflect.Message {
+	if head == nil {
+		return nil
+	}
+	var out protoreflect.Message
+	head.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind || fd.IsList() || fd.IsMap() {
+			return true
+		}
+		m := v.Message()
+		id, after := m.Descriptor().Fields().ByName("execution_id"), m.Descriptor().Fields().ByName("after_sequence")
+		if id != nil && id.Kind() == protoreflect.StringKind && after != nil && after.Kind() == protoreflect.Uint64Kind {
+			out = m
+			return false
+		}
+		return true
+	})
+	return out
+}
+
+// resumable reports whether start (resumeStart's) starts a resumable
+// stream or re-attaches to one: its messages then carry sequences.
+func resumable(start protoreflect.Message) bool {
+	if start == nil {
+		return false
+	}
+	fs := start.Descriptor().Fields()
+	if fd := fs.ByName("resumable"); fd != nil && fd.Kind() == protoreflect.BoolKind && start.Get(fd).Bool() {
+		return true
+	}
+	return start.Get(fs.ByName("execution_id")).String() != ""
 }
 
 // fail records the body's failure (the first one counts) and cancels the

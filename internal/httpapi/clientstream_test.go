@@ -42,6 +42,14 @@ func (e *echoSandbox) Process(stream plumbv1.SandboxService_ProcessServer) (err 
 	if err != nil {
 		return err
 	}
+	if st := first.GetStart(); st.GetExecutionId() != "" {
+		// A re-attach: where it starts, numbered as a resumable stream.
+		seq := st.GetAfterSequence()
+		if err := stream.Send(&plumbv1.ProcessResponse{Kind: &plumbv1.ProcessResponse_Stdout{Stdout: fmt.Appendf(nil, "%s after %d", st.GetExecutionId(), seq)}, Sequence: seq + 1}); err != nil {
+			return err
+		}
+		return stream.Send(&plumbv1.ProcessResponse{Kind: &plumbv1.ProcessResponse_Exit{Exit: &plumbv1.ProcessExit{}}, Sequence: seq + 2})
+	}
 	if first.GetStart().GetCommand() == "" {
 		return status.Error(codes.InvalidArgument, "the first message must be start, with a command")
 	}
@@ -322,7 +330,8 @@ func TestProcessWholeBody(t *testing.T) {
 // TestProcessBadFrames: a bad first frame is an ordinary error response
 // before any call; a bad or oversized frame later ends the stream with an
 // error event that names it, and cancels the call (the process ends).
-// Last-Event-ID is refused: a process stream cannot resume.
+// Last-Event-ID is refused on a stream that names no execution to
+// re-attach to.
 func TestProcessBadFrames(t *testing.T) {
 	const limit = 1 << 10
 	base, echo := newEchoAPI(t, func(c *Config) { c.BodyLimit = func(string) int64 { return limit } })
@@ -566,5 +575,67 @@ func TestFrameBodyLongLines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProcessResumeFrame: Last-Event-ID on a Process whose start names an
+// execution sets the start's after_sequence (unless the start sets it),
+// and the events' ids are their sequences, not their places; a
+// Last-Event-ID that is not a number is refused.
+func TestProcessResumeFrame(t *testing.T) {
+	base, _ := newEchoAPI(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reattach := func(after uint64) string {
+		return frame(t, &plumbv1.ProcessRequest{Kind: &plumbv1.ProcessRequest_Start{Start: &plumbv1.ProcessStart{SandboxId: "sbx-1", ExecutionId: "p-1", AfterSequence: after}}})
+	}
+	for _, tc := range []struct {
+		name, body, lei string
+		want            string
+		ids             []string
+	}{
+		{"from Last-Event-ID", reattach(0), "7", "p-1 after 7", []string{"8", "9"}},
+		{"the frame wins", reattach(3), "7", "p-1 after 3", []string{"4", "5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/plumb.v1.SandboxService/Process", strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			req.Header.Set("Accept", mimeSSE)
+			req.Header.Set("Last-Event-ID", tc.lei)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			var ids []string
+			var out string
+			for {
+				ev, err := nextEvent(br)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, ev.id)
+				out += string(processEvent(t, ev).GetStdout())
+			}
+			if out != tc.want || fmt.Sprint(ids) != fmt.Sprint(tc.ids) {
+				t.Fatalf("stdout %q ids %v, want %q ids %v", out, ids, tc.want, tc.ids)
+			}
+		})
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/plumb.v1.SandboxService/Process", strings.NewReader(reattach(0)))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Last-Event-ID", "x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusBadRequest || e.Reason != ReasonBadLastEvent {
+		t.Fatalf("Last-Event-ID x: HTTP %d %+v %v", resp.StatusCode, e, err)
 	}
 }

@@ -289,11 +289,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	clientStream := known && m.IsStreamingClient()
 	bidi := clientStream && m.IsStreamingServer()
-	if bidi && r.Header.Get("Last-Event-ID") != "" {
-		writeError(w, apiError(codes.FailedPrecondition, ReasonNotResumable,
-			fmt.Sprintf("%s cannot resume: its process ended when its connection did (as a cancelled gRPC call's); start a new one, without Last-Event-ID", full)), http.StatusBadRequest)
-		return
-	}
+	numbered := false // a bidirectional stream's messages get ids of their place
 	if clientStream {
 		// Newline-delimited frames, each bounded, the body not (as a
 		// gRPC stream); a bad frame cancels the call (clientstream.go).
@@ -316,6 +312,13 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, c caller) {
 		if _, err := fb.first(); err != nil {
 			h.fail(w, r, err)
 			return
+		}
+		if bidi {
+			start := resumeStart(fb.head)
+			if lei := strings.TrimSpace(r.Header.Get("Last-Event-ID")); lei != "" && !h.resumeFrame(w, fb, full, start, lei) {
+				return
+			}
+			numbered = !resumable(start)
 		}
 	} else {
 		if r.ContentLength > limit {
@@ -353,10 +356,11 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, c caller) {
 	if sse {
 		sw := newSSEWriter(w, h.cfg.KeepAlive)
 		defer sw.close()
-		// A bidirectional stream's messages carry no sequence of their
-		// own: id numbers them, so that a client's reconnect says it is
-		// one (and is refused above).
-		sw.number = bidi
+		// A bidirectional stream that is not resumable has messages with
+		// no sequence of their own: id numbers them, so that a client's
+		// reconnect says it is one (and is refused: resumeFrame). A
+		// resumable one's messages carry their sequence, the id.
+		sw.number = numbered
 		w = sw
 	}
 	h.gw.ServeHTTP(w, r)
@@ -417,6 +421,33 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, m protoreflect.
 	r.Body = io.NopCloser(bytes.NewReader(out))
 	r.ContentLength = int64(len(out))
 	r.Header.Del("Content-Length")
+	return true
+}
+
+// resumeFrame re-attaches a bidirectional stream from Last-Event-ID: the
+// first frame's start must name the execution_id to re-attach to, and
+// its after_sequence, unless set, becomes lei. A stream that cannot
+// resume (a start that names no execution) is refused.
+func (h *Handler) resumeFrame(w http.ResponseWriter, fb *frameBody, full string, start protoreflect.Message, lei string) bool {
+	if start == nil || start.Get(start.Descriptor().Fields().ByName("execution_id")).String() == "" {
+		writeError(w, apiError(codes.FailedPrecondition, ReasonNotResumable,
+			fmt.Sprintf("%s cannot resume from Last-Event-ID without an execution to re-attach to: a stream started without start.resumable ended with its connection; a resumable one re-attaches with start.executionId (from its started message)", full)), http.StatusBadRequest)
+		return false
+	}
+	seq, err := strconv.ParseUint(lei, 10, 64)
+	if err != nil {
+		writeError(w, apiError(codes.InvalidArgument, ReasonBadLastEvent, "Last-Event-ID: want the sequence of the last event received, a decimal number"), http.StatusBadRequest)
+		return false
+	}
+	after := start.Descriptor().Fields().ByName("after_sequence")
+	if start.Has(after) {
+		return true // the frame says where to start
+	}
+	start.Set(after, protoreflect.ValueOfUint64(seq))
+	if err := fb.replaceFirst(fb.head); err != nil {
+		writeError(w, status.New(codes.Internal, "internal error"), http.StatusInternalServerError)
+		return false
+	}
 	return true
 }
 

@@ -17,6 +17,8 @@
 // event logs of threads whose last run was the agent's and for the
 // deliveries of the agent's runs: the scopes' batches leave those agents
 // out, and each agent's batches take its items of every tenant.
+// Every pass also deletes the HTTP API's browser sessions past their
+// expiry (Sessions), whatever the TTLs.
 // Checkpoints beyond the latest N (the agent's own N, if it has one) are
 // pruned by the stores at every checkpoint.
 //

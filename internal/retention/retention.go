@@ -80,6 +80,12 @@ type Snapshots interface {
 	DeleteQueuedSnapshots(ctx context.Context, limit int) (int, error)
 }
 
+// Sessions deletes the browser sessions of the HTTP API (store.Sessions)
+// that expired by now: up to limit, returning how many.
+type Sessions interface {
+	DeleteExpiredSessions(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
 // ThreadInfo tells a thread's agent (its last run's) and when it was last
 // updated.
 type ThreadInfo func(ctx context.Context, id string) (agent string, updated time.Time, err error)
@@ -105,6 +111,9 @@ type Config struct {
 	// Snapshots, if set, has its queued snapshot deletions retried every
 	// pass, after the threads (whose deletion queues theirs).
 	Snapshots Snapshots
+	// Sessions, if set, has its expired browser sessions deleted every
+	// pass (whatever the TTLs: a session's expiry is its own).
+	Sessions Sessions
 }
 
 // Counts is what a pass deleted and skipped.
@@ -119,6 +128,8 @@ type Counts struct {
 	StoreItems int
 	// Snapshots is how many queued workspace snapshots were deleted.
 	Snapshots int
+	// Sessions is how many expired browser sessions were deleted.
+	Sessions int
 }
 
 // Option adjusts a Sweeper (test seams).
@@ -175,7 +186,7 @@ func New(cfg Config, opts ...Option) (*Sweeper, error) {
 	}
 	s := &Sweeper{cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "plumb_retention_deleted_total",
-		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events, store_items, snapshots) or left (threads_skipped, threads_failed).",
+		Help: "What the retention sweeper deleted (threads, webhook_deliveries, run_events, store_items, snapshots, http_sessions) or left (threads_skipped, threads_failed).",
 	}, []string{"kind"})}
 	for _, o := range opts {
 		o(s)
@@ -282,12 +293,25 @@ func (s *Sweeper) Pass(ctx context.Context) (Counts, error) {
 			}
 		}
 	}
+	if s.cfg.Sessions != nil {
+		for range maxBatches {
+			n, err := s.cfg.Sessions.DeleteExpiredSessions(ctx, now, s.cfg.Batch)
+			c.Sessions += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if err != nil || n < s.cfg.Batch {
+				break
+			}
+		}
+	}
 	s.deleted.WithLabelValues("snapshots").Add(float64(c.Snapshots))
+	s.deleted.WithLabelValues("http_sessions").Add(float64(c.Sessions))
 	s.deleted.WithLabelValues("run_events").Add(float64(c.RunEvents))
 	s.deleted.WithLabelValues("store_items").Add(float64(c.StoreItems))
 	if c != (Counts{}) {
 		s.lg.Info("retention pass", zap.Int("threads-deleted", c.Threads), zap.Int("threads-skipped", c.Skipped),
-			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems), zap.Int("snapshots-deleted", c.Snapshots))
+			zap.Int("threads-failed", c.Failed), zap.Int("webhook-deliveries-deleted", c.Deliveries), zap.Int("run-events-deleted", c.RunEvents), zap.Int("store-items-deleted", c.StoreItems), zap.Int("snapshots-deleted", c.Snapshots), zap.Int("http-sessions-deleted", c.Sessions))
 	}
 	return c, errors.Join(errs...)
 }

@@ -67,6 +67,8 @@ type Config struct {
 	Snapshots SnapshotsConfig `yaml:"snapshots"`
 	// Volumes configures named volumes (docs/workspaces.md).
 	Volumes VolumesConfig `yaml:"volumes"`
+	// Resume bounds resumable ExecuteStreams and Process streams.
+	Resume ResumeConfig `yaml:"resume"`
 
 	// Deprecated lists the deprecated keys the file used, for a warning
 	// each once there is a logger.
@@ -124,6 +126,41 @@ type VolumesConfig struct {
 	// PerTenant caps the sum of the sizes of one tenant's volumes on this
 	// worker (0 = unlimited).
 	PerTenant yamlconf.Quantity `yaml:"per_tenant_bytes"`
+}
+
+// Bounds of ResumeConfig.
+const (
+	maxResumeGrace  = time.Hour
+	minResumeBuffer = sandbox.ProcessChunk
+	maxResumeBuffer = 256 << 20
+)
+
+// ResumeConfig bounds what a resumable execution (an ExecuteStream or a
+// Process stream started resumable) keeps for a client that lost its
+// connection (docs/http.md).
+type ResumeConfig struct {
+	// Grace is how long it keeps running, or its end is kept, with no
+	// stream attached (0 = sandbox.DefaultResumeGrace, 30s; at most 1h).
+	Grace time.Duration `yaml:"grace"`
+	// Buffer is how much of its newest output it keeps for a stream that
+	// re-attaches (0 = sandbox.DefaultResumeBuffer, 1Mi; 64Ki to 256Mi).
+	Buffer yamlconf.Quantity `yaml:"buffer"`
+}
+
+// spec is the registry's form of r.
+func (r ResumeConfig) spec() sandbox.ExecutionsConfig {
+	return sandbox.ExecutionsConfig{Grace: r.Grace, Buffer: int(r.Buffer)}
+}
+
+// check refuses bounds out of range.
+func (r ResumeConfig) check() error {
+	switch {
+	case r.Grace < 0 || r.Grace > maxResumeGrace:
+		return fmt.Errorf("resume.grace %s: want 0 (the default, %s) up to %s", r.Grace, sandbox.DefaultResumeGrace, maxResumeGrace)
+	case r.Buffer != 0 && (r.Buffer < minResumeBuffer || r.Buffer > maxResumeBuffer):
+		return fmt.Errorf("resume.buffer %d bytes: want 0 (the default, 1Mi) or 64Ki up to 256Mi", int64(r.Buffer))
+	}
+	return nil
 }
 
 // S3Config says where a bucket is. Credentials: access_key and
@@ -278,6 +315,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("max_sandboxes (--max-sandboxes) must not be negative")
+	}
+	if err := c.Resume.check(); err != nil {
+		return err
 	}
 	if !sandboxapi.ValidWorker(c.Worker) {
 		return fmt.Errorf("invalid worker name %q: use 1 to 63 letters, digits, '-' or '.'", c.Worker)

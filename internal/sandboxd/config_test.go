@@ -71,6 +71,12 @@ func TestConfigErrors(t *testing.T) {
 		{name: "old and new per-tenant memory", doc: "policy:\n  per_tenant: {max_memory_bytes: 1, max_memory: 1Gi}\n", want: "policy.per_tenant: max_memory (line 2) and max_memory_bytes (line 2) both given"},
 		{name: "old and new cpus", doc: "defaults: {cpu: 1, cpus: 2}\n", want: "defaults: cpus (line 1) and cpu (line 1) both given"},
 		{name: "ill-typed cpus", doc: "defaults: {cpus: two}\n", want: "defaults.cpus: cannot unmarshal !!str `two` into float64 (line 1)"},
+		{name: "negative resume grace", doc: "resume: {grace: -1s}\n", want: "resume.grace -1s: want 0 (the default, 30s) up to 1h0m0s"},
+		{name: "resume grace too long", doc: "resume: {grace: 2h}\n", want: "resume.grace 2h0m0s: want 0"},
+		{name: "resume buffer too small", doc: "resume: {buffer: 1Ki}\n", want: "resume.buffer 1024 bytes: want 0 (the default, 1Mi) or 64Ki up to 256Mi"},
+		{name: "resume buffer too big", doc: "resume: {buffer: 1Gi}\n", want: "resume.buffer 1073741824 bytes"},
+		{name: "resume buffer without a unit", doc: "resume: {buffer: 1MB}\n", want: `resume.buffer: size "1MB"`},
+		{name: "unknown resume key", doc: "resume: {timeout: 1s}\n", want: "resume.timeout: unknown key (line 1; known keys: buffer, grace)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -265,5 +271,24 @@ func TestVolumesConfig(t *testing.T) {
 	}
 	if _, err := settle(t, "version: 1\nvolumes: {max: 1}\n", nil); err == nil || !strings.Contains(err.Error(), "volumes") {
 		t.Errorf("an unknown key: %v", err)
+	}
+}
+
+// TestResumeConfig: resume.grace and resume.buffer reach the registry's
+// config; unset, they are 0 (the registry's defaults).
+func TestResumeConfig(t *testing.T) {
+	c, err := settle(t, "version: 1\nresume: {grace: 2m, buffer: 4Mi}\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Resume.spec(); got.Grace != 2*time.Minute || got.Buffer != 4<<20 {
+		t.Errorf("resume = %+v, want 2m and 4Mi", got)
+	}
+	c, err = settle(t, "version: 1\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Resume.spec(); got.Grace != 0 || got.Buffer != 0 {
+		t.Errorf("unset resume = %+v, want zero (the defaults)", got)
 	}
 }

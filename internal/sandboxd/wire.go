@@ -140,16 +140,20 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 		w.Close()
 		return nil, err
 	}
-	w.Service = sandboxsvc.New(mgr, runtimes, lg)
+	w.Service = sandboxsvc.New(mgr, runtimes, lg, sandboxsvc.WithResume(cfg.Resume.spec()))
 	w.Registry = prometheus.NewRegistry()
 	w.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), sandboxsvc.NewPoolCollector(mgr))
 	return w, nil
 }
 
-// Close stops the manager, first removing every sandbox when the worker
+// Close kills the resumable executions still running (their goroutines
+// end), stops the manager, first removing every sandbox when the worker
 // was built to delete them on exit (otherwise the next start re-adopts
 // them), and closes the Docker client.
 func (w *Worker) Close() {
+	if w.Service != nil {
+		w.Service.Close()
+	}
 	if w.deleteOnExit {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := w.mgr.DeleteAll(ctx); err != nil {

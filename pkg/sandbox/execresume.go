@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"io"
 	"sync"
 	"time"
 
@@ -14,6 +15,10 @@ const (
 	DefaultResumeGrace  = 30 * time.Second
 	DefaultResumeBuffer = 1 << 20
 )
+
+// ProcessChunk is the largest output event of a resumable process (a read
+// of its stdout or stderr).
+const ProcessChunk = 64 << 10
 
 // ExecutionsConfig bounds resumable executions.
 type ExecutionsConfig struct {
@@ -27,39 +32,53 @@ type ExecutionsConfig struct {
 }
 
 // ExecEvent is one message of a resumable execution: an output chunk, or
-// (last) the result. Sequence counts from 1 per execution.
+// (last) the result of a command or the exit of a process. Sequence counts
+// from 1 per execution.
 type ExecEvent struct {
 	Sequence uint64
 	Output   []byte
-	// Result is set on the last event.
+	// Stderr marks a process's Output as its standard error (a command's
+	// output is merged, and never has it).
+	Stderr bool
+	// Result is set on a command's last event.
 	Result *backend.ExecuteResult
+	// Exit is set on a process's last event.
+	Exit *backend.ProcessExit
 	// Lost is set on the first event a reader gets after a gap: how many
 	// events after the sequence it asked for were dropped from the buffer
 	// (their output is gone).
 	Lost uint64
 }
 
-// Executions runs resumable commands: a command started with Start runs
+// Executions runs resumable commands and processes: a command started with
+// Start, or an interactive process started with StartProcess, runs
 // detached from its caller's context, its output kept in a bounded buffer,
-// so that a caller whose connection dropped can Attach again with the last
-// sequence it saw. A command nobody is attached to is cancelled (killed,
-// as a cancelled ExecuteStream is) after the grace; an ended one is
-// forgotten after the grace. One reader is attached at a time: a new
-// Attach takes over from the previous one, whose Attach returns
-// ErrTakenOver (a reconnecting client is often faster than the server's
-// noticing that its old connection died).
+// so that a caller whose connection dropped can attach again (Attach,
+// AttachProcess) with the last sequence it saw. One registry holds both
+// kinds; an id of one kind is not found by the other's attach. An
+// execution nobody is attached to is killed (as a cancelled ExecuteStream
+// or Process stream is) after the grace; an ended one is forgotten after
+// the grace. One reader is attached at a time: a new attach takes over
+// from the previous one, whose attach returns ErrTakenOver (a reconnecting
+// client is often faster than the server's noticing that its old
+// connection died); a process's input goes to the attached reader's
+// ProcessInput only.
 type Executions struct {
 	grace  time.Duration
 	buffer int
 
-	mu sync.Mutex
-	m  map[string]*execution
-	wg sync.WaitGroup
+	mu     sync.Mutex
+	m      map[string]*execution
+	closed bool
+	wg     sync.WaitGroup
 }
 
-// ErrTakenOver is what Attach returns when another Attach took the
+// ErrTakenOver is what an attach returns when another attach took the
 // execution over.
-var ErrTakenOver = errorf(CodeUnavailable, "execution: another reader attached")
+var ErrTakenOver = errorf(CodeUnavailable, "execution: a newer stream attached to it and took it over")
+
+// errClosed is what StartProcess returns once the registry is closed.
+var errClosed = errorf(CodeShuttingDown, "the worker is shutting down: no new resumable executions")
 
 // NewExecutions returns an empty registry.
 func NewExecutions(cfg ExecutionsConfig) *Executions {
@@ -74,6 +93,7 @@ func NewExecutions(cfg ExecutionsConfig) *Executions {
 
 type execution struct {
 	id, tenant, sandboxID string
+	proc                  backend.Process // nil for a command
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change
@@ -86,7 +106,7 @@ type execution struct {
 	readers uint64             // tokens handed out
 	kick    context.CancelFunc // cancels the attached reader
 	timer   *time.Timer        // the grace, while nobody is attached
-	cancel  context.CancelFunc // kills the command
+	cancel  func()             // kills the command or process
 }
 
 // Start runs req in f detached from ctx (only ctx's values are kept) and
@@ -94,14 +114,11 @@ type execution struct {
 // runs.
 func (x *Executions) Start(ctx context.Context, tenant, sandboxID string, f *Files, req backend.ExecuteRequest) string {
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e := &execution{id: "x-" + rand.Text(), tenant: tenant, sandboxID: sandboxID, changed: make(chan struct{}), next: 1, cancel: cancel}
-	x.mu.Lock()
-	x.m[e.id] = e
-	x.mu.Unlock()
-	e.mu.Lock()
-	x.detachLocked(e)
-	e.mu.Unlock()
-	x.wg.Add(1)
+	e, ok := x.add("x-", tenant, sandboxID, nil, cancel)
+	if !ok {
+		cancel()
+		return e.id // never run: attaching finds nothing
+	}
 	go func() {
 		defer x.wg.Done()
 		defer cancel()
@@ -111,20 +128,103 @@ func (x *Executions) Start(ctx context.Context, tenant, sandboxID string, f *Fil
 			x.pushLocked(e, ExecEvent{Output: append([]byte(nil), b...)})
 			return nil
 		})
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if err != nil {
-			e.err = err
-		} else {
-			x.pushLocked(e, ExecEvent{Result: &r})
+		var last *ExecEvent
+		if err == nil {
+			last = &ExecEvent{Result: &r}
 		}
-		e.done = true
-		e.notifyLocked()
-		if e.reader == 0 {
-			x.detachLocked(e) // restart the grace: the result is kept for as long
-		}
+		x.end(e, last, err)
 	}()
 	return e.id
+}
+
+// StartProcess starts req in f (as Files.StartProcess does; an error is
+// its) and runs it detached from ctx, its stdout and stderr read into the
+// execution's buffer as they come (a resumable process is not held back
+// by a slow reader: the buffer drops its oldest output instead). It
+// returns the execution's id; AttachProcess to read it and write to it.
+func (x *Executions) StartProcess(ctx context.Context, tenant, sandboxID string, f *Files, req backend.ProcessRequest) (string, error) {
+	x.mu.Lock()
+	closed := x.closed
+	x.mu.Unlock()
+	if closed {
+		return "", errClosed
+	}
+	p, err := f.StartProcess(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	e, ok := x.add("p-", tenant, sandboxID, p, func() { _ = p.Close() })
+	if !ok {
+		_ = p.Close()
+		return "", errClosed
+	}
+	go func() {
+		defer x.wg.Done()
+		defer p.Close()
+		var pumps sync.WaitGroup
+		pump := func(r io.Reader, stderr bool) {
+			defer pumps.Done()
+			buf := make([]byte, ProcessChunk)
+			for {
+				n, err := r.Read(buf)
+				if n > 0 {
+					e.mu.Lock()
+					x.pushLocked(e, ExecEvent{Output: append([]byte(nil), buf[:n]...), Stderr: stderr})
+					e.mu.Unlock()
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+		pumps.Add(2)
+		go pump(p.Stdout(), false)
+		go pump(p.Stderr(), true)
+		pumps.Wait()
+		exit, err := p.Wait(context.WithoutCancel(ctx))
+		var last *ExecEvent
+		if err == nil {
+			last = &ExecEvent{Exit: &exit}
+		}
+		x.end(e, last, err)
+	}()
+	return e.id, nil
+}
+
+// add registers a new execution whose id starts with prefix, its grace
+// running, and counts its goroutine in x.wg (the caller starts it). A
+// closed registry takes none (false): the caller kills what it started.
+func (x *Executions) add(prefix, tenant, sandboxID string, p backend.Process, cancel func()) (*execution, bool) {
+	e := &execution{id: prefix + rand.Text(), tenant: tenant, sandboxID: sandboxID, proc: p, changed: make(chan struct{}), next: 1, cancel: cancel}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return e, false
+	}
+	x.m[e.id] = e
+	// Under x.mu: Close sets closed under it before it waits, so no Add
+	// races with its Wait.
+	x.wg.Add(1)
+	e.mu.Lock()
+	x.detachLocked(e)
+	e.mu.Unlock()
+	return e, true
+}
+
+// end records how execution e ended: its last event, or err.
+func (x *Executions) end(e *execution, last *ExecEvent, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.err = err
+	} else {
+		x.pushLocked(e, *last)
+	}
+	e.done = true
+	e.notifyLocked()
+	if e.reader == 0 {
+		x.detachLocked(e) // restart the grace: the result is kept for as long
+	}
 }
 
 // pushLocked appends ev with the next sequence and drops the oldest output
@@ -167,16 +267,72 @@ func (x *Executions) detachLocked(e *execution) {
 	})
 }
 
-// Attach streams execution id's events after sequence after to send, then
-// the live rest, and returns once the result was sent (nil), the command
-// failed (its error), ctx ended, send failed, or another Attach took over
-// (ErrTakenOver). An unknown id, or one of another tenant or sandbox, is
-// CodeNotFound.
+// Attach streams command execution id's events after sequence after to
+// send, then the live rest, and returns once the result was sent (nil),
+// the command failed (its error), ctx ended, send failed, or another
+// Attach took over (ErrTakenOver). An unknown id, or one of another
+// tenant or sandbox, or a process's, is CodeNotFound.
 func (x *Executions) Attach(ctx context.Context, tenant, sandboxID, id string, after uint64, send func(ExecEvent) error) error {
+	return x.attach(ctx, false, tenant, sandboxID, id, after, nil, send)
+}
+
+// AttachProcess is Attach for a process started with StartProcess: ready
+// is called, before any event is sent, with the reader's way to the
+// process's stdin and signals, which works for as long as this reader is
+// the attached one. It returns once the exit was sent (nil), or as Attach
+// does. A command's id is CodeNotFound.
+func (x *Executions) AttachProcess(ctx context.Context, tenant, sandboxID, id string, after uint64, ready func(ProcessInput), send func(ExecEvent) error) error {
+	return x.attach(ctx, true, tenant, sandboxID, id, after, ready, send)
+}
+
+// ProcessInput is an attached reader's way to a resumable process's stdin
+// and signals. Once the reader is no longer attached (another took over,
+// or its attach returned) every call is ErrTakenOver and nothing reaches
+// the process.
+type ProcessInput struct {
+	e     *execution
+	token uint64
+}
+
+func (in ProcessInput) check() error {
+	in.e.mu.Lock()
+	defer in.e.mu.Unlock()
+	if in.e.reader != in.token {
+		return ErrTakenOver
+	}
+	return nil
+}
+
+// Write writes b to the process's stdin.
+func (in ProcessInput) Write(b []byte) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	_, err := in.e.proc.Stdin().Write(b)
+	return err
+}
+
+// CloseStdin closes the process's stdin (EOF).
+func (in ProcessInput) CloseStdin() error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	return in.e.proc.Stdin().Close()
+}
+
+// Signal sends signal to the process and its descendants.
+func (in ProcessInput) Signal(ctx context.Context, signal string) error {
+	if err := in.check(); err != nil {
+		return err
+	}
+	return in.e.proc.Signal(ctx, signal)
+}
+
+func (x *Executions) attach(ctx context.Context, proc bool, tenant, sandboxID, id string, after uint64, ready func(ProcessInput), send func(ExecEvent) error) error {
 	x.mu.Lock()
 	e := x.m[id]
 	x.mu.Unlock()
-	if e == nil || e.tenant != tenant || e.sandboxID != sandboxID {
+	if e == nil || e.tenant != tenant || e.sandboxID != sandboxID || (e.proc != nil) != proc {
 		return errorf(CodeNotFound, "execution %q not found (it ended more than the resume grace ago, or never was)", id)
 	}
 	ctx, kick := context.WithCancelCause(ctx)
@@ -191,6 +347,7 @@ func (x *Executions) Attach(ctx context.Context, tenant, sandboxID, id string, a
 	if e.timer != nil {
 		e.timer.Stop()
 	}
+	last := e.next - 1
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
@@ -200,11 +357,11 @@ func (x *Executions) Attach(ctx context.Context, tenant, sandboxID, id string, a
 		}
 		e.mu.Unlock()
 	}()
-	e.mu.Lock()
-	last := e.next - 1
-	e.mu.Unlock()
 	if after > last {
 		return invalidField("after_sequence", "after_sequence %d: the execution has sent only %d messages so far", after, last)
+	}
+	if ready != nil {
+		ready(ProcessInput{e: e, token: token})
 	}
 	lost := uint64(0)
 	for {
@@ -228,7 +385,7 @@ func (x *Executions) Attach(ctx context.Context, tenant, sandboxID, id string, a
 				return err
 			}
 			after = ev.Sequence
-			if ev.Result != nil {
+			if ev.Result != nil || ev.Exit != nil {
 				return nil
 			}
 		}
@@ -243,18 +400,28 @@ func (x *Executions) Attach(ctx context.Context, tenant, sandboxID, id string, a
 	}
 }
 
-// Close kills every command and waits for them to end.
+// Close kills every command and process and waits for their goroutines
+// to end; later ones are killed at once (StartProcess refuses them, a
+// command started later is never found). Attached readers get the executions' ends (their errors).
 func (x *Executions) Close() {
 	x.mu.Lock()
+	x.closed = true
+	es := make([]*execution, 0, len(x.m))
 	for _, e := range x.m {
-		e.cancel()
+		es = append(es, e)
+	}
+	x.m = map[string]*execution{}
+	x.mu.Unlock()
+	var kills sync.WaitGroup
+	for _, e := range es {
 		e.mu.Lock()
 		if e.timer != nil {
 			e.timer.Stop()
 		}
 		e.mu.Unlock()
+		// A process's kill waits for the box to confirm it: all at once.
+		kills.Go(e.cancel)
 	}
-	x.m = map[string]*execution{}
-	x.mu.Unlock()
+	kills.Wait()
 	x.wg.Wait()
 }

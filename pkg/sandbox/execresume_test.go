@@ -192,3 +192,130 @@ func TestResumableExecution(t *testing.T) {
 		}
 	})
 }
+
+// TestResumableProcessRegistry: a process started by Executions runs with
+// nobody attached; its stdin reaches it through the attached reader's
+// ProcessInput only (a taken-over one is refused); a command's attach does
+// not find it; nobody attached for the grace kills it, and Close kills
+// the ones left (TestMain's goleak then finds none of their goroutines).
+func TestResumableProcessRegistry(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager(t)
+	info := e.create(t, m, sandbox.CreateSpec{})
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	running := func(pattern string) bool {
+		r, err := f.Execute(ctx, backend.ExecuteRequest{Command: `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c '` + pattern + `' || true`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(r.Output) != "0"
+	}
+
+	t.Run("input, takeover, exit", func(t *testing.T) {
+		x := sandbox.NewExecutions(sandbox.ExecutionsConfig{Grace: time.Hour})
+		t.Cleanup(x.Close)
+		id, err := x.StartProcess(ctx, "t1", info.ID, f, backend.ProcessRequest{Command: `read a; echo "a=$a"; echo err >&2; read b; echo "b=$b"; exit 2`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Attach(ctx, "t1", info.ID, id, 0, func(sandbox.ExecEvent) error { return nil }); sandbox.CodeOf(err) != sandbox.CodeNotFound {
+			t.Errorf("a command's attach of a process: %v, want not found", err)
+		}
+		var old sandbox.ProcessInput
+		firstDone := make(chan error, 1)
+		var out strings.Builder
+		readyc := make(chan struct{})
+		go func() {
+			firstDone <- x.AttachProcess(ctx, "t1", info.ID, id, 0, func(in sandbox.ProcessInput) {
+				old = in
+				close(readyc)
+			}, func(ev sandbox.ExecEvent) error {
+				if !ev.Stderr {
+					out.Write(ev.Output)
+				}
+				return nil
+			})
+		}()
+		<-readyc
+		if err := old.Write([]byte("one\n")); err != nil {
+			t.Fatal(err)
+		}
+		var last uint64
+		var exit *backend.ProcessExit
+		secondReady := make(chan sandbox.ProcessInput, 1)
+		secondDone := make(chan error, 1)
+		poll(t, "a=one", func() bool { return sandbox.ExecutionEvents(x, id) >= 2 })
+		go func() {
+			secondDone <- x.AttachProcess(ctx, "t1", info.ID, id, 0, func(in sandbox.ProcessInput) { secondReady <- in }, func(ev sandbox.ExecEvent) error {
+				last = ev.Sequence
+				if ev.Exit != nil {
+					exit = ev.Exit
+				}
+				return nil
+			})
+		}()
+		in := <-secondReady
+		if err := <-firstDone; !errors.Is(err, sandbox.ErrTakenOver) {
+			t.Fatalf("first reader: %v, want taken over", err)
+		}
+		if err := old.Write([]byte("stale\n")); !errors.Is(err, sandbox.ErrTakenOver) {
+			t.Fatalf("the taken-over reader's input: %v, want ErrTakenOver", err)
+		}
+		if err := in.Write([]byte("two\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-secondDone; err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix("a=one\n", out.String()) || exit == nil || exit.ExitCode != 2 || last < 3 {
+			t.Fatalf("first reader's stdout %q (want a prefix of a=one); exit %+v at %d", out.String(), exit, last)
+		}
+		// The second reader replayed everything: its stdout says b=two
+		// (not stale), which only the same process could print.
+		var all strings.Builder
+		if err := x.AttachProcess(ctx, "t1", info.ID, id, 0, nil, func(ev sandbox.ExecEvent) error {
+			if !ev.Stderr {
+				all.Write(ev.Output)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if all.String() != "a=one\nb=two\n" {
+			t.Fatalf("replayed stdout %q, want a=one then b=two", all.String())
+		}
+	})
+
+	t.Run("grace kills", func(t *testing.T) {
+		x := sandbox.NewExecutions(sandbox.ExecutionsConfig{Grace: 100 * time.Millisecond})
+		t.Cleanup(x.Close)
+		id, err := x.StartProcess(ctx, "t1", info.ID, f, backend.ProcessRequest{Command: `sleep 4244`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the execution to be forgotten", func() bool { return !sandbox.ExecutionKnown(x, id) })
+		if err := x.AttachProcess(ctx, "t1", info.ID, id, 0, nil, func(sandbox.ExecEvent) error { return nil }); sandbox.CodeOf(err) != sandbox.CodeNotFound {
+			t.Errorf("attach after the grace: %v, want not found", err)
+		}
+		poll(t, "the process to be killed", func() bool { return !running("sleep 424[4]") })
+	})
+
+	t.Run("close kills", func(t *testing.T) {
+		x := sandbox.NewExecutions(sandbox.ExecutionsConfig{Grace: time.Hour})
+		if _, err := x.StartProcess(ctx, "t1", info.ID, f, backend.ProcessRequest{Command: `sleep 4245`}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the process to start", func() bool { return running("sleep 424[5]") })
+		x.Close()
+		if running("sleep 424[5]") {
+			t.Fatal("the process outlived Close")
+		}
+		if _, err := x.StartProcess(ctx, "t1", info.ID, f, backend.ProcessRequest{Command: `true`}); sandbox.CodeOf(err) != sandbox.CodeShuttingDown {
+			t.Fatalf("a start after Close: %v, want shutting down", err)
+		}
+	})
+}

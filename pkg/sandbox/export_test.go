@@ -20,3 +20,17 @@ func ExecutionKnown(x *Executions, id string) bool {
 	defer x.mu.Unlock()
 	return x.m[id] != nil
 }
+
+// ExecutionEvents is the number of events execution id of x has had (0
+// when it is unknown).
+func ExecutionEvents(x *Executions, id string) uint64 {
+	x.mu.Lock()
+	e := x.m[id]
+	x.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.next - 1
+}

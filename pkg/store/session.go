@@ -32,4 +32,8 @@ type Sessions interface {
 	Session(ctx context.Context, idHash string, now time.Time) (Session, error)
 	// DeleteSession removes idHash's session; a missing one is no error.
 	DeleteSession(ctx context.Context, idHash string) error
+	// DeleteExpiredSessions removes up to limit sessions expired by now
+	// and returns how many (the retention sweeper's pass, so that expired
+	// rows go even when nobody signs in).
+	DeleteExpiredSessions(ctx context.Context, now time.Time, limit int) (int, error)
 }

@@ -750,10 +750,14 @@ func TestHTTPClientStreams(t *testing.T) {
 	// while it prints the events. "-T ." is curl's upload from stdin in
 	// non-blocking mode; "-T -" reads stdin to its end (or a full buffer)
 	// before it services the response.
-	interactive := func(t *testing.T, cmd string) (io.WriteCloser, *bufio.Reader, *exec.Cmd) {
+	open := func(t *testing.T, first string, hdr ...string) (io.WriteCloser, *bufio.Reader, *exec.Cmd) {
 		t.Helper()
-		c := exec.CommandContext(ctx, curl, "-sS", "-N", "-X", "POST", "-T", ".", "-H", auth, "-H", "Accept: text/event-stream",
-			"-H", "Content-Type: application/x-ndjson", procURL)
+		args := []string{"-sS", "-N", "-X", "POST", "-T", ".", "-H", auth, "-H", "Accept: text/event-stream",
+			"-H", "Content-Type: application/x-ndjson"}
+		for _, h := range hdr {
+			args = append(args, "-H", h)
+		}
+		c := exec.CommandContext(ctx, curl, append(args, procURL)...)
 		in, err := c.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -774,16 +778,21 @@ func TestHTTPClientStreams(t *testing.T) {
 				t.Logf("curl's stderr: %s", stderr.String())
 			}
 		})
-		if _, err := io.WriteString(in, start(cmd)); err != nil {
+		if _, err := io.WriteString(in, first); err != nil {
 			t.Fatal(err)
 		}
 		return in, bufio.NewReader(outp), c
 	}
-	// next reads the stream's next message. (Line by line: a Scanner
-	// would read ahead past the event, and the next call lose it.)
-	next := func(t *testing.T, br *bufio.Reader) *plumbv1.ProcessResponse {
+	interactive := func(t *testing.T, cmd string) (io.WriteCloser, *bufio.Reader, *exec.Cmd) {
 		t.Helper()
-		var data string
+		return open(t, start(cmd))
+	}
+	// nextID reads the stream's next message and its SSE id. (Line by
+	// line: a Scanner would read ahead past the event, and the next call
+	// lose it.)
+	nextID := func(t *testing.T, br *bufio.Reader) (*plumbv1.ProcessResponse, string) {
+		t.Helper()
+		var data, id string
 		for {
 			line, err := br.ReadString('\n')
 			if err != nil {
@@ -792,6 +801,9 @@ func TestHTTPClientStreams(t *testing.T) {
 			line = strings.TrimSuffix(line, "\n")
 			if d, ok := strings.CutPrefix(line, "data: "); ok {
 				data += d
+			}
+			if v, ok := strings.CutPrefix(line, "id: "); ok {
+				id = v
 			}
 			if strings.HasPrefix(line, "event: ") {
 				t.Fatalf("an event: %q", line)
@@ -804,7 +816,12 @@ func TestHTTPClientStreams(t *testing.T) {
 		if err := protojson.Unmarshal([]byte(data), &r); err != nil {
 			t.Fatalf("data %q: %v", data, err)
 		}
-		return &r
+		return &r, id
+	}
+	next := func(t *testing.T, br *bufio.Reader) *plumbv1.ProcessResponse {
+		t.Helper()
+		r, _ := nextID(t, br)
+		return r
 	}
 	t.Run("interactive", func(t *testing.T) {
 		in, br, c := interactive(t, "while read l; do echo \"got $l\"; done; echo bye")
@@ -866,5 +883,64 @@ func TestHTTPClientStreams(t *testing.T) {
 		// The process ends with its connection (polled: the kill travels
 		// through sandboxd and the box's agent).
 		sleeping(t, false)
+	})
+
+	// A resumable process survives its connection: curl is killed after
+	// "one"; a second curl re-attaches with the execution id and
+	// Last-Event-ID, gets what the process wrote meanwhile (once, ids
+	// continuing the sequence), and its stdin reaches the same process.
+	t.Run("resumable", func(t *testing.T) {
+		first := `{"start":{"sandboxId":"` + id + `","resumable":true,"command":` +
+			strconv.Quote(`echo pid=$$; while read l; do echo "got $l pid=$$"; [ "$l" = two ] && { sleep 1; echo late; }; done; exit 6`) + `}}` + "\n"
+		in, br, c := open(t, first)
+		m, sid := nextID(t, br)
+		xid := m.GetStarted().GetExecutionId()
+		if xid == "" || sid != "" {
+			t.Fatalf("first message %v (id %q): want started, no id, with an execution id", m, sid)
+		}
+		m, sid = nextID(t, br)
+		pid := strings.TrimSpace(strings.TrimPrefix(string(m.GetStdout()), "pid="))
+		if sid != "1" || pid == "" {
+			t.Fatalf("second message %v, id %q", m, sid)
+		}
+		if _, err := io.WriteString(in, stdin("one\n")); err != nil {
+			t.Fatal(err)
+		}
+		if m, sid = nextID(t, br); string(m.GetStdout()) != "got one pid="+pid+"\n" || sid != "2" || m.GetSequence() != 2 {
+			t.Fatalf("after one: %v, id %q", m, sid)
+		}
+		_ = c.Process.Kill()
+		_ = c.Wait()
+
+		in, br, c = open(t, `{"start":{"sandboxId":"`+id+`","executionId":"`+xid+`"}}`+"\n", "Last-Event-ID: 2")
+		if _, err := io.WriteString(in, stdin("two\n")); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		want := 3
+		for {
+			m, sid := nextID(t, br)
+			if sid != strconv.Itoa(want) || m.GetSequence() != uint64(want) {
+				t.Fatalf("re-attached: %v with id %q, want %d", m, sid, want)
+			}
+			want++
+			out.Write(m.GetStdout())
+			if strings.HasSuffix(out.String(), "late\n") {
+				break
+			}
+		}
+		if out.String() != "got two pid="+pid+"\nlate\n" {
+			t.Fatalf("re-attached: %q", out.String())
+		}
+		if _, err := io.WriteString(in, closeStdin); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+		if m, _ := nextID(t, br); m.GetExit().GetExitCode() != 6 {
+			t.Fatalf("after closing stdin: %v, want exit 6", m)
+		}
+		if err := c.Wait(); err != nil {
+			t.Fatalf("curl: %v", err)
+		}
 	})
 }

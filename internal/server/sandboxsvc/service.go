@@ -65,8 +65,9 @@ type Service struct {
 // Option configures a Service.
 type Option func(*Service)
 
-// WithResume sets the grace and buffer of resumable ExecuteStreams
-// (default: sandbox.DefaultResumeGrace and sandbox.DefaultResumeBuffer).
+// WithResume sets the grace and buffer of resumable ExecuteStreams and
+// Process streams (default: sandbox.DefaultResumeGrace and
+// sandbox.DefaultResumeBuffer).
 func WithResume(cfg sandbox.ExecutionsConfig) Option {
 	return func(s *Service) { s.execs = sandbox.NewExecutions(cfg) }
 }
@@ -86,6 +87,11 @@ func New(m Manager, runtimes []string, lg *zap.Logger, opts ...Option) *Service 
 	}
 	return s
 }
+
+// Close kills the resumable commands and processes still running (attached
+// or not) and waits for them to end: the worker's shutdown, after its gRPC
+// server stopped.
+func (s *Service) Close() { s.execs.Close() }
 
 // fail logs an internal error's detail (which Status hides) and converts it.
 func (s *Service) fail(method string, err error) error {

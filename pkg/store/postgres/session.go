@@ -45,3 +45,13 @@ func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM http_sessions WHERE id_hash = $1`, idHash)
 	return classify(err)
 }
+
+// DeleteExpiredSessions implements store.Sessions.
+func (s *Store) DeleteExpiredSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM http_sessions WHERE id_hash IN (SELECT id_hash FROM http_sessions WHERE expires_at <= $1 LIMIT $2)`,
+		store.Nanos(now), limit)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -45,3 +45,14 @@ func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM http_sessions WHERE id_hash = ?`, idHash)
 	return classify(err)
 }
+
+// DeleteExpiredSessions implements store.Sessions.
+func (s *Store) DeleteExpiredSessions(ctx context.Context, now time.Time, limit int) (int, error) {
+	r, err := s.db.ExecContext(ctx, `DELETE FROM http_sessions WHERE id_hash IN (SELECT id_hash FROM http_sessions WHERE expires_at <= ? LIMIT ?)`,
+		store.Nanos(now), limit)
+	if err != nil {
+		return 0, classify(err)
+	}
+	n, err := r.RowsAffected()
+	return int(n), classify(err)
+}

@@ -11,8 +11,8 @@ import (
 
 // RunSessions runs the store.Sessions contract against a fresh store from
 // newStore: a session round-trips until it expires, a deleted one is gone
-// (and deleting again is fine), and adding a session drops the expired
-// ones.
+// (and deleting again is fine), adding a session drops the expired ones,
+// and DeleteExpiredSessions removes the expired ones in batches.
 func RunSessions(t *testing.T, newStore func(t *testing.T) store.Sessions) {
 	t.Helper()
 	s := newStore(t)
@@ -57,5 +57,30 @@ func RunSessions(t *testing.T, newStore func(t *testing.T) store.Sessions) {
 	}
 	if err := s.AddSession(ctx(), se("c", time.Hour), t0); err == nil {
 		t.Fatal("a second session with the same id hash")
+	}
+
+	// The sweep: c and d (live until t0+1h and t0+2m+1h) and three that
+	// expire at t0+10m; at t0+30m a batch of 2, then the last one, then
+	// none; c and d stay.
+	for _, id := range []string{"e1", "e2", "e3"} {
+		if err := s.AddSession(ctx(), se(id, 10*time.Minute), t0.Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(30 * time.Minute)
+	for i, want := range []int{2, 1, 0} {
+		if n, err := s.DeleteExpiredSessions(ctx(), at, 2); err != nil || n != want {
+			t.Fatalf("sweep %d: %d, %v; want %d", i, n, err, want)
+		}
+	}
+	for _, id := range []string{"e1", "e2", "e3"} {
+		if _, err := s.Session(ctx(), id, t0); !errors.Is(err, store.ErrSessionNotFound) {
+			t.Fatalf("swept session %s: %v", id, err)
+		}
+	}
+	for _, id := range []string{"c", "d"} {
+		if _, err := s.Session(ctx(), id, at); err != nil {
+			t.Fatalf("live session %s after the sweep: %v", id, err)
+		}
 	}
 }

@@ -4393,7 +4393,26 @@ type ProcessStart struct {
 	// stream relays a connection to 127.0.0.1:port inside the sandbox
 	// (docs/security.md, Preview URLs). command, cwd, env and service must
 	// then be empty.
-	Port          int32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	Port int32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	// Keep the process running when the stream ends before it does: started
+	// names the execution, every later message carries a sequence, and a
+	// stream whose start has execution_id (and after_sequence) re-attaches
+	// within the resume grace (30 s by default; then the process is killed
+	// as a cancelled stream's is). Output is then kept in a bounded buffer
+	// (the newest 1 MiB by default) instead of holding the process back. See
+	// docs/http.md "Resuming a Process".
+	Resumable bool `protobuf:"varint,7,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	// Re-attach to this resumable process instead of starting one (command,
+	// cwd, env, service and port must then be unset): its output after
+	// after_sequence is replayed, then the live rest, and later requests
+	// (stdin, close_stdin, signal) go to it. One stream is attached at a
+	// time: a newer one takes over and the older ends UNAVAILABLE. Only the
+	// tenant that started it, on the same sandbox_id, finds it (NOT_FOUND
+	// otherwise).
+	ExecutionId string `protobuf:"bytes,8,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// With execution_id: the sequence of the last message received; the
+	// stream continues after it. Over HTTP, Last-Event-ID sets it.
+	AfterSequence uint64 `protobuf:"varint,9,opt,name=after_sequence,json=afterSequence,proto3" json:"after_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4470,6 +4489,27 @@ func (x *ProcessStart) GetPort() int32 {
 	return 0
 }
 
+func (x *ProcessStart) GetResumable() bool {
+	if x != nil {
+		return x.Resumable
+	}
+	return false
+}
+
+func (x *ProcessStart) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ProcessStart) GetAfterSequence() uint64 {
+	if x != nil {
+		return x.AfterSequence
+	}
+	return 0
+}
+
 // ProcessResponse is one message from the server of a Process stream.
 type ProcessResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4481,7 +4521,15 @@ type ProcessResponse struct {
 	//	*ProcessResponse_Stdout
 	//	*ProcessResponse_Stderr
 	//	*ProcessResponse_Exit
-	Kind          isProcessResponse_Kind `protobuf_oneof:"kind"`
+	Kind isProcessResponse_Kind `protobuf_oneof:"kind"`
+	// A resumable process's place of this message (1, 2, ...; the SSE id:).
+	// Unset on started and on streams that are not resumable.
+	Sequence uint64 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Set on the first message after a gap: how many messages after the
+	// requested after_sequence were dropped from the process's output buffer
+	// before this stream got them. Their output is lost; the stream goes on
+	// from here.
+	LostMessages  uint64 `protobuf:"varint,6,opt,name=lost_messages,json=lostMessages,proto3" json:"lost_messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4559,6 +4607,20 @@ func (x *ProcessResponse) GetExit() *ProcessExit {
 	return nil
 }
 
+func (x *ProcessResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ProcessResponse) GetLostMessages() uint64 {
+	if x != nil {
+		return x.LostMessages
+	}
+	return 0
+}
+
 type isProcessResponse_Kind interface {
 	isProcessResponse_Kind()
 }
@@ -4593,7 +4655,10 @@ func (*ProcessResponse_Exit) isProcessResponse_Kind() {}
 
 // ProcessStarted says the process is running.
 type ProcessStarted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A resumable process's id (empty otherwise): pass it as
+	// ProcessStart.execution_id to re-attach.
+	ExecutionId   string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4626,6 +4691,13 @@ func (x *ProcessStarted) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ProcessStarted.ProtoReflect.Descriptor instead.
 func (*ProcessStarted) Descriptor() ([]byte, []int) {
 	return file_plumb_v1_sandbox_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ProcessStarted) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
 }
 
 // ProcessExit is how a process ended.
@@ -6198,7 +6270,7 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
 	"closeStdin\x12\x18\n" +
 	"\x06signal\x18\x04 \x01(\tH\x00R\x06signalB\x06\n" +
-	"\x04kind\"\xf2\x01\n" +
+	"\x04kind\"\xda\x02\n" +
 	"\fProcessStart\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x18\n" +
@@ -6206,17 +6278,23 @@ const file_plumb_v1_sandbox_proto_rawDesc = "" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x121\n" +
 	"\x03env\x18\x04 \x03(\v2\x1f.plumb.v1.ProcessStart.EnvEntryR\x03env\x12\x18\n" +
 	"\aservice\x18\x05 \x01(\bR\aservice\x12\x12\n" +
-	"\x04port\x18\x06 \x01(\x05R\x04port\x1a6\n" +
+	"\x04port\x18\x06 \x01(\x05R\x04port\x12\x1c\n" +
+	"\tresumable\x18\a \x01(\bR\tresumable\x12!\n" +
+	"\fexecution_id\x18\b \x01(\tR\vexecutionId\x12%\n" +
+	"\x0eafter_sequence\x18\t \x01(\x04R\rafterSequence\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x01\n" +
 	"\x0fProcessResponse\x124\n" +
 	"\astarted\x18\x01 \x01(\v2\x18.plumb.v1.ProcessStartedH\x00R\astarted\x12\x18\n" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12+\n" +
-	"\x04exit\x18\x04 \x01(\v2\x15.plumb.v1.ProcessExitH\x00R\x04exitB\x06\n" +
-	"\x04kind\"\x10\n" +
-	"\x0eProcessStarted\"a\n" +
+	"\x04exit\x18\x04 \x01(\v2\x15.plumb.v1.ProcessExitH\x00R\x04exit\x12\x1a\n" +
+	"\bsequence\x18\x05 \x01(\x04R\bsequence\x12#\n" +
+	"\rlost_messages\x18\x06 \x01(\x04R\flostMessagesB\x06\n" +
+	"\x04kind\"3\n" +
+	"\x0eProcessStarted\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"a\n" +
 	"\vProcessExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x1d\n" +

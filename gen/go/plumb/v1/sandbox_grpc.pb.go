@@ -115,7 +115,10 @@ type SandboxServiceClient interface {
 	// the process and every descendant, and so does deleting the sandbox.
 	// Output the client does not read holds the process back (bounded
 	// buffers, never unbounded memory). At most 16 processes run at once per
-	// sandbox (RESOURCE_EXHAUSTED, code "too_large").
+	// sandbox (RESOURCE_EXHAUSTED, code "too_large"). A start with resumable
+	// set keeps the process running past a cancelled call for the resume
+	// grace, and a later stream re-attaches with its execution_id (see
+	// ProcessStart.resumable).
 	//
 	// With start.port set instead of a command, the stream is a port forward
 	// (what agentd's preview URLs ride on): the in-box agent connects to
@@ -578,7 +581,10 @@ type SandboxServiceServer interface {
 	// the process and every descendant, and so does deleting the sandbox.
 	// Output the client does not read holds the process back (bounded
 	// buffers, never unbounded memory). At most 16 processes run at once per
-	// sandbox (RESOURCE_EXHAUSTED, code "too_large").
+	// sandbox (RESOURCE_EXHAUSTED, code "too_large"). A start with resumable
+	// set keeps the process running past a cancelled call for the resume
+	// grace, and a later stream re-attaches with its execution_id (see
+	// ProcessStart.resumable).
 	//
 	// With start.port set instead of a command, the stream is a port forward
 	// (what agentd's preview URLs ride on): the in-box agent connects to

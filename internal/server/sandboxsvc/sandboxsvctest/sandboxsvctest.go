@@ -69,7 +69,8 @@ func StartWorker(t testing.TB, cfg sandbox.Config, opts ...grpc.ServerOption) *W
 	// tenant in plumb-tenant. Message limits as sandboxd's defaults.
 	sopts := append(daemon.ServerAuth(nil), daemon.MessageLimits(daemon.DefaultMaxMessageBytes, daemon.DefaultMaxRecvBytes, sandboxsvc.BulkMethods)...)
 	srv := grpc.NewServer(append(sopts, opts...)...)
-	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, lg))
+	svc := sandboxsvc.New(m, []string{"runc"}, lg)
+	plumbv1.RegisterSandboxServiceServer(srv, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +84,9 @@ func StartWorker(t testing.TB, cfg sandbox.Config, opts ...grpc.ServerOption) *W
 	t.Cleanup(func() {
 		conn.Close()
 		srv.Stop()
+		// Resumable executions still running are killed, as sandboxd's
+		// shutdown kills them, before their sandboxes go.
+		svc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// Every container this worker made is hardened.
