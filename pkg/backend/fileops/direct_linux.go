@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -145,7 +146,7 @@ func inspectAt(dirfd int, base string) (t target, ok bool) {
 	}
 	// The kernel's own check of a write open (credentials, ACLs, a
 	// read-only mount, an immutable file) without opening the file.
-	if err := unix.Faccessat(dirfd, base, unix.W_OK, unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW); err != nil && err != unix.ETXTBSY {
+	if err := writeAccess(dirfd, base); err != nil && err != unix.ETXTBSY {
 		return t, false
 	}
 	t.exists, t.perm = true, fs.FileMode(t.st.Mode&0o777)
@@ -338,4 +339,25 @@ func (e *Engine) openReadDirect(p string) (f *os.File, fi fs.FileInfo, ok bool) 
 	}
 	f.Close()
 	return nil, nil, false
+}
+
+// writeAccess asks the kernel whether this process may open base of dirfd
+// for writing: faccessat2 with AT_EACCESS, which checks the fsuid and
+// fsgid as an open does (the agent's sandbox user). It is the raw system
+// call on purpose: unix.Faccessat emulates it from a stat and the euid
+// when faccessat2 is missing or refused by seccomp, which would let a
+// root-euid agent with a user's fsuid pass. Any error here, ENOSYS and
+// EPERM included, sends the write to the general path, whose test open
+// decides.
+func writeAccess(dirfd int, base string) error {
+	p, err := unix.BytePtrFromString(base)
+	if err != nil {
+		return err
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), unix.W_OK,
+		unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
