@@ -151,3 +151,100 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	}
 }
+
+// benchWriteTarget is where BenchmarkAtomicWrite writes: a file three
+// levels below the engine's root, as B1's /workspace/b1/write.txt is in a
+// box. FILEOPS_BENCH_ROOT and FILEOPS_BENCH_PATH point it elsewhere (a
+// box's root "/" and a path in its workspace volume, to measure the file
+// system a box writes to).
+func benchWriteTarget(b *testing.B) (root, path string) {
+	root, path = os.Getenv("FILEOPS_BENCH_ROOT"), os.Getenv("FILEOPS_BENCH_PATH")
+	if root == "" {
+		root = b.TempDir()
+	}
+	if path == "" {
+		path = "/workspace/b1/write.txt"
+	}
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return root, path
+}
+
+// BenchmarkAtomicWrite compares the engine's 4 KiB atomic write and edit
+// (without fsync, as in a box) with the floor of any atomic write: a plain
+// create-temp, write, rename of the same bytes in the same directory.
+func BenchmarkAtomicWrite(b *testing.B) {
+	var buf strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&buf, "line %04d %s\n", i+1, strings.Repeat("x", 53))
+	}
+	data := []byte(buf.String())
+	ctx := context.Background()
+	b.Run("plain", func(b *testing.B) {
+		root, path := benchWriteTarget(b)
+		target := filepath.Join(root, path)
+		for b.Loop() {
+			f, err := os.CreateTemp(filepath.Dir(target), ".tmp")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := f.Write(data); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Rename(f.Name(), target); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("engine-write", func(b *testing.B) {
+		root, path := benchWriteTarget(b)
+		e, err := fileops.New(root, fileops.WithSync(false))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close()
+		for b.Loop() {
+			if _, err := e.Write(ctx, path, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("engine-edit", func(b *testing.B) {
+		root, path := benchWriteTarget(b)
+		e, err := fileops.New(root, fileops.WithSync(false))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close()
+		if _, err := e.Write(ctx, path, data); err != nil {
+			b.Fatal(err)
+		}
+		old, nu := "line 0032 x", "line 0032 y"
+		for b.Loop() {
+			if _, err := e.Edit(ctx, backend.EditRequest{Path: path, Old: old, New: nu}); err != nil {
+				b.Fatal(err)
+			}
+			old, nu = nu, old
+		}
+	})
+	b.Run("engine-read", func(b *testing.B) {
+		root, path := benchWriteTarget(b)
+		e, err := fileops.New(root, fileops.WithSync(false))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close()
+		if _, err := e.Write(ctx, path, data); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := e.Read(ctx, backend.ReadRequest{Path: path}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

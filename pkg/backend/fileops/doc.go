@@ -14,7 +14,14 @@
 // stays inside are followed; absolute targets, escapes, loops and chains of
 // more than 8 links are invalid_path naming the link), and then used only
 // through os.Root methods, which refuse to leave the root even if the tree
-// changes between resolution and use. Walks (ls, grep, glob, delete) hold
+// changes between resolution and use. On Linux, read, write and edit first
+// try a direct path (direct_linux.go) for the plain case, every parent a
+// real directory and the target missing or a regular file: the parent is
+// opened one component at a time with O_PATH|O_NOFOLLOW from an O_PATH
+// handle of the root, and the last component is used only through that
+// handle (fstatat, faccessat, openat with O_NOFOLLOW, renameat), so no
+// symlink is followed at all; anything else falls back to the os.Root path
+// before changing anything. Walks (ls, grep, glob, delete) hold
 // one directory handle per level and never follow a symlink they meet.
 // Non-regular files (FIFOs, sockets, devices) are never opened for
 // reading: they are rejected from a stat, and a file swapped in after the

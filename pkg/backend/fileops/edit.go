@@ -25,6 +25,9 @@ func (e *Engine) Edit(ctx context.Context, req backend.EditRequest) (backend.Edi
 	}
 	ctx, cancel := e.opContext(ctx)
 	defer cancel()
+	if res, handled, err := e.editDirect(ctx, p, req); handled {
+		return res, err
+	}
 	name, err := e.resolve(p, true)
 	if err != nil {
 		return backend.EditResult{}, e.fail("edit", p, err)
@@ -54,6 +57,15 @@ func (e *Engine) Edit(ctx context.Context, req backend.EditRequest) (backend.Edi
 	if err != nil {
 		return backend.EditResult{}, e.fail("edit", p, err)
 	}
+	return e.applyEdit(ctx, p, req, content, func(out []byte) error {
+		return e.replace(ctx, name, out, fi.Mode().Perm())
+	})
+}
+
+// applyEdit is the rest of an edit once the file's content is read (at
+// most the write cap plus one byte): the size and text checks, the
+// replacement, and write, which replaces the file atomically.
+func (e *Engine) applyEdit(ctx context.Context, p string, req backend.EditRequest, content []byte, write func([]byte) error) (backend.EditResult, error) {
 	if n := int64(len(content)); n > e.cfg.writeCap {
 		return backend.EditResult{}, e.fail("edit", p, textops.TooLargeError("edit", n, e.cfg.writeCap))
 	}
@@ -67,7 +79,10 @@ func (e *Engine) Edit(ctx context.Context, req backend.EditRequest) (backend.Edi
 	if size := int64(len(out)); size > e.cfg.writeCap {
 		return backend.EditResult{}, e.fail("edit", p, textops.TooLargeError("edit result", size, e.cfg.writeCap))
 	}
-	if err := e.replace(ctx, name, out, fi.Mode().Perm()); err != nil {
+	if err := ctx.Err(); err != nil {
+		return backend.EditResult{}, e.fail("edit", p, err)
+	}
+	if err := write(out); err != nil {
 		return backend.EditResult{}, e.fail("edit", p, err)
 	}
 	return backend.EditResult{Path: p, Occurrences: n, LineEndingAdapted: adapted}, nil

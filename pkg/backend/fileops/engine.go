@@ -23,6 +23,7 @@ type Engine struct {
 	ownRoot bool
 	cfg     config
 	locks   pathLocks
+	direct  *direct // the fast path of write and edit (direct_linux.go)
 }
 
 var (
@@ -227,11 +228,14 @@ func newEngine(root *os.Root, opts []Option) (*Engine, error) {
 			return nil, fmt.Errorf("file engine: %w", err)
 		}
 	}
-	return &Engine{root: root, cfg: c}, nil
+	e := &Engine{root: root, cfg: c}
+	e.direct = openDirect(e, root)
+	return e, nil
 }
 
 // Close releases the root directory handle if New opened it.
 func (e *Engine) Close() error {
+	e.direct.close()
 	if e.ownRoot {
 		return e.root.Close()
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
-// FuzzResolve feeds random paths to resolution and to read, write, ls and
-// glob over a root full of traps (links inside, links out absolute and
+// FuzzResolve feeds random paths to resolution and to read, write, edit,
+// ls and glob over a root full of traps (links inside, links out absolute and
 // relative, loops, a file used as a directory). A path never resolves to a
 // name that climbs out of the root, never panics, every failure is a
 // *backend.Error, and nothing outside the root is created or changed.
@@ -74,6 +74,8 @@ func FuzzResolve(f *testing.F) {
 		isBackendErr("read", err)
 		_, err = e.Write(ctx, raw, []byte("fuzz\n"))
 		isBackendErr("write", err)
+		_, err = e.Edit(ctx, backend.EditRequest{Path: raw, Old: "fuzz\n", New: "edited\n"})
+		isBackendErr("edit", err)
 		_, err = e.Ls(ctx, raw)
 		isBackendErr("ls", err)
 		_, err = e.Glob(ctx, backend.GlobRequest{Pattern: "*", Path: raw})

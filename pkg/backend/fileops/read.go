@@ -32,17 +32,19 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 	}
 	ctx, cancel := e.opContext(ctx)
 	defer cancel()
-	name, fi, err := e.statFile("read", p)
-	if err != nil {
-		return backend.ReadResult{}, err
-	}
 	res := backend.ReadResult{Path: p, Encoding: backend.EncodingUTF8}
-	if fi.Size() == 0 {
-		return emptyFile(res), nil
-	}
-	f, fi, err := openRegular(e.root, name, fi)
-	if err != nil {
-		return backend.ReadResult{}, e.fail("read", p, err)
+	f, fi, ok := e.openReadDirect(p)
+	if !ok {
+		name, sfi, err := e.statFile("read", p)
+		if err != nil {
+			return backend.ReadResult{}, err
+		}
+		if sfi.Size() == 0 {
+			return emptyFile(res), nil
+		}
+		if f, fi, err = openRegular(e.root, name, sfi); err != nil {
+			return backend.ReadResult{}, e.fail("read", p, err)
+		}
 	}
 	defer f.Close()
 	size := fi.Size()

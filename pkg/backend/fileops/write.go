@@ -87,6 +87,9 @@ func (e *Engine) upload(ctx context.Context, it backend.UploadItem) (int64, erro
 // lock the target, check it, create parents, and replace it atomically.
 // created reports that no file existed.
 func (e *Engine) writeFile(ctx context.Context, op, p string, content []byte) (created bool, err error) {
+	if created, handled, err := e.writeDirect(ctx, op, p, content); handled {
+		return created, err
+	}
 	name, err := e.resolveTarget(op, p)
 	if err != nil {
 		return false, err

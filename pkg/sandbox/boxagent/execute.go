@@ -182,6 +182,9 @@ func (s *server) command(p plan, out *os.File, tag uint32) *exec.Cmd {
 		Stderr:      out,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	if s.devNull != nil {
+		cmd.Stdin = s.devNull
+	}
 	if s.as != nil {
 		cmd.SysProcAttr.Credential = s.as.credential(tag)
 	}

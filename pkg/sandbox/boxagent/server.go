@@ -96,6 +96,9 @@ type server struct {
 	lg   *zap.Logger
 	w    *agentproto.Writer
 	root *os.Root // cfg.Root, for execute's cwd and offload file
+	// devNull is the stdin of execute's commands, opened once; nil lets
+	// os/exec open /dev/null per command.
+	devNull *os.File
 	// as is the user commands start as; nil runs them as the agent.
 	as *User
 	// raise: the agent's effective ids are as's, and a command is
@@ -201,6 +204,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		return fmt.Errorf("sandbox agent: open root %s: %w", cfg.Root, err)
 	}
 	defer root.Close()
+	// One /dev/null is every command's stdin, so an execute does not open
+	// it again; without one, os/exec opens it per command.
+	devNull, _ := os.Open(os.DevNull)
+	if devNull != nil {
+		defer devNull.Close()
+	}
 
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -209,6 +218,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		lg:             cfg.Logger.Named("sandbox-agent"),
 		w:              agentproto.NewWriter(out),
 		root:           root,
+		devNull:        devNull,
 		as:             as,
 		raise:          raise,
 		environExposed: as != nil && environReadable(),
@@ -388,8 +398,13 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 // handle runs one request that has its own goroutine and returns its final
 // response; stream events are sent on the way.
 func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.Response {
-	lg := s.lg.With(zap.Uint64("request-id", req.ID), zap.String("op", string(req.Op)))
-	lg.Debug("request")
+	// The request's logger is built only when debug logging is on: its
+	// fields cost an allocation and an encoding per request otherwise.
+	lg := s.lg
+	if lg.Core().Enabled(zap.DebugLevel) {
+		lg = lg.With(zap.Uint64("request-id", req.ID), zap.String("op", string(req.Op)))
+		lg.Debug("request")
+	}
 	switch req.Op {
 	case agentproto.OpExecute:
 		var a agentproto.ExecuteArgs

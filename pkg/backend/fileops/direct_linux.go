@@ -1,0 +1,363 @@
+//go:build linux
+
+package fileops
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+)
+
+// direct is the fast path of write and edit (docs/file-tools.md §4.3,
+// §4.4) for the common case: every parent of the target is a real
+// directory and the target is missing or a regular file the engine may
+// write. It holds an O_PATH handle of the root and opens the target's
+// directory one component at a time with O_NOFOLLOW (no symlink is ever
+// followed, so the root-relative name needs no resolution), then works on
+// the last component through that directory handle alone: fstatat, an
+// access check, openat of the temp file, write, fchmod, renameat. That is
+// about 10 system calls where the os.Root path, which walks the tree again
+// for each of its resolve, lstat, writability open, temp create and
+// rename, makes about 40.
+//
+// Anything else (a symlink on the way, a missing parent, a directory or
+// special file as target, a refused access) is not handled here: the
+// caller falls back to the general path, which resolves links and reports
+// the exact error. The fallback happens before anything is changed.
+type direct struct {
+	mu      sync.RWMutex // held shared by operations, exclusive by close
+	fd      int          // O_PATH handle of the root; -1 when closed or unavailable
+	cleanup runtime.Cleanup
+}
+
+// openDirect opens the O_PATH handle of root for the fast path; a failure
+// only disables it.
+func openDirect(e *Engine, root *os.Root) *direct {
+	d := &direct{fd: -1}
+	f, err := root.Open(".")
+	if err != nil {
+		return d
+	}
+	defer f.Close()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return d
+	}
+	_ = sc.Control(func(fd uintptr) {
+		nfd, err := unix.Openat(int(fd), ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			d.fd = nfd
+		}
+	})
+	if d.fd >= 0 {
+		d.cleanup = runtime.AddCleanup(e, func(fd int) { unix.Close(fd) }, d.fd)
+	}
+	return d
+}
+
+// close releases the root handle once no operation uses it.
+func (d *direct) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd >= 0 {
+		d.cleanup.Stop()
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+// openDir opens the root-relative directory dir ("." for the root) as an
+// O_PATH handle without following symlinks. ok is false when a component
+// is missing, a symlink, not a directory or refused, or the fast path is
+// off; done must be called when ok, and closes the handle.
+func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
+	d.mu.RLock()
+	if d.fd < 0 {
+		d.mu.RUnlock()
+		return -1, nil, false
+	}
+	fd = d.fd
+	for rest := dir; rest != "." && rest != ""; {
+		c := rest
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			c, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		nfd, err := openPath(fd, c)
+		if fd != d.fd {
+			unix.Close(fd)
+		}
+		if err != nil {
+			d.mu.RUnlock()
+			return -1, nil, false
+		}
+		fd = nfd
+	}
+	return fd, func() {
+		if fd != d.fd {
+			unix.Close(fd)
+		}
+		d.mu.RUnlock()
+	}, true
+}
+
+// openPath opens the directory c of dirfd as an O_PATH handle; a symlink
+// fails (ELOOP or ENOTDIR), as do "", "." and "..", which a normalized
+// path does not contain.
+func openPath(dirfd int, c string) (int, error) {
+	if c == "" || c == "." || c == ".." {
+		return -1, unix.EINVAL
+	}
+	for {
+		fd, err := unix.Openat(dirfd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// target is what the fast path found at the last component.
+type target struct {
+	exists bool
+	perm   fs.FileMode
+	st     unix.Stat_t
+}
+
+// inspectAt checks base in dirfd the way inspect does: missing (perm
+// 0644), or a regular file with a write bit that this process may write.
+// ok is false for anything else.
+func inspectAt(dirfd int, base string) (t target, ok bool) {
+	err := unix.Fstatat(dirfd, base, &t.st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == unix.ENOENT:
+		return target{perm: newFileMode}, true
+	case err != nil, t.st.Mode&unix.S_IFMT != unix.S_IFREG, t.st.Mode&0o222 == 0:
+		return t, false
+	}
+	// The kernel's own check of a write open (credentials, ACLs, a
+	// read-only mount, an immutable file) without opening the file.
+	if err := writeAccess(dirfd, base); err != nil && err != unix.ETXTBSY {
+		return t, false
+	}
+	t.exists, t.perm = true, fs.FileMode(t.st.Mode&0o777)
+	return t, true
+}
+
+// writeDirect is writeFile's fast path; handled is false when the general
+// path must do the write (nothing was changed then).
+func (e *Engine) writeDirect(ctx context.Context, op, p string, content []byte) (created, handled bool, err error) {
+	name := strings.TrimPrefix(p, "/")
+	if name == "" {
+		return false, false, nil
+	}
+	dir, base := splitName(name)
+	dirfd, done, ok := e.direct.openDir(dir)
+	if !ok {
+		return false, false, nil
+	}
+	defer done()
+	unlock := e.locks.lock(name)
+	defer unlock()
+	t, ok := inspectAt(dirfd, base)
+	if !ok {
+		return false, false, nil
+	}
+	if err := e.replaceAt(ctx, dirfd, base, content, t.perm); err != nil {
+		return false, true, e.fail(op, p, err)
+	}
+	return !t.exists, true, nil
+}
+
+// editDirect is Edit's fast path after the argument checks; handled is
+// false when the general path must do the edit (nothing was changed then).
+func (e *Engine) editDirect(ctx context.Context, p string, req backend.EditRequest) (res backend.EditResult, handled bool, err error) {
+	name := strings.TrimPrefix(p, "/")
+	if name == "" {
+		return res, false, nil
+	}
+	dir, base := splitName(name)
+	dirfd, done, ok := e.direct.openDir(dir)
+	if !ok {
+		return res, false, nil
+	}
+	defer done()
+	unlock := e.locks.lock(name)
+	defer unlock()
+	t, ok := inspectAt(dirfd, base)
+	if !ok || !t.exists || t.st.Size > e.cfg.writeCap {
+		return res, false, nil
+	}
+	content, ok, err := readAt(ctx, dirfd, base, &t.st, e.cfg.writeCap)
+	if err != nil {
+		return res, true, e.fail("edit", p, err)
+	}
+	if !ok {
+		return res, false, nil
+	}
+	res, err = e.applyEdit(ctx, p, req, content, func(out []byte) error {
+		return e.replaceAt(ctx, dirfd, base, out, t.perm)
+	})
+	return res, true, err
+}
+
+// readAt reads the whole regular file base of dirfd, which must still be
+// the file st describes, up to limit+1 bytes (more is the caller's
+// too_large). ok is false when the file changed since st.
+func readAt(ctx context.Context, dirfd int, base string, st *unix.Stat_t, limit int64) (b []byte, ok bool, err error) {
+	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, nil
+	}
+	defer unix.Close(fd)
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil || now.Mode&unix.S_IFMT != unix.S_IFREG || now.Dev != st.Dev || now.Ino != st.Ino {
+		return nil, false, nil
+	}
+	b = make([]byte, 0, min(now.Size, limit)+1)
+	for int64(len(b)) <= limit {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, false, &fs.PathError{Op: "read", Path: base, Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	return b, true, nil
+}
+
+// replaceAt is replace on the directory handle dirfd: the temp file is
+// created there, written, given perm, synced when the engine syncs, and
+// renamed over base; the directory is synced after the rename when the
+// engine syncs. On any failure the temp file is removed.
+func (e *Engine) replaceAt(ctx context.Context, dirfd int, base string, content []byte, perm fs.FileMode) (err error) {
+	tmp := tempName(base)
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: tmp, Err: err}
+	}
+	open := true
+	defer func() {
+		if open {
+			unix.Close(fd)
+		}
+		if err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	for rest := content; len(rest) > 0; {
+		if err = ctx.Err(); err != nil {
+			return err
+		}
+		n, werr := unix.Write(fd, rest[:min(len(rest), 4<<20)])
+		if werr == unix.EINTR {
+			continue
+		}
+		if werr != nil {
+			return &fs.PathError{Op: "write", Path: tmp, Err: werr}
+		}
+		rest = rest[n:]
+	}
+	if err = unix.Fchmod(fd, uint32(perm)); err != nil {
+		return &fs.PathError{Op: "chmod", Path: tmp, Err: err}
+	}
+	if e.cfg.sync {
+		if err = unix.Fsync(fd); err != nil {
+			return &fs.PathError{Op: "sync", Path: tmp, Err: err}
+		}
+	}
+	open = false
+	if err = unix.Close(fd); err != nil {
+		return &fs.PathError{Op: "close", Path: tmp, Err: err}
+	}
+	if err = ctx.Err(); err != nil {
+		return err
+	}
+	if err = unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		return &fs.PathError{Op: "rename", Path: tmp, Err: err}
+	}
+	if e.cfg.sync {
+		// An O_PATH handle cannot be synced: open the directory itself.
+		if dfd, derr := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); derr == nil {
+			_ = unix.Fsync(dfd)
+			unix.Close(dfd)
+		}
+	}
+	return nil
+}
+
+// openReadDirect is Read's fast path: the regular file at the normalized
+// path p opened for reading (non-blocking, never following a symlink),
+// after an fstatat that rejects anything but a regular file without
+// opening it, and an fstat that checks it is still that file. ok is false
+// when the general path must open it (nothing was opened then).
+func (e *Engine) openReadDirect(p string) (f *os.File, fi fs.FileInfo, ok bool) {
+	name := strings.TrimPrefix(p, "/")
+	if name == "" {
+		return nil, nil, false
+	}
+	dir, base := splitName(name)
+	dirfd, done, ok := e.direct.openDir(dir)
+	if !ok {
+		return nil, nil, false
+	}
+	defer done()
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, nil, false
+	}
+	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, false
+	}
+	f = os.NewFile(uintptr(fd), base)
+	fi, err = f.Stat()
+	if err == nil && fi.Mode().IsRegular() {
+		if now, isStat := fi.Sys().(*syscall.Stat_t); isStat && now.Dev == st.Dev && now.Ino == st.Ino {
+			return f, fi, true
+		}
+	}
+	f.Close()
+	return nil, nil, false
+}
+
+// writeAccess asks the kernel whether this process may open base of dirfd
+// for writing: faccessat2 with AT_EACCESS, which checks the fsuid and
+// fsgid as an open does (the agent's sandbox user). It is the raw system
+// call on purpose: unix.Faccessat emulates it from a stat and the euid
+// when faccessat2 is missing or refused by seccomp, which would let a
+// root-euid agent with a user's fsuid pass. Any error here, ENOSYS and
+// EPERM included, sends the write to the general path, whose test open
+// decides.
+func writeAccess(dirfd int, base string) error {
+	p, err := unix.BytePtrFromString(base)
+	if err != nil {
+		return err
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), unix.W_OK,
+		unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
