@@ -27,8 +27,10 @@ agents() { for d in /proc/[0-9]*; do case "$(tr '\0' ' ' < $d/cmdline 2>/dev/nul
 // final for a request never sent. It says "unreachable" when it cannot
 // write there. (Its first probe piped an empty printf through forge into
 // grep -q: under gVisor 20221219 that pipeline crashed the box's own
-// gVisor sandbox in 3 of 20 runs; the probe below never did.)
-const forgeScript = agentProcs + `forge() { for a in $(agents); do cat > /proc/$a/fd/1 2>/dev/null && echo forged; done; }
+// gVisor sandbox in 3 of 20 runs; the probe below never did.) Every
+// agent gets the whole input: with the stdio channel a box has two after a
+// reset, PID 1 (no longer serving) and the exec'd one.
+const forgeScript = agentProcs + `forge() { f=$(mktemp); cat > $f; for a in $(agents); do cat $f > /proc/$a/fd/1 2>/dev/null && echo forged; done; rm -f $f; }
 big() { printf '{"id":1,"done":true,"result":"'; head -c 4194304 /dev/zero | tr '\0' A; printf '"}\n'; }
 case "$(forge </dev/null)" in *forged*) ;; *) echo unreachable; exit 0;; esac
 big | forge
@@ -217,6 +219,14 @@ func stoppedAgent(t *testing.T, e *env, m *sandbox.Manager, clock *fakeClock, rt
 	}
 	stop := func() {
 		t.Helper()
+		if e.cfg.Channel == sandbox.ChannelStdio {
+			// PID 1 is an agent, and the kernel drops a SIGSTOP sent to
+			// its namespace's init from inside (even by root): the engine
+			// stops it from outside.
+			if _, err := e.cli.ContainerKill(context.Background(), box.ContainerID, client.ContainerKillOptions{Signal: "STOP"}); err != nil {
+				t.Fatalf("stop PID 1: %v", err)
+			}
+		}
 		if out := rootExec(t, e.cli, box.ContainerID, agentProcs+`for a in $(agents); do kill -STOP $a && echo stopped; done`); !strings.Contains(out, "stopped") {
 			t.Fatalf("stop the agent: %q", out)
 		}
