@@ -10,6 +10,8 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
@@ -326,9 +328,27 @@ func TestHungDialHoldsNoLock(t *testing.T) {
 	h := &hangingEngine{Client: e.cli, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
+	var box, neighbour sandbox.Info
+	if e.cfg.Channel == sandbox.ChannelStdio {
+		// PID 1 is the agent, which the kernel does not let even a root
+		// exec kill from inside: a worker restart gives both boxes exec'd
+		// agents, whose end is the case here.
+		first, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		box = e.create(t, first, sandbox.CreateSpec{})
+		neighbour = e.create(t, first, sandbox.CreateSpec{})
+		first.Close() // a worker restart leaves its sandboxes running
+	}
 	m := e.managerOn(t, h)
-	box := e.create(t, m, sandbox.CreateSpec{})
-	neighbour := e.create(t, m, sandbox.CreateSpec{})
+	if e.cfg.Channel == sandbox.ChannelStdio {
+		exec(t, m, box.ID, "true", 60) // their exec'd agents
+		exec(t, m, neighbour.ID, "true", 60)
+	} else {
+		box = e.create(t, m, sandbox.CreateSpec{})
+		neighbour = e.create(t, m, sandbox.CreateSpec{})
+	}
 	// End the box's agent: its channel ends, and the next operation dials.
 	if out := rootExec(t, e.cli, box.ContainerID, agentProcs+`for a in $(agents); do kill -9 $a && echo killed; done`); !strings.Contains(out, "killed") {
 		t.Fatalf("kill the agent: %q", out)
@@ -355,7 +375,11 @@ func TestHungDialHoldsNoLock(t *testing.T) {
 			}
 		}
 	}()
-	<-h.entered
+	select {
+	case <-h.entered:
+	case <-ctx.Done():
+		t.Fatal("the box's next operation never dialled its agent")
+	}
 	if _, err := m.Get(ctx, box.ID); err != nil {
 		t.Fatalf("get during the dial: %v", err)
 	}
