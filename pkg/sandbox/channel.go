@@ -178,6 +178,9 @@ type channel struct {
 	// owner is the sandbox record the channel's callbacks act on; wake
 	// moves it to the record a recreated box is served under.
 	owner *atomic.Pointer[sandbox]
+	// armed: the owner is created and handed out, so a stdio channel's
+	// own end has its container checked (newAgentChannel).
+	armed *atomic.Bool
 }
 
 // maxLagBytes bounds the stream events one request may hold that its

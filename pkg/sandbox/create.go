@@ -268,6 +268,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		unharden(hc)
 	}
 	stdio := m.cfg.Channel == ChannelStdio
+	var first *channel // the stdio channel
 	if stdio {
 		uid, gid, err := parseUser(m.cfg.User)
 		if err != nil {
@@ -304,9 +305,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		if err != nil {
 			return nil, fmt.Errorf("attach sandbox agent: %w", err)
 		}
-		ch := m.newAgentChannel(sb, attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10}), true)
+		first = m.newAgentChannel(sb, attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10}), true)
 		sb.mu.Lock()
-		sb.ch = ch
+		sb.ch = first
 		sb.mu.Unlock()
 	}
 	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
@@ -331,6 +332,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	// A caller gone by now gets no sandbox: keep none for it.
 	if err := stopped(); err != nil {
 		return nil, err
+	}
+	if first != nil {
+		first.armed.Store(true)
 	}
 	return sb, nil
 }

@@ -118,20 +118,23 @@ func (m *Manager) openChannel(sb *sandbox, d *dialing) {
 // pid1 says the agent at the other end is the box's PID 1 (the container's
 // stdio): when that stream ends by itself, the box has most likely ended
 // with its agent, and the container is checked at once (agentLost) so the
-// sandbox says so, instead of its next call finding out.
+// sandbox says so, instead of its next call finding out. That check is
+// armed (ch.armed) once the box is created: a create that fails cleans up
+// after itself and must not also fail a record that was never handed out.
 func (m *Manager) newAgentChannel(sb *sandbox, s stream, pid1 bool) *channel {
 	sb.mu.Lock()
 	id := sb.info.ID
 	sb.mu.Unlock()
 	owner := new(atomic.Pointer[sandbox])
 	owner.Store(sb)
+	armed := new(atomic.Bool)
 	opts := channelOptions{
 		budget:      m.budget,
 		onViolation: func(err error) { m.violation(owner.Load(), err) },
 	}
 	if pid1 {
 		opts.onLost = func(error) {
-			if m.isClosing() {
+			if m.isClosing() || !armed.Load() {
 				return
 			}
 			m.bg.Add(1)
@@ -139,7 +142,7 @@ func (m *Manager) newAgentChannel(sb *sandbox, s stream, pid1 bool) *channel {
 		}
 	}
 	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), opts)
-	ch.owner = owner
+	ch.owner, ch.armed = owner, armed
 	return ch
 }
 
