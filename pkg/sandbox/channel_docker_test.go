@@ -30,9 +30,11 @@ agents() { for d in /proc/[0-9]*; do case "$(tr '\0' ' ' < $d/cmdline 2>/dev/nul
 // write there. (Its first probe piped an empty printf through forge into
 // grep -q: under gVisor 20221219 that pipeline crashed the box's own
 // gVisor sandbox in 3 of 20 runs; the probe below never did.) Every
-// agent gets the whole input: with the stdio channel a box has two after a
-// reset, PID 1 (no longer serving) and the exec'd one.
-const forgeScript = agentProcs + `forge() { f=$(mktemp); cat > $f; for a in $(agents); do cat $f > /proc/$a/fd/1 2>/dev/null && echo forged; done; rm -f $f; }
+// agent gets the whole input, PID 1 last: with the stdio channel a box has
+// two after a reset, the exec'd one serving and PID 1 no longer (its
+// stdout, which nobody attaches to any more, may take the engine a while
+// to drain).
+const forgeScript = agentProcs + `forge() { f=$(mktemp); cat > $f; for a in $(agents | sort -rn); do cat $f > /proc/$a/fd/1 2>/dev/null && echo forged; done; rm -f $f; }
 big() { printf '{"id":1,"done":true,"result":"'; head -c 4194304 /dev/zero | tr '\0' A; printf '"}\n'; }
 case "$(forge </dev/null)" in *forged*) ;; *) echo unreachable; exit 0;; esac
 big | forge
