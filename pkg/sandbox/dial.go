@@ -107,10 +107,12 @@ func (m *Manager) openChannel(sb *sandbox, d *dialing) {
 	}
 	d.err = err
 	sb.mu.Unlock()
-	close(d.done)
+	// Logged before the callers wake: once they have the failure, its
+	// log line is written.
 	if err != nil && CodeOf(err) == "" {
 		m.lg.Warn("open the sandbox agent channel", zap.String("sandbox-id", id), zap.Error(err))
 	}
+	close(d.done)
 }
 
 // newAgentChannel opens a channel to sb's agent on s. Its violations count
