@@ -60,6 +60,8 @@ type env struct {
 	// B2-unhardened: what the hardening costs).
 	unhardened  bool
 	unhardenedW *worker
+	// channel is every worker's sandbox.Config.Channel ("" = exec).
+	channel string
 }
 
 // worker is a sandbox Manager on the local engine served as SandboxService
@@ -161,6 +163,9 @@ func (e *env) startWorker(ctx context.Context, cli *client.Client, cfg sandbox.C
 		e.agent = agent
 	}
 	cfg.Agent = e.agent
+	if cfg.Channel == "" {
+		cfg.Channel = e.channel
+	}
 	cfg.Defaults = sandbox.Template{Image: e.image, MemoryBytes: 512 << 20, Pids: 1024}
 	cfg.ExtraLabels = e.labels()
 	m, err := sandbox.NewManager(ctx, cli, cfg, sandbox.WithLogger(e.lg))

@@ -10,6 +10,13 @@
 //	    The agent proper, started by sandboxd with one exec: it reads
 //	    agentproto request frames on stdin and writes response frames on
 //	    stdout (see package agent). Logs go to stderr.
+//	sandbox-agent serve --pid1 [serve's flags]
+//	    The agent as the container's PID 1 (sandbox.Config.Channel
+//	    "stdio"): it serves the container's own stdio, which the worker
+//	    attached before the start, and reaps every child through one
+//	    boxagent.Reaper, handing the commands it started their statuses.
+//	    When stdin ends it stops serving (killing its commands) and goes
+//	    on reaping until SIGTERM or SIGINT.
 //	sandbox-agent count DIR[:MAX]...
 //	    Prints how many files, directories and links each DIR holds, one
 //	    line each, stopping past MAX; the worker's disk watchdog runs it

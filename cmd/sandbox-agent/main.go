@@ -22,7 +22,7 @@ import (
 )
 
 const usage = `usage:
-  sandbox-agent serve [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
+  sandbox-agent serve [--pid1] [--root DIR] [--workspace DIR] [--writable DIRS] [--uid U --gid G] [--log-level LEVEL]
   sandbox-agent init
   sandbox-agent count DIR[:MAX]...
   sandbox-agent disk attach DIR NAME BYTES INODES | disk detach DIR NAME
@@ -50,12 +50,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "disk":
 		return runDisk(args[1:], stdout, stderr)
 	case "serve":
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		defer stop()
-		if err := serve(ctx, args[1:], stdin, stdout, stderr); err != nil {
+		o, err := parseServe(args[1:], stderr)
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0
 			}
+			fmt.Fprintln(stderr, "sandbox-agent:", err)
+			return 1
+		}
+		if o.pid1 {
+			return runPID1(o, stdin, stdout, stderr)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := o.serve(ctx, stdin, stdout, stderr, nil); err != nil {
 			fmt.Fprintln(stderr, "sandbox-agent:", err)
 			return 1
 		}
@@ -74,9 +82,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // every pid, so that a fork refused by the pids limit is answered as such.
 const serveSpareThreads = 8
 
-// serve parses the serve flags, wires the agent and runs it until stdin
-// ends or ctx is cancelled.
-func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// serveOpts are the parsed serve flags.
+type serveOpts struct {
+	root, workspace string
+	writable        []string
+	user            *boxagent.User
+	level           zapcore.Level
+	pid1            bool
+}
+
+// parseServe parses the serve flags.
+func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	root := fs.String("root", "/", "engine root directory: file-tool paths and execute cwd resolve under it")
@@ -87,44 +103,51 @@ func serve(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	gid := fs.Int("gid", -1, "the sandbox user's gid (see --uid)")
 	level := zapcore.InfoLevel
 	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
+	pid1 := fs.Bool("pid1", false, "run as the container's PID 1: serve the channel on the container's stdio, reap every orphan, and keep reaping after stdin ends, until SIGTERM")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return serveOpts{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+		return serveOpts{}, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	var user *boxagent.User
+	o := serveOpts{root: *root, workspace: *workspace, writable: writable, level: level, pid1: *pid1}
 	switch {
 	case (*uid < 0) != (*gid < 0):
-		return errors.New("serve: give both --uid and --gid, or neither")
+		return o, errors.New("serve: give both --uid and --gid, or neither")
 	case *uid > 1<<31-1 || *gid > 1<<31-1:
-		return fmt.Errorf("serve: --uid %d / --gid %d out of range", *uid, *gid)
+		return o, fmt.Errorf("serve: --uid %d / --gid %d out of range", *uid, *gid)
 	case *uid == 0 || *gid == 0:
-		return errors.New("serve: --uid and --gid must not be 0: the sandbox user is never root")
+		return o, errors.New("serve: --uid and --gid must not be 0: the sandbox user is never root")
 	case *uid > 0:
-		user = &boxagent.User{UID: uint32(*uid), GID: uint32(*gid)}
+		o.user = &boxagent.User{UID: uint32(*uid), GID: uint32(*gid)}
 	}
+	return o, nil
+}
 
+// serve wires the agent and runs it until stdin ends or ctx is cancelled.
+// reaper, when set, owns every wait (PID 1).
+func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, reaper *boxagent.Reaper) error {
 	lg := zap.New(zapcore.NewCore(
 		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
 		zapcore.Lock(zapcore.AddSync(stderr)),
-		level,
+		o.level,
 	))
 	defer func() { _ = lg.Sync() }()
 
 	keepThreads(serveSpareThreads)
-	files, closeFiles, err := newFileEngine(*root, *workspace, writable)
+	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = closeFiles() }()
 	return boxagent.Serve(ctx, stdin, stdout, boxagent.Config{
 		Files:     files,
-		Root:      *root,
-		Workspace: *workspace,
+		Root:      o.root,
+		Workspace: o.workspace,
 		Version:   version.Version,
 		Logger:    lg,
-		User:      user,
+		User:      o.user,
+		Reaper:    reaper,
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,14 @@ const initModeEnv = "PLUMB_SANDBOX_AGENT_TEST_INIT"
 func TestMain(m *testing.M) {
 	if os.Getenv(initModeEnv) == "1" {
 		os.Exit(initChild())
+	}
+	if raw := os.Getenv(pid1ArgsEnv); raw != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(run(args, os.Stdin, os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -293,5 +302,235 @@ func roundTrip(t *testing.T, enc *agentproto.Writer, frames *agentproto.Reader, 
 		if resp.ID == id && resp.Done {
 			return resp
 		}
+	}
+}
+
+// pid1ArgsEnv makes the test binary run `run` with these arguments
+// (JSON), as a process of its own: `serve --pid1` reaps every child of its
+// process, which the test process must not do.
+const pid1ArgsEnv = "PLUMB_SANDBOX_AGENT_TEST_PID1_ARGS"
+
+// startPID1 starts `serve --pid1 args…` in a child process on pipes and
+// returns it with its request writer and response reader. The process is
+// killed when the test ends, whatever happened.
+func startPID1(t *testing.T, args ...string) (*exec.Cmd, *agentproto.Writer, *agentproto.Reader, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
+	raw, _ := json.Marshal(append([]string{"serve", "--pid1"}, args...))
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), pid1ArgsEnv+"="+string(raw))
+	var stderr bytes.Buffer
+	cmd.Stderr = &syncWriter{w: &stderr}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, agentproto.NewWriter(in), agentproto.NewReader(out, 0), in, &stderr
+}
+
+// syncWriter serializes writes (the child's stderr is copied by a
+// goroutine of exec.Cmd).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// zombies counts the zombie children of pid.
+func zombies(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 2 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPID1ReapsWithoutStealing runs `serve --pid1` (a child subreaper,
+// as PID 1 would be) and many concurrent executes with every exit code
+// from 0 up, a few killed by a signal, while orphaned background children
+// exit all the time: every execute's status must be exact (the reaper
+// must not take a command's status for an orphan's, nor the other way
+// round), no zombie may stay, and a signal a Go program dies of by
+// default (SIGHUP) must leave PID 1 serving. Closing stdin stops serving
+// but not the process, which exits 0 on SIGTERM.
+func TestPID1ReapsWithoutStealing(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	ws := t.TempDir()
+	cmd, enc, frames, stdin, stderr := startPID1(t, "--root", "/", "--workspace", ws, "--log-level", "warn")
+	pid := cmd.Process.Pid
+	var wmu sync.Mutex
+	send := func(id uint64, op agentproto.Op, args any) {
+		raw, _ := json.Marshal(args)
+		wmu.Lock()
+		defer wmu.Unlock()
+		if err := enc.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
+			t.Error(err)
+		}
+	}
+	// One reader hands each final response to its request.
+	finals := map[uint64]chan agentproto.Response{}
+	var fmu sync.Mutex
+	waitFor := func(id uint64) chan agentproto.Response {
+		fmu.Lock()
+		defer fmu.Unlock()
+		if finals[id] == nil {
+			finals[id] = make(chan agentproto.Response, 1)
+		}
+		return finals[id]
+	}
+	go func() {
+		for {
+			f, err := frames.Next()
+			if err != nil {
+				return
+			}
+			resp, err := agentproto.DecodeResponse(f)
+			if err != nil {
+				return
+			}
+			if resp.Bin > 0 {
+				if _, err := frames.ReadPayload(resp.Bin); err != nil {
+					return
+				}
+			}
+			if resp.Done {
+				waitFor(resp.ID) <- resp
+			}
+		}
+	}()
+	call := func(id uint64, op agentproto.Op, args any) agentproto.Response {
+		send(id, op, args)
+		select {
+		case r := <-waitFor(id):
+			return r
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("no answer to request %d; stderr %s", id, stderr.String())
+			return agentproto.Response{}
+		}
+	}
+	if r := call(1, agentproto.OpHello, struct{}{}); r.Error != nil {
+		t.Fatalf("hello: %+v", r)
+	}
+	// SIGHUP would end a Go program that did not ignore it.
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+
+	// A churn of orphans: double-forked children re-parented to the
+	// reaper, exiting while the executes below run.
+	churn := uint64(2)
+	send(churn, agentproto.OpExecute, backend.ExecuteRequest{Command: "i=0; while [ $i -lt 300 ]; do (sh -c 'exit 9' &) ; (sleep 0.01 >/dev/null 2>&1 &); i=$((i+1)); done"})
+
+	const n = 60
+	want := make([]int, n)
+	results := make(chan struct {
+		i    int
+		resp agentproto.Response
+	}, n)
+	for i := range n {
+		// Each command leaves an orphan that outlives it and several
+		// background children that exit at about the same time as it.
+		body := fmt.Sprintf("(sleep 0.05; exit 5) >/dev/null 2>&1 & (exit 3) & (exit 4) & exit %d", i)
+		want[i] = i
+		if i%10 == 7 {
+			body = "(exit 3) & kill -KILL $$"
+			want[i] = 128 + int(syscall.SIGKILL)
+		}
+		id := uint64(100 + i)
+		go func() {
+			results <- struct {
+				i    int
+				resp agentproto.Response
+			}{i, call(id, agentproto.OpExecute, backend.ExecuteRequest{Command: body})}
+		}()
+	}
+	for range n {
+		r := <-results
+		var res backend.ExecuteResult
+		if r.resp.Error != nil || json.Unmarshal(r.resp.Result, &res) != nil {
+			t.Fatalf("execute %d: %+v", r.i, r.resp)
+		}
+		if res.ExitCode == nil || *res.ExitCode != want[r.i] {
+			got := "unknown"
+			if res.ExitCode != nil {
+				got = strconv.Itoa(*res.ExitCode)
+			}
+			t.Errorf("execute %d exited %s, want %d", r.i, got, want[r.i])
+		}
+	}
+	if r := <-waitFor(churn); r.Error != nil {
+		t.Fatalf("orphan churn: %+v", r)
+	}
+	var res backend.ExecuteResult
+	if r := call(3, agentproto.OpExecute, backend.ExecuteRequest{Command: "exit 42"}); r.Error != nil || json.Unmarshal(r.Result, &res) != nil || res.ExitCode == nil || *res.ExitCode != 42 {
+		t.Fatalf("execute after the churn: %+v", r)
+	}
+	// Every orphan has exited or is about to: none may stay a zombie.
+	deadline := time.Now().Add(2 * time.Minute)
+	for z := zombies(t, pid); z > 0; z = zombies(t, pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d zombie children of PID 1 stay unreaped", z)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Stdin ends: serving stops, the process stays (as PID 1 must).
+	stdin.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Fatalf("PID 1 exited (%v) when its stdin ended; stderr %s", err, stderr.String())
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("PID 1 exited with %v after SIGTERM, want status 0; stderr %s", err, stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("PID 1 did not exit on SIGTERM")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -138,6 +139,10 @@ func (b *bucket) take(now time.Time) bool {
 type channelOptions struct {
 	budget      *memBudget
 	onViolation func(error) // called once per violation, never under a lock
+	// onLost, when set, is called (never under a lock) when the channel
+	// resets because its stream ended or failed by itself: not closed by
+	// the worker, not a violation.
+	onLost      func(error)
 	rate, burst float64
 	// writeTimeout bounds writes when the caller has no deadline
 	// (writeTimeout when 0); maxWait, when set, caps every op's wait.
@@ -169,6 +174,13 @@ type channel struct {
 	order     []uint64                     // cancelled ids, oldest first
 	err       error                        // set once the channel is reset
 	done      chan struct{}
+
+	// owner is the sandbox record the channel's callbacks act on; wake
+	// moves it to the record a recreated box is served under.
+	owner *atomic.Pointer[sandbox]
+	// armed: the owner is created and handed out, so a stdio channel's
+	// own end has its container checked (newAgentChannel).
+	armed *atomic.Bool
 }
 
 // maxLagBytes bounds the stream events one request may hold that its
@@ -441,8 +453,13 @@ func (ch *channel) reset(reason error) {
 	// Log and report before waking the callers: nothing of the channel's
 	// runs after they return.
 	ch.lg.Warn("agent channel reset", zap.Error(reason), zap.Int("in-flight", inflight))
-	if isViolation(reason) && ch.opts.onViolation != nil {
-		ch.opts.onViolation(reason)
+	switch {
+	case isViolation(reason):
+		if ch.opts.onViolation != nil {
+			ch.opts.onViolation(reason)
+		}
+	case !errors.Is(reason, errChannelClosed) && ch.opts.onLost != nil:
+		ch.opts.onLost(reason)
 	}
 	close(ch.done)
 	_ = ch.c.Close()
@@ -670,5 +687,8 @@ func (ch *channel) awaitLocked(id uint64, lim agentproto.Limits) {
 	}
 }
 
+// errChannelClosed is the reset of a channel the worker closed.
+var errChannelClosed = errors.New("channel closed")
+
 // close tears the channel down.
-func (ch *channel) close() { ch.reset(errors.New("channel closed")) }
+func (ch *channel) close() { ch.reset(errChannelClosed) }

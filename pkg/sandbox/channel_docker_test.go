@@ -10,6 +10,8 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
@@ -27,8 +29,12 @@ agents() { for d in /proc/[0-9]*; do case "$(tr '\0' ' ' < $d/cmdline 2>/dev/nul
 // final for a request never sent. It says "unreachable" when it cannot
 // write there. (Its first probe piped an empty printf through forge into
 // grep -q: under gVisor 20221219 that pipeline crashed the box's own
-// gVisor sandbox in 3 of 20 runs; the probe below never did.)
-const forgeScript = agentProcs + `forge() { for a in $(agents); do cat > /proc/$a/fd/1 2>/dev/null && echo forged; done; }
+// gVisor sandbox in 3 of 20 runs; the probe below never did.) Every
+// agent gets the whole input, PID 1 last: with the stdio channel a box has
+// two after a reset, the exec'd one serving and PID 1 no longer (its
+// stdout, which nobody attaches to any more, may take the engine a while
+// to drain).
+const forgeScript = agentProcs + `forge() { f=$(mktemp); cat > $f; for a in $(agents | sort -rn); do cat $f > /proc/$a/fd/1 2>/dev/null && echo forged; done; rm -f $f; }
 big() { printf '{"id":1,"done":true,"result":"'; head -c 4194304 /dev/zero | tr '\0' A; printf '"}\n'; }
 case "$(forge </dev/null)" in *forged*) ;; *) echo unreachable; exit 0;; esac
 big | forge
@@ -217,6 +223,14 @@ func stoppedAgent(t *testing.T, e *env, m *sandbox.Manager, clock *fakeClock, rt
 	}
 	stop := func() {
 		t.Helper()
+		if e.cfg.Channel == sandbox.ChannelStdio {
+			// PID 1 is an agent, and the kernel drops a SIGSTOP sent to
+			// its namespace's init from inside (even by root): the engine
+			// stops it from outside.
+			if _, err := e.cli.ContainerKill(context.Background(), box.ContainerID, client.ContainerKillOptions{Signal: "STOP"}); err != nil {
+				t.Fatalf("stop PID 1: %v", err)
+			}
+		}
 		if out := rootExec(t, e.cli, box.ContainerID, agentProcs+`for a in $(agents); do kill -STOP $a && echo stopped; done`); !strings.Contains(out, "stopped") {
 			t.Fatalf("stop the agent: %q", out)
 		}
@@ -316,9 +330,27 @@ func TestHungDialHoldsNoLock(t *testing.T) {
 	h := &hangingEngine{Client: e.cli, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // hang guard
 	defer cancel()
+	var box, neighbour sandbox.Info
+	if e.cfg.Channel == sandbox.ChannelStdio {
+		// PID 1 is the agent, which the kernel does not let even a root
+		// exec kill from inside: a worker restart gives both boxes exec'd
+		// agents, whose end is the case here.
+		first, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		box = e.create(t, first, sandbox.CreateSpec{})
+		neighbour = e.create(t, first, sandbox.CreateSpec{})
+		first.Close() // a worker restart leaves its sandboxes running
+	}
 	m := e.managerOn(t, h)
-	box := e.create(t, m, sandbox.CreateSpec{})
-	neighbour := e.create(t, m, sandbox.CreateSpec{})
+	if e.cfg.Channel == sandbox.ChannelStdio {
+		exec(t, m, box.ID, "true", 60) // their exec'd agents
+		exec(t, m, neighbour.ID, "true", 60)
+	} else {
+		box = e.create(t, m, sandbox.CreateSpec{})
+		neighbour = e.create(t, m, sandbox.CreateSpec{})
+	}
 	// End the box's agent: its channel ends, and the next operation dials.
 	if out := rootExec(t, e.cli, box.ContainerID, agentProcs+`for a in $(agents); do kill -9 $a && echo killed; done`); !strings.Contains(out, "killed") {
 		t.Fatalf("kill the agent: %q", out)
@@ -345,7 +377,11 @@ func TestHungDialHoldsNoLock(t *testing.T) {
 			}
 		}
 	}()
-	<-h.entered
+	select {
+	case <-h.entered:
+	case <-ctx.Done():
+		t.Fatal("the box's next operation never dialled its agent")
+	}
 	if _, err := m.Get(ctx, box.ID); err != nil {
 		t.Fatalf("get during the dial: %v", err)
 	}

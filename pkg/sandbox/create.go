@@ -267,6 +267,16 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if m.cfg.Unhardened {
 		unharden(hc)
 	}
+	stdio := m.cfg.Channel == ChannelStdio
+	var first *channel // the stdio channel
+	if stdio {
+		uid, gid, err := parseUser(m.cfg.User)
+		if err != nil {
+			return nil, err
+		}
+		root := cmpOr(t.FilesRoot, "/")
+		serveAsPID1(cfg, agentCmd(root, t.WorkingDir, uid, gid, m.cfg.Unhardened))
+	}
 	if len(spec.Volumes) > 0 {
 		if err := m.checkVolumesExist(ectx, spec.Volumes); err != nil {
 			return nil, err
@@ -286,6 +296,19 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		if err := m.fill(ectx, c.ID, t, spec.restore); err != nil {
 			return nil, err
 		}
+	}
+	if stdio {
+		// The first channel is the container's own stdio, attached
+		// before the start: its PID 1 is the agent, so greeting the box
+		// costs no exec (later channels are execs, see dial).
+		att, err := m.api.ContainerAttach(ectx, c.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+		if err != nil {
+			return nil, fmt.Errorf("attach sandbox agent: %w", err)
+		}
+		first = m.newAgentChannel(sb, attachStream(att.HijackedResponse, &logWriter{lg: m.lg, max: 64 << 10}), true)
+		sb.mu.Lock()
+		sb.ch = first
+		sb.mu.Unlock()
 	}
 	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
@@ -309,6 +332,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	// A caller gone by now gets no sandbox: keep none for it.
 	if err := stopped(); err != nil {
 		return nil, err
+	}
+	if first != nil {
+		first.armed.Store(true)
 	}
 	return sb, nil
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -85,10 +86,7 @@ func (m *Manager) openChannel(sb *sandbox, d *dialing) {
 	}
 	var ch *channel
 	if err == nil {
-		ch = newChannel(s, m.lg.With(zap.String("sandbox-id", id)), channelOptions{
-			budget:      m.budget,
-			onViolation: func(err error) { m.violation(sb, err) },
-		})
+		ch = m.newAgentChannel(sb, s, false)
 	}
 	sb.mu.Lock()
 	sb.dialing = nil
@@ -109,9 +107,70 @@ func (m *Manager) openChannel(sb *sandbox, d *dialing) {
 	}
 	d.err = err
 	sb.mu.Unlock()
-	close(d.done)
+	// Logged before the callers wake: once they have the failure, its
+	// log line is written.
 	if err != nil && CodeOf(err) == "" {
 		m.lg.Warn("open the sandbox agent channel", zap.String("sandbox-id", id), zap.Error(err))
+	}
+	close(d.done)
+}
+
+// newAgentChannel opens a channel to sb's agent on s. Its violations count
+// against its owner (sb, until wake hands the channel to another record).
+// pid1 says the agent at the other end is the box's PID 1 (the container's
+// stdio): when that stream ends by itself, the box has most likely ended
+// with its agent, and the container is checked at once (agentLost) so the
+// sandbox says so, instead of its next call finding out. That check is
+// armed (ch.armed) once the box is created: a create that fails cleans up
+// after itself and must not also fail a record that was never handed out.
+func (m *Manager) newAgentChannel(sb *sandbox, s stream, pid1 bool) *channel {
+	sb.mu.Lock()
+	id := sb.info.ID
+	sb.mu.Unlock()
+	owner := new(atomic.Pointer[sandbox])
+	owner.Store(sb)
+	armed := new(atomic.Bool)
+	opts := channelOptions{
+		budget:      m.budget,
+		onViolation: func(err error) { m.violation(owner.Load(), err) },
+	}
+	if pid1 {
+		opts.onLost = func(error) {
+			if m.isClosing() || !armed.Load() {
+				return
+			}
+			m.bg.Add(1)
+			go m.agentLost(owner.Load())
+		}
+	}
+	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), opts)
+	ch.owner, ch.armed = owner, armed
+	return ch
+}
+
+// agentLost runs when the stdio channel of sb, whose agent is PID 1,
+// ended by itself: it checks the container and fails the sandbox with the
+// reason when it is no longer running. The engine ends the attach as the
+// container exits but may record the exit a moment later, so it asks again
+// for a while before concluding the box still runs (then only the channel
+// was lost, and the next call dials an exec'd agent).
+func (m *Manager) agentLost(sb *sandbox) {
+	defer m.bg.Done()
+	for range 40 {
+		ctx, cancel := context.WithTimeout(context.Background(), engineTimeout)
+		m.checkAlive(ctx, sb)
+		cancel()
+		sb.mu.Lock()
+		st := sb.info.State
+		sb.mu.Unlock()
+		if st != StateRunning {
+			return
+		}
+		select {
+		case <-m.closing:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package sandbox manages hardened Docker sandboxes on one worker: it
 // creates containers with plumb's security defaults, talks to the sandbox
-// agent inside each one over a single multiplexed exec stream, tracks
+// agent inside each one over a single multiplexed stream (an exec of the
+// agent; with Config.Channel "stdio", first the container's own stdio,
+// its PID 1 being the agent), tracks
 // lifecycles (TTL, idle reaping, quotas), and re-adopts its containers
 // after a restart by their labels.
 //

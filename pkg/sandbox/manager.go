@@ -157,7 +157,22 @@ type Config struct {
 	Snapshots *snapshot.Repo
 	// Volumes configures named volumes (volume.go).
 	Volumes VolumeConfig
+	// Channel is how the worker reaches a new box's agent: ChannelExec
+	// ("" too) runs `sandbox-agent init` as PID 1 and starts the agent
+	// with one `docker exec` per channel; ChannelStdio makes the agent
+	// itself PID 1 (`serve --pid1`), serving its first channel on the
+	// container's stdio, attached before the start: one in-box process,
+	// no exec. Later channels (after a reset or a worker restart) are
+	// execs in both modes. See docs/security.md, "PID 1 serves the
+	// channel".
+	Channel string
 }
+
+// The values of Config.Channel.
+const (
+	ChannelExec  = "exec"
+	ChannelStdio = "stdio"
+)
 
 // DefaultViolationAllowance is the default Config.ViolationAllowance.
 const DefaultViolationAllowance = 3
@@ -270,6 +285,11 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		if cfg.Defaults.HibernateAfter > 0 {
 			return nil, &ConfigError{Err: errors.New("defaults: hibernate_after needs a snapshot store (snapshots)")}
 		}
+	}
+	switch cfg.Channel {
+	case "", ChannelExec, ChannelStdio:
+	default:
+		return nil, &ConfigError{Err: fmt.Errorf("channel %q: want %q or %q", cfg.Channel, ChannelExec, ChannelStdio)}
 	}
 	if cfg.Unhardened && len(cfg.Pools) > 0 {
 		return nil, &ConfigError{Err: errors.New("unhardened sandboxes (benchmarks only) cannot have warm pools")}

@@ -351,6 +351,17 @@ func unharden(hc *container.HostConfig) {
 	hc.Ulimits = nil
 }
 
+// serveAsPID1 makes the agent the container's PID 1 (Config.Channel
+// ChannelStdio): `sandbox-agent serve --pid1` with serve's flags (serve is
+// an agentCmd), on a stdin that stays open for the worker's attach before
+// the start and closes when that attach ends (StdinOnce): the box's first
+// channel, without an exec.
+func serveAsPID1(cfg *container.Config, serve []string) {
+	cfg.Cmd = append([]string{"serve", "--pid1"}, serve[2:]...) // serve[0:2]: AgentPath serve
+	cfg.OpenStdin, cfg.StdinOnce = true, true
+	cfg.AttachStdin, cfg.AttachStdout, cfg.AttachStderr = true, true, true
+}
+
 // agentCmd is the command line of `sandbox-agent serve`: with the sandbox
 // user's uid and gid, or without them when unhardened (benchmarks only),
 // so that the agent keeps root's identity.

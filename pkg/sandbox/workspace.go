@@ -419,16 +419,22 @@ func (m *Manager) wake(ctx context.Context, sb *sandbox) error {
 		if err != nil {
 			return err
 		}
-		// The record stays the caller's; it takes the new container, and
-		// its next operation dials its own channel.
+		// The record stays the caller's; it takes the new container and
+		// its channel (whose callbacks now act on the record).
 		fresh.mu.Lock()
-		if fresh.ch != nil {
-			fresh.ch.close()
-		}
+		ch := fresh.ch
+		fresh.ch = nil
 		cid, image := fresh.info.ContainerID, fresh.image
 		fresh.mu.Unlock()
 		sb.mu.Lock()
 		sb.info.ContainerID, sb.image, sb.info.State = cid, image, StateRunning
+		if ch != nil {
+			if sb.ch != nil {
+				sb.ch.close()
+			}
+			ch.owner.Store(sb)
+			sb.ch = ch
+		}
 		sb.mu.Unlock()
 		m.lg.Info("sandbox woken (recreated from its hibernation snapshot)", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Duration("took", time.Since(start)))
 	}

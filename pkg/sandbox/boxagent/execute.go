@@ -71,14 +71,13 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		tag = s.newTag()
 	}
 	cmd := s.command(p, pw, tag)
-	serr := s.start(cmd, "execute")
+	pgid, wait, serr := s.start(cmd, "execute")
 	pw.Close() // the children hold it now
 	if serr != nil {
 		pr.Close()
 		closeOffload(s.root, off, p, false)
 		return backend.ExecuteResult{}, serr
 	}
-	pgid := cmd.Process.Pid
 	lg := s.lg.With(zap.Int("pgid", pgid))
 
 	out := newOutput(p.maxOutput, off)
@@ -113,21 +112,22 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		}
 	}()
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	waited := make(chan exitStatus, 1)
+	go func() { waited <- wait() }()
 	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
 	var timedOut, cancelled bool
+	var st exitStatus
 	select {
-	case <-waited:
+	case st = <-waited:
 	case <-timer.C:
 		timedOut = true
 		s.end(pgid, tag, false, lg)
-		<-waited
+		st = <-waited
 	case <-ctx.Done():
 		cancelled = true
 		s.end(pgid, tag, false, lg)
-		<-waited
+		st = <-waited
 	}
 
 	// The shell is gone; background children may still hold the pipe open,
@@ -159,7 +159,7 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 	if cancelled {
 		return backend.ExecuteResult{}, backend.Errorf(backend.CodeCancelled, "", "execute was cancelled; its process group was killed")
 	}
-	res.ExitCode = exitCode(cmd.ProcessState)
+	res.ExitCode = st.code()
 	if timedOut {
 		code := 124
 		res.ExitCode = &code
@@ -191,26 +191,59 @@ func (s *server) command(p plan, out *os.File, tag uint32) *exec.Cmd {
 	return cmd
 }
 
+// exitStatus is a command's wait status; ok is false when the wait failed
+// and the status is unknown.
+type exitStatus struct {
+	ws syscall.WaitStatus
+	ok bool
+}
+
 // start starts cmd as the sandbox user (raising a thread to root first
-// where the agent runs with the user's effective ids); the error names op.
-func (s *server) start(cmd *exec.Cmd, op string) *backend.Error {
-	var err error
+// where the agent runs with the user's effective ids) and returns its pid
+// and how to wait for it; the error names op. With a Reaper (the agent is
+// PID 1), the command is registered with it as it starts and wait takes
+// its status from it: cmd.Wait is never called, the reaper owns every
+// wait.
+func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatus, _ *backend.Error) {
+	spawn := cmd.Start
 	if s.raise {
-		err = spawnAsRoot(*s.as, cmd.Start)
-	} else {
-		err = cmd.Start()
+		spawn = func() error { return spawnAsRoot(*s.as, cmd.Start) }
+	}
+	var err error
+	if r := s.cfg.Reaper; r != nil {
+		var status <-chan syscall.WaitStatus
+		status, pid, err = r.start(func() (int, error) {
+			if err := spawn(); err != nil {
+				return 0, err
+			}
+			return cmd.Process.Pid, nil
+		})
+		if err == nil {
+			_ = cmd.Process.Release() // its pidfd: the reaper waits by pid
+			wait = func() exitStatus { return exitStatus{ws: <-status, ok: true} }
+		}
+	} else if err = spawn(); err == nil {
+		pid = cmd.Process.Pid
+		wait = func() exitStatus {
+			_ = cmd.Wait() // a non-zero exit is an error; the state says it
+			if cmd.ProcessState == nil {
+				return exitStatus{}
+			}
+			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			return exitStatus{ws: ws, ok: ok}
+		}
 	}
 	switch {
 	case err == nil:
-		return nil
+		return pid, wait, nil
 	case errors.Is(err, fs.ErrNotExist):
-		return backend.Errorf(backend.CodeUnsupported, "", "%s: this sandbox image has no %s", op, Shell)
+		return 0, nil, backend.Errorf(backend.CodeUnsupported, "", "%s: this sandbox image has no %s", op, Shell)
 	case errors.Is(err, syscall.EAGAIN):
 		// The box's pids limit (its cgroup) refused the fork: box code
 		// holds every process it may have. Not a fault of the worker.
-		return backend.Errorf(backend.CodeResourceExhausted, "", "%s: cannot start %s: the sandbox's process limit is reached (fork: resource temporarily unavailable); end some of its processes, or create the sandbox with a higher pids limit", op, Shell)
+		return 0, nil, backend.Errorf(backend.CodeResourceExhausted, "", "%s: cannot start %s: the sandbox's process limit is reached (fork: resource temporarily unavailable); end some of its processes, or create the sandbox with a higher pids limit", op, Shell)
 	default:
-		return backend.Errorf(backend.CodeInternal, "", "%s: start %s: %v", op, Shell, err)
+		return 0, nil, backend.Errorf(backend.CodeInternal, "", "%s: start %s: %v", op, Shell, err)
 	}
 }
 
@@ -266,17 +299,18 @@ func (s *server) signalling(service bool, send func()) {
 	}
 }
 
-// exitCode is the shell's status, or 128+n when signal n killed it; nil
-// when the wait failed and the status is unknown.
-func exitCode(ps *os.ProcessState) *int {
-	if ps == nil {
+// code is the shell's status, or 128+n when signal n killed it; nil when
+// the wait failed and the status is unknown.
+func (st exitStatus) code() *int {
+	var code int
+	switch {
+	case !st.ok:
 		return nil
-	}
-	code := ps.ExitCode()
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		code = 128 + int(ws.Signal())
-	}
-	if code < 0 {
+	case st.ws.Signaled():
+		code = 128 + int(st.ws.Signal())
+	case st.ws.Exited():
+		code = st.ws.ExitStatus()
+	default:
 		return nil
 	}
 	return &code

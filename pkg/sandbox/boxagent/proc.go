@@ -149,13 +149,13 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 		cmd.SysProcAttr.Credential = s.as.serviceCredential(p.tag)
 	}
 	cmd.Stdin, cmd.Stderr = inR, errW
-	serr := s.start(cmd, "process")
+	pgid, wait, serr := s.start(cmd, "process")
 	closeAll(inR, outW, errW) // the child's ends: the child holds them now
 	if serr != nil {
 		closeAll(inW, outR, errR)
 		return agentproto.Failure(req.ID, serr)
 	}
-	p.pgid = cmd.Process.Pid
+	p.pgid = pgid
 	p.mu.Lock()
 	p.stdin = inW
 	p.mu.Unlock()
@@ -174,15 +174,16 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 		}()
 	}
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	waited := make(chan exitStatus, 1)
+	go func() { waited <- wait() }()
 	cancelled := false
+	var st exitStatus
 	select {
-	case <-waited:
+	case st = <-waited:
 	case <-ctx.Done():
 		cancelled = true
 		s.end(p.pgid, p.tag, p.service, lg)
-		<-waited
+		st = <-waited
 	}
 	p.closeStdin()
 	// Background children may still hold the output pipes: draining stops
@@ -207,10 +208,10 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 		return agentproto.Failure(req.ID, backend.Errorf(backend.CodeCancelled, "", "the process was closed; it and its descendants were killed"))
 	}
 	exit := backend.ProcessExit{ExitCode: -1}
-	if code := exitCode(cmd.ProcessState); code != nil {
+	if code := st.code(); code != nil {
 		exit.ExitCode = *code
 	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws := st.ws; st.ok && ws.Signaled() {
 		exit.Signal = backend.SignalName(int(ws.Signal()))
 		if ws.Signal() == syscall.SIGKILL && oomsKnown {
 			now, ok := oomKills()

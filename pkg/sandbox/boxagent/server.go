@@ -63,6 +63,12 @@ type Config struct {
 	// all its descendants are found and ended on timeout or cancel. When the agent is not root, or User is nil,
 	// files and commands simply use the agent's own identity.
 	User *User
+	// Reaper, when set, owns every wait of the agent's children: the agent
+	// is its box's PID 1 (or a subreaper) and reaps orphans with it.
+	// Commands are then started through it and never waited for with
+	// exec.Cmd.Wait (see Reaper). Nil: commands are waited for directly,
+	// and something else (sandbox-agent init) reaps orphans.
+	Reaper *Reaper
 }
 
 func (c Config) withDefaults() Config {

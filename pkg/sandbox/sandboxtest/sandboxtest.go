@@ -207,6 +207,15 @@ func Runtimes(t testing.TB, cli *client.Client) []string {
 	return out
 }
 
+// ChannelEnv names the environment variable that runs a sandbox suite
+// with another sandbox.Config.Channel: PLUMB_TEST_CHANNEL=stdio runs
+// ./pkg/sandbox/... with the agent as PID 1 on the container's stdio.
+const ChannelEnv = "PLUMB_TEST_CHANNEL"
+
+// Channel is the sandbox.Config.Channel the suites use: ChannelEnv's
+// value ("" is the default, exec).
+func Channel() string { return os.Getenv(ChannelEnv) }
+
 // Labels that tests put on every container and volume they create, so
 // that what a test leaves behind can be found and removed.
 const (
@@ -392,6 +401,12 @@ func AssertInspectHardened(t testing.TB, res client.ContainerInspectResult) {
 	// above; commands run as the sandbox user (checked from inside).
 	check(c.User == sandbox.AgentUser, "agent user "+sandbox.AgentUser, c.User)
 	check(hc.LogConfig.Type == "none", "no engine log of the box's output", hc.LogConfig)
+	// With the agent as PID 1 on the container's stdio, its stdin must
+	// close when the worker's first attach ends: no later attach may write
+	// frames into it.
+	check(!c.OpenStdin || c.StdinOnce, "stdin closed after the worker's attach", [2]bool{c.OpenStdin, c.StdinOnce})
+	check(slices.Equal(c.Entrypoint, []string{sandbox.AgentPath}) && len(c.Cmd) > 0 && (c.Cmd[0] == "init" || len(c.Cmd) > 1 && c.Cmd[0] == "serve" && c.Cmd[1] == "--pid1"),
+		"PID 1 is the agent (init, or serve --pid1)", [2]any{c.Entrypoint, c.Cmd})
 	// An image's HEALTHCHECK would run as container root with the box's
 	// environment.
 	check(c.Healthcheck != nil && slices.Equal(c.Healthcheck.Test, []string{"NONE"}), "health check off", c.Healthcheck)
