@@ -255,8 +255,10 @@ func testHibernate(t *testing.T, e *env, runtime string) {
 func TestIdleBoxesSuspendThemselves(t *testing.T) {
 	e := newEnv(t)
 	e.withSnapshots(t, 0)
-	var offset time.Duration
-	clock := func() time.Time { return time.Now().Add(offset) }
+	// The reaper loop may run a round of its own (a loaded machine): the
+	// clock's offset is read there too.
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	e.cfg.Templates = map[string]sandbox.Template{
 		"pausing":     {IdleSuspendAfter: time.Minute},
 		"hibernating": {HibernateAfter: 10 * time.Minute},
@@ -266,7 +268,7 @@ func TestIdleBoxesSuspendThemselves(t *testing.T) {
 	p := e.create(t, m, sandbox.CreateSpec{Template: "pausing"})
 	h := e.create(t, m, sandbox.CreateSpec{Template: "hibernating", Tenant: "acme"})
 	exec(t, m, h.ID, "echo kept > /workspace/f", 30)
-	offset = 2 * time.Minute
+	offset.Store(int64(2 * time.Minute))
 	m.Reap(ctx)
 	if info, _ := m.Get(ctx, p.ID); info.State != sandbox.StatePaused {
 		t.Errorf("an idle box with idle_suspend_after is %s", info.State)
@@ -274,7 +276,7 @@ func TestIdleBoxesSuspendThemselves(t *testing.T) {
 	if info, _ := m.Get(ctx, h.ID); info.State != sandbox.StateRunning {
 		t.Errorf("a box idle less than hibernate_after is %s", info.State)
 	}
-	offset = 20 * time.Minute
+	offset.Store(int64(20 * time.Minute))
 	m.Reap(ctx)
 	if info, _ := m.Get(ctx, h.ID); info.State != sandbox.StateHibernated {
 		t.Errorf("an idle box with hibernate_after is %s", info.State)
