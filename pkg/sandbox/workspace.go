@@ -196,8 +196,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 }
 
 // restoreSource is what a restore fills a new workspace from: the tar to
-// copy in (open) and, once the copy has ended, whether what was copied is
-// the whole verified snapshot (done: nil only then).
+// copy in (open) and, once the copy has ended with copyErr, the fill's
+// outcome (done: nil only when the copy succeeded and what was copied is
+// the whole verified snapshot).
 type restoreSource interface {
 	open(ctx context.Context) (tar io.Reader, done func(copyErr error) error)
 }
@@ -211,7 +212,7 @@ type restoreTar struct {
 }
 
 func (r *restoreTar) open(context.Context) (io.Reader, func(error) error) {
-	return io.NewSectionReader(r.f, 0, r.size), func(error) error { return nil }
+	return io.NewSectionReader(r.f, 0, r.size), func(copyErr error) error { return copyErr }
 }
 
 // Close releases the file.
