@@ -112,8 +112,8 @@ func wakeRows(ctx context.Context, e *env, id, where string, store snapshot.Stor
 	r.Target = "≤ 1.5× B3's cold create (ratio ≥ 0.67×)"
 	r.judge(ratio >= 1/1.5)
 	r.note("SuspendSandbox(HIBERNATE) untimed before each call (checked HIBERNATED; the workspace's %d random files of %d MiB checked by size after each wake); "+
-		"the Execute RPC reads and verifies every chunk of the snapshot into a temporary tar, creates the container and volume, fills the workspace through the engine before the box starts, greets the agent, then runs true",
-		load.files, load.size>>20)
+		"the Execute RPC reserves the box's slot and memory, reads the snapshot's manifest, creates the volume and container, streams the workspace into it through the engine before the box starts (chunks read %d ahead, each decompressed and verified before the engine gets its bytes), greets the agent, then runs true",
+		load.files, load.size>>20, snapshot.ReadAhead)
 	r.note("the engine floor is what a wake cannot avoid on the engine's side (a cold create whose workspace volume is filled with the same bytes through CopyToContainer before it starts), without reading the snapshot")
 	return []Row{r}, nil
 }

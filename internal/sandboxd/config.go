@@ -53,7 +53,8 @@ type Config struct {
 	// (0 = sandbox.DefaultChannelMemoryBytes, 256 MiB).
 	ChannelMemory yamlconf.Quantity `yaml:"channel_memory" deprecated:"channel_memory_bytes"`
 	// StateDir holds the worker's small state (each sandbox's expiry, so a
-	// restart does not extend it).
+	// restart does not extend it; the hibernated boxes' records, so a
+	// restart keeps them).
 	StateDir string `yaml:"state_dir"`
 	// Policy bounds what any sandbox on this worker may have: ceilings,
 	// allowed images and runtimes, the default runtime, egress. Requests

@@ -58,7 +58,18 @@ func volumeName(id string) string { return volumePrefix + id }
 // An adopted sandbox keeps the expiry recorded for it in the state dir;
 // without a record it expires at its creation time plus its TTL (an upper
 // bound: a restart never extends a sandbox's life).
+//
+// Hibernated sandboxes have no container: they are adopted from their
+// records in the state dir (hibernate.go). A record and a container of
+// the same sandbox mean a hibernation or a wake was cut short: a paused
+// container (hibernation: its snapshot is taken and verified, the record
+// written) is removed and the record adopted; a running one (a wake: it
+// was filled and started) is adopted and the record dropped.
 func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) error {
+	hibernated, err := m.loadHibernations()
+	if err != nil {
+		return err
+	}
 	list, err := m.api.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: client.Filters{}.Add("label", LabelWorker+"="+m.cfg.Worker),
@@ -71,6 +82,15 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 		volume := volumeName(id)
 		t, created, user, perr := templateFromLabels(c.Labels)
 		paused := c.State == container.StatePaused && c.Labels[LabelPool] == "" // suspended by PAUSE
+		if _, ok := hibernated[id]; ok && id != "" {
+			if c.State == container.StateRunning {
+				m.lg.Info("a wake was cut short after its box started: adopting the box, not its hibernation record", zap.String("sandbox-id", id))
+				delete(hibernated, id)
+				m.forgetHibernation(id)
+			} else {
+				paused = false // a hibernation cut short: its record is adopted below
+			}
+		}
 		if id == "" || perr != nil || (c.State != container.StateRunning && !paused) {
 			m.lg.Info("removing orphan container", zap.String("container-id", c.ID), zap.String("sandbox-id", id), zap.String("state", string(c.State)))
 			_ = m.removeContainer(ctx, c.ID, volume)
@@ -109,6 +129,11 @@ func (m *Manager) adopt(ctx context.Context, recorded map[string]time.Time) erro
 		m.sandboxes[id] = sb
 		m.reserved += t.MemoryBytes
 		m.lg.Info("adopted sandbox", zap.String("sandbox-id", id), zap.Time("expires-at", expires), zap.Bool("expiry-recorded", ok))
+	}
+	for _, id := range sortedKeys(hibernated) {
+		if m.sandboxes[id] == nil {
+			m.adoptHibernated(ctx, hibernated[id], recorded)
+		}
 	}
 	if err := m.sweepEgress(ctx); err != nil {
 		return err

@@ -36,12 +36,12 @@ func (m *Manager) Create(ctx context.Context, spec CreateSpec) (Info, error) {
 	defer unpin()
 	spec.Volumes = mounts
 	if spec.Snapshot != "" {
-		// Verified completely before anything is created: a corrupt
-		// snapshot leaves nothing behind.
-		if spec.restore, err = m.prepareRestore(ctx, spec.Tenant, spec.Snapshot, t); err != nil {
+		// Its manifest is verified before anything is created, its chunks
+		// while they stream into the box, before it starts: a corrupt
+		// snapshot leaves nothing behind (start removes the box).
+		if spec.restore, err = m.streamRestore(ctx, spec.Tenant, spec.Snapshot, t); err != nil {
 			return Info{}, err
 		}
-		defer spec.restore.Close()
 	}
 	var claimed *sandbox
 	if len(spec.Inject) == 0 && spec.Snapshot == "" && len(spec.Volumes) == 0 { // a pooled box has a proxy without them, a workspace of its own, and no volumes

@@ -152,7 +152,8 @@ func (f *Files) channel(ctx context.Context, op string) (*channel, error) {
 		if ctx.Err() != nil {
 			return nil, backend.FromOS(op, "", ctx.Err())
 		}
-		if CodeOf(err) == CodeDataLoss {
+		switch CodeOf(err) {
+		case CodeDataLoss, CodeQuota: // the box stays hibernated: say why, with its code
 			return nil, err
 		}
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "cannot wake sandbox %s: %v", f.m.snapshot(f.sb).ID, err)

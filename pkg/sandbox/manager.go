@@ -79,8 +79,8 @@ type CreateSpec struct {
 	// (never a pooled box).
 	Volumes []VolumeMount
 
-	pool    string      // the pool key of a box made for a warm pool
-	restore *restoreTar // the verified tar of Snapshot
+	pool    string        // the pool key of a box made for a warm pool
+	restore restoreSource // what fills the workspace from Snapshot
 }
 
 // Config configures a Manager.
@@ -202,6 +202,11 @@ type Manager struct {
 	pools     *pools                // warm pools, guarded by mu
 	vols      map[string]*volumeRec // named volumes by id
 
+	// hibernated counts hibernated sandboxes: they hold no memory and no
+	// slot of max_sandboxes (their snapshots count toward their tenant's
+	// snapshot quota); a wake reserves both again (wakeHibernated).
+	hibernated int
+
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
 	// closing is closed when Close begins: agent channel dials in flight
@@ -245,6 +250,9 @@ type sandbox struct {
 	life sync.Mutex
 	// last is the box's latest snapshot (the parent of its next one).
 	last string
+	// leftover: its hibernation did not remove its container or volume
+	// (the wake removes them first).
+	leftover bool
 }
 
 // Option customizes a Manager.
@@ -556,13 +564,24 @@ func (m *Manager) KeepAlive(ctx context.Context, id string, ttl time.Duration) (
 // Usage reports live sandboxes and reserved memory, for capacity reports.
 // Failed sandboxes count in neither: their quota is released when they
 // fail, while their record stays until they are deleted or expire.
+// Hibernated sandboxes count in neither: they hold only storage (see
+// Hibernated).
 // Unclaimed warm-pool boxes count in neither either (Pools reports them):
 // a claim turns one into a live sandbox at no extra cost, and a create
 // over the quota evicts one.
 func (m *Manager) Usage() (sandboxes int, memory int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.sandboxes) - m.failed, m.reserved - m.pools.mem
+	return len(m.sandboxes) - m.failed - m.hibernated, m.reserved - m.pools.mem
+}
+
+// Hibernated reports how many sandboxes are hibernated: they count toward
+// neither max_sandboxes nor max_memory, only their snapshots' bytes
+// toward their tenants' snapshot quota.
+func (m *Manager) Hibernated() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hibernated
 }
 
 // Config returns the manager's configuration (templates, quotas).

@@ -449,17 +449,19 @@ func (m *Manager) dropMember(ctx context.Context, sb *sandbox) {
 // (or, when it had failed and given it back already, forgets it was
 // failed); it returns sb's container id.
 func (m *Manager) retire(sb *sandbox) string {
+	// m.mu first: the state a hibernated box leaves and the count of
+	// hibernated boxes change together (wake, suspend).
+	m.mu.Lock()
 	sb.mu.Lock()
+	hibernated := sb.info.State == StateHibernated
 	sb.info.State = StateDeleting
-	if sb.ch != nil {
-		sb.ch.close()
-	}
+	ch := sb.ch
 	cid, mem, released, isMember := sb.info.ContainerID, sb.info.Settings.MemoryBytes, sb.released, sb.member
 	sb.released = true
 	sb.mu.Unlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
+	case hibernated && !released:
+		m.hibernated-- // it held no memory
 	case isMember && released:
 		m.pools.failed--
 	case isMember:
@@ -469,6 +471,10 @@ func (m *Manager) retire(sb *sandbox) string {
 		m.failed--
 	default:
 		m.reserved -= mem
+	}
+	m.mu.Unlock()
+	if ch != nil {
+		ch.close()
 	}
 	return cid
 }

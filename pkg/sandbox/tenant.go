@@ -49,11 +49,15 @@ func (m *Manager) reserve(t Template, tenant string) error {
 	} else if m.evicting > 0 {
 		return errorf(CodeQuota, "worker %s: a create is evicting pool boxes; the pool refills after it", m.cfg.Worker)
 	}
-	if n := len(m.sandboxes) - m.failed + m.creating + m.pools.n - m.pools.failed; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
-		return errorf(CodeQuota, "worker %s already runs %d of %d sandboxes; delete one or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
+	if n := len(m.sandboxes) - m.failed - m.hibernated + m.creating + m.pools.n - m.pools.failed; m.cfg.MaxSandboxes > 0 && n >= m.cfg.MaxSandboxes {
+		e := errorf(CodeQuota, "worker %s already runs %d of %d sandboxes (max_sandboxes); delete or hibernate one, or try another worker", m.cfg.Worker, n, m.cfg.MaxSandboxes)
+		e.Limit = LimitMaxSandboxes
+		return e
 	}
 	if m.cfg.MaxMemoryBytes > 0 && m.reserved+mem > m.cfg.MaxMemoryBytes {
-		return errorf(CodeQuota, "worker %s memory quota: %d of %d bytes reserved, %d more requested", m.cfg.Worker, m.reserved, m.cfg.MaxMemoryBytes, mem)
+		e := errorf(CodeQuota, "worker %s memory quota: %d of %d bytes reserved (max_memory), %d more requested", m.cfg.Worker, m.reserved, m.cfg.MaxMemoryBytes, mem)
+		e.Limit = LimitMaxMemory
+		return e
 	}
 	m.creating++
 	m.reserved += mem
@@ -69,14 +73,22 @@ func (m *Manager) checkTenant(tenant string, t Template) error {
 	return m.cfg.Policy.PerTenant.check(tenant, m.tenantUse(tenant), t)
 }
 
+// Limits a worker's CodeQuota error names (Error.Limit, the ErrorInfo
+// metadata "limit"): sandboxd's configuration keys.
+const (
+	LimitMaxSandboxes = "max_sandboxes"
+	LimitMaxMemory    = "max_memory"
+)
+
 // tenantUse is what tenant's sandboxes hold on this worker: its live ones
-// (not failed, not being deleted: those gave their share back) and its
-// creates in progress. m.mu is held.
+// (not failed, not being deleted: those gave their share back; not
+// hibernated: those hold only storage) and its creates and wakes in
+// progress. m.mu is held.
 func (m *Manager) tenantUse(tenant string) tenantUse {
 	u := m.tenantNew[tenant]
 	for _, sb := range m.sandboxes {
 		sb.mu.Lock()
-		if !sb.released && !sb.member && sb.info.Tenant == tenant {
+		if !sb.released && !sb.member && sb.info.State != StateHibernated && sb.info.Tenant == tenant {
 			u = u.add(sb.info.Settings, 1)
 		}
 		sb.mu.Unlock()

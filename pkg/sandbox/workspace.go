@@ -199,6 +199,14 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 	return snapErr(repo.Delete(ctx, tenantOf(tenant), id))
 }
 
+// restoreSource is what a restore fills a new workspace from: the tar to
+// copy in (open) and, once the copy has ended with copyErr, the fill's
+// outcome (done: nil only when the copy succeeded and what was copied is
+// the whole verified snapshot).
+type restoreSource interface {
+	open(ctx context.Context) (tar io.Reader, done func(copyErr error) error)
+}
+
 // restoreTar is a verified snapshot's tar in an unlinked temporary file;
 // each box filled from it reads its own section, so a fork fills its boxes
 // from one verification concurrently.
@@ -207,15 +215,17 @@ type restoreTar struct {
 	size int64
 }
 
-// reader returns a reader of the whole tar, independent of any other.
-func (r *restoreTar) reader() io.Reader { return io.NewSectionReader(r.f, 0, r.size) }
+func (r *restoreTar) open(context.Context) (io.Reader, func(error) error) {
+	return io.NewSectionReader(r.f, 0, r.size), func(copyErr error) error { return copyErr }
+}
 
 // Close releases the file.
 func (r *restoreTar) Close() error { return r.f.Close() }
 
 // prepareRestore verifies a tenant's snapshot completely and writes the
 // tar a restore copies into a new workspace to a temporary file (nothing
-// is created before it verifies; the caller closes it).
+// is created before it verifies; the caller closes it). Forks use it: one
+// verification fills every box.
 func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Template) (*restoreTar, error) {
 	repo, err := m.repo()
 	if err != nil {
@@ -228,8 +238,8 @@ func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Templ
 	}
 	_ = os.Remove(f.Name()) // the open file is all that is needed
 	man, err := repo.Restore(ctx, tenantOf(tenant), id, f, uid, gid)
-	if err == nil && t.DiskBytes > 0 && man.Size > t.DiskBytes {
-		err = invalidField("disk_bytes", "snapshot %s holds %d bytes, over the box's disk limit of %d", id, man.Size, t.DiskBytes)
+	if err == nil {
+		err = fitsDisk(man, t)
 	}
 	var size int64
 	if err == nil {
@@ -242,14 +252,83 @@ func (m *Manager) prepareRestore(ctx context.Context, tenant, id string, t Templ
 	return &restoreTar{f: f, size: size}, nil
 }
 
-// fill copies the verified restore tar into a created, not yet started
-// container's workspace (the engine extracts it inside the container's
-// root, owning each entry as its header says: the sandbox user).
-func (m *Manager) fill(ctx context.Context, cid string, t Template, tar *restoreTar) error {
-	if _, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: tar.reader()}); err != nil {
-		return fmt.Errorf("restore the workspace: %w", err)
+// fitsDisk refuses a snapshot over the box's disk limit.
+func fitsDisk(man *snapshot.Manifest, t Template) error {
+	if t.DiskBytes > 0 && man.Size > t.DiskBytes {
+		return invalidField("disk_bytes", "snapshot %s holds %d bytes, over the box's disk limit of %d", man.ID, man.Size, t.DiskBytes)
 	}
 	return nil
+}
+
+// restoreStream streams a snapshot into one box: its chunks are read
+// ahead, decompressed and verified while the engine extracts the tar, so
+// fetching, checking and the engine's write overlap, and no temporary
+// copy is made. Its manifest is verified (and the disk limit checked)
+// before anything is created; a chunk that fails mid-stream fails the
+// fill, and the box, never started, is removed with its volume.
+type restoreStream struct {
+	repo     *snapshot.Repo
+	man      *snapshot.Manifest
+	uid, gid int
+}
+
+// streamRestore opens a tenant's snapshot for one box's restore.
+func (m *Manager) streamRestore(ctx context.Context, tenant, id string, t Template) (*restoreStream, error) {
+	repo, err := m.repo()
+	if err != nil {
+		return nil, err
+	}
+	man, err := repo.Get(ctx, tenantOf(tenant), id)
+	if err == nil {
+		err = fitsDisk(man, t)
+	}
+	if err != nil {
+		return nil, snapErr(err)
+	}
+	uid, gid, _ := parseUser(m.cfg.User)
+	return &restoreStream{repo: repo, man: man, uid: uid, gid: gid}, nil
+}
+
+// errFillEnded ends the stream's pipe once the engine's copy has returned.
+var errFillEnded = errors.New("the workspace copy ended")
+
+func (r *restoreStream) open(ctx context.Context) (io.Reader, func(error) error) {
+	pr, pw := io.Pipe()
+	produced := make(chan error, 1)
+	go func() {
+		err := r.repo.WriteTar(ctx, r.man, pw, r.uid, r.gid)
+		pw.CloseWithError(err) // nil: the reader sees EOF
+		produced <- err
+	}()
+	return pr, func(copyErr error) error {
+		pr.CloseWithError(errFillEnded) // a producer still writing stops
+		err := <-produced
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, errFillEnded):
+			return snapErr(err) // the snapshot's own failure (DATA_LOSS) comes first
+		case copyErr != nil:
+			return copyErr
+		default:
+			// The engine answered before it had read the whole tar: what it
+			// extracted is not the whole snapshot.
+			return fmt.Errorf("the engine ended the copy of snapshot %s before its end", r.man.ID)
+		}
+	}
+}
+
+// fill copies a restore source into a created, not yet started
+// container's workspace (the engine extracts it inside the container's
+// root, owning each entry as its header says: the sandbox user). The fill
+// fails when the copy or the source does, whatever the engine answered.
+func (m *Manager) fill(ctx context.Context, cid string, t Template, src restoreSource) error {
+	content, done := src.open(ctx)
+	_, err := m.api.CopyToContainer(ctx, cid, client.CopyToContainerOptions{DestinationPath: t.WorkingDir, Content: content})
+	if err != nil {
+		err = fmt.Errorf("restore the workspace: %w", err)
+	}
+	return done(err)
 }
 
 // Suspend pauses or hibernates sandbox id. A box with operations or
@@ -334,18 +413,50 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 			undo()
 			return SuspendResult{}, snapErr(err)
 		}
+		// From here it holds no memory and no slot of max_sandboxes: the
+		// state and the worker's counts change together (m.mu first).
+		m.mu.Lock()
 		sb.mu.Lock()
-		sb.info.State, sb.info.Snapshot = StateHibernated, man.ID
-		if sb.ch != nil {
-			sb.ch.close()
-			sb.ch = nil
+		deleted := sb.released // a Delete took it meanwhile: it counts nothing
+		if !deleted {
+			sb.info.State, sb.info.Snapshot = StateHibernated, man.ID
 		}
+		ch := sb.ch
+		sb.ch = nil
 		sb.mu.Unlock()
+		if !deleted {
+			m.hibernated++
+			m.reserved -= info.Settings.MemoryBytes
+		}
+		m.mu.Unlock()
+		if ch != nil {
+			ch.close()
+		}
+		if deleted {
+			if err := repo.Delete(context.WithoutCancel(ctx), info.Tenant, man.ID); err != nil {
+				m.lg.Warn("remove the snapshot of a box deleted while it hibernated", zap.String("sandbox-id", info.ID), zap.Error(err))
+			}
+			return SuspendResult{}, m.NotFound(info.ID)
+		}
+		if err := m.saveHibernation(sb); err != nil {
+			m.lg.Warn("hibernated sandbox not recorded in the state dir: a restart of this worker loses it (its snapshot stays)", zap.String("sandbox-id", info.ID), zap.Error(err))
+		}
 		// Unfrozen first: the engine's forced removal of a paused gVisor
 		// box can report success and leave it (its snapshot is taken: what
 		// box code does in these milliseconds is lost with the container).
 		m.unfreeze(ectx, info.ContainerID)
-		if err := m.removeContainer(ectx, info.ContainerID, volumeName(info.ID)); err != nil {
+		err = m.removeContainer(ectx, info.ContainerID, volumeName(info.ID))
+		if err == nil {
+			// A volume the engine kept would be taken up again, with its
+			// files, by the wake's create of the same name.
+			if _, verr := m.api.VolumeInspect(ectx, volumeName(info.ID), client.VolumeInspectOptions{}); !cerrdefs.IsNotFound(verr) {
+				err = fmt.Errorf("its workspace volume stays (%v)", verr)
+			}
+		}
+		if err != nil {
+			sb.mu.Lock()
+			sb.leftover = true
+			sb.mu.Unlock()
 			m.lg.Warn("hibernated sandbox: its container is not removed yet (removed on wake or delete)", zap.String("sandbox-id", info.ID), zap.Error(err))
 		}
 		m.lg.Info("sandbox hibernated", zap.String("sandbox-id", info.ID), zap.String("snapshot", man.ID), zap.Bool("idle", idle))
@@ -399,45 +510,98 @@ func (m *Manager) wake(ctx context.Context, sb *sandbox) error {
 		m.setState(sb, StateRunning, "")
 		m.lg.Info("sandbox woken (unpaused)", zap.String("sandbox-id", info.ID))
 	case StateHibernated:
-		start := time.Now()
-		tar, err := m.prepareRestore(ctx, info.Tenant, info.Snapshot, info.Settings)
-		if err != nil {
-			return err
+		return m.wakeHibernated(ctx, sb, info)
+	}
+	return nil
+}
+
+// wakeHibernated recreates a hibernated box from its snapshot under the
+// same id; sb.life is held. It first takes a slot and the box's memory
+// from the worker's quotas, as a create does (a full worker refuses with
+// CodeQuota, wakeRefused): until the new box runs nothing changes, and
+// whatever fails leaves the box hibernated, its record and snapshot as
+// they were, and nothing of the new box behind (start removes it).
+func (m *Manager) wakeHibernated(ctx context.Context, sb *sandbox, info Info) error {
+	start := time.Now()
+	t := info.Settings
+	if err := m.reserveOrEvict(ctx, t, info.Tenant); err != nil {
+		return wakeRefused(info.ID, err)
+	}
+	woken := false
+	defer func() {
+		if !woken {
+			m.mu.Lock()
+			m.creating--
+			m.unreserveTenant(info.Tenant, t)
+			m.reserved -= t.MemoryBytes
+			m.mu.Unlock()
 		}
-		defer tar.Close()
-		// A container or volume its hibernation failed to remove would
-		// hold the name.
-		_ = m.removeContainer(ctx, info.ID, volumeName(info.ID))
-		spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, Volumes: info.Volumes, restore: tar}
-		m.mu.Lock()
-		m.pending[info.ID] = true
-		m.mu.Unlock()
-		fresh, err := m.start(ctx, info.ID, spec, info.Settings)
-		m.mu.Lock()
-		delete(m.pending, info.ID)
-		m.mu.Unlock()
-		if err != nil {
-			return err
+	}()
+	src, err := m.streamRestore(ctx, info.Tenant, info.Snapshot, t)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	leftover := sb.leftover
+	sb.mu.Unlock()
+	if leftover {
+		// Its hibernation failed to remove its container or volume, which
+		// would hold the names.
+		if err := m.removeContainer(ctx, info.ID, volumeName(info.ID)); err != nil {
+			return fmt.Errorf("wake sandbox %s: %w", info.ID, err)
 		}
-		// The record stays the caller's; it takes the new container and
-		// its channel (whose callbacks now act on the record).
-		fresh.mu.Lock()
-		ch := fresh.ch
-		fresh.ch = nil
-		cid, image := fresh.info.ContainerID, fresh.image
-		fresh.mu.Unlock()
-		sb.mu.Lock()
-		sb.info.ContainerID, sb.image, sb.info.State = cid, image, StateRunning
+	}
+	spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, Volumes: info.Volumes, restore: src}
+	m.mu.Lock()
+	m.pending[info.ID] = true
+	m.mu.Unlock()
+	fresh, err := m.start(ctx, info.ID, spec, t)
+	m.mu.Lock()
+	delete(m.pending, info.ID)
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The record stays the caller's; it takes the new container and its
+	// channel (whose callbacks then act on the record).
+	fresh.mu.Lock()
+	ch := fresh.ch
+	fresh.ch = nil
+	cid, image := fresh.info.ContainerID, fresh.image
+	fresh.mu.Unlock()
+	// The box holds the slot and memory the wake reserved from here: its
+	// state and the worker's counts change together.
+	m.mu.Lock()
+	sb.mu.Lock()
+	deleted := sb.released
+	if !deleted {
+		sb.info.ContainerID, sb.image, sb.info.State, sb.leftover = cid, image, StateRunning, false
 		if ch != nil {
 			if sb.ch != nil {
 				sb.ch.close()
 			}
 			ch.owner.Store(sb)
-			sb.ch = ch
+			sb.ch, ch = ch, nil
 		}
-		sb.mu.Unlock()
-		m.lg.Info("sandbox woken (recreated from its hibernation snapshot)", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Duration("took", time.Since(start)))
 	}
+	sb.mu.Unlock()
+	if !deleted {
+		m.creating--
+		m.unreserveTenant(info.Tenant, t)
+		m.hibernated--
+		woken = true
+	}
+	m.mu.Unlock()
+	if deleted {
+		// Deleted while it woke: the new container is nobody's.
+		if ch != nil {
+			ch.close()
+		}
+		_ = m.removeContainer(ctx, cid, volumeName(info.ID))
+		return m.NotFound(info.ID)
+	}
+	m.forgetHibernation(info.ID)
+	m.lg.Info("sandbox woken (recreated from its hibernation snapshot)", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -478,6 +642,7 @@ func (m *Manager) dropHibernation(ctx context.Context, info Info) {
 	if info.State != StateHibernated || info.Snapshot == "" || m.cfg.Snapshots == nil {
 		return
 	}
+	m.forgetHibernation(info.ID)
 	if err := m.cfg.Snapshots.Delete(context.WithoutCancel(ctx), info.Tenant, info.Snapshot); err != nil && snapshot.CodeOf(err) != snapshot.CodeNotFound {
 		m.lg.Warn("remove a deleted sandbox's hibernation snapshot", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Error(err))
 	}

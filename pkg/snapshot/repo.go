@@ -49,7 +49,7 @@ func NewRepo(store Store, quota int64) (*Repo, error) {
 		return nil, err
 	}
 	// A chunk never inflates past ChunkSize: a "zip bomb" fails here.
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(ChunkSize), zstd.WithDecoderConcurrency(1))
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(ChunkSize), zstd.WithDecoderConcurrency(ReadAhead))
 	if err != nil {
 		return nil, err
 	}
@@ -408,12 +408,40 @@ func (r *Repo) Delete(ctx context.Context, tenant, id string) error {
 // then files and FIFOs, then hard links and symlinks) to w, verifying every
 // chunk on the way: a corrupt, truncated or missing chunk is CodeDataLoss.
 // w may have received part of the tar when it fails: write into a
-// temporary file and use it only when Restore returns nil.
+// temporary file, or into something thrown away on error (a created, not
+// started container), and use it only when Restore returns nil.
 func (r *Repo) Restore(ctx context.Context, tenant, id string, w io.Writer, uid, gid int) (*Manifest, error) {
 	m, err := r.get(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
+	if err := r.WriteTar(ctx, m, w, uid, gid); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ReadAhead is how many chunks WriteTar fetches, decompresses and
+// verifies ahead of the one it writes: the store's latency (an S3 round
+// trip per chunk) and the checks overlap the writer's consumer (the
+// engine extracting the tar), at most ReadAhead+1 chunks in memory.
+const ReadAhead = 4
+
+// WriteTar writes the tar of m, a manifest Get returned (verified), to w
+// as Restore does. Every chunk is verified before any of its bytes reach
+// w; chunks are read ahead (ReadAhead) so the store, the checks and w's
+// reader work at once. On error w may have received a prefix of the tar
+// (only verified bytes, never an end-of-archive marker).
+func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid int) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	chunks := r.readAhead(ctx, m)
+	defer func() {
+		// Every fetch has ended before WriteTar returns: none outlives it.
+		cancel()
+		for f := range chunks {
+			<-f
+		}
+	}()
 	tw := tar.NewWriter(w)
 	hdr := func(e Entry) *tar.Header {
 		return &tar.Header{Name: e.Path, Mode: int64(e.Mode), Uid: uid, Gid: gid, ModTime: time.Unix(e.MTime, 0), Format: tar.FormatPAX}
@@ -432,16 +460,26 @@ func (r *Repo) Restore(ctx context.Context, tenant, id string, w io.Writer, uid,
 			links = append(links, e)
 			continue
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-		for _, c := range e.Chunks {
-			raw, err := r.chunk(ctx, tenant, c)
-			if err != nil {
-				return nil, &Error{Code: CodeDataLoss, Message: fmt.Sprintf("snapshot %s: file %q", id, e.Path), Err: err}
+		// The first chunk is verified before the header goes out: a
+		// failing file leaves no entry of it in w.
+		var first *fetched
+		if len(e.Chunks) > 0 {
+			if first, err = next(ctx, chunks, m.ID, e.Path); err != nil {
+				return err
 			}
-			if _, err := tw.Write(raw); err != nil {
-				return nil, err
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		for i := range e.Chunks {
+			f := first
+			if i > 0 {
+				if f, err = next(ctx, chunks, m.ID, e.Path); err != nil {
+					return err
+				}
+			}
+			if _, err := tw.Write(f.raw); err != nil {
+				return err
 			}
 		}
 	}
@@ -452,13 +490,67 @@ func (r *Repo) Restore(ctx context.Context, tenant, id string, w io.Writer, uid,
 			h.Typeflag = tar.TypeLink
 		}
 		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
+	return tw.Close()
+}
+
+// fetched is one chunk read ahead.
+type fetched struct {
+	raw []byte
+	err error
+}
+
+// readAhead fetches and verifies the chunks of m's files in the order
+// WriteTar writes them, ReadAhead at a time; the channel yields one
+// future per chunk, in order, and is closed after the last (or when ctx
+// ends).
+func (r *Repo) readAhead(ctx context.Context, m *Manifest) chan chan fetched {
+	out := make(chan chan fetched, ReadAhead)
+	go func() {
+		defer close(out)
+		for _, e := range m.Entries {
+			if e.Type != TypeFile {
+				continue
+			}
+			for _, c := range e.Chunks {
+				f := make(chan fetched, 1)
+				select {
+				case out <- f:
+				case <-ctx.Done():
+					return
+				}
+				go func() {
+					raw, err := r.chunk(ctx, m.Tenant, c)
+					f <- fetched{raw: raw, err: err}
+				}()
+			}
+		}
+	}()
+	return out
+}
+
+// next waits for the next chunk read ahead; a failed one is CodeDataLoss
+// naming the file.
+func next(ctx context.Context, chunks chan chan fetched, id, file string) (*fetched, error) {
+	var f fetched
+	select {
+	case fc, ok := <-chunks:
+		if !ok {
+			return nil, ctx.Err()
+		}
+		f = <-fc
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return m, nil
+	if f.err != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, &Error{Code: CodeDataLoss, Message: fmt.Sprintf("snapshot %s: file %q", id, file), Err: f.err}
+	}
+	return &f, nil
 }
 
 // chunk reads and verifies one chunk.

@@ -58,7 +58,9 @@ type Error struct {
 	Err     error
 	// Limit names the policy or template limit a CodePolicy error broke
 	// ("max_memory_bytes", "allowed_images", "runtime", ...), or the
-	// per-tenant limit a CodeQuota error broke ("per_tenant.max_cpus").
+	// per-tenant limit a CodeQuota error broke ("per_tenant.max_cpus"),
+	// or the worker's ("max_sandboxes", "max_memory"; a create's or a
+	// hibernated box's wake).
 	Limit string
 	// Field names the template field a CodeInvalid error is about, by its
 	// configuration name ("cpus", "working_dir", ...; "" = none).
