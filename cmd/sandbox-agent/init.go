@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +21,7 @@ import (
 func runInit() int {
 	runtime.GOMAXPROCS(1)
 	keepThreads(spareThreads)
+	reapAll := boxagent.NewReaper().Reap // no command registered: every child is an orphan
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -127,19 +127,5 @@ func keepThreads(n int) {
 	close(release)
 	for range n {
 		<-done
-	}
-}
-
-// reapAll collects every exited child without blocking.
-func reapAll() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
 	}
 }
