@@ -413,7 +413,7 @@ func (p *Pool) CreatePreferring(ctx context.Context, req *plumbv1.CreateSandboxR
 	if len(loads) == 0 {
 		return nil, status.Errorf(codes.Unavailable, "no healthy sandboxd worker is reachable (%s)", p.targetList())
 	}
-	if i := slices.IndexFunc(loads, func(l load) bool { return l.m.name == worker }); i > 0 {
+	if i := slices.IndexFunc(loads, func(l load) bool { return l.info.GetName() == worker }); i > 0 {
 		loads = append(append([]load{loads[i]}, loads[:i]...), loads[i+1:]...)
 	}
 	var last error
@@ -491,7 +491,7 @@ func (p *Pool) Workers() []string {
 func (p *Pool) Healthy() map[string]plumbv1.SandboxServiceClient {
 	out := map[string]plumbv1.SandboxServiceClient{}
 	for _, l := range p.placements() {
-		out[l.m.name] = plumbv1.NewSandboxServiceClient(l.m.conn)
+		out[l.info.GetName()] = plumbv1.NewSandboxServiceClient(l.m.conn)
 	}
 	return out
 }

@@ -130,6 +130,16 @@ func (h *Host) serve(ctx context.Context, threadID string, detach bool, kind str
 	if dl, ok := ctx.Deadline(); ok && !detach {
 		base, stopDeadline = context.WithDeadline(base, dl)
 	}
+	if threadID != "" {
+		if finishing := h.reg.Finishing(threadID); finishing != nil {
+			select {
+			case <-finishing:
+			case <-ctx.Done():
+				stopDeadline()
+				return ctx.Err()
+			}
+		}
+	}
 	runCtx, cancel := context.WithCancel(base)
 	cancelRun := func() { cancel(); stopDeadline() }
 	r, err := h.reg.Begin(threadID, cancelRun)

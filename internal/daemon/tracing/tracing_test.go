@@ -155,6 +155,10 @@ func TestPropagatesOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	parent.End()
+	// The server ends its span after the answer is on its way: stop it
+	// (waiting for its RPCs to finish) before reading what it exported.
+	conn.Close()
+	srv.GracefulStop()
 
 	cs, ss := clientSpans.GetSpans(), serverSpans.GetSpans()
 	if len(cs) != 2 || len(ss) != 1 {

@@ -212,6 +212,27 @@ func (g *Registry) Begin(threadID string, cancel context.CancelFunc) (*Run, erro
 	return r, nil
 }
 
+// Finishing returns the done channel of threadID's segment when it has
+// emitted its terminal event but not yet ended (its end steps, a
+// workspace snapshot say, still hold the thread), and nil otherwise. A
+// client that learnt the run ended from the store (its record, the
+// shared event log) may start the next run meanwhile: waiting on the
+// channel lets that run begin instead of finding the thread busy.
+func (g *Registry) Finishing(threadID string) <-chan struct{} {
+	g.mu.Lock()
+	ex := g.threads[threadID]
+	g.mu.Unlock()
+	if ex == nil {
+		return nil
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.ended || ex.held == nil {
+		return nil
+	}
+	return ex.done
+}
+
 // Reserve holds threadID so that no run can begin on it until release is
 // called (DeleteThread uses it). It fails with agent.ErrThreadBusy when
 // the thread has a segment that has not ended or is already reserved.

@@ -134,6 +134,41 @@ func TestBeginRules(t *testing.T) {
 	}
 }
 
+// TestFinishing: a segment that emitted its terminal event but has not
+// ended is finishing; its channel closes at End, and then the thread's
+// next run begins.
+func TestFinishing(t *testing.T) {
+	g := runs.New(runs.Options{MaxRuns: 2})
+	nop := func() {}
+	r, err := g.Begin("t1", nop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Emit(started(1))
+	if g.Finishing("t1") != nil {
+		t.Error("a running segment is finishing")
+	}
+	r.Emit(finish(2))
+	ch := g.Finishing("t1")
+	if ch == nil {
+		t.Fatal("a segment whose terminal event is held is not finishing")
+	}
+	if _, err := g.Begin("t1", nop); !errors.Is(err, agent.ErrThreadBusy) {
+		t.Errorf("run on a finishing thread: %v", err)
+	}
+	r.End(nil)
+	<-ch
+	if g.Finishing("t1") != nil || g.Finishing("t2") != nil {
+		t.Error("an ended or unknown thread is finishing")
+	}
+	next, err := g.Begin("t1", nop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.End(errors.New("rejected"))
+	leave(r)
+}
+
 // The terminal event is published only by End, after the slot and the
 // thread are free; the owner's stream ends with it.
 func TestTerminalHeldUntilEnd(t *testing.T) {
