@@ -61,7 +61,7 @@ func initChild() int {
 
 func TestInitReapsOrphans(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh")
+		t.Fatalf("the executes need /bin/sh: %v", err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), initModeEnv+"=1")
@@ -144,7 +144,7 @@ func TestRunArgs(t *testing.T) {
 // ends the command with status 0.
 func TestServe(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh")
+		t.Fatalf("the executes need /bin/sh: %v", err)
 	}
 	// The hello reports the build version, which -ldflags -X sets.
 	old := version.Version
@@ -392,7 +392,7 @@ func zombies(t *testing.T, pid int) int {
 // but not the process, which exits 0 on SIGTERM.
 func TestPID1ReapsWithoutStealing(t *testing.T) {
 	if _, err := os.Stat("/bin/sh"); err != nil {
-		t.Skip("no /bin/sh")
+		t.Fatalf("the executes need /bin/sh: %v", err)
 	}
 	ws := t.TempDir()
 	cmd, enc, frames, stdin, stderr := startPID1(t, "--root", "/", "--workspace", ws, "--log-level", "warn")
