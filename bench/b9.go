@@ -185,6 +185,12 @@ func boxRows(ctx context.Context, e *env, boxes []*box, workerRSS float64) (inBo
 			fmtVal(median(cg), unitMiB))
 	}
 	w := workerRSS / (1 << 20)
+	if w < 0 {
+		// The worker's RSS shrank (the Go runtime returned memory that
+		// the first box's one-time work had held): no growth to count.
+		total.note("the worker's RSS shrank by %s per box while the boxes were made; counted as 0", fmtVal(-w, unitMiB))
+		w = 0
+	}
 	v := w + inBox.P50
 	total.N, total.P50, total.P95, total.P99, total.Max = inBox.N, v, v, v, v
 	total.judge(v <= 4)

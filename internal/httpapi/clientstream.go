@@ -55,6 +55,14 @@ type frameBody struct {
 	opts   protojson.UnmarshalOptions
 	cancel context.CancelFunc
 
+	// held, for a bidirectional stream, is closed when its call has
+	// returned: a frame that fails the call is not reported to the
+	// gateway before then, because the gateway answers any decode error
+	// by half-closing the stream (CloseSend), which could reach the
+	// server before the cancellation does and read as the client's
+	// end of input (for Process: stdin closed, not the process killed).
+	held chan struct{}
+
 	n      int                // frames read
 	unread []byte             // a frame given back (the first, checked before the call)
 	head   *dynamicpb.Message // the first frame, decoded (nil for an empty body)
@@ -244,7 +252,11 @@ func (d frameDecoder) Decode(v any) error {
 	if !ok {
 		return fmt.Errorf("decode %T: not a message", v)
 	}
-	return d.b.decode(m)
+	err := d.b.decode(m)
+	if err != nil && !errors.Is(err, io.EOF) && d.b.held != nil {
+		<-d.b.held
+	}
+	return err
 }
 
 // NewDecoder is the JSON marshaler's, except for a client stream's body,

@@ -299,6 +299,8 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, c caller) {
 		r = r.WithContext(context.WithValue(ctx, bodyKey{}, fb))
 		r.Body = fb
 		if bidi {
+			fb.held = make(chan struct{})
+			defer close(fb.held)
 			// Frames are read while events are written: an HTTP/1.1
 			// handler must say so, or the server drains the body when
 			// the response starts (HTTP/2 is full duplex anyway).

@@ -766,11 +766,11 @@ func TestHTTPClientStreams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var stderr strings.Builder // curl's progress meter shows with -T . even with -s
+		c.Stderr = &stderr
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		var stderr strings.Builder // curl's progress meter shows with -T . even with -s
-		c.Stderr = &stderr
 		t.Cleanup(func() {
 			_ = c.Process.Kill()
 			_ = c.Wait()
@@ -796,7 +796,8 @@ func TestHTTPClientStreams(t *testing.T) {
 		for {
 			line, err := br.ReadString('\n')
 			if err != nil {
-				t.Fatalf("the stream ended: %v", err)
+				// An error response is one JSON body, with no newline.
+				t.Fatalf("the stream ended (%v) after %q", err, line)
 			}
 			line = strings.TrimSuffix(line, "\n")
 			if d, ok := strings.CutPrefix(line, "data: "); ok {
