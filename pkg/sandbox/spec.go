@@ -44,8 +44,11 @@ const (
 	NofileSoft = 1024
 	NofileHard = 4096
 	// OomScoreAdj makes the kernel's OOM killer pick boxes before the
-	// worker or anything else on the node.
-	OomScoreAdj = 1000
+	// worker or anything else on the node. It is the box's agent's value;
+	// the agent starts every command at boxagent.CommandOomScoreAdj
+	// (1000), so that a box out of memory loses a command before the
+	// agent that serves it.
+	OomScoreAdj = 900
 )
 
 // Network policies.

@@ -205,9 +205,10 @@ type exitStatus struct {
 // its status from it: cmd.Wait is never called, the reaper owns every
 // wait.
 func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatus, _ *backend.Error) {
-	spawn := cmd.Start
+	spawn := func() error { return s.oom.start(cmd.Start) }
 	if s.raise {
-		spawn = func() error { return spawnAsRoot(*s.as, cmd.Start) }
+		plain := spawn
+		spawn = func() error { return spawnAsRoot(*s.as, plain) }
 	}
 	var err error
 	if r := s.cfg.Reaper; r != nil {

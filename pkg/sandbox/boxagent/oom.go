@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // oomCounters are the files where a container sees how many times the
@@ -44,4 +45,73 @@ func readCounter(path, key string) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// CommandOomScoreAdj is the OOM score adjustment of every command the
+// agent starts. The box's container starts lower (sandbox.OomScoreAdj),
+// and so does the agent: when the box runs out of memory, the kernel
+// kills its commands before the agent that serves the box.
+const CommandOomScoreAdj = 1000
+
+// oomRaise starts commands with CommandOomScoreAdj. The agent cannot set a
+// child's value (the child's /proc file is the sandbox user's, and the
+// agent has no CAP_DAC_OVERRIDE), so it raises its own for the start and
+// lowers it again after: a child inherits the value at fork. Lowering
+// back to the value the agent started with needs no capability, since the
+// engine set that value as the box's floor. Starts are serialized, so no
+// start lowers the value under another one's fork.
+type oomRaise struct {
+	mu        sync.Mutex
+	f         *os.File // /proc/self/oom_score_adj, opened while the agent could
+	low, high []byte
+}
+
+// openOomRaise opens the agent's own oom_score_adj for oomRaise, or
+// returns nil where raising is pointless (already at the command's value)
+// or impossible (no such file, as under some kernels). It must run before
+// the agent drops its file identity: the file is root's.
+func openOomRaise() *oomRaise {
+	f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	b := make([]byte, 16)
+	n, _ := f.ReadAt(b, 0) // io.EOF with the value: a proc file's size is 0
+	if n == 0 {
+		f.Close()
+		return nil
+	}
+	cur, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil || cur >= CommandOomScoreAdj {
+		f.Close()
+		return nil
+	}
+	return &oomRaise{f: f, low: []byte(strconv.Itoa(cur)), high: []byte(strconv.Itoa(CommandOomScoreAdj))}
+}
+
+// start runs spawn with the agent's value raised. A refused write only
+// leaves the command at the agent's value.
+func (o *oomRaise) start(spawn func() error) error {
+	if o == nil {
+		return spawn()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	raised := o.set(o.high) == nil
+	err := spawn()
+	if raised {
+		_ = o.set(o.low)
+	}
+	return err
+}
+
+func (o *oomRaise) set(v []byte) error {
+	_, err := o.f.WriteAt(v, 0)
+	return err
+}
+
+func (o *oomRaise) close() {
+	if o != nil {
+		o.f.Close()
+	}
 }

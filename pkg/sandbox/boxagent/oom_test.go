@@ -3,7 +3,13 @@ package boxagent
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
 // TestReadCounter reads the OOM kill count from both cgroup layouts and
@@ -29,5 +35,42 @@ func TestReadCounter(t *testing.T) {
 		if n, ok := readCounter(filepath.Join(dir, tc.file), "oom_kill"); n != tc.n || ok != tc.ok {
 			t.Errorf("%s: %d, %v; want %d, %v", tc.file, n, ok, tc.n, tc.ok)
 		}
+	}
+}
+
+// TestCommandsOutrankTheAgentForTheOOMKiller: a command starts with
+// CommandOomScoreAdj while the agent (here, the test process) keeps its
+// own lower value, also when commands start at once.
+func TestCommandsOutrankTheAgentForTheOOMKiller(t *testing.T) {
+	requireShell(t)
+	const self = "/proc/self/oom_score_adj"
+	orig, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatalf("this kernel has no %s: %v", self, err)
+	}
+	// A value below the command's and at or above any floor the test
+	// process may have (only lowering under it needs CAP_SYS_RESOURCE).
+	if err := os.WriteFile(self, []byte("900"), 0); err != nil {
+		t.Fatalf("set the test process's own value: %v", err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(self, orig, 0) })
+	c := startAgent(t, Config{})
+	var wg sync.WaitGroup
+	outs := make([]string, 4)
+	for i := range outs {
+		wg.Go(func() {
+			var res backend.ExecuteResult
+			c.ok(agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: "cat " + self}}, &res)
+			outs[i] = res.Output
+		})
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if o != strconv.Itoa(CommandOomScoreAdj)+"\n" {
+			t.Errorf("command %d: oom_score_adj %q, want %d", i, o, CommandOomScoreAdj)
+		}
+	}
+	if got, _ := os.ReadFile(self); strings.TrimSpace(string(got)) != "900" {
+		t.Errorf("the agent's own value is %q after the starts, want 900 again", got)
 	}
 }

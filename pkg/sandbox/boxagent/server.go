@@ -105,6 +105,9 @@ type server struct {
 	// devNull is the stdin of execute's commands, opened once; nil lets
 	// os/exec open /dev/null per command.
 	devNull *os.File
+	// oom raises the OOM score of each command it starts above the
+	// agent's own (nil: commands keep the agent's).
+	oom *oomRaise
 	// as is the user commands start as; nil runs them as the agent.
 	as *User
 	// raise: the agent's effective ids are as's, and a command is
@@ -173,6 +176,10 @@ const MaxOpenTransfers = 64
 // anything more.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	cfg = cfg.withDefaults()
+	// Opened while the agent still has its own identity (the file is
+	// root's once the agent is non-dumpable).
+	oom := openOomRaise()
+	defer oom.close()
 	var as *User
 	raise := false
 	if cfg.User != nil && os.Geteuid() == 0 {
@@ -225,6 +232,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		w:              agentproto.NewWriter(out),
 		root:           root,
 		devNull:        devNull,
+		oom:            oom,
 		as:             as,
 		raise:          raise,
 		environExposed: as != nil && environReadable(),
