@@ -468,6 +468,8 @@ func testHostileSandbox(t *testing.T, e *env, m *sandbox.Manager, runtime, neigh
 		}},
 		{"no docker socket", "ls /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'", func(r backend.ExecuteResult) bool { return r.Output == "2\n" }},
 		{"no capabilities", "grep CapEff /proc/self/status", func(r backend.ExecuteResult) bool { return strings.Contains(r.Output, "0000000000000000") }},
+		// A command is the OOM killer's first pick, before the agent.
+		{"commands outrank the agent for the OOM killer", "cat /proc/self/oom_score_adj", func(r backend.ExecuteResult) bool { return r.Output == "1000\n" }},
 		// The timeout kills the bomb's whole process group; the pids limit
 		// bounds it until then.
 		{"fork bomb contained", "f(){ f | f & }; f; sleep 30", func(r backend.ExecuteResult) bool { return r.TimedOut && exitCode(r) == 124 }},
