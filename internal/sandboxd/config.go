@@ -36,6 +36,10 @@ type Config struct {
 	// DiskEnforcement is how a sandbox's disk limit is enforced:
 	// sandbox.DiskKernel (default) or sandbox.DiskWatchdog.
 	DiskEnforcement string `yaml:"disk_enforcement"`
+	// Channel is how the worker reaches a new box's agent:
+	// sandbox.ChannelExec or sandbox.ChannelStdio (the agent is the box's
+	// PID 1); "" is sandbox.Config's default.
+	Channel string `yaml:"channel"`
 	// Defaults fill the unset fields of every sandbox.
 	Defaults Template `yaml:"defaults"`
 	// Pool is the warm pool of requests that name no template (the
@@ -319,6 +323,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Resume.check(); err != nil {
 		return err
+	}
+	switch c.Channel {
+	case "", sandbox.ChannelExec, sandbox.ChannelStdio:
+	default:
+		return fmt.Errorf("channel: %q: want %q or %q", c.Channel, sandbox.ChannelExec, sandbox.ChannelStdio)
 	}
 	if !sandboxapi.ValidWorker(c.Worker) {
 		return fmt.Errorf("invalid worker name %q: use 1 to 63 letters, digits, '-' or '.'", c.Worker)

@@ -48,7 +48,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad worker env", env: map[string]string{"SANDBOXD_WORKER": "a/b"}, want: `invalid worker name "a/b"`},
 		{name: "negative quota", args: []string{"--max-sandboxes", "-1"}, want: "max_sandboxes (--max-sandboxes) must not be negative"},
 		{name: "bad egress allow-list", args: []string{"--policy-egress-allow", "pypi.org,http://x"}, want: "egress_allow"},
-		{name: "unhardened sandboxes (benchmarks only)", doc: "unhardened.yaml", want: "unhardened: unknown key (line 3; known keys: agent_binary, channel_memory, defaults,"},
+		{name: "unhardened sandboxes (benchmarks only)", doc: "unhardened.yaml", want: "unhardened: unknown key (line 3; known keys: agent_binary, channel, channel_memory, defaults,"},
 		{name: "own label key", doc: "own-label.yaml", want: `"plumb.worker" is one of plumb's own label keys`},
 		{name: "template over the policy", doc: "policy-template.yaml", want: `template "big" breaks the worker policy: memory 2147483648 bytes exceeds this worker's ceiling max_memory_bytes=1073741824`},
 		{name: "malformed policy", doc: "policy-bad.yaml", want: `allowed_images entry "busybox:["`},
@@ -290,5 +290,19 @@ func TestResumeConfig(t *testing.T) {
 	}
 	if got := c.Resume.spec(); got.Grace != 0 || got.Buffer != 0 {
 		t.Errorf("unset resume = %+v, want zero (the defaults)", got)
+	}
+}
+
+// TestChannelConfig: channel takes exec or stdio and reaches the manager's
+// config; anything else names the key.
+func TestChannelConfig(t *testing.T) {
+	for _, v := range []string{"exec", "stdio"} {
+		c, err := settle(t, "version: 1\nchannel: "+v+"\n", nil)
+		if err != nil || c.Channel != v {
+			t.Errorf("channel: %s: %q, %v", v, c.Channel, err)
+		}
+	}
+	if _, err := settle(t, "version: 1\nchannel: pipe\n", nil); err == nil || !strings.Contains(err.Error(), "channel") {
+		t.Errorf("a bad channel: %v", err)
 	}
 }

@@ -126,6 +126,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 		EgressProxy:        o.Binaries.EgressProxy,
 		EgressUpstreamCA:   o.Binaries.EgressUpstreamCA,
 		DiskEnforcement:    cfg.DiskEnforcement,
+		Channel:            cfg.Channel,
 	}, sandbox.WithLogger(lg))
 	if err != nil {
 		docker.Close()
