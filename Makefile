@@ -98,7 +98,7 @@ KUBE_APISERVER_SH ?= ../shared/tools/kube-apiserver.sh
 k8s-check: ## Apply every deploy/k8s overlay to a real kube-apiserver with strict server-side validation (KUBE_APISERVER_SH)
 	@test -f "$(KUBE_APISERVER_SH)" || { echo "k8s-check: $(KUBE_APISERVER_SH) not found (set KUBE_APISERVER_SH to the kube-apiserver.sh from shared/tools)" >&2; exit 1; }
 	@command -v kubectl >/dev/null || { echo "k8s-check: installing Debian's kubernetes-client (kubectl kustomize)" >&2; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; }
-	@rc=0; bash "$(KUBE_APISERVER_SH)" check deploy/k8s/overlays/* || rc=$$?; bash "$(KUBE_APISERVER_SH)" stop; exit $$rc  # no server left running
+	@run=$$(mktemp -d /tmp/plumb-k8s-check.XXXXXX); export KUBE_RUN=$$run; rc=0; bash "$(KUBE_APISERVER_SH)" check deploy/k8s/overlays/* || rc=$$?; bash "$(KUBE_APISERVER_SH)" stop; rm -rf "$$run"; exit $$rc  # no server, etcd data or log left behind
 
 .PHONY: test-short
 test-short: test-deps ## Only the Go tests, with -race
