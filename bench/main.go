@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	unhardened := fs.Bool("unhardened", true, "also run B1 and B2 against unhardened sandboxes (no capability drop, no-new-privileges, seccomp, read-only root, ulimits or sandbox user), right after the hardened ones under each runtime: rows B1-unhardened etc., whose ratio is hardened ÷ unhardened p50, the cost of the hardening")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	cpuprofile := fs.String("cpuprofile", "", "write one CPU profile per scenario into this directory, as <scenario>.pprof (B1.pprof, B3.pprof, B1-unhardened.pprof…); the worker runs in this process, so a profile covers the worker, its gRPC server and the harness' client, not dockerd or the sandbox agent")
-	channel := fs.String("channel", "", "the workers' sandbox channel: exec (the default: init as PID 1, the agent started by docker exec) or stdio (the agent is PID 1 on the container's stdio, one process per box)")
+	channel := fs.String("channel", "", "the workers' sandbox channel: stdio (the default: the agent is PID 1 on the container's stdio, one process per box) or exec (init as PID 1, the agent started by docker exec)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

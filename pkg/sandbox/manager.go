@@ -157,14 +157,13 @@ type Config struct {
 	Snapshots *snapshot.Repo
 	// Volumes configures named volumes (volume.go).
 	Volumes VolumeConfig
-	// Channel is how the worker reaches a new box's agent: ChannelExec
-	// ("" too) runs `sandbox-agent init` as PID 1 and starts the agent
-	// with one `docker exec` per channel; ChannelStdio makes the agent
-	// itself PID 1 (`serve --pid1`), serving its first channel on the
-	// container's stdio, attached before the start: one in-box process,
-	// no exec. Later channels (after a reset or a worker restart) are
-	// execs in both modes. See docs/security.md, "PID 1 serves the
-	// channel".
+	// Channel is how the worker reaches a new box's agent: ChannelStdio
+	// ("" too) makes the agent itself PID 1 (`serve --pid1`), serving its
+	// first channel on the container's stdio, attached before the start:
+	// one in-box process, no exec. ChannelExec runs `sandbox-agent init`
+	// as PID 1 and starts the agent with one `docker exec` per channel.
+	// Later channels (after a reset or a worker restart) are execs in
+	// both modes. See docs/security.md, "PID 1 serves the channel".
 	Channel string
 }
 
@@ -295,7 +294,9 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		}
 	}
 	switch cfg.Channel {
-	case "", ChannelExec, ChannelStdio:
+	case "":
+		cfg.Channel = ChannelStdio
+	case ChannelExec, ChannelStdio:
 	default:
 		return nil, &ConfigError{Err: fmt.Errorf("channel %q: want %q or %q", cfg.Channel, ChannelExec, ChannelStdio)}
 	}

@@ -6,6 +6,7 @@
 package sandboxtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -208,13 +209,13 @@ func Runtimes(t testing.TB, cli *client.Client) []string {
 }
 
 // ChannelEnv names the environment variable that runs a sandbox suite
-// with another sandbox.Config.Channel: PLUMB_TEST_CHANNEL=stdio runs
-// ./pkg/sandbox/... with the agent as PID 1 on the container's stdio.
+// with another sandbox.Config.Channel: PLUMB_TEST_CHANNEL=exec runs
+// ./pkg/sandbox/... with init as PID 1 and the agent a docker exec.
 const ChannelEnv = "PLUMB_TEST_CHANNEL"
 
 // Channel is the sandbox.Config.Channel the suites use: ChannelEnv's
-// value ("" is the default, exec).
-func Channel() string { return os.Getenv(ChannelEnv) }
+// value, or the manager's default (sandbox.ChannelStdio) when it is unset.
+func Channel() string { return cmp.Or(os.Getenv(ChannelEnv), sandbox.ChannelStdio) }
 
 // Labels that tests put on every container and volume they create, so
 // that what a test leaves behind can be found and removed.
