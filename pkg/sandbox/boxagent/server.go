@@ -54,7 +54,7 @@ type Config struct {
 	// Logger receives diagnostics; nil discards them. Contents of files,
 	// commands and output are never logged. It is a log/slog logger, not
 	// zap as elsewhere in plumb: zap links net/http, which costs the
-	// in-box agent about 2 MiB of RSS per box (see the package doc).
+	// in-box agent about 1 MiB of RSS per box (see the package doc).
 	Logger *slog.Logger
 	// User is the sandbox user. When it is set and the agent runs as root
 	// (in a sandbox: container root with only SETUID, SETGID and KILL), the
