@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +56,18 @@ func TestDiskAttachRefusesBadSize(t *testing.T) {
 	}
 	if code := runDisk([]string{"detach", dir, "sbx-a"}, &out, &errb); code != 0 {
 		t.Fatalf("detach of nothing: exit %d (%q)", code, errb.String())
+	}
+}
+
+// TestValidDiskName holds validDiskName to the pattern it replaced.
+func TestValidDiskName(t *testing.T) {
+	pattern := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	for _, name := range []string{
+		"", "a", "Z9", "sbx-w1-abc_DEF.9", ".hidden", "-a", "_a", "a/b", "../x", "a b", "a\x00", "é", "a\n",
+		strings.Repeat("a", 128), strings.Repeat("a", 129), "a" + strings.Repeat("-", 127), "a" + strings.Repeat(".", 128),
+	} {
+		if got, want := validDiskName(name), pattern.MatchString(name); got != want {
+			t.Errorf("validDiskName(%q) = %v, want %v", name, got, want)
+		}
 	}
 }

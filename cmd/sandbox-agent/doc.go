@@ -26,4 +26,10 @@
 //
 // File operations and commands run inside the container, never on the
 // host.
+//
+// It is the one plumb binary that does not log with zap: its logs are
+// log/slog JSON on stderr (--log-level debug, info, warn or error). Every
+// box runs a copy, and zap links net/http, which costs each box memory
+// for nothing the agent uses; test/layering fails if the agent links
+// net/http or zap again.
 package main

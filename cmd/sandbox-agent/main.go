@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -87,7 +85,7 @@ type serveOpts struct {
 	root, workspace string
 	writable        []string
 	user            *boxagent.User
-	level           zapcore.Level
+	level           slog.Level
 	pid1            bool
 }
 
@@ -101,7 +99,7 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 	fs.Var(&writable, "writable", "writable directories (virtual paths, comma-separated) named when a write hits a read-only file system; default: the workspace, and /tmp when --root is /")
 	uid := fs.Int("uid", -1, "the sandbox user's uid: when the agent runs as root, commands run as it and file operations use it as fsuid (give --gid too)")
 	gid := fs.Int("gid", -1, "the sandbox user's gid (see --uid)")
-	level := zapcore.InfoLevel
+	level := levelFlag(slog.LevelInfo)
 	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
 	pid1 := fs.Bool("pid1", false, "run as the container's PID 1: serve the channel on the container's stdio, reap every orphan, and keep reaping after stdin ends, until SIGTERM")
 	if err := fs.Parse(args); err != nil {
@@ -110,7 +108,7 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 	if fs.NArg() > 0 {
 		return serveOpts{}, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	o := serveOpts{root: *root, workspace: *workspace, writable: writable, level: level, pid1: *pid1}
+	o := serveOpts{root: *root, workspace: *workspace, writable: writable, level: slog.Level(level), pid1: *pid1}
 	switch {
 	case (*uid < 0) != (*gid < 0):
 		return o, errors.New("serve: give both --uid and --gid, or neither")
@@ -127,12 +125,8 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 // serve wires the agent and runs it until stdin ends or ctx is cancelled.
 // reaper, when set, owns every wait (PID 1).
 func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, reaper *boxagent.Reaper) error {
-	lg := zap.New(zapcore.NewCore(
-		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
-		zapcore.Lock(zapcore.AddSync(stderr)),
-		o.level,
-	))
-	defer func() { _ = lg.Sync() }()
+	// log/slog, not zap: see the package doc.
+	lg := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.level}))
 
 	keepThreads(serveSpareThreads)
 	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
@@ -189,6 +183,28 @@ func virtualUnder(root, dir string) string {
 		return "/"
 	}
 	return "/" + filepath.ToSlash(rel)
+}
+
+// levelFlag is the --log-level flag: debug, info, warn or error (any
+// case), the names the daemons' zap levels use.
+type levelFlag slog.Level
+
+func (l *levelFlag) String() string { return strings.ToLower(slog.Level(*l).String()) }
+
+func (l *levelFlag) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "debug":
+		*l = levelFlag(slog.LevelDebug)
+	case "info":
+		*l = levelFlag(slog.LevelInfo)
+	case "warn":
+		*l = levelFlag(slog.LevelWarn)
+	case "error":
+		*l = levelFlag(slog.LevelError)
+	default:
+		return fmt.Errorf("unknown level %q (debug, info, warn, error)", s)
+	}
+	return nil
 }
 
 // listFlag is a comma-separated, repeatable string list flag.

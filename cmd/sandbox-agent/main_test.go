@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -532,5 +533,32 @@ func TestPID1ReapsWithoutStealing(t *testing.T) {
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("PID 1 did not exit on SIGTERM")
+	}
+}
+
+func TestLevelFlag(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want slog.Level
+		ok   bool
+	}{
+		{"debug", slog.LevelDebug, true},
+		{"info", slog.LevelInfo, true},
+		{"WARN", slog.LevelWarn, true},
+		{"Error", slog.LevelError, true},
+		{"warning", 0, false},
+		{"info+2", 0, false},
+		{"", 0, false},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			var l levelFlag
+			err := l.Set(tt.in)
+			if (err == nil) != tt.ok || tt.ok && slog.Level(l) != tt.want {
+				t.Fatalf("Set(%q) = %v, level %v; want ok %v, level %v", tt.in, err, slog.Level(l), tt.ok, tt.want)
+			}
+			if tt.ok && l.String() != strings.ToLower(tt.in) {
+				t.Fatalf("String() = %q after Set(%q)", l.String(), tt.in)
+			}
+		})
 	}
 }

@@ -1,11 +1,11 @@
 package ext2fs
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"time"
 )
 
@@ -137,10 +137,9 @@ func Format(w io.WriterAt, l Layout, now time.Time) error {
 		return errors.New("ext2fs: empty layout")
 	}
 	ts := uint32(now.Unix())
-	var uuid [16]byte
-	if _, err := rand.Read(uuid[:]); err != nil {
-		return err
-	}
+	var uuid [16]byte // math/rand/v2: a UUID needs no secrecy, and the agent links no crypto
+	binary.LittleEndian.PutUint64(uuid[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(uuid[8:], rand.Uint64())
 	le := binary.LittleEndian
 	rootBlock := l.groupStart(0) + l.overhead(0)
 

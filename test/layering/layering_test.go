@@ -3,7 +3,8 @@
 // cmd/. Test files may import what they need (a pkg test may start a real
 // server from internal/). It also checks that each binary links only what
 // it uses (binaries_test.go): sandboxd no agent core, agentd and agentctl
-// no Docker client, agentctl no metrics or trace exporters; and that no two
+// no Docker client, agentctl no metrics or trace exporters, the in-box
+// sandbox-agent neither net/http nor zap; and that no two
 // packages share a name (names_test.go).
 package layering
 

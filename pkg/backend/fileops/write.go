@@ -2,11 +2,12 @@ package fileops
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"syscall"
 	"unicode/utf8"
@@ -177,10 +178,14 @@ func (e *Engine) replace(ctx context.Context, name string, content []byte, perm 
 const tmpPrefix = ".plumb-tmp-"
 
 // tempName returns a fresh temp file name for base, cut so that it stays
-// within the 255-byte component limit.
+// within the 255-byte component limit. The random part comes from
+// math/rand/v2's global source (ChaCha8 seeded by the runtime from the
+// kernel, as os.CreateTemp's names are): the file is created with
+// O_EXCL, so a guessed name only fails one write, and crypto/rand would
+// link the crypto packages into the in-box agent for nothing.
 func tempName(base string) string {
 	var rnd [8]byte
-	rand.Read(rnd[:])
+	binary.LittleEndian.PutUint64(rnd[:], rand.Uint64())
 	suffix := tmpPrefix + hex.EncodeToString(rnd[:])
 	if max := backend.MaxComponentBytes - 1 - len(suffix); len(base) > max {
 		cut := max

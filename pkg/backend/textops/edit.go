@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -123,9 +124,12 @@ func terminatorsIn(content []byte, from, to int) int {
 	}
 }
 
-var gutterPrefix = regexp.MustCompile(`^\s*\d+(\.\d+)?  `)
+// gutterPrefix and blankRun are compiled on first use, not at start-up:
+// every box's agent links this package (docs/benchmarks-history.md, "A
+// lean in-box agent").
+var gutterPrefix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*\d+(\.\d+)?  `) })
 
-var blankRun = regexp.MustCompile(`[ \t]+`)
+var blankRun = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[ \t]+`) })
 
 // notFound builds string_not_found with the first hint of docs/file-tools.md §4.4 step 6 that
 // applies; details.hint names it (eof_newline, gutter, whitespace, reread).
@@ -143,12 +147,12 @@ func notFound(content []byte, old string) *backend.Error {
 		e.Message += "it ends with a newline but the file does not end with one; without that final newline it occurs " +
 			strconv.Itoa(n) + " time(s)"
 		e.WithDetail("stripped_count", strconv.Itoa(n))
-	case gutterPrefix.MatchString(old):
+	case gutterPrefix().MatchString(old):
 		hint = "gutter"
 		e.Message += "it starts with a line-number prefix from read_file output, which is not file content; remove the prefix"
 	case strings.Contains(
-		blankRun.ReplaceAllString(toLF(string(content)), " "),
-		blankRun.ReplaceAllString(toLF(old), " ")):
+		blankRun().ReplaceAllString(toLF(string(content)), " "),
+		blankRun().ReplaceAllString(toLF(old), " ")):
 		hint = "whitespace"
 		e.Message += "the text exists with different indentation or spacing; copy the exact whitespace from read_file output"
 	default:

@@ -2,7 +2,6 @@ package textops
 
 import (
 	"bytes"
-	"net/http"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -80,10 +79,23 @@ func MediaType(name string, head []byte) string {
 	return ""
 }
 
-// SniffMIME returns a best-effort MIME type of binary content for not_text
-// details (net/http.DetectContentType on the head).
+// SniffMIME returns a best-effort MIME type of binary content for
+// not_text details, from the signatures in sniffSignatures (magic.go), or
+// "application/octet-stream" when none matches. It does not use
+// net/http.DetectContentType: net/http's package initialisation costs the
+// in-box agent about 2 MiB RSS (docs/benchmarks-history.md, "A lean in-box
+// agent"). For the binary formats DetectContentType knows, the answer is
+// the same; it differs only as magic.go's doc comment lists.
 func SniffMIME(head []byte) string {
-	return http.DetectContentType(head)
+	if len(head) > sniffBytes {
+		head = head[:sniffBytes]
+	}
+	for _, s := range sniffSignatures {
+		if s.match(head) {
+			return s.mime
+		}
+	}
+	return octetStream
 }
 
 // CheckText is the content part of docs/file-tools.md §4.4 step 3, shared by every edit

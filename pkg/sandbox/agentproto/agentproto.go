@@ -16,7 +16,8 @@
 // resets the channel.
 //
 // This package holds only types and framing; it must not import gRPC or
-// Docker.
+// Docker, nor package net: the in-box agent links it, and links no net
+// (test/layering).
 package agentproto
 
 import (
@@ -27,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -461,10 +461,8 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 		_, err = w.w.Write(b)
 		return err
 	}
-	// Header and payload in one writev where the writer supports it.
-	bufs := net.Buffers{b, payload}
-	_, err = bufs.WriteTo(w.w)
-	return err
+	// Header and payload in one writev where the writer has a descriptor.
+	return writeBuffers(w.w, [][]byte{b, payload})
 }
 
 // Result marshals a final success response for request id.

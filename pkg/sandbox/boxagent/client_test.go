@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -61,7 +61,7 @@ func startAgent(t *testing.T, cfg Config) *client {
 		cfg.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "PLUMB_BASE=base"}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zaptest.NewLogger(t)
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()

@@ -2,9 +2,15 @@ package boxagent
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -111,4 +117,67 @@ func TestPortForwardLimit(t *testing.T) {
 	for _, id := range append(ids[1:], id) {
 		c.ok(agentproto.OpProcWrite, agentproto.ProcWriteArgs{Target: id, EOF: true}, nil)
 	}
+}
+
+// TestDialLoopbackWaits: a connect that stays in progress (a listener whose
+// accept queue is full drops the SYN) ends at the timeout, or when the
+// context ends, and leaves no socket open.
+func TestDialLoopbackWaits(t *testing.T) {
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 0); err != nil { // never accepted: the queue fills
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(lfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sa.(*unix.SockaddrInet4).Port
+	// Fill the accept queue; a connect that then hangs is what the test needs.
+	var fill []*os.File
+	defer func() {
+		for _, f := range fill {
+			f.Close()
+		}
+	}()
+	for {
+		f, err := dialLoopback(context.Background(), port, 2*time.Second) // a loopback connect completes at once, or not at all here
+		if errors.Is(err, errConnectTimeout) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fill = append(fill, f); len(fill) > 64 {
+			t.Skip("this kernel accepts every connect on a full queue")
+		}
+	}
+	fds := openFDs(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err := dialLoopback(ctx, port, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled connect: %v, want context.Canceled", err)
+	}
+	if _, err := dialLoopback(context.Background(), port, 50*time.Millisecond); !errors.Is(err, errConnectTimeout) {
+		t.Fatalf("connect past its timeout: %v, want %v", err, errConnectTimeout)
+	}
+	if n := openFDs(t); n != fds {
+		t.Fatalf("%d descriptors open after the failed connects, %d before", n, fds)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

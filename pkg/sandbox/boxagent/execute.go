@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
@@ -78,7 +77,7 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		closeOffload(s.root, off, p, false)
 		return backend.ExecuteResult{}, serr
 	}
-	lg := s.lg.With(zap.Int("pgid", pgid))
+	lg := s.lg.With(slog.Int("pgid", pgid))
 
 	out := newOutput(p.maxOutput, off)
 	var co *coalescer
@@ -255,10 +254,10 @@ func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatu
 // (no sandbox user) only the group is reached. service says the command
 // is a service process (see signalling). The escalation outlives the
 // request if need be, but never Serve.
-func (s *server) end(pgid int, tag uint32, service bool, lg *zap.Logger) {
+func (s *server) end(pgid int, tag uint32, service bool, lg *slog.Logger) {
 	s.signalling(service, func() {
 		if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			lg.Warn("SIGTERM process group", zap.Error(err))
+			lg.Warn("SIGTERM process group", slog.Any("error", err))
 		}
 		if tag != 0 {
 			signalTagged(tag, syscall.SIGTERM)
@@ -275,10 +274,10 @@ func (s *server) end(pgid int, tag uint32, service bool, lg *zap.Logger) {
 		}
 		s.signalling(service, func() {
 			if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				lg.Warn("SIGKILL process group", zap.Error(err))
+				lg.Warn("SIGKILL process group", slog.Any("error", err))
 			}
 			if tag != 0 && !killTagged(tag) {
-				lg.Warn("processes of a command survived SIGKILL", zap.Uint32("tag", tag))
+				lg.Warn("processes of a command survived SIGKILL", slog.Uint64("tag", uint64(tag)))
 			}
 		})
 	}()
@@ -295,7 +294,7 @@ func (s *server) signalling(service bool, send func()) {
 		return
 	}
 	if err := spawnAsRoot(*s.as, func() error { send(); return nil }); err != nil {
-		s.lg.Warn("cannot raise a thread to signal a service process; signalling as the sandbox user", zap.Error(err))
+		s.lg.Warn("cannot raise a thread to signal a service process; signalling as the sandbox user", slog.Any("error", err))
 		send()
 	}
 }

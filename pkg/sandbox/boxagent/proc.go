@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"syscall"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -159,7 +158,7 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	p.mu.Lock()
 	p.stdin = inW
 	p.mu.Unlock()
-	lg := s.lg.With(zap.Uint64("request-id", req.ID), zap.Int("pgid", p.pgid))
+	lg := s.lg.With(slog.Uint64("request-id", req.ID), slog.Int("pgid", p.pgid))
 	s.send(agentproto.Response{ID: req.ID, Event: agentproto.EventStarted})
 
 	var readers sync.WaitGroup

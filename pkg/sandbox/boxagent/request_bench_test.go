@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -40,7 +38,7 @@ func BenchmarkRequest(b *testing.B) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(context.Background(), inR, outW, Config{Files: e, Root: root, Workspace: root + "/workspace", Logger: zap.NewNop()})
+		done <- Serve(context.Background(), inR, outW, Config{Files: e, Root: root, Workspace: root + "/workspace"})
 		outW.Close()
 	}()
 	w := agentproto.NewWriter(inW)

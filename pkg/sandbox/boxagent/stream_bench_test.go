@@ -7,8 +7,6 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
@@ -31,7 +29,7 @@ func BenchmarkExecuteStream(b *testing.B) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(context.Background(), inR, outW, Config{Root: root, Workspace: root, Logger: zap.NewNop()})
+		done <- Serve(context.Background(), inR, outW, Config{Root: root, Workspace: root})
 		outW.Close()
 	}()
 	w := agentproto.NewWriter(inW)

@@ -2,9 +2,8 @@ package boxagent
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"syscall"
@@ -42,9 +41,7 @@ func (s *server) newTag() uint32 {
 
 // firstTag returns a random starting point for an agent's tags.
 func firstTag() uint32 {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return binary.LittleEndian.Uint32(b[:]) % tagBase
+	return rand.Uint32N(tagBase) // math/rand/v2: no secret, just a spread
 }
 
 // signalTagged sends sig to every live process that carries tag and

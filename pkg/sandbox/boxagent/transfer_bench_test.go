@@ -6,8 +6,6 @@ import (
 	"io"
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
@@ -29,7 +27,7 @@ func BenchmarkTransfer(b *testing.B) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(context.Background(), inR, outW, Config{Files: eng, Root: root, Logger: zap.NewNop()})
+		done <- Serve(context.Background(), inR, outW, Config{Files: eng, Root: root})
 		outW.Close()
 	}()
 	w := agentproto.NewWriter(inW)
