@@ -321,6 +321,15 @@ func startPID1(t *testing.T, args ...string) (*exec.Cmd, *agentproto.Writer, *ag
 	cmd.Env = append(os.Environ(), pid1ArgsEnv+"="+string(raw))
 	var stderr bytes.Buffer
 	cmd.Stderr = &syncWriter{w: &stderr}
+	w, r, in := startPiped(t, cmd)
+	return cmd, w, r, in, &stderr
+}
+
+// startPiped starts cmd, an agent serving its stdin and stdout, and
+// returns its request writer, response reader and stdin. The process is
+// killed when the test ends, unless the test waited for it.
+func startPiped(t *testing.T, cmd *exec.Cmd) (*agentproto.Writer, *agentproto.Reader, io.WriteCloser) {
+	t.Helper()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +347,7 @@ func startPID1(t *testing.T, args ...string) (*exec.Cmd, *agentproto.Writer, *ag
 			_ = cmd.Wait()
 		}
 	})
-	return cmd, agentproto.NewWriter(in), agentproto.NewReader(out, 0), in, &stderr
+	return agentproto.NewWriter(in), agentproto.NewReader(out, 0), in
 }
 
 // syncWriter serializes writes (the child's stderr is copied by a

@@ -58,22 +58,7 @@ func TestAgentRSS(t *testing.T) {
 	// whatever this machine's CPU count.
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
 	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	enc, frames := agentproto.NewWriter(in), agentproto.NewReader(out, 0)
+	enc, frames, _ := startPiped(t, cmd)
 
 	if r := roundTrip(t, enc, frames, 1, agentproto.OpHello, struct{}{}); r.Error != nil {
 		t.Fatalf("hello: %+v", r.Error)
