@@ -77,6 +77,10 @@ func BenchmarkRequest(b *testing.B) {
 		}
 	})
 	b.Run("edit", func(b *testing.B) {
+		// From the written content on every run of this function (it
+		// runs again under -count and -cpu; the loop's toggling may
+		// have left the other text).
+		call(b, agentproto.OpWrite, agentproto.WriteArgs{Path: path, Content: content})
 		old, nu := "line 0032 x", "line 0032 y"
 		for b.Loop() {
 			call(b, agentproto.OpEdit, backend.EditRequest{Path: path, Old: old, New: nu})
