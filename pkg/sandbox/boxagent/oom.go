@@ -57,9 +57,10 @@ const CommandOomScoreAdj = 1000
 // child's value (the child's /proc file is the sandbox user's, and the
 // agent has no CAP_DAC_OVERRIDE), so it raises its own for the start and
 // lowers it again after: a child inherits the value at fork. Lowering
-// back to the value the agent started with needs no capability, since the
-// engine set that value as the box's floor. Starts are serialized, so no
-// start lowers the value under another one's fork.
+// back to the value the agent started with needs no capability: without
+// CAP_SYS_RESOURCE the kernel refuses only values under the process's
+// floor, which is 0 in a box (docs/security.md). Starts are serialized,
+// so no start lowers the value under another one's fork.
 type oomRaise struct {
 	mu        sync.Mutex
 	f         *os.File // /proc/self/oom_score_adj, opened while the agent could
