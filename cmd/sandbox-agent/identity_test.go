@@ -52,11 +52,7 @@ func TestServeAsSandboxUser(t *testing.T) {
 
 	// The binary sits in root (0755), where the sandbox user may exec it.
 	bin := filepath.Join(root, "sandbox-agent")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the agent: %v\n%s", err, b)
-	}
+	buildAgent(t, bin)
 	cmd := exec.Command(bin, "serve", "--root", root, "--workspace", ws,
 		"--uid", "1000", "--gid", "1000", "--log-level", "warn")
 	cmd.Stderr = os.Stderr

@@ -325,6 +325,17 @@ func startPID1(t *testing.T, args ...string) (*exec.Cmd, *agentproto.Writer, *ag
 	return cmd, w, r, in, &stderr
 }
 
+// buildAgent builds this command statically to bin, with flags added to
+// go build's.
+func buildAgent(t *testing.T, bin string, flags ...string) {
+	t.Helper()
+	build := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, ".")...)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v\n%s", err, b)
+	}
+}
+
 // startPiped starts cmd, an agent serving its stdin and stdout, and
 // returns its request writer, response reader and stdin. The process is
 // killed when the test ends, unless the test waited for it.

@@ -38,11 +38,7 @@ func TestAgentRSS(t *testing.T) {
 	bin := os.Getenv("PLUMB_AGENT_BIN")
 	if bin == "" {
 		bin = filepath.Join(dir, "sandbox-agent")
-		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build the agent: %v\n%s", err, b)
-		}
+		buildAgent(t, bin, "-trimpath", "-ldflags", "-s -w")
 	}
 	fi, err := os.Stat(bin)
 	if err != nil {

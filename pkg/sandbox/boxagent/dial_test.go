@@ -155,7 +155,7 @@ func TestDialLoopbackWaits(t *testing.T) {
 			t.Fatal(err)
 		}
 		if fill = append(fill, f); len(fill) > 64 {
-			t.Skip("this kernel accepts every connect on a full queue")
+			t.Fatal("the accept queue never filled: 65 connects to a listener that never accepts all completed, so no connect stays in progress to test")
 		}
 	}
 	fds := openFDs(t)
