@@ -49,17 +49,11 @@ var mediaTypes = []struct {
 	mime string
 	sig  func(head []byte) bool
 }{
-	{[]string{".png"}, "image/png", prefix("\x89PNG")},
-	{[]string{".jpg", ".jpeg"}, "image/jpeg", prefix("\xFF\xD8\xFF")},
-	{[]string{".gif"}, "image/gif", prefix("GIF8")},
-	{[]string{".webp"}, "image/webp", func(h []byte) bool {
-		return len(h) >= 12 && string(h[:4]) == "RIFF" && string(h[8:12]) == "WEBP"
-	}},
-	{[]string{".pdf"}, "application/pdf", prefix("%PDF-")},
-}
-
-func prefix(sig string) func([]byte) bool {
-	return func(h []byte) bool { return bytes.HasPrefix(h, []byte(sig)) }
+	{[]string{".png"}, "image/png", at(0, "\x89PNG")},
+	{[]string{".jpg", ".jpeg"}, "image/jpeg", at(0, "\xFF\xD8\xFF")},
+	{[]string{".gif"}, "image/gif", at(0, "GIF8")},
+	{[]string{".webp"}, "image/webp", riff("WEBP")},
+	{[]string{".pdf"}, "application/pdf", at(0, "%PDF-")},
 }
 
 // MediaType implements docs/file-tools.md §4.2 step 3: it returns the MIME type when name has
