@@ -181,6 +181,8 @@ type channel struct {
 	// armed: the owner is created and handed out, so a stdio channel's
 	// own end has its container checked (newAgentChannel).
 	armed *atomic.Bool
+	// pid1: the container's own stdio, served by the agent as PID 1.
+	pid1 bool
 }
 
 // maxLagBytes bounds the stream events one request may hold that its

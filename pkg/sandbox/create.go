@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -310,7 +311,22 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		sb.ch = first
 		sb.mu.Unlock()
 	}
-	if _, err := m.api.ContainerStart(ectx, c.ID, client.ContainerStartOptions{}); err != nil {
+	var sopts client.ContainerStartOptions
+	if spec.memory != nil {
+		// A wake that keeps the box's processes: the engine starts the
+		// container from its checkpoint (memory.go).
+		dir, err := m.placeMemory(ectx, m.cfg.Snapshots, sb.info.Tenant, t, spec.memory, c.ID)
+		if dir != "" {
+			// The engine has read it once the start returns; a copy of a
+			// box's memory stays on disk no longer.
+			defer os.RemoveAll(dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("place the box's memory image: %w", err)
+		}
+		sopts.CheckpointID = memoryCheckpoint
+	}
+	if _, err := m.api.ContainerStart(ectx, c.ID, sopts); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
 	if err := stopped(); err != nil {

@@ -144,7 +144,7 @@ func (m *Manager) newAgentChannel(sb *sandbox, s stream, pid1 bool) *channel {
 		}
 	}
 	ch := newChannel(s, m.lg.With(zap.String("sandbox-id", id)), opts)
-	ch.owner, ch.armed = owner, armed
+	ch.owner, ch.armed, ch.pid1 = owner, armed, pid1
 	return ch
 }
 

@@ -31,12 +31,15 @@ const maxHibernationRecord = 64 << 10
 
 // hibernationRecord is the on-disk form of a hibernated box.
 type hibernationRecord struct {
-	Version    int               `json:"version"`
-	ID         string            `json:"id"`
-	Template   string            `json:"template,omitempty"`
-	Tenant     string            `json:"tenant"`
-	Snapshot   string            `json:"snapshot"`
-	Last       string            `json:"last,omitempty"` // the parent of its next snapshot
+	Version  int    `json:"version"`
+	ID       string `json:"id"`
+	Template string `json:"template,omitempty"`
+	Tenant   string `json:"tenant"`
+	Snapshot string `json:"snapshot"`
+	Last     string `json:"last,omitempty"` // the parent of its next snapshot
+	// Memory is its memory image, recorded only so that a restarted
+	// worker deletes it: the sum a restore needs is never written down.
+	Memory     string            `json:"memory,omitempty"`
 	Settings   Template          `json:"settings"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Volumes    []VolumeMount     `json:"volumes,omitempty"`
@@ -57,14 +60,17 @@ func (m *Manager) hibernationPath(id string) string {
 // outlives its container, which is removed next).
 func (m *Manager) saveHibernation(sb *sandbox) error {
 	sb.mu.Lock()
-	info, last := sb.info, sb.last
+	info, last, mem := sb.info, sb.last, ""
+	if sb.memory != nil {
+		mem = sb.memory.id
+	}
 	sb.mu.Unlock()
 	p := m.hibernationPath(info.ID)
 	if p == "" {
 		return nil
 	}
 	data, err := json.Marshal(hibernationRecord{
-		Version: 1, ID: info.ID, Template: info.Template, Tenant: info.Tenant, Snapshot: info.Snapshot, Last: last,
+		Version: 1, ID: info.ID, Template: info.Template, Tenant: info.Tenant, Snapshot: info.Snapshot, Last: last, Memory: mem,
 		Settings: info.Settings, Labels: info.Labels, Volumes: info.Volumes,
 		CreatedAt: info.CreatedAt, LastUsedAt: info.LastUsedAt, ExpiresAt: info.ExpiresAt,
 	})
@@ -156,6 +162,9 @@ func readHibernation(path string) (hibernationRecord, error) {
 // them on wake); a box that does not is dropped, its snapshot kept in the
 // store for its tenant. m.mu is not held (NewManager).
 func (m *Manager) adoptHibernated(ctx context.Context, rec hibernationRecord, recorded map[string]time.Time) {
+	// Its memory image is never restored by a restarted worker (nothing
+	// pins its manifest): it wakes from its workspace.
+	m.dropMemory(ctx, tenantOf(rec.Tenant), rec.Memory)
 	t := rec.Settings
 	err := t.validate()
 	if err == nil {

@@ -81,6 +81,7 @@ type CreateSpec struct {
 
 	pool    string        // the pool key of a box made for a warm pool
 	restore restoreSource // what fills the workspace from Snapshot
+	memory  *memImage     // the memory image a wake starts the box from
 }
 
 // Config configures a Manager.
@@ -165,6 +166,10 @@ type Config struct {
 	// Later channels (after a reset or a worker restart) are execs in
 	// both modes. See docs/security.md, "PID 1 serves the channel".
 	Channel string
+	// NoMemoryCheckpoints makes every hibernation workspace-only, even
+	// where the engine could keep a gVisor box's processes (memory.go):
+	// for operators who want no process memory in their snapshot store.
+	NoMemoryCheckpoints bool
 }
 
 // The values of Config.Channel.
@@ -252,6 +257,8 @@ type sandbox struct {
 	// leftover: its hibernation did not remove its container or volume
 	// (the wake removes them first).
 	leftover bool
+	// memory: its hibernation kept its processes in this memory image.
+	memory *memImage
 }
 
 // Option customizes a Manager.
@@ -527,7 +534,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("sandbox %s is not deleted yet: the engine did not remove its container (it stays deleting and the worker retries; the delete may be retried)", id), Err: err}
 	}
 	m.forgetClaim(id)
-	m.dropHibernation(ctx, before)
+	m.dropHibernation(ctx, sb, before)
 	m.kickPools() // the quota it held may let a pool refill
 	if sb.info.Settings.Network == NetworkEgress {
 		m.removeEgress(ctx, id)

@@ -413,13 +413,20 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 			undo()
 			return SuspendResult{}, snapErr(err)
 		}
+		// Under gVisor the box's processes are kept too, where the engine
+		// allows it; from here the container may have exited, and the
+		// hibernation goes on, workspace-only if its memory is not kept.
+		mem, err := m.checkpointMemory(ctx, repo, sb, man.ID)
+		if err != nil {
+			m.lg.Warn("hibernating workspace-only: the box's memory was not kept (its processes end)", zap.String("sandbox-id", info.ID), zap.Error(err))
+		}
 		// From here it holds no memory and no slot of max_sandboxes: the
 		// state and the worker's counts change together (m.mu first).
 		m.mu.Lock()
 		sb.mu.Lock()
 		deleted := sb.released // a Delete took it meanwhile: it counts nothing
 		if !deleted {
-			sb.info.State, sb.info.Snapshot = StateHibernated, man.ID
+			sb.info.State, sb.info.Snapshot, sb.memory = StateHibernated, man.ID, mem
 		}
 		ch := sb.ch
 		sb.ch = nil
@@ -435,6 +442,9 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 		if deleted {
 			if err := repo.Delete(context.WithoutCancel(ctx), info.Tenant, man.ID); err != nil {
 				m.lg.Warn("remove the snapshot of a box deleted while it hibernated", zap.String("sandbox-id", info.ID), zap.Error(err))
+			}
+			if mem != nil {
+				m.dropMemory(ctx, info.Tenant, mem.id)
 			}
 			return SuspendResult{}, m.NotFound(info.ID)
 		}
@@ -459,8 +469,8 @@ func (m *Manager) suspend(ctx context.Context, sb *sandbox, mode SuspendMode, id
 			sb.mu.Unlock()
 			m.lg.Warn("hibernated sandbox: its container is not removed yet (removed on wake or delete)", zap.String("sandbox-id", info.ID), zap.Error(err))
 		}
-		m.lg.Info("sandbox hibernated", zap.String("sandbox-id", info.ID), zap.String("snapshot", man.ID), zap.Bool("idle", idle))
-		return SuspendResult{Info: m.snapshot(sb), Snapshot: man.ID}, nil
+		m.lg.Info("sandbox hibernated", zap.String("sandbox-id", info.ID), zap.String("snapshot", man.ID), zap.Bool("processes-kept", mem != nil), zap.Bool("idle", idle))
+		return SuspendResult{Info: m.snapshot(sb), Snapshot: man.ID, ProcessesKept: mem != nil}, nil
 	}
 	return SuspendResult{}, invalidField("mode", "suspend mode %q is neither %q nor %q", mode, SuspendPause, SuspendHibernate)
 }
@@ -542,7 +552,7 @@ func (m *Manager) wakeHibernated(ctx context.Context, sb *sandbox, info Info) er
 		return err
 	}
 	sb.mu.Lock()
-	leftover := sb.leftover
+	leftover, mem := sb.leftover, sb.memory
 	sb.mu.Unlock()
 	if leftover {
 		// Its hibernation failed to remove its container or volume, which
@@ -551,11 +561,24 @@ func (m *Manager) wakeHibernated(ctx context.Context, sb *sandbox, info Info) er
 			return fmt.Errorf("wake sandbox %s: %w", info.ID, err)
 		}
 	}
-	spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, Volumes: info.Volumes, restore: src}
+	spec := CreateSpec{Template: info.Template, Labels: info.Labels, Tenant: info.Tenant, Snapshot: info.Snapshot, Volumes: info.Volumes, restore: src, memory: mem}
 	m.mu.Lock()
 	m.pending[info.ID] = true
 	m.mu.Unlock()
 	fresh, err := m.start(ctx, info.ID, spec, t)
+	if mem != nil && (err == nil || ctx.Err() == nil) {
+		// A memory image is restored at most once (two boxes never resume
+		// the same processes); one that fails leaves the workspace.
+		sb.mu.Lock()
+		sb.memory = nil
+		sb.mu.Unlock()
+		m.dropMemory(ctx, info.Tenant, mem.id)
+		if err != nil {
+			m.lg.Warn("sandbox memory not restored: waking it from its workspace only (its processes start again)", zap.String("sandbox-id", info.ID), zap.String("memory", mem.id), zap.Error(err))
+			spec.memory = nil
+			fresh, err = m.start(ctx, info.ID, spec, t)
+		}
+	}
 	m.mu.Lock()
 	delete(m.pending, info.ID)
 	m.mu.Unlock()
@@ -601,7 +624,8 @@ func (m *Manager) wakeHibernated(ctx context.Context, sb *sandbox, info Info) er
 		return m.NotFound(info.ID)
 	}
 	m.forgetHibernation(info.ID)
-	m.lg.Info("sandbox woken (recreated from its hibernation snapshot)", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot), zap.Duration("took", time.Since(start)))
+	m.lg.Info("sandbox woken (recreated from its hibernation snapshot)", zap.String("sandbox-id", info.ID), zap.String("snapshot", info.Snapshot),
+		zap.Bool("processes-kept", spec.memory != nil), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -637,10 +661,17 @@ func (m *Manager) idleSuspend(ctx context.Context, sbs []*sandbox) {
 }
 
 // dropHibernation removes the snapshot a deleted hibernated box woke from
-// (the TTL bounds how long it is kept).
-func (m *Manager) dropHibernation(ctx context.Context, info Info) {
+// (the TTL bounds how long it is kept), with its memory image.
+func (m *Manager) dropHibernation(ctx context.Context, sb *sandbox, info Info) {
 	if info.State != StateHibernated || info.Snapshot == "" || m.cfg.Snapshots == nil {
 		return
+	}
+	sb.mu.Lock()
+	mem := sb.memory
+	sb.memory = nil
+	sb.mu.Unlock()
+	if mem != nil {
+		m.dropMemory(ctx, info.Tenant, mem.id)
 	}
 	m.forgetHibernation(info.ID)
 	if err := m.cfg.Snapshots.Delete(context.WithoutCancel(ctx), info.Tenant, info.Snapshot); err != nil && snapshot.CodeOf(err) != snapshot.CodeNotFound {

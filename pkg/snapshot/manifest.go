@@ -36,13 +36,15 @@ const (
 // Manifest describes one snapshot: its metadata and every entry of the
 // workspace, in path order (a parent before its children).
 type Manifest struct {
-	Version  int       `json:"version"`
-	ID       string    `json:"id"`
-	Tenant   string    `json:"tenant"`
-	Sandbox  string    `json:"sandbox,omitempty"`
-	Template string    `json:"template,omitempty"`
-	Parent   string    `json:"parent,omitempty"`
-	Created  time.Time `json:"created"`
+	Version  int    `json:"version"`
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+	Sandbox  string `json:"sandbox,omitempty"`
+	Template string `json:"template,omitempty"`
+	Parent   string `json:"parent,omitempty"`
+	// Kind is "" for a workspace, KindMemory for a box's memory image.
+	Kind    string    `json:"kind,omitempty"`
+	Created time.Time `json:"created"`
 	// Size is the bytes of the files (each hard-linked file once).
 	Size int64 `json:"size"`
 	// StoredBytes is what this snapshot added to its tenant's store when
@@ -72,7 +74,26 @@ type Chunk struct {
 	Stored int64  `json:"stored"` // compressed bytes in the store
 }
 
+// KindMemory marks the snapshot of a gVisor checkpoint's image (the
+// files `runsc checkpoint` wrote: the memory of a hibernated box's
+// processes). Such a snapshot is never a workspace: Get, Restore, List
+// and so every create, fork and restore from a snapshot ignore it (box
+// code must never read another process's memory); GetMemory reads it.
+const KindMemory = "memory"
+
 const manifestMagic = "plumb-snapshot/1 "
+
+// Sum is the sha256 of m's JSON body (the checksum Marshal writes in its
+// header), hex: a worker pins it to know that a manifest it reads back
+// is the one it wrote.
+func (m *Manifest) Sum() (string, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:]), nil
+}
 
 // Marshal encodes m with its checksum: a header line with the sha256 of
 // the JSON body, then the body.
@@ -126,6 +147,9 @@ func (m *Manifest) Validate() error {
 	}
 	if !validID(m.ID) {
 		return fmt.Errorf("bad id %q", m.ID)
+	}
+	if m.Kind != "" && m.Kind != KindMemory {
+		return fmt.Errorf("unknown kind %q", m.Kind)
 	}
 	if m.Parent != "" && !validID(m.Parent) {
 		return fmt.Errorf("bad parent %q", m.Parent)

@@ -89,6 +89,7 @@ func newSnapshotID() string {
 // Meta is what the caller says about a new snapshot.
 type Meta struct {
 	Tenant, Sandbox, Template, Parent string
+	Kind                              string // "" or KindMemory
 	Settings                          json.RawMessage
 }
 
@@ -109,7 +110,7 @@ func (r *Repo) Capture(ctx context.Context, meta Meta, tarball io.Reader, root s
 	if err != nil {
 		return nil, err
 	}
-	m := &Manifest{Version: 1, ID: newSnapshotID(), Tenant: meta.Tenant, Sandbox: meta.Sandbox, Template: meta.Template, Parent: meta.Parent, Created: r.now().UTC(), Settings: meta.Settings}
+	m := &Manifest{Version: 1, ID: newSnapshotID(), Tenant: meta.Tenant, Sandbox: meta.Sandbox, Template: meta.Template, Parent: meta.Parent, Kind: meta.Kind, Created: r.now().UTC(), Settings: meta.Settings}
 	var written []string // chunk keys this capture put
 	fail := func(err error) (*Manifest, error) {
 		for _, k := range written {
@@ -308,10 +309,25 @@ func (r *Repo) manifests(ctx context.Context, tenant string) ([]listed, error) {
 	return out, nil
 }
 
-// Get returns a tenant's snapshot, its manifest verified. Another tenant's
-// snapshot is CodeNotFound, a corrupt one CodeDataLoss.
+// Get returns a tenant's workspace snapshot, its manifest verified.
+// Another tenant's snapshot, or a memory image, is CodeNotFound; a corrupt
+// one CodeDataLoss.
 func (r *Repo) Get(ctx context.Context, tenant, id string) (*Manifest, error) {
-	return r.get(ctx, tenant, id)
+	return r.getKind(ctx, tenant, id, "")
+}
+
+// GetMemory returns a tenant's memory image (KindMemory), its manifest
+// verified; anything else is CodeNotFound.
+func (r *Repo) GetMemory(ctx context.Context, tenant, id string) (*Manifest, error) {
+	return r.getKind(ctx, tenant, id, KindMemory)
+}
+
+func (r *Repo) getKind(ctx context.Context, tenant, id, kind string) (*Manifest, error) {
+	m, err := r.get(ctx, tenant, id)
+	if err == nil && m.Kind != kind {
+		return nil, errorf(CodeNotFound, "snapshot %s not found", id)
+	}
+	return m, err
 }
 
 func (r *Repo) get(ctx context.Context, tenant, id string) (*Manifest, error) {
@@ -357,6 +373,9 @@ func (r *Repo) List(ctx context.Context, tenant string) ([]Summary, error) {
 			continue
 		}
 		m := l.m
+		if m.Kind == KindMemory {
+			continue // part of a hibernation, not a workspace (its bytes count in Usage)
+		}
 		out = append(out, Summary{ID: m.ID, Sandbox: m.Sandbox, Template: m.Template, Parent: m.Parent, Created: m.Created, Size: m.Size, StoredBytes: m.StoredBytes})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -411,7 +430,7 @@ func (r *Repo) Delete(ctx context.Context, tenant, id string) error {
 // temporary file, or into something thrown away on error (a created, not
 // started container), and use it only when Restore returns nil.
 func (r *Repo) Restore(ctx context.Context, tenant, id string, w io.Writer, uid, gid int) (*Manifest, error) {
-	m, err := r.get(ctx, tenant, id)
+	m, err := r.Get(ctx, tenant, id)
 	if err != nil {
 		return nil, err
 	}
@@ -578,8 +597,11 @@ func (r *Repo) chunk(ctx context.Context, tenant string, c Chunk) ([]byte, error
 // Verify reads and checks every chunk of a tenant's snapshot without
 // writing anything.
 func (r *Repo) Verify(ctx context.Context, tenant, id string) error {
-	_, err := r.Restore(ctx, tenant, id, io.Discard, 0, 0)
-	return err
+	m, err := r.get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	return r.WriteTar(ctx, m, io.Discard, 0, 0)
 }
 
 // ChunkKey is the store key of a tenant's chunk (tests and tools).
