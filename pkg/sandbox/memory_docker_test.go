@@ -12,6 +12,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"github.com/plumbhq/plumb/pkg/snapshot"
+	"go.uber.org/zap/zaptest"
 )
 
 // memoryEnv is an env on a private engine with checkpoints (experimental)
@@ -74,11 +75,23 @@ func counter(t *testing.T, m *sandbox.Manager, id string, after int) int {
 // with the workspace, through two hibernations. The memory image is
 // stored beside the workspace snapshot, never listed, and deleted once
 // restored. A memory image that no longer verifies falls back to a wake
-// from the workspace: the files are back, the processes are not.
+// from the workspace: the files are back, the processes are not. So does
+// a wake by a restarted worker, which pins no image and deletes it.
 func TestHibernationKeepsGVisorProcesses(t *testing.T) {
 	e, dir := memoryEnv(t)
-	m := e.manager(t)
+	e.cfg.StateDir = t.TempDir()
 	ctx := ctxMinute(t)
+	m, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = m.DeleteAll(context.Background())
+			m.Close()
+		}
+	})
 	box := e.create(t, m, sandbox.CreateSpec{Tenant: "acme"})
 	pid := strings.TrimSpace(exec(t, m, box.ID, loop, 30).Output)
 	n := counter(t, m, box.ID, 0)
@@ -137,5 +150,21 @@ func TestHibernationKeepsGVisorProcesses(t *testing.T) {
 	}
 	if imgs := memoryImages(t, e.cfg.Snapshots, dir, "acme"); len(imgs) != 0 {
 		t.Fatalf("memory images after the fallback: %v", imgs)
+	}
+
+	// A restarted worker: the image is deleted as it adopts the box.
+	pid = strings.TrimSpace(exec(t, m, box.ID, loop, 30).Output)
+	if res := hibernate(t, m, box.ID); !res.ProcessesKept {
+		t.Fatal("processes_kept=false")
+	}
+	m.Close()
+	closed = true
+	m2 := e.manager(t)
+	if imgs := memoryImages(t, e.cfg.Snapshots, dir, "acme"); len(imgs) != 0 {
+		t.Fatalf("memory images after the worker's restart: %v, want none", imgs)
+	}
+	r = exec(t, m2, box.ID, "cat /workspace/f; cat /tmp/mem; kill -0 "+pid, 30)
+	if r.ExitCode == nil || *r.ExitCode == 0 || !strings.HasPrefix(r.Output, "on-disk\n") || strings.Contains(r.Output, "only-in-memory") {
+		t.Fatalf("wake by a restarted worker: exit %v, %q; want the workspace and no process", r.ExitCode, r.Output)
 	}
 }

@@ -301,6 +301,50 @@ func Run(t *testing.T, newStore func(t *testing.T) snapshot.Store) {
 		}
 	})
 
+	// A memory image is no workspace: nothing that reads workspaces sees
+	// it, only GetMemory, while its bytes count in the tenant's usage and
+	// Delete collects them.
+	t.Run("memory images", func(t *testing.T) {
+		r, _ := repo(t, 0)
+		ws := capture(t, r, "acme", Workspace()[:1])
+		before, _ := r.Usage(ctx, "acme")
+		img := []File{{Name: "checkpoint.img", Type: tar.TypeReg, Mode: 0o600, Data: Random(snapshot.ChunkSize + 3)}}
+		m, err := r.Capture(ctx, snapshot.Meta{Tenant: "acme", Parent: ws.ID, Kind: snapshot.KindMemory}, bytes.NewReader(Tar(t, "image", img)), "image", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.GetMemory(ctx, "acme", m.ID); err != nil || got.Kind != snapshot.KindMemory || got.Parent != ws.ID {
+			t.Fatalf("GetMemory: %+v %v", got, err)
+		}
+		if _, err := r.GetMemory(ctx, "acme", ws.ID); snapshot.CodeOf(err) != snapshot.CodeNotFound {
+			t.Errorf("GetMemory of a workspace: %v, want NOT_FOUND", err)
+		}
+		if _, err := r.GetMemory(ctx, "evil", m.ID); snapshot.CodeOf(err) != snapshot.CodeNotFound {
+			t.Errorf("GetMemory as another tenant: %v, want NOT_FOUND", err)
+		}
+		if _, err := r.Get(ctx, "acme", m.ID); snapshot.CodeOf(err) != snapshot.CodeNotFound {
+			t.Errorf("Get of a memory image: %v, want NOT_FOUND", err)
+		}
+		if _, err := r.Restore(ctx, "acme", m.ID, io.Discard, 0, 0); snapshot.CodeOf(err) != snapshot.CodeNotFound {
+			t.Errorf("Restore of a memory image: %v, want NOT_FOUND", err)
+		}
+		if err := r.Verify(ctx, "acme", m.ID); err != nil {
+			t.Errorf("Verify of a memory image: %v", err)
+		}
+		if l, err := r.List(ctx, "acme"); err != nil || len(l) != 1 || l[0].ID != ws.ID {
+			t.Errorf("List: %+v %v, want the workspace only", l, err)
+		}
+		if after, _ := r.Usage(ctx, "acme"); after <= before {
+			t.Errorf("usage %d with the memory image, %d without: it must count", after, before)
+		}
+		if err := r.Delete(ctx, "acme", m.ID); err != nil {
+			t.Fatal(err)
+		}
+		if after, _ := r.Usage(ctx, "acme"); after != before {
+			t.Errorf("usage %d after deleting the memory image, want %d", after, before)
+		}
+	})
+
 	t.Run("quota", func(t *testing.T) {
 		r, s := repo(t, 1<<20)
 		files := Workspace()
