@@ -124,6 +124,10 @@ type SnapshotsConfig struct {
 	// PerTenant caps the bytes one tenant's snapshots hold in the store
 	// (0 = unlimited).
 	PerTenant yamlconf.Quantity `yaml:"per_tenant_bytes"`
+	// Memory is "auto" (the default: a hibernation keeps a gVisor box's
+	// processes where the engine can checkpoint) or "off" (every
+	// hibernation is workspace-only).
+	Memory string `yaml:"memory"`
 }
 
 // VolumesConfig bounds named volumes.
@@ -323,6 +327,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Resume.check(); err != nil {
 		return err
+	}
+	switch c.Snapshots.Memory {
+	case "", "auto", "off":
+	default:
+		return fmt.Errorf("snapshots.memory: %q: want \"auto\" or \"off\"", c.Snapshots.Memory)
 	}
 	switch c.Channel {
 	case "", sandbox.ChannelExec, sandbox.ChannelStdio:

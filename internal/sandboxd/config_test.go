@@ -306,3 +306,17 @@ func TestChannelConfig(t *testing.T) {
 		t.Errorf("a bad channel: %v", err)
 	}
 }
+
+// TestSnapshotsMemoryConfig: snapshots.memory takes auto or off; anything
+// else names the key.
+func TestSnapshotsMemoryConfig(t *testing.T) {
+	for _, v := range []string{"auto", "off"} {
+		c, err := settle(t, "version: 1\nsnapshots:\n  memory: "+v+"\n", nil)
+		if err != nil || c.Snapshots.Memory != v {
+			t.Errorf("snapshots.memory: %s: %q, %v", v, c.Snapshots.Memory, err)
+		}
+	}
+	if _, err := settle(t, "version: 1\nsnapshots:\n  memory: on\n", nil); err == nil || !strings.Contains(err.Error(), "snapshots.memory") {
+		t.Errorf("a bad snapshots.memory: %v", err)
+	}
+}

@@ -120,13 +120,14 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 		MaxMemoryBytes: int64(cfg.MaxMemory),
 		ExtraLabels:    cfg.Labels,
 
-		ChannelMemoryBytes: int64(cfg.ChannelMemory),
-		Policy:             cfg.Policy.spec(),
-		StateDir:           cfg.StateDir,
-		EgressProxy:        o.Binaries.EgressProxy,
-		EgressUpstreamCA:   o.Binaries.EgressUpstreamCA,
-		DiskEnforcement:    cfg.DiskEnforcement,
-		Channel:            cfg.Channel,
+		ChannelMemoryBytes:  int64(cfg.ChannelMemory),
+		Policy:              cfg.Policy.spec(),
+		StateDir:            cfg.StateDir,
+		EgressProxy:         o.Binaries.EgressProxy,
+		EgressUpstreamCA:    o.Binaries.EgressUpstreamCA,
+		DiskEnforcement:     cfg.DiskEnforcement,
+		Channel:             cfg.Channel,
+		NoMemoryCheckpoints: cfg.Snapshots.Memory == "off",
 	}, sandbox.WithLogger(lg))
 	if err != nil {
 		docker.Close()
