@@ -61,6 +61,7 @@ var scenarios = []scenario{
 	{ids: []string{"B17"}, budget: 90 * time.Second, quickBudget: 30 * time.Second, run: runB17, extra: true},
 	{ids: []string{"B18"}, budget: 60 * time.Second, quickBudget: 20 * time.Second, run: runB18, extra: true},
 	{ids: []string{"B19"}, budget: 30 * time.Second, quickBudget: 15 * time.Second, run: runB19, extra: true},
+	{ids: []string{"B20"}, budget: 180 * time.Second, quickBudget: 90 * time.Second, run: runB20, extra: true},
 	{ids: []string{"B5", "B6"}, budget: 90 * time.Second, quickBudget: 30 * time.Second, run: runB5B6},
 	{ids: []string{"B9"}, budget: 110 * time.Second, quickBudget: 20 * time.Second, run: runB9},
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/snapshot"
@@ -24,6 +26,11 @@ func (e *env) storeWorker(ctx context.Context, name string, store snapshot.Store
 	if err != nil {
 		return nil, nil, err
 	}
+	return e.storeWorkerOn(ctx, cli, name, store, cfg)
+}
+
+// storeWorkerOn is storeWorker on the engine cli.
+func (e *env) storeWorkerOn(ctx context.Context, cli *client.Client, name string, store snapshot.Store, cfg sandbox.Config) (*worker, func(), error) {
 	repo, err := snapshot.NewRepo(store, 0)
 	if err != nil {
 		return nil, nil, err
