@@ -122,17 +122,54 @@ func TestQuickDurableWorkspaces(t *testing.T) {
 	}
 }
 
+// TestQuickB20 runs the memory-checkpoint rows in quick mode: a private
+// engine with checkpoints under the current gVisor (a runsc runtime on
+// the local engine is required under CI=true), every hibernation of the
+// memory box checked processes_kept and its process alive after each wake.
+func TestQuickB20(t *testing.T) {
+	cli := sandboxtest.Docker(t)
+	if !slices.Contains(sandboxtest.Runtimes(t, cli), "runsc") {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no runsc runtime on the engine under CI=true (scripts/test-deps.sh registers it)")
+		}
+		t.Skip("no runsc runtime on the engine")
+	}
+	rep, b, _ := runQuick(t, t.TempDir(), "b20")
+	if !rep.OK {
+		t.Fatalf("report not ok: %s", b)
+	}
+	want := map[string]bool{
+		"B20: gVisor box hibernated with its memory → first Execute (processes kept)":      true,
+		"B20: hibernate with memory (workspace snapshot, engine checkpoint, image stored)": true,
+		"B20: memory image stored per hibernation (zstd)":                                  false,
+	}
+	seen := 0
+	for _, r := range rep.Rows {
+		vs, ok := want[r.Scenario+": "+r.Name]
+		if !ok {
+			continue
+		}
+		seen++
+		if r.N != 3 || r.P50 <= 0 || r.Verdict != verdictInfo || vs != (len(r.Baselines) == 1 && r.Baselines[0].P50 > 0) {
+			t.Errorf("row %+v", r)
+		}
+	}
+	if seen != len(want) {
+		t.Fatalf("%d of the %d B20 rows in %s", seen, len(want), b)
+	}
+}
+
 func TestPick(t *testing.T) {
 	for _, tc := range []struct {
 		name, only string
 		want       []string // first id of each picked scenario
 		err        bool
 	}{
-		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B11", "B12", "B13", "B14", "B15", "B16", "B17", "B18", "B19", "B5", "B9"}},
+		{name: "all", only: "", want: []string{"B1", "B2", "B3", "B7", "B8", "B10", "B11", "B12", "B13", "B14", "B15", "B16", "B17", "B18", "B19", "B20", "B5", "B9"}},
 		{name: "the durable-workspace rows", only: "B17,b13,B16,B14,B15", want: []string{"B13", "B14", "B15", "B16", "B17"}},
 		{name: "some, in report order", only: "b2, B1", want: []string{"B1", "B2"}},
 		{name: "either id of a shared scenario", only: "B6,B4", want: []string{"B3", "B5"}},
-		{name: "unknown", only: "B20", err: true},
+		{name: "unknown", only: "B21", err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := pick(tc.only)
