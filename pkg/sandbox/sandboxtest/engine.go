@@ -2,6 +2,7 @@ package sandboxtest
 
 import (
 	"context"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ func ExperimentalEngine(t testing.TB, shared *client.Client) (*client.Client, st
 		}
 		t.Skip("the shared engine has no runsc runtime (scripts/test-deps.sh registers it)")
 	}
+	// The host's interfaces are not the private engine's to change: the
+	// machine's engine keeps its bridge.
+	_, bridgeErr := net.InterfaceByName("docker0")
 	e, err := xengine.Start(ctx, path, args)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +45,9 @@ func ExperimentalEngine(t testing.TB, shared *client.Client) (*client.Client, st
 		}
 		if err := e.Stop(); err != nil {
 			t.Error(err)
+		}
+		if _, err := net.InterfaceByName("docker0"); bridgeErr == nil && err != nil {
+			t.Errorf("the host's docker0 is gone after the experimental engine: %v", err)
 		}
 	})
 	return e.Client, e.Image

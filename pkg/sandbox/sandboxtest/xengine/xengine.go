@@ -2,8 +2,11 @@
 // features on (Docker's checkpoint API), for the tests and the benchmark
 // rows of memory checkpoints (docs/workspaces.md, "Memory checkpoints").
 // The machine's own engine is never reconfigured: the private one has its
-// own data root, exec root, socket and containerd, no bridge, no iptables
-// rules and vfs storage, and the gVisor runtime it is given.
+// own data root, exec root, socket and containerd, vfs storage, no
+// iptables rules, and a network namespace of its own, so that nothing it
+// does to network interfaces reaches the host's (a dockerd started with
+// --bridge=none deletes the host's docker0, the bridge of the machine's
+// engine, if it shares the host's namespace).
 package xengine
 
 import (
@@ -83,7 +86,7 @@ func Start(ctx context.Context, runscPath string, runscArgs []string) (_ *Engine
 		"--pidfile", filepath.Join(dir, "dockerd.pid"), "-H", "unix://"+sock,
 		"--iptables=false", "--ip-masq=false", "--bridge=none")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: syscall.CLONE_NEWNET}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		os.RemoveAll(dir)
