@@ -90,7 +90,7 @@ func Start(ctx context.Context, runscPath string, runscArgs []string) (_ *Engine
 			err = errors.Join(err, e.Stop())
 		}
 	}()
-	if e.Client, err = client.New(client.WithHost("unix://"+sock), client.WithAPIVersionNegotiation()); err != nil {
+	if e.Client, err = client.New(client.WithHost("unix://" + sock)); err != nil {
 		return nil, err
 	}
 	for {
