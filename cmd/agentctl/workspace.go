@@ -82,9 +82,12 @@ func workspaceCommand(ctx context.Context, c plumbv1.SandboxServiceClient, cmd s
 			return err
 		}
 		state := strings.TrimPrefix(resp.GetSandbox().GetState().String(), "SANDBOX_STATE_")
-		if resp.GetProcessesKept() {
+		switch {
+		case resp.GetProcessesKept() && resp.GetSnapshotId() != "":
+			fmt.Fprintf(stdout, "%s %s snapshot %s (processes kept)\n", ids[0], state, resp.GetSnapshotId())
+		case resp.GetProcessesKept():
 			fmt.Fprintf(stdout, "%s %s (processes kept)\n", ids[0], state)
-		} else {
+		default:
 			fmt.Fprintf(stdout, "%s %s snapshot %s (workspace only: processes end)\n", ids[0], state, resp.GetSnapshotId())
 		}
 		return nil

@@ -31,35 +31,21 @@ const (
 	// and processes kept, no CPU.
 	SuspendPause SuspendMode = "pause"
 	// SuspendHibernate snapshots the workspace and removes the container:
-	// only storage is kept, and processes end, under every runtime (gVisor's
-	// checkpoint of memory: see checkpointer).
+	// only storage is kept. The processes end, except under gVisor on an
+	// engine that can checkpoint, where their memory is kept too
+	// (memory.go).
 	SuspendHibernate SuspendMode = "hibernate"
 )
 
 // SuspendResult says what a suspend kept.
 type SuspendResult struct {
 	Info Info
-	// ProcessesKept: the box's processes survive (PAUSE); false for a
-	// workspace-only hibernation.
+	// ProcessesKept: the box's processes survive (PAUSE, or a hibernation
+	// with its memory); false for a workspace-only hibernation.
 	ProcessesKept bool
 	// Snapshot is the hibernation's snapshot.
 	Snapshot string
 }
-
-// checkpointer is the seam for memory checkpoints (issue 19 item 4):
-// under gVisor, `runsc checkpoint` would save the box's processes with its
-// workspace and `runsc restore` bring them back on wake. Not implemented:
-// gVisor's restore kills every process descended from an exec, and every
-// command of a box descends from its agent, which dial starts with an
-// exec; only PID 1 would survive (docs/workspaces.md, "Not yet"; the
-// threat analysis is docs/security.md, "Memory checkpoints across
-// hibernation"). Hibernation is workspace-only under every runtime.
-type checkpointer interface {
-	Checkpoint(ctx context.Context, containerID string) (image string, err error)
-	Restore(ctx context.Context, containerID, image string) error
-}
-
-var _ checkpointer = nil // see SuspendHibernate
 
 func (m *Manager) repo() (*snapshot.Repo, error) {
 	if m.cfg.Snapshots == nil {

@@ -5204,8 +5204,10 @@ type SuspendSandboxResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The sandbox, PAUSED or HIBERNATED.
 	Sandbox *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	// Whether the box's processes survive (true for PAUSE; false for a
-	// hibernation, which keeps the workspace only).
+	// Whether the box's processes survive: true for PAUSE, and for a
+	// hibernation that kept their memory (gVisor on an engine that can
+	// checkpoint; docs/workspaces.md, "Memory checkpoints"); false for a
+	// workspace-only hibernation.
 	ProcessesKept bool `protobuf:"varint,2,opt,name=processes_kept,json=processesKept,proto3" json:"processes_kept,omitempty"`
 	// The hibernation's snapshot.
 	SnapshotId    string `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
