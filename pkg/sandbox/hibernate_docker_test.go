@@ -14,7 +14,6 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/snapshot"
-	"go.uber.org/zap/zaptest"
 )
 
 // hibernate suspends sandbox id by HIBERNATE and checks it is hibernated.
@@ -109,22 +108,11 @@ func TestRestartReadoptsHibernatedBox(t *testing.T) {
 	dir := e.withSnapshots(t, 0)
 	e.cfg.StateDir = t.TempDir()
 	ctx := ctxMinute(t)
-	m1, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = m1.DeleteAll(context.Background())
-			m1.Close()
-		}
-	})
+	m1, closeM1 := e.restartableOn(t, e.cli)
 	a := e.create(t, m1, sandbox.CreateSpec{Tenant: "acme", Labels: map[string]string{"thread": "t1"}})
 	exec(t, m1, a.ID, "mkdir -p /workspace/d && echo kept > /workspace/d/f", 30)
 	res := hibernate(t, m1, a.ID)
-	m1.Close()
-	closed = true
+	closeM1()
 
 	// A new store and repo over the same directory: nothing shared in
 	// memory with the first worker.

@@ -12,7 +12,6 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 	"github.com/plumbhq/plumb/pkg/snapshot"
-	"go.uber.org/zap/zaptest"
 )
 
 // memoryEnv is an env on a private engine with checkpoints (experimental)
@@ -81,17 +80,7 @@ func TestHibernationKeepsGVisorProcesses(t *testing.T) {
 	e, dir := memoryEnv(t)
 	e.cfg.StateDir = t.TempDir()
 	ctx := ctxMinute(t)
-	m, err := sandbox.NewManager(ctx, e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = m.DeleteAll(context.Background())
-			m.Close()
-		}
-	})
+	m, closeM := e.restartableOn(t, e.cli)
 	box := e.create(t, m, sandbox.CreateSpec{Tenant: "acme"})
 	pid := strings.TrimSpace(exec(t, m, box.ID, loop, 30).Output)
 	n := counter(t, m, box.ID, 0)
@@ -157,8 +146,7 @@ func TestHibernationKeepsGVisorProcesses(t *testing.T) {
 	if res := hibernate(t, m, box.ID); !res.ProcessesKept {
 		t.Fatal("processes_kept=false")
 	}
-	m.Close()
-	closed = true
+	closeM()
 	m2 := e.manager(t)
 	if imgs := memoryImages(t, e.cfg.Snapshots, dir, "acme"); len(imgs) != 0 {
 		t.Fatalf("memory images after the worker's restart: %v, want none", imgs)

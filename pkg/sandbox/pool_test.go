@@ -75,11 +75,21 @@ func (e *env) poolBoxes(t *testing.T) []string {
 }
 
 // restartable starts a manager with a full pool for a test that restarts
-// the worker: close leaves its boxes running, and the manager is cleaned
-// up only if the test ends before close.
+// the worker (restartableOn).
 func (e *env) restartable(t *testing.T) (m *sandbox.Manager, close func()) {
 	t.Helper()
-	m, err := sandbox.NewManager(context.Background(), e.cli, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
+	m, close = e.restartableOn(t, e.cli)
+	waitPool(t, m, 1)
+	return m, close
+}
+
+// restartableOn starts a manager of e's config on api for a test that
+// restarts the worker: close leaves its boxes as they are, and the
+// manager is cleaned up (its boxes deleted) only if the test ends before
+// close.
+func (e *env) restartableOn(t *testing.T, api sandbox.DockerAPI) (m *sandbox.Manager, close func()) {
+	t.Helper()
+	m, err := sandbox.NewManager(context.Background(), api, e.cfg, sandbox.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +100,6 @@ func (e *env) restartable(t *testing.T) (m *sandbox.Manager, close func()) {
 			m.Close()
 		}
 	})
-	waitPool(t, m, 1)
 	return m, func() { m.Close(); closed = true }
 }
 
