@@ -91,6 +91,9 @@ func (m *Manager) checkpointMemory(ctx context.Context, repo *snapshot.Repo, sb 
 	if _, err := m.api.CheckpointCreate(ectx, info.ContainerID, client.CheckpointCreateOptions{CheckpointID: memoryCheckpoint, Exit: true}); err != nil {
 		return nil, fmt.Errorf("checkpoint the box's memory: %w", err)
 	}
+	// The container has exited: a caller that goes away now would only
+	// cost the box its processes.
+	ctx = context.WithoutCancel(ctx)
 	man, err := pipe(func(w io.Writer) error { return tarDir(w, dir, "image") }, func(r io.Reader) (*snapshot.Manifest, error) {
 		return repo.Capture(ctx, snapshot.Meta{Tenant: info.Tenant, Sandbox: info.ID, Template: info.Template, Parent: ws, Kind: snapshot.KindMemory}, r, "image", 0)
 	})
