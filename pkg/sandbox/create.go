@@ -232,7 +232,8 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		vopts.Driver, vopts.Labels = "local", maps.Clone(labels)
 		vopts.Labels[LabelDisk] = id
 	}
-	if _, err := m.api.VolumeCreate(ectx, vopts); err != nil {
+	vol, err := m.api.VolumeCreate(ectx, vopts)
+	if err != nil {
 		if vopts.DriverOpts != nil {
 			m.removeDisk(ctx, id)
 		}
@@ -258,6 +259,14 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		labels[LabelEgressInject] = "true"
 	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
+	fillDir := ""
+	if spec.restore != nil {
+		if fillDir = m.hostFillDir(vol.Volume, t); fillDir != "" {
+			// The volume holds exactly the snapshot: the engine copies
+			// nothing of the image's working directory into it.
+			hc.Mounts[0].VolumeOptions.NoCopy = true
+		}
+	}
 	if inj != nil {
 		cfg.Env = append(cfg.Env, injectEnv(t)...)
 	}
@@ -292,8 +301,22 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
-	if spec.restore != nil {
-		// Before the box starts: no box code runs while it is filled.
+	// The workspace is filled before any box code runs: through the
+	// engine before the start, or by this worker into the volume's host
+	// directory, under runc while the box starts (its agent serves no
+	// request before start returns).
+	var hf *hostFill
+	switch {
+	case fillDir != "":
+		uid, gid, _ := parseUser(m.cfg.User)
+		hf = startHostFill(ectx, fillDir, spec.restore, uid, gid)
+		defer hf.stop()
+		if !m.overlapsStart(t, spec) {
+			if err := hf.wait(); err != nil {
+				return nil, err
+			}
+		}
+	case spec.restore != nil:
 		if err := m.fill(ectx, c.ID, t, spec.restore); err != nil {
 			return nil, err
 		}
@@ -339,6 +362,11 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			return nil, err
 		}
 		return nil, &Error{Code: CodeFailed, Message: fmt.Sprintf("the sandbox agent did not start in image %s", t.Image), Err: err}
+	}
+	if hf != nil {
+		if err := hf.wait(); err != nil {
+			return nil, err
+		}
 	}
 	if inj != nil {
 		if err := m.writeCABundle(ctx, sb, inj.bundle); err != nil {

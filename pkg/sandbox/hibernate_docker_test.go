@@ -168,13 +168,28 @@ func (r *countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// fills are the two ways a restore fills a workspace: this worker writes
+// the volume's host directory (the default here: the engine's data root is
+// on this host), or the engine copies the tar into the created container.
+var fills = []struct {
+	name   string
+	engine bool
+}{{"host fill", false}, {"engine fill", true}}
+
 // A wake streams its snapshot into the box: a chunk that fails after the
-// engine has taken the files before it fails the wake with DATA_LOSS,
-// leaves no container or volume, and the box hibernated; once the chunk
-// is good again the box wakes.
+// files before it were written fails the wake with DATA_LOSS, leaves no
+// container or volume, and the box hibernated; once the chunk is good
+// again the box wakes.
 func TestWakeChunkFailingMidStream(t *testing.T) {
+	for _, fill := range fills {
+		t.Run(fill.name, func(t *testing.T) { testWakeChunkFailingMidStream(t, fill.engine) })
+	}
+}
+
+func testWakeChunkFailingMidStream(t *testing.T, engineFill bool) {
 	e := newEnv(t)
 	dir := e.withSnapshots(t, 0)
+	e.cfg.EngineFill = engineFill
 	api := &countingCopy{Client: e.cli}
 	m := e.managerOn(t, api)
 	ctx := ctxMinute(t)
@@ -212,8 +227,11 @@ func TestWakeChunkFailingMidStream(t *testing.T) {
 	if sandbox.CodeOf(err) != sandbox.CodeDataLoss {
 		t.Fatalf("wake with a corrupt chunk: %v, want data loss", err)
 	}
-	if n := api.copied.Load(); n < 6<<20 {
+	switch n := api.copied.Load(); {
+	case engineFill && n < 6<<20:
 		t.Errorf("the engine read %d bytes before the failure, want the files before the corrupt chunk (over 6 MiB): not streamed", n)
+	case !engineFill && n != 0:
+		t.Errorf("the engine copied %d bytes: no host fill", n)
 	}
 	if info, err := m.Get(ctx, a.ID); err != nil || info.State != sandbox.StateHibernated {
 		t.Fatalf("after the failed wake: %+v %v", info, err)

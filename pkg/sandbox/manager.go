@@ -170,6 +170,11 @@ type Config struct {
 	// where the engine could keep a gVisor box's processes (memory.go):
 	// for operators who want no process memory in their snapshot store.
 	NoMemoryCheckpoints bool
+	// EngineFill fills every restored workspace through the engine's
+	// archive copy, even where this worker could write the volume's
+	// directory itself (hostfill.go): the bench's baseline and the tests
+	// of both paths.
+	EngineFill bool
 }
 
 // The values of Config.Channel.
@@ -191,6 +196,9 @@ type Manager struct {
 	budget *memBudget // shared by every agent channel
 	bg     sync.WaitGroup
 	limits limits // the policy resolved against the host
+	// remappedIDs: the engine's files have other owners on the host
+	// (Host.RemappedIDs): no host fill.
+	remappedIDs bool
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -356,6 +364,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		return nil, fmt.Errorf("sandbox manager: %w", err)
 	}
 	m.limits = cfg.Policy.resolve(host)
+	m.remappedIDs = host.RemappedIDs
 	if err := m.checkTemplates(ctx); err != nil {
 		return nil, &ConfigError{Err: err}
 	}

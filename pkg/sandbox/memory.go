@@ -133,7 +133,7 @@ func (m *Manager) placeMemory(ctx context.Context, repo *snapshot.Repo, tenant s
 		return dir, err
 	}
 	_, err = pipe(func(w io.Writer) error { return repo.WriteTar(ctx, man, w, 0, 0) }, func(r io.Reader) (struct{}, error) {
-		return struct{}{}, untarDir(r, dir)
+		return struct{}{}, untar(r, dir, 0, 0, false)
 	})
 	return dir, err
 }
@@ -206,45 +206,4 @@ func tarDir(w io.Writer, dir, root string) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// untarDir extracts a tar of directories and regular files (Repo.WriteTar's
-// of a memory image) under dir, through an os.Root: no name leaves dir.
-func untarDir(r io.Reader, dir string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := strings.TrimSuffix(h.Name, "/")
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-		case tar.TypeReg:
-			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.CopyN(f, tr, h.Size)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("memory image: %s is neither a file nor a directory", h.Name)
-		}
-	}
 }

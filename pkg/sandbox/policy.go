@@ -216,6 +216,10 @@ type Host struct {
 	Runtimes []string
 	// DefaultRuntime is the engine's default runtime.
 	DefaultRuntime string
+	// RemappedIDs: the engine runs containers in a user namespace
+	// (userns-remap or rootless), so a file's owner on the host is not its
+	// owner in a box.
+	RemappedIDs bool
 }
 
 // hostOf asks the engine about the host.
@@ -227,6 +231,7 @@ func hostOf(ctx context.Context, api DockerAPI) (Host, error) {
 	return Host{
 		MemoryBytes: res.Info.MemTotal, CPUs: res.Info.NCPU,
 		Runtimes: sortedKeys(res.Info.Runtimes), DefaultRuntime: res.Info.DefaultRuntime,
+		RemappedIDs: remapsIDs(res.Info.SecurityOptions),
 	}, nil
 }
 

@@ -92,16 +92,32 @@ func TestSnapshotRestoreWorkspace(t *testing.T) {
 		t.Errorf("an unchanged second snapshot stored %d bytes (first %d; over 5%%), parent %q", second.StoredBytes, first.StoredBytes, second.Parent)
 	}
 
-	b, err := m.Create(ctx, sandbox.CreateSpec{Tenant: "acme", Snapshot: first.ID})
-	if err != nil {
-		t.Fatalf("create from the snapshot: %v", err)
-	}
-	sandboxtest.AssertHardened(t, e.cli, b.ContainerID)
-	if got := exec(t, m, b.ID, listScript, 60).Output; got != want {
-		t.Errorf("restored workspace differs:\n got: %s\nwant: %s", got, want)
-	}
-	if r := exec(t, m, b.ID, "echo more > /workspace/d/new && cat /workspace/hard", 30); r.Output != "hello" {
-		t.Errorf("the restored box: %q", r.Output)
+	// Both fills restore exactly the same workspace (each on a worker of
+	// its own that shares the store).
+	for _, fill := range fills {
+		t.Run(fill.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.Snapshots, e.cfg.EngineFill = m.Config().Snapshots, fill.engine
+			api := &countingCopy{Client: e.cli}
+			m := e.managerOn(t, api)
+			b, err := m.Create(ctx, sandbox.CreateSpec{Tenant: "acme", Snapshot: first.ID})
+			if err != nil {
+				t.Fatalf("create from the snapshot: %v", err)
+			}
+			if n := api.copied.Load(); (n > 0) != fill.engine {
+				t.Errorf("the engine copied %d bytes", n)
+			}
+			sandboxtest.AssertHardened(t, e.cli, b.ContainerID)
+			if got := exec(t, m, b.ID, listScript, 60).Output; got != want {
+				t.Errorf("restored workspace differs:\n got: %s\nwant: %s", got, want)
+			}
+			if r := exec(t, m, b.ID, "echo more > /workspace/d/new && cat /workspace/hard", 30); r.Output != "hello" {
+				t.Errorf("the restored box: %q", r.Output)
+			}
+			if err := m.Delete(ctx, b.ID); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 
 	// Another tenant sees no such snapshot.
