@@ -309,7 +309,9 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	switch {
 	case fillDir != "":
 		uid, gid, _ := parseUser(m.cfg.User)
-		hf = startHostFill(ectx, fillDir, spec.restore, uid, gid)
+		if hf, err = startHostFill(ectx, fillDir, spec.restore, uid, gid); err != nil {
+			return nil, fmt.Errorf("restore the workspace: %w", err)
+		}
 		defer hf.stop()
 		if !m.overlapsStart(t, spec) {
 			if err := hf.wait(); err != nil {
@@ -439,21 +441,22 @@ func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
 
 // discard tears down a box that never served: it closes its channel (a
 // dial still in flight installs none: the box is deleting), then removes
-// its container — by name, which is its id: the container may exist
-// without its id known — with its workspace volume, and its egress
-// network.
+// its container — by its id, or by name, which is the box's id, while the
+// container's id is not known yet — with its workspace volume, and its
+// egress network.
 func (m *Manager) discard(ctx context.Context, sb *sandbox) {
 	sb.mu.Lock()
 	sb.info.State = StateDeleting
 	if sb.ch != nil {
 		sb.ch.close()
 	}
-	id, network := sb.info.ID, sb.info.Settings.Network
+	id, cid, network := sb.info.ID, cmpOr(sb.info.ContainerID, sb.info.ID), sb.info.Settings.Network
 	sb.mu.Unlock()
-	_ = m.removeContainer(ctx, id, volumeName(id))
+	_ = m.removeContainer(ctx, cid, volumeName(id))
 	if network == NetworkEgress {
 		m.removeEgress(ctx, id)
 	}
+	m.forgetClaim(id) // a pool box a fork claimed
 }
 
 // releaseFailed gives back the quota of a sandbox that failed: it holds no

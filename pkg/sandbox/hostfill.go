@@ -61,21 +61,36 @@ type hostFill struct {
 	err    error
 }
 
-// startHostFill extracts src into dir (owned by uid:gid) in the
-// background.
-func startHostFill(ctx context.Context, dir string, src restoreSource, uid, gid int) *hostFill {
+// startHostFill extracts src into dir, the empty root of a new box's
+// workspace volume, in the background. The root itself is made first, as
+// the box's image has its working directory (images.layer: the sandbox
+// user's, 0755), before the box can start: the agent makes it
+// group-writable when it starts, and must find it the sandbox user's.
+func startHostFill(ctx context.Context, dir string, src restoreSource, uid, gid int) (*hostFill, error) {
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := &hostFill{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		content, done := src.open(ctx)
-		err := untar(content, dir, uid, gid, true)
-		if err != nil {
-			err = fmt.Errorf("restore the workspace: %w", err)
-		}
-		f.err = done(err)
+		f.err = fillHost(ctx, dir, src, uid, gid)
 	}()
-	return f
+	return f, nil
+}
+
+// fillHost extracts src into dir, owned by uid:gid; the restore source
+// decides the outcome, as for the engine's copy.
+func fillHost(ctx context.Context, dir string, src restoreSource, uid, gid int) error {
+	content, done := src.open(ctx)
+	err := untar(content, dir, uid, gid, true)
+	if err != nil {
+		err = fmt.Errorf("restore the workspace: %w", err)
+	}
+	return done(err)
 }
 
 func (f *hostFill) wait() error {
@@ -95,8 +110,8 @@ func (f *hostFill) stop() {
 // gets its header's permission bits (umask aside) and modification time.
 // With links false (a memory image) only directories and regular files
 // are accepted and nothing is chowned; with links true (a workspace)
-// symbolic and hard links and FIFOs are made too, every entry is owned
-// by uid:gid, and dir itself becomes uid:gid's, mode 0755.
+// symbolic and hard links and FIFOs are made too, and every entry is
+// owned by uid:gid. dir itself is left as it is.
 func untar(r io.Reader, dir string, uid, gid int, links bool) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -108,16 +123,6 @@ func untar(r io.Reader, dir string, uid, gid int, links bool) error {
 			return nil
 		}
 		return root.Lchown(name, uid, gid)
-	}
-	if links {
-		// A workspace volume's root, as the box's image has its working
-		// directory (images.layer).
-		if err := root.Lchown(".", uid, gid); err != nil {
-			return err
-		}
-		if err := root.Chmod(".", 0o755); err != nil {
-			return err
-		}
 	}
 	type dirTime struct {
 		name string

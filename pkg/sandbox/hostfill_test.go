@@ -49,7 +49,7 @@ func TestUntarWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]fs.FileMode{".": fs.ModeDir | 0o755, "d": fs.ModeDir | 0o750, "d/e": fs.ModeDir | 0o777, "d/f": 0o777, "empty": 0o600, "d/fifo": fs.ModeNamedPipe | 0o640, "escape": fs.ModeSymlink | 0o777} {
+	for name, want := range map[string]fs.FileMode{".": fs.ModeDir | 0o700, "d": fs.ModeDir | 0o750, "d/e": fs.ModeDir | 0o777, "d/f": 0o777, "empty": 0o600, "d/fifo": fs.ModeNamedPipe | 0o640, "escape": fs.ModeSymlink | 0o777} {
 		st, err := os.Lstat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)

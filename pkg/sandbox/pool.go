@@ -236,8 +236,38 @@ func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
 		m.mu.Unlock()
 		return nil, err
 	}
+	sb := m.takeMember(p, spec, t)
+	if sb == nil {
+		p.misses++
+		m.mu.Unlock()
+		m.kickPools()
+		return nil, nil
+	}
+	m.sandboxes[sb.info.ID] = sb
+	p.hits++
+	m.mu.Unlock()
+	m.kickPools()
+	if err := m.markClaimed(sb, claimOf(sb)); err != nil {
+		// A box that is not pristine, or whose claim is not recorded
+		// (it would look unclaimed after a restart), is not handed out:
+		// the create starts a box cold.
+		m.lg.Warn("claim a pool box; dropping the box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
+		if err := m.Delete(context.Background(), sb.info.ID); err != nil {
+			m.lg.Warn("drop a pool box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
+		}
+		m.mu.Lock()
+		p.hits--
+		p.misses++
+		m.mu.Unlock()
+		return nil, nil
+	}
+	return sb, nil
+}
+
+// takeMember takes a warm box out of pool p and gives it to spec's owner,
+// labels and TTL (counted from now), or returns nil; m.mu is held.
+func (m *Manager) takeMember(p *pool, spec CreateSpec, t Template) *sandbox {
 	now := m.now()
-	var sb *sandbox
 	for i, mb := range p.members {
 		if !mb.warm {
 			continue
@@ -255,37 +285,17 @@ func (m *Manager) claim(spec CreateSpec, t Template) (*sandbox, error) {
 			p.members = slices.Delete(p.members, i, i+1)
 			m.pools.n--
 			m.pools.mem -= t.MemoryBytes
-			m.sandboxes[s.info.ID] = s
-			sb = s
-			break
+			return s
 		}
 	}
-	if sb == nil {
-		p.misses++
-		m.mu.Unlock()
-		m.kickPools()
-		return nil, nil
-	}
-	p.hits++
-	m.mu.Unlock()
-	m.kickPools()
-	if err := m.markClaimed(sb, claimRecord{
-		Tenant: tenantOf(spec.Tenant), Labels: spec.Labels, TTL: t.TTL, ClaimedAt: now,
-	}); err != nil {
-		// A box that is not pristine, or whose claim is not recorded
-		// (it would look unclaimed after a restart), is not handed out:
-		// the create starts a box cold.
-		m.lg.Warn("claim a pool box; dropping the box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
-		if err := m.Delete(context.Background(), sb.info.ID); err != nil {
-			m.lg.Warn("drop a pool box", zap.String("sandbox-id", sb.info.ID), zap.Error(err))
-		}
-		m.mu.Lock()
-		p.hits--
-		p.misses++
-		m.mu.Unlock()
-		return nil, nil
-	}
-	return sb, nil
+	return nil
+}
+
+// claimOf is the claim record of a box just taken from its pool.
+func claimOf(sb *sandbox) claimRecord {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return claimRecord{Tenant: sb.info.Tenant, Labels: sb.info.Labels, TTL: sb.info.Settings.TTL, ClaimedAt: sb.info.CreatedAt}
 }
 
 // claimedSuffix ends the container name of every pool box ever claimed.

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -402,5 +403,74 @@ func TestForkIsAllOrNothing(t *testing.T) {
 	}
 	if n, _ := m.Usage(); n != 1 {
 		t.Errorf("usage after the failed fork: %d sandboxes", n)
+	}
+}
+
+// Under runc a fork takes warm-pool boxes first and fills their
+// workspaces while they run: with a pool of two, a fork of three is two
+// pool boxes and one cold, every workspace the snapshot exactly; a fork
+// that fails (an unknown snapshot) takes pool boxes and leaves none of
+// them, nor any count, behind.
+func TestForkTakesWarmPoolBoxes(t *testing.T) {
+	e := poolEnv(t, 2)
+	e.withSnapshots(t, 0)
+	e.cfg.Defaults.Runtime = "runc"
+	m := e.manager(t)
+	ctx := ctxMinute(t)
+	a := e.create(t, m, sandbox.CreateSpec{Tenant: "acme", Overrides: sandbox.Template{TTL: 30 * time.Minute}})
+	if r := exec(t, m, a.ID, workspaceScript, 60); r.Output != "ok\n" {
+		t.Fatalf("fill: %q", r.Output)
+	}
+	want := exec(t, m, a.ID, listScript, 60).Output
+	snap, err := m.Snapshot(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, m, 2)
+	pooled := e.poolBoxes(t)
+	before := poolOf(t, m)
+	boxes, err := m.Fork(ctx, sandbox.CreateSpec{Tenant: "acme", Snapshot: snap.ID, Labels: map[string]string{"fork": "1"}}, 3)
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	fromPool := 0
+	for i, b := range boxes {
+		if slices.Contains(pooled, b.ID) {
+			fromPool++
+		}
+		if b.State != sandbox.StateRunning || b.Snapshot != snap.ID || b.Labels["fork"] != "1" || b.Tenant != "acme" {
+			t.Errorf("fork %d: %+v", i, b)
+		}
+		sandboxtest.AssertHardened(t, e.cli, b.ContainerID)
+		if got := exec(t, m, b.ID, listScript, 60).Output; got != want {
+			t.Errorf("fork %d's workspace differs:\n got: %s\nwant: %s", i, got, want)
+		}
+	}
+	if p := poolOf(t, m); fromPool != 2 || p.Hits != before.Hits+2 {
+		t.Errorf("%d of the fork's boxes came from the pool (%+v), want 2", fromPool, p)
+	}
+	if n, _ := m.Usage(); n != 4 {
+		t.Errorf("usage %d after the fork, want 4", n)
+	}
+	for _, b := range boxes {
+		if err := m.Delete(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	waitPool(t, m, 2)
+	pooled = e.poolBoxes(t)
+	if _, err := m.Fork(ctx, sandbox.CreateSpec{Tenant: "acme", Snapshot: "snap-nosuchsnapshot0000000000"}, 3); sandbox.CodeOf(err) != sandbox.CodeSnapshotNotFound {
+		t.Fatalf("fork of an unknown snapshot: %v", err)
+	}
+	if n, mem := m.Usage(); n != 1 || len(m.List(nil)) != 1 {
+		t.Errorf("after a refused fork: usage %d (%d bytes), %d listed; want only the source box", n, mem, len(m.List(nil)))
+	}
+	for _, id := range pooled {
+		for _, name := range []string{id, id + "-claimed"} {
+			if _, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+				t.Errorf("pool box %s taken by the refused fork is still there: %v", name, err)
+			}
+		}
 	}
 }
