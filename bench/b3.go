@@ -141,6 +141,22 @@ func (e *env) poolWorker(ctx context.Context) (*worker, func(), error) {
 	return w, stop, nil
 }
 
+// poolFull waits until w's one pool is full with no box starting and
+// returns its hits so far.
+func poolFull(ctx context.Context, w *worker) (uint64, error) {
+	for {
+		ps := w.m.Pools()
+		if len(ps) == 1 && ps[0].Ready == ps[0].Size && ps[0].Starting == 0 {
+			return ps[0].Hits, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("the warm pool did not refill: %+v: %w", ps, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // warmProbe times a claim from w's pool and the first Execute in the box.
 // Before each call (outside the clock) it waits for the pool to be full;
 // after it, it checks the create was a hit and deletes the box.
@@ -150,19 +166,9 @@ func warmProbe(e *env, w *worker, n int) *probe {
 		hits uint64
 	)
 	p := &probe{name: "warm claim→Execute(true)", warm: 1, n: n}
-	ready := func(ctx context.Context) error {
-		for {
-			ps := w.m.Pools()
-			if len(ps) == 1 && ps[0].Ready == ps[0].Size && ps[0].Starting == 0 {
-				hits = ps[0].Hits
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("the warm pool did not refill: %+v: %w", ps, ctx.Err())
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
+	ready := func(ctx context.Context) (err error) {
+		hits, err = poolFull(ctx, w)
+		return err
 	}
 	var readyErr error
 	p.f = func(ctx context.Context) error {
