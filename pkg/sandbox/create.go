@@ -242,6 +242,20 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
+	// The workspace is filled before any box code runs: by this worker
+	// into the volume's host directory from here on, while the box is
+	// made (and under runc while it starts: its agent serves no request
+	// before start returns), or through the engine before the start.
+	var hf *hostFill
+	if spec.restore != nil {
+		if dir := m.hostFillDir(vol.Volume, t); dir != "" {
+			uid, gid, _ := parseUser(m.cfg.User)
+			if hf, err = startHostFill(ectx, dir, spec.restore, uid, gid); err != nil {
+				return nil, fmt.Errorf("restore the workspace: %w", err)
+			}
+			defer hf.stop()
+		}
+	}
 	inj, err := m.newInjection(spec.Inject)
 	if err != nil {
 		return nil, err
@@ -259,13 +273,10 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		labels[LabelEgressInject] = "true"
 	}
 	cfg, hc := containerSpec(id, m.cfg.Worker, image, volume, t, labels)
-	fillDir := ""
-	if spec.restore != nil {
-		if fillDir = m.hostFillDir(vol.Volume, t); fillDir != "" {
-			// The volume holds exactly the snapshot: the engine copies
-			// nothing of the image's working directory into it.
-			hc.Mounts[0].VolumeOptions.NoCopy = true
-		}
+	if hf != nil {
+		// The volume holds exactly the snapshot: the engine copies
+		// nothing of the image's working directory into it.
+		hc.Mounts[0].VolumeOptions.NoCopy = true
 	}
 	if inj != nil {
 		cfg.Env = append(cfg.Env, injectEnv(t)...)
@@ -301,24 +312,12 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if err := stopped(); err != nil {
 		return nil, err
 	}
-	// The workspace is filled before any box code runs: through the
-	// engine before the start, or by this worker into the volume's host
-	// directory, under runc while the box starts (its agent serves no
-	// request before start returns).
-	var hf *hostFill
 	switch {
-	case fillDir != "":
-		uid, gid, _ := parseUser(m.cfg.User)
-		if hf, err = startHostFill(ectx, fillDir, spec.restore, uid, gid); err != nil {
-			return nil, fmt.Errorf("restore the workspace: %w", err)
+	case hf != nil && !m.overlapsStart(t, spec):
+		if err := hf.wait(); err != nil {
+			return nil, err
 		}
-		defer hf.stop()
-		if !m.overlapsStart(t, spec) {
-			if err := hf.wait(); err != nil {
-				return nil, err
-			}
-		}
-	case spec.restore != nil:
+	case hf == nil && spec.restore != nil:
 		if err := m.fill(ectx, c.ID, t, spec.restore); err != nil {
 			return nil, err
 		}

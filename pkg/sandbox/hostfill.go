@@ -15,6 +15,8 @@ import (
 
 	"github.com/moby/moby/api/types/volume"
 	"golang.org/x/sys/unix"
+
+	"github.com/plumbhq/plumb/pkg/snapshot"
 )
 
 // The host fill of a restored workspace (docs/security.md, "The host fill
@@ -82,15 +84,14 @@ func startHostFill(ctx context.Context, dir string, src restoreSource, uid, gid 
 	return f, nil
 }
 
-// fillHost extracts src into dir, owned by uid:gid; the restore source
-// decides the outcome, as for the engine's copy.
+// fillHost extracts src into dir, owned by uid:gid; a snapshot's own
+// failure (DATA_LOSS) comes first, as for the engine's copy.
 func fillHost(ctx context.Context, dir string, src restoreSource, uid, gid int) error {
-	content, done := src.open(ctx)
-	err := untar(content, dir, uid, gid, true)
-	if err != nil {
+	err := src.extract(ctx, dir, uid, gid)
+	if err != nil && snapshot.CodeOf(err) == "" {
 		err = fmt.Errorf("restore the workspace: %w", err)
 	}
-	return done(err)
+	return snapErr(err)
 }
 
 func (f *hostFill) wait() error {
@@ -104,99 +105,157 @@ func (f *hostFill) stop() {
 	<-f.done
 }
 
-// untar extracts a tar that Repo.WriteTar built (directories before their
-// contents, links after every file) under dir, through an os.Root: no
-// name leaves dir, an existing file is never overwritten, and each entry
-// gets its header's permission bits (umask aside) and modification time.
-// With links false (a memory image) only directories and regular files
-// are accepted and nothing is chowned; with links true (a workspace)
-// symbolic and hard links and FIFOs are made too, and every entry is
-// owned by uid:gid. dir itself is left as it is.
-func untar(r io.Reader, dir string, uid, gid int, links bool) error {
+// extractor writes a restore's entries under one directory, through an
+// os.Root: no name leaves it, an existing file is never overwritten, and
+// each entry gets its permission bits (umask aside) and modification
+// time. With links false (a memory image) only directories and regular
+// files are accepted and nothing is chowned; with links true (a
+// workspace) symbolic and hard links and FIFOs are made too, and every
+// entry is owned by uid:gid. The directory itself is left as it is.
+// Entries come as Repo.WriteTar orders them: a directory before its
+// contents, links after every file.
+type extractor struct {
+	root     *os.Root
+	uid, gid int
+	links    bool
+	dirs     []dirTime
+}
+
+type dirTime struct {
+	name string
+	t    time.Time
+}
+
+func newExtractor(dir string, uid, gid int, links bool) (*extractor, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
+		return nil, err
+	}
+	return &extractor{root: root, uid: uid, gid: gid, links: links}, nil
+}
+
+// add writes one entry of tar type kind; content writes a regular file's
+// bytes into it.
+func (x *extractor) add(kind byte, name, link string, mode fs.FileMode, mtime time.Time, content func(io.Writer) error) error {
+	var err error
+	switch kind {
+	case tar.TypeDir:
+		if err := x.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		x.dirs = append(x.dirs, dirTime{name, mtime})
+	case tar.TypeReg:
+		err = writeFile(x.root, name, content)
+	case tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
+		if !x.links {
+			return fmt.Errorf("memory image: %s is neither a file nor a directory", name)
+		}
+		switch kind {
+		case tar.TypeSymlink:
+			err = x.root.Symlink(link, name)
+		case tar.TypeLink:
+			err = x.root.Link(link, name)
+		default:
+			err = mkfifo(x.root, name)
+		}
+	default:
+		return fmt.Errorf("snapshot: %s has type %q", name, kind)
+	}
+	if err == nil && x.links {
+		err = x.root.Lchown(name, x.uid, x.gid)
+	}
+	if err != nil || kind == tar.TypeSymlink || kind == tar.TypeLink {
+		return err // a hard link's file has its mode and time; a symlink's are not kept
+	}
+	if err := x.root.Chmod(name, mode&fs.ModePerm); err != nil {
 		return err
 	}
-	defer root.Close()
-	own := func(name string) error {
-		if !links {
-			return nil
-		}
-		return root.Lchown(name, uid, gid)
+	if kind == tar.TypeDir {
+		return nil
 	}
-	type dirTime struct {
-		name string
-		t    time.Time
-	}
-	var dirs []dirTime
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		name := strings.TrimSuffix(h.Name, "/")
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			dirs = append(dirs, dirTime{name, h.ModTime})
-		case tar.TypeReg:
-			err = writeFile(root, name, tr, h.Size)
-		case tar.TypeSymlink, tar.TypeLink, tar.TypeFifo:
-			if !links {
-				return fmt.Errorf("memory image: %s is neither a file nor a directory", h.Name)
-			}
-			switch h.Typeflag {
-			case tar.TypeSymlink:
-				err = root.Symlink(h.Linkname, name)
-			case tar.TypeLink:
-				err = root.Link(h.Linkname, name)
-			default:
-				err = mkfifo(root, name)
-			}
-		default:
-			return fmt.Errorf("snapshot tar: %s has type %q", h.Name, h.Typeflag)
-		}
-		if err == nil {
-			err = own(name)
-		}
-		if err != nil {
-			return err
-		}
-		if h.Typeflag == tar.TypeSymlink || h.Typeflag == tar.TypeLink {
-			continue // a hard link's file has its mode and time; a symlink's are not kept
-		}
-		if err := root.Chmod(name, fs.FileMode(h.Mode)&fs.ModePerm); err != nil {
-			return err
-		}
-		if h.Typeflag != tar.TypeDir {
-			if err := root.Chtimes(name, h.ModTime, h.ModTime); err != nil {
-				return err
-			}
-		}
-	}
-	// A directory's time last: writing its entries changed it.
-	for _, d := range slices.Backward(dirs) {
-		if err := root.Chtimes(d.name, d.t, d.t); err != nil {
+	return x.root.Chtimes(name, mtime, mtime)
+}
+
+// close gives every directory its time (last: writing its entries changed
+// it) and releases the root.
+func (x *extractor) close() error {
+	defer x.root.Close()
+	for _, d := range slices.Backward(x.dirs) {
+		if err := x.root.Chtimes(d.name, d.t, d.t); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeFile creates name (which must not exist) in root with size bytes
-// of r.
-func writeFile(root *os.Root, name string, r io.Reader, size int64) error {
+// untar extracts a tar that Repo.WriteTar built under dir (extractor's
+// rules).
+func untar(r io.Reader, dir string, uid, gid int, links bool) error {
+	x, err := newExtractor(dir, uid, gid, links)
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return x.close()
+		}
+		if err == nil {
+			err = x.add(h.Typeflag, strings.TrimSuffix(h.Name, "/"), h.Linkname, fs.FileMode(h.Mode), h.ModTime, func(w io.Writer) error {
+				_, err := io.CopyN(w, tr, h.Size)
+				return err
+			})
+		}
+		if err != nil {
+			x.root.Close()
+			return err
+		}
+	}
+}
+
+// tarTypes are the tar types of a manifest's entry types.
+var tarTypes = map[string]byte{
+	snapshot.TypeDir: tar.TypeDir, snapshot.TypeFile: tar.TypeReg, snapshot.TypeFIFO: tar.TypeFifo,
+	snapshot.TypeSymlink: tar.TypeSymlink, snapshot.TypeHardlink: tar.TypeLink,
+}
+
+// extractSnapshot writes snapshot man of repo under dir (extractor's
+// rules) straight from its verified chunks: no tar in between.
+func extractSnapshot(ctx context.Context, repo *snapshot.Repo, man *snapshot.Manifest, dir string, uid, gid int) error {
+	x, err := newExtractor(dir, uid, gid, true)
+	if err != nil {
+		return err
+	}
+	err = repo.Each(ctx, man, func(e snapshot.Entry, first []byte, next func() ([]byte, error)) error {
+		return x.add(tarTypes[e.Type], e.Path, e.Link, fs.FileMode(e.Mode), time.Unix(e.MTime, 0), func(w io.Writer) error {
+			for raw := first; raw != nil; {
+				if _, err := w.Write(raw); err != nil {
+					return err
+				}
+				var err error
+				if raw, err = next(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		x.root.Close()
+		return err
+	}
+	return x.close()
+}
+
+// writeFile creates name (which must not exist) in root with what
+// content writes.
+func writeFile(root *os.Root, name string, content func(io.Writer) error) error {
 	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = io.CopyN(f, r, size)
+	err = content(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

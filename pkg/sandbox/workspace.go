@@ -191,6 +191,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, id string) error {
 // the whole verified snapshot).
 type restoreSource interface {
 	open(ctx context.Context) (tar io.Reader, done func(copyErr error) error)
+	// extract writes the workspace under dir, owned by uid:gid (the host
+	// fill, hostfill.go).
+	extract(ctx context.Context, dir string, uid, gid int) error
 }
 
 // restoreTar is a verified snapshot's tar in an unlinked temporary file;
@@ -203,6 +206,10 @@ type restoreTar struct {
 
 func (r *restoreTar) open(context.Context) (io.Reader, func(error) error) {
 	return io.NewSectionReader(r.f, 0, r.size), func(copyErr error) error { return copyErr }
+}
+
+func (r *restoreTar) extract(_ context.Context, dir string, uid, gid int) error {
+	return untar(io.NewSectionReader(r.f, 0, r.size), dir, uid, gid, true)
 }
 
 // Close releases the file.
@@ -302,6 +309,10 @@ func (r *restoreStream) open(ctx context.Context) (io.Reader, func(error) error)
 			return fmt.Errorf("the engine ended the copy of snapshot %s before its end", r.man.ID)
 		}
 	}
+}
+
+func (r *restoreStream) extract(ctx context.Context, dir string, uid, gid int) error {
+	return extractSnapshot(ctx, r.repo, r.man, dir, uid, gid)
 }
 
 // fill copies a restore source into a created, not yet started

@@ -448,26 +448,14 @@ const ReadAhead = 4
 
 // WriteTar writes the tar of m, a manifest Get returned (verified), to w
 // as Restore does. Every chunk is verified before any of its bytes reach
-// w; chunks are read ahead (ReadAhead) so the store, the checks and w's
+// w, and a file's header goes out only once its first chunk verified;
+// chunks are read ahead (ReadAhead) so the store, the checks and w's
 // reader work at once. On error w may have received a prefix of the tar
 // (only verified bytes, never an end-of-archive marker).
-func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid int) (err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	chunks := r.readAhead(ctx, m)
-	defer func() {
-		// Every fetch has ended before WriteTar returns: none outlives it.
-		cancel()
-		for f := range chunks {
-			<-f
-		}
-	}()
+func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid int) error {
 	tw := tar.NewWriter(w)
-	hdr := func(e Entry) *tar.Header {
-		return &tar.Header{Name: e.Path, Mode: int64(e.Mode), Uid: uid, Gid: gid, ModTime: time.Unix(e.MTime, 0), Format: tar.FormatPAX}
-	}
-	var links []Entry
-	for _, e := range m.Entries {
-		h := hdr(e)
+	err := r.Each(ctx, m, func(e Entry, first []byte, next func() ([]byte, error)) error {
+		h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), Uid: uid, Gid: gid, ModTime: time.Unix(e.MTime, 0), Format: tar.FormatPAX}
 		switch e.Type {
 		case TypeDir:
 			h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
@@ -475,44 +463,97 @@ func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid 
 			h.Typeflag = tar.TypeFifo
 		case TypeFile:
 			h.Typeflag, h.Size = tar.TypeReg, e.Size
+		case TypeHardlink:
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeLink, e.Link, 0o777
 		default:
-			links = append(links, e)
-			continue
-		}
-		// The first chunk is verified before the header goes out: a
-		// failing file leaves no entry of it in w.
-		var first *fetched
-		if len(e.Chunks) > 0 {
-			if first, err = next(ctx, chunks, m.ID, e.Path); err != nil {
-				return err
-			}
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.Link, 0o777
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		for i := range e.Chunks {
-			f := first
-			if i > 0 {
-				if f, err = next(ctx, chunks, m.ID, e.Path); err != nil {
-					return err
-				}
-			}
-			if _, err := tw.Write(f.raw); err != nil {
+		for raw := first; raw != nil; {
+			if _, err := tw.Write(raw); err != nil {
 				return err
 			}
+			var err error
+			if raw, err = next(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// Each calls fn for every entry of m, a manifest Get returned (verified),
+// in the order WriteTar writes them: directories, files and FIFOs as the
+// manifest lists them (a directory before its contents), then every link.
+// A file's content comes as its chunks, each decompressed and verified
+// before fn sees it: first is the first one (nil for an empty file or any
+// other entry), fetched before fn is called, and next returns each
+// following one, then nil. Chunks are read ahead (ReadAhead) across
+// files, so the store, the checks and fn work at once; a chunk that fails
+// is CodeDataLoss naming its file.
+func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, first []byte, next func() ([]byte, error)) error) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	chunks := r.readAhead(ctx, m)
+	defer func() {
+		// Every fetch has ended before Each returns: none outlives it.
+		cancel()
+		for f := range chunks {
+			<-f
+		}
+	}()
+	var links []Entry
+	for _, e := range m.Entries {
+		switch e.Type {
+		case TypeDir, TypeFIFO:
+			err = fn(e, nil, nil)
+		case TypeFile:
+			err = r.eachFile(ctx, m.ID, e, chunks, fn)
+		default:
+			links = append(links, e)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	for _, e := range links {
-		h := hdr(e)
-		h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.Link, 0o777
-		if e.Type == TypeHardlink {
-			h.Typeflag = tar.TypeLink
-		}
-		if err := tw.WriteHeader(h); err != nil {
+		if err := fn(e, nil, nil); err != nil {
 			return err
 		}
 	}
-	return tw.Close()
+	return nil
+}
+
+// eachFile hands file e's chunks, in order, to fn.
+func (r *Repo) eachFile(ctx context.Context, id string, e Entry, chunks chan chan fetched, fn func(Entry, []byte, func() ([]byte, error)) error) error {
+	left := e.Chunks
+	take := func() ([]byte, error) {
+		if len(left) == 0 {
+			return nil, nil
+		}
+		left = left[1:]
+		f, err := next(ctx, chunks, id, e.Path)
+		if err != nil {
+			return nil, err
+		}
+		return f.raw, nil
+	}
+	first, err := take()
+	if err != nil {
+		return err
+	}
+	if err := fn(e, first, take); err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("snapshot %s: file %q: %d chunks not read", id, e.Path, len(left))
+	}
+	return nil
 }
 
 // fetched is one chunk read ahead.

@@ -104,7 +104,7 @@ func (s *Store) get(ctx context.Context, kind, key string) ([]byte, error) {
 		return nil, err
 	}
 	defer o.Close()
-	b, err := io.ReadAll(o)
+	b, err := readObject(o)
 	if err != nil {
 		if notFound(err) {
 			return nil, fmt.Errorf("%s %s: %w", kind, key, snapshot.ErrNotExist)
@@ -112,6 +112,33 @@ func (s *Store) get(ctx context.Context, kind, key string) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// preallocMax bounds the buffer allocated from an object's declared
+// length: a larger object is read as it arrives, so a store cannot make
+// the worker allocate what it does not send.
+const preallocMax = 16 << 20
+
+// readObject reads a whole object into one buffer of its declared length
+// (no growth, no copies) when that is small enough.
+func readObject(o *minio.Object) ([]byte, error) {
+	st, err := o.Stat() // the GET's own response: no other request
+	if err != nil {
+		return nil, err
+	}
+	if st.Size < 0 || st.Size > preallocMax {
+		return io.ReadAll(o)
+	}
+	b := make([]byte, st.Size+1) // one byte more: a longer body is seen
+	n, err := io.ReadFull(o, b)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return b[:n], nil // the caller checks the length it expects
+	case err != nil:
+		return nil, err
+	}
+	rest, err := io.ReadAll(o) // longer than declared
+	return append(b, rest...), err
 }
 
 func (s *Store) del(ctx context.Context, kind, key string) error {
