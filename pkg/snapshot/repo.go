@@ -33,6 +33,10 @@ type Repo struct {
 
 	enc *zstd.Encoder
 	dec *zstd.Decoder
+	// raw holds decompressed chunks' buffers (ChunkSize) for reuse: a
+	// restore decompresses every chunk once, and a new 1 MiB buffer each
+	// time is zeroed and collected for nothing.
+	raw sync.Pool
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -48,8 +52,9 @@ func NewRepo(store Store, quota int64) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A chunk never inflates past ChunkSize: a "zip bomb" fails here.
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(ChunkSize), zstd.WithDecoderConcurrency(ReadAhead))
+	// A chunk never inflates past ChunkSize: a "zip bomb" fails here. The
+	// frame's own checksum is not checked: every chunk's sha256 is.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(ChunkSize), zstd.WithDecoderConcurrency(ReadAhead), zstd.IgnoreChecksum(true))
 	if err != nil {
 		return nil, err
 	}
@@ -494,7 +499,8 @@ func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid 
 // A file's content comes as its chunks, each decompressed and verified
 // before fn sees it: first is the first one (nil for an empty file or any
 // other entry), fetched before fn is called, and next returns each
-// following one, then nil. Chunks are read ahead (ReadAhead) across
+// following one, then nil. A chunk's bytes are fn's only until it calls
+// next again or returns (the buffer is reused). Chunks are read ahead (ReadAhead) across
 // files, so the store, the checks and fn work at once; a chunk that fails
 // is CodeDataLoss naming its file.
 func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, first []byte, next func() ([]byte, error)) error) (err error) {
@@ -532,7 +538,12 @@ func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, first []b
 // eachFile hands file e's chunks, in order, to fn.
 func (r *Repo) eachFile(ctx context.Context, id string, e Entry, chunks chan chan fetched, fn func(Entry, []byte, func() ([]byte, error)) error) error {
 	left := e.Chunks
+	var last []byte // handed out; released when the next one is taken
 	take := func() ([]byte, error) {
+		if last != nil {
+			r.release(last)
+			last = nil
+		}
 		if len(left) == 0 {
 			return nil, nil
 		}
@@ -541,13 +552,18 @@ func (r *Repo) eachFile(ctx context.Context, id string, e Entry, chunks chan cha
 		if err != nil {
 			return nil, err
 		}
+		last = f.raw
 		return f.raw, nil
 	}
 	first, err := take()
 	if err != nil {
 		return err
 	}
-	if err := fn(e, first, take); err != nil {
+	err = fn(e, first, take)
+	if last != nil {
+		r.release(last)
+	}
+	if err != nil {
 		return err
 	}
 	if len(left) > 0 {
@@ -625,7 +641,12 @@ func (r *Repo) chunk(ctx context.Context, tenant string, c Chunk) ([]byte, error
 	if int64(len(z)) != c.Stored {
 		return nil, errorf(CodeDataLoss, "chunk %s is %d bytes in the store, want %d (truncated or corrupt)", c.Hash, len(z), c.Stored)
 	}
-	raw, err := r.dec.DecodeAll(z, make([]byte, 0, c.Size))
+	buf, _ := r.raw.Get().(*[]byte)
+	if buf == nil || int64(cap(*buf)) < c.Size {
+		b := make([]byte, 0, max(c.Size, ChunkSize))
+		buf = &b
+	}
+	raw, err := r.dec.DecodeAll(z, (*buf)[:0])
 	if err != nil {
 		return nil, &Error{Code: CodeDataLoss, Message: fmt.Sprintf("chunk %s does not decompress", c.Hash), Err: err}
 	}
@@ -633,6 +654,14 @@ func (r *Repo) chunk(ctx context.Context, tenant string, c Chunk) ([]byte, error
 		return nil, errorf(CodeDataLoss, "chunk %s: checksum mismatch", c.Hash)
 	}
 	return raw, nil
+}
+
+// release gives a chunk's buffer back for reuse; raw is not used after.
+func (r *Repo) release(raw []byte) {
+	if cap(raw) == ChunkSize {
+		raw = raw[:0]
+		r.raw.Put(&raw)
+	}
 }
 
 // Verify reads and checks every chunk of a tenant's snapshot without
