@@ -112,9 +112,9 @@ func wakeRows(ctx context.Context, e *env, id, where string, store snapshot.Stor
 	r.Target = "≤ 1.5× B3's cold create (ratio ≥ 0.67×)"
 	r.judge(ratio >= 1/1.5)
 	r.note("SuspendSandbox(HIBERNATE) untimed before each call (checked HIBERNATED; the workspace's %d random files of %d MiB checked by size after each wake); "+
-		"the Execute RPC reserves the box's slot and memory, reads the snapshot's manifest, creates the volume and container, streams the workspace into it through the engine before the box starts (chunks read %d ahead, each decompressed and verified before the engine gets its bytes), greets the agent, then runs true",
+		"the Execute RPC reserves the box's slot and memory, reads the snapshot's manifest, creates the volume, and writes the workspace into the volume's host directory (chunks read %d ahead, each decompressed and verified before its bytes are written) while the container is created and started and its agent greeted, then runs true",
 		load.files, load.size>>20, snapshot.ReadAhead)
-	r.note("the engine floor is what a wake cannot avoid on the engine's side (a cold create whose workspace volume is filled with the same bytes through CopyToContainer before it starts), without reading the snapshot")
+	r.note("the engine floor is what a wake costs through the engine's copy (a cold create whose workspace volume is filled with the same bytes through CopyToContainer before it starts, without reading the snapshot); the host fill does not pay it")
 	return []Row{r}, nil
 }
 
