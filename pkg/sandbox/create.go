@@ -251,9 +251,12 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		if dir := m.hostFillDir(vol.Volume, t); dir != "" {
 			uid, gid, _ := parseUser(m.cfg.User)
 			if hf, err = startHostFill(ectx, dir, spec.restore, uid, gid); err != nil {
-				return nil, fmt.Errorf("restore the workspace: %w", err)
+				// Not this worker's to write (no CAP_CHOWN, say): the
+				// engine copies the workspace in.
+				m.lg.Warn("the host fill cannot prepare the workspace volume; copying through the engine", zap.String("sandbox-id", id), zap.Error(err))
+			} else {
+				defer hf.stop()
 			}
-			defer hf.stop()
 		}
 	}
 	inj, err := m.newInjection(spec.Inject)
