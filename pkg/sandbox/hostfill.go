@@ -222,24 +222,13 @@ var tarTypes = map[string]byte{
 
 // extractSnapshot writes snapshot man of repo under dir (extractor's
 // rules) straight from its verified chunks: no tar in between.
-func extractSnapshot(ctx context.Context, repo *snapshot.Repo, man *snapshot.Manifest, dir string, uid, gid int) error {
-	x, err := newExtractor(dir, uid, gid, true)
+func extractSnapshot(ctx context.Context, repo *snapshot.Repo, man *snapshot.Manifest, dir string, uid, gid int, links bool) error {
+	x, err := newExtractor(dir, uid, gid, links)
 	if err != nil {
 		return err
 	}
-	err = repo.Each(ctx, man, func(e snapshot.Entry, first []byte, next func() ([]byte, error)) error {
-		return x.add(tarTypes[e.Type], e.Path, e.Link, fs.FileMode(e.Mode), time.Unix(e.MTime, 0), func(w io.Writer) error {
-			for raw := first; raw != nil; {
-				if _, err := w.Write(raw); err != nil {
-					return err
-				}
-				var err error
-				if raw, err = next(); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	err = repo.Each(ctx, man, func(e snapshot.Entry, content func(io.Writer) error) error {
+		return x.add(tarTypes[e.Type], e.Path, e.Link, fs.FileMode(e.Mode), time.Unix(e.MTime, 0), content)
 	})
 	if err != nil {
 		x.root.Close()

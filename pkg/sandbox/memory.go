@@ -132,10 +132,7 @@ func (m *Manager) placeMemory(ctx context.Context, repo *snapshot.Repo, tenant s
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return dir, err
 	}
-	_, err = pipe(func(w io.Writer) error { return repo.WriteTar(ctx, man, w, 0, 0) }, func(r io.Reader) (struct{}, error) {
-		return struct{}{}, untar(r, dir, 0, 0, false)
-	})
-	return dir, err
+	return dir, extractSnapshot(ctx, repo, man, dir, 0, 0, false)
 }
 
 // pipe runs produce into consume through a pipe and returns consume's

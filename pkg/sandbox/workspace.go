@@ -312,7 +312,7 @@ func (r *restoreStream) open(ctx context.Context) (io.Reader, func(error) error)
 }
 
 func (r *restoreStream) extract(ctx context.Context, dir string, uid, gid int) error {
-	return extractSnapshot(ctx, r.repo, r.man, dir, uid, gid)
+	return extractSnapshot(ctx, r.repo, r.man, dir, uid, gid, true)
 }
 
 // fill copies a restore source into a created, not yet started

@@ -459,7 +459,7 @@ const ReadAhead = 4
 // (only verified bytes, never an end-of-archive marker).
 func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid int) error {
 	tw := tar.NewWriter(w)
-	err := r.Each(ctx, m, func(e Entry, first []byte, next func() ([]byte, error)) error {
+	err := r.Each(ctx, m, func(e Entry, content func(io.Writer) error) error {
 		h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), Uid: uid, Gid: gid, ModTime: time.Unix(e.MTime, 0), Format: tar.FormatPAX}
 		switch e.Type {
 		case TypeDir:
@@ -476,16 +476,7 @@ func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid 
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		for raw := first; raw != nil; {
-			if _, err := tw.Write(raw); err != nil {
-				return err
-			}
-			var err error
-			if raw, err = next(); err != nil {
-				return err
-			}
-		}
-		return nil
+		return content(tw)
 	})
 	if err != nil {
 		return err
@@ -496,14 +487,13 @@ func (r *Repo) WriteTar(ctx context.Context, m *Manifest, w io.Writer, uid, gid 
 // Each calls fn for every entry of m, a manifest Get returned (verified),
 // in the order WriteTar writes them: directories, files and FIFOs as the
 // manifest lists them (a directory before its contents), then every link.
-// A file's content comes as its chunks, each decompressed and verified
-// before fn sees it: first is the first one (nil for an empty file or any
-// other entry), fetched before fn is called, and next returns each
-// following one, then nil. A chunk's bytes are fn's only until it calls
-// next again or returns (the buffer is reused). Chunks are read ahead (ReadAhead) across
-// files, so the store, the checks and fn work at once; a chunk that fails
-// is CodeDataLoss naming its file.
-func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, first []byte, next func() ([]byte, error)) error) (err error) {
+// content writes a file's bytes (nothing for any other entry) to its
+// writer, chunk by chunk, each decompressed and verified before any of
+// its bytes are written; a file's first chunk has verified before fn is
+// called. Chunks are read ahead (ReadAhead) across files, so the store,
+// the checks and fn work at once; a chunk that fails is CodeDataLoss
+// naming its file.
+func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, content func(io.Writer) error) error) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	chunks := r.readAhead(ctx, m)
 	defer func() {
@@ -513,11 +503,12 @@ func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, first []b
 			<-f
 		}
 	}()
+	none := func(io.Writer) error { return nil }
 	var links []Entry
 	for _, e := range m.Entries {
 		switch e.Type {
 		case TypeDir, TypeFIFO:
-			err = fn(e, nil, nil)
+			err = fn(e, none)
 		case TypeFile:
 			err = r.eachFile(ctx, m.ID, e, chunks, fn)
 		default:
@@ -528,48 +519,43 @@ func (r *Repo) Each(ctx context.Context, m *Manifest, fn func(e Entry, first []b
 		}
 	}
 	for _, e := range links {
-		if err := fn(e, nil, nil); err != nil {
+		if err := fn(e, none); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// eachFile hands file e's chunks, in order, to fn.
-func (r *Repo) eachFile(ctx context.Context, id string, e Entry, chunks chan chan fetched, fn func(Entry, []byte, func() ([]byte, error)) error) error {
-	left := e.Chunks
-	var last []byte // handed out; released when the next one is taken
-	take := func() ([]byte, error) {
-		if last != nil {
-			r.release(last)
-			last = nil
+// eachFile hands file e, its chunks in order, to fn.
+func (r *Repo) eachFile(ctx context.Context, id string, e Entry, chunks chan chan fetched, fn func(Entry, func(io.Writer) error) error) error {
+	var first *fetched
+	if len(e.Chunks) > 0 {
+		var err error
+		if first, err = next(ctx, chunks, id, e.Path); err != nil {
+			return err
 		}
-		if len(left) == 0 {
-			return nil, nil
+	}
+	written := 0
+	err := fn(e, func(w io.Writer) error {
+		for f := first; written < len(e.Chunks); written++ {
+			if written > 0 {
+				var err error
+				if f, err = next(ctx, chunks, id, e.Path); err != nil {
+					return err
+				}
+			}
+			_, err := w.Write(f.raw)
+			r.release(f.raw) // w has copied it
+			if err != nil {
+				return err
+			}
 		}
-		left = left[1:]
-		f, err := next(ctx, chunks, id, e.Path)
-		if err != nil {
-			return nil, err
-		}
-		last = f.raw
-		return f.raw, nil
+		return nil
+	})
+	if err == nil && written < len(e.Chunks) {
+		err = fmt.Errorf("snapshot %s: file %q: %d of its %d chunks not written", id, e.Path, len(e.Chunks)-written, len(e.Chunks))
 	}
-	first, err := take()
-	if err != nil {
-		return err
-	}
-	err = fn(e, first, take)
-	if last != nil {
-		r.release(last)
-	}
-	if err != nil {
-		return err
-	}
-	if len(left) > 0 {
-		return fmt.Errorf("snapshot %s: file %q: %d chunks not read", id, e.Path, len(left))
-	}
-	return nil
+	return err
 }
 
 // fetched is one chunk read ahead.
