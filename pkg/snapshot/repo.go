@@ -53,8 +53,9 @@ func NewRepo(store Store, quota int64) (*Repo, error) {
 		return nil, err
 	}
 	// A chunk never inflates past ChunkSize: a "zip bomb" fails here. The
-	// frame's own checksum is not checked: every chunk's sha256 is.
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(ChunkSize), zstd.WithDecoderConcurrency(ReadAhead), zstd.IgnoreChecksum(true))
+	// frame's own checksum is checked too: a stored chunk with any byte
+	// changed is DATA_LOSS, even where its content would still verify.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(ChunkSize), zstd.WithDecoderConcurrency(ReadAhead))
 	if err != nil {
 		return nil, err
 	}
