@@ -173,11 +173,15 @@ func (w *watch) closed(ctx context.Context, r *plumbv1.EgressRequest) {
 	if !ok {
 		return
 	}
-	w.finish(ctx, rec, call, r.GetAllowed(), r.GetReason())
+	w.finish(ctx, rec, call, true, r.GetAllowed(), r.GetReason())
 }
 
-// finish records and reports the end of a request.
-func (w *watch) finish(ctx context.Context, rec store.EgressRecord, call *callRef, allowed bool, reason string) {
+// finish records and reports the end of a request. told: the worker said
+// whether the connection was let through (allowed); without its word (the
+// watch ended first) a request decided meanwhile ends as it was decided:
+// an approval delivered before the tool call ended let its connection
+// through.
+func (w *watch) finish(ctx context.Context, rec store.EgressRecord, call *callRef, told, allowed bool, reason string) {
 	stored, err := w.s.cfg.Store.DecideEgressRequest(ctx, rec.ThreadID, rec.RequestID,
 		store.EgressDecision{Status: store.EgressClosed, Decided: w.s.cfg.Now(), Reason: reason})
 	if errors.Is(err, store.ErrEgressDecided) {
@@ -189,6 +193,14 @@ func (w *watch) finish(ctx context.Context, rec store.EgressRecord, call *callRe
 		ev.DecidedBy = stored.DecidedBy
 		if stored.Status == store.EgressApproved {
 			ev.Scope = string(stored.Scope)
+		}
+		if !told {
+			ev.Allowed = stored.Status == store.EgressApproved
+			if ev.Allowed {
+				ev.Reason = ""
+			} else if stored.Reason != "" {
+				ev.Reason = stored.Reason
+			}
 		}
 	}
 	report(call, ev)
@@ -202,7 +214,7 @@ func (w *watch) closeAll(ctx context.Context, reason string) {
 	w.recs, w.asked = map[string]store.EgressRecord{}, map[string]*callRef{}
 	w.mu.Unlock()
 	for id, rec := range recs {
-		w.finish(ctx, rec, asked[id], false, reason)
+		w.finish(ctx, rec, asked[id], false, false, reason)
 	}
 }
 
