@@ -21,9 +21,10 @@ import (
 
 // The host fill of a restored workspace (docs/security.md, "The host fill
 // of a restored workspace"): where the engine's volume directory is on
-// this host, sandboxd extracts a restore's tar into it itself instead of
-// copying it in through the engine, and under runc does so while the
-// container starts. The engine's copy stays for every other case.
+// this host, sandboxd writes a restore's entries into it itself (from the
+// verified chunks, or a fork's verified tar) instead of copying a tar in
+// through the engine, and under runc does so while the container starts.
+// The engine's copy stays for every other case.
 
 // hostFillDir returns the host directory of vol, the workspace volume
 // just created for a box of template t, when sandboxd can fill it itself;

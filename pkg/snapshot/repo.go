@@ -628,9 +628,9 @@ func (r *Repo) chunk(ctx context.Context, tenant string, c Chunk) ([]byte, error
 	if int64(len(z)) != c.Stored {
 		return nil, errorf(CodeDataLoss, "chunk %s is %d bytes in the store, want %d (truncated or corrupt)", c.Hash, len(z), c.Stored)
 	}
-	buf, _ := r.raw.Get().(*[]byte)
-	if buf == nil || int64(cap(*buf)) < c.Size {
-		b := make([]byte, 0, max(c.Size, ChunkSize))
+	buf, _ := r.raw.Get().(*[]byte) // a manifest's chunk is at most ChunkSize
+	if buf == nil {
+		b := make([]byte, 0, ChunkSize)
 		buf = &b
 	}
 	raw, err := r.dec.DecodeAll(z, (*buf)[:0])
