@@ -24,7 +24,7 @@ func runB15(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	defer remove()
-	return wakeRows(ctx, e, "B15", "local store", store)
+	return wakeRows(ctx, e, "B15", "local store", store, true)
 }
 
 // runB16 is the same from an S3-compatible store: a SeaweedFS weed server
@@ -35,7 +35,7 @@ func runB16(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	defer stop()
-	return wakeRows(ctx, e, "B16", "S3 store (SeaweedFS weed on loopback)", store)
+	return wakeRows(ctx, e, "B16", "S3 store (SeaweedFS weed on loopback)", store, false)
 }
 
 // wakeRows times the first Execute("true") on a hibernated box holding
@@ -43,8 +43,10 @@ func runB16(ctx context.Context, e *env) ([]Row, error) {
 // store under the same id) against B3's cold create → first Execute on
 // the same worker, interleaved. Between calls, untimed, the box's files
 // are checked and it is hibernated again (unchanged: its snapshot stores
-// no new chunk).
-func wakeRows(ctx context.Context, e *env, id, where string, store snapshot.Store) ([]Row, error) {
+// no new chunk). Issue 19 sets its target (≤ 1.5× the cold create) for
+// the local store only: with judged false the row shows its ratio beside
+// that goal and is info.
+func wakeRows(ctx context.Context, e *env, id, where string, store snapshot.Store, judged bool) ([]Row, error) {
 	w, stop, err := e.storeWorker(ctx, "benchwake", store, sandbox.Config{})
 	if err != nil {
 		return nil, err
@@ -109,8 +111,12 @@ func wakeRows(ctx context.Context, e *env, id, where string, store snapshot.Stor
 	r := latencyRow(id, fmt.Sprintf(`hibernated (%s workspace) → first Execute("true"), %s`, load.label(), where), unitMs, ours.got)
 	ratio := r.vsLatency(`B3: cold create → first Execute("true") (same worker, same run)`, latencyRow("", "", unitMs, base.got))
 	r.vsLatency(fmt.Sprintf("engine floor: volume, create, copy the %s tar in, start, exec true", load.label()), latencyRow("", "", unitMs, floor.got))
-	r.Target = "≤ 1.5× B3's cold create (ratio ≥ 0.67×)"
-	r.judge(ratio >= 1/1.5)
+	if judged {
+		r.Target = "≤ 1.5× B3's cold create (ratio ≥ 0.67×)"
+		r.judge(ratio >= 1/1.5)
+	} else {
+		r.Target, r.Verdict = "— (info: issue 19 sets no target for the S3 store; B15's is ≤ 1.5×)", verdictInfo
+	}
 	r.note("SuspendSandbox(HIBERNATE) untimed before each call (checked HIBERNATED; the workspace's %d random files of %d MiB checked by size after each wake); "+
 		"the Execute RPC reserves the box's slot and memory, reads the snapshot's manifest, creates the volume, and writes the workspace into the volume's host directory (chunks read %d ahead, each decompressed and verified before its bytes are written) while the container is created and started and its agent greeted, then runs true",
 		load.files, load.size>>20, snapshot.ReadAhead)

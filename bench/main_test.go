@@ -102,12 +102,13 @@ func TestQuickDurableWorkspaces(t *testing.T) {
 	if r := get(`B14: paused box → first Execute("true")`); r.N != 10 || len(r.Baselines) != 2 || r.Verdict == verdictFail {
 		t.Errorf("pause row %+v", r)
 	}
-	wakes := []string{`B15: hibernated (16 MiB workspace) → first Execute("true"), local store`}
+	// B15 is judged against issue 19's target; B16 has none (info).
+	wakes := map[string][]string{`B15: hibernated (16 MiB workspace) → first Execute("true"), local store`: {verdictPass, verdictMiss}}
 	if strings.Contains(only, "b16") {
-		wakes = append(wakes, `B16: hibernated (16 MiB workspace) → first Execute("true"), S3 store (SeaweedFS weed on loopback)`)
+		wakes[`B16: hibernated (16 MiB workspace) → first Execute("true"), S3 store (SeaweedFS weed on loopback)`] = []string{verdictInfo}
 	}
-	for _, k := range wakes {
-		if r := get(k); r.N != 2 || len(r.Baselines) != 2 || r.Baselines[1].P50 <= 0 || (r.Verdict != verdictPass && r.Verdict != verdictMiss) {
+	for k, verdicts := range wakes {
+		if r := get(k); r.N != 2 || len(r.Baselines) != 2 || r.Baselines[1].P50 <= 0 || !slices.Contains(verdicts, r.Verdict) {
 			t.Errorf("wake row %+v", r)
 		}
 	}
