@@ -59,7 +59,12 @@ func NewRepo(store Store, quota int64) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Repo{store: store, quota: quota, now: time.Now, enc: enc, dec: dec, locks: map[string]*sync.Mutex{}}, nil
+	r := &Repo{store: store, quota: quota, now: time.Now, enc: enc, dec: dec, locks: map[string]*sync.Mutex{}}
+	r.raw.New = func() any {
+		b := make([]byte, 0, ChunkSize)
+		return &b
+	}
+	return r, nil
 }
 
 // Store returns the repo's store.
@@ -628,11 +633,7 @@ func (r *Repo) chunk(ctx context.Context, tenant string, c Chunk) ([]byte, error
 	if int64(len(z)) != c.Stored {
 		return nil, errorf(CodeDataLoss, "chunk %s is %d bytes in the store, want %d (truncated or corrupt)", c.Hash, len(z), c.Stored)
 	}
-	buf, _ := r.raw.Get().(*[]byte) // a manifest's chunk is at most ChunkSize
-	if buf == nil {
-		b := make([]byte, 0, ChunkSize)
-		buf = &b
-	}
+	buf := r.raw.Get().(*[]byte) // a manifest's chunk is at most ChunkSize
 	raw, err := r.dec.DecodeAll(z, (*buf)[:0])
 	if err != nil {
 		return nil, &Error{Code: CodeDataLoss, Message: fmt.Sprintf("chunk %s does not decompress", c.Hash), Err: err}
