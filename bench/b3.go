@@ -96,9 +96,12 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	r := latencyRow("B3", `create sandbox → first Execute("true"), cold`, unitMs, ours.got)
-	r.vsLatency("engine create+start, then exec true", latencyRow("", "", unitMs, base.got))
-	r.Target = "p50 ≤ 300 ms"
-	r.judge(r.P50 <= 300)
+	ratio := r.vsLatency("engine create+start, then exec true", latencyRow("", "", unitMs, base.got))
+	// Issue 22's target is the ratio, under runc and runsc alike; the
+	// spec's p50 ≤ 300 ms depends on the machine and is noted.
+	r.Target = "≥ 1.0× the engine (issue 22)"
+	r.judge(ratio >= 1)
+	r.note("docs/benchmarks.md's absolute p50 ≤ 300 ms: %s", map[bool]string{true: "met", false: "not met"}[r.P50 <= 300])
 	r.note("image present (derived agent image built during warm-up); ours = CreateSandbox RPC (volume + container + start + agent hello) then Execute RPC, "+
 		"CreateSandbox alone p50 %.0f ms; the baseline container has the same hardening but no volume and runs sleep; deletion untimed on both sides",
 		float64(createOnly[len(createOnly)-r.N:].p50())/float64(time.Millisecond))
@@ -221,13 +224,19 @@ func engineCreateStart(ctx context.Context, cli *client.Client, image, runtime s
 // engineCreate creates (does not start) engineCreateStart's container,
 // with mounts added.
 func engineCreate(ctx context.Context, cli *client.Client, image, runtime string, labels map[string]string, mounts []mount.Mount) (string, error) {
+	return engineCreateCmd(ctx, cli, image, runtime, labels, mounts, false, "sleep", "3600")
+}
+
+// engineCreateCmd is engineCreate running cmd as PID 1, with its stdin
+// open for an attach when stdin is set.
+func engineCreateCmd(ctx context.Context, cli *client.Client, image, runtime string, labels map[string]string, mounts []mount.Mount, stdin bool, cmd ...string) (string, error) {
 	pids := int64(256)
 	if runtime == "runsc" {
 		pids = 1024 // the sentry's threads count too
 	}
 	mem := int64(512 << 20)
 	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{Image: image, User: sandbox.DefaultUser, Cmd: []string{"sleep", "3600"}, Labels: labels, WorkingDir: "/tmp"},
+		Config: &container.Config{Image: image, User: sandbox.DefaultUser, Cmd: cmd, Labels: labels, WorkingDir: "/tmp", OpenStdin: stdin, AttachStdin: stdin},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"},
 			ReadonlyRootfs: true, IpcMode: container.IPCModePrivate, Runtime: runtime,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -270,21 +271,44 @@ func TestQuickUnhardened(t *testing.T) {
 	for _, r := range rep.Rows {
 		got = append(got, r.Scenario)
 	}
-	if !rep.OK || strings.Join(got, ",") != "B2,B2-unhardened,cleanup" {
+	floorRows := "B2,B2,B2"
+	if !rep.OK || strings.Join(got, ",") != "B2,"+floorRows+",B2-unhardened,B2-unhardened,B2-unhardened,B2-unhardened,cleanup" {
 		t.Fatalf("report ok=%v with rows %v: %s", rep.OK, got, b)
 	}
-	h, u := rep.Rows[0], rep.Rows[1]
-	if h.N == 0 || h.P50 <= 0 || h.Verdict == verdictFail {
+	h, u := rep.Rows[0], rep.Rows[4]
+	if h.N == 0 || h.P50 <= 0 || !slices.Contains([]string{verdictPass, verdictMiss, verdictFloor}, h.Verdict) {
 		t.Errorf("hardened row %+v", h)
 	}
-	if u.N == 0 || u.P50 <= 0 || u.Verdict != verdictInfo || len(u.Baselines) != 2 {
+	checkFloor(t, h, rep.Rows[1:4])
+	if u.N == 0 || u.P50 <= 0 || u.Verdict != verdictInfo || len(u.Baselines) != 3 {
 		t.Fatalf("unhardened row %+v", u)
 	}
 	if c := u.Baselines[0]; !strings.HasPrefix(c.Name, "hardened B2") || c.P50 != h.P50 || c.Ratio != h.P50/u.P50 {
 		t.Errorf("hardening cost %+v, want hardened p50 %v over %v", c, h.P50, u.P50)
 	}
-	if rep.Rows[2].Verdict != verdictPass {
-		t.Errorf("cleanup %+v", rep.Rows[2])
+	if last := rep.Rows[len(rep.Rows)-1]; last.Verdict != verdictPass {
+		t.Errorf("cleanup %+v", last)
+	}
+}
+
+// checkFloor checks a judged row's floor: its parts were measured (info
+// rows), the floor baseline is the sum of their medians, and the verdict
+// follows from the row and the floor.
+func checkFloor(t *testing.T, r Row, parts []Row) {
+	t.Helper()
+	sum := 0.0
+	for _, p := range parts {
+		if !strings.HasPrefix(p.Name, "floor part: ") || p.N == 0 || p.P50 <= 0 || p.Verdict != verdictInfo {
+			t.Errorf("floor part %+v", p)
+		}
+		sum += p.P50
+	}
+	fl := r.Baselines[len(r.Baselines)-1]
+	if !strings.HasPrefix(fl.Name, "floor") || math.Abs(fl.P50-sum) > 1e-9 || fl.Ratio != sum/r.P50 {
+		t.Errorf("floor baseline %+v, want the parts' sum %v", fl, sum)
+	}
+	if r.Verdict == verdictFloor && !strings.Contains(r.Notes, "the floor misses it too") {
+		t.Errorf("floor verdict without its note: %+v", r)
 	}
 }
 
@@ -427,5 +451,31 @@ func TestStartProfile(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, "B1-unhardened.pprof"))
 	if err != nil || fi.Size() == 0 {
 		t.Fatalf("profile: %v %v", fi, err)
+	}
+}
+
+// TestJudgeAtFloor: a met target passes; a missed one is verdictFloor only
+// when the floor misses it too, and a miss otherwise.
+func TestJudgeAtFloor(t *testing.T) {
+	met := callTarget{p50: 1.2, ratio: 40}.met
+	for _, tt := range []struct {
+		name          string
+		p50, floor    float64
+		baseline      float64
+		want, inNotes string
+	}{
+		{"met", 1.0, 0.5, 60, verdictPass, ""},
+		{"floor over the p50 target", 2.0, 1.3, 60, verdictFloor, "plumb adds 0.700 ms over its floor"},
+		{"floor under the ratio target", 2.0, 1.0, 30, verdictFloor, "the floor misses it too"},
+		{"plumb's own miss", 2.0, 0.8, 60, verdictMiss, "the miss is plumb's own 1.20 ms"},
+	} {
+		r := Row{P50: tt.p50}
+		r.judgeAtFloor(tt.floor, tt.baseline, met)
+		if r.Verdict != tt.want || !strings.Contains(r.Notes, tt.inNotes) || len(r.Baselines) != 1 || r.Baselines[0].P50 != tt.floor {
+			t.Errorf("%s: %+v, want %s with %q", tt.name, r, tt.want, tt.inNotes)
+		}
+	}
+	if s := (callTarget{p50: 1.2, ratio: 40}).String("(a)"); s != "p50 ≤ 1.20 ms; ≥ 40× (a)" {
+		t.Errorf("target %q", s)
 	}
 }

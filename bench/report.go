@@ -30,6 +30,9 @@ const (
 	verdictFail    = "FAIL"
 	verdictInfo    = "info"
 	verdictNotImpl = "not implemented"
+	// verdictFloor: the target is missed, and the same run's floor of the
+	// row (what it cannot avoid on this engine and machine) misses it too.
+	verdictFloor = "floor"
 )
 
 // Baseline is one baseline a row is compared with.
