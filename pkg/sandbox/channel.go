@@ -520,7 +520,7 @@ func executeTimeout(req backend.ExecuteRequest) time.Duration {
 
 // call sends one request and waits for its final response's result; see
 // exchange.
-func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent func(agentproto.Response) error) (json.RawMessage, error) {
+func (ch *channel) call(ctx context.Context, op agentproto.Op, args any, onEvent func(agentproto.Response) error) (agentproto.RawMessage, error) {
 	final, err := ch.exchange(ctx, op, args, nil, onEvent)
 	return final.Result, err
 }

@@ -77,7 +77,7 @@ func (a *fakeAgent) send(t *testing.T, raw string) {
 }
 
 type callResult struct {
-	raw json.RawMessage
+	raw agentproto.RawMessage
 	err error
 }
 

@@ -15,16 +15,17 @@
 // frame by MaxFrameBytes, and a malformed frame is a protocol error that
 // resets the channel.
 //
-// This package holds only types and framing; it must not import gRPC or
-// Docker, nor package net: the in-box agent links it, and links no net
-// (test/layering).
+// This package holds only types, framing and the frames' JSON codec
+// (wire.go); it must not import gRPC or Docker, nor package net or
+// encoding/json: the in-box agent links it, and links neither
+// (test/layering). sandboxd may encode arguments and decode results with
+// encoding/json: the wire is plain JSON either way.
 package agentproto
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,7 +146,7 @@ type Request struct {
 	// Op is the operation.
 	Op Op `json:"op"`
 	// Args are the operation's arguments (see the Op constants).
-	Args json.RawMessage `json:"args,omitempty"`
+	Args RawMessage `json:"args,omitempty"`
 	// Bin is the length of the binary payload that follows the frame.
 	Bin int `json:"bin,omitempty"`
 	// Payload is the binary payload (upload_chunk's data).
@@ -166,7 +167,7 @@ type Response struct {
 	// Done marks the final response of a request.
 	Done bool `json:"done,omitempty"`
 	// Result is the final response's result on success.
-	Result json.RawMessage `json:"result,omitempty"`
+	Result RawMessage `json:"result,omitempty"`
 	// Error is the final response's error on failure.
 	Error *backend.Error `json:"error,omitempty"`
 }
@@ -353,7 +354,7 @@ func (r *Reader) ReadPayloadInto(b []byte) error {
 // DecodeRequest parses a request frame strictly.
 func DecodeRequest(frame []byte) (Request, error) {
 	var req Request
-	if err := strictUnmarshal(frame, &req); err != nil {
+	if err := Unmarshal(frame, &req); err != nil {
 		return Request{}, fmt.Errorf("malformed request frame: %w", err)
 	}
 	if req.ID == 0 || req.Op == "" {
@@ -368,7 +369,7 @@ func DecodeRequest(frame []byte) (Request, error) {
 // DecodeResponse parses a response frame strictly.
 func DecodeResponse(frame []byte) (Response, error) {
 	var resp Response
-	if err := strictUnmarshal(frame, &resp); err != nil {
+	if err := Unmarshal(frame, &resp); err != nil {
 		return Response{}, fmt.Errorf("malformed response frame: %w", err)
 	}
 	if resp.ID == 0 {
@@ -384,18 +385,6 @@ func DecodeResponse(frame []byte) (Response, error) {
 		return Response{}, errors.New("malformed response frame: error without code")
 	}
 	return resp, nil
-}
-
-func strictUnmarshal(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
 }
 
 // Writer writes frames; it is safe for concurrent use.
@@ -433,7 +422,7 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 		payload, f.Bin = f.Data, len(f.Data)
 		v = f
 	}
-	b, err := json.Marshal(v)
+	b, err := Marshal(v)
 	if err != nil {
 		return err
 	}
@@ -467,7 +456,7 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 
 // Result marshals a final success response for request id.
 func Result(id uint64, v any) Response {
-	b, err := json.Marshal(v)
+	b, err := Marshal(v)
 	if err != nil {
 		return Failure(id, backend.Errorf(backend.CodeInternal, "", "encode result: %v", err))
 	}

@@ -3,7 +3,6 @@ package boxagent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -358,7 +357,7 @@ func (s *server) tunePipes() {
 // decoding the next frames.
 func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Request, err error) {
 	if err != nil {
-		if id := peekID(frame); id != 0 {
+		if id := agentproto.PeekID(frame); id != 0 {
 			s.send(agentproto.Failure(id, backend.Errorf(backend.CodeInvalidArgument, "", "%v", err)))
 		} else {
 			s.lg.Warn("skipping a malformed request frame without an id", slog.Any("error", err))
@@ -539,30 +538,11 @@ func decodeArgs(req agentproto.Request, v any) *backend.Error {
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		raw = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
-	}
+	err := agentproto.Unmarshal(raw, v)
 	if err != nil {
 		return backend.Errorf(backend.CodeInvalidArgument, "", "malformed %s arguments: %v", req.Op, err)
 	}
 	return nil
-}
-
-// peekID reads the id of a frame that failed strict decoding, so that its
-// sender still gets an answer; 0 when there is none.
-func peekID(frame []byte) uint64 {
-	var v struct {
-		ID uint64 `json:"id"`
-	}
-	// Only the first JSON value counts: trailing data is a reason to
-	// refuse the frame, not to ignore its sender.
-	if json.NewDecoder(bytes.NewReader(frame)).Decode(&v) != nil {
-		return 0
-	}
-	return v.ID
 }
 
 // send writes a response. A final response too large for a frame is
@@ -812,7 +792,7 @@ func (s *server) downloadRead(req agentproto.Request) agentproto.Response {
 		putChunk(buf)
 		return agentproto.Failure(req.ID, backend.FromOS("download", d.Path(), err))
 	}
-	return agentproto.Response{ID: req.ID, Done: true, Result: json.RawMessage("{}"), Data: buf}
+	return agentproto.Response{ID: req.ID, Done: true, Result: agentproto.RawMessage("{}"), Data: buf}
 }
 
 // downloadClose closes a download; an unknown handle is fine (closing is

@@ -1,0 +1,204 @@
+package agentproto
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/plumbhq/plumb/pkg/backend"
+)
+
+// wireValues are values of the protocol's types, with the cases that
+// differ in JSON: pointers set and nil, empty and nil slices and maps,
+// strings that need escaping or are not UTF-8, payload bytes, embedding.
+func wireValues() []any {
+	one, zero := 1, 0
+	mode := uint32(0o755)
+	odd := "quote \" backslash \\ nl \n cr \r tab \t nul \x00 del \x7f html <&> bad \xff\xfe ok é 世 \u2028\u2029 😀"
+	return []any{
+		Request{ID: 1, Op: OpRead, Args: RawMessage(`{"path":"/a"}`), Bin: 3},
+		Request{ID: 1<<64 - 1, Op: OpHello},
+		Response{ID: 2, Done: true, Result: RawMessage(`{"x":[1,2,{"y":null}]}`)},
+		Response{ID: 3, Event: EventOutput, Bin: 10},
+		Response{ID: 4, Done: true, Error: &backend.Error{Code: backend.CodeFileNotFound, Message: odd, Path: "/p", Details: map[string]string{"b": "2", "a": odd}}},
+		Hello{Version: 3, AgentVersion: "v1", UID: 1000, GID: -1, Root: "/", Workspace: "/workspace"},
+		WriteArgs{Path: odd, Content: []byte{0, 1, 2, 255}},
+		WriteArgs{Path: "/empty", Content: []byte{}},
+		WriteArgs{},
+		ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: odd, Cwd: "/w", Env: map[string]string{"A": "1", "Z": ""}, TimeoutSeconds: &zero, MaxOutputBytes: 7}, Stream: true},
+		ExecuteArgs{},
+		backend.ExecuteResult{Output: odd, ExitCode: &one, Truncated: true, OutputBytes: -5, DurationMS: 1 << 40},
+		backend.LsResult{Entries: []backend.FileInfo{{Path: "/a", Kind: backend.KindFile, Size: 4, ModifiedAt: "2026-01-01T00:00:00Z", Mode: &mode}, {Path: odd}}},
+		backend.LsResult{Entries: []backend.FileInfo{}},
+		backend.LsResult{},
+		backend.GrepResult{Matches: []backend.GrepMatch{{Path: "/a", Line: 3, Text: odd}}, Truncated: true, TruncationReason: backend.TruncatedMaxCount, Error: &backend.Error{Code: backend.CodeTimeout, Message: "m"}},
+		backend.ReadResult{Path: "/a", Encoding: backend.EncodingUTF8, Content: odd, TotalLines: &one, NextOffset: &zero, EmptyFile: true},
+		backend.ProcessRequest{Command: "c", Env: map[string]string{}, Port: 8080},
+		ProcAckArgs{Target: 9, Bytes: -1},
+		DownloadHandle{Handle: "h", Size: 1 << 50},
+		struct{}{},
+	}
+}
+
+// TestWireAgreesWithEncodingJSON: what Marshal writes is valid JSON that
+// encoding/json reads back to the same value it reads from its own
+// encoding, and Unmarshal reads encoding/json's encoding to the value
+// encoding/json reads.
+func TestWireAgreesWithEncodingJSON(t *testing.T) {
+	for _, v := range wireValues() {
+		typ := reflect.TypeOf(v)
+		ours, err := Marshal(v)
+		if err != nil {
+			t.Fatalf("%T: %v", v, err)
+		}
+		theirs, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(ours) {
+			t.Fatalf("%T: invalid JSON %s", v, ours)
+		}
+		fromOurs, fromTheirs := reflect.New(typ), reflect.New(typ)
+		if err := json.Unmarshal(ours, fromOurs.Interface()); err != nil {
+			t.Fatalf("%T: encoding/json cannot read %s: %v", v, ours, err)
+		}
+		if err := json.Unmarshal(theirs, fromTheirs.Interface()); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fromOurs.Interface(), fromTheirs.Interface()) {
+			t.Errorf("%T: ours %s reads as %+v; encoding/json's %s as %+v", v, ours, fromOurs.Elem(), theirs, fromTheirs.Elem())
+		}
+		decoded := reflect.New(typ)
+		if err := Unmarshal(theirs, decoded.Interface()); err != nil {
+			t.Fatalf("%T: Unmarshal(%s): %v", v, theirs, err)
+		}
+		if !reflect.DeepEqual(decoded.Interface(), fromTheirs.Interface()) {
+			t.Errorf("%T: Unmarshal(%s) = %+v, encoding/json reads %+v", v, theirs, decoded.Elem(), fromTheirs.Elem())
+		}
+	}
+}
+
+func TestUnmarshalRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		into any
+		want string
+	}{
+		{`{"path":"/a","x":1}`, &PathArgs{}, `unknown field "x"`},
+		{`{"id":1,"op":"read"} {}`, &Request{}, "trailing data"},
+		{`{"target":1.5}`, &CancelArgs{}, "number 1.5"},
+		{`{"target":1e3}`, &CancelArgs{}, "number 1e3"},
+		{`{"target":-1}`, &CancelArgs{}, "number -1"},
+		{`{"target":18446744073709551616}`, &CancelArgs{}, "number 18446744073709551616"},
+		{`{"length":"3"}`, &DownloadReadArgs{}, "cannot decode a string"},
+		{`{"path":3}`, &PathArgs{}, "cannot decode a number"},
+		{`{"commit":"yes"}`, &UploadCloseArgs{}, "cannot decode a string"},
+		{`{"content":"!!"}`, &WriteArgs{}, "invalid base64"},
+		{`{"path":"/a"`, &PathArgs{}, "expected ',' or '}'"},
+		{`{"path":"/a\q"}`, &PathArgs{}, "invalid escape"},
+		{"{\"path\":\"/a\x01\"}", &PathArgs{}, "control character"},
+		{`{"path":"/a}`, &PathArgs{}, "unterminated string"},
+		{`{"id":01}`, &Request{}, "expected ','"},
+		{`{"id":1,"op":"x","args":[` + strings.Repeat("[", maxDepth) + `]}`, &Request{}, "nesting too deep"},
+		{`{"id":1,"op":"x","args":{"a":tru}}`, &Request{}, "invalid literal"},
+		{`nul`, &PathArgs{}, "invalid literal"},
+		{``, &PathArgs{}, "cannot decode a end of input"},
+		{`{"details":{"a":1}}`, &backend.Error{}, "cannot decode a number"},
+	} {
+		err := Unmarshal([]byte(tt.in), tt.into)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Unmarshal(%.60q) = %v, want an error with %q", tt.in, err, tt.want)
+		}
+		if json.Unmarshal([]byte(tt.in), tt.into) == nil && !strings.Contains(tt.want, "unknown field") && !strings.Contains(tt.want, "trailing") {
+			t.Errorf("encoding/json accepts %.60q: the refusal is ours alone", tt.in)
+		}
+	}
+}
+
+func TestUnmarshalAccepts(t *testing.T) {
+	var r Request
+	in := ` { "ID" : 7 , "op":"read", "args" : {"a": [1, "x", null, true, false, -0.5e-3, {}]} , "bin":0 } `
+	if err := Unmarshal([]byte(in), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.ID != 7 || r.Op != OpRead || string(r.Args) != `{"a": [1, "x", null, true, false, -0.5e-3, {}]}` {
+		t.Errorf("%+v (args %s)", r, r.Args)
+	}
+	var e backend.ExecuteRequest
+	if err := Unmarshal([]byte(`{"command":"\u00e9\ud83d\ude00\ud800x\/","env":null,"timeout_s":null}`), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Command != "é😀\ufffdx/" || e.Env != nil || e.TimeoutSeconds != nil {
+		t.Errorf("%+v", e)
+	}
+}
+
+func TestPeekID(t *testing.T) {
+	for in, want := range map[string]uint64{
+		`{"id":5,"op":"read","zzz":{"a":[1]}}`: 5,
+		`{"id":6} trailing`:                    6,
+		`{"zzz":1}`:                            0,
+		`{"id":"7"}`:                           0,
+		`not json`:                             0,
+	} {
+		if got := PeekID([]byte(in)); got != want {
+			t.Errorf("PeekID(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestMarshalRefusesUnsupported(t *testing.T) {
+	for _, v := range []any{struct{ F float64 }{1}, map[int]string{1: "a"}, struct{ C chan int }{}} {
+		if b, err := Marshal(v); err == nil {
+			t.Errorf("Marshal(%T) = %s, want an error", v, b)
+		}
+	}
+}
+
+// FuzzUnmarshal: on any input, Unmarshal and a strict encoding/json
+// decoder (unknown fields refused, nothing after the value) agree on
+// whether it decodes, and when it does, on the value; Marshal of that
+// value reads back to it.
+func FuzzUnmarshal(f *testing.F) {
+	for _, v := range wireValues() {
+		b, _ := json.Marshal(v)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"id":1,"op":"x","args":{"a":"\ud800\udc00\u0000"}}`))
+	f.Add([]byte(`{"code":"x","details":{"k":"v","k":"w"}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, typ := range []reflect.Type{reflect.TypeFor[Request](), reflect.TypeFor[Response](), reflect.TypeFor[ExecuteArgs](), reflect.TypeFor[backend.GrepResult]()} {
+			ours, theirs := reflect.New(typ), reflect.New(typ)
+			errOurs := Unmarshal(in, ours.Interface())
+			dec := json.NewDecoder(bytes.NewReader(in))
+			dec.DisallowUnknownFields()
+			errTheirs := dec.Decode(theirs.Interface())
+			// encoding/json's decoder stops after the value; Unmarshal
+			// also refuses anything but JSON's spaces after it.
+			if errTheirs == nil && len(bytes.Trim(in[dec.InputOffset():], " \t\r\n")) > 0 {
+				errTheirs = errSentinel
+			}
+			if (errOurs == nil) != (errTheirs == nil) {
+				t.Fatalf("%s: Unmarshal error %v, encoding/json %v, input %q", typ, errOurs, errTheirs, in)
+			}
+			if errOurs != nil {
+				continue
+			}
+			if !reflect.DeepEqual(ours.Interface(), theirs.Interface()) {
+				t.Fatalf("%s: Unmarshal %+v, encoding/json %+v, input %q", typ, ours.Elem(), theirs.Elem(), in)
+			}
+			b, err := Marshal(ours.Elem().Interface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			back := reflect.New(typ)
+			if err := json.Unmarshal(b, back.Interface()); err != nil || !reflect.DeepEqual(back.Interface(), ours.Interface()) {
+				t.Fatalf("%s: Marshal %s reads back as %+v (%v), want %+v", typ, b, back.Elem(), err, ours.Elem())
+			}
+		}
+	})
+}
+
+var errSentinel = &json.SyntaxError{}
