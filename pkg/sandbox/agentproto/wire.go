@@ -521,7 +521,16 @@ func (d *decoder) str() (string, error) {
 			break
 		}
 	}
-	var b []byte
+	// The decoded string is at most as long as its encoding (but for
+	// invalid UTF-8, each byte of which becomes three): size it once.
+	end := start
+	for end < len(d.data) && d.data[end] != '"' {
+		if d.data[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	b := make([]byte, 0, end-start)
 	i := start
 	for {
 		if i >= len(d.data) {

@@ -202,3 +202,35 @@ func FuzzUnmarshal(f *testing.F) {
 }
 
 var errSentinel = &json.SyntaxError{}
+
+// BenchmarkCodec compares the codec with encoding/json on B1's frames: a
+// write's arguments (4 KiB of content) and a read's result.
+func BenchmarkCodec(b *testing.B) {
+	content := bytes.Repeat([]byte("line 0001 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n"), 64)
+	args := WriteArgs{Path: "/workspace/b1/write.txt", Content: content}
+	one := 1
+	res := backend.ReadResult{Path: "/workspace/b1/read.txt", Encoding: backend.EncodingUTF8, Content: string(content), TotalLines: &one, StartLine: 1, EndLine: 64}
+	for _, c := range []struct {
+		name      string
+		marshal   func(any) ([]byte, error)
+		unmarshal func([]byte, any) error
+	}{
+		{"wire", Marshal, Unmarshal},
+		{"encoding-json", json.Marshal, json.Unmarshal},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				ab, _ := c.marshal(args)
+				var a WriteArgs
+				if err := c.unmarshal(ab, &a); err != nil {
+					b.Fatal(err)
+				}
+				rb, _ := c.marshal(res)
+				var r backend.ReadResult
+				if err := c.unmarshal(rb, &r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
