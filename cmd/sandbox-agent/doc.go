@@ -28,8 +28,10 @@
 // host.
 //
 // It is the one plumb binary that does not log with zap: its logs are
-// log/slog JSON on stderr (--log-level debug, info, warn or error). Every
-// box runs a copy, and zap links net/http, which costs each box memory
-// for nothing the agent uses; test/layering fails if the agent links
-// net/http or zap again.
+// JSON lines on stderr in log/slog's shape, written by package agentlog
+// (--log-level debug, info, warn or error). Every box runs a copy, and
+// zap links net/http, which costs each box memory for nothing the agent
+// uses, and log/slog links encoding/json and reflection-heavy handlers
+// that grow the binary; test/layering fails if the agent links net/http,
+// zap or log/slog again.
 package main

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentlog"
 	"github.com/plumbhq/plumb/pkg/sandbox/boxagent"
 )
 
@@ -85,7 +85,7 @@ type serveOpts struct {
 	root, workspace string
 	writable        []string
 	user            *boxagent.User
-	level           slog.Level
+	level           agentlog.Level
 	pid1            bool
 }
 
@@ -99,7 +99,7 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 	fs.Var(&writable, "writable", "writable directories (virtual paths, comma-separated) named when a write hits a read-only file system; default: the workspace, and /tmp when --root is /")
 	uid := fs.Int("uid", -1, "the sandbox user's uid: when the agent runs as root, commands run as it and file operations use it as fsuid (give --gid too)")
 	gid := fs.Int("gid", -1, "the sandbox user's gid (see --uid)")
-	level := levelFlag(slog.LevelInfo)
+	level := levelFlag(agentlog.LevelInfo)
 	fs.Var(&level, "log-level", "log level on stderr: debug, info, warn, error")
 	pid1 := fs.Bool("pid1", false, "run as the container's PID 1: serve the channel on the container's stdio, reap every orphan, and keep reaping after stdin ends, until SIGTERM")
 	if err := fs.Parse(args); err != nil {
@@ -108,7 +108,7 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 	if fs.NArg() > 0 {
 		return serveOpts{}, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	o := serveOpts{root: *root, workspace: *workspace, writable: writable, level: slog.Level(level), pid1: *pid1}
+	o := serveOpts{root: *root, workspace: *workspace, writable: writable, level: agentlog.Level(level), pid1: *pid1}
 	switch {
 	case (*uid < 0) != (*gid < 0):
 		return o, errors.New("serve: give both --uid and --gid, or neither")
@@ -125,8 +125,8 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 // serve wires the agent and runs it until stdin ends or ctx is cancelled.
 // reaper, when set, owns every wait (PID 1).
 func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, reaper *boxagent.Reaper) error {
-	// log/slog, not zap: see the package doc.
-	lg := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.level}))
+	// agentlog, not zap or log/slog: see the package doc.
+	lg := agentlog.New(stderr, o.level)
 
 	keepThreads(serveSpareThreads)
 	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
@@ -186,24 +186,17 @@ func virtualUnder(root, dir string) string {
 }
 
 // levelFlag is the --log-level flag: debug, info, warn or error (any
-// case), the names the daemons' zap levels use.
-type levelFlag slog.Level
+// case), the names the daemons' zap levels use (see agentlog.ParseLevel).
+type levelFlag agentlog.Level
 
-func (l *levelFlag) String() string { return strings.ToLower(slog.Level(*l).String()) }
+func (l *levelFlag) String() string { return strings.ToLower(agentlog.Level(*l).String()) }
 
 func (l *levelFlag) Set(s string) error {
-	switch strings.ToLower(s) {
-	case "debug":
-		*l = levelFlag(slog.LevelDebug)
-	case "info":
-		*l = levelFlag(slog.LevelInfo)
-	case "warn":
-		*l = levelFlag(slog.LevelWarn)
-	case "error":
-		*l = levelFlag(slog.LevelError)
-	default:
-		return fmt.Errorf("unknown level %q (debug, info, warn, error)", s)
+	v, err := agentlog.ParseLevel(s)
+	if err != nil {
+		return err
 	}
+	*l = levelFlag(v)
 	return nil
 }
 

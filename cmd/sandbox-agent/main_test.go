@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/plumbhq/plumb/internal/version"
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentlog"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
@@ -559,13 +559,13 @@ func TestPID1ReapsWithoutStealing(t *testing.T) {
 func TestLevelFlag(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
-		want slog.Level
+		want agentlog.Level
 		ok   bool
 	}{
-		{"debug", slog.LevelDebug, true},
-		{"info", slog.LevelInfo, true},
-		{"WARN", slog.LevelWarn, true},
-		{"Error", slog.LevelError, true},
+		{"debug", agentlog.LevelDebug, true},
+		{"info", agentlog.LevelInfo, true},
+		{"WARN", agentlog.LevelWarn, true},
+		{"Error", agentlog.LevelError, true},
 		{"warning", 0, false},
 		{"info+2", 0, false},
 		{"", 0, false},
@@ -573,11 +573,14 @@ func TestLevelFlag(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			var l levelFlag
 			err := l.Set(tt.in)
-			if (err == nil) != tt.ok || tt.ok && slog.Level(l) != tt.want {
-				t.Fatalf("Set(%q) = %v, level %v; want ok %v, level %v", tt.in, err, slog.Level(l), tt.ok, tt.want)
+			if (err == nil) != tt.ok || tt.ok && agentlog.Level(l) != tt.want {
+				t.Fatalf("Set(%q) = %v, level %v; want ok %v, level %v", tt.in, err, agentlog.Level(l), tt.ok, tt.want)
 			}
 			if tt.ok && l.String() != strings.ToLower(tt.in) {
 				t.Fatalf("String() = %q after Set(%q)", l.String(), tt.in)
+			}
+			if want := "unknown level " + strconv.Quote(tt.in) + " (debug, info, warn, error)"; !tt.ok && err.Error() != want {
+				t.Fatalf("Set(%q) = %v, want %s", tt.in, err, want)
 			}
 		})
 	}

@@ -4,8 +4,9 @@
 // server from internal/). It also checks that each binary links only what
 // it uses (binaries_test.go): sandboxd no agent core, agentd and agentctl
 // no Docker client, agentctl no metrics or trace exporters, the in-box
-// sandbox-agent neither net/http nor zap; and that no two
-// packages share a name (names_test.go).
+// sandbox-agent neither net/http, zap nor log/slog, and its logger
+// agentlog no fmt, reflect or encoding/json; and that no two packages
+// share a name (names_test.go).
 package layering
 
 import (

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentlog"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
@@ -61,7 +61,7 @@ func startAgent(t *testing.T, cfg Config) *client {
 		cfg.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "PLUMB_BASE=base"}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Logger = agentlog.New(t.Output(), agentlog.LevelDebug)
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()

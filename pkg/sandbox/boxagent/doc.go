@@ -18,10 +18,12 @@
 // reach a command. It must never crash on a malformed frame: a frame whose
 // id can be read gets an error response, any other is skipped.
 //
-// It logs with the standard library's log/slog (Config.Logger), not zap
-// as the rest of plumb does: this code runs once per box, and zap links
-// net/http, whose package initialisation costs every box memory for
-// nothing the agent uses (docs/benchmarks-history.md, "A lean in-box
-// agent"). For the same reason it must not import net/http or anything
-// that does (test/layering checks the binary).
+// It logs with package agentlog (Config.Logger), JSON lines in log/slog's
+// shape, not with zap as the rest of plumb does nor with log/slog: this
+// code runs once per box, zap links net/http, whose package
+// initialisation costs every box memory for nothing the agent uses
+// (docs/benchmarks-history.md, "A lean in-box agent"), and log/slog links
+// encoding/json and reflection-heavy handlers that grow the binary every
+// box maps. For the same reason it must not import net/http, log/slog or
+// anything that does (test/layering checks the binary).
 package boxagent

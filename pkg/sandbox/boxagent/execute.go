@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/vpath"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentlog"
 )
 
 // Shell is the interpreter of execute: POSIX sh, since images need not
@@ -77,7 +77,7 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 		closeOffload(s.root, off, p, false)
 		return backend.ExecuteResult{}, serr
 	}
-	lg := s.lg.With(slog.Int("pgid", pgid))
+	lg := s.lg.With(agentlog.Int("pgid", pgid))
 
 	out := newOutput(p.maxOutput, off)
 	var co *coalescer
@@ -254,10 +254,10 @@ func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatu
 // (no sandbox user) only the group is reached. service says the command
 // is a service process (see signalling). The escalation outlives the
 // request if need be, but never Serve.
-func (s *server) end(pgid int, tag uint32, service bool, lg *slog.Logger) {
+func (s *server) end(pgid int, tag uint32, service bool, lg *agentlog.Logger) {
 	s.signalling(service, func() {
 		if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			lg.Warn("SIGTERM process group", slog.Any("error", err))
+			lg.Warn("SIGTERM process group", agentlog.Err(err))
 		}
 		if tag != 0 {
 			signalTagged(tag, syscall.SIGTERM)
@@ -274,10 +274,10 @@ func (s *server) end(pgid int, tag uint32, service bool, lg *slog.Logger) {
 		}
 		s.signalling(service, func() {
 			if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				lg.Warn("SIGKILL process group", slog.Any("error", err))
+				lg.Warn("SIGKILL process group", agentlog.Err(err))
 			}
 			if tag != 0 && !killTagged(tag) {
-				lg.Warn("processes of a command survived SIGKILL", slog.Uint64("tag", uint64(tag)))
+				lg.Warn("processes of a command survived SIGKILL", agentlog.Uint64("tag", uint64(tag)))
 			}
 		})
 	}()
@@ -294,7 +294,7 @@ func (s *server) signalling(service bool, send func()) {
 		return
 	}
 	if err := spawnAsRoot(*s.as, func() error { send(); return nil }); err != nil {
-		s.lg.Warn("cannot raise a thread to signal a service process; signalling as the sandbox user", slog.Any("error", err))
+		s.lg.Warn("cannot raise a thread to signal a service process; signalling as the sandbox user", agentlog.Err(err))
 		send()
 	}
 }

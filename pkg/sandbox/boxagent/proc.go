@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentlog"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
@@ -158,7 +158,7 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	p.mu.Lock()
 	p.stdin = inW
 	p.mu.Unlock()
-	lg := s.lg.With(slog.Uint64("request-id", req.ID), slog.Int("pgid", p.pgid))
+	lg := s.lg.With(agentlog.Uint64("request-id", req.ID), agentlog.Int("pgid", p.pgid))
 	s.send(agentproto.Response{ID: req.ID, Event: agentproto.EventStarted})
 
 	var readers sync.WaitGroup

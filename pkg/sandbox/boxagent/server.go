@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"sync"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentlog"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
@@ -51,10 +51,10 @@ type Config struct {
 	// as agent_version; default "dev" (a local build).
 	Version string
 	// Logger receives diagnostics; nil discards them. Contents of files,
-	// commands and output are never logged. It is a log/slog logger, not
-	// zap as elsewhere in plumb: zap links net/http, which costs the
-	// in-box agent about 1 MiB of RSS per box (see the package doc).
-	Logger *slog.Logger
+	// commands and output are never logged. It is an agentlog logger, not
+	// zap as elsewhere in plumb nor log/slog: both cost every box RSS for
+	// code the agent does not need (see the package doc).
+	Logger *agentlog.Logger
 	// User is the sandbox user. When it is set and the agent runs as root
 	// (in a sandbox: container root with only SETUID, SETGID and KILL), the
 	// agent marks itself non-dumpable, does every file operation with
@@ -91,7 +91,7 @@ func (c Config) withDefaults() Config {
 		c.Version = "dev"
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = agentlog.Discard()
 	}
 	return c
 }
@@ -99,7 +99,7 @@ func (c Config) withDefaults() Config {
 // server is the state of one Serve call.
 type server struct {
 	cfg  Config
-	lg   *slog.Logger
+	lg   *agentlog.Logger
 	w    *agentproto.Writer
 	root *os.Root // cfg.Root, for execute's cwd and offload file
 	// devNull is the stdin of execute's commands, opened once; nil lets
@@ -196,7 +196,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 				return fmt.Errorf("sandbox agent: %w", err)
 			}
 			as, raise = cfg.User, true
-			cfg.Logger.Info("no setfsuid in this kernel: the agent runs with the sandbox user as its effective ids", slog.Uint64("uid", uint64(cfg.User.UID)))
+			cfg.Logger.Info("no setfsuid in this kernel: the agent runs with the sandbox user as its effective ids", agentlog.Uint64("uid", uint64(cfg.User.UID)))
 		case err != nil:
 			return fmt.Errorf("sandbox agent: %w", err)
 		default:
@@ -209,7 +209,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		// group-writable (children inherit the umask).
 		syscall.Umask(0o002)
 		if err := shareWorkspace(cfg.Workspace); err != nil {
-			cfg.Logger.Warn("the workspace stays closed to service processes", slog.String("workspace", cfg.Workspace), slog.Any("error", err))
+			cfg.Logger.Warn("the workspace stays closed to service processes", agentlog.String("workspace", cfg.Workspace), agentlog.Err(err))
 		}
 	}
 	root, err := os.OpenRoot(cfg.Root)
@@ -228,7 +228,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	defer stop(nil)
 	s := &server{
 		cfg:            cfg,
-		lg:             cfg.Logger.With(slog.String("logger", "sandbox-agent")),
+		lg:             cfg.Logger.With(agentlog.String("logger", "sandbox-agent")),
 		w:              agentproto.NewWriter(out),
 		root:           root,
 		devNull:        devNull,
@@ -285,7 +285,7 @@ func (s *server) readLoop(ctx context.Context, r *agentproto.Reader) error {
 		case errors.Is(err, agentproto.ErrFrameTooLarge):
 			// The rest of the oversized line is read as the next frame; it
 			// is not JSON and gets skipped.
-			s.lg.Warn("skipping an oversized request frame", slog.Int("limit", agentproto.MaxFrameBytes))
+			s.lg.Warn("skipping an oversized request frame", agentlog.Int("limit", agentproto.MaxFrameBytes))
 			continue
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			return nil
@@ -360,7 +360,7 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 		if id := agentproto.PeekID(frame); id != 0 {
 			s.send(agentproto.Failure(id, backend.Errorf(backend.CodeInvalidArgument, "", "%v", err)))
 		} else {
-			s.lg.Warn("skipping a malformed request frame without an id", slog.Any("error", err))
+			s.lg.Warn("skipping a malformed request frame without an id", agentlog.Err(err))
 		}
 		return
 	}
@@ -415,9 +415,9 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 	// The request's logger is built only when debug logging is on: its
 	// fields cost an allocation and an encoding per request otherwise.
 	lg := s.lg
-	if lg.Enabled(ctx, slog.LevelDebug) {
-		lg = lg.With(slog.Uint64("request-id", req.ID), slog.String("op", string(req.Op)))
-		lg.DebugContext(ctx, "request")
+	if lg.Enabled(agentlog.LevelDebug) {
+		lg = lg.With(agentlog.Uint64("request-id", req.ID), agentlog.String("op", string(req.Op)))
+		lg.Debug("request")
 	}
 	switch req.Op {
 	case agentproto.OpExecute:
@@ -443,7 +443,7 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 		}
 		res, err := s.execute(ctx, a.ExecuteRequest, emit)
 		if err != nil {
-			lg.DebugContext(ctx, "execute failed", slog.String("code", string(backend.CodeOf(err))))
+			lg.Debug("execute failed", agentlog.String("code", string(backend.CodeOf(err))))
 			return agentproto.Failure(req.ID, backend.FromOS("execute", "", err))
 		}
 		return agentproto.Result(req.ID, res)
@@ -555,7 +555,7 @@ func (s *server) send(resp agentproto.Response) {
 			"the result is larger than the %d-byte agent frame limit; narrow the request (a smaller path, pattern, max_count or limit)", agentproto.MaxFrameBytes)))
 	}
 	if err != nil {
-		s.lg.Warn("write response", slog.Uint64("request-id", resp.ID), slog.Any("error", err))
+		s.lg.Warn("write response", agentlog.Uint64("request-id", resp.ID), agentlog.Err(err))
 		s.stop(fmt.Errorf("sandbox agent: write response: %w", err))
 	}
 }
