@@ -128,6 +128,7 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 	// agentlog, not zap or log/slog: see the package doc.
 	lg := agentlog.New(stderr, o.level)
 
+	fitProcs()
 	keepThreads(serveSpareThreads)
 	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
 	if err != nil {

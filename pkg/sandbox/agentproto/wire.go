@@ -195,16 +195,21 @@ func appendValue(b []byte, v reflect.Value) ([]byte, error) {
 		if v.IsNil() {
 			return append(b, "null"...), nil
 		}
-		keys := v.MapKeys()
-		slices.SortFunc(keys, func(x, y reflect.Value) int { return strings.Compare(x.String(), y.String()) })
+		keys := make([]string, 0, v.Len())
+		for it := v.MapRange(); it.Next(); {
+			keys = append(keys, it.Key().String())
+		}
+		slices.Sort(keys)
+		key := reflect.New(v.Type().Key()).Elem()
 		b = append(b, '{')
 		for i, k := range keys {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(appendString(b, k.String()), ':')
+			b = append(appendString(b, k), ':')
+			key.SetString(k)
 			var err error
-			if b, err = appendValue(b, v.MapIndex(k)); err != nil {
+			if b, err = appendValue(b, v.MapIndex(key)); err != nil {
 				return nil, err
 			}
 		}
@@ -695,7 +700,9 @@ func (d *decoder) mapValue(c byte, v reflect.Value) error {
 		if err := d.value(e); err != nil {
 			return err
 		}
-		v.SetMapIndex(reflect.ValueOf(name).Convert(v.Type().Key()), e)
+		k := reflect.New(v.Type().Key()).Elem()
+		k.SetString(name)
+		v.SetMapIndex(k, e)
 		return nil
 	})
 }

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// cpuMaxFile is the cgroup v2 CPU bandwidth limit of the box, as the box
+// sees its own cgroup.
+const cpuMaxFile = "/sys/fs/cgroup/cpu.max"
+
+// fitProcs sets GOMAXPROCS to the box's CPU limit rounded up when that is
+// below what the runtime chose, and GOMAXPROCS is not set in the
+// environment. The runtime rounds a limit up to at least 2 (Go 1.25's
+// container-aware default), so a default box of one CPU ran the agent
+// with two Ps: each P holds its own allocation caches and a GC worker,
+// about 0.2 MiB RSS per box for parallelism the box's quota does not give
+// (docs/benchmarks.md, B9). A box of more CPUs keeps the runtime's choice.
+func fitProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	b, err := os.ReadFile(cpuMaxFile)
+	if err != nil {
+		return
+	}
+	if n, ok := cpuLimit(string(b)); ok && n < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
+}
+
+// cpuLimit parses cpu.max ("QUOTA PERIOD", or "max PERIOD" for none) into
+// whole CPUs, rounded up; ok is false without a limit.
+func cpuLimit(s string) (int, bool) {
+	quota, period, ok := strings.Cut(strings.TrimSpace(s), " ")
+	if !ok || quota == "max" {
+		return 0, false
+	}
+	q, err1 := strconv.ParseInt(quota, 10, 64)
+	p, err2 := strconv.ParseInt(period, 10, 64)
+	if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
+		return 0, false
+	}
+	return int(max(1, (q+p-1)/p)), true
+}
