@@ -185,9 +185,7 @@ func (l *Logger) log(level Level, msg string, attrs []Attr) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	b := append(o.buf[:0], `{"time":"`...)
-	// UTC: local time would link the time zone loader into every box
-	// (and a box has no /etc/localtime of the host's anyway).
-	b = o.now().UTC().AppendFormat(b, time.RFC3339Nano)
+	b = o.now().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","msg":`...)
