@@ -7,9 +7,13 @@ import (
 	"strings"
 )
 
-// cpuMaxFile is the cgroup v2 CPU bandwidth limit of the box, as the box
-// sees its own cgroup.
-const cpuMaxFile = "/sys/fs/cgroup/cpu.max"
+// The box's CPU bandwidth limit as the box sees its own cgroup: cgroup v2's
+// cpu.max ("QUOTA PERIOD"), else cgroup v1's quota and period files.
+const (
+	cpuMaxFile    = "/sys/fs/cgroup/cpu.max"
+	cfsQuotaFile  = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+	cfsPeriodFile = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
+)
 
 // fitProcs sets GOMAXPROCS to the box's CPU limit rounded up when that is
 // below what the runtime chose, and GOMAXPROCS is not set in the
@@ -22,17 +26,22 @@ func fitProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	b, err := os.ReadFile(cpuMaxFile)
+	limit, err := os.ReadFile(cpuMaxFile)
 	if err != nil {
-		return
+		quota, qerr := os.ReadFile(cfsQuotaFile)
+		period, perr := os.ReadFile(cfsPeriodFile)
+		if qerr != nil || perr != nil {
+			return
+		}
+		limit = []byte(strings.TrimSpace(string(quota)) + " " + strings.TrimSpace(string(period)))
 	}
-	if n, ok := cpuLimit(string(b)); ok && n < runtime.GOMAXPROCS(0) {
+	if n, ok := cpuLimit(string(limit)); ok && n < runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 	}
 }
 
-// cpuLimit parses cpu.max ("QUOTA PERIOD", or "max PERIOD" for none) into
-// whole CPUs, rounded up; ok is false without a limit.
+// cpuLimit parses "QUOTA PERIOD" (cpu.max; "max" or v1's -1 for no limit)
+// into whole CPUs, rounded up; ok is false without a limit.
 func cpuLimit(s string) (int, bool) {
 	quota, period, ok := strings.Cut(strings.TrimSpace(s), " ")
 	if !ok || quota == "max" {
