@@ -10,15 +10,17 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
 // direct is the fast path of write and edit (docs/file-tools.md §4.3,
-// §4.4) for the common case: every parent of the target is a real
+// §4.4), and of read and ls (lsDirect), for the common case: every parent of the target is a real
 // directory and the target is missing or a regular file the engine may
 // write. It holds an O_PATH handle of the root and opens the target's
 // directory one component at a time with O_NOFOLLOW (no symlink is ever
@@ -360,4 +362,82 @@ func writeAccess(dirfd int, base string) error {
 		return errno
 	}
 	return nil
+}
+
+// lsDirect is Ls's fast path when no component of p is a symlink: the
+// directory reached one component at a time without following links
+// (direct.openDir), its names read through one descriptor and each child
+// lstat'ed with fstatat on the directory's handle, where the general path
+// walks the tree again for each of its resolve, stat, open and lstats.
+// handled is false when the general path must answer (a symlink, a
+// missing or refused component, not a directory, the fast path off); the
+// entries are the general path's, unsorted.
+func (e *Engine) lsDirect(ctx context.Context, p string) (entries []backend.FileInfo, handled bool, err error) {
+	name := strings.TrimPrefix(p, "/")
+	if name == "" {
+		name = "."
+	}
+	dirfd, done, ok := e.direct.openDir(name)
+	if !ok {
+		return nil, false, nil
+	}
+	defer done()
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, nil
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, true, e.fail("ls", p, err)
+	}
+	entries = make([]backend.FileInfo, 0, len(names))
+	for i, n := range names {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, true, e.fail("ls", p, err)
+			}
+		}
+		vp := vpath.Join(p, n)
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			entries = append(entries, backend.FileInfo{Path: vp, Kind: backend.KindOther})
+			continue
+		}
+		entries = append(entries, fileInfo(vp, statInfo{name: n, st: &st}))
+	}
+	return entries, true, nil
+}
+
+// statInfo is an fs.FileInfo of an fstatat result, as os.Lstat would
+// describe it.
+type statInfo struct {
+	name string
+	st   *unix.Stat_t
+}
+
+func (s statInfo) Name() string       { return s.name }
+func (s statInfo) Size() int64        { return s.st.Size }
+func (s statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s statInfo) IsDir() bool        { return s.Mode().IsDir() }
+func (s statInfo) Sys() any           { return s.st }
+
+func (s statInfo) Mode() fs.FileMode {
+	m := fs.FileMode(s.st.Mode & 0o777)
+	switch s.st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	}
+	return m
 }

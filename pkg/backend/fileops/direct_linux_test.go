@@ -6,6 +6,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
+	"syscall"
 	"testing"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -98,4 +101,61 @@ func TestDirectPathTakenOrDeclined(t *testing.T) {
 			t.Errorf("a temp file was left behind: %s", de.Name())
 		}
 	}
+}
+
+// TestLsDirectMatchesGeneral: where the fast path of ls answers (no
+// symlink on the way to a directory), it lists exactly what the general
+// path lists, every kind of entry included; elsewhere it declines.
+func TestLsDirectMatchesGeneral(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "a/b/sub"), 0o750))
+	must(os.WriteFile(filepath.Join(root, "a/b/f.txt"), []byte("one\n"), 0o640))
+	must(os.WriteFile(filepath.Join(root, "a/b/x.sh"), []byte("#!/bin/sh\n"), 0o755))
+	must(os.Symlink("f.txt", filepath.Join(root, "a/b/flink")))
+	must(os.Symlink("nowhere", filepath.Join(root, "a/b/dangling")))
+	must(syscall.Mkfifo(filepath.Join(root, "a/b/fifo"), 0o600))
+	must(os.Symlink("a", filepath.Join(root, "link")))
+	e, err := New(root, WithSync(false))
+	must(err)
+	defer e.Close()
+	ctx := context.Background()
+
+	for _, p := range []string{"/", "/a", "/a/b", "/a/b/sub"} {
+		fast, handled, err := e.lsDirect(ctx, p)
+		if !handled || err != nil {
+			t.Fatalf("lsDirect(%s): handled %v, err %v", p, handled, err)
+		}
+		general, err := e.lsEntries(ctx, p)
+		must(err)
+		sortEntries(fast)
+		sortEntries(general)
+		if !reflect.DeepEqual(fast, general) {
+			t.Errorf("ls %s:\nfast    %+v\ngeneral %+v", p, fast, general)
+		}
+	}
+	for _, p := range []string{"/link/b", "/a/b/flink", "/a/b/f.txt", "/a/none"} {
+		if _, handled, _ := e.lsDirect(ctx, p); handled {
+			t.Errorf("lsDirect(%s) answered; the general path must", p)
+		}
+	}
+	res, err := e.Ls(ctx, "/a/b")
+	must(err)
+	var kinds []backend.FileKind
+	for _, en := range res.Entries {
+		kinds = append(kinds, en.Kind)
+	}
+	want := []backend.FileKind{backend.KindSymlink, backend.KindFile, backend.KindOther, backend.KindSymlink, backend.KindDir, backend.KindFile}
+	if !reflect.DeepEqual(kinds, want) {
+		t.Errorf("Ls /a/b kinds %v, want %v (%+v)", kinds, want, res.Entries)
+	}
+}
+
+func sortEntries(es []backend.FileInfo) {
+	sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
 }

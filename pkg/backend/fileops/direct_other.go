@@ -27,3 +27,7 @@ func (e *Engine) editDirect(context.Context, string, backend.EditRequest) (res b
 }
 
 func (e *Engine) openReadDirect(string) (*os.File, fs.FileInfo, bool) { return nil, nil, false }
+
+func (e *Engine) lsDirect(context.Context, string) ([]backend.FileInfo, bool, error) {
+	return nil, false, nil
+}

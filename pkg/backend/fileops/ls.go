@@ -22,32 +22,52 @@ func (e *Engine) Ls(ctx context.Context, path string) (backend.LsResult, error) 
 	}
 	ctx, cancel := e.opContext(ctx)
 	defer cancel()
+	entries, handled, err := e.lsDirect(ctx, p)
+	if !handled {
+		entries, err = e.lsEntries(ctx, p)
+	}
+	if err != nil {
+		return backend.LsResult{}, err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+	res := backend.LsResult{Entries: entries}
+	if len(entries) > backend.LsMaxEntries {
+		res.Entries = entries[:backend.LsMaxEntries:backend.LsMaxEntries]
+		res.Truncated = true
+	}
+	return res, nil
+}
+
+// lsEntries is Ls's general path: p resolved through symlinks within the
+// root, the directory opened as a root of its own, and each child
+// lstat'ed through it; unsorted.
+func (e *Engine) lsEntries(ctx context.Context, p string) ([]backend.FileInfo, error) {
 	name, err := e.resolve(p, true)
 	if err != nil {
-		return backend.LsResult{}, e.fail("ls", p, err)
+		return nil, e.fail("ls", p, err)
 	}
 	fi, err := e.root.Stat(name)
 	if err != nil {
-		return backend.LsResult{}, e.fail("ls", p, err)
+		return nil, e.fail("ls", p, err)
 	}
 	if !fi.IsDir() {
-		return backend.LsResult{}, backend.Errorf(backend.CodeNotADirectory, p,
+		return nil, backend.Errorf(backend.CodeNotADirectory, p,
 			"ls %s: not a directory; read a file with read_file", p)
 	}
 	dir, closeDir, err := e.openDir(name, fi)
 	if err != nil {
-		return backend.LsResult{}, e.fail("ls", p, err)
+		return nil, e.fail("ls", p, err)
 	}
 	defer closeDir()
 	names, err := readNames(dir)
 	if err != nil {
-		return backend.LsResult{}, e.fail("ls", p, err)
+		return nil, e.fail("ls", p, err)
 	}
 	entries := make([]backend.FileInfo, 0, len(names))
 	for i, n := range names {
 		if i%256 == 0 {
 			if err := ctx.Err(); err != nil {
-				return backend.LsResult{}, e.fail("ls", p, err)
+				return nil, e.fail("ls", p, err)
 			}
 		}
 		vp := vpath.Join(p, n)
@@ -58,13 +78,7 @@ func (e *Engine) Ls(ctx context.Context, path string) (backend.LsResult, error) 
 		}
 		entries = append(entries, fileInfo(vp, cfi))
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
-	res := backend.LsResult{Entries: entries}
-	if len(entries) > backend.LsMaxEntries {
-		res.Entries = entries[:backend.LsMaxEntries:backend.LsMaxEntries]
-		res.Truncated = true
-	}
-	return res, nil
+	return entries, nil
 }
 
 // fileInfo describes the lstat'ed entry at virtual path vp.

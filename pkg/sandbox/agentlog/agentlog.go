@@ -7,7 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/plumbhq/plumb/pkg/jsonquote"
 )
 
 // Level is the importance of a line; a Logger writes the lines at or above
@@ -97,7 +98,7 @@ func Err(err error) Attr {
 // appendTo appends a as `,"key":value`.
 func (a Attr) appendTo(b []byte) []byte {
 	b = append(b, ',')
-	b = appendString(b, a.key)
+	b = jsonquote.Append(b, a.key)
 	b = append(b, ':')
 	switch a.typ {
 	case typeInt:
@@ -105,7 +106,7 @@ func (a Attr) appendTo(b []byte) []byte {
 	case typeUint64:
 		return strconv.AppendUint(b, a.num, 10)
 	}
-	return appendString(b, a.str)
+	return jsonquote.Append(b, a.str)
 }
 
 // Logger writes leveled lines to one io.Writer. It is safe for concurrent
@@ -189,7 +190,7 @@ func (l *Logger) log(level Level, msg string, attrs []Attr) {
 	b = append(b, `","level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","msg":`...)
-	b = appendString(b, msg)
+	b = jsonquote.Append(b, msg)
 	b = append(b, l.attrs...)
 	for _, a := range attrs {
 		b = a.appendTo(b)
@@ -199,56 +200,4 @@ func (l *Logger) log(level Level, msg string, attrs []Attr) {
 	if cap(b) <= maxKeptBuf {
 		o.buf = b
 	}
-}
-
-const hex = "0123456789abcdef"
-
-// appendString appends s as a JSON string, escaped as slog's JSONHandler
-// escapes it: '"' and '\\' with a backslash, \n \r \t as such, other
-// control characters, U+2028 and U+2029 as \uXXXX, and each byte of
-// invalid UTF-8 as \ufffd. '<', '>' and '&' are left as they are.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0 // s[start:i] is still to be copied
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

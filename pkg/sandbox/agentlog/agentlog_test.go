@@ -124,30 +124,6 @@ func TestLines(t *testing.T) {
 	}
 }
 
-func TestEscaping(t *testing.T) {
-	for _, tt := range []struct {
-		in, want string
-	}{
-		{"", `""`},
-		{"plain text", `"plain text"`},
-		{`quote " backslash \`, `"quote \" backslash \\"`},
-		{"\n\r\t", `"\n\r\t"`},
-		{"\x00\x01\x08\x0c\x1f", `"\u0000\u0001\u0008\u000c\u001f"`},
-		{"\x7f ~", "\"\x7f ~\""},
-		{"<a href='x'>&amp;</a>", `"<a href='x'>&amp;</a>"`},
-		{"héllo, 世界 🙂", `"héllo, 世界 🙂"`},
-		{"\u2028\u2029", `"\u2028\u2029"`},
-		{"bad \xff byte", `"bad \ufffd byte"`},
-		{"cut \xe4\xb8", `"cut \ufffd\ufffd"`},
-		{"\xed\xa0\x80", `"\ufffd\ufffd\ufffd"`}, // a surrogate half
-		{"\U0010ffff", "\"\U0010ffff\""},
-	} {
-		if got := string(appendString(nil, tt.in)); got != tt.want {
-			t.Errorf("appendString(%q) = %s, want %s", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestLevels(t *testing.T) {
 	methods := []struct {
 		level Level

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/plumbhq/plumb/pkg/jsonquote"
 )
 
 // The frames' JSON codec. The wire is plain JSON, which sandboxd also
@@ -162,7 +164,7 @@ func appendValue(b []byte, v reflect.Value) ([]byte, error) {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return strconv.AppendUint(b, v.Uint(), 10), nil
 	case reflect.String:
-		return appendString(b, v.String()), nil
+		return jsonquote.Append(b, v.String()), nil
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return append(b, "null"...), nil
@@ -206,7 +208,7 @@ func appendValue(b []byte, v reflect.Value) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(appendString(b, k), ':')
+			b = append(jsonquote.Append(b, k), ':')
 			key.SetString(k)
 			var err error
 			if b, err = appendValue(b, v.MapIndex(key)); err != nil {
@@ -226,7 +228,7 @@ func appendValue(b []byte, v reflect.Value) ([]byte, error) {
 				b = append(b, ',')
 			}
 			first = false
-			b = append(appendString(b, f.name), ':')
+			b = append(jsonquote.Append(b, f.name), ':')
 			var err error
 			if b, err = appendValue(b, fv); err != nil {
 				return nil, err
@@ -252,58 +254,6 @@ func isEmpty(v reflect.Value) bool {
 		return v.IsNil()
 	}
 	return false
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string: quote, backslash and control
-// characters escaped, invalid UTF-8 replaced by U+FFFD, and U+2028 and
-// U+2029 escaped as encoding/json escapes them.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(append(b, s[start:]...), '"')
 }
 
 // maxDepth bounds the nesting of a value skipped or kept raw, as
