@@ -149,8 +149,12 @@ func (r *Row) judgeAtFloor(fl, baseline float64, met func(p50, ratio float64) bo
 		r.Verdict = verdictPass
 	case fl > 0 && !met(fl, baseline/fl):
 		r.Verdict = verdictFloor
-		r.note("target missed, but the floor misses it too (floor %s, %s the baseline): beyond what this engine allows on this machine; plumb adds %s over its floor",
-			fmtVal(fl, unitMs), fmtRatio(baseline/fl), fmtVal(r.P50-fl, unitMs))
+		over := "plumb adds " + fmtVal(r.P50-fl, unitMs) + " over its floor"
+		if r.P50 <= fl {
+			over = "plumb is at its floor (within the noise)"
+		}
+		r.note("target missed, but the floor misses it too (floor %s, %s the baseline): beyond what this engine allows on this machine; %s",
+			fmtVal(fl, unitMs), fmtRatio(baseline/fl), over)
 	default:
 		r.Verdict = verdictMiss
 		r.note("the floor (%s) meets the target: the miss is plumb's own %s over it", fmtVal(fl, unitMs), fmtVal(r.P50-fl, unitMs))

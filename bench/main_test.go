@@ -468,6 +468,7 @@ func TestJudgeAtFloor(t *testing.T) {
 		{"floor over the p50 target", 2.0, 1.3, 60, verdictFloor, "plumb adds 0.700 ms over its floor"},
 		{"floor under the ratio target", 2.0, 1.0, 30, verdictFloor, "the floor misses it too"},
 		{"plumb's own miss", 2.0, 0.8, 60, verdictMiss, "the miss is plumb's own 1.20 ms"},
+		{"at the floor", 6.6, 7.1, 60, verdictFloor, "plumb is at its floor"},
 	} {
 		r := Row{P50: tt.p50}
 		r.judgeAtFloor(tt.floor, tt.baseline, met)
