@@ -13,8 +13,9 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
-// rssBoundKiB is a generous bound on an idle agent's RSS (4.4–4.5 MiB
-// measured; B9's target for everything plumb adds to a box is 4 MiB).
+// rssBoundKiB is a generous bound on an idle agent's RSS (4.1–4.3 MiB
+// measured with GOMAXPROCS=2 since the agent has its own frame codec and
+// logger; B9's target for everything plumb adds to a box is 4 MiB).
 // The RSS of an idle agent is mostly the binary's pages (whatever it
 // links) and the heap its package initialisers leave, so it moves with
 // what the binary links and does at start, not with the machine's load.
