@@ -172,6 +172,7 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 	l := &link{dead: make(chan struct{}), waited: make(chan struct{}), kill: func() {}, drop: func() {}}
 	var t sdk.Transport
 	var drained chan struct{}
+	var out *procOut // stdio only
 	if s.srv.URL != "" {
 		tr := &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
@@ -203,9 +204,13 @@ func (s *session) connect(ctx context.Context) (*link, error) {
 			defer close(drained)
 			_, _ = io.Copy(l.stderr, proc.Stderr())
 		}()
-		t = &sdk.IOTransport{Reader: procOut{proc}, Writer: proc.Stdin(), MaxLineLength: s.srv.maxMessageBytes()}
+		out = &procOut{p: proc}
+		t = &sdk.IOTransport{Reader: out, Writer: proc.Stdin(), MaxLineLength: s.srv.maxMessageBytes()}
 	}
 	cs, err := client.Connect(ctx, t, nil)
+	if out != nil {
+		out.connected.Store(true)
+	}
 	if err != nil {
 		if drained != nil && ctx.Err() == nil {
 			// The server closed its end: it is exiting, so let it finish
@@ -465,10 +470,24 @@ func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // procOut is a process's stdout whose Close kills the process: the SDK
 // closes its reader when the connection ends, garbage included.
-type procOut struct{ p backend.Process }
+// procOut is a stdio server's stdout as the SDK's transport reads it.
+// Closing it kills the server once connected; during the handshake it
+// only closes the server's stdin: the SDK closes the transport as soon as
+// a failed handshake ends, and killing then would cut the stderr that says
+// why before connect has drained it (connect kills the server itself).
+type procOut struct {
+	p         backend.Process
+	connected atomic.Bool
+}
 
-func (o procOut) Read(b []byte) (int, error) { return o.p.Stdout().Read(b) }
-func (o procOut) Close() error               { return o.p.Close() }
+func (o *procOut) Read(b []byte) (int, error) { return o.p.Stdout().Read(b) }
+
+func (o *procOut) Close() error {
+	if !o.connected.Load() {
+		return o.p.Stdin().Close()
+	}
+	return o.p.Close()
+}
 
 // tail keeps the last stderrTail bytes written to it.
 type tail struct {
