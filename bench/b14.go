@@ -32,9 +32,7 @@ func runB14(ctx context.Context, e *env) ([]Row, error) {
 			ctx, cancel := cleanupCtx()
 			defer cancel()
 			_, _ = cli.ContainerUnpause(ctx, cid, client.ContainerUnpauseOptions{})
-			if _, err := cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-				e.log("remove container %s: %v", cid, err)
-			}
+			e.removeContainer(ctx, cid)
 		}()
 	}
 	if err != nil {

@@ -194,9 +194,7 @@ func (e *env) restoreFloor(ctx context.Context, load workload) (*floorProbe, err
 		ctx, cancel := cleanupCtx()
 		defer cancel()
 		if cid != "" {
-			if _, err := cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-				e.log("remove container %s: %v", cid, err)
-			}
+			e.removeContainer(ctx, cid)
 			cid = ""
 		}
 		if vol != "" {

@@ -34,6 +34,8 @@ type smallOp struct {
 	// base64 payloads; check validates its stdout.
 	shell string
 	check func(stdout []byte) error
+	// writes marks an op that replaces a file: its floor has the write part.
+	writes bool
 }
 
 // runB1 times small file operations through gRPC → SandboxService → the
@@ -128,7 +130,8 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				}
 				return err
 			},
-			shell: "echo " + b64(payload) + " | base64 -d > " + b1Dir + "/write-base.txt",
+			shell:  "echo " + b64(payload) + " | base64 -d > " + b1Dir + "/write-base.txt",
+			writes: true,
 		},
 		{
 			name: "edit one line",
@@ -141,6 +144,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				return err
 			},
 			// Set per call below: the payload alternates.
+			writes: true,
 		},
 		{
 			name: "ls (20 entries)",
@@ -240,8 +244,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 	t := b1Target(e.runtime)
 	for i, op := range ops {
 		rows[i].Target = t.String("(a)")
-		writes := op.name == "write 4 KiB" || op.name == "edit one line"
-		rows[i].judgeAtFloor(floor.p50(writes), aP50[i], t.met)
+		rows[i].judgeAtFloor(floor.p50(op.writes), aP50[i], t.met)
 	}
 	// The edits must have left both files consistent.
 	for _, f := range []string{"/edit.txt", "/edit-base.txt"} {

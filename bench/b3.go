@@ -75,9 +75,7 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 		}
 		ctx, cancel := cleanup()
 		defer cancel()
-		if _, err := cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-			e.log("remove container %s: %v", cid, err)
-		}
+		e.removeContainer(ctx, cid)
 		cid = ""
 	}
 

@@ -61,6 +61,15 @@ func engineExecTo(ctx context.Context, cli *client.Client, cid string, w io.Writ
 	return res, nil
 }
 
+// removeContainer force-removes the engine container cid with its
+// anonymous volumes (untimed cleanup: an error only reaches the log, and
+// the leftover check at the end catches what stayed).
+func (e *env) removeContainer(ctx context.Context, cid string) {
+	if _, err := e.docker.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		e.log("remove container %s: %v", cid, err)
+	}
+}
+
 // engineExecOK is engineExec that fails unless the command exits 0.
 func engineExecOK(ctx context.Context, cli *client.Client, cid string, cmd ...string) ([]byte, error) {
 	r, err := engineExec(ctx, cli, cid, cmd...)

@@ -203,9 +203,7 @@ func (e *env) echoProbe(ctx context.Context) (*probe, func(), error) {
 		}
 		ctx, cancel := cleanupCtx()
 		defer cancel()
-		if _, err := cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-			e.log("remove container %s: %v", cid, err)
-		}
+		e.removeContainer(ctx, cid)
 	}
 	if err != nil {
 		return nil, remove, err

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend"
-	"github.com/plumbhq/plumb/pkg/backend/vpath"
 )
 
 // direct is the fast path of write and edit (docs/file-tools.md §4.3,
@@ -392,22 +391,14 @@ func (e *Engine) lsDirect(ctx context.Context, p string) (entries []backend.File
 	if err != nil {
 		return nil, true, e.fail("ls", p, err)
 	}
-	entries = make([]backend.FileInfo, 0, len(names))
-	for i, n := range names {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, true, e.fail("ls", p, err)
-			}
-		}
-		vp := vpath.Join(p, n)
+	entries, err = e.lsInfo(ctx, p, names, func(n string) (fs.FileInfo, error) {
 		var st unix.Stat_t
 		if err := unix.Fstatat(dirfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			entries = append(entries, backend.FileInfo{Path: vp, Kind: backend.KindOther})
-			continue
+			return nil, err
 		}
-		entries = append(entries, fileInfo(vp, statInfo{name: n, st: &st}))
-	}
-	return entries, true, nil
+		return statInfo{name: n, st: &st}, nil
+	})
+	return entries, true, err
 }
 
 // statInfo is an fs.FileInfo of an fstatat result, as os.Lstat would

@@ -63,6 +63,12 @@ func (e *Engine) lsEntries(ctx context.Context, p string) ([]backend.FileInfo, e
 	if err != nil {
 		return nil, e.fail("ls", p, err)
 	}
+	return e.lsInfo(ctx, p, names, dir.Lstat)
+}
+
+// lsInfo describes the children names of the directory p, each by its
+// lstat; one whose lstat fails is listed with kind other.
+func (e *Engine) lsInfo(ctx context.Context, p string, names []string, lstat func(name string) (fs.FileInfo, error)) ([]backend.FileInfo, error) {
 	entries := make([]backend.FileInfo, 0, len(names))
 	for i, n := range names {
 		if i%256 == 0 {
@@ -71,12 +77,12 @@ func (e *Engine) lsEntries(ctx context.Context, p string) ([]backend.FileInfo, e
 			}
 		}
 		vp := vpath.Join(p, n)
-		cfi, err := dir.Lstat(n)
+		fi, err := lstat(n)
 		if err != nil {
 			entries = append(entries, backend.FileInfo{Path: vp, Kind: backend.KindOther})
 			continue
 		}
-		entries = append(entries, fileInfo(vp, cfi))
+		entries = append(entries, fileInfo(vp, fi))
 	}
 	return entries, nil
 }

@@ -293,7 +293,7 @@ func (d *decoder) peek() byte {
 
 // literal consumes the literal lit (true, false, null).
 func (d *decoder) literal(lit string) error {
-	if !strings.HasPrefix(string(d.data[d.pos:min(d.pos+len(lit), len(d.data))]), lit) {
+	if string(d.data[d.pos:min(d.pos+len(lit), len(d.data))]) != lit { // no allocation
 		return d.syntax("invalid literal")
 	}
 	d.pos += len(lit)
@@ -341,21 +341,19 @@ func (d *decoder) value(v reflect.Value) error {
 			return d.literal("false")
 		}
 		return mismatch("a "+tokenName(c), v.Type())
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		lit, err := d.integer(c, v.Type())
 		if err != nil {
 			return err
 		}
-		n, err := strconv.ParseInt(lit, 10, v.Type().Bits())
-		if err != nil {
-			return mismatch("number "+lit, v.Type())
-		}
-		v.SetInt(n)
-		return nil
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		lit, err := d.integer(c, v.Type())
-		if err != nil {
-			return err
+		if v.CanInt() {
+			n, err := strconv.ParseInt(lit, 10, v.Type().Bits())
+			if err != nil {
+				return mismatch("number "+lit, v.Type())
+			}
+			v.SetInt(n)
+			return nil
 		}
 		n, err := strconv.ParseUint(lit, 10, v.Type().Bits())
 		if err != nil {
@@ -589,17 +587,10 @@ func (d *decoder) members(each func(name string) error) error {
 		return nil
 	}
 	for {
-		if d.peek() != '"' {
-			return d.syntax("expected a member name")
-		}
-		name, err := d.str()
+		name, err := d.memberName()
 		if err != nil {
 			return err
 		}
-		if d.peek() != ':' {
-			return d.syntax("expected ':'")
-		}
-		d.pos++
 		if err := each(name); err != nil {
 			return err
 		}
@@ -722,7 +713,7 @@ func (d *decoder) skip() error {
 				break
 			}
 			if c == '{' {
-				if err := d.memberName(); err != nil {
+				if _, err := d.memberName(); err != nil {
 					return err
 				}
 			}
@@ -760,7 +751,7 @@ func (d *decoder) skip() error {
 			case ',':
 				d.pos++
 				if open == '{' {
-					if err := d.memberName(); err != nil {
+					if _, err := d.memberName(); err != nil {
 						return err
 					}
 				}
@@ -776,17 +767,18 @@ func (d *decoder) skip() error {
 	}
 }
 
-// memberName consumes `"name":` inside an object being skipped.
-func (d *decoder) memberName() error {
+// memberName consumes an object member's `"name":` and returns the name.
+func (d *decoder) memberName() (string, error) {
 	if d.peek() != '"' {
-		return d.syntax("expected a member name")
+		return "", d.syntax("expected a member name")
 	}
-	if _, err := d.str(); err != nil {
-		return err
+	name, err := d.str()
+	if err != nil {
+		return "", err
 	}
 	if d.peek() != ':' {
-		return d.syntax("expected ':'")
+		return "", d.syntax("expected ':'")
 	}
 	d.pos++
-	return nil
+	return name, nil
 }
