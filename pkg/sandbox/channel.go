@@ -183,6 +183,8 @@ type channel struct {
 	armed *atomic.Bool
 	// pid1: the container's own stdio, served by the agent as PID 1.
 	pid1 bool
+	// lending borrows the agent's descriptors (lend.go); reset closes it.
+	lending lending
 }
 
 // maxLagBytes bounds the stream events one request may hold that its
@@ -451,7 +453,9 @@ func (ch *channel) reset(reason error) {
 	ch.pending = map[uint64]*call{}
 	ch.cancelled = map[uint64]agentproto.Limits{}
 	ch.order = nil
+	l := ch.lending.l
 	ch.mu.Unlock()
+	l.close()
 	// Log and report before waking the callers: nothing of the channel's
 	// runs after they return.
 	ch.lg.Warn("agent channel reset", zap.Error(reason), zap.Int("in-flight", inflight))

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -54,6 +56,12 @@ func (f *Files) exchange(ctx context.Context, op agentproto.Op, args any, payloa
 	if err != nil {
 		return nil, err
 	}
+	return f.exchangeOn(ctx, ch, op, args, payload, out, onEvent)
+}
+
+// exchangeOn is exchange on a given channel: the requests of a transfer
+// that borrows the agent's descriptors all go to the agent that lent them.
+func (f *Files) exchangeOn(ctx context.Context, ch *channel, op agentproto.Op, args any, payload []byte, out any, onEvent func(agentproto.Response) error) ([]byte, error) {
 	end := f.m.begin(f.sb)
 	final, err := ch.exchange(ctx, op, args, payload, onEvent)
 	end()
@@ -330,13 +338,52 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 		}
 	}
 	next = prepend(next, first, second)
-	var h agentproto.UploadHandle
-	if err := f.invoke(ctx, agentproto.OpUploadOpen, agentproto.PathArgs{Path: path}, &h, nil); err != nil {
+	ch, err := f.channel(ctx, "upload")
+	if err != nil {
 		return 0, err
 	}
+	l := f.m.lender(f.sb, ch)
+	var h agentproto.UploadHandle
+	if _, err := f.exchangeOn(ctx, ch, agentproto.OpUploadOpen, agentproto.OpenArgs{Path: path, Lend: l != nil}, nil, &h, nil); err != nil {
+		return 0, err
+	}
+	var off int64
+	if lent, berr := l.borrow(h.Lent); berr == nil {
+		f.m.lent.Add(1)
+		off, err = writeLent(ctx, lent, path, next)
+	} else {
+		off, err = f.uploadChunks(ctx, ch, h.Handle, path, next)
+	}
+	if err != nil {
+		_, _ = f.exchangeOn(context.WithoutCancel(ctx), ch, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil, nil, nil)
+		return 0, err
+	}
+	var res backend.WriteResult
+	if _, err := f.exchangeOn(ctx, ch, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true, Size: off}, nil, &res, nil); err != nil {
+		return 0, err
+	}
+	if res.BytesWritten != off {
+		return 0, backend.Errorf(backend.CodeInternal, path, "upload %s: the agent reports %d bytes written, %d were sent", path, res.BytesWritten, off)
+	}
+	return off, nil
+}
+
+// checkItemCap refuses an upload that would grow past the item cap.
+func checkItemCap(path string, end int64) error {
+	if end > backend.ItemCap {
+		return backend.Errorf(backend.CodeTooLarge, path, "upload %s: larger than the %d-byte item limit", path, backend.ItemCap).
+			WithDetail("limit", itoa(backend.ItemCap))
+	}
+	return nil
+}
+
+// uploadChunks sends an open upload's bytes as upload_chunk requests of at
+// most agentproto.ChunkBytes at their offsets, agentproto.Window of them
+// in flight at once, and returns how many were sent.
+func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path string, next func() ([]byte, error)) (int64, error) {
 	w := newWindow(ctx)
 	var off int64
-	err = func() error {
+	err := func() error {
 		for {
 			data, err := next()
 			if err != nil {
@@ -348,13 +395,12 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 			for len(data) > 0 {
 				c := data[:min(len(data), agentproto.ChunkBytes)]
 				data = data[len(c):]
-				if off+int64(len(c)) > backend.ItemCap {
-					return backend.Errorf(backend.CodeTooLarge, path, "upload %s: larger than the %d-byte item limit", path, backend.ItemCap).
-						WithDetail("limit", itoa(backend.ItemCap))
+				if err := checkItemCap(path, off+int64(len(c))); err != nil {
+					return err
 				}
-				args := agentproto.UploadChunkArgs{Handle: h.Handle, Offset: off}
+				args := agentproto.UploadChunkArgs{Handle: handle, Offset: off}
 				if err := w.start(func(ctx context.Context) error {
-					_, err := f.exchange(ctx, agentproto.OpUploadChunk, args, c, nil, nil)
+					_, err := f.exchangeOn(ctx, ch, agentproto.OpUploadChunk, args, c, nil, nil)
 					return err
 				}, nil); err != nil {
 					return err
@@ -366,18 +412,31 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 	if werr := w.drain(); err == nil {
 		err = werr
 	}
-	if err != nil {
-		_ = f.invoke(context.WithoutCancel(ctx), agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil, nil)
-		return 0, err
+	return off, err
+}
+
+// writeLent writes an upload's bytes into the temp file the agent lent
+// (lend.go), then closes it, and returns how many were written.
+func writeLent(ctx context.Context, file *os.File, path string, next func() ([]byte, error)) (int64, error) {
+	defer file.Close()
+	var off int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return off, backend.FromOS("upload", path, err)
+		}
+		data, err := next()
+		if err != nil || data == nil {
+			return off, err
+		}
+		if err := checkItemCap(path, off+int64(len(data))); err != nil {
+			return off, err
+		}
+		n, err := file.WriteAt(data, off)
+		off += int64(n)
+		if err != nil {
+			return off, backend.FromOS("upload", path, err)
+		}
 	}
-	var res backend.WriteResult
-	if err := f.invoke(ctx, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true, Size: off}, &res, nil); err != nil {
-		return 0, err
-	}
-	if res.BytesWritten != off {
-		return 0, backend.Errorf(backend.CodeInternal, path, "upload %s: the agent reports %d bytes written, %d were sent", path, res.BytesWritten, off)
-	}
-	return off, nil
 }
 
 // uploadFile writes a file of at most one chunk with one request.
@@ -510,26 +569,34 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 	if len(path) > backend.MaxPathBytes {
 		return 0, backend.Errorf(backend.CodeInvalidPath, "", "download: path longer than %d bytes", backend.MaxPathBytes)
 	}
+	ch, err := f.channel(ctx, "download")
+	if err != nil {
+		return 0, err
+	}
+	l := f.m.lender(f.sb, ch)
 	var h agentproto.DownloadHandle
-	if err := f.invoke(ctx, agentproto.OpDownloadOpen, agentproto.PathArgs{Path: path}, &h, nil); err != nil {
+	if _, err := f.exchangeOn(ctx, ch, agentproto.OpDownloadOpen, agentproto.OpenArgs{Path: path, Lend: l != nil}, nil, &h, nil); err != nil {
 		return 0, err
 	}
 	defer func() {
-		_ = f.invoke(context.WithoutCancel(ctx), agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: h.Handle}, nil, nil)
+		_, _ = f.exchangeOn(context.WithoutCancel(ctx), ch, agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: h.Handle}, nil, nil, nil)
 	}()
 	if h.Size < 0 || h.Size > backend.ItemCap {
 		return 0, backend.Errorf(backend.CodeTooLarge, path, "download %s: larger than the %d-byte item limit", path, backend.ItemCap).
 			WithDetail("limit", itoa(backend.ItemCap))
 	}
+	if lent, berr := l.borrow(h.Lent); berr == nil {
+		f.m.lent.Add(1)
+		return h.Size, readLent(ctx, lent, path, h.Size, sink)
+	}
 	w := newWindow(ctx)
-	var err error
 	for off := int64(0); off < h.Size && err == nil; {
 		n := int(min(h.Size-off, agentproto.ChunkBytes))
 		args := agentproto.DownloadReadArgs{Handle: h.Handle, Offset: off, Length: n}
 		var data []byte
 		err = w.start(func(ctx context.Context) error {
 			var err error
-			data, err = f.exchange(ctx, agentproto.OpDownloadRead, args, nil, nil, nil)
+			data, err = f.exchangeOn(ctx, ch, agentproto.OpDownloadRead, args, nil, nil, nil)
 			return err
 		}, func() error {
 			if len(data) != n {
@@ -549,6 +616,53 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 		return 0, err
 	}
 	return h.Size, nil
+}
+
+// readLent passes the size bytes of the file the agent lent for a download
+// (lend.go) to sink in chunks of agentproto.ChunkBytes, reusing one buffer
+// (sink must not keep it), then closes it. A file that no longer has its
+// size at open fails the download as the agent's reads do.
+func readLent(ctx context.Context, file *os.File, path string, size int64, sink func([]byte) error) error {
+	defer file.Close()
+	buf := make([]byte, min(size, agentproto.ChunkBytes))
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return backend.FromOS("download", path, err)
+		}
+		b := buf[:min(size-off, int64(len(buf)))]
+		n, err := file.ReadAt(b, off)
+		if errors.Is(err, io.EOF) {
+			return sizeChanged(path, size, fileSize(file))
+		}
+		if err != nil {
+			return backend.FromOS("download", path, err)
+		}
+		if err := sink(b); err != nil {
+			return err
+		}
+		off += int64(n)
+	}
+	if now := fileSize(file); now != size {
+		return sizeChanged(path, size, now)
+	}
+	return nil
+}
+
+// fileSize is file's size now, or -1 when it cannot be read.
+func fileSize(file *os.File) int64 {
+	fi, err := file.Stat()
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+// sizeChanged is the error of a download whose file no longer has its
+// size at open, worded as fileops' DownloadFile words it.
+func sizeChanged(path string, size, now int64) error {
+	return backend.Errorf(backend.CodeInvalidArgument, path,
+		"download %s: the file changed size during the download (%d bytes at open, %d now); retry it", path, size, now).
+		WithDetail("reason", "changed")
 }
 
 // asItemError returns the *backend.Error that fails one batch item, or nil

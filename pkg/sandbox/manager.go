@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plumbhq/plumb/pkg/egress"
@@ -175,6 +176,10 @@ type Config struct {
 	// directory itself (hostfill.go): the bench's baseline and the tests
 	// of both paths.
 	EngineFill bool
+	// ChannelTransfers sends every upload's and download's bytes through
+	// the agent channel, even where this worker could move them through
+	// the agent's open file itself (lend.go): the tests of both paths.
+	ChannelTransfers bool
 }
 
 // The values of Config.Channel.
@@ -193,7 +198,8 @@ type Manager struct {
 	lg     *zap.Logger
 	images *images
 	now    func() time.Time
-	budget *memBudget // shared by every agent channel
+	budget *memBudget   // shared by every agent channel
+	lent   atomic.Int64 // transfers whose bytes went through a lent descriptor (lend.go)
 	bg     sync.WaitGroup
 	limits limits // the policy resolved against the host
 	// remappedIDs: the engine's files have other owners on the host

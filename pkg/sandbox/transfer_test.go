@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+	"github.com/plumbhq/plumb/pkg/sandbox/sandboxtest"
 )
 
 // heapProbe samples the worker's live heap (after a GC) and keeps the
@@ -50,10 +52,40 @@ func pattern(i int, n int) []byte {
 // bytes and that the worker's heap stays bounded by the transfer window,
 // not the file; then the cap itself and a file that changes size while it
 // is downloaded.
+// TestTransfers runs uploads and downloads both ways the bytes can go:
+// through the agent's open file (lend.go: runc, the agent as PID 1) and
+// through the channel (Config.ChannelTransfers, and gVisor, which never
+// lends), checking which one each took.
 func TestTransfers(t *testing.T) {
 	e := newEnv(t)
-	m := e.manager(t)
-	info := e.create(t, m, sandbox.CreateSpec{})
+	runtimes := sandboxtest.Runtimes(t, e.cli)
+	lends := sandboxtest.Channel() == sandbox.ChannelStdio // an exec'd agent is not PID 1
+	for _, c := range []struct {
+		name    string
+		runtime string
+		channel bool // Config.ChannelTransfers
+		lent    bool // the bytes must go through the agent's file
+	}{
+		{"runc lent", "runc", false, lends},
+		{"runc channel", "runc", true, false},
+		{"runsc", "runsc", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !slices.Contains(runtimes, c.runtime) {
+				t.Skipf("the engine has no %s runtime (sandboxtest.Runtimes fails under CI=true without it)", c.runtime)
+			}
+			e.cfg.ChannelTransfers = c.channel
+			m := e.manager(t)
+			info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: c.runtime}})
+			transfers(t, m, info)
+			if n := sandbox.LentTransfers(m); (n > 0) != c.lent {
+				t.Fatalf("%d transfers went through the agent's file, want lent=%v", n, c.lent)
+			}
+		})
+	}
+}
+
+func transfers(t *testing.T, m *sandbox.Manager, info sandbox.Info) {
 	f, err := m.Files(info.ID)
 	if err != nil {
 		t.Fatal(err)

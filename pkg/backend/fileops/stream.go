@@ -29,6 +29,7 @@ type TempFile struct {
 	mu      sync.RWMutex
 	f       *os.File     // nil once committed or aborted
 	written atomic.Int64 // sum of the bytes written
+	lent    atomic.Bool  // another process may write through f (Lend)
 }
 
 // CreateTemp starts a streaming upload of the file at path (docs/file-tools.md §4.9 item
@@ -110,6 +111,21 @@ func (e *Engine) inspect(op, p, name string) (perm fs.FileMode, exists bool, err
 // Path is the upload's normalized virtual path.
 func (t *TempFile) Path() string { return t.p }
 
+// Lend returns the temp file for another process to write the upload's
+// bytes into through its descriptor (sandboxd borrows it: docs/security.md,
+// "Bulk bytes through the agent's open file"). Those bytes are not counted,
+// so Commit then checks the file's size alone. The file stays the
+// TempFile's: the caller must not close it.
+func (t *TempFile) Lend() (*os.File, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.f == nil {
+		return nil, backend.Errorf(backend.CodeInvalidArgument, t.p, "upload %s: already committed or aborted", t.p)
+	}
+	t.lent.Store(true)
+	return t.f, nil
+}
+
 // WriteAt writes b at offset off of the temp file. Bytes past the item cap
 // are too_large (the upload stays open; the caller aborts it).
 func (t *TempFile) WriteAt(b []byte, off int64) (int, error) {
@@ -157,7 +173,7 @@ func (t *TempFile) Commit(ctx context.Context, size int64) (res backend.WriteRes
 	if err != nil {
 		return res, e.fail("upload", t.p, err)
 	}
-	if w := t.written.Load(); w != size || fi.Size() != size {
+	if w := t.written.Load(); (w != size && !t.lent.Load()) || fi.Size() != size {
 		return res, backend.Errorf(backend.CodeInvalidArgument, t.p,
 			"upload %s: %d bytes were written (file size %d), but the upload declared %d; nothing was changed", t.p, w, fi.Size(), size)
 	}
@@ -280,6 +296,11 @@ func (d *DownloadFile) Path() string { return d.p }
 
 // Size is the file's size when it was opened.
 func (d *DownloadFile) Size() int64 { return d.size }
+
+// File is the open file, for another process to read through its
+// descriptor (see TempFile.Lend). It stays the DownloadFile's: the caller
+// must not close it.
+func (d *DownloadFile) File() *os.File { return d.f }
 
 // ReadAt fills b from offset off, which must lie within the size at open
 // (off+len(b) ≤ Size). It fails when the file no longer has that size.

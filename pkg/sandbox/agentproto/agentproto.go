@@ -67,10 +67,10 @@ const (
 	OpGlob          Op = "glob"           // backend.GlobRequest → backend.GlobResult
 	OpExecute       Op = "execute"        // ExecuteArgs → backend.ExecuteResult (+ output events when Stream)
 	OpUploadFile    Op = "upload_file"    // PathArgs + payload (≤ ChunkBytes) → backend.WriteResult
-	OpUploadOpen    Op = "upload_open"    // PathArgs → UploadHandle
+	OpUploadOpen    Op = "upload_open"    // OpenArgs → UploadHandle
 	OpUploadChunk   Op = "upload_chunk"   // UploadChunkArgs + payload → empty result
 	OpUploadClose   Op = "upload_close"   // UploadCloseArgs → backend.WriteResult
-	OpDownloadOpen  Op = "download_open"  // PathArgs → DownloadHandle
+	OpDownloadOpen  Op = "download_open"  // OpenArgs → DownloadHandle
 	OpDownloadRead  Op = "download_read"  // DownloadReadArgs → empty result, the bytes as payload
 	OpDownloadClose Op = "download_close" // DownloadCloseArgs → empty result
 	OpCancel        Op = "cancel"         // CancelArgs → empty result
@@ -205,9 +205,31 @@ type ExecuteArgs struct {
 	Stream bool `json:"stream,omitempty"`
 }
 
-// UploadHandle names an open upload.
+// OpenArgs are the arguments of OpUploadOpen and OpDownloadOpen (and of
+// OpUploadFile, which ignores Lend).
+type OpenArgs struct {
+	Path string `json:"path"`
+	// Lend asks for the open file's descriptor in the handle: the worker
+	// may then move the transfer's bytes through it itself
+	// (docs/security.md, "Bulk bytes through the agent's open file").
+	Lend bool `json:"lend,omitempty"`
+}
+
+// Lent names the agent's descriptor of a transfer's open file, and the
+// file's device and inode, which the worker checks on the duplicate it
+// takes.
+type Lent struct {
+	FD  int    `json:"fd"`
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+// UploadHandle names an open upload. Lent is set when the open asked for
+// it: the worker may write the bytes through that descriptor instead of
+// sending chunks, and the close then checks the file's size alone.
 type UploadHandle struct {
 	Handle string `json:"handle"`
+	Lent   *Lent  `json:"lent,omitempty"`
 }
 
 // UploadChunkArgs write bytes at Offset of an open upload. Chunks may
@@ -227,10 +249,12 @@ type UploadCloseArgs struct {
 	Size   int64  `json:"size"`
 }
 
-// DownloadHandle names an open download and the file's size at open.
+// DownloadHandle names an open download and the file's size at open;
+// Lent as in UploadHandle, for reads.
 type DownloadHandle struct {
 	Handle string `json:"handle"`
 	Size   int64  `json:"size"`
+	Lent   *Lent  `json:"lent,omitempty"`
 }
 
 // DownloadReadArgs read Length bytes (at most ChunkBytes) at Offset of an

@@ -38,6 +38,10 @@ func wireValues() []any {
 		backend.ProcessRequest{Command: "c", Env: map[string]string{}, Port: 8080},
 		ProcAckArgs{Target: 9, Bytes: -1},
 		DownloadHandle{Handle: "h", Size: 1 << 50},
+		DownloadHandle{Handle: "d2", Size: 5, Lent: &Lent{FD: 7, Dev: 1 << 60, Ino: 42}},
+		UploadHandle{Handle: "u1", Lent: &Lent{}},
+		UploadHandle{Handle: "u2"},
+		OpenArgs{Path: odd, Lend: true},
 		struct{}{},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -240,6 +241,80 @@ func TestTransfers(t *testing.T) {
 			}
 			// The handle is gone.
 			c.fails(agentproto.OpUploadChunk, withPayload{agentproto.UploadChunkArgs{Handle: h}, []byte("x")}, backend.CodeInvalidArgument)
+		}
+	})
+	t.Run("lent descriptors", func(t *testing.T) {
+		// The agent runs in this process: its descriptors are ours, so a
+		// dup stands in for the worker's pidfd_getfd.
+		c := c.on(t)
+		borrow := func(l *agentproto.Lent, path string) *os.File {
+			t.Helper()
+			if l == nil {
+				t.Fatal("no descriptor lent")
+			}
+			var st, want syscall.Stat_t
+			if err := syscall.Fstat(l.FD, &st); err != nil {
+				t.Fatal(err)
+			}
+			if uint64(st.Dev) != l.Dev || st.Ino != l.Ino {
+				t.Fatalf("lent %+v, but the descriptor is dev %d ino %d", l, st.Dev, st.Ino)
+			}
+			if path != "" {
+				if err := syscall.Stat(path, &want); err != nil || want.Ino != st.Ino {
+					t.Fatalf("lent inode %d, %s is %d (%v)", st.Ino, path, want.Ino, err)
+				}
+			}
+			fd, err := syscall.Dup(l.FD)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return os.NewFile(uintptr(fd), "lent")
+		}
+		var h agentproto.UploadHandle
+		c.ok(agentproto.OpUploadOpen, agentproto.OpenArgs{Path: "/lent/up.bin"}, &h)
+		if h.Lent != nil {
+			t.Fatalf("lent %+v without lend", h.Lent)
+		}
+		c.ok(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil)
+
+		// Bytes written through the lent descriptor are committed by size.
+		c.ok(agentproto.OpUploadOpen, agentproto.OpenArgs{Path: "/lent/up.bin", Lend: true}, &h)
+		f := borrow(h.Lent, "")
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		c.fails(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true, Size: int64(len(data)) - 1}, backend.CodeInvalidArgument)
+		if _, err := os.Stat(filepath.Join(root, "lent/up.bin")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a refused commit made the target: %v", err)
+		}
+		c.ok(agentproto.OpUploadOpen, agentproto.OpenArgs{Path: "/lent/up.bin", Lend: true}, &h)
+		f = borrow(h.Lent, "")
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		var w backend.WriteResult
+		c.ok(agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle, Commit: true, Size: int64(len(data))}, &w)
+		if w.BytesWritten != int64(len(data)) || !w.Created {
+			t.Fatalf("result %+v", w)
+		}
+
+		// A download lends the file it opened, read-only.
+		var d agentproto.DownloadHandle
+		c.ok(agentproto.OpDownloadOpen, agentproto.OpenArgs{Path: "/lent/up.bin", Lend: true}, &d)
+		f = borrow(d.Lent, filepath.Join(root, "lent/up.bin"))
+		got := make([]byte, d.Size)
+		if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read through the lent descriptor: %v", err)
+		}
+		if _, err := f.WriteAt([]byte("x"), 0); err == nil {
+			t.Fatal("a download's lent descriptor is writable")
+		}
+		f.Close()
+		c.ok(agentproto.OpDownloadClose, agentproto.DownloadCloseArgs{Handle: d.Handle}, nil)
+		if left := tempFiles(t, root); len(left) > 0 {
+			t.Fatalf("temp files left: %v", left)
 		}
 	})
 	t.Run("abort without commit removes the temp file", func(t *testing.T) {

@@ -604,10 +604,10 @@ func (s *server) streamer(op agentproto.Op) (Streamer, *backend.Error) {
 	return st, nil
 }
 
-// transferArgs returns the streamer and the path arguments of a request
-// that opens a transfer, or the error to answer it with.
-func (s *server) transferArgs(req agentproto.Request) (Streamer, agentproto.PathArgs, *backend.Error) {
-	var a agentproto.PathArgs
+// transferArgs returns the streamer and the arguments of a request that
+// opens a transfer, or the error to answer it with.
+func (s *server) transferArgs(req agentproto.Request) (Streamer, agentproto.OpenArgs, *backend.Error) {
+	var a agentproto.OpenArgs
 	st, e := s.streamer(req.Op)
 	if e == nil {
 		e = decodeArgs(req, &a)
@@ -639,12 +639,18 @@ func (s *server) uploadOpen(ctx context.Context, req agentproto.Request) agentpr
 	if err != nil {
 		return agentproto.Failure(req.ID, backend.FromOS("upload", a.Path, err))
 	}
+	var lent *agentproto.Lent
+	if a.Lend {
+		if f, err := tf.Lend(); err == nil {
+			lent = lend(f)
+		}
+	}
 	s.mu.Lock()
 	h := s.newHandle("u")
 	s.uploads[h] = tf
 	s.mu.Unlock()
 	s.tunePipes()
-	return agentproto.Result(req.ID, agentproto.UploadHandle{Handle: h})
+	return agentproto.Result(req.ID, agentproto.UploadHandle{Handle: h, Lent: lent})
 }
 
 // uploadFile writes a whole file sent as the request's payload (at most
@@ -669,6 +675,26 @@ func (s *server) uploadFile(ctx context.Context, req agentproto.Request) agentpr
 		return agentproto.Failure(req.ID, backend.FromOS("upload", a.Path, err))
 	}
 	return agentproto.Result(req.ID, res)
+}
+
+// lend names f's descriptor and identity for the worker to borrow
+// (docs/security.md, "Bulk bytes through the agent's open file"); nil when
+// f cannot be described, and the bytes then go through the channel.
+func lend(f *os.File) *agentproto.Lent {
+	var st syscall.Stat_t
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	fd := -1
+	if err := sc.Control(func(d uintptr) {
+		if syscall.Fstat(int(d), &st) == nil {
+			fd = int(d)
+		}
+	}); err != nil || fd < 0 {
+		return nil
+	}
+	return &agentproto.Lent{FD: fd, Dev: uint64(st.Dev), Ino: st.Ino}
 }
 
 func tooManyTransfers(what string) *backend.Error {
@@ -767,7 +793,11 @@ func (s *server) downloadOpen(ctx context.Context, req agentproto.Request) agent
 	s.downloads[h] = d
 	s.mu.Unlock()
 	s.tunePipes()
-	return agentproto.Result(req.ID, agentproto.DownloadHandle{Handle: h, Size: d.Size()})
+	var lent *agentproto.Lent
+	if a.Lend {
+		lent = lend(d.File())
+	}
+	return agentproto.Result(req.ID, agentproto.DownloadHandle{Handle: h, Size: d.Size(), Lent: lent})
 }
 
 // downloadRead returns exactly the bytes asked for, or an error (the range
