@@ -130,6 +130,7 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 
 	fitProcs()
 	keepThreads(serveSpareThreads)
+	stdin = pollable(stdin)
 	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
 	if err != nil {
 		return err
@@ -144,6 +145,29 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 		User:      o.user,
 		Reaper:    reaper,
 	})
+}
+
+// pollable returns the channel's input, when it is a blocking pipe (the
+// engine hands the container's stdin over as one), as a file the runtime's
+// poller serves: a read that waits then parks its goroutine instead of
+// holding a thread in read(2), so the goroutine that handles the frame just
+// read runs at once rather than when the runtime notices the blocked thread
+// and hands its P over (docs/benchmarks.md, B1). Anything else is returned
+// as it is.
+func pollable(r io.Reader) io.Reader {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r
+	}
+	fd := int(f.Fd())
+	var st syscall.Stat_t
+	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return r
+	}
+	if syscall.SetNonblock(fd, true) != nil {
+		return r
+	}
+	return os.NewFile(uintptr(fd), f.Name())
 }
 
 // newFileEngine builds the shared os.Root file engine (pkg/backend/fileops)
