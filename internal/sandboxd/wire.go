@@ -144,7 +144,7 @@ func Build(ctx context.Context, cfg *Config, o Options) (*Worker, error) {
 	}
 	w.Service = sandboxsvc.New(mgr, runtimes, lg, sandboxsvc.WithResume(cfg.Resume.spec()))
 	w.Registry = prometheus.NewRegistry()
-	w.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), sandboxsvc.NewPoolCollector(mgr))
+	w.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), sandboxsvc.NewPoolCollector(mgr), sandboxsvc.NewTransferCollector(mgr))
 	return w, nil
 }
 

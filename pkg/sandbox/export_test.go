@@ -34,7 +34,3 @@ func ExecutionEvents(x *Executions, id string) uint64 {
 	defer e.mu.Unlock()
 	return e.next - 1
 }
-
-// LentTransfers is how many transfers of m moved their bytes through the
-// agent's open file (lend.go).
-func LentTransfers(m *Manager) int64 { return m.lent.Load() }

@@ -352,6 +352,7 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 		f.m.lent.Add(1)
 		off, err = writeLent(ctx, lent, path, next)
 	} else {
+		f.m.channelled.Add(1)
 		off, err = f.uploadChunks(ctx, ch, h.Handle, path, next)
 	}
 	if err != nil {
@@ -589,6 +590,7 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 		f.m.lent.Add(1)
 		return h.Size, readLent(ctx, lent, path, h.Size, sink)
 	}
+	f.m.channelled.Add(1)
 	w := newWindow(ctx)
 	for off := int64(0); off < h.Size && err == nil; {
 		n := int(min(h.Size-off, agentproto.ChunkBytes))

@@ -22,6 +22,19 @@ import (
 // always and names its descriptor; sandboxd takes a duplicate of it with
 // pidfd_getfd(2) and writes or reads the bytes itself.
 
+// TransferCounts counts uploads and downloads by the path their bytes
+// took: through the agent's open file (Lent) or as chunks over the agent
+// channel (Channel). Every download counts; an upload that fits one chunk
+// is one upload_file request and counts in neither.
+type TransferCounts struct {
+	Lent, Channel int64
+}
+
+// Transfers returns the transfer counts since the manager started.
+func (m *Manager) Transfers() TransferCounts {
+	return TransferCounts{Lent: m.lent.Load(), Channel: m.channelled.Load()}
+}
+
 // lender borrows the descriptors of one box's agent, its PID 1, through a
 // pidfd; the zero of *lender (nil) borrows nothing.
 type lender struct {

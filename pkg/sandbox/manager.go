@@ -199,7 +199,8 @@ type Manager struct {
 	images *images
 	now    func() time.Time
 	budget *memBudget   // shared by every agent channel
-	lent   atomic.Int64 // transfers whose bytes went through a lent descriptor (lend.go)
+	// transfers of more than one chunk, by the path their bytes took
+	lent, channelled atomic.Int64
 	bg     sync.WaitGroup
 	limits limits // the policy resolved against the host
 	// remappedIDs: the engine's files have other owners on the host

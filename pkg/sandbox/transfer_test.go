@@ -78,8 +78,8 @@ func TestTransfers(t *testing.T) {
 			m := e.manager(t)
 			info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: c.runtime}})
 			transfers(t, m, info)
-			if n := sandbox.LentTransfers(m); (n > 0) != c.lent {
-				t.Fatalf("%d transfers went through the agent's file, want lent=%v", n, c.lent)
+			if n := m.Transfers(); (n.Lent > 0) != c.lent || (n.Channel > 0) == c.lent {
+				t.Fatalf("transfers %+v, want them lent=%v", n, c.lent)
 			}
 		})
 	}

@@ -49,3 +49,36 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(p.Size), p.Template)
 	}
 }
+
+// TransferReporter is what the transfer metric reads.
+type TransferReporter interface {
+	Transfers() sandbox.TransferCounts
+}
+
+// transferCollector exports the manager's transfer counts at every scrape.
+type transferCollector struct {
+	m     TransferReporter
+	count *prometheus.Desc
+}
+
+// NewTransferCollector returns a Prometheus collector of
+// plumb_sandbox_transfers_total by path: "lent", the bytes moved through
+// the agent's open file (docs/security.md, "Bulk bytes through the agent's
+// open file"), or "channel", sent as chunks over the agent channel. An
+// operator who expects lent transfers (runc, a worker on the engine's
+// host with CAP_SYS_PTRACE) and sees only channel ones has a worker that
+// cannot borrow.
+func NewTransferCollector(m TransferReporter) prometheus.Collector {
+	return &transferCollector{m: m, count: prometheus.NewDesc("plumb_sandbox_transfers_total",
+		"Uploads and downloads of more than one chunk, by the path their bytes took.", []string{"path"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *transferCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.count }
+
+// Collect implements prometheus.Collector.
+func (c *transferCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.m.Transfers()
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.CounterValue, float64(n.Lent), "lent")
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.CounterValue, float64(n.Channel), "channel")
+}
