@@ -112,6 +112,7 @@ func runB7(ctx context.Context, e *env) ([]Row, error) {
 		}
 	}
 
+	before := w.m.Transfers()
 	var upO, upB, downO, downB []float64
 	var upHeap, downHeap, rssGrowth int64
 	for range reps {
@@ -153,8 +154,11 @@ func runB7(ctx context.Context, e *env) ([]Row, error) {
 	downRatio := down.vsThroughput("CopyFromContainer (tar)", summarize("", "", unitMBps, downB, true))
 	down.Target = "≥ 1.0× baseline throughput"
 	down.judge(downRatio >= 1)
+	after := w.m.Transfers()
 	for _, r := range []*Row{&up, &down} {
-		r.note("one UploadFiles/DownloadFiles stream, 1 MiB chunks; throughput per transfer, p95/p99 the slowest, max the fastest")
+		r.note("one UploadFiles/DownloadFiles stream, 1 MiB chunks; throughput per transfer, p95/p99 the slowest, max the fastest; "+
+			"files whose bytes the worker moved through the agent's open file: %d, through the agent channel: %d (plumb_sandbox_transfers_total)",
+			after.Lent-before.Lent, after.Channel-before.Channel)
 	}
 	growth := max(upHeap, downHeap)
 	mem := Row{Scenario: "B7", Name: "worker heap growth during transfers", Unit: unitMiB, N: 2 * reps,
