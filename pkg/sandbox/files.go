@@ -308,13 +308,15 @@ func (f *Files) Upload(ctx context.Context, items []backend.UploadItem) ([]backe
 }
 
 // UploadFrom writes one file from a sequence of chunks (next returns nil,
-// nil at the end) and returns the bytes written. The bytes go to the agent
-// as upload_chunk requests of at most agentproto.ChunkBytes at their
-// offsets, agentproto.Window of them in flight at once, so memory is
-// bounded by the window (plus what next holds) whatever the file's size;
-// the agent writes them into a temp file that upload_close renames into
-// place after checking the size. On any failure the upload is aborted and
-// the target is untouched.
+// nil at the end) and returns the bytes written. The agent creates a temp
+// file next to the target that upload_close renames into place after
+// checking the size. Where the agent lends its descriptor of that file
+// (lend.go), the worker writes the bytes into it itself; otherwise they go
+// to the agent as upload_chunk requests of at most agentproto.ChunkBytes at
+// their offsets, agentproto.Window of them in flight at once. Either way
+// memory is bounded (one chunk, or the window, plus what next holds)
+// whatever the file's size. On any failure the upload is aborted and the
+// target is untouched.
 func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte, error)) (int64, error) {
 	if len(path) > backend.MaxPathBytes {
 		return 0, backend.Errorf(backend.CodeInvalidPath, "", "upload: path longer than %d bytes", backend.MaxPathBytes)
@@ -350,7 +352,9 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 	var off int64
 	if lent, berr := l.borrow(h.Lent); berr == nil {
 		f.m.lent.Add(1)
+		end := f.m.begin(f.sb) // busy while no request marks it so
 		off, err = writeLent(ctx, lent, path, next)
+		end()
 	} else {
 		f.m.channelled.Add(1)
 		off, err = f.uploadChunks(ctx, ch, h.Handle, path, next)
@@ -561,11 +565,12 @@ func (f *Files) Download(ctx context.Context, paths []string) ([]backend.Downloa
 }
 
 // DownloadTo streams one file to sink in chunks and returns its size. It
-// opens the file in the agent (download_open reports its size), keeps
-// agentproto.Window reads of agentproto.ChunkBytes in flight and passes
-// their bytes to sink in order, so memory is bounded by the window. A file
-// that changes size while it is downloaded is an error (invalid_argument,
-// retry the download); sink has then seen part of it.
+// opens the file in the agent (download_open reports its size); where the
+// agent lends its descriptor (lend.go) the worker reads the bytes itself,
+// otherwise it keeps agentproto.Window reads of agentproto.ChunkBytes in
+// flight and passes their bytes to sink in order, so memory is bounded by
+// the window. A file that changes size while it is downloaded is an error
+// (invalid_argument, retry the download); sink has then seen part of it.
 func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) error) (int64, error) {
 	if len(path) > backend.MaxPathBytes {
 		return 0, backend.Errorf(backend.CodeInvalidPath, "", "download: path longer than %d bytes", backend.MaxPathBytes)
@@ -588,7 +593,12 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 	}
 	if lent, berr := l.borrow(h.Lent); berr == nil {
 		f.m.lent.Add(1)
-		return h.Size, readLent(ctx, lent, path, h.Size, sink)
+		end := f.m.begin(f.sb) // busy while no request marks it so
+		defer end()
+		if err := readLent(ctx, lent, path, h.Size, sink); err != nil {
+			return 0, err
+		}
+		return h.Size, nil
 	}
 	f.m.channelled.Add(1)
 	w := newWindow(ctx)
@@ -621,17 +631,17 @@ func (f *Files) DownloadTo(ctx context.Context, path string, sink func([]byte) e
 }
 
 // readLent passes the size bytes of the file the agent lent for a download
-// (lend.go) to sink in chunks of agentproto.ChunkBytes, reusing one buffer
-// (sink must not keep it), then closes it. A file that no longer has its
-// size at open fails the download as the agent's reads do.
+// (lend.go) to sink in chunks of agentproto.ChunkBytes, each its own (a
+// gRPC stream may still hold a message it has sent), then closes it. A
+// file that no longer has its size at open fails the download as the
+// agent's reads do.
 func readLent(ctx context.Context, file *os.File, path string, size int64, sink func([]byte) error) error {
 	defer file.Close()
-	buf := make([]byte, min(size, agentproto.ChunkBytes))
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {
 			return backend.FromOS("download", path, err)
 		}
-		b := buf[:min(size-off, int64(len(buf)))]
+		b := make([]byte, min(size-off, agentproto.ChunkBytes))
 		n, err := file.ReadAt(b, off)
 		if errors.Is(err, io.EOF) {
 			return sizeChanged(path, size, fileSize(file))
