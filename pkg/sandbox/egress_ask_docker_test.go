@@ -254,6 +254,8 @@ func TestEgressAsk(t *testing.T) {
 			}
 		case err := <-w2.done:
 			t.Fatalf("watch ended: %v", err)
+		case <-time.After(2 * time.Minute): // hang guard
+			t.Fatal("the pending ask was not re-sent to the restarted worker within 2 minutes")
 		}
 		// Approve for the box's life: the next connection is not asked
 		// about.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -421,27 +422,53 @@ func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path stri
 }
 
 // writeLent writes an upload's bytes into the temp file the agent lent
-// (lend.go), then closes it, and returns how many were written.
+// (lend.go), each chunk while the next is received, then closes it, and
+// returns how many bytes it was given.
 func writeLent(ctx context.Context, file *os.File, path string, next func() ([]byte, error)) (int64, error) {
 	defer file.Close()
-	var off int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return off, backend.FromOS("upload", path, err)
-		}
-		data, err := next()
-		if err != nil || data == nil {
-			return off, err
-		}
-		if err := checkItemCap(path, off+int64(len(data))); err != nil {
-			return off, err
-		}
-		n, err := file.WriteAt(data, off)
-		off += int64(n)
-		if err != nil {
-			return off, backend.FromOS("upload", path, err)
-		}
+	type chunk struct {
+		b   []byte
+		off int64
 	}
+	chunks := make(chan chunk, 1)
+	var failed atomic.Bool
+	werr := make(chan error, 1)
+	go func() {
+		var err error
+		for c := range chunks {
+			if err != nil {
+				continue // drained, so the sender never blocks
+			}
+			if _, err = file.WriteAt(c.b, c.off); err != nil {
+				err = backend.FromOS("upload", path, err)
+				failed.Store(true)
+			}
+		}
+		werr <- err
+	}()
+	var off int64
+	err := func() error {
+		for !failed.Load() {
+			if err := ctx.Err(); err != nil {
+				return backend.FromOS("upload", path, err)
+			}
+			data, err := next()
+			if err != nil || data == nil {
+				return err
+			}
+			if err := checkItemCap(path, off+int64(len(data))); err != nil {
+				return err
+			}
+			chunks <- chunk{data, off}
+			off += int64(len(data))
+		}
+		return nil
+	}()
+	close(chunks)
+	if e := <-werr; e != nil {
+		err = e
+	}
+	return off, err
 }
 
 // uploadFile writes a file of at most one chunk with one request.
