@@ -104,7 +104,12 @@ type egressSub struct {
 }
 
 // acquireEgress returns sandbox id's controller, attaching it when new.
-func (m *Manager) acquireEgress(id string) (*egressCtl, error) {
+// sub, when set, is a watcher registered before a new controller attaches
+// (its first config then carries the watcher's timeout: a config of none
+// would make the proxy reject what is pending, the asks a restarted worker
+// is about to be re-sent) and given what is pending when the controller
+// was already attached.
+func (m *Manager) acquireEgress(id string, sub *egressSub) (*egressCtl, error) {
 	sb, err := m.lookup(id)
 	if err != nil {
 		return nil, err
@@ -121,19 +126,36 @@ func (m *Manager) acquireEgress(id string) (*egressCtl, error) {
 		m.ectls.byID = map[string]*egressCtl{}
 	}
 	c := m.ectls.byID[id]
+	var start func()
 	if c == nil {
 		ctx, stop := context.WithCancel(context.Background())
 		c = &egressCtl{m: m, id: id, stop: stop, done: make(chan struct{}), attached: make(chan struct{}),
 			pending: map[string]EgressRequest{}, subs: map[*egressSub]struct{}{}}
 		m.ectls.byID[id] = c
 		m.bg.Add(1)
-		go func() {
-			defer m.bg.Done()
-			defer close(c.done)
-			c.run(ctx)
-		}()
+		start = func() {
+			go func() {
+				defer m.bg.Done()
+				defer close(c.done)
+				c.run(ctx)
+			}()
+		}
 	}
 	c.refs++
+	if sub != nil {
+		c.mu.Lock()
+		if c.subs != nil {
+			c.subs[sub] = struct{}{}
+			for _, r := range c.pending {
+				sub.ch <- r // pending is bounded below the queue
+			}
+			c.configureLocked()
+		}
+		c.mu.Unlock()
+	}
+	if start != nil {
+		start()
+	}
 	return c, nil
 }
 
@@ -321,23 +343,18 @@ func (m *Manager) WatchEgress(ctx context.Context, id string, timeout time.Durat
 	if timeout < MinEgressAskTimeout || timeout > MaxEgressAskTimeout {
 		return invalidField("timeout", "ask timeout %s out of range %s..%s", timeout, MinEgressAskTimeout, MaxEgressAskTimeout)
 	}
-	c, err := m.acquireEgress(id)
+	s := &egressSub{timeout: timeout, ch: make(chan EgressRequest, egressWatchQueue)}
+	c, err := m.acquireEgress(id, s)
 	if err != nil {
 		return err
 	}
 	defer c.release()
-	s := &egressSub{timeout: timeout, ch: make(chan EgressRequest, egressWatchQueue)}
 	c.mu.Lock()
-	if c.subs == nil {
+	if c.subs == nil { // the controller ended (s is then not served)
 		err := c.err
 		c.mu.Unlock()
 		return err
 	}
-	c.subs[s] = struct{}{}
-	for _, r := range c.pending {
-		s.ch <- r // pending is bounded below the queue
-	}
-	c.configureLocked()
 	attached := c.attached
 	c.mu.Unlock()
 	defer func() {
@@ -394,7 +411,7 @@ func (m *Manager) DecideEgress(ctx context.Context, id string, d EgressDecision)
 	if len(d.Reason) > 1024 {
 		return invalidField("reason", "reason longer than 1024 bytes")
 	}
-	c, err := m.acquireEgress(id)
+	c, err := m.acquireEgress(id, nil)
 	if err != nil {
 		return err
 	}
