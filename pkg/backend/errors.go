@@ -101,6 +101,15 @@ func Errorf(code Code, path, format string, args ...any) *Error {
 	return &Error{Code: code, Path: path, Message: msg}
 }
 
+// DownloadChanged is the error of a download whose file no longer has the
+// size it had when the download opened it (now is -1 when unknown): the
+// agent's reads and the worker's reads of a lent file report it alike.
+func DownloadChanged(path string, size, now int64) *Error {
+	return Errorf(CodeInvalidArgument, path,
+		"download %s: the file changed size during the download (%d bytes at open, %d now); retry it", path, size, now).
+		WithDetail("reason", "changed")
+}
+
 // CodeOf returns the code of err: the Code of an *Error in its chain,
 // cancelled for context.Canceled, timeout for context.DeadlineExceeded,
 // internal for any other non-nil error, and "" for nil.

@@ -671,7 +671,7 @@ func readLent(ctx context.Context, file *os.File, path string, size int64, sink 
 		b := make([]byte, min(size-off, agentproto.ChunkBytes))
 		n, err := file.ReadAt(b, off)
 		if errors.Is(err, io.EOF) {
-			return sizeChanged(path, size, fileSize(file))
+			return backend.DownloadChanged(path, size, fileSize(file))
 		}
 		if err != nil {
 			return backend.FromOS("download", path, err)
@@ -682,7 +682,7 @@ func readLent(ctx context.Context, file *os.File, path string, size int64, sink 
 		off += int64(n)
 	}
 	if now := fileSize(file); now != size {
-		return sizeChanged(path, size, now)
+		return backend.DownloadChanged(path, size, now)
 	}
 	return nil
 }
@@ -694,14 +694,6 @@ func fileSize(file *os.File) int64 {
 		return -1
 	}
 	return fi.Size()
-}
-
-// sizeChanged is the error of a download whose file no longer has its
-// size at open, worded as fileops' DownloadFile words it.
-func sizeChanged(path string, size, now int64) error {
-	return backend.Errorf(backend.CodeInvalidArgument, path,
-		"download %s: the file changed size during the download (%d bytes at open, %d now); retry it", path, size, now).
-		WithDetail("reason", "changed")
 }
 
 // asItemError returns the *backend.Error that fails one batch item, or nil

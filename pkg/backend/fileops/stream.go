@@ -328,9 +328,7 @@ func (d *DownloadFile) ReadAt(b []byte, off int64) (int, error) {
 }
 
 func (d *DownloadFile) changed(now int64) *backend.Error {
-	return backend.Errorf(backend.CodeInvalidArgument, d.p,
-		"download %s: the file changed size during the download (%d bytes at open, %d now); retry it", d.p, d.size, now).
-		WithDetail("reason", "changed")
+	return backend.DownloadChanged(d.p, d.size, now)
 }
 
 // Close closes the file.
