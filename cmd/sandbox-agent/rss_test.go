@@ -13,9 +13,9 @@ import (
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
-// rssBoundKiB is a generous bound on an idle agent's RSS (4.1–4.3 MiB
-// measured with GOMAXPROCS=2 since the agent has its own frame codec and
-// logger; B9's target for everything plumb adds to a box is 4 MiB).
+// rssBoundKiB is a generous bound on an idle agent's RSS (3.9 MiB measured
+// with GOMAXPROCS=1 and four spare threads, 4.1–4.3 MiB with GOMAXPROCS=2
+// and eight; B9's target for everything plumb adds to a box is 4 MiB).
 // The RSS of an idle agent is mostly the binary's pages (whatever it
 // links) and the heap its package initialisers leave, so it moves with
 // what the binary links and does at start, not with the machine's load.
@@ -51,9 +51,9 @@ func TestAgentRSS(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "serve", "--pid1", "--root", ws, "--workspace", ws, "--log-level", "warn")
 	// Each P costs its allocation caches: run with a default box's
-	// GOMAXPROCS (one CPU of quota, which the runtime rounds up to 2)
-	// whatever this machine's CPU count.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	// GOMAXPROCS (one CPU of quota: fitProcs sets 1 where the runtime's
+	// own default would be 2) whatever this machine's CPU count.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	enc, frames, _ := startPiped(t, cmd)
 

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,7 +38,22 @@ import (
 type direct struct {
 	mu      sync.RWMutex // held shared by operations, exclusive by close
 	fd      int          // O_PATH handle of the root; -1 when closed or unavailable
+	anchors []anchor     // longest name first
 	cleanup runtime.Cleanup
+}
+
+// anchor is an O_PATH handle of a writable root (WithWritableRoots) whose
+// root-relative name cannot come to mean another directory: every
+// directory above it, the root included, is on a read-only file system,
+// so no entry on the way can be renamed, replaced or turned into a
+// symlink, and box code cannot mount (it has no CAP_SYS_ADMIN). openDir
+// starts below the anchor instead of walking to it from the root: in a
+// sandbox the root is the container's image (fuse-overlayfs, or gVisor's
+// gofer), where looking up "workspace" costs a round trip to a user-space
+// file server on every operation.
+type anchor struct {
+	name string // root-relative, no leading or trailing "/"
+	fd   int
 }
 
 // openDirect opens the O_PATH handle of root for the fast path; a failure
@@ -59,10 +75,78 @@ func openDirect(e *Engine, root *os.Root) *direct {
 			d.fd = nfd
 		}
 	})
-	if d.fd >= 0 {
-		d.cleanup = runtime.AddCleanup(e, func(fd int) { unix.Close(fd) }, d.fd)
+	if d.fd < 0 {
+		return d
 	}
+	d.anchors = findAnchors(d.fd, e.cfg.writable)
+	fds := []int{d.fd}
+	for _, a := range d.anchors {
+		fds = append(fds, a.fd)
+	}
+	d.cleanup = runtime.AddCleanup(e, func(fds []int) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}, fds)
 	return d
+}
+
+// findAnchors opens the anchors among the writable roots (virtual paths)
+// below the root handle rootfd: each reached one component at a time
+// without following symlinks, through directories that all lie on
+// read-only file systems (fstatfs's ST_RDONLY). Any other root is left
+// out and reached from the root as before.
+func findAnchors(rootfd int, writable []string) []anchor {
+	var out []anchor
+	for _, w := range writable {
+		name := strings.Trim(w, "/")
+		if name == "" {
+			continue
+		}
+		if fd, ok := openAnchor(rootfd, name); ok {
+			out = append(out, anchor{name: name, fd: fd})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i].name) > len(out[j].name) })
+	return out
+}
+
+// openAnchor opens name below rootfd as findAnchors requires.
+func openAnchor(rootfd int, name string) (int, bool) {
+	fd := rootfd
+	for _, c := range strings.Split(name, "/") {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(fd, &st); err != nil || st.Flags&unix.ST_RDONLY == 0 {
+			if fd != rootfd {
+				unix.Close(fd)
+			}
+			return -1, false
+		}
+		nfd, err := openPath(fd, c)
+		if fd != rootfd {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, false
+		}
+		fd = nfd
+	}
+	return fd, true
+}
+
+// start returns the handle a walk to the root-relative name dir starts
+// from and the components left below it: the longest anchor that is dir
+// or above it, else the root.
+func (d *direct) start(dir string) (fd int, rest string) {
+	for _, a := range d.anchors {
+		if dir == a.name {
+			return a.fd, ""
+		}
+		if strings.HasPrefix(dir, a.name) && dir[len(a.name)] == '/' {
+			return a.fd, dir[len(a.name)+1:]
+		}
+	}
+	return d.fd, dir
 }
 
 // close releases the root handle once no operation uses it.
@@ -73,11 +157,16 @@ func (d *direct) close() {
 		d.cleanup.Stop()
 		unix.Close(d.fd)
 		d.fd = -1
+		for _, a := range d.anchors {
+			unix.Close(a.fd)
+		}
+		d.anchors = nil
 	}
 }
 
 // openDir opens the root-relative directory dir ("." for the root) as an
-// O_PATH handle without following symlinks. ok is false when a component
+// O_PATH handle without following symlinks, from the longest anchor at or
+// above it (the root when there is none). ok is false when a component
 // is missing, a symlink, not a directory or refused, or the fast path is
 // off; done must be called when ok, and closes the handle.
 func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
@@ -86,8 +175,9 @@ func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
 		d.mu.RUnlock()
 		return -1, nil, false
 	}
-	fd = d.fd
-	for rest := dir; rest != "." && rest != ""; {
+	base, rest := d.start(dir)
+	fd = base
+	for rest != "." && rest != "" {
 		c := rest
 		if i := strings.IndexByte(rest, '/'); i >= 0 {
 			c, rest = rest[:i], rest[i+1:]
@@ -95,7 +185,7 @@ func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
 			rest = ""
 		}
 		nfd, err := openPath(fd, c)
-		if fd != d.fd {
+		if fd != base {
 			unix.Close(fd)
 		}
 		if err != nil {
@@ -105,7 +195,7 @@ func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
 		fd = nfd
 	}
 	return fd, func() {
-		if fd != d.fd {
+		if fd != base {
 			unix.Close(fd)
 		}
 		d.mu.RUnlock()
@@ -381,13 +471,10 @@ func (e *Engine) lsDirect(ctx context.Context, p string) (entries []backend.File
 		return nil, false, nil
 	}
 	defer done()
-	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+	names, opened, err := direntNames(dirfd)
+	if !opened {
 		return nil, false, nil
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return nil, true, e.fail("ls", p, err)
 	}
@@ -431,4 +518,106 @@ func (s statInfo) Mode() fs.FileMode {
 		m |= fs.ModeDevice | fs.ModeCharDevice
 	}
 	return m
+}
+
+// walkDirect is the fast path of a walk's start (glob, grep): the
+// directory at the normalized path p reached one component at a time
+// without following links (direct.openDir), as an fdDir, with its
+// root-relative name, which is then resolve's own. ok is false when the
+// general path must start the walk (a symlink, a missing or refused
+// component, not a directory, the fast path off); done must be called
+// when ok.
+func (e *Engine) walkDirect(p string) (dir walkDir, name string, done func(), ok bool) {
+	name = strings.TrimPrefix(p, "/")
+	if name == "" {
+		name = "."
+	}
+	fd, done, ok := e.direct.openDir(name)
+	if !ok {
+		return nil, "", nil, false
+	}
+	return fdDir(fd), name, done, true
+}
+
+// fdDir is a walkDir of an O_PATH directory handle, used through the
+// *at system calls alone: no os.File or os.Root is made for a directory.
+type fdDir int
+
+func (d fdDir) names() ([]string, error) {
+	names, _, err := direntNames(int(d))
+	return names, err
+}
+
+func (d fdDir) lstat(name string) (fs.FileInfo, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	return statInfo{name: name, st: &st}, nil
+}
+
+func (d fdDir) sub(name string, fi fs.FileInfo) (walkDir, error) {
+	fd, err := openPath(int(d), name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	if !sameFile(fd, fi) {
+		unix.Close(fd)
+		return nil, errChanged
+	}
+	return fdDir(fd), nil
+}
+
+func (d fdDir) open(name string, fi fs.FileInfo) (*os.File, error) {
+	fd, err := unix.Openat(int(d), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	if !sameFile(fd, fi) {
+		unix.Close(fd)
+		return nil, errChanged
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func (d fdDir) close() { unix.Close(int(d)) }
+
+// sameFile reports whether fd is the file of the same type, device and
+// inode that the lstat fi (a statInfo or an os FileInfo) describes.
+func sameFile(fd int, fi fs.FileInfo) bool {
+	want, ok := fi.Sys().(*unix.Stat_t)
+	if !ok {
+		sys, isSys := fi.Sys().(*syscall.Stat_t)
+		if !isSys {
+			return false
+		}
+		want = &unix.Stat_t{Dev: sys.Dev, Ino: sys.Ino, Mode: sys.Mode}
+	}
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino
+}
+
+// direntNames lists the directory dirfd (an O_PATH handle will do) with
+// getdents64 on a descriptor of its own, unsorted, without "." and "..".
+// opened is false when that descriptor could not be opened.
+func direntNames(dirfd int) (names []string, opened bool, err error) {
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false, &fs.PathError{Op: "open", Path: ".", Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := unix.ReadDirent(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, true, &fs.PathError{Op: "readdirent", Path: ".", Err: err}
+		}
+		if n <= 0 {
+			return names, true, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 }

@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"sort"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 )
@@ -158,4 +161,174 @@ func TestLsDirectMatchesGeneral(t *testing.T) {
 
 func sortEntries(es []backend.FileInfo) {
 	sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
+}
+
+// TestWalkDirectMatchesGeneral: glob and grep started from the fast path's
+// handle (no symlink on the way to the directory) find exactly what the
+// general path finds, with the fast path turned off on the same tree:
+// subdirectories, symlinks (never followed), a FIFO, a skip dir, a
+// pattern that prunes.
+func TestWalkDirectMatchesGeneral(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"a/b/c", "a/skip/in", "a/empty"} {
+		must(os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	for _, f := range []string{"a/x.go", "a/y.txt", "a/b/z.go", "a/b/c/deep.go", "a/b/c/deep.txt", "a/skip/in/hidden.go"} {
+		must(os.WriteFile(filepath.Join(root, f), []byte("package x // needle\n"), 0o644))
+	}
+	must(os.Symlink("x.go", filepath.Join(root, "a/xlink.go")))
+	must(os.Symlink("b", filepath.Join(root, "a/blink")))
+	must(syscall.Mkfifo(filepath.Join(root, "a/b/fifo.go"), 0o600))
+	e, err := New(root, WithSync(false), WithSkipDirs("/a/skip"))
+	must(err)
+	defer e.Close()
+	ctx := context.Background()
+
+	type query struct {
+		glob backend.GlobRequest
+		grep *backend.GrepRequest
+	}
+	queries := []query{
+		{glob: backend.GlobRequest{Pattern: "*.go", Path: "/a"}},
+		{glob: backend.GlobRequest{Pattern: "**/*.go", Path: "/a"}},
+		{glob: backend.GlobRequest{Pattern: "b/**", Path: "/a"}},
+		{glob: backend.GlobRequest{Pattern: "**/*", Path: "/"}},
+		{glob: backend.GlobRequest{Pattern: "*", Path: "/a/empty"}},
+		{grep: &backend.GrepRequest{Pattern: "needle", Path: "/a"}},
+		{grep: &backend.GrepRequest{Pattern: "needle", Path: "/a", Glob: "**/*.go"}},
+		{grep: &backend.GrepRequest{Pattern: "needle", Path: "/a/b/z.go"}},
+	}
+	run := func() []any {
+		var out []any
+		for _, q := range queries {
+			if q.grep != nil {
+				r, err := e.Grep(ctx, *q.grep)
+				must(err)
+				out = append(out, r)
+				continue
+			}
+			r, err := e.Glob(ctx, q.glob)
+			must(err)
+			out = append(out, r)
+		}
+		return out
+	}
+	for _, p := range []string{"/", "/a", "/a/b"} {
+		if _, _, done, ok := e.walkDirect(p); !ok {
+			t.Fatalf("walkDirect(%s) declined", p)
+		} else {
+			done()
+		}
+	}
+	for _, p := range []string{"/a/blink", "/a/x.go", "/a/none"} {
+		if _, _, done, ok := e.walkDirect(p); ok {
+			done()
+			t.Errorf("walkDirect(%s) answered; the general path must", p)
+		}
+	}
+	fast := run()
+	e.direct.close() // every start now takes the general path
+	if _, _, _, ok := e.walkDirect("/a"); ok {
+		t.Fatal("the fast path still answers after close")
+	}
+	general := run()
+	for i := range queries {
+		if !reflect.DeepEqual(fast[i], general[i]) {
+			t.Errorf("query %+v:\nfast    %+v\ngeneral %+v", queries[i], fast[i], general[i])
+		}
+	}
+	if g := fast[1].(backend.GlobResult); len(g.Matches) != 3 {
+		t.Errorf("**/*.go below /a matched %+v; want x.go, b/z.go, b/c/deep.go (no link, FIFO or skip dir)", g.Matches)
+	}
+}
+
+// TestAnchors: a writable root becomes an anchor only when every directory
+// above it is on a read-only file system, as a sandbox's workspace below
+// its read-only image is; operations below an anchor start from it. The
+// positive case needs a mount namespace of its own (root); the negative
+// one runs anywhere.
+func TestAnchors(t *testing.T) {
+	t.Run("writable parents", func(t *testing.T) {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "ws/sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(root, WithSync(false), WithWritableRoots("/ws", "/ws/sub", "/missing"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		if len(e.direct.anchors) != 0 {
+			t.Errorf("anchors %+v below a writable root: a rename above them could redirect them", e.direct.anchors)
+		}
+	})
+	t.Run("read-only parents", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root for a mount namespace of its own")
+		}
+		// The namespace is this goroutine's thread's alone; the thread
+		// stays locked and exits with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			t.Fatalf("unshare: %v", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			t.Fatalf("make mounts private: %v", err)
+		}
+		root := t.TempDir()
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(unix.Mount("tmpfs", root, "tmpfs", 0, "size=1m"))
+		t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+		for _, d := range []string{"ws", "deep/ws", "rw", "real"} {
+			must(os.MkdirAll(filepath.Join(root, d), 0o755))
+		}
+		must(os.Symlink("real", filepath.Join(root, "link")))
+		for _, d := range []string{"ws", "deep/ws", "rw"} {
+			must(unix.Mount("tmpfs", filepath.Join(root, d), "tmpfs", 0, "size=1m"))
+		}
+		must(os.Mkdir(filepath.Join(root, "rw/ws"), 0o755))
+		must(unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY, ""))
+		e, err := New(root, WithSync(false), WithWritableRoots("/ws", "/deep/ws", "/rw/ws", "/link", "/none"))
+		must(err)
+		defer e.Close()
+		var names []string
+		for _, a := range e.direct.anchors {
+			names = append(names, a.name)
+		}
+		// Longest first; /rw/ws lies below a writable mount, /link is a
+		// symlink, /none is missing.
+		if want := []string{"deep/ws", "ws"}; !reflect.DeepEqual(names, want) {
+			t.Fatalf("anchors %q, want %q", names, want)
+		}
+		ctx := context.Background()
+		for _, p := range []string{"/ws/a.txt", "/deep/ws/b/c.txt", "/rw/ws/d.txt"} {
+			if _, err := e.Write(ctx, p, []byte("x\n")); err != nil {
+				t.Fatalf("write %s: %v", p, err)
+			}
+			if r, err := e.Read(ctx, backend.ReadRequest{Path: p, Limit: 10}); err != nil || r.Content == "" {
+				t.Fatalf("read %s: %+v, %v", p, r, err)
+			}
+		}
+		if dir, rest := e.direct.start("ws/x/y"); dir != e.direct.anchors[1].fd || rest != "x/y" {
+			t.Errorf("start(ws/x/y) = %d %q, want the ws anchor and x/y", dir, rest)
+		}
+		if dir, rest := e.direct.start("wsx/y"); dir != e.direct.fd || rest != "wsx/y" {
+			t.Errorf("start(wsx/y) = %d %q, want the root and the whole name", dir, rest)
+		}
+		g, err := e.Glob(ctx, backend.GlobRequest{Pattern: "**/*.txt", Path: "/deep/ws"})
+		if err != nil || len(g.Matches) != 1 || g.Matches[0].Path != "/deep/ws/b/c.txt" {
+			t.Errorf("glob below an anchor: %+v, %v", g, err)
+		}
+	})
 }

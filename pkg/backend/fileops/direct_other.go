@@ -31,3 +31,5 @@ func (e *Engine) openReadDirect(string) (*os.File, fs.FileInfo, bool) { return n
 func (e *Engine) lsDirect(context.Context, string) ([]backend.FileInfo, bool, error) {
 	return nil, false, nil
 }
+
+func (e *Engine) walkDirect(string) (walkDir, string, func(), bool) { return nil, "", nil, false }

@@ -3,7 +3,6 @@ package fileops
 import (
 	"context"
 	"io/fs"
-	"os"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/backend/textops"
@@ -26,21 +25,11 @@ func (e *Engine) Glob(ctx context.Context, req backend.GlobRequest) (backend.Glo
 	if err != nil {
 		return backend.GlobResult{}, e.fail("glob", p, err)
 	}
-	name, err := e.resolve(p, true)
-	if err != nil {
-		return backend.GlobResult{}, e.fail("glob", p, err)
-	}
-	fi, err := e.root.Stat(name)
-	if err != nil {
-		return backend.GlobResult{}, e.fail("glob", p, err)
-	}
-	if !fi.IsDir() {
-		return backend.GlobResult{}, backend.Errorf(backend.CodeNotADirectory, p,
-			"glob %s: not a directory; glob searches below a directory, pass its parent as path", p)
-	}
-	dir, closeDir, err := e.openDir(name, fi)
-	if err != nil {
-		return backend.GlobResult{}, e.fail("glob", p, err)
+	dir, name, closeDir, ok := e.walkDirect(p)
+	if !ok {
+		if dir, name, closeDir, err = e.globStart(p); err != nil {
+			return backend.GlobResult{}, err
+		}
 	}
 	defer closeDir()
 
@@ -48,7 +37,7 @@ func (e *Engine) Glob(ctx context.Context, req backend.GlobRequest) (backend.Glo
 	defer cancel()
 	res := backend.GlobResult{Matches: []backend.FileInfo{}}
 	w := walker{ctx: bctx, e: e, descend: g.CanDescend}
-	w.file = func(_ *os.Root, _, rel string, fi fs.FileInfo) bool {
+	w.file = func(_ walkDir, _, rel string, fi fs.FileInfo) bool {
 		if !g.Match(rel) {
 			return false
 		}
@@ -72,4 +61,26 @@ func (e *Engine) Glob(ctx context.Context, req backend.GlobRequest) (backend.Glo
 		res.Truncated, res.TruncationReason = true, backend.TruncatedWalkErrors
 	}
 	return res, nil
+}
+
+// globStart is Glob's general start: p resolved through symlinks within
+// the root, which must be a directory, opened as a root of its own.
+func (e *Engine) globStart(p string) (dir walkDir, name string, closeDir func(), err error) {
+	name, err = e.resolve(p, true)
+	if err != nil {
+		return nil, "", nil, e.fail("glob", p, err)
+	}
+	fi, err := e.root.Stat(name)
+	if err != nil {
+		return nil, "", nil, e.fail("glob", p, err)
+	}
+	if !fi.IsDir() {
+		return nil, "", nil, backend.Errorf(backend.CodeNotADirectory, p,
+			"glob %s: not a directory; glob searches below a directory, pass its parent as path", p)
+	}
+	r, closeDir, err := e.openDir(name, fi)
+	if err != nil {
+		return nil, "", nil, e.fail("glob", p, err)
+	}
+	return rootDir{r}, name, closeDir, nil
 }

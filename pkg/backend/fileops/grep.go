@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
 	"sort"
 
 	"github.com/plumbhq/plumb/pkg/backend"
@@ -44,24 +43,31 @@ func (e *Engine) Grep(ctx context.Context, req backend.GrepRequest) (backend.Gre
 			return backend.GrepResult{}, e.fail("grep", p, err)
 		}
 	}
-	name, err := e.resolve(p, true)
-	if err != nil {
-		return backend.GrepResult{}, e.fail("grep", p, err)
-	}
-	fi, err := e.root.Stat(name)
-	if err != nil {
-		return backend.GrepResult{}, e.fail("grep", p, err)
+	// A directory reached without a symlink on the way is walked from
+	// the fast path's handle; anything else is resolved first.
+	dir, name, closeDir, isDir := e.walkDirect(p)
+	var fi fs.FileInfo
+	if !isDir {
+		if name, err = e.resolve(p, true); err != nil {
+			return backend.GrepResult{}, e.fail("grep", p, err)
+		}
+		if fi, err = e.root.Stat(name); err != nil {
+			return backend.GrepResult{}, e.fail("grep", p, err)
+		}
+		if isDir = fi.IsDir(); isDir {
+			r, closeRoot, err := e.openDir(name, fi)
+			if err != nil {
+				return backend.GrepResult{}, e.fail("grep", p, err)
+			}
+			dir, closeDir = rootDir{r}, closeRoot
+		}
 	}
 
 	bctx, cancel := context.WithTimeout(ctx, e.cfg.grepBudget)
 	defer cancel()
 	s := grepSearch{ctx: bctx, e: e, m: m, max: max, start: p}
 	switch {
-	case fi.IsDir():
-		dir, closeDir, err := e.openDir(name, fi)
-		if err != nil {
-			return backend.GrepResult{}, e.fail("grep", p, err)
-		}
+	case isDir:
 		w := walker{ctx: bctx, e: e, file: s.file}
 		if g != nil {
 			w.descend, s.glob = g.CanDescend, g.Match
@@ -77,7 +83,7 @@ func (e *Engine) Grep(ctx context.Context, req backend.GrepRequest) (backend.Gre
 	default:
 		if g == nil || g.Match(vpath.Base(p)) {
 			s.single = true
-			s.file(e.root, name, "", fi)
+			s.file(rootDir{e.root}, name, "", fi)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -115,7 +121,7 @@ type grepSearch struct {
 
 // file searches one regular file; it returns true when the walk must stop
 // (one match past the cap, or the budget is spent).
-func (s *grepSearch) file(dir *os.Root, name, rel string, fi fs.FileInfo) bool {
+func (s *grepSearch) file(dir walkDir, name, rel string, fi fs.FileInfo) bool {
 	if s.glob != nil && !s.glob(rel) {
 		return false
 	}
@@ -123,7 +129,7 @@ func (s *grepSearch) file(dir *os.Root, name, rel string, fi fs.FileInfo) bool {
 		s.res.FilesUnreadable++
 		return false
 	}
-	f, _, err := openRegular(dir, name, fi)
+	f, err := dir.open(name, fi)
 	if err != nil {
 		s.res.FilesUnreadable++
 		return false

@@ -14,7 +14,7 @@ import (
 // names: every path below directory d starts with "d/", so this order is
 // the order of the full paths.
 //
-// It holds one directory handle (an os.Root) per level, lstats entries
+// It holds one directory handle (a walkDir) per level, lstats entries
 // through it, never follows a symlink, and enters a directory only when
 // the opened handle is the directory it lstat'ed.
 type walker struct {
@@ -24,7 +24,7 @@ type walker struct {
 	// to the start, "a/b") could be wanted; nil means always.
 	descend func(rel string) bool
 	// file is called for each regular file; returning true ends the walk.
-	file func(dir *os.Root, name, rel string, fi fs.FileInfo) (stop bool)
+	file func(dir walkDir, name, rel string, fi fs.FileInfo) (stop bool)
 	// dirErrors counts directories that could not be listed or entered
 	// and entries that could not be lstat'ed.
 	dirErrors int
@@ -40,8 +40,8 @@ type walkEntry struct {
 // whose path relative to the start is rel ("" for the start). The start's
 // own listing error is returned; errors below it are counted. A done
 // context ends the walk with its error.
-func (w *walker) walk(dir *os.Root, name, rel string) (stop bool, err error) {
-	names, err := readNames(dir)
+func (w *walker) walk(dir walkDir, name, rel string) (stop bool, err error) {
+	names, err := dir.names()
 	if err != nil {
 		if rel == "" {
 			return true, err
@@ -51,7 +51,7 @@ func (w *walker) walk(dir *os.Root, name, rel string) (stop bool, err error) {
 	}
 	entries := make([]walkEntry, 0, len(names))
 	for _, n := range names {
-		fi, err := dir.Lstat(n)
+		fi, err := dir.lstat(n)
 		if err != nil {
 			w.dirErrors++
 			continue
@@ -81,17 +81,55 @@ func (w *walker) walk(dir *os.Root, name, rel string) (stop bool, err error) {
 			if w.e.skipped(cname) || (w.descend != nil && !w.descend(crel)) {
 				continue
 			}
-			sub, closeSub, err := openSubdir(dir, en.name, en.fi)
+			sub, err := dir.sub(en.name, en.fi)
 			if err != nil {
 				w.dirErrors++
 				continue
 			}
 			stop, err := w.walk(sub, cname, crel)
-			closeSub()
+			sub.close()
 			if stop || err != nil {
 				return true, err
 			}
 		}
 	}
 	return false, nil
+}
+
+// walkDir is a directory a walk visits: an os.Root on the general path
+// (rootDir), or on Linux a descriptor the fast path reached without
+// following a symlink (fdDir).
+type walkDir interface {
+	// names lists the directory's entries, unsorted.
+	names() ([]string, error)
+	// lstat describes the entry name without following a symlink.
+	lstat(name string) (fs.FileInfo, error)
+	// sub opens the subdirectory name, checked to be the file fi
+	// describes.
+	sub(name string, fi fs.FileInfo) (walkDir, error)
+	// open opens the regular file name for reading, checked to be the
+	// file fi describes.
+	open(name string, fi fs.FileInfo) (*os.File, error)
+	// close releases a directory from sub; the start's owner releases it.
+	close()
+}
+
+// rootDir is a walkDir of an os.Root.
+type rootDir struct{ r *os.Root }
+
+func (d rootDir) names() ([]string, error)               { return readNames(d.r) }
+func (d rootDir) lstat(name string) (fs.FileInfo, error) { return d.r.Lstat(name) }
+func (d rootDir) close()                                 { d.r.Close() }
+
+func (d rootDir) sub(name string, fi fs.FileInfo) (walkDir, error) {
+	sub, _, err := openSubdir(d.r, name, fi)
+	if err != nil {
+		return nil, err
+	}
+	return rootDir{sub}, nil
+}
+
+func (d rootDir) open(name string, fi fs.FileInfo) (*os.File, error) {
+	f, _, err := openRegular(d.r, name, fi)
+	return f, err
 }

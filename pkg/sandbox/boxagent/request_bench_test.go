@@ -14,13 +14,13 @@ import (
 )
 
 // BenchmarkRequest measures the agent's side of one small request (B1's
-// write, edit and read of a 4 KiB file, B2's execute of true) over real
+// write, edit and read of a 4 KiB file, ls and glob of 20 entries, B2's execute of true) over real
 // OS pipes, as in a container, with the host's frame writer and reader:
 //
 //	go test -run '^$' -bench Request -cpuprofile cpu.out ./pkg/sandbox/boxagent/
 func BenchmarkRequest(b *testing.B) {
 	root := b.TempDir()
-	if err := os.MkdirAll(root+"/workspace/b1", 0o755); err != nil {
+	if err := os.MkdirAll(root+"/workspace/b1/src", 0o755); err != nil {
 		b.Fatal(err)
 	}
 	e, err := fileops.New(root, fileops.WithSync(false))
@@ -90,6 +90,24 @@ func BenchmarkRequest(b *testing.B) {
 	b.Run("read", func(b *testing.B) {
 		for b.Loop() {
 			call(b, agentproto.OpRead, backend.ReadRequest{Path: path})
+		}
+	})
+	// ls and glob over B1's directory of 10 .go and 10 .txt files.
+	for i := range 10 {
+		for _, name := range []string{fmt.Sprintf("file%02d.go", i), fmt.Sprintf("note%02d.txt", i)} {
+			if err := os.WriteFile(root+"/workspace/b1/src/"+name, []byte("x\n"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("ls", func(b *testing.B) {
+		for b.Loop() {
+			call(b, agentproto.OpLs, agentproto.PathArgs{Path: "/workspace/b1/src"})
+		}
+	})
+	b.Run("glob", func(b *testing.B) {
+		for b.Loop() {
+			call(b, agentproto.OpGlob, backend.GlobRequest{Pattern: "*.go", Path: "/workspace/b1/src"})
 		}
 	})
 	b.Run("execute-true", func(b *testing.B) {
