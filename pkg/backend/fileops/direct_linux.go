@@ -3,7 +3,9 @@
 package fileops
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"io/fs"
 	"os"
 	"runtime"
@@ -543,9 +545,24 @@ func (e *Engine) walkDirect(p string) (dir walkDir, name string, done func(), ok
 // *at system calls alone: no os.File or os.Root is made for a directory.
 type fdDir int
 
-func (d fdDir) names() ([]string, error) {
-	names, _, err := direntNames(int(d))
-	return names, err
+func (d fdDir) entries() ([]dirEntry, error) {
+	var out []dirEntry
+	_, err := readDirents(int(d), func(name string, typ byte) {
+		en := dirEntry{name: name, known: true}
+		switch typ {
+		case unix.DT_REG:
+		case unix.DT_DIR:
+			en.typ = fs.ModeDir
+		case unix.DT_LNK:
+			en.typ = fs.ModeSymlink
+		case unix.DT_UNKNOWN:
+			en.known = false
+		default:
+			en.typ = fs.ModeIrregular
+		}
+		out = append(out, en)
+	})
+	return out, err
 }
 
 func (d fdDir) lstat(name string) (fs.FileInfo, error) {
@@ -597,27 +614,50 @@ func sameFile(fd int, fi fs.FileInfo) bool {
 	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino
 }
 
-// direntNames lists the directory dirfd (an O_PATH handle will do) with
-// getdents64 on a descriptor of its own, unsorted, without "." and "..".
-// opened is false when that descriptor could not be opened.
+// direntNames lists the directory dirfd (an O_PATH handle will do),
+// unsorted, without "." and "..". opened is false when its descriptor for
+// reading could not be opened.
 func direntNames(dirfd int) (names []string, opened bool, err error) {
+	opened, err = readDirents(dirfd, func(name string, _ byte) { names = append(names, name) })
+	return names, opened, err
+}
+
+// readDirents lists the directory dirfd with getdents64 on a descriptor
+// of its own, calling each with an entry's name and d_type, without "."
+// and "..". opened is false when that descriptor could not be opened.
+func readDirents(dirfd int, each func(name string, typ byte)) (opened bool, err error) {
 	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, false, &fs.PathError{Op: "open", Path: ".", Err: err}
+		return false, &fs.PathError{Op: "open", Path: ".", Err: err}
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, 8<<10)
 	for {
-		n, err := unix.ReadDirent(fd, buf)
+		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, true, &fs.PathError{Op: "readdirent", Path: ".", Err: err}
+			return true, &fs.PathError{Op: "getdents", Path: ".", Err: err}
 		}
 		if n <= 0 {
-			return names, true, nil
+			return true, nil
 		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8,
+		// then the NUL-terminated name.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return true, &fs.PathError{Op: "getdents", Path: ".", Err: unix.EIO}
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				each(s, b[18])
+			}
+			b = b[reclen:]
+		}
 	}
 }

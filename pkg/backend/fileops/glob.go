@@ -37,8 +37,12 @@ func (e *Engine) Glob(ctx context.Context, req backend.GlobRequest) (backend.Glo
 	defer cancel()
 	res := backend.GlobResult{Matches: []backend.FileInfo{}}
 	w := walker{ctx: bctx, e: e, descend: g.CanDescend}
-	w.file = func(_ walkDir, _, rel string, fi fs.FileInfo) bool {
+	w.file = func(_ walkDir, _, rel string, stat func() (fs.FileInfo, bool)) bool {
 		if !g.Match(rel) {
+			return false
+		}
+		fi, ok := stat()
+		if !ok {
 			return false
 		}
 		res.Matches = append(res.Matches, fileInfo(vpath.Join(p, rel), fi))

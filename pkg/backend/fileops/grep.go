@@ -83,7 +83,7 @@ func (e *Engine) Grep(ctx context.Context, req backend.GrepRequest) (backend.Gre
 	default:
 		if g == nil || g.Match(vpath.Base(p)) {
 			s.single = true
-			s.file(rootDir{e.root}, name, "", fi)
+			s.file(rootDir{e.root}, name, "", func() (fs.FileInfo, bool) { return fi, true })
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -121,8 +121,12 @@ type grepSearch struct {
 
 // file searches one regular file; it returns true when the walk must stop
 // (one match past the cap, or the budget is spent).
-func (s *grepSearch) file(dir walkDir, name, rel string, fi fs.FileInfo) bool {
+func (s *grepSearch) file(dir walkDir, name, rel string, stat func() (fs.FileInfo, bool)) bool {
 	if s.glob != nil && !s.glob(rel) {
+		return false
+	}
+	fi, ok := stat() // a failure is counted by the walk
+	if !ok {
 		return false
 	}
 	if s.e.cfg.maxFileSize > 0 && fi.Size() > s.e.cfg.maxFileSize {

@@ -14,26 +14,40 @@ import (
 // names: every path below directory d starts with "d/", so this order is
 // the order of the full paths.
 //
-// It holds one directory handle (a walkDir) per level, lstats entries
-// through it, never follows a symlink, and enters a directory only when
-// the opened handle is the directory it lstat'ed.
+// It holds one directory handle (a walkDir) per level and takes each
+// entry's type from the listing (lstat'ing it where the file system does
+// not say), never follows a symlink, and enters a directory only when the
+// opened handle is the directory it lstat'ed. A regular file is lstat'ed
+// only when file asks (a glob asks only for its matches).
 type walker struct {
 	ctx context.Context
 	e   *Engine
 	// descend reports whether a file below the directory at rel (relative
 	// to the start, "a/b") could be wanted; nil means always.
 	descend func(rel string) bool
-	// file is called for each regular file; returning true ends the walk.
-	file func(dir walkDir, name, rel string, fi fs.FileInfo) (stop bool)
+	// file is called for each regular file, with stat to lstat it; an
+	// error from stat is counted in dirErrors. Returning true ends the
+	// walk.
+	file func(dir walkDir, name, rel string, stat func() (fs.FileInfo, bool)) (stop bool)
 	// dirErrors counts directories that could not be listed or entered
 	// and entries that could not be lstat'ed.
 	dirErrors int
 }
 
+// dirEntry is one name of a directory listing with its type bits
+// (fs.ModeDir, fs.ModeSymlink, 0 for a regular file...); known is false
+// when the listing does not give the type (DT_UNKNOWN).
+type dirEntry struct {
+	name  string
+	typ   fs.FileMode
+	known bool
+}
+
 type walkEntry struct {
 	name string
 	key  string
-	fi   fs.FileInfo
+	typ  fs.FileMode
+	fi   fs.FileInfo // nil until lstat'ed
 }
 
 // walk visits the directory dir, whose root-relative name is name and
@@ -41,7 +55,7 @@ type walkEntry struct {
 // own listing error is returned; errors below it are counted. A done
 // context ends the walk with its error.
 func (w *walker) walk(dir walkDir, name, rel string) (stop bool, err error) {
-	names, err := dir.names()
+	list, err := dir.entries()
 	if err != nil {
 		if rel == "" {
 			return true, err
@@ -49,18 +63,21 @@ func (w *walker) walk(dir walkDir, name, rel string) (stop bool, err error) {
 		w.dirErrors++
 		return false, nil
 	}
-	entries := make([]walkEntry, 0, len(names))
-	for _, n := range names {
-		fi, err := dir.lstat(n)
-		if err != nil {
-			w.dirErrors++
-			continue
+	entries := make([]walkEntry, 0, len(list))
+	for _, d := range list {
+		en := walkEntry{name: d.name, key: d.name, typ: d.typ}
+		if !d.known {
+			fi, err := dir.lstat(d.name)
+			if err != nil {
+				w.dirErrors++
+				continue
+			}
+			en.typ, en.fi = fi.Mode().Type(), fi
 		}
-		key := n
-		if fi.IsDir() {
-			key += "/"
+		if en.typ == fs.ModeDir {
+			en.key += "/"
 		}
-		entries = append(entries, walkEntry{name: n, key: key, fi: fi})
+		entries = append(entries, en)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].key < entries[j].key })
 	for _, en := range entries {
@@ -71,17 +88,35 @@ func (w *walker) walk(dir walkDir, name, rel string) (stop bool, err error) {
 		if rel != "" {
 			crel = rel + "/" + en.name
 		}
-		switch {
-		case en.fi.Mode().IsRegular():
-			if w.file(dir, en.name, crel, en.fi) {
+		switch en.typ {
+		case 0: // regular
+			stat := func() (fs.FileInfo, bool) {
+				if en.fi == nil {
+					fi, err := dir.lstat(en.name)
+					if err != nil || !fi.Mode().IsRegular() {
+						w.dirErrors++
+						return nil, false
+					}
+					en.fi = fi
+				}
+				return en.fi, true
+			}
+			if w.file(dir, en.name, crel, stat) {
 				return true, nil
 			}
-		case en.fi.IsDir():
+		case fs.ModeDir:
 			cname := joinName(name, en.name)
 			if w.e.skipped(cname) || (w.descend != nil && !w.descend(crel)) {
 				continue
 			}
-			sub, err := dir.sub(en.name, en.fi)
+			fi := en.fi
+			if fi == nil {
+				if fi, err = dir.lstat(en.name); err != nil || !fi.IsDir() {
+					w.dirErrors++
+					continue
+				}
+			}
+			sub, err := dir.sub(en.name, fi)
 			if err != nil {
 				w.dirErrors++
 				continue
@@ -100,8 +135,8 @@ func (w *walker) walk(dir walkDir, name, rel string) (stop bool, err error) {
 // (rootDir), or on Linux a descriptor the fast path reached without
 // following a symlink (fdDir).
 type walkDir interface {
-	// names lists the directory's entries, unsorted.
-	names() ([]string, error)
+	// entries lists the directory, unsorted.
+	entries() ([]dirEntry, error)
 	// lstat describes the entry name without following a symlink.
 	lstat(name string) (fs.FileInfo, error)
 	// sub opens the subdirectory name, checked to be the file fi
@@ -117,7 +152,24 @@ type walkDir interface {
 // rootDir is a walkDir of an os.Root.
 type rootDir struct{ r *os.Root }
 
-func (d rootDir) names() ([]string, error)               { return readNames(d.r) }
+func (d rootDir) entries() ([]dirEntry, error) {
+	f, err := d.r.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dirEntry, len(des))
+	for i, de := range des {
+		// os.File.ReadDir lstats an entry whose type the listing lacks.
+		out[i] = dirEntry{name: de.Name(), typ: de.Type(), known: true}
+	}
+	return out, nil
+}
+
 func (d rootDir) lstat(name string) (fs.FileInfo, error) { return d.r.Lstat(name) }
 func (d rootDir) close()                                 { d.r.Close() }
 
