@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"io"
 	"io/fs"
 	"os"
 	"runtime"
@@ -402,9 +403,11 @@ func (e *Engine) replaceAt(ctx context.Context, dirfd int, base string, content 
 // openReadDirect is Read's fast path: the regular file at the normalized
 // path p opened for reading (non-blocking, never following a symlink),
 // after an fstatat that rejects anything but a regular file without
-// opening it, and an fstat that checks it is still that file. ok is false
-// when the general path must open it (nothing was opened then).
-func (e *Engine) openReadDirect(p string) (f *os.File, fi fs.FileInfo, ok bool) {
+// opening it, and an fstat that checks it is still that file. The file is
+// read through its descriptor alone (rawFile), since an os.File of it
+// would cost a fcntl and a refused epoll_ctl. ok is false when the general
+// path must open it (nothing was opened then).
+func (e *Engine) openReadDirect(p string) (f io.ReadCloser, fi fs.FileInfo, ok bool) {
 	name := strings.TrimPrefix(p, "/")
 	if name == "" {
 		return nil, nil, false
@@ -423,16 +426,33 @@ func (e *Engine) openReadDirect(p string) (f *os.File, fi fs.FileInfo, ok bool) 
 	if err != nil {
 		return nil, nil, false
 	}
-	f = os.NewFile(uintptr(fd), base)
-	fi, err = f.Stat()
-	if err == nil && fi.Mode().IsRegular() {
-		if now, isStat := fi.Sys().(*syscall.Stat_t); isStat && now.Dev == st.Dev && now.Ino == st.Ino {
-			return f, fi, true
-		}
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil || now.Mode&unix.S_IFMT != unix.S_IFREG || now.Dev != st.Dev || now.Ino != st.Ino {
+		unix.Close(fd)
+		return nil, nil, false
 	}
-	f.Close()
-	return nil, nil, false
+	return rawFile(fd), statInfo{name: base, st: &now}, true
 }
+
+// rawFile reads a regular file through its descriptor.
+type rawFile int
+
+func (f rawFile) Read(b []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(f), b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, &fs.PathError{Op: "read", Path: "", Err: err}
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (f rawFile) Close() error { return unix.Close(int(f)) }
 
 // writeAccess asks the kernel whether this process may open base of dirfd
 // for writing: faccessat2 with AT_EACCESS, which checks the fsuid and

@@ -4,6 +4,7 @@ package fileops
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 
@@ -26,7 +27,7 @@ func (e *Engine) editDirect(context.Context, string, backend.EditRequest) (res b
 	return res, false, nil
 }
 
-func (e *Engine) openReadDirect(string) (*os.File, fs.FileInfo, bool) { return nil, nil, false }
+func (e *Engine) openReadDirect(string) (io.ReadCloser, fs.FileInfo, bool) { return nil, nil, false }
 
 func (e *Engine) lsDirect(context.Context, string) ([]backend.FileInfo, bool, error) {
 	return nil, false, nil

@@ -53,14 +53,15 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 		return emptyFile(res), nil
 	}
 
-	// Only the signature is read before the media decision, so an
-	// oversized media file is refused from its size without reading more.
+	// The sniff window is read at once (one read for a small file); the
+	// media decision looks at its signature, so an oversized media file
+	// is refused from its size without reading past the window.
 	head := make([]byte, min(size, backend.SniffWindow))
-	n, err := readFull(f, head[:min(len(head), textops.MediaHeadBytes)])
+	n, err := readFull(f, head)
 	if err != nil {
 		return backend.ReadResult{}, e.fail("read", p, err)
 	}
-	if mime := textops.MediaType(p, head[:n]); mime != "" {
+	if mime := textops.MediaType(p, head[:min(n, textops.MediaHeadBytes)]); mime != "" {
 		if size > e.cfg.mediaCap {
 			return backend.ReadResult{}, e.fail("read", p, textops.TooLargeError("media read", size, e.cfg.mediaCap))
 		}
@@ -77,13 +78,6 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 		res.Content = base64.StdEncoding.EncodeToString(all)
 		return res, nil
 	}
-	if n == textops.MediaHeadBytes {
-		m, err := readFull(f, head[n:])
-		if err != nil {
-			return backend.ReadResult{}, e.fail("read", p, err)
-		}
-		n += m
-	}
 	head = head[:n]
 	if textops.IsBinary(head, int64(n) >= size) {
 		return backend.ReadResult{}, e.fail("read", p, textops.NotTextError(size, textops.SniffMIME(head)))
@@ -91,7 +85,12 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 	if e.cfg.maxFileSize > 0 && size > e.cfg.maxFileSize {
 		return backend.ReadResult{}, e.fail("read", p, textops.TooLargeError("read", size, e.cfg.maxFileSize))
 	}
-	r := ctxReader{ctx, io.MultiReader(bytes.NewReader(head), f)}
+	// A file the window holds whole is not read again for its end.
+	var rest io.Reader = f
+	if int64(n) >= size {
+		rest = eofReader{}
+	}
+	r := ctxReader{ctx, io.MultiReader(bytes.NewReader(head), rest)}
 	w, err := textops.SliceLines(r, req.Offset, req.Limit, size <= backend.TotalLinesCountMax)
 	if err != nil {
 		return backend.ReadResult{}, e.fail("read", p, err)
@@ -194,3 +193,8 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// eofReader is at its end.
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
