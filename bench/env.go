@@ -285,6 +285,7 @@ func (e *env) close() []string {
 			e.log("delete sandboxes: %v", err)
 		}
 	}
+	e.removeImageTags(ctx)
 	left, err := e.leftovers(ctx)
 	if err != nil {
 		left = append(left, "cannot list leftovers: "+err.Error())
@@ -296,7 +297,8 @@ func (e *env) close() []string {
 	return left
 }
 
-// leftovers lists the containers and volumes labelled with this run.
+// leftovers lists the containers and volumes labelled with this run and
+// its workers' image tags.
 func (e *env) leftovers(ctx context.Context) ([]string, error) {
 	f := client.Filters{}.Add("label", runLabel+"="+e.runID)
 	cl, err := e.docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
@@ -314,8 +316,47 @@ func (e *env) leftovers(ctx context.Context) ([]string, error) {
 	for _, v := range vl.Items {
 		out = append(out, "volume "+v.Name)
 	}
+	tags, err := e.imageTags(ctx)
+	for _, t := range tags {
+		out = append(out, "image tag "+t)
+	}
 	sort.Strings(out)
+	return out, err
+}
+
+// imageTags lists the derived-image tags this run's workers made: a
+// worker tags what it derives <content key>-<worker> (pkg/sandbox's
+// ownership scheme), and every worker of a run is named bench…<run id>.
+// The images themselves are the engine's cache: they stay while another
+// tag (a test's keeper, a real worker's) does.
+func (e *env) imageTags(ctx context.Context) ([]string, error) {
+	list, err := e.docker.ImageList(ctx, client.ImageListOptions{Filters: client.Filters{}.Add("reference", sandbox.DerivedRepository+":*")})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, img := range list.Items {
+		for _, ref := range img.RepoTags {
+			tag := strings.TrimPrefix(ref, sandbox.DerivedRepository+":")
+			if _, owner, ok := strings.Cut(tag, "-"); ok && strings.HasPrefix(owner, "bench") && strings.HasSuffix(owner, e.runID) {
+				out = append(out, ref)
+			}
+		}
+	}
 	return out, nil
+}
+
+// removeImageTags removes this run's derived-image tags (imageTags).
+func (e *env) removeImageTags(ctx context.Context) {
+	tags, err := e.imageTags(ctx)
+	if err != nil {
+		e.log("list image tags: %v", err)
+	}
+	for _, t := range tags {
+		if _, err := e.docker.ImageRemove(ctx, t, client.ImageRemoveOptions{}); err != nil {
+			e.log("remove image tag %s: %v", t, err)
+		}
+	}
 }
 
 // removeLabelled force-removes whatever carries this run's label.

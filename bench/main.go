@@ -222,7 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Error: fmt.Sprintf("%d left behind: %s", len(rep.Leftovers), strings.Join(rep.Leftovers, ", "))})
 	} else if e.docker != nil {
 		rep.Rows = append(rep.Rows, Row{Scenario: "cleanup", Name: "leftovers by label " + runLabel,
-			Target: "0 containers, 0 volumes", Verdict: verdictPass})
+			Target: "0 containers, 0 volumes, 0 image tags of its workers", Verdict: verdictPass})
 	}
 	rep.Machine = e.machine()
 	rep.Finished = time.Now()
