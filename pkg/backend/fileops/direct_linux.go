@@ -318,7 +318,11 @@ func readAt(ctx context.Context, dirfd int, base string, st *unix.Stat_t, limit 
 		return nil, false, nil
 	}
 	b = make([]byte, 0, min(now.Size, limit)+1)
-	for int64(len(b)) <= limit {
+	// The file as its fstat found it: a read stops at that size (no read
+	// for the end), or one byte past the limit. A size of 0 may not be
+	// the truth (procfs): such a file is read to its end.
+	whole := func() bool { return now.Size > 0 && now.Size <= limit && int64(len(b)) == now.Size }
+	for int64(len(b)) <= limit && !whole() {
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
 		}
