@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -624,15 +623,11 @@ func (d fdDir) open(name string, fi fs.FileInfo) (*os.File, error) {
 func (d fdDir) close() { unix.Close(int(d)) }
 
 // sameFile reports whether fd is the file of the same type, device and
-// inode that the lstat fi (a statInfo or an os FileInfo) describes.
+// inode that fi, an fdDir.lstat result, describes.
 func sameFile(fd int, fi fs.FileInfo) bool {
 	want, ok := fi.Sys().(*unix.Stat_t)
 	if !ok {
-		sys, isSys := fi.Sys().(*syscall.Stat_t)
-		if !isSys {
-			return false
-		}
-		want = &unix.Stat_t{Dev: sys.Dev, Ino: sys.Ino, Mode: sys.Mode}
+		return false
 	}
 	var st unix.Stat_t
 	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino

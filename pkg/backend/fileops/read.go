@@ -86,11 +86,11 @@ func (e *Engine) Read(ctx context.Context, req backend.ReadRequest) (backend.Rea
 		return backend.ReadResult{}, e.fail("read", p, textops.TooLargeError("read", size, e.cfg.maxFileSize))
 	}
 	// A file the window holds whole is not read again for its end.
-	var rest io.Reader = f
-	if int64(n) >= size {
-		rest = eofReader{}
+	var text io.Reader = bytes.NewReader(head)
+	if int64(n) < size {
+		text = io.MultiReader(text, f)
 	}
-	r := ctxReader{ctx, io.MultiReader(bytes.NewReader(head), rest)}
+	r := ctxReader{ctx, text}
 	w, err := textops.SliceLines(r, req.Offset, req.Limit, size <= backend.TotalLinesCountMax)
 	if err != nil {
 		return backend.ReadResult{}, e.fail("read", p, err)
@@ -193,8 +193,3 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
-
-// eofReader is at its end.
-type eofReader struct{}
-
-func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }

@@ -109,14 +109,15 @@ func (w *walker) walk(dir walkDir, name, rel string) (stop bool, err error) {
 			if w.e.skipped(cname) || (w.descend != nil && !w.descend(crel)) {
 				continue
 			}
-			fi := en.fi
-			if fi == nil {
-				if fi, err = dir.lstat(en.name); err != nil || !fi.IsDir() {
+			if en.fi == nil {
+				fi, err := dir.lstat(en.name)
+				if err != nil || !fi.IsDir() {
 					w.dirErrors++
 					continue
 				}
+				en.fi = fi
 			}
-			sub, err := dir.sub(en.name, fi)
+			sub, err := dir.sub(en.name, en.fi)
 			if err != nil {
 				w.dirErrors++
 				continue
