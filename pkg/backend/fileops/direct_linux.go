@@ -307,36 +307,32 @@ func (e *Engine) editDirect(ctx context.Context, p string, req backend.EditReque
 // the file st describes, up to limit+1 bytes (more is the caller's
 // too_large). ok is false when the file changed since st.
 func readAt(ctx context.Context, dirfd int, base string, st *unix.Stat_t, limit int64) (b []byte, ok bool, err error) {
-	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	f, now, err := openReadAt(dirfd, base, st)
 	if err != nil {
 		return nil, false, nil
 	}
-	defer unix.Close(fd)
-	var now unix.Stat_t
-	if err := unix.Fstat(fd, &now); err != nil || now.Mode&unix.S_IFMT != unix.S_IFREG || now.Dev != st.Dev || now.Ino != st.Ino {
-		return nil, false, nil
+	defer f.Close()
+	// The file as its fstat found it: the read stops at that size (no read
+	// for the end), or one byte past the limit. A size of 0 may not be
+	// the truth (procfs): such a file is read to its end or the limit.
+	want := limit + 1
+	if now.Size > 0 && now.Size <= limit {
+		want = now.Size
 	}
 	b = make([]byte, 0, min(now.Size, limit)+1)
-	// The file as its fstat found it: a read stops at that size (no read
-	// for the end), or one byte past the limit. A size of 0 may not be
-	// the truth (procfs): such a file is read to its end.
-	whole := func() bool { return now.Size > 0 && now.Size <= limit && int64(len(b)) == now.Size }
-	for int64(len(b)) <= limit && !whole() {
+	for int64(len(b)) < want {
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
 		}
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		if err == unix.EINTR {
-			continue
+		n, err := f.Read(b[len(b):cap(b)])
+		if err == io.EOF {
+			break
 		}
 		if err != nil {
-			return nil, false, &fs.PathError{Op: "read", Path: base, Err: err}
-		}
-		if n == 0 {
-			break
+			return nil, false, err
 		}
 		b = b[:len(b)+n]
 	}
@@ -425,16 +421,36 @@ func (e *Engine) openReadDirect(p string) (f io.ReadCloser, fi fs.FileInfo, ok b
 	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, nil, false
 	}
-	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	rf, now, err := openReadAt(dirfd, base, &st)
 	if err != nil {
 		return nil, nil, false
 	}
-	var now unix.Stat_t
-	if err := unix.Fstat(fd, &now); err != nil || now.Mode&unix.S_IFMT != unix.S_IFREG || now.Dev != st.Dev || now.Ino != st.Ino {
-		unix.Close(fd)
-		return nil, nil, false
+	return rf, statInfo{name: base, st: now}, true
+}
+
+// openReadAt opens the regular file base of dirfd for reading, never
+// following a symlink and non-blocking (a FIFO swapped in cannot hold the
+// open), and checks with fstat that it is still the file want describes;
+// it returns that fstat. A file that changed is errChanged.
+func openReadAt(dirfd int, base string, want *unix.Stat_t) (rawFile, *unix.Stat_t, error) {
+	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, nil, &fs.PathError{Op: "open", Path: base, Err: err}
 	}
-	return rawFile(fd), statInfo{name: base, st: &now}, true
+	now, ok := sameInode(fd, want)
+	if !ok || now.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, nil, errChanged
+	}
+	return rawFile(fd), now, nil
+}
+
+// sameInode fstats fd and reports whether it is a file of want's type,
+// device and inode.
+func sameInode(fd int, want *unix.Stat_t) (*unix.Stat_t, bool) {
+	var st unix.Stat_t
+	ok := unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino
+	return &st, ok
 }
 
 // rawFile reads a regular file through its descriptor.
@@ -601,37 +617,30 @@ func (d fdDir) sub(name string, fi fs.FileInfo) (walkDir, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	if !sameFile(fd, fi) {
+	want, same := fi.Sys().(*unix.Stat_t)
+	if same {
+		_, same = sameInode(fd, want)
+	}
+	if !same {
 		unix.Close(fd)
 		return nil, errChanged
 	}
 	return fdDir(fd), nil
 }
 
-func (d fdDir) open(name string, fi fs.FileInfo) (*os.File, error) {
-	fd, err := unix.Openat(int(d), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	if !sameFile(fd, fi) {
-		unix.Close(fd)
+func (d fdDir) open(name string, fi fs.FileInfo) (io.ReadCloser, error) {
+	want, isStat := fi.Sys().(*unix.Stat_t)
+	if !isStat {
 		return nil, errChanged
 	}
-	return os.NewFile(uintptr(fd), name), nil
+	f, _, err := openReadAt(int(d), name, want)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 func (d fdDir) close() { unix.Close(int(d)) }
-
-// sameFile reports whether fd is the file of the same type, device and
-// inode that fi, an fdDir.lstat result, describes.
-func sameFile(fd int, fi fs.FileInfo) bool {
-	want, ok := fi.Sys().(*unix.Stat_t)
-	if !ok {
-		return false
-	}
-	var st unix.Stat_t
-	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino
-}
 
 // direntNames lists the directory dirfd (an O_PATH handle will do),
 // unsorted, without "." and "..". opened is false when its descriptor for

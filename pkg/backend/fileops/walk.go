@@ -2,6 +2,7 @@ package fileops
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"sort"
@@ -145,7 +146,7 @@ type walkDir interface {
 	sub(name string, fi fs.FileInfo) (walkDir, error)
 	// open opens the regular file name for reading, checked to be the
 	// file fi describes.
-	open(name string, fi fs.FileInfo) (*os.File, error)
+	open(name string, fi fs.FileInfo) (io.ReadCloser, error)
 	// close releases a directory from sub; the start's owner releases it.
 	close()
 }
@@ -182,7 +183,10 @@ func (d rootDir) sub(name string, fi fs.FileInfo) (walkDir, error) {
 	return rootDir{sub}, nil
 }
 
-func (d rootDir) open(name string, fi fs.FileInfo) (*os.File, error) {
+func (d rootDir) open(name string, fi fs.FileInfo) (io.ReadCloser, error) {
 	f, _, err := openRegular(d.r, name, fi)
-	return f, err
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
