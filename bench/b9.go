@@ -119,7 +119,7 @@ func boxRows(ctx context.Context, e *env, boxes []*box, workerRSS float64) (inBo
 		return inBox, total, nil
 	}
 	step := max(1, len(boxes)/boxSamples)
-	var rss, pss, uss, cg []float64
+	var rss, pss, uss, cg, cgAll []float64
 	perName := map[string]*[3][]float64{} // RSS, PSS, USS in MiB
 	var names []string
 	pssOK := true
@@ -152,7 +152,7 @@ func boxRows(ctx context.Context, e *env, boxes []*box, workerRSS float64) (inBo
 			pssOK = false
 		}
 		if bm.cgroup >= 0 {
-			cg = append(cg, mib(bm.cgroup))
+			cg, cgAll = append(cg, mib(bm.cgroup)), append(cgAll, mib(bm.cgroupAll))
 		}
 	}
 	inBox = summarizeInto(inBox, rss)
@@ -181,8 +181,8 @@ func boxRows(ctx context.Context, e *env, boxes []*box, workerRSS float64) (inBo
 		inBox.note("storage driver %s", info.Info.Driver)
 	}
 	if len(cg) > 0 {
-		inBox.note("container cgroup memory as `docker stats` shows it (usage minus inactive file cache, incl. kernel memory) p50 %s",
-			fmtVal(median(cg), unitMiB))
+		inBox.note("container cgroup memory as `docker stats` shows it (usage minus inactive file cache, incl. kernel memory) p50 %s; its whole usage, with all its page cache, p50 %s",
+			fmtVal(median(cg), unitMiB), fmtVal(median(cgAll), unitMiB))
 	}
 	w := workerRSS / (1 << 20)
 	if w < 0 {

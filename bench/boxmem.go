@@ -44,8 +44,9 @@ type procMem struct {
 type boxMemory struct {
 	procs []procMem
 	// cgroup is the container's cgroup memory as `docker stats` shows it
-	// (usage minus inactive file cache), or -1 when unavailable.
-	cgroup int64
+	// (usage minus inactive file cache), and cgroupAll its whole usage
+	// (with all its page cache); both -1 when unavailable.
+	cgroup, cgroupAll int64
 }
 
 // sum adds up one figure of the processes (-1 if any was unreadable).
@@ -107,7 +108,7 @@ func containerMemory(ctx context.Context, cli *client.Client, cid string) (boxMe
 	if len(out.procs) == 0 {
 		return boxMemory{}, fmt.Errorf("container %s: no process to measure (ContainerTop listed %d)", cid[:12], len(top.Processes))
 	}
-	out.cgroup = cgroupMemory(ctx, cli, cid)
+	out.cgroup, out.cgroupAll = cgroupMemory(ctx, cli, cid)
 	return out, nil
 }
 
@@ -197,17 +198,17 @@ func kBField(b []byte, key string) (int64, error) {
 }
 
 // cgroupMemory is the container's cgroup memory as `docker stats` shows
-// it: usage minus the inactive file cache (cgroup v1 or v2), or -1 when
-// the engine does not say.
-func cgroupMemory(ctx context.Context, cli *client.Client, cid string) int64 {
+// it, usage minus the inactive file cache (cgroup v1 or v2), and its whole
+// usage; both -1 when the engine does not say.
+func cgroupMemory(ctx context.Context, cli *client.Client, cid string) (shown, all int64) {
 	res, err := cli.ContainerStats(ctx, cid, client.ContainerStatsOptions{})
 	if err != nil {
-		return -1
+		return -1, -1
 	}
 	defer res.Body.Close()
 	var st container.StatsResponse
 	if err := json.NewDecoder(res.Body).Decode(&st); err != nil || st.MemoryStats.Usage == 0 {
-		return -1
+		return -1, -1
 	}
 	cache := st.MemoryStats.Stats["total_inactive_file"]
 	if v, ok := st.MemoryStats.Stats["inactive_file"]; ok && cache == 0 {
@@ -216,5 +217,5 @@ func cgroupMemory(ctx context.Context, cli *client.Client, cid string) int64 {
 	if cache > st.MemoryStats.Usage {
 		cache = 0
 	}
-	return int64(st.MemoryStats.Usage - cache)
+	return int64(st.MemoryStats.Usage - cache), int64(st.MemoryStats.Usage)
 }

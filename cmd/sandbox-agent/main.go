@@ -150,6 +150,7 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 		return err
 	}
 	defer func() { _ = closeFiles() }()
+	releaseLater()
 	return boxagent.Serve(ctx, stdin, stdout, boxagent.Config{
 		Files:     files,
 		Root:      o.root,
