@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,6 +150,9 @@ type channelOptions struct {
 	// Tests lower both.
 	writeTimeout time.Duration
 	maxWait      time.Duration
+	// lentStreams, when set, counts the executes whose output came
+	// through a lent pipe.
+	lentStreams *atomic.Int64
 }
 
 // channel multiplexes requests to one sandbox agent over one stream. The
@@ -211,6 +215,11 @@ type call struct {
 	queued int                   // bytes charged for events
 	final  *agentproto.Response
 	lagged bool // the caller fell too far behind
+	// feeding: a lent pipe still feeds output events (channel.feed), so
+	// the final response waits for the pipe's end.
+	feeding bool
+	closed  bool     // discarded: nothing more is queued
+	pipe    *os.File // a lent output pipe, taken or feeding; discard closes it
 }
 
 func newCall(lim agentproto.Limits) *call { return &call{lim: lim, wake: make(chan struct{}, 1)} }
@@ -224,8 +233,10 @@ func (c *call) push(resp agentproto.Response, limit int, budget *memBudget) (lag
 	c.mu.Lock()
 	switch cost := len(resp.Data) + eventOverhead; {
 	case resp.Done:
-		c.final = &resp
-	case c.lagged:
+		if c.final == nil { // a failed feed's final stays
+			c.final = &resp
+		}
+	case c.lagged, c.closed:
 		// Already dropped; nothing more is queued for it.
 	case c.lim.Window > 0 && c.queued+cost > c.lim.Window:
 		// A windowed request's agent sent beyond its credit.
@@ -265,14 +276,35 @@ func (c *call) next(budget *memBudget) (ev agentproto.Response, ok bool, final *
 		budget.release(cost)
 		return ev, true, nil, false
 	}
+	if c.feeding {
+		return ev, false, nil, false
+	}
 	return ev, false, c.final, false
+}
+
+// endFeed ends a lent pipe's feed; a non-nil fail replaces the final
+// response (the output is incomplete).
+func (c *call) endFeed(fail *backend.Error) {
+	c.mu.Lock()
+	c.feeding = false
+	if fail != nil {
+		c.final = &agentproto.Response{Done: true, Error: fail}
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // discard drops what is still queued and returns its budget.
 func (c *call) discard(budget *memBudget) {
 	c.mu.Lock()
 	budget.release(c.queued)
-	c.events, c.queued = nil, 0
+	c.events, c.queued, c.closed = nil, 0, true
+	if c.pipe != nil {
+		c.pipe.Close() // a feed reading it ends
+	}
 	c.mu.Unlock()
 }
 
@@ -509,6 +541,16 @@ func limitsFor(op agentproto.Op, args any) agentproto.Limits {
 	return agentproto.Limits{FinalBytes: agentproto.SmallFrameBytes, Wait: agentproto.ResponseWait}
 }
 
+// limits returns the limits of one request on ch: its wait is at most the
+// channel's.
+func (ch *channel) limits(op agentproto.Op, args any) agentproto.Limits {
+	lim := limitsFor(op, args)
+	if ch.opts.maxWait > 0 && lim.Wait > 0 {
+		lim.Wait = min(lim.Wait, ch.opts.maxWait)
+	}
+	return lim
+}
+
 // executeTimeout is the timeout the agent applies to req (it refuses
 // values out of range before running anything).
 func executeTimeout(req backend.ExecuteRequest) time.Duration {
@@ -562,10 +604,7 @@ func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload
 	if err != nil {
 		return request{}, backend.Errorf(backend.CodeInternal, "", "encode %s arguments: %v", op, err)
 	}
-	lim := limitsFor(op, args)
-	if ch.opts.maxWait > 0 && lim.Wait > 0 {
-		lim.Wait = min(lim.Wait, ch.opts.maxWait)
-	}
+	lim := ch.limits(op, args)
 	c := newCall(lim)
 	ch.mu.Lock()
 	if ch.err != nil {
@@ -610,6 +649,12 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 	for {
 		ev, ok, final, lagged := r.c.next(ch.opts.budget)
 		switch {
+		case ok && (ev.Event == agentproto.EventLent || ev.Event == agentproto.EventLentOn):
+			if err := ch.lentOutput(ctx, r, ev); err != nil {
+				ch.cancel(r.id, r.lim)
+				return none, err
+			}
+			continue
 		case ok:
 			if onEvent != nil {
 				if err := onEvent(ev); err != nil {
@@ -641,6 +686,118 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 				ch.opts.onViolation(violationf("%v", err))
 			}
 			return none, err
+		}
+	}
+}
+
+// lentOutput handles an execute's lent and lent_on events
+// (docs/security.md, "Streamed output through a lent pipe"). On lent it
+// borrows the pipe through the channel's lender and tells the agent it
+// holds it; when either fails the pipe is dropped and the output stays on
+// the channel. On lent_on, which the agent sends after its last output
+// frame, it starts feeding the pipe's bytes into the request's queue.
+func (ch *channel) lentOutput(ctx context.Context, r request, ev agentproto.Response) error {
+	r.c.mu.Lock()
+	pipe := r.c.pipe
+	r.c.mu.Unlock()
+	if ev.Event == agentproto.EventLent {
+		var lent agentproto.Lent
+		if pipe != nil || json.Unmarshal(ev.Result, &lent) != nil {
+			return nil
+		}
+		pipe, err := ch.lending.l.borrowPipe(&lent)
+		if err != nil {
+			return nil
+		}
+		if _, err := ch.exchange(ctx, agentproto.OpLentTaken, agentproto.LentTakenArgs{Target: r.id}, nil, nil); err != nil {
+			pipe.Close()
+			return nil
+		}
+		r.c.mu.Lock()
+		r.c.pipe = pipe
+		r.c.mu.Unlock()
+		return nil
+	}
+	r.c.mu.Lock()
+	start := pipe != nil && !r.c.feeding
+	r.c.feeding = r.c.feeding || start
+	r.c.mu.Unlock()
+	if !start {
+		err := violationf("a lent_on event for request %d, whose pipe was not taken or already feeds", r.id)
+		ch.reset(err)
+		return ch.unavailable()
+	}
+	if ch.opts.lentStreams != nil {
+		ch.opts.lentStreams.Add(1)
+	}
+	go ch.feed(r, pipe)
+	return nil
+}
+
+// lentReadBytes is the most one read of a lent output pipe takes: one
+// chunk, what the agent writes at once and an output frame carries.
+const lentReadBytes = agentproto.ChunkBytes
+
+// feed reads a lent output pipe into r's queue as output events, as the
+// read loop queues frames: charged to the worker's memory budget (a read
+// waits for room in it) and to the request's lag bound, past which the
+// request is cancelled (its caller is not reading). It ends at the pipe's
+// end, which the agent closes before its final response; or failing, when
+// the pipe is not at its end within the request's wait, or when the
+// request is done and its call discarded (which closes the pipe).
+func (ch *channel) feed(r request, pipe *os.File) {
+	defer pipe.Close()
+	if r.lim.Wait > 0 {
+		_ = pipe.SetReadDeadline(r.sent.Add(r.lim.Wait))
+	}
+	for {
+		// Each read gets a buffer of its own, which the event keeps (a
+		// gRPC stream may still hold a message it has sent); a short read
+		// keeps only what it filled.
+		buf := make([]byte, lentReadBytes)
+		n, err := pipe.Read(buf)
+		data := buf[:n]
+		if n < lentReadBytes/2 {
+			data = bytes.Clone(data)
+		}
+		if n > 0 && !ch.queueLent(r, data) {
+			r.c.endFeed(nil)
+			return
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			r.c.endFeed(nil)
+			return
+		case err != nil:
+			r.c.endFeed(backend.Errorf(backend.CodeUnavailable, "", "%s: reading its output from the sandbox agent's pipe: %v", r.op, err))
+			return
+		}
+	}
+}
+
+// queueLent queues one read of a lent pipe as an output event; false when
+// the feed must stop: the request was cancelled for its lag, or is done.
+func (ch *channel) queueLent(r request, data []byte) bool {
+	ev := agentproto.Response{ID: r.id, Event: agentproto.EventOutput, Data: data}
+	for {
+		lagged, noBudget, _ := r.c.push(ev, ch.maxLag, ch.opts.budget)
+		switch {
+		case lagged:
+			ch.lg.Warn("request cancelled: its caller fell behind its stream", zap.Uint64("request-id", r.id), zap.Int("limit-bytes", ch.maxLag))
+			ch.cancel(r.id, r.lim)
+			return false
+		case !noBudget:
+			r.c.mu.Lock()
+			closed := r.c.closed
+			r.c.mu.Unlock()
+			return !closed
+		}
+		// The worker's budget is full: wait for room, as a frame would
+		// wait in the agent's stdout.
+		select {
+		case <-ch.done:
+			return false
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

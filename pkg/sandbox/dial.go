@@ -133,6 +133,7 @@ func (m *Manager) newAgentChannel(sb *sandbox, s stream, pid1 bool) *channel {
 	opts := channelOptions{
 		budget:      m.budget,
 		onViolation: func(err error) { m.violation(owner.Load(), err) },
+		lentStreams: &m.lentStreams,
 	}
 	if pid1 {
 		opts.onLost = func(error) {

@@ -274,10 +274,18 @@ func overdueExecute(req backend.ExecuteRequest, r backend.ExecuteResult, streame
 }
 
 // ExecuteStream runs a command, passing output to onOutput as it is
-// produced, and returns the same result as Execute.
+// produced, and returns the same result as Execute. Where the agent can
+// lend its output pipe (lend.go), the output's bytes after the first
+// chunks come through it rather than the channel (docs/security.md,
+// "Streamed output through a lent pipe"; channel.await).
 func (f *Files) ExecuteStream(ctx context.Context, req backend.ExecuteRequest, onOutput func([]byte) error) (r backend.ExecuteResult, err error) {
+	ch, err := f.channel(ctx, string(agentproto.OpExecute))
+	if err != nil {
+		return r, err
+	}
+	args := agentproto.ExecuteArgs{ExecuteRequest: req, Stream: true, Lend: f.m.lender(f.sb, ch) != nil}
 	var streamed []byte // the head of the output, for an overdue result
-	err = f.invoke(ctx, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: req, Stream: true}, &r, func(ev agentproto.Response) error {
+	_, err = f.exchangeOn(ctx, ch, agentproto.OpExecute, args, nil, &r, func(ev agentproto.Response) error {
 		if ev.Event == agentproto.EventOutput {
 			if room := outputLimit(req) - len(streamed); room > 0 {
 				streamed = append(streamed, ev.Data[:min(len(ev.Data), room)]...)

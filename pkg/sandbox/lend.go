@@ -25,14 +25,16 @@ import (
 // TransferCounts counts uploads and downloads by the path their bytes
 // took: through the agent's open file (Lent) or as chunks over the agent
 // channel (Channel). Every download counts; an upload that fits one chunk
-// is one upload_file request and counts in neither.
+// is one upload_file request and counts in neither. LentStreams counts
+// the streaming executes whose output came, after its first chunks,
+// through a pipe the agent lent.
 type TransferCounts struct {
-	Lent, Channel int64
+	Lent, Channel, LentStreams int64
 }
 
 // Transfers returns the transfer counts since the manager started.
 func (m *Manager) Transfers() TransferCounts {
-	return TransferCounts{Lent: m.lent.Load(), Channel: m.channelled.Load()}
+	return TransferCounts{Lent: m.lent.Load(), Channel: m.channelled.Load(), LentStreams: m.lentStreams.Load()}
 }
 
 // lender borrows the descriptors of one box's agent, its PID 1, through a
@@ -47,10 +49,24 @@ type lender struct {
 // errNotLent is a borrowed descriptor that is not the file the agent named.
 var errNotLent = errors.New("the agent's descriptor is not the file it named")
 
-// borrow returns a duplicate of the agent's descriptor l names, after
+// borrow returns a duplicate of the agent's transfer file l names, after
 // checking that it is a regular file with the device and inode the agent
 // reported. Any error leaves the transfer to the channel.
 func (l *lender) borrow(lent *agentproto.Lent) (*os.File, error) {
+	return l.take(lent, unix.S_IFREG)
+}
+
+// borrowPipe returns a duplicate of the read end of the output pipe an
+// execute lent, after checking that it is a FIFO with the device and inode
+// the agent reported, non-blocking so that the runtime's poller reads it
+// and a deadline bounds the read. Any error leaves the output to the
+// channel.
+func (l *lender) borrowPipe(lent *agentproto.Lent) (*os.File, error) {
+	return l.take(lent, unix.S_IFIFO)
+}
+
+// take is borrow and borrowPipe: the descriptor must have file type kind.
+func (l *lender) take(lent *agentproto.Lent, kind uint32) (*os.File, error) {
 	if l == nil || lent == nil || l.off.Load() {
 		return nil, errNotLent
 	}
@@ -74,9 +90,15 @@ func (l *lender) borrow(lent *agentproto.Lent) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Dev) != lent.Dev || st.Ino != lent.Ino {
+	if st.Mode&unix.S_IFMT != kind || uint64(st.Dev) != lent.Dev || st.Ino != lent.Ino {
 		unix.Close(fd)
 		return nil, errNotLent
+	}
+	if kind == unix.S_IFIFO {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
 	}
 	return os.NewFile(uintptr(fd), "lent"), nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -82,6 +83,41 @@ func TestBorrow(t *testing.T) {
 			b := make([]byte, 4)
 			if _, err := file.ReadAt(b, 0); err != nil || string(b) != "lent" {
 				t.Fatalf("the borrowed descriptor wrote elsewhere: %q %v", b, err)
+			}
+		})
+	}
+	// An execute's output pipe: only the FIFO named, non-blocking.
+	for _, c := range []struct {
+		name string
+		lent *agentproto.Lent
+		ok   bool
+	}{
+		{"the pipe the agent named", &pipe, true},
+		{"a regular file", &good, false},
+		{"another inode than the pipe's", &agentproto.Lent{FD: pipe.FD, Dev: pipe.Dev, Ino: good.Ino}, false},
+	} {
+		t.Run("pipe/"+c.name, func(t *testing.T) {
+			got, err := l.borrowPipe(c.lent)
+			if (err == nil) != c.ok {
+				t.Fatalf("borrowPipe: %v, want ok=%v", err, c.ok)
+			}
+			if got == nil {
+				return
+			}
+			defer got.Close()
+			if _, err := w.Write([]byte("out")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 8)
+			if n, err := got.Read(b); err != nil || string(b[:n]) != "out" {
+				t.Fatalf("read the borrowed pipe: %q %v", b[:n], err)
+			}
+			// Non-blocking, so a deadline ends a read of an empty pipe.
+			if err := got.SetReadDeadline(time.Now()); err != nil {
+				t.Fatalf("the borrowed pipe takes no deadline: %v", err)
+			}
+			if _, err := got.Read(b); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read of an empty pipe past its deadline: %v", err)
 			}
 		})
 	}

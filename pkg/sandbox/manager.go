@@ -199,10 +199,11 @@ type Manager struct {
 	images *images
 	now    func() time.Time
 	budget *memBudget // shared by every agent channel
-	// transfers of more than one chunk, by the path their bytes took
-	lent, channelled atomic.Int64
-	bg               sync.WaitGroup
-	limits           limits // the policy resolved against the host
+	// transfers of more than one chunk, by the path their bytes took, and
+	// streamed executes whose output came through a lent pipe
+	lent, channelled, lentStreams atomic.Int64
+	bg                            sync.WaitGroup
+	limits                        limits // the policy resolved against the host
 	// remappedIDs: the engine's files have other owners on the host
 	// (Host.RemappedIDs): no host fill.
 	remappedIDs bool

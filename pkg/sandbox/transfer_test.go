@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -73,11 +74,74 @@ func TestTransfers(t *testing.T) {
 			m := e.manager(t)
 			info := e.create(t, m, sandbox.CreateSpec{Overrides: sandbox.Template{Runtime: c.runtime}})
 			transfers(t, m, info)
-			if n := m.Transfers(); (n.Lent > 0) != c.lent || (n.Channel > 0) == c.lent {
+			streamed(t, m, info)
+			if n := m.Transfers(); (n.Lent > 0) != c.lent || (n.Channel > 0) == c.lent || (n.LentStreams > 0) != c.lent {
 				t.Fatalf("transfers %+v, want them lent=%v", n, c.lent)
 			}
 		})
 	}
+}
+
+// streamed runs streaming executes whose output starts before the worker
+// can have taken a lent pipe and goes on after, and checks that every byte
+// arrives once and in order, with the result counting them all; then one
+// cancelled while its output is still coming.
+func streamed(t *testing.T, m *sandbox.Manager, info sandbox.Info) {
+	f, err := m.Files(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var want bytes.Buffer
+	want.WriteString("first\n")
+	for i := 1; i <= 200000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	want.WriteString("last\n")
+	for range 3 {
+		var got bytes.Buffer
+		res, err := f.ExecuteStream(ctx, backend.ExecuteRequest{Command: "echo first; seq 1 200000; echo last"}, func(b []byte) error {
+			got.Write(b)
+			return nil
+		})
+		if err != nil || exitCode(res) != 0 {
+			t.Fatalf("stream: %+v %v", res, err)
+		}
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Fatalf("streamed %d bytes, want %d; first difference at %d", got.Len(), want.Len(), firstDiff(got.Bytes(), want.Bytes()))
+		}
+		if res.OutputBytes != int64(want.Len()) || !strings.HasSuffix(res.Output, "199999\n200000\nlast\n") {
+			t.Fatalf("result counts %d bytes, ends %q", res.OutputBytes, res.Output[max(0, len(res.Output)-30):])
+		}
+	}
+	t.Run("cancelled mid-stream", func(t *testing.T) {
+		cctx, stop := context.WithCancel(ctx)
+		n := 0
+		_, err := f.ExecuteStream(cctx, backend.ExecuteRequest{Command: "while :; do seq 1 10000; done"}, func(b []byte) error {
+			if n += len(b); n > 4<<20 {
+				stop()
+			}
+			return nil
+		})
+		if backend.CodeOf(err) != backend.CodeCancelled {
+			t.Fatalf("got %v, want cancelled", err)
+		}
+		// The box still answers, and no seq is left running.
+		if r := exec(t, m, info.ID, "sleep 0.5; ps -o comm | grep -c '^seq' || true", 10); strings.TrimSpace(r.Output) != "0" {
+			t.Fatalf("left running after the cancel: %q", r.Output)
+		}
+	})
+}
+
+// firstDiff is the first index where a and b differ.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
 
 // transfers moves a file of exactly the item cap into and out of a real

@@ -35,8 +35,8 @@ import (
 )
 
 // Version is the protocol version the agent reports in its hello result
-// (3: binary payloads).
-const Version = 3
+// (3: binary payloads; 4: lent output pipes).
+const Version = 4
 
 // MaxFrameBytes bounds one frame (one line, JSON included). A 10 MiB write
 // is about 13.4 MiB in base64, so 16 MiB leaves headroom; larger payloads
@@ -74,6 +74,7 @@ const (
 	OpDownloadRead  Op = "download_read"  // DownloadReadArgs → empty result, the bytes as payload
 	OpDownloadClose Op = "download_close" // DownloadCloseArgs → empty result
 	OpCancel        Op = "cancel"         // CancelArgs → empty result
+	OpLentTaken     Op = "lent_taken"     // LentTakenArgs → empty result
 	// Interactive processes. A proc_start request lives as long as its
 	// process: its id names the process in the other proc ops, it gets a
 	// started event once the process runs, stdout and stderr events with
@@ -91,6 +92,8 @@ const (
 // Event kinds of non-final responses.
 const (
 	EventOutput  = "output"  // execute output bytes, in order
+	EventLent    = "lent"    // an execute's output pipe, lent: Result is its Lent
+	EventLentOn  = "lent_on" // the rest of the execute's output is in the lent pipe
 	EventStarted = "started" // a proc_start's process is running
 	EventStdout  = "stdout"  // a process's standard output, in order
 	EventStderr  = "stderr"  // a process's standard error, in order
@@ -166,7 +169,8 @@ type Response struct {
 	Data []byte `json:"-"`
 	// Done marks the final response of a request.
 	Done bool `json:"done,omitempty"`
-	// Result is the final response's result on success.
+	// Result is the final response's result on success, or a lent
+	// event's Lent.
 	Result RawMessage `json:"result,omitempty"`
 	// Error is the final response's error on failure.
 	Error *backend.Error `json:"error,omitempty"`
@@ -203,6 +207,19 @@ type ExecuteArgs struct {
 	backend.ExecuteRequest
 	// Stream asks for output events as the command produces output.
 	Stream bool `json:"stream,omitempty"`
+	// Lend asks, with Stream, for a pipe the output can go through
+	// instead of the channel (docs/security.md, "Streamed output through
+	// a lent pipe"): the agent names it in a lent event; once the worker
+	// has taken it (OpLentTaken), a lent_on event says the rest of the
+	// output is in the pipe, whose write end the agent closes before its
+	// final response.
+	Lend bool `json:"lend,omitempty"`
+}
+
+// LentTakenArgs tell the agent that the worker holds the pipe execute
+// request Target lent.
+type LentTakenArgs struct {
+	Target uint64 `json:"target"`
 }
 
 // OpenArgs are the arguments of OpUploadOpen and OpDownloadOpen (and of

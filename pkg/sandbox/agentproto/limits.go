@@ -69,7 +69,7 @@ var opLimits = map[Op]Limits{
 	OpGlob:   {FinalBytes: MaxFrameBytes, Wait: ResponseWait},
 	// Execute's budget and wait depend on its arguments: ExecuteLimits
 	// (this entry is its default output size, streaming).
-	OpExecute:       {Events: []string{EventOutput}, EventBytes: ChunkFrameBytes, FinalBytes: (backend.ExecuteInlineOutput+OutputMarkerBytes)*escape + SmallFrameBytes},
+	OpExecute:       {Events: []string{EventOutput, EventLent, EventLentOn}, EventBytes: ChunkFrameBytes, FinalBytes: (backend.ExecuteInlineOutput+OutputMarkerBytes)*escape + SmallFrameBytes},
 	OpUploadFile:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpUploadOpen:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpUploadChunk:   {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
@@ -83,6 +83,7 @@ var opLimits = map[Op]Limits{
 	OpProcSignal: {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpProcAck:    {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 	OpCancel:     {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
+	OpLentTaken:  {FinalBytes: SmallFrameBytes, Wait: ResponseWait},
 }
 
 // LimitsOf returns op's limits; ok is false for an op sandboxd does not

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
@@ -504,4 +507,81 @@ func TestExecuteCancel(t *testing.T) {
 			t.Fatalf("process %d survived the channel close", pid)
 		}
 	})
+}
+
+// TestExecuteLentOutput plays the worker's part of a lent output pipe
+// (docs/security.md, "Streamed output through a lent pipe") against an
+// agent in this process, whose descriptors are this process's: the lent
+// event names a close-on-exec FIFO; after lent_taken the output goes on in
+// the pipe behind one lent_on event, the frames before it and the pipe's
+// bytes together are the output in order, and the pipe ends. A lent_taken naming no lending execute is refused.
+func TestExecuteLentOutput(t *testing.T) {
+	requireShell(t)
+	c := startAgent(t, Config{})
+	if e := c.fails(agentproto.OpLentTaken, agentproto.LentTakenArgs{Target: 999}, backend.CodeInvalidArgument); e == nil {
+		t.Fatal("lent_taken for no execute succeeded")
+	}
+	want := "a\n" + strings.Repeat("q", 3000000) + "z\n"
+	id, ch := c.start(agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{
+		Command: `echo a; sleep 0.3; head -c 3000000 /dev/zero | tr '\0' q; echo z`}, Stream: true, Lend: true})
+	first := <-ch
+	var lent agentproto.Lent
+	if first.Event != agentproto.EventLent || json.Unmarshal(first.Result, &lent) != nil {
+		t.Fatalf("first response %+v, want a lent event", first)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(lent.FD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO || st.Ino != lent.Ino || uint64(st.Dev) != lent.Dev {
+		t.Fatalf("lent %+v: fstat %+v %v, want that FIFO", lent, st, err)
+	}
+	if flags, err := unix.FcntlInt(uintptr(lent.FD), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Fatalf("the lent descriptor is not close-on-exec: %#x %v", flags, err)
+	}
+	dup, err := unix.Dup(lent.FD) // what pidfd_getfd gives the worker
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := os.NewFile(uintptr(dup), "lent")
+	defer pipe.Close()
+	piped := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(pipe); piped <- b }()
+	c.ok(agentproto.OpLentTaken, agentproto.LentTakenArgs{Target: id}, nil)
+
+	events, final := c.wait(ch)
+	if final.Error != nil {
+		t.Fatal(final.Error)
+	}
+	var framed []byte
+	on := 0
+	for i, ev := range events {
+		switch ev.Event {
+		case agentproto.EventOutput:
+			if on > 0 {
+				t.Fatalf("an output frame after lent_on (event %d)", i)
+			}
+			framed = append(framed, ev.Data...)
+		case agentproto.EventLentOn:
+			on++
+		default:
+			t.Fatalf("event %q", ev.Event)
+		}
+	}
+	var viaPipe []byte
+	select {
+	case viaPipe = <-piped:
+	case <-time.After(callTimeout):
+		t.Fatal("the lent pipe did not end after the final response")
+	}
+	if on != 1 || len(viaPipe) == 0 {
+		t.Fatalf("%d lent_on events, %d bytes through the pipe: want one, and the output after the take in it", on, len(viaPipe))
+	}
+	if got := string(framed) + string(viaPipe); got != want {
+		t.Fatalf("output %d bytes (%d framed, %d piped), want %d", len(got), len(framed), len(viaPipe), len(want))
+	}
+	var res backend.ExecuteResult
+	if err := json.Unmarshal(final.Result, &res); err != nil || res.OutputBytes != int64(len(want)) {
+		t.Fatalf("result %s (%v), want output_bytes %d", final.Result, err, len(want))
+	}
+	if e := c.fails(agentproto.OpLentTaken, agentproto.LentTakenArgs{Target: id}, backend.CodeInvalidArgument); e == nil {
+		t.Fatal("lent_taken after the execute ended succeeded")
+	}
 }

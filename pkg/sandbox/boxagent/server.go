@@ -131,10 +131,11 @@ type server struct {
 	inflight  map[uint64]context.CancelFunc // cancels of running requests
 	uploads   map[string]*fileops.TempFile  // open uploads by handle
 	downloads map[string]*fileops.DownloadFile
-	procs     map[uint64]*proc // running interactive processes and port forwards by request id
-	conns     int              // how many of procs are port forwards
-	nextID    uint64           // last handle number
-	lastTag   uint32           // last command tag issued (see tagBase)
+	procs     map[uint64]*proc       // running interactive processes and port forwards by request id
+	lent      map[uint64]*lentOutput // output pipes of streaming executes by request id
+	conns     int                    // how many of procs are port forwards
+	nextID    uint64                 // last handle number
+	lastTag   uint32                 // last command tag issued (see tagBase)
 
 	// The channel's pipes (when in and out are pipes) are grown to
 	// bulkPipeBytes while bulk bytes flow: a transfer is open or a
@@ -239,6 +240,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		stop:           stop,
 		shutdown:       make(chan struct{}),
 		inflight:       map[uint64]context.CancelFunc{},
+		lent:           map[uint64]*lentOutput{},
 		uploads:        map[string]*fileops.TempFile{},
 		downloads:      map[string]*fileops.DownloadFile{},
 		procs:          map[uint64]*proc{},
@@ -371,6 +373,9 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 	case agentproto.OpCancel:
 		s.send(s.cancel(req))
 		return
+	case agentproto.OpLentTaken:
+		s.send(s.lentTaken(req))
+		return
 	case agentproto.OpUploadOpen:
 		s.send(s.uploadOpen(ctx, req))
 		return
@@ -439,6 +444,11 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 			}()
 			emit = func(b []byte) error {
 				return s.w.Write(agentproto.Response{ID: req.ID, Event: agentproto.EventOutput, Data: b})
+			}
+			if a.Lend {
+				var done func()
+				emit, done = s.lendOutput(req.ID, emit)
+				defer done()
 			}
 		}
 		res, err := s.execute(ctx, a.ExecuteRequest, emit)
