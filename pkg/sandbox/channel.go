@@ -750,15 +750,17 @@ func (ch *channel) feed(r request, pipe *os.File) {
 	if r.lim.Wait > 0 {
 		_ = pipe.SetReadDeadline(r.sent.Add(r.lim.Wait))
 	}
+	buf := make([]byte, lentReadBytes)
 	for {
-		// Each read gets a buffer of its own, which the event keeps (a
-		// gRPC stream may still hold a message it has sent); a short read
-		// keeps only what it filled.
-		buf := make([]byte, lentReadBytes)
+		// The event keeps the bytes it carries (a gRPC stream may still
+		// hold a message it has sent): a full read hands its buffer over,
+		// a short one a copy of what it filled.
 		n, err := pipe.Read(buf)
-		data := buf[:n]
-		if n < lentReadBytes/2 {
-			data = bytes.Clone(data)
+		var data []byte
+		if n >= lentReadBytes/2 {
+			data, buf = buf[:n], make([]byte, lentReadBytes)
+		} else {
+			data = bytes.Clone(buf[:n])
 		}
 		if n > 0 && !ch.queueLent(r, data) {
 			r.c.endFeed(nil)

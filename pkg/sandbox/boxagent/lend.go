@@ -74,14 +74,24 @@ func (s *server) lendOutput(id uint64, frames func([]byte) error) (emit func([]b
 	if l == nil {
 		return frames, func() {}
 	}
-	res := agentproto.Result(id, lent)
-	if err := s.w.Write(agentproto.Response{ID: id, Event: agentproto.EventLent, Result: res.Result}); err != nil {
+	done = func() {
+		s.mu.Lock()
+		delete(s.lent, id)
+		s.mu.Unlock()
 		l.close()
-		return frames, func() {}
 	}
+	// Registered before it is named, so the worker's lent_taken finds it.
 	s.mu.Lock()
 	s.lent[id] = l
 	s.mu.Unlock()
+	raw, err := agentproto.Marshal(lent)
+	if err == nil {
+		err = s.w.Write(agentproto.Response{ID: id, Event: agentproto.EventLent, Result: raw})
+	}
+	if err != nil {
+		done()
+		return frames, func() {}
+	}
 	announced := false // emit is called by one goroutine at a time
 	emit = func(b []byte) error {
 		if !l.on.Load() {
@@ -96,12 +106,7 @@ func (s *server) lendOutput(id uint64, frames func([]byte) error) (emit func([]b
 		_, err := l.w.Write(b)
 		return err
 	}
-	return emit, func() {
-		s.mu.Lock()
-		delete(s.lent, id)
-		s.mu.Unlock()
-		l.close()
-	}
+	return emit, done
 }
 
 // lentTaken answers OpLentTaken: the worker holds the pipe an execute lent.
