@@ -15,13 +15,14 @@ import (
 // by the time the agent serves, nearly the whole binary is resident in
 // its RSS although it runs a fraction of it. Under fuse-overlayfs each
 // box has its own page cache of the binary, so those pages are each box's
-// own. A while after start, the agent asks the kernel to page its
-// binary's read-only mappings out (MADV_PAGEOUT); the pages it runs after
-// that fault back in, one at a time. Pages another process maps too (a
-// binary shared through the page cache) stay where they are. A kernel
-// without MADV_PAGEOUT (before 5.4, gVisor) refuses the call and nothing
-// changes. Only mappings nobody writes are touched, so no state is lost:
-// a released page reads back the same bytes from the file.
+// own. A while after start, the agent pages its binary's read-only
+// mappings out (MADV_PAGEOUT) and has them read back one page at a time
+// (MADV_RANDOM: no read-around); what comes back is what it runs. Pages
+// another process maps too (a binary shared through the page cache) stay
+// where they are. A kernel without the advice (MADV_PAGEOUT is Linux 5.4)
+// refuses it and nothing changes; under gVisor (no setfsuid) nothing is
+// asked. Only mappings nobody writes are touched, so no state is lost: a
+// released page reads back the same bytes from the file.
 
 // releaseAfter is how long after start the agent releases its binary's
 // pages: past the start-up (its first requests reuse the start's pages)
