@@ -719,10 +719,10 @@ func (ch *channel) lentOutput(ctx context.Context, r request, ev agentproto.Resp
 		return nil
 	}
 	r.c.mu.Lock()
-	start := pipe != nil && !r.c.feeding
-	r.c.feeding = r.c.feeding || start
+	feeding := r.c.feeding
+	r.c.feeding = true
 	r.c.mu.Unlock()
-	if !start {
+	if pipe == nil || feeding {
 		err := violationf("a lent_on event for request %d, whose pipe was not taken or already feeds", r.id)
 		ch.reset(err)
 		return ch.unavailable()

@@ -15,11 +15,11 @@ import (
 // (take); from then on it goes into w. Both ends are close-on-exec, so no
 // command holds them.
 type lentOutput struct {
-	r, w *os.File
-	on   atomic.Bool // the worker took r: output goes into w
+	w  *os.File
+	on atomic.Bool // the worker took the read end: output goes into w
 
-	mu      sync.Mutex
-	rClosed bool
+	mu sync.Mutex
+	r  *os.File // the agent's read end until the worker takes it or the output ends
 }
 
 // newLentOutput makes the pipe and names its read end; nil when either
@@ -45,11 +45,11 @@ func newLentOutput() (*lentOutput, *agentproto.Lent) {
 func (l *lentOutput) take() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.rClosed {
+	if l.r == nil {
 		return l.on.Load()
 	}
-	l.rClosed = true
 	l.r.Close()
+	l.r = nil
 	l.on.Store(true)
 	return true
 }
@@ -58,9 +58,9 @@ func (l *lentOutput) take() bool {
 func (l *lentOutput) close() {
 	l.w.Close()
 	l.mu.Lock()
-	if !l.rClosed {
-		l.rClosed = true
+	if l.r != nil {
 		l.r.Close()
+		l.r = nil
 	}
 	l.mu.Unlock()
 }
