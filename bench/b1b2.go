@@ -34,8 +34,8 @@ type smallOp struct {
 	// base64 payloads; check validates its stdout.
 	shell string
 	check func(stdout []byte) error
-	// writes marks an op that replaces a file: its floor has the write part.
-	writes bool
+	// floor names its file part in the call floor (a boxfloor operation).
+	floor string
 }
 
 // runB1 times small file operations through gRPC → SandboxService → the
@@ -113,6 +113,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				return err
 			},
 			shell: "base64 " + b1Dir + "/read.txt",
+			floor: "read",
 			check: func(out []byte) error {
 				b, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(string(out), "\n", ""))
 				if err == nil && len(b) != len(content) {
@@ -130,8 +131,8 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				}
 				return err
 			},
-			shell:  "echo " + b64(payload) + " | base64 -d > " + b1Dir + "/write-base.txt",
-			writes: true,
+			shell: "echo " + b64(payload) + " | base64 -d > " + b1Dir + "/write-base.txt",
+			floor: "write",
 		},
 		{
 			name: "edit one line",
@@ -144,7 +145,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				return err
 			},
 			// Set per call below: the payload alternates.
-			writes: true,
+			floor: "edit",
 		},
 		{
 			name: "ls (20 entries)",
@@ -156,6 +157,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				return err
 			},
 			shell: "ls -la " + b1Dir + "/src",
+			floor: "ls",
 			check: func(out []byte) error {
 				if n := strings.Count(string(out), "\n"); n < 21 {
 					return fmt.Errorf("baseline ls printed %d lines", n)
@@ -173,6 +175,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 				return err
 			},
 			shell: "find " + b1Dir + "/src -maxdepth 1 -type f -name '*.go'",
+			floor: "glob",
 			check: func(out []byte) error {
 				if n := strings.Count(string(out), "\n"); n != 10 {
 					return fmt.Errorf("baseline find printed %d lines", n)
@@ -244,7 +247,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 	t := b1Target(e.runtime)
 	for i, op := range ops {
 		rows[i].Target = t.String("(a)")
-		rows[i].judgeAtFloor(floor.p50(op.writes), aP50[i], t.met)
+		rows[i].judgeAtFloor(floor.p50(op.floor), aP50[i], t.met)
 	}
 	// The edits must have left both files consistent.
 	for _, f := range []string{"/edit.txt", "/edit-base.txt"} {
@@ -298,7 +301,7 @@ func runB2(ctx context.Context, e *env) ([]Row, error) {
 	r.vsLatency("engine exec true (create+attach+inspect)", b)
 	t := b2Target(e.runtime)
 	r.Target = t.String("")
-	r.judgeAtFloor(floor.p50(false), b.P50, t.met)
+	r.judgeAtFloor(floor.p50(""), b.P50, t.met)
 	r.note("includes fork/exec of /bin/sh -c true inside the sandbox")
 	return append([]Row{r}, floor.rows("B2")...), nil
 }

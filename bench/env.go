@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -203,16 +204,22 @@ func (w *worker) stop(ctx context.Context) error {
 // buildAgent compiles cmd/sandbox-agent statically for the engine's
 // architecture (the same as this process's: the engine is local).
 func buildAgent(ctx context.Context) ([]byte, error) {
-	dir, err := os.MkdirTemp("", "plumb-bench-agent")
+	return buildStatic(ctx, "github.com/plumbhq/plumb/cmd/sandbox-agent")
+}
+
+// buildStatic compiles the command pkg as a static binary for the
+// engine's architecture and returns it.
+func buildStatic(ctx context.Context, pkg string) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "plumb-bench-build")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "sandbox-agent")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/plumbhq/plumb/cmd/sandbox-agent")
+	out := filepath.Join(dir, path.Base(pkg))
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build sandbox-agent: %v: %s", err, b)
+		return nil, fmt.Errorf("build %s: %v: %s", path.Base(pkg), err, b)
 	}
 	return os.ReadFile(out)
 }

@@ -6,8 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -34,14 +33,19 @@ import (
 //     bytes out and the same 64 bytes back;
 //   - spawn (B2): starting /bin/sh -c true inside the sandbox itself, timed
 //     by the box's shell as a loop of spawns minus the same loop empty;
-//   - write (B1's write and edit): a plain atomic write of 4 KiB (create a
-//     temp file, write, chmod, close, rename over the file) on the
-//     filesystem of the sandbox's workspace volume, by the harness on the
-//     host, beside the volume's directory.
+//   - file (B1): the operation's own system calls in the sandbox itself
+//     and on its workspace volume, with nothing around them, made by a
+//     small static program the harness uploads into the box
+//     (bench/boxfloor: read is fstatat, openat, fstat, read, close;
+//     write a plain atomic write of 4 KiB; edit both; ls and glob a
+//     getdents of the directory and an fstatat of each entry reported).
+//     Under gVisor each of these calls is served by the sentry, so this
+//     part is what the runtime charges for the file work, which the
+//     host's file system alone would not show.
 type callFloor struct {
 	rpc, echo *probe
 	spawn     *spawnProbe // B2 only
-	write     *probe      // B1 only
+	file      *fileProbe  // B1 only
 	stop      func()
 }
 
@@ -76,12 +80,12 @@ func (e *env) newCallFloor(ctx context.Context, bx *box, b2 bool) (*callFloor, e
 		f.spawn = e.spawnFloor(bx)
 		return f, nil
 	}
-	write, rm, err := e.writeFloor(ctx, bx)
+	file, err := e.fileFloor(ctx, bx)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	f.write, f.stop = write, func() { stop(); rm() }
+	f.file = file
 	return f, nil
 }
 
@@ -91,22 +95,22 @@ func (f *callFloor) probes() []*probe {
 	if f.spawn != nil {
 		ps = append(ps, f.spawn.probe)
 	}
-	if f.write != nil {
-		ps = append(ps, f.write)
+	if f.file != nil {
+		ps = append(ps, f.file.probe)
 	}
 	return ps
 }
 
 // p50 is the floor of a call in milliseconds, the sum of its parts'
-// medians: the write part only when writes is set.
-func (f *callFloor) p50(writes bool) float64 {
+// medians: for B1, with the file part of op (a boxfloor operation).
+func (f *callFloor) p50(op string) float64 {
 	ms := func(s samples) float64 { return float64(s.p50()) / float64(time.Millisecond) }
 	sum := ms(f.rpc.got) + ms(f.echo.got)
 	if f.spawn != nil {
 		sum += ms(f.spawn.per)
 	}
-	if writes && f.write != nil {
-		sum += ms(f.write.got)
+	if f.file != nil {
+		sum += ms(f.file.per[op])
 	}
 	return sum
 }
@@ -128,8 +132,13 @@ func (f *callFloor) rows(id string) []Row {
 		r.note("each sample: Execute of a loop of %d `/bin/sh -c true` minus Execute of the same loop empty, divided by %d", spawnLoop, spawnLoop)
 		rows = append(rows, r)
 	}
-	if f.write != nil {
-		rows = append(rows, part("atomic write of 4 KiB on the workspace volume's filesystem (host; write and edit only)", f.write.got))
+	if f.file != nil {
+		for _, op := range boxfloorOps {
+			r := part("the "+op+" operation's own system calls in the box (bench/boxfloor)", f.file.per[op])
+			r.OpsPerSec = 0
+			r.note("each sample: the median of a loop of %d, timed inside the box", fileLoop)
+			rows = append(rows, r)
+		}
 	}
 	return rows
 }
@@ -256,44 +265,69 @@ func readStdout(r io.Reader, buf []byte) error {
 	return nil
 }
 
-// writeFloor returns the write part's probe, in a directory beside the
-// workspace volume of bx (the same filesystem), and what removes it.
-func (e *env) writeFloor(ctx context.Context, bx *box) (*probe, func(), error) {
-	res, err := e.docker.ContainerInspect(ctx, bx.cid, client.ContainerInspectOptions{})
+// boxfloorOps are the operations bench/boxfloor times, in its order.
+var boxfloorOps = []string{"read", "write", "edit", "ls", "glob"}
+
+// fileLoop is how many of each operation one file sample runs.
+const fileLoop = 20
+
+// boxfloorDir is where the file part's program and fixture live in the box.
+const boxfloorDir = sandbox.DefaultWorkingDir + "/.bench-floor"
+
+// fileProbe runs bench/boxfloor in a box: each call records one sample
+// per operation in per (the median of fileLoop, as the box timed it).
+type fileProbe struct {
+	*probe
+	per map[string]samples
+}
+
+// fileFloor builds bench/boxfloor, uploads it into bx's workspace and
+// returns the file part's probe. The fixture stays in the workspace with
+// the box, which the caller drops.
+func (e *env) fileFloor(ctx context.Context, bx *box) (*fileProbe, error) {
+	bin, err := buildStatic(ctx, "github.com/plumbhq/plumb/bench/boxfloor")
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var src string
-	for _, m := range res.Container.Mounts {
-		if m.Destination == sandbox.DefaultWorkingDir {
-			src = m.Source
-		}
+	prog := boxfloorDir + "/boxfloor"
+	res, err := bx.b.Upload(ctx, []backend.UploadItem{{Path: prog, Content: bin}})
+	if err == nil && res[0].Err != nil {
+		err = res[0].Err
 	}
-	if src == "" {
-		return nil, nil, fmt.Errorf("sandbox %s has no %s mount", bx.id, sandbox.DefaultWorkingDir)
-	}
-	dir, err := os.MkdirTemp(filepath.Dir(src), "plumb-bench-floor-")
 	if err != nil {
-		return nil, nil, fmt.Errorf("the write floor needs the volume's host directory: %w", err)
+		return nil, fmt.Errorf("upload boxfloor: %w", err)
 	}
-	content := fourKiB("FLOR")
-	final, tmp := filepath.Join(dir, "f.txt"), filepath.Join(dir, ".f.txt.tmp")
-	p := &probe{name: "plain atomic write", warm: 20, n: e.scale(300, 60), f: func(context.Context) error {
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "chmod 0755 " + prog}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
+		return nil, fmt.Errorf("chmod boxfloor: %v %s", err, r.Output)
+	}
+	// No warm-up call: boxfloor warms each operation up itself.
+	p := &fileProbe{probe: &probe{name: "file calls in the box", n: e.scale(15, 5)}, per: map[string]samples{}}
+	cmd := fmt.Sprintf("%s %s/data %d", prog, boxfloorDir, fileLoop)
+	p.f = func(ctx context.Context) error {
+		r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: cmd})
 		if err != nil {
 			return err
 		}
-		_, err = f.Write(content)
-		if err == nil {
-			err = f.Chmod(0o644)
+		if r.ExitCode == nil || *r.ExitCode != 0 {
+			return fmt.Errorf("boxfloor exited %v: %s", r.ExitCode, r.Output)
 		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
+		got := map[string]time.Duration{}
+		for _, line := range strings.Split(strings.TrimSpace(r.Output), "\n") {
+			var op string
+			var ns int64
+			if _, err := fmt.Sscanf(line, "%s %d", &op, &ns); err != nil {
+				return fmt.Errorf("boxfloor printed %q: %v", line, err)
+			}
+			got[op] = time.Duration(ns)
 		}
-		if err == nil {
-			err = os.Rename(tmp, final)
+		for _, op := range boxfloorOps {
+			d, ok := got[op]
+			if !ok {
+				return fmt.Errorf("boxfloor printed no %s: %q", op, r.Output)
+			}
+			p.per[op] = append(p.per[op], d)
 		}
-		return err
-	}}
-	return p, func() { os.RemoveAll(dir) }, nil
+		return nil
+	}
+	return p, nil
 }

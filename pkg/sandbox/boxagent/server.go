@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -412,6 +413,12 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 			putChunk(resp.Data)
 		}
 	}()
+	// The request runs before the reader's next read: with one P (a box
+	// of one CPU) the reader would otherwise first try the channel again,
+	// find nothing (EAGAIN) and only then park, one system call on every
+	// request's path, about 50 µs under gVisor (docs/benchmarks.md,
+	// B1-runsc). After the yield that read happens once the answer is out.
+	runtime.Gosched()
 }
 
 // handle runs one request that has its own goroutine and returns its final

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "boxfloor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("usage: boxfloor DIR LOOPS")
+	}
+	loops, err := strconv.Atoi(args[1])
+	if err != nil || loops < 1 {
+		return fmt.Errorf("LOOPS %q: want a positive count", args[1])
+	}
+	f, err := setup(args[0])
+	if err != nil {
+		return err
+	}
+	defer unix.Close(f.dir)
+	for _, op := range []struct {
+		name string
+		do   func() error
+	}{
+		{"read", func() error { _, err := f.read("r.txt"); return err }},
+		{"write", func() error { return f.write("w.txt", f.content) }},
+		{"edit", f.edit},
+		{"ls", func() error { return f.list("") }},
+		{"glob", func() error { return f.list(".go") }},
+	} {
+		if err := op.do(); err != nil { // warm-up
+			return fmt.Errorf("%s: %w", op.name, err)
+		}
+		took := make([]time.Duration, loops)
+		for i := range took {
+			t0 := time.Now()
+			if err := op.do(); err != nil {
+				return fmt.Errorf("%s: %w", op.name, err)
+			}
+			took[i] = time.Since(t0)
+		}
+		slices.Sort(took)
+		fmt.Printf("%s %d\n", op.name, took[loops/2].Nanoseconds())
+	}
+	return nil
+}
+
+// fixture is DIR, open, with the content B1 reads and writes.
+type fixture struct {
+	dir     int // DIR, O_RDONLY|O_DIRECTORY
+	content []byte
+	buf     []byte
+	names   []byte // getdents64 buffer
+}
+
+// setup makes DIR and its files.
+func setup(dir string) (*fixture, error) {
+	var b bytes.Buffer
+	for i := 1; i <= 64; i++ {
+		line := fmt.Sprintf("line %04d FLOR ", i)
+		b.WriteString(line + strings.Repeat("x", 63-len(line)) + "\n")
+	}
+	files := map[string][]byte{"r.txt": b.Bytes(), "e.txt": b.Bytes()}
+	for i := range 10 {
+		files[fmt.Sprintf("src/file%02d.go", i)] = []byte("package src\n")
+		files[fmt.Sprintf("src/note%02d.txt", i)] = []byte("note\n")
+	}
+	if err := os.MkdirAll(dir+"/src", 0o755); err != nil {
+		return nil, err
+	}
+	for name, data := range files {
+		if err := os.WriteFile(dir+"/"+name, data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return &fixture{dir: fd, content: b.Bytes(), buf: make([]byte, 64<<10), names: make([]byte, 8<<10)}, nil
+}
+
+// read reads name whole: fstatat (a special file is refused without being
+// opened: docs/file-tools.md), openat, fstat (still that file?), one read
+// of its size, close.
+func (f *fixture) read(name string) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(f.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file", name)
+	}
+	fd, err := unix.Openat(f.dir, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	n, err := unix.Read(fd, f.buf[:min(int(st.Size), len(f.buf))])
+	if err != nil {
+		return nil, err
+	}
+	return f.buf[:n], nil
+}
+
+// write replaces name with data atomically: a new temp file, write,
+// fchmod, close, renameat.
+func (f *fixture) write(name string, data []byte) error {
+	tmp := "." + name + ".tmp"
+	fd, err := unix.Openat(f.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = unix.Write(fd, data)
+	if err == nil {
+		err = unix.Fchmod(fd, 0o644)
+	}
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(f.dir, tmp, f.dir, name)
+	}
+	return err
+}
+
+// edit reads e.txt and writes it back with line 32 toggled.
+func (f *fixture) edit() error {
+	b, err := f.read("e.txt")
+	if err != nil {
+		return err
+	}
+	old, nu := []byte("line 0032 FLOR"), []byte("line 0032 ROLF")
+	if !bytes.Contains(b, old) {
+		old, nu = nu, old
+	}
+	return f.write("e.txt", bytes.Replace(b, old, nu, 1))
+}
+
+// list reads src's entries and stats those whose name ends with suffix
+// ("" for all).
+func (f *fixture) list(suffix string) error {
+	fd, err := unix.Openat(f.dir, "src", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, f.names)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(f.names[:n], -1, names)
+	}
+	stats := 0
+	for _, name := range names {
+		if !strings.HasSuffix(name, suffix) {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		stats++
+	}
+	if want := map[string]int{"": 20, ".go": 10}[suffix]; stats != want {
+		return fmt.Errorf("src: %d entries ending in %q, want %d", stats, suffix, want)
+	}
+	return nil
+}
