@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -172,29 +173,31 @@ func (d *direct) close() {
 // is missing, a symlink, not a directory or refused, or the fast path is
 // off; done must be called when ok, and closes the handle.
 func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
+	return d.openDirAs(dir, unix.O_PATH)
+}
+
+// openDirAs is openDir with the last component opened with mode, O_PATH
+// or O_RDONLY (a handle getdents can read; the anchor or root itself is
+// then opened again as "."). Below the start, a remainder of two or more
+// components is opened with one openat2 that refuses every symlink and
+// any escape (RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH): the same result as the
+// walk one component at a time, in one system call instead of two per
+// component (each costs 15-100 µs under gVisor). Without openat2 (an
+// older kernel, a seccomp filter) the walk is taken.
+func (d *direct) openDirAs(dir string, mode int) (fd int, done func(), ok bool) {
 	d.mu.RLock()
 	if d.fd < 0 {
 		d.mu.RUnlock()
 		return -1, nil, false
 	}
 	base, rest := d.start(dir)
-	fd = base
-	for rest != "." && rest != "" {
-		c := rest
-		if i := strings.IndexByte(rest, '/'); i >= 0 {
-			c, rest = rest[:i], rest[i+1:]
-		} else {
-			rest = ""
-		}
-		nfd, err := openPath(fd, c)
-		if fd != base {
-			unix.Close(fd)
-		}
-		if err != nil {
-			d.mu.RUnlock()
-			return -1, nil, false
-		}
-		fd = nfd
+	if rest == "." {
+		rest = ""
+	}
+	fd, err := d.beneath(base, rest, mode)
+	if err != nil {
+		d.mu.RUnlock()
+		return -1, nil, false
 	}
 	return fd, func() {
 		if fd != base {
@@ -204,15 +207,79 @@ func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
 	}, true
 }
 
+// noOpenat2 is set once openat2 has failed as unsupported.
+var noOpenat2 atomic.Bool
+
+// beneath opens rest ("" for base itself) below base as openDirAs says.
+func (d *direct) beneath(base int, rest string, mode int) (int, error) {
+	if rest == "" {
+		if mode == unix.O_PATH {
+			return base, nil
+		}
+		return openDirAt(base, ".", mode)
+	}
+	if strings.IndexByte(rest, '/') > 0 && !noOpenat2.Load() {
+		fd, err := openat2Dir(base, rest, mode)
+		switch err {
+		case nil:
+			return fd, nil
+		case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.E2BIG:
+			noOpenat2.Store(true)
+		default:
+			return -1, err
+		}
+	}
+	fd := base
+	for {
+		c, more, deeper := strings.Cut(rest, "/")
+		m := unix.O_PATH
+		if !deeper {
+			m = mode
+		}
+		nfd, err := openDirAt(fd, c, m)
+		if fd != base {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return -1, err
+		}
+		if fd, rest = nfd, more; !deeper {
+			return fd, nil
+		}
+	}
+}
+
+// openat2Dir opens the directory path below dirfd with mode, following no
+// symlink and not leaving dirfd.
+func openat2Dir(dirfd int, path string, mode int) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(mode | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
+	}
+	for {
+		fd, err := unix.Openat2(dirfd, path, &how)
+		if err != unix.EINTR && err != unix.EAGAIN {
+			return fd, err
+		}
+	}
+}
+
 // openPath opens the directory c of dirfd as an O_PATH handle; a symlink
 // fails (ELOOP or ENOTDIR), as do "", "." and "..", which a normalized
 // path does not contain.
 func openPath(dirfd int, c string) (int, error) {
-	if c == "" || c == "." || c == ".." {
+	return openDirAt(dirfd, c, unix.O_PATH)
+}
+
+// openDirAt opens the directory c of dirfd with mode (O_PATH or O_RDONLY)
+// without following a symlink; "" and ".." fail, and "." only for O_PATH
+// (the handle itself serves then).
+func openDirAt(dirfd int, c string, mode int) (int, error) {
+	if c == "" || c == ".." || (c == "." && mode == unix.O_PATH) {
 		return -1, unix.EINVAL
 	}
 	for {
-		fd, err := unix.Openat(dirfd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(dirfd, c, mode|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}
@@ -507,16 +574,14 @@ func (e *Engine) lsDirect(ctx context.Context, p string) (entries []backend.File
 	if name == "" {
 		name = "."
 	}
-	dirfd, done, ok := e.direct.openDir(name)
+	// Opened for reading: getdents and the entries' fstatat both use it.
+	dirfd, done, ok := e.direct.openDirAs(name, unix.O_RDONLY)
 	if !ok {
 		return nil, false, nil
 	}
 	defer done()
-	names, opened, err := direntNames(dirfd)
-	if !opened {
-		return nil, false, nil
-	}
-	if err != nil {
+	var names []string
+	if err := listDirents(dirfd, func(name string, _ byte) { names = append(names, name) }); err != nil {
 		return nil, true, e.fail("ls", p, err)
 	}
 	entries, err = e.lsInfo(ctx, p, names, func(n string) (fs.FileInfo, error) {
@@ -586,7 +651,7 @@ type fdDir int
 
 func (d fdDir) entries() ([]dirEntry, error) {
 	var out []dirEntry
-	_, err := readDirents(int(d), func(name string, typ byte) {
+	err := readDirents(int(d), func(name string, typ byte) {
 		en := dirEntry{name: name, known: true}
 		switch typ {
 		case unix.DT_REG:
@@ -642,23 +707,20 @@ func (d fdDir) open(name string, fi fs.FileInfo) (io.ReadCloser, error) {
 
 func (d fdDir) close() { unix.Close(int(d)) }
 
-// direntNames lists the directory dirfd (an O_PATH handle will do),
-// unsorted, without "." and "..". opened is false when its descriptor for
-// reading could not be opened.
-func direntNames(dirfd int) (names []string, opened bool, err error) {
-	opened, err = readDirents(dirfd, func(name string, _ byte) { names = append(names, name) })
-	return names, opened, err
-}
-
-// readDirents lists the directory dirfd with getdents64 on a descriptor
-// of its own, calling each with an entry's name and d_type, without "."
-// and "..". opened is false when that descriptor could not be opened.
-func readDirents(dirfd int, each func(name string, typ byte)) (opened bool, err error) {
+// readDirents lists the directory dirfd (an O_PATH handle will do) with
+// getdents64 on a descriptor of its own, calling each with an entry's
+// name and d_type, without "." and "..".
+func readDirents(dirfd int, each func(name string, typ byte)) error {
 	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false, &fs.PathError{Op: "open", Path: ".", Err: err}
+		return &fs.PathError{Op: "open", Path: ".", Err: err}
 	}
 	defer unix.Close(fd)
+	return listDirents(fd, each)
+}
+
+// listDirents is readDirents on fd itself, a directory open for reading.
+func listDirents(fd int, each func(name string, typ byte)) error {
 	buf := make([]byte, 8<<10)
 	for {
 		n, err := unix.Getdents(fd, buf)
@@ -666,17 +728,17 @@ func readDirents(dirfd int, each func(name string, typ byte)) (opened bool, err 
 			continue
 		}
 		if err != nil {
-			return true, &fs.PathError{Op: "getdents", Path: ".", Err: err}
+			return &fs.PathError{Op: "getdents", Path: ".", Err: err}
 		}
 		if n <= 0 {
-			return true, nil
+			return nil
 		}
 		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8,
 		// then the NUL-terminated name.
 		for b := buf[:n]; len(b) >= 19; {
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			if reclen < 19 || reclen > len(b) {
-				return true, &fs.PathError{Op: "getdents", Path: ".", Err: unix.EIO}
+				return &fs.PathError{Op: "getdents", Path: ".", Err: unix.EIO}
 			}
 			name := b[19:reclen]
 			if i := bytes.IndexByte(name, 0); i >= 0 {

@@ -335,3 +335,77 @@ func TestAnchors(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenDirBothWays: openDirAs reaches the same directories with
+// openat2 and with the walk one component at a time, refuses a symlink at
+// any depth either way, and in O_RDONLY mode returns a handle getdents can
+// read, the root's own included.
+func TestOpenDirBothWays(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"a/b/c/d", "x"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("b", filepath.Join(root, "a/lb")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../x", filepath.Join(root, "a/b/up")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "a/b/f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(root, WithSync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	t.Cleanup(func() { noOpenat2.Store(false) })
+	for _, walk := range []bool{false, true} {
+		noOpenat2.Store(walk)
+		for _, tt := range []struct {
+			dir string
+			ok  bool
+		}{
+			{".", true},
+			{"a", true},
+			{"a/b", true},
+			{"a/b/c/d", true},
+			{"a/lb", false},       // a symlink at the end
+			{"a/lb/c", false},     // a symlink on the way
+			{"a/b/up", false},     // a symlink out and back in
+			{"a/b/f", false},      // a file
+			{"a/b/none/c", false}, // missing
+		} {
+			for _, mode := range []int{unix.O_PATH, unix.O_RDONLY} {
+				fd, done, ok := e.direct.openDirAs(tt.dir, mode)
+				if ok != tt.ok {
+					t.Errorf("walk %v, mode %#x: openDirAs(%s) ok %v, want %v", walk, mode, tt.dir, ok, tt.ok)
+				}
+				if !ok {
+					continue
+				}
+				var got, want unix.Stat_t
+				if err := unix.Fstat(fd, &got); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Stat(filepath.Join(root, tt.dir), &want); err != nil {
+					t.Fatal(err)
+				}
+				if got.Ino != want.Ino || got.Dev != want.Dev {
+					t.Errorf("walk %v: openDirAs(%s) opened inode %d, want %d", walk, tt.dir, got.Ino, want.Ino)
+				}
+				if mode == unix.O_RDONLY {
+					if err := listDirents(fd, func(string, byte) {}); err != nil {
+						t.Errorf("walk %v: getdents on openDirAs(%s, O_RDONLY): %v", walk, tt.dir, err)
+					}
+				}
+				done()
+			}
+		}
+		if walk != noOpenat2.Load() {
+			t.Logf("this kernel has no openat2: both rounds walked")
+		}
+	}
+}
