@@ -638,11 +638,19 @@ func (e *Engine) walkDirect(p string) (dir walkDir, name string, done func(), ok
 	if name == "" {
 		name = "."
 	}
-	fd, done, ok := e.direct.openDir(name)
+	fd, done, ok := e.direct.openDirAs(name, unix.O_RDONLY)
 	if !ok {
 		return nil, "", nil, false
 	}
-	return fdDir(fd), name, done, true
+	return readableDir{fdDir(fd)}, name, done, true
+}
+
+// readableDir is an fdDir whose handle is open for reading (a walk's
+// start): its entries are read through it, without a second open.
+type readableDir struct{ fdDir }
+
+func (d readableDir) entries() ([]dirEntry, error) {
+	return direntries(func(each func(string, byte)) error { return listDirents(int(d.fdDir), each) })
 }
 
 // fdDir is a walkDir of an O_PATH directory handle, used through the
@@ -650,8 +658,13 @@ func (e *Engine) walkDirect(p string) (dir walkDir, name string, done func(), ok
 type fdDir int
 
 func (d fdDir) entries() ([]dirEntry, error) {
+	return direntries(func(each func(string, byte)) error { return readDirents(int(d), each) })
+}
+
+// direntries collects what list reports as dirEntries, typed by d_type.
+func direntries(list func(each func(name string, typ byte)) error) ([]dirEntry, error) {
 	var out []dirEntry
-	err := readDirents(int(d), func(name string, typ byte) {
+	err := list(func(name string, typ byte) {
 		en := dirEntry{name: name, known: true}
 		switch typ {
 		case unix.DT_REG:
