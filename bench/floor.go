@@ -37,8 +37,9 @@ import (
 //     and on its workspace volume, with nothing around them, made by a
 //     small static program the harness uploads into the box
 //     (bench/boxfloor: read is fstatat, openat, fstat, read, close;
-//     write a plain atomic write of 4 KiB; edit both; ls and glob a
-//     getdents of the directory and an fstatat of each entry reported).
+//     write fstatat and a plain atomic write of 4 KiB; edit both; ls and
+//     glob a getdents of the directory and an fstatat of each entry
+//     reported).
 //     Under gVisor each of these calls is served by the sentry, so this
 //     part is what the runtime charges for the file work, which the
 //     host's file system alone would not show.

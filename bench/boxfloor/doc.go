@@ -16,9 +16,10 @@
 //
 //   - read: fstatat (plumb refuses a special file without opening it),
 //     openat, fstat, read of 4 KiB, close;
-//   - write: openat of a new temp file, write of 4 KiB, fchmod, close,
-//     renameat over the target (a plain atomic write);
-//   - edit: read, then write;
+//   - write: fstatat of the target (plumb refuses a directory and keeps
+//     an existing file's mode), openat of a new temp file, write of 4 KiB,
+//     fchmod, close, renameat over the target (a plain atomic write);
+//   - edit: read, then write without its fstatat (the read has it);
 //   - ls: openat of the directory, getdents64 until empty, fstatat of
 //     each of its 20 entries, close;
 //   - glob: the same, with fstatat of the 10 .go matches only.

@@ -37,7 +37,7 @@ func run(args []string) error {
 		do   func() error
 	}{
 		{"read", func() error { _, err := f.read("r.txt"); return err }},
-		{"write", func() error { return f.write("w.txt", f.content) }},
+		{"write", func() error { return f.write("w.txt", f.content, true) }},
 		{"edit", f.edit},
 		{"ls", func() error { return f.list("") }},
 		{"glob", func() error { return f.list(".go") }},
@@ -120,9 +120,21 @@ func (f *fixture) read(name string) ([]byte, error) {
 	return f.buf[:n], nil
 }
 
-// write replaces name with data atomically: a new temp file, write,
+// write replaces name with data atomically: fstatat of the target when
+// lstat is set (a directory is refused, an existing file keeps its mode:
+// docs/file-tools.md; edit has it from its read), a new temp file, write,
 // fchmod, close, renameat.
-func (f *fixture) write(name string, data []byte) error {
+func (f *fixture) write(name string, data []byte, lstat bool) error {
+	if lstat {
+		var st unix.Stat_t
+		err := unix.Fstatat(f.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = fmt.Errorf("%s is a directory", name)
+		}
+		if err != nil && err != unix.ENOENT {
+			return err
+		}
+	}
 	tmp := "." + name + ".tmp"
 	fd, err := unix.Openat(f.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -151,7 +163,7 @@ func (f *fixture) edit() error {
 	if !bytes.Contains(b, old) {
 		old, nu = nu, old
 	}
-	return f.write("e.txt", bytes.Replace(b, old, nu, 1))
+	return f.write("e.txt", bytes.Replace(b, old, nu, 1), false)
 }
 
 // list reads src's entries and stats those whose name ends with suffix

@@ -1,3 +1,14 @@
+// The runtime names none of its memory mappings (Go 1.25's
+// decoratemappings: one prctl(PR_SET_VMA) per mapping, 20 of them before
+// the agent serves) and reads no cgroup at start for its GOMAXPROCS
+// (containermaxprocs, and its periodic re-reads): fitProcs sets it from
+// the box's limit once. Each system call costs 15-100 µs under gVisor,
+// where these were about 30 of the agent's start (docs/benchmarks.md,
+// B3-runsc).
+
+//go:debug decoratemappings=0
+//go:debug containermaxprocs=0
+
 package main
 
 import (
@@ -139,10 +150,9 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 	lg := agentlog.New(stderr, o.level)
 
 	fitProcs()
+	spares := serveSpareThreads
 	if reaper != nil {
-		keepThreads(pid1SpareThreads)
-	} else {
-		keepThreads(serveSpareThreads)
+		spares = pid1SpareThreads
 	}
 	stdin = pollable(stdin)
 	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
@@ -159,6 +169,10 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 		Logger:    lg,
 		User:      o.user,
 		Reaper:    reaper,
+		// The spare threads are made once the agent is the sandbox user,
+		// before it serves: the identity change then signals fewer
+		// threads, each a costly round trip under gVisor.
+		Ready: func() { keepThreads(spares) },
 	})
 }
 

@@ -16,12 +16,12 @@ const (
 )
 
 // fitProcs sets GOMAXPROCS to the box's CPU limit rounded up when that is
-// below what the runtime chose, and GOMAXPROCS is not set in the
-// environment. The runtime rounds a limit up to at least 2 (Go 1.25's
-// container-aware default), so a default box of one CPU ran the agent
-// with two Ps: each P holds its own allocation caches and a GC worker,
-// about 0.2 MiB RSS per box for parallelism the box's quota does not give
-// (docs/benchmarks.md, B9). A box of more CPUs keeps the runtime's choice.
+// below the CPUs the runtime sees, and GOMAXPROCS is not set in the
+// environment. It replaces Go 1.25's container-aware default (turned off
+// in main.go), which rounds a limit up to at least 2, so a default box of
+// one CPU ran the agent with two Ps: each P holds its own allocation
+// caches and a GC worker, about 0.2 MiB RSS per box for parallelism the
+// box's quota does not give (docs/benchmarks.md, B9).
 func fitProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
