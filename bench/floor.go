@@ -39,10 +39,9 @@ import (
 //     (bench/boxfloor: read is fstatat, openat, fstat, read, close;
 //     write fstatat and a plain atomic write of 4 KiB; edit both; ls and
 //     glob a getdents of the directory and an fstatat of each entry
-//     reported).
-//     Under gVisor each of these calls is served by the sentry, so this
-//     part is what the runtime charges for the file work, which the
-//     host's file system alone would not show.
+//     reported). Under gVisor each of these calls is served by the
+//     sentry, so this part is what the runtime charges for the file work,
+//     which the host's file system alone would not show.
 type callFloor struct {
 	rpc, echo *probe
 	spawn     *spawnProbe // B2 only
