@@ -6,9 +6,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,26 +27,26 @@ import (
 // The parts, each the cheapest form of a step every call takes:
 //   - rpc: one loopback gRPC call to the worker that it answers at once
 //     (GetSandbox of an unknown id: a map lookup, NotFound);
-//   - echo: one round trip over the engine's stdio attach to a process in a
-//     box, the way the agent's channel is attached: a container of the
-//     same image, runtime and hardening whose PID 1 is busybox cat, 64
-//     bytes out and the same 64 bytes back;
+//   - served: one request over the engine's stdio attach to a process in
+//     a box, answered after it made the operation's own system calls: a
+//     container of the same image, runtime and hardening, with the
+//     sandbox's workspace volume mounted, attached before its start the
+//     way the agent's channel is, whose PID 1 is bench/boxfloor.
+//     A request is 64 bytes out and the same 64 bytes back; B1's make the
+//     operation's calls on the workspace volume in between (read is
+//     fstatat, openat, fstat, read, close; write fstatat and a plain
+//     atomic write of 4 KiB; edit both; ls and glob a getdents of the
+//     directory and an fstatat of each entry reported), B2's none (echo).
+//     Under gVisor each of these calls is served by the sentry, and a
+//     server woken by its channel pays what the runtime charges a woken
+//     thread; the host's file system alone would show neither;
 //   - spawn (B2): starting /bin/sh -c true inside the sandbox itself, timed
-//     by the box's shell as a loop of spawns minus the same loop empty;
-//   - file (B1): the operation's own system calls in the sandbox itself
-//     and on its workspace volume, with nothing around them, made by a
-//     small static program the harness uploads into the box
-//     (bench/boxfloor: read is fstatat, openat, fstat, read, close;
-//     write fstatat and a plain atomic write of 4 KiB; edit both; ls and
-//     glob a getdents of the directory and an fstatat of each entry
-//     reported). Under gVisor each of these calls is served by the
-//     sentry, so this part is what the runtime charges for the file work,
-//     which the host's file system alone would not show.
+//     by the box's shell as a loop of spawns minus the same loop empty.
 type callFloor struct {
-	rpc, echo *probe
-	spawn     *spawnProbe // B2 only
-	file      *fileProbe  // B1 only
-	stop      func()
+	rpc    *probe
+	served map[string]*probe // by boxfloor operation
+	spawn  *spawnProbe       // B2 only
+	stop   func()
 }
 
 // spawnLoop is how many /bin/sh -c true one spawn sample starts.
@@ -60,9 +60,15 @@ type spawnProbe struct {
 	per samples
 }
 
+// boxfloorOps are B1's operations as bench/boxfloor names them;
+// B2's floor serves opEcho.
+var boxfloorOps = []string{"read", "write", "edit", "ls", "glob"}
+
+const opEcho = "echo"
+
 // newCallFloor starts the floor's probes for calls to box bx: B1's
-// (b2 false) with the write part, B2's with the spawn part. stop removes
-// the echo container and the write part's directory.
+// (b2 false) with a served part per file operation, B2's with the echo
+// and the spawn parts. stop removes the floor's container.
 func (e *env) newCallFloor(ctx context.Context, bx *box, b2 bool) (*callFloor, error) {
 	rpc := &probe{name: "loopback gRPC call answered at once", warm: 20, n: e.scale(300, 60), f: func(ctx context.Context) error {
 		_, err := bx.w.c.GetSandbox(ctx, &plumbv1.GetSandboxRequest{SandboxId: "sb-bench-floor-none"})
@@ -71,46 +77,50 @@ func (e *env) newCallFloor(ctx context.Context, bx *box, b2 bool) (*callFloor, e
 		}
 		return nil
 	}}
-	echo, stop, err := e.echoProbe(ctx)
+	ops := boxfloorOps
+	if b2 {
+		ops = []string{opEcho}
+	}
+	served, stop, err := e.servedProbes(ctx, bx, ops)
 	if err != nil {
 		return nil, err
 	}
-	f := &callFloor{rpc: rpc, echo: echo, stop: stop}
+	f := &callFloor{rpc: rpc, served: served, stop: stop}
 	if b2 {
 		f.spawn = e.spawnFloor(bx)
-		return f, nil
 	}
-	file, err := e.fileFloor(ctx, bx)
-	if err != nil {
-		stop()
-		return nil, err
-	}
-	f.file = file
 	return f, nil
 }
 
 // probes are the floor's probes, to interleave with the row's.
 func (f *callFloor) probes() []*probe {
-	ps := []*probe{f.rpc, f.echo}
+	ps := []*probe{f.rpc}
+	for _, op := range f.ops() {
+		ps = append(ps, f.served[op])
+	}
 	if f.spawn != nil {
 		ps = append(ps, f.spawn.probe)
-	}
-	if f.file != nil {
-		ps = append(ps, f.file.probe)
 	}
 	return ps
 }
 
+// ops are the served operations in their order.
+func (f *callFloor) ops() []string {
+	if _, ok := f.served[opEcho]; ok {
+		return []string{opEcho}
+	}
+	return boxfloorOps
+}
+
 // p50 is the floor of a call in milliseconds, the sum of its parts'
-// medians: for B1, with the file part of op (a boxfloor operation).
+// medians: for B1, with the served part of op (a boxfloor operation).
 func (f *callFloor) p50(op string) float64 {
 	ms := func(s samples) float64 { return float64(s.p50()) / float64(time.Millisecond) }
-	sum := ms(f.rpc.got) + ms(f.echo.got)
+	sum := ms(f.rpc.got)
 	if f.spawn != nil {
-		sum += ms(f.spawn.per)
-	}
-	if f.file != nil {
-		sum += ms(f.file.per[op])
+		sum += ms(f.spawn.per) + ms(f.served[opEcho].got)
+	} else {
+		sum += ms(f.served[op].got)
 	}
 	return sum
 }
@@ -122,23 +132,19 @@ func (f *callFloor) rows(id string) []Row {
 		r.Target, r.Verdict = "— (what every call pays; see the judged rows)", verdictInfo
 		return r
 	}
-	rows := []Row{
-		part("loopback gRPC call the worker answers at once", f.rpc.got),
-		part("engine stdio round trip to a box's PID 1 (busybox cat, 64 B)", f.echo.got),
+	rows := []Row{part("loopback gRPC call the worker answers at once", f.rpc.got)}
+	for _, op := range f.ops() {
+		what := "engine stdio round trip to a box's PID 1 (bench/boxfloor, 64 B)"
+		if op != opEcho {
+			what = "engine stdio round trip to a box's PID 1 that makes the " + op + " operation's own system calls on the workspace volume (bench/boxfloor)"
+		}
+		rows = append(rows, part(what, f.served[op].got))
 	}
 	if f.spawn != nil {
 		r := part("start /bin/sh -c true in the box (its shell's loop of spawns)", f.spawn.per)
 		r.OpsPerSec = 0
 		r.note("each sample: Execute of a loop of %d `/bin/sh -c true` minus Execute of the same loop empty, divided by %d", spawnLoop, spawnLoop)
 		rows = append(rows, r)
-	}
-	if f.file != nil {
-		for _, op := range boxfloorOps {
-			r := part("the "+op+" operation's own system calls in the box (bench/boxfloor)", f.file.per[op])
-			r.OpsPerSec = 0
-			r.note("each sample: the median of a loop of %d, timed inside the box", fileLoop)
-			rows = append(rows, r)
-		}
 	}
 	return rows
 }
@@ -200,12 +206,41 @@ func (e *env) spawnFloor(bx *box) *spawnProbe {
 	return p
 }
 
-// echoProbe starts the echo part's container, attached before its start
-// as the agent's stdio channel is, and returns the probe of one round trip
-// and what removes the container.
-func (e *env) echoProbe(ctx context.Context) (*probe, func(), error) {
+// floorLine is the size of a boxfloor request and of its answer.
+const floorLine = 64
+
+// boxfloorDir is where the floor's program and fixture live in the box.
+const boxfloorDir = sandbox.DefaultWorkingDir + "/.bench-floor"
+
+// servedProbes builds bench/boxfloor, uploads it into bx's workspace and
+// starts the floor's container on that workspace volume, attached before
+// its start as the agent's stdio channel is, with boxfloor as its
+// PID 1. It returns a probe per operation in ops (one request each) and
+// what removes the container; the program and its fixture stay in the
+// workspace with the box, which the caller drops.
+func (e *env) servedProbes(ctx context.Context, bx *box, ops []string) (map[string]*probe, func(), error) {
+	bin, err := buildStatic(ctx, "github.com/plumbhq/plumb/bench/boxfloor")
+	if err != nil {
+		return nil, nil, err
+	}
+	prog := boxfloorDir + "/boxfloor"
+	res, err := bx.b.Upload(ctx, []backend.UploadItem{{Path: prog, Content: bin}})
+	if err == nil && res[0].Err != nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("upload boxfloor: %w", err)
+	}
+	if r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "chmod 0755 " + prog}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
+		return nil, nil, fmt.Errorf("chmod boxfloor: %v %s", err, r.Output)
+	}
+	vol, err := e.workspaceVolume(ctx, bx)
+	if err != nil {
+		return nil, nil, err
+	}
 	cli := e.docker
-	cid, err := engineCreateCmd(ctx, cli, e.image, e.runtime, e.labels(), nil, true, "cat")
+	mounts := []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: sandbox.DefaultWorkingDir}}
+	cid, err := engineCreateCmd(ctx, cli, e.image, e.runtime, e.labels(), mounts, true, prog, boxfloorDir+"/data")
 	remove := func() {
 		if cid == "" {
 			return
@@ -215,38 +250,56 @@ func (e *env) echoProbe(ctx context.Context) (*probe, func(), error) {
 		e.removeContainer(ctx, cid)
 	}
 	if err != nil {
-		return nil, remove, err
+		return nil, nil, err
 	}
 	att, err := cli.ContainerAttach(ctx, cid, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		remove()
-		return nil, nil, fmt.Errorf("attach the echo box: %w", err)
+		return nil, nil, fmt.Errorf("attach the floor's box: %w", err)
 	}
 	stop := func() { att.Close(); remove() }
 	if _, err := cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("start the echo box: %w", err)
+		return nil, nil, fmt.Errorf("start the floor's box: %w", err)
 	}
-	line := append(bytes.Repeat([]byte("x"), 63), '\n')
-	got := make([]byte, len(line))
-	p := &probe{name: "engine stdio round trip", warm: 20, n: e.scale(300, 60), f: func(context.Context) error {
-		if _, err := att.Conn.Write(line); err != nil {
-			return err
+	probes := map[string]*probe{}
+	for _, op := range ops {
+		line := []byte(fmt.Sprintf("%-*s\n", floorLine-1, op))
+		got := make([]byte, len(line))
+		probes[op] = &probe{name: "served " + op, warm: 20, n: e.scale(300, 60), f: func(context.Context) error {
+			if _, err := att.Conn.Write(line); err != nil {
+				return err
+			}
+			if err := readStdout(att.Reader, got); err != nil {
+				return fmt.Errorf("boxfloor: %w", err)
+			}
+			if !bytes.Equal(got, line) {
+				return fmt.Errorf("boxfloor answered %q", got)
+			}
+			return nil
+		}}
+	}
+	return probes, stop, nil
+}
+
+// workspaceVolume is the engine volume mounted at bx's workspace.
+func (e *env) workspaceVolume(ctx context.Context, bx *box) (string, error) {
+	res, err := e.docker.ContainerInspect(ctx, bx.cid, client.ContainerInspectOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, m := range res.Container.Mounts {
+		if m.Destination == sandbox.DefaultWorkingDir && m.Name != "" {
+			return m.Name, nil
 		}
-		if err := readStdout(att.Reader, got); err != nil {
-			return fmt.Errorf("echo: %w", err)
-		}
-		if !bytes.Equal(got, line) {
-			return fmt.Errorf("echo returned %q", got)
-		}
-		return nil
-	}}
-	return p, stop, nil
+	}
+	return "", fmt.Errorf("sandbox %s has no volume at %s", bx.id, sandbox.DefaultWorkingDir)
 }
 
 // readStdout fills buf from the stdout frames of a multiplexed attach
 // stream (8-byte headers: stream, 3 zero bytes, big-endian length); any
-// other stream's frame is an error here, since cat writes only stdout.
+// other stream's frame is an error here, since the floor's PID 1 writes
+// only stdout.
 func readStdout(r io.Reader, buf []byte) error {
 	var hdr [8]byte
 	for len(buf) > 0 {
@@ -263,71 +316,4 @@ func readStdout(r io.Reader, buf []byte) error {
 		buf = buf[n:]
 	}
 	return nil
-}
-
-// boxfloorOps are the operations bench/boxfloor times, in its order.
-var boxfloorOps = []string{"read", "write", "edit", "ls", "glob"}
-
-// fileLoop is how many of each operation one file sample runs.
-const fileLoop = 20
-
-// boxfloorDir is where the file part's program and fixture live in the box.
-const boxfloorDir = sandbox.DefaultWorkingDir + "/.bench-floor"
-
-// fileProbe runs bench/boxfloor in a box: each call records one sample
-// per operation in per (the median of fileLoop, as the box timed it).
-type fileProbe struct {
-	*probe
-	per map[string]samples
-}
-
-// fileFloor builds bench/boxfloor, uploads it into bx's workspace and
-// returns the file part's probe. The fixture stays in the workspace with
-// the box, which the caller drops.
-func (e *env) fileFloor(ctx context.Context, bx *box) (*fileProbe, error) {
-	bin, err := buildStatic(ctx, "github.com/plumbhq/plumb/bench/boxfloor")
-	if err != nil {
-		return nil, err
-	}
-	prog := boxfloorDir + "/boxfloor"
-	res, err := bx.b.Upload(ctx, []backend.UploadItem{{Path: prog, Content: bin}})
-	if err == nil && res[0].Err != nil {
-		err = res[0].Err
-	}
-	if err != nil {
-		return nil, fmt.Errorf("upload boxfloor: %w", err)
-	}
-	if r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "chmod 0755 " + prog}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
-		return nil, fmt.Errorf("chmod boxfloor: %v %s", err, r.Output)
-	}
-	// No warm-up call: boxfloor warms each operation up itself.
-	p := &fileProbe{probe: &probe{name: "file calls in the box", n: e.scale(15, 5)}, per: map[string]samples{}}
-	cmd := fmt.Sprintf("%s %s/data %d", prog, boxfloorDir, fileLoop)
-	p.f = func(ctx context.Context) error {
-		r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: cmd})
-		if err != nil {
-			return err
-		}
-		if r.ExitCode == nil || *r.ExitCode != 0 {
-			return fmt.Errorf("boxfloor exited %v: %s", r.ExitCode, r.Output)
-		}
-		got := map[string]time.Duration{}
-		for _, line := range strings.Split(strings.TrimSpace(r.Output), "\n") {
-			var op string
-			var ns int64
-			if _, err := fmt.Sscanf(line, "%s %d", &op, &ns); err != nil {
-				return fmt.Errorf("boxfloor printed %q: %v", line, err)
-			}
-			got[op] = time.Duration(ns)
-		}
-		for _, op := range boxfloorOps {
-			d, ok := got[op]
-			if !ok {
-				return fmt.Errorf("boxfloor printed no %s: %q", op, r.Output)
-			}
-			p.per[op] = append(p.per[op], d)
-		}
-		return nil
-	}
-	return p, nil
 }

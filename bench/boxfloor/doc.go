@@ -1,19 +1,23 @@
-// Command boxfloor times, inside a sandbox, the system calls that B1's
-// file operations cannot avoid, with nothing else around them: no channel,
-// no framing, no path checks. The bench (B1's floor, bench/floor.go)
-// uploads it into the box it measures and runs it through Execute, so the
-// numbers are the box's own: its runtime (runc or gVisor), its workspace
-// volume's file system, its CPU quota.
+// Command boxfloor is the floor of B1's and B2's calls (bench/floor.go):
+// the least a server in a sandbox can do to answer one request over the
+// engine's stdio channel. The bench runs it as PID 1 of a box of the same
+// image, runtime and hardening as the sandbox it measures, with that
+// sandbox's workspace volume mounted, so its numbers are the box's own:
+// its runtime (runc or gVisor), its workspace volume's file system, its
+// CPU quota. Nothing else is around the calls: no framing, no path
+// checks, no goroutine but its own.
 //
 // Usage:
 //
-//	boxfloor DIR LOOPS
+//	boxfloor DIR
 //
 // It makes DIR (a 4 KiB file to read, one to edit, and a directory of 10
-// .go and 10 .txt files), runs each operation LOOPS times after one
-// warm-up, and prints one line per operation: its name and the median
-// nanoseconds of one. The operations and their calls:
+// .go and 10 .txt files), then reads requests on stdin: each is a 64-byte
+// line naming an operation, padded with spaces. It makes the operation's
+// system calls once and writes the same line to stdout (a line starting
+// "ERR " when they failed). The operations and their calls:
 //
+//   - echo: none;
 //   - read: fstatat (plumb refuses a special file without opening it),
 //     openat, fstat, read of 4 KiB, close;
 //   - write: fstatat of the target (plumb refuses a directory and keeps

@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,43 +18,64 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) != 2 {
-		return fmt.Errorf("usage: boxfloor DIR LOOPS")
+	if len(args) != 1 {
+		return fmt.Errorf("usage: boxfloor DIR")
 	}
-	loops, err := strconv.Atoi(args[1])
-	if err != nil || loops < 1 {
-		return fmt.Errorf("LOOPS %q: want a positive count", args[1])
-	}
-	f, err := setup(args[0])
+	return serve(args[0], os.Stdin, os.Stdout)
+}
+
+// lineBytes is the size of a request and of its answer.
+const lineBytes = 64
+
+// serve makes DIR and answers requests read from in until it ends: each
+// is a line of lineBytes naming an operation (padded with spaces), which
+// serve makes once before it writes the same line back to out; a failed
+// or unknown operation is answered with a line starting "ERR ". Each read
+// and write is one system call on the file it is given, so a request costs
+// its channel's round trip and the operation's own calls, no more.
+func serve(dir string, in io.Reader, out io.Writer) error {
+	f, err := setup(dir)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(f.dir)
-	for _, op := range []struct {
-		name string
-		do   func() error
-	}{
-		{"read", func() error { _, err := f.read("r.txt"); return err }},
-		{"write", func() error { return f.write("w.txt", f.content, true) }},
-		{"edit", f.edit},
-		{"ls", func() error { return f.list("") }},
-		{"glob", func() error { return f.list(".go") }},
-	} {
-		if err := op.do(); err != nil { // warm-up
-			return fmt.Errorf("%s: %w", op.name, err)
-		}
-		took := make([]time.Duration, loops)
-		for i := range took {
-			t0 := time.Now()
-			if err := op.do(); err != nil {
-				return fmt.Errorf("%s: %w", op.name, err)
+	ops := f.ops()
+	line := make([]byte, lineBytes)
+	for {
+		if _, err := io.ReadFull(in, line); err != nil {
+			if err == io.EOF {
+				return nil
 			}
-			took[i] = time.Since(t0)
+			return err
 		}
-		slices.Sort(took)
-		fmt.Printf("%s %d\n", op.name, took[loops/2].Nanoseconds())
+		name := string(bytes.TrimRight(line[:lineBytes-1], " "))
+		answer := line
+		if do, ok := ops[name]; !ok {
+			answer = errLine(fmt.Errorf("unknown operation %q", name))
+		} else if err := do(); err != nil {
+			answer = errLine(fmt.Errorf("%s: %w", name, err))
+		}
+		if _, err := out.Write(answer); err != nil {
+			return err
+		}
 	}
-	return nil
+}
+
+// errLine is err as a serve answer.
+func errLine(err error) []byte {
+	return []byte(fmt.Sprintf("ERR %-*.*s\n", lineBytes-5, lineBytes-5, err.Error()))
+}
+
+// ops are the operations by name.
+func (f *fixture) ops() map[string]func() error {
+	return map[string]func() error{
+		"echo":  func() error { return nil },
+		"read":  func() error { _, err := f.read("r.txt"); return err },
+		"write": func() error { return f.write("w.txt", f.content, true) },
+		"edit":  f.edit,
+		"ls":    func() error { return f.list("") },
+		"glob":  func() error { return f.list(".go") },
+	}
 }
 
 // fixture is DIR, open, with the content B1 reads and writes.
