@@ -216,25 +216,20 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 		return nil, err
 	}
 	defer floor.stop()
-	// The floor's samples are spread over the ops' rounds: each op's
-	// interleave takes its share.
-	fps := floor.probes()
-	total := map[*probe]int{}
-	for _, p := range fps {
-		total[p] = p.n
-	}
+	// The floor's gRPC part is spread over the ops' rounds, each op's
+	// interleave taking its share; each op's served part runs whole in
+	// that op's rounds, so that it is called in batches as the op is.
+	rpcN := floor.rpc.n
 	var rows []Row
 	var aP50 []float64 // each op's baseline (a)
 	for i, op := range ops {
 		ours := &probe{name: op.name, warm: e.scale(50, 20), n: e.scale(1000, 200), f: op.ours}
 		base := &probe{name: op.name + " (baseline)", warm: 2, n: e.scale(30, 8), f: baseline(op)}
-		for _, p := range fps {
-			p.n = total[p]*(i+1)/len(ops) - total[p]*i/len(ops)
-			if i > 0 {
-				p.warm = 0
-			}
+		floor.rpc.n = rpcN*(i+1)/len(ops) - rpcN*i/len(ops)
+		if i > 0 {
+			floor.rpc.warm = 0
 		}
-		if err := interleave(ctx, 5, append([]*probe{ours, base}, fps...)...); err != nil {
+		if err := interleave(ctx, 5, ours, base, floor.rpc, floor.served[op.floor]); err != nil {
 			return rows, err
 		}
 		r := latencyRow("B1", op.name, unitMs, ours.got)

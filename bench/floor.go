@@ -231,7 +231,10 @@ func (e *env) servedProbes(ctx context.Context, bx *box, ops []string) (map[stri
 	if err != nil {
 		return nil, nil, fmt.Errorf("upload boxfloor: %w", err)
 	}
-	if r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: "chmod 0755 " + prog}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
+	// The floor's box runs as the sandbox user, which may not be whom the
+	// box's files belong to (an unhardened box's are root's).
+	chmod := fmt.Sprintf("chmod 0755 %s && chmod 0777 %s", prog, boxfloorDir)
+	if r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: chmod}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
 		return nil, nil, fmt.Errorf("chmod boxfloor: %v %s", err, r.Output)
 	}
 	vol, err := e.workspaceVolume(ctx, bx)
@@ -308,7 +311,9 @@ func readStdout(r io.Reader, buf []byte) error {
 		}
 		n := int(binary.BigEndian.Uint32(hdr[4:]))
 		if hdr[0] != 1 || n > len(buf) {
-			return fmt.Errorf("unexpected frame: stream %d, %d bytes, %d wanted", hdr[0], n, len(buf))
+			got := make([]byte, min(n, 256))
+			_, _ = io.ReadFull(r, got)
+			return fmt.Errorf("unexpected frame: stream %d, %d bytes, %d wanted: %q", hdr[0], n, len(buf), got)
 		}
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
 			return err

@@ -5,12 +5,34 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
+// noPreempt is the runtime setting boxfloor runs with: its one goroutine
+// waits in a raw read, where the runtime would signal it every 10 ms to no
+// effect (a preemption request).
+const noPreempt = "asyncpreemptoff=1"
+
 func main() {
+	if !strings.Contains(os.Getenv("GODEBUG"), noPreempt) {
+		// The setting is read at start: run again with it.
+		env := []string{"GODEBUG=" + noPreempt}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GODEBUG=") {
+				env = append(env, kv)
+			}
+		}
+		err := syscall.Exec("/proc/self/exe", os.Args, env)
+		fmt.Fprintln(os.Stderr, "boxfloor: exec:", err)
+		os.Exit(1)
+	}
+	// One processor, as the box's CPU quota gives.
+	runtime.GOMAXPROCS(1)
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "boxfloor:", err)
 		os.Exit(1)
@@ -21,7 +43,7 @@ func run(args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("usage: boxfloor DIR")
 	}
-	return serve(args[0], os.Stdin, os.Stdout)
+	return serve(args[0], rawFD(0), rawFD(1))
 }
 
 // lineBytes is the size of a request and of its answer.
@@ -38,7 +60,7 @@ func serve(dir string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(f.dir)
+	defer closefd(f.dir)
 	ops := f.ops()
 	line := make([]byte, lineBytes)
 	for {
@@ -64,6 +86,94 @@ func serve(dir string, in io.Reader, out io.Writer) error {
 // errLine is err as a serve answer.
 func errLine(err error) []byte {
 	return []byte(fmt.Sprintf("ERR %-*.*s\n", lineBytes-5, lineBytes-5, err.Error()))
+}
+
+// rawFD reads and writes a blocking file descriptor with raw calls.
+type rawFD int
+
+func (fd rawFD) Read(b []byte) (int, error) {
+	n, err := read(int(fd), b)
+	if err == nil && n == 0 {
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+func (fd rawFD) Write(b []byte) (int, error) { return write(int(fd), b) }
+
+// The system calls, all raw: made without telling the Go scheduler, as a
+// server in C makes them. A regular call would let the runtime's monitor
+// thread hand the processor to another thread during a slow call and wake
+// threads for it: under gVisor, futex and nanosleep calls on other
+// threads, each a trip through the sentry, that the floor must not
+// charge. An interrupted call is made again.
+func raw(trap, a1, a2, a3, a4 uintptr) (uintptr, error) {
+	for {
+		r, _, errno := unix.RawSyscall6(trap, a1, a2, a3, a4, 0, 0)
+		switch errno {
+		case 0:
+			return r, nil
+		case unix.EINTR:
+			continue
+		}
+		return r, errno
+	}
+}
+
+func cstr(s string) *byte {
+	p, err := unix.BytePtrFromString(s)
+	if err != nil {
+		panic(err) // the fixture's names have no NUL
+	}
+	return p
+}
+
+func fstatat(dir int, name string, st *unix.Stat_t) error {
+	p := cstr(name)
+	_, err := raw(unix.SYS_NEWFSTATAT, uintptr(dir), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), unix.AT_SYMLINK_NOFOLLOW)
+	return err
+}
+
+func openat(dir int, name string, flags int, mode uint32) (int, error) {
+	p := cstr(name)
+	fd, err := raw(unix.SYS_OPENAT, uintptr(dir), uintptr(unsafe.Pointer(p)), uintptr(flags|unix.O_CLOEXEC), uintptr(mode))
+	return int(fd), err
+}
+
+func fstat(fd int, st *unix.Stat_t) error {
+	_, err := raw(unix.SYS_FSTAT, uintptr(fd), uintptr(unsafe.Pointer(st)), 0, 0)
+	return err
+}
+
+func read(fd int, b []byte) (int, error) {
+	n, err := raw(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0)
+	return int(n), err
+}
+
+func write(fd int, b []byte) (int, error) {
+	n, err := raw(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0)
+	return int(n), err
+}
+
+func fchmod(fd int, mode uint32) error {
+	_, err := raw(unix.SYS_FCHMOD, uintptr(fd), uintptr(mode), 0, 0)
+	return err
+}
+
+func closefd(fd int) error {
+	_, err := raw(unix.SYS_CLOSE, uintptr(fd), 0, 0, 0)
+	return err
+}
+
+func renameat(dir int, from, to string) error {
+	p, q := cstr(from), cstr(to)
+	_, err := raw(unix.SYS_RENAMEAT, uintptr(dir), uintptr(unsafe.Pointer(p)), uintptr(dir), uintptr(unsafe.Pointer(q)))
+	return err
+}
+
+func getdents(fd int, b []byte) (int, error) {
+	n, err := raw(unix.SYS_GETDENTS64, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0)
+	return int(n), err
 }
 
 // ops are the operations by name.
@@ -118,21 +228,21 @@ func setup(dir string) (*fixture, error) {
 // of its size, close.
 func (f *fixture) read(name string) ([]byte, error) {
 	var st unix.Stat_t
-	if err := unix.Fstatat(f.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := fstatat(f.dir, name, &st); err != nil {
 		return nil, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("%s is not a regular file", name)
 	}
-	fd, err := unix.Openat(f.dir, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	fd, err := openat(f.dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &st); err != nil {
+	defer closefd(fd)
+	if err := fstat(fd, &st); err != nil {
 		return nil, err
 	}
-	n, err := unix.Read(fd, f.buf[:min(int(st.Size), len(f.buf))])
+	n, err := read(fd, f.buf[:min(int(st.Size), len(f.buf))])
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +256,7 @@ func (f *fixture) read(name string) ([]byte, error) {
 func (f *fixture) write(name string, data []byte, lstat bool) error {
 	if lstat {
 		var st unix.Stat_t
-		err := unix.Fstatat(f.dir, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		err := fstatat(f.dir, name, &st)
 		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			err = fmt.Errorf("%s is a directory", name)
 		}
@@ -155,19 +265,19 @@ func (f *fixture) write(name string, data []byte, lstat bool) error {
 		}
 	}
 	tmp := "." + name + ".tmp"
-	fd, err := unix.Openat(f.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	fd, err := openat(f.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = unix.Write(fd, data)
+	_, err = write(fd, data)
 	if err == nil {
-		err = unix.Fchmod(fd, 0o644)
+		err = fchmod(fd, 0o644)
 	}
-	if cerr := unix.Close(fd); err == nil {
+	if cerr := closefd(fd); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = unix.Renameat(f.dir, tmp, f.dir, name)
+		err = renameat(f.dir, tmp, name)
 	}
 	return err
 }
@@ -188,14 +298,14 @@ func (f *fixture) edit() error {
 // list reads src's entries and stats those whose name ends with suffix
 // ("" for all).
 func (f *fixture) list(suffix string) error {
-	fd, err := unix.Openat(f.dir, "src", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := openat(f.dir, "src", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
+	defer closefd(fd)
 	var names []string
 	for {
-		n, err := unix.Getdents(fd, f.names)
+		n, err := getdents(fd, f.names)
 		if err != nil {
 			return err
 		}
@@ -210,7 +320,7 @@ func (f *fixture) list(suffix string) error {
 			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := fstatat(fd, name, &st); err != nil {
 			return err
 		}
 		stats++

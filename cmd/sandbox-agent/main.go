@@ -154,7 +154,7 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 	if reaper != nil {
 		spares = pid1SpareThreads
 	}
-	stdin = pollable(stdin)
+	stdin, stdout = pollable(stdin), pollable(stdout)
 	files, closeFiles, err := newFileEngine(o.root, o.workspace, o.writable)
 	if err != nil {
 		return err
@@ -176,27 +176,32 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 	})
 }
 
-// pollable returns the channel's input, when it is a blocking pipe (the
-// engine hands the container's stdin over as one), as a file the runtime's
-// poller serves: a read that waits then parks its goroutine instead of
-// holding a thread in read(2), so the goroutine that handles the frame just
-// read runs at once rather than when the runtime notices the blocked thread
-// and hands its P over (docs/benchmarks.md, B1). Anything else is returned
-// as it is.
-func pollable(r io.Reader) io.Reader {
-	f, ok := r.(*os.File)
+// pollable returns an end of the channel, when it is a blocking pipe (the
+// engine hands the container's stdin and stdout over as such), as a file
+// the runtime's poller serves: a read that waits, or a write to a full
+// pipe, then parks its goroutine instead of holding a thread in the system
+// call, so the goroutine that handles the frame just read runs at once
+// rather than when the runtime notices the blocked thread and hands its P
+// over; and boxagent.Serve reads and writes it with raw system calls
+// (docs/benchmarks.md, B1). Anything else is returned as it is.
+func pollable[T any](v T) T {
+	f, ok := any(v).(*os.File)
 	if !ok {
-		return r
+		return v
 	}
 	fd := int(f.Fd())
 	var st syscall.Stat_t
 	if syscall.Fstat(fd, &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
-		return r
+		return v
 	}
 	if syscall.SetNonblock(fd, true) != nil {
-		return r
+		return v
 	}
-	return os.NewFile(uintptr(fd), f.Name())
+	p, ok := any(os.NewFile(uintptr(fd), f.Name())).(T)
+	if !ok {
+		return v
+	}
+	return p
 }
 
 // newFileEngine builds the shared os.Root file engine (pkg/backend/fileops)
@@ -209,6 +214,10 @@ func newFileEngine(root, workspace string, writable []string) (files backend.Bac
 	// A sandbox's files die with its container: writes stay atomic but
 	// skip the fsyncs (see fileops.WithSync).
 	opts := []fileops.Option{fileops.WithHome(home), fileops.WithSync(false)}
+	// The workspace is a volume of the box's own: every call of the fast
+	// path ends in microseconds, so they are made raw (see
+	// fileops.UseRawCalls).
+	fileops.UseRawCalls()
 	if filepath.Clean(root) == "/" {
 		opts = append(opts, fileops.WithSkipDirs(fileops.PseudoFilesystems()...))
 	}

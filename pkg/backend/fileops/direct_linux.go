@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -201,7 +200,7 @@ func (d *direct) openDirAs(dir string, mode int) (fd int, done func(), ok bool) 
 	}
 	return fd, func() {
 		if fd != base {
-			unix.Close(fd)
+			sys.Close(fd)
 		}
 		d.mu.RUnlock()
 	}, true
@@ -238,7 +237,7 @@ func (d *direct) beneath(base int, rest string, mode int) (int, error) {
 		}
 		nfd, err := openDirAt(fd, c, m)
 		if fd != base {
-			unix.Close(fd)
+			sys.Close(fd)
 		}
 		if err != nil {
 			return -1, err
@@ -257,7 +256,7 @@ func openat2Dir(dirfd int, path string, mode int) (int, error) {
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
 	}
 	for {
-		fd, err := unix.Openat2(dirfd, path, &how)
+		fd, err := sys.Openat2(dirfd, path, &how)
 		if err != unix.EINTR && err != unix.EAGAIN {
 			return fd, err
 		}
@@ -279,7 +278,7 @@ func openDirAt(dirfd int, c string, mode int) (int, error) {
 		return -1, unix.EINVAL
 	}
 	for {
-		fd, err := unix.Openat(dirfd, c, mode|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, err := sys.Openat(dirfd, c, mode|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}
@@ -297,7 +296,7 @@ type target struct {
 // 0644), or a regular file with a write bit that this process may write.
 // ok is false for anything else.
 func inspectAt(dirfd int, base string) (t target, ok bool) {
-	err := unix.Fstatat(dirfd, base, &t.st, unix.AT_SYMLINK_NOFOLLOW)
+	err := sys.Fstatat(dirfd, base, &t.st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case err == unix.ENOENT:
 		return target{perm: newFileMode}, true
@@ -412,24 +411,24 @@ func readAt(ctx context.Context, dirfd int, base string, st *unix.Stat_t, limit 
 // engine syncs. On any failure the temp file is removed.
 func (e *Engine) replaceAt(ctx context.Context, dirfd int, base string, content []byte, perm fs.FileMode) (err error) {
 	tmp := tempName(base)
-	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := sys.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: tmp, Err: err}
 	}
 	open := true
 	defer func() {
 		if open {
-			unix.Close(fd)
+			sys.Close(fd)
 		}
 		if err != nil {
-			unix.Unlinkat(dirfd, tmp, 0)
+			sys.Unlinkat(dirfd, tmp, 0)
 		}
 	}()
 	for rest := content; len(rest) > 0; {
 		if err = ctx.Err(); err != nil {
 			return err
 		}
-		n, werr := unix.Write(fd, rest[:min(len(rest), 4<<20)])
+		n, werr := sys.Write(fd, rest[:min(len(rest), 4<<20)])
 		if werr == unix.EINTR {
 			continue
 		}
@@ -438,7 +437,7 @@ func (e *Engine) replaceAt(ctx context.Context, dirfd int, base string, content 
 		}
 		rest = rest[n:]
 	}
-	if err = unix.Fchmod(fd, uint32(perm)); err != nil {
+	if err = sys.Fchmod(fd, uint32(perm)); err != nil {
 		return &fs.PathError{Op: "chmod", Path: tmp, Err: err}
 	}
 	if e.cfg.sync {
@@ -447,20 +446,20 @@ func (e *Engine) replaceAt(ctx context.Context, dirfd int, base string, content 
 		}
 	}
 	open = false
-	if err = unix.Close(fd); err != nil {
+	if err = sys.Close(fd); err != nil {
 		return &fs.PathError{Op: "close", Path: tmp, Err: err}
 	}
 	if err = ctx.Err(); err != nil {
 		return err
 	}
-	if err = unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+	if err = sys.Renameat(dirfd, tmp, dirfd, base); err != nil {
 		return &fs.PathError{Op: "rename", Path: tmp, Err: err}
 	}
 	if e.cfg.sync {
 		// An O_PATH handle cannot be synced: open the directory itself.
-		if dfd, derr := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); derr == nil {
+		if dfd, derr := sys.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); derr == nil {
 			_ = unix.Fsync(dfd)
-			unix.Close(dfd)
+			sys.Close(dfd)
 		}
 	}
 	return nil
@@ -485,7 +484,7 @@ func (e *Engine) openReadDirect(p string) (f io.ReadCloser, fi fs.FileInfo, ok b
 	}
 	defer done()
 	var st unix.Stat_t
-	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if err := sys.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, nil, false
 	}
 	rf, now, err := openReadAt(dirfd, base, &st)
@@ -500,13 +499,13 @@ func (e *Engine) openReadDirect(p string) (f io.ReadCloser, fi fs.FileInfo, ok b
 // open), and checks with fstat that it is still the file want describes;
 // it returns that fstat. A file that changed is errChanged.
 func openReadAt(dirfd int, base string, want *unix.Stat_t) (rawFile, *unix.Stat_t, error) {
-	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := sys.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, nil, &fs.PathError{Op: "open", Path: base, Err: err}
 	}
 	now, ok := sameInode(fd, want)
 	if !ok || now.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
+		sys.Close(fd)
 		return -1, nil, errChanged
 	}
 	return rawFile(fd), now, nil
@@ -516,7 +515,7 @@ func openReadAt(dirfd int, base string, want *unix.Stat_t) (rawFile, *unix.Stat_
 // device and inode.
 func sameInode(fd int, want *unix.Stat_t) (*unix.Stat_t, bool) {
 	var st unix.Stat_t
-	ok := unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino
+	ok := sys.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == want.Mode&unix.S_IFMT && st.Dev == want.Dev && st.Ino == want.Ino
 	return &st, ok
 }
 
@@ -525,7 +524,7 @@ type rawFile int
 
 func (f rawFile) Read(b []byte) (int, error) {
 	for {
-		n, err := unix.Read(int(f), b)
+		n, err := sys.Read(int(f), b)
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -538,27 +537,18 @@ func (f rawFile) Read(b []byte) (int, error) {
 	}
 }
 
-func (f rawFile) Close() error { return unix.Close(int(f)) }
+func (f rawFile) Close() error { return sys.Close(int(f)) }
 
 // writeAccess asks the kernel whether this process may open base of dirfd
 // for writing: faccessat2 with AT_EACCESS, which checks the fsuid and
-// fsgid as an open does (the agent's sandbox user). It is the raw system
-// call on purpose: unix.Faccessat emulates it from a stat and the euid
+// fsgid as an open does (the agent's sandbox user). It is faccessat2
+// itself on purpose: unix.Faccessat emulates it from a stat and the euid
 // when faccessat2 is missing or refused by seccomp, which would let a
 // root-euid agent with a user's fsuid pass. Any error here, ENOSYS and
 // EPERM included, sends the write to the general path, whose test open
 // decides.
 func writeAccess(dirfd int, base string) error {
-	p, err := unix.BytePtrFromString(base)
-	if err != nil {
-		return err
-	}
-	_, _, errno := unix.Syscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), unix.W_OK,
-		unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW, 0, 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return sys.Faccessat2(dirfd, base, unix.W_OK, unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // lsDirect is Ls's fast path when no component of p is a symlink: the
@@ -586,7 +576,7 @@ func (e *Engine) lsDirect(ctx context.Context, p string) (entries []backend.File
 	}
 	entries, err = e.lsInfo(ctx, p, names, func(n string) (fs.FileInfo, error) {
 		var st unix.Stat_t
-		if err := unix.Fstatat(dirfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := sys.Fstatat(dirfd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return nil, err
 		}
 		return statInfo{name: n, st: &st}, nil
@@ -684,7 +674,7 @@ func direntries(list func(each func(name string, typ byte)) error) ([]dirEntry, 
 
 func (d fdDir) lstat(name string) (fs.FileInfo, error) {
 	var st unix.Stat_t
-	if err := unix.Fstatat(int(d), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := sys.Fstatat(int(d), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
 	}
 	return statInfo{name: name, st: &st}, nil
@@ -700,7 +690,7 @@ func (d fdDir) sub(name string, fi fs.FileInfo) (walkDir, error) {
 		_, same = sameInode(fd, want)
 	}
 	if !same {
-		unix.Close(fd)
+		sys.Close(fd)
 		return nil, errChanged
 	}
 	return fdDir(fd), nil
@@ -718,17 +708,17 @@ func (d fdDir) open(name string, fi fs.FileInfo) (io.ReadCloser, error) {
 	return f, nil
 }
 
-func (d fdDir) close() { unix.Close(int(d)) }
+func (d fdDir) close() { sys.Close(int(d)) }
 
 // readDirents lists the directory dirfd (an O_PATH handle will do) with
 // getdents64 on a descriptor of its own, calling each with an entry's
 // name and d_type, without "." and "..".
 func readDirents(dirfd int, each func(name string, typ byte)) error {
-	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := sys.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: ".", Err: err}
 	}
-	defer unix.Close(fd)
+	defer sys.Close(fd)
 	return listDirents(fd, each)
 }
 
@@ -736,7 +726,7 @@ func readDirents(dirfd int, each func(name string, typ byte)) error {
 func listDirents(fd int, each func(name string, typ byte)) error {
 	buf := make([]byte, 8<<10)
 	for {
-		n, err := unix.Getdents(fd, buf)
+		n, err := sys.Getdents(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}

@@ -3,6 +3,7 @@ package boxagent
 import (
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 
@@ -20,14 +21,14 @@ const bulkPipeBytes = 1 << 20
 
 // setPipeSize sets the capacity of f, when it is a pipe, to n bytes (the
 // kernel rounds up to a power-of-two number of pages) and returns the
-// capacity it had and the one it has; 0, 0 when f is not an *os.File pipe
+// capacity it had and the one it has; 0, 0 when f is not a pipe file
 // or its size cannot be read. It is best effort: a pipe the kernel refuses
 // to grow (the owner's pipe-user-pages-soft budget is spent) or to shrink
 // (it holds more than n bytes) keeps its size, which only costs speed or
 // memory.
 func setPipeSize(f any, n int) (old, now int) {
-	file, ok := f.(*os.File)
-	if !ok || file == nil {
+	file, ok := f.(syscall.Conn)
+	if !ok || file == nil || file == (*os.File)(nil) {
 		return 0, 0
 	}
 	// Fd() would switch the file to blocking mode and break deadlines;

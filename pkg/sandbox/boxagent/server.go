@@ -231,6 +231,13 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		defer devNull.Close()
 	}
 
+	// A pipe end is read and written with raw calls (rawPipe).
+	if p, ok := newRawPipe(in); ok {
+		in = p
+	}
+	if p, ok := newRawPipe(out); ok {
+		out = p
+	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s := &server{
