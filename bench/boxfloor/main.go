@@ -179,13 +179,31 @@ func getdents(fd int, b []byte) (int, error) {
 // ops are the operations by name.
 func (f *fixture) ops() map[string]func() error {
 	return map[string]func() error{
-		"echo":  func() error { return nil },
-		"read":  func() error { _, err := f.read("r.txt"); return err },
-		"write": func() error { return f.write("w.txt", f.content, true) },
-		"edit":  f.edit,
-		"ls":    func() error { return f.list("") },
-		"glob":  func() error { return f.list(".go") },
+		"echo": func() error { return nil },
+		"read": func() error {
+			return f.inFiles(func(d int) error { _, err := f.read(d, "r.txt"); return err })
+		},
+		"write": func() error {
+			return f.inFiles(func(d int) error { return f.write(d, "w.txt", f.content, true) })
+		},
+		"edit": func() error { return f.inFiles(f.edit) },
+		"ls":   func() error { return f.list("") },
+		"glob": func() error { return f.list(".go") },
 	}
+}
+
+// inFiles runs op on DIR/f, the directory of the files read, written and
+// edited, opened for the request and closed after it: a request names its
+// file by a path, which can lead somewhere else at the next request (a
+// directory renamed, a symlink put in its place), so a server that keeps
+// plumb's contract resolves the parent each time, following no symlink.
+func (f *fixture) inFiles(op func(dir int) error) error {
+	d, err := openat(f.dir, "f", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer closefd(d)
+	return op(d)
 }
 
 // fixture is DIR, open, with the content B1 reads and writes.
@@ -203,13 +221,15 @@ func setup(dir string) (*fixture, error) {
 		line := fmt.Sprintf("line %04d FLOR ", i)
 		b.WriteString(line + strings.Repeat("x", 63-len(line)) + "\n")
 	}
-	files := map[string][]byte{"r.txt": b.Bytes(), "e.txt": b.Bytes()}
+	files := map[string][]byte{"f/r.txt": b.Bytes(), "f/e.txt": b.Bytes()}
 	for i := range 10 {
 		files[fmt.Sprintf("src/file%02d.go", i)] = []byte("package src\n")
 		files[fmt.Sprintf("src/note%02d.txt", i)] = []byte("note\n")
 	}
-	if err := os.MkdirAll(dir+"/src", 0o755); err != nil {
-		return nil, err
+	for _, sub := range []string{"/src", "/f"} {
+		if err := os.MkdirAll(dir+sub, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	for name, data := range files {
 		if err := os.WriteFile(dir+"/"+name, data, 0o644); err != nil {
@@ -226,15 +246,15 @@ func setup(dir string) (*fixture, error) {
 // read reads name whole: fstatat (a special file is refused without being
 // opened: docs/file-tools.md), openat, fstat (still that file?), one read
 // of its size, close.
-func (f *fixture) read(name string) ([]byte, error) {
+func (f *fixture) read(dir int, name string) ([]byte, error) {
 	var st unix.Stat_t
-	if err := fstatat(f.dir, name, &st); err != nil {
+	if err := fstatat(dir, name, &st); err != nil {
 		return nil, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("%s is not a regular file", name)
 	}
-	fd, err := openat(f.dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	fd, err := openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -253,10 +273,10 @@ func (f *fixture) read(name string) ([]byte, error) {
 // lstat is set (a directory is refused, an existing file keeps its mode:
 // docs/file-tools.md; edit has it from its read), a new temp file, write,
 // fchmod, close, renameat.
-func (f *fixture) write(name string, data []byte, lstat bool) error {
+func (f *fixture) write(dir int, name string, data []byte, lstat bool) error {
 	if lstat {
 		var st unix.Stat_t
-		err := fstatat(f.dir, name, &st)
+		err := fstatat(dir, name, &st)
 		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			err = fmt.Errorf("%s is a directory", name)
 		}
@@ -265,7 +285,7 @@ func (f *fixture) write(name string, data []byte, lstat bool) error {
 		}
 	}
 	tmp := "." + name + ".tmp"
-	fd, err := openat(f.dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+	fd, err := openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -277,14 +297,14 @@ func (f *fixture) write(name string, data []byte, lstat bool) error {
 		err = cerr
 	}
 	if err == nil {
-		err = renameat(f.dir, tmp, name)
+		err = renameat(dir, tmp, name)
 	}
 	return err
 }
 
-// edit reads e.txt and writes it back with line 32 toggled.
-func (f *fixture) edit() error {
-	b, err := f.read("e.txt")
+// edit reads e.txt of dir and writes it back with line 32 toggled.
+func (f *fixture) edit(dir int) error {
+	b, err := f.read(dir, "e.txt")
 	if err != nil {
 		return err
 	}
@@ -292,7 +312,7 @@ func (f *fixture) edit() error {
 	if !bytes.Contains(b, old) {
 		old, nu = nu, old
 	}
-	return f.write("e.txt", bytes.Replace(b, old, nu, 1), false)
+	return f.write(dir, "e.txt", bytes.Replace(b, old, nu, 1), false)
 }
 
 // list reads src's entries and stats those whose name ends with suffix

@@ -409,3 +409,49 @@ func TestOpenDirBothWays(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnWritable: the kernel's access check is skipped only for a file
+// this process owns with the owner's write bit, and a replace refused for
+// permission after a skip goes to the general path, any other error not.
+func TestOwnWritable(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		mode os.FileMode
+		want bool
+	}{{0o644, true}, {0o600, true}, {0o444, false}, {0o464, false}} {
+		name := filepath.Join(dir, tt.mode.String())
+		if err := os.WriteFile(name, nil, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(name, tt.mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(name, &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := ownWritable(&st); got != tt.want {
+			t.Errorf("ownWritable(%v) = %v, want %v", tt.mode, got, tt.want)
+		}
+		st.Uid++ // another owner's file
+		if ownWritable(&st) {
+			t.Errorf("ownWritable(%v) of another uid's file", tt.mode)
+		}
+	}
+	refused := &os.PathError{Op: "open", Path: ".f.tmp", Err: unix.EROFS}
+	for _, tt := range []struct {
+		t    target
+		err  error
+		want bool
+	}{
+		{target{unchecked: true}, refused, true},
+		{target{unchecked: true}, &os.PathError{Op: "rename", Path: ".f.tmp", Err: unix.EPERM}, true},
+		{target{unchecked: true}, &os.PathError{Op: "write", Path: ".f.tmp", Err: unix.ENOSPC}, false},
+		{target{unchecked: false}, refused, false},
+		{target{unchecked: true}, nil, false},
+	} {
+		if got := tt.t.refusedUnchecked(tt.err); got != tt.want {
+			t.Errorf("refusedUnchecked(unchecked %v, %v) = %v, want %v", tt.t.unchecked, tt.err, got, tt.want)
+		}
+	}
+}
