@@ -5,8 +5,8 @@ package fileops
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"io"
 	"io/fs"
 	"os"
