@@ -296,7 +296,7 @@ func runB2(ctx context.Context, e *env) ([]Row, error) {
 	r.vsLatency("engine exec true (create+attach+inspect)", b)
 	t := b2Target(e.runtime)
 	r.Target = t.String("")
-	r.judgeAtFloor(floor.p50(""), b.P50, t.met)
+	r.judgeAtFloor(floor.p50(opEcho), b.P50, t.met)
 	r.note("includes fork/exec of /bin/sh -c true inside the sandbox")
 	return append([]Row{r}, floor.rows("B2")...), nil
 }
