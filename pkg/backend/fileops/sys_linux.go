@@ -27,142 +27,99 @@ var rawCalls atomic.Bool
 // call it: a call that hangs there would stall every goroutine.
 func UseRawCalls() { rawCalls.Store(true) }
 
-// sys holds the fast path's system calls, with unix's signatures: regular
-// calls, or raw ones after UseRawCalls. Each converts its pointers in the
-// call's own argument list, which keeps them valid for the call.
+// sys holds the fast path's system calls, with unix's signatures: unix's
+// own, or raw ones after UseRawCalls. A raw call converts its pointers in
+// the call's own argument list, which keeps them valid for the call.
 var sys sysCalls
 
 type sysCalls struct{}
 
-// result is a call's result as unix returns it.
-func result(r uintptr, errno unix.Errno) (int, error) {
+// result is a raw call's result as unix returns it.
+func result(r, _ uintptr, errno unix.Errno) (int, error) {
 	if errno != 0 {
 		return -1, errno
 	}
 	return int(r), nil
 }
 
+// errOf is result's error alone.
+func errOf(r, r2 uintptr, errno unix.Errno) error {
+	_, err := result(r, r2, errno)
+	return err
+}
+
 func (sysCalls) Openat(dirfd int, name string, flags int, mode uint32) (int, error) {
+	if !rawCalls.Load() {
+		return unix.Openat(dirfd, name, flags, mode)
+	}
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return -1, err
 	}
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), uintptr(mode), 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), uintptr(mode), 0, 0)
-	}
-	return result(r, errno)
+	return result(unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), uintptr(mode), 0, 0))
 }
 
 func (sysCalls) Openat2(dirfd int, name string, how *unix.OpenHow) (int, error) {
+	if !rawCalls.Load() {
+		return unix.Openat2(dirfd, name, how)
+	}
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return -1, err
 	}
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_OPENAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(how)), unsafe.Sizeof(*how), 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_OPENAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(how)), unsafe.Sizeof(*how), 0, 0)
-	}
-	return result(r, errno)
+	return result(unix.RawSyscall6(unix.SYS_OPENAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(how)), unsafe.Sizeof(*how), 0, 0))
 }
 
 func (sysCalls) Close(fd int) error {
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_CLOSE, uintptr(fd), 0, 0, 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_CLOSE, uintptr(fd), 0, 0, 0, 0, 0)
+	if !rawCalls.Load() {
+		return unix.Close(fd)
 	}
-	_, err := result(r, errno)
-	return err
+	return errOf(unix.RawSyscall6(unix.SYS_CLOSE, uintptr(fd), 0, 0, 0, 0, 0))
 }
 
 func (sysCalls) Fstatat(dirfd int, name string, st *unix.Stat_t, flags int) error {
+	if !rawCalls.Load() {
+		return unix.Fstatat(dirfd, name, st, flags)
+	}
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return err
 	}
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_NEWFSTATAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0)
-	}
-	_, err = result(r, errno)
-	return err
+	return errOf(unix.RawSyscall6(unix.SYS_NEWFSTATAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0))
 }
 
 func (sysCalls) Fstat(fd int, st *unix.Stat_t) error {
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_FSTAT, uintptr(fd), uintptr(unsafe.Pointer(st)), 0, 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_FSTAT, uintptr(fd), uintptr(unsafe.Pointer(st)), 0, 0, 0, 0)
+	if !rawCalls.Load() {
+		return unix.Fstat(fd, st)
 	}
-	_, err := result(r, errno)
-	return err
-}
-
-func (sysCalls) Faccessat2(dirfd int, name string, mode uint32, flags int) error {
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return err
-	}
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(mode), uintptr(flags), 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(mode), uintptr(flags), 0, 0)
-	}
-	_, err = result(r, errno)
-	return err
+	return errOf(unix.RawSyscall6(unix.SYS_FSTAT, uintptr(fd), uintptr(unsafe.Pointer(st)), 0, 0, 0, 0))
 }
 
 func (sysCalls) Read(fd int, b []byte) (int, error) {
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
+	if !rawCalls.Load() {
+		return unix.Read(fd, b)
 	}
-	return result(r, errno)
+	return result(unix.RawSyscall6(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0))
 }
 
 func (sysCalls) Write(fd int, b []byte) (int, error) {
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
+	if !rawCalls.Load() {
+		return unix.Write(fd, b)
 	}
-	return result(r, errno)
+	return result(unix.RawSyscall6(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0))
 }
 
 func (sysCalls) Fchmod(fd int, mode uint32) error {
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_FCHMOD, uintptr(fd), uintptr(mode), 0, 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_FCHMOD, uintptr(fd), uintptr(mode), 0, 0, 0, 0)
+	if !rawCalls.Load() {
+		return unix.Fchmod(fd, mode)
 	}
-	_, err := result(r, errno)
-	return err
+	return errOf(unix.RawSyscall6(unix.SYS_FCHMOD, uintptr(fd), uintptr(mode), 0, 0, 0, 0))
 }
 
 func (sysCalls) Renameat(olddirfd int, oldname string, newdirfd int, newname string) error {
+	if !rawCalls.Load() {
+		return unix.Renameat(olddirfd, oldname, newdirfd, newname)
+	}
 	p, err := unix.BytePtrFromString(oldname)
 	if err != nil {
 		return err
@@ -171,40 +128,35 @@ func (sysCalls) Renameat(olddirfd int, oldname string, newdirfd int, newname str
 	if err != nil {
 		return err
 	}
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_RENAMEAT, uintptr(olddirfd), uintptr(unsafe.Pointer(p)), uintptr(newdirfd), uintptr(unsafe.Pointer(q)), 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_RENAMEAT, uintptr(olddirfd), uintptr(unsafe.Pointer(p)), uintptr(newdirfd), uintptr(unsafe.Pointer(q)), 0, 0)
-	}
-	_, err = result(r, errno)
-	return err
+	return errOf(unix.RawSyscall6(unix.SYS_RENAMEAT, uintptr(olddirfd), uintptr(unsafe.Pointer(p)), uintptr(newdirfd), uintptr(unsafe.Pointer(q)), 0, 0))
 }
 
 func (sysCalls) Unlinkat(dirfd int, name string, flags int) error {
+	if !rawCalls.Load() {
+		return unix.Unlinkat(dirfd, name, flags)
+	}
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return err
 	}
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_UNLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_UNLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
-	}
-	_, err = result(r, errno)
-	return err
+	return errOf(unix.RawSyscall6(unix.SYS_UNLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0))
 }
 
 func (sysCalls) Getdents(fd int, b []byte) (int, error) {
-	var r uintptr
-	var errno unix.Errno
-	if rawCalls.Load() {
-		r, _, errno = unix.RawSyscall6(unix.SYS_GETDENTS64, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
-	} else {
-		r, _, errno = unix.Syscall6(unix.SYS_GETDENTS64, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0)
+	if !rawCalls.Load() {
+		return unix.Getdents(fd, b)
 	}
-	return result(r, errno)
+	return result(unix.RawSyscall6(unix.SYS_GETDENTS64, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), 0, 0, 0))
+}
+
+// Faccessat2 is faccessat2 itself, never emulated (see writeAccess).
+func (sysCalls) Faccessat2(dirfd int, name string, mode uint32, flags int) error {
+	p, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return err
+	}
+	if rawCalls.Load() {
+		return errOf(unix.RawSyscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(mode), uintptr(flags), 0, 0))
+	}
+	return errOf(unix.Syscall6(unix.SYS_FACCESSAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(mode), uintptr(flags), 0, 0))
 }
