@@ -99,7 +99,7 @@ func TestServeAsSandboxUser(t *testing.T) {
 	if err := call(agentproto.OpHello, struct{}{}, &h); err != nil || h.UID != uid || h.GID != gid {
 		t.Fatalf("hello: %+v, %v", h, err)
 	}
-	if err := call(agentproto.OpWrite, agentproto.WriteArgs{Path: "/ws/sub/op.txt", Content: []byte("x")}, nil); err != nil {
+	if err := call(agentproto.OpWrite, chunk{agentproto.WriteArgs{Path: "/ws/sub/op.txt"}, []byte("x")}, nil); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	for _, p := range []string{"ws/sub", "ws/sub/op.txt"} {
@@ -108,7 +108,7 @@ func TestServeAsSandboxUser(t *testing.T) {
 		}
 	}
 	// root is root's and 0755: the sandbox user may not write there.
-	if err := call(agentproto.OpWrite, agentproto.WriteArgs{Path: "/denied.txt", Content: []byte("x")}, nil); err == nil || err.Code != backend.CodePermissionDenied {
+	if err := call(agentproto.OpWrite, chunk{agentproto.WriteArgs{Path: "/denied.txt"}, []byte("x")}, nil); err == nil || err.Code != backend.CodePermissionDenied {
 		t.Fatalf("write into a root-owned dir: %v, want permission_denied", err)
 	}
 	var res backend.ExecuteResult

@@ -289,7 +289,7 @@ func TestChannelWriteDeadline(t *testing.T) {
 		return nil
 	})}, zaptest.NewLogger(t), channelOptions{onViolation: v.add, writeTimeout: 50 * time.Millisecond})
 	t.Cleanup(func() { ch.close(); reqR.Close(); respW.Close() })
-	_, err := ch.call(context.Background(), agentproto.OpWrite, agentproto.WriteArgs{Path: "/f", Content: make([]byte, 1<<20)}, nil)
+	_, err := ch.exchange(context.Background(), agentproto.OpWrite, agentproto.WriteArgs{Path: "/f"}, make([]byte, 1<<20), nil)
 	if backend.CodeOf(err) != backend.CodeUnavailable {
 		t.Fatalf("write to a stuck agent: %v, want unavailable", err)
 	}

@@ -207,7 +207,7 @@ func (f *Files) Write(ctx context.Context, path string, content []byte) (r backe
 		return r, backend.Errorf(backend.CodeTooLarge, path, "write %s: %d bytes exceed the %d-byte limit", path, len(content), backend.WriteCap).
 			WithDetail("limit", itoa(backend.WriteCap))
 	}
-	err = f.invoke(ctx, agentproto.OpWrite, agentproto.WriteArgs{Path: path, Content: content}, &r, nil)
+	_, err = f.exchange(ctx, agentproto.OpWrite, agentproto.WriteArgs{Path: path}, content, &r, nil)
 	return r, err
 }
 

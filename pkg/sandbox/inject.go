@@ -169,7 +169,7 @@ func (m *Manager) writeCABundle(ctx context.Context, sb *sandbox, bundle []byte)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := ch.call(wctx, agentproto.OpWrite, agentproto.WriteArgs{Path: p, Content: bundle}, nil); err != nil {
+	if _, err := ch.exchange(wctx, agentproto.OpWrite, agentproto.WriteArgs{Path: p}, bundle, nil); err != nil {
 		return fmt.Errorf("write the egress CA bundle: %w", err)
 	}
 	return nil

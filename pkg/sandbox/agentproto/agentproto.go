@@ -35,12 +35,14 @@ import (
 )
 
 // Version is the protocol version the agent reports in its hello result
-// (3: binary payloads; 4: lent output pipes).
-const Version = 4
+// (3: binary payloads; 4: lent output pipes; 5: a write's content is its
+// request's payload).
+const Version = 5
 
-// MaxFrameBytes bounds one frame (one line, JSON included). A 10 MiB write
-// is about 13.4 MiB in base64, so 16 MiB leaves headroom; larger payloads
-// travel in chunks (uploads, downloads).
+// MaxFrameBytes bounds one frame (one line, JSON included): the largest
+// are an execute's inline output at worst escaped (MaxInlineOutput) and an
+// edit's strings. Bulk bytes travel as binary payloads after their frame
+// (a write's content, upload and download chunks).
 const MaxFrameBytes = 16 << 20
 
 // ChunkBytes is the payload size of upload and download chunks and of
@@ -60,7 +62,7 @@ const (
 	OpHello         Op = "hello"          // no args → Hello
 	OpLs            Op = "ls"             // PathArgs → backend.LsResult
 	OpRead          Op = "read"           // backend.ReadRequest → backend.ReadResult
-	OpWrite         Op = "write"          // WriteArgs → backend.WriteResult
+	OpWrite         Op = "write"          // WriteArgs + payload (the content, ≤ backend.WriteCap) → backend.WriteResult
 	OpEdit          Op = "edit"           // backend.EditRequest → backend.EditResult
 	OpDelete        Op = "delete"         // PathArgs → backend.DeleteResult
 	OpGrep          Op = "grep"           // backend.GrepRequest → backend.GrepResult
@@ -196,10 +198,20 @@ type PathArgs struct {
 	Path string `json:"path"`
 }
 
-// WriteArgs are the arguments of OpWrite.
+// WriteArgs are the arguments of OpWrite; the file's whole content, at
+// most backend.WriteCap bytes, is the request's binary payload (as bytes,
+// not base64 in the frame: a write's content is most of its request).
 type WriteArgs struct {
-	Path    string `json:"path"`
-	Content []byte `json:"content"`
+	Path string `json:"path"`
+}
+
+// PayloadLimit is the largest binary payload a request of op may carry:
+// a write's whole content, otherwise one chunk.
+func PayloadLimit(op Op) int {
+	if op == OpWrite {
+		return backend.WriteCap
+	}
+	return ChunkBytes
 }
 
 // ExecuteArgs are the arguments of OpExecute.
@@ -439,7 +451,8 @@ func NewWriter(w io.Writer) *Writer { return &Writer{sem: make(chan struct{}, 1)
 
 // Write encodes v as one frame: a Request's Payload or a Response's Data
 // follows it as its binary payload. A frame larger than MaxFrameBytes, or
-// a payload larger than ChunkBytes, is refused before anything is written.
+// a payload larger than its PayloadLimit (ChunkBytes for a response), is
+// refused before anything is written.
 func (w *Writer) Write(v any) error {
 	return w.WriteContext(context.Background(), v, 0)
 }
@@ -455,9 +468,10 @@ type deadliner interface{ SetWriteDeadline(time.Time) error }
 // frame: the stream is then unusable.
 func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) error {
 	var payload []byte
+	limit := ChunkBytes
 	switch f := v.(type) {
 	case Request:
-		payload, f.Bin = f.Payload, len(f.Payload)
+		payload, f.Bin, limit = f.Payload, len(f.Payload), PayloadLimit(f.Op)
 		v = f
 	case Response:
 		payload, f.Bin = f.Data, len(f.Data)
@@ -467,7 +481,7 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 	if err != nil {
 		return err
 	}
-	if len(b) > MaxFrameBytes || len(payload) > ChunkBytes {
+	if len(b) > MaxFrameBytes || len(payload) > limit {
 		return ErrFrameTooLarge
 	}
 	b = append(b, '\n')

@@ -57,9 +57,17 @@ func setPipeSize(f any, n int) (old, now int) {
 // chunk, and the box's CPU quota pays for it and the collections.
 var chunks = sync.Pool{New: func() any { b := make([]byte, agentproto.ChunkBytes); return &b }}
 
-// getChunk returns a buffer of n ≤ agentproto.ChunkBytes bytes from the
-// pool.
+// pooledBytes is the smallest buffer getChunk takes from the pool: a
+// smaller one (a small write's content, a process's input) is allocated at
+// its size rather than hold a pooled MiB.
+const pooledBytes = 64 << 10
+
+// getChunk returns a buffer of n bytes: from the pool when n is between
+// pooledBytes and agentproto.ChunkBytes (a write's content may be larger).
 func getChunk(n int) []byte {
+	if n < pooledBytes || n > agentproto.ChunkBytes {
+		return make([]byte, n)
+	}
 	b := *chunks.Get().(*[]byte)
 	return b[:n]
 }

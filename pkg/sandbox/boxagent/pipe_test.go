@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend/fileops"
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
 func pipeCap(t *testing.T, f *os.File) int {
@@ -93,16 +94,26 @@ func TestSetPipeSizeNotAPipe(t *testing.T) {
 	}
 }
 
-// TestChunkPool checks that only chunk-sized buffers are recycled.
+// TestChunkPool checks that only chunk-sized buffers are recycled and that
+// a small or a larger-than-chunk payload gets a buffer of its own size.
 func TestChunkPool(t *testing.T) {
-	b := getChunk(10)
-	if len(b) != 10 || cap(b) < 10 {
-		t.Fatalf("getChunk(10): len %d cap %d", len(b), cap(b))
+	for _, tc := range []struct {
+		n      int
+		pooled bool
+	}{
+		{0, false},
+		{10, false},
+		{pooledBytes - 1, false},
+		{pooledBytes, true},
+		{agentproto.ChunkBytes, true},
+		{agentproto.ChunkBytes + 1, false},
+	} {
+		b := getChunk(tc.n)
+		if len(b) != tc.n || (cap(b) == agentproto.ChunkBytes) != tc.pooled {
+			t.Errorf("getChunk(%d): len %d cap %d, want pooled %v", tc.n, len(b), cap(b), tc.pooled)
+		}
+		putChunk(b)
 	}
-	putChunk(b)
 	putChunk(nil)
 	putChunk(make([]byte, 5))
-	if b := getChunk(0); len(b) != 0 {
-		t.Fatalf("getChunk(0): len %d", len(b))
-	}
 }

@@ -44,13 +44,13 @@ func BenchmarkRequest(b *testing.B) {
 	w := agentproto.NewWriter(inW)
 	fr := agentproto.NewReader(outR, 0)
 	var id uint64
-	call := func(b *testing.B, op agentproto.Op, args any) {
+	call := func(b *testing.B, op agentproto.Op, args any, payload []byte) {
 		id++
 		raw, err := json.Marshal(args)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := w.Write(agentproto.Request{ID: id, Op: op, Args: raw}); err != nil {
+		if err := w.Write(agentproto.Request{ID: id, Op: op, Args: raw, Payload: payload}); err != nil {
 			b.Fatal(err)
 		}
 		f, err := fr.Next()
@@ -73,23 +73,23 @@ func BenchmarkRequest(b *testing.B) {
 	const path = "/workspace/b1/file.txt"
 	b.Run("write", func(b *testing.B) {
 		for b.Loop() {
-			call(b, agentproto.OpWrite, agentproto.WriteArgs{Path: path, Content: content})
+			call(b, agentproto.OpWrite, agentproto.WriteArgs{Path: path}, content)
 		}
 	})
 	b.Run("edit", func(b *testing.B) {
 		// From the written content on every run of this function (it
 		// runs again under -count and -cpu; the loop's toggling may
 		// have left the other text).
-		call(b, agentproto.OpWrite, agentproto.WriteArgs{Path: path, Content: content})
+		call(b, agentproto.OpWrite, agentproto.WriteArgs{Path: path}, content)
 		old, nu := "line 0032 x", "line 0032 y"
 		for b.Loop() {
-			call(b, agentproto.OpEdit, backend.EditRequest{Path: path, Old: old, New: nu})
+			call(b, agentproto.OpEdit, backend.EditRequest{Path: path, Old: old, New: nu}, nil)
 			old, nu = nu, old
 		}
 	})
 	b.Run("read", func(b *testing.B) {
 		for b.Loop() {
-			call(b, agentproto.OpRead, backend.ReadRequest{Path: path})
+			call(b, agentproto.OpRead, backend.ReadRequest{Path: path}, nil)
 		}
 	})
 	// ls and glob over B1's directory of 10 .go and 10 .txt files.
@@ -102,17 +102,17 @@ func BenchmarkRequest(b *testing.B) {
 	}
 	b.Run("ls", func(b *testing.B) {
 		for b.Loop() {
-			call(b, agentproto.OpLs, agentproto.PathArgs{Path: "/workspace/b1/src"})
+			call(b, agentproto.OpLs, agentproto.PathArgs{Path: "/workspace/b1/src"}, nil)
 		}
 	})
 	b.Run("glob", func(b *testing.B) {
 		for b.Loop() {
-			call(b, agentproto.OpGlob, backend.GlobRequest{Pattern: "*.go", Path: "/workspace/b1/src"})
+			call(b, agentproto.OpGlob, backend.GlobRequest{Pattern: "*.go", Path: "/workspace/b1/src"}, nil)
 		}
 	})
 	b.Run("execute-true", func(b *testing.B) {
 		for b.Loop() {
-			call(b, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: "true"}})
+			call(b, agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: "true"}}, nil)
 		}
 	})
 	inW.Close()

@@ -316,8 +316,8 @@ func (s *server) readLoop(ctx context.Context, r *agentproto.Reader) error {
 		// A binary payload follows its frame and is read before the next.
 		req, derr := agentproto.DecodeRequest(frame)
 		if derr == nil && req.Bin > 0 {
-			if req.Bin > agentproto.ChunkBytes {
-				return fmt.Errorf("sandbox agent: a request payload of %d bytes exceeds %d", req.Bin, agentproto.ChunkBytes)
+			if limit := agentproto.PayloadLimit(req.Op); req.Bin > limit {
+				return fmt.Errorf("sandbox agent: a %s request payload of %d bytes exceeds %d", req.Op, req.Bin, limit)
 			}
 			req.Payload = getChunk(req.Bin)
 			if err = r.ReadPayloadInto(req.Payload); err != nil {
@@ -507,7 +507,7 @@ func (s *server) handle(ctx context.Context, req agentproto.Request) agentproto.
 	case agentproto.OpWrite:
 		return fileOp(ctx, s, req, func(a agentproto.WriteArgs) string { return a.Path },
 			func(ctx context.Context, a agentproto.WriteArgs) (backend.WriteResult, error) {
-				return s.cfg.Files.Write(ctx, a.Path, a.Content)
+				return s.cfg.Files.Write(ctx, a.Path, req.Payload)
 			})
 	case agentproto.OpEdit:
 		return fileOp(ctx, s, req, func(a backend.EditRequest) string { return a.Path }, s.filesEdit)

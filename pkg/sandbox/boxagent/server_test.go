@@ -142,6 +142,7 @@ func (m *memFiles) Download(_ context.Context, paths []string) ([]backend.Downlo
 func TestFileOpsDispatch(t *testing.T) {
 	files := newMemFiles()
 	c := startAgent(t, Config{Files: files})
+	big := bytes.Repeat([]byte("x"), agentproto.ChunkBytes+1)
 	tests := []struct {
 		name     string
 		op       agentproto.Op
@@ -158,8 +159,12 @@ func TestFileOpsDispatch(t *testing.T) {
 		{name: "result over the frame limit", op: agentproto.OpLs, args: agentproto.PathArgs{Path: "/huge"}, wantCall: "ls /huge", wantErr: backend.CodeTooLarge},
 		{name: "read", op: agentproto.OpRead, args: backend.ReadRequest{Path: "/f", Offset: 7, Limit: 5}, wantCall: "read /f 7 5",
 			want: backend.ReadResult{Path: "/f", Encoding: backend.EncodingUTF8, Content: "line", StartLine: 1, EndLine: 1}},
-		{name: "write", op: agentproto.OpWrite, args: agentproto.WriteArgs{Path: "/w", Content: []byte("a\x00\nb")}, wantCall: `write /w "a\x00\nb"`,
+		{name: "write", op: agentproto.OpWrite, args: withPayload{agentproto.WriteArgs{Path: "/w"}, []byte("a\x00\nb")}, wantCall: `write /w "a\x00\nb"`,
 			want: backend.WriteResult{Path: "/w", BytesWritten: 4, Created: true}},
+		{name: "empty write", op: agentproto.OpWrite, args: agentproto.WriteArgs{Path: "/empty"}, wantCall: `write /empty ""`,
+			want: backend.WriteResult{Path: "/empty", Created: true}},
+		{name: "write larger than a chunk", op: agentproto.OpWrite, args: withPayload{agentproto.WriteArgs{Path: "/big"}, big}, wantCall: fmt.Sprintf("write /big %q", big),
+			want: backend.WriteResult{Path: "/big", BytesWritten: int64(len(big)), Created: true}},
 		{name: "edit", op: agentproto.OpEdit, args: backend.EditRequest{Path: "/e", Old: "a", New: "b", ReplaceAll: true}, wantCall: `edit /e "a" "b" true`,
 			want: backend.EditResult{Path: "/e", Occurrences: 1}},
 		{name: "delete", op: agentproto.OpDelete, args: agentproto.PathArgs{Path: "/dir"}, wantCall: "delete /dir",
