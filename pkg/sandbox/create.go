@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -425,20 +426,50 @@ func (m *Manager) Runtimes(ctx context.Context) ([]string, error) {
 }
 
 // checkRuntime rejects a runtime the engine does not have ("" is the
-// engine's default). It asks the engine each time, so a runtime installed
-// while the worker runs is usable at once.
+// engine's default). A runtime the engine listed within runtimesFresh
+// passes without asking again (the engine's /info costs several
+// milliseconds, on every create that names a runtime); any other is
+// checked against the engine's list now, so a runtime installed while the
+// worker runs is usable at once.
 func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
-	if runtime == "" {
+	if runtime == "" || m.known.has(runtime, m.now()) {
 		return nil
 	}
 	have, err := m.Runtimes(ctx)
 	if err != nil {
 		return err
 	}
+	m.known.set(have, m.now())
 	if !slices.Contains(have, runtime) {
 		return errorf(CodeInvalid, "runtime %q is not available on worker %s (it has: %s)", runtime, m.cfg.Worker, strings.Join(have, ", "))
 	}
 	return nil
+}
+
+// runtimesFresh is how long the engine's list of runtimes is trusted: a
+// runtime removed from the engine is refused by checkRuntime within it
+// (until then the engine refuses the create).
+const runtimesFresh = 30 * time.Second
+
+// knownRuntimes is the engine's runtimes as last listed, and when.
+type knownRuntimes struct {
+	mu    sync.Mutex
+	names []string
+	at    time.Time
+}
+
+// has reports whether name was listed less than runtimesFresh before now.
+func (k *knownRuntimes) has(name string, now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return now.Sub(k.at) < runtimesFresh && slices.Contains(k.names, name)
+}
+
+// set records the engine's list at now.
+func (k *knownRuntimes) set(names []string, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.names, k.at = names, now
 }
 
 // discard tears down a box that never served: it closes its channel (a

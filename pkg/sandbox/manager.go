@@ -199,6 +199,7 @@ type Manager struct {
 	images *images
 	now    func() time.Time
 	budget *memBudget // shared by every agent channel
+	known  knownRuntimes
 	// transfers of more than one chunk, by the path their bytes took, and
 	// streamed executes whose output came through a lent pipe
 	lent, channelled, lentStreams atomic.Int64
