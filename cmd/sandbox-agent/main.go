@@ -1,8 +1,9 @@
 // The runtime names none of its memory mappings (Go 1.25's
 // decoratemappings: one prctl(PR_SET_VMA) per mapping, 20 of them before
-// the agent serves) and reads no cgroup at start for its GOMAXPROCS
-// (containermaxprocs, and its periodic re-reads): fitProcs sets it from
-// the box's limit once. Each system call costs 15-100 µs under gVisor,
+// the agent serves) and does not follow the cgroup's CPU limit for its
+// GOMAXPROCS (containermaxprocs: with it off the runtime reads the limit
+// once at start, and never again): fitProcs sets it from the box's limit
+// once. Each system call costs 15-100 µs under gVisor,
 // where these were about 30 of the agent's start (docs/benchmarks.md,
 // B3-runsc).
 
@@ -63,6 +64,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "disk":
 		return runDisk(args[1:], stdout, stderr)
 	case "serve":
+		fitProcs()
 		o, err := parseServe(args[1:], stderr)
 		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -148,8 +150,6 @@ func parseServe(args []string, stderr io.Writer) (serveOpts, error) {
 func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, reaper *boxagent.Reaper) error {
 	// agentlog, not zap or log/slog: see the package doc.
 	lg := agentlog.New(stderr, o.level)
-
-	fitProcs()
 	spares := serveSpareThreads
 	if reaper != nil {
 		spares = pid1SpareThreads

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // The box's CPU bandwidth limit as the box sees its own cgroup: cgroup v2's
@@ -22,22 +23,43 @@ const (
 // one CPU ran the agent with two Ps: each P holds its own allocation
 // caches and a GC worker, about 0.2 MiB RSS per box for parallelism the
 // box's quota does not give (docs/benchmarks.md, B9).
+//
+// serve calls it first, before the agent starts a goroutine: each one
+// started while a second P is idle wakes or makes a thread for it, a
+// costly round trip under gVisor (docs/benchmarks.md, B3-runsc).
 func fitProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	limit, err := os.ReadFile(cpuMaxFile)
+	limit, err := readSmall(cpuMaxFile)
 	if err != nil {
-		quota, qerr := os.ReadFile(cfsQuotaFile)
-		period, perr := os.ReadFile(cfsPeriodFile)
+		quota, qerr := readSmall(cfsQuotaFile)
+		period, perr := readSmall(cfsPeriodFile)
 		if qerr != nil || perr != nil {
 			return
 		}
-		limit = []byte(strings.TrimSpace(string(quota)) + " " + strings.TrimSpace(string(period)))
+		limit = strings.TrimSpace(quota) + " " + strings.TrimSpace(period)
 	}
-	if n, ok := cpuLimit(string(limit)); ok && n < runtime.GOMAXPROCS(0) {
+	if n, ok := cpuLimit(limit); ok && n < runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 	}
+}
+
+// readSmall reads the start of a small file (a cgroup setting) with one
+// open, read and close: os.ReadFile would also stat it and try to hand it
+// to the runtime's poller, five calls more per file.
+func readSmall(path string) (string, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer syscall.Close(fd)
+	var b [128]byte
+	n, err := syscall.Read(fd, b[:])
+	if err != nil {
+		return "", err
+	}
+	return string(b[:max(n, 0)]), nil
 }
 
 // cpuLimit parses "QUOTA PERIOD" (cpu.max; "max" or v1's -1 for no limit)
