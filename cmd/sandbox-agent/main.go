@@ -169,10 +169,12 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 		Logger:    lg,
 		User:      o.user,
 		Reaper:    reaper,
-		// The spare threads are made once the agent is the sandbox user,
-		// before it serves: the identity change then signals fewer
-		// threads, each a costly round trip under gVisor.
-		Ready: func() { keepThreads(spares) },
+		// The spare threads are made once the agent is the sandbox user
+		// (the identity change then signals fewer threads, each a costly
+		// round trip under gVisor), while the first requests are served,
+		// and before any command starts: until one does, no box code can
+		// hold the pids a thread needs.
+		BeforeCommands: func() { keepThreads(spares) },
 	})
 }
 

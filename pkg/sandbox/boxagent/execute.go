@@ -204,6 +204,7 @@ type exitStatus struct {
 // its status from it: cmd.Wait is never called, the reaper owns every
 // wait.
 func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatus, _ *backend.Error) {
+	<-s.commandsReady
 	spawn := func() error { return s.oom.start(cmd.Start) }
 	if s.raise {
 		plain := spawn

@@ -70,11 +70,13 @@ type Config struct {
 	// exec.Cmd.Wait (see Reaper). Nil: commands are waited for directly,
 	// and something else (sandbox-agent init) reaps orphans.
 	Reaper *Reaper
-	// Ready, if set, runs once before the first request is read, after
-	// the agent has taken its identity: threads it makes are made with
-	// that identity, and the change of identity (a system call on every
-	// thread, each signalled) reached fewer of them.
-	Ready func()
+	// BeforeCommands, if set, runs once when serving starts, beside the
+	// first requests, after the agent has taken its identity (threads it
+	// makes are made with that identity, and the change of identity, a
+	// system call on every thread, each signalled, reached fewer of
+	// them); no command starts before it has returned. Requests that
+	// start none (hello, file operations) do not wait for it.
+	BeforeCommands func()
 }
 
 func (c Config) withDefaults() Config {
@@ -116,6 +118,8 @@ type server struct {
 	oom *oomRaise
 	// as is the user commands start as; nil runs them as the agent.
 	as *User
+	// commandsReady is closed once Config.BeforeCommands has returned.
+	commandsReady chan struct{}
 	// raise: the agent's effective ids are as's, and a command is
 	// started from a thread raised back to root (spawnAsRoot).
 	raise bool
@@ -258,12 +262,20 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		downloads:      map[string]*fileops.DownloadFile{},
 		procs:          map[uint64]*proc{},
 		lastTag:        firstTag(),
+		commandsReady:  make(chan struct{}),
 		in:             in,
 		out:            out,
 	}
 
-	if cfg.Ready != nil {
-		cfg.Ready()
+	if cfg.BeforeCommands != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer close(s.commandsReady)
+			cfg.BeforeCommands()
+		}()
+	} else {
+		close(s.commandsReady)
 	}
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- s.readLoop(ctx, agentproto.NewReader(in, agentproto.MaxFrameBytes)) }()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -219,6 +220,41 @@ func TestFileOpsWithoutEngine(t *testing.T) {
 	}
 	var h agentproto.Hello
 	c.ok(agentproto.OpHello, nil, &h)
+}
+
+// TestBeforeCommands: requests that start no command are answered while
+// Config.BeforeCommands runs; a command starts only after it returned.
+func TestBeforeCommands(t *testing.T) {
+	root := t.TempDir()
+	marker := filepath.Join(root, "ran")
+	release := make(chan struct{})
+	ranEarly := make(chan bool, 1)
+	c := startAgent(t, Config{Root: root, BeforeCommands: func() {
+		<-release
+		_, err := os.Stat(marker)
+		ranEarly <- err == nil
+	}})
+	_, exec := c.start(agentproto.OpExecute, agentproto.ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: "touch " + marker}})
+	// Answered while BeforeCommands waits; frames are read in order, so
+	// the execute has been taken by the first answer. The rounds give a
+	// command that did not wait the time to run.
+	for range 200 {
+		var h agentproto.Hello
+		c.ok(agentproto.OpHello, nil, &h)
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+	}
+	close(release)
+	if <-ranEarly {
+		t.Fatal("the command ran before BeforeCommands returned")
+	}
+	if _, final := c.wait(exec); final.Error != nil {
+		t.Fatalf("execute: %v", final.Error)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the command did not run after BeforeCommands: %v", err)
+	}
 }
 
 func TestHello(t *testing.T) {
