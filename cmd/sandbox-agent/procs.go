@@ -24,9 +24,9 @@ const (
 // caches and a GC worker, about 0.2 MiB RSS per box for parallelism the
 // box's quota does not give (docs/benchmarks.md, B9).
 //
-// serve calls it first, before the agent starts a goroutine: each one
-// started while a second P is idle wakes or makes a thread for it, a
-// costly round trip under gVisor (docs/benchmarks.md, B3-runsc).
+// `sandbox-agent serve` calls it first, before it starts a goroutine:
+// each one started while a second P is idle wakes or makes a thread for
+// it, a costly round trip under gVisor (docs/benchmarks.md, B3-runsc).
 func fitProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return

@@ -446,9 +446,9 @@ func (m *Manager) checkRuntime(ctx context.Context, runtime string) error {
 	return nil
 }
 
-// runtimesFresh is how long the engine's list of runtimes is trusted: a
-// runtime removed from the engine is refused by checkRuntime within it
-// (until then the engine refuses the create).
+// runtimesFresh is how long checkRuntime trusts the engine's list: a
+// runtime removed from the engine passes the check for at most this long,
+// and the engine itself then refuses the create.
 const runtimesFresh = 30 * time.Second
 
 // knownRuntimes is the engine's runtimes as last listed, and when.
