@@ -59,7 +59,7 @@ func readSmall(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return string(b[:max(n, 0)]), nil
+	return string(b[:n]), nil
 }
 
 // cpuLimit parses "QUOTA PERIOD" (cpu.max; "max" or v1's -1 for no limit)
