@@ -212,16 +212,16 @@ func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatu
 	}
 	var err error
 	if r := s.cfg.Reaper; r != nil {
-		var status <-chan syscall.WaitStatus
-		status, pid, err = r.start(func() (int, error) {
+		var reaped func() syscall.WaitStatus
+		reaped, pid, err = r.start(func() (int, error) {
 			if err := spawn(); err != nil {
 				return 0, err
 			}
 			return cmd.Process.Pid, nil
 		})
 		if err == nil {
-			_ = cmd.Process.Release() // its pidfd: the reaper waits by pid
-			wait = func() exitStatus { return exitStatus{ws: <-status, ok: true} }
+			_ = cmd.Process.Release() // its pidfd: the reaper waits by its own
+			wait = func() exitStatus { return exitStatus{ws: reaped(), ok: true} }
 		}
 	} else if err = spawn(); err == nil {
 		pid = cmd.Process.Pid

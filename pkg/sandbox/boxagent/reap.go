@@ -2,9 +2,12 @@ package boxagent
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Reaper owns every wait of a process that is its box's PID 1 (or a child
@@ -16,7 +19,8 @@ import (
 //
 // A command is started and registered under the reaper's lock, and Reap
 // holds the same lock while it waits, so a command that exits at once is
-// never taken for an orphan.
+// never taken for an orphan. A registered command's waiter may also reap
+// its own child (see start), under the same lock.
 //
 // The process must reap only through the Reaper: any other wait for any
 // child (a library's exec.Cmd.Wait included) can lose its status to Reap.
@@ -33,17 +37,73 @@ func NewReaper() *Reaper {
 }
 
 // start runs spawn, which must start exactly one child and return its pid,
-// and registers that pid; the channel receives the child's status once.
-func (r *Reaper) start(spawn func() (int, error)) (<-chan syscall.WaitStatus, int, error) {
+// registers that pid, and returns how to wait for the child's status.
+//
+// The wait takes the status from whichever collects it first: Reap, run on
+// SIGCHLD, or the waiter itself once the child's pidfd (opened here, while
+// the child cannot have been reaped, so the pid is still its) turns
+// readable in the runtime's poller. The second path wakes the waiting
+// goroutine straight from the kernel's exit, without the signal's hops
+// through the runtime (docs/benchmarks.md, B2); without pidfds (old
+// kernels, a runtime that lacks them) the wait is Reap's alone.
+func (r *Reaper) start(spawn func() (int, error)) (wait func() syscall.WaitStatus, pid int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pid, err := spawn()
-	if err != nil {
+	if pid, err = spawn(); err != nil {
 		return nil, 0, err
 	}
 	ch := make(chan syscall.WaitStatus, 1)
 	r.waiting[pid] = ch
-	return ch, pid, nil
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		// A nonblocking descriptor: os.NewFile registers it with the poller.
+		f := os.NewFile(uintptr(fd), "pidfd")
+		return func() syscall.WaitStatus { return r.await(f, pid, ch) }, pid, nil
+	}
+	return func() syscall.WaitStatus { return <-ch }, pid, nil
+}
+
+// await waits on pidfd for the child pid to exit and returns its status,
+// collected by itself or by Reap (then on ch). It closes pidfd.
+func (r *Reaper) await(pidfd *os.File, pid int, ch <-chan syscall.WaitStatus) syscall.WaitStatus {
+	defer pidfd.Close()
+	var ws syscall.WaitStatus
+	rc, err := pidfd.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(uintptr) bool {
+			var ok bool
+			ws, ok = r.collect(pid, ch)
+			return ok
+		})
+	}
+	if err != nil {
+		return <-ch // the poller cannot wait on it: Reap delivers
+	}
+	return ws
+}
+
+// collect returns pid's status if it has exited: from ch when Reap took
+// it, else by reaping pid now. Both happen under the reaper's lock, so the
+// status is delivered exactly once.
+func (r *Reaper) collect(pid int, ch <-chan syscall.WaitStatus) (syscall.WaitStatus, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case ws := <-ch:
+		return ws, true
+	default:
+	}
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil || got != pid || (!ws.Exited() && !ws.Signaled()):
+			return 0, false // still running; ECHILD cannot happen while ch is empty
+		}
+		delete(r.waiting, pid)
+		return ws, true
+	}
 }
 
 // Reap collects every child that has exited, without blocking: a
