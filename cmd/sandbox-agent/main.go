@@ -173,12 +173,8 @@ func (o serveOpts) serve(ctx context.Context, stdin io.Reader, stdout, stderr io
 		// (the identity change then signals fewer threads, each a costly
 		// round trip under gVisor), while the first requests are served,
 		// and before any command starts: until one does, no box code can
-		// hold the pids a thread needs. The first command's one-time work
-		// is done there too (warmSpawn).
-		BeforeCommands: func() {
-			keepThreads(spares)
-			warmSpawn(boxagent.Shell)
-		},
+		// hold the pids a thread needs.
+		BeforeCommands: func() { keepThreads(spares) },
 	})
 }
 
