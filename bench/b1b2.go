@@ -217,8 +217,9 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 	}
 	defer floor.stop()
 	// The floor's gRPC part is spread over the ops' rounds, each op's
-	// interleave taking its share; each op's served part runs whole in
-	// that op's rounds, so that it is called in batches as the op is.
+	// interleave taking its share; each op's served and relayed parts run
+	// whole in that op's rounds, so that they are called in batches as the
+	// op is.
 	rpcN := floor.rpc.n
 	var rows []Row
 	var aP50 []float64 // each op's baseline (a)
@@ -229,7 +230,7 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 		if i > 0 {
 			floor.rpc.warm = 0
 		}
-		if err := interleave(ctx, 5, ours, base, floor.rpc, floor.served[op.floor]); err != nil {
+		if err := interleave(ctx, 5, ours, base, floor.rpc, floor.served[op.floor], floor.relayed[op.floor]); err != nil {
 			return rows, err
 		}
 		r := latencyRow("B1", op.name, unitMs, ours.got)
@@ -242,7 +243,8 @@ func runB1(ctx context.Context, e *env) ([]Row, error) {
 	t := b1Target(e.runtime)
 	for i, op := range ops {
 		rows[i].Target = t.String("(a)")
-		rows[i].judgeAtFloor(floor.p50(op.floor), aP50[i], t.met)
+		fl, sum := floor.p50(op.floor)
+		rows[i].judgeAtFloor(fl, sum, aP50[i], t.met)
 	}
 	// The edits must have left both files consistent.
 	for _, f := range []string{"/edit.txt", "/edit-base.txt"} {
@@ -296,7 +298,8 @@ func runB2(ctx context.Context, e *env) ([]Row, error) {
 	r.vsLatency("engine exec true (create+attach+inspect)", b)
 	t := b2Target(e.runtime)
 	r.Target = t.String("")
-	r.judgeAtFloor(floor.p50(opEcho), b.P50, t.met)
+	fl, sum := floor.p50(opEcho)
+	r.judgeAtFloor(fl, sum, b.P50, t.met)
 	r.note("includes fork/exec of /bin/sh -c true inside the sandbox")
 	return append([]Row{r}, floor.rows("B2")...), nil
 }

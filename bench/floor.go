@@ -42,13 +42,20 @@ import (
 //     Under gVisor each is served by the sentry, and a server woken by
 //     its channel pays what the runtime charges a woken thread; the
 //     host's file system alone would show neither;
+//   - relayed: the rpc and served parts composed, timed as one call (see
+//     relay): what a call that waits on its box pays for being a gRPC
+//     call, which the two parts timed apart undercount;
 //   - spawn (B2): starting /bin/sh -c true inside the sandbox itself, timed
 //     by the box's shell as a loop of spawns minus the same loop empty.
+//
+// The floor of a call is its relayed part's median (plus the spawn part's
+// for B2); the sum of the rpc and served medians is reported beside it.
 type callFloor struct {
-	rpc    *probe
-	served map[string]*probe // by boxfloor operation
-	spawn  *spawnProbe       // B2 only
-	stop   func()
+	rpc     *probe
+	served  map[string]*probe // by boxfloor operation
+	relayed map[string]*probe // by boxfloor operation
+	spawn   *spawnProbe       // B2 only
+	stop    func()
 }
 
 // spawnLoop is how many /bin/sh -c true one spawn sample starts.
@@ -83,11 +90,11 @@ func (e *env) newCallFloor(ctx context.Context, bx *box, b2 bool) (*callFloor, e
 	if b2 {
 		ops = []string{opEcho}
 	}
-	served, stop, err := e.servedProbes(ctx, bx, ops)
+	served, relayed, stop, err := e.servedProbes(ctx, bx, ops)
 	if err != nil {
 		return nil, err
 	}
-	f := &callFloor{rpc: rpc, served: served, stop: stop}
+	f := &callFloor{rpc: rpc, served: served, relayed: relayed, stop: stop}
 	if b2 {
 		f.spawn = e.spawnFloor(bx)
 	}
@@ -98,7 +105,7 @@ func (e *env) newCallFloor(ctx context.Context, bx *box, b2 bool) (*callFloor, e
 func (f *callFloor) probes() []*probe {
 	ps := []*probe{f.rpc}
 	for _, op := range f.ops() {
-		ps = append(ps, f.served[op])
+		ps = append(ps, f.served[op], f.relayed[op])
 	}
 	if f.spawn != nil {
 		ps = append(ps, f.spawn.probe)
@@ -114,15 +121,18 @@ func (f *callFloor) ops() []string {
 	return boxfloorOps
 }
 
-// p50 is the floor of a call in milliseconds, the sum of its parts'
-// medians, with the served part of op (a boxfloor operation).
-func (f *callFloor) p50(op string) float64 {
+// p50 is the floor of a call in milliseconds with op's (a boxfloor
+// operation's) served part: the relayed part's median, plus the spawn
+// part's for B2. sum is the same with the rpc and served parts' medians
+// added instead of the relayed one.
+func (f *callFloor) p50(op string) (floor, sum float64) {
 	ms := func(s samples) float64 { return float64(s.p50()) / float64(time.Millisecond) }
-	sum := ms(f.rpc.got) + ms(f.served[op].got)
+	floor, sum = ms(f.relayed[op].got), ms(f.rpc.got)+ms(f.served[op].got)
 	if f.spawn != nil {
+		floor += ms(f.spawn.per)
 		sum += ms(f.spawn.per)
 	}
-	return sum
+	return floor, sum
 }
 
 // rows are the floor's parts as info rows of scenario id.
@@ -138,7 +148,8 @@ func (f *callFloor) rows(id string) []Row {
 		if op != opEcho {
 			what = "engine stdio round trip to a box's PID 1 that makes the " + op + " operation's own system calls on the workspace volume (bench/boxfloor)"
 		}
-		rows = append(rows, part(what, f.served[op].got))
+		rows = append(rows, part(what, f.served[op].got),
+			part("the two above composed: one loopback gRPC call whose handler makes that round trip (the floor)", f.relayed[op].got))
 	}
 	if f.spawn != nil {
 		r := part("start /bin/sh -c true in the box (its shell's loop of spawns)", f.spawn.per)
@@ -152,9 +163,11 @@ func (f *callFloor) rows(id string) []Row {
 // judgeAtFloor sets r's verdict: pass when met(r's p50, its ratio) holds,
 // verdictFloor when it does not and the floor fl (ms) would not meet it
 // either, miss otherwise. The floor is added as a baseline (ratio = floor
-// ÷ plumb: how close plumb is to it) and its verdict explained.
-func (r *Row) judgeAtFloor(fl, baseline float64, met func(p50, ratio float64) bool) {
-	r.vsLatency("floor (same run): the sum of its parts' p50 below", Row{P50: fl})
+// ÷ plumb: how close plumb is to it) and its verdict explained; sum, the
+// floor's parts timed apart, is noted beside it.
+func (r *Row) judgeAtFloor(fl, sum, baseline float64, met func(p50, ratio float64) bool) {
+	r.vsLatency("floor (same run): the composed part's p50 below", Row{P50: fl})
+	r.note("the floor's parts timed apart sum to %s", fmtVal(sum, unitMs))
 	ratio := 0.0
 	if r.P50 > 0 {
 		ratio = baseline / r.P50
@@ -215,13 +228,14 @@ const boxfloorDir = sandbox.DefaultWorkingDir + "/.bench-floor"
 // servedProbes builds bench/boxfloor, uploads it into bx's workspace and
 // starts the floor's container on that workspace volume, attached before
 // its start as the agent's stdio channel is, with boxfloor as its
-// PID 1. It returns a probe per operation in ops (one request each) and
-// what removes the container; the program and its fixture stay in the
+// PID 1. It returns two probes per operation in ops, one request each,
+// made directly (served) and through a relay (relayed), and what removes
+// the container and the relay; the program and its fixture stay in the
 // workspace with the box, which the caller drops.
-func (e *env) servedProbes(ctx context.Context, bx *box, ops []string) (map[string]*probe, func(), error) {
+func (e *env) servedProbes(ctx context.Context, bx *box, ops []string) (served, relayed map[string]*probe, stop func(), err error) {
 	bin, err := buildStatic(ctx, "github.com/plumbhq/plumb/bench/boxfloor")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	prog := boxfloorDir + "/boxfloor"
 	res, err := bx.b.Upload(ctx, []backend.UploadItem{{Path: prog, Content: bin}})
@@ -229,17 +243,17 @@ func (e *env) servedProbes(ctx context.Context, bx *box, ops []string) (map[stri
 		err = res[0].Err
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("upload boxfloor: %w", err)
+		return nil, nil, nil, fmt.Errorf("upload boxfloor: %w", err)
 	}
 	// The floor's box runs as the sandbox user, which may not be whom the
 	// box's files belong to (an unhardened box's are root's).
 	chmod := fmt.Sprintf("chmod 0755 %s && chmod 0777 %s", prog, boxfloorDir)
 	if r, err := bx.b.Execute(ctx, backend.ExecuteRequest{Command: chmod}); err != nil || r.ExitCode == nil || *r.ExitCode != 0 {
-		return nil, nil, fmt.Errorf("chmod boxfloor: %v %s", err, r.Output)
+		return nil, nil, nil, fmt.Errorf("chmod boxfloor: %v %s", err, r.Output)
 	}
 	vol, err := e.workspaceVolume(ctx, bx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cli := e.docker
 	mounts := []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: sandbox.DefaultWorkingDir}}
@@ -253,36 +267,39 @@ func (e *env) servedProbes(ctx context.Context, bx *box, ops []string) (map[stri
 		e.removeContainer(ctx, cid)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	att, err := cli.ContainerAttach(ctx, cid, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		remove()
-		return nil, nil, fmt.Errorf("attach the floor's box: %w", err)
+		return nil, nil, nil, fmt.Errorf("attach the floor's box: %w", err)
 	}
-	stop := func() { att.Close(); remove() }
+	rl, err := newRelay(att)
+	if err != nil {
+		att.Close()
+		remove()
+		return nil, nil, nil, fmt.Errorf("the floor's relay: %w", err)
+	}
+	stop = func() { rl.close(); att.Close(); remove() }
 	if _, err := cli.ContainerStart(ctx, cid, client.ContainerStartOptions{}); err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("start the floor's box: %w", err)
+		return nil, nil, nil, fmt.Errorf("start the floor's box: %w", err)
 	}
-	probes := map[string]*probe{}
+	served, relayed = map[string]*probe{}, map[string]*probe{}
 	for _, op := range ops {
 		line := []byte(fmt.Sprintf("%-*s\n", floorLine-1, op))
-		got := make([]byte, len(line))
-		probes[op] = &probe{name: "served " + op, warm: 20, n: e.scale(300, 60), f: func(context.Context) error {
-			if _, err := att.Conn.Write(line); err != nil {
-				return err
+		served[op] = &probe{name: "served " + op, warm: 20, n: e.scale(300, 60), f: func(context.Context) error {
+			got, err := rl.roundTrip(line)
+			if err == nil && !bytes.Equal(got, line) {
+				err = fmt.Errorf("boxfloor answered %q", got)
 			}
-			if err := readStdout(att.Reader, got); err != nil {
-				return fmt.Errorf("boxfloor: %w", err)
-			}
-			if !bytes.Equal(got, line) {
-				return fmt.Errorf("boxfloor answered %q", got)
-			}
-			return nil
+			return err
+		}}
+		relayed[op] = &probe{name: "relayed " + op, warm: 20, n: e.scale(300, 60), f: func(ctx context.Context) error {
+			return rl.call(ctx, line)
 		}}
 	}
-	return probes, stop, nil
+	return served, relayed, stop, nil
 }
 
 // workspaceVolume is the engine volume mounted at bx's workspace.

@@ -271,15 +271,15 @@ func TestQuickUnhardened(t *testing.T) {
 	for _, r := range rep.Rows {
 		got = append(got, r.Scenario)
 	}
-	floorRows := "B2,B2,B2"
-	if !rep.OK || strings.Join(got, ",") != "B2,"+floorRows+",B2-unhardened,B2-unhardened,B2-unhardened,B2-unhardened,cleanup" {
+	floorRows := "B2,B2,B2,B2"
+	if !rep.OK || strings.Join(got, ",") != "B2,"+floorRows+",B2-unhardened,B2-unhardened,B2-unhardened,B2-unhardened,B2-unhardened,cleanup" {
 		t.Fatalf("report ok=%v with rows %v: %s", rep.OK, got, b)
 	}
-	h, u := rep.Rows[0], rep.Rows[4]
+	h, u := rep.Rows[0], rep.Rows[5]
 	if h.N == 0 || h.P50 <= 0 || !slices.Contains([]string{verdictPass, verdictMiss, verdictFloor}, h.Verdict) {
 		t.Errorf("hardened row %+v", h)
 	}
-	checkFloor(t, h, rep.Rows[1:4])
+	checkFloor(t, h, rep.Rows[1:5])
 	if u.N == 0 || u.P50 <= 0 || u.Verdict != verdictInfo || len(u.Baselines) != 3 {
 		t.Fatalf("unhardened row %+v", u)
 	}
@@ -292,20 +292,29 @@ func TestQuickUnhardened(t *testing.T) {
 }
 
 // checkFloor checks a judged row's floor: its parts were measured (info
-// rows), the floor baseline is the sum of their medians, and the verdict
-// follows from the row and the floor.
+// rows), the floor baseline is the composed part's median plus the spawn
+// part's (B2), and the verdict follows from the row and the floor.
 func checkFloor(t *testing.T, r Row, parts []Row) {
 	t.Helper()
-	sum := 0.0
+	floor, composed := 0.0, 0
 	for _, p := range parts {
 		if !strings.HasPrefix(p.Name, "floor part: ") || p.N == 0 || p.P50 <= 0 || p.Verdict != verdictInfo {
 			t.Errorf("floor part %+v", p)
 		}
-		sum += p.P50
+		switch {
+		case strings.Contains(p.Name, "composed"):
+			floor += p.P50
+			composed++
+		case strings.Contains(p.Name, "/bin/sh -c true"):
+			floor += p.P50
+		}
 	}
 	fl := r.Baselines[len(r.Baselines)-1]
-	if !strings.HasPrefix(fl.Name, "floor") || math.Abs(fl.P50-sum) > 1e-9 || fl.Ratio != sum/r.P50 {
-		t.Errorf("floor baseline %+v, want the parts' sum %v", fl, sum)
+	if composed != 1 || !strings.HasPrefix(fl.Name, "floor") || math.Abs(fl.P50-floor) > 1e-9 || fl.Ratio != floor/r.P50 {
+		t.Errorf("floor baseline %+v, want the composed part's median (plus the spawn part's) %v", fl, floor)
+	}
+	if !strings.Contains(r.Notes, "parts timed apart sum to") {
+		t.Errorf("floor without the sum of its parts in the notes: %+v", r)
 	}
 	if r.Verdict == verdictFloor && !strings.Contains(r.Notes, "the floor misses it too") {
 		t.Errorf("floor verdict without its note: %+v", r)
@@ -471,8 +480,9 @@ func TestJudgeAtFloor(t *testing.T) {
 		{"at the floor", 6.6, 7.1, 60, verdictFloor, "plumb is at its floor"},
 	} {
 		r := Row{P50: tt.p50}
-		r.judgeAtFloor(tt.floor, tt.baseline, met)
-		if r.Verdict != tt.want || !strings.Contains(r.Notes, tt.inNotes) || len(r.Baselines) != 1 || r.Baselines[0].P50 != tt.floor {
+		r.judgeAtFloor(tt.floor, tt.floor*0.9, tt.baseline, met)
+		if r.Verdict != tt.want || !strings.Contains(r.Notes, tt.inNotes) || !strings.Contains(r.Notes, "parts timed apart sum to") ||
+			len(r.Baselines) != 1 || r.Baselines[0].P50 != tt.floor {
 			t.Errorf("%s: %+v, want %s with %q", tt.name, r, tt.want, tt.inNotes)
 		}
 	}
