@@ -173,7 +173,7 @@ func (e *env) startWorker(ctx context.Context, cli *client.Client, cfg sandbox.C
 	if err != nil {
 		return nil, err
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg), grpc.ForceServerCodecV2(sandboxsvc.Codec()))
 	plumbv1.RegisterSandboxServiceServer(srv, sandboxsvc.New(m, []string{"runc"}, e.lg))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

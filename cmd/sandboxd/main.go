@@ -98,6 +98,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// their attached streams end with them instead of holding the
 	// graceful stop for its whole grace (w.Close closes again, a no-op).
 	o.BeforeStop = func(context.Context) error { w.Service.Close(); return nil }
-	o.ServerOptions = tr.ServerOptions()
+	// Upload chunks stay in gRPC's receive buffers (sandboxsvc.Codec).
+	o.ServerOptions = append(tr.ServerOptions(), grpc.ForceServerCodecV2(sandboxsvc.Codec()))
 	return daemon.Serve(ctx, o)
 }

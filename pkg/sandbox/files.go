@@ -302,7 +302,7 @@ func (f *Files) Upload(ctx context.Context, items []backend.UploadItem) ([]backe
 	out := make([]backend.UploadResult, len(items))
 	for i, it := range items {
 		out[i].Path = it.Path
-		n, err := f.UploadFrom(ctx, it.Path, chunks(it.Content))
+		n, err := f.UploadFrom(ctx, it.Path, chunks(it.Content), nil)
 		if err != nil {
 			be := asItemError(err)
 			if be == nil {
@@ -325,8 +325,14 @@ func (f *Files) Upload(ctx context.Context, items []backend.UploadItem) ([]backe
 // their offsets, agentproto.Window of them in flight at once. Either way
 // memory is bounded (one chunk, or the window, plus what next holds)
 // whatever the file's size. On any failure the upload is aborted and the
-// target is untouched.
-func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte, error)) (int64, error) {
+// target is untouched. done, when not nil, is called with a slice next
+// returned once its bytes are written and no longer used (a slice may be
+// left to the garbage collector instead, on a failure); the caller may
+// then reuse its memory.
+func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte, error), done func([]byte)) (int64, error) {
+	if done == nil {
+		done = func([]byte) {}
+	}
 	if len(path) > backend.MaxPathBytes {
 		return 0, backend.Errorf(backend.CodeInvalidPath, "", "upload: path longer than %d bytes", backend.MaxPathBytes)
 	}
@@ -345,7 +351,9 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 			}
 		}
 		if second == nil {
-			return f.uploadFile(ctx, path, first)
+			n, err := f.uploadFile(ctx, path, first)
+			done(first)
+			return n, err
 		}
 	}
 	next = prepend(next, first, second)
@@ -362,11 +370,11 @@ func (f *Files) UploadFrom(ctx context.Context, path string, next func() ([]byte
 	if lent, berr := l.borrow(h.Lent); berr == nil {
 		f.m.lent.Add(1)
 		end := f.m.begin(f.sb) // busy while no request marks it so
-		off, err = writeLent(ctx, lent, path, next)
+		off, err = writeLent(ctx, lent, path, next, done)
 		end()
 	} else {
 		f.m.channelled.Add(1)
-		off, err = f.uploadChunks(ctx, ch, h.Handle, path, next)
+		off, err = f.uploadChunks(ctx, ch, h.Handle, path, next, done)
 	}
 	if err != nil {
 		_, _ = f.exchangeOn(context.WithoutCancel(ctx), ch, agentproto.OpUploadClose, agentproto.UploadCloseArgs{Handle: h.Handle}, nil, nil, nil)
@@ -393,8 +401,9 @@ func checkItemCap(path string, end int64) error {
 
 // uploadChunks sends an open upload's bytes as upload_chunk requests of at
 // most agentproto.ChunkBytes at their offsets, agentproto.Window of them
-// in flight at once, and returns how many were sent.
-func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path string, next func() ([]byte, error)) (int64, error) {
+// in flight at once, and returns how many were sent. Each slice from next
+// goes to done once all its requests are written.
+func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path string, next func() ([]byte, error), done func([]byte)) (int64, error) {
 	w := newWindow(ctx)
 	var off int64
 	err := func() error {
@@ -406,6 +415,9 @@ func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path stri
 			if data == nil {
 				return nil
 			}
+			whole := data
+			var left atomic.Int32 // the pieces of whole not yet written
+			left.Store(int32((len(data) + agentproto.ChunkBytes - 1) / agentproto.ChunkBytes))
 			for len(data) > 0 {
 				c := data[:min(len(data), agentproto.ChunkBytes)]
 				data = data[len(c):]
@@ -415,6 +427,9 @@ func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path stri
 				args := agentproto.UploadChunkArgs{Handle: handle, Offset: off}
 				if err := w.start(func(ctx context.Context) error {
 					_, err := f.exchangeOn(ctx, ch, agentproto.OpUploadChunk, args, c, nil, nil)
+					if left.Add(-1) == 0 {
+						done(whole)
+					}
 					return err
 				}, nil); err != nil {
 					return err
@@ -431,8 +446,9 @@ func (f *Files) uploadChunks(ctx context.Context, ch *channel, handle, path stri
 
 // writeLent writes an upload's bytes into the temp file the agent lent
 // (lend.go), each chunk while the next is received, then closes it, and
-// returns how many bytes it was given.
-func writeLent(ctx context.Context, file *os.File, path string, next func() ([]byte, error)) (int64, error) {
+// returns how many bytes it was given. Each chunk goes to done once
+// written (or dropped after a failure).
+func writeLent(ctx context.Context, file *os.File, path string, next func() ([]byte, error), done func([]byte)) (int64, error) {
 	defer file.Close()
 	type chunk struct {
 		b   []byte
@@ -444,13 +460,15 @@ func writeLent(ctx context.Context, file *os.File, path string, next func() ([]b
 	go func() {
 		var err error
 		for c := range chunks {
-			if err != nil {
-				continue // drained, so the sender never blocks
+			if err == nil {
+				if _, err = file.WriteAt(c.b, c.off); err != nil {
+					err = backend.FromOS("upload", path, err)
+					failed.Store(true)
+				}
 			}
-			if _, err = file.WriteAt(c.b, c.off); err != nil {
-				err = backend.FromOS("upload", path, err)
-				failed.Store(true)
-			}
+			// After a failure the rest is drained, so the sender never
+			// blocks.
+			done(c.b)
 		}
 		werr <- err
 	}()

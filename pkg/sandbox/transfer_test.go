@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,6 +169,11 @@ func transfers(t *testing.T, m *sandbox.Manager, info sandbox.Info) {
 		probe := newHeapProbe()
 		want := sha256.New()
 		i := 0
+		// Each chunk handed out must come back through done exactly once,
+		// after its bytes are written: done scribbles over it, so bytes
+		// still used after their release would not match the hash below.
+		var mu sync.Mutex
+		out := map[*byte]bool{} // handed out, true once released
 		n, err := f.UploadFrom(ctx, "/workspace/big/cap.bin", func() ([]byte, error) {
 			if i == chunks {
 				return nil, nil
@@ -178,10 +184,32 @@ func transfers(t *testing.T, m *sandbox.Manager, info sandbox.Info) {
 			b := pattern(i, chunk)
 			want.Write(b)
 			i++
+			mu.Lock()
+			out[&b[0]] = false
+			mu.Unlock()
 			return b, nil
+		}, func(b []byte) {
+			mu.Lock()
+			released, ok := out[&b[0]]
+			out[&b[0]] = true
+			mu.Unlock()
+			if !ok || released {
+				t.Errorf("done called for a chunk that was not handed out or was already released (handed out: %v)", ok)
+			}
+			for j := range b {
+				b[j] = 0xAA
+			}
 		})
 		if err != nil || n != backend.ItemCap {
 			t.Fatalf("upload: %d bytes, %v", n, err)
+		}
+		for _, released := range out {
+			if !released {
+				t.Fatal("a chunk was never released after a successful upload")
+			}
+		}
+		if len(out) != chunks {
+			t.Fatalf("%d chunks handed out, want %d", len(out), chunks)
 		}
 		got := sha256.New()
 		k := 0
@@ -212,7 +240,7 @@ func transfers(t *testing.T, m *sandbox.Manager, info sandbox.Info) {
 			}
 			i++
 			return pattern(i, chunk), nil
-		})
+		}, nil)
 		if backend.CodeOf(err) != backend.CodeTooLarge {
 			t.Fatalf("got %v, want too_large", err)
 		}
@@ -231,7 +259,7 @@ func transfers(t *testing.T, m *sandbox.Manager, info sandbox.Info) {
 			}
 			i++
 			return pattern(i, chunk), nil
-		})
+		}, nil)
 		if err == nil {
 			t.Fatal("upload succeeded")
 		}

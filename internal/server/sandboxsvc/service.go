@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	plumbv1 "github.com/plumbhq/plumb/gen/go/plumb/v1"
@@ -503,9 +504,19 @@ func (s *Service) Glob(ctx context.Context, req *plumbv1.GlobRequest) (*plumbv1.
 	return pbconv.GlobToPB(r), nil
 }
 
-// UploadFiles writes streamed items in order.
+// UploadFiles writes streamed items in order. Each chunk's bytes are handed
+// to the sandbox as received and released once written (see Codec).
 func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) error {
-	first, err := stream.Recv()
+	held := newHeldChunks()
+	defer held.freeAll()
+	recv := func() (*uploadChunk, error) {
+		m := new(uploadChunk)
+		if err := stream.RecvMsg(m); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	first, err := recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return status.Error(codes.InvalidArgument, "empty upload stream: the first message must carry sandbox_id")
@@ -514,6 +525,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 	}
 	f, err := s.files(stream.Context(), first.GetSandboxId())
 	if err != nil {
+		first.free()
 		return s.fail("UploadFiles", err)
 	}
 	out := &plumbv1.UploadFilesResponse{}
@@ -521,6 +533,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 	for pending != nil {
 		path := pending.GetPath()
 		if path == "" {
+			pending.free()
 			return status.Error(codes.InvalidArgument, "an upload item's first chunk must set path")
 		}
 		// Feed the item's chunks to the sandbox as they arrive.
@@ -531,7 +544,7 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 			if cur == nil {
 				return nil, nil
 			}
-			data, eof := cur.GetData(), cur.GetEof()
+			data, eof := held.hold(cur), cur.GetEof()
 			if data == nil {
 				data = []byte{}
 			}
@@ -539,19 +552,20 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 				cur = nil
 				return data, nil
 			}
-			m, err := stream.Recv()
+			m, err := recv()
 			if err != nil {
-				recvErr = err
+				cur, recvErr = nil, err
 				return nil, err
 			}
 			if m.GetPath() != "" {
-				recvErr = status.Errorf(codes.InvalidArgument, "item %s ended without eof before item %s started", backend.Quote(path), backend.Quote(m.GetPath()))
+				m.free()
+				cur, recvErr = nil, status.Errorf(codes.InvalidArgument, "item %s ended without eof before item %s started", backend.Quote(path), backend.Quote(m.GetPath()))
 				return nil, recvErr
 			}
 			cur = m
 			return data, nil
 		}
-		n, err := f.UploadFrom(stream.Context(), path, next)
+		n, err := f.UploadFrom(stream.Context(), path, next, held.release)
 		if recvErr != nil {
 			if errors.Is(recvErr, io.EOF) {
 				return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %s (no eof)", backend.Quote(path))
@@ -562,18 +576,21 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 		if err != nil {
 			var be *backend.Error
 			if !errors.As(err, &be) || be.Code == backend.CodeUnavailable || be.Code == backend.CodeCancelled {
+				cur.free()
 				return s.fail("UploadFiles", err)
 			}
 			res = &plumbv1.UploadResult{Path: path, Error: pbconv.FileErrorToPB(be)}
 			// Skip the rest of a failed item.
 			for cur != nil && !cur.GetEof() {
-				if cur, err = stream.Recv(); err != nil {
+				cur.free()
+				if cur, err = recv(); err != nil {
 					return status.Errorf(codes.InvalidArgument, "upload stream ended inside item %s", backend.Quote(path))
 				}
 			}
+			cur.free()
 		}
 		out.Results = append(out.Results, res)
-		m, err := stream.Recv()
+		m, err := recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -583,6 +600,54 @@ func (s *Service) UploadFiles(stream plumbv1.SandboxService_UploadFilesServer) e
 		pending = m
 	}
 	return stream.SendAndClose(out)
+}
+
+// heldChunks are the upload chunks whose bytes the sandbox has been given
+// and not yet released, by the address of their first byte.
+type heldChunks struct {
+	mu   sync.Mutex
+	held map[*byte]*uploadChunk
+}
+
+func newHeldChunks() *heldChunks { return &heldChunks{held: map[*byte]*uploadChunk{}} }
+
+// hold returns m's bytes, keeping m until they are released.
+func (h *heldChunks) hold(m *uploadChunk) []byte {
+	data := m.GetData()
+	if len(data) == 0 {
+		m.free()
+		return data
+	}
+	h.mu.Lock()
+	h.held[&data[0]] = m
+	h.mu.Unlock()
+	return data
+}
+
+// release frees the chunk whose bytes data are (sandbox.Files.UploadFrom
+// calls it once it has written them).
+func (h *heldChunks) release(data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	h.mu.Lock()
+	m := h.held[&data[0]]
+	delete(h.held, &data[0])
+	h.mu.Unlock()
+	if m != nil {
+		m.free()
+	}
+}
+
+// freeAll frees what is still held, once the upload is over and nothing
+// uses the bytes any more.
+func (h *heldChunks) freeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, m := range h.held {
+		m.free()
+		delete(h.held, k)
+	}
 }
 
 // DownloadFiles streams files in order.
