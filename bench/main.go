@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run, e.g. B1,B2 (default all)")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
 	verbose := fs.Bool("v", false, "log the worker and agent core at info level to stderr")
-	runtimes := fs.String("runtimes", "auto", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run after the runc ones; auto: runc, and runsc when the engine has it")
+	runtimes := fs.String("runtimes", "auto", "comma-separated OCI runtimes to measure B1, B2 and B3 under, e.g. runc,runsc; rows of a runtime other than runc are named B1-runsc etc. and run right after the runc B1-B3, before the other scenarios; auto: runc, and runsc when the engine has it")
 	unhardened := fs.Bool("unhardened", true, "also run B1 and B2 against unhardened sandboxes (no capability drop, no-new-privileges, seccomp, read-only root, ulimits or sandbox user), right after the hardened ones under each runtime: rows B1-unhardened etc., whose ratio is hardened ÷ unhardened p50, the cost of the hardening")
 	noBudget := fs.Bool("no-budget", false, "run every scenario to its end, with no time budget (tests: a loaded machine is slow, not wrong)")
 	cpuprofile := fs.String("cpuprofile", "", "write one CPU profile per scenario into this directory, as <scenario>.pprof (B1.pprof, B3.pprof, B1-unhardened.pprof…); the worker runs in this process, so a profile covers the worker, its gRPC server and the harness' client, not dockerd or the sandbox agent")
@@ -343,9 +343,18 @@ func autoRuntimes(ctx context.Context) string {
 var perRuntime = map[string]bool{"B1": true, "B2": true, "B3": true}
 
 // withRuntimes runs the picked B1-B3 scenarios under runc (in their
-// usual place) and then once more under each other runtime listed.
+// usual place) and then once more under each other runtime listed, right
+// after the last of them: before the scenarios that load the engine and
+// leave it cleaning up (B9's hundreds of boxes, B12's forks, the
+// hibernations), which would otherwise slow every runtime but runc's.
 func withRuntimes(picked []scenario, runtimes string) ([]scenario, error) {
-	out := picked
+	at := 0 // where the other runtimes' scenarios go
+	for i, sc := range picked {
+		if perRuntime[sc.ids[0]] {
+			at = i + 1
+		}
+	}
+	var extra []scenario
 	for _, rt := range strings.Split(runtimes, ",") {
 		rt = strings.TrimSpace(rt)
 		switch {
@@ -357,11 +366,11 @@ func withRuntimes(picked []scenario, runtimes string) ([]scenario, error) {
 		for _, sc := range picked {
 			if perRuntime[sc.ids[0]] {
 				sc.runtime = rt
-				out = append(out, sc)
+				extra = append(extra, sc)
 			}
 		}
 	}
-	return out, nil
+	return slices.Concat(picked[:at], extra, picked[at:]), nil
 }
 
 // suffix is what a scenario's rows add to their id: its runtime other

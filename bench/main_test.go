@@ -363,6 +363,8 @@ func TestWithUnhardened(t *testing.T) {
 		{name: "B1 and B2 get a twin", only: "B1,B2,B3", runtimes: "runc", want: []string{"B1", "B1-unhardened", "B2", "B2-unhardened", "B3"}},
 		{name: "under each runtime", only: "B2", runtimes: "runc,runsc", want: []string{"B2", "B2-unhardened", "B2-runsc", "B2-runsc-unhardened"}},
 		{name: "others get none", only: "B8", runtimes: "runc", want: []string{"B8"}},
+		{name: "other runtimes before the rest", only: "B1,B3,B7,B9", runtimes: "runc,runsc",
+			want: []string{"B1", "B1-unhardened", "B3", "B1-runsc", "B1-runsc-unhardened", "B3-runsc", "B7", "B9"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			picked, err := pick(tc.only)
