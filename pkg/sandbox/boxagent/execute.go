@@ -261,7 +261,7 @@ func (s *server) end(pgid int, tag uint32, service bool, lg *agentlog.Logger) {
 			lg.Warn("SIGTERM process group", agentlog.Err(err))
 		}
 		if tag != 0 {
-			signalTagged(tag, syscall.SIGTERM)
+			signalTagged(tag, syscall.SIGTERM, pgid)
 		}
 	})
 	s.wg.Add(1) // the calling request holds a count

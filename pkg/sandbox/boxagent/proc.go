@@ -328,7 +328,7 @@ func (s *server) procSignal(req agentproto.Request) agentproto.Response {
 	s.signalling(p.service, func() {
 		_ = syscall.Kill(-p.pgid, sig)
 		if p.tag != 0 {
-			signalTagged(p.tag, sig)
+			signalTagged(p.tag, sig, p.pgid)
 		}
 	})
 	return agentproto.Result(req.ID, struct{}{})

@@ -47,9 +47,11 @@ func firstTag() uint32 {
 // signalTagged sends sig to every live process that carries tag and
 // returns how many it signalled. Each process is opened as a pidfd and its
 // tag checked again through it before the signal, so a pid reused in
-// between is never signalled; without pidfds (old kernels, gVisor) it
-// signals by pid.
-func signalTagged(tag uint32, sig syscall.Signal) int {
+// between is never signalled; without pidfds (old kernels) it signals by
+// pid. A process still in process group skip (> 0) is passed over: the
+// caller has just signalled that group, and a second SIGINT or SIGTERM
+// arriving after the first was taken would run a shell's trap twice.
+func signalTagged(tag uint32, sig syscall.Signal, skip int) int {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return 0
@@ -61,6 +63,11 @@ func signalTagged(tag uint32, sig syscall.Signal) int {
 		pid, err := strconv.Atoi(name)
 		if err != nil || pid == os.Getpid() || !carries(pid, tag) {
 			continue
+		}
+		if skip > 0 {
+			if pg, err := unix.Getpgid(pid); err != nil || pg == skip {
+				continue
+			}
 		}
 		fd, err := unix.PidfdOpen(pid, 0)
 		switch {
@@ -111,7 +118,7 @@ func carries(pid int, tag uint32) bool {
 // reports whether none was left.
 func killTagged(tag uint32) bool {
 	deadline := time.Now().Add(killRounds)
-	for signalTagged(tag, syscall.SIGKILL) > 0 {
+	for signalTagged(tag, syscall.SIGKILL, 0) > 0 {
 		if time.Now().After(deadline) {
 			return false
 		}
