@@ -257,11 +257,8 @@ func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatu
 // request if need be, but never Serve.
 func (s *server) end(pgid int, tag uint32, service bool, lg *agentlog.Logger) {
 	s.signalling(service, func() {
-		if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := signalCommand(pgid, tag, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 			lg.Warn("SIGTERM process group", agentlog.Err(err))
-		}
-		if tag != 0 {
-			signalTagged(tag, syscall.SIGTERM, pgid)
 		}
 	})
 	s.wg.Add(1) // the calling request holds a count

@@ -326,10 +326,7 @@ func (s *server) procSignal(req agentproto.Request) agentproto.Response {
 	}
 	sig := syscall.Signal(backend.Signals[a.Signal])
 	s.signalling(p.service, func() {
-		_ = syscall.Kill(-p.pgid, sig)
-		if p.tag != 0 {
-			signalTagged(p.tag, sig, p.pgid)
-		}
+		_ = signalCommand(p.pgid, p.tag, sig)
 	})
 	return agentproto.Result(req.ID, struct{}{})
 }

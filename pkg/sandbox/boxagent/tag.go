@@ -44,6 +44,18 @@ func firstTag() uint32 {
 	return rand.Uint32N(tagBase) // math/rand/v2: no secret, just a spread
 }
 
+// signalCommand sends sig to a command's process group pgid and, when it
+// has a tag, to the processes carrying the tag that have left the group
+// (setsid, double forks): each of them gets sig once. It returns the
+// group's kill error.
+func signalCommand(pgid int, tag uint32, sig syscall.Signal) error {
+	err := syscall.Kill(-pgid, sig)
+	if tag != 0 {
+		signalTagged(tag, sig, pgid)
+	}
+	return err
+}
+
 // signalTagged sends sig to every live process that carries tag and
 // returns how many it signalled. Each process is opened as a pidfd and its
 // tag checked again through it before the signal, so a pid reused in

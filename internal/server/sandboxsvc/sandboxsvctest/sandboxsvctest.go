@@ -66,8 +66,7 @@ func StartWorker(t testing.TB, cfg sandbox.Config, opts ...grpc.ServerOption) *W
 		t.Fatal(err)
 	}
 	// No credentials: like a loopback sandboxd, every caller may name its
-	// tenant in plumb-tenant.
-	// Message limits and codec as sandboxd's.
+	// tenant in plumb-tenant. Message limits and codec as sandboxd's.
 	sopts := append(daemon.ServerAuth(nil), daemon.MessageLimits(daemon.DefaultMaxMessageBytes, daemon.DefaultMaxRecvBytes, sandboxsvc.BulkMethods)...)
 	sopts = append(sopts, grpc.ForceServerCodecV2(sandboxsvc.Codec()))
 	srv := grpc.NewServer(append(sopts, opts...)...)
