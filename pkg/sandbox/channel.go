@@ -178,6 +178,10 @@ type channel struct {
 	order     []uint64                     // cancelled ids, oldest first
 	err       error                        // set once the channel is reset
 	done      chan struct{}
+	// watch is the one timer that finds requests past their wait
+	// (watchdog), armed for watchAt; watchAt is zero while it is not.
+	watch   *time.Timer
+	watchAt time.Time
 
 	// owner is the sandbox record the channel's callbacks act on; wake
 	// moves it to the record a recreated box is served under.
@@ -208,13 +212,19 @@ const eventOverhead = agentproto.EventCost
 // without ever waiting for the caller.
 type call struct {
 	lim  agentproto.Limits
-	wake chan struct{} // 1-buffered: the queue, final or lagged changed
+	wake chan struct{} // 1-buffered: the queue, final, lagged or overdue changed
+	// deadline is when the request has waited its lim.Wait (zero: it
+	// waits as long as it takes); set before it is sent, under the
+	// channel's mu.
+	deadline time.Time
 
 	mu     sync.Mutex
 	events []agentproto.Response // not yet taken by the caller, in order
 	queued int                   // bytes charged for events
 	final  *agentproto.Response
 	lagged bool // the caller fell too far behind
+	// overdue: the request waited its lim.Wait (the channel's watchdog).
+	overdue bool
 	// feeding: a lent pipe still feeds output events (channel.feed), so
 	// the final response waits for the pipe's end.
 	feeding bool
@@ -295,6 +305,24 @@ func (c *call) endFeed(fail *backend.Error) {
 	case c.wake <- struct{}{}:
 	default:
 	}
+}
+
+// markOverdue tells the caller its request has waited too long.
+func (c *call) markOverdue() {
+	c.mu.Lock()
+	c.overdue = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// isOverdue reports markOverdue.
+func (c *call) isOverdue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.overdue
 }
 
 // discard drops what is still queued and returns its budget.
@@ -481,6 +509,9 @@ func (ch *channel) reset(reason error) {
 		return
 	}
 	ch.err = reason
+	if ch.watch != nil {
+		ch.watch.Stop()
+	}
 	inflight := len(ch.pending)
 	ch.pending = map[uint64]*call{}
 	ch.cancelled = map[uint64]agentproto.Limits{}
@@ -606,6 +637,10 @@ func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload
 	}
 	lim := ch.limits(op, args)
 	c := newCall(lim)
+	sent := time.Now()
+	if lim.Wait > 0 {
+		c.deadline = sent.Add(lim.Wait)
+	}
 	ch.mu.Lock()
 	if ch.err != nil {
 		ch.mu.Unlock()
@@ -614,8 +649,11 @@ func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload
 	ch.nextID++
 	id := ch.nextID
 	ch.pending[id] = c
+	if !c.deadline.IsZero() {
+		ch.watchLocked(c.deadline)
+	}
 	ch.mu.Unlock()
-	r := request{op: op, id: id, c: c, lim: lim, sent: time.Now()}
+	r := request{op: op, id: id, c: c, lim: lim, sent: sent}
 	if err := ch.w.WriteContext(ctx, agentproto.Request{ID: id, Op: op, Args: raw, Payload: payload}, ch.opts.writeTimeout); err != nil {
 		c.discard(ch.opts.budget)
 		switch {
@@ -640,12 +678,6 @@ func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload
 // exchange.
 func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto.Response) error) (agentproto.Response, error) {
 	var none agentproto.Response
-	var overdue <-chan time.Time
-	if r.lim.Wait > 0 {
-		t := time.NewTimer(time.Until(r.sent.Add(r.lim.Wait)))
-		defer t.Stop()
-		overdue = t.C
-	}
 	for {
 		ev, ok, final, lagged := r.c.next(ch.opts.budget)
 		switch {
@@ -671,6 +703,13 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 				return none, final.Error
 			}
 			return *final, nil
+		case r.c.isOverdue():
+			ch.cancel(r.id, r.lim)
+			err := &overdueError{op: r.op, wait: r.lim.Wait}
+			if ch.opts.onViolation != nil {
+				ch.opts.onViolation(violationf("%v", err))
+			}
+			return none, err
 		}
 		select {
 		case <-r.c.wake:
@@ -679,13 +718,6 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 		case <-ctx.Done():
 			ch.cancel(r.id, r.lim)
 			return none, backend.FromOS(string(r.op), "", ctx.Err())
-		case <-overdue:
-			ch.cancel(r.id, r.lim)
-			err := &overdueError{op: r.op, wait: r.lim.Wait}
-			if ch.opts.onViolation != nil {
-				ch.opts.onViolation(violationf("%v", err))
-			}
-			return none, err
 		}
 	}
 }
@@ -801,6 +833,53 @@ func (ch *channel) queueLent(r request, data []byte) bool {
 			return false
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// watchLocked makes the watchdog fire by at; ch.mu is held. One timer
+// serves every request in flight, re-armed only for a deadline earlier
+// than the one it has: a timer per request, armed each time its caller
+// parks, would wake the runtime's network poller on every request
+// (docs/benchmarks.md, B1-runsc).
+func (ch *channel) watchLocked(at time.Time) {
+	if !ch.watchAt.IsZero() && !at.Before(ch.watchAt) {
+		return
+	}
+	ch.watchAt = at
+	if ch.watch == nil {
+		ch.watch = time.AfterFunc(time.Until(at), ch.watchdog)
+		return
+	}
+	ch.watch.Reset(time.Until(at))
+}
+
+// watchdog tells the callers of requests past their deadline, then arms
+// itself for the earliest deadline left.
+func (ch *channel) watchdog() {
+	var late []*call
+	ch.mu.Lock()
+	ch.watchAt = time.Time{}
+	if ch.err != nil {
+		ch.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	var next time.Time
+	for _, c := range ch.pending {
+		switch {
+		case c.deadline.IsZero():
+		case !c.deadline.After(now):
+			late = append(late, c)
+		case next.IsZero() || c.deadline.Before(next):
+			next = c.deadline
+		}
+	}
+	if !next.IsZero() {
+		ch.watchLocked(next)
+	}
+	ch.mu.Unlock()
+	for _, c := range late {
+		c.markOverdue()
 	}
 }
 

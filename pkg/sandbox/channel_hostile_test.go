@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -323,6 +325,84 @@ func TestChannelOverdue(t *testing.T) {
 	res, err := overdueExecute(backend.ExecuteRequest{}, backend.ExecuteResult{}, []byte("partial"), r.err)
 	if err != nil || !res.TimedOut || res.ExitCode == nil || *res.ExitCode != 124 || !strings.HasPrefix(res.Output, "partial[sandboxd:") {
 		t.Fatalf("overdue result %+v, %v", res, err)
+	}
+	if ch.broken() {
+		t.Fatal("an overdue request reset the channel")
+	}
+}
+
+// TestChannelOverdueOneTimer: one timer watches every request in flight.
+// A request sent while it is armed for an earlier one is found overdue
+// after that one, and a request answered in time never is.
+func TestChannelOverdueOneTimer(t *testing.T) {
+	var v violations
+	ch, a := newPairWith(t, channelOptions{onViolation: v.add, maxWait: 200 * time.Millisecond})
+	// The agent's requests, read as they come: a cancel may be written at
+	// any point once a request is overdue.
+	reqs := make(chan agentproto.Request, 16)
+	go func() {
+		defer close(reqs)
+		for a.reqs.Scan() {
+			if req, err := agentproto.DecodeRequest(a.reqs.Bytes()); err == nil {
+				reqs <- req
+			}
+		}
+	}()
+	var cancelled []uint64
+	// take reads the agent's next request; a cancel is noted in cancelled.
+	take := func() agentproto.Request {
+		t.Helper()
+		req, ok := <-reqs
+		if !ok {
+			t.Fatal("the channel's stream ended")
+		}
+		if req.Op == agentproto.OpCancel {
+			var args agentproto.CancelArgs
+			if err := json.Unmarshal(req.Args, &args); err != nil {
+				t.Fatal(err)
+			}
+			cancelled = append(cancelled, args.Target)
+		}
+		return req
+	}
+	next := func(op agentproto.Op) agentproto.Request {
+		t.Helper()
+		for {
+			switch req := take(); req.Op {
+			case op:
+				return req
+			case agentproto.OpCancel:
+			default:
+				t.Fatalf("agent got %+v, want %s", req, op)
+			}
+		}
+	}
+
+	first := goExec(ch, context.Background(), false)
+	firstID := next(agentproto.OpExecute).ID
+	answered := goCall(ch, agentproto.OpLs, nil)
+	a.send(t, fmt.Sprintf(`{"id":%d,"done":true,"result":{"entries":[]}}`, next(agentproto.OpLs).ID))
+	if r := wait(t, answered); r.err != nil {
+		t.Fatalf("answered ls: %v", r.err)
+	}
+	second := goExec(ch, context.Background(), false)
+	secondID := next(agentproto.OpExecute).ID
+	for _, p := range []chan callResult{first, second} {
+		var od *overdueError
+		if r := wait(t, p); !errors.As(r.err, &od) {
+			t.Fatalf("unanswered execute: %v, want overdue", r.err)
+		}
+	}
+	for len(cancelled) < 2 {
+		if req := take(); req.Op != agentproto.OpCancel {
+			t.Fatalf("agent got %+v, want a cancel", req)
+		}
+	}
+	if !slices.Contains(cancelled, firstID) || !slices.Contains(cancelled, secondID) || len(cancelled) != 2 {
+		t.Fatalf("cancelled %v, want %d and %d", cancelled, firstID, secondID)
+	}
+	if got := v.list(); len(got) != 2 {
+		t.Fatalf("violations %v, want the two overdue executes", got)
 	}
 	if ch.broken() {
 		t.Fatal("an overdue request reset the channel")

@@ -444,6 +444,9 @@ func DecodeResponse(frame []byte) (Response, error) {
 type Writer struct {
 	sem chan struct{} // one writer at a time; waiting honours the context
 	w   io.Writer
+	// standing is the write deadline set on w, left in place between
+	// writes (zero: none); the holder of sem owns it.
+	standing time.Time
 }
 
 // NewWriter writes frames to w.
@@ -464,8 +467,9 @@ type deadliner interface{ SetWriteDeadline(time.Time) error }
 // ctx (nothing was written: the error is ctx's), and when the underlying
 // writer has SetWriteDeadline (a net.Conn) the write itself must finish
 // by ctx's deadline, or within def when ctx has none (def ≤ 0: no
-// deadline). A write that fails after it started may have left a partial
-// frame: the stream is then unusable.
+// deadline; a write bounded by def gets between def/2 and def, see bound).
+// A write that fails after it started may have left a partial frame: the
+// stream is then unusable.
 func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) error {
 	var payload []byte
 	limit := ChunkBytes
@@ -492,14 +496,7 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 	}
 	defer func() { <-w.sem }()
 	if d, ok := w.w.(deadliner); ok {
-		dl, has := ctx.Deadline()
-		if !has && def > 0 {
-			dl, has = time.Now().Add(def), true
-		}
-		if has {
-			_ = d.SetWriteDeadline(dl)
-			defer func() { _ = d.SetWriteDeadline(time.Time{}) }()
-		}
+		w.bound(d, ctx, def)
 	}
 	if len(payload) == 0 {
 		_, err = w.w.Write(b)
@@ -507,6 +504,30 @@ func (w *Writer) WriteContext(ctx context.Context, v any, def time.Duration) err
 	}
 	// Header and payload in one writev where the writer has a descriptor.
 	return writeBuffers(w.w, [][]byte{b, payload})
+}
+
+// bound sets the deadline of the write about to be made on d: ctx's, or
+// def from now, or none. A write bounded by def keeps the deadline already
+// set while def/2 to def of it is left: setting a deadline arms a runtime
+// timer, and a timer armed and dropped around every write wakes the
+// runtime's network poller on each request (docs/benchmarks.md, B1-runsc).
+// The caller holds sem.
+func (w *Writer) bound(d deadliner, ctx context.Context, def time.Duration) {
+	set := func(t time.Time) {
+		w.standing = t
+		_ = d.SetWriteDeadline(t)
+	}
+	now := time.Now()
+	switch dl, has := ctx.Deadline(); {
+	case has:
+		set(dl)
+	case def > 0:
+		if left := w.standing.Sub(now); left < def/2 || left > def {
+			set(now.Add(def))
+		}
+	case !w.standing.IsZero():
+		set(time.Time{})
+	}
 }
 
 // Result marshals a final success response for request id.

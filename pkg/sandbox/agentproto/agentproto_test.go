@@ -213,6 +213,57 @@ func TestWriterDeadline(t *testing.T) {
 	}
 }
 
+// deadlines records the write deadlines set on it.
+type deadlines struct {
+	bytes.Buffer
+	set []time.Time
+}
+
+func (d *deadlines) SetWriteDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+// TestWriterStandingDeadline: writes bounded by a default leave one
+// deadline in place until less than half of it is left, rather than set
+// and clear one around each write; a context's deadline bounds its own
+// write, and a write without a bound clears what is left.
+func TestWriterStandingDeadline(t *testing.T) {
+	d := &deadlines{}
+	w := NewWriter(d)
+	write := func(ctx context.Context, def time.Duration) {
+		t.Helper()
+		if err := w.WriteContext(ctx, Request{ID: 1, Op: OpHello}, def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const def = time.Hour
+	before := time.Now()
+	for range 100 {
+		write(context.Background(), def)
+	}
+	if len(d.set) != 1 || d.set[0].Before(before.Add(def)) || d.set[0].After(time.Now().Add(def)) {
+		t.Fatalf("100 writes set %v, want one deadline an hour away", d.set)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	write(ctx, def)
+	write(context.Background(), def) // the context's is not def's: set anew
+	write(context.Background(), 0)   // no bound: cleared
+	write(context.Background(), 0)
+	if got := d.set[1:]; len(got) != 3 || !got[0].Equal(dl) || got[1].Sub(dl) < 50*time.Minute || !got[2].IsZero() {
+		t.Fatalf("deadlines %v, want the context's, one an hour away, none", got)
+	}
+	d.set = nil
+	write(context.Background(), 20*time.Millisecond)
+	time.Sleep(15 * time.Millisecond) // less than half is left (or none)
+	write(context.Background(), 20*time.Millisecond)
+	if len(d.set) != 2 || !d.set[1].After(d.set[0]) {
+		t.Fatalf("deadlines %v, want the second moved later", d.set)
+	}
+}
+
 func TestLimitsTable(t *testing.T) {
 	for _, op := range []Op{OpHello, OpLs, OpRead, OpWrite, OpEdit, OpDelete, OpGrep, OpGlob, OpExecute, OpUploadOpen, OpUploadChunk, OpUploadClose, OpDownloadOpen, OpDownloadRead, OpDownloadClose, OpCancel} {
 		l, ok := LimitsOf(op)
