@@ -226,18 +226,24 @@ func engineCreate(ctx context.Context, cli *client.Client, image, runtime string
 }
 
 // engineCreateCmd is engineCreate running cmd as PID 1, with its stdin
-// open for an attach when stdin is set.
+// open for an attach when stdin is set. Such a box answers on its stdio,
+// as plumb's agent does, and like plumb's box it has no engine log: the
+// engine would copy every answer to a log file too.
 func engineCreateCmd(ctx context.Context, cli *client.Client, image, runtime string, labels map[string]string, mounts []mount.Mount, stdin bool, cmd ...string) (string, error) {
 	pids := int64(256)
 	if runtime == "runsc" {
 		pids = 1024 // the sentry's threads count too
 	}
 	mem := int64(512 << 20)
+	var logs container.LogConfig // the engine's default
+	if stdin {
+		logs.Type = "none"
+	}
 	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{Image: image, User: sandbox.DefaultUser, Cmd: cmd, Labels: labels, WorkingDir: "/tmp", OpenStdin: stdin, AttachStdin: stdin},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"},
-			ReadonlyRootfs: true, IpcMode: container.IPCModePrivate, Runtime: runtime,
+			ReadonlyRootfs: true, IpcMode: container.IPCModePrivate, Runtime: runtime, LogConfig: logs,
 			Tmpfs:     map[string]string{"/tmp": "rw,nosuid,nodev,size=67108864,mode=1777"},
 			Resources: container.Resources{Memory: mem, MemorySwap: mem, NanoCPUs: 1e9, PidsLimit: &pids},
 			Mounts:    mounts,
