@@ -29,7 +29,8 @@ import (
 //     (GetSandbox of an unknown id: a map lookup, NotFound);
 //   - served: one request over the engine's stdio attach to a process in
 //     a box, answered after it made the operation's own system calls: a
-//     container of the same image, runtime and hardening, with the
+//     container of the same image, runtime and hardening, no engine log (as
+//     plumb's boxes: LogConfig none), with the
 //     sandbox's workspace volume mounted, attached before its start the
 //     way the agent's channel is, whose PID 1 is bench/boxfloor.
 //     A request is 64 bytes out and the same 64 bytes back; B1's make the
