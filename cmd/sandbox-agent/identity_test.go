@@ -14,6 +14,7 @@ import (
 
 	"github.com/plumbhq/plumb/pkg/backend"
 	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
+	"github.com/plumbhq/plumb/pkg/testroot"
 )
 
 // TestServeAsSandboxUser builds the agent (without -race, which links the
@@ -24,12 +25,7 @@ import (
 // supplementary group but their tag, and a timed-out command's setsid'd descendants
 // die. It needs root (CI containers run tests as root).
 func TestServeAsSandboxUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to switch identities (CI runs the tests as root)")
-		}
-		t.Skip("needs root to switch identities")
-	}
+	testroot.Require(t, "to switch identities")
 	if _, err := os.Stat("/bin/sh"); err != nil {
 		t.Skip("no /bin/sh")
 	}

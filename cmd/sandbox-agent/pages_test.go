@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/plumbhq/plumb/pkg/testroot"
 )
 
 func TestParseSpans(t *testing.T) {
@@ -34,12 +36,7 @@ zz-00900000 r--p 00000000 00:3c 1311 /.plumb/sandbox-agent
 // root's for the call) and that the thread's fsuid is nobody's again.
 // It needs root (CAP_SETUID), as the agent has; CI runs as root.
 func TestReleasePages(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the release takes fsuid 0 for its call: run as root")
-		}
-		t.Skip("the release takes fsuid 0 for its call: run as root")
-	}
+	testroot.Require(t, "(the release takes fsuid 0 for its call)")
 	spans, err := binarySpans()
 	if err != nil || len(spans) == 0 {
 		t.Fatalf("binarySpans = %v, %v", spans, err)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plumbhq/plumb/pkg/backend"
+	"github.com/plumbhq/plumb/pkg/testroot"
 )
 
 // TestDirectPathTakenOrDeclined checks which writes, edits and reads the
@@ -269,12 +270,7 @@ func TestAnchors(t *testing.T) {
 		}
 	})
 	t.Run("read-only parents", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("needs root for a mount namespace of its own (CI runs the tests as root)")
-			}
-			t.Skip("needs root for a mount namespace of its own")
-		}
+		testroot.Require(t, "for a mount namespace of its own")
 		// The namespace is this goroutine's thread's alone; the thread
 		// stays locked and exits with the goroutine.
 		runtime.LockOSThread()

@@ -1,10 +1,11 @@
 package boxagent
 
 import (
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
+
+	"github.com/plumbhq/plumb/pkg/testroot"
 )
 
 // TestSignalTaggedSkipsTheGroup: signalTagged reaches every process that
@@ -12,12 +13,7 @@ import (
 // just signalled, which must not get the signal twice (a shell's INT trap
 // would run twice).
 func TestSignalTaggedSkipsTheGroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to give a child a supplementary group (CI runs the tests as root)")
-		}
-		t.Skip("giving a child a supplementary group needs root")
-	}
+	testroot.Require(t, "to give a child a supplementary group")
 	tag := uint32(tagBase + firstTag())
 	start := func() *exec.Cmd {
 		cmd := exec.Command("sleep", "100")
