@@ -270,13 +270,14 @@ func (c *call) push(resp agentproto.Response, limit int, budget *memBudget) (lag
 	return lagged, noBudget, overWindow
 }
 
-// next takes the next event (ok true), or reports the final response or
-// the lag once no event is left. All zero means wait for c.wake.
-func (c *call) next(budget *memBudget) (ev agentproto.Response, ok bool, final *agentproto.Response, lagged bool) {
+// next takes the next event (ok true), or reports the final response,
+// the lag, or that the request is overdue (markOverdue) once no event is
+// left. All zero means wait for c.wake.
+func (c *call) next(budget *memBudget) (ev agentproto.Response, ok bool, final *agentproto.Response, lagged, overdue bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lagged {
-		return ev, false, nil, true
+		return ev, false, nil, true, false
 	}
 	if len(c.events) > 0 {
 		ev = c.events[0]
@@ -285,12 +286,12 @@ func (c *call) next(budget *memBudget) (ev agentproto.Response, ok bool, final *
 		cost := len(ev.Data) + eventOverhead
 		c.queued -= cost
 		budget.release(cost)
-		return ev, true, nil, false
+		return ev, true, nil, false, false
 	}
 	if c.feeding {
-		return ev, false, nil, false
+		return ev, false, nil, false, c.overdue
 	}
-	return ev, false, c.final, false
+	return ev, false, c.final, false, c.final == nil && c.overdue
 }
 
 // endFeed ends a lent pipe's feed; a non-nil fail replaces the final
@@ -317,13 +318,6 @@ func (c *call) markOverdue() {
 	case c.wake <- struct{}{}:
 	default:
 	}
-}
-
-// isOverdue reports markOverdue.
-func (c *call) isOverdue() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.overdue
 }
 
 // discard drops what is still queued and returns its budget.
@@ -684,7 +678,7 @@ func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload
 func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto.Response) error) (agentproto.Response, error) {
 	var none agentproto.Response
 	for {
-		ev, ok, final, lagged := r.c.next(ch.opts.budget)
+		ev, ok, final, lagged, overdue := r.c.next(ch.opts.budget)
 		switch {
 		case ok && (ev.Event == agentproto.EventLent || ev.Event == agentproto.EventLentOn):
 			if err := ch.lentOutput(ctx, r, ev); err != nil {
@@ -708,7 +702,7 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 				return none, final.Error
 			}
 			return *final, nil
-		case r.c.isOverdue():
+		case overdue:
 			ch.cancel(r.id, r.lim)
 			err := &overdueError{op: r.op, wait: r.lim.Wait}
 			if ch.opts.onViolation != nil {
