@@ -733,7 +733,7 @@ func (ch *channel) lentOutput(ctx context.Context, r request, ev agentproto.Resp
 	r.c.mu.Unlock()
 	if ev.Event == agentproto.EventLent {
 		var lent agentproto.Lent
-		if pipe != nil || json.Unmarshal(ev.Result, &lent) != nil {
+		if pipe != nil || agentproto.UnmarshalResult(ev.Result, &lent) != nil {
 			return nil
 		}
 		pipe, err := ch.lending.l.borrowPipe(&lent)

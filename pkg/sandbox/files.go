@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -96,7 +95,7 @@ func (f *Files) exchangeOn(ctx context.Context, ch *channel, op agentproto.Op, a
 	if out == nil || len(final.Result) == 0 {
 		return final.Data, nil
 	}
-	if err := json.Unmarshal(final.Result, out); err != nil {
+	if err := agentproto.UnmarshalResult(final.Result, out); err != nil {
 		ch.reset(violationf("a malformed %s result: %v", op, err))
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed %s result; the channel was reset, retry the operation", op)
 	}

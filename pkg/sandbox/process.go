@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -162,7 +161,7 @@ func (p *process) run(r request) {
 		return nil
 	})
 	if err == nil {
-		if uerr := json.Unmarshal(final.Result, &p.exit); uerr != nil {
+		if uerr := agentproto.UnmarshalResult(final.Result, &p.exit); uerr != nil {
 			p.ch.reset(violationf("a malformed proc_start result: %v", uerr))
 			err = backend.Errorf(backend.CodeUnavailable, "", "sandbox agent sent a malformed process exit; the channel was reset")
 		}

@@ -56,7 +56,17 @@ func Marshal(v any) ([]byte, error) {
 // error. Field names match exactly, else case-insensitively, as
 // encoding/json matches them.
 func Unmarshal(data []byte, v any) error {
-	return unmarshal(data, v, true)
+	return unmarshal(data, v, false, false)
+}
+
+// UnmarshalResult decodes an agent's result into v, a non-nil pointer, as
+// encoding/json.Unmarshal does: like Unmarshal, but a member v has no
+// field for is skipped, so that a worker reads the results of an agent
+// newer than itself. sandboxd decodes the agent's results with it, in
+// about a third of encoding/json's time for a listing: a cost on every
+// call's path (docs/benchmarks.md, B1).
+func UnmarshalResult(data []byte, v any) error {
+	return unmarshal(data, v, true, false)
 }
 
 // PeekID returns the "id" of a frame that failed strict decoding, so that
@@ -66,23 +76,26 @@ func PeekID(frame []byte) uint64 {
 	var v struct {
 		ID uint64 `json:"id"`
 	}
-	if unmarshal(frame, &v, false) != nil {
+	if unmarshal(frame, &v, true, true) != nil {
 		return 0
 	}
 	return v.ID
 }
 
-func unmarshal(data []byte, v any, strict bool) error {
+// unmarshal decodes the first JSON value of data into v; skipUnknown
+// skips members v has no field for (else they are refused), and tail
+// allows anything after the value.
+func unmarshal(data []byte, v any, skipUnknown, tail bool) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return errors.New("json: decode into a nil or non-pointer value")
 	}
-	d := &decoder{data: data, strict: strict}
+	d := &decoder{data: data, skipUnknown: skipUnknown}
 	if err := d.value(rv.Elem()); err != nil {
 		return err
 	}
 	d.space()
-	if strict && d.pos < len(d.data) {
+	if !tail && d.pos < len(d.data) {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil
@@ -262,9 +275,9 @@ const maxDepth = 10000
 
 // decoder reads one JSON value from data at pos.
 type decoder struct {
-	data   []byte
-	pos    int
-	strict bool
+	data        []byte
+	pos         int
+	skipUnknown bool // a member with no field is skipped, not refused
 }
 
 func (d *decoder) space() {
@@ -348,16 +361,16 @@ func (d *decoder) value(v reflect.Value) error {
 			return err
 		}
 		if v.CanInt() {
-			n, err := strconv.ParseInt(lit, 10, v.Type().Bits())
-			if err != nil {
-				return mismatch("number "+lit, v.Type())
+			n, ok := parseInt(lit, v.Type().Bits())
+			if !ok {
+				return mismatch("number "+string(lit), v.Type())
 			}
 			v.SetInt(n)
 			return nil
 		}
-		n, err := strconv.ParseUint(lit, 10, v.Type().Bits())
-		if err != nil {
-			return mismatch("number "+lit, v.Type())
+		n, ok := parseUint(lit, v.Type().Bits())
+		if !ok {
+			return mismatch("number "+string(lit), v.Type())
 		}
 		v.SetUint(n)
 		return nil
@@ -401,20 +414,60 @@ func tokenName(c byte) string {
 
 // integer consumes a number and returns its literal, which must be an
 // integer for a value of type t.
-func (d *decoder) integer(c byte, t reflect.Type) (string, error) {
+func (d *decoder) integer(c byte, t reflect.Type) ([]byte, error) {
 	if c != '-' && (c < '0' || c > '9') {
-		return "", mismatch("a "+tokenName(c), t)
+		return nil, mismatch("a "+tokenName(c), t)
 	}
 	start := d.pos
 	isInt, err := d.number()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	lit := string(d.data[start:d.pos])
+	lit := d.data[start:d.pos]
 	if !isInt {
-		return "", mismatch("number "+lit, t)
+		return nil, mismatch("number "+string(lit), t)
 	}
 	return lit, nil
+}
+
+// parseUint is strconv.ParseUint(lit, 10, bits) for the digits of an
+// integer literal (number checked its syntax) without making it a string:
+// ok is false when it does not fit.
+func parseUint(lit []byte, bits int) (n uint64, ok bool) {
+	if len(lit) == 0 || lit[0] < '0' || lit[0] > '9' {
+		return 0, false // strconv.ParseUint takes no sign
+	}
+	limit := uint64(1)<<bits - 1
+	if bits == 64 {
+		limit = ^uint64(0)
+	}
+	for _, c := range lit {
+		dg := uint64(c - '0')
+		if n > (limit-dg)/10 {
+			return 0, false
+		}
+		n = n*10 + dg
+	}
+	return n, true
+}
+
+// parseInt is strconv.ParseInt(lit, 10, bits) for an integer literal,
+// as parseUint.
+func parseInt(lit []byte, bits int) (int64, bool) {
+	neg := len(lit) > 0 && lit[0] == '-'
+	digits := lit
+	if neg {
+		digits = lit[1:]
+	}
+	limit := uint64(1) << (bits - 1) // |min|; max is limit-1
+	u, ok := parseUint(digits, 64)
+	switch {
+	case !ok, neg && u > limit, !neg && u >= limit:
+		return 0, false
+	case neg:
+		return -int64(u-1) - 1, true
+	}
+	return int64(u), true
 }
 
 // number consumes a JSON number; isInt is false when it has a fraction
@@ -461,6 +514,13 @@ func (d *decoder) number() (isInt bool, err error) {
 // str consumes a string (at its opening quote) and returns its value:
 // escapes decoded, invalid UTF-8 and lone surrogates as U+FFFD.
 func (d *decoder) str() (string, error) {
+	b, err := d.strBytes()
+	return string(b), err
+}
+
+// strBytes is str's value as bytes: a slice of the input when the string
+// has nothing to decode (no allocation), else a new buffer.
+func (d *decoder) strBytes() ([]byte, error) {
 	d.pos++ // the opening quote
 	start := d.pos
 	// Fast path: nothing to decode.
@@ -468,7 +528,7 @@ func (d *decoder) str() (string, error) {
 		c := d.data[i]
 		if c == '"' {
 			d.pos = i + 1
-			return string(d.data[start:i]), nil
+			return d.data[start:i], nil
 		}
 		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
 			break
@@ -488,20 +548,20 @@ func (d *decoder) str() (string, error) {
 	for {
 		if i >= len(d.data) {
 			d.pos = i
-			return "", d.syntax("unterminated string")
+			return nil, d.syntax("unterminated string")
 		}
 		c := d.data[i]
 		switch {
 		case c == '"':
 			d.pos = i + 1
-			return string(b), nil
+			return b, nil
 		case c < 0x20:
 			d.pos = i
-			return "", d.syntax("control character in string")
+			return nil, d.syntax("control character in string")
 		case c == '\\':
 			if i+1 >= len(d.data) {
 				d.pos = i
-				return "", d.syntax("unterminated string")
+				return nil, d.syntax("unterminated string")
 			}
 			e := d.data[i+1]
 			i += 2
@@ -522,7 +582,7 @@ func (d *decoder) str() (string, error) {
 				r, ok := hex4(d.data[i:])
 				if !ok {
 					d.pos = i
-					return "", d.syntax("invalid \\u escape")
+					return nil, d.syntax("invalid \\u escape")
 				}
 				i += 4
 				if utf16.IsSurrogate(r) {
@@ -540,7 +600,7 @@ func (d *decoder) str() (string, error) {
 				b = utf8.AppendRune(b, r)
 			default:
 				d.pos = i - 1
-				return "", d.syntax("invalid escape")
+				return nil, d.syntax("invalid escape")
 			}
 		case c < utf8.RuneSelf:
 			b = append(b, c)
@@ -578,32 +638,29 @@ func hex4(b []byte) (rune, bool) {
 	return r, true
 }
 
-// members reads an object's members (at its opening brace), calling each
-// with the member's name; each must consume the member's value.
-func (d *decoder) members(each func(name string) error) error {
-	d.pos++ // {
-	if d.peek() == '}' {
-		d.pos++
-		return nil
-	}
-	for {
-		name, err := d.memberName()
-		if err != nil {
-			return err
+// member starts an object's next member, at its opening brace (first)
+// or after the previous member's value: it returns the member's name, or
+// done at the closing brace. The caller must consume the member's value.
+func (d *decoder) member(first bool) (name []byte, done bool, err error) {
+	if first {
+		d.pos++ // {
+		if d.peek() == '}' {
+			d.pos++
+			return nil, true, nil
 		}
-		if err := each(name); err != nil {
-			return err
-		}
+	} else {
 		switch d.peek() {
 		case ',':
 			d.pos++
 		case '}':
 			d.pos++
-			return nil
+			return nil, true, nil
 		default:
-			return d.syntax("expected ',' or '}'")
+			return nil, false, d.syntax("expected ',' or '}'")
 		}
 	}
+	name, err = d.memberName()
+	return name, false, err
 }
 
 func (d *decoder) object(c byte, v reflect.Value) error {
@@ -611,19 +668,27 @@ func (d *decoder) object(c byte, v reflect.Value) error {
 		return mismatch("a "+tokenName(c), v.Type())
 	}
 	fields := fieldsOf(v.Type())
-	return d.members(func(name string) error {
-		i := slices.IndexFunc(fields, func(f field) bool { return f.name == name })
+	for first := true; ; first = false {
+		name, done, err := d.member(first)
+		if err != nil || done {
+			return err
+		}
+		i := slices.IndexFunc(fields, func(f field) bool { return f.name == string(name) })
 		if i < 0 {
-			i = slices.IndexFunc(fields, func(f field) bool { return strings.EqualFold(f.name, name) })
+			i = slices.IndexFunc(fields, func(f field) bool { return strings.EqualFold(f.name, string(name)) })
 		}
 		if i < 0 {
-			if d.strict {
-				return errors.New("json: unknown field " + strconv.Quote(name))
+			if !d.skipUnknown {
+				return errors.New("json: unknown field " + strconv.Quote(string(name)))
 			}
-			return d.skip()
+			err = d.skip()
+		} else {
+			err = d.value(v.FieldByIndex(fields[i].index))
 		}
-		return d.value(v.FieldByIndex(fields[i].index))
-	})
+		if err != nil {
+			return err
+		}
+	}
 }
 
 func (d *decoder) mapValue(c byte, v reflect.Value) error {
@@ -636,16 +701,19 @@ func (d *decoder) mapValue(c byte, v reflect.Value) error {
 	if v.IsNil() {
 		v.Set(reflect.MakeMap(v.Type()))
 	}
-	return d.members(func(name string) error {
+	for first := true; ; first = false {
+		name, done, err := d.member(first)
+		if err != nil || done {
+			return err
+		}
 		e := reflect.New(v.Type().Elem()).Elem()
 		if err := d.value(e); err != nil {
 			return err
 		}
 		k := reflect.New(v.Type().Key()).Elem()
-		k.SetString(name)
+		k.SetString(string(name))
 		v.SetMapIndex(k, e)
-		return nil
-	})
+	}
 }
 
 func (d *decoder) slice(c byte, v reflect.Value) error {
@@ -677,11 +745,17 @@ func (d *decoder) slice(c byte, v reflect.Value) error {
 		return nil
 	}
 	for {
-		e := reflect.New(v.Type().Elem()).Elem()
+		// Decode in place: grow by one zeroed element.
+		n := v.Len()
+		if n == v.Cap() {
+			v.Grow(1)
+		}
+		v.SetLen(n + 1)
+		e := v.Index(n)
+		e.SetZero()
 		if err := d.value(e); err != nil {
 			return err
 		}
-		v.Set(reflect.Append(v, e))
 		switch d.peek() {
 		case ',':
 			d.pos++
@@ -719,7 +793,7 @@ func (d *decoder) skip() error {
 			}
 			continue
 		case c == '"':
-			if _, err := d.str(); err != nil {
+			if _, err := d.strBytes(); err != nil {
 				return err
 			}
 		case c == 't':
@@ -767,17 +841,18 @@ func (d *decoder) skip() error {
 	}
 }
 
-// memberName consumes an object member's `"name":` and returns the name.
-func (d *decoder) memberName() (string, error) {
+// memberName consumes an object member's `"name":` and returns the name
+// (see strBytes: it may be a slice of the input).
+func (d *decoder) memberName() ([]byte, error) {
 	if d.peek() != '"' {
-		return "", d.syntax("expected a member name")
+		return nil, d.syntax("expected a member name")
 	}
-	name, err := d.str()
+	name, err := d.strBytes()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if d.peek() != ':' {
-		return "", d.syntax("expected ':'")
+		return nil, d.syntax("expected ':'")
 	}
 	d.pos++
 	return name, nil

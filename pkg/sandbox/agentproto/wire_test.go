@@ -3,6 +3,9 @@ package agentproto
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
 	"reflect"
 	"strings"
 	"testing"
@@ -39,6 +42,7 @@ func wireValues() []any {
 		ExecuteArgs{ExecuteRequest: backend.ExecuteRequest{Command: odd, Cwd: "/w", Env: map[string]string{"A": "1", "Z": ""}, TimeoutSeconds: &zero, MaxOutputBytes: 7}, Stream: true},
 		ExecuteArgs{},
 		backend.ExecuteResult{Output: odd, ExitCode: &one, Truncated: true, OutputBytes: -5, DurationMS: 1 << 40},
+		backend.ExecuteResult{OutputBytes: math.MinInt64, DurationMS: math.MaxInt64},
 		backend.LsResult{Entries: []backend.FileInfo{{Path: "/a", Kind: backend.KindFile, Size: 4, ModifiedAt: "2026-01-01T00:00:00Z", Mode: &mode}, {Path: odd}}},
 		backend.LsResult{Entries: []backend.FileInfo{}},
 		backend.LsResult{},
@@ -90,6 +94,70 @@ func TestWireAgreesWithEncodingJSON(t *testing.T) {
 		if !reflect.DeepEqual(decoded.Interface(), fromTheirs.Interface()) {
 			t.Errorf("%T: Unmarshal(%s) = %+v, encoding/json reads %+v", v, theirs, decoded.Elem(), fromTheirs.Elem())
 		}
+		result := reflect.New(typ)
+		if err := UnmarshalResult(theirs, result.Interface()); err != nil || !reflect.DeepEqual(result.Interface(), fromTheirs.Interface()) {
+			t.Errorf("%T: UnmarshalResult(%s) = %+v, %v; encoding/json reads %+v", v, theirs, result.Elem(), err, fromTheirs.Elem())
+		}
+	}
+}
+
+// TestUnmarshalResultSkipsUnknown: a result from a newer agent, with a
+// member this worker does not know, reads as encoding/json reads it;
+// anything after the value is still refused.
+func TestUnmarshalResultSkipsUnknown(t *testing.T) {
+	in := `{"entries":[{"path":"/a","kind":"file","size":3,"new":{"x":["y",1]}}],"later":"z","truncated":true}`
+	var ours, theirs backend.LsResult
+	if err := UnmarshalResult([]byte(in), &ours); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(in), &theirs); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ours, theirs) || len(ours.Entries) != 1 || !ours.Truncated {
+		t.Errorf("UnmarshalResult = %+v, encoding/json %+v", ours, theirs)
+	}
+	if err := UnmarshalResult([]byte(`{"truncated":true} {}`), &ours); err == nil {
+		t.Error("UnmarshalResult accepts data after the value")
+	}
+}
+
+// TestIntegers: the codec reads integers of every size as strconv does,
+// at and past each limit, without making a string of them.
+func TestIntegers(t *testing.T) {
+	for _, bits := range []int{8, 16, 32, 64} {
+		hi := uint64(1)<<bits - 1
+		if bits == 64 {
+			hi = math.MaxUint64
+		}
+		lits := []string{"0", "-0", "1", "-1", "10", "007",
+			strconv.FormatUint(hi, 10), strconv.FormatUint(hi/2, 10), strconv.FormatUint(hi/2+1, 10),
+			"-" + strconv.FormatUint(hi/2+1, 10), "-" + strconv.FormatUint(hi/2+2, 10),
+			strconv.FormatUint(hi, 10) + "0", "18446744073709551616", "99999999999999999999999"}
+		for _, lit := range lits {
+			wantU, errU := strconv.ParseUint(lit, 10, bits)
+			if u, ok := parseUint([]byte(lit), bits); ok != (errU == nil) || ok && u != wantU {
+				t.Errorf("parseUint(%s, %d) = %d, %v; strconv %d, %v", lit, bits, u, ok, wantU, errU)
+			}
+			wantI, errI := strconv.ParseInt(lit, 10, bits)
+			if i, ok := parseInt([]byte(lit), bits); ok != (errI == nil) || ok && i != wantI {
+				t.Errorf("parseInt(%s, %d) = %d, %v; strconv %d, %v", lit, bits, i, ok, wantI, errI)
+			}
+		}
+	}
+	var v struct {
+		I8  int8   `json:"i8"`
+		U16 uint16 `json:"u16"`
+	}
+	for in, want := range map[string]string{
+		`{"i8":-128,"u16":65535}`: "", `{"i8":128}`: "number 128", `{"u16":65536}`: "number 65536", `{"u16":-0}`: "number -0",
+	} {
+		err := Unmarshal([]byte(in), &v)
+		if got := fmt.Sprint(err); want == "" && err != nil || want != "" && !strings.Contains(got, want) {
+			t.Errorf("Unmarshal(%s) = %v, want %q", in, err, want)
+		}
+	}
+	if v.I8 != -128 || v.U16 != 65535 {
+		t.Errorf("decoded %+v", v)
 	}
 }
 
@@ -182,6 +250,17 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte(`{"id":1,"op":"x","args":{"a":"\ud800\udc00\u0000"}}`))
 	f.Add([]byte(`{"code":"x","details":{"k":"v","k":"w"}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// UnmarshalResult against encoding/json.Unmarshal itself.
+		for _, typ := range []reflect.Type{reflect.TypeFor[backend.LsResult](), reflect.TypeFor[backend.ReadResult](), reflect.TypeFor[backend.GrepResult]()} {
+			ours, theirs := reflect.New(typ), reflect.New(typ)
+			errOurs, errTheirs := UnmarshalResult(in, ours.Interface()), json.Unmarshal(in, theirs.Interface())
+			if (errOurs == nil) != (errTheirs == nil) {
+				t.Fatalf("%s: UnmarshalResult error %v, encoding/json %v, input %q", typ, errOurs, errTheirs, in)
+			}
+			if errOurs == nil && !reflect.DeepEqual(ours.Interface(), theirs.Interface()) {
+				t.Fatalf("%s: UnmarshalResult %+v, encoding/json %+v, input %q", typ, ours.Elem(), theirs.Elem(), in)
+			}
+		}
 		for _, typ := range []reflect.Type{reflect.TypeFor[Request](), reflect.TypeFor[Response](), reflect.TypeFor[ExecuteArgs](), reflect.TypeFor[backend.GrepResult]()} {
 			ours, theirs := reflect.New(typ), reflect.New(typ)
 			errOurs := Unmarshal(in, ours.Interface())
