@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -138,6 +139,9 @@ type server struct {
 	mu        sync.Mutex
 	closed    bool                          // no new work may start
 	wg        sync.WaitGroup                // work in progress, also inline frames
+	work      chan func()                   // hands a request to an idle worker
+	workers   sync.WaitGroup                // worker goroutines, idle ones included
+	idle      atomic.Int32                  // workers waiting on work
 	inflight  map[uint64]context.CancelFunc // cancels of running requests
 	uploads   map[string]*fileops.TempFile  // open uploads by handle
 	downloads map[string]*fileops.DownloadFile
@@ -256,6 +260,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		environExposed: as != nil && environReadable(),
 		stop:           stop,
 		shutdown:       make(chan struct{}),
+		work:           make(chan func()),
 		inflight:       map[uint64]context.CancelFunc{},
 		lent:           map[uint64]*lentOutput{},
 		uploads:        map[string]*fileops.TempFile{},
@@ -294,6 +299,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	close(s.shutdown)
 	stop(err)
 	s.wg.Wait()
+	s.workers.Wait()
 	// Open transfers die with the channel: their temp files are removed.
 	for _, u := range s.uploads {
 		_ = u.Abort()
@@ -423,7 +429,7 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 	s.wg.Add(1) // the caller holds a count, so this cannot race with Wait
 	s.mu.Unlock()
 
-	go func() {
+	run := func() {
 		defer s.wg.Done()
 		defer func() {
 			s.mu.Lock()
@@ -439,13 +445,47 @@ func (s *server) dispatch(ctx context.Context, frame []byte, req agentproto.Requ
 		if req.Op == agentproto.OpDownloadRead {
 			putChunk(resp.Data)
 		}
-	}()
+	}
+	select {
+	case s.work <- run: // an idle worker takes it
+	default:
+		s.workers.Add(1)
+		go s.worker(run)
+	}
 	// The request runs before the reader's next read: with one P (a box
 	// of one CPU) the reader would otherwise first try the channel again,
 	// find nothing (EAGAIN) and only then park, one system call on every
 	// request's path, about 50 µs under gVisor (docs/benchmarks.md,
 	// B1-runsc). After the yield that read happens once the answer is out.
 	runtime.Gosched()
+}
+
+// maxIdleWorkers is how many request goroutines stay, once their request
+// is done, for the next one (worker).
+const maxIdleWorkers = 2
+
+// worker runs run, a request, on its own goroutine, then stays for the
+// next request dispatch hands it while no more than maxIdleWorkers wait
+// so, until Serve stops. A new goroutine's stack starts small and grows,
+// copied each time, as the request's calls deepen; a worker's has already
+// grown: about 20 µs less per request under gVisor (docs/benchmarks.md,
+// B1-runsc).
+func (s *server) worker(run func()) {
+	defer s.workers.Done()
+	for {
+		run()
+		if s.idle.Add(1) > maxIdleWorkers {
+			s.idle.Add(-1)
+			return
+		}
+		select {
+		case run = <-s.work:
+			s.idle.Add(-1)
+		case <-s.shutdown:
+			s.idle.Add(-1)
+			return
+		}
+	}
 }
 
 // handle runs one request that has its own goroutine and returns its final

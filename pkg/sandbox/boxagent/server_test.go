@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -454,4 +455,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestIdleWorkers: a request's goroutine stays for the next request, and
+// once requests are done no more than maxIdleWorkers stay; Serve's end
+// ends them (goleak in TestMain).
+func TestIdleWorkers(t *testing.T) {
+	workers := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "boxagent.(*server).worker(")
+	}
+	files := newMemFiles()
+	files.block = make(chan struct{})
+	c := startAgent(t, Config{Files: files})
+	var waiting []chan agentproto.Response
+	for i := range 6 {
+		_, ch := c.start(agentproto.OpLs, agentproto.PathArgs{Path: fmt.Sprintf("/slow%d", i)})
+		waiting = append(waiting, ch)
+	}
+	waitFor(t, func() bool { return workers() == 6 })
+	close(files.block)
+	for _, ch := range waiting {
+		if _, final := c.wait(ch); final.Error != nil {
+			t.Fatalf("ls failed: %v", final.Error)
+		}
+	}
+	waitFor(t, func() bool { return workers() == maxIdleWorkers })
+	for range 20 {
+		c.ok(agentproto.OpLs, agentproto.PathArgs{Path: "/a"}, nil)
+	}
+	if n := workers(); n != maxIdleWorkers {
+		t.Errorf("%d request goroutines after 20 requests one at a time, want the %d idle ones reused", n, maxIdleWorkers)
+	}
+	if err := c.stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return workers() == 0 })
 }
