@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -401,7 +400,7 @@ func (m *Manager) hello(ctx context.Context, sb *sandbox) error {
 		return err
 	}
 	var h agentproto.Hello
-	if err := json.Unmarshal(raw, &h); err != nil || h.Version != agentproto.Version {
+	if err := agentproto.UnmarshalResult(raw, &h); err != nil || h.Version != agentproto.Version {
 		return fmt.Errorf("agent speaks protocol %d, want %d", h.Version, agentproto.Version)
 	}
 	// The agent must have taken the sandbox user's identity for files and

@@ -340,7 +340,7 @@ func (m *Manager) workspaceListing(ctx context.Context, sb *sandbox) (string, er
 		return "", fmt.Errorf("list the workspace: %w", err)
 	}
 	var res backend.LsResult
-	if err := json.Unmarshal(raw, &res); err != nil {
+	if err := agentproto.UnmarshalResult(raw, &res); err != nil {
 		return "", fmt.Errorf("list the workspace: %w", err)
 	}
 	out, _ := json.Marshal(res)

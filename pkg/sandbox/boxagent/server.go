@@ -480,9 +480,11 @@ func (s *server) worker(run func()) {
 		}
 		select {
 		case run = <-s.work:
-			s.idle.Add(-1)
 		case <-s.shutdown:
-			s.idle.Add(-1)
+			run = nil
+		}
+		s.idle.Add(-1)
+		if run == nil {
 			return
 		}
 	}
