@@ -180,9 +180,9 @@ const engineTimeout = 2 * time.Minute
 // start creates sandbox id's volume and container, starts it and greets its
 // agent. The engine calls do not take the caller's cancellation: a call
 // cut short on the client side may still complete in the engine (a
-// container created after its volume was removed re-creates that volume,
-// unlabelled), so each one runs to its end, and the caller's cancellation
-// is checked between them. Whatever fails or is cancelled, start removes
+// container created after its volume was removed re-creates that volume),
+// so each one runs to its end, and the caller's cancellation is checked
+// between them. Whatever fails or is cancelled, start removes
 // everything it created before it returns.
 func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Template) (_ *sandbox, err error) {
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineTimeout)
@@ -224,23 +224,29 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 			m.discard(ctx, sb)
 		}
 	}()
-	vopts := client.VolumeCreateOptions{Name: volume, Labels: labels}
-	if m.kernelDisk(t) {
-		if vopts.DriverOpts, err = m.attachDisk(ectx, id, t.DiskBytes, ""); err != nil {
+	// A plain workspace volume is made by the container create (its
+	// mount's VolumeOptions carry the labels): one engine call less on
+	// the cold path. One on a disk of its own (driver options) or filled
+	// from a snapshot (through its host directory) is made first.
+	var vol client.VolumeCreateResult
+	if spec.restore != nil || m.kernelDisk(t) {
+		vopts := client.VolumeCreateOptions{Name: volume, Labels: labels}
+		if m.kernelDisk(t) {
+			if vopts.DriverOpts, err = m.attachDisk(ectx, id, t.DiskBytes, ""); err != nil {
+				return nil, err
+			}
+			vopts.Driver, vopts.Labels = "local", maps.Clone(labels)
+			vopts.Labels[LabelDisk] = id
+		}
+		if vol, err = m.api.VolumeCreate(ectx, vopts); err != nil {
+			if vopts.DriverOpts != nil {
+				m.removeDisk(ctx, id)
+			}
+			return nil, fmt.Errorf("create workspace volume: %w", err)
+		}
+		if err := stopped(); err != nil {
 			return nil, err
 		}
-		vopts.Driver, vopts.Labels = "local", maps.Clone(labels)
-		vopts.Labels[LabelDisk] = id
-	}
-	vol, err := m.api.VolumeCreate(ectx, vopts)
-	if err != nil {
-		if vopts.DriverOpts != nil {
-			m.removeDisk(ctx, id)
-		}
-		return nil, fmt.Errorf("create workspace volume: %w", err)
-	}
-	if err := stopped(); err != nil {
-		return nil, err
 	}
 	// The workspace is filled before any box code runs: by this worker
 	// into the volume's host directory from here on, while the box is

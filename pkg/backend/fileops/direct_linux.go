@@ -39,10 +39,19 @@ import (
 // caller falls back to the general path, which resolves links and reports
 // the exact error. The fallback happens before anything is changed.
 type direct struct {
-	mu      sync.RWMutex // held shared by operations, exclusive by close
+	mu      sync.RWMutex // held shared by operations, exclusive by open and close
 	fd      int          // O_PATH handle of the root; -1 when closed or unavailable
 	anchors []anchor     // longest name first
 	cleanup runtime.Cleanup
+	closed  bool
+
+	// The handles are opened by the first operation, not by New: a
+	// sandbox agent builds its engine while the box starts, where each of
+	// the dozen system calls costs a round trip under gVisor, and many
+	// boxes run commands before any file operation.
+	once  sync.Once
+	owner *Engine
+	root  *os.Root
 }
 
 // anchor is an O_PATH handle of a writable root (WithWritableRoots) whose
@@ -59,18 +68,29 @@ type anchor struct {
 	fd   int
 }
 
-// openDirect opens the O_PATH handle of root for the fast path; a failure
-// only disables it.
+// openDirect returns the fast path of e, which opens the O_PATH handle of
+// root on first use; a failure only disables it.
 func openDirect(e *Engine, root *os.Root) *direct {
-	d := &direct{fd: -1}
+	return &direct{fd: -1, owner: e, root: root}
+}
+
+// open opens the handles, unless close came first.
+func (d *direct) open() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, root := d.owner, d.root
+	d.owner, d.root = nil, nil
+	if d.closed {
+		return
+	}
 	f, err := root.Open(".")
 	if err != nil {
-		return d
+		return
 	}
 	defer f.Close()
 	sc, err := f.SyscallConn()
 	if err != nil {
-		return d
+		return
 	}
 	_ = sc.Control(func(fd uintptr) {
 		nfd, err := unix.Openat(int(fd), ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -79,7 +99,7 @@ func openDirect(e *Engine, root *os.Root) *direct {
 		}
 	})
 	if d.fd < 0 {
-		return d
+		return
 	}
 	d.anchors = findAnchors(d.fd, e.cfg.writable)
 	fds := []int{d.fd}
@@ -91,7 +111,6 @@ func openDirect(e *Engine, root *os.Root) *direct {
 			unix.Close(fd)
 		}
 	}, fds)
-	return d
 }
 
 // findAnchors opens the anchors among the writable roots (virtual paths)
@@ -156,6 +175,7 @@ func (d *direct) start(dir string) (fd int, rest string) {
 func (d *direct) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.closed = true
 	if d.fd >= 0 {
 		d.cleanup.Stop()
 		unix.Close(d.fd)
@@ -185,6 +205,7 @@ func (d *direct) openDir(dir string) (fd int, done func(), ok bool) {
 // component (each costs 15-100 µs under gVisor). Without openat2 (an
 // older kernel, a seccomp filter) the walk is taken.
 func (d *direct) openDirAs(dir string, mode int) (fd int, done func(), ok bool) {
+	d.once.Do(d.open)
 	d.mu.RLock()
 	if d.fd < 0 {
 		d.mu.RUnlock()

@@ -301,6 +301,10 @@ func TestAnchors(t *testing.T) {
 		e, err := New(root, WithSync(false), WithWritableRoots("/ws", "/deep/ws", "/rw/ws", "/link", "/none"))
 		must(err)
 		defer e.Close()
+		if e.direct.fd != -1 {
+			t.Fatalf("New opened the fast path's root handle (%d); the first operation should", e.direct.fd)
+		}
+		e.direct.once.Do(e.direct.open)
 		var names []string
 		for _, a := range e.direct.anchors {
 			names = append(names, a.name)

@@ -131,9 +131,11 @@ type output struct {
 const maxKeptBuf = 16 << 10
 
 // New returns a Logger that writes the lines at level and above to w, each
-// line in one Write call. Write errors are ignored.
+// line in one Write call, stamped in UTC. Write errors are ignored.
 func New(w io.Writer, level Level) *Logger {
-	return newLogger(w, level, time.Now)
+	// UTC: the local zone would be loaded from /etc/localtime for the
+	// first line, which the agent writes while its box starts.
+	return newLogger(w, level, func() time.Time { return time.Now().UTC() })
 }
 
 // newLogger is New with the clock lines are stamped by.

@@ -3,7 +3,7 @@
 // shape log/slog's JSONHandler writes, so that whatever reads the agent's
 // stderr keeps working:
 //
-//	{"time":"2025-01-02T03:04:05.000000006+01:00","level":"WARN","msg":"write response","request-id":7,"error":"broken pipe"}
+//	{"time":"2025-01-02T02:04:05.000000006Z","level":"WARN","msg":"write response","request-id":7,"error":"broken pipe"}
 //
 // It exists because the agent runs once per box and every KB of its static
 // binary costs RSS in every sandbox (benchmark B9, docs/benchmarks.md).

@@ -83,8 +83,14 @@ func setDumpable(on bool) error {
 // dropFileIdentity sets fsuid/fsgid to u on every OS thread, so the file
 // operations of the agent (root, with only SETUID, SETGID and KILL) are
 // checked as, and create files owned by, the sandbox user. setfsuid
-// reports no error, so the result is read back.
+// reports no error, so the result is read back. A kernel without the
+// calls (gVisor) is found with one call on this thread: the all-threads
+// form would stop the world first, about 0.7 ms while a gVisor box starts.
 func dropFileIdentity(u User) error {
+	invalid := uintptr(^uint32(0))
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETFSGID, invalid, 0, 0); e == syscall.ENOSYS {
+		return fmt.Errorf("setfsgid %d: %w", u.GID, e)
+	}
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_SETFSGID, uintptr(u.GID), 0, 0); e != 0 {
 		return fmt.Errorf("setfsgid %d: %w", u.GID, e)
 	}
@@ -92,7 +98,6 @@ func dropFileIdentity(u User) error {
 		return fmt.Errorf("setfsuid %d: %w", u.UID, e)
 	}
 	// An invalid id changes nothing and returns the current one.
-	invalid := uintptr(^uint32(0))
 	g, _, _ := syscall.RawSyscall(syscall.SYS_SETFSGID, invalid, 0, 0)
 	f, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, invalid, 0, 0)
 	if uint32(f) != u.UID || uint32(g) != u.GID {

@@ -71,12 +71,12 @@ type Config struct {
 	// exec.Cmd.Wait (see Reaper). Nil: commands are waited for directly,
 	// and something else (sandbox-agent init) reaps orphans.
 	Reaper *Reaper
-	// BeforeCommands, if set, runs once when serving starts, beside the
-	// first requests, after the agent has taken its identity (threads it
-	// makes are made with that identity, and the change of identity, a
-	// system call on every thread, each signalled, reached fewer of
-	// them); no command starts before it has returned. Requests that
-	// start none (hello, file operations) do not wait for it.
+	// BeforeCommands, if set, runs once the first response is out (or a
+	// command is about to start), after the agent has taken its identity
+	// (threads it makes are made with that identity, and the change of
+	// identity, a system call on every thread, each signalled, reached
+	// fewer of them); no command starts before it has returned. Requests
+	// that start none (hello, file operations) do not wait for it.
 	BeforeCommands func()
 }
 
@@ -119,8 +119,12 @@ type server struct {
 	oom *oomRaise
 	// as is the user commands start as; nil runs them as the agent.
 	as *User
-	// commandsReady is closed once Config.BeforeCommands has returned.
+	// commandsReady is closed once the commands' preparation has
+	// returned (see preparation); prepareNow, closed by startPreparing,
+	// starts it.
 	commandsReady chan struct{}
+	prepareNow    chan struct{}
+	prepareOnce   sync.Once
 	// raise: the agent's effective ids are as's, and a command is
 	// started from a thread raised back to root (spawnAsRoot).
 	raise bool
@@ -233,9 +237,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	}
 	defer root.Close()
 	// One /dev/null is every command's stdin, so an execute does not open
-	// it again; without one, os/exec opens it per command.
-	devNull, _ := os.Open(os.DevNull)
-	if devNull != nil {
+	// it again; without one, os/exec opens it per command. A plain open:
+	// os.Open would register it with the runtime's poller, three calls
+	// more while the box starts, and os/exec would take it back out.
+	var devNull *os.File
+	if fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+		devNull = os.NewFile(uintptr(fd), os.DevNull)
 		defer devNull.Close()
 	}
 
@@ -268,16 +275,22 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 		procs:          map[uint64]*proc{},
 		lastTag:        firstTag(),
 		commandsReady:  make(chan struct{}),
+		prepareNow:     make(chan struct{}),
 		in:             in,
 		out:            out,
 	}
 
-	if cfg.BeforeCommands != nil {
+	if prepare := s.preparation(); prepare != nil {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer close(s.commandsReady)
-			cfg.BeforeCommands()
+			<-s.prepareNow
+			select {
+			case <-s.shutdown: // nothing is left to start
+			default:
+				prepare()
+			}
 		}()
 	} else {
 		close(s.commandsReady)
@@ -297,6 +310,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	s.closed = true
 	s.mu.Unlock()
 	close(s.shutdown)
+	s.startPreparing()
 	stop(err)
 	s.wg.Wait()
 	s.workers.Wait()
@@ -636,6 +650,7 @@ func decodeArgs(req agentproto.Request, v any) *backend.Error {
 // is gone and stops the server.
 func (s *server) send(resp agentproto.Response) {
 	err := s.w.Write(resp)
+	s.startPreparing()
 	if errors.Is(err, agentproto.ErrFrameTooLarge) && resp.Done {
 		err = s.w.Write(agentproto.Failure(resp.ID, backend.Errorf(backend.CodeTooLarge, "",
 			"the result is larger than the %d-byte agent frame limit; narrow the request (a smaller path, pattern, max_count or limit)", agentproto.MaxFrameBytes)))
@@ -644,6 +659,33 @@ func (s *server) send(resp agentproto.Response) {
 		s.lg.Warn("write response", agentlog.Uint64("request-id", resp.ID), agentlog.Err(err))
 		s.stop(fmt.Errorf("sandbox agent: write response: %w", err))
 	}
+}
+
+// preparation is what runs before the first command: Config.BeforeCommands
+// and, under gVisor, warmShell. It starts once the first response is out
+// or a command is about to start (startPreparing), not with Serve, so it
+// does not delay the first answer: the hello a worker waits for while the
+// box starts, when every system call costs a round trip under gVisor.
+// Nil when there is nothing to prepare.
+func (s *server) preparation() func() {
+	before, warm := s.cfg.BeforeCommands, s.raise
+	switch {
+	case before == nil && !warm:
+		return nil
+	case !warm:
+		return before
+	}
+	return func() {
+		if before != nil {
+			before()
+		}
+		warmShell()
+	}
+}
+
+// startPreparing starts the commands' preparation, once.
+func (s *server) startPreparing() {
+	s.prepareOnce.Do(func() { close(s.prepareNow) })
 }
 
 func (s *server) hello() agentproto.Hello {
