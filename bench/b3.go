@@ -93,7 +93,7 @@ func runB3(ctx context.Context, e *env) ([]Row, error) {
 		warm = warmProbe(e, pw, ours.n)
 		probes = append(probes, warm)
 	}
-	if err := interleave(ctx, ours.n, probes...); err != nil {
+	if err := alternate(ctx, ours.n, probes...); err != nil {
 		return nil, err
 	}
 	r := latencyRow("B3", `create sandbox → first Execute("true"), cold`, unitMs, ours.got)
