@@ -41,44 +41,17 @@ type span struct{ start, end uintptr }
 // binarySpans lists the read-only mappings of the running executable from
 // /proc/self/maps: its text and read-only data. It must run before the
 // agent drops its file identity and becomes non-dumpable, which close
-// its /proc files to it. The file is read with plain system calls: an
-// os.File would also register it with the runtime's poller, four calls
-// more, each a costly round trip under gVisor while the box starts.
+// its /proc files to it.
 func binarySpans() ([]span, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
 		return nil, err
 	}
-	maps, err := readProc("/proc/self/maps")
+	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return nil, err
 	}
 	return parseSpans(maps, st.Ino), nil
-}
-
-// readProc reads a whole /proc file (whose size stat does not give).
-func readProc(path string) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer syscall.Close(fd)
-	b := make([]byte, 0, 8<<10)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := syscall.Read(fd, b[len(b):cap(b)])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err != nil:
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
-	}
 }
 
 // parseSpans returns the mappings in maps (/proc/PID/maps) of inode ino

@@ -587,9 +587,9 @@ const warmShellMax = 8 << 20
 // piece by piece, about 4 ms of its 16 (docs/benchmarks.md, B3-runsc),
 // while the preparation runs as the worker answers the create and the
 // caller sends its first request. Only a regular file no larger than
-// warmShellMax is read: the open does not block (O_NONBLOCK), take a
-// terminal (O_NOCTTY), or go on past a file of another kind, and the
-// agent only maps it, never runs or parses it.
+// warmShellMax is read (the open neither blocks on a FIFO nor takes a
+// terminal; a file of another kind is closed unread), and the agent only
+// maps it: it never runs, parses or writes it.
 func warmShell() {
 	fd, err := syscall.Open(Shell, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 	if err != nil {
