@@ -212,7 +212,9 @@ const eventOverhead = agentproto.EventCost
 // call is one request in flight. The read loop queues its responses
 // without ever waiting for the caller.
 type call struct {
+	op   agentproto.Op
 	lim  agentproto.Limits
+	sent time.Time     // when the request was written (see request.sent)
 	wake chan struct{} // 1-buffered: the queue, final, lagged or overdue changed
 	// deadline is when the request has waited its lim.Wait (zero: it
 	// waits as long as it takes); set before it is sent, under the
@@ -451,6 +453,9 @@ func (ch *channel) handle(r *agentproto.Reader, frame []byte) error {
 	if resp.Data, err = ch.payload(r, resp.Bin); err != nil {
 		return err
 	}
+	if resp.Event == agentproto.EventLentOn {
+		return ch.startFeed(resp.ID, c)
+	}
 	lagged, noBudget, overWindow := c.push(resp, ch.maxLag, ch.opts.budget)
 	switch {
 	case noBudget:
@@ -637,6 +642,7 @@ func (ch *channel) send(ctx context.Context, op agentproto.Op, args any, payload
 	lim := ch.limits(op, args)
 	c := newCall(lim)
 	sent := time.Now()
+	c.op, c.sent = op, sent
 	if lim.Wait > 0 {
 		c.deadline = sent.Add(lim.Wait)
 	}
@@ -680,11 +686,8 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 	for {
 		ev, ok, final, lagged, overdue := r.c.next(ch.opts.budget)
 		switch {
-		case ok && (ev.Event == agentproto.EventLent || ev.Event == agentproto.EventLentOn):
-			if err := ch.lentOutput(ctx, r, ev); err != nil {
-				ch.cancel(r.id, r.lim)
-				return none, err
-			}
+		case ok && ev.Event == agentproto.EventLent:
+			ch.takeLent(ctx, r, ev)
 			continue
 		case ok:
 			if onEvent != nil {
@@ -721,47 +724,57 @@ func (ch *channel) await(ctx context.Context, r request, onEvent func(agentproto
 	}
 }
 
-// lentOutput handles an execute's lent and lent_on events
-// (docs/security.md, "Streamed output through a lent pipe"). On lent it
-// borrows the pipe through the channel's lender and tells the agent it
-// holds it; when either fails the pipe is dropped and the output stays on
-// the channel. On lent_on, which the agent sends after its last output
-// frame, it starts feeding the pipe's bytes into the request's queue.
-func (ch *channel) lentOutput(ctx context.Context, r request, ev agentproto.Response) error {
+// takeLent takes the pipe a streaming execute lent (a lent event, always
+// its request's first): it borrows the read end and tells the agent, which
+// then says lent_on and writes the rest of the output there. The pipe is
+// the call's before the agent hears of it, so the read loop finds it at
+// lent_on (startFeed). A pipe that cannot be borrowed or announced is
+// dropped: the output stays on the channel.
+func (ch *channel) takeLent(ctx context.Context, r request, ev agentproto.Response) {
+	var lent agentproto.Lent
 	r.c.mu.Lock()
-	pipe := r.c.pipe
+	taken := r.c.pipe != nil
 	r.c.mu.Unlock()
-	if ev.Event == agentproto.EventLent {
-		var lent agentproto.Lent
-		if pipe != nil || agentproto.UnmarshalResult(ev.Result, &lent) != nil {
-			return nil
-		}
-		pipe, err := ch.lending.l.borrowPipe(&lent)
-		if err != nil {
-			return nil
-		}
-		if _, err := ch.exchange(ctx, agentproto.OpLentTaken, agentproto.LentTakenArgs{Target: r.id}, nil, nil); err != nil {
-			pipe.Close()
-			return nil
-		}
-		r.c.mu.Lock()
-		r.c.pipe = pipe
-		r.c.mu.Unlock()
-		return nil
+	if taken || agentproto.UnmarshalResult(ev.Result, &lent) != nil {
+		return
+	}
+	pipe, err := ch.lending.l.borrowPipe(&lent)
+	if err != nil {
+		return
 	}
 	r.c.mu.Lock()
-	feeding := r.c.feeding
-	r.c.feeding = true
+	r.c.pipe = pipe
 	r.c.mu.Unlock()
+	if _, err := ch.exchange(ctx, agentproto.OpLentTaken, agentproto.LentTakenArgs{Target: r.id}, nil, nil); err != nil {
+		r.c.mu.Lock()
+		drop := !r.c.feeding
+		if drop {
+			r.c.pipe = nil
+		}
+		r.c.mu.Unlock()
+		if drop {
+			pipe.Close()
+		}
+	}
+}
+
+// startFeed starts feeding the pipe request id lent into its queue, at
+// the agent's lent_on (the rest of the output is in the pipe). The read
+// loop does it, not the caller's await: a caller stuck on its own slow
+// consumer must not keep the pipe unread, or the command would block on a
+// full pipe instead of its stream falling behind and being cancelled.
+func (ch *channel) startFeed(id uint64, c *call) error {
+	c.mu.Lock()
+	pipe, feeding := c.pipe, c.feeding
+	c.feeding = true
+	c.mu.Unlock()
 	if pipe == nil || feeding {
-		err := violationf("a lent_on event for request %d, whose pipe was not taken or already feeds", r.id)
-		ch.reset(err)
-		return ch.unavailable()
+		return violationf("a lent_on event for request %d, whose pipe was not taken or already feeds", id)
 	}
 	if ch.opts.lentStreams != nil {
 		ch.opts.lentStreams.Add(1)
 	}
-	go ch.feed(r, pipe)
+	go ch.feed(request{op: c.op, id: id, c: c, lim: c.lim, sent: c.sent}, pipe)
 	return nil
 }
 
