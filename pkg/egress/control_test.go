@@ -191,13 +191,19 @@ func TestAsk(t *testing.T) {
 		for try := 0; ; try++ {
 			ch := get(url("other.test"))
 			var r result
-			select {
-			case r = <-ch:
-			case f := <-c.frames: // not applied yet: reject the ask it made
-				if f.Type == FrameAsk {
-					c.send(Frame{Type: FrameDecide, ID: f.ID})
+		wait:
+			for {
+				select {
+				case r = <-ch:
+					break wait
+				case f, ok := <-c.frames: // not applied yet: reject the ask it made
+					if !ok {
+						t.Fatal("control channel ended")
+					}
+					if f.Type == FrameAsk {
+						c.send(Frame{Type: FrameDecide, ID: f.ID})
+					}
 				}
-				r = <-ch
 			}
 			if r.code == 200 {
 				break
