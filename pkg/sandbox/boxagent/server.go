@@ -668,11 +668,8 @@ func (s *server) send(resp agentproto.Response) {
 // box starts, when every system call costs a round trip under gVisor.
 // Nil when there is nothing to prepare.
 func (s *server) preparation() func() {
-	before, warm := s.cfg.BeforeCommands, s.raise
-	switch {
-	case before == nil && !warm:
-		return nil
-	case !warm:
+	before := s.cfg.BeforeCommands
+	if !s.raise { // not gVisor: no shell to warm
 		return before
 	}
 	return func() {
