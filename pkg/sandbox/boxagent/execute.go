@@ -5,8 +5,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -171,23 +171,45 @@ func (s *server) execute(ctx context.Context, req backend.ExecuteRequest, emit f
 // group, as the sandbox user carrying tag when the agent has a user (tag
 // is then non-zero). Stdin is /dev/null; stdout and stderr share out, so
 // the interleaving is the true order.
-func (s *server) command(p plan, out *os.File, tag uint32) *exec.Cmd {
-	cmd := &exec.Cmd{
-		Path:        Shell,
-		Args:        []string{"sh", "-c", p.command},
-		Dir:         p.dir,
-		Env:         p.env,
-		Stdout:      out,
-		Stderr:      out,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	if s.devNull != nil {
-		cmd.Stdin = s.devNull
-	}
+type command struct {
+	script, dir           string
+	env                   []string
+	stdin, stdout, stderr *os.File // nil stdin: /dev/null, opened for the start
+	cred                  *syscall.Credential
+}
+
+func (s *server) command(p plan, out *os.File, tag uint32) *command {
+	c := &command{script: p.command, dir: p.dir, env: p.env, stdin: s.devNull, stdout: out, stderr: out}
 	if s.as != nil {
-		cmd.SysProcAttr.Credential = s.as.credential(tag)
+		c.cred = s.as.credential(tag)
 	}
-	return cmd
+	return c
+}
+
+// spawn starts c with one fork and exec, and returns its pid. It is not
+// os/exec: os.StartProcess asks the kernel for a pidfd of every child and
+// probes, before the first, whether pidfds work (a throwaway child among
+// other calls, about 2 ms while a gVisor box starts); the Reaper opens a
+// pidfd of its own, and without one the wait is a plain wait4.
+func (c *command) spawn() (int, error) {
+	stdin := c.stdin
+	if stdin == nil {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		stdin = f
+	}
+	pid, err := syscall.ForkExec(Shell, []string{"sh", "-c", c.script}, &syscall.ProcAttr{
+		Dir:   c.dir,
+		Env:   c.env,
+		Files: []uintptr{stdin.Fd(), c.stdout.Fd(), c.stderr.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: c.cred},
+	})
+	runtime.KeepAlive(stdin)
+	runtime.KeepAlive(c)
+	return pid, err
 }
 
 // exitStatus is a command's wait status; ok is false when the wait failed
@@ -197,16 +219,20 @@ type exitStatus struct {
 	ok bool
 }
 
-// start starts cmd as the sandbox user (raising a thread to root first
+// start starts c as the sandbox user (raising a thread to root first
 // where the agent runs with the user's effective ids) and returns its pid
 // and how to wait for it; the error names op. With a Reaper (the agent is
 // PID 1), the command is registered with it as it starts and wait takes
-// its status from it: cmd.Wait is never called, the reaper owns every
-// wait.
-func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatus, _ *backend.Error) {
+// its status from it: the reaper owns every wait.
+func (s *server) start(c *command, op string) (pid int, wait func() exitStatus, _ *backend.Error) {
 	s.startPreparing()
 	<-s.commandsReady
-	spawn := func() error { return s.oom.start(cmd.Start) }
+	spawn := func() (err error) {
+		return s.oom.start(func() error {
+			pid, err = c.spawn()
+			return err
+		})
+	}
 	if s.raise {
 		plain := spawn
 		spawn = func() error { return spawnAsRoot(*s.as, plain) }
@@ -215,24 +241,21 @@ func (s *server) start(cmd *exec.Cmd, op string) (pid int, wait func() exitStatu
 	if r := s.cfg.Reaper; r != nil {
 		var reaped func() syscall.WaitStatus
 		reaped, pid, err = r.start(func() (int, error) {
-			if err := spawn(); err != nil {
-				return 0, err
-			}
-			return cmd.Process.Pid, nil
+			err := spawn()
+			return pid, err
 		})
 		if err == nil {
-			_ = cmd.Process.Release() // its pidfd: the reaper waits by its own
 			wait = func() exitStatus { return exitStatus{ws: reaped(), ok: true} }
 		}
 	} else if err = spawn(); err == nil {
-		pid = cmd.Process.Pid
 		wait = func() exitStatus {
-			_ = cmd.Wait() // a non-zero exit is an error; the state says it
-			if cmd.ProcessState == nil {
-				return exitStatus{}
+			var ws syscall.WaitStatus
+			for {
+				_, err := syscall.Wait4(pid, &ws, 0, nil)
+				if err != syscall.EINTR {
+					return exitStatus{ws: ws, ok: err == nil}
+				}
 			}
-			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-			return exitStatus{ws: ws, ok: ok}
 		}
 	}
 	switch {

@@ -145,9 +145,9 @@ func (s *server) procStart(ctx context.Context, req agentproto.Request) agentpro
 	if p.service {
 		// A service (its env may hold secrets) runs as a uid of its own,
 		// out of reach of the commands (docs/security.md).
-		cmd.SysProcAttr.Credential = s.as.serviceCredential(p.tag)
+		cmd.cred = s.as.serviceCredential(p.tag)
 	}
-	cmd.Stdin, cmd.Stderr = inR, errW
+	cmd.stdin, cmd.stderr = inR, errW
 	pgid, wait, serr := s.start(cmd, "process")
 	closeAll(inR, outW, errW) // the child's ends: the child holds them now
 	if serr != nil {

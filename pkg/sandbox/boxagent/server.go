@@ -67,8 +67,8 @@ type Config struct {
 	User *User
 	// Reaper, when set, owns every wait of the agent's children: the agent
 	// is its box's PID 1 (or a subreaper) and reaps orphans with it.
-	// Commands are then started through it and never waited for with
-	// exec.Cmd.Wait (see Reaper). Nil: commands are waited for directly,
+	// Commands are then started through it and never waited for
+	// otherwise (see Reaper). Nil: commands are waited for directly,
 	// and something else (sandbox-agent init) reaps orphans.
 	Reaper *Reaper
 	// BeforeCommands, if set, runs once the first response is out (or a
@@ -111,8 +111,8 @@ type server struct {
 	lg   *agentlog.Logger
 	w    *agentproto.Writer
 	root *os.Root // cfg.Root, for execute's cwd and offload file
-	// devNull is the stdin of execute's commands, opened once; nil lets
-	// os/exec open /dev/null per command.
+	// devNull is the stdin of execute's commands, opened once; nil: each
+	// start opens /dev/null (command.spawn).
 	devNull *os.File
 	// oom raises the OOM score of each command it starts above the
 	// agent's own (nil: commands keep the agent's).
@@ -237,9 +237,9 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, cfg Config) error {
 	}
 	defer root.Close()
 	// One /dev/null is every command's stdin, so an execute does not open
-	// it again; without one, os/exec opens it per command. A plain open:
-	// os.Open would register it with the runtime's poller, three calls
-	// more while the box starts, and os/exec would take it back out.
+	// it again; without one, each start opens it. A plain open: os.Open
+	// would register it with the runtime's poller, three calls more while
+	// the box starts, and a start's Fd would take it back out.
 	var devNull *os.File
 	if fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
 		devNull = os.NewFile(uintptr(fd), os.DevNull)
