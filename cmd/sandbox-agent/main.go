@@ -65,6 +65,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runDisk(args[1:], stdout, stderr)
 	case "serve":
 		fitProcs()
+		dropOwnEnv()
 		o, err := parseServe(args[1:], stderr)
 		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
 // The box's CPU bandwidth limit as the box sees its own cgroup: cgroup v2's
@@ -18,7 +20,8 @@ const (
 
 // fitProcs sets GOMAXPROCS to the box's CPU limit rounded up when that is
 // below the CPUs the runtime sees, and GOMAXPROCS is not set in the
-// environment. It replaces Go 1.25's container-aware default (turned off
+// environment (the worker sets it there where it can, see dropOwnEnv: the
+// runtime then starts with it). It replaces Go 1.25's container-aware default (turned off
 // in main.go), which rounds a limit up to at least 2, so a default box of
 // one CPU ran the agent with two Ps: each P holds its own allocation
 // caches and a GC worker, about 0.2 MiB RSS per box for parallelism the
@@ -43,6 +46,20 @@ func fitProcs() {
 	if n, ok := cpuLimit(limit); ok && n < runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 	}
+}
+
+// dropOwnEnv removes from the environment, which commands inherit, the
+// variables the worker set for the agent alone (agentproto.OwnEnv names
+// them: GOMAXPROCS, read by the runtime as it started), and OwnEnv itself.
+func dropOwnEnv() {
+	names, ok := os.LookupEnv(agentproto.OwnEnv)
+	if !ok {
+		return
+	}
+	for _, k := range strings.Split(names, ",") {
+		os.Unsetenv(k)
+	}
+	os.Unsetenv(agentproto.OwnEnv)
 }
 
 // readSmall reads the start of a small file (a cgroup setting) with one

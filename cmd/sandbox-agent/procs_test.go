@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/plumbhq/plumb/pkg/sandbox/agentproto"
 )
 
 func TestCPULimit(t *testing.T) {
@@ -42,5 +44,36 @@ func TestReadSmall(t *testing.T) {
 	}
 	if _, err := readSmall(p + ".missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("missing file: %v, want not exist", err)
+	}
+}
+
+// TestDropOwnEnv removes exactly what the worker's marker names, and the
+// marker; without a marker the environment is left as it is.
+func TestDropOwnEnv(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		set        map[string]string
+		gone, kept []string
+	}{
+		{"worker's GOMAXPROCS", map[string]string{"GOMAXPROCS": "1", agentproto.OwnEnv: "GOMAXPROCS", "A": "x"}, []string{"GOMAXPROCS", agentproto.OwnEnv}, []string{"A"}},
+		{"no marker keeps the image's", map[string]string{"GOMAXPROCS": "4", "A": "x"}, nil, []string{"GOMAXPROCS", "A"}},
+		{"several names", map[string]string{"B": "1", "C": "2", agentproto.OwnEnv: "B,C", "A": "x"}, []string{"B", "C", agentproto.OwnEnv}, []string{"A"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.set {
+				t.Setenv(k, v)
+			}
+			dropOwnEnv()
+			for _, k := range tt.gone {
+				if v, ok := os.LookupEnv(k); ok {
+					t.Errorf("%s=%q is still set", k, v)
+				}
+			}
+			for _, k := range tt.kept {
+				if os.Getenv(k) != tt.set[k] {
+					t.Errorf("%s=%q, want %q", k, os.Getenv(k), tt.set[k])
+				}
+			}
+		})
 	}
 }

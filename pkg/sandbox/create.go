@@ -194,7 +194,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		return nil
 	}
 	// The container is created from the derived image's ID, not its tag.
-	image, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
+	image, imageEnv, err := m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +290,7 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 	if inj != nil {
 		cfg.Env = append(cfg.Env, injectEnv(t)...)
 	}
+	cfg.Env = append(cfg.Env, agentEnv(t, m.hostCPUs, imageEnv)...)
 	if dns.IsValid() {
 		// The box's only DNS server leads nowhere (egressDNS).
 		hc.DNS = []netip.Addr{dns}

@@ -107,17 +107,26 @@ func newImages(api DockerAPI, agent []byte, owner string) *images {
 }
 
 // derive returns the ID of the derived image for base, building it if
-// needed. Callers create containers from that ID, not the tag: the image
+// needed, and base's environment (the derived image has the same). Callers create containers from that ID, not the tag: the image
 // is pinned by digest once resolved, so a tag moved in between cannot
 // change what a sandbox runs.
-func (im *images) derive(ctx context.Context, base, user, workingDir string) (string, error) {
+func (im *images) derive(ctx context.Context, base, user, workingDir string) (id string, env []string, err error) {
 	info, err := im.api.ImageInspect(ctx, base)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return "", errorf(CodeImageNotFound, "image %q is not present on this worker (sandboxd never pulls; load or build it first)", base)
+			return "", nil, errorf(CodeImageNotFound, "image %q is not present on this worker (sandboxd never pulls; load or build it first)", base)
 		}
-		return "", fmt.Errorf("inspect image %s: %w", base, err)
+		return "", nil, fmt.Errorf("inspect image %s: %w", base, err)
 	}
+	if info.Config != nil {
+		env = info.Config.Env
+	}
+	id, err = im.deriveFrom(ctx, base, info, user, workingDir)
+	return id, env, err
+}
+
+// deriveFrom is derive once base is inspected (info).
+func (im *images) deriveFrom(ctx context.Context, base string, info client.ImageInspectResult, user, workingDir string) (string, error) {
 	if vols := imageVolumes(info); len(vols) > 0 {
 		// A VOLUME would become an anonymous engine volume: writable,
 		// unbounded and outside the sandbox's workspace accounting.

@@ -208,6 +208,7 @@ type Manager struct {
 	// remappedIDs: the engine's files have other owners on the host
 	// (Host.RemappedIDs): no host fill.
 	remappedIDs bool
+	hostCPUs    int // the engine's NCPU: the CPUs a box sees
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -373,7 +374,7 @@ func NewManager(ctx context.Context, api DockerAPI, cfg Config, opts ...Option) 
 		return nil, fmt.Errorf("sandbox manager: %w", err)
 	}
 	m.limits = cfg.Policy.resolve(host)
-	m.remappedIDs = host.RemappedIDs
+	m.remappedIDs, m.hostCPUs = host.RemappedIDs, host.CPUs
 	if err := m.checkTemplates(ctx); err != nil {
 		return nil, &ConfigError{Err: err}
 	}

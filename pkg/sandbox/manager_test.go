@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,6 +160,13 @@ func TestCreateExecuteDelete(t *testing.T) {
 	if sandbox.WorkerOf(info.ID) != e.worker {
 		t.Fatalf("id %s does not name worker %s", info.ID, e.worker)
 	}
+	// Half a CPU: the agent's runtime starts with one processor where the
+	// host (this machine's engine) has more.
+	if c, err := e.cli.ContainerInspect(context.Background(), info.ContainerID, client.ContainerInspectOptions{}); err != nil {
+		t.Fatal(err)
+	} else if has := slices.Contains(c.Container.Config.Env, "GOMAXPROCS=1"); has != (runtime.NumCPU() > 1) {
+		t.Fatalf("the box's environment %q: GOMAXPROCS=1 there is %v on %d CPUs", c.Container.Config.Env, has, runtime.NumCPU())
+	}
 	tests := []struct {
 		name     string
 		cmd      string
@@ -171,6 +180,9 @@ func TestCreateExecuteDelete(t *testing.T) {
 		{"workspace writable", "echo x > /workspace/f && cat /workspace/f", "x\n", 0},
 		{"tmp writable", "echo y > /tmp/f && cat /tmp/f", "y\n", 0},
 		{"agent not writable", "(echo x > /.plumb/sandbox-agent) 2>/dev/null || echo refused", "refused\n", 0},
+		// The worker's GOMAXPROCS for the agent (where the box's CPUs are
+		// below the host's) is not the commands'.
+		{"agent's env is its own", "env | grep -e ^GOMAXPROCS= -e ^" + agentproto.OwnEnv + "=; echo done", "done\n", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,6 +269,7 @@ func TestBadCreateInputs(t *testing.T) {
 		{"bad network", sandbox.CreateSpec{Overrides: sandbox.Template{Network: "host"}}, sandbox.CodeInvalid},
 		{"tiny memory", sandbox.CreateSpec{Overrides: sandbox.Template{MemoryBytes: 1024}}, sandbox.CodeInvalid},
 		{"bad env key", sandbox.CreateSpec{Overrides: sandbox.Template{Env: map[string]string{"1A": "x"}}}, sandbox.CodeInvalid},
+		{"the agent's env key", sandbox.CreateSpec{Overrides: sandbox.Template{Env: map[string]string{agentproto.OwnEnv: "PATH"}}}, sandbox.CodeInvalid},
 		{"reserved label", sandbox.CreateSpec{Labels: map[string]string{"plumb.worker": "x"}}, sandbox.CodeInvalid},
 		{"working dir root", sandbox.CreateSpec{Overrides: sandbox.Template{WorkingDir: "/"}}, sandbox.CodeInvalid},
 	}

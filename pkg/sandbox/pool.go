@@ -638,7 +638,7 @@ func (m *Manager) poolImages(ctx context.Context) map[*pool]string {
 	out := make(map[*pool]string, len(ps))
 	for _, p := range ps {
 		ictx, cancel := context.WithTimeout(ctx, engineTimeout)
-		id, err := m.images.derive(ictx, p.t.Image, m.cfg.User, p.t.WorkingDir)
+		id, _, err := m.images.derive(ictx, p.t.Image, m.cfg.User, p.t.WorkingDir)
 		cancel()
 		if err == nil {
 			out[p] = id

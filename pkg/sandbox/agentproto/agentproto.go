@@ -39,6 +39,12 @@ import (
 // request's payload).
 const Version = 5
 
+// OwnEnv is the variable of a box's environment that names,
+// comma-separated, the variables the worker set there for the agent alone
+// (GOMAXPROCS): the agent removes them, and OwnEnv itself, from the
+// environment its commands inherit. A tenant's environment cannot set it.
+const OwnEnv = "PLUMB_AGENT_OWN_ENV"
+
 // MaxFrameBytes bounds one frame (one line, JSON included): the largest
 // are an execute's inline output at worst escaped (MaxInlineOutput) and an
 // edit's strings. Bulk bytes travel as binary payloads after their frame
