@@ -315,6 +315,14 @@ func (m *Manager) start(ctx context.Context, id string, spec CreateSpec, t Templ
 		hc.Mounts = append(hc.Mounts, volumeMounts(spec.Volumes)...)
 	}
 	c, err := m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
+	if cerrdefs.IsNotFound(err) && m.images.forget(image) {
+		// The derived image was removed behind the worker (an image
+		// prune): derive it again, once.
+		if image, _, err = m.images.derive(ectx, t.Image, m.cfg.User, t.WorkingDir); err == nil {
+			cfg.Image, sb.image = image, image
+			c, err = m.api.ContainerCreate(ectx, client.ContainerCreateOptions{Name: id, Config: cfg, HostConfig: hc})
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}

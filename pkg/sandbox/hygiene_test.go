@@ -294,3 +294,37 @@ func TestCollectorOnSharedEngine(t *testing.T) {
 		t.Fatalf("after %s's new version collected: tags %v, want only %s's own tag gone", a, got, a)
 	}
 }
+
+// TestDerivedImageRemovedBehindTheWorker: the worker remembers its derived
+// image; when an image prune removed it, the next create derives it again
+// instead of failing.
+func TestDerivedImageRemovedBehindTheWorker(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // hang guard
+	defer cancel()
+	w := *e
+	// An agent of its own: no other worker (or test) shares its image.
+	w.worker = e.worker + "p"
+	w.cfg.Worker, w.cfg.Agent = w.worker, append(append([]byte{}, e.cfg.Agent...), 0, 0)
+	sandboxtest.ReleaseImagesOnCleanup(t, e.cli, w.worker)
+	m := w.manager(t)
+	image := func() string {
+		info := e.create(t, m, sandbox.CreateSpec{})
+		ci, err := e.cli.ContainerInspect(ctx, info.ContainerID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := exec(t, m, info.ID, "echo ok", 30); r.Output != "ok\n" {
+			t.Fatalf("execute: %q", r.Output)
+		}
+		if err := m.Delete(ctx, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		return ci.Container.Image
+	}
+	first := image()
+	if _, err := e.cli.ImageRemove(ctx, first, client.ImageRemoveOptions{Force: true}); err != nil {
+		t.Fatalf("remove the derived image: %v", err)
+	}
+	image()
+}

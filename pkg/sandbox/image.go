@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,11 +100,17 @@ type images struct {
 
 	mu       sync.Mutex
 	inflight map[string]*sync.Mutex
+	// ids is each derived reference's image ID, as this worker last found
+	// or built it: a reference names content (the base's ID, the agent's
+	// digest), so a create need not inspect it again. An image removed
+	// behind the worker's back is forgotten when a create finds it gone
+	// (forget); collect forgets what it removes.
+	ids map[string]string
 }
 
 func newImages(api DockerAPI, agent []byte, owner string) *images {
 	sum := sha256.Sum256(agent)
-	return &images{api: api, agent: agent, agentSum: hex.EncodeToString(sum[:]), owner: owner, inflight: map[string]*sync.Mutex{}}
+	return &images{api: api, agent: agent, agentSum: hex.EncodeToString(sum[:]), owner: owner, inflight: map[string]*sync.Mutex{}, ids: map[string]string{}}
 }
 
 // derive returns the ID of the derived image for base, building it if
@@ -126,7 +133,7 @@ func (im *images) derive(ctx context.Context, base, user, workingDir string) (id
 }
 
 // deriveFrom is derive once base is inspected (info).
-func (im *images) deriveFrom(ctx context.Context, base string, info client.ImageInspectResult, user, workingDir string) (string, error) {
+func (im *images) deriveFrom(ctx context.Context, base string, info client.ImageInspectResult, user, workingDir string) (id string, err error) {
 	if vols := imageVolumes(info); len(vols) > 0 {
 		// A VOLUME would become an anonymous engine volume: writable,
 		// unbounded and outside the sandbox's workspace accounting.
@@ -137,6 +144,10 @@ func (im *images) deriveFrom(ctx context.Context, base string, info client.Image
 	ref := ownTag(DerivedRepository, key, im.owner)
 
 	im.mu.Lock()
+	if known, ok := im.ids[ref]; ok {
+		im.mu.Unlock()
+		return known, nil
+	}
 	l, ok := im.inflight[ref]
 	if !ok {
 		l = &sync.Mutex{}
@@ -145,6 +156,13 @@ func (im *images) deriveFrom(ctx context.Context, base string, info client.Image
 	im.mu.Unlock()
 	l.Lock()
 	defer l.Unlock()
+	defer func() {
+		if err == nil {
+			im.mu.Lock()
+			im.ids[ref] = id
+			im.mu.Unlock()
+		}
+	}()
 
 	if di, err := im.api.ImageInspect(ctx, ref); err == nil {
 		return di.ID, nil
@@ -239,6 +257,16 @@ func (im *images) layer(user, workingDir string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// forget drops every reference known to name the image id, and reports
+// whether there was one: a create that found id gone derives again.
+func (im *images) forget(id string) bool {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	n := len(im.ids)
+	maps.DeleteFunc(im.ids, func(_, v string) bool { return v == id })
+	return len(im.ids) < n
+}
+
 // parseUser accepts a numeric "uid:gid" that is not root.
 func parseUser(user string) (int, int, error) {
 	u, g, ok := strings.Cut(user, ":")
@@ -284,6 +312,9 @@ func (im *images) collect(ctx context.Context, now time.Time, grace time.Duratio
 			switch {
 			case err == nil:
 				removed = append(removed, t)
+				im.mu.Lock()
+				delete(im.ids, t)
+				im.mu.Unlock()
 			case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
 				// Gone already, or a container uses it.
 			default:
