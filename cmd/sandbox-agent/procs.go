@@ -21,11 +21,11 @@ const (
 // fitProcs sets GOMAXPROCS to the box's CPU limit rounded up when that is
 // below the CPUs the runtime sees, and GOMAXPROCS is not set in the
 // environment (the worker sets it there where it can, see dropOwnEnv: the
-// runtime then starts with it). It replaces Go 1.25's container-aware default (turned off
-// in main.go), which rounds a limit up to at least 2, so a default box of
-// one CPU ran the agent with two Ps: each P holds its own allocation
-// caches and a GC worker, about 0.2 MiB RSS per box for parallelism the
-// box's quota does not give (docs/benchmarks.md, B9).
+// runtime then starts with it). It replaces Go 1.25's container-aware
+// default (turned off in main.go), which rounds a limit up to at least 2,
+// so a default box of one CPU ran the agent with two Ps: each P holds its
+// own allocation caches and a GC worker, about 0.2 MiB RSS per box for
+// parallelism the box's quota does not give (docs/benchmarks.md, B9).
 //
 // `sandbox-agent serve` calls it first, before it starts a goroutine:
 // each one started while a second P is idle wakes or makes a thread for

@@ -114,9 +114,10 @@ func newImages(api DockerAPI, agent []byte, owner string) *images {
 }
 
 // derive returns the ID of the derived image for base, building it if
-// needed, and base's environment (the derived image has the same). Callers create containers from that ID, not the tag: the image
-// is pinned by digest once resolved, so a tag moved in between cannot
-// change what a sandbox runs.
+// needed, and base's environment (the derived image has the same).
+// Callers create containers from that ID, not the tag: the image is
+// pinned by digest once resolved, so a tag moved in between cannot change
+// what a sandbox runs.
 func (im *images) derive(ctx context.Context, base, user, workingDir string) (id string, env []string, err error) {
 	info, err := im.api.ImageInspect(ctx, base)
 	if err != nil {
